@@ -1,0 +1,201 @@
+"""Pure-Python twin of the Rust matcher (``rust/matcher.rs``): same algorithm, same results.
+
+Both interpret the JSON form of the engines' signatures. Keep the two in step: the differential
+property test in ``tests/test_differential.py`` runs them side by side.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from enginespec.signature import LaunchForm, Signature
+
+#: (engine index, model, served names, host, port); the native module returns the same shape.
+RawInvocation = tuple[int, "str | None", list[str], "str | None", "int | None"]
+
+# `python`, `python3`, `python3.11`, `python3.13t`, macOS framework `Python`, Windows `pythonw`.
+_PYTHON = re.compile(r"(?:python)[0-9.]*[a-z]?", re.IGNORECASE | re.ASCII)
+# argparse's own test for "this dash token is a negative number, not a flag".
+_NEGATIVE_NUMBER = re.compile(r"-[0-9]+|-[0-9]*\.[0-9]+", re.ASCII)
+# CPython options that take no value / a value (`python -u -X dev -m module`).
+_PY_SWITCHES = frozenset("bBdEhiIOPqsSuvVx")
+_PY_VALUED = frozenset("WX")
+
+
+def _basename(path: str) -> str:
+    name = path[max(path.rfind("/"), path.rfind("\\")) + 1 :]
+    if len(name) > 4 and name[-4:].lower() == ".exe" and name[-4:].isascii():
+        name = name[:-4]
+    return name
+
+
+def _looks_like_flag(token: str) -> bool:
+    return len(token) > 1 and token[0] == "-" and not _NEGATIVE_NUMBER.fullmatch(token)
+
+
+def _parse_port(value: str) -> int | None:
+    if not (1 <= len(value) <= 5) or not all("0" <= c <= "9" for c in value):
+        return None
+    port = int(value)
+    return port if port <= 65535 else None
+
+
+def _python_target(argv: Sequence[str]) -> tuple[str, str, int] | None:
+    """For an interpreter argv: ("module", name, next index) or ("script", path, next index)."""
+    i = 1
+    while i < len(argv):
+        token = argv[i]
+        if token.startswith("--"):
+            if token == "--check-hash-based-pycs":
+                i += 2
+                continue
+            return None  # --help, --version, ... : not running anything
+        if token.startswith("-") and len(token) > 1:
+            for pos in range(1, len(token)):
+                switch = token[pos]
+                if switch in _PY_SWITCHES:
+                    continue
+                if switch == "m" or switch in _PY_VALUED:
+                    rest = token[pos + 1 :]
+                    if rest:
+                        value, i = rest, i + 1
+                    elif i + 1 < len(argv):
+                        value, i = argv[i + 1], i + 2
+                    else:
+                        return None
+                    if switch == "m":
+                        return ("module", value, i)
+                    break
+                return None  # -c code, unknown switch
+            else:
+                i += 1
+            continue
+        if token == "-":
+            return None  # program from stdin
+        return ("script", token, i + 1)
+    return None
+
+
+class _Compiled:
+    def __init__(self, signature: Signature) -> None:
+        self.signature = signature
+        wanted = (
+            *signature.model_flags,
+            *signature.served_name_flags,
+            *signature.host_flags,
+            *signature.port_flags,
+        )
+        self.wanted = frozenset(wanted)
+
+
+class Matcher:
+    """Classifies argv against a list of signatures given as JSON (see ``signatures_json``)."""
+
+    def __init__(self, signatures_json: str) -> None:
+        import json
+
+        documents = json.loads(signatures_json)
+        self._engines = [_Compiled(Signature.model_validate(doc)) for doc in documents]
+        self._by_executable: dict[str, list[tuple[int, LaunchForm]]] = {}
+        self._by_module: dict[str, list[tuple[int, LaunchForm]]] = {}
+        for index, compiled in enumerate(self._engines):
+            for form in compiled.signature.launch_forms:
+                for name in form.executables:
+                    self._by_executable.setdefault(name, []).append((index, form))
+                for name in form.modules:
+                    self._by_module.setdefault(name, []).append((index, form))
+
+    def engines(self) -> list[str]:
+        return [compiled.signature.engine for compiled in self._engines]
+
+    def _launch(self, argv: Sequence[str]) -> tuple[int, LaunchForm, int] | None:
+        if not argv:
+            return None
+        exe = _basename(argv[0])
+        candidates: list[tuple[int, LaunchForm]] | None
+        start = 1
+        if _PYTHON.fullmatch(exe):
+            target = _python_target(argv)
+            if target is None:
+                return None
+            kind, name, start = target
+            if kind == "module":
+                candidates = self._by_module.get(name)
+            else:
+                candidates = self._by_executable.get(_basename(name))
+        else:
+            candidates = self._by_executable.get(exe)
+        for index, form in candidates or ():
+            end = start + len(form.subcommand)
+            if tuple(argv[start:end]) == form.subcommand:
+                return index, form, end
+        return None
+
+    def parse(self, argv: Sequence[str]) -> RawInvocation | None:
+        launch = self._launch(argv)
+        if launch is None:
+            return None
+        index, form, i = launch
+        compiled = self._engines[index]
+        sig = compiled.signature
+        seen: dict[str, list[str]] = {}
+        positional: str | None = None
+        n = len(argv)
+        while i < n:
+            token = argv[i]
+            i += 1
+            if token == "--":
+                if form.positional_model and positional is None and i < n:
+                    positional = argv[i]
+                break
+            if not _looks_like_flag(token):
+                if form.positional_model and positional is None:
+                    positional = token
+                continue
+            inline: str | None = None
+            name = token
+            if token.startswith("--"):
+                eq = token.find("=")
+                if eq > 0:
+                    name, inline = token[:eq], token[eq + 1 :]
+            flag = sig.canonical(name)
+            if flag in sig.exit_flags:
+                return None
+            if inline is not None:
+                values = [inline]
+            elif flag in sig.no_value_flags or flag.startswith(sig.no_value_prefixes):
+                values = []
+            elif flag in sig.multi_value_flags:
+                values = []
+                while i < n and not _looks_like_flag(argv[i]) and argv[i] != "--":
+                    values.append(argv[i])
+                    i += 1
+            elif i < n and not _looks_like_flag(argv[i]):
+                values = [argv[i]]
+                i += 1
+            else:
+                values = []
+            if flag in compiled.wanted:
+                seen[flag] = values
+
+        def last(flags: tuple[str, ...]) -> str | None:
+            for flag in flags:
+                values = seen.get(flag)
+                if values and values[-1]:
+                    return values[-1]
+            return None
+
+        model = positional or last(sig.model_flags)
+        served: list[str] = []
+        for flag in sig.served_name_flags:
+            values = seen.get(flag)
+            if values:
+                for value in values:
+                    parts = value.split(sig.served_name_separator) if sig.served_name_separator else [value]
+                    served.extend(part for part in parts if part)
+                if served:
+                    break
+        port_value = last(sig.port_flags)
+        port = _parse_port(port_value) if port_value is not None else None
+        return index, model or None, served, last(sig.host_flags), port

@@ -1,0 +1,81 @@
+"""Recognising an engine server from its argv."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, computed_field
+
+from enginespec._backend import MatcherType
+from enginespec.engines import all_signatures
+from enginespec.signature import Signature, signatures_json
+
+
+class Invocation(BaseModel):
+    """What a server's argv says. ``host``/``port`` are exactly as given (``None`` when absent);
+    ``effective_host``/``effective_port`` fill in the engine's defaults. ``model`` is ``None`` when
+    argv does not name it (``--config file.yaml``, llama-server router mode): never guessed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    engine: str
+    model: str | None
+    served_model_names: tuple[str, ...]
+    host: str | None
+    port: int | None
+    effective_host: str
+    effective_port: int
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def served_model_name(self) -> str | None:
+        """The first served name, or ``None``."""
+        return self.served_model_names[0] if self.served_model_names else None
+
+
+class _Compiled:
+    def __init__(self, signatures: tuple[Signature, ...]) -> None:
+        self.signatures = signatures
+        self.matcher = MatcherType(signatures_json(signatures))
+
+
+_compiled: _Compiled | None = None
+
+
+def _current() -> _Compiled:
+    """The matcher for the registered signatures, rebuilt only when the registry changed."""
+    global _compiled
+    signatures = all_signatures()
+    if _compiled is None or _compiled.signatures != signatures:
+        _compiled = _Compiled(signatures)
+    return _compiled
+
+
+def parse_argv(argv: Sequence[str]) -> Invocation | None:
+    """Recognises a serving process of a known engine from its argv, else returns ``None``.
+
+    Strings may carry surrogate escapes (``os.fsdecode`` of bytes that are not UTF-8).
+    """
+    if isinstance(argv, (str, bytes)):
+        raise TypeError("argv must be a sequence of strings, not a single string")
+    compiled = _current()
+    raw = compiled.matcher.parse(list(argv))
+    if raw is None:
+        return None
+    index, model, served, host, port = raw
+    signature = compiled.signatures[index]
+    return Invocation(
+        engine=signature.engine,
+        model=model,
+        served_model_names=tuple(served),
+        host=host,
+        port=port,
+        effective_host=host or signature.default_host,
+        effective_port=signature.default_port if port is None else port,
+    )
+
+
+def detect_engine(argv: Sequence[str]) -> str | None:
+    """The engine id of a server argv, or ``None``."""
+    invocation = parse_argv(argv)
+    return invocation.engine if invocation else None

@@ -1,0 +1,21 @@
+"""MLX: ``mlx_lm.server`` (console script and module) and ``mlx_lm server``."""
+
+from __future__ import annotations
+
+from enginespec.signature import LaunchForm, Signature
+
+SIGNATURE = Signature(
+    engine="mlx",
+    launch_forms=(
+        LaunchForm(executables=("mlx_lm.server",), modules=("mlx_lm.server",)),
+        # mlx_lm/cli.py dispatches `mlx_lm server ...` (also `python -m mlx_lm server`).
+        LaunchForm(executables=("mlx_lm",), modules=("mlx_lm",), subcommand=("server",)),
+    ),
+    # mlx_lm/server.py: `--draft-model` and `--adapter-path` are other models, not the one served.
+    model_flags=("--model",),
+    host_flags=("--host",),
+    port_flags=("--port",),
+    exit_flags=frozenset({"-h", "--help"}),
+    default_host="127.0.0.1",
+    default_port=8080,
+)

@@ -1,0 +1,14 @@
+//! Engine-agnostic core of enginespec.
+//!
+//! Engines are described by signatures (data, owned by the Python engine modules); this crate
+//! compiles them into a [`Matcher`] and applies it to argv. It knows nothing about any engine.
+//! Everything but `python.rs` is plain Rust that `cargo test` exercises without an interpreter.
+
+pub mod matcher;
+pub mod signature;
+
+#[cfg(feature = "python")]
+mod python;
+
+pub use matcher::{Matcher, Parsed};
+pub use signature::{LaunchForm, Signature};

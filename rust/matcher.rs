@@ -1,0 +1,451 @@
+//! Classifies argv against compiled engine signatures.
+//!
+//! The pure-Python twin is `python/enginespec/_pymatcher.py`; both implement the same algorithm
+//! and must return the same result for every argv (a differential property test checks it).
+//! Tokens are bytes, so argv read from `/proc` with invalid UTF-8 is handled as is. No input may
+//! panic: every index is bounds-checked and nothing is unwrapped.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+
+use crate::signature::{signatures_from_json, Signature};
+
+/// What argv says about one engine server. Values borrow from the argv they came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parsed<'a> {
+    /// Index of the engine in the signature list the matcher was built from.
+    pub engine: usize,
+    pub model: Option<&'a [u8]>,
+    pub served_names: Vec<&'a [u8]>,
+    pub host: Option<&'a [u8]>,
+    pub port: Option<u16>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arity {
+    None,
+    One,
+    Many,
+}
+
+/// What a flag of interest carries.
+#[derive(Debug, Clone, Copy)]
+enum Fact {
+    Model(usize),
+    ServedName(usize),
+    Host(usize),
+    Port(usize),
+}
+
+#[derive(Debug)]
+struct CompiledForm {
+    subcommand: Vec<Vec<u8>>,
+    positional_model: bool,
+}
+
+#[derive(Debug)]
+struct CompiledEngine {
+    name: String,
+    underscore_is_dash: bool,
+    aliases: HashMap<Vec<u8>, Vec<u8>>,
+    facts: HashMap<Vec<u8>, Fact>,
+    model_count: usize,
+    served_count: usize,
+    host_count: usize,
+    port_count: usize,
+    served_separator: Option<Vec<u8>>,
+    no_value: HashSet<Vec<u8>>,
+    no_value_prefixes: Vec<Vec<u8>>,
+    multi_value: HashSet<Vec<u8>>,
+    exit: HashSet<Vec<u8>>,
+}
+
+/// All engine signatures compiled into lookup tables; built once, shared by every scan.
+#[derive(Debug)]
+pub struct Matcher {
+    engines: Vec<CompiledEngine>,
+    forms: Vec<CompiledForm>,
+    /// basename -> (engine index, form index) in signature order.
+    by_executable: HashMap<Vec<u8>, Vec<(usize, usize)>>,
+    by_module: HashMap<Vec<u8>, Vec<(usize, usize)>>,
+}
+
+fn bytes_set(values: &[String]) -> HashSet<Vec<u8>> {
+    values.iter().map(|v| v.as_bytes().to_vec()).collect()
+}
+
+impl CompiledEngine {
+    fn new(sig: &Signature) -> Self {
+        let mut facts = HashMap::new();
+        let groups: [(&[String], fn(usize) -> Fact); 4] = [
+            (&sig.model_flags, Fact::Model),
+            (&sig.served_name_flags, Fact::ServedName),
+            (&sig.host_flags, Fact::Host),
+            (&sig.port_flags, Fact::Port),
+        ];
+        for (flags, make) in groups {
+            for (priority, flag) in flags.iter().enumerate() {
+                facts.entry(flag.as_bytes().to_vec()).or_insert(make(priority));
+            }
+        }
+        CompiledEngine {
+            name: sig.engine.clone(),
+            underscore_is_dash: sig.underscore_is_dash,
+            aliases: sig
+                .aliases
+                .iter()
+                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+                .collect(),
+            facts,
+            model_count: sig.model_flags.len(),
+            served_count: sig.served_name_flags.len(),
+            host_count: sig.host_flags.len(),
+            port_count: sig.port_flags.len(),
+            served_separator: sig
+                .served_name_separator
+                .as_ref()
+                .filter(|s| !s.is_empty())
+                .map(|s| s.as_bytes().to_vec()),
+            no_value: bytes_set(&sig.no_value_flags),
+            no_value_prefixes: sig
+                .no_value_prefixes
+                .iter()
+                .map(|p| p.as_bytes().to_vec())
+                .collect(),
+            multi_value: bytes_set(&sig.multi_value_flags),
+            exit: bytes_set(&sig.exit_flags),
+        }
+    }
+
+    fn canonical<'t>(&'t self, flag: &'t [u8]) -> &'t [u8] {
+        self.aliases.get(flag).map_or(flag, Vec::as_slice)
+    }
+
+    fn arity(&self, flag: &[u8]) -> Arity {
+        if self.no_value.contains(flag) || self.no_value_prefixes.iter().any(|p| flag.starts_with(p))
+        {
+            Arity::None
+        } else if self.multi_value.contains(flag) {
+            Arity::Many
+        } else {
+            Arity::One
+        }
+    }
+}
+
+/// Last path component, `/` or `\` separated, without a trailing `.exe` (any case).
+pub fn basename(path: &[u8]) -> &[u8] {
+    let start = path
+        .iter()
+        .rposition(|&b| b == b'/' || b == b'\\')
+        .map_or(0, |i| i + 1);
+    let name = &path[start..];
+    if name.len() > 4 && name[name.len() - 4..].eq_ignore_ascii_case(b".exe") {
+        &name[..name.len() - 4]
+    } else {
+        name
+    }
+}
+
+/// `python`, `python3`, `python3.11`, `python3.13t`, `Python`, `pythonw`.
+fn is_python(name: &[u8]) -> bool {
+    if name.len() < 6 || !name[..6].eq_ignore_ascii_case(b"python") {
+        return false;
+    }
+    let rest = &name[6..];
+    let digits = rest
+        .iter()
+        .take_while(|b| b.is_ascii_digit() || **b == b'.')
+        .count();
+    let tail = &rest[digits..];
+    tail.is_empty() || (tail.len() == 1 && tail[0].is_ascii_alphabetic())
+}
+
+/// argparse's negative-number test: `-[0-9]+` or `-[0-9]*\.[0-9]+`.
+fn is_negative_number(token: &[u8]) -> bool {
+    let Some(body) = token.strip_prefix(b"-") else {
+        return false;
+    };
+    let all_digits = |s: &[u8]| s.iter().all(u8::is_ascii_digit);
+    match body.iter().position(|&b| b == b'.') {
+        None => !body.is_empty() && all_digits(body),
+        Some(dot) => {
+            let (int, frac) = (&body[..dot], &body[dot + 1..]);
+            all_digits(int) && !frac.is_empty() && all_digits(frac)
+        }
+    }
+}
+
+fn looks_like_flag(token: &[u8]) -> bool {
+    token.len() > 1 && token[0] == b'-' && !is_negative_number(token)
+}
+
+fn parse_port(value: &[u8]) -> Option<u16> {
+    if value.is_empty() || value.len() > 5 || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let port = value
+        .iter()
+        .fold(0u32, |acc, &d| acc * 10 + u32::from(d - b'0'));
+    u16::try_from(port).ok()
+}
+
+enum PythonTarget<'a> {
+    Module(&'a [u8], usize),
+    Script(&'a [u8], usize),
+}
+
+const PY_SWITCHES: &[u8] = b"bBdEhiIOPqsSuvVx";
+const PY_VALUED: &[u8] = b"WX";
+
+/// Finds what an interpreter runs: `-m module` (also `-um module`, `-mmodule`) or a script path.
+fn python_target<A: AsRef<[u8]>>(argv: &[A]) -> Option<PythonTarget<'_>> {
+    let mut i = 1;
+    while i < argv.len() {
+        let token = argv[i].as_ref();
+        if token.starts_with(b"--") {
+            if token == b"--check-hash-based-pycs" {
+                i += 2;
+                continue;
+            }
+            return None;
+        }
+        if token.len() > 1 && token[0] == b'-' {
+            let mut advanced = false;
+            for pos in 1..token.len() {
+                let switch = token[pos];
+                if PY_SWITCHES.contains(&switch) {
+                    continue;
+                }
+                if switch == b'm' || PY_VALUED.contains(&switch) {
+                    let rest = &token[pos + 1..];
+                    let value = if !rest.is_empty() {
+                        i += 1;
+                        rest
+                    } else if i + 1 < argv.len() {
+                        i += 2;
+                        argv[i - 1].as_ref()
+                    } else {
+                        return None;
+                    };
+                    if switch == b'm' {
+                        return Some(PythonTarget::Module(value, i));
+                    }
+                    advanced = true;
+                    break;
+                }
+                return None;
+            }
+            if !advanced {
+                i += 1;
+            }
+            continue;
+        }
+        if token == b"-" {
+            return None;
+        }
+        return Some(PythonTarget::Script(token, i + 1));
+    }
+    None
+}
+
+impl Matcher {
+    /// Compiles the JSON list written by `enginespec.signature.signatures_json`.
+    pub fn from_json(json: &str) -> Result<Self, String> {
+        Ok(Self::new(&signatures_from_json(json)?))
+    }
+
+    pub fn new(signatures: &[Signature]) -> Self {
+        let mut matcher = Matcher {
+            engines: Vec::with_capacity(signatures.len()),
+            forms: Vec::new(),
+            by_executable: HashMap::new(),
+            by_module: HashMap::new(),
+        };
+        for (engine, sig) in signatures.iter().enumerate() {
+            matcher.engines.push(CompiledEngine::new(sig));
+            for form in &sig.launch_forms {
+                let form_index = matcher.forms.len();
+                matcher.forms.push(CompiledForm {
+                    subcommand: form
+                        .subcommand
+                        .iter()
+                        .map(|s| s.as_bytes().to_vec())
+                        .collect(),
+                    positional_model: form.positional_model,
+                });
+                for name in &form.executables {
+                    matcher
+                        .by_executable
+                        .entry(name.as_bytes().to_vec())
+                        .or_default()
+                        .push((engine, form_index));
+                }
+                for name in &form.modules {
+                    matcher
+                        .by_module
+                        .entry(name.as_bytes().to_vec())
+                        .or_default()
+                        .push((engine, form_index));
+                }
+            }
+        }
+        matcher
+    }
+
+    /// Engine ids in signature order.
+    pub fn engines(&self) -> Vec<String> {
+        self.engines.iter().map(|e| e.name.clone()).collect()
+    }
+
+    /// (engine, form, index of the first argument after the launch form) when argv launches a server.
+    fn launch<A: AsRef<[u8]>>(&self, argv: &[A]) -> Option<(usize, usize, usize)> {
+        let exe = basename(argv.first()?.as_ref());
+        let (candidates, start) = if is_python(exe) {
+            match python_target(argv)? {
+                PythonTarget::Module(name, next) => (self.by_module.get(name)?, next),
+                PythonTarget::Script(path, next) => {
+                    (self.by_executable.get(basename(path))?, next)
+                }
+            }
+        } else {
+            (self.by_executable.get(exe)?, 1)
+        };
+        candidates.iter().find_map(|&(engine, form_index)| {
+            let sub = &self.forms[form_index].subcommand;
+            let end = start + sub.len();
+            let given = argv.get(start..end)?;
+            given
+                .iter()
+                .zip(sub)
+                .all(|(g, s)| g.as_ref() == s.as_slice())
+                .then_some((engine, form_index, end))
+        })
+    }
+
+    /// Classifies argv: `Some` only for a serving process of a known engine.
+    pub fn parse<'a, A: AsRef<[u8]>>(&self, argv: &'a [A]) -> Option<Parsed<'a>> {
+        let (engine_index, form_index, mut i) = self.launch(argv)?;
+        let engine = &self.engines[engine_index];
+        let positional_model = self.forms[form_index].positional_model;
+        let mut models: Vec<Option<&'a [u8]>> = vec![None; engine.model_count];
+        let mut served: Vec<Option<Vec<&'a [u8]>>> = vec![None; engine.served_count];
+        let mut hosts: Vec<Option<&'a [u8]>> = vec![None; engine.host_count];
+        let mut ports: Vec<Option<&'a [u8]>> = vec![None; engine.port_count];
+        let mut positional: Option<&'a [u8]> = None;
+        let n = argv.len();
+        while i < n {
+            let token = argv[i].as_ref();
+            i += 1;
+            if token == b"--" {
+                if positional_model && positional.is_none() && i < n {
+                    positional = Some(argv[i].as_ref());
+                }
+                break;
+            }
+            if !looks_like_flag(token) {
+                if positional_model && positional.is_none() {
+                    positional = Some(token);
+                }
+                continue;
+            }
+            let (name, inline) = match token.iter().position(|&b| b == b'=') {
+                Some(eq) if token.starts_with(b"--") && eq > 0 => {
+                    (&token[..eq], Some(&token[eq + 1..]))
+                }
+                _ => (token, None),
+            };
+            let name: Cow<[u8]> = if engine.underscore_is_dash && name.starts_with(b"--") {
+                Cow::Owned(
+                    name.iter()
+                        .map(|&b| if b == b'_' { b'-' } else { b })
+                        .collect(),
+                )
+            } else {
+                Cow::Borrowed(name)
+            };
+            let flag = engine.canonical(&name);
+            if engine.exit.contains(flag) {
+                return None;
+            }
+            let mut values: Vec<&'a [u8]> = Vec::new();
+            if let Some(value) = inline {
+                values.push(value);
+            } else {
+                match engine.arity(flag) {
+                    Arity::None => {}
+                    Arity::Many => {
+                        while i < n {
+                            let next = argv[i].as_ref();
+                            if looks_like_flag(next) || next == b"--" {
+                                break;
+                            }
+                            values.push(next);
+                            i += 1;
+                        }
+                    }
+                    Arity::One => {
+                        if i < n && !looks_like_flag(argv[i].as_ref()) {
+                            values.push(argv[i].as_ref());
+                            i += 1;
+                        }
+                    }
+                }
+            }
+            match engine.facts.get(flag) {
+                Some(Fact::Model(p)) => models[*p] = values.last().copied(),
+                Some(Fact::ServedName(p)) => served[*p] = Some(values),
+                Some(Fact::Host(p)) => hosts[*p] = values.last().copied(),
+                Some(Fact::Port(p)) => ports[*p] = values.last().copied(),
+                None => {}
+            }
+        }
+        let first = |slots: &[Option<&'a [u8]>]| -> Option<&'a [u8]> {
+            slots.iter().flatten().copied().find(|v| !v.is_empty())
+        };
+        let model = positional
+            .filter(|p| !p.is_empty())
+            .or_else(|| first(&models));
+        let mut served_names = Vec::new();
+        for values in served.iter().flatten() {
+            for value in values {
+                match &engine.served_separator {
+                    Some(sep) => served_names.extend(split(value, sep).filter(|p| !p.is_empty())),
+                    None if !value.is_empty() => served_names.push(*value),
+                    None => {}
+                }
+            }
+            if !served_names.is_empty() {
+                break;
+            }
+        }
+        Some(Parsed {
+            engine: engine_index,
+            model,
+            served_names,
+            host: first(&hosts),
+            port: first(&ports).and_then(parse_port),
+        })
+    }
+}
+
+/// Splits on a non-empty byte separator, like `str.split(sep)`.
+fn split<'a, 's>(value: &'a [u8], sep: &'s [u8]) -> impl Iterator<Item = &'a [u8]> + use<'a, 's> {
+    let mut rest = Some(value);
+    std::iter::from_fn(move || {
+        let current = rest?;
+        match current.windows(sep.len()).position(|w| w == sep) {
+            Some(at) => {
+                rest = Some(&current[at + sep.len()..]);
+                Some(&current[..at])
+            }
+            None => {
+                rest = None;
+                Some(current)
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;
