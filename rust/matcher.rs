@@ -6,9 +6,14 @@
 //! panic: every index is bounds-checked and nothing is unwrapped.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+
+use rustc_hash::FxHashMap;
 
 use crate::signature::{signatures_from_json, Signature};
+
+/// Most flags one fact (model, served name, host, port) may be read from; keeps parsing free of
+/// allocations. Signatures with more are refused when compiled.
+pub const MAX_FACT_FLAGS: usize = 8;
 
 /// What argv says about one engine server. Values borrow from the argv they came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,7 +33,7 @@ enum Arity {
     Many,
 }
 
-/// What a flag of interest carries.
+/// A fact a flag carries, with the flag's priority among the flags carrying it.
 #[derive(Debug, Clone, Copy)]
 enum Fact {
     Model(usize),
@@ -37,9 +42,17 @@ enum Fact {
     Port(usize),
 }
 
+/// Everything the parser needs to know about one spelling of a flag, resolved at compile time.
+#[derive(Debug, Clone, Copy)]
+struct FlagInfo {
+    fact: Option<Fact>,
+    arity: Arity,
+    exit: bool,
+}
+
 #[derive(Debug)]
 struct CompiledForm {
-    subcommand: Vec<Vec<u8>>,
+    subcommand: Vec<Box<[u8]>>,
     positional_model: bool,
 }
 
@@ -47,17 +60,10 @@ struct CompiledForm {
 struct CompiledEngine {
     name: String,
     underscore_is_dash: bool,
-    aliases: HashMap<Vec<u8>, Vec<u8>>,
-    facts: HashMap<Vec<u8>, Fact>,
-    model_count: usize,
-    served_count: usize,
-    host_count: usize,
-    port_count: usize,
-    served_separator: Option<Vec<u8>>,
-    no_value: HashSet<Vec<u8>>,
-    no_value_prefixes: Vec<Vec<u8>>,
-    multi_value: HashSet<Vec<u8>>,
-    exit: HashSet<Vec<u8>>,
+    /// Every spelling named by the signature (canonical names and aliases).
+    flags: FxHashMap<Box<[u8]>, FlagInfo>,
+    no_value_prefixes: Vec<Box<[u8]>>,
+    served_separator: Option<Box<[u8]>>,
 }
 
 /// All engine signatures compiled into lookup tables; built once, shared by every scan.
@@ -66,70 +72,124 @@ pub struct Matcher {
     engines: Vec<CompiledEngine>,
     forms: Vec<CompiledForm>,
     /// basename -> (engine index, form index) in signature order.
-    by_executable: HashMap<Vec<u8>, Vec<(usize, usize)>>,
-    by_module: HashMap<Vec<u8>, Vec<(usize, usize)>>,
+    by_executable: FxHashMap<Box<[u8]>, Vec<(usize, usize)>>,
+    by_module: FxHashMap<Box<[u8]>, Vec<(usize, usize)>>,
 }
 
-fn bytes_set(values: &[String]) -> HashSet<Vec<u8>> {
-    values.iter().map(|v| v.as_bytes().to_vec()).collect()
+fn boxed(s: &str) -> Box<[u8]> {
+    s.as_bytes().into()
 }
+
+/// (signature field, its flags in priority order, the fact they carry).
+type FactGroup<'s> = (&'static str, &'s [String], fn(usize) -> Fact);
 
 impl CompiledEngine {
-    fn new(sig: &Signature) -> Self {
-        let mut facts = HashMap::new();
-        let groups: [(&[String], fn(usize) -> Fact); 4] = [
-            (&sig.model_flags, Fact::Model),
-            (&sig.served_name_flags, Fact::ServedName),
-            (&sig.host_flags, Fact::Host),
-            (&sig.port_flags, Fact::Port),
+    fn new(sig: &Signature) -> Result<Self, String> {
+        let mut facts: FxHashMap<&str, Fact> = FxHashMap::default();
+        let groups: [FactGroup; 4] = [
+            ("model_flags", &sig.model_flags, Fact::Model),
+            (
+                "served_name_flags",
+                &sig.served_name_flags,
+                Fact::ServedName,
+            ),
+            ("host_flags", &sig.host_flags, Fact::Host),
+            ("port_flags", &sig.port_flags, Fact::Port),
         ];
-        for (flags, make) in groups {
+        for (field, flags, make) in groups {
+            if flags.len() > MAX_FACT_FLAGS {
+                return Err(format!(
+                    "{}: {field} lists {} flags, at most {MAX_FACT_FLAGS} are supported",
+                    sig.engine,
+                    flags.len()
+                ));
+            }
             for (priority, flag) in flags.iter().enumerate() {
-                facts.entry(flag.as_bytes().to_vec()).or_insert(make(priority));
+                facts.entry(flag).or_insert(make(priority));
             }
         }
-        CompiledEngine {
+        let no_value_prefixes: Vec<Box<[u8]>> =
+            sig.no_value_prefixes.iter().map(|p| boxed(p)).collect();
+        let info_of = |canonical: &str| FlagInfo {
+            fact: facts.get(canonical).copied(),
+            arity: if sig.no_value_flags.iter().any(|f| f == canonical)
+                || sig
+                    .no_value_prefixes
+                    .iter()
+                    .any(|p| canonical.starts_with(p.as_str()))
+            {
+                Arity::None
+            } else if sig.multi_value_flags.iter().any(|f| f == canonical) {
+                Arity::Many
+            } else {
+                Arity::One
+            },
+            exit: sig.exit_flags.iter().any(|f| f == canonical),
+        };
+        let mut flags = FxHashMap::default();
+        let named = facts
+            .keys()
+            .copied()
+            .chain(sig.no_value_flags.iter().map(String::as_str))
+            .chain(sig.multi_value_flags.iter().map(String::as_str))
+            .chain(sig.exit_flags.iter().map(String::as_str))
+            .chain(sig.aliases.values().map(String::as_str));
+        for canonical in named {
+            flags.insert(boxed(canonical), info_of(canonical));
+        }
+        for (spelling, canonical) in &sig.aliases {
+            flags.insert(boxed(spelling), info_of(canonical));
+        }
+        Ok(CompiledEngine {
             name: sig.engine.clone(),
             underscore_is_dash: sig.underscore_is_dash,
-            aliases: sig
-                .aliases
-                .iter()
-                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
-                .collect(),
-            facts,
-            model_count: sig.model_flags.len(),
-            served_count: sig.served_name_flags.len(),
-            host_count: sig.host_flags.len(),
-            port_count: sig.port_flags.len(),
+            flags,
+            no_value_prefixes,
             served_separator: sig
                 .served_name_separator
-                .as_ref()
+                .as_deref()
                 .filter(|s| !s.is_empty())
-                .map(|s| s.as_bytes().to_vec()),
-            no_value: bytes_set(&sig.no_value_flags),
-            no_value_prefixes: sig
-                .no_value_prefixes
-                .iter()
-                .map(|p| p.as_bytes().to_vec())
-                .collect(),
-            multi_value: bytes_set(&sig.multi_value_flags),
-            exit: bytes_set(&sig.exit_flags),
-        }
+                .map(boxed),
+        })
     }
 
-    fn canonical<'t>(&'t self, flag: &'t [u8]) -> &'t [u8] {
-        self.aliases.get(flag).map_or(flag, Vec::as_slice)
+    fn info(&self, flag: &[u8]) -> FlagInfo {
+        self.flags.get(flag).copied().unwrap_or_else(|| FlagInfo {
+            fact: None,
+            arity: if self.no_value_prefixes.iter().any(|p| flag.starts_with(p)) {
+                Arity::None
+            } else {
+                Arity::One
+            },
+            exit: false,
+        })
+    }
+}
+
+/// The values one occurrence of a flag took: an inline `--k=v` value or argv[start..end].
+#[derive(Debug, Clone, Copy)]
+struct Values<'a> {
+    inline: Option<&'a [u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl<'a> Values<'a> {
+    fn iter<A: AsRef<[u8]>>(self, argv: &'a [A]) -> impl Iterator<Item = &'a [u8]> {
+        let tokens = argv.get(self.start..self.end).unwrap_or(&[]);
+        self.inline
+            .into_iter()
+            .chain(tokens.iter().map(AsRef::as_ref))
     }
 
-    fn arity(&self, flag: &[u8]) -> Arity {
-        if self.no_value.contains(flag) || self.no_value_prefixes.iter().any(|p| flag.starts_with(p))
-        {
-            Arity::None
-        } else if self.multi_value.contains(flag) {
-            Arity::Many
-        } else {
-            Arity::One
-        }
+    fn last<A: AsRef<[u8]>>(self, argv: &'a [A]) -> Option<&'a [u8]> {
+        self.inline.or_else(|| {
+            self.end
+                .checked_sub(1)
+                .filter(|&i| i >= self.start)
+                .and_then(|i| argv.get(i))
+                .map(AsRef::as_ref)
+        })
     }
 }
 
@@ -252,45 +312,41 @@ fn python_target<A: AsRef<[u8]>>(argv: &[A]) -> Option<PythonTarget<'_>> {
 impl Matcher {
     /// Compiles the JSON list written by `enginespec.signature.signatures_json`.
     pub fn from_json(json: &str) -> Result<Self, String> {
-        Ok(Self::new(&signatures_from_json(json)?))
+        Self::new(&signatures_from_json(json)?)
     }
 
-    pub fn new(signatures: &[Signature]) -> Self {
+    pub fn new(signatures: &[Signature]) -> Result<Self, String> {
         let mut matcher = Matcher {
             engines: Vec::with_capacity(signatures.len()),
             forms: Vec::new(),
-            by_executable: HashMap::new(),
-            by_module: HashMap::new(),
+            by_executable: FxHashMap::default(),
+            by_module: FxHashMap::default(),
         };
         for (engine, sig) in signatures.iter().enumerate() {
-            matcher.engines.push(CompiledEngine::new(sig));
+            matcher.engines.push(CompiledEngine::new(sig)?);
             for form in &sig.launch_forms {
                 let form_index = matcher.forms.len();
                 matcher.forms.push(CompiledForm {
-                    subcommand: form
-                        .subcommand
-                        .iter()
-                        .map(|s| s.as_bytes().to_vec())
-                        .collect(),
+                    subcommand: form.subcommand.iter().map(|s| boxed(s)).collect(),
                     positional_model: form.positional_model,
                 });
                 for name in &form.executables {
                     matcher
                         .by_executable
-                        .entry(name.as_bytes().to_vec())
+                        .entry(boxed(name))
                         .or_default()
                         .push((engine, form_index));
                 }
                 for name in &form.modules {
                     matcher
                         .by_module
-                        .entry(name.as_bytes().to_vec())
+                        .entry(boxed(name))
                         .or_default()
                         .push((engine, form_index));
                 }
             }
         }
-        matcher
+        Ok(matcher)
     }
 
     /// Engine ids in signature order.
@@ -304,9 +360,7 @@ impl Matcher {
         let (candidates, start) = if is_python(exe) {
             match python_target(argv)? {
                 PythonTarget::Module(name, next) => (self.by_module.get(name)?, next),
-                PythonTarget::Script(path, next) => {
-                    (self.by_executable.get(basename(path))?, next)
-                }
+                PythonTarget::Script(path, next) => (self.by_executable.get(basename(path))?, next),
             }
         } else {
             (self.by_executable.get(exe)?, 1)
@@ -318,7 +372,7 @@ impl Matcher {
             given
                 .iter()
                 .zip(sub)
-                .all(|(g, s)| g.as_ref() == s.as_slice())
+                .all(|(g, s)| g.as_ref() == &**s)
                 .then_some((engine, form_index, end))
         })
     }
@@ -328,10 +382,10 @@ impl Matcher {
         let (engine_index, form_index, mut i) = self.launch(argv)?;
         let engine = &self.engines[engine_index];
         let positional_model = self.forms[form_index].positional_model;
-        let mut models: Vec<Option<&'a [u8]>> = vec![None; engine.model_count];
-        let mut served: Vec<Option<Vec<&'a [u8]>>> = vec![None; engine.served_count];
-        let mut hosts: Vec<Option<&'a [u8]>> = vec![None; engine.host_count];
-        let mut ports: Vec<Option<&'a [u8]>> = vec![None; engine.port_count];
+        let mut models: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
+        let mut served: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
+        let mut hosts: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
+        let mut ports: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
         let mut positional: Option<&'a [u8]> = None;
         let n = argv.len();
         while i < n {
@@ -355,24 +409,23 @@ impl Matcher {
                 }
                 _ => (token, None),
             };
-            let name: Cow<[u8]> = if engine.underscore_is_dash && name.starts_with(b"--") {
-                Cow::Owned(
-                    name.iter()
-                        .map(|&b| if b == b'_' { b'-' } else { b })
-                        .collect(),
-                )
-            } else {
-                Cow::Borrowed(name)
-            };
-            let flag = engine.canonical(&name);
-            if engine.exit.contains(flag) {
+            let name: Cow<[u8]> =
+                if engine.underscore_is_dash && name.starts_with(b"--") && name.contains(&b'_') {
+                    Cow::Owned(
+                        name.iter()
+                            .map(|&b| if b == b'_' { b'-' } else { b })
+                            .collect(),
+                    )
+                } else {
+                    Cow::Borrowed(name)
+                };
+            let info = engine.info(&name);
+            if info.exit {
                 return None;
             }
-            let mut values: Vec<&'a [u8]> = Vec::new();
-            if let Some(value) = inline {
-                values.push(value);
-            } else {
-                match engine.arity(flag) {
+            let start = i;
+            if inline.is_none() {
+                match info.arity {
                     Arity::None => {}
                     Arity::Many => {
                         while i < n {
@@ -380,38 +433,45 @@ impl Matcher {
                             if looks_like_flag(next) || next == b"--" {
                                 break;
                             }
-                            values.push(next);
                             i += 1;
                         }
                     }
                     Arity::One => {
                         if i < n && !looks_like_flag(argv[i].as_ref()) {
-                            values.push(argv[i].as_ref());
                             i += 1;
                         }
                     }
                 }
             }
-            match engine.facts.get(flag) {
-                Some(Fact::Model(p)) => models[*p] = values.last().copied(),
-                Some(Fact::ServedName(p)) => served[*p] = Some(values),
-                Some(Fact::Host(p)) => hosts[*p] = values.last().copied(),
-                Some(Fact::Port(p)) => ports[*p] = values.last().copied(),
+            let values = Some(Values {
+                inline,
+                start,
+                end: if inline.is_some() { start } else { i },
+            });
+            match info.fact {
+                Some(Fact::Model(p)) => models[p] = values,
+                Some(Fact::ServedName(p)) => served[p] = values,
+                Some(Fact::Host(p)) => hosts[p] = values,
+                Some(Fact::Port(p)) => ports[p] = values,
                 None => {}
             }
         }
-        let first = |slots: &[Option<&'a [u8]>]| -> Option<&'a [u8]> {
-            slots.iter().flatten().copied().find(|v| !v.is_empty())
+        let first = |slots: &[Option<Values<'a>>]| -> Option<&'a [u8]> {
+            slots
+                .iter()
+                .flatten()
+                .filter_map(|v| v.last(argv))
+                .find(|v| !v.is_empty())
         };
         let model = positional
             .filter(|p| !p.is_empty())
             .or_else(|| first(&models));
         let mut served_names = Vec::new();
         for values in served.iter().flatten() {
-            for value in values {
+            for value in values.iter(argv) {
                 match &engine.served_separator {
                     Some(sep) => served_names.extend(split(value, sep).filter(|p| !p.is_empty())),
-                    None if !value.is_empty() => served_names.push(*value),
+                    None if !value.is_empty() => served_names.push(value),
                     None => {}
                 }
             }

@@ -9,7 +9,13 @@ use pyo3::prelude::*;
 use crate::matcher;
 
 /// (engine index, model, served names, host, port), the shape `_pymatcher.Matcher.parse` returns.
-type RawInvocation = (usize, Option<OsString>, Vec<OsString>, Option<OsString>, Option<u16>);
+type RawInvocation = (
+    usize,
+    Option<OsString>,
+    Vec<OsString>,
+    Option<OsString>,
+    Option<u16>,
+);
 
 fn os(bytes: &[u8]) -> OsString {
     OsStr::from_bytes(bytes).to_os_string()

@@ -189,13 +189,11 @@ class Matcher:
         model = positional or last(sig.model_flags)
         served: list[str] = []
         for flag in sig.served_name_flags:
-            values = seen.get(flag)
-            if values:
-                for value in values:
-                    parts = value.split(sig.served_name_separator) if sig.served_name_separator else [value]
-                    served.extend(part for part in parts if part)
-                if served:
-                    break
+            for value in seen.get(flag, ()):
+                parts = value.split(sig.served_name_separator) if sig.served_name_separator else [value]
+                served.extend(part for part in parts if part)
+            if served:
+                break
         port_value = last(sig.port_flags)
         port = _parse_port(port_value) if port_value is not None else None
         return index, model or None, served, last(sig.host_flags), port

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, computed_field
@@ -51,15 +52,31 @@ def _current() -> _Compiled:
     return _compiled
 
 
+def _checked(argv: Sequence[str]) -> list[str]:
+    """argv as a list of str that the OS could have given (both backends refuse the same input)."""
+    if isinstance(argv, (str, bytes)):
+        raise TypeError("argv must be a sequence of strings, not a single string")
+    tokens = list(argv)
+    for index, token in enumerate(tokens):
+        if not isinstance(token, str):
+            raise TypeError(f"argv[{index}] must be str, not {type(token).__name__}")
+        if not token.isascii():
+            try:
+                # Canonical form: what os.fsdecode gives for the bytes the OS would hold.
+                tokens[index] = os.fsdecode(os.fsencode(token))
+            except UnicodeEncodeError as err:
+                raise ValueError(f"argv[{index}] cannot be an OS argument: {err.reason}") from None
+    return tokens
+
+
 def parse_argv(argv: Sequence[str]) -> Invocation | None:
     """Recognises a serving process of a known engine from its argv, else returns ``None``.
 
     Strings may carry surrogate escapes (``os.fsdecode`` of bytes that are not UTF-8).
     """
-    if isinstance(argv, (str, bytes)):
-        raise TypeError("argv must be a sequence of strings, not a single string")
+    tokens = _checked(argv)
     compiled = _current()
-    raw = compiled.matcher.parse(list(argv))
+    raw = compiled.matcher.parse(tokens)
     if raw is None:
         return None
     index, model, served, host, port = raw

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+# rust/matcher.rs MAX_FACT_FLAGS: the matcher keeps per-fact slots in fixed arrays.
+_MAX_FACT_FLAGS = 8
 _FLAG = re.compile(r"^-{1,2}[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _TOKEN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 
@@ -64,12 +66,12 @@ class Signature(BaseModel):
     #: argparse-based engines that normalise ``--max_model_len`` to ``--max-model-len``.
     underscore_is_dash: bool = False
     aliases: Mapping[str, str] = Field(default_factory=dict)
-    model_flags: tuple[str, ...] = ()
-    served_name_flags: tuple[str, ...] = ()
+    model_flags: tuple[str, ...] = Field(default=(), max_length=_MAX_FACT_FLAGS)
+    served_name_flags: tuple[str, ...] = Field(default=(), max_length=_MAX_FACT_FLAGS)
     #: splits one served-name value into several (llama-server ``--alias a,b``).
     served_name_separator: str | None = None
-    host_flags: tuple[str, ...] = ()
-    port_flags: tuple[str, ...] = ()
+    host_flags: tuple[str, ...] = Field(default=(), max_length=_MAX_FACT_FLAGS)
+    port_flags: tuple[str, ...] = Field(default=(), max_length=_MAX_FACT_FLAGS)
     #: flags that take no value, so the token after them may be the positional model.
     no_value_flags: frozenset[str] = frozenset()
     #: prefixes of flags that take no value (argparse ``BooleanOptionalAction`` ``--no-x``).
@@ -102,6 +104,16 @@ class Signature(BaseModel):
             _check_flags(getattr(self, field), field)
         if self.served_name_separator == "":
             raise ValueError("served_name_separator must be None or non-empty")
+        fact_groups = (self.model_flags, self.served_name_flags, self.host_flags, self.port_flags)
+        seen: set[str] = set()
+        for group in fact_groups:
+            shared = seen.intersection(group)
+            if shared:
+                raise ValueError(f"flag {sorted(shared)[0]!r} is listed for two different facts")
+            seen.update(group)
+        aliased = seen.intersection(self.aliases)
+        if aliased:
+            raise ValueError(f"fact flags must be canonical names, {sorted(aliased)[0]!r} is an alias")
         return self
 
     def canonical(self, flag: str) -> str:

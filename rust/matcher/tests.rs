@@ -101,24 +101,53 @@ fn flags_and_values() {
         Some("/models/a".into())
     );
     // A multi-value flag swallows following values, as argparse nargs="+" does.
-    assert_eq!(model(&["demo", "serve", "--many", "a", "b", "--model", "m"]), Some("m".into()));
-    assert_eq!(model(&["demo", "serve", "--model=x", "pos"]), Some("pos".into()));
+    assert_eq!(
+        model(&["demo", "serve", "--many", "a", "b", "--model", "m"]),
+        Some("m".into())
+    );
+    assert_eq!(
+        model(&["demo", "serve", "--model=x", "pos"]),
+        Some("pos".into())
+    );
     assert_eq!(model(&["demo", "serve", "--repo", "r"]), Some("r".into()));
-    assert_eq!(model(&["demo", "serve", "--repo", "r", "-m", "x"]), Some("x".into()));
+    assert_eq!(
+        model(&["demo", "serve", "--repo", "r", "-m", "x"]),
+        Some("x".into())
+    );
     assert_eq!(model(&["demo", "serve", "--", "p"]), Some("p".into()));
-    let p = parse(&["demo", "serve", "--port=0800", "--host", "h", "-a", "a,,b", "--alias_x", "y"]).unwrap();
+    let p = parse(&[
+        "demo",
+        "serve",
+        "--port=0800",
+        "--host",
+        "h",
+        "-a",
+        "a,,b",
+        "--alias_x",
+        "y",
+    ])
+    .unwrap();
     assert_eq!(p.port, Some(800));
     assert_eq!(p.host, Some(&b"h"[..]));
     assert_eq!(p.served_names, vec![&b"a"[..], &b"b"[..]]);
-    assert_eq!(parse(&["demo", "serve", "--port", "65536"]).unwrap().port, None);
-    assert_eq!(parse(&["demo", "serve", "--port", "+80"]).unwrap().port, None);
+    assert_eq!(
+        parse(&["demo", "serve", "--port", "65536"]).unwrap().port,
+        None
+    );
+    assert_eq!(
+        parse(&["demo", "serve", "--port", "+80"]).unwrap().port,
+        None
+    );
     // Negative numbers are values, not flags.
     assert_eq!(model(&["other-server", "--model", "-1"]), Some("-1".into()));
 }
 
 #[test]
 fn underscores_only_for_engines_that_normalise() {
-    assert_eq!(parse(&["demo", "serve", "--po_rt", "1"]).unwrap().port, None);
+    assert_eq!(
+        parse(&["demo", "serve", "--po_rt", "1"]).unwrap().port,
+        None
+    );
     let m = Matcher::from_json(
         r#"[{"engine":"u","launch_forms":[{"executables":["u"]}],"underscore_is_dash":true,"port_flags":["--the-port"]}]"#,
     )

@@ -14,7 +14,6 @@ BUILTIN_SIGNATURES: tuple[Signature, ...] = (
 )
 
 
-
 def all_signatures() -> tuple[Signature, ...]:
     """Every registered engine's signature, in matching order."""
     return BUILTIN_SIGNATURES

@@ -1,0 +1,70 @@
+"""Host-like process argv for the benchmarks: mostly ordinary processes, a few engines."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "argv-public.jsonl"
+
+_NOISE = [
+    [],  # kernel threads have an empty cmdline
+    ["/sbin/init", "splash"],
+    ["/lib/systemd/systemd-journald"],
+    ["/lib/systemd/systemd-udevd"],
+    ["/usr/sbin/sshd", "-D"],
+    ["sshd: root@pts/0"],
+    ["-bash"],
+    ["/bin/bash", "--login"],
+    [
+        "/usr/bin/containerd-shim-runc-v2",
+        "-namespace",
+        "moby",
+        "-id",
+        "{hex}",
+        "-address",
+        "/run/containerd.sock",
+    ],
+    ["/usr/bin/dockerd", "-H", "fd://", "--containerd=/run/containerd/containerd.sock"],
+    ["nginx: worker process"],
+    ["postgres: 15/main: checkpointer"],
+    ["/usr/bin/python3", "/usr/bin/supervisord", "-n", "-c", "/etc/supervisor/supervisord.conf"],
+    ["python3", "-m", "ipykernel_launcher", "-f", "/root/.local/share/jupyter/runtime/kernel-{hex}.json"],
+    ["python", "train.py", "--model", "meta-llama/Llama-3.1-8B", "--lr", "3e-5", "--port", "{port}"],
+    ["/opt/conda/bin/python", "-u", "-m", "torch.distributed.run", "--nproc-per-node", "8", "train.py"],
+    ["node", "/srv/app/server.js", "--port", "{port}"],
+    ["java", "-Xmx4g", "-jar", "/opt/app/app.jar"],
+    ["/usr/lib/jvm/java-17/bin/java", "-cp", "/opt/kafka/libs/*", "kafka.Kafka", "config/server.properties"],
+    ["redis-server", "*:6379"],
+    ["/usr/bin/nvidia-persistenced", "--user", "nvidia-persistenced"],
+    ["sleep", "{port}"],
+    ["tail", "-f", "/var/log/llama-server.log"],
+    ["grep", "--color=auto", "vllm"],
+    ["less", "/opt/venv/bin/vllm"],
+    ["/usr/bin/python3", "/usr/local/bin/gunicorn", "app:app", "-w", "4", "-b", "0.0.0.0:{port}"],
+    ["/usr/local/bin/ray", "start", "--head", "--port", "{port}"],
+    ["htop"],
+    ["tmux", "new", "-s", "work"],
+]
+
+
+def host_mix(size: int, engine_share: float = 0.03, seed: int = 7) -> list[list[str]]:
+    """`size` argv: `engine_share` of them engine servers from the corpus, the rest ordinary."""
+    rng = random.Random(seed)
+    records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+    engines = [r["argv"] for r in records if r["engine"] in {"vllm", "sglang", "llamacpp", "mlx"}]
+    look_alikes = [r["argv"] for r in records if r["engine"] is None]
+    mix: list[list[str]] = []
+    for _ in range(size):
+        roll = rng.random()
+        if roll < engine_share:
+            mix.append(list(rng.choice(engines)))
+        elif roll < engine_share + 0.05:
+            mix.append(list(rng.choice(look_alikes)))
+        else:
+            template = rng.choice(_NOISE)
+            hex_id = f"{rng.getrandbits(64):016x}"
+            port = str(rng.randint(1024, 65535))
+            mix.append([part.replace("{hex}", hex_id).replace("{port}", port) for part in template])
+    return mix

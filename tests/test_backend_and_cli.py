@@ -1,0 +1,85 @@
+"""Backend choice at import, and the `enginespec parse` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ARGV = ["python3", "/v/bin/vllm", "serve", "--host", "0.0.0.0", "/models/a", "--served-model-name", "a", "b"]
+PROBE = f"import enginespec; print(enginespec.BACKEND, enginespec.parse_argv({ARGV!r}).model_dump_json())"
+
+
+def _run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, check=False
+    )
+
+
+def test_native_is_the_default_when_built() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "ENGINESPEC_BACKEND"}
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split()[0] == "native"
+
+
+def test_same_result_on_both_backends_and_without_the_extension() -> None:
+    native = _run(PROBE, {"ENGINESPEC_BACKEND": "native"})
+    forced = _run(PROBE, {"ENGINESPEC_BACKEND": "python"})
+    # The extension cannot be imported at all: the package falls back by itself.
+    blocked = _run(
+        "import sys; sys.modules['enginespec._native'] = None; " + PROBE, {"ENGINESPEC_BACKEND": ""}
+    )
+    assert native.returncode == forced.returncode == blocked.returncode == 0, native.stderr + blocked.stderr
+    assert native.stdout.split(" ", 1)[0] == "native"
+    assert forced.stdout.split(" ", 1)[0] == "python"
+    assert blocked.stdout.split(" ", 1)[0] == "python"
+    results = {out.stdout.split(" ", 1)[1] for out in (native, forced, blocked)}
+    assert len(results) == 1
+    assert json.loads(results.pop())["served_model_names"] == ["a", "b"]
+
+
+def test_missing_extension_is_an_error_when_native_is_demanded() -> None:
+    out = _run(
+        "import sys; sys.modules['enginespec._native'] = None; import enginespec",
+        {"ENGINESPEC_BACKEND": "native"},
+    )
+    assert out.returncode != 0
+    assert "enginespec._native" in out.stderr
+
+
+def test_unknown_backend_name_is_a_clear_error() -> None:
+    out = _run("import enginespec", {"ENGINESPEC_BACKEND": "rust"})
+    assert out.returncode != 0
+    assert "ENGINESPEC_BACKEND='rust'" in out.stderr
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).with_name("enginespec")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "enginespec.cli"]
+    return subprocess.run([*command, *args], capture_output=True, text=True, check=False)
+
+
+def test_cli_parse_prints_json() -> None:
+    out = _cli("parse", "--", *ARGV)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["engine"] == "vllm"
+    assert data["model"] == "/models/a"
+    assert data["served_model_name"] == "a"
+    assert data["effective_port"] == 8000
+
+
+def test_cli_parse_not_an_engine() -> None:
+    out = _cli("parse", "--", "grep", "llama-server")
+    assert out.returncode == 1
+    assert "not a server of a known engine" in out.stderr
+    assert out.stdout == ""
+
+
+@pytest.mark.parametrize("args", [["parse"], ["parse", "--"], ["frobnicate"], []])
+def test_cli_usage_errors_exit_2(args: list[str]) -> None:
+    assert _cli(*args).returncode == 2
