@@ -83,3 +83,43 @@ def test_cli_parse_not_an_engine() -> None:
 @pytest.mark.parametrize("args", [["parse"], ["parse", "--"], ["frobnicate"], []])
 def test_cli_usage_errors_exit_2(args: list[str]) -> None:
     assert _cli(*args).returncode == 2
+
+
+def test_cli_command_prints_argv_and_env(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        'engine = "vllm"\nmodel_path = "/models/my model"\napi_key = "sk-topsecret"\n'
+        "visible_devices = [0, 1]\n[env_vars]\nHF_HOME = '/c ache'\n"
+    )
+    out = _cli("command", str(recipe))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "export CUDA_VISIBLE_DEVICES=0,1" in lines
+    assert "export HF_HOME='/c ache'" in lines
+    assert "'/models/my model'" in lines[-1]
+    assert "sk-topsecret" not in out.stdout
+    data = json.loads(_cli("command", str(recipe), "--json").stdout)
+    assert data["argv"][data["argv"].index("--api-key") + 1] == "***"
+    assert data["env"]["HF_HOME"] == "/c ache"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            'engine = "vllm"\nmodel_path = "m"\nport = 0\n',
+            "port: Input should be greater than or equal to 1 (got 0)",
+        ),
+        ('engine = "vllm"\n', "model_path: Field required"),
+        ('engine = "vllm"\nmodel_path = "m"\n[extra_args]\n"--x; rm -rf /" = 1\n', "extra_args"),
+    ],
+)
+def test_cli_command_bad_recipe_exits_2_with_one_line(tmp_path: Path, text: str, message: str) -> None:
+    recipe = tmp_path / "bad.toml"
+    recipe.write_text(text)
+    out = _cli("command", str(recipe))
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert message in out.stderr
+    assert "bad.toml" in out.stderr

@@ -92,6 +92,35 @@ def parse_argv(argv: Sequence[str]) -> Invocation | None:
     )
 
 
+REDACTED = "***"
+
+
+def redact_argv(argv: Sequence[str], engine: str | None = None) -> list[str]:
+    """argv with the values of secret flags (``--api-key``, ``--hf-token``, ...) replaced by ``***``.
+
+    ``engine`` picks whose secret flags apply; by default the engine argv is recognised as, or every
+    known engine's when it is none of them.
+    """
+    from enginespec.engines import all_signatures, get_engine_spec
+
+    if engine is None:
+        invocation = parse_argv(argv)
+        engine = invocation.engine if invocation else None
+    signatures = (get_engine_spec(engine).signature,) if engine else all_signatures()
+    out = list(argv)
+    for index, token in enumerate(out):
+        name, eq, _value = token.partition("=")
+        for signature in signatures:
+            if signature.canonical(name) not in signature.secret_flags:
+                continue
+            if eq:
+                out[index] = f"{name}={REDACTED}"
+            elif index + 1 < len(out):
+                out[index + 1] = REDACTED
+            break
+    return out
+
+
 def detect_engine(argv: Sequence[str]) -> str | None:
     """The engine id of a server argv, or ``None``."""
     invocation = parse_argv(argv)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -19,6 +21,32 @@ def _cmd_parse(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_command(args: argparse.Namespace) -> int:
+    from enginespec.engines import get_engine_spec
+    from enginespec.recipe import Recipe, RecipeFileError
+    from enginespec.spec import CommandError
+
+    try:
+        recipe = Recipe.from_file(args.recipe)
+        command = get_engine_spec(recipe.engine).plan(recipe, strict=args.strict)
+    except (RecipeFileError, CommandError) as err:
+        print(f"enginespec command: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        document = command.model_dump(mode="json")
+        document["argv"] = command.redacted_argv()
+        print(json.dumps(document, indent=2))
+        return 0
+    for name, value in command.env.items():
+        print(f"export {name}={shlex.quote(value)}")
+    print(command.shell())
+    for warning in command.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if command.injected_flags:
+        print(f"note: injected by defaults: {' '.join(command.injected_flags)}", file=sys.stderr)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="enginespec", description="Know, find and probe local LLM inference engines."
@@ -32,6 +60,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     parse.add_argument("argv", nargs=argparse.REMAINDER, help="the command line, after --")
     parse.set_defaults(handler=_cmd_parse)
+    command = commands.add_parser(
+        "command",
+        help="print the serve command (and environment) a recipe file builds",
+        description="Prints the environment delta as `export` lines and the shell-quoted argv "
+        "(secrets redacted); bad recipes exit 2 with a one-line error.",
+    )
+    command.add_argument("recipe", help="recipe file (.toml, .yaml, .yml or .json)")
+    command.add_argument("--json", action="store_true", help="print a JSON document instead")
+    command.add_argument("--strict", action="store_true", help="fail on fields the engine has no flag for")
+    command.set_defaults(handler=_cmd_command)
     return parser
 
 

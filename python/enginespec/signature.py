@@ -80,6 +80,8 @@ class Signature(BaseModel):
     multi_value_flags: frozenset[str] = frozenset()
     #: flags that make the program print and exit instead of serving (``--help``, ``--version``).
     exit_flags: frozenset[str] = frozenset()
+    #: flags whose value is a secret (``--api-key``): redacted in every output.
+    secret_flags: frozenset[str] = frozenset()
     default_host: str
     default_port: int = Field(ge=1, le=65535)
 
@@ -100,6 +102,7 @@ class Signature(BaseModel):
             "no_value_flags",
             "multi_value_flags",
             "exit_flags",
+            "secret_flags",
         ):
             _check_flags(getattr(self, field), field)
         if self.served_name_separator == "":
@@ -128,7 +131,7 @@ def signatures_json(signatures: Iterable[Signature]) -> str:
     documents = []
     for signature in signatures:
         document = signature.model_dump(mode="json")
-        for key in ("no_value_flags", "multi_value_flags", "exit_flags"):
+        for key in ("no_value_flags", "multi_value_flags", "exit_flags", "secret_flags"):
             document[key] = sorted(document[key])
         documents.append(document)
     return json.dumps(documents, separators=(",", ":"))

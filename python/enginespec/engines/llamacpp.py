@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enginespec.signature import LaunchForm, Signature
+from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(
     engine="llamacpp",
@@ -16,6 +17,14 @@ SIGNATURE = Signature(
         "-dr": "--docker-repo",
         "-mu": "--model-url",
         "-a": "--alias",
+        "-c": "--ctx-size",
+        "-ngl": "--n-gpu-layers",
+        "--gpu-layers": "--n-gpu-layers",
+        "-np": "--parallel",
+        "-ctk": "--cache-type-k",
+        "-ctv": "--cache-type-v",
+        "-fa": "--flash-attn",
+        "-hft": "--hf-token",
     },
     model_flags=("--model", "--hf-repo", "--docker-repo", "--model-url"),
     served_name_flags=("--alias",),
@@ -26,6 +35,33 @@ SIGNATURE = Signature(
     exit_flags=frozenset(
         {"-h", "--help", "--usage", "--version", "--license", "--list-devices", "--completion-bash"}
     ),
+    secret_flags=frozenset({"--api-key", "--hf-token"}),
     default_host="127.0.0.1",
     default_port=8080,
 )
+
+
+class LlamaCppSpec(EngineSpec):
+    id = "llamacpp"
+    signature = SIGNATURE
+    cli_binary = "llama-server"
+    model_flag = "--model"
+    # common/arg.cpp: repeated options (--lora a --lora b), never argparse-style nargs.
+    list_style = "repeat"
+    field_flags = {
+        "model_path": ("--model",),
+        "served_model_name": ("--alias",),
+        "host": ("--host",),
+        "port": ("--port",),
+        "max_model_len": ("--ctx-size",),
+        "gpu_layers": ("--n-gpu-layers",),
+        "max_num_seqs": ("--parallel",),
+        # one KV-cache type for both halves of the cache
+        "kv_cache_dtype": ("--cache-type-k", "--cache-type-v"),
+        "reasoning_parser": ("--reasoning-format",),
+        "chat_template": ("--chat-template-file",),
+        "api_key": ("--api-key",),
+    }
+
+
+SPEC = LlamaCppSpec()

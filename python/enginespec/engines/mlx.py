@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enginespec.signature import LaunchForm, Signature
+from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(
     engine="mlx",
@@ -19,3 +20,23 @@ SIGNATURE = Signature(
     default_host="127.0.0.1",
     default_port=8080,
 )
+
+
+class MlxSpec(EngineSpec):
+    id = "mlx"
+    signature = SIGNATURE
+    cli_binary = "mlx_lm.server"
+    module_args = ("-m", "mlx_lm.server")
+    model_flag = "--model"
+    package = "mlx-lm"
+    field_flags = {
+        "model_path": ("--model",),
+        "host": ("--host",),
+        "port": ("--port",),
+        "max_num_seqs": ("--decode-concurrency",),
+        "trust_remote_code": ("--trust-remote-code",),
+        "chat_template": ("--chat-template",),
+    }
+
+
+SPEC = MlxSpec()

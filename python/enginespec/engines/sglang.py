@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enginespec.signature import LaunchForm, Signature
+from enginespec.spec import EngineSpec, FamilyDefault
 
 SIGNATURE = Signature(
     engine="sglang",
@@ -30,6 +31,52 @@ SIGNATURE = Signature(
     host_flags=("--host",),
     port_flags=("--port",),
     exit_flags=frozenset({"-h", "--help", "--version"}),
+    secret_flags=frozenset({"--api-key", "--admin-api-key"}),
     default_host="127.0.0.1",
     default_port=30000,
 )
+
+
+class SglangSpec(EngineSpec):
+    id = "sglang"
+    signature = SIGNATURE
+    cli_binary = "sglang"
+    console_args = ("serve",)
+    # `sglang serve` only exists in recent releases; the module works in every release.
+    module_args = ("-m", "sglang.launch_server")
+    prefer_module = True
+    model_flag = "--model-path"
+    package = "sglang"
+    field_flags = {
+        "model_path": ("--model-path",),
+        "served_model_name": ("--served-model-name",),
+        "host": ("--host",),
+        "port": ("--port",),
+        "tensor_parallel_size": ("--tp-size",),
+        "pipeline_parallel_size": ("--pp-size",),
+        "data_parallel_size": ("--dp-size",),
+        "max_model_len": ("--context-length",),
+        "gpu_memory_utilization": ("--mem-fraction-static",),
+        "max_num_seqs": ("--max-running-requests",),
+        "kv_cache_dtype": ("--kv-cache-dtype",),
+        "dtype": ("--dtype",),
+        "quantization": ("--quantization",),
+        "trust_remote_code": ("--trust-remote-code",),
+        "tool_call_parser": ("--tool-call-parser",),
+        "reasoning_parser": ("--reasoning-parser",),
+        "chat_template": ("--chat-template",),
+        "api_key": ("--api-key",),
+    }
+    # Parser names from python/sglang/srt/function_call/ and python/sglang/srt/parser/reasoning_parser.py.
+    family_defaults = (
+        FamilyDefault("qwen3", {"--reasoning-parser": "qwen3", "--tool-call-parser": "qwen25"}),
+        FamilyDefault("qwen3-coder", {"--tool-call-parser": "qwen3_coder"}),
+        FamilyDefault("deepseek-r1", {"--reasoning-parser": "deepseek-r1"}),
+        FamilyDefault("deepseek-v3", {"--tool-call-parser": "deepseekv3"}),
+        FamilyDefault("kimi-k2", {"--tool-call-parser": "kimi_k2"}),
+        FamilyDefault("glm-4.5", {"--tool-call-parser": "glm45", "--reasoning-parser": "glm45"}),
+        FamilyDefault("gpt-oss", {"--tool-call-parser": "gpt-oss", "--reasoning-parser": "gpt-oss"}),
+    )
+
+
+SPEC = SglangSpec()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enginespec.signature import LaunchForm, Signature
+from enginespec.spec import EngineSpec, FamilyDefault
 
 # Boolean flags of `vllm serve` (argparse BooleanOptionalAction built from the bool fields of
 # vllm/config/*.py and vllm/entrypoints/openai/cli_args.py). Knowing them matters because a
@@ -92,7 +93,58 @@ SIGNATURE = Signature(
         {"--served-model-name", "--lora-modules", "--prompt-adapters", "--cuda-graph-sizes", "--middleware"}
     ),
     exit_flags=frozenset({"-h", "--help", "--version"}),
+    secret_flags=frozenset({"--api-key", "--hf-token"}),
     # vLLM binds every interface when --host is not given.
     default_host="0.0.0.0",
     default_port=8000,
 )
+
+
+class VllmSpec(EngineSpec):
+    id = "vllm"
+    signature = SIGNATURE
+    cli_binary = "vllm"
+    console_args = ("serve",)
+    module_args = ("-m", "vllm.entrypoints.cli.main", "serve")
+    model_flag = None  # `vllm serve MODEL`
+    package = "vllm"
+    # The vllm/vllm-openai image's entrypoint is `vllm serve`: arguments follow the image name.
+    docker_supported = True
+    field_flags = {
+        "served_model_name": ("--served-model-name",),
+        "host": ("--host",),
+        "port": ("--port",),
+        "tensor_parallel_size": ("--tensor-parallel-size",),
+        "pipeline_parallel_size": ("--pipeline-parallel-size",),
+        "data_parallel_size": ("--data-parallel-size",),
+        "max_model_len": ("--max-model-len",),
+        "gpu_memory_utilization": ("--gpu-memory-utilization",),
+        "max_num_seqs": ("--max-num-seqs",),
+        "kv_cache_dtype": ("--kv-cache-dtype",),
+        "dtype": ("--dtype",),
+        "quantization": ("--quantization",),
+        "trust_remote_code": ("--trust-remote-code",),
+        "tool_call_parser": ("--tool-call-parser",),
+        "reasoning_parser": ("--reasoning-parser",),
+        "chat_template": ("--chat-template",),
+        "api_key": ("--api-key",),
+    }
+    # vLLM refuses --tool-call-parser without --enable-auto-tool-choice
+    # (vllm/entrypoints/openai/cli_args.py validate_parsed_serve_args).
+    companion_flags = {"--tool-call-parser": ("--enable-auto-tool-choice",)}
+    # Parser names from vllm/reasoning/__init__.py and vllm/entrypoints/openai/tool_parsers/.
+    family_defaults = (
+        FamilyDefault("qwen3", {"--reasoning-parser": "qwen3", "--tool-call-parser": "hermes"}),
+        FamilyDefault("qwen3-coder", {"--tool-call-parser": "qwen3_coder"}),
+        FamilyDefault("deepseek-r1", {"--reasoning-parser": "deepseek_r1"}),
+        FamilyDefault("deepseek-v3", {"--tool-call-parser": "deepseek_v3", "--enable-expert-parallel": True}),
+        FamilyDefault("kimi-k2", {"--tool-call-parser": "kimi_k2", "--enable-expert-parallel": True}),
+        FamilyDefault("glm-4.5", {"--tool-call-parser": "glm45", "--reasoning-parser": "glm45"}),
+        FamilyDefault(
+            "intellect-3", {"--tool-call-parser": "qwen3_coder", "--reasoning-parser": "deepseek_r1"}
+        ),
+        FamilyDefault("gpt-oss", {"--tool-call-parser": "openai", "--reasoning-parser": "openai_gptoss"}),
+    )
+
+
+SPEC = VllmSpec()

@@ -1,0 +1,233 @@
+"""The common Recipe every engine builds its serve command from, and the process-wide Config."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: A value of ``extra_args``: scalars, lists of scalars, or a JSON object.
+ExtraScalar = str | int | float | bool | None
+ExtraValue = ExtraScalar | list[ExtraScalar] | dict[str, Any]
+
+_EXTRA_KEY = re.compile(r"^-{0,2}[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_OVERRIDE_ENV = re.compile(r"^ENGINESPEC_([A-Z0-9_]+)_(PYTHON|BIN)$")
+
+
+class NativeRuntime(BaseModel):
+    """Run the engine as a local process."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["native"] = "native"
+
+
+class DockerRuntime(BaseModel):
+    """Run the engine in a container (``docker run``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    kind: Literal["docker"] = "docker"
+    image: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
+    #: container name; ``None`` lets docker pick one.
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    #: share the host's network namespace instead of publishing the port.
+    host_network: bool = False
+    #: mount the Hugging Face cache of the user running the command.
+    mount_hf_cache: bool = True
+
+
+Runtime = Annotated[NativeRuntime | DockerRuntime, Field(discriminator="kind")]
+
+
+class Recipe(BaseModel):
+    """What to serve and how, independent of the engine. Unset fields emit nothing, so the
+    engine's own default applies; a field the engine has no flag for is dropped with a warning."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    engine: str = Field(min_length=1)
+    model_path: str = Field(min_length=1)
+    served_model_name: str | None = Field(default=None, min_length=1)
+    host: str = Field(default="127.0.0.1", min_length=1)
+    #: ``None``: the engine's default port.
+    port: int | None = Field(default=None, ge=1, le=65535)
+    tensor_parallel_size: int | None = Field(default=None, ge=1)
+    pipeline_parallel_size: int | None = Field(default=None, ge=1)
+    data_parallel_size: int | None = Field(default=None, ge=1)
+    max_model_len: int | None = Field(default=None, ge=1)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    #: llama.cpp offloads whole layers instead of a memory fraction.
+    gpu_layers: int | None = Field(default=None, ge=-1)
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    kv_cache_dtype: str | None = Field(default=None, min_length=1)
+    dtype: str | None = Field(default=None, min_length=1)
+    quantization: str | None = Field(default=None, min_length=1)
+    trust_remote_code: bool | None = None
+    tool_call_parser: str | None = Field(default=None, min_length=1)
+    reasoning_parser: str | None = Field(default=None, min_length=1)
+    chat_template: str | None = Field(default=None, min_length=1)
+    #: secret: never printed by enginespec (argv outputs redact it).
+    api_key: str | None = Field(default=None, min_length=1, repr=False)
+    #: GPU indices made visible to the engine (CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES).
+    visible_devices: tuple[int, ...] | None = None
+    accelerator: Literal["cuda", "rocm"] = "cuda"
+    extra_args: Mapping[str, ExtraValue] = Field(default_factory=dict)
+    env_vars: Mapping[str, str] = Field(default_factory=dict)
+    python_path: str | None = Field(default=None, min_length=1)
+    binary_path: str | None = Field(default=None, min_length=1)
+    runtime: Runtime = Field(default_factory=NativeRuntime)
+
+    @field_validator("model_path", "served_model_name")
+    @classmethod
+    def _not_flag_like(cls, value: str | None) -> str | None:
+        # A leading dash would be read as a flag by every engine's argument parser.
+        if value is not None and value.startswith("-"):
+            raise ValueError(f"{value!r} starts with '-' and would be taken for a flag")
+        return value
+
+    @field_validator("runtime", mode="before")
+    @classmethod
+    def _runtime_shorthand(cls, value: Any) -> Any:
+        if value == "native":
+            return {"kind": "native"}
+        if value == "docker":
+            raise ValueError("docker runtime needs an image: runtime = {kind = 'docker', image = '...'}")
+        return value
+
+    @field_validator("extra_args")
+    @classmethod
+    def _check_extra_args(cls, value: Mapping[str, ExtraValue]) -> Mapping[str, ExtraValue]:
+        for key in value:
+            if not _EXTRA_KEY.match(key):
+                raise ValueError(f"extra_args key {key!r} is not a flag name (letters, digits, - _ .)")
+        return dict(value)
+
+    @field_validator("env_vars")
+    @classmethod
+    def _check_env_vars(cls, value: Mapping[str, str]) -> Mapping[str, str]:
+        for name, item in value.items():
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"env_vars name {name!r} is not a valid environment variable name")
+            if "\0" in item:
+                raise ValueError(f"env_vars[{name!r}] contains a NUL byte")
+        return dict(value)
+
+    @field_validator("visible_devices")
+    @classmethod
+    def _check_devices(cls, value: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if value is not None and (not value or any(d < 0 for d in value) or len(set(value)) != len(value)):
+            raise ValueError(f"visible_devices must be distinct GPU indices >= 0, got {list(value)}")
+        return value
+
+    @model_validator(mode="after")
+    def _known_engine(self) -> Recipe:
+        from enginespec.engines import engine_ids
+
+        if self.engine not in engine_ids():
+            raise ValueError(f"engine {self.engine!r} is not one of {', '.join(engine_ids())}")
+        return self
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Recipe:
+        """Loads a recipe from a ``.toml``, ``.yaml``/``.yml`` or ``.json`` file.
+
+        Raises :class:`RecipeFileError` naming the file, the field and the offending value.
+        """
+        file = Path(path)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise RecipeFileError(f"{file}: cannot read: {err}") from None
+        data = _load_document(file, text)
+        if not isinstance(data, dict):
+            raise RecipeFileError(f"{file}: expected a table of recipe fields, got {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as err:
+            raise RecipeFileError(f"{file}: {describe_validation_error(err)}") from None
+
+
+class RecipeFileError(ValueError):
+    """A recipe file that cannot be read, parsed or validated."""
+
+
+def _load_document(file: Path, text: str) -> Any:
+    suffix = file.suffix.lower()
+    try:
+        if suffix == ".toml":
+            if sys.version_info >= (3, 11):
+                import tomllib
+            else:
+                import tomli as tomllib
+            return tomllib.loads(text)
+        if suffix in (".yaml", ".yml"):
+            import yaml
+
+            return yaml.safe_load(text)
+        if suffix == ".json":
+            return json.loads(text)
+    except Exception as err:  # each parser has its own error type; all mean "not valid <format>"
+        raise RecipeFileError(f"{file}: invalid {suffix[1:].upper()}: {err}") from None
+    raise RecipeFileError(f"{file}: unknown recipe format {suffix!r} (use .toml, .yaml, .yml or .json)")
+
+
+def describe_validation_error(err: ValidationError) -> str:
+    """One line per problem: ``field: message (got value)``; secrets are not echoed."""
+    lines = []
+    for problem in err.errors():
+        field = ".".join(str(part) for part in problem["loc"]) or "recipe"
+        shown = "***" if "api_key" in field else repr(problem.get("input"))
+        message = problem["msg"].removeprefix("Value error, ")
+        lines.append(f"{field}: {message} (got {shown})")
+    return "; ".join(lines)
+
+
+def _default_data_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("enginespec", appauthor=False))
+
+
+class Config(BaseSettings):
+    """Process-wide settings, from ``ENGINESPEC_*`` environment variables.
+
+    ``ENGINESPEC_DATA_DIR`` sets the data directory (managed runtimes live under it);
+    ``ENGINESPEC_<ENGINE>_PYTHON`` and ``ENGINESPEC_<ENGINE>_BIN`` (e.g. ``ENGINESPEC_VLLM_PYTHON``,
+    ``ENGINESPEC_LLAMACPP_BIN``) override the interpreter or binary used for an engine.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="ENGINESPEC_", frozen=True, extra="ignore")
+
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    #: engine id -> interpreter; filled from ENGINESPEC_<ENGINE>_PYTHON when not given.
+    pythons: dict[str, Path] = Field(default_factory=dict)
+    #: engine id -> binary or console script; filled from ENGINESPEC_<ENGINE>_BIN when not given.
+    binaries: dict[str, Path] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_overrides(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        pythons = dict(data.get("pythons") or {})
+        binaries = dict(data.get("binaries") or {})
+        for name, value in os.environ.items():
+            match = _OVERRIDE_ENV.match(name)
+            if match and value:
+                engine = match.group(1).lower()
+                target = pythons if match.group(2) == "PYTHON" else binaries
+                target.setdefault(engine, value)
+        data["pythons"], data["binaries"] = pythons, binaries
+        return data
+
+    def runtime_dir(self, engine: str) -> Path:
+        """Where the managed runtime of an engine lives."""
+        return self.data_dir / "runtimes" / engine

@@ -1,0 +1,409 @@
+"""EngineSpec: one engine's knowledge (signature, flags, defaults) and the shared command builder."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from enginespec.recipe import Config, DockerRuntime, ExtraValue, Recipe
+from enginespec.signature import Signature
+
+_PYTHON_NAME = re.compile(r"(?:python)[0-9.]*[a-z]?(?:\.exe)?", re.IGNORECASE | re.ASCII)
+_MODEL_TOKEN = re.compile(r"[a-z0-9]+")
+
+#: Order in which structured fields are emitted (after model, served name, host and port).
+_FLAG_FIELDS = (
+    "served_model_name",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "gpu_layers",
+    "max_num_seqs",
+    "kv_cache_dtype",
+    "dtype",
+    "quantization",
+    "trust_remote_code",
+    "tool_call_parser",
+    "reasoning_parser",
+    "chat_template",
+    "api_key",
+)
+
+
+class CommandError(ValueError):
+    """A recipe this engine cannot turn into a command (message names the field and value)."""
+
+
+@dataclass(frozen=True)
+class FamilyDefault:
+    """Flags a model family needs unless the recipe says otherwise.
+
+    ``pattern`` matches whole name tokens of the model's last path component: ``glm-4.5`` matches
+    ``zai-org/GLM-4.5-Air`` but ``intellect-3`` does not match ``INTELLECT-2-32B``.
+    """
+
+    pattern: str
+    flags: Mapping[str, str | bool]
+
+    def matches(self, model_path: str) -> bool:
+        name = model_path.rstrip("/").replace("\\", "/").rsplit("/", 1)[-1].lower()
+        tokens = _MODEL_TOKEN.findall(name)
+        wanted = _MODEL_TOKEN.findall(self.pattern.lower())
+        width = len(wanted)
+        return width > 0 and any(tokens[i : i + width] == wanted for i in range(len(tokens) - width + 1))
+
+
+class Command(BaseModel):
+    """A built serve command: argv (a list, never a shell string), the environment delta to apply,
+    the flags that enginespec injected on its own (model-family defaults, companion flags), and
+    warnings about recipe fields this engine has no flag for."""
+
+    model_config = ConfigDict(frozen=True)
+
+    engine: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    injected_flags: tuple[str, ...]
+    warnings: tuple[str, ...]
+    launcher: Literal["console_script", "module", "binary", "docker"]
+
+    def redacted_argv(self) -> list[str]:
+        """argv with secret values (``--api-key``) replaced by ``***``: the form to print or log."""
+        from enginespec.argv import redact_argv
+
+        return redact_argv(self.argv, self.engine)
+
+    def shell(self, *, redact: bool = True) -> str:
+        """A shell-quoted, copy-pasteable form of argv (secrets redacted unless asked not to)."""
+        return shlex.join(self.redacted_argv() if redact else self.argv)
+
+
+@dataclass
+class _Entry:
+    canonical: str
+    flag: str
+    values: list[str] | None  # None: bare flag
+    injected: bool = False
+
+
+def _render_scalar(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _check_path(path: str, field: str) -> Path:
+    result = Path(path)
+    if ".." in result.parts:
+        raise CommandError(f"{field}: {path!r} contains a '..' segment")
+    return result
+
+
+class EngineSpec:
+    """Everything enginespec knows about one engine. Subclasses set the class attributes; the
+    machinery here is shared. Register third-party engines under the ``enginespec.engines``
+    entry-point group (the entry point names an EngineSpec subclass or instance)."""
+
+    id: ClassVar[str]
+    signature: ClassVar[Signature]
+    #: console script or binary name.
+    cli_binary: ClassVar[str]
+    health_path: ClassVar[str] = "/health"
+    #: arguments after the console script (``vllm serve``).
+    console_args: ClassVar[tuple[str, ...]] = ()
+    #: ``python`` arguments that run the server when no console script is at hand; None: binary only.
+    module_args: ClassVar[tuple[str, ...] | None] = None
+    #: use ``python -m`` even when a console script exists.
+    prefer_module: ClassVar[bool] = False
+    #: flag that carries the model; None: the first positional argument.
+    model_flag: ClassVar[str | None] = "--model"
+    #: recipe field -> the engine's flag(s) for it; a field missing here is dropped with a warning.
+    field_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    #: how a list value in extra_args is passed: ``--f a b`` (argparse nargs) or ``--f a --f b``.
+    list_style: ClassVar[Literal["nargs", "repeat"]] = "nargs"
+    family_defaults: ClassVar[tuple[FamilyDefault, ...]] = ()
+    #: flags that must accompany another flag (vLLM's tool parser needs --enable-auto-tool-choice).
+    companion_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    #: PyPI distribution installed into the managed venv; None when there is none.
+    package: ClassVar[str | None] = None
+    #: whether ``runtime: docker`` is supported: the image's entrypoint takes the server arguments.
+    docker_supported: ClassVar[bool] = False
+
+    def __repr__(self) -> str:
+        return f"<EngineSpec {self.id}>"
+
+    @property
+    def default_port(self) -> int:
+        return self.signature.default_port
+
+    # -- resolution -----------------------------------------------------------------------------
+
+    def _check_python(self, path: str, field: str) -> Path:
+        result = _check_path(path, field)
+        if not _PYTHON_NAME.fullmatch(result.name):
+            raise CommandError(
+                f"{field}: {path!r} is not a Python interpreter (expected python, python3, ...)"
+            )
+        return result
+
+    def _check_binary(self, path: str, field: str) -> Path:
+        result = _check_path(path, field)
+        name = result.name[:-4] if result.name.lower().endswith(".exe") else result.name
+        if name != self.cli_binary:
+            raise CommandError(f"{field}: {path!r} is not {self.cli_binary!r} (unexpected executable name)")
+        return result
+
+    def _python_launch(self, python: Path) -> tuple[list[str], str]:
+        script = python.parent / self.cli_binary
+        if self.module_args is None:
+            raise CommandError(f"python_path: {self.id} is a binary, not a Python package; set binary_path")
+        if not self.prefer_module and script.is_file():
+            return [str(script), *self.console_args], "console_script"
+        return [str(python), *self.module_args], "module"
+
+    def resolve_launcher(self, recipe: Recipe, config: Config) -> tuple[list[str], str, Path | None]:
+        """(argv prefix, launcher kind, interpreter or None), in the documented order: recipe
+        ``python_path`` / ``binary_path``, ``ENGINESPEC_<ENGINE>_PYTHON`` / ``_BIN``, the managed
+        venv, PATH; the bare command name when nothing is found."""
+        if recipe.binary_path:
+            binary = self._check_binary(recipe.binary_path, "binary_path")
+            return [str(binary), *self.console_args], self._binary_kind(), None
+        if recipe.python_path:
+            python = self._check_python(recipe.python_path, "python_path")
+            return (*self._python_launch(python), python)
+        if self.id in config.binaries:
+            env = f"ENGINESPEC_{self.id.upper()}_BIN"
+            binary = self._check_binary(str(config.binaries[self.id]), env)
+            return [str(binary), *self.console_args], self._binary_kind(), None
+        if self.id in config.pythons:
+            env = f"ENGINESPEC_{self.id.upper()}_PYTHON"
+            python = self._check_python(str(config.pythons[self.id]), env)
+            return (*self._python_launch(python), python)
+        managed = self.managed_bin_dir(config)
+        if self.module_args is not None and (managed / "python").is_file():
+            return (*self._python_launch(managed / "python"), managed / "python")
+        if self.module_args is None and (managed / self.cli_binary).is_file():
+            return [str(managed / self.cli_binary), *self.console_args], "binary", None
+        found = shutil.which(self.cli_binary)
+        if found:
+            sibling = Path(found).parent / "python"
+            if self.prefer_module and sibling.is_file():
+                return (*self._python_launch(sibling), sibling)
+            return [found, *self.console_args], self._binary_kind(), None
+        if self.prefer_module and self.module_args is not None:
+            return ["python3", *self.module_args], "module", None
+        return [self.cli_binary, *self.console_args], self._binary_kind(), None
+
+    def _binary_kind(self) -> Literal["console_script", "binary"]:
+        return "binary" if self.module_args is None else "console_script"
+
+    def managed_bin_dir(self, config: Config) -> Path:
+        """``bin`` directory of the managed runtime (a venv for Python engines)."""
+        root = config.runtime_dir(self.id)
+        return root / ("venv/bin" if self.module_args is not None else "bin")
+
+    # -- building -------------------------------------------------------------------------------
+
+    def _flag_for_extra(self, key: str) -> str:
+        if key.startswith("-"):
+            return key.replace("_", "-") if key.startswith("--") else key
+        return ("-" if len(key) == 1 else "--") + key.replace("_", "-")
+
+    def _entries(self, recipe: Recipe, strict: bool) -> tuple[list[_Entry], list[str]]:
+        entries: list[_Entry] = []
+        warnings: list[str] = []
+
+        def add(field: str, values: list[str] | None) -> None:
+            flags = self.field_flags.get(field)
+            if not flags:
+                message = f"{self.id} has no flag for {field}={getattr(recipe, field)!r}; not emitted"
+                if strict:
+                    raise CommandError(message)
+                warnings.append(message)
+                return
+            for flag in flags:
+                entries.append(_Entry(self.signature.canonical(flag), flag, values))
+
+        if self.model_flag is not None:
+            add("model_path", [recipe.model_path])
+        add("host", [recipe.host])
+        if recipe.port is not None:
+            add("port", [str(recipe.port)])
+        for field in _FLAG_FIELDS:
+            value = getattr(recipe, field)
+            if value is None or value is False:
+                continue
+            add(field, None if value is True else [_render_scalar(value)])
+        return entries, warnings
+
+    def _extra_entries(self, extra: Mapping[str, ExtraValue]) -> tuple[list[_Entry], set[str]]:
+        entries: list[_Entry] = []
+        overridden: set[str] = set()
+        for key, value in extra.items():
+            flag = self._flag_for_extra(key)
+            canonical = self.signature.canonical(flag)
+            overridden.add(canonical)
+            if value is None or value is False:
+                continue
+            if value is True:
+                entries.append(_Entry(canonical, flag, None))
+            elif isinstance(value, dict):
+                entries.append(_Entry(canonical, flag, [json.dumps(value, separators=(",", ":"))]))
+            elif isinstance(value, list):
+                items = [_render_scalar(item) for item in value if item is not None]
+                if self.list_style == "repeat":
+                    entries.extend(_Entry(canonical, flag, [item]) for item in items)
+                elif items:
+                    entries.append(_Entry(canonical, flag, items))
+            else:
+                entries.append(_Entry(canonical, flag, [_render_scalar(value)]))
+        return entries, overridden
+
+    def plan(self, recipe: Recipe, config: Config | None = None, *, strict: bool = False) -> Command:
+        """Builds the full command. ``strict=True`` raises instead of dropping unsupported fields."""
+        if recipe.engine != self.id:
+            raise CommandError(f"engine: recipe is for {recipe.engine!r}, this spec builds {self.id!r}")
+        config = config or Config()
+        entries, warnings = self._entries(recipe, strict)
+        extra, overridden = self._extra_entries(recipe.extra_args)
+        present = {entry.canonical for entry in entries} | overridden
+        injected: list[_Entry] = []
+        for default in self.family_defaults:
+            if not default.matches(recipe.model_path):
+                continue
+            for flag, value in default.flags.items():
+                canonical = self.signature.canonical(flag)
+                if canonical in present:
+                    continue
+                present.add(canonical)
+                injected.append(_Entry(canonical, flag, None if value is True else [str(value)], True))
+        kept = [entry for entry in entries if entry.canonical not in overridden]
+        final = kept + injected + extra
+        emitted = {entry.canonical for entry in final}
+        for trigger, companions in self.companion_flags.items():
+            if self.signature.canonical(trigger) not in emitted:
+                continue
+            for flag in companions:
+                canonical = self.signature.canonical(flag)
+                if canonical not in emitted and canonical not in overridden:
+                    final.append(_Entry(canonical, flag, None, True))
+                    emitted.add(canonical)
+        flags: list[str] = []
+        for entry in final:
+            flags.append(entry.flag)
+            flags.extend(entry.values or ())
+        positional = [recipe.model_path] if self.model_flag is None else []
+        env = self.build_environment(recipe, config)
+        injected_flags = tuple(entry.flag for entry in final if entry.injected)
+        if isinstance(recipe.runtime, DockerRuntime):
+            argv = self._docker_argv(recipe, recipe.runtime, positional + flags)
+            return Command(
+                engine=self.id,
+                argv=tuple(argv),
+                env={},
+                injected_flags=injected_flags,
+                warnings=tuple(warnings),
+                launcher="docker",
+            )
+        prefix, launcher, _python = self.resolve_launcher(recipe, config)
+        return Command(
+            engine=self.id,
+            argv=(*prefix, *positional, *flags),
+            env=env,
+            injected_flags=injected_flags,
+            warnings=tuple(warnings),
+            launcher=launcher,
+        )
+
+    def build_command(
+        self, recipe: Recipe, config: Config | None = None, *, strict: bool = False
+    ) -> list[str]:
+        """The serve argv for a recipe (see :meth:`plan` for defaults and warnings)."""
+        return list(self.plan(recipe, config, strict=strict).argv)
+
+    def build_environment(self, recipe: Recipe, config: Config | None = None) -> dict[str, str]:
+        """Environment variables to set for the engine (a delta over the caller's environment):
+        visible devices, the interpreter's venv ``bin`` first on PATH, then the recipe's own vars."""
+        config = config or Config()
+        env: dict[str, str] = {}
+        if recipe.visible_devices is not None:
+            name = "HIP_VISIBLE_DEVICES" if recipe.accelerator == "rocm" else "CUDA_VISIBLE_DEVICES"
+            env[name] = ",".join(str(device) for device in recipe.visible_devices)
+        if not isinstance(recipe.runtime, DockerRuntime):
+            prefix, _launcher, python = self.resolve_launcher(recipe, config)
+            bin_dir = (python or Path(prefix[0])).parent
+            if (bin_dir.parent / "pyvenv.cfg").is_file():
+                env["VIRTUAL_ENV"] = str(bin_dir.parent)
+                env["PATH"] = os.pathsep.join([str(bin_dir), os.environ.get("PATH", os.defpath)])
+        env.update(recipe.env_vars)
+        return env
+
+    def _docker_argv(self, recipe: Recipe, runtime: DockerRuntime, server_args: Sequence[str]) -> list[str]:
+        if not self.docker_supported:
+            raise CommandError(f"runtime: {self.id} has no supported docker image; use runtime 'native'")
+        port = recipe.port or self.default_port
+        argv = ["docker", "run", "--rm"]
+        if runtime.name:
+            argv += ["--name", runtime.name]
+        if recipe.accelerator == "rocm":
+            argv += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
+        elif recipe.visible_devices is not None:
+            argv += ["--gpus", '"device=' + ",".join(map(str, recipe.visible_devices)) + '"']
+        else:
+            argv += ["--gpus", "all"]
+        # Tensor-parallel workers share memory through /dev/shm; docker's 64 MB default is too small.
+        argv.append("--ipc=host")
+        container_host = recipe.host
+        if runtime.host_network:
+            argv += ["--network", "host"]
+        else:
+            bind = f"[{recipe.host}]" if ":" in recipe.host else recipe.host
+            argv += ["-p", f"{bind}:{port}:{port}"]
+            container_host = "0.0.0.0"  # reachable through the published port only
+        model = Path(recipe.model_path)
+        if model.is_absolute():
+            argv += ["-v", f"{model}:{model}:ro"]
+        elif runtime.mount_hf_cache:
+            cache = Path.home() / ".cache" / "huggingface"
+            argv += ["-v", f"{cache}:/root/.cache/huggingface"]
+        if recipe.accelerator == "rocm" and recipe.visible_devices is not None:
+            devices = ",".join(map(str, recipe.visible_devices))
+            argv += ["-e", f"HIP_VISIBLE_DEVICES={devices}"]
+        for name, value in recipe.env_vars.items():
+            argv += ["-e", f"{name}={value}"]
+        argv.append(runtime.image)
+        args = list(server_args)
+        for flag in self.signature.host_flags:
+            if flag in args:
+                args[args.index(flag) + 1] = container_host
+        return argv + args
+
+    def managed_package_spec(self, version: str | None = None) -> str:
+        """The requirement installed into the managed venv (``vllm``, ``vllm==0.10.2``, ...)."""
+        if self.package is None:
+            raise CommandError(f"engine: {self.id} has no Python package to install")
+        if version is None or not version.strip():
+            return self.package
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
+        text = version.strip()
+        try:
+            return f"{self.package}=={Version(text)}"
+        except InvalidVersion:
+            pass
+        try:
+            return f"{self.package}{SpecifierSet(text)}"
+        except InvalidSpecifier:
+            raise CommandError(f"version: {version!r} is not a PEP 440 version or specifier") from None

@@ -1,0 +1,144 @@
+"""A third-party engine, installed as a real distribution declaring the `enginespec.engines`
+entry point, becomes first-class: listed, parsed (on the active backend), built."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+from wheelkit import build_wheel
+
+PLUGIN = textwrap.dedent(
+    """
+    from enginespec import EngineSpec, LaunchForm, Signature
+
+    class ToySpec(EngineSpec):
+        id = "toy"
+        signature = Signature(
+            engine="toy",
+            launch_forms=(LaunchForm(executables=("toy-server",), modules=("toy_server",)),),
+            model_flags=("--weights",),
+            port_flags=("--listen-port",),
+            default_host="127.0.0.1",
+            default_port=7070,
+        )
+        cli_binary = "toy-server"
+        model_flag = "--weights"
+        field_flags = {"model_path": ("--weights",), "host": ("--host",), "port": ("--listen-port",)}
+    """
+)
+
+PROBE = textwrap.dedent(
+    """
+    import json, enginespec
+    from enginespec import Recipe, get_engine_spec, parse_argv
+    inv = parse_argv(["/opt/toy/bin/toy-server", "--weights", "/w/toy.bin", "--listen-port", "7001"])
+    argv = get_engine_spec("toy").build_command(Recipe(engine="toy", model_path="/w/t", port=7002))
+    print(json.dumps({
+        "backend": enginespec.BACKEND,
+        "ids": [s.id for s in enginespec.ALL_ENGINE_SPECS],
+        "parsed": inv.model_dump() if inv else None,
+        "built": argv,
+        "reparsed": parse_argv(argv).model_dump(),
+        "not_toy": parse_argv(["toy-client", "--weights", "x"]),
+    }))
+    """
+)
+
+
+def test_entry_point_plugin_in_a_real_venv(tmp_path: Path) -> None:
+    wheelhouse = tmp_path / "wheels"
+    build_wheel(
+        wheelhouse,
+        "enginespec-toy",
+        "1.0",
+        {"enginespec_toy.py": PLUGIN},
+        entry_points={"enginespec.engines": {"toy": "enginespec_toy:ToySpec"}},
+    )
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    # enginespec itself (and pydantic) come from the environment running the tests.
+    (site / "enginespec-under-test.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--no-index",
+            "--find-links",
+            str(wheelhouse),
+            "enginespec-toy",
+        ],
+        check=True,
+    )
+    env = {**os.environ}
+    out = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, env=env, check=False)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["backend"] == os.environ.get("ENGINESPEC_BACKEND", "native")
+    assert result["ids"] == ["vllm", "sglang", "llamacpp", "mlx", "toy"]
+    parsed = result["parsed"]
+    assert (parsed["engine"], parsed["model"], parsed["port"]) == ("toy", "/w/toy.bin", 7001)
+    assert parsed["effective_host"] == "127.0.0.1"
+    assert result["built"] == [
+        "toy-server",
+        "--weights",
+        "/w/t",
+        "--host",
+        "127.0.0.1",
+        "--listen-port",
+        "7002",
+    ]
+    assert result["reparsed"]["port"] == 7002
+    assert result["not_toy"] is None
+
+
+def test_broken_plugin_warns_and_the_rest_works(tmp_path: Path) -> None:
+    wheelhouse = tmp_path / "wheels"
+    build_wheel(
+        wheelhouse,
+        "enginespec-broken",
+        "1.0",
+        {"enginespec_broken.py": "raise RuntimeError('boom')\n"},
+        entry_points={"enginespec.engines": {"broken": "enginespec_broken:Spec"}},
+    )
+    target = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--find-links",
+            str(wheelhouse),
+            "--target",
+            str(target),
+            "enginespec-broken",
+        ],
+        check=True,
+    )
+    code = "import enginespec; print([s.id for s in enginespec.ALL_ENGINE_SPECS])"
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "['vllm', 'sglang', 'llamacpp', 'mlx']"
+    assert "engine plugin 'broken' failed to load: boom" in out.stderr
