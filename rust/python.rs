@@ -1,12 +1,18 @@
 //! The only PyO3 file: thin bindings over the pure Rust modules.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+#[cfg(target_os = "linux")]
+use std::sync::Mutex;
+#[cfg(target_os = "linux")]
+use std::time::Duration;
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::matcher;
+#[cfg(target_os = "linux")]
+use crate::scan;
 
 /// (engine index, model, served names, host, port), the shape `_pymatcher.Matcher.parse` returns.
 type RawInvocation = (
@@ -56,8 +62,119 @@ impl Matcher {
     }
 }
 
+/// (engine index, model, served names, host, port) of a scanned engine.
+type RawFacts = (
+    usize,
+    Option<OsString>,
+    Vec<OsString>,
+    Option<OsString>,
+    Option<u16>,
+);
+
+/// (pid, start time, ppid, argv, facts, exe, descendants, parent argv, listen ports): the shape
+/// `_pyscanner.Scanner.scan` returns.
+type RawProcess = (
+    i32,
+    f64,
+    i32,
+    Vec<OsString>,
+    RawFacts,
+    Option<OsString>,
+    Vec<i32>,
+    Vec<OsString>,
+    Vec<u16>,
+);
+
+#[cfg(target_os = "linux")]
+fn raw_process(p: scan::EngineProc) -> RawProcess {
+    let owned = |v: Vec<u8>| OsString::from_vec(v);
+    (
+        p.pid,
+        p.start_time,
+        p.ppid,
+        p.argv.into_iter().map(owned).collect(),
+        (
+            p.engine,
+            p.model.map(owned),
+            p.served_names.into_iter().map(owned).collect(),
+            p.host.map(owned),
+            p.port,
+        ),
+        p.exe.map(owned),
+        p.descendants,
+        p.parent_argv.into_iter().map(owned).collect(),
+        p.listen_ports,
+    )
+}
+
+/// The incremental `/proc` scanner; the GIL is released for the whole walk.
+#[cfg(target_os = "linux")]
+#[pyclass(frozen, module = "enginespec._native")]
+struct Scanner {
+    inner: Mutex<scan::Scanner>,
+}
+
+#[cfg(target_os = "linux")]
+#[pymethods]
+impl Scanner {
+    #[new]
+    fn new(
+        signatures_json: &str,
+        wrappers: Vec<OsString>,
+        young_seconds: f64,
+        listen_ports: bool,
+    ) -> PyResult<Self> {
+        let signatures = crate::signature::signatures_from_json(signatures_json)
+            .map_err(PyValueError::new_err)?;
+        let young = Duration::try_from_secs_f64(young_seconds).map_err(|_| {
+            PyValueError::new_err(format!("young_seconds: invalid {young_seconds}"))
+        })?;
+        let options = scan::ScanOptions {
+            wrappers: wrappers.into_iter().map(OsString::into_vec).collect(),
+            young,
+            listen_ports,
+            ..scan::ScanOptions::default()
+        };
+        let inner = scan::Scanner::new(&signatures, options).map_err(PyValueError::new_err)?;
+        Ok(Scanner {
+            inner: Mutex::new(inner),
+        })
+    }
+
+    fn scan(&self, py: Python<'_>) -> PyResult<Vec<RawProcess>> {
+        let found = py.detach(|| {
+            self.inner
+                .lock()
+                .map(|mut scanner| scanner.scan())
+                .map_err(|_| "scanner state poisoned by an earlier panic")
+        });
+        let found = found.map_err(PyRuntimeError::new_err)?;
+        Ok(found.into_iter().map(raw_process).collect())
+    }
+
+    /// (scanned, new, vanished, unreadable, reread, full_recheck, known) of the last scan.
+    fn stats(&self) -> PyResult<(u64, u64, u64, u64, u64, bool, usize)> {
+        let scanner = self
+            .inner
+            .lock()
+            .map_err(|_| PyRuntimeError::new_err("scanner state poisoned"))?;
+        let s = scanner.stats();
+        Ok((
+            s.scanned,
+            s.new,
+            s.vanished,
+            s.unreadable,
+            s.reread,
+            s.full_recheck,
+            scanner.known_len(),
+        ))
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Matcher>()?;
+    #[cfg(target_os = "linux")]
+    m.add_class::<Scanner>()?;
     Ok(())
 }

@@ -44,6 +44,8 @@ pub struct Signature {
     pub multi_value_flags: Vec<String>,
     #[serde(default)]
     pub exit_flags: Vec<String>,
+    #[serde(default)]
+    pub fold_workers: bool,
 }
 
 /// Parses the JSON list of signatures.

@@ -4,10 +4,13 @@ suite once with `native` and once with `python`."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import enginespec
+from procs import Procs, build_helper, running
 
 
 def pytest_report_header() -> str:
@@ -19,3 +22,15 @@ def _backend_is_the_one_asked_for() -> None:
     wanted = os.environ.get("ENGINESPEC_BACKEND")
     if wanted:
         assert wanted == enginespec.BACKEND
+
+
+@pytest.fixture(scope="session")
+def helper(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The compiled idle helper (tests/helpers/idle.c)."""
+    return build_helper(tmp_path_factory.mktemp("helper"))
+
+
+@pytest.fixture
+def procs(helper: Path) -> Iterator[Procs]:
+    with running(helper) as started:
+        yield started

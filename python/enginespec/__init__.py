@@ -12,6 +12,7 @@ from enginespec._backend import BACKEND
 from enginespec.argv import Invocation, detect_engine, parse_argv, redact_argv
 from enginespec.engines import BUILTIN_ENGINE_SPECS, all_engine_specs, all_signatures, get_engine_spec
 from enginespec.recipe import Config, DockerRuntime, NativeRuntime, Recipe, RecipeFileError
+from enginespec.scanning import EngineProcess, Scanner, ScanStats, scan
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import Command, CommandError, EngineSpec, FamilyDefault
 
@@ -33,6 +34,7 @@ __all__ = [
     "CommandError",
     "Config",
     "DockerRuntime",
+    "EngineProcess",
     "EngineSpec",
     "FamilyDefault",
     "Invocation",
@@ -40,6 +42,8 @@ __all__ = [
     "NativeRuntime",
     "Recipe",
     "RecipeFileError",
+    "ScanStats",
+    "Scanner",
     "Signature",
     "__version__",
     "all_engine_specs",
@@ -48,4 +52,5 @@ __all__ = [
     "get_engine_spec",
     "parse_argv",
     "redact_argv",
+    "scan",
 ]

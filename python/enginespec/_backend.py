@@ -9,25 +9,27 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from enginespec import _pymatcher
+from enginespec import _pymatcher, _pyscanner
 
 Backend = Literal["native", "python"]
 
 
-def _choose() -> tuple[Backend, type[_pymatcher.Matcher]]:
+def _choose() -> tuple[Backend, type[_pymatcher.Matcher], type[_pyscanner.Scanner]]:
     wanted = os.environ.get("ENGINESPEC_BACKEND", "").strip().lower()
     if wanted not in ("", "native", "python"):
         raise ImportError(f"ENGINESPEC_BACKEND={wanted!r}: expected 'native' or 'python'")
     if wanted == "python":
-        return "python", _pymatcher.Matcher
+        return "python", _pymatcher.Matcher, _pyscanner.Scanner
     try:
         from enginespec import _native
     except ImportError:
         if wanted == "native":
             raise
-        return "python", _pymatcher.Matcher
-    # Same interface as the Python twin (see _native.pyi).
-    return "native", _native.Matcher  # type: ignore[return-value]
+        return "python", _pymatcher.Matcher, _pyscanner.Scanner
+    # Same interfaces as the Python twins (see _native.pyi). The native scanner reads /proc, so it
+    # exists on Linux only; elsewhere the matcher is native and the scan goes through psutil.
+    scanner = getattr(_native, "Scanner", _pyscanner.Scanner)
+    return "native", _native.Matcher, scanner  # type: ignore[return-value]
 
 
-BACKEND, MatcherType = _choose()
+BACKEND, MatcherType, ScannerType = _choose()

@@ -80,6 +80,9 @@ class Signature(BaseModel):
     multi_value_flags: frozenset[str] = frozenset()
     #: flags that make the program print and exit instead of serving (``--help``, ``--version``).
     exit_flags: frozenset[str] = frozenset()
+    #: fold every descendant process into the server's workers (vLLM/SGLang retitle their children
+    #: `VLLM::EngineCore`, `sglang::scheduler_TP0`; forked children may even keep the server's argv).
+    fold_workers: bool = False
     #: flags whose value is a secret (``--api-key``): redacted in every output.
     secret_flags: frozenset[str] = frozenset()
     default_host: str

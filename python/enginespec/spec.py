@@ -137,6 +137,10 @@ class EngineSpec:
     companion_flags: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     #: PyPI distribution installed into the managed venv; None when there is none.
     package: ClassVar[str | None] = None
+    #: parent executable basename -> supervisor label (``ollama`` starting llama-server).
+    supervisors: ClassVar[Mapping[str, str]] = {}
+    #: label for a server started by another server of the same engine (llama-server router).
+    nested_supervisor: ClassVar[str | None] = None
     #: whether ``runtime: docker`` is supported: the image's entrypoint takes the server arguments.
     docker_supported: ClassVar[bool] = False
 

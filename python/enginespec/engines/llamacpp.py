@@ -46,6 +46,10 @@ class LlamaCppSpec(EngineSpec):
     signature = SIGNATURE
     cli_binary = "llama-server"
     model_flag = "--model"
+    # Ollama and llama-swap start llama-server children on loopback ports; a llama-server in router
+    # mode (--models-dir/--models-preset, tools/server/README.md) starts one child per model.
+    supervisors = {"ollama": "ollama", "llama-swap": "llama-swap"}
+    nested_supervisor = "llama-server"
     # common/arg.cpp: repeated options (--lora a --lora b), never argparse-style nargs.
     list_style = "repeat"
     field_flags = {

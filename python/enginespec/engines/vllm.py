@@ -94,6 +94,7 @@ SIGNATURE = Signature(
     ),
     exit_flags=frozenset({"-h", "--help", "--version"}),
     secret_flags=frozenset({"--api-key", "--hf-token"}),
+    fold_workers=True,
     # vLLM binds every interface when --host is not given.
     default_host="0.0.0.0",
     default_port=8000,

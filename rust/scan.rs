@@ -1,0 +1,707 @@
+//! Incremental scanner of `/proc` (Linux): finds every engine server on the host.
+//!
+//! Cost model. A cold scan lists `/proc` and reads each process's `cmdline` once, nothing else;
+//! only engine processes get more reads (`stat`, `exe`, children, sockets). Later scans trust
+//! processes already classified without any per-pid read, except:
+//! - pids the kernel may have handed out again since the last scan. The pid allocation cursor
+//!   (`/proc/sys/kernel/ns_last_pid`) and the fork counter (`processes` in `/proc/stat`) bound them
+//!   to the cyclic interval (last cursor, cursor]; those are classified again;
+//! - engines, whose `stat` is re-read to confirm their identity (pid, start time) and liveness;
+//! - processes that may still `exec` an engine: exec wrappers (shells, `env`, `nohup`, ... given by
+//!   the caller) and processes born since the previous scan, for a short while.
+//!
+//! Nothing here panics or fails on a process that vanishes, is a zombie, or hides its files.
+
+use std::fs::File;
+use std::io::{ErrorKind, Read};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::matcher::{basename, Matcher};
+use crate::signature::Signature;
+
+/// Caller-supplied knobs (the wrapper list is data owned by the Python package).
+#[derive(Debug, Clone)]
+pub struct ScanOptions {
+    /// Basenames of programs that commonly `exec` another program (`sh`, `env`, `nohup`, ...).
+    pub wrappers: Vec<Vec<u8>>,
+    /// How long a process born since the previous scan is watched for an `exec`.
+    pub young: Duration,
+    /// Read the TCP ports the engine's process tree listens on.
+    pub listen_ports: bool,
+    /// Root of procfs (tests may point elsewhere).
+    pub proc_root: PathBuf,
+}
+
+impl Default for ScanOptions {
+    fn default() -> Self {
+        ScanOptions {
+            wrappers: Vec::new(),
+            young: Duration::from_secs(5),
+            listen_ports: true,
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+}
+
+/// Counts of the last scan.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanStats {
+    /// Processes listed in `/proc`.
+    pub scanned: u64,
+    /// Processes seen for the first time (their `cmdline` was read).
+    pub new: u64,
+    /// Processes gone since the previous scan, or that vanished while being read.
+    pub vanished: u64,
+    /// Processes whose files could not be read (permissions, hidepid).
+    pub unreadable: u64,
+    /// Known processes read again: watched for `exec`, or in the reused-pid window.
+    pub reread: u64,
+    /// Whether the pid cursor could not bound reuse, so every known process was re-checked.
+    pub full_recheck: bool,
+}
+
+/// One engine server process, with everything Python needs to build its model.
+#[derive(Debug, Clone)]
+pub struct EngineProc {
+    pub pid: i32,
+    /// Epoch seconds, computed as psutil does (start ticks / CLK_TCK + btime).
+    pub start_time: f64,
+    pub ppid: i32,
+    pub argv: Vec<Vec<u8>>,
+    pub engine: usize,
+    pub model: Option<Vec<u8>>,
+    pub served_names: Vec<Vec<u8>>,
+    pub host: Option<Vec<u8>>,
+    pub port: Option<u16>,
+    pub exe: Option<Vec<u8>>,
+    /// Every descendant process (for engines that fold their workers), sorted.
+    pub descendants: Vec<i32>,
+    /// The parent's argv, to tell who supervises the engine.
+    pub parent_argv: Vec<Vec<u8>>,
+    /// TCP ports in LISTEN state held by the engine or its descendants, sorted.
+    pub listen_ports: Vec<u16>,
+}
+
+#[derive(Debug)]
+struct EngineState {
+    start_ticks: u64,
+    ppid: i32,
+    cmdline: Vec<u8>,
+    exe: Option<Vec<u8>>,
+    parent_argv: Vec<Vec<u8>>,
+    descendants: Vec<i32>,
+}
+
+#[derive(Debug)]
+enum Class {
+    /// Not an engine. `watch` holds the cmdline of a process that may still exec an engine, and
+    /// until when to watch it (`None`: while it lives, for exec wrappers).
+    Other {
+        watch: Option<(Vec<u8>, Option<Instant>)>,
+    },
+    Unreadable,
+    Engine(Box<EngineState>),
+}
+
+#[derive(Debug)]
+struct Known {
+    generation: u64,
+    class: Class,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Cursor {
+    last_pid: u64,
+    forks: u64,
+}
+
+/// Which known pids may belong to a different process than at the previous scan.
+#[derive(Debug, Clone, Copy)]
+enum Reuse {
+    Nothing,
+    Interval { after: u64, upto: u64 },
+    Everything,
+}
+
+impl Reuse {
+    fn may_reuse(self, pid: i32) -> bool {
+        let pid = u64::try_from(pid).unwrap_or(0);
+        match self {
+            Reuse::Nothing => false,
+            Reuse::Everything => true,
+            Reuse::Interval { after, upto } if after <= upto => pid > after && pid <= upto,
+            // the cursor wrapped around pid_max
+            Reuse::Interval { after, upto } => pid > after || pid <= upto,
+        }
+    }
+}
+
+/// Splits `/proc/PID/cmdline` into argv: NUL separated, one trailing NUL dropped, empty -> [].
+pub fn split_cmdline(data: &[u8]) -> Vec<&[u8]> {
+    if data.is_empty() {
+        return Vec::new();
+    }
+    let data = data.strip_suffix(b"\0").unwrap_or(data);
+    data.split(|&b| b == 0).collect()
+}
+
+enum ReadError {
+    Gone,
+    Denied,
+}
+
+fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<(), ReadError> {
+    buf.clear();
+    let mut file = File::open(path).map_err(classify_io)?;
+    file.read_to_end(buf).map_err(classify_io)?;
+    Ok(())
+}
+
+fn classify_io(err: std::io::Error) -> ReadError {
+    match err.kind() {
+        ErrorKind::PermissionDenied => ReadError::Denied,
+        // ENOENT, ESRCH (process exited while being read), anything else: treat as gone.
+        _ => ReadError::Gone,
+    }
+}
+
+fn read_small(path: &Path) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    read_into(path, &mut buf).ok()?;
+    Some(buf)
+}
+
+fn parse_u64(bytes: &[u8]) -> Option<u64> {
+    std::str::from_utf8(bytes).ok()?.trim().parse().ok()
+}
+
+/// (state, ppid, start ticks) from `/proc/PID/stat`; the command name may contain spaces and
+/// parentheses, so fields are counted from the last `)`.
+fn parse_stat(data: &[u8]) -> Option<(u8, i32, u64)> {
+    let close = data.iter().rposition(|&b| b == b')')?;
+    let mut fields = data
+        .get(close + 1..)?
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty());
+    let state = *fields.next()?.first()?;
+    let ppid = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
+    // starttime is field 22; state was field 3 and ppid field 4.
+    let start = parse_u64(fields.nth(17)?)?;
+    Some((state, ppid, start))
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as f64
+    } else {
+        100.0
+    }
+}
+
+/// The kernel's process-wide facts read once per scanner.
+#[derive(Debug)]
+struct Host {
+    boot_time: f64,
+    clock_ticks: f64,
+    pid_max: u64,
+}
+
+/// The incremental scanner. Keep one per polling loop.
+#[derive(Debug)]
+pub struct Scanner {
+    matcher: Matcher,
+    fold: Vec<bool>,
+    options: ScanOptions,
+    wrappers: FxHashSet<Vec<u8>>,
+    known: FxHashMap<i32, Known>,
+    cursor: Option<Cursor>,
+    generation: u64,
+    host: Host,
+    stats: ScanStats,
+    buf: Vec<u8>,
+    pids: Vec<i32>,
+}
+
+impl Scanner {
+    /// Compiles the signatures; engines with `fold_workers` get their descendants walked.
+    pub fn new(signatures: &[Signature], options: ScanOptions) -> Result<Self, String> {
+        let matcher = Matcher::new(signatures)?;
+        let fold = signatures.iter().map(|s| s.fold_workers).collect();
+        let stat = read_small(&options.proc_root.join("stat")).unwrap_or_default();
+        let boot_time = stat
+            .split(|&b| b == b'\n')
+            .find_map(|line| line.strip_prefix(b"btime ").and_then(parse_u64))
+            .unwrap_or(0) as f64;
+        let pid_max = read_small(&options.proc_root.join("sys/kernel/pid_max"))
+            .and_then(|d| parse_u64(&d))
+            .unwrap_or(4_194_304);
+        Ok(Scanner {
+            matcher,
+            fold,
+            wrappers: options.wrappers.iter().cloned().collect(),
+            options,
+            known: FxHashMap::default(),
+            cursor: None,
+            generation: 0,
+            host: Host {
+                boot_time,
+                clock_ticks: clock_ticks(),
+                pid_max,
+            },
+            stats: ScanStats::default(),
+            buf: Vec::with_capacity(4096),
+            pids: Vec::new(),
+        })
+    }
+
+    pub fn stats(&self) -> ScanStats {
+        self.stats
+    }
+
+    /// Number of processes the scanner currently remembers (bounded by the live processes).
+    pub fn known_len(&self) -> usize {
+        self.known.len()
+    }
+
+    fn read_cursor(&self) -> Option<Cursor> {
+        let root = &self.options.proc_root;
+        let last_pid = parse_u64(&read_small(&root.join("sys/kernel/ns_last_pid"))?)?;
+        let stat = read_small(&root.join("stat"))?;
+        let forks = stat
+            .split(|&b| b == b'\n')
+            .find_map(|line| line.strip_prefix(b"processes ").and_then(parse_u64))?;
+        Some(Cursor { last_pid, forks })
+    }
+
+    fn list_pids(&mut self) {
+        self.pids.clear();
+        let Ok(entries) = std::fs::read_dir(&self.options.proc_root) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let bytes = name.as_encoded_bytes();
+            if !bytes.is_empty() && bytes.iter().all(u8::is_ascii_digit) {
+                if let Some(pid) = std::str::from_utf8(bytes).ok().and_then(|s| s.parse().ok()) {
+                    self.pids.push(pid);
+                }
+            }
+        }
+    }
+
+    fn proc_path(&self, pid: i32, file: &str) -> PathBuf {
+        let mut path = self.options.proc_root.join(pid.to_string());
+        path.push(file);
+        path
+    }
+
+    fn is_wrapper(&self, argv0: &[u8]) -> bool {
+        // Login shells show as `-bash`.
+        let name = basename(argv0);
+        let name = name.strip_prefix(b"-").unwrap_or(name);
+        self.wrappers.contains(name)
+    }
+
+    /// Reads and classifies a process; `None` when it vanished.
+    fn classify(&mut self, pid: i32, young: bool, now: Instant) -> Option<Class> {
+        let mut buf = std::mem::take(&mut self.buf);
+        let result = read_into(&self.proc_path(pid, "cmdline"), &mut buf);
+        let class = match result {
+            Err(ReadError::Gone) => {
+                self.stats.vanished += 1;
+                None
+            }
+            Err(ReadError::Denied) => {
+                self.stats.unreadable += 1;
+                Some(Class::Unreadable)
+            }
+            Ok(()) => self.classify_cmdline(pid, &buf, young, now),
+        };
+        self.buf = buf;
+        class
+    }
+
+    fn classify_cmdline(
+        &mut self,
+        pid: i32,
+        cmdline: &[u8],
+        young: bool,
+        now: Instant,
+    ) -> Option<Class> {
+        let argv = split_cmdline(cmdline);
+        if self.matcher.parse(&argv).is_some() {
+            return self.engine_state(pid, cmdline.to_vec());
+        }
+        // An empty cmdline is a kernel thread, a zombie, or a process caught inside execve (the
+        // kernel publishes the new argv only after the exec is under way): watch it for a while.
+        let watch = match argv.first() {
+            Some(argv0) if self.is_wrapper(argv0) => Some((cmdline.to_vec(), None)),
+            _ if young || argv.is_empty() => {
+                Some((cmdline.to_vec(), Some(now + self.options.young)))
+            }
+            _ => None,
+        };
+        Some(Class::Other { watch })
+    }
+
+    fn read_stat(&self, pid: i32) -> Option<(u8, i32, u64)> {
+        parse_stat(&read_small(&self.proc_path(pid, "stat"))?)
+    }
+
+    fn engine_state(&mut self, pid: i32, cmdline: Vec<u8>) -> Option<Class> {
+        let Some((state, ppid, start_ticks)) = self.read_stat(pid) else {
+            self.stats.vanished += 1;
+            return None;
+        };
+        if state == b'Z' || state == b'X' {
+            return Some(Class::Other { watch: None });
+        }
+        let exe = std::fs::read_link(self.proc_path(pid, "exe"))
+            .ok()
+            .map(|p| p.into_os_string().into_encoded_bytes());
+        Some(Class::Engine(Box::new(EngineState {
+            start_ticks,
+            ppid,
+            cmdline,
+            exe,
+            parent_argv: self.read_argv(ppid),
+            descendants: Vec::new(),
+        })))
+    }
+
+    fn read_argv(&self, pid: i32) -> Vec<Vec<u8>> {
+        read_small(&self.proc_path(pid, "cmdline"))
+            .map(|data| {
+                split_cmdline(&data)
+                    .into_iter()
+                    .map(<[u8]>::to_vec)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Re-checks a known engine: same start time and alive. `None` when it is gone.
+    fn recheck_engine(&mut self, pid: i32, mut state: Box<EngineState>) -> Option<Class> {
+        match self.read_stat(pid) {
+            None => {
+                self.stats.vanished += 1;
+                None
+            }
+            Some((b'Z' | b'X', _, _)) => Some(Class::Other { watch: None }),
+            Some((_, ppid, start)) if start == state.start_ticks => {
+                if ppid != state.ppid {
+                    state.ppid = ppid;
+                    state.parent_argv = self.read_argv(ppid);
+                }
+                Some(Class::Engine(state))
+            }
+            // Same pid, another process: classify it from scratch.
+            Some(_) => {
+                self.stats.new += 1;
+                self.classify(pid, true, Instant::now())
+            }
+        }
+    }
+
+    /// Scans the host. Never fails; see `stats()` for what was skipped.
+    pub fn scan(&mut self) -> Vec<EngineProc> {
+        let now = Instant::now();
+        let first = self.cursor.is_none();
+        self.generation += 1;
+        self.stats = ScanStats::default();
+        self.list_pids();
+        // Read after listing, so any pid reused before the listing falls inside the window.
+        let cursor = self.read_cursor();
+        let reuse = match (self.cursor, cursor) {
+            (_, None) | (None, _) => Reuse::Everything,
+            (Some(old), Some(new)) if new.forks == old.forks => Reuse::Nothing,
+            (Some(old), Some(new))
+                if new.forks.saturating_sub(old.forks) >= self.host.pid_max.saturating_sub(301) =>
+            {
+                Reuse::Everything
+            }
+            (Some(old), Some(new)) => Reuse::Interval {
+                after: old.last_pid,
+                upto: new.last_pid,
+            },
+        };
+        self.stats.full_recheck = !first && matches!(reuse, Reuse::Everything);
+        let forks_happened = !matches!(reuse, Reuse::Nothing);
+        let pids = std::mem::take(&mut self.pids);
+        self.stats.scanned = pids.len() as u64;
+        for &pid in &pids {
+            let entry = self.known.remove(&pid);
+            let class = match entry {
+                None => {
+                    self.stats.new += 1;
+                    self.classify(pid, !first, now)
+                }
+                Some(known) => self.revisit(pid, known.class, reuse.may_reuse(pid), now),
+            };
+            if let Some(class) = class {
+                self.known.insert(
+                    pid,
+                    Known {
+                        generation: self.generation,
+                        class,
+                    },
+                );
+            }
+        }
+        self.pids = pids;
+        let generation = self.generation;
+        let before = self.known.len();
+        self.known.retain(|_, known| known.generation == generation);
+        self.stats.vanished += (before - self.known.len()) as u64;
+        self.known.shrink_to(self.known.len() * 2);
+        self.cursor = cursor;
+        self.collect(forks_happened)
+    }
+
+    fn revisit(
+        &mut self,
+        pid: i32,
+        class: Class,
+        maybe_reused: bool,
+        now: Instant,
+    ) -> Option<Class> {
+        match class {
+            Class::Engine(state) => self.recheck_engine(pid, state),
+            _ if maybe_reused => {
+                self.stats.reread += 1;
+                self.classify(pid, true, now)
+            }
+            Class::Other {
+                watch: Some((cmdline, until)),
+            } => {
+                if until.is_some_and(|t| now >= t) {
+                    return Some(Class::Other { watch: None });
+                }
+                self.stats.reread += 1;
+                let mut buf = std::mem::take(&mut self.buf);
+                let class = match read_into(&self.proc_path(pid, "cmdline"), &mut buf) {
+                    Err(ReadError::Gone) => {
+                        self.stats.vanished += 1;
+                        None
+                    }
+                    Err(ReadError::Denied) => Some(Class::Unreadable),
+                    Ok(()) if buf == cmdline => Some(Class::Other {
+                        watch: Some((cmdline, until)),
+                    }),
+                    // It exec'd: classify the new program, watching it for the rest of its window.
+                    Ok(()) => {
+                        self.classify_cmdline(pid, &buf, until.is_some(), now)
+                            .map(|c| match c {
+                                Class::Other {
+                                    watch: Some((data, Some(_))),
+                                } => Class::Other {
+                                    watch: Some((data, until)),
+                                },
+                                other => other,
+                            })
+                    }
+                };
+                self.buf = buf;
+                class
+            }
+            Class::Unreadable => {
+                self.stats.unreadable += 1;
+                Some(Class::Unreadable)
+            }
+            other => Some(other),
+        }
+    }
+
+    fn collect(&mut self, forks_happened: bool) -> Vec<EngineProc> {
+        let engines: Vec<i32> = self
+            .known
+            .iter()
+            .filter(|(_, k)| matches!(k.class, Class::Engine(_)))
+            .map(|(&pid, _)| pid)
+            .collect();
+        let mut out = Vec::with_capacity(engines.len());
+        for pid in engines {
+            let Some(Known {
+                class: Class::Engine(state),
+                ..
+            }) = self.known.get(&pid)
+            else {
+                continue;
+            };
+            let argv = split_cmdline(&state.cmdline);
+            let Some(parsed) = self.matcher.parse(&argv) else {
+                continue;
+            };
+            let fold = self.fold.get(parsed.engine).copied().unwrap_or(false);
+            let descendants = if fold && (forks_happened || state.descendants.is_empty()) {
+                descendants(&self.options.proc_root, pid)
+            } else {
+                state.descendants.clone()
+            };
+            let listen_ports = if self.options.listen_ports {
+                listen_ports(&self.options.proc_root, pid, &descendants)
+            } else {
+                Vec::new()
+            };
+            let proc = EngineProc {
+                pid,
+                start_time: state.start_ticks as f64 / self.host.clock_ticks + self.host.boot_time,
+                ppid: state.ppid,
+                argv: argv.iter().map(|a| a.to_vec()).collect(),
+                engine: parsed.engine,
+                model: parsed.model.map(<[u8]>::to_vec),
+                served_names: parsed.served_names.iter().map(|n| n.to_vec()).collect(),
+                host: parsed.host.map(<[u8]>::to_vec),
+                port: parsed.port,
+                exe: state.exe.clone(),
+                descendants: descendants.clone(),
+                parent_argv: state.parent_argv.clone(),
+                listen_ports,
+            };
+            if let Some(Known {
+                class: Class::Engine(state),
+                ..
+            }) = self.known.get_mut(&pid)
+            {
+                state.descendants = descendants;
+            }
+            out.push(proc);
+        }
+        out.sort_by_key(|p| p.pid);
+        out
+    }
+}
+
+/// Every descendant of `pid`, from `/proc/PID/task/TID/children` (no per-process `stat` reads).
+pub fn descendants(proc_root: &Path, pid: i32) -> Vec<i32> {
+    let mut seen: FxHashSet<i32> = FxHashSet::default();
+    let mut queue = vec![pid];
+    while let Some(parent) = queue.pop() {
+        let Ok(tasks) = std::fs::read_dir(proc_root.join(parent.to_string()).join("task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let Some(children) = read_small(&task.path().join("children")) else {
+                continue;
+            };
+            for child in children.split(|b| b.is_ascii_whitespace()) {
+                let Some(child) = std::str::from_utf8(child)
+                    .ok()
+                    .and_then(|s| s.parse::<i32>().ok())
+                else {
+                    continue;
+                };
+                if child != pid && seen.insert(child) {
+                    queue.push(child);
+                }
+            }
+        }
+    }
+    let mut out: Vec<i32> = seen.into_iter().collect();
+    out.sort_unstable();
+    out
+}
+
+/// TCP ports in LISTEN state whose sockets are held by `pid` or `others`.
+pub fn listen_ports(proc_root: &Path, pid: i32, others: &[i32]) -> Vec<u16> {
+    let mut inodes: FxHashSet<u64> = FxHashSet::default();
+    for p in std::iter::once(pid).chain(others.iter().copied()) {
+        let Ok(fds) = std::fs::read_dir(proc_root.join(p.to_string()).join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                let target = target.as_os_str().as_encoded_bytes();
+                if let Some(inode) = target
+                    .strip_prefix(b"socket:[")
+                    .and_then(|rest| rest.strip_suffix(b"]"))
+                    .and_then(parse_u64)
+                {
+                    inodes.insert(inode);
+                }
+            }
+        }
+    }
+    let mut ports: Vec<u16> = Vec::new();
+    if inodes.is_empty() {
+        return ports;
+    }
+    for table in ["net/tcp", "net/tcp6"] {
+        let Some(data) = read_small(&proc_root.join(pid.to_string()).join(table)) else {
+            continue;
+        };
+        for line in data.split(|&b| b == b'\n').skip(1) {
+            let fields: Vec<&[u8]> = line
+                .split(|b| b.is_ascii_whitespace())
+                .filter(|f| !f.is_empty())
+                .collect();
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            let (Some(local), Some(state), Some(inode)) =
+                (fields.get(1), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            if *state != b"0A" || !parse_u64(inode).is_some_and(|i| inodes.contains(&i)) {
+                continue;
+            }
+            let port_hex = local.rsplit(|&b| b == b':').next().unwrap_or_default();
+            if let Some(port) = std::str::from_utf8(port_hex)
+                .ok()
+                .and_then(|h| u16::from_str_radix(h, 16).ok())
+            {
+                ports.push(port);
+            }
+        }
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cmdline_splitting() {
+        assert!(split_cmdline(b"").is_empty());
+        assert_eq!(split_cmdline(b"a\0b\0"), vec![&b"a"[..], b"b"]);
+        assert_eq!(split_cmdline(b"a\0\0b\0"), vec![&b"a"[..], b"", b"b"]);
+        assert_eq!(
+            split_cmdline(b"VLLM::Worker TP0"),
+            vec![&b"VLLM::Worker TP0"[..]]
+        );
+        assert_eq!(split_cmdline(b"\0"), vec![&b""[..]]);
+    }
+
+    #[test]
+    fn stat_parsing_survives_odd_names() {
+        let line =
+            b"42 (we) ird (name)) S 7 42 42 0 -1 4194560 1 0 0 0 3 4 0 0 20 0 1 0 123456 1 1\n";
+        assert_eq!(parse_stat(line), Some((b'S', 7, 123456)));
+        assert_eq!(parse_stat(b"42 (x) S"), None);
+        assert_eq!(parse_stat(b""), None);
+    }
+
+    #[test]
+    fn reuse_window() {
+        let w = Reuse::Interval {
+            after: 100,
+            upto: 200,
+        };
+        assert!(!w.may_reuse(100) && w.may_reuse(101) && w.may_reuse(200) && !w.may_reuse(201));
+        let wrapped = Reuse::Interval {
+            after: 32000,
+            upto: 310,
+        };
+        assert!(wrapped.may_reuse(32001) && wrapped.may_reuse(5) && !wrapped.may_reuse(400));
+        let none = Reuse::Interval { after: 7, upto: 7 };
+        assert!(!none.may_reuse(7) && !none.may_reuse(8));
+        assert!(!Reuse::Nothing.may_reuse(1) && Reuse::Everything.may_reuse(1));
+    }
+}

@@ -1,0 +1,77 @@
+"""Real processes for scanner tests: the compiled `helpers/idle.c`, started with an exact argv."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+HELPER_SOURCE = Path(__file__).parent / "helpers" / "idle.c"
+
+
+def build_helper(directory: Path) -> Path:
+    binary = directory / "idle"
+    subprocess.run(["gcc", "-O1", "-o", str(binary), str(HELPER_SOURCE)], check=True)
+    return binary
+
+
+class Procs:
+    """Starts helpers whose /proc/PID/cmdline is exactly the given argv; kills them all at exit."""
+
+    def __init__(self, helper: Path) -> None:
+        self.helper = helper
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def start(self, argv: Sequence[str], **env: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [os.fsencode(a) for a in argv],
+            executable=self.helper,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if "HELPER_LISTEN" in env else subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.started.append(proc)
+        # execve has returned to Popen before the kernel publishes the new argv: wait for it, as
+        # a real host shows it a moment later (the scanner watches such processes meanwhile).
+        wait_for(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes() != b"")
+        return proc
+
+    def stop(self, proc: subprocess.Popen[bytes]) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def stop_all(self) -> None:
+        for proc in self.started:
+            self.stop(proc)
+        self.started.clear()
+
+
+def wait_for(predicate: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        time.sleep(0.02)
+
+
+def children_of(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found.update(int(p) for p in (task / "children").read_text().split())
+    return found
+
+
+@contextmanager
+def running(helper: Path) -> Iterator[Procs]:
+    procs = Procs(helper)
+    try:
+        yield procs
+    finally:
+        procs.stop_all()
