@@ -3,9 +3,10 @@
 //! Cost model. A cold scan lists `/proc` and reads each process's `cmdline` once, nothing else;
 //! only engine processes get more reads (`stat`, `exe`, children, sockets). Later scans trust
 //! processes already classified without any per-pid read, except:
-//! - pids the kernel may have handed out again since the last scan. The pid allocation cursor
-//!   (`/proc/sys/kernel/ns_last_pid`) and the fork counter (`processes` in `/proc/stat`) bound them
-//!   to the cyclic interval (last cursor, cursor]; those are classified again;
+//! - pids the kernel may have handed out again since the last scan: those whose `/proc/PID`
+//!   inode (free with the listing) changed, and those the pid allocation cursor
+//!   (`/proc/sys/kernel/ns_last_pid`) and the fork counter (`processes` in `/proc/stat`) place in
+//!   the cyclic interval (last cursor, cursor]; those are classified again;
 //! - engines, whose `stat` is re-read to confirm their identity (pid, start time) and liveness;
 //! - processes that may still `exec` an engine: exec wrappers (shells, `env`, `nohup`, ... given by
 //!   the caller) and processes born since the previous scan, for a short while.
@@ -14,6 +15,7 @@
 
 use std::fs::File;
 use std::io::{ErrorKind, Read};
+use std::os::unix::fs::DirEntryExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -109,6 +111,10 @@ enum Class {
 #[derive(Debug)]
 struct Known {
     generation: u64,
+    /// Inode of `/proc/PID` from the listing: procfs gives each process's directory a fresh inode,
+    /// so a change means the pid now belongs to another process (even when the pid cursor was
+    /// moved by hand through `ns_last_pid`, as checkpoint/restore tools do).
+    inode: u64,
     class: Class,
 }
 
@@ -224,7 +230,7 @@ pub struct Scanner {
     host: Host,
     stats: ScanStats,
     buf: Vec<u8>,
-    pids: Vec<i32>,
+    pids: Vec<(i32, u64)>,
 }
 
 impl Scanner {
@@ -288,7 +294,7 @@ impl Scanner {
             let bytes = name.as_encoded_bytes();
             if !bytes.is_empty() && bytes.iter().all(u8::is_ascii_digit) {
                 if let Some(pid) = std::str::from_utf8(bytes).ok().and_then(|s| s.parse().ok()) {
-                    self.pids.push(pid);
+                    self.pids.push((pid, entry.ino()));
                 }
             }
         }
@@ -385,8 +391,29 @@ impl Scanner {
             .unwrap_or_default()
     }
 
-    /// Re-checks a known engine: same start time and alive. `None` when it is gone.
-    fn recheck_engine(&mut self, pid: i32, mut state: Box<EngineState>) -> Option<Class> {
+    /// Re-checks a known engine: same start time and alive. `None` when it is gone. A pid the
+    /// kernel may have handed out again also has its argv compared, since a process started in
+    /// the same clock tick as its predecessor has the same start time.
+    fn recheck_engine(
+        &mut self,
+        pid: i32,
+        mut state: Box<EngineState>,
+        maybe_reused: bool,
+    ) -> Option<Class> {
+        if maybe_reused {
+            self.stats.reread += 1;
+            match read_small(&self.proc_path(pid, "cmdline")) {
+                None => {
+                    self.stats.vanished += 1;
+                    return None;
+                }
+                Some(cmdline) if cmdline != state.cmdline => {
+                    self.stats.new += 1;
+                    return self.classify(pid, true, Instant::now());
+                }
+                Some(_) => {}
+            }
+        }
         match self.read_stat(pid) {
             None => {
                 self.stats.vanished += 1;
@@ -434,20 +461,24 @@ impl Scanner {
         let forks_happened = !matches!(reuse, Reuse::Nothing);
         let pids = std::mem::take(&mut self.pids);
         self.stats.scanned = pids.len() as u64;
-        for &pid in &pids {
+        for &(pid, inode) in &pids {
             let entry = self.known.remove(&pid);
             let class = match entry {
                 None => {
                     self.stats.new += 1;
                     self.classify(pid, !first, now)
                 }
-                Some(known) => self.revisit(pid, known.class, reuse.may_reuse(pid), now),
+                Some(known) => {
+                    let maybe_reused = known.inode != inode || reuse.may_reuse(pid);
+                    self.revisit(pid, known.class, maybe_reused, now)
+                }
             };
             if let Some(class) = class {
                 self.known.insert(
                     pid,
                     Known {
                         generation: self.generation,
+                        inode,
                         class,
                     },
                 );
@@ -471,7 +502,7 @@ impl Scanner {
         now: Instant,
     ) -> Option<Class> {
         match class {
-            Class::Engine(state) => self.recheck_engine(pid, state),
+            Class::Engine(state) => self.recheck_engine(pid, state, maybe_reused),
             _ if maybe_reused => {
                 self.stats.reread += 1;
                 self.classify(pid, true, now)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psutil
@@ -57,6 +58,47 @@ def _read_argv(pid: int) -> list[str]:
         raise _Gone from None
 
 
+def _list_pids() -> list[tuple[int, int]]:
+    """(pid, inode of /proc/PID) pairs; the inode changes when a pid is handed to a new process."""
+    if not _LINUX:
+        return [(pid, 0) for pid in psutil.pids()]
+    with os.scandir("/proc") as entries:
+        return [(int(e.name), e.inode()) for e in entries if e.name.isdigit()]
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as file:
+            return int(file.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _read_cursor() -> tuple[int, int] | None:
+    """(last allocated pid, forks since boot), as the Rust scanner reads them."""
+    last_pid = _read_int("/proc/sys/kernel/ns_last_pid")
+    try:
+        with open("/proc/stat") as file:
+            forks = next(int(line.split()[1]) for line in file if line.startswith("processes "))
+    except (OSError, ValueError, StopIteration, IndexError):
+        return None
+    return None if last_pid is None else (last_pid, forks)
+
+
+def _reuse_window(
+    old: tuple[int, int] | None, new: tuple[int, int] | None, pid_max: int
+) -> Callable[[int], bool]:
+    """Which pids may have been handed out again since the previous scan (``Reuse`` in scan.rs)."""
+    if old is None or new is None or new[1] - old[1] >= pid_max - 301:
+        return lambda pid: True
+    if new[1] == old[1]:
+        return lambda pid: False
+    after, upto = old[0], new[0]
+    if after <= upto:
+        return lambda pid: after < pid <= upto
+    return lambda pid: pid > after or pid <= upto
+
+
 @dataclass
 class _Engine:
     create_time: float
@@ -86,6 +128,10 @@ class Scanner:
         self._listen_ports = listen_ports
         self._known: dict[int, _Engine | _Other | None] = {}
         self._first = True
+        self._cursor: tuple[int, int] | None = None
+        self._inodes: dict[int, int] = {}
+        self._counts: dict[str, int] = {}
+        self._pid_max = _read_int("/proc/sys/kernel/pid_max") or 4_194_304
         self._stats = (0, 0, 0, 0, 0, False, 0)
 
     def stats(self) -> tuple[int, int, int, int, int, bool, int]:
@@ -120,72 +166,81 @@ class Scanner:
 
     def scan(self) -> list[RawProcess]:
         now = time.monotonic()
-        new = vanished = unreadable = reread = 0
-        pids = psutil.pids()
+        self._counts = {"new": 0, "vanished": 0, "unreadable": 0, "reread": 0}
+        pids = _list_pids()
+        cursor = _read_cursor()
+        in_window = _reuse_window(self._cursor, cursor, self._pid_max)
         known: dict[int, _Engine | _Other | None] = {}
-        for pid in pids:
+        for pid, inode in pids:
             try:
                 proc = psutil.Process(pid)
                 create_time = proc.create_time()
-            except psutil.AccessDenied:
-                unreadable += 1
-                known[pid] = None
-                continue
-            except psutil.Error:
-                vanished += 1
-                continue
-            seen_before = pid in self._known
-            previous = self._known.get(pid)
-            try:
-                if not seen_before or (previous is not None and previous.create_time != create_time):
-                    new += 1
+                if pid not in self._known:
+                    self._counts["new"] += 1
                     known[pid] = self._classify(proc, create_time, not self._first, now)
-                elif previous is None:
-                    unreadable += 1
-                    known[pid] = None
-                elif isinstance(previous, _Engine):
-                    if proc.status() == psutil.STATUS_ZOMBIE:
-                        known[pid] = _Other(create_time, None)
-                        continue
-                    ppid = proc.ppid()
-                    if ppid != previous.ppid:
-                        previous.ppid, previous.parent_argv = ppid, _parent_argv(ppid)
-                    known[pid] = previous
-                elif previous.watch is not None:
-                    argv, deadline = previous.watch
-                    if deadline is not None and now >= deadline:
-                        known[pid] = _Other(create_time, None)
-                        continue
-                    reread += 1
-                    current = _read_argv(pid)
-                    if current == argv:
-                        known[pid] = previous
-                    else:
-                        classified = self._classify_argv(
-                            proc, create_time, current, deadline is not None, now
-                        )
-                        if (
-                            isinstance(classified, _Other)
-                            and classified.watch
-                            and classified.watch[1] is not None
-                        ):
-                            classified.watch = (classified.watch[0], deadline)
-                        known[pid] = classified
                 else:
-                    known[pid] = previous
-            except _Denied:
-                unreadable += 1
+                    maybe_reused = in_window(pid) or self._inodes.get(pid) != inode
+                    known[pid] = self._revisit(proc, create_time, self._known[pid], maybe_reused, now)
+            except (_Denied, psutil.AccessDenied):
+                self._counts["unreadable"] += 1
                 known[pid] = None
-            except (_Gone, psutil.NoSuchProcess):
-                vanished += 1
-            except psutil.AccessDenied:
-                unreadable += 1
-                known[pid] = None
-        vanished += sum(1 for pid in self._known if pid not in known)
+            except (_Gone, psutil.Error):
+                self._counts["vanished"] += 1
+        self._counts["vanished"] += sum(1 for pid in self._known if pid not in known)
         self._known = known
+        self._inodes = dict(pids)
         self._first = False
-        self._stats = (len(pids), new, vanished, unreadable, reread, False, len(known))
+        self._cursor = cursor
+        c = self._counts
+        self._stats = (len(pids), c["new"], c["vanished"], c["unreadable"], c["reread"], False, len(known))
         return self._collect()
+
+    def _revisit(
+        self,
+        proc: psutil.Process,
+        create_time: float,
+        previous: _Engine | _Other | None,
+        maybe_reused: bool,
+        now: float,
+    ) -> _Engine | _Other | None:
+        """A known process, as ``Scanner::revisit`` in scan.rs."""
+        if isinstance(previous, _Engine):
+            if previous.create_time != create_time:
+                self._counts["new"] += 1
+                return self._classify(proc, create_time, True, now)
+            # Same start time yet maybe another process (same clock tick): compare argv.
+            if maybe_reused:
+                self._counts["reread"] += 1
+                current = _read_argv(proc.pid)
+                if current != previous.argv:
+                    self._counts["new"] += 1
+                    return self._classify_argv(proc, create_time, current, True, now)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return _Other(create_time, None)
+            ppid = proc.ppid()
+            if ppid != previous.ppid:
+                previous.ppid, previous.parent_argv = ppid, _parent_argv(ppid)
+            return previous
+        if maybe_reused or previous is None or previous.create_time != create_time:
+            if previous is None and not maybe_reused:
+                self._counts["unreadable"] += 1
+                return None
+            self._counts["reread"] += 1
+            return self._classify(proc, create_time, True, now)
+        if previous.watch is None:
+            return previous
+        argv, deadline = previous.watch
+        if deadline is not None and now >= deadline:
+            return _Other(create_time, None)
+        self._counts["reread"] += 1
+        current = _read_argv(proc.pid)
+        if current == argv:
+            return previous
+        # It exec'd: classify the new program, watching it for the rest of its window.
+        classified = self._classify_argv(proc, create_time, current, deadline is not None, now)
+        if isinstance(classified, _Other) and classified.watch and classified.watch[1] is not None:
+            classified.watch = (classified.watch[0], deadline)
+        return classified
 
     def _collect(self) -> list[RawProcess]:
         out: list[RawProcess] = []
