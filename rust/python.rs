@@ -122,6 +122,7 @@ impl Scanner {
         signatures_json: &str,
         wrappers: Vec<OsString>,
         young_seconds: f64,
+        refresh_seconds: f64,
         listen_ports: bool,
     ) -> PyResult<Self> {
         let signatures = crate::signature::signatures_from_json(signatures_json)
@@ -129,9 +130,13 @@ impl Scanner {
         let young = Duration::try_from_secs_f64(young_seconds).map_err(|_| {
             PyValueError::new_err(format!("young_seconds: invalid {young_seconds}"))
         })?;
+        let refresh = Duration::try_from_secs_f64(refresh_seconds).map_err(|_| {
+            PyValueError::new_err(format!("refresh_seconds: invalid {refresh_seconds}"))
+        })?;
         let options = scan::ScanOptions {
             wrappers: wrappers.into_iter().map(OsString::into_vec).collect(),
             young,
+            refresh,
             listen_ports,
             ..scan::ScanOptions::default()
         };

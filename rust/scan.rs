@@ -15,7 +15,6 @@
 
 use std::fs::File;
 use std::io::{ErrorKind, Read};
-use std::os::unix::fs::DirEntryExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -33,6 +32,8 @@ pub struct ScanOptions {
     pub young: Duration,
     /// Read the TCP ports the engine's process tree listens on.
     pub listen_ports: bool,
+    /// How often an engine's process tree (workers) and sockets are re-read.
+    pub refresh: Duration,
     /// Root of procfs (tests may point elsewhere).
     pub proc_root: PathBuf,
 }
@@ -43,6 +44,7 @@ impl Default for ScanOptions {
             wrappers: Vec::new(),
             young: Duration::from_secs(5),
             listen_ports: true,
+            refresh: Duration::from_secs(2),
             proc_root: PathBuf::from("/proc"),
         }
     }
@@ -95,6 +97,9 @@ struct EngineState {
     exe: Option<Vec<u8>>,
     parent_argv: Vec<Vec<u8>>,
     descendants: Vec<i32>,
+    listen_ports: Vec<u16>,
+    /// When `descendants` and `listen_ports` were last read.
+    tree_read: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -229,6 +234,8 @@ pub struct Scanner {
     generation: u64,
     host: Host,
     stats: ScanStats,
+    /// Whether this scan classified a process as an engine for the first time.
+    engine_appeared: bool,
     buf: Vec<u8>,
     pids: Vec<(i32, u64)>,
 }
@@ -260,6 +267,7 @@ impl Scanner {
                 pid_max,
             },
             stats: ScanStats::default(),
+            engine_appeared: false,
             buf: Vec::with_capacity(4096),
             pids: Vec::new(),
         })
@@ -285,19 +293,7 @@ impl Scanner {
     }
 
     fn list_pids(&mut self) {
-        self.pids.clear();
-        let Ok(entries) = std::fs::read_dir(&self.options.proc_root) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let bytes = name.as_encoded_bytes();
-            if !bytes.is_empty() && bytes.iter().all(u8::is_ascii_digit) {
-                if let Some(pid) = std::str::from_utf8(bytes).ok().and_then(|s| s.parse().ok()) {
-                    self.pids.push((pid, entry.ino()));
-                }
-            }
-        }
+        list_proc(&self.options.proc_root, &mut self.pids);
     }
 
     fn proc_path(&self, pid: i32, file: &str) -> PathBuf {
@@ -306,11 +302,15 @@ impl Scanner {
         path
     }
 
-    fn is_wrapper(&self, argv0: &[u8]) -> bool {
-        // Login shells show as `-bash`.
-        let name = basename(argv0);
-        let name = name.strip_prefix(b"-").unwrap_or(name);
-        self.wrappers.contains(name)
+    /// A wrapper that is running a command (`sh -c ...`, `bash run.sh`, `env X=1 vllm ...`), as
+    /// opposed to an interactive or login shell (`-bash`, `bash --login`), which is not watched.
+    fn is_wrapper(&self, argv: &[&[u8]]) -> bool {
+        let Some((argv0, rest)) = argv.split_first() else {
+            return false;
+        };
+        !argv0.starts_with(b"-")
+            && self.wrappers.contains(basename(argv0))
+            && rest.iter().any(|a| *a == b"-c" || !a.starts_with(b"-"))
     }
 
     /// Reads and classifies a process; `None` when it vanished.
@@ -345,12 +345,12 @@ impl Scanner {
         }
         // An empty cmdline is a kernel thread, a zombie, or a process caught inside execve (the
         // kernel publishes the new argv only after the exec is under way): watch it for a while.
-        let watch = match argv.first() {
-            Some(argv0) if self.is_wrapper(argv0) => Some((cmdline.to_vec(), None)),
-            _ if young || argv.is_empty() => {
-                Some((cmdline.to_vec(), Some(now + self.options.young)))
-            }
-            _ => None,
+        let watch = if self.is_wrapper(&argv) {
+            Some((cmdline.to_vec(), None))
+        } else if young || argv.is_empty() {
+            Some((cmdline.to_vec(), Some(now + self.options.young)))
+        } else {
+            None
         };
         Some(Class::Other { watch })
     }
@@ -367,6 +367,7 @@ impl Scanner {
         if state == b'Z' || state == b'X' {
             return Some(Class::Other { watch: None });
         }
+        self.engine_appeared = true;
         let exe = std::fs::read_link(self.proc_path(pid, "exe"))
             .ok()
             .map(|p| p.into_os_string().into_encoded_bytes());
@@ -377,6 +378,8 @@ impl Scanner {
             exe,
             parent_argv: self.read_argv(ppid),
             descendants: Vec::new(),
+            listen_ports: Vec::new(),
+            tree_read: None,
         })))
     }
 
@@ -441,6 +444,7 @@ impl Scanner {
         let first = self.cursor.is_none();
         self.generation += 1;
         self.stats = ScanStats::default();
+        self.engine_appeared = false;
         self.list_pids();
         // Read after listing, so any pid reused before the listing falls inside the window.
         let cursor = self.read_cursor();
@@ -458,40 +462,52 @@ impl Scanner {
             },
         };
         self.stats.full_recheck = !first && matches!(reuse, Reuse::Everything);
-        let forks_happened = !matches!(reuse, Reuse::Nothing);
         let pids = std::mem::take(&mut self.pids);
         self.stats.scanned = pids.len() as u64;
+        let generation = self.generation;
         for &(pid, inode) in &pids {
-            let entry = self.known.remove(&pid);
-            let class = match entry {
-                None => {
-                    self.stats.new += 1;
-                    self.classify(pid, !first, now)
+            if let Some(known) = self.known.get_mut(&pid) {
+                let maybe_reused = known.inode != inode || reuse.may_reuse(pid);
+                // The common case on every poll: a settled process, trusted without any read.
+                if !maybe_reused && matches!(known.class, Class::Other { watch: None }) {
+                    known.generation = generation;
+                    continue;
                 }
-                Some(known) => {
-                    let maybe_reused = known.inode != inode || reuse.may_reuse(pid);
-                    self.revisit(pid, known.class, maybe_reused, now)
+                let previous = std::mem::replace(&mut known.class, Class::Unreadable);
+                match self.revisit(pid, previous, maybe_reused, now) {
+                    Some(class) => {
+                        self.remember(pid, inode, class);
+                    }
+                    None => {
+                        self.known.remove(&pid);
+                    }
                 }
-            };
-            if let Some(class) = class {
-                self.known.insert(
-                    pid,
-                    Known {
-                        generation: self.generation,
-                        inode,
-                        class,
-                    },
-                );
+            } else {
+                self.stats.new += 1;
+                if let Some(class) = self.classify(pid, !first, now) {
+                    self.remember(pid, inode, class);
+                }
             }
         }
         self.pids = pids;
-        let generation = self.generation;
         let before = self.known.len();
         self.known.retain(|_, known| known.generation == generation);
         self.stats.vanished += (before - self.known.len()) as u64;
         self.known.shrink_to(self.known.len() * 2);
         self.cursor = cursor;
-        self.collect(forks_happened)
+        self.collect(now)
+    }
+
+    fn remember(&mut self, pid: i32, inode: u64, class: Class) {
+        let generation = self.generation;
+        self.known.insert(
+            pid,
+            Known {
+                generation,
+                inode,
+                class,
+            },
+        );
     }
 
     fn revisit(
@@ -548,7 +564,7 @@ impl Scanner {
         }
     }
 
-    fn collect(&mut self, forks_happened: bool) -> Vec<EngineProc> {
+    fn collect(&mut self, now: Instant) -> Vec<EngineProc> {
         let engines: Vec<i32> = self
             .known
             .iter()
@@ -568,16 +584,35 @@ impl Scanner {
             let Some(parsed) = self.matcher.parse(&argv) else {
                 continue;
             };
-            let fold = self.fold.get(parsed.engine).copied().unwrap_or(false);
-            let descendants = if fold && (forks_happened || state.descendants.is_empty()) {
-                descendants(&self.options.proc_root, pid)
+            // The process tree and its sockets are re-read when a new engine appeared (a forked
+            // child keeping the server's argv must be folded at once) and otherwise at most once
+            // per `refresh`: walking every thread's children and every fd on each poll is the
+            // most expensive thing a scan could do.
+            let stale = self.engine_appeared
+                || state
+                    .tree_read
+                    .is_none_or(|t| now.duration_since(t) >= self.options.refresh);
+            let (descendants, listen, tree_read) = if stale {
+                let fold = self.fold.get(parsed.engine).copied().unwrap_or(false);
+                let descendants = if fold {
+                    descendants(&self.options.proc_root, pid)
+                } else {
+                    Vec::new()
+                };
+                let listen = if self.options.listen_ports {
+                    listen_ports(&self.options.proc_root, pid, &descendants)
+                } else {
+                    Vec::new()
+                };
+                (descendants, listen, Some(now))
             } else {
-                state.descendants.clone()
-            };
-            let listen_ports = if self.options.listen_ports {
-                listen_ports(&self.options.proc_root, pid, &descendants)
-            } else {
-                Vec::new()
+                let alive: Vec<i32> = state
+                    .descendants
+                    .iter()
+                    .copied()
+                    .filter(|d| self.known.contains_key(d))
+                    .collect();
+                (alive, state.listen_ports.clone(), state.tree_read)
             };
             let proc = EngineProc {
                 pid,
@@ -592,7 +627,7 @@ impl Scanner {
                 exe: state.exe.clone(),
                 descendants: descendants.clone(),
                 parent_argv: state.parent_argv.clone(),
-                listen_ports,
+                listen_ports: listen.clone(),
             };
             if let Some(Known {
                 class: Class::Engine(state),
@@ -600,11 +635,68 @@ impl Scanner {
             }) = self.known.get_mut(&pid)
             {
                 state.descendants = descendants;
+                state.listen_ports = listen;
+                state.tree_read = tree_read;
             }
             out.push(proc);
         }
         out.sort_by_key(|p| p.pid);
         out
+    }
+}
+
+/// Lists the numeric entries of procfs as (pid, inode of `/proc/PID`), with raw `getdents64`
+/// calls into one buffer: no allocation per entry. Leaves `out` empty if procfs cannot be read.
+pub fn list_proc(proc_root: &Path, out: &mut Vec<(i32, u64)>) {
+    use std::os::fd::AsRawFd;
+
+    out.clear();
+    let Ok(dir) = File::open(proc_root) else {
+        return;
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        // SAFETY: the fd is open for the whole loop and `buf` is writable for `buf.len()` bytes.
+        let read = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                dir.as_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        let Ok(read) = usize::try_from(read) else {
+            return;
+        };
+        if read == 0 {
+            return;
+        }
+        let mut offset = 0;
+        // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
+        while let Some(record) = buf.get(offset..read) {
+            let (Some(ino), Some(reclen)) = (record.get(0..8), record.get(16..18)) else {
+                break;
+            };
+            let reclen = usize::from(u16::from_ne_bytes([reclen[0], reclen[1]]));
+            let Some(name) = record.get(19..reclen.max(19)) else {
+                break;
+            };
+            let name = name.split(|&b| b == 0).next().unwrap_or_default();
+            if !name.is_empty() && name.len() <= 10 && name.iter().all(u8::is_ascii_digit) {
+                let pid = name
+                    .iter()
+                    .fold(0i64, |acc, &d| acc * 10 + i64::from(d - b'0'));
+                if let Ok(pid) = i32::try_from(pid) {
+                    let mut inode = [0u8; 8];
+                    inode.copy_from_slice(ino);
+                    out.push((pid, u64::from_ne_bytes(inode)));
+                }
+            }
+            if reclen == 0 {
+                return;
+            }
+            offset += reclen;
+        }
     }
 }
 

@@ -138,26 +138,38 @@ def test_supervisors(procs: Procs) -> None:
 
 
 def test_exec_into_an_engine_is_found_on_the_next_scan(helper: Path, procs: Procs) -> None:
+    # The wrapper waits for a line on stdin (instead of `sleep 1`) so the test does not depend on
+    # how long a scan takes; then it execs, keeping its pid and start time.
     wrapper = subprocess.Popen(
-        ["bash", "-c", f"sleep 1; exec -a vllm {helper} serve /models/x --port 8123"], start_new_session=True
+        ["bash", "-c", f"read -r _; exec -a vllm {helper} serve /models/x --port 8123"],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
     )
-    procs.started.append(wrapper)
+    procs.started.append(wrapper)  # type: ignore[arg-type]
     scanner = Scanner()
     assert wrapper.pid not in _mine(scanner.scan(), procs)
+    _release(wrapper)
     wait_for(lambda: Path(f"/proc/{wrapper.pid}/cmdline").read_bytes().startswith(b"vllm\0"))
     found = _mine(scanner.scan(), procs)
     assert found[wrapper.pid].model == "/models/x"
     assert found[wrapper.pid].port == 8123
-    # A young process (born after the previous scan) that execs is caught too.
+    # A young process (born after the previous scan, not a known wrapper) that execs is caught too.
     target = ["mlx_lm.server", "--model", "young/m"]
-    code = f"import os, time; time.sleep(0.5); os.execv({str(helper)!r}, {target!r})"
-    late = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-    procs.started.append(late)
+    code = f"import os, sys; sys.stdin.readline(); os.execv({str(helper)!r}, {target!r})"
+    late = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, start_new_session=True)
+    procs.started.append(late)  # type: ignore[arg-type]
     assert late.pid not in _mine(scanner.scan(), procs)
+    _release(late)
     wait_for(lambda: Path(f"/proc/{late.pid}/cmdline").read_bytes().startswith(b"mlx_lm.server\0"))
     found = _mine(scanner.scan(), procs)
-    assert late.pid in found, (scanner.stats, Path(f"/proc/{late.pid}/cmdline").read_bytes())
+    assert late.pid in found, scanner.stats
     assert found[late.pid].model == "young/m"
+
+
+def _release(proc: subprocess.Popen[bytes]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write(b"go\n")
+    proc.stdin.flush()
 
 
 def test_listen_ports_not_given_in_argv(procs: Procs) -> None:
@@ -220,7 +232,7 @@ def test_base_url() -> None:
 def test_both_backends_return_the_same_processes(procs: Procs) -> None:
     from enginespec import _native, _pyscanner
     from enginespec.engines import all_signatures
-    from enginespec.scanning import EXEC_WRAPPERS, YOUNG_SECONDS
+    from enginespec.scanning import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
     from enginespec.signature import signatures_json
 
     for record in CORPUS[:80]:
@@ -228,7 +240,7 @@ def test_both_backends_return_the_same_processes(procs: Procs) -> None:
     procs.start(["vllm", "serve", "/m/t", "--port", "8400"], HELPER_CHILD_TITLES="VLLM::Worker_TP0,=")
     procs.start(["llama-server", "-m", "/m/p.gguf"], HELPER_LISTEN="1")
     time.sleep(0.2)
-    args = (signatures_json(all_signatures()), list(EXEC_WRAPPERS), YOUNG_SECONDS, True)
+    args = (signatures_json(all_signatures()), list(EXEC_WRAPPERS), YOUNG_SECONDS, TREE_REFRESH_SECONDS, True)
     pids = {p.pid for p in procs.started}
     native = [r for r in _native.Scanner(*args).scan() if r[0] in pids]
     python = [r for r in _pyscanner.Scanner(*args).scan() if r[0] in pids]

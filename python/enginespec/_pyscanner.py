@@ -106,6 +106,8 @@ class _Engine:
     argv: list[str]
     exe: str | None
     parent_argv: list[str]
+    #: (descendants, listen ports, monotonic time read), refreshed as in ``collect`` in scan.rs.
+    tree: tuple[list[int], list[int], float] | None = None
 
 
 @dataclass
@@ -117,7 +119,12 @@ class _Other:
 
 class Scanner:
     def __init__(
-        self, signatures_json: str, wrappers: list[str], young_seconds: float, listen_ports: bool
+        self,
+        signatures_json: str,
+        wrappers: list[str],
+        young_seconds: float,
+        refresh_seconds: float,
+        listen_ports: bool,
     ) -> None:
         import json
 
@@ -125,6 +132,8 @@ class Scanner:
         self._fold = [Signature.model_validate(doc).fold_workers for doc in json.loads(signatures_json)]
         self._wrappers = frozenset(wrappers)
         self._young = young_seconds
+        self._refresh = refresh_seconds
+        self._engine_appeared = False
         self._listen_ports = listen_ports
         self._known: dict[int, _Engine | _Other | None] = {}
         self._first = True
@@ -138,7 +147,13 @@ class Scanner:
         return self._stats
 
     def _is_wrapper(self, argv: list[str]) -> bool:
-        return bool(argv) and _basename(argv[0]).removeprefix("-") in self._wrappers
+        """A wrapper running a command, not an interactive or login shell (as ``is_wrapper``)."""
+        return (
+            bool(argv)
+            and not argv[0].startswith("-")
+            and _basename(argv[0]) in self._wrappers
+            and any(a == "-c" or not a.startswith("-") for a in argv[1:])
+        )
 
     def _classify(
         self, proc: psutil.Process, create_time: float, young: bool, now: float
@@ -156,6 +171,7 @@ class Scanner:
                 ppid = proc.ppid()
             except psutil.Error:
                 raise _Gone from None
+            self._engine_appeared = True
             return _Engine(create_time, ppid, argv, _exe(proc), _parent_argv(ppid))
         if self._is_wrapper(argv):
             return _Other(create_time, (argv, None))
@@ -166,6 +182,7 @@ class Scanner:
 
     def scan(self) -> list[RawProcess]:
         now = time.monotonic()
+        self._engine_appeared = False
         self._counts = {"new": 0, "vanished": 0, "unreadable": 0, "reread": 0}
         pids = _list_pids()
         cursor = _read_cursor()
@@ -193,7 +210,7 @@ class Scanner:
         self._cursor = cursor
         c = self._counts
         self._stats = (len(pids), c["new"], c["vanished"], c["unreadable"], c["reread"], False, len(known))
-        return self._collect()
+        return self._collect(now)
 
     def _revisit(
         self,
@@ -242,7 +259,7 @@ class Scanner:
             classified.watch = (classified.watch[0], deadline)
         return classified
 
-    def _collect(self) -> list[RawProcess]:
+    def _collect(self, now: float) -> list[RawProcess]:
         out: list[RawProcess] = []
         for pid, entry in sorted(self._known.items()):
             if not isinstance(entry, _Engine):
@@ -250,13 +267,19 @@ class Scanner:
             parsed = self._matcher.parse(entry.argv)
             if parsed is None:
                 continue
-            descendants: list[int] = []
-            if self._fold[parsed[0]]:
-                try:
-                    descendants = sorted(child.pid for child in psutil.Process(pid).children(recursive=True))
-                except psutil.Error:
-                    descendants = []
-            ports = _listen_ports([pid, *descendants]) if self._listen_ports else []
+            if self._engine_appeared or entry.tree is None or now - entry.tree[2] >= self._refresh:
+                descendants: list[int] = []
+                if self._fold[parsed[0]]:
+                    try:
+                        descendants = sorted(c.pid for c in psutil.Process(pid).children(recursive=True))
+                    except psutil.Error:
+                        descendants = []
+                ports = _listen_ports([pid, *descendants]) if self._listen_ports else []
+                entry.tree = (descendants, ports, now)
+            else:
+                alive = [d for d in entry.tree[0] if d in self._known]
+                entry.tree = (alive, entry.tree[1], entry.tree[2])
+            descendants, ports, _read = entry.tree
             out.append(
                 (
                     pid,

@@ -23,6 +23,8 @@ EXEC_WRAPPERS: tuple[str, ...] = (
 )  # fmt: skip
 #: How long a process born since the previous scan is watched for an exec.
 YOUNG_SECONDS = 5.0
+#: How often an engine's workers and listening sockets are re-read (at once when an engine appears).
+TREE_REFRESH_SECONDS = 2.0
 
 
 class EngineProcess(BaseModel):
@@ -111,6 +113,7 @@ class Scanner:
             signatures_json(spec.signature for spec in self._specs),
             list(EXEC_WRAPPERS),
             YOUNG_SECONDS,
+            TREE_REFRESH_SECONDS,
             listen_ports,
         )
 

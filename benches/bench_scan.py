@@ -1,0 +1,183 @@
+"""Scan benchmark: enginespec's scanner against psutil, `ps` parsing, sysinfo and raw /proc floors.
+
+Run as root from the repository root with the package installed:
+
+    python benches/bench_scan.py [--sizes 1000,5000,10000] [--poll-seconds 30]
+
+For each host size N it starts N extra idle processes with realistic argv (a few engines among
+them) and prints, measured in the same run: the cold scan (first call), the incremental scan when
+nothing changed, per-process microseconds, and ratios to the alternatives. Then the CPU used
+polling at 10 Hz on the largest host, as % of one core. The Rust floor programs are in
+`benches/proc_floor.rs`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+from _mix import host_mix
+from enginespec import Scanner
+from enginespec.engines import all_signatures
+from enginespec.signature import signatures_json
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "target" / "bench-data"
+HELPER_SOURCE = ROOT / "tests" / "helpers" / "idle.c"
+
+
+def _median(fn: Callable[[], object], reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _rust(mode: str, reps: int) -> float:
+    out = subprocess.run(
+        ["cargo", "bench", "--quiet", "--bench", "proc_floor", "--", mode, str(reps)],
+        cwd=ROOT,
+        env={**os.environ, "ENGINESPEC_BENCH_DATA": str(DATA)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    line = next(line for line in out.stdout.splitlines() if line.startswith("{"))
+    return statistics.median(json.loads(line)["seconds"])
+
+
+def _ps_parse() -> int:
+    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=True).stdout
+    rows = [line.strip().split(None, 1) for line in out.splitlines()]
+    return len(rows)
+
+
+def _psutil_cold() -> int:
+    psutil.process_iter.cache_clear()
+    return sum(1 for _ in psutil.process_iter(["pid", "cmdline"]))
+
+
+def _psutil_warm() -> int:
+    return sum(1 for _ in psutil.process_iter(["pid", "cmdline"]))
+
+
+class Host:
+    """Extra idle processes whose argv is a host-like mix."""
+
+    def __init__(self, helper: Path) -> None:
+        self.helper = helper
+        self.pids: list[int] = []
+        self.mix = host_mix(10_000, engine_share=0.002, seed=11)
+
+    def grow_to(self, count: int) -> None:
+        while len(self.pids) < count:
+            argv = self.mix[len(self.pids) % len(self.mix)] or ["kworker/0:1"]
+            self.pids.append(os.posix_spawn(str(self.helper), [os.fsencode(a) for a in argv], {}))
+
+    def stop(self) -> None:
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        self.pids.clear()
+
+
+def _row(name: str, seconds: float, processes: int, ours: float) -> str:
+    per = seconds / processes * 1e6
+    return f"  {name:<44}{seconds * 1e3:>10.2f} ms{per:>9.2f} us/proc{seconds / ours:>9.2f}x ours"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="1000,5000,10000")
+    parser.add_argument("--poll-seconds", type=float, default=30.0)
+    parser.add_argument("--reps", type=int, default=7)
+    args = parser.parse_args()
+    DATA.mkdir(parents=True, exist_ok=True)
+    (DATA / "signatures.json").write_text(signatures_json(all_signatures()))
+    helper = DATA / "idle"
+    subprocess.run(["gcc", "-O1", "-o", str(helper), str(HELPER_SOURCE)], check=True)
+    subprocess.run(["cargo", "bench", "--quiet", "--bench", "proc_floor", "--no-run"], cwd=ROOT, check=True)
+
+    host = Host(helper)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    try:
+        for size in sizes:
+            host.grow_to(size)
+            time.sleep(0.5)
+            processes = len(psutil.pids())
+            reps = args.reps
+            cold = _median(lambda: Scanner().scan(), reps)
+            warm_scanner = Scanner()
+            engines = len(warm_scanner.scan())
+            warm = _median(warm_scanner.scan, reps * 3)
+            floor_cmdline = _rust("cmdline", reps)
+            floor_list = _rust("list", reps * 3)
+            print(f"\nN = {size} extra processes ({processes} on the host, {engines} engines found)")
+            print(" cold scan (first call)")
+            print(_row("enginespec native Scanner().scan()", cold, processes, cold))
+            print(
+                _row("enginespec scanner from Rust (no Python)", _rust("native-cold", reps), processes, cold)
+            )
+            print(_row("raw floor: list /proc + read every cmdline", floor_cmdline, processes, cold))
+            print(
+                _row("psutil process_iter(pid, cmdline), cold", _median(_psutil_cold, reps), processes, cold)
+            )
+            print(_row("ps -eo pid=,args= + parsing", _median(_ps_parse, reps), processes, cold))
+            print(
+                _row("sysinfo refresh (cmd only), new System", _rust("sysinfo-cold", reps), processes, cold)
+            )
+            print(f"  -> native / raw floor = {cold / floor_cmdline:.2f} (goal <= 1.25)")
+            print(" incremental scan, nothing changed")
+            print(_row("enginespec native scanner.scan()", warm, processes, warm))
+            print(
+                _row(
+                    "enginespec scanner from Rust (no Python)",
+                    _rust("native-warm", reps * 3),
+                    processes,
+                    warm,
+                )
+            )
+            print(_row("floor: list /proc only", floor_list, processes, warm))
+            psutil_warm = _median(_psutil_warm, reps)
+            print(_row("psutil process_iter(pid, cmdline), warm", psutil_warm, processes, warm))
+            print(_row("sysinfo refresh (cmd only), warm", _rust("sysinfo-warm", reps * 3), processes, warm))
+            print(
+                f"  -> native / list floor = {warm / floor_list:.2f} (goal <= 2); psutil / native = "
+                f"{psutil_warm / warm:.1f}x (goal >= 10)"
+            )
+        if args.poll_seconds > 0:
+            scanner = Scanner()
+            scanner.scan()
+            period, ticks = 0.1, int(args.poll_seconds * 10)
+            cpu_start, wall_start = time.process_time(), time.monotonic()
+            for tick in range(ticks):
+                scanner.scan()
+                delay = wall_start + (tick + 1) * period - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            cpu = time.process_time() - cpu_start
+            wall = time.monotonic() - wall_start
+            print(
+                f"\npolling at 10 Hz for {wall:.1f} s on N = {sizes[-1]}: {100 * cpu / wall:.1f}% "
+                f"of one core (goal <= 20%); {ticks} scans, {cpu / ticks * 1e3:.2f} ms CPU each"
+            )
+    finally:
+        host.stop()
+
+
+if __name__ == "__main__":
+    main()
