@@ -297,9 +297,8 @@ impl Scanner {
     }
 
     fn proc_path(&self, pid: i32, file: &str) -> PathBuf {
-        let mut path = self.options.proc_root.join(pid.to_string());
-        path.push(file);
-        path
+        // One allocation; std opens short paths through a stack buffer.
+        PathBuf::from(format!("{}/{pid}/{file}", self.options.proc_root.display()))
     }
 
     /// A wrapper that is running a command (`sh -c ...`, `bash run.sh`, `env X=1 vllm ...`), as
@@ -464,6 +463,8 @@ impl Scanner {
         self.stats.full_recheck = !first && matches!(reuse, Reuse::Everything);
         let pids = std::mem::take(&mut self.pids);
         self.stats.scanned = pids.len() as u64;
+        self.known
+            .reserve(pids.len().saturating_sub(self.known.len()));
         let generation = self.generation;
         for &(pid, inode) in &pids {
             if let Some(known) = self.known.get_mut(&pid) {

@@ -246,3 +246,28 @@ def test_both_backends_return_the_same_processes(procs: Procs) -> None:
     python = [r for r in _pyscanner.Scanner(*args).scan() if r[0] in pids]
     assert len(native) > 40
     assert native == python
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).with_name("enginespec")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "enginespec.cli"]
+    return subprocess.run([*command, *args], capture_output=True, text=True, check=False)
+
+
+def test_cli_ps(procs: Procs) -> None:
+    vllm = procs.start(["vllm", "serve", "/models/ps-a", "--served-model-name", "psa", "--api-key", "sk-ps"])
+    llama = procs.start(["llama-server", "-m", "/models/ps-b.gguf", "--host", "::", "--port", "9123"])
+    out = _cli("ps", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = {row["pid"]: row for row in json.loads(out.stdout)}
+    assert rows[vllm.pid]["model"] == "/models/ps-a"
+    assert rows[vllm.pid]["served_model_names"] == ["psa"]
+    assert rows[vllm.pid]["base_url"] == "http://127.0.0.1:8000"
+    assert rows[llama.pid]["base_url"] == "http://[::1]:9123"
+    assert "sk-ps" not in out.stdout
+    assert set(rows[llama.pid]) >= {"pid", "start_time", "engine", "argv", "worker_pids", "supervisor", "listen_ports"}
+    table = _cli("ps")
+    assert table.returncode == 0
+    assert "/models/ps-a" in table.stdout
+    assert "http://[::1]:9123" in table.stdout
+    assert "sk-ps" not in table.stdout

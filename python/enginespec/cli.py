@@ -47,6 +47,38 @@ def _cmd_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_ps(args: argparse.Namespace) -> int:
+    from enginespec.scanning import Scanner
+
+    processes = Scanner(listen_ports=True).scan()
+    if args.json:
+        print(json.dumps([p.model_dump(mode="json") for p in processes], indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for column in ("PID", "ENGINE", "MODEL", "SERVED AS", "URL", "WORKERS", "SUPERVISOR", "LISTENING"):
+        table.add_column(column, overflow="fold")
+    for p in processes:
+        table.add_row(
+            str(p.pid),
+            p.engine,
+            p.model or "?",
+            ", ".join(p.served_model_names) or "-",
+            p.base_url,
+            str(len(p.worker_pids)),
+            p.supervisor or "-",
+            ", ".join(map(str, p.listen_ports)) or "-",
+        )
+    console = Console()
+    if processes:
+        console.print(table)
+    else:
+        console.print("no engine servers found on this host")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="enginespec", description="Know, find and probe local LLM inference engines."
@@ -60,6 +92,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parse.add_argument("argv", nargs=argparse.REMAINDER, help="the command line, after --")
     parse.set_defaults(handler=_cmd_parse)
+    ps = commands.add_parser(
+        "ps",
+        help="list the engine servers running on this host",
+        description="Lists every vLLM, SGLang, llama-server and mlx_lm.server process on this host "
+        "(workers folded into their server, secrets redacted).",
+    )
+    ps.add_argument("--json", action="store_true", help="print a JSON list of EngineProcess objects")
+    ps.set_defaults(handler=_cmd_ps)
     command = commands.add_parser(
         "command",
         help="print the serve command (and environment) a recipe file builds",
