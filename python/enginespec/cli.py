@@ -71,7 +71,8 @@ def _cmd_ps(args: argparse.Namespace) -> int:
             p.supervisor or "-",
             ", ".join(map(str, p.listen_ports)) or "-",
         )
-    console = Console()
+    # Piped output is not cut to 80 columns: scripts grep it, people page it.
+    console = Console() if sys.stdout.isatty() else Console(width=1000)
     if processes:
         console.print(table)
     else:
