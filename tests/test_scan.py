@@ -14,7 +14,7 @@ import pytest
 
 import enginespec
 from enginespec import Config, EngineProcess, Recipe, Scanner, get_engine_spec
-from enginespec.scanning import base_url
+from enginespec.urls import base_url
 from procs import Procs, children_of, wait_for
 from test_corpus import DISAGREEMENTS, KNOWN_ENGINES
 
@@ -265,7 +265,15 @@ def test_cli_ps(procs: Procs) -> None:
     assert rows[vllm.pid]["base_url"] == "http://127.0.0.1:8000"
     assert rows[llama.pid]["base_url"] == "http://[::1]:9123"
     assert "sk-ps" not in out.stdout
-    assert set(rows[llama.pid]) >= {"pid", "start_time", "engine", "argv", "worker_pids", "supervisor", "listen_ports"}
+    assert set(rows[llama.pid]) >= {
+        "pid",
+        "start_time",
+        "engine",
+        "argv",
+        "worker_pids",
+        "supervisor",
+        "listen_ports",
+    }
     table = _cli("ps")
     assert table.returncode == 0
     assert "/models/ps-a" in table.stdout

@@ -121,6 +121,21 @@ def redact_argv(argv: Sequence[str], engine: str | None = None) -> list[str]:
     return out
 
 
+def flag_value(argv: Sequence[str], signature: Signature, flag: str) -> str | None:
+    """The value of the last occurrence of a flag (any spelling the engine accepts), or None."""
+    wanted = signature.canonical(flag)
+    value: str | None = None
+    for index, token in enumerate(argv):
+        name, eq, inline = token.partition("=")
+        if signature.canonical(name if name.startswith("--") else token) != wanted:
+            continue
+        if eq and name.startswith("--"):
+            value = inline
+        elif index + 1 < len(argv):
+            value = argv[index + 1]
+    return value or None
+
+
 def detect_engine(argv: Sequence[str]) -> str | None:
     """The engine id of a server argv, or ``None``."""
     invocation = parse_argv(argv)

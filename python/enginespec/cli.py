@@ -51,17 +51,26 @@ def _cmd_ps(args: argparse.Namespace) -> int:
     from enginespec.scanning import Scanner
 
     processes = Scanner(listen_ports=True).scan()
+    healths = None
+    if not args.no_health:
+        from enginespec.health import check_all
+
+        healths = check_all(processes, timeout=args.timeout)
     if args.json:
-        print(json.dumps([p.model_dump(mode="json") for p in processes], indent=2))
+        documents = [p.model_dump(mode="json") for p in processes]
+        for document, health in zip(documents, healths or [], strict=False):
+            document["health"] = health.model_dump(mode="json")
+        print(json.dumps(documents, indent=2))
         return 0
     from rich.console import Console
     from rich.table import Table
 
     table = Table(box=None, header_style="bold")
-    for column in ("PID", "ENGINE", "MODEL", "SERVED AS", "URL", "WORKERS", "SUPERVISOR", "LISTENING"):
+    columns = ["PID", "ENGINE", "MODEL", "SERVED AS", "URL", "WORKERS", "SUPERVISOR", "LISTENING"]
+    for column in columns + (["HEALTH"] if healths is not None else []):
         table.add_column(column, overflow="fold")
-    for p in processes:
-        table.add_row(
+    for index, p in enumerate(processes):
+        row = [
             str(p.pid),
             p.engine,
             p.model or "?",
@@ -70,7 +79,10 @@ def _cmd_ps(args: argparse.Namespace) -> int:
             str(len(p.worker_pids)),
             p.supervisor or "-",
             ", ".join(map(str, p.listen_ports)) or "-",
-        )
+        ]
+        if healths is not None:
+            row.append(healths[index].state)
+        table.add_row(*row)
     # Piped output is not cut to 80 columns: scripts grep it, people page it.
     console = Console() if sys.stdout.isatty() else Console(width=1000)
     if processes:
@@ -78,6 +90,44 @@ def _cmd_ps(args: argparse.Namespace) -> int:
     else:
         console.print("no engine servers found on this host")
     return 0
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    from enginespec.engines import engine_ids
+    from enginespec.health import check_health
+    from enginespec.scanning import EngineProcess, Scanner
+
+    target: EngineProcess | str
+    if args.target.isdigit():
+        pid = int(args.target)
+        found = [p for p in Scanner(listen_ports=False).scan() if p.pid == pid or pid in p.worker_pids]
+        if not found:
+            print(f"enginespec health: pid {pid} is not an engine server on this host", file=sys.stderr)
+            return 2
+        target = found[0]
+    elif args.target in engine_ids():
+        if not args.url:
+            print(f"enginespec health: give the URL of the {args.target} server", file=sys.stderr)
+            return 2
+        target = args.target
+    else:
+        known = ", ".join(engine_ids())
+        print(f"enginespec health: {args.target!r} is neither a pid nor an engine ({known})", file=sys.stderr)
+        return 2
+    try:
+        health = check_health(
+            target, args.url, timeout=args.timeout, verify_identity=args.verify_identity, deep=args.deep
+        )
+    except ValueError as err:
+        print(f"enginespec health: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(health.model_dump_json(indent=2))
+    else:
+        latency = f" in {health.latency * 1000:.0f} ms" if health.latency is not None else ""
+        reason = f": {health.reason}" if health.reason else ""
+        print(f"{health.engine} {health.base_url} {health.state}{reason}{latency}")
+    return 0 if health.ready else 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -100,7 +150,22 @@ def _parser() -> argparse.ArgumentParser:
         "(workers folded into their server, secrets redacted).",
     )
     ps.add_argument("--json", action="store_true", help="print a JSON list of EngineProcess objects")
+    ps.add_argument("--no-health", action="store_true", help="skip the health checks")
+    ps.add_argument("--timeout", type=float, default=2.0, help="health request timeout (seconds)")
     ps.set_defaults(handler=_cmd_ps)
+    health = commands.add_parser(
+        "health",
+        help="check an engine server's health; exit 0 only when ready",
+        description="TARGET is a pid (a server or one of its workers) or an engine id followed by the "
+        "server's URL. Prints the state; exits 0 when ready, 1 otherwise, 2 on bad input.",
+    )
+    health.add_argument("target", help="pid, or engine id (vllm, sglang, llamacpp, mlx, ...)")
+    health.add_argument("url", nargs="?", help="base URL when TARGET is an engine id")
+    health.add_argument("--timeout", type=float, default=2.0, help="request timeout (seconds)")
+    health.add_argument("--verify-identity", action="store_true", help="check /v1/models serves the model")
+    health.add_argument("--deep", action="store_true", help="also ask for a one-token completion")
+    health.add_argument("--json", action="store_true", help="print the Health as JSON")
+    health.set_defaults(handler=_cmd_health)
     command = commands.add_parser(
         "command",
         help="print the serve command (and environment) a recipe file builds",

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import ipaddress
+import os
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
+import psutil
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from enginespec._backend import ScannerType
-from enginespec.argv import redact_argv
+from enginespec.argv import flag_value, redact_argv
 from enginespec.engines import all_engine_specs
 from enginespec.signature import signatures_json
 from enginespec.spec import EngineSpec
+from enginespec.urls import base_url, unix_socket_url
 
 #: Programs that commonly replace themselves with another program (`exec`): shells running a
 #: launch script, `env`, `nohup`, privilege and scheduling wrappers, container inits. A process
@@ -54,10 +56,42 @@ class EngineProcess(BaseModel):
     worker_pids: tuple[int, ...]
     supervisor: str | None
     listen_ports: tuple[int, ...]
+    #: the engine's API key from its argv: used by health checks, never shown or serialised.
+    _api_key: str | None = PrivateAttr(default=None)
 
     @property
     def served_model_name(self) -> str | None:
         return self.served_model_names[0] if self.served_model_names else None
+
+    def secret_api_key(self) -> str | None:
+        return self._api_key
+
+    def environ_api_key(self, names: Sequence[str]) -> str | None:
+        """An API key from the process's environment (``VLLM_API_KEY``...), when readable."""
+        if not names:
+            return None
+        try:
+            with open(f"/proc/{self.pid}/environ", "rb") as file:
+                entries = file.read().split(b"\0")
+        except OSError:
+            return None
+        wanted = {os.fsencode(name) + b"=" for name in names}
+        for entry in entries:
+            for prefix in wanted:
+                if entry.startswith(prefix) and len(entry) > len(prefix):
+                    return os.fsdecode(entry[len(prefix) :])
+        return None
+
+
+def process_alive(proc: EngineProcess) -> bool:
+    """Whether the process with this identity (pid, start time) still runs (zombies do not)."""
+    try:
+        current = psutil.Process(proc.pid)
+        return (
+            abs(current.create_time() - proc.start_time) < 0.05 and current.status() != psutil.STATUS_ZOMBIE
+        )
+    except psutil.Error:
+        return False
 
 
 class ScanStats(BaseModel):
@@ -74,21 +108,6 @@ class ScanStats(BaseModel):
     reread: int = 0
     full_recheck: bool = False
     known: int = 0
-
-
-def base_url(host: str, port: int) -> str:
-    """``http://host:port`` to reach a server listening on host: wildcard addresses map to loopback,
-    IPv6 literals are bracketed."""
-    if host in ("", "0.0.0.0"):
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
-    try:
-        if ipaddress.ip_address(host).version == 6:
-            host = f"[{host}]"
-    except ValueError:
-        pass
-    return f"http://{host}:{port}"
 
 
 def _supervisor(spec: EngineSpec, parent_argv: Sequence[str], parent_engine: str | None) -> str | None:
@@ -146,26 +165,29 @@ class Scanner:
             signature = spec.signature
             effective_host = host or signature.default_host
             effective_port = signature.default_port if port is None else port
-            result.append(
-                EngineProcess(
-                    pid=pid,
-                    start_time=start_time,
-                    ppid=ppid,
-                    engine=spec.id,
-                    model=model,
-                    served_model_names=tuple(served),
-                    host=host,
-                    port=port,
-                    effective_host=effective_host,
-                    effective_port=effective_port,
-                    base_url=base_url(effective_host, effective_port),
-                    argv=tuple(redact_argv(argv, spec.id)),
-                    exe=exe,
-                    worker_pids=tuple(descendants),
-                    supervisor=_supervisor(spec, parent_argv, engines_by_pid.get(ppid)),
-                    listen_ports=tuple(ports),
-                )
+            socket = flag_value(argv, signature, spec.socket_flag) if spec.socket_flag else None
+            url = unix_socket_url(socket) if socket else base_url(effective_host, effective_port)
+            process = EngineProcess(
+                pid=pid,
+                start_time=start_time,
+                ppid=ppid,
+                engine=spec.id,
+                model=model,
+                served_model_names=tuple(served),
+                host=host,
+                port=port,
+                effective_host=effective_host,
+                effective_port=effective_port,
+                base_url=url,
+                argv=tuple(redact_argv(argv, spec.id)),
+                exe=exe,
+                worker_pids=tuple(descendants),
+                supervisor=_supervisor(spec, parent_argv, engines_by_pid.get(ppid)),
+                listen_ports=tuple(ports),
             )
+            if spec.api_key_flag:
+                process._api_key = flag_value(argv, signature, spec.api_key_flag)
+            result.append(process)
         return result
 
 

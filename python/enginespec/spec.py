@@ -17,6 +17,9 @@ from pydantic import BaseModel, ConfigDict
 from enginespec.recipe import Config, DockerRuntime, ExtraValue, Recipe
 from enginespec.signature import Signature
 
+#: States a health check can report (see enginespec.health.Health).
+HealthState = Literal["ready", "loading", "starting", "unhealthy", "down", "unknown"]
+
 _PYTHON_NAME = re.compile(r"(?:python)[0-9.]*[a-z]?(?:\.exe)?", re.IGNORECASE | re.ASCII)
 _MODEL_TOKEN = re.compile(r"[a-z0-9]+")
 
@@ -141,11 +144,34 @@ class EngineSpec:
     supervisors: ClassVar[Mapping[str, str]] = {}
     #: label for a server started by another server of the same engine (llama-server router).
     nested_supervisor: ClassVar[str | None] = None
+    #: flag carrying the server's API key (used by health checks, never shown).
+    api_key_flag: ClassVar[str | None] = "--api-key"
+    #: environment variables the engine reads its API key from.
+    api_key_env: ClassVar[tuple[str, ...]] = ()
+    #: flag that makes the server listen on a unix socket instead of host:port (vLLM --uds).
+    socket_flag: ClassVar[str | None] = None
+    #: ``/health`` says nothing about the model (mlx_lm.server answers 200 while loading and after a
+    #: failed load): readiness also needs ``/v1/models``.
+    readiness_needs_models: ClassVar[bool] = False
     #: whether ``runtime: docker`` is supported: the image's entrypoint takes the server arguments.
     docker_supported: ClassVar[bool] = False
 
     def __repr__(self) -> str:
         return f"<EngineSpec {self.id}>"
+
+    def health_url(self, host: str, port: int) -> str:
+        """URL of the health endpoint of a server listening on host:port (see ``urls.base_url``)."""
+        from enginespec.urls import base_url
+
+        return base_url(host, port) + self.health_path
+
+    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
+        """What an answer of the health endpoint means for this engine: (state, reason)."""
+        if status == 200:
+            return "ready", ""
+        if status == 503:
+            return "unhealthy", "HTTP 503"
+        return "unknown", f"unexpected HTTP {status}"
 
     @property
     def default_port(self) -> int:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 from enginespec.signature import LaunchForm, Signature
-from enginespec.spec import EngineSpec
+from enginespec.spec import EngineSpec, HealthState
 
 SIGNATURE = Signature(
     engine="llamacpp",
@@ -50,6 +52,21 @@ class LlamaCppSpec(EngineSpec):
     # mode (--models-dir/--models-preset, tools/server/README.md) starts one child per model.
     supervisors = {"ollama": "ollama", "llama-swap": "llama-swap"}
     nested_supervisor = "llama-server"
+    api_key_env = ("LLAMA_API_KEY", "LLAMA_ARG_API_KEY")
+
+    # tools/server/server.cpp: while the model loads every endpoint answers 503 with
+    # {"error": {"message": "Loading model", ...}}; once ready /health is 200 {"status": "ok"}.
+    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
+        if status == 503 and b"Loading model" in body:
+            return "loading", "loading model"
+        if status == 200:
+            try:
+                ok = json.loads(body).get("status") == "ok"
+            except (ValueError, AttributeError):
+                ok = False
+            return ("ready", "") if ok else ("unknown", "unexpected /health body")
+        return super().classify_health(status, body)
+
     # common/arg.cpp: repeated options (--lora a --lora b), never argparse-style nargs.
     list_style = "repeat"
     field_flags = {

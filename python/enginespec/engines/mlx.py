@@ -30,6 +30,10 @@ class MlxSpec(EngineSpec):
     module_args = ("-m", "mlx_lm.server")
     model_flag = "--model"
     package = "mlx-lm"
+    api_key_flag = None
+    # mlx_lm/server.py answers /health 200 while the model is still loading, and 503
+    # {"status": "unavailable"} when loading failed (the process stays up): readiness is /v1/models.
+    readiness_needs_models = True
     field_flags = {
         "model_path": ("--model",),
         "host": ("--host",),

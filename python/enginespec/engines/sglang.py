@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enginespec.signature import LaunchForm, Signature
-from enginespec.spec import EngineSpec, FamilyDefault
+from enginespec.spec import EngineSpec, FamilyDefault, HealthState
 
 SIGNATURE = Signature(
     engine="sglang",
@@ -68,6 +68,14 @@ class SglangSpec(EngineSpec):
         "chat_template": ("--chat-template",),
         "api_key": ("--api-key",),
     }
+
+    # /health answers 503 until the first warm-up request went through, then 200
+    # (python/sglang/srt/entrypoints/http_server.py health()).
+    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
+        if status == 503:
+            return "starting", "server is warming up (HTTP 503)"
+        return super().classify_health(status, body)
+
     # Parser names from python/sglang/srt/function_call/ and python/sglang/srt/parser/reasoning_parser.py.
     family_defaults = (
         FamilyDefault("qwen3", {"--reasoning-parser": "qwen3", "--tool-call-parser": "qwen25"}),

@@ -109,6 +109,12 @@ class VllmSpec(EngineSpec):
     module_args = ("-m", "vllm.entrypoints.cli.main", "serve")
     model_flag = None  # `vllm serve MODEL`
     package = "vllm"
+    # `--uds PATH` serves on a unix socket instead of host:port (vllm/entrypoints/openai/cli_args.py).
+    socket_flag = "--uds"
+    api_key_env = ("VLLM_API_KEY",)
+    # vLLM refuses connections until the API server is up; then /health is 200 with an empty body
+    # when the engine is alive and 503 when the engine core died (vllm/entrypoints/openai/api_server.py):
+    # the default classify_health reads exactly that.
     # The vllm/vllm-openai image's entrypoint is `vllm serve`: arguments follow the image name.
     docker_supported = True
     field_flags = {

@@ -1,0 +1,429 @@
+"""Health and readiness of engine servers over HTTP (httpx), understanding each engine's answers.
+
+The probe logic is written once, as a generator that yields the requests it needs and receives
+their replies (`_probe`); a sync driver (`httpx.Client`) and an async one (`httpx.AsyncClient`)
+run it. What each engine's answers mean lives in its EngineSpec (`classify_health`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import ssl
+import subprocess
+import time
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import httpx
+from pydantic import BaseModel, ConfigDict, PrivateAttr
+
+from enginespec.engines import get_engine_spec
+from enginespec.scanning import EngineProcess, process_alive
+from enginespec.spec import EngineSpec, HealthState
+from enginespec.urls import UNIX_SCHEME
+
+
+class Health(BaseModel):
+    """One health check. ``state``: ``ready`` (serving), ``loading`` (model loading), ``starting``
+    (process up, not answering yet), ``unhealthy`` (answers an error, hangs, or serves another
+    model), ``down`` (process gone or nothing listening), ``unknown`` (answers we cannot read)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    engine: str
+    base_url: str
+    state: HealthState
+    http_status: int | None = None
+    #: seconds the health request took, ``None`` when it got no answer.
+    latency: float | None = None
+    #: model ids from ``/v1/models`` when they were asked for.
+    model_ids: tuple[str, ...] = ()
+    reason: str = ""
+    #: digest of the health answer's body, so waiting can tell a changing answer (progress).
+    _answer: int = PrivateAttr(default=0)
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+
+class EngineExited(RuntimeError):
+    """The engine's process ended while waiting for it to become ready."""
+
+    def __init__(self, message: str, returncode: int | None, last: Health | None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+        self.last = last
+
+
+class NotReady(TimeoutError):
+    """The engine did not become ready in time (or stopped making progress)."""
+
+    def __init__(self, message: str, last: Health | None) -> None:
+        super().__init__(message)
+        self.last = last
+
+
+@dataclass(frozen=True)
+class _Target:
+    spec: EngineSpec
+    base_url: str
+    process: EngineProcess | None
+    api_key: str | None
+    expected_names: tuple[str, ...]
+
+    def endpoint(self) -> tuple[str, str | None]:
+        """(http base URL, unix socket path or None)."""
+        if self.base_url.startswith(UNIX_SCHEME):
+            return "http://localhost", unquote(urlsplit(self.base_url).netloc)
+        return self.base_url.rstrip("/"), None
+
+
+@dataclass(frozen=True)
+class _Request:
+    method: str
+    path: str
+    authorized: bool = False
+    body: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class _Reply:
+    status: int | None = None
+    body: bytes = b""
+    elapsed: float | None = None
+    #: "refused", "timeout" or "broken" when no complete answer came.
+    failure: str | None = None
+    detail: str = ""
+
+
+_Probe = Generator[_Request, _Reply, Health]
+
+
+def _resolve(target: EngineProcess | str, base_url: str | None, api_key: str | None) -> _Target:
+    if isinstance(target, EngineProcess):
+        spec = get_engine_spec(target.engine)
+        expected = target.served_model_names or ((target.model,) if target.model else ())
+        key = api_key or target.secret_api_key() or target.environ_api_key(spec.api_key_env)
+        return _Target(spec, base_url or target.base_url, target, key, expected)
+    if base_url is None:
+        raise ValueError(f"base_url: needed to check engine {target!r} without a process")
+    if not base_url.startswith(("http://", "https://", UNIX_SCHEME)):
+        raise ValueError(f"base_url: {base_url!r} must start with http://, https:// or {UNIX_SCHEME}")
+    return _Target(get_engine_spec(target), base_url, None, api_key, ())
+
+
+def _model_ids(body: bytes) -> tuple[str, ...] | None:
+    try:
+        data = json.loads(body)
+        return tuple(str(item["id"]) for item in data["data"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Probe:
+    def health(
+        state: HealthState, reason: str, reply: _Reply | None = None, ids: Sequence[str] = ()
+    ) -> Health:
+        result = Health(
+            engine=t.spec.id,
+            base_url=t.base_url,
+            state=state,
+            http_status=reply.status if reply else None,
+            latency=reply.elapsed if reply else None,
+            model_ids=tuple(ids),
+            reason=reason,
+        )
+        result._answer = hash(reply.body) if reply else 0
+        return result
+
+    if t.process is not None and not process_alive(t.process):
+        return health("down", "process is gone")
+    reply = yield _Request("GET", t.spec.health_path)
+    if reply.failure == "refused":
+        if t.process is not None:
+            return health("starting", "process is up, not accepting connections yet")
+        return health("down", f"nothing listening ({reply.detail})")
+    if reply.failure == "timeout":
+        return health("unhealthy", f"no answer from {t.spec.health_path} within {timeout:g}s")
+    if reply.failure is not None or reply.status is None:
+        return health("unknown", f"{t.spec.health_path}: {reply.detail}")
+    state, reason = t.spec.classify_health(reply.status, reply.body)
+    first = reply
+    if state != "ready" or not (verify_identity or deep or t.spec.readiness_needs_models):
+        return health(state, reason, first)
+    models = yield _Request("GET", "/v1/models", authorized=True)
+    ids = _model_ids(models.body) if models.status == 200 else None
+    if ids is None:
+        if t.spec.readiness_needs_models:
+            detail = models.detail or f"HTTP {models.status}"
+            return health("loading", f"/health is up but /v1/models is not ({detail})", first)
+        if models.status in (401, 403):
+            return health("unknown", "/v1/models needs an API key enginespec does not have", first)
+        return health("unknown", f"/v1/models unreadable ({models.detail or f'HTTP {models.status}'})", first)
+    if verify_identity and t.expected_names and not set(t.expected_names) & set(ids):
+        reason = f"serves {', '.join(ids) or 'no model'}, expected {', '.join(t.expected_names)}"
+        return health("unhealthy", reason, first, ids)
+    if deep:
+        model = t.expected_names[0] if t.expected_names else (ids[0] if ids else "")
+        body = {"model": model, "prompt": "1", "max_tokens": 1}
+        answer = yield _Request("POST", "/v1/completions", authorized=True, body=body)
+        if answer.status != 200:
+            detail = answer.detail or f"HTTP {answer.status}"
+            return health("unhealthy", f"a one-token completion failed ({detail})", first, ids)
+    return health("ready", reason, first, ids)
+
+
+def _failure(err: httpx.HTTPError) -> tuple[str, str]:
+    if isinstance(err, httpx.TimeoutException):
+        return "timeout", "timed out"
+    if isinstance(err, httpx.ConnectError):
+        return "refused", str(err) or "connection refused"
+    return "broken", f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+
+
+def _headers(t: _Target, request: _Request) -> dict[str, str]:
+    if request.authorized and t.api_key:
+        return {"Authorization": f"Bearer {t.api_key}"}
+    return {}
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    # Built once: loading the CA bundle for every client costs tens of milliseconds of CPU, which
+    # would serialise `check_all` behind the event loop.
+    return ssl.create_default_context()
+
+
+def _client_args(t: _Target, timeout: float) -> tuple[str, dict[str, Any]]:
+    url, socket = t.endpoint()
+    return url, {"timeout": httpx.Timeout(timeout), "uds": socket}
+
+
+def _advance(probe: _Probe, reply: _Reply | None) -> _Request | Health:
+    """The probe's next request, or its verdict."""
+    try:
+        return next(probe) if reply is None else probe.send(reply)
+    except StopIteration as done:
+        result: Health = done.value
+        return result
+
+
+def _run_sync(t: _Target, probe: _Probe, timeout: float) -> Health:
+    step = _advance(probe, None)
+    if isinstance(step, Health):
+        return step
+    url, options = _client_args(t, timeout)
+    with httpx.Client(
+        transport=httpx.HTTPTransport(uds=options["uds"], verify=_tls()), timeout=options["timeout"]
+    ) as client:
+        while isinstance(step, _Request):
+            started = time.perf_counter()
+            try:
+                response = client.request(
+                    step.method, url + step.path, headers=_headers(t, step), json=step.body
+                )
+                reply = _Reply(response.status_code, response.content, time.perf_counter() - started)
+            except httpx.HTTPError as err:
+                failure, detail = _failure(err)
+                reply = _Reply(failure=failure, detail=detail)
+            step = _advance(probe, reply)
+    return step
+
+
+async def _run_async(t: _Target, probe: _Probe, timeout: float) -> Health:
+    step = _advance(probe, None)
+    if isinstance(step, Health):
+        return step
+    url, options = _client_args(t, timeout)
+    transport = httpx.AsyncHTTPTransport(uds=options["uds"], verify=_tls())
+    async with httpx.AsyncClient(transport=transport, timeout=options["timeout"]) as client:
+        while isinstance(step, _Request):
+            started = time.perf_counter()
+            request = client.request(step.method, url + step.path, headers=_headers(t, step), json=step.body)
+            try:
+                # httpx's timeouts are per phase; also bound the whole request (a trickling server).
+                response = await asyncio.wait_for(request, timeout * 2)
+                reply = _Reply(response.status_code, response.content, time.perf_counter() - started)
+            except httpx.HTTPError as err:
+                failure, detail = _failure(err)
+                reply = _Reply(failure=failure, detail=detail)
+            except asyncio.TimeoutError:
+                reply = _Reply(failure="timeout", detail="timed out")
+            step = _advance(probe, reply)
+    return step
+
+
+def check_health(
+    target: EngineProcess | str,
+    base_url: str | None = None,
+    *,
+    timeout: float = 2.0,
+    verify_identity: bool = False,
+    deep: bool = False,
+    api_key: str | None = None,
+) -> Health:
+    """Checks one engine: ``check_health(proc)`` or ``check_health("llamacpp", "http://127.0.0.1:8080")``.
+
+    ``verify_identity`` confirms through ``/v1/models`` that the server serves the model its argv
+    names; ``deep`` also asks for a one-token completion. The API key comes from ``api_key``, the
+    engine's ``--api-key`` or its environment (``VLLM_API_KEY``, ``LLAMA_API_KEY``); it is never
+    printed or logged. Never raises for what the server does.
+    """
+    t = _resolve(target, base_url, api_key)
+    return _run_sync(t, _probe(t, verify_identity, deep, timeout), timeout)
+
+
+async def check_health_async(
+    target: EngineProcess | str,
+    base_url: str | None = None,
+    *,
+    timeout: float = 2.0,
+    verify_identity: bool = False,
+    deep: bool = False,
+    api_key: str | None = None,
+) -> Health:
+    """Async twin of :func:`check_health`."""
+    t = _resolve(target, base_url, api_key)
+    return await _run_async(t, _probe(t, verify_identity, deep, timeout), timeout)
+
+
+def _progress_key(health: Health) -> tuple[object, ...]:
+    return (health.state, health.http_status, health.reason, health.model_ids, health._answer)
+
+
+class _Waiter:
+    """The waiting policy shared by :func:`wait_ready` and :func:`wait_ready_async`."""
+
+    def __init__(
+        self,
+        target: EngineProcess | str,
+        timeout: float,
+        poll: float,
+        stall_timeout: float | None,
+        process: subprocess.Popen[Any] | None,
+    ) -> None:
+        self.target, self.timeout, self.poll, self.stall_timeout = target, timeout, poll, stall_timeout
+        self.process = process
+        self.start = self.progress_at = time.monotonic()
+        self.delay = poll
+        self.last: Health | None = None
+
+    def after(self, health: Health) -> float | None:
+        """None when ready; else the delay before the next check. Raises when waiting is over."""
+        now = time.monotonic()
+        if self.last is None or _progress_key(health) != _progress_key(self.last):
+            self.progress_at, self.delay = now, self.poll
+        self.last = health
+        if health.state == "ready":
+            return None
+        returncode = self.process.poll() if self.process is not None else None
+        if returncode is not None or (health.state == "down" and isinstance(self.target, EngineProcess)):
+            status = f" with status {returncode}" if returncode is not None else ""
+            raise EngineExited(f"engine exited{status} before becoming ready", returncode, health)
+        if now - self.start >= self.timeout:
+            raise NotReady(
+                f"not ready after {self.timeout:g}s (last: {health.state}: {health.reason})", health
+            )
+        if self.stall_timeout is not None and now - self.progress_at >= self.stall_timeout:
+            raise NotReady(
+                f"no progress for {self.stall_timeout:g}s (last: {health.state}: {health.reason})", health
+            )
+        delay = min(self.delay, self.timeout - (now - self.start))
+        self.delay = min(self.delay * 1.5, max(self.poll, 2.0))
+        return max(delay, 0.0)
+
+
+def wait_ready(
+    target: EngineProcess | str,
+    base_url: str | None = None,
+    *,
+    timeout: float = 600.0,
+    poll: float = 0.5,
+    stall_timeout: float | None = None,
+    process: subprocess.Popen[Any] | None = None,
+    request_timeout: float = 2.0,
+    verify_identity: bool = False,
+) -> Health:
+    """Polls with backoff until the engine is ready and returns that Health.
+
+    Raises :class:`EngineExited` at once when the process ends (with its exit status when
+    ``process`` is the ``Popen`` that started it), :class:`NotReady` after ``timeout`` or when
+    nothing changed for ``stall_timeout`` seconds (a change of state or answer is progress, so a
+    slow but steady model load is not cut off).
+    """
+    waiter = _Waiter(target, timeout, poll, stall_timeout, process)
+    while True:
+        health = check_health(target, base_url, timeout=request_timeout, verify_identity=verify_identity)
+        delay = waiter.after(health)
+        if delay is None:
+            return health
+        time.sleep(delay)
+
+
+async def wait_ready_async(
+    target: EngineProcess | str,
+    base_url: str | None = None,
+    *,
+    timeout: float = 600.0,
+    poll: float = 0.5,
+    stall_timeout: float | None = None,
+    process: subprocess.Popen[Any] | None = None,
+    request_timeout: float = 2.0,
+    verify_identity: bool = False,
+) -> Health:
+    """Async twin of :func:`wait_ready`."""
+    waiter = _Waiter(target, timeout, poll, stall_timeout, process)
+    while True:
+        health = await check_health_async(
+            target, base_url, timeout=request_timeout, verify_identity=verify_identity
+        )
+        delay = waiter.after(health)
+        if delay is None:
+            return health
+        await asyncio.sleep(delay)
+
+
+async def check_all_async(
+    processes: Iterable[EngineProcess],
+    *,
+    concurrency: int = 64,
+    timeout: float = 2.0,
+    verify_identity: bool = False,
+) -> list[Health]:
+    """Checks many engines at once, at most ``concurrency`` in flight, each bounded by ``timeout``:
+    one hung server cannot stall the others. Results are in the order of ``processes``."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(proc: EngineProcess) -> Health:
+        async with gate:
+            return await check_health_async(proc, timeout=timeout, verify_identity=verify_identity)
+
+    return list(await asyncio.gather(*(one(p) for p in processes)))
+
+
+def check_all(
+    processes: Iterable[EngineProcess],
+    *,
+    concurrency: int = 64,
+    timeout: float = 2.0,
+    verify_identity: bool = False,
+) -> list[Health]:
+    """Sync form of :func:`check_all_async` (runs its own event loop, in a thread if one is running)."""
+    job = check_all_async(
+        list(processes), concurrency=concurrency, timeout=timeout, verify_identity=verify_identity
+    )
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(job)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, job).result()

@@ -1,0 +1,136 @@
+"""Real HTTP servers on loopback (or a unix socket) that answer as engine servers do.
+
+Each route has a script: a list of answers served in turn (the last one repeats). An answer can
+be slow, hang, close the socket mid-response or send garbage.
+"""
+
+from __future__ import annotations
+
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int = 200
+    body: bytes = b""
+    delay: float = 0.0
+    hang: bool = False
+    close_mid_response: bool = False
+    content_type: str = "application/json"
+
+
+def models(*ids: str) -> Answer:
+    body = '{"object":"list","data":[' + ",".join(f'{{"id":"{i}","object":"model"}}' for i in ids) + "]}"
+    return Answer(200, body.encode())
+
+
+@dataclass
+class Script:
+    routes: dict[str, list[Answer]]
+    seen: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next_answer(self, method: str, path: str, headers: dict[str, str]) -> Answer:
+        with self.lock:
+            self.seen.append((method, path, headers))
+            answers = self.routes.get(path)
+            if not answers:
+                return Answer(404, b'{"error":"not found"}')
+            return answers.pop(0) if len(answers) > 1 else answers[0]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    script: Script
+    stop: threading.Event
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        answer = self.script.next_answer(self.command, self.path, dict(self.headers))
+        if answer.hang:
+            self.stop.wait(60)
+            return
+        if answer.delay:
+            time.sleep(answer.delay)
+        self.send_response(answer.status)
+        self.send_header("Content-Type", answer.content_type)
+        if answer.close_mid_response:
+            self.send_header("Content-Length", str(len(answer.body) + 100))
+            self.end_headers()
+            self.wfile.write(answer.body[:5])
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
+            return
+        self.send_header("Content-Length", str(len(answer.body)))
+        self.end_headers()
+        self.wfile.write(answer.body)
+
+    do_GET = _serve
+    do_POST = _serve
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def address_string(self) -> str:
+        return "test-client"
+
+
+class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+
+class FakeEngine:
+    """A scripted server; ``url`` is its base URL (``http+unix://...`` on a unix socket)."""
+
+    def __init__(
+        self, routes: dict[str, Sequence[Answer]], *, port: int = 0, unix_path: str | None = None
+    ) -> None:
+        self.script = Script({path: list(answers) for path, answers in routes.items()})
+        self.stop = threading.Event()
+        handler = type("Handler", (_Handler,), {"script": self.script, "stop": self.stop})
+        self.server: socketserver.BaseServer
+        if unix_path:
+            self.server = _UnixServer(unix_path, handler)
+            from urllib.parse import quote
+
+            self.url = "http+unix://" + quote(unix_path, safe="")
+        else:
+            server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+            server.daemon_threads = True
+            self.server = server
+            self.port = server.server_address[1]
+            self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@contextmanager
+def serving(routes: dict[str, Sequence[Answer]], **kwargs: object) -> Iterator[FakeEngine]:
+    engine = FakeEngine(routes, **kwargs)  # type: ignore[arg-type]
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
