@@ -205,6 +205,7 @@ def test_vanished_zombies_and_churn_keep_memory_flat(procs: Procs) -> None:
     procs.started.append(parent)  # type: ignore[arg-type]
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
+    wait_for(lambda: Path(f"/proc/{child}/cmdline").read_bytes().startswith(b"vllm\0"))
     assert child in {p.pid for p in scanner.scan()}
     os.kill(child, 9)
     wait_for(lambda: Path(f"/proc/{child}/stat").read_text().split(") ")[1].startswith("Z"))

@@ -7,9 +7,14 @@ import json
 import shlex
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from enginespec import BACKEND, __version__
 from enginespec.argv import parse_argv
+
+if TYPE_CHECKING:
+    from enginespec.recipe import Config
+    from enginespec.spec import EngineSpec
 
 
 def _cmd_parse(args: argparse.Namespace) -> int:
@@ -130,6 +135,94 @@ def _cmd_health(args: argparse.Namespace) -> int:
     return 0 if health.ready else 1
 
 
+def _config(args: argparse.Namespace) -> Config:
+    from enginespec.recipe import Config
+
+    return Config(data_dir=args.data_dir) if args.data_dir else Config()
+
+
+def _engine(name: str) -> EngineSpec | None:
+    from enginespec.engines import engine_ids, get_engine_spec
+
+    if name not in engine_ids():
+        print(
+            f"enginespec: unknown engine {name!r}; known engines: {', '.join(engine_ids())}", file=sys.stderr
+        )
+        return None
+    return get_engine_spec(name)
+
+
+def _cmd_install(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from enginespec.runtimes import InstallError, InstallOptions, ProgressEvent
+    from enginespec.spec import CommandError
+
+    spec = _engine(args.engine)
+    if spec is None:
+        return 2
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True
+    ) as bar:
+        task = bar.add_task(f"installing {spec.id}", total=None)
+
+        def progress(event: ProgressEvent) -> None:
+            text = f"{event.phase.replace('_', ' ')}: {event.message}"[:100]
+            bar.update(task, description=text, completed=event.fraction, total=1 if event.fraction else None)
+
+        options = InstallOptions(version=args.version, python_path=args.python, progress=progress)
+        try:
+            result = spec.install(options, _config(args))
+        except CommandError as err:
+            print(f"enginespec install: {err}", file=sys.stderr)
+            return 2
+        except InstallError as err:
+            print(f"enginespec install: {err}", file=sys.stderr)
+            if err.command:
+                print(f"command: {shlex.join(err.command)}", file=sys.stderr)
+            for line in err.output_tail[-15:]:
+                print(f"  {line}", file=sys.stderr)
+            return 1
+    state = "already installed" if result.already_installed else "installed"
+    print(
+        f"{spec.id} {result.version} {state} ({result.location}: {result.python_path or result.binary_path})"
+    )
+    return 0
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from enginespec.engines import all_engine_specs
+
+    specs = all_engine_specs()
+    if args.engine:
+        spec = _engine(args.engine)
+        if spec is None:
+            return 2
+        specs = (spec,)
+    infos = [spec.get_runtime_info(_config(args)) for spec in specs]
+    if args.json:
+        print(json.dumps([info.model_dump(mode="json") for info in infos], indent=2))
+        return 0
+    for info in infos:
+        where = info.python_path or info.binary_path or "-"
+        print(f"{info.engine:<10} {info.version or 'not installed':<18} {info.location:<8} {where}")
+    return 0
+
+
+def _cmd_help(args: argparse.Namespace) -> int:
+    from enginespec.spec import CommandError
+
+    spec = _engine(args.engine)
+    if spec is None:
+        return 2
+    try:
+        print(spec.get_config_help(_config(args)).text)
+    except CommandError as err:
+        print(f"enginespec help: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="enginespec", description="Know, find and probe local LLM inference engines."
@@ -166,6 +259,22 @@ def _parser() -> argparse.ArgumentParser:
     health.add_argument("--deep", action="store_true", help="also ask for a one-token completion")
     health.add_argument("--json", action="store_true", help="print the Health as JSON")
     health.set_defaults(handler=_cmd_health)
+    install = commands.add_parser("install", help="install an engine into its managed runtime (idempotent)")
+    install.add_argument("engine")
+    install.add_argument("--version", help="PEP 440 version or specifier (e.g. 0.10.2, '>=0.10,<0.12')")
+    install.add_argument("--python", help="install into this interpreter instead of the managed venv")
+    install.set_defaults(handler=_cmd_install)
+    info = commands.add_parser("info", help="what is installed, where, and which version")
+    info.add_argument("engine", nargs="?")
+    info.add_argument("--json", action="store_true")
+    info.set_defaults(handler=_cmd_info)
+    help_ = commands.add_parser("help", help="print the installed engine's own full --help")
+    help_.add_argument("engine")
+    help_.set_defaults(handler=_cmd_help)
+    for sub in (install, info, help_):
+        sub.add_argument(
+            "--data-dir", help="data directory (default: $ENGINESPEC_DATA_DIR or the user data dir)"
+        )
     command = commands.add_parser(
         "command",
         help="print the serve command (and environment) a recipe file builds",

@@ -7,15 +7,20 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from enginespec.recipe import Config, DockerRuntime, ExtraValue, Recipe
 from enginespec.signature import Signature
+
+if TYPE_CHECKING:
+    from enginespec.runtimes import BinaryProbeResult, ConfigHelp, InstallOptions, InstallResult, RuntimeInfo
+    from enginespec.scanning import EngineProcess
 
 #: States a health check can report (see enginespec.health.Health).
 HealthState = Literal["ready", "loading", "starting", "unhealthy", "down", "unknown"]
@@ -206,11 +211,17 @@ class EngineSpec:
         """(argv prefix, launcher kind, interpreter or None), in the documented order: recipe
         ``python_path`` / ``binary_path``, ``ENGINESPEC_<ENGINE>_PYTHON`` / ``_BIN``, the managed
         venv, PATH; the bare command name when nothing is found."""
-        if recipe.binary_path:
-            binary = self._check_binary(recipe.binary_path, "binary_path")
+        return self.launcher(config, python_path=recipe.python_path, binary_path=recipe.binary_path)
+
+    def launcher(
+        self, config: Config, *, python_path: str | None = None, binary_path: str | None = None
+    ) -> tuple[list[str], str, Path | None]:
+        """As :meth:`resolve_launcher`, with the explicit paths given directly."""
+        if binary_path:
+            binary = self._check_binary(binary_path, "binary_path")
             return [str(binary), *self.console_args], self._binary_kind(), None
-        if recipe.python_path:
-            python = self._check_python(recipe.python_path, "python_path")
+        if python_path:
+            python = self._check_python(python_path, "python_path")
             return (*self._python_launch(python), python)
         if self.id in config.binaries:
             env = f"ENGINESPEC_{self.id.upper()}_BIN"
@@ -300,8 +311,11 @@ class EngineSpec:
                 entries.append(_Entry(canonical, flag, [_render_scalar(value)]))
         return entries, overridden
 
-    def plan(self, recipe: Recipe, config: Config | None = None, *, strict: bool = False) -> Command:
-        """Builds the full command. ``strict=True`` raises instead of dropping unsupported fields."""
+    def plan(
+        self, recipe: Recipe, config: Config | None = None, *, strict: bool = False, validate: bool = False
+    ) -> Command:
+        """Builds the full command. ``strict=True`` raises instead of dropping unsupported fields;
+        ``validate=True`` checks every flag against the installed engine's ``--help``."""
         if recipe.engine != self.id:
             raise CommandError(f"engine: recipe is for {recipe.engine!r}, this spec builds {self.id!r}")
         config = config or Config()
@@ -329,6 +343,8 @@ class EngineSpec:
                 if canonical not in emitted and canonical not in overridden:
                     final.append(_Entry(canonical, flag, None, True))
                     emitted.add(canonical)
+        if validate:
+            warnings.extend(self._unaccepted(final, config, strict))
         flags: list[str] = []
         for entry in final:
             flags.append(entry.flag)
@@ -356,11 +372,25 @@ class EngineSpec:
             launcher=launcher,
         )
 
+    def _unaccepted(self, entries: Sequence[_Entry], config: Config, strict: bool) -> list[str]:
+        accepted = self.get_config_help(config).flags
+        problems = []
+        for entry in entries:
+            flag = entry.flag
+            negated = "--" + flag[len("--no-") :] if flag.startswith("--no-") else None
+            if flag in accepted or negated in accepted:
+                continue
+            message = f"{self.cli_binary} does not accept {flag} (per its --help); passed anyway"
+            if strict:
+                raise CommandError(message)
+            problems.append(message)
+        return problems
+
     def build_command(
-        self, recipe: Recipe, config: Config | None = None, *, strict: bool = False
+        self, recipe: Recipe, config: Config | None = None, *, strict: bool = False, validate: bool = False
     ) -> list[str]:
-        """The serve argv for a recipe (see :meth:`plan` for defaults and warnings)."""
-        return list(self.plan(recipe, config, strict=strict).argv)
+        """The serve argv for a recipe (see :meth:`plan` for defaults, warnings and validation)."""
+        return list(self.plan(recipe, config, strict=strict, validate=validate).argv)
 
     def build_environment(self, recipe: Recipe, config: Config | None = None) -> dict[str, str]:
         """Environment variables to set for the engine (a delta over the caller's environment):
@@ -418,6 +448,168 @@ class EngineSpec:
             if flag in args:
                 args[args.index(flag) + 1] = container_host
         return argv + args
+
+    # -- runtimes (see enginespec.runtimes) ---------------------------------------------------
+
+    #: arguments after the launcher that print the full help (vLLM hides most flags without =all).
+    help_args: ClassVar[tuple[str, ...]] = ("--help",)
+    #: seconds to wait for the help (importing vLLM takes a while).
+    help_timeout: ClassVar[float] = 60.0
+
+    def distributions(self) -> tuple[str, ...]:
+        """Distributions whose metadata carries the installed engine's version."""
+        return (self.package,) if self.package else ()
+
+    def install(self, options: InstallOptions | None = None, config: Config | None = None) -> InstallResult:
+        """Installs the engine idempotently into the managed venv or ``options.python_path``."""
+        from enginespec.runtimes import InstallOptions, install_python_engine
+
+        return install_python_engine(self, options or InstallOptions(), config or Config())
+
+    async def install_async(
+        self, options: InstallOptions | None = None, config: Config | None = None
+    ) -> InstallResult:
+        import asyncio
+
+        return await asyncio.to_thread(self.install, options, config)
+
+    def probe_binary(self, path: str | os.PathLike[str], timeout: float = 10.0) -> BinaryProbeResult:
+        """Whether ``path`` is this engine's installed binary or console script, and its version
+        (console scripts: the version in their interpreter's metadata, the engine never imported)."""
+        from enginespec.runtimes import BinaryProbeResult, installed_versions, script_python
+
+        binary = Path(path)
+        if not binary.is_file() or not os.access(binary, os.X_OK):
+            return BinaryProbeResult(installed=False, binary_path=str(binary), error="not an executable file")
+        python = script_python(binary)
+        if self.module_args is not None:
+            if python is None:
+                return BinaryProbeResult(
+                    installed=False, binary_path=str(binary), error="not a Python console script"
+                )
+            versions = installed_versions(python, self.distributions(), timeout=timeout)
+            version = next(iter(versions.values()), None)
+            return BinaryProbeResult(
+                installed=version is not None,
+                binary_path=str(binary),
+                version=version,
+                python_path=str(python),
+                error=None if version else f"{', '.join(self.distributions())} not installed in {python}",
+            )
+        from enginespec.runtimes import probe_version_output
+
+        try:
+            out = subprocess.run(
+                [str(binary), "--version"], capture_output=True, text=True, timeout=timeout, errors="replace"
+            )
+        except subprocess.TimeoutExpired:
+            return BinaryProbeResult(
+                installed=False, binary_path=str(binary), error=f"no answer within {timeout:g}s"
+            )
+        except OSError as err:
+            return BinaryProbeResult(installed=False, binary_path=str(binary), error=str(err))
+        version = probe_version_output(out.stderr + "\n" + out.stdout)
+        return BinaryProbeResult(
+            installed=version is not None,
+            binary_path=str(binary),
+            version=version,
+            error=None if version else f"no version in the output of {binary.name} --version",
+        )
+
+    def resolve_python_path(self, config: Config | None = None) -> Path | None:
+        """The engine's interpreter: ``ENGINESPEC_<ENGINE>_PYTHON``, the managed venv, then the
+        interpreter of the console script found on PATH."""
+        from enginespec.runtimes import script_python
+
+        config = config or Config()
+        if self.module_args is None:
+            return None
+        if self.id in config.pythons:
+            return self._check_python(str(config.pythons[self.id]), f"ENGINESPEC_{self.id.upper()}_PYTHON")
+        managed = self.managed_bin_dir(config) / "python"
+        if managed.is_file():
+            return managed
+        found = shutil.which(self.cli_binary)
+        return script_python(Path(found)) if found else None
+
+    def get_runtime_info(
+        self, config: Config | None = None, running: EngineProcess | None = None
+    ) -> RuntimeInfo:
+        """What is installed (or, given a running process, what that process runs)."""
+        from enginespec.runtimes import RuntimeInfo, installed_versions, python_of_process
+
+        config = config or Config()
+        if running is not None:
+            python = python_of_process(running.pid)
+            versions = installed_versions(python, self.distributions()) if python else {}
+            return RuntimeInfo(
+                engine=self.id,
+                installed=True,
+                version=next(iter(versions.values()), None),
+                python_path=str(python) if python else None,
+                binary_path=running.exe,
+                location="running",
+            )
+        prefix, _kind, python = self.launcher(config)
+        managed_root = config.runtime_dir(self.id)
+        if self.module_args is not None:
+            if python is None and Path(prefix[0]).is_file():
+                python = self.resolve_python_path(config)
+            versions = installed_versions(python, self.distributions()) if python and python.exists() else {}
+            version = next(iter(versions.values()), None)
+            location_path = python
+        else:
+            probe = self.probe_binary(prefix[0]) if Path(prefix[0]).is_file() else None
+            version = probe.version if probe else None
+            location_path = Path(prefix[0]) if probe else None
+        managed = location_path is not None and managed_root in location_path.parents
+        return RuntimeInfo(
+            engine=self.id,
+            installed=version is not None,
+            version=version,
+            python_path=str(python) if python else None,
+            binary_path=prefix[0] if Path(prefix[0]).is_file() else None,
+            location=("managed" if managed else "system") if version else "none",
+            can_upgrade=managed or version is None,
+        )
+
+    def help_command(self, config: Config | None = None) -> list[str]:
+        prefix, _kind, _python = self.launcher(config or Config())
+        return [*prefix, *self.help_args]
+
+    def get_config_help(self, config: Config | None = None, timeout: float | None = None) -> ConfigHelp:
+        """The engine's full ``--help`` and the flags it accepts, cached per (binary, version)."""
+        from enginespec.runtimes import ConfigHelp, cached_help, help_flags, store_help
+
+        config = config or Config()
+        command = self.help_command(config)
+        version = self.get_runtime_info(config).version
+        key = json.dumps([self.id, command, version])
+        cached = cached_help(config, key)
+        if cached is not None:
+            return ConfigHelp.model_validate(cached)
+        try:
+            out = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                timeout=timeout or self.help_timeout,
+                errors="replace",
+            )
+        except subprocess.TimeoutExpired:
+            raise CommandError(
+                f"{shlex.join(command)}: no help within {timeout or self.help_timeout:g}s"
+            ) from None
+        except OSError as err:
+            raise CommandError(f"{shlex.join(command)}: {err}") from None
+        text = out.stdout if out.stdout.strip() else out.stderr
+        flags = help_flags(text)
+        if out.returncode != 0 or not flags:
+            tail = "\n".join((out.stderr or out.stdout).splitlines()[-5:])
+            raise CommandError(f"{shlex.join(command)} failed (exit {out.returncode}): {tail}")
+        result = ConfigHelp(engine=self.id, command=tuple(command), version=version, text=text, flags=flags)
+        store_help(config, key, result.model_dump(mode="json"))
+        return result
 
     def managed_package_spec(self, version: str | None = None) -> str:
         """The requirement installed into the managed venv (``vllm``, ``vllm==0.10.2``, ...)."""

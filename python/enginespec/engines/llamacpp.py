@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
+from enginespec.recipe import Config
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec, HealthState
+
+if TYPE_CHECKING:
+    from enginespec.runtimes import InstallOptions, InstallResult
 
 SIGNATURE = Signature(
     engine="llamacpp",
@@ -53,6 +58,12 @@ class LlamaCppSpec(EngineSpec):
     supervisors = {"ollama": "ollama", "llama-swap": "llama-swap"}
     nested_supervisor = "llama-server"
     api_key_env = ("LLAMA_API_KEY", "LLAMA_ARG_API_KEY")
+
+    def install(self, options: InstallOptions | None = None, config: Config | None = None) -> InstallResult:
+        """No wheel ships llama-server: a configured command or a cmake build (see runtimes)."""
+        from enginespec.runtimes import InstallOptions, install_binary_engine
+
+        return install_binary_engine(self, options or InstallOptions(), config or Config())
 
     # tools/server/server.cpp: while the model loads every endpoint answers 503 with
     # {"error": {"message": "Loading model", ...}}; once ready /health is 200 {"status": "ok"}.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
@@ -31,6 +33,15 @@ class MlxSpec(EngineSpec):
     model_flag = "--model"
     package = "mlx-lm"
     api_key_flag = None
+
+    def managed_package_spec(self, version: str | None = None) -> str:
+        requirement = super().managed_package_spec(version)
+        # On Linux plain `mlx-lm` brings no `mlx` (and plain `mlx` lacks libmlx.so): the CPU build
+        # comes with the `cpu` extra.
+        if sys.platform.startswith("linux"):
+            return requirement.replace("mlx-lm", "mlx-lm[cpu]", 1)
+        return requirement
+
     # mlx_lm/server.py answers /health 200 while the model is still loading, and 503
     # {"status": "unavailable"} when loading failed (the process stays up): readiness is /v1/models.
     readiness_needs_models = True

