@@ -5,8 +5,8 @@
 //! Everything but `python.rs` is plain Rust that `cargo test` exercises without an interpreter.
 
 pub mod matcher;
-#[cfg(target_os = "linux")]
 pub mod scan;
+pub mod scan_sysinfo;
 pub mod signature;
 
 #[cfg(feature = "python")]

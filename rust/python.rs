@@ -2,17 +2,15 @@
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-#[cfg(target_os = "linux")]
 use std::sync::Mutex;
-#[cfg(target_os = "linux")]
 use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::matcher;
-#[cfg(target_os = "linux")]
 use crate::scan;
+use crate::scan_sysinfo::SysinfoScanner;
 
 /// (engine index, model, served names, host, port), the shape `_pymatcher.Matcher.parse` returns.
 type RawInvocation = (
@@ -85,7 +83,6 @@ type RawProcess = (
     Vec<u16>,
 );
 
-#[cfg(target_os = "linux")]
 fn raw_process(p: scan::EngineProc) -> RawProcess {
     let owned = |v: Vec<u8>| OsString::from_vec(v);
     (
@@ -107,23 +104,48 @@ fn raw_process(p: scan::EngineProc) -> RawProcess {
     )
 }
 
-/// The incremental `/proc` scanner; the GIL is released for the whole walk.
-#[cfg(target_os = "linux")]
-#[pyclass(frozen, module = "enginespec._native")]
-struct Scanner {
-    inner: Mutex<scan::Scanner>,
+/// Where the native scanner reads processes from.
+enum Source {
+    /// Linux: the incremental `/proc` reader.
+    Procfs(Box<scan::Scanner>),
+    /// Elsewhere: the `sysinfo` crate.
+    Sysinfo(Box<SysinfoScanner>),
 }
 
-#[cfg(target_os = "linux")]
+impl Source {
+    fn scan(&mut self) -> Vec<scan::EngineProc> {
+        match self {
+            Source::Procfs(s) => s.scan(),
+            Source::Sysinfo(s) => s.scan(),
+        }
+    }
+
+    fn stats(&self) -> (scan::ScanStats, usize) {
+        match self {
+            Source::Procfs(s) => (s.stats(), s.known_len()),
+            Source::Sysinfo(s) => (s.stats(), s.known_len()),
+        }
+    }
+}
+
+/// The incremental process scanner; the GIL is released for the whole walk.
+#[pyclass(frozen, module = "enginespec._native")]
+struct Scanner {
+    inner: Mutex<Source>,
+}
+
 #[pymethods]
 impl Scanner {
+    /// `source` is `"procfs"` (Linux's default), or `"sysinfo"` (the default elsewhere).
     #[new]
+    #[pyo3(signature = (signatures_json, wrappers, young_seconds, refresh_seconds, listen_ports, source=None))]
     fn new(
         signatures_json: &str,
         wrappers: Vec<OsString>,
         young_seconds: f64,
         refresh_seconds: f64,
         listen_ports: bool,
+        source: Option<&str>,
     ) -> PyResult<Self> {
         let signatures = crate::signature::signatures_from_json(signatures_json)
             .map_err(PyValueError::new_err)?;
@@ -140,7 +162,24 @@ impl Scanner {
             listen_ports,
             ..scan::ScanOptions::default()
         };
-        let inner = scan::Scanner::new(&signatures, options).map_err(PyValueError::new_err)?;
+        let default = if cfg!(target_os = "linux") {
+            "procfs"
+        } else {
+            "sysinfo"
+        };
+        let inner = match source.unwrap_or(default) {
+            "procfs" => Source::Procfs(Box::new(
+                scan::Scanner::new(&signatures, options).map_err(PyValueError::new_err)?,
+            )),
+            "sysinfo" => Source::Sysinfo(Box::new(
+                SysinfoScanner::new(&signatures).map_err(PyValueError::new_err)?,
+            )),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "source: {other:?} is not 'procfs' or 'sysinfo'"
+                )))
+            }
+        };
         Ok(Scanner {
             inner: Mutex::new(inner),
         })
@@ -163,7 +202,7 @@ impl Scanner {
             .inner
             .lock()
             .map_err(|_| PyRuntimeError::new_err("scanner state poisoned"))?;
-        let s = scanner.stats();
+        let (s, known) = scanner.stats();
         Ok((
             s.scanned,
             s.new,
@@ -171,7 +210,7 @@ impl Scanner {
             s.unreadable,
             s.reread,
             s.full_recheck,
-            scanner.known_len(),
+            known,
         ))
     }
 }
@@ -179,7 +218,6 @@ impl Scanner {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Matcher>()?;
-    #[cfg(target_os = "linux")]
     m.add_class::<Scanner>()?;
     Ok(())
 }

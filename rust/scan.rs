@@ -646,8 +646,26 @@ impl Scanner {
     }
 }
 
+/// Lists the numeric entries of procfs as (pid, inode of `/proc/PID`). Portable version for
+/// systems whose procfs is not Linux's (the native backend uses `scan_sysinfo` there).
+#[cfg(not(target_os = "linux"))]
+pub fn list_proc(proc_root: &Path, out: &mut Vec<(i32, u64)>) {
+    use std::os::unix::fs::DirEntryExt;
+
+    out.clear();
+    let Ok(entries) = std::fs::read_dir(proc_root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) {
+            out.push((pid, entry.ino()));
+        }
+    }
+}
+
 /// Lists the numeric entries of procfs as (pid, inode of `/proc/PID`), with raw `getdents64`
 /// calls into one buffer: no allocation per entry. Leaves `out` empty if procfs cannot be read.
+#[cfg(target_os = "linux")]
 pub fn list_proc(proc_root: &Path, out: &mut Vec<(i32, u64)>) {
     use std::os::fd::AsRawFd;
 

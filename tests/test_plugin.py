@@ -35,10 +35,15 @@ PLUGIN = textwrap.dedent(
 
 PROBE = textwrap.dedent(
     """
-    import json, enginespec
+    import json, os, subprocess, sys, time, enginespec
     from enginespec import Recipe, get_engine_spec, parse_argv
     inv = parse_argv(["/opt/toy/bin/toy-server", "--weights", "/w/toy.bin", "--listen-port", "7001"])
     argv = get_engine_spec("toy").build_command(Recipe(engine="toy", model_path="/w/t", port=7002))
+    running = subprocess.Popen(["toy-server", "--weights", "/w/running.bin"], executable=sys.argv[1])
+    while open(f"/proc/{running.pid}/cmdline", "rb").read() == b"":
+        time.sleep(0.01)
+    scanned = [p.model for p in enginespec.scan() if p.pid == running.pid and p.engine == "toy"]
+    running.kill()
     print(json.dumps({
         "backend": enginespec.BACKEND,
         "ids": [s.id for s in enginespec.ALL_ENGINE_SPECS],
@@ -46,12 +51,13 @@ PROBE = textwrap.dedent(
         "built": argv,
         "reparsed": parse_argv(argv).model_dump(),
         "not_toy": parse_argv(["toy-client", "--weights", "x"]),
+        "scanned": scanned,
     }))
     """
 )
 
 
-def test_entry_point_plugin_in_a_real_venv(tmp_path: Path) -> None:
+def test_entry_point_plugin_in_a_real_venv(tmp_path: Path, helper: Path) -> None:
     wheelhouse = tmp_path / "wheels"
     build_wheel(
         wheelhouse,
@@ -90,7 +96,9 @@ def test_entry_point_plugin_in_a_real_venv(tmp_path: Path) -> None:
         check=True,
     )
     env = {**os.environ}
-    out = subprocess.run([str(python), "-c", PROBE], capture_output=True, text=True, env=env, check=False)
+    out = subprocess.run(
+        [str(python), "-c", PROBE, str(helper)], capture_output=True, text=True, env=env, check=False
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["backend"] == os.environ.get("ENGINESPEC_BACKEND", "native")
@@ -109,6 +117,7 @@ def test_entry_point_plugin_in_a_real_venv(tmp_path: Path) -> None:
     ]
     assert result["reparsed"]["port"] == 7002
     assert result["not_toy"] is None
+    assert result["scanned"] == ["/w/running.bin"]  # the scanner knows the plugin too
 
 
 def test_broken_plugin_warns_and_the_rest_works(tmp_path: Path) -> None:

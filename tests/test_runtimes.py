@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -68,11 +69,12 @@ def test_install_idempotent_upgrade(wheelhouse: Path, tmp_path: Path) -> None:
     assert (upgraded.already_installed, upgraded.version) == (False, "2.0")
     assert installed_versions(venv_python, [PACKAGE]) == {PACKAGE: "2.0"}
     assert SPEC.install(_options(wheelhouse, version=">=1.0"), config).already_installed
+    assert asyncio.run(SPEC.install_async(_options(wheelhouse), config)).already_installed
 
     # What is installed, as the probes see it.
-    probe = SPEC.probe_binary(venv_python.parent / "demo-engine")
+    probe = asyncio.run(SPEC.probe_binary_async(venv_python.parent / "demo-engine"))
     assert (probe.installed, probe.version, probe.python_path) == (True, "2.0", str(venv_python))
-    info = SPEC.get_runtime_info(config)
+    info = asyncio.run(SPEC.get_runtime_info_async(config))
     assert (info.installed, info.version, info.location, info.can_upgrade) == (True, "2.0", "managed", True)
     assert SPEC.resolve_python_path(config) == venv_python
 

@@ -280,3 +280,43 @@ def test_cli_ps(procs: Procs) -> None:
     assert "/models/ps-a" in table.stdout
     assert "http://[::1]:9123" in table.stdout
     assert "sk-ps" not in table.stdout
+
+
+def test_sysinfo_source_finds_the_same_engines(procs: Procs) -> None:
+    """The native scanner's source for platforms without procfs, exercised here on Linux."""
+    from enginespec import _native
+    from enginespec.engines import all_signatures
+    from enginespec.scanning import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
+    from enginespec.signature import signatures_json
+
+    for record in CORPUS[:60]:
+        procs.start(record["argv"])
+    server = procs.start(
+        ["vllm", "serve", "/m/s", "--port", "8500"], HELPER_CHILD_TITLES="VLLM::Worker_TP0,="
+    )
+    wait_for(lambda: len(children_of(server.pid)) == 2)
+    args = (
+        signatures_json(all_signatures()),
+        list(EXEC_WRAPPERS),
+        YOUNG_SECONDS,
+        TREE_REFRESH_SECONDS,
+        False,
+    )
+    pids = {p.pid for p in procs.started}
+    procfs = {r[0]: r for r in _native.Scanner(*args, "procfs").scan() if r[0] in pids}
+    sysinfo = {r[0]: r for r in _native.Scanner(*args, "sysinfo").scan() if r[0] in pids}
+    assert len(procfs) > 30
+    assert procfs.keys() == sysinfo.keys()
+    for pid, ours in procfs.items():
+        theirs = sysinfo[pid]
+        # same argv, facts, parent, workers; start time to the second
+        assert (ours[2], ours[3], ours[4], ours[6], ours[7]) == (
+            theirs[2],
+            theirs[3],
+            theirs[4],
+            theirs[6],
+            theirs[7],
+        )
+        assert abs(ours[1] - theirs[1]) <= 1
+    with pytest.raises(ValueError, match="source"):
+        _native.Scanner(*args, "kvm")

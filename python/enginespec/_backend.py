@@ -26,10 +26,9 @@ def _choose() -> tuple[Backend, type[_pymatcher.Matcher], type[_pyscanner.Scanne
         if wanted == "native":
             raise
         return "python", _pymatcher.Matcher, _pyscanner.Scanner
-    # Same interfaces as the Python twins (see _native.pyi). The native scanner reads /proc, so it
-    # exists on Linux only; elsewhere the matcher is native and the scan goes through psutil.
-    scanner = getattr(_native, "Scanner", _pyscanner.Scanner)
-    return "native", _native.Matcher, scanner  # type: ignore[return-value]
+    # Same interfaces as the Python twins (see _native.pyi). The native scanner reads /proc on
+    # Linux and goes through the sysinfo crate elsewhere.
+    return "native", _native.Matcher, _native.Scanner  # type: ignore[return-value]
 
 
 BACKEND, MatcherType, ScannerType = _choose()

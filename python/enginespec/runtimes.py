@@ -586,6 +586,24 @@ def install_binary_engine(spec: EngineSpec, options: InstallOptions, config: Con
         )
 
 
+def _unpack_source(spec: EngineSpec, archive: Path, into: Path) -> Path:
+    """Unpacks a source archive (an sdist vendoring the engine, like llama-cpp-python's) and finds
+    the engine's own tree in it: the shallowest directory with a CMakeLists.txt and the engine's
+    ``source_marker`` entry."""
+    # filter="data" refuses absolute paths and links out of the tree (Python 3.12+, and backports).
+    try:
+        shutil.unpack_archive(str(archive), str(into), filter="data")
+    except TypeError:
+        shutil.unpack_archive(str(archive), str(into))
+    candidates = sorted(into.rglob("CMakeLists.txt"), key=lambda p: len(p.parts))
+    for cmakelists in candidates:
+        if spec.source_marker and (cmakelists.parent / spec.source_marker).exists():
+            return cmakelists.parent
+    raise CommandError(
+        f"source: no {spec.id} source tree (CMakeLists.txt beside {spec.source_marker!r}) in {archive}"
+    )
+
+
 def _cmake_build(
     spec: EngineSpec, options: InstallOptions, deadline: _Deadline, staging: Path
 ) -> tuple[list[str], tuple[str, ...]]:
@@ -596,7 +614,9 @@ def _cmake_build(
             "cmake is needed to build llama-server from source (apt install cmake, or pip install cmake)"
         )
     source = Path(options.source)
-    if not source.exists():
+    if source.is_file() and source.name.endswith((".tar.gz", ".tgz", ".tar", ".zip")):
+        source = _unpack_source(spec, source, staging / "src")
+    elif not source.exists():
         if not re.match(r"^(https?|git|ssh)://|^git@", options.source):
             raise CommandError(f"source: {options.source!r} is neither a directory nor a git URL")
         source = staging / "src"
@@ -625,6 +645,8 @@ def _cmake_build(
         "-DLLAMA_BUILD_EXAMPLES=OFF",
         "-DLLAMA_BUILD_SERVER=ON",
         "-DGGML_NATIVE=OFF",
+        # one self-contained binary: the build tree (and its shared libraries) is deleted afterwards
+        "-DBUILD_SHARED_LIBS=OFF",
     ]
     _emit(options, "building", "configuring with cmake")
     run_streaming(configure, options, deadline)

@@ -9,7 +9,7 @@ import psutil
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from enginespec._backend import ScannerType
-from enginespec.argv import flag_value, redact_argv
+from enginespec.argv import Invocation, flag_value, redact_argv
 from enginespec.engines import all_engine_specs
 from enginespec.signature import signatures_json
 from enginespec.spec import EngineSpec
@@ -29,8 +29,9 @@ YOUNG_SECONDS = 5.0
 TREE_REFRESH_SECONDS = 2.0
 
 
-class EngineProcess(BaseModel):
-    """A running engine server. ``(pid, start_time)`` is its identity (pids are reused).
+class EngineProcess(Invocation):
+    """A running engine server: what its argv says (see Invocation), plus the process facts.
+    ``(pid, start_time)`` is its identity (pids are reused).
 
     ``argv`` has secret values (``--api-key``, ``--hf-token``) replaced by ``***``. ``worker_pids``
     are the server's descendants (vLLM/SGLang workers), folded into it. ``supervisor`` names who
@@ -38,18 +39,9 @@ class EngineProcess(BaseModel):
     ``listen_ports`` are the TCP ports the process tree listens on (empty when unknown).
     """
 
-    model_config = ConfigDict(frozen=True)
-
     pid: int
     start_time: float
     ppid: int
-    engine: str
-    model: str | None
-    served_model_names: tuple[str, ...]
-    host: str | None
-    port: int | None
-    effective_host: str
-    effective_port: int
     base_url: str
     argv: tuple[str, ...]
     exe: str | None
@@ -58,10 +50,6 @@ class EngineProcess(BaseModel):
     listen_ports: tuple[int, ...]
     #: the engine's API key from its argv: used by health checks, never shown or serialised.
     _api_key: str | None = PrivateAttr(default=None)
-
-    @property
-    def served_model_name(self) -> str | None:
-        return self.served_model_names[0] if self.served_model_names else None
 
     def secret_api_key(self) -> str | None:
         return self._api_key

@@ -453,6 +453,8 @@ class EngineSpec:
 
     #: arguments after the launcher that print the full help (vLLM hides most flags without =all).
     help_args: ClassVar[tuple[str, ...]] = ("--help",)
+    #: an entry that marks the engine's own tree inside a source archive (see runtimes).
+    source_marker: ClassVar[str | None] = None
     #: seconds to wait for the help (importing vLLM takes a while).
     help_timeout: ClassVar[float] = 60.0
 
@@ -472,6 +474,27 @@ class EngineSpec:
         import asyncio
 
         return await asyncio.to_thread(self.install, options, config)
+
+    async def probe_binary_async(
+        self, path: str | os.PathLike[str], timeout: float = 10.0
+    ) -> BinaryProbeResult:
+        import asyncio
+
+        return await asyncio.to_thread(self.probe_binary, path, timeout)
+
+    async def get_runtime_info_async(
+        self, config: Config | None = None, running: EngineProcess | None = None
+    ) -> RuntimeInfo:
+        import asyncio
+
+        return await asyncio.to_thread(self.get_runtime_info, config, running)
+
+    async def get_config_help_async(
+        self, config: Config | None = None, timeout: float | None = None
+    ) -> ConfigHelp:
+        import asyncio
+
+        return await asyncio.to_thread(self.get_config_help, config, timeout)
 
     def probe_binary(self, path: str | os.PathLike[str], timeout: float = 10.0) -> BinaryProbeResult:
         """Whether ``path`` is this engine's installed binary or console script, and its version

@@ -58,6 +58,8 @@ class LlamaCppSpec(EngineSpec):
     supervisors = {"ollama": "ollama", "llama-swap": "llama-swap"}
     nested_supervisor = "llama-server"
     api_key_env = ("LLAMA_API_KEY", "LLAMA_ARG_API_KEY")
+    # llama.cpp's root holds ggml/; llama-cpp-python's sdist vendors it under vendor/llama.cpp.
+    source_marker = "ggml"
 
     def install(self, options: InstallOptions | None = None, config: Config | None = None) -> InstallResult:
         """No wheel ships llama-server: a configured command or a cmake build (see runtimes)."""
