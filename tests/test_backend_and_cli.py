@@ -78,6 +78,9 @@ def test_cli_parse_not_an_engine() -> None:
     assert out.returncode == 1
     assert "not a server of a known engine" in out.stderr
     assert out.stdout == ""
+    secret = _cli("parse", "--", "vllm", "bench", "serve", "--api-key", "sk-hush")
+    assert secret.returncode == 1
+    assert "sk-hush" not in secret.stderr
 
 
 @pytest.mark.parametrize("args", [["parse"], ["parse", "--"], ["frobnicate"], []])

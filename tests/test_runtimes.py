@@ -337,3 +337,13 @@ def test_cli_install_info_help(tmp_path: Path) -> None:
     out = _cli("install", "llamacpp", "--data-dir", str(data))
     assert out.returncode == 2
     assert "ships no wheel" in out.stderr
+
+
+def test_install_with_uv(wheelhouse: Path, tmp_path: Path) -> None:
+    config = Config(data_dir=tmp_path / "data")
+    options = InstallOptions(version="1.0", find_links=(str(wheelhouse),), no_index=True, installer="uv")
+    result = SPEC.install(options, config)
+    assert (result.version, result.already_installed) == ("1.0", False)
+    assert Path(result.command[0]).name == "uv"
+    assert result.command[1:3] == ("pip", "install")
+    assert SPEC.install(options, config).already_installed

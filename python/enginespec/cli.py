@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from enginespec import BACKEND, __version__
-from enginespec.argv import parse_argv
+from enginespec.argv import parse_argv, redact_argv
 
 if TYPE_CHECKING:
     from enginespec.recipe import Config
@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 def _cmd_parse(args: argparse.Namespace) -> int:
     invocation = parse_argv(args.argv)
     if invocation is None:
-        print(f"enginespec: not a server of a known engine: {args.argv!r}", file=sys.stderr)
+        shown = shlex.join(redact_argv(args.argv))
+        print(f"enginespec parse: not a server of a known engine: {shown}", file=sys.stderr)
         return 1
     print(invocation.model_dump_json(indent=2))
     return 0
