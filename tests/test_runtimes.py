@@ -347,3 +347,25 @@ def test_install_with_uv(wheelhouse: Path, tmp_path: Path) -> None:
     assert Path(result.command[0]).name == "uv"
     assert result.command[1:3] == ("pip", "install")
     assert SPEC.install(options, config).already_installed
+
+
+LLAMA_HELP = """----- common params -----
+
+-h,    --help, --usage                  print usage and exit
+--version                               show version and build info
+-c,    --ctx-size N                     size of the prompt context (default: 0, 0 = loaded from model)
+-ngl,  --gpu-layers, --n-gpu-layers N   max. number of layers to store in VRAM, either an exact number,
+-m,    --model FNAME                    model path to load
+                                        when set without -c/--ctx-size, the shared KV pool is sized to
+-a,    --alias STRING                   set model name aliases, comma-separated (to be used by API)"""
+
+
+def test_help_flags_of_both_layouts() -> None:
+    from enginespec.runtimes import help_flags
+
+    assert help_flags(LLAMA_HELP) == {
+        "-h", "--help", "--usage", "--version", "-c", "--ctx-size", "-ngl", "--gpu-layers", "--n-gpu-layers",
+        "-m", "--model", "-a", "--alias",
+    }  # fmt: skip
+    assert {"--model", "--adapter-path", "--trust-remote-code", "-h", "--help"} <= help_flags(HELP)
+    assert "--ADAPTER_PATH" not in help_flags(HELP)

@@ -47,6 +47,7 @@ _PYTHON_NAME = re.compile(r"python[0-9.]*[a-z]?", re.IGNORECASE | re.ASCII)
 # pip writes this /bin/sh trampoline instead of a shebang when the interpreter path is too long.
 _TRAMPOLINE = re.compile(r"""^'''exec' "?([^"\s]+)"? "\$0" "\$@"$""", re.MULTILINE)
 _VERSION_LINE = re.compile(r"version:\s*(\S+)(?:\s+\(([^)]*)\))?")
+_OPTION_COLUMN_END = re.compile(r"(?<![,\s])\s{2,}")
 _HELP_FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.-]*)")
 
 
@@ -486,7 +487,10 @@ def help_flags(text: str) -> frozenset[str]:
     for line in text.splitlines():
         stripped = line.lstrip()
         if stripped.startswith("-"):
-            flags.update(_HELP_FLAG.findall(stripped.split("  ")[0]))
+            # The option column ends at the first wide gap not right after a comma: llama.cpp pads
+            # between spellings (`-m,    --model FNAME    model path`), argparse does not.
+            options = _OPTION_COLUMN_END.split(stripped, maxsplit=1)[0]
+            flags.update(_HELP_FLAG.findall(options))
     return frozenset(flags)
 
 
