@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
+import importlib
 import json
 import os
 import re
@@ -323,8 +324,8 @@ def _find_uv() -> str | None:
     if found:
         return found
     with contextlib.suppress(ImportError, FileNotFoundError):
-        import uv  # type: ignore[import-not-found]
-
+        # The optional `uv` PyPI package ships the binary (imported by name: it may be absent).
+        uv = importlib.import_module("uv")
         return str(uv.find_uv_bin())
     return None
 
