@@ -320,3 +320,14 @@ def test_sysinfo_source_finds_the_same_engines(procs: Procs) -> None:
         assert abs(ours[1] - theirs[1]) <= 1
     with pytest.raises(ValueError, match="source"):
         _native.Scanner(*args, "kvm")
+
+
+def test_unchanged_engines_keep_their_model_between_scans(procs: Procs) -> None:
+    proc = procs.start(["llama-server", "-m", "/m/same.gguf"])
+    scanner = Scanner(listen_ports=False)
+    first = _mine(scanner.scan(), procs)[proc.pid]
+    assert _mine(scanner.scan(), procs)[proc.pid] is first
+    other = procs.start(["llama-server", "-m", "/m/other.gguf"])
+    found = _mine(scanner.scan(), procs)
+    assert found[proc.pid] is first
+    assert found[other.pid].model == "/m/other.gguf"

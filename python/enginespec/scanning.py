@@ -9,6 +9,7 @@ import psutil
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from enginespec._backend import ScannerType
+from enginespec._pyscanner import RawProcess
 from enginespec.argv import Invocation, flag_value, redact_argv
 from enginespec.engines import all_engine_specs
 from enginespec.signature import signatures_json
@@ -123,6 +124,7 @@ class Scanner:
             TREE_REFRESH_SECONDS,
             listen_ports,
         )
+        self._built: dict[int, tuple[RawProcess, str | None, EngineProcess]] = {}
 
     @property
     def stats(self) -> ScanStats:
@@ -145,38 +147,53 @@ class Scanner:
                 folded.update(d for d in descendants if d != pid)
         engines_by_pid = {item[0]: self._specs[item[4][0]].id for item in raw}
         result = []
-        for pid, start_time, ppid, argv, facts, exe, descendants, parent_argv, ports in raw:
+        built: dict[int, tuple[RawProcess, str | None, EngineProcess]] = {}
+        for item in raw:
+            pid, _start, ppid, _argv, _facts, _exe, _descendants, _parent_argv, _ports = item
             if pid in folded:
                 continue
-            index, model, served, host, port = facts
-            spec = self._specs[index]
-            signature = spec.signature
-            effective_host = host or signature.default_host
-            effective_port = signature.default_port if port is None else port
-            socket = flag_value(argv, signature, spec.socket_flag) if spec.socket_flag else None
-            url = unix_socket_url(socket) if socket else base_url(effective_host, effective_port)
-            process = EngineProcess(
-                pid=pid,
-                start_time=start_time,
-                ppid=ppid,
-                engine=spec.id,
-                model=model,
-                served_model_names=tuple(served),
-                host=host,
-                port=port,
-                effective_host=effective_host,
-                effective_port=effective_port,
-                base_url=url,
-                argv=tuple(redact_argv(argv, spec.id)),
-                exe=exe,
-                worker_pids=tuple(descendants),
-                supervisor=_supervisor(spec, parent_argv, engines_by_pid.get(ppid)),
-                listen_ports=tuple(ports),
-            )
-            if spec.api_key_flag:
-                process._api_key = flag_value(argv, signature, spec.api_key_flag)
+            parent_engine = engines_by_pid.get(ppid)
+            # An unchanged process keeps its (frozen) model: polling costs no validation.
+            previous = self._built.get(pid)
+            if previous is not None and previous[0] == item and previous[1] == parent_engine:
+                process = previous[2]
+            else:
+                process = self._model(item, parent_engine)
+            built[pid] = (item, parent_engine, process)
             result.append(process)
+        self._built = built
         return result
+
+    def _model(self, item: RawProcess, parent_engine: str | None) -> EngineProcess:
+        pid, start_time, ppid, argv, facts, exe, descendants, parent_argv, ports = item
+        index, model, served, host, port = facts
+        spec = self._specs[index]
+        signature = spec.signature
+        effective_host = host or signature.default_host
+        effective_port = signature.default_port if port is None else port
+        socket = flag_value(argv, signature, spec.socket_flag) if spec.socket_flag else None
+        url = unix_socket_url(socket) if socket else base_url(effective_host, effective_port)
+        process = EngineProcess(
+            pid=pid,
+            start_time=start_time,
+            ppid=ppid,
+            engine=spec.id,
+            model=model,
+            served_model_names=tuple(served),
+            host=host,
+            port=port,
+            effective_host=effective_host,
+            effective_port=effective_port,
+            base_url=url,
+            argv=tuple(redact_argv(argv, spec.id)),
+            exe=exe,
+            worker_pids=tuple(descendants),
+            supervisor=_supervisor(spec, parent_argv, parent_engine),
+            listen_ports=tuple(ports),
+        )
+        if spec.api_key_flag:
+            process._api_key = flag_value(argv, signature, spec.api_key_flag)
+        return process
 
 
 def scan(*, listen_ports: bool = True) -> list[EngineProcess]:
