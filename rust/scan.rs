@@ -441,9 +441,17 @@ impl Scanner {
     pub fn scan(&mut self) -> Vec<EngineProc> {
         let now = Instant::now();
         let first = self.cursor.is_none();
-        self.generation += 1;
         self.stats = ScanStats::default();
         self.engine_appeared = false;
+        // No fork anywhere since the last scan: no process can have appeared and no pid can have
+        // been reused, so the listing is skipped and only engines and watched processes are read.
+        if let (Some(old), Some(current)) = (self.cursor, self.read_cursor()) {
+            if current.forks == old.forks {
+                self.quiet_scan(now);
+                return self.collect(now, true);
+            }
+        }
+        self.generation += 1;
         self.list_pids();
         // Read after listing, so any pid reused before the listing falls inside the window.
         let cursor = self.read_cursor();
@@ -496,7 +504,35 @@ impl Scanner {
         self.stats.vanished += (before - self.known.len()) as u64;
         self.known.shrink_to(self.known.len() * 2);
         self.cursor = cursor;
-        self.collect(now)
+        self.collect(now, false)
+    }
+
+    /// A scan without listing (see `scan`): processes that vanished are dropped when next read;
+    /// the others, which nothing can have replaced, stay as they are.
+    fn quiet_scan(&mut self, now: Instant) {
+        self.stats.scanned = self.known.len() as u64;
+        let watched: Vec<i32> = self
+            .known
+            .iter()
+            .filter(|(_, k)| !matches!(k.class, Class::Other { watch: None } | Class::Unreadable))
+            .map(|(&pid, _)| pid)
+            .collect();
+        for pid in watched {
+            let Some(known) = self.known.get_mut(&pid) else {
+                continue;
+            };
+            let previous = std::mem::replace(&mut known.class, Class::Unreadable);
+            match self.revisit(pid, previous, false, now) {
+                Some(class) => {
+                    if let Some(known) = self.known.get_mut(&pid) {
+                        known.class = class;
+                    }
+                }
+                None => {
+                    self.known.remove(&pid);
+                }
+            }
+        }
     }
 
     fn remember(&mut self, pid: i32, inode: u64, class: Class) {
@@ -565,7 +601,8 @@ impl Scanner {
         }
     }
 
-    fn collect(&mut self, now: Instant) -> Vec<EngineProc> {
+    /// `quiet`: no listing ran, so workers are checked to still exist.
+    fn collect(&mut self, now: Instant, quiet: bool) -> Vec<EngineProc> {
         let engines: Vec<i32> = self
             .known
             .iter()
@@ -607,11 +644,13 @@ impl Scanner {
                 };
                 (descendants, listen, Some(now))
             } else {
+                let root = &self.options.proc_root;
                 let alive: Vec<i32> = state
                     .descendants
                     .iter()
                     .copied()
                     .filter(|d| self.known.contains_key(d))
+                    .filter(|d| !quiet || root.join(d.to_string()).exists())
                     .collect();
                 (alive, state.listen_ports.clone(), state.tree_read)
             };
