@@ -4,7 +4,9 @@
 //! - `list`: the floor of an incremental scan: list `/proc` only;
 //! - `sysinfo-cold` / `sysinfo-warm`: the `sysinfo` crate refreshing processes with their command
 //!   lines only, from a new `System` / an already filled one;
-//! - `native-cold` / `native-warm`: enginespec's scanner from Rust (no Python), first / later scan.
+//! - `native-cold` / `native-warm`: enginespec's scanner from Rust (no Python), first / later scan;
+//! - `cold-pair`: `native-cold` and `cmdline` alternated in one process, so both see the same
+//!   machine state (prints two lists).
 //!
 //! Usage: `cargo bench --bench proc_floor -- MODE REPS`; prints one JSON line of seconds per run.
 
@@ -72,6 +74,29 @@ fn main() {
     }
     if let Some(scanner) = warm.as_mut() {
         scanner.scan();
+    }
+    if mode == "cold-pair" {
+        let (mut ours, mut floor) = (Vec::new(), Vec::new());
+        for _ in 0..reps {
+            let start = Instant::now();
+            std::hint::black_box(native_scanner().scan().len());
+            ours.push(start.elapsed().as_secs_f64());
+            let start = Instant::now();
+            std::hint::black_box(read_all_cmdlines());
+            floor.push(start.elapsed().as_secs_f64());
+        }
+        let show = |v: &[f64]| {
+            v.iter()
+                .map(|s| format!("{s:.9}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        println!(
+            "{{\"mode\": \"cold-pair\", \"seconds\": [{}], \"floor\": [{}]}}",
+            show(&ours),
+            show(&floor)
+        );
+        return;
     }
     for _ in 0..reps {
         let start = Instant::now();
