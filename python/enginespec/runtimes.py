@@ -645,13 +645,9 @@ def _cmake_build(
         "-B",
         str(build),
         "-DCMAKE_BUILD_TYPE=Release",
-        "-DLLAMA_CURL=OFF",
-        "-DLLAMA_BUILD_TESTS=OFF",
-        "-DLLAMA_BUILD_EXAMPLES=OFF",
-        "-DLLAMA_BUILD_SERVER=ON",
-        "-DGGML_NATIVE=OFF",
         # one self-contained binary: the build tree (and its shared libraries) is deleted afterwards
         "-DBUILD_SHARED_LIBS=OFF",
+        *spec.cmake_options,
     ]
     _emit(options, "building", "configuring with cmake")
     run_streaming(configure, options, deadline)

@@ -455,6 +455,8 @@ class EngineSpec:
     help_args: ClassVar[tuple[str, ...]] = ("--help",)
     #: an entry that marks the engine's own tree inside a source archive (see runtimes).
     source_marker: ClassVar[str | None] = None
+    #: the engine's own options when building it from source with cmake.
+    cmake_options: ClassVar[tuple[str, ...]] = ()
     #: seconds to wait for the help (importing vLLM takes a while).
     help_timeout: ClassVar[float] = 60.0
 

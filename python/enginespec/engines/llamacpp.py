@@ -60,6 +60,14 @@ class LlamaCppSpec(EngineSpec):
     api_key_env = ("LLAMA_API_KEY", "LLAMA_ARG_API_KEY")
     # llama.cpp's root holds ggml/; llama-cpp-python's sdist vendors it under vendor/llama.cpp.
     source_marker = "ggml"
+    # Only the server; no libcurl needed (models are given as paths); portable CPU code.
+    cmake_options = (
+        "-DLLAMA_CURL=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_SERVER=ON",
+        "-DGGML_NATIVE=OFF",
+    )
 
     def install(self, options: InstallOptions | None = None, config: Config | None = None) -> InstallResult:
         """No wheel ships llama-server: a configured command or a cmake build (see runtimes)."""
