@@ -23,7 +23,8 @@ _PY_SWITCHES = frozenset("bBdEhiIOPqsSuvVx")
 _PY_VALUED = frozenset("WX")
 
 
-def _basename(path: str) -> str:
+def basename(path: str) -> str:
+    """Last path component, `/` or `\\` separated, without a trailing `.exe` (as `basename` in Rust)."""
     name = path[max(path.rfind("/"), path.rfind("\\")) + 1 :]
     if len(name) > 4 and name[-4:].lower() == ".exe" and name[-4:].isascii():
         name = name[:-4]
@@ -112,7 +113,7 @@ class Matcher:
     def _launch(self, argv: Sequence[str]) -> tuple[int, LaunchForm, int] | None:
         if not argv:
             return None
-        exe = _basename(argv[0])
+        exe = basename(argv[0])
         candidates: list[tuple[int, LaunchForm]] | None
         start = 1
         if _PYTHON.fullmatch(exe):
@@ -123,7 +124,7 @@ class Matcher:
             if kind == "module":
                 candidates = self._by_module.get(name)
             else:
-                candidates = self._by_executable.get(_basename(name))
+                candidates = self._by_executable.get(basename(name))
         else:
             candidates = self._by_executable.get(exe)
         for index, form in candidates or ():

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from enginespec._pymatcher import Matcher, RawInvocation
+from enginespec._pymatcher import Matcher, RawInvocation, basename
 from enginespec.signature import Signature
 
 #: (pid, start time, ppid, argv, facts, exe, descendants, parent argv, listen ports).
@@ -32,10 +32,6 @@ def split_cmdline(data: bytes) -> list[str]:
     if data.endswith(b"\0"):
         data = data[:-1]
     return [os.fsdecode(part) for part in data.split(b"\0")]
-
-
-def _basename(path: str) -> str:
-    return path[max(path.rfind("/"), path.rfind("\\")) + 1 :]
 
 
 class _Gone(Exception):
@@ -151,7 +147,7 @@ class Scanner:
         return (
             bool(argv)
             and not argv[0].startswith("-")
-            and _basename(argv[0]) in self._wrappers
+            and basename(argv[0]) in self._wrappers
             and any(a == "-c" or not a.startswith("-") for a in argv[1:])
         )
 

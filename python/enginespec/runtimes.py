@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from enginespec.recipe import Config
-from enginespec.spec import CommandError
+from enginespec.spec import PYTHON_NAME, CommandError
 
 if TYPE_CHECKING:
     from enginespec.spec import EngineSpec
@@ -44,7 +44,6 @@ Phase = Literal[
     "done",
 ]
 _TAIL = 40
-_PYTHON_NAME = re.compile(r"python[0-9.]*[a-z]?", re.IGNORECASE | re.ASCII)
 # pip writes this /bin/sh trampoline instead of a shebang when the interpreter path is too long.
 _TRAMPOLINE = re.compile(r"""^'''exec' "?([^"\s]+)"? "\$0" "\$@"$""", re.MULTILINE)
 _VERSION_LINE = re.compile(r"version:\s*(\S+)(?:\s+\(([^)]*)\))?")
@@ -208,7 +207,7 @@ def script_python(script: Path) -> Path | None:
         parts = shlex.split(first)[1:]
         found = shutil.which(parts[0]) if parts else None
         return Path(found) if found else None
-    return Path(interpreter) if _PYTHON_NAME.fullmatch(Path(interpreter).name) else None
+    return Path(interpreter) if PYTHON_NAME.fullmatch(Path(interpreter).name) else None
 
 
 def python_of_process(pid: int) -> Path | None:
@@ -220,7 +219,7 @@ def python_of_process(pid: int) -> Path | None:
         argv = split_cmdline(Path(f"/proc/{pid}/cmdline").read_bytes())
     except OSError:
         argv = []
-    if argv and _PYTHON_NAME.fullmatch(Path(argv[0]).name):
+    if argv and PYTHON_NAME.fullmatch(Path(argv[0]).name):
         candidate = Path(argv[0])
         if not candidate.is_absolute():
             found = shutil.which(argv[0])
@@ -231,7 +230,7 @@ def python_of_process(pid: int) -> Path | None:
         exe = Path(os.readlink(f"/proc/{pid}/exe"))
     except OSError:
         return None
-    return exe if _PYTHON_NAME.fullmatch(exe.name) else None
+    return exe if PYTHON_NAME.fullmatch(exe.name) else None
 
 
 # -- installing --------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import psutil
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from enginespec._backend import ScannerType
+from enginespec._pymatcher import basename
 from enginespec._pyscanner import RawProcess
 from enginespec.argv import Invocation, flag_value, redact_argv
 from enginespec.engines import all_engine_specs
@@ -104,8 +105,7 @@ def _supervisor(spec: EngineSpec, parent_argv: Sequence[str], parent_engine: str
         return spec.nested_supervisor
     if not parent_argv:
         return None
-    name = parent_argv[0].replace("\\", "/").rsplit("/", 1)[-1]
-    return spec.supervisors.get(name)
+    return spec.supervisors.get(basename(parent_argv[0]))
 
 
 class Scanner:

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 #: States a health check can report (see enginespec.health.Health).
 HealthState = Literal["ready", "loading", "starting", "unhealthy", "down", "unknown"]
 
-_PYTHON_NAME = re.compile(r"(?:python)[0-9.]*[a-z]?(?:\.exe)?", re.IGNORECASE | re.ASCII)
+#: Basename of a Python interpreter (python, python3.11, Python, pythonw.exe).
+PYTHON_NAME = re.compile(r"(?:python)[0-9.]*[a-z]?(?:\.exe)?", re.IGNORECASE | re.ASCII)
 _MODEL_TOKEN = re.compile(r"[a-z0-9]+")
 
 #: Order in which structured fields are emitted (after model, served name, host and port).
@@ -186,7 +187,7 @@ class EngineSpec:
 
     def _check_python(self, path: str, field: str) -> Path:
         result = _check_path(path, field)
-        if not _PYTHON_NAME.fullmatch(result.name):
+        if not PYTHON_NAME.fullmatch(result.name):
             raise CommandError(
                 f"{field}: {path!r} is not a Python interpreter (expected python, python3, ...)"
             )
