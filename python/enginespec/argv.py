@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from enginespec._backend import MatcherType
-from enginespec.engines import all_signatures
+from enginespec.registry import all_signatures, find_engine
 from enginespec.signature import Signature, signatures_json
 
 
@@ -101,12 +101,10 @@ def redact_argv(argv: Sequence[str], engine: str | None = None) -> list[str]:
     ``engine`` picks whose secret flags apply; by default the engine argv is recognised as, or every
     known engine's when it is none of them.
     """
-    from enginespec.engines import all_signatures, get_engine_spec
-
     if engine is None:
         invocation = parse_argv(argv)
         engine = invocation.engine if invocation else None
-    signatures = (get_engine_spec(engine).signature,) if engine else all_signatures()
+    signatures = (find_engine(engine).signature,) if engine else all_signatures()
     out = list(argv)
     for index, token in enumerate(out):
         name, eq, _value = token.partition("=")

@@ -7,14 +7,22 @@ import json
 import shlex
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from enginespec import BACKEND, __version__
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from enginespec._backend import BACKEND
 from enginespec.argv import parse_argv, redact_argv
-
-if TYPE_CHECKING:
-    from enginespec.recipe import Config
-    from enginespec.spec import EngineSpec
+from enginespec.config import Config
+from enginespec.engines import all_engine_specs, engine_ids, get_engine_spec
+from enginespec.errors import CommandError, HelpError, InstallError, InvalidInputError, RecipeFileError
+from enginespec.health import check_all, check_health
+from enginespec.installing import InstallOptions, ProgressEvent
+from enginespec.recipe import Recipe
+from enginespec.scanning import EngineProcess, Scanner
+from enginespec.spec import EngineSpec
+from enginespec.version import __version__
 
 
 def _cmd_parse(args: argparse.Namespace) -> int:
@@ -28,10 +36,6 @@ def _cmd_parse(args: argparse.Namespace) -> int:
 
 
 def _cmd_command(args: argparse.Namespace) -> int:
-    from enginespec.engines import get_engine_spec
-    from enginespec.recipe import Recipe, RecipeFileError
-    from enginespec.spec import CommandError
-
     try:
         recipe = Recipe.from_file(args.recipe)
         command = get_engine_spec(recipe.engine).plan(recipe, strict=args.strict)
@@ -54,13 +58,9 @@ def _cmd_command(args: argparse.Namespace) -> int:
 
 
 def _cmd_ps(args: argparse.Namespace) -> int:
-    from enginespec.scanning import Scanner
-
     processes = Scanner(listen_ports=True).scan()
     healths = None
     if not args.no_health:
-        from enginespec.health import check_all
-
         healths = check_all(processes, timeout=args.timeout)
     if args.json:
         documents = [p.model_dump(mode="json") for p in processes]
@@ -68,8 +68,6 @@ def _cmd_ps(args: argparse.Namespace) -> int:
             document["health"] = health.model_dump(mode="json")
         print(json.dumps(documents, indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table(box=None, header_style="bold")
     columns = ["PID", "ENGINE", "MODEL", "SERVED AS", "URL", "WORKERS", "SUPERVISOR", "LISTENING"]
@@ -99,10 +97,6 @@ def _cmd_ps(args: argparse.Namespace) -> int:
 
 
 def _cmd_health(args: argparse.Namespace) -> int:
-    from enginespec.engines import engine_ids
-    from enginespec.health import check_health
-    from enginespec.scanning import EngineProcess, Scanner
-
     target: EngineProcess | str
     if args.target.isdigit():
         pid = int(args.target)
@@ -137,14 +131,10 @@ def _cmd_health(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> Config:
-    from enginespec.recipe import Config
-
     return Config(data_dir=args.data_dir) if args.data_dir else Config()
 
 
 def _engine(name: str) -> EngineSpec | None:
-    from enginespec.engines import engine_ids, get_engine_spec
-
     if name not in engine_ids():
         print(
             f"enginespec: unknown engine {name!r}; known engines: {', '.join(engine_ids())}", file=sys.stderr
@@ -154,11 +144,6 @@ def _engine(name: str) -> EngineSpec | None:
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from enginespec.runtimes import InstallError, InstallOptions, ProgressEvent
-    from enginespec.spec import CommandError
-
     spec = _engine(args.engine)
     if spec is None:
         return 2
@@ -174,7 +159,7 @@ def _cmd_install(args: argparse.Namespace) -> int:
         options = InstallOptions(version=args.version, python_path=args.python, progress=progress)
         try:
             result = spec.install(options, _config(args))
-        except CommandError as err:
+        except InvalidInputError as err:
             print(f"enginespec install: {err}", file=sys.stderr)
             return 2
         except InstallError as err:
@@ -192,8 +177,6 @@ def _cmd_install(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from enginespec.engines import all_engine_specs
-
     specs = all_engine_specs()
     if args.engine:
         spec = _engine(args.engine)
@@ -211,14 +194,15 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_help(args: argparse.Namespace) -> int:
-    from enginespec.spec import CommandError
-
     spec = _engine(args.engine)
     if spec is None:
         return 2
     try:
         print(spec.get_config_help(_config(args)).text)
-    except CommandError as err:
+    except InvalidInputError as err:
+        print(f"enginespec help: {err}", file=sys.stderr)
+        return 2
+    except HelpError as err:
         print(f"enginespec help: {err}", file=sys.stderr)
         return 1
     return 0

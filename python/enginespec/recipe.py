@@ -1,4 +1,4 @@
-"""The common Recipe every engine builds its serve command from, and the process-wide Config."""
+"""The common Recipe every engine builds its serve command from."""
 
 from __future__ import annotations
 
@@ -10,8 +10,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from enginespec.errors import RecipeFileError
+from enginespec.registry import engine_ids
 
 #: A value of ``extra_args``: scalars, lists of scalars, or a JSON object.
 ExtraScalar = str | int | float | bool | None
@@ -19,7 +29,19 @@ ExtraValue = ExtraScalar | list[ExtraScalar] | dict[str, Any]
 
 _EXTRA_KEY = re.compile(r"^-{0,2}[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_OVERRIDE_ENV = re.compile(r"^ENGINESPEC_([A-Z0-9_]+)_(PYTHON|BIN)$")
+#: string fields whose value becomes an argv element after a flag.
+_FLAG_VALUE_FIELDS = (
+    "model_path",
+    "served_model_name",
+    "host",
+    "kv_cache_dtype",
+    "dtype",
+    "quantization",
+    "tool_call_parser",
+    "reasoning_parser",
+    "chat_template",
+    "api_key",
+)
 
 
 class NativeRuntime(BaseModel):
@@ -84,12 +106,14 @@ class Recipe(BaseModel):
     binary_path: str | None = Field(default=None, min_length=1)
     runtime: Runtime = Field(default_factory=NativeRuntime)
 
-    @field_validator("model_path", "served_model_name")
+    @field_validator(*_FLAG_VALUE_FIELDS)
     @classmethod
-    def _not_flag_like(cls, value: str | None) -> str | None:
-        # A leading dash would be read as a flag by every engine's argument parser.
+    def _not_flag_like(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # A leading dash would be read as a flag by every engine's argument parser
+        # (`--host --help`, `--api-key -a` swallowing the next flag).
         if value is not None and value.startswith("-"):
-            raise ValueError(f"{value!r} starts with '-' and would be taken for a flag")
+            shown = "***" if info.field_name == "api_key" else repr(value)
+            raise ValueError(f"{shown} starts with '-' and would be taken for a flag")
         return value
 
     @field_validator("runtime", mode="before")
@@ -128,8 +152,6 @@ class Recipe(BaseModel):
 
     @model_validator(mode="after")
     def _known_engine(self) -> Recipe:
-        from enginespec.engines import engine_ids
-
         if self.engine not in engine_ids():
             raise ValueError(f"engine {self.engine!r} is not one of {', '.join(engine_ids())}")
         return self
@@ -152,10 +174,6 @@ class Recipe(BaseModel):
             return cls.model_validate(data)
         except ValidationError as err:
             raise RecipeFileError(f"{file}: {describe_validation_error(err)}") from None
-
-
-class RecipeFileError(ValueError):
-    """A recipe file that cannot be read, parsed or validated."""
 
 
 def _load_document(file: Path, text: str) -> Any:
@@ -187,47 +205,3 @@ def describe_validation_error(err: ValidationError) -> str:
         message = problem["msg"].removeprefix("Value error, ")
         lines.append(f"{field}: {message} (got {shown})")
     return "; ".join(lines)
-
-
-def _default_data_dir() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("enginespec", appauthor=False))
-
-
-class Config(BaseSettings):
-    """Process-wide settings, from ``ENGINESPEC_*`` environment variables.
-
-    ``ENGINESPEC_DATA_DIR`` sets the data directory (managed runtimes live under it);
-    ``ENGINESPEC_<ENGINE>_PYTHON`` and ``ENGINESPEC_<ENGINE>_BIN`` (e.g. ``ENGINESPEC_VLLM_PYTHON``,
-    ``ENGINESPEC_LLAMACPP_BIN``) override the interpreter or binary used for an engine.
-    """
-
-    model_config = SettingsConfigDict(env_prefix="ENGINESPEC_", frozen=True, extra="ignore")
-
-    data_dir: Path = Field(default_factory=_default_data_dir)
-    #: engine id -> interpreter; filled from ENGINESPEC_<ENGINE>_PYTHON when not given.
-    pythons: dict[str, Path] = Field(default_factory=dict)
-    #: engine id -> binary or console script; filled from ENGINESPEC_<ENGINE>_BIN when not given.
-    binaries: dict[str, Path] = Field(default_factory=dict)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _engine_overrides(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        pythons = dict(data.get("pythons") or {})
-        binaries = dict(data.get("binaries") or {})
-        for name, value in os.environ.items():
-            match = _OVERRIDE_ENV.match(name)
-            if match and value:
-                engine = match.group(1).lower()
-                target = pythons if match.group(2) == "PYTHON" else binaries
-                target.setdefault(engine, value)
-        data["pythons"], data["binaries"] = pythons, binaries
-        return data
-
-    def runtime_dir(self, engine: str) -> Path:
-        """Where the managed runtime of an engine lives."""
-        return self.data_dir / "runtimes" / engine

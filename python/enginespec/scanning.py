@@ -12,9 +12,9 @@ from enginespec._backend import ScannerType
 from enginespec._pymatcher import basename
 from enginespec._pyscanner import RawProcess
 from enginespec.argv import Invocation, flag_value, redact_argv
-from enginespec.engines import all_engine_specs
+from enginespec.definition import EngineDefinition
+from enginespec.registry import all_engines
 from enginespec.signature import signatures_json
-from enginespec.spec import EngineSpec
 from enginespec.urls import base_url, unix_socket_url
 
 #: Programs that commonly replace themselves with another program (`exec`): shells running a
@@ -100,12 +100,12 @@ class ScanStats(BaseModel):
     known: int = 0
 
 
-def _supervisor(spec: EngineSpec, parent_argv: Sequence[str], parent_engine: str | None) -> str | None:
-    if parent_engine == spec.id and spec.nested_supervisor:
-        return spec.nested_supervisor
+def _supervisor(spec: EngineDefinition, parent_argv: Sequence[str], parent_engine: str | None) -> str | None:
+    if parent_engine == spec.id and spec.serving.nested_supervisor:
+        return spec.serving.nested_supervisor
     if not parent_argv:
         return None
-    return spec.supervisors.get(basename(parent_argv[0]))
+    return spec.serving.supervisors.get(basename(parent_argv[0]))
 
 
 class Scanner:
@@ -116,7 +116,7 @@ class Scanner:
     """
 
     def __init__(self, *, listen_ports: bool = True) -> None:
-        self._specs = all_engine_specs()
+        self._specs = all_engines()
         self._backend = ScannerType(
             signatures_json(spec.signature for spec in self._specs),
             list(EXEC_WRAPPERS),
@@ -171,7 +171,8 @@ class Scanner:
         signature = spec.signature
         effective_host = host or signature.default_host
         effective_port = signature.default_port if port is None else port
-        socket = flag_value(argv, signature, spec.socket_flag) if spec.socket_flag else None
+        socket_flag = spec.serving.socket_flag
+        socket = flag_value(argv, signature, socket_flag) if socket_flag else None
         url = unix_socket_url(socket) if socket else base_url(effective_host, effective_port)
         process = EngineProcess(
             pid=pid,
@@ -191,8 +192,8 @@ class Scanner:
             supervisor=_supervisor(spec, parent_argv, parent_engine),
             listen_ports=tuple(ports),
         )
-        if spec.api_key_flag:
-            process._api_key = flag_value(argv, signature, spec.api_key_flag)
+        if spec.serving.api_key_flag:
+            process._api_key = flag_value(argv, signature, spec.serving.api_key_flag)
         return process
 
 
