@@ -6,18 +6,19 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_serializer
 
 from enginespec.argv import redact_argv
 from enginespec.config import Config
 from enginespec.definition import FLAG_FIELDS, EngineDefinition
 from enginespec.errors import CommandError
 from enginespec.launching import Launcher, resolve_launcher
+from enginespec.masking import REDACTED, is_secret_name
 from enginespec.probing import read_help
 from enginespec.recipe import DockerRuntime, ExtraValue, Recipe
 
@@ -25,7 +26,11 @@ from enginespec.recipe import DockerRuntime, ExtraValue, Recipe
 class Command(BaseModel):
     """A built serve command: argv (a list, never a shell string), the environment delta to apply,
     the flags that enginespec injected on its own (model-family defaults, companion flags), and
-    warnings about recipe fields this engine has no flag for."""
+    warnings about recipe fields this engine has no flag for.
+
+    ``argv`` and ``env`` hold the real values, to hand to the OS; every printed or dumped form
+    (repr, ``model_dump``, ``model_dump_json``, :meth:`shell`) has the secrets masked.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -37,8 +42,32 @@ class Command(BaseModel):
     launcher: Literal["console_script", "module", "binary", "docker"]
 
     def redacted_argv(self) -> list[str]:
-        """argv with secret values (``--api-key``) replaced by ``***``: the form to print or log."""
-        return redact_argv(self.argv, self.engine)
+        """argv with secret values (``--api-key``, docker ``-e HF_TOKEN=...``) replaced by ``***``:
+        the form to print or log."""
+        argv = redact_argv(self.argv, self.engine)
+        if self.launcher == "docker":
+            for index in range(1, len(argv)):
+                name, eq, _value = argv[index].partition("=")
+                if argv[index - 1] == "-e" and eq and is_secret_name(name):
+                    argv[index] = f"{name}={REDACTED}"
+        return argv
+
+    def redacted_env(self) -> dict[str, str]:
+        """env with the values of secret names (``HF_TOKEN``) replaced by ``***``."""
+        return {name: REDACTED if is_secret_name(name) else value for name, value in self.env.items()}
+
+    @field_serializer("argv")
+    def _masked_argv(self, _argv: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(self.redacted_argv())
+
+    @field_serializer("env")
+    def _masked_env(self, _env: Mapping[str, str]) -> dict[str, str]:
+        return self.redacted_env()
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            masked = {"argv": tuple(self.redacted_argv()), "env": self.redacted_env()}
+            yield name, masked.get(name or "", value)
 
     def shell(self, *, redact: bool = True) -> str:
         """A shell-quoted, copy-pasteable form of argv (secrets redacted unless asked not to)."""
@@ -86,7 +115,8 @@ def _entries(engine: EngineDefinition, recipe: Recipe, strict: bool) -> tuple[li
     def add(field: str, values: list[str] | None) -> None:
         flags = _field_flags(engine, field)
         if not flags:
-            message = f"{engine.id} has no flag for {field}={getattr(recipe, field)!r}; not emitted"
+            shown = REDACTED if field == "api_key" else repr(getattr(recipe, field))
+            message = f"{engine.id} has no flag for {field}={shown}; not emitted"
             if strict:
                 raise CommandError(message)
             warnings.append(message)
@@ -99,11 +129,13 @@ def _entries(engine: EngineDefinition, recipe: Recipe, strict: bool) -> tuple[li
     add("host", [recipe.host])
     if recipe.port is not None:
         add("port", [str(recipe.port)])
-    for field in ("served_model_name", *FLAG_FIELDS, "api_key"):
+    for field in ("served_model_name", *FLAG_FIELDS):
         value = getattr(recipe, field)
         if value is None or value is False:
             continue
         add(field, None if value is True else [_render_scalar(value)])
+    if recipe.api_key is not None:  # the real value: this argv is what the OS gets
+        add("api_key", [recipe.api_key.get_secret_value()])
     return entries, warnings
 
 

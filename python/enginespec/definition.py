@@ -138,6 +138,8 @@ class Serving(_Record):
     api_key_env: tuple[str, ...] = ()
     #: flag that makes the server listen on a unix socket instead of host:port (vLLM --uds).
     socket_flag: str | None = None
+    #: a host that is a socket path (absolute, or ending in ``.sock``) is a unix socket.
+    socket_host: bool = False
     #: parent executable basename -> supervisor label (``ollama`` starting llama-server).
     supervisors: Mapping[str, str] = Field(default_factory=dict)
     #: label for a server started by another server of the same engine (llama-server router).
@@ -168,6 +170,8 @@ class EngineDefinition(BaseModel):
 
     def __repr__(self) -> str:
         return f"<EngineSpec {self.id}>"
+
+    __str__ = __repr__
 
     @property
     def cli_binary(self) -> str:

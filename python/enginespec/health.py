@@ -24,26 +24,27 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from enginespec.definition import EngineDefinition
-from enginespec.errors import EngineExited, NotReady
+from enginespec.errors import EngineExited, InvalidInputError, NotReady
 from enginespec.registry import find_engine
 from enginespec.scanning import EngineProcess, process_alive
 from enginespec.status import Health, HealthState
-from enginespec.urls import UNIX_SCHEME
+from enginespec.urls import UNIX_SCHEME, checked_url
 
 
 @dataclass(frozen=True)
 class _Target:
     spec: EngineDefinition
-    base_url: str
+    base_url: str | None
     process: EngineProcess | None
     api_key: str | None
     expected_names: tuple[str, ...]
 
     def endpoint(self) -> tuple[str, str | None]:
-        """(http base URL, unix socket path or None)."""
-        if self.base_url.startswith(UNIX_SCHEME):
-            return "http://localhost", unquote(urlsplit(self.base_url).netloc)
-        return self.base_url.rstrip("/"), None
+        """(http base URL, unix socket path or None); the probe asks for no request without one."""
+        url = self.base_url or ""
+        if url.startswith(UNIX_SCHEME):
+            return "http://localhost", unquote(urlsplit(url).netloc)
+        return url.rstrip("/"), None
 
 
 @dataclass(frozen=True)
@@ -73,12 +74,11 @@ def _resolve(target: EngineProcess | str, base_url: str | None, api_key: str | N
         spec = find_engine(target.engine)
         expected = target.served_model_names or ((target.model,) if target.model else ())
         key = api_key or target.secret_api_key() or target.environ_api_key(spec.serving.api_key_env)
-        return _Target(spec, base_url or target.base_url, target, key, expected)
+        url = checked_url(base_url) if base_url is not None else target.base_url
+        return _Target(spec, url, target, key, expected)
     if base_url is None:
-        raise ValueError(f"base_url: needed to check engine {target!r} without a process")
-    if not base_url.startswith(("http://", "https://", UNIX_SCHEME)):
-        raise ValueError(f"base_url: {base_url!r} must start with http://, https:// or {UNIX_SCHEME}")
-    return _Target(find_engine(target), base_url, None, api_key, ())
+        raise InvalidInputError(f"base_url: needed to check engine {target!r} without a process")
+    return _Target(find_engine(target), checked_url(base_url), None, api_key, ())
 
 
 def _model_ids(body: bytes) -> tuple[str, ...] | None:
@@ -107,6 +107,9 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
 
     if t.process is not None and not process_alive(t.process):
         return health("down", "process is gone")
+    if t.base_url is None:
+        problems = "; ".join(t.process.problems) if t.process else "no address"
+        return health("unknown", f"no usable listen address: {problems}")
     reply = yield _Request("GET", t.spec.serving.health_path)
     if reply.failure == "refused":
         if t.process is not None:

@@ -50,9 +50,11 @@ class EngineSpec(EngineDefinition):
             invocation.served_model_name if invocation is not None and invocation.engine == self.id else None
         )
 
-    def health_url(self, host: str, port: int) -> str:
-        """URL of the health endpoint of a server listening on host:port (see ``urls.base_url``)."""
-        return base_url(host, port) + self.health_path
+    def health_url(self, host: str, port: int) -> str | None:
+        """URL of the health endpoint of a server listening on host:port (see ``urls.base_url``),
+        ``None`` when that is no usable address."""
+        url = base_url(host, port, sockets=self.serving.socket_host)
+        return None if url is None else url + self.health_path
 
     # -- commands (enginespec.commands) ----------------------------------------------------------
 

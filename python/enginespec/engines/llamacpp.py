@@ -105,6 +105,8 @@ SPEC = LlamaCppSpec(
     serving=Serving(
         api_key_flag="--api-key",
         api_key_env=("LLAMA_API_KEY", "LLAMA_ARG_API_KEY"),
+        # tools/server/server.cpp listens on a unix socket when --host ends with `.sock`.
+        socket_host=True,
         # Ollama and llama-swap start llama-server children on loopback ports; a llama-server in
         # router mode (--models-dir/--models-preset, tools/server/README.md) starts one per model.
         supervisors={"ollama": "ollama", "llama-swap": "llama-swap"},

@@ -20,6 +20,7 @@ SIGNATURE = Signature(
     host_flags=("--host",),
     port_flags=("--port",),
     exit_flags=frozenset({"-h", "--help"}),
+    abbreviations=True,
     fold_workers=True,
     default_host="127.0.0.1",
     default_port=8080,

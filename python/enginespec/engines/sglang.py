@@ -34,6 +34,7 @@ SIGNATURE = Signature(
     port_flags=("--port",),
     exit_flags=frozenset({"-h", "--help", "--version"}),
     secret_flags=frozenset({"--api-key", "--admin-api-key"}),
+    abbreviations=True,
     fold_workers=True,
     default_host="127.0.0.1",
     default_port=30000,

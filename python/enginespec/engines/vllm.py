@@ -91,10 +91,18 @@ SIGNATURE = Signature(
     no_value_prefixes=("--no-",),
     # nargs="+" in vllm/entrypoints/openai/cli_args.py and vllm/engine/arg_utils.py.
     multi_value_flags=frozenset(
-        {"--served-model-name", "--lora-modules", "--prompt-adapters", "--cuda-graph-sizes", "--middleware"}
+        {
+            "--served-model-name",
+            "--api-key",
+            "--lora-modules",
+            "--prompt-adapters",
+            "--cuda-graph-sizes",
+            "--middleware",
+        }
     ),
     exit_flags=frozenset({"-h", "--help", "--version"}),
     secret_flags=frozenset({"--api-key", "--hf-token"}),
+    abbreviations=True,
     fold_workers=True,
     # vLLM binds every interface when --host is not given.
     default_host="0.0.0.0",
