@@ -5,6 +5,7 @@
 //! Everything but `python.rs` is plain Rust that `cargo test` exercises without an interpreter.
 
 pub mod matcher;
+pub mod procfs;
 pub mod scan;
 pub mod scan_sysinfo;
 pub mod signature;

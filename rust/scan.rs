@@ -21,6 +21,10 @@ use std::time::{Duration, Instant};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::matcher::{basename, Matcher};
+use crate::procfs::{
+    parse_children, parse_socket_link, parse_stat, parse_tcp_listen, parse_u64, proc_stat_value,
+    split_cmdline, ProcStat,
+};
 use crate::signature::Signature;
 
 /// Caller-supplied knobs (the wrapper list is data owned by the Python package).
@@ -150,15 +154,6 @@ impl Reuse {
     }
 }
 
-/// Splits `/proc/PID/cmdline` into argv: NUL separated, one trailing NUL dropped, empty -> [].
-pub fn split_cmdline(data: &[u8]) -> Vec<&[u8]> {
-    if data.is_empty() {
-        return Vec::new();
-    }
-    let data = data.strip_suffix(b"\0").unwrap_or(data);
-    data.split(|&b| b == 0).collect()
-}
-
 enum ReadError {
     Gone,
     Denied,
@@ -185,23 +180,9 @@ fn read_small(path: &Path) -> Option<Vec<u8>> {
     Some(buf)
 }
 
-fn parse_u64(bytes: &[u8]) -> Option<u64> {
-    std::str::from_utf8(bytes).ok()?.trim().parse().ok()
-}
-
-/// (state, ppid, start ticks) from `/proc/PID/stat`; the command name may contain spaces and
-/// parentheses, so fields are counted from the last `)`.
-fn parse_stat(data: &[u8]) -> Option<(u8, i32, u64)> {
-    let close = data.iter().rposition(|&b| b == b')')?;
-    let mut fields = data
-        .get(close + 1..)?
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|f| !f.is_empty());
-    let state = *fields.next()?.first()?;
-    let ppid = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
-    // starttime is field 22; state was field 3 and ppid field 4.
-    let start = parse_u64(fields.nth(17)?)?;
-    Some((state, ppid, start))
+/// A zombie (`Z`) or dead (`X`) process: whatever its argv says, it serves nothing.
+fn is_dead(state: u8) -> bool {
+    state == b'Z' || state == b'X'
 }
 
 fn clock_ticks() -> f64 {
@@ -246,10 +227,7 @@ impl Scanner {
         let matcher = Matcher::new(signatures)?;
         let fold = signatures.iter().map(|s| s.fold_workers).collect();
         let stat = read_small(&options.proc_root.join("stat")).unwrap_or_default();
-        let boot_time = stat
-            .split(|&b| b == b'\n')
-            .find_map(|line| line.strip_prefix(b"btime ").and_then(parse_u64))
-            .unwrap_or(0) as f64;
+        let boot_time = proc_stat_value(&stat, b"btime").unwrap_or(0) as f64;
         let pid_max = read_small(&options.proc_root.join("sys/kernel/pid_max"))
             .and_then(|d| parse_u64(&d))
             .unwrap_or(4_194_304);
@@ -285,10 +263,7 @@ impl Scanner {
     fn read_cursor(&self) -> Option<Cursor> {
         let root = &self.options.proc_root;
         let last_pid = parse_u64(&read_small(&root.join("sys/kernel/ns_last_pid"))?)?;
-        let stat = read_small(&root.join("stat"))?;
-        let forks = stat
-            .split(|&b| b == b'\n')
-            .find_map(|line| line.strip_prefix(b"processes ").and_then(parse_u64))?;
+        let forks = proc_stat_value(&read_small(&root.join("stat"))?, b"processes")?;
         Some(Cursor { last_pid, forks })
     }
 
@@ -354,16 +329,16 @@ impl Scanner {
         Some(Class::Other { watch })
     }
 
-    fn read_stat(&self, pid: i32) -> Option<(u8, i32, u64)> {
+    fn read_stat(&self, pid: i32) -> Option<ProcStat> {
         parse_stat(&read_small(&self.proc_path(pid, "stat"))?)
     }
 
     fn engine_state(&mut self, pid: i32, cmdline: Vec<u8>) -> Option<Class> {
-        let Some((state, ppid, start_ticks)) = self.read_stat(pid) else {
+        let Some(stat) = self.read_stat(pid) else {
             self.stats.vanished += 1;
             return None;
         };
-        if state == b'Z' || state == b'X' {
+        if is_dead(stat.state) {
             return Some(Class::Other { watch: None });
         }
         self.engine_appeared = true;
@@ -371,11 +346,11 @@ impl Scanner {
             .ok()
             .map(|p| p.into_os_string().into_encoded_bytes());
         Some(Class::Engine(Box::new(EngineState {
-            start_ticks,
-            ppid,
+            start_ticks: stat.start_ticks,
+            ppid: stat.ppid,
             cmdline,
             exe,
-            parent_argv: self.read_argv(ppid),
+            parent_argv: self.read_argv(stat.ppid),
             descendants: Vec::new(),
             listen_ports: Vec::new(),
             tree_read: None,
@@ -421,11 +396,11 @@ impl Scanner {
                 self.stats.vanished += 1;
                 None
             }
-            Some((b'Z' | b'X', _, _)) => Some(Class::Other { watch: None }),
-            Some((_, ppid, start)) if start == state.start_ticks => {
-                if ppid != state.ppid {
-                    state.ppid = ppid;
-                    state.parent_argv = self.read_argv(ppid);
+            Some(stat) if is_dead(stat.state) => Some(Class::Other { watch: None }),
+            Some(stat) if stat.start_ticks == state.start_ticks => {
+                if stat.ppid != state.ppid {
+                    state.ppid = stat.ppid;
+                    state.parent_argv = self.read_argv(stat.ppid);
                 }
                 Some(Class::Engine(state))
             }
@@ -770,13 +745,7 @@ pub fn descendants(proc_root: &Path, pid: i32) -> Vec<i32> {
             let Some(children) = read_small(&task.path().join("children")) else {
                 continue;
             };
-            for child in children.split(|b| b.is_ascii_whitespace()) {
-                let Some(child) = std::str::from_utf8(child)
-                    .ok()
-                    .and_then(|s| s.parse::<i32>().ok())
-                else {
-                    continue;
-                };
+            for child in parse_children(&children) {
                 if child != pid && seen.insert(child) {
                     queue.push(child);
                 }
@@ -796,15 +765,11 @@ pub fn listen_ports(proc_root: &Path, pid: i32, others: &[i32]) -> Vec<u16> {
             continue;
         };
         for fd in fds.flatten() {
-            if let Ok(target) = std::fs::read_link(fd.path()) {
-                let target = target.as_os_str().as_encoded_bytes();
-                if let Some(inode) = target
-                    .strip_prefix(b"socket:[")
-                    .and_then(|rest| rest.strip_suffix(b"]"))
-                    .and_then(parse_u64)
-                {
-                    inodes.insert(inode);
-                }
+            if let Some(inode) = std::fs::read_link(fd.path())
+                .ok()
+                .and_then(|target| parse_socket_link(target.as_os_str().as_encoded_bytes()))
+            {
+                inodes.insert(inode);
             }
         }
     }
@@ -816,28 +781,11 @@ pub fn listen_ports(proc_root: &Path, pid: i32, others: &[i32]) -> Vec<u16> {
         let Some(data) = read_small(&proc_root.join(pid.to_string()).join(table)) else {
             continue;
         };
-        for line in data.split(|&b| b == b'\n').skip(1) {
-            let fields: Vec<&[u8]> = line
-                .split(|b| b.is_ascii_whitespace())
-                .filter(|f| !f.is_empty())
-                .collect();
-            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-            let (Some(local), Some(state), Some(inode)) =
-                (fields.get(1), fields.get(3), fields.get(9))
-            else {
-                continue;
-            };
-            if *state != b"0A" || !parse_u64(inode).is_some_and(|i| inodes.contains(&i)) {
-                continue;
-            }
-            let port_hex = local.rsplit(|&b| b == b':').next().unwrap_or_default();
-            if let Some(port) = std::str::from_utf8(port_hex)
-                .ok()
-                .and_then(|h| u16::from_str_radix(h, 16).ok())
-            {
-                ports.push(port);
-            }
-        }
+        ports.extend(
+            parse_tcp_listen(&data)
+                .filter(|(inode, _)| inodes.contains(inode))
+                .map(|(_, port)| port),
+        );
     }
     ports.sort_unstable();
     ports.dedup();
@@ -847,27 +795,6 @@ pub fn listen_ports(proc_root: &Path, pid: i32, others: &[i32]) -> Vec<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cmdline_splitting() {
-        assert!(split_cmdline(b"").is_empty());
-        assert_eq!(split_cmdline(b"a\0b\0"), vec![&b"a"[..], b"b"]);
-        assert_eq!(split_cmdline(b"a\0\0b\0"), vec![&b"a"[..], b"", b"b"]);
-        assert_eq!(
-            split_cmdline(b"VLLM::Worker TP0"),
-            vec![&b"VLLM::Worker TP0"[..]]
-        );
-        assert_eq!(split_cmdline(b"\0"), vec![&b""[..]]);
-    }
-
-    #[test]
-    fn stat_parsing_survives_odd_names() {
-        let line =
-            b"42 (we) ird (name)) S 7 42 42 0 -1 4194560 1 0 0 0 3 4 0 0 20 0 1 0 123456 1 1\n";
-        assert_eq!(parse_stat(line), Some((b'S', 7, 123456)));
-        assert_eq!(parse_stat(b"42 (x) S"), None);
-        assert_eq!(parse_stat(b""), None);
-    }
 
     #[test]
     fn reuse_window() {
