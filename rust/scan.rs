@@ -376,6 +376,7 @@ impl Scanner {
         pid: i32,
         mut state: Box<EngineState>,
         maybe_reused: bool,
+        now: Instant,
     ) -> Option<Class> {
         if maybe_reused {
             self.stats.reread += 1;
@@ -386,7 +387,7 @@ impl Scanner {
                 }
                 Some(cmdline) if cmdline != state.cmdline => {
                     self.stats.new += 1;
-                    return self.classify(pid, true, Instant::now());
+                    return self.classify(pid, true, now);
                 }
                 Some(_) => {}
             }
@@ -407,14 +408,18 @@ impl Scanner {
             // Same pid, another process: classify it from scratch.
             Some(_) => {
                 self.stats.new += 1;
-                self.classify(pid, true, Instant::now())
+                self.classify(pid, true, now)
             }
         }
     }
 
     /// Scans the host. Never fails; see `stats()` for what was skipped.
     pub fn scan(&mut self) -> Vec<EngineProc> {
-        let now = Instant::now();
+        self.scan_at(Instant::now())
+    }
+
+    /// `scan` at a given time, so tests can step through the young and refresh windows.
+    fn scan_at(&mut self, now: Instant) -> Vec<EngineProc> {
         let first = self.cursor.is_none();
         self.stats = ScanStats::default();
         self.engine_appeared = false;
@@ -530,7 +535,7 @@ impl Scanner {
         now: Instant,
     ) -> Option<Class> {
         match class {
-            Class::Engine(state) => self.recheck_engine(pid, state, maybe_reused),
+            Class::Engine(state) => self.recheck_engine(pid, state, maybe_reused, now),
             _ if maybe_reused => {
                 self.stats.reread += 1;
                 self.classify(pid, true, now)
@@ -793,23 +798,6 @@ pub fn listen_ports(proc_root: &Path, pid: i32, others: &[i32]) -> Vec<u16> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reuse_window() {
-        let w = Reuse::Interval {
-            after: 100,
-            upto: 200,
-        };
-        assert!(!w.may_reuse(100) && w.may_reuse(101) && w.may_reuse(200) && !w.may_reuse(201));
-        let wrapped = Reuse::Interval {
-            after: 32000,
-            upto: 310,
-        };
-        assert!(wrapped.may_reuse(32001) && wrapped.may_reuse(5) && !wrapped.may_reuse(400));
-        let none = Reuse::Interval { after: 7, upto: 7 };
-        assert!(!none.may_reuse(7) && !none.may_reuse(8));
-        assert!(!Reuse::Nothing.may_reuse(1) && Reuse::Everything.may_reuse(1));
-    }
-}
+pub(crate) mod fixture;
+#[cfg(test)]
+mod tests;
