@@ -4,6 +4,7 @@
 //! compiles them into a [`Matcher`] and applies it to argv. It knows nothing about any engine.
 //! Everything but `python.rs` is plain Rust that `cargo test` exercises without an interpreter.
 
+pub mod backend;
 pub mod matcher;
 pub mod procfs;
 pub mod scan;
@@ -13,5 +14,6 @@ pub mod signature;
 #[cfg(feature = "python")]
 mod python;
 
+pub use backend::ProcessScanner;
 pub use matcher::{Matcher, Parsed};
 pub use signature::{LaunchForm, Signature};

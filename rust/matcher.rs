@@ -58,7 +58,6 @@ struct CompiledForm {
 
 #[derive(Debug)]
 struct CompiledEngine {
-    name: String,
     underscore_is_dash: bool,
     /// Every spelling named by the signature (canonical names and aliases).
     flags: FxHashMap<Box<[u8]>, FlagInfo>,
@@ -141,7 +140,6 @@ impl CompiledEngine {
             flags.insert(boxed(spelling), info_of(canonical));
         }
         Ok(CompiledEngine {
-            name: sig.engine.clone(),
             underscore_is_dash: sig.underscore_is_dash,
             flags,
             no_value_prefixes,
@@ -347,11 +345,6 @@ impl Matcher {
             }
         }
         Ok(matcher)
-    }
-
-    /// Engine ids in signature order.
-    pub fn engines(&self) -> Vec<String> {
-        self.engines.iter().map(|e| e.name.clone()).collect()
     }
 
     /// (engine, form, index of the first argument after the launch form) when argv launches a server.
