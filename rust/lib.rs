@@ -15,5 +15,5 @@ pub mod signature;
 mod python;
 
 pub use backend::ProcessScanner;
-pub use matcher::{Matcher, Parsed};
+pub use matcher::{Facts, Matcher, Parsed};
 pub use signature::{LaunchForm, Signature};

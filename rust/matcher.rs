@@ -26,6 +26,28 @@ pub struct Parsed<'a> {
     pub port: Option<u16>,
 }
 
+/// [`Parsed`] owned, to outlive the argv it was read from (a scanned process's facts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    pub engine: usize,
+    pub model: Option<Vec<u8>>,
+    pub served_names: Vec<Vec<u8>>,
+    pub host: Option<Vec<u8>>,
+    pub port: Option<u16>,
+}
+
+impl Parsed<'_> {
+    pub fn to_facts(&self) -> Facts {
+        Facts {
+            engine: self.engine,
+            model: self.model.map(<[u8]>::to_vec),
+            served_names: self.served_names.iter().map(|n| n.to_vec()).collect(),
+            host: self.host.map(<[u8]>::to_vec),
+            port: self.port,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Arity {
     None,

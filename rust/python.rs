@@ -1,7 +1,7 @@
 //! The only PyO3 file: thin bindings over the pure Rust modules. It converts types, maps errors
 //! to Python exceptions and releases the GIL; every decision is made in plain Rust.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -23,8 +23,18 @@ type RawInvocation = (
     Option<u16>,
 );
 
-fn os(bytes: &[u8]) -> OsString {
-    OsStr::from_bytes(bytes).to_os_string()
+fn os(bytes: Vec<u8>) -> OsString {
+    OsString::from_vec(bytes)
+}
+
+fn raw_invocation(facts: matcher::Facts) -> RawInvocation {
+    (
+        facts.engine,
+        facts.model.map(os),
+        facts.served_names.into_iter().map(os).collect(),
+        facts.host.map(os),
+        facts.port,
+    )
 }
 
 /// Engine signatures compiled once; classifies argv.
@@ -46,15 +56,9 @@ impl Matcher {
     /// from `/proc` with invalid UTF-8 round-trips losslessly, as with `os.fsencode`.
     fn parse(&self, argv: Vec<OsString>) -> Option<RawInvocation> {
         let tokens: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
-        self.inner.parse(&tokens).map(|p| {
-            (
-                p.engine,
-                p.model.map(os),
-                p.served_names.into_iter().map(os).collect(),
-                p.host.map(os),
-                p.port,
-            )
-        })
+        self.inner
+            .parse(&tokens)
+            .map(|p| raw_invocation(p.to_facts()))
     }
 }
 
@@ -73,22 +77,15 @@ type RawProcess = (
 );
 
 fn raw_process(p: scan::EngineProc) -> RawProcess {
-    let owned = |v: Vec<u8>| OsString::from_vec(v);
     (
         p.pid,
         p.start_time,
         p.ppid,
-        p.argv.into_iter().map(owned).collect(),
-        (
-            p.engine,
-            p.model.map(owned),
-            p.served_names.into_iter().map(owned).collect(),
-            p.host.map(owned),
-            p.port,
-        ),
-        p.exe.map(owned),
+        p.argv.into_iter().map(os).collect(),
+        raw_invocation(p.facts),
+        p.exe.map(os),
         p.descendants,
-        p.parent_argv.into_iter().map(owned).collect(),
+        p.parent_argv.into_iter().map(os).collect(),
         p.listen_ports,
     )
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::matcher::{basename, Matcher};
+use crate::matcher::{basename, Facts, Matcher};
 use crate::procfs::{
     parse_children, parse_socket_link, parse_stat, parse_tcp_listen, parse_u64, proc_stat_value,
     split_cmdline, ProcStat,
@@ -79,11 +79,8 @@ pub struct EngineProc {
     pub start_time: f64,
     pub ppid: i32,
     pub argv: Vec<Vec<u8>>,
-    pub engine: usize,
-    pub model: Option<Vec<u8>>,
-    pub served_names: Vec<Vec<u8>>,
-    pub host: Option<Vec<u8>>,
-    pub port: Option<u16>,
+    /// What the argv says: engine, model, served names, host, port.
+    pub facts: Facts,
     pub exe: Option<Vec<u8>>,
     /// Every descendant process (for engines that fold their workers), sorted.
     pub descendants: Vec<i32>,
@@ -639,11 +636,7 @@ impl Scanner {
                 start_time: state.start_ticks as f64 / self.host.clock_ticks + self.host.boot_time,
                 ppid: state.ppid,
                 argv: argv.iter().map(|a| a.to_vec()).collect(),
-                engine: parsed.engine,
-                model: parsed.model.map(<[u8]>::to_vec),
-                served_names: parsed.served_names.iter().map(|n| n.to_vec()).collect(),
-                host: parsed.host.map(<[u8]>::to_vec),
-                port: parsed.port,
+                facts: parsed.to_facts(),
                 exe: state.exe.clone(),
                 descendants: descendants.clone(),
                 parent_argv: state.parent_argv.clone(),

@@ -64,8 +64,8 @@ fn cold_scan_finds_engines_and_not_look_alikes() {
     assert_eq!(pids(&found), vec![100, 105]);
 
     let a = find(&found, 100);
-    assert_eq!((a.engine, a.ppid, a.port), (0, 1, Some(8001)));
-    assert_eq!(a.model.as_deref(), Some(&b"/m/a"[..]));
+    assert_eq!((a.facts.engine, a.ppid, a.facts.port), (0, 1, Some(8001)));
+    assert_eq!(a.facts.model.as_deref(), Some(&b"/m/a"[..]));
     assert_eq!(a.argv, bytes(&["demo", "serve", "/m/a", "--port", "8001"]));
     assert_eq!(a.exe.as_deref(), Some(&b"/usr/bin/demo"[..]));
     assert_eq!(a.parent_argv, bytes(&["/sbin/init"]));
@@ -73,8 +73,8 @@ fn cold_scan_finds_engines_and_not_look_alikes() {
     assert!((a.start_time - expected).abs() < 1e-6, "{}", a.start_time);
 
     let b = find(&found, 105);
-    assert_eq!(b.engine, 1);
-    assert_eq!(b.model.as_deref(), Some(&b"/m/b.gguf"[..]));
+    assert_eq!(b.facts.engine, 1);
+    assert_eq!(b.facts.model.as_deref(), Some(&b"/m/b.gguf"[..]));
 
     assert_eq!(
         scanner.stats(),
@@ -150,7 +150,7 @@ fn a_watched_exec_wrapper_is_reported_once_it_execs_an_engine() {
     let found = scanner.scan_at(t0 + secs(61));
     assert_eq!(pids(&found), vec![100, 101]);
     assert_eq!(
-        find(&found, 101).model.as_deref(),
+        find(&found, 101).facts.model.as_deref(),
         Some(&b"/m/e"[..]),
         "classified from its new argv"
     );
@@ -337,7 +337,10 @@ fn a_pid_whose_proc_inode_changed_is_classified_again() {
     proc.set_cursor(proc.last_pid(), proc.forks() + 2);
     let found = scanner.scan_at(t0 + secs(1));
     assert_eq!(pids(&found), vec![100]);
-    assert_eq!(find(&found, 100).model.as_deref(), Some(&b"/m/new"[..]));
+    assert_eq!(
+        find(&found, 100).facts.model.as_deref(),
+        Some(&b"/m/new"[..])
+    );
     assert_eq!(scanner.stats().reread, 2);
 }
 
