@@ -208,7 +208,13 @@ pub struct Scanner {
     options: ScanOptions,
     wrappers: FxHashSet<Vec<u8>>,
     known: FxHashMap<i32, Known>,
+    /// The kernel's cursor read after the last listing: bounds the pids reused since.
     cursor: Option<Cursor>,
+    /// The fork count read just before the last listing: every process forked up to then was
+    /// listed. (The count read after the listing may include processes forked during it, in a
+    /// part of `/proc` already listed.)
+    forks_listed: Option<u64>,
+    /// Number of listing scans so far.
     generation: u64,
     host: Host,
     stats: ScanStats,
@@ -235,6 +241,7 @@ impl Scanner {
             options,
             known: FxHashMap::default(),
             cursor: None,
+            forks_listed: None,
             generation: 0,
             host: Host {
                 boot_time,
@@ -420,14 +427,17 @@ impl Scanner {
         let first = self.cursor.is_none();
         self.stats = ScanStats::default();
         self.engine_appeared = false;
-        // No fork anywhere since the last scan: no process can have appeared and no pid can have
-        // been reused, so the listing is skipped and only engines and watched processes are read.
-        if let (Some(old), Some(current)) = (self.cursor, self.read_cursor()) {
-            if current.forks == old.forks {
+        // No fork anywhere since the last listing began: no process can have appeared and no pid
+        // can have been reused, so the listing is skipped and only engines and watched processes
+        // are read.
+        let before = self.read_cursor();
+        if let (Some(listed), Some(current)) = (self.forks_listed, before) {
+            if current.forks == listed {
                 self.quiet_scan(now);
                 return self.collect(now, true);
             }
         }
+        self.forks_listed = before.map(|c| c.forks);
         self.generation += 1;
         self.list_pids();
         // Read after listing, so any pid reused before the listing falls inside the window.

@@ -561,3 +561,114 @@ fn a_missing_proc_root_scans_nothing() {
     assert!(scanner.scan().is_empty());
     assert_eq!(scanner.known_len(), 0);
 }
+
+/// Answers the scanner's reads of `stat` from a helper thread with `texts`, one per read, so two
+/// reads within one scan can see different fork counts. Each read gets its own FIFO: the next
+/// one is renamed into place before the current one is closed, so no read can see another's
+/// text. `before(i)` runs once read `i` has opened the file, that is, once the scanner is past
+/// everything it did before that read. Afterwards `stat` is a regular file holding the last
+/// text. Returns `run`'s result and how many reads were answered; a scanner that reads `stat`
+/// fewer times than expected makes the count short instead of hanging.
+#[cfg(target_os = "linux")]
+fn with_stat_feed<R>(
+    proc: &FakeProc,
+    texts: &[String],
+    before: impl FnMut(usize) + Send,
+    run: impl FnOnce() -> R,
+) -> (R, usize) {
+    use std::ffi::CString;
+    use std::io::Write;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+
+    let stat = proc.path("stat");
+    let next = proc.path("stat.next");
+    let mkfifo = |path: &Path| {
+        let c_path = CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo");
+    };
+    let last = texts.last().expect("at least one text");
+    let settle = || {
+        std::fs::write(&next, last).unwrap();
+        std::fs::rename(&next, &stat).unwrap();
+    };
+    mkfifo(&next);
+    std::fs::rename(&next, &stat).unwrap();
+    let stop = AtomicBool::new(false);
+    let mut before = before;
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            for (i, text) in texts.iter().enumerate() {
+                // Blocks until the scanner (or `stop` below) opens the FIFO for reading.
+                let mut fifo = std::fs::OpenOptions::new().write(true).open(&stat).unwrap();
+                if stop.load(SeqCst) {
+                    settle();
+                    return i;
+                }
+                before(i);
+                fifo.write_all(text.as_bytes()).unwrap();
+                if i + 1 < texts.len() {
+                    mkfifo(&next);
+                    std::fs::rename(&next, &stat).unwrap();
+                } else {
+                    settle();
+                }
+            }
+            texts.len()
+        });
+        let result = run();
+        stop.store(true, SeqCst);
+        // Releases a writer still waiting for a reader; a regular `stat` is opened harmlessly.
+        drop(
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&stat),
+        );
+        (result, writer.join().expect("stat writer"))
+    })
+}
+
+/// Regression: the check that skips the listing compared the fork count with the one read
+/// *after* the previous listing, so a process forked while /proc was being listed (counted, but
+/// not listed) stayed unseen until some other process forked.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_process_forked_during_the_listing_is_found_by_the_next_scan() {
+    let proc = FakeProc::new();
+    proc.spawn(1, &["/sbin/init"]);
+    proc.spawn(100, &["demo", "serve", "/m/a"]);
+    let mut scanner = scanner(&proc);
+    let t0 = Instant::now();
+    assert_eq!(pids(&scanner.scan_at(t0)), vec![100]);
+
+    // One fork before the next scan starts, one while it lists /proc (pid 200).
+    let forks = proc.forks();
+    proc.set_cursor(200, forks + 2);
+    let texts = [
+        FakeProc::stat_text(forks + 1),
+        FakeProc::stat_text(forks + 2),
+    ];
+    let engine = Stat {
+        state: 'S',
+        ppid: 1,
+        start_ticks: 90_000,
+    };
+    let (found, reads) = with_stat_feed(
+        &proc,
+        &texts,
+        |read| {
+            if read == 1 {
+                proc.create(200, &["solo-server", "-m", "/m/late"], engine);
+            }
+        },
+        || scanner.scan_at(t0 + secs(1)),
+    );
+    assert_eq!(reads, 2, "the scan reads stat before and after listing");
+    assert_eq!(pids(&found), vec![100], "200 appeared after the listing");
+
+    // Nothing forked since the listing ended, but 200 was forked after it began.
+    assert_eq!(pids(&scanner.scan_at(t0 + secs(2))), vec![100, 200]);
+}
