@@ -424,7 +424,7 @@ impl Scanner {
 
     /// `scan` at a given time, so tests can step through the young and refresh windows.
     fn scan_at(&mut self, now: Instant) -> Vec<EngineProc> {
-        let first = self.cursor.is_none();
+        let first = self.generation == 0;
         self.stats = ScanStats::default();
         self.engine_appeared = false;
         // No fork anywhere since the last listing began: no process can have appeared and no pid

@@ -547,6 +547,9 @@ fn missing_kernel_counters_make_every_listing_a_full_recheck() {
     assert_eq!(pids(&scanner.scan_at(t0 + secs(1))), vec![100]);
     let stats = scanner.stats();
     assert_eq!(stats.reread, 2);
+    // Regression: the first scan was taken to be "the scan without a previous cursor", so with
+    // no cursor at all every scan was a first one and never reported its full recheck.
+    assert!(stats.full_recheck);
 }
 
 #[test]
