@@ -291,20 +291,28 @@ impl Scanner {
             && rest.iter().any(|a| *a == b"-c" || !a.starts_with(b"-"))
     }
 
-    /// Reads and classifies a process; `None` when it vanished.
-    fn classify(&mut self, pid: i32, young: bool, now: Instant) -> Option<Class> {
-        let mut buf = std::mem::take(&mut self.buf);
-        let result = read_into(&self.proc_path(pid, "cmdline"), &mut buf);
-        let class = match result {
+    /// Reads a process's `cmdline` into `buf`. A failure is counted, and gives what the process
+    /// is then: gone (`None`) or unreadable.
+    fn read_cmdline(&mut self, pid: i32, buf: &mut Vec<u8>) -> Result<(), Option<Class>> {
+        match read_into(&self.proc_path(pid, "cmdline"), buf) {
+            Ok(()) => Ok(()),
             Err(ReadError::Gone) => {
                 self.stats.vanished += 1;
-                None
+                Err(None)
             }
             Err(ReadError::Denied) => {
                 self.stats.unreadable += 1;
-                Some(Class::Unreadable)
+                Err(Some(Class::Unreadable))
             }
+        }
+    }
+
+    /// Reads and classifies a process; `None` when it vanished.
+    fn classify(&mut self, pid: i32, young: bool, now: Instant) -> Option<Class> {
+        let mut buf = std::mem::take(&mut self.buf);
+        let class = match self.read_cmdline(pid, &mut buf) {
             Ok(()) => self.classify_cmdline(pid, &buf, young, now),
+            Err(class) => class,
         };
         self.buf = buf;
         class
@@ -384,16 +392,18 @@ impl Scanner {
     ) -> Option<Class> {
         if maybe_reused {
             self.stats.reread += 1;
-            match read_small(&self.proc_path(pid, "cmdline")) {
-                None => {
-                    self.stats.vanished += 1;
-                    return None;
-                }
-                Some(cmdline) if cmdline != state.cmdline => {
+            let mut buf = std::mem::take(&mut self.buf);
+            let replaced = match self.read_cmdline(pid, &mut buf) {
+                Err(class) => Some(class),
+                Ok(()) if buf != state.cmdline => {
                     self.stats.new += 1;
-                    return self.classify(pid, true, now);
+                    Some(self.classify_cmdline(pid, &buf, true, now))
                 }
-                Some(_) => {}
+                Ok(()) => None,
+            };
+            self.buf = buf;
+            if let Some(class) = replaced {
+                return class;
             }
         }
         match self.read_stat(pid) {
@@ -555,12 +565,8 @@ impl Scanner {
                 }
                 self.stats.reread += 1;
                 let mut buf = std::mem::take(&mut self.buf);
-                let class = match read_into(&self.proc_path(pid, "cmdline"), &mut buf) {
-                    Err(ReadError::Gone) => {
-                        self.stats.vanished += 1;
-                        None
-                    }
-                    Err(ReadError::Denied) => Some(Class::Unreadable),
+                let class = match self.read_cmdline(pid, &mut buf) {
+                    Err(class) => class,
                     Ok(()) if buf == cmdline => Some(Class::Other {
                         watch: Some((cmdline, until)),
                     }),

@@ -565,6 +565,109 @@ fn a_missing_proc_root_scans_nothing() {
     assert_eq!(scanner.known_len(), 0);
 }
 
+/// Runs `f` on a thread without the capabilities that let root read any file
+/// (`CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`), so that a mode-000 file is unreadable as another
+/// user's files are under `hidepid`. Capabilities belong to a thread on Linux: the rest of the
+/// test process keeps its own.
+#[cfg(target_os = "linux")]
+fn without_read_override<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut header = Header {
+                version: VERSION_3,
+                pid: 0,
+            };
+            let mut data = [Data::default(); 2];
+            // SAFETY: `header` and the two `data` words are the layout capget/capset take for
+            // version 3; pid 0 is the calling thread.
+            let got = unsafe {
+                libc::syscall(
+                    libc::SYS_capget,
+                    &mut header as *mut Header,
+                    data.as_mut_ptr(),
+                )
+            };
+            assert_eq!(got, 0, "capget");
+            for word in &mut data {
+                word.effective = 0;
+            }
+            // SAFETY: as above; lowering the effective set needs no privilege.
+            let set = unsafe {
+                libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr())
+            };
+            assert_eq!(set, 0, "capset");
+            f()
+        })
+        .join()
+        .expect("scanner thread")
+    })
+}
+
+#[cfg(target_os = "linux")]
+fn make_unreadable(proc: &FakeProc, file: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(proc.path(file), std::fs::Permissions::from_mode(0o000)).unwrap();
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn unreadable_processes_are_counted_and_never_reported() {
+    let proc = FakeProc::new();
+    proc.spawn(1, &["/sbin/init"]);
+    proc.spawn(100, &["demo", "serve", "/m/hidden"]);
+    make_unreadable(&proc, "100/cmdline");
+    proc.spawn(101, &["demo", "serve", "/m/hidden-stat"]);
+    make_unreadable(&proc, "101/stat");
+    proc.spawn(102, &["demo", "serve", "/m/visible"]);
+    proc.add_socket(102, 3, 7001);
+    proc.set_tcp(102, "tcp", &[(7001, 8001, "0A")]);
+    for file in ["102/task/102/children", "102/net/tcp"] {
+        make_unreadable(&proc, file);
+    }
+    proc.spawn(103, &["sh", "-c", "sleep 1; exec demo serve /m/w"]);
+    let mut scanner = scanner(&proc);
+    let t0 = Instant::now();
+    without_read_override(|| {
+        let found = scanner.scan_at(t0);
+        assert_eq!(pids(&found), vec![102]);
+        assert!(found[0].descendants.is_empty() && found[0].listen_ports.is_empty());
+        let stats = scanner.stats();
+        // 101's stat is unreadable: it cannot be confirmed as a live engine, so it is left for
+        // the next listing, like a process that exited while being read
+        assert_eq!((stats.unreadable, stats.vanished), (1, 1));
+
+        // A watched wrapper whose argv turns unreadable.
+        make_unreadable(&proc, "103/cmdline");
+        assert_eq!(pids(&scanner.scan_at(t0 + secs(1))), vec![102]);
+        assert_eq!(scanner.stats().unreadable, 1);
+        // An unreadable process is not read again (nothing would change) but is counted.
+        proc.spawn(300, &["sleep", "1"]);
+        assert_eq!(pids(&scanner.scan_at(t0 + secs(2))), vec![102]);
+        assert_eq!(scanner.stats().unreadable, 2);
+
+        // The engine's pid may have been reused (the cursor wrapped over it), and its argv can
+        // no longer be read: unreadable, not gone. The other unreadable pids are tried again.
+        make_unreadable(&proc, "102/cmdline");
+        proc.set_cursor(110, proc.forks() + 1);
+        assert!(scanner.scan_at(t0 + secs(3)).is_empty());
+        let stats = scanner.stats();
+        assert_eq!((stats.unreadable, stats.vanished), (3, 1));
+    });
+}
+
 /// Answers the scanner's reads of `stat` from a helper thread with `texts`, one per read, so two
 /// reads within one scan can see different fork counts. Each read gets its own FIFO: the next
 /// one is renamed into place before the current one is closed, so no read can see another's
