@@ -276,8 +276,16 @@ impl Scanner {
     }
 
     fn proc_path(&self, pid: i32, file: &str) -> PathBuf {
-        // One allocation; std opens short paths through a stack buffer.
-        PathBuf::from(format!("{}/{pid}/{file}", self.options.proc_root.display()))
+        use std::io::Write;
+        use std::os::unix::ffi::OsStringExt;
+        // One allocation; std opens short paths through a stack buffer. Built from the root's
+        // bytes, not its `display()`, which would replace non-UTF-8 bytes.
+        let root = self.options.proc_root.as_os_str().as_encoded_bytes();
+        let mut path = Vec::with_capacity(root.len() + 32);
+        path.extend_from_slice(root);
+        // Writing into a Vec cannot fail.
+        let _ = write!(path, "/{pid}/{file}");
+        PathBuf::from(std::ffi::OsString::from_vec(path))
     }
 
     /// A wrapper that is running a command (`sh -c ...`, `bash run.sh`, `env X=1 vllm ...`), as

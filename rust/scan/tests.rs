@@ -552,6 +552,28 @@ fn missing_kernel_counters_make_every_listing_a_full_recheck() {
     assert!(stats.full_recheck);
 }
 
+/// Regression: per-process paths were built from the root's `display()`, which replaces
+/// non-UTF-8 bytes, so such a root found the listing but none of the processes' files.
+#[test]
+fn a_proc_root_that_is_not_utf8_is_honoured() {
+    use std::os::unix::ffi::OsStrExt;
+    let proc = FakeProc::new();
+    proc.spawn(100, &["demo", "serve", "/m/a"]);
+    let root = proc.root().join(std::ffi::OsStr::from_bytes(b"proc\xff"));
+    std::fs::create_dir(&root).unwrap();
+    for entry in ["100", "stat", "sys"] {
+        std::fs::rename(proc.path(entry), root.join(entry)).unwrap();
+    }
+    let options = ScanOptions {
+        proc_root: root,
+        ..proc.options()
+    };
+    let mut scanner = Scanner::new(&signatures(), options).unwrap();
+    let found = scanner.scan();
+    assert_eq!(pids(&found), vec![100]);
+    assert_eq!(found[0].exe.as_deref(), Some(&b"/usr/bin/demo"[..]));
+}
+
 #[test]
 fn a_missing_proc_root_scans_nothing() {
     let proc = FakeProc::new();
