@@ -2,7 +2,13 @@
 //!
 //! Engines are described by signatures (data, owned by the Python engine modules); this crate
 //! compiles them into a [`Matcher`] and applies it to argv. It knows nothing about any engine.
-//! Everything but `python.rs` is plain Rust that `cargo test` exercises without an interpreter.
+//! Everything but `python.rs` is plain Rust that `cargo test` exercises without an interpreter:
+//!
+//! - `signature`: the JSON form of the signatures; `matcher`: argv -> [`Facts`];
+//! - `procfs`: pure parsers of the kernel's text (`cmdline`, `stat`, `children`, `net/tcp`);
+//! - `scan`: the incremental `/proc` scanner; `scan_sysinfo`: the same over the `sysinfo` crate,
+//!   where there is no procfs; `backend`: [`ProcessScanner`], either one chosen by name;
+//! - `python` (feature `python`): the PyO3 bindings, type conversions only.
 
 pub mod backend;
 pub mod matcher;

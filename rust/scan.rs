@@ -11,6 +11,9 @@
 //! - processes that may still `exec` an engine: exec wrappers (shells, `env`, `nohup`, ... given by
 //!   the caller) and processes born since the previous scan, for a short while.
 //!
+//! When nothing was forked since the previous listing began (`processes` is unchanged), not even
+//! the listing is done: only engines and watched processes are read.
+//!
 //! Nothing here panics or fails on a process that vanishes, is a zombie, or hides its files.
 
 use std::fs::File;
