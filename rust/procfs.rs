@@ -1,5 +1,6 @@
-//! Parsers of the kernel's procfs text, kept apart from the scanner's I/O so each is a pure,
-//! allocation-light function over `&[u8]` that a fuzzer can call directly.
+//! Parsers of what procfs gives (its text files, and the `getdents64` records of its listing),
+//! kept apart from the scanner's I/O so each is a pure, allocation-light function over `&[u8]`
+//! that a fuzzer can call directly.
 //!
 //! Everything read from `/proc` is untrusted (another user's process controls its own argv and
 //! `comm`), so no input may panic here: every index is bounds-checked and nothing is unwrapped.
@@ -95,6 +96,34 @@ pub fn parse_tcp_listen(table: &[u8]) -> impl Iterator<Item = (u64, u16)> + '_ {
     })
 }
 
+/// Appends (pid, inode) for each all-digit name in `records`, a buffer of `linux_dirent64`
+/// records as `getdents64` fills it from `/proc`. Returns `false` at a malformed record (the rest
+/// of the buffer is then ignored), so a listing never loops on a zero record length.
+pub fn parse_pid_dirents(records: &[u8], out: &mut Vec<(i32, u64)>) -> bool {
+    // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
+    let mut rest = records;
+    while !rest.is_empty() {
+        let inode = rest.get(0..8).and_then(|b| <[u8; 8]>::try_from(b).ok());
+        let reclen = rest.get(16..18).and_then(|b| <[u8; 2]>::try_from(b).ok());
+        let (Some(inode), Some(reclen)) = (inode, reclen) else {
+            return false;
+        };
+        let reclen = usize::from(u16::from_ne_bytes(reclen));
+        // `get` also refuses a record shorter than its header (reclen < 19, 0 included).
+        let Some(name) = rest.get(19..reclen) else {
+            return false;
+        };
+        let name = name.split(|&b| b == 0).next().unwrap_or_default();
+        if !name.is_empty() && name.iter().all(u8::is_ascii_digit) {
+            if let Some(pid) = std::str::from_utf8(name).ok().and_then(|n| n.parse().ok()) {
+                out.push((pid, u64::from_ne_bytes(inode)));
+            }
+        }
+        rest = rest.get(reclen..).unwrap_or_default();
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -179,6 +208,44 @@ mod tests {
         assert_eq!(parse_tcp_listen(b"").count(), 0);
     }
 
+    /// `linux_dirent64` records as the kernel lays them out (8-byte aligned lengths).
+    fn dirents(entries: &[(&[u8], u64)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (name, inode) in entries {
+            let reclen = (19 + name.len() + 1).div_ceil(8) * 8;
+            out.extend_from_slice(&inode.to_ne_bytes());
+            out.extend_from_slice(&0i64.to_ne_bytes());
+            out.extend_from_slice(&u16::try_from(reclen).unwrap().to_ne_bytes());
+            out.push(4); // DT_DIR
+            out.extend_from_slice(name);
+            out.resize(out.len() + reclen - 19 - name.len(), 0);
+        }
+        out
+    }
+
+    #[test]
+    fn pid_dirents() {
+        let records = dirents(&[
+            (b".", 1),
+            (b"1", 10),
+            (b"self", 11),
+            (b"4242", 12),
+            (b"99999999999", 13),
+            (b"12a", 14),
+        ]);
+        let mut pids = Vec::new();
+        assert!(parse_pid_dirents(&records, &mut pids));
+        assert_eq!(pids, vec![(1, 10), (4242, 12)]);
+        // a zero record length stops the walk instead of looping
+        let mut zero = dirents(&[(b"7", 1)]);
+        zero[16..18].copy_from_slice(&0u16.to_ne_bytes());
+        assert!(!parse_pid_dirents(&zero, &mut pids));
+        assert!(!parse_pid_dirents(
+            &records[..records.len() - 1],
+            &mut Vec::new()
+        ));
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
 
@@ -191,6 +258,7 @@ mod tests {
             let _ = parse_children(&data).count();
             let _ = parse_socket_link(&data);
             let _ = parse_tcp_listen(&data).count();
+            let _ = parse_pid_dirents(&data, &mut Vec::new());
         }
 
         /// Arbitrary bytes around the characters the parsers split on, so the structured paths
@@ -212,6 +280,29 @@ mod tests {
             let _ = parse_children(&data).count();
             let _ = parse_socket_link(&data);
             let _ = parse_tcp_listen(&data).count();
+        }
+
+        #[test]
+        fn pid_dirents_round_trip(entries in prop::collection::vec(
+            (prop_oneof![
+                (1i32..i32::MAX).prop_map(|p| p.to_string().into_bytes()),
+                prop::collection::vec(1u8..=255, 1..20),
+            ], any::<u64>()),
+            0..30,
+        )) {
+            let borrowed: Vec<(&[u8], u64)> = entries.iter().map(|(n, i)| (&n[..], *i)).collect();
+            let expected: Vec<(i32, u64)> = entries
+                .iter()
+                .filter_map(|(name, inode)| {
+                    let digits = std::str::from_utf8(name)
+                        .ok()
+                        .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))?;
+                    Some((digits.parse().ok()?, *inode))
+                })
+                .collect();
+            let mut pids = Vec::new();
+            prop_assert!(parse_pid_dirents(&dirents(&borrowed), &mut pids));
+            prop_assert_eq!(pids, expected);
         }
 
         #[test]

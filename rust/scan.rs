@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::matcher::{basename, Facts, Matcher};
+#[cfg(target_os = "linux")]
+use crate::procfs::parse_pid_dirents;
 use crate::procfs::{
     parse_children, parse_socket_link, parse_stat, parse_tcp_listen, parse_u64, proc_stat_value,
     split_cmdline, ProcStat,
@@ -726,34 +728,8 @@ pub fn list_proc(proc_root: &Path, out: &mut Vec<(i32, u64)>) {
         let Ok(read) = usize::try_from(read) else {
             return;
         };
-        if read == 0 {
+        if read == 0 || !parse_pid_dirents(buf.get(..read).unwrap_or_default(), out) {
             return;
-        }
-        let mut offset = 0;
-        // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
-        while let Some(record) = buf.get(offset..read) {
-            let (Some(ino), Some(reclen)) = (record.get(0..8), record.get(16..18)) else {
-                break;
-            };
-            let reclen = usize::from(u16::from_ne_bytes([reclen[0], reclen[1]]));
-            let Some(name) = record.get(19..reclen.max(19)) else {
-                break;
-            };
-            let name = name.split(|&b| b == 0).next().unwrap_or_default();
-            if !name.is_empty() && name.len() <= 10 && name.iter().all(u8::is_ascii_digit) {
-                let pid = name
-                    .iter()
-                    .fold(0i64, |acc, &d| acc * 10 + i64::from(d - b'0'));
-                if let Ok(pid) = i32::try_from(pid) {
-                    let mut inode = [0u8; 8];
-                    inode.copy_from_slice(ino);
-                    out.push((pid, u64::from_ne_bytes(inode)));
-                }
-            }
-            if reclen == 0 {
-                return;
-            }
-            offset += reclen;
         }
     }
 }
