@@ -5,7 +5,8 @@
 //! Everything but `python.rs` is plain Rust that `cargo test` exercises without an interpreter:
 //!
 //! - `signature`: the JSON form of the signatures; `matcher`: argv -> [`Facts`];
-//! - `procfs`: pure parsers of the kernel's text (`cmdline`, `stat`, `children`, `net/tcp`);
+//! - `procfs`: pure parsers of what procfs gives (`cmdline`, `stat`, `children`, `net/tcp`, the
+//!   listing's records);
 //! - `scan`: the incremental `/proc` scanner; `scan_sysinfo`: the same over the `sysinfo` crate,
 //!   where there is no procfs; `backend`: [`ProcessScanner`], either one chosen by name;
 //! - `python` (feature `python`): the PyO3 bindings, type conversions only.
