@@ -220,7 +220,8 @@ def test_python_of_a_running_process() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         time.sleep(0.2)
-        assert python_of_process(proc.pid) == Path(sys.executable)
+        # the kernel's /proc/PID/exe (a venv's python resolves to the interpreter it links to)
+        assert python_of_process(proc.pid) == Path(os.path.realpath(sys.executable))
     finally:
         proc.kill()
         proc.wait()

@@ -11,7 +11,7 @@ import platformdirs
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-_OVERRIDE_ENV = re.compile(r"^ENGINESPEC_([A-Z0-9_]+)_(PYTHON|BIN)$")
+_OVERRIDE_ENV = re.compile(r"ENGINESPEC_([A-Z0-9_]+)_(PYTHON|BIN)")
 
 
 def _default_data_dir() -> Path:
@@ -43,7 +43,7 @@ class Config(BaseSettings):
         pythons = dict(data.get("pythons") or {})
         binaries = dict(data.get("binaries") or {})
         for name, value in os.environ.items():
-            match = _OVERRIDE_ENV.match(name)
+            match = _OVERRIDE_ENV.fullmatch(name)
             if match and value:
                 engine = match.group(1).lower()
                 target = pythons if match.group(2) == "PYTHON" else binaries

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 import ssl
 import subprocess
 import time
@@ -38,6 +39,8 @@ class _Target:
     process: EngineProcess | None
     api_key: str | None
     expected_names: tuple[str, ...]
+    #: an API key was found but cannot be sent in a header (control or non-ASCII characters).
+    unusable_key: bool = False
 
     def endpoint(self) -> tuple[str, str | None]:
         """(http base URL, unix socket path or None); the probe asks for no request without one."""
@@ -66,6 +69,8 @@ class _Reply:
 
 
 _Probe = Generator[_Request, _Reply, Health]
+# What an Authorization header value may hold (visible ASCII, RFC 9110 field-vchar).
+_HEADER_VALUE = re.compile(r"[\x21-\x7e]+")
 _Result = TypeVar("_Result")
 
 
@@ -75,10 +80,15 @@ def _resolve(target: EngineProcess | str, base_url: str | None, api_key: str | N
         expected = target.served_model_names or ((target.model,) if target.model else ())
         key = api_key or target.secret_api_key() or target.environ_api_key(spec.serving.api_key_env)
         url = checked_url(base_url) if base_url is not None else target.base_url
-        return _Target(spec, url, target, key, expected)
-    if base_url is None:
-        raise InvalidInputError(f"base_url: needed to check engine {target!r} without a process")
-    return _Target(find_engine(target), checked_url(base_url), None, api_key, ())
+    else:
+        if base_url is None:
+            raise InvalidInputError(f"base_url: needed to check engine {target!r} without a process")
+        spec, url, key, expected = find_engine(target), checked_url(base_url), api_key, ()
+    # A key with a newline or non-ASCII characters is never put in a header: httpx would raise
+    # with the header (and so the key) in its message.
+    usable = key is None or _HEADER_VALUE.fullmatch(key) is not None
+    process = target if isinstance(target, EngineProcess) else None
+    return _Target(spec, url, process, key if usable else None, expected, unusable_key=not usable)
 
 
 def _model_ids(body: bytes) -> tuple[str, ...] | None:
@@ -130,6 +140,8 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
             detail = models.detail or f"HTTP {models.status}"
             return health("loading", f"/health is up but /v1/models is not ({detail})", first)
         if models.status in (401, 403):
+            if t.unusable_key:
+                return health("unknown", "the API key found cannot be sent in an HTTP header", first)
             return health("unknown", "/v1/models needs an API key enginespec does not have", first)
         return health("unknown", f"/v1/models unreadable ({models.detail or f'HTTP {models.status}'})", first)
     if verify_identity and t.expected_names and not set(t.expected_names) & set(ids):

@@ -5,6 +5,7 @@ engine's own ``--help``, cached per (command, version)."""
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -17,7 +18,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from enginespec._pyscanner import split_cmdline
 from enginespec.config import Config
 from enginespec.definition import EngineDefinition
 from enginespec.errors import HelpError
@@ -132,24 +132,48 @@ def script_python(script: Path) -> Path | None:
 
 
 def python_of_process(pid: int) -> Path | None:
-    """The interpreter a running engine uses: argv[0] when it is a Python (keeps the venv path,
-    which /proc/PID/exe resolves away), else /proc/PID/exe."""
-    try:
-        argv = split_cmdline(Path(f"/proc/{pid}/cmdline").read_bytes())
-    except OSError:
-        argv = []
-    if argv and PYTHON_NAME.fullmatch(Path(argv[0]).name):
-        candidate = Path(argv[0])
-        if not candidate.is_absolute():
-            found = shutil.which(argv[0])
-            candidate = Path(found) if found else candidate
-        if candidate.is_absolute():
-            return candidate
+    """The interpreter a running process executes: its ``/proc/PID/exe`` when that is a Python,
+    never argv[0] (any user can make argv[0] name any file)."""
     try:
         exe = Path(os.readlink(f"/proc/{pid}/exe"))
     except OSError:
         return None
     return exe if PYTHON_NAME.fullmatch(exe.name) else None
+
+
+def _mapped_site_dirs(pid: int) -> list[Path]:
+    """The site-packages directories a running Python loaded extension modules from, from the
+    kernel's ``/proc/PID/maps``, reached through the process's own root (``/proc/PID/root``, so a
+    process in a container is read in its own filesystem)."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as file:
+            lines = file.read().split(b"\n")
+    except OSError:
+        return []
+    found: dict[str, None] = {}
+    for line in lines:
+        path = os.fsdecode(line.partition(b"/")[2]).rstrip()
+        for marker in ("/site-packages/", "/dist-packages/"):
+            head, sep, _rest = ("/" + path).partition(marker)
+            if sep:
+                found.setdefault(head + marker.rstrip("/"), None)
+    root = f"/proc/{pid}/root"
+    return [Path(root + site) for site in found]
+
+
+def _versions_from_files(sites: Sequence[Path], distributions: Sequence[str]) -> str | None:
+    """The first installed version of ``distributions`` in ``sites``, read from the dist-info
+    files there: nothing is run."""
+    wanted = {_normalise(name) for name in distributions}
+    paths = [str(site) for site in sites]
+    for distribution in importlib.metadata.distributions(path=paths):
+        if _normalise(distribution.name or "") in wanted:
+            return distribution.version
+    return None
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
 
 
 def probe_binary(
@@ -208,12 +232,17 @@ def resolve_python_path(engine: EngineDefinition, config: Config) -> Path | None
 
 
 def running_info(engine: EngineDefinition, running: EngineProcess) -> RuntimeInfo:
-    """What a running engine process runs."""
+    """What a running engine process runs: its interpreter (``/proc/PID/exe``) and the engine's
+    version read from the dist-info files in the site-packages it loaded modules from. Nothing is
+    executed: the process may belong to any user, and argv[0] may name anything."""
     python = python_of_process(running.pid)
+    version = None
+    if not engine.is_binary:
+        version = _versions_from_files(_mapped_site_dirs(running.pid), engine.package.distributions)
     return RuntimeInfo(
         engine=engine.id,
         installed=True,
-        version=_first_version(python, engine),
+        version=version,
         python_path=str(python) if python else None,
         binary_path=running.exe,
         location="running",

@@ -30,8 +30,8 @@ from enginespec.registry import engine_ids
 ExtraScalar = str | int | float | bool | None
 ExtraValue = ExtraScalar | list[ExtraScalar] | dict[str, Any]
 
-_EXTRA_KEY = re.compile(r"^-{0,2}[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_EXTRA_KEY = re.compile(r"-{0,2}[A-Za-z0-9][A-Za-z0-9_.-]*", re.ASCII)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 #: string fields whose value becomes an argv element after a flag.
 _FLAG_VALUE_FIELDS = (
     "model_path",
@@ -144,7 +144,7 @@ class Recipe(BaseModel):
     @classmethod
     def _check_extra_args(cls, value: Mapping[str, ExtraValue]) -> Mapping[str, ExtraValue]:
         for key, item in value.items():
-            if not _EXTRA_KEY.match(key):
+            if not _EXTRA_KEY.fullmatch(key):
                 raise ValueError(f"extra_args key {key!r} is not a flag name (letters, digits, - _ .)")
             # A value that looks like a flag would become one (`{"lora-modules": ["a=b",
             # "--trust-remote-code"]}`), past the key check and "a flag appears once".
@@ -160,7 +160,7 @@ class Recipe(BaseModel):
     @classmethod
     def _check_env_vars(cls, value: Mapping[str, str]) -> Mapping[str, str]:
         for name, item in value.items():
-            if not _ENV_NAME.match(name):
+            if not _ENV_NAME.fullmatch(name):
                 raise ValueError(f"env_vars name {name!r} is not a valid environment variable name")
             if "\0" in item:
                 raise ValueError(f"env_vars[{name!r}] contains a NUL byte")

@@ -15,13 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 # rust/matcher.rs MAX_FACT_FLAGS: the matcher keeps per-fact slots in fixed arrays.
 _MAX_FACT_FLAGS = 8
-_FLAG = re.compile(r"^-{1,2}[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_TOKEN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+_FLAG = re.compile(r"-{1,2}[A-Za-z0-9][A-Za-z0-9_.-]*", re.ASCII)
+_TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", re.ASCII)
 
 
 def _check_flags(values: Iterable[str], field: str) -> None:
     for value in values:
-        if not _FLAG.match(value):
+        if not _FLAG.fullmatch(value):
             raise ValueError(f"{field}: {value!r} is not a flag name (like --port or -m)")
 
 
@@ -46,7 +46,7 @@ class LaunchForm(BaseModel):
         if not self.executables and not self.modules:
             raise ValueError("a launch form needs at least one executable or module")
         for name in (*self.executables, *self.modules, *self.subcommand):
-            if not _TOKEN.match(name):
+            if not _TOKEN.fullmatch(name):
                 raise ValueError(f"launch form token {name!r} must be a plain name")
         return self
 

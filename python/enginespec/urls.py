@@ -17,7 +17,7 @@ from enginespec.errors import InvalidInputError
 #: Scheme enginespec uses for servers on a unix socket (the path is percent-encoded as the host).
 UNIX_SCHEME = "http+unix://"
 
-_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)", re.ASCII)
 # Wildcard listen addresses and where a client on this host reaches them.
 _WILDCARDS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}
 # Longest unix socket path the kernel takes (sun_path is 108 bytes with the NUL).
@@ -48,7 +48,7 @@ def connect_host(host: str) -> str | None:
         address = ipaddress.ip_address(host)
     except ValueError:
         labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
-        if len(host) > 253 or not all(_LABEL.match(label) for label in labels):
+        if len(host) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
             return None
         return host
     if "%" in host:  # a zone index (fe80::1%eth0) is no address another host or URL can use
