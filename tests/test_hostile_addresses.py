@@ -63,7 +63,8 @@ def test_hostile_hosts_give_no_url_and_nothing_raises(procs: Procs) -> None:
 def test_valid_addresses_still_work(procs: Procs) -> None:
     for host in ("127.0.0.1", "::1", "0.0.0.0", "::", "localhost", "my-host.example.", "10.0.0.7"):
         inv = parse_argv(["vllm", "serve", "m", "--host", host, "--port", "8000"])
-        assert inv is not None and inv.problems == (), host
+        assert inv is not None
+        assert inv.problems == (), host
     proc = procs.start(["llama-server", "-m", "m.gguf", "--host", "/tmp/engine-test.sock"])
     found = _mine(procs)[proc.pid]
     assert found.base_url == "http+unix://%2Ftmp%2Fengine-test.sock"  # type: ignore[attr-defined]
@@ -87,7 +88,8 @@ def test_a_bad_url_on_the_command_line_exits_2_with_one_line(url: str, why: str)
     assert out.returncode == 2
     assert out.stdout == b""
     lines = out.stderr.decode().splitlines()
-    assert len(lines) == 1 and why in lines[0], lines
+    assert len(lines) == 1
+    assert why in lines[0]
     assert "Traceback" not in out.stderr.decode()
 
 

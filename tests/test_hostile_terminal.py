@@ -1,0 +1,67 @@
+"""Strings from processes and servers reach the terminal literally: no rich markup, no escape
+sequence, no forged line. JSON output stays exact."""
+
+from __future__ import annotations
+
+import json
+
+from cli import enginespec
+from fakeserver import Answer, free_port, serving
+from procs import Procs
+
+EVIL_MODELS = [
+    "/models/[red]evil[/red].gguf",
+    "/models/paint\x1b[41mred.gguf",
+    "/models/title\x1b]0;TITLE\x07.gguf",
+    "/models/forged\n4242 llamacpp /models/fake.gguf.gguf",
+    "/models/rtl\u202egguf.exe",
+    "/models/caf\udce9.gguf",  # a byte that is not UTF-8, as os.fsdecode gives it
+]
+CONTROL_BYTES = {0x07, 0x1B, 0x9B}
+
+
+def _no_controls(data: bytes) -> None:
+    text = data.decode("utf-8", "replace")
+    assert not CONTROL_BYTES & set(data), "a raw control byte reached the terminal"
+    assert "\u202e" not in text
+
+
+def test_ps_shows_argv_literally(procs: Procs) -> None:
+    started = [procs.start(["llama-server", "-m", model]) for model in EVIL_MODELS]
+    out = enginespec("ps", "--no-health")
+    assert out.returncode == 0, out.stderr
+    _no_controls(out.stdout)
+    text = out.stdout.decode()
+    assert "[red]evil[/red]" in text  # markup shown, not applied
+    assert "\\x1b[41m" in text
+    assert "\\x1b]0;TITLE\\x07" in text
+    assert "\\u202e" in text
+    assert "caf\\xe9" in text
+    rows = [line for line in text.splitlines() if line.split()[:1] and line.split()[0].isdigit()]
+    ours = [line for line in rows if int(line.split()[0]) in {p.pid for p in started}]
+    assert len(ours) == len(EVIL_MODELS)  # one row each: the newline forged nothing
+    assert not any(line.startswith("4242") for line in rows)
+    # JSON is exact: the same strings come back
+    document = json.loads(enginespec("ps", "--json", "--no-health").stdout)
+    models_seen = {p["model"] for p in document if p["pid"] in {s.pid for s in started}}
+    assert models_seen == set(EVIL_MODELS)  # lone surrogates as JSON \udcXX escapes
+
+
+def test_parse_errors_and_health_reasons_are_literal(procs: Procs) -> None:
+    out = enginespec("parse", "--", "vim", "\x1b]0;pwned\x07", "[bold]x[/bold]")
+    assert out.returncode == 1
+    _no_controls(out.stderr)
+    assert "\\x1b]0;pwned\\x07" in out.stderr.decode()
+    port = free_port()
+    served = "mine\x1b[2J"
+    proc = procs.start(["vllm", "serve", "/m", "--port", str(port), "--served-model-name", served])
+    evil_id = Answer(200, json.dumps({"object": "list", "data": [{"id": "other\x1b]0;T\x07model"}]}).encode())
+    with serving({"/health": [Answer(200)], "/v1/models": [evil_id]}, port=port):
+        checked = enginespec("health", str(proc.pid), "--verify-identity")
+    assert checked.returncode == 1
+    _no_controls(checked.stdout)
+    line = checked.stdout.decode()
+    assert "unhealthy" in line
+    assert "other\\x1b]0;T\\x07model" in line
+    assert "mine\\x1b[2J" in line
+    assert len(line.splitlines()) == 1
