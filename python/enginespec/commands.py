@@ -147,6 +147,8 @@ def _extra_entries(
     for key, value in extra.items():
         flag = _flag_for_extra(key)
         canonical = engine.signature.canonical(flag)
+        if canonical in engine.signature.exit_flags and value not in (None, False):
+            raise CommandError(f"extra_args: {key!r} makes {engine.id} print and exit instead of serving")
         overridden.add(canonical)
         if value is None or value is False:
             continue
