@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
+import shutil
 import sys
 from collections.abc import Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 
 from enginespec._backend import BACKEND
@@ -28,6 +29,7 @@ from enginespec.errors import (
 )
 from enginespec.health import check_all, check_health
 from enginespec.installing import InstallOptions, ProgressEvent
+from enginespec.layout import EMPTY, Column, fit, lines
 from enginespec.recipe import Recipe
 from enginespec.scanning import EngineProcess, Scanner
 from enginespec.spec import EngineSpec
@@ -78,6 +80,19 @@ def _cmd_command(args: argparse.Namespace) -> int:
     return 0
 
 
+PS_COLUMNS = (
+    Column("PID"),
+    Column("ENGINE"),
+    Column("MODEL", shorten="middle", minimum=16, comfortable=40),
+    Column("SERVED AS", shorten="end", minimum=10, drop=4),
+    Column("URL"),
+    Column("WORKERS", drop=3),
+    Column("SUPERVISOR", drop=2),
+    Column("LISTENING", shorten="end", minimum=9, drop=1),
+    Column("HEALTH"),
+)
+
+
 def _cmd_ps(args: argparse.Namespace) -> int:
     processes = Scanner(listen_ports=True).scan()
     healths = None
@@ -90,32 +105,33 @@ def _cmd_ps(args: argparse.Namespace) -> int:
         print(json.dumps(documents, indent=2))
         return 0
 
-    # Every cell is plain Text shown literally: argv can carry rich markup and terminal escapes.
-    table = Table(box=None, header_style="bold")
-    columns = ["PID", "ENGINE", "MODEL", "SERVED AS", "URL", "WORKERS", "SUPERVISOR", "LISTENING"]
-    for column in columns + (["HEALTH"] if healths is not None else []):
-        table.add_column(column, overflow="fold")
-    for index, p in enumerate(processes):
-        row = [
+    rows = [
+        [
             str(p.pid),
             p.engine,
             p.model or "?",
-            ", ".join(p.served_model_names) or "-",
-            p.base_url or "-",
-            str(len(p.worker_pids)),
-            p.supervisor or "-",
-            ", ".join(map(str, p.listen_ports)) or "-",
+            ", ".join(p.served_model_names) or EMPTY,
+            p.base_url or EMPTY,
+            str(len(p.worker_pids)) if p.worker_pids else EMPTY,
+            p.supervisor or EMPTY,
+            ", ".join(map(str, p.listen_ports)) or EMPTY,
+            *([healths[index].state] if healths is not None else []),
         ]
-        if healths is not None:
-            row.append(healths[index].state)
-        table.add_row(*(Text(literal(cell)) for cell in row))
-    # Piped output is not cut to 80 columns: scripts grep it, people page it.
-    width = None if sys.stdout.isatty() else 1000
-    console = Console(width=width, markup=False, highlight=False, emoji=False)
-    if processes:
-        console.print(table)
-    else:
-        console.print("no engine servers found on this host")
+        for index, p in enumerate(processes)
+    ]
+    if not processes:
+        print("no engine servers found on this host")
+        return 0
+    # Every cell is shown literally: argv can carry rich markup and terminal escapes. On a terminal
+    # the table fits its width (no cell split); piped or with --wide, nothing is shortened.
+    columns = PS_COLUMNS if healths is not None else PS_COLUMNS[:-1]
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() and not args.wide else None
+    headers, shown = fit(columns, [[literal(cell) for cell in row] for row in rows], width)
+    console = Console(markup=False, highlight=False, emoji=False, soft_wrap=True)
+    header, *body = lines(headers, shown)
+    console.print(Text(header, style="bold"))
+    for line in body:
+        console.print(Text(line))
     return 0
 
 
@@ -261,6 +277,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     ps.add_argument("--json", action="store_true", help="print a JSON list of EngineProcess objects")
     ps.add_argument("--no-health", action="store_true", help="skip the health checks")
+    ps.add_argument("--wide", action="store_true", help="show every cell whole, whatever the width")
     ps.add_argument("--timeout", type=_positive_seconds, default=2.0, help="health request timeout (seconds)")
     ps.set_defaults(handler=_cmd_ps)
     health = commands.add_parser(
@@ -320,7 +337,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("enginespec parse: give the command line after --", file=sys.stderr)
             return 2
     handler = args.handler
-    result: int = handler(args)
+    try:
+        result: int = handler(args)
+    except BrokenPipeError:
+        # The reader went away (`enginespec ps | head`): stop quietly, as Unix tools do, and keep
+        # Python from complaining about the unflushed stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return result
 
 

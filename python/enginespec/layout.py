@@ -1,0 +1,111 @@
+"""Fitting a table of literal strings into a terminal's width without splitting any cell: long
+values are shortened with an ellipsis where that loses the least (the middle of a path), columns
+empty in every row are left out, and optional columns go before any cell would wrap."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from rich.cells import cell_len
+
+ELLIPSIS = "…"
+#: spaces between two columns.
+GAP = 2
+EMPTY = "-"
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    #: how a value may be shortened: never, in the middle (paths, URLs), or at the end.
+    shorten: Literal["never", "middle", "end"] = "never"
+    #: fewest terminal cells a shortened value keeps.
+    minimum: int = 8
+    #: cells kept before optional columns are left out (a path stays readable).
+    comfortable: int = 8
+    #: left out, in order of ``drop`` (lowest first), when the table does not fit; 0: never.
+    drop: int = 0
+
+
+def shorten(value: str, width: int, where: Literal["never", "middle", "end"]) -> str:
+    """``value`` cut to ``width`` terminal cells with an ellipsis (``/models/…/model.gguf``)."""
+    if cell_len(value) <= width or where == "never" or width < 2:
+        return value
+    if where == "middle" and "/" in value:
+        # The last path component names the thing: keep it whole when it fits.
+        tail = value[value.rindex("/") :]
+        head = width - 1 - cell_len(tail)
+        if head >= 1 and cell_len(value[:head] + ELLIPSIS + tail) <= width:
+            return value[:head] + ELLIPSIS + tail
+    keep = width - 1
+    while keep > 0:
+        if where == "end":
+            candidate = value[:keep] + ELLIPSIS
+        else:
+            tail = keep // 2 + keep % 2  # the end of a path says most: keep more of it
+            candidate = value[: keep - tail] + ELLIPSIS + value[len(value) - tail :]
+        if cell_len(candidate) <= width:
+            return candidate
+        keep -= 1
+    return ELLIPSIS
+
+
+def fit(
+    columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int | None
+) -> tuple[list[str], list[list[str]]]:
+    """The headers and rows to show: columns empty (``-``) in every row left out; with a ``width``,
+    shortened and thinned until every line fits in it where possible. Names are shortened first,
+    then optional columns go, and only then are paths cut below a comfortable length."""
+    keep = [i for i in range(len(columns)) if any(row[i] != EMPTY for row in rows)]
+    while True:
+        natural = {i: max(cell_len(columns[i].header), *(cell_len(row[i]) for row in rows)) for i in keep}
+        if width is None or _total(natural) <= width:
+            return _render(columns, rows, keep, natural)
+        widths = _shrink(columns, natural, width, comfortable=True)
+        droppable = [i for i in keep if columns[i].drop]
+        if _total(widths) <= width or not droppable:
+            return _render(columns, rows, keep, _shrink(columns, natural, width, comfortable=False))
+        keep.remove(min(droppable, key=lambda i: columns[i].drop))
+
+
+def _shrink(
+    columns: Sequence[Column], natural: dict[int, int], width: int, comfortable: bool
+) -> dict[int, int]:
+    widths = dict(natural)
+    excess = _total(widths) - width
+    for where in ("end", "middle"):
+        for i in widths:
+            column = columns[i]
+            if column.shorten != where or excess <= 0:
+                continue
+            floor = max(column.comfortable if comfortable else column.minimum, cell_len(column.header))
+            cut = min(excess, widths[i] - floor)
+            if cut > 0:
+                widths[i] -= cut
+                excess -= cut
+    return widths
+
+
+def _total(widths: dict[int, int]) -> int:
+    return sum(widths.values()) + GAP * (len(widths) - 1)
+
+
+def _render(
+    columns: Sequence[Column], rows: Sequence[Sequence[str]], keep: list[int], widths: dict[int, int]
+) -> tuple[list[str], list[list[str]]]:
+    headers = [columns[i].header for i in keep]
+    shown = [[shorten(row[i], widths[i], columns[i].shorten) for i in keep] for row in rows]
+    return headers, shown
+
+
+def lines(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """The table as text lines, columns padded to their widest cell."""
+    widths = [max(cell_len(h), *(cell_len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = (cell + " " * (widths[i] - cell_len(cell)) for i, cell in enumerate(cells))
+        return (" " * GAP).join(padded).rstrip()
+
+    return [line(headers), *(line(row) for row in rows)]

@@ -1,0 +1,72 @@
+"""`enginespec ps` in a real terminal (tmux) at 80, 120 and 200 columns: no line longer than the
+width, no cell split, endpoints, engine ids and states whole."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from procs import Procs
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is installed by .ci/run")
+
+
+@pytest.fixture
+def tmux() -> Iterator[list[str]]:
+    base = ["tmux", "-L", f"enginespec-test-{os.getpid()}", "-f", "/dev/null"]
+    yield base
+    subprocess.run([*base, "kill-server"], capture_output=True, check=False)
+
+
+def _screen(tmux: list[str], width: int, command: list[str]) -> list[str]:
+    """The lines a terminal of ``width`` columns shows for ``command`` (wrapped lines joined)."""
+    done = f"/tmp/enginespec-tmux-{os.getpid()}-{width}"
+    shell = f"{shlex.join(command)}; touch {done}; sleep 600"
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-x", str(width), "-y", "50", "-s", f"w{width}", shell],
+        check=True,
+        env={**os.environ, "COLUMNS": str(width), "TERM": "xterm-256color"},
+    )
+    deadline = time.monotonic() + 60
+    while not os.path.exists(done) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.unlink(done)
+    out = subprocess.run(
+        [*tmux, "capture-pane", "-p", "-J", "-t", f"w{width}"], capture_output=True, text=True
+    )
+    subprocess.run([*tmux, "kill-session", "-t", f"w{width}"], check=False)
+    return [line.rstrip() for line in out.stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_ps_fits_the_terminal(procs: Procs, tmux: list[str], width: int) -> None:
+    long_model = "/data/models/" + "/".join(["very-long-directory-name"] * 6) + "/Qwen3-30B-A3B-Instruct.gguf"
+    started = {
+        procs.start(
+            ["llama-server", "-m", long_model, "--port", "18181", "--alias", "a-long-served-name,b"]
+        ).pid,
+        procs.start(["vllm", "serve", "Qwen/Qwen3-8B", "--port", "18182", "--host", "::1"]).pid,
+        procs.start(["python3", "-m", "sglang.launch_server", "--model-path", "m", "--port", "30000"]).pid,
+    }
+    lines = _screen(tmux, width, [sys.executable, "-m", "enginespec.cli", "ps"])
+    assert lines[0].split()[:2] == ["PID", "ENGINE"]
+    ours = [line for line in lines if line.split()[0].isdigit() and int(line.split()[0]) in started]
+    assert len(ours) == len(started)  # one line each
+    for line in lines:
+        assert len(line) <= width, line
+    text = "\n".join(ours)
+    for whole in ("llamacpp", "vllm", "sglang", ":18181", "[::1]:18182", "127.0.0.1:30000"):
+        assert whole in text
+    assert sum(state in line for line in ours for state in ("starting", "unknown", "down")) == len(ours)
+    # a long path is shortened in the middle, keeping the file name whole
+    assert "…/Qwen3-30B-A3B-Instruct.gguf" in text
+    if width == 80:
+        wide = _screen(tmux, width, [sys.executable, "-m", "enginespec.cli", "ps", "--no-health", "--wide"])
+        assert long_model in "\n".join(wide)  # --wide shows everything
