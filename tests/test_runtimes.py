@@ -55,6 +55,7 @@ def test_install_idempotent_upgrade(wheelhouse: Path, tmp_path: Path) -> None:
     assert {"resolving", "installing", "verifying"} <= set(phases)
     assert phases[-1] == "done"
     assert any("Successfully installed" in line for line in first.output_tail)
+    _only_new_output(events)
 
     # Second call: already there; no installer runs.
     events.clear()
@@ -77,6 +78,46 @@ def test_install_idempotent_upgrade(wheelhouse: Path, tmp_path: Path) -> None:
     info = asyncio.run(SPEC.get_runtime_info_async(config))
     assert (info.installed, info.version, info.location, info.can_upgrade) == (True, "2.0", "managed", True)
     assert SPEC.resolve_python_path(config) == venv_python
+
+
+def _only_new_output(events: list[ProgressEvent]) -> None:
+    """Each event carries only the lines since the previous one, bounded."""
+    reported = [line for event in events for line in event.new_output]
+    assert all(len(event.new_output) <= 20 for event in events)
+    assert all(len(line) <= 300 for line in reported)
+
+
+def test_progress_follows_the_installers_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    maker = tmp_path / "make.py"
+    maker.write_text(
+        textwrap.dedent(
+            """
+            import os, pathlib
+            print("Collecting llama-thing")
+            print("  Downloading llama_thing-1.0.tar.gz (2.0 MB)")
+            for i in range(200):
+                print(f"line {i} " + "x" * 1000)
+            print("Building wheel for llama-thing")
+            print("Installing collected packages: llama-thing")
+            target = pathlib.Path(os.environ["ENGINESPEC_PREFIX"]) / "bin" / "llama-server"
+            target.write_text("#!/bin/sh\\necho 'version: 1234 (abcdef0)' >&2\\n")
+            target.chmod(0o755)
+            """
+        )
+    )
+    monkeypatch.setenv("ENGINESPEC_LLAMACPP_INSTALL_CMD", f"{sys.executable} {maker}")
+    events: list[ProgressEvent] = []
+    get_engine_spec("llamacpp").install(
+        InstallOptions(progress=events.append), Config(data_dir=tmp_path / "d")
+    )
+    phases = [event.phase for event in events]
+    assert phases[:4] == ["resolving", "downloading", "building", "installing"]
+    assert phases[-1] == "done"
+    lines = [line for event in events for line in event.new_output]
+    assert lines[:2] == ["Collecting llama-thing", "  Downloading llama_thing-1.0.tar.gz (2.0 MB)"]
+    assert all(len(event.new_output) <= 20 for event in events)
+    assert all(len(line) <= 300 for line in lines)
+    assert sum(len(line) for line in lines) < 20 * 300 * len(events)  # bounded, never repeated
 
 
 def test_invalid_version_is_refused_before_anything_runs(tmp_path: Path) -> None:

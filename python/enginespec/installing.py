@@ -50,13 +50,14 @@ _TAIL = 40
 
 
 class ProgressEvent(BaseModel):
-    """One step of an install: the phase, a fraction when known, and the installer's last lines."""
+    """One step of an install: the phase, a fraction when known, and the installer's output lines
+    since the previous event (only what is new, at most 20 lines of at most 300 characters)."""
 
     model_config = ConfigDict(frozen=True)
     phase: Phase
     message: str = ""
     fraction: float | None = None
-    output_tail: tuple[str, ...] = ()
+    new_output: tuple[str, ...] = ()
 
 
 ProgressCallback = Callable[[ProgressEvent], None]
@@ -101,9 +102,14 @@ class InstallResult(BaseModel):
     location: Literal["managed", "system"]
 
 
-def _emit(options: InstallOptions, phase: Phase, message: str = "", tail: Sequence[str] = ()) -> None:
+_EVENT_LINES = 20
+_EVENT_LINE_LENGTH = 300
+
+
+def _emit(options: InstallOptions, phase: Phase, message: str = "", new: Sequence[str] = ()) -> None:
     if options.progress is not None:
-        options.progress(ProgressEvent(phase=phase, message=message, output_tail=tuple(tail)))
+        lines = tuple(line[:_EVENT_LINE_LENGTH] for line in new[-_EVENT_LINES:])
+        options.progress(ProgressEvent(phase=phase, message=message[:_EVENT_LINE_LENGTH], new_output=lines))
 
 
 class _Deadline:
@@ -119,14 +125,15 @@ class _Deadline:
 
 
 def _phase_of(line: str) -> Phase | None:
-    lowered = line.lower()
+    """The install phase a line of pip's, uv's or cmake's output says (pip indents `Downloading`)."""
+    lowered = line.strip().lower()
     if lowered.startswith(("collecting", "looking in", "resolved", "resolving")):
         return "resolving"
     if lowered.startswith(("downloading", "downloaded", "prepared", "obtaining")):
         return "downloading"
     if lowered.startswith(("building", "-- build", "[")):
         return "building"
-    if lowered.startswith(("installing", "installed", "successfully installed", " +")):
+    if lowered.startswith(("installing", "installed", "successfully installed", "+ ")):
         return "installing"
     return None
 
@@ -159,14 +166,17 @@ def run_streaming(
 
     thread = threading.Thread(target=reader, daemon=True)
     thread.start()
+    unreported: list[str] = []
     try:
         while True:
             while lines:
                 line = lines.popleft()
                 tail.append(line)
+                unreported.append(line)
                 phase = _phase_of(line)
                 if phase is not None:
-                    _emit(options, phase, line.strip(), tail)
+                    _emit(options, phase, line.strip(), unreported)
+                    unreported = []
             if proc.poll() is not None and not thread.is_alive():
                 break
             deadline.check(command, tail)
@@ -321,7 +331,7 @@ def _install_python(engine: EngineDefinition, options: InstallOptions, config: C
             command += _source_args(options)
         _emit(options, "resolving", f"installing {requirement}")
         tail = run_streaming(command, options, deadline)
-        _emit(options, "verifying", "reading the installed version", tail)
+        _emit(options, "verifying", "reading the installed version")
         after = installed_versions(python, distributions)
         found = next((v for v in after.values() if satisfies(v, options.version)), None)
         if found is None:
@@ -330,7 +340,7 @@ def _install_python(engine: EngineDefinition, options: InstallOptions, config: C
                 command,
                 tail,
             )
-        _emit(options, "done", f"{requirement}: {found} installed", tail)
+        _emit(options, "done", f"{requirement}: {found} installed")
         return _result(engine, requirement, found, python, script, location, command, tail)
 
 
@@ -374,13 +384,13 @@ def _install_binary(engine: EngineDefinition, options: InstallOptions, config: C
             probe = probe_binary(engine, built)
             if not probe.installed or probe.version is None:
                 raise InstallError(f"the install produced no working {built}: {probe.error}", command, tail)
-            _emit(options, "verifying", f"{executable} {probe.version}", tail)
+            _emit(options, "verifying", f"{executable} {probe.version}")
             # Swap in atomically: a half-built binary is never at the final path.
             (prefix / "bin").mkdir(parents=True, exist_ok=True)
             built.replace(binary)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        _emit(options, "done", f"{executable} {probe.version} installed", tail)
+        _emit(options, "done", f"{executable} {probe.version} installed")
         return _result(engine, executable, probe.version, None, binary, "managed", command, tail)
 
 

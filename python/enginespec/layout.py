@@ -35,16 +35,16 @@ def shorten(value: str, width: int, where: Literal["never", "middle", "end"]) ->
         return value
     if where == "middle" and "/" in value:
         # The last path component names the thing: keep it whole when it fits.
-        tail = value[value.rindex("/") :]
-        head = width - 1 - cell_len(tail)
-        if head >= 1 and cell_len(value[:head] + ELLIPSIS + tail) <= width:
-            return value[:head] + ELLIPSIS + tail
+        name = value[value.rindex("/") :]
+        head = width - 1 - cell_len(name)
+        if head >= 1 and cell_len(value[:head] + ELLIPSIS + name) <= width:
+            return value[:head] + ELLIPSIS + name
     keep = width - 1
     while keep > 0:
         if where == "end":
             candidate = value[:keep] + ELLIPSIS
         else:
-            tail = keep // 2 + keep % 2  # the end of a path says most: keep more of it
+            tail = keep // 2 + keep % 2  # the end says most: keep more of it
             candidate = value[: keep - tail] + ELLIPSIS + value[len(value) - tail :]
         if cell_len(candidate) <= width:
             return candidate
