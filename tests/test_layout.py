@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -167,3 +169,18 @@ def test_spec_argv_methods_agree_with_parse_argv_on_the_corpus() -> None:
             served = invocation.served_model_name if mine and invocation else None
             assert spec.extract_served_model_name(argv) == served
         assert sum(spec.detect_invocation(argv) for spec in specs) == (invocation is not None)
+
+
+def test_import_stays_light() -> None:
+    """`import enginespec` loads none of the CLI's extras (rich, prometheus_client) nor httpx."""
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import enginespec"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    imported = {
+        line.rsplit("|", 1)[-1].strip().split(".")[0] for line in out.stderr.splitlines() if "|" in line
+    }
+    assert "pydantic" in imported  # the list was read
+    assert not imported & {"rich", "prometheus_client", "httpx"}

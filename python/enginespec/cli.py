@@ -7,13 +7,16 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+import enginespec.exporter as exporter
 from enginespec._backend import BACKEND
 from enginespec.argv import parse_argv, redact_argv
 from enginespec.config import Config
@@ -49,6 +52,42 @@ def _positive_seconds(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
     return value
+
+
+def _duration(text: str) -> float:
+    """Seconds from ``2``, ``2s``, ``500ms`` or ``1m``."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0}
+    number, unit = text, "s"
+    for suffix in ("ms", "s", "m"):
+        if text.endswith(suffix):
+            number, unit = text[: -len(suffix)], suffix
+            break
+    return _positive_seconds(number) * units[unit]
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)")
+    return int(text)
+
+
+def _cmd_exporter(args: argparse.Namespace) -> int:
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        exporter.run(
+            host=args.host,
+            port=args.port or None,
+            interval=args.interval,
+            textfile=args.textfile,
+            health=not args.no_health,
+            stop=stop,
+        )
+    except OSError as err:  # the address is taken, or the textfile's directory is not writable
+        _fail("exporter", err)
+        return 1
+    return 0
 
 
 def _cmd_parse(args: argparse.Namespace) -> int:
@@ -315,6 +354,18 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--data-dir", help="data directory (default: $ENGINESPEC_DATA_DIR or the user data dir)"
         )
+    exporter_ = commands.add_parser(
+        "exporter",
+        help="serve Prometheus metrics about the engines on this host",
+        description="Scans (and health-checks) every --interval and serves the results at /metrics; "
+        "with --textfile, also writes them for node_exporter's textfile collector (atomically).",
+    )
+    exporter_.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    exporter_.add_argument("--port", type=_port, default=9464, help="port to listen on; 0: no HTTP server")
+    exporter_.add_argument("--interval", type=_duration, default=2.0, help="refresh period (2s, 500ms, 1m)")
+    exporter_.add_argument("--textfile", help="also write the series to this file after every refresh")
+    exporter_.add_argument("--no-health", action="store_true", help="skip the health checks")
+    exporter_.set_defaults(handler=_cmd_exporter)
     command = commands.add_parser(
         "command",
         help="print the serve command (and environment) a recipe file builds",

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -15,6 +14,9 @@ _OVERRIDE_ENV = re.compile(r"ENGINESPEC_([A-Z0-9_]+)_(PYTHON|BIN)")
 
 
 def _default_data_dir() -> Path:
+    # Imported here: only a Config without an explicit data_dir needs it (import stays light).
+    import platformdirs
+
     return Path(platformdirs.user_data_dir("enginespec", appauthor=False))
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 
 import psutil
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
 
 from enginespec._backend import ScannerType
 from enginespec._pymatcher import basename
@@ -52,6 +53,15 @@ class EngineProcess(Invocation):
     listen_ports: tuple[int, ...]
     #: the engine's API key from its argv: used by health checks, never shown or serialised.
     _api_key: str | None = PrivateAttr(default=None)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def engine_id(self) -> str:
+        """A name for this engine that survives restarts of the same engine, model and port (pids
+        and start times change): ``vllm-8000-1a2b3c4d``."""
+        identity = "\0".join((self.engine, self.model or "", str(self.effective_port)))
+        digest = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+        return f"{self.engine}-{self.effective_port or 'noport'}-{digest}"
 
     def secret_api_key(self) -> str | None:
         return self._api_key

@@ -1,0 +1,152 @@
+"""A Prometheus exporter: scans and health checks run on their own schedule, and every scrape
+(or textfile write, for node_exporter's textfile collector) reports the latest results.
+
+Series follow Prometheus conventions: ``_info`` gauges valued 1, base units, no bare ``up``. The
+``pid`` label is only on ``enginespec_engine_info``, so a restart does not multiply the others;
+``engine_id`` is stable across restarts of the same engine, model and port.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import get_args
+
+from prometheus_client import start_http_server, write_to_textfile
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from enginespec.health import check_all
+from enginespec.scanning import EngineProcess, Scanner
+from enginespec.status import Health, HealthState
+
+_STATES: tuple[HealthState, ...] = get_args(HealthState)
+_INFO_LABELS = (
+    "engine_id",
+    "engine",
+    "model",
+    "served_model_name",
+    "host",
+    "port",
+    "supervisor",
+    "pid",
+)
+
+
+@dataclass
+class Snapshot:
+    """The latest scan and health checks."""
+
+    processes: list[EngineProcess] = field(default_factory=list)
+    healths: list[Health] | None = None
+    scan_seconds: float = 0.0
+    #: processes that could not be read, summed over every scan so far.
+    scan_errors: int = 0
+    scans: int = 0
+
+
+def _info_labels(process: EngineProcess) -> list[str]:
+    # vLLM labels its own metrics with model_name = the first served name, else the model: the
+    # same value here lets the two series join.
+    served = process.served_model_name or process.model or ""
+    return [
+        process.engine_id,
+        process.engine,
+        process.model or "",
+        served,
+        process.effective_host,
+        "" if process.effective_port is None else str(process.effective_port),
+        process.supervisor or "",
+        str(process.pid),
+    ]
+
+
+class EngineCollector(Collector):
+    """Reports a :class:`Snapshot` (replaced whole by the scanning loop, so a scrape never sees
+    half an update)."""
+
+    def __init__(self) -> None:
+        self.snapshot = Snapshot()
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self.snapshot
+        info = GaugeMetricFamily(
+            "enginespec_engine_info", "An engine server on this host", labels=_INFO_LABELS
+        )
+        up = GaugeMetricFamily(
+            "enginespec_engine_up", "Whether the engine's process runs", labels=["engine_id"]
+        )
+        ready = GaugeMetricFamily(
+            "enginespec_engine_ready", "Whether the engine serves", labels=["engine_id"]
+        )
+        state = GaugeMetricFamily(
+            "enginespec_engine_state", "The engine's health state", labels=["engine_id", "state"]
+        )
+        started = GaugeMetricFamily(
+            "enginespec_engine_start_time_seconds", "When the engine's process started", labels=["engine_id"]
+        )
+        workers = GaugeMetricFamily(
+            "enginespec_engine_workers", "Worker processes folded in", labels=["engine_id"]
+        )
+        for index, process in enumerate(snapshot.processes):
+            engine_id = [process.engine_id]
+            info.add_metric(_info_labels(process), 1)
+            up.add_metric(engine_id, 1)
+            started.add_metric(engine_id, process.start_time)
+            workers.add_metric(engine_id, len(process.worker_pids))
+            if snapshot.healths is not None:
+                health = snapshot.healths[index]
+                ready.add_metric(engine_id, 1 if health.ready else 0)
+                for name in _STATES:
+                    state.add_metric([process.engine_id, name], 1 if health.state == name else 0)
+        yield from (info, up, ready, state, started, workers)
+        duration = GaugeMetricFamily("enginespec_scan_duration_seconds", "How long the last scan took")
+        duration.add_metric([], snapshot.scan_seconds)
+        yield duration
+        errors = CounterMetricFamily("enginespec_scan_errors", "Processes a scan could not read")
+        errors.add_metric([], snapshot.scan_errors)
+        yield errors
+
+
+def _refresh(scanner: Scanner, collector: EngineCollector, health: bool, timeout: float) -> None:
+    started = time.perf_counter()
+    processes = scanner.scan()
+    seconds = time.perf_counter() - started
+    previous = collector.snapshot
+    healths = check_all(processes, timeout=timeout) if health else None
+    collector.snapshot = Snapshot(
+        processes=processes,
+        healths=healths,
+        scan_seconds=seconds,
+        scan_errors=previous.scan_errors + scanner.stats.unreadable,
+        scans=previous.scans + 1,
+    )
+
+
+def run(
+    *,
+    host: str = "127.0.0.1",
+    port: int | None = 9464,
+    interval: float = 2.0,
+    textfile: str | None = None,
+    health: bool = True,
+    stop: threading.Event | None = None,
+) -> None:
+    """Serves ``/metrics`` on ``host:port`` (``port=None``: no server) and writes ``textfile``
+    atomically after every refresh, until ``stop`` is set."""
+    stop = stop or threading.Event()
+    registry = CollectorRegistry()
+    collector = EngineCollector()
+    registry.register(collector)
+    scanner = Scanner()
+    _refresh(scanner, collector, health, min(2.0, interval))
+    if port is not None:
+        start_http_server(port, addr=host, registry=registry)
+    while True:
+        if textfile:
+            write_to_textfile(textfile, registry)  # a temporary file, then a rename: atomic
+        if stop.wait(interval):
+            return
+        _refresh(scanner, collector, health, min(2.0, interval))

@@ -1,0 +1,144 @@
+"""`enginespec exporter` scraped over HTTP and parsed with prometheus_client's own parser; the
+textfile is written atomically."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from fakeserver import free_port
+from procs import Procs
+
+
+@pytest.fixture
+def exporter(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    port = free_port()
+    textfile = tmp_path / "enginespec.prom"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "enginespec.cli",
+            "exporter",
+            "--port",
+            str(port),
+            "--interval",
+            "200ms",
+            "--textfile",
+            str(textfile),
+            "--no-health",
+        ],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}/metrics", textfile
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0, proc.stderr.read() if proc.stderr else ""
+
+
+def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    series: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            series.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return series
+
+
+def _scrape_until(
+    url: str, predicate: object, timeout: float = 30
+) -> dict[str, list[tuple[dict[str, str], float]]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            series = _samples(httpx.get(url, timeout=2).text)
+            if predicate(series):  # type: ignore[operator]
+                return series
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(url)
+        time.sleep(0.1)
+
+
+def test_series_and_labels_for_engines_started_by_the_test(procs: Procs, exporter: tuple[str, Path]) -> None:
+    url, textfile = exporter
+    odd = '/models/quote"and\nnewline\\back.gguf'
+    vllm = procs.start(
+        ["vllm", "serve", "/models/llama", "--served-model-name", "llama-8b", "--port", "18001"]
+    )
+    llama = procs.start(["llama-server", "-m", odd, "--port", "18002", "--api-key", "sk-exporter-secret"])
+    pids = {str(vllm.pid), str(llama.pid)}
+
+    def ours(series: dict[str, list[tuple[dict[str, str], float]]]) -> bool:
+        return pids <= {labels["pid"] for labels, _ in series.get("enginespec_engine_info", [])}
+
+    series = _scrape_until(url, ours)
+    info = {labels["pid"]: labels for labels, value in series["enginespec_engine_info"] if value == 1}
+    first = info[str(vllm.pid)]
+    assert (first["engine"], first["model"], first["served_model_name"], first["port"]) == (
+        "vllm",
+        "/models/llama",
+        "llama-8b",
+        "18001",
+    )
+    second = info[str(llama.pid)]
+    assert second["model"] == odd  # escaped on the wire, whole when parsed
+    assert second["served_model_name"] == odd  # no alias: vLLM-style model_name is the model
+    ids = {first["engine_id"], second["engine_id"]}
+    for name in ("enginespec_engine_up", "enginespec_engine_start_time_seconds", "enginespec_engine_workers"):
+        assert ids <= {labels["engine_id"] for labels, _ in series[name]}
+        assert all("pid" not in labels for labels, _ in series[name])  # pid only on _info
+    assert series["enginespec_scan_duration_seconds"][0][1] >= 0
+    assert "enginespec_scan_errors_total" in series
+    # the textfile holds the same series, and is only ever seen whole
+    for _ in range(30):
+        text = textfile.read_text()
+        assert ours(_samples(text))
+        time.sleep(0.02)
+    assert [p.name for p in textfile.parent.iterdir()] == [textfile.name]  # no temporary left over
+    assert "sk-exporter-secret" not in httpx.get(url).text
+    # a restart of the same engine, model and port keeps its engine_id
+    procs.stop(vllm)
+    again = procs.start(
+        ["vllm", "serve", "/models/llama", "--served-model-name", "llama-8b", "--port", "18001"]
+    )
+
+    def restarted(series: dict[str, list[tuple[dict[str, str], float]]]) -> bool:
+        return str(again.pid) in {labels["pid"] for labels, _ in series.get("enginespec_engine_info", [])}
+
+    series = _scrape_until(url, restarted)
+    relabelled = {labels["pid"]: labels["engine_id"] for labels, _ in series["enginespec_engine_info"]}
+    assert relabelled[str(again.pid)] == first["engine_id"]
+    assert str(vllm.pid) not in relabelled
+
+
+def test_it_binds_loopback_unless_told_otherwise() -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "enginespec.cli", "exporter", "--port", str(port)])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            bound = [c.laddr.ip for c in psutil.Process(proc.pid).net_connections() if c.status == "LISTEN"]
+            if bound or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert bound == ["127.0.0.1"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0  # Ctrl-C stops it cleanly
+    bad = subprocess.run(
+        [sys.executable, "-m", "enginespec.cli", "exporter", "--port", "99999"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2
