@@ -70,7 +70,9 @@ def _me(engine: str, url: str, model: str = "m", served: tuple[str, ...] = ()) -
         ("llamacpp", {"/health": [Answer(200, b"<html>garbage")]}, "unknown"),
         ("llamacpp", {"/health": [Answer(500, b"")]}, "unknown"),
         ("mlx", {"/health": [Answer(200, OK)], "/v1/models": [models("mlx/m")]}, "ready"),
-        ("mlx", {"/health": [Answer(200, OK)], "/v1/models": [Answer(503, b"")]}, "loading"),
+        # mlx-lm 0.32: /health is 200 from the start (requests wait for the load); /v1/models lists
+        # the Hugging Face cache and says nothing about readiness
+        ("mlx", {"/health": [Answer(200, OK)], "/v1/models": [Answer(200, b"")]}, "ready"),
         ("mlx", {"/health": [Answer(503, b'{"status":"unavailable"}')]}, "unhealthy"),
         ("vllm", {"/health": [Answer(200, b"", close_mid_response=True)]}, "unknown"),
     ],

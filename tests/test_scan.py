@@ -112,6 +112,13 @@ def _argv0(pid: int) -> bytes:
     return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
 
 
+def _has_model(pid: int) -> bool:
+    try:
+        return b"\0-m\0" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def test_supervisors(procs: Procs) -> None:
     sep, arg = "\x1e", "\x1f"
     child = arg.join(["/usr/lib/ollama/llama-server", "-m", "/blobs/sha256-1", "--port", "41001"])
@@ -125,7 +132,8 @@ def test_supervisors(procs: Procs) -> None:
     router = procs.start(["llama-server", "--models-dir", "/m", "--port", "8080"], HELPER_SPAWN=routed)
     spawned = lambda: children_of(ollama.pid) | children_of(swap.pid) | children_of(router.pid)  # noqa: E731
     wait_for(lambda: len(spawned()) == 4)
-    wait_for(lambda: all(_argv0(c).endswith(b"llama-server") for c in spawned()))
+    # Until it execs, a forked child shows its parent's argv (the router's is llama-server too).
+    wait_for(lambda: all(_argv0(c).endswith(b"llama-server") and _has_model(c) for c in spawned()))
     found = {p.pid: p for p in Scanner().scan()}
     by_model = {p.model: p for p in found.values() if p.ppid in {ollama.pid, swap.pid, router.pid}}
     assert by_model["/blobs/sha256-1"].supervisor == "ollama"

@@ -91,7 +91,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation | None:
         return None
     index, model, served, host, port = raw
     signature = compiled.signatures[index]
-    where = endpoint(find_engine(signature.engine), tokens, host, port)
+    where = endpoint(find_engine(signature.engine), tokens, host, port, argv_port(signature, tokens))
     return Invocation(
         engine=signature.engine,
         model=model,
@@ -115,24 +115,28 @@ class Endpoint:
     problems: tuple[str, ...]
 
 
-def endpoint(engine: EngineDefinition, argv: Sequence[str], host: str | None, port: int | None) -> Endpoint:
-    """The endpoint of a server of ``engine`` whose argv gave ``host`` and ``port`` (as parsed)."""
+def argv_port(signature: Signature, argv: Sequence[str]) -> str | None:
+    """The text argv gives for the port (valid or not), or ``None`` when it gives none."""
+    return next(
+        (v for f in signature.port_flags if (v := flag_value(argv, signature, f, empty=True)) is not None),
+        None,
+    )
+
+
+def endpoint(
+    engine: EngineDefinition, argv: Sequence[str], host: str | None, port: int | None, port_text: str | None
+) -> Endpoint:
+    """The endpoint of a server of ``engine`` listening on ``host`` and ``port`` (``None``: not
+    given). ``port_text`` is what its settings say the port is, when they say so: a text that is
+    no port leaves the port unknown, not the default."""
     signature = engine.signature
     problems: list[str] = []
     effective_host = host or signature.default_host
-    effective_port: int | None = signature.default_port if port is None else port
+    effective_port: int | None = port
     if port is None:
-        given = next(
-            (
-                v
-                for f in signature.port_flags
-                if (v := flag_value(argv, signature, f, empty=True)) is not None
-            ),
-            None,
-        )
-        if given is not None:
-            effective_port = None
-            problems.append(f"port '{literal(given)}' is not a port number (1-65535)")
+        effective_port = signature.default_port if port_text is None else None
+        if port_text is not None:
+            problems.append(f"port '{literal(port_text)}' is not a port number (1-65535)")
     elif port == 0:
         effective_port = None
         problems.append("port 0 (any free port) says nothing about where it listens")

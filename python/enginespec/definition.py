@@ -130,8 +130,6 @@ class Serving(_Record):
     """How the server serves and is related to other processes."""
 
     health_path: str = Field(default="/health", pattern=r"^/")
-    #: ``/health`` says nothing about the model: readiness also needs ``/v1/models``.
-    readiness_needs_models: bool = False
     #: flag carrying the server's API key (used by health checks, never shown).
     api_key_flag: str | None = None
     #: environment variables the engine reads its API key from.
@@ -144,6 +142,20 @@ class Serving(_Record):
     supervisors: Mapping[str, str] = Field(default_factory=dict)
     #: label for a server started by another server of the same engine (llama-server router).
     nested_supervisor: str | None = None
+
+
+#: A fact about a running server that can come from argv, the environment or a config file.
+Fact = Literal["model", "served_model_name", "host", "port"]
+
+
+class Settings(_Record):
+    """Where the engine reads its settings besides argv; argv wins over both, as the engines do
+    (and a config file's keys, which are the engine's flag names, over the environment)."""
+
+    #: environment variable -> the fact it carries (llama-server ``LLAMA_ARG_MODEL``).
+    environment: Mapping[str, Fact] = Field(default_factory=dict)
+    #: the flag naming a YAML config file whose keys are flag names (vLLM/SGLang ``--config``).
+    config_flag: str | None = None
 
 
 class EngineDefinition(BaseModel):
@@ -159,6 +171,7 @@ class EngineDefinition(BaseModel):
     flags: Flags = Flags()
     package: Package = Package()
     serving: Serving = Serving()
+    settings: Settings = Settings()
 
     @model_validator(mode="after")
     def _check(self) -> EngineDefinition:

@@ -131,14 +131,11 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
         return health("unknown", f"{t.spec.serving.health_path}: {reply.detail}")
     state, reason = t.spec.classify_health(reply.status, reply.body)
     first = reply
-    if state != "ready" or not (verify_identity or deep or t.spec.serving.readiness_needs_models):
+    if state != "ready" or not (verify_identity or deep):
         return health(state, reason, first)
     models = yield _Request("GET", "/v1/models", authorized=True)
     ids = _model_ids(models.body) if models.status == 200 else None
     if ids is None:
-        if t.spec.serving.readiness_needs_models:
-            detail = models.detail or f"HTTP {models.status}"
-            return health("loading", f"/health is up but /v1/models is not ({detail})", first)
         if models.status in (401, 403):
             if t.unusable_key:
                 return health("unknown", "the API key found cannot be sent in an HTTP header", first)

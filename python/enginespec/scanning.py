@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import psutil
 from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
@@ -12,9 +12,10 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
 from enginespec._backend import ScannerType
 from enginespec._pymatcher import basename
 from enginespec._pyscanner import RawProcess
-from enginespec.argv import Invocation, endpoint, flag_value, redact_argv
-from enginespec.definition import EngineDefinition
+from enginespec.argv import Invocation, argv_port, endpoint, flag_value, redact_argv
+from enginespec.definition import EngineDefinition, Fact
 from enginespec.registry import all_engines
+from enginespec.settings import Source, merge, read_outside
 from enginespec.signature import signatures_json
 
 #: Programs that commonly replace themselves with another program (`exec`): shells running a
@@ -46,6 +47,9 @@ class EngineProcess(Invocation):
     ppid: int
     #: ``None`` when argv gives no usable address (see ``problems``).
     base_url: str | None
+    #: where each fact came from: ``argv``, ``config`` (the engine's config file), ``environment``
+    #: (``/proc/PID/environ``, readable by root or the same user) or ``default``.
+    sources: Mapping[Fact, Source] = {}
     argv: tuple[str, ...]
     exe: str | None
     worker_pids: tuple[int, ...]
@@ -178,19 +182,22 @@ class Scanner:
         pid, start_time, ppid, argv, facts, exe, descendants, parent_argv, ports = item
         index, model, served, host, port = facts
         spec = self._specs[index]
-        where = endpoint(spec, argv, host, port)
+        outside = read_outside(spec, pid, argv)
+        merged = merge(spec, outside, model, served, host, port, argv_port(spec.signature, argv))
+        where = endpoint(spec, argv, merged.host, merged.port, merged.port_text)
         process = EngineProcess(
             pid=pid,
             start_time=start_time,
             ppid=ppid,
             engine=spec.id,
-            model=model,
-            served_model_names=tuple(served),
-            host=host,
-            port=port,
+            model=merged.model,
+            served_model_names=merged.served_model_names,
+            host=merged.host,
+            port=merged.port,
             effective_host=where.effective_host,
             effective_port=where.effective_port,
-            problems=where.problems,
+            problems=merged.problems + where.problems,
+            sources=merged.sources,
             base_url=where.base_url,
             argv=tuple(redact_argv(argv, spec.id)),
             exe=exe,

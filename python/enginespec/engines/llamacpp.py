@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from enginespec.definition import Flags, Launch, Package, Serving, SourceBuild
+from enginespec.definition import Flags, Launch, Package, Serving, Settings, SourceBuild
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -46,14 +46,16 @@ SIGNATURE = Signature(
 )
 
 
-# `llama-server --version` prints on stderr: `version: 0.5.0-dev (build 1, commit 0c1e570)`, older
-# builds `version: 9439 (47f6423ed)` (common/common.cpp).
+# `llama-server --version` prints on stderr: `version: 0.5.0-dev (build 1, commit 0c1e570)`
+# (llama.cpp 0c1e57098, common/build-info.cpp.in), older builds `version: 9439 (47f6423ed)`
+# (e3a74b299, common/arg.cpp).
 _VERSION_LINE = re.compile(r"version:\s*(\S+)(?:\s+\(([^)]*)\))?")
 
 
 class LlamaCppSpec(EngineSpec):
-    # tools/server/server.cpp: while the model loads every endpoint answers 503 with
-    # {"error": {"message": "Loading model", ...}}; once ready /health is 200 {"status": "ok"}.
+    # While the model loads every endpoint answers 503 {"error": {"message": "Loading model", ...}};
+    # once ready /health is 200 {"status": "ok"} (llama.cpp 0c1e57098, tools/server/server-http.cpp
+    # middleware_server_state and tools/server/server-context.cpp get_health).
     def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
         if status == 503 and b"Loading model" in body:
             return "loading", "loading model"
@@ -84,7 +86,8 @@ SPEC = LlamaCppSpec(
             "reasoning_parser": ("--reasoning-format",),
             "chat_template": ("--chat-template-file",),
         },
-        # common/arg.cpp: repeated options (--lora a --lora b), never argparse-style nargs.
+        # Repeated options (--lora a --lora b), never argparse-style nargs (llama.cpp 0c1e57098,
+        # common/arg.cpp; other list options there also take one comma-separated value).
         list_style="repeat",
     ),
     # No wheel ships llama-server: a configured command, or a cmake build of llama.cpp's tree (its
@@ -104,12 +107,26 @@ SPEC = LlamaCppSpec(
     ),
     serving=Serving(
         api_key_flag="--api-key",
-        api_key_env=("LLAMA_API_KEY", "LLAMA_ARG_API_KEY"),
-        # tools/server/server.cpp listens on a unix socket when --host ends with `.sock`.
+        api_key_env=("LLAMA_API_KEY",),
+        # A --host ending in `.sock` is a unix socket (llama.cpp 0c1e57098, tools/server/server-http.cpp).
         socket_host=True,
         # Ollama and llama-swap start llama-server children on loopback ports; a llama-server in
-        # router mode (--models-dir/--models-preset, tools/server/README.md) starts one per model.
+        # router mode (given no model; llama.cpp 0c1e57098, tools/server/server-models.cpp) starts
+        # one per model.
         supervisors={"ollama": "ollama", "llama-swap": "llama-swap"},
         nested_supervisor="llama-server",
+    ),
+    # Every option has an environment twin; the command line wins (llama.cpp 0c1e57098,
+    # common/arg.cpp set_env and common_params_parse_ex).
+    settings=Settings(
+        environment={
+            "LLAMA_ARG_MODEL": "model",
+            "LLAMA_ARG_MODEL_URL": "model",
+            "LLAMA_ARG_HF_REPO": "model",
+            "LLAMA_ARG_DOCKER_REPO": "model",
+            "LLAMA_ARG_ALIAS": "served_model_name",
+            "LLAMA_ARG_HOST": "host",
+            "LLAMA_ARG_PORT": "port",
+        }
     ),
 )

@@ -7,6 +7,7 @@ import sys
 from enginespec.definition import Flags, Launch, Package, Serving
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
+from enginespec.status import HealthState
 
 SIGNATURE = Signature(
     engine="mlx",
@@ -28,9 +29,14 @@ SIGNATURE = Signature(
 
 
 class MlxSpec(EngineSpec):
+    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
+        if status == 503:
+            return "unhealthy", "the model failed to load or the generation thread stopped (HTTP 503)"
+        return super().classify_health(status, body)
+
     def requirement(self, version: str | None = None) -> str:
-        # On Linux plain `mlx-lm` brings no `mlx` (and plain `mlx` lacks libmlx.so): the CPU build
-        # comes with the `cpu` extra.
+        # On Linux plain `mlx-lm` brings no `mlx` (it requires mlx only on Darwin), the CPU build
+        # comes with the `cpu` extra (mlx-lm 0.32.2 METADATA).
         requirement = super().requirement(version)
         if sys.platform.startswith("linux"):
             return requirement.replace("mlx-lm", "mlx-lm[cpu]", 1)
@@ -49,7 +55,10 @@ SPEC = MlxSpec(
         }
     ),
     package=Package(distributions=("mlx-lm",)),
-    # mlx_lm/server.py answers /health 200 while the model is still loading, and 503
-    # {"status": "unavailable"} when loading failed (the process stays up): readiness is /v1/models.
-    serving=Serving(readiness_needs_models=True),
+    # /health answers 200 as soon as the server listens: the model loads in the generation thread
+    # (or on the first request that names it) and requests wait for it, so 200 is ready to serve;
+    # 503 {"status": "unavailable"} once loading failed or that thread died, the process staying up
+    # (mlx-lm 0.32.0 to 0.32.2, mlx_lm/server.py handle_health_check). /v1/models lists the Hugging
+    # Face cache, not the loaded model, so it says nothing about readiness.
+    serving=Serving(),
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enginespec.definition import FamilyDefault, Flags, Launch, Package, Serving
+from enginespec.definition import FamilyDefault, Flags, Launch, Package, Serving, Settings
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -42,8 +42,9 @@ SIGNATURE = Signature(
 
 
 class SglangSpec(EngineSpec):
-    # /health answers 503 until the first warm-up request went through, then 200
-    # (python/sglang/srt/entrypoints/http_server.py health()).
+    # The port stays closed while the weights load (starting); then /health answers 503 until the
+    # warm-up request went through, and 200 after (SGLang 0.5.1 to 0.5.23; 0.5.23:
+    # python/sglang/srt/entrypoints/http_server.py health_generate()).
     def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
         if status == 503:
             return "starting", "server is warming up (HTTP 503)"
@@ -53,7 +54,8 @@ class SglangSpec(EngineSpec):
 SPEC = SglangSpec(
     id="sglang",
     signature=SIGNATURE,
-    # `sglang serve` only exists in recent releases; the module works in every release.
+    # `sglang serve` exists from SGLang 0.5.5 (python/sglang/cli/main.py); the module works in
+    # every release.
     launch=Launch(
         kind="module", executable="sglang", args=("serve",), module_args=("-m", "sglang.launch_server")
     ),
@@ -73,7 +75,8 @@ SPEC = SglangSpec(
             "reasoning_parser": ("--reasoning-parser",),
             "chat_template": ("--chat-template",),
         },
-        # Parser names from python/sglang/srt/function_call/ and python/sglang/srt/parser/reasoning_parser.py.
+        # Parser names as registered in SGLang 0.5.23 (python/sglang/srt/function_call/,
+        # python/sglang/srt/parser/reasoning_parser_names.py).
         family_defaults=(
             FamilyDefault(
                 pattern="qwen3", flags={"--reasoning-parser": "qwen3", "--tool-call-parser": "qwen25"}
@@ -92,4 +95,7 @@ SPEC = SglangSpec(
     ),
     package=Package(distributions=("sglang",)),
     serving=Serving(api_key_flag="--api-key"),
+    # `--config FILE.yaml`: keys are flag names; the command line wins (SGLang 0.5.23,
+    # python/sglang/srt/utils/server_args_config_parser.py).
+    settings=Settings(config_flag="--config"),
 )

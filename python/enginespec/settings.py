@@ -1,0 +1,216 @@
+"""Facts a running engine takes from outside its argv: its environment (``/proc/PID/environ``,
+readable by root or the same user) and a config file it was pointed at (read through the
+process's own working directory and root, size-capped, with a safe YAML loader). Which variable
+or key carries which fact is data in the engine's spec. Every failure is data, never raised."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from enginespec.argv import flag_value
+from enginespec.definition import EngineDefinition, Fact
+from enginespec.display import literal
+from enginespec.signature import Signature
+
+#: Largest config file read (an engine's own config is a few kilobytes).
+MAX_CONFIG_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Outside:
+    """Facts found outside argv: values as the engine reads them, and what could not be read."""
+
+    environment: Mapping[Fact, str] = field(default_factory=dict)
+    config: Mapping[Fact, tuple[str, ...]] = field(default_factory=dict)
+    #: the config file, as the process names it, and its modification time (to notice edits).
+    config_file: str | None = None
+    config_mtime: int | None = None
+    problems: tuple[str, ...] = ()
+
+
+def _environment(engine: EngineDefinition, pid: int) -> dict[Fact, str]:
+    wanted = engine.settings.environment
+    if not wanted:
+        return {}
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as file:
+            entries = file.read().split(b"\0")
+    except OSError:  # another user's process: nothing is known from there
+        return {}
+    found: dict[Fact, str] = {}
+    for entry in entries:
+        name, eq, value = os.fsdecode(entry).partition("=")
+        if eq and name in wanted and value:
+            found[wanted[name]] = value
+    return found
+
+
+def config_location(pid: int, path: str) -> str:
+    """Where this process's ``path`` is, seen from here: through its root and working directory."""
+    return f"/proc/{pid}/root{path}" if path.startswith("/") else f"/proc/{pid}/cwd/{path}"
+
+
+def _fact_of_key(signature: Signature, key: str) -> Fact | None:
+    flag = signature.canonical("--" + key.lstrip("-"))
+    for fact, flags in (
+        ("model", signature.model_flags),
+        ("served_model_name", signature.served_name_flags),
+        ("host", signature.host_flags),
+        ("port", signature.port_flags),
+    ):
+        if flag in flags:
+            return fact  # type: ignore[return-value]
+    return None
+
+
+def _owner(pid: int) -> tuple[int, set[int]] | None:
+    """The effective uid and the groups of a process, from /proc/PID/status."""
+    uid: int | None = None
+    groups: set[int] = set()
+    try:
+        with open(f"/proc/{pid}/status") as file:
+            for line in file:
+                name, _, rest = line.partition(":")
+                if name == "Uid":
+                    uid = int(rest.split()[1])
+                elif name == "Gid":
+                    groups.add(int(rest.split()[1]))
+                elif name == "Groups":
+                    groups.update(int(group) for group in rest.split())
+    except (OSError, ValueError, IndexError):
+        return None
+    return None if uid is None else (uid, groups)
+
+
+def _owner_may_read(pid: int, status: os.stat_result) -> bool:
+    """Whether the process's owner could read the file itself: a config path in another user's
+    argv must not make root read out a file that user cannot (``--config /root/secret.yaml``)."""
+    owner = _owner(pid)
+    if owner is None:
+        return False
+    uid, groups = owner
+    if uid == 0:
+        return True
+    if status.st_uid == uid:
+        return bool(status.st_mode & 0o400)
+    if status.st_gid in groups:
+        return bool(status.st_mode & 0o040)
+    return bool(status.st_mode & 0o004)
+
+
+def _config(
+    engine: EngineDefinition, pid: int, location: str, shown: str
+) -> tuple[dict[Fact, tuple[str, ...]], str | None]:
+    # yaml is imported here: only a process with a config file needs it (import stays light).
+    import yaml
+
+    try:
+        if not _owner_may_read(pid, os.stat(location)):
+            return {}, f"config file '{literal(shown)}' is not readable by the process's owner; not read"
+        with open(location, "rb") as file:
+            data = file.read(MAX_CONFIG_BYTES + 1)
+    except OSError as err:
+        return {}, f"config file '{literal(shown)}' cannot be read: {err.strerror}"
+    if len(data) > MAX_CONFIG_BYTES:
+        return {}, f"config file '{literal(shown)}' is larger than {MAX_CONFIG_BYTES} bytes; not read"
+    try:
+        document = yaml.safe_load(data)
+    except yaml.YAMLError:
+        return {}, f"config file '{literal(shown)}' is not valid YAML"
+    if not isinstance(document, dict):
+        return {}, f"config file '{literal(shown)}' is not a mapping of flag names"
+    found: dict[Fact, tuple[str, ...]] = {}
+    for key, value in document.items():
+        fact = _fact_of_key(engine.signature, str(key))
+        if fact is None or value is None or isinstance(value, (dict, bool)):
+            continue
+        values = value if isinstance(value, list) else [value]
+        found[fact] = tuple(str(item) for item in values)
+    return found, None
+
+
+def read_outside(engine: EngineDefinition, pid: int, argv: Sequence[str]) -> Outside:
+    """What ``pid``'s environment and config file say, for the engine's declared settings."""
+    environment = _environment(engine, pid)
+    flag = engine.settings.config_flag
+    path = flag_value(argv, engine.signature, flag) if flag else None
+    if path is None:
+        return Outside(environment=environment)
+    location = config_location(pid, path)
+    try:
+        mtime: int | None = os.stat(location).st_mtime_ns
+    except OSError:
+        mtime = None
+    config, problem = _config(engine, pid, location, path)
+    return Outside(environment, config, path, mtime, (problem,) if problem else ())
+
+
+#: Where a fact came from.
+Source = Literal["argv", "config", "environment", "default"]
+
+
+@dataclass(frozen=True)
+class Merged:
+    """A server's facts with argv first, then its config file, then its environment."""
+
+    model: str | None
+    served_model_names: tuple[str, ...]
+    host: str | None
+    port: int | None
+    #: the port as its source wrote it (``None``: no source gives one).
+    port_text: str | None
+    sources: dict[Fact, Source]
+    problems: tuple[str, ...]
+
+
+def _outside_value(
+    engine: EngineDefinition, outside: Outside, fact: Fact
+) -> tuple[tuple[str, ...], Source] | None:
+    if fact in outside.config:
+        return outside.config[fact], "config"
+    value = outside.environment.get(fact)
+    if value is None:
+        return None
+    separator = engine.signature.served_name_separator
+    if fact == "served_model_name" and separator:
+        return tuple(name for name in value.split(separator) if name), "environment"
+    return (value,), "environment"
+
+
+def merge(
+    engine: EngineDefinition,
+    outside: Outside,
+    model: str | None,
+    served: Sequence[str],
+    host: str | None,
+    port: int | None,
+    port_text: str | None,
+) -> Merged:
+    """Fills in what argv does not say from ``outside`` (argv wins, as the engines do)."""
+    sources: dict[Fact, Source] = {}
+
+    def fill(fact: Fact, in_argv: bool) -> tuple[str, ...]:
+        """The values from outside argv for a fact argv does not give, noting the source."""
+        found = None if in_argv else _outside_value(engine, outside, fact)
+        sources[fact] = "argv" if in_argv else (found[1] if found else "default")
+        return found[0] if found else ()
+
+    models = fill("model", model is not None)
+    names = fill("served_model_name", bool(served))
+    hosts = fill("host", host is not None)
+    ports = fill("port", port_text is not None)
+    if ports:
+        port_text = ports[0]
+        port = int(port_text) if port_text.isdigit() and 1 <= int(port_text) <= 65535 else None
+    return Merged(
+        model=model if model is not None else next(iter(models), None),
+        served_model_names=tuple(served) or names,
+        host=host if host is not None else next(iter(hosts), None),
+        port=port,
+        port_text=port_text,
+        sources=sources,
+        problems=outside.problems,
+    )
