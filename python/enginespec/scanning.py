@@ -15,7 +15,7 @@ from enginespec._pyscanner import RawProcess
 from enginespec.argv import Invocation, argv_port, endpoint, flag_value, redact_argv
 from enginespec.definition import EngineDefinition, Fact
 from enginespec.registry import all_engines
-from enginespec.settings import Source, merge, read_outside
+from enginespec.settings import Source, config_location, merge, read_outside
 from enginespec.signature import signatures_json
 
 #: Programs that commonly replace themselves with another program (`exec`): shells running a
@@ -139,6 +139,8 @@ class Scanner:
             listen_ports,
         )
         self._built: dict[int, tuple[RawProcess, str | None, EngineProcess]] = {}
+        #: pid -> (where its config file is seen from here, its modification time when read).
+        self._configs: dict[int, tuple[str, int | None]] = {}
 
     @property
     def stats(self) -> ScanStats:
@@ -169,20 +171,35 @@ class Scanner:
             parent_engine = engines_by_pid.get(ppid)
             # An unchanged process keeps its (frozen) model: polling costs no validation.
             previous = self._built.get(pid)
-            if previous is not None and previous[0] == item and previous[1] == parent_engine:
+            unchanged = previous is not None and previous[0] == item and previous[1] == parent_engine
+            if previous is not None and unchanged and not self._config_changed(pid):
                 process = previous[2]
             else:
                 process = self._model(item, parent_engine)
             built[pid] = (item, parent_engine, process)
             result.append(process)
         self._built = built
+        self._configs = {pid: config for pid, config in self._configs.items() if pid in built}
         return result
+
+    def _config_changed(self, pid: int) -> bool:
+        """Whether the engine's config file was edited since its facts were read (a stat)."""
+        config = self._configs.get(pid)
+        if config is None:
+            return False
+        location, mtime = config
+        try:
+            return os.stat(location).st_mtime_ns != mtime
+        except OSError:
+            return mtime is not None
 
     def _model(self, item: RawProcess, parent_engine: str | None) -> EngineProcess:
         pid, start_time, ppid, argv, facts, exe, descendants, parent_argv, ports = item
         index, model, served, host, port = facts
         spec = self._specs[index]
         outside = read_outside(spec, pid, argv)
+        if outside.config_file is not None:
+            self._configs[pid] = (config_location(pid, outside.config_file), outside.config_mtime)
         merged = merge(spec, outside, model, served, host, port, argv_port(spec.signature, argv))
         where = endpoint(spec, argv, merged.host, merged.port, merged.port_text)
         process = EngineProcess(
