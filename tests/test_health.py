@@ -25,7 +25,7 @@ from enginespec.health import (
     wait_ready,
 )
 from fakeserver import Answer, FakeEngine, free_port, models, serving
-from procs import Procs
+from procs import Procs, wait_for
 
 LOADING = b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}'
 OK = b'{"status":"ok"}'
@@ -305,3 +305,24 @@ def test_cli_health(procs: Procs) -> None:
         out = _cli("health", *bad)
         assert out.returncode == 2, bad
         assert out.stderr.count("\n") == 1
+
+
+def test_identity_of_a_relative_model_path_is_resolved_against_the_process(
+    helper: Path, tmp_path: Path
+) -> None:
+    port = free_port()
+    engine = subprocess.Popen(
+        ["mlx_lm.server", "--model", "tiny/hf", "--port", str(port)], executable=helper, cwd=tmp_path
+    )
+    try:
+        wait_for(lambda: Path(f"/proc/{engine.pid}/cmdline").read_bytes() != b"")
+        proc = next(p for p in Scanner().scan() if p.pid == engine.pid)
+        # mlx_lm.server lists the model by its absolute path
+        routes = {"/health": [Answer(200, OK)], "/v1/models": [models(str(tmp_path / "tiny" / "hf"))]}
+        with serving(routes, port=port):
+            assert check_health(proc, verify_identity=True).state == "ready"
+        with serving({"/health": [Answer(200, OK)], "/v1/models": [models("/elsewhere/tiny/hf")]}, port=port):
+            assert check_health(proc, verify_identity=True).state == "unhealthy"
+    finally:
+        engine.kill()
+        engine.wait()

@@ -10,8 +10,10 @@ in its EngineSpec (`classify_health`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
+import os
 import re
 import ssl
 import subprocess
@@ -77,7 +79,7 @@ _Result = TypeVar("_Result")
 def _resolve(target: EngineProcess | str, base_url: str | None, api_key: str | None) -> _Target:
     if isinstance(target, EngineProcess):
         spec = find_engine(target.engine)
-        expected = target.served_model_names or ((target.model,) if target.model else ())
+        expected = target.served_model_names or _model_names(target)
         key = api_key or target.secret_api_key() or target.environ_api_key(spec.serving.api_key_env)
         url = checked_url(base_url) if base_url is not None else target.base_url
     else:
@@ -89,6 +91,22 @@ def _resolve(target: EngineProcess | str, base_url: str | None, api_key: str | N
     usable = key is None or _HEADER_VALUE.fullmatch(key) is not None
     process = target if isinstance(target, EngineProcess) else None
     return _Target(spec, url, process, key if usable else None, expected, unusable_key=not usable)
+
+
+def _model_names(process: EngineProcess) -> tuple[str, ...]:
+    """The names a server may list its model under: as argv gives it, and a relative path also
+    resolved against the process's working directory (mlx_lm.server lists the absolute path)."""
+    if not process.model:
+        return ()
+    model = process.model
+    # A repository id (`org/name`) gets a candidate path too: harmless, it only widens the match.
+    if model.startswith("/") or not ("/" in model or model.startswith(".")):
+        return (model,)
+    try:
+        cwd = os.readlink(f"/proc/{process.pid}/cwd")
+    except OSError:
+        return (model,)
+    return (model, os.path.normpath(os.path.join(cwd, model)))
 
 
 def _model_ids(body: bytes) -> tuple[str, ...] | None:
@@ -271,7 +289,13 @@ class _Waiter:
         if health.state == "ready":
             return None
         returncode = self.process.poll() if self.process is not None else None
-        if returncode is not None or (health.state == "down" and isinstance(self.target, EngineProcess)):
+        gone = health.state == "down" and isinstance(self.target, EngineProcess)
+        if gone and returncode is None and self.process is not None:
+            # The process is gone but not yet reaped (or its exit raced the check): collect its
+            # status rather than report an exit without one.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                returncode = self.process.wait(timeout=5)
+        if returncode is not None or gone:
             status = f" with status {returncode}" if returncode is not None else ""
             raise EngineExited(f"engine exited{status} before becoming ready", returncode, health)
         if now - self.start >= self.timeout:
