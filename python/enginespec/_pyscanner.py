@@ -440,6 +440,8 @@ class _Counts:
 
 
 class Scanner:
+    """The incremental scanner (``Scanner`` in scan.rs). Keep one per polling loop."""
+
     def __init__(
         self,
         signatures_json: str,
@@ -492,8 +494,9 @@ class Scanner:
         # can have been reused, so the listing is skipped.
         before = self._source.cursor()
         if before is not None and before[1] == self._forks_listed:
+            scanned = len(self._known)
             self._quiet_scan(now)
-            return self._finish(now, quiet=True, scanned=len(self._known), full_recheck=False)
+            return self._finish(now, quiet=True, scanned=scanned, full_recheck=False)
         self._forks_listed = None if before is None else before[1]
         self._generation += 1
         pids = self._source.list_pids()
