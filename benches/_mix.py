@@ -1,12 +1,19 @@
-"""Host-like process argv for the benchmarks: mostly ordinary processes, a few engines."""
+"""Host-like processes for the benchmarks: argv mostly of ordinary processes, a few engines, run
+by the test helper (an idle process whose cmdline is exactly the argv it was given)."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import subprocess
 from pathlib import Path
 
-CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "argv-public.jsonl"
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tests" / "data" / "argv-public.jsonl"
+DATA = ROOT / "target" / "bench-data"
+HELPER_SOURCE = ROOT / "tests" / "helpers" / "idle.c"
 
 _NOISE = [
     [],  # kernel threads have an empty cmdline
@@ -68,3 +75,42 @@ def host_mix(size: int, engine_share: float = 0.03, seed: int = 7) -> list[list[
             port = str(rng.randint(1024, 65535))
             mix.append([part.replace("{hex}", hex_id).replace("{port}", port) for part in template])
     return mix
+
+
+def build_helper() -> Path:
+    """tests/helpers/idle.c compiled into target/bench-data."""
+    DATA.mkdir(parents=True, exist_ok=True)
+    helper = DATA / "idle"
+    subprocess.run(["gcc", "-O1", "-o", str(helper), str(HELPER_SOURCE)], check=True)
+    return helper
+
+
+def spawn(helper: Path, argv: list[str]) -> int:
+    return os.posix_spawn(str(helper), [os.fsencode(a) for a in argv], {})
+
+
+def reap(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+class Host:
+    """Extra idle processes whose argv is a host-like mix."""
+
+    def __init__(self, helper: Path) -> None:
+        self.helper = helper
+        self.pids: list[int] = []
+        self.mix = host_mix(10_000, engine_share=0.002, seed=11)
+
+    def grow_to(self, count: int) -> None:
+        while len(self.pids) < count:
+            argv = self.mix[len(self.pids) % len(self.mix)] or ["kworker/0:1"]
+            self.pids.append(spawn(self.helper, argv))
+
+    def stop(self) -> None:
+        for pid in self.pids:
+            reap(pid)
+        self.pids.clear()

@@ -16,23 +16,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import psutil
 
-from _mix import host_mix
+from _mix import DATA, ROOT, Host, build_helper
 from enginespec import Scanner
 from enginespec.engines import all_signatures
 from enginespec.signature import signatures_json
-
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "target" / "bench-data"
-HELPER_SOURCE = ROOT / "tests" / "helpers" / "idle.c"
 
 
 def _median(fn: Callable[[], object], reps: int) -> float:
@@ -96,29 +90,6 @@ def _poll(seconds: float, size: int, churn: bool) -> None:
     )
 
 
-class Host:
-    """Extra idle processes whose argv is a host-like mix."""
-
-    def __init__(self, helper: Path) -> None:
-        self.helper = helper
-        self.pids: list[int] = []
-        self.mix = host_mix(10_000, engine_share=0.002, seed=11)
-
-    def grow_to(self, count: int) -> None:
-        while len(self.pids) < count:
-            argv = self.mix[len(self.pids) % len(self.mix)] or ["kworker/0:1"]
-            self.pids.append(os.posix_spawn(str(self.helper), [os.fsencode(a) for a in argv], {}))
-
-    def stop(self) -> None:
-        for pid in self.pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-        self.pids.clear()
-
-
 def _row(name: str, seconds: float, processes: int, ours: float) -> str:
     per = seconds / processes * 1e6
     return f"  {name:<44}{seconds * 1e3:>10.2f} ms{per:>9.2f} us/proc{seconds / ours:>9.2f}x ours"
@@ -130,10 +101,8 @@ def main() -> None:
     parser.add_argument("--poll-seconds", type=float, default=30.0)
     parser.add_argument("--reps", type=int, default=7)
     args = parser.parse_args()
-    DATA.mkdir(parents=True, exist_ok=True)
+    helper = build_helper()
     (DATA / "signatures.json").write_text(signatures_json(all_signatures()))
-    helper = DATA / "idle"
-    subprocess.run(["gcc", "-O1", "-o", str(helper), str(HELPER_SOURCE)], check=True)
     subprocess.run(["cargo", "bench", "--quiet", "--bench", "proc_floor", "--no-run"], cwd=ROOT, check=True)
 
     host = Host(helper)

@@ -2,6 +2,8 @@
 //! reader on Linux, the `sysinfo` crate elsewhere. The choice lives here, in plain Rust, so that
 //! `cargo test` covers it and the PyO3 bindings only convert types.
 
+use std::sync::Arc;
+
 use crate::scan::{EngineProc, ScanOptions, ScanStats, Scanner};
 use crate::scan_sysinfo::SysinfoScanner;
 use crate::signature::Signature;
@@ -43,8 +45,9 @@ impl ProcessScanner {
         Ok(ProcessScanner { source })
     }
 
-    /// Every engine server now running. Never fails; see [`ProcessScanner::stats`].
-    pub fn scan(&mut self) -> Vec<EngineProc> {
+    /// Every engine server now running, by pid. Never fails; see [`ProcessScanner::stats`]. An
+    /// engine unchanged since the previous scan comes back as the same record (same revision).
+    pub fn scan(&mut self) -> Vec<Arc<EngineProc>> {
         match &mut self.source {
             Source::Procfs(s) => s.scan(),
             Source::Sysinfo(s) => s.scan(),

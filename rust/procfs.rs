@@ -20,19 +20,26 @@ pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
 }
 
 /// What the scanner needs from `/proc/PID/stat`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcStat {
     /// One letter: `R`, `S`, `Z` (zombie), `X` (dead), ...
     pub state: u8,
     pub ppid: i32,
     /// Start time in clock ticks since boot.
     pub start_ticks: u64,
+    /// The command name (`comm`), which `exec` and `prctl(PR_SET_NAME)` change.
+    pub comm: Vec<u8>,
+    /// Where argv lies in the process's memory (`arg_start`, `arg_end`), which `exec` moves.
+    /// `None` before Linux 3.5; `(0, 0)` when the reader may not ptrace the process.
+    pub args: Option<(u64, u64)>,
 }
 
 /// Parses `/proc/PID/stat`. The command name between the parentheses is chosen by the process
 /// (`prctl(PR_SET_NAME)`) and may contain spaces and `)`, so fields are counted from the last `)`.
 pub fn parse_stat(data: &[u8]) -> Option<ProcStat> {
+    let open = data.iter().position(|&b| b == b'(')?;
     let close = data.iter().rposition(|&b| b == b')')?;
+    let comm = data.get(open + 1..close)?.to_vec();
     let mut fields = data
         .get(close + 1..)?
         .split(|b| b.is_ascii_whitespace())
@@ -41,10 +48,15 @@ pub fn parse_stat(data: &[u8]) -> Option<ProcStat> {
     let ppid = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
     // starttime is field 22; state was field 3 and ppid field 4.
     let start_ticks = parse_u64(fields.nth(17)?)?;
+    // arg_start and arg_end are fields 48 and 49.
+    let arg_start = fields.nth(25).and_then(parse_u64);
+    let arg_end = fields.next().and_then(parse_u64);
     Some(ProcStat {
         state,
         ppid,
         start_ticks,
+        comm,
+        args: arg_start.zip(arg_end),
     })
 }
 
@@ -150,14 +162,37 @@ mod tests {
             state: b'S',
             ppid: 7,
             start_ticks: 123456,
+            comm: b"we) ird (name)".to_vec(),
+            args: None,
         };
         assert_eq!(parse_stat(line), Some(expected));
         assert_eq!(parse_stat(b"42 (x) S"), None);
         assert_eq!(parse_stat(b""), None);
         assert_eq!(
+            parse_stat(b"42 x) S 7 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 1"),
+            None
+        );
+        assert_eq!(
             parse_stat(b"42 (x) S -1 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 x"),
             None
         );
+    }
+
+    #[test]
+    fn stat_gives_where_argv_lies() {
+        // The 52 fields of a Linux 6 line: arg_start and arg_end are 48 and 49.
+        let mut line = b"42 (idle) S 7".to_vec();
+        for field in 5..=52 {
+            line.extend_from_slice(format!(" {}", field * 10).as_bytes());
+        }
+        let stat = parse_stat(&line).unwrap();
+        assert_eq!((stat.start_ticks, stat.args), (220, Some((480, 490))));
+        assert_eq!(stat.comm, b"idle");
+        // A process the reader may not ptrace shows zeros there.
+        let hidden = String::from_utf8(line)
+            .unwrap()
+            .replace(" 480 490 ", " 0 0 ");
+        assert_eq!(parse_stat(hidden.as_bytes()).unwrap().args, Some((0, 0)));
     }
 
     #[test]
@@ -303,6 +338,32 @@ mod tests {
             let mut pids = Vec::new();
             prop_assert!(parse_pid_dirents(&dirents(&borrowed), &mut pids));
             prop_assert_eq!(pids, expected);
+        }
+
+        /// Whatever the process named itself, the fields after it are found; kernels before 3.5
+        /// end the line before argv's place.
+        #[test]
+        fn stat_round_trip(
+            comm in prop::collection::vec(any::<u8>(), 0..20),
+            ppid in 0i32..i32::MAX,
+            start_ticks in any::<u64>(),
+            args in proptest::option::of((any::<u64>(), any::<u64>())),
+        ) {
+            let mut line = b"42 (".to_vec();
+            line.extend_from_slice(&comm);
+            line.extend_from_slice(format!(") S {ppid}").as_bytes());
+            for field in 5..=52 {
+                let value = match (field, args) {
+                    (22, _) => start_ticks,
+                    (48, Some((start, _))) => start,
+                    (49, Some((_, end))) => end,
+                    (48.., None) => break,
+                    _ => 0,
+                };
+                line.extend_from_slice(format!(" {value}").as_bytes());
+            }
+            let expected = ProcStat { state: b'S', ppid, start_ticks, comm, args };
+            prop_assert_eq!(parse_stat(&line), Some(expected));
         }
 
         #[test]

@@ -1,40 +1,41 @@
 //! The only PyO3 file: thin bindings over the pure Rust modules. It converts types, maps errors
 //! to Python exceptions and releases the GIL; every decision is made in plain Rust.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::MutexExt;
+use pyo3::types::{PyList, PyTuple};
+use rustc_hash::FxHashMap;
 
 use crate::backend::ProcessScanner;
 use crate::matcher;
 use crate::scan;
 
-/// (engine index, model, served names, host, port), the shape `_pymatcher.Matcher.parse` returns,
-/// and the facts inside each scanned process.
-type RawInvocation = (
-    usize,
-    Option<OsString>,
-    Vec<OsString>,
-    Option<OsString>,
-    Option<u16>,
-);
-
-fn os(bytes: Vec<u8>) -> OsString {
-    OsString::from_vec(bytes)
+/// Bytes as `str` through the filesystem encoding (surrogateescape), as `os.fsdecode` gives them.
+fn os(bytes: &[u8]) -> &OsStr {
+    OsStr::from_bytes(bytes)
 }
 
-fn raw_invocation(facts: matcher::Facts) -> RawInvocation {
+fn strings<'py>(py: Python<'py>, items: &[Vec<u8>]) -> PyResult<Bound<'py, PyList>> {
+    PyList::new(py, items.iter().map(|item| os(item)))
+}
+
+/// (engine index, model, served names, host, port), the shape `_pymatcher.Matcher.parse` returns,
+/// and the facts inside each scanned process.
+fn raw_invocation<'py>(py: Python<'py>, facts: &matcher::Facts) -> PyResult<Bound<'py, PyTuple>> {
     (
         facts.engine,
-        facts.model.map(os),
-        facts.served_names.into_iter().map(os).collect(),
-        facts.host.map(os),
+        facts.model.as_deref().map(os),
+        strings(py, &facts.served_names)?,
+        facts.host.as_deref().map(os),
         facts.port,
     )
+        .into_pyobject(py)
 }
 
 /// Engine signatures compiled once; classifies argv.
@@ -54,40 +55,34 @@ impl Matcher {
 
     /// Strings arrive as bytes through the filesystem encoding (surrogateescape), so argv read
     /// from `/proc` with invalid UTF-8 round-trips losslessly, as with `os.fsencode`.
-    fn parse(&self, argv: Vec<OsString>) -> Option<RawInvocation> {
+    fn parse<'py>(
+        &self,
+        py: Python<'py>,
+        argv: Vec<OsString>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
         let tokens: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
         self.inner
             .parse(&tokens)
-            .map(|p| raw_invocation(p.to_facts()))
+            .map(|p| raw_invocation(py, &p.to_facts()))
+            .transpose()
     }
 }
 
 /// (pid, start time, ppid, argv, facts, exe, descendants, parent argv, listen ports): the shape
 /// `_pyscanner.Scanner.scan` returns.
-type RawProcess = (
-    i32,
-    f64,
-    i32,
-    Vec<OsString>,
-    RawInvocation,
-    Option<OsString>,
-    Vec<i32>,
-    Vec<OsString>,
-    Vec<u16>,
-);
-
-fn raw_process(p: scan::EngineProc) -> RawProcess {
+fn raw_process<'py>(py: Python<'py>, p: &scan::EngineProc) -> PyResult<Bound<'py, PyTuple>> {
     (
         p.pid,
         p.start_time,
         p.ppid,
-        p.argv.into_iter().map(os).collect(),
-        raw_invocation(p.facts),
-        p.exe.map(os),
-        p.descendants,
-        p.parent_argv.into_iter().map(os).collect(),
-        p.listen_ports,
+        strings(py, &p.argv)?,
+        raw_invocation(py, &p.facts)?,
+        p.exe.as_deref().map(os),
+        p.descendants.as_slice(),
+        strings(py, &p.parent_argv)?,
+        p.listen_ports.as_slice(),
     )
+        .into_pyobject(py)
 }
 
 /// A duration given in seconds; negative, NaN and infinite values are refused, naming the field.
@@ -100,6 +95,11 @@ fn seconds(field: &str, value: f64) -> PyResult<Duration> {
 #[pyclass(frozen, module = "enginespec._native")]
 struct Scanner {
     inner: Mutex<ProcessScanner>,
+    /// The tuple last returned for each engine, by pid, with the revision of the record it was
+    /// built from. While the revision stays, the very same object is returned again: an unchanged
+    /// engine costs no conversion whatever the size of its argv, and callers can tell it is
+    /// unchanged by identity. An engine that is gone is dropped at the next scan.
+    built: Mutex<FxHashMap<i32, (u64, Py<PyTuple>)>>,
 }
 
 #[pymethods]
@@ -128,10 +128,11 @@ impl Scanner {
             ProcessScanner::new(&signatures, options, source).map_err(PyValueError::new_err)?;
         Ok(Scanner {
             inner: Mutex::new(inner),
+            built: Mutex::new(FxHashMap::default()),
         })
     }
 
-    fn scan(&self, py: Python<'_>) -> PyResult<Vec<RawProcess>> {
+    fn scan(&self, py: Python<'_>) -> PyResult<Vec<Py<PyTuple>>> {
         let found = py.detach(|| {
             self.inner
                 .lock()
@@ -139,11 +140,30 @@ impl Scanner {
                 .map_err(|_| "scanner state poisoned by an earlier panic")
         });
         let found = found.map_err(PyRuntimeError::new_err)?;
-        Ok(found.into_iter().map(raw_process).collect())
+        // Waits with the GIL released, so a thread holding the lock can always take the GIL.
+        let mut built = self
+            .built
+            .lock_py_attached(py)
+            .map_err(|_| PyRuntimeError::new_err("scanner state poisoned"))?;
+        let mut next = FxHashMap::default();
+        next.reserve(found.len());
+        let mut out = Vec::with_capacity(found.len());
+        for record in found {
+            let tuple = match built.remove(&record.pid) {
+                Some((revision, tuple)) if revision == record.revision => tuple,
+                _ => raw_process(py, &record)?.unbind(),
+            };
+            out.push(tuple.clone_ref(py));
+            next.insert(record.pid, (record.revision, tuple));
+        }
+        *built = next;
+        Ok(out)
     }
 
-    /// (scanned, new, vanished, unreadable, reread, full_recheck, known) of the last scan.
-    fn stats(&self) -> PyResult<(u64, u64, u64, u64, u64, bool, usize)> {
+    /// (scanned, new, vanished, unreadable, restricted, reread, full_recheck, known) of the
+    /// last scan.
+    #[allow(clippy::type_complexity)]
+    fn stats(&self) -> PyResult<(u64, u64, u64, u64, u64, u64, bool, usize)> {
         let scanner = self
             .inner
             .lock()
@@ -154,6 +174,7 @@ impl Scanner {
             s.new,
             s.vanished,
             s.unreadable,
+            s.restricted,
             s.reread,
             s.full_recheck,
             scanner.known_len(),

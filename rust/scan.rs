@@ -7,18 +7,27 @@
 //!   inode (free with the listing) changed, and those the pid allocation cursor
 //!   (`/proc/sys/kernel/ns_last_pid`) and the fork counter (`processes` in `/proc/stat`) place in
 //!   the cyclic interval (last cursor, cursor]; those are classified again;
-//! - engines, whose `stat` is re-read to confirm their identity (pid, start time) and liveness;
+//! - engines, whose `stat` is re-read to confirm their identity (pid, start time) and liveness,
+//!   and whose argv is checked for a rewrite in place (setproctitle) at a cost bounded whatever its
+//!   size: `comm` and argv's address range from that `stat`, and the first and last
+//!   [`CMDLINE_PEEK`] bytes of `cmdline`; it is re-read whole and parsed again only when one differs;
 //! - processes that may still `exec` an engine: exec wrappers (shells, `env`, `nohup`, ... given by
 //!   the caller) and processes born since the previous scan, for a short while.
 //!
 //! When nothing was forked since the previous listing began (`processes` is unchanged), not even
 //! the listing is done: only engines and watched processes are read.
 //!
+//! What is reported for an engine is kept between scans as one shared record, with a revision
+//! that changes whenever anything in it changes, so an unchanged engine costs a scan nothing more
+//! whatever the size of its argv, and its callers can keep what they built from it.
+//!
 //! Nothing here panics or fails on a process that vanishes, is a zombie, or hides its files.
 
 use std::fs::File;
 use std::io::{ErrorKind, Read};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -68,8 +77,11 @@ pub struct ScanStats {
     pub new: u64,
     /// Processes gone since the previous scan, or that vanished while being read.
     pub vanished: u64,
-    /// Processes whose files could not be read (permissions, hidepid).
+    /// Processes whose `cmdline` could not be read (permissions, hidepid), counted on every scan.
     pub unreadable: u64,
+    /// Engines reported without some of their facts because their `exe`, fds or sockets could
+    /// not be read (another user's process, for a scanner that is not root).
+    pub restricted: u64,
     /// Known processes read again: watched for `exec`, or in the reused-pid window.
     pub reread: u64,
     /// Whether the pid cursor could not bound reuse, so every known process was re-checked.
@@ -77,9 +89,12 @@ pub struct ScanStats {
 }
 
 /// One engine server process, with everything Python needs to build its model.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EngineProc {
     pub pid: i32,
+    /// Changes whenever anything below changes; unique within one scanner, so a caller may keep
+    /// what it built from a record for as long as the record's revision comes back.
+    pub revision: u64,
     /// Epoch seconds, computed as psutil does (start ticks / CLK_TCK + btime).
     pub start_time: f64,
     pub ppid: i32,
@@ -95,15 +110,36 @@ pub struct EngineProc {
     pub listen_ports: Vec<u16>,
 }
 
+/// Hands out record revisions, unique within one scanner.
+#[derive(Debug, Default)]
+pub(crate) struct Revisions(u64);
+
+impl Revisions {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 += 1;
+        self.0
+    }
+
+    /// `record` with a new revision, to be changed: copied first only if a caller still holds it.
+    fn change<'a>(&mut self, record: &'a mut Arc<EngineProc>) -> &'a mut EngineProc {
+        let revision = self.next();
+        let record = Arc::make_mut(record);
+        record.revision = revision;
+        record
+    }
+}
+
 #[derive(Debug)]
 struct EngineState {
-    start_ticks: u64,
-    ppid: i32,
+    /// What is reported, parsed once from `cmdline`.
+    record: Arc<EngineProc>,
+    /// The `cmdline` the record was parsed from, to tell when the process rewrites it.
     cmdline: Vec<u8>,
-    exe: Option<Vec<u8>>,
-    parent_argv: Vec<Vec<u8>>,
-    descendants: Vec<i32>,
-    listen_ports: Vec<u16>,
+    /// The `stat` last read: identity (start time), parent, and the signs of an argv rewrite.
+    stat: ProcStat,
+    exe_denied: bool,
+    /// Whether some fd or socket of the process tree could not be read at the last refresh.
+    tree_denied: bool,
     /// When `descendants` and `listen_ports` were last read.
     tree_read: Option<Instant>,
 }
@@ -161,6 +197,9 @@ enum ReadError {
     Denied,
 }
 
+/// How much of each end of an engine's `cmdline` is compared on every scan to notice a rewrite.
+pub const CMDLINE_PEEK: usize = 4096;
+
 fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<(), ReadError> {
     buf.clear();
     let mut file = File::open(path).map_err(classify_io)?;
@@ -180,6 +219,48 @@ fn read_small(path: &Path) -> Option<Vec<u8>> {
     let mut buf = Vec::new();
     read_into(path, &mut buf).ok()?;
     Some(buf)
+}
+
+/// Fills `buf` from `offset` on, as far as the file goes; the number of bytes read.
+fn read_at_most(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let Some(rest) = buf.get_mut(filled..) else {
+            break;
+        };
+        match file.read_at(rest, offset + filled as u64)? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    Ok(filled)
+}
+
+/// Whether the file at `path` (a `cmdline`, which procfs reads from any offset) still holds
+/// `known`, judged from its first and last [`CMDLINE_PEEK`] bytes and its length: at most about
+/// twice that is read, whatever the size of `known`. Any failure answers `false`, so the caller
+/// reads the whole file and counts what went wrong.
+fn ends_match(path: &Path, known: &[u8]) -> bool {
+    let Ok(file) = File::open(path) else {
+        return false;
+    };
+    // `expected` at `offset`; at the end of the file one byte more is asked for, so that a file
+    // that grew does not match.
+    let holds = |offset: usize, expected: &[u8], last: bool| {
+        let mut buf = [0u8; 2 * CMDLINE_PEEK + 1];
+        let Some(window) = buf.get_mut(..expected.len() + usize::from(last)) else {
+            return false;
+        };
+        read_at_most(&file, offset as u64, window).is_ok_and(|n| window.get(..n) == Some(expected))
+    };
+    if known.len() <= 2 * CMDLINE_PEEK {
+        return holds(0, known, true);
+    }
+    let tail_at = known.len() - CMDLINE_PEEK;
+    match (known.get(..CMDLINE_PEEK), known.get(tail_at..)) {
+        (Some(head), Some(tail)) => holds(0, head, false) && holds(tail_at, tail, true),
+        _ => false,
+    }
 }
 
 /// A zombie (`Z`) or dead (`X`) process: whatever its argv says, it serves nothing.
@@ -225,6 +306,7 @@ pub struct Scanner {
     stats: ScanStats,
     /// Whether this scan classified a process as an engine for the first time.
     engine_appeared: bool,
+    revisions: Revisions,
     buf: Vec<u8>,
     pids: Vec<(i32, u64)>,
 }
@@ -255,6 +337,7 @@ impl Scanner {
             },
             stats: ScanStats::default(),
             engine_appeared: false,
+            revisions: Revisions::default(),
             buf: Vec::with_capacity(4096),
             pids: Vec::new(),
         })
@@ -339,8 +422,10 @@ impl Scanner {
         now: Instant,
     ) -> Option<Class> {
         let argv = split_cmdline(cmdline);
-        if self.matcher.parse(&argv).is_some() {
-            return self.engine_state(pid, cmdline.to_vec());
+        if let Some(parsed) = self.matcher.parse(&argv) {
+            let facts = parsed.to_facts();
+            let argv = argv.iter().map(|a| a.to_vec()).collect();
+            return self.engine_state(pid, cmdline.to_vec(), argv, facts);
         }
         // An empty cmdline is a kernel thread, a zombie, or a process caught inside execve (the
         // kernel publishes the new argv only after the exec is under way): watch it for a while.
@@ -358,7 +443,14 @@ impl Scanner {
         parse_stat(&read_small(&self.proc_path(pid, "stat"))?)
     }
 
-    fn engine_state(&mut self, pid: i32, cmdline: Vec<u8>) -> Option<Class> {
+    /// A process whose argv says it is an engine: its record, built once here.
+    fn engine_state(
+        &mut self,
+        pid: i32,
+        cmdline: Vec<u8>,
+        argv: Vec<Vec<u8>>,
+        facts: Facts,
+    ) -> Option<Class> {
         let Some(stat) = self.read_stat(pid) else {
             self.stats.vanished += 1;
             return None;
@@ -367,17 +459,28 @@ impl Scanner {
             return Some(Class::Other { watch: None });
         }
         self.engine_appeared = true;
-        let exe = std::fs::read_link(self.proc_path(pid, "exe"))
-            .ok()
-            .map(|p| p.into_os_string().into_encoded_bytes());
-        Some(Class::Engine(Box::new(EngineState {
-            start_ticks: stat.start_ticks,
+        let exe = std::fs::read_link(self.proc_path(pid, "exe"));
+        let exe_denied = exe
+            .as_ref()
+            .is_err_and(|e| e.kind() == ErrorKind::PermissionDenied);
+        let record = EngineProc {
+            pid,
+            revision: self.revisions.next(),
+            start_time: stat.start_ticks as f64 / self.host.clock_ticks + self.host.boot_time,
             ppid: stat.ppid,
-            cmdline,
-            exe,
-            parent_argv: self.read_argv(stat.ppid),
+            argv,
+            facts,
+            exe: exe.ok().map(|p| p.into_os_string().into_encoded_bytes()),
             descendants: Vec::new(),
+            parent_argv: self.read_argv(stat.ppid),
             listen_ports: Vec::new(),
+        };
+        Some(Class::Engine(Box::new(EngineState {
+            record: Arc::new(record),
+            cmdline,
+            stat,
+            exe_denied,
+            tree_denied: false,
             tree_read: None,
         })))
     }
@@ -393,9 +496,10 @@ impl Scanner {
             .unwrap_or_default()
     }
 
-    /// Re-checks a known engine: same start time and alive. `None` when it is gone. A pid the
-    /// kernel may have handed out again also has its argv compared, since a process started in
-    /// the same clock tick as its predecessor has the same start time.
+    /// Re-checks a known engine: same start time, alive, and the same argv. `None` when it is
+    /// gone. The argv is read again whole when a cheap look says it may have changed (see the
+    /// module's cost model), and when the pid may have been handed out again, since a process
+    /// started in the same clock tick as its predecessor has the same start time.
     fn recheck_engine(
         &mut self,
         pid: i32,
@@ -403,13 +507,31 @@ impl Scanner {
         maybe_reused: bool,
         now: Instant,
     ) -> Option<Class> {
-        if maybe_reused {
+        let Some(stat) = self.read_stat(pid) else {
+            self.stats.vanished += 1;
+            return None;
+        };
+        if is_dead(stat.state) {
+            return Some(Class::Other { watch: None });
+        }
+        if stat.start_ticks != state.stat.start_ticks {
+            // Same pid, another process: classify it from scratch.
+            self.stats.new += 1;
+            return self.classify(pid, true, now);
+        }
+        let reread = maybe_reused
+            || stat.comm != state.stat.comm
+            || stat.args != state.stat.args
+            || !ends_match(&self.proc_path(pid, "cmdline"), &state.cmdline);
+        if reread {
             self.stats.reread += 1;
             let mut buf = std::mem::take(&mut self.buf);
             let replaced = match self.read_cmdline(pid, &mut buf) {
                 Err(class) => Some(class),
                 Ok(()) if buf != state.cmdline => {
-                    self.stats.new += 1;
+                    if maybe_reused {
+                        self.stats.new += 1;
+                    }
                     Some(self.classify_cmdline(pid, &buf, true, now))
                 }
                 Ok(()) => None,
@@ -419,34 +541,23 @@ impl Scanner {
                 return class;
             }
         }
-        match self.read_stat(pid) {
-            None => {
-                self.stats.vanished += 1;
-                None
-            }
-            Some(stat) if is_dead(stat.state) => Some(Class::Other { watch: None }),
-            Some(stat) if stat.start_ticks == state.start_ticks => {
-                if stat.ppid != state.ppid {
-                    state.ppid = stat.ppid;
-                    state.parent_argv = self.read_argv(stat.ppid);
-                }
-                Some(Class::Engine(state))
-            }
-            // Same pid, another process: classify it from scratch.
-            Some(_) => {
-                self.stats.new += 1;
-                self.classify(pid, true, now)
-            }
+        if stat.ppid != state.stat.ppid {
+            let parent_argv = self.read_argv(stat.ppid);
+            let record = self.revisions.change(&mut state.record);
+            record.ppid = stat.ppid;
+            record.parent_argv = parent_argv;
         }
+        state.stat = stat;
+        Some(Class::Engine(state))
     }
 
     /// Scans the host. Never fails; see `stats()` for what was skipped.
-    pub fn scan(&mut self) -> Vec<EngineProc> {
+    pub fn scan(&mut self) -> Vec<Arc<EngineProc>> {
         self.scan_at(Instant::now())
     }
 
     /// `scan` at a given time, so tests can step through the young and refresh windows.
-    fn scan_at(&mut self, now: Instant) -> Vec<EngineProc> {
+    fn scan_at(&mut self, now: Instant) -> Vec<Arc<EngineProc>> {
         let first = self.generation == 0;
         self.stats = ScanStats::default();
         self.engine_appeared = false;
@@ -518,15 +629,18 @@ impl Scanner {
     }
 
     /// A scan without listing (see `scan`): processes that vanished are dropped when next read;
-    /// the others, which nothing can have replaced, stay as they are.
+    /// the others, which nothing can have replaced, stay as they are, and those whose argv could
+    /// not be read are counted as in a listing scan.
     fn quiet_scan(&mut self, now: Instant) {
         self.stats.scanned = self.known.len() as u64;
-        let watched: Vec<i32> = self
-            .known
-            .iter()
-            .filter(|(_, k)| !matches!(k.class, Class::Other { watch: None } | Class::Unreadable))
-            .map(|(&pid, _)| pid)
-            .collect();
+        let mut watched = Vec::new();
+        for (&pid, known) in &self.known {
+            match known.class {
+                Class::Other { watch: None } => {}
+                Class::Unreadable => self.stats.unreadable += 1,
+                _ => watched.push(pid),
+            }
+        }
         for pid in watched {
             let Some(known) = self.known.get_mut(&pid) else {
                 continue;
@@ -607,8 +721,29 @@ impl Scanner {
         }
     }
 
-    /// `quiet`: no listing ran, so workers are checked to still exist.
-    fn collect(&mut self, now: Instant, quiet: bool) -> Vec<EngineProc> {
+    /// An engine's process tree and its sockets, read now.
+    fn read_tree(&self, pid: i32, engine: usize) -> Tree {
+        let root = &self.options.proc_root;
+        let descendants = if self.fold.get(engine).copied().unwrap_or(false) {
+            descendants(root, pid)
+        } else {
+            Vec::new()
+        };
+        let (listen_ports, denied) = if self.options.listen_ports {
+            listen_ports(root, pid, &descendants)
+        } else {
+            (Vec::new(), false)
+        };
+        Tree {
+            descendants,
+            listen_ports,
+            denied,
+        }
+    }
+
+    /// The engines' records, their trees brought up to date. `quiet`: no listing ran, so
+    /// workers are checked to still exist.
+    fn collect(&mut self, now: Instant, quiet: bool) -> Vec<Arc<EngineProc>> {
         let engines: Vec<i32> = self
             .known
             .iter()
@@ -624,10 +759,6 @@ impl Scanner {
             else {
                 continue;
             };
-            let argv = split_cmdline(&state.cmdline);
-            let Some(parsed) = self.matcher.parse(&argv) else {
-                continue;
-            };
             // The process tree and its sockets are re-read when a new engine appeared (a forked
             // child keeping the server's argv must be folded at once) and otherwise at most once
             // per `refresh`: walking every thread's children and every fd on each poll is the
@@ -636,55 +767,73 @@ impl Scanner {
                 || state
                     .tree_read
                     .is_none_or(|t| now.duration_since(t) >= self.options.refresh);
-            let (descendants, listen, tree_read) = if stale {
-                let fold = self.fold.get(parsed.engine).copied().unwrap_or(false);
-                let descendants = if fold {
-                    descendants(&self.options.proc_root, pid)
-                } else {
-                    Vec::new()
-                };
-                let listen = if self.options.listen_ports {
-                    listen_ports(&self.options.proc_root, pid, &descendants)
-                } else {
-                    Vec::new()
-                };
-                (descendants, listen, Some(now))
+            let update = if stale {
+                TreeUpdate::Read(self.read_tree(pid, state.record.facts.engine))
             } else {
+                // Between refreshes, workers that exited are dropped at once.
                 let root = &self.options.proc_root;
                 let alive: Vec<i32> = state
+                    .record
                     .descendants
                     .iter()
                     .copied()
                     .filter(|d| self.known.contains_key(d))
                     .filter(|d| !quiet || root.join(d.to_string()).exists())
                     .collect();
-                (alive, state.listen_ports.clone(), state.tree_read)
+                if alive.len() == state.record.descendants.len() {
+                    TreeUpdate::Keep
+                } else {
+                    TreeUpdate::Workers(alive)
+                }
             };
-            let proc = EngineProc {
-                pid,
-                start_time: state.start_ticks as f64 / self.host.clock_ticks + self.host.boot_time,
-                ppid: state.ppid,
-                argv: argv.iter().map(|a| a.to_vec()).collect(),
-                facts: parsed.to_facts(),
-                exe: state.exe.clone(),
-                descendants: descendants.clone(),
-                parent_argv: state.parent_argv.clone(),
-                listen_ports: listen.clone(),
-            };
-            if let Some(Known {
+            let Some(Known {
                 class: Class::Engine(state),
                 ..
             }) = self.known.get_mut(&pid)
-            {
-                state.descendants = descendants;
-                state.listen_ports = listen;
-                state.tree_read = tree_read;
+            else {
+                continue;
+            };
+            match update {
+                TreeUpdate::Keep => {}
+                TreeUpdate::Workers(alive) => {
+                    self.revisions.change(&mut state.record).descendants = alive;
+                }
+                TreeUpdate::Read(tree) => {
+                    state.tree_read = Some(now);
+                    state.tree_denied = tree.denied;
+                    if tree.descendants != state.record.descendants
+                        || tree.listen_ports != state.record.listen_ports
+                    {
+                        let record = self.revisions.change(&mut state.record);
+                        record.descendants = tree.descendants;
+                        record.listen_ports = tree.listen_ports;
+                    }
+                }
             }
-            out.push(proc);
+            if state.exe_denied || state.tree_denied {
+                self.stats.restricted += 1;
+            }
+            out.push(Arc::clone(&state.record));
         }
         out.sort_by_key(|p| p.pid);
         out
     }
+}
+
+/// An engine's process tree as read at one refresh.
+struct Tree {
+    descendants: Vec<i32>,
+    listen_ports: Vec<u16>,
+    /// Some fd, socket or socket table could not be read (another user's process).
+    denied: bool,
+}
+
+/// What a scan does to an engine's tree.
+enum TreeUpdate {
+    Keep,
+    /// Between refreshes: the workers still alive.
+    Workers(Vec<i32>),
+    Read(Tree),
 }
 
 /// Lists the numeric entries of procfs as (pid, inode of `/proc/PID`). Portable version for
@@ -734,7 +883,9 @@ pub fn list_proc(proc_root: &Path, out: &mut Vec<(i32, u64)>) {
     }
 }
 
-/// Every descendant of `pid`, from `/proc/PID/task/TID/children` (no per-process `stat` reads).
+/// Every live descendant of `pid`, from `/proc/PID/task/TID/children`. Those lists include
+/// zombies (exited, not yet reaped), which serve nothing and have no children left: each child's
+/// `stat` is read to leave them out.
 pub fn descendants(proc_root: &Path, pid: i32) -> Vec<i32> {
     let mut seen: FxHashSet<i32> = FxHashSet::default();
     let mut queue = vec![pid];
@@ -747,7 +898,8 @@ pub fn descendants(proc_root: &Path, pid: i32) -> Vec<i32> {
                 continue;
             };
             for child in parse_children(&children) {
-                if child != pid && seen.insert(child) {
+                if child != pid && !seen.contains(&child) && is_alive(proc_root, child) {
+                    seen.insert(child);
                     queue.push(child);
                 }
             }
@@ -758,39 +910,56 @@ pub fn descendants(proc_root: &Path, pid: i32) -> Vec<i32> {
     out
 }
 
-/// TCP ports in LISTEN state whose sockets are held by `pid` or `others`.
-pub fn listen_ports(proc_root: &Path, pid: i32, others: &[i32]) -> Vec<u16> {
+/// Whether `pid` exists and is neither a zombie nor dead.
+fn is_alive(proc_root: &Path, pid: i32) -> bool {
+    read_small(&proc_root.join(pid.to_string()).join("stat"))
+        .and_then(|data| parse_stat(&data))
+        .is_some_and(|stat| !is_dead(stat.state))
+}
+
+/// TCP ports in LISTEN state whose sockets are held by `pid` or `others`, sorted; and whether
+/// some fd directory, fd link or socket table could not be read for lack of permission (the
+/// ports found are then only those that could be seen).
+pub fn listen_ports(proc_root: &Path, pid: i32, others: &[i32]) -> (Vec<u16>, bool) {
+    let denied = |err: &std::io::Error| err.kind() == ErrorKind::PermissionDenied;
+    let mut any_denied = false;
     let mut inodes: FxHashSet<u64> = FxHashSet::default();
     for p in std::iter::once(pid).chain(others.iter().copied()) {
-        let Ok(fds) = std::fs::read_dir(proc_root.join(p.to_string()).join("fd")) else {
-            continue;
+        let fds = match std::fs::read_dir(proc_root.join(p.to_string()).join("fd")) {
+            Ok(fds) => fds,
+            Err(err) => {
+                any_denied |= denied(&err);
+                continue;
+            }
         };
         for fd in fds.flatten() {
-            if let Some(inode) = std::fs::read_link(fd.path())
-                .ok()
-                .and_then(|target| parse_socket_link(target.as_os_str().as_encoded_bytes()))
-            {
-                inodes.insert(inode);
+            match std::fs::read_link(fd.path()) {
+                Ok(target) => {
+                    inodes.extend(parse_socket_link(target.as_os_str().as_encoded_bytes()));
+                }
+                Err(err) => any_denied |= denied(&err),
             }
         }
     }
     let mut ports: Vec<u16> = Vec::new();
     if inodes.is_empty() {
-        return ports;
+        return (ports, any_denied);
     }
+    let mut data = Vec::new();
     for table in ["net/tcp", "net/tcp6"] {
-        let Some(data) = read_small(&proc_root.join(pid.to_string()).join(table)) else {
-            continue;
-        };
-        ports.extend(
-            parse_tcp_listen(&data)
-                .filter(|(inode, _)| inodes.contains(inode))
-                .map(|(_, port)| port),
-        );
+        match read_into(&proc_root.join(pid.to_string()).join(table), &mut data) {
+            Ok(()) => ports.extend(
+                parse_tcp_listen(&data)
+                    .filter(|(inode, _)| inodes.contains(inode))
+                    .map(|(_, port)| port),
+            ),
+            Err(ReadError::Denied) => any_denied = true,
+            Err(ReadError::Gone) => {}
+        }
     }
     ports.sort_unstable();
     ports.dedup();
-    ports
+    (ports, any_denied)
 }
 
 #[cfg(test)]

@@ -1,15 +1,18 @@
 //! The scanner on top of the `sysinfo` crate: the native backend's process source on platforms
 //! without procfs (macOS, Windows). It refreshes command lines only, classifies them with the same
 //! matcher, and folds workers through the parent links sysinfo reports. Start times have one-second
-//! resolution there; listening ports are not read (reported empty: unknown).
+//! resolution there; listening ports are not read (reported empty: unknown). sysinfo does not say
+//! why a command line or an executable is missing, so `unreadable` stays 0 and an engine without
+//! an executable counts as `restricted`.
 
 use std::ffi::OsString;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 use sysinfo::{Pid, ProcessRefreshKind, ProcessStatus, ProcessesToUpdate, System, UpdateKind};
 
 use crate::matcher::Matcher;
-use crate::scan::{EngineProc, ScanStats};
+use crate::scan::{EngineProc, Revisions, ScanStats};
 use crate::signature::Signature;
 
 fn bytes(value: &OsString) -> Vec<u8> {
@@ -22,6 +25,9 @@ pub struct SysinfoScanner {
     fold: Vec<bool>,
     system: System,
     stats: ScanStats,
+    /// The records of the previous scan, by pid: one that comes out the same keeps its revision.
+    previous: FxHashMap<i32, Arc<EngineProc>>,
+    revisions: Revisions,
 }
 
 impl SysinfoScanner {
@@ -31,6 +37,8 @@ impl SysinfoScanner {
             fold: signatures.iter().map(|s| s.fold_workers).collect(),
             system: System::new(),
             stats: ScanStats::default(),
+            previous: FxHashMap::default(),
+            revisions: Revisions::default(),
         })
     }
 
@@ -42,7 +50,7 @@ impl SysinfoScanner {
         self.system.processes().len()
     }
 
-    pub fn scan(&mut self) -> Vec<EngineProc> {
+    pub fn scan(&mut self) -> Vec<Arc<EngineProc>> {
         let before = self.system.processes().len();
         // Command lines are re-read on every refresh so an `exec` is seen at once.
         let kind = ProcessRefreshKind::nothing()
@@ -57,6 +65,7 @@ impl SysinfoScanner {
             new: 0,
             vanished: before.saturating_sub(updated) as u64,
             unreadable: 0,
+            restricted: 0,
             reread: updated as u64,
             full_recheck: false,
         };
@@ -67,6 +76,7 @@ impl SysinfoScanner {
             }
         }
         let mut out = Vec::new();
+        let mut previous = std::mem::take(&mut self.previous);
         for (pid, process) in processes {
             if matches!(
                 process.status(),
@@ -96,8 +106,10 @@ impl SysinfoScanner {
                 .and_then(|p| processes.get(&p))
                 .map(|p| p.cmd().iter().map(bytes).collect())
                 .unwrap_or_default();
-            out.push(EngineProc {
-                pid: pid.as_u32() as i32,
+            let pid = pid.as_u32() as i32;
+            let mut record = EngineProc {
+                pid,
+                revision: 0,
                 start_time: process.start_time() as f64,
                 ppid: ppid.map_or(0, |p| p.as_u32() as i32),
                 facts: parsed.to_facts(),
@@ -107,8 +119,21 @@ impl SysinfoScanner {
                 descendants,
                 parent_argv,
                 listen_ports: Vec::new(),
-                argv: argv.clone(),
+                argv,
+            };
+            if record.exe.is_none() {
+                self.stats.restricted += 1;
+            }
+            let kept = previous.remove(&pid).filter(|old| {
+                record.revision = old.revision;
+                **old == record
             });
+            let record = kept.unwrap_or_else(|| {
+                record.revision = self.revisions.next();
+                Arc::new(record)
+            });
+            self.previous.insert(pid, Arc::clone(&record));
+            out.push(record);
         }
         out.sort_by_key(|p| p.pid);
         out

@@ -61,6 +61,25 @@ def wait_for(predicate: object, timeout: float = 10.0) -> None:
         time.sleep(0.02)
 
 
+def rewrites(*argvs: Sequence[str]) -> str:
+    """The value of the helper's HELPER_REWRITE: one argv per SIGUSR1 (see helpers/idle.c)."""
+    return "\x1e".join("\x1f".join(argv) for argv in argvs)
+
+
+def send_when_handled(proc: subprocess.Popen[bytes], signum: int) -> None:
+    """Sends ``signum`` once the process handles it (``SigCgt`` in /proc/PID/status): sent
+    earlier, its default action (for SIGUSR1: exit) would run instead."""
+    bit = 1 << (signum - 1)
+
+    def handled() -> bool:
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+        return bool(int(caught.split()[1], 16) & bit)
+
+    wait_for(handled)
+    os.kill(proc.pid, signum)
+
+
 def children_of(pid: int) -> set[int]:
     found: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():

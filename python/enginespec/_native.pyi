@@ -53,6 +53,12 @@ class Scanner:
         source: Literal["procfs", "sysinfo"] | None = None,
     ) -> Scanner: ...
     def scan(self) -> list[_RawProcess]:
-        """Every engine server now running, by pid. Never raises because of a process."""
-    def stats(self) -> tuple[int, int, int, int, int, bool, int]:
-        """(scanned, new, vanished, unreadable, reread, full_recheck, known) of the last scan."""
+        """Every engine server now running, by pid. Never raises because of a process.
+
+        An engine unchanged since the previous scan comes back as the very same tuple object (so
+        its cost does not grow with its argv, and callers can tell it is unchanged by identity):
+        treat the tuples and their lists as read-only."""
+    def stats(self) -> tuple[int, int, int, int, int, int, bool, int]:
+        """(scanned, new, vanished, unreadable, restricted, reread, full_recheck, known) of the
+        last scan: ``unreadable`` processes whose argv could not be read, ``restricted`` engines
+        whose executable, fds or sockets could not be read."""

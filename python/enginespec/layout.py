@@ -37,7 +37,7 @@ def shorten(value: str, width: int, where: Literal["never", "middle", "end"]) ->
         # The last path component names the thing: keep it whole when it fits.
         name = value[value.rindex("/") :]
         head = width - 1 - cell_len(name)
-        if head >= 1 and cell_len(value[:head] + ELLIPSIS + name) <= width:
+        if head >= 0 and cell_len(value[:head] + ELLIPSIS + name) <= width:
             return value[:head] + ELLIPSIS + name
     keep = width - 1
     while keep > 0:

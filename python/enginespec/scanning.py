@@ -99,9 +99,13 @@ def process_alive(proc: EngineProcess) -> bool:
 
 
 class ScanStats(BaseModel):
-    """What the last scan did. ``reread`` counts known processes read again (watched for an exec,
-    or whose pid may have been reused); ``full_recheck`` is set when the kernel's pid cursor could
-    not bound pid reuse; ``known`` is how many processes the scanner remembers."""
+    """What the last scan did. ``unreadable`` counts processes whose argv could not be read
+    (permissions, hidepid), on every scan; ``restricted`` counts engines reported without some of
+    their facts because their executable, fds or sockets could not be read (``exe`` None, ports
+    missing: another user's process, for a scan that is not root); ``reread`` counts known
+    processes read again (watched for an exec, argv rewritten, or pid maybe reused);
+    ``full_recheck`` is set when the kernel's pid cursor could not bound pid reuse; ``known`` is how
+    many processes the scanner remembers."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -109,6 +113,7 @@ class ScanStats(BaseModel):
     new: int = 0
     vanished: int = 0
     unreadable: int = 0
+    restricted: int = 0
     reread: int = 0
     full_recheck: bool = False
     known: int = 0
@@ -144,12 +149,13 @@ class Scanner:
 
     @property
     def stats(self) -> ScanStats:
-        scanned, new, vanished, unreadable, reread, full_recheck, known = self._backend.stats()
+        scanned, new, vanished, unreadable, restricted, reread, full_recheck, known = self._backend.stats()
         return ScanStats(
             scanned=scanned,
             new=new,
             vanished=vanished,
             unreadable=unreadable,
+            restricted=restricted,
             reread=reread,
             full_recheck=full_recheck,
             known=known,
@@ -171,7 +177,8 @@ class Scanner:
             parent_engine = engines_by_pid.get(ppid)
             # An unchanged process keeps its (frozen) model: polling costs no validation.
             previous = self._built.get(pid)
-            unchanged = previous is not None and previous[0] == item and previous[1] == parent_engine
+            # The backends hand back the very same record while nothing changed: an identity check.
+            unchanged = previous is not None and previous[0] is item and previous[1] == parent_engine
             if previous is not None and unchanged and not self._config_changed(pid):
                 process = previous[2]
             else:

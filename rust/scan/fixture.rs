@@ -38,6 +38,22 @@ pub(crate) struct Stat {
     pub state: char,
     pub ppid: i32,
     pub start_ticks: u64,
+    pub comm: &'static str,
+    /// `arg_start`, `arg_end`.
+    pub args: (u64, u64),
+}
+
+impl Default for Stat {
+    /// A sleeping child of pid 1 started at boot.
+    fn default() -> Self {
+        Stat {
+            state: 'S',
+            ppid: 1,
+            start_ticks: 0,
+            comm: COMM,
+            args: (0x7ffc_0000_1000, 0x7ffc_0000_1040),
+        }
+    }
 }
 
 /// Atomics, not cells, so a helper thread may add processes while the scanner reads.
@@ -123,9 +139,9 @@ impl FakeProc {
         self.last_pid.store(u64::try_from(pid).unwrap(), SeqCst);
         self.write_cursor();
         let stat = Stat {
-            state: 'S',
             ppid,
             start_ticks: self.clock.fetch_add(1, SeqCst) + 1,
+            ..Stat::default()
         };
         self.create(pid, argv, stat);
         stat
@@ -143,7 +159,8 @@ impl FakeProc {
         symlink(format!("/usr/bin/{exe}"), self.path(&format!("{pid}/exe"))).unwrap();
     }
 
-    /// Replaces the argv in place, as `execve` does (the `/proc/PID` directory stays).
+    /// Replaces the argv in place, as `execve` does (the `/proc/PID` directory stays), or as a
+    /// process rewriting its own argv does (`stat` is left as it is).
     pub fn exec(&self, pid: i32, argv: &[&str]) {
         let cmdline: Vec<u8> = argv
             .iter()
@@ -157,9 +174,12 @@ impl FakeProc {
             state,
             ppid,
             start_ticks,
+            comm,
+            args: (arg_start, arg_end),
         } = stat;
+        // All 52 fields of Linux 6.
         let line = format!(
-            "{pid} ({COMM}) {state} {ppid} {pid} {pid} 0 -1 4194560 100 0 0 0 10 5 0 0 20 0 1 0 {start_ticks} 1000000 100 18446744073709551615\n"
+            "{pid} ({comm}) {state} {ppid} {pid} {pid} 0 -1 4194560 100 0 0 0 10 5 0 0 20 0 1 0 {start_ticks} 1000000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 0 0 0 {arg_start} {arg_end} {arg_end} {arg_end} 0\n"
         );
         fs::write(self.path(&format!("{pid}/stat")), line).unwrap();
     }

@@ -11,11 +11,11 @@ fn scanner(proc: &FakeProc) -> Scanner {
     Scanner::new(&signatures(), proc.options()).expect("scanner")
 }
 
-fn pids(found: &[EngineProc]) -> Vec<i32> {
+fn pids(found: &[Arc<EngineProc>]) -> Vec<i32> {
     found.iter().map(|p| p.pid).collect()
 }
 
-fn find(found: &[EngineProc], pid: i32) -> &EngineProc {
+fn find(found: &[Arc<EngineProc>], pid: i32) -> &EngineProc {
     found
         .iter()
         .find(|p| p.pid == pid)
@@ -105,9 +105,8 @@ fn quiet_scan_lists_nothing_drops_the_vanished_and_keeps_the_rest() {
         200,
         &["demo", "serve", "/m/probe"],
         Stat {
-            state: 'S',
-            ppid: 1,
             start_ticks: 9,
+            ..Stat::default()
         },
     );
     proc.kill(101);
@@ -312,6 +311,163 @@ fn the_tree_is_reread_once_per_refresh_or_when_an_engine_appears() {
 }
 
 #[test]
+fn an_unchanged_engine_is_the_same_record_and_any_change_is_a_new_revision() {
+    let proc = FakeProc::new();
+    engine_tree(&proc);
+    let mut scanner = scanner(&proc);
+    let t0 = Instant::now();
+    let first = scanner.scan_at(t0);
+    // A quiet scan, then a listing scan that re-reads both trees (past the refresh period) and
+    // finds them as they were: the very same records.
+    let quiet = scanner.scan_at(t0 + secs(1));
+    proc.spawn(300, &["sleep", "1"]);
+    let listed = scanner.scan_at(t0 + secs(3));
+    for later in [&quiet, &listed] {
+        assert!(first
+            .iter()
+            .zip(later.iter())
+            .all(|(a, b)| Arc::ptr_eq(a, b)));
+    }
+
+    // A worker exits: the server gets a new revision, the other engine keeps its record, and the
+    // record the caller still holds is left as it was.
+    proc.kill(112);
+    proc.set_children(110, 110, &[]);
+    let after = scanner.scan_at(t0 + secs(4));
+    assert_eq!(find(&after, 100).descendants, vec![110, 111]);
+    assert_ne!(find(&after, 100).revision, first[0].revision);
+    assert!(Arc::ptr_eq(&after[1], &first[1]));
+    assert_eq!(first[0].descendants, vec![110, 111, 112]);
+}
+
+#[test]
+fn an_engine_that_rewrites_its_argv_is_reported_anew_at_the_next_scan() {
+    let proc = FakeProc::new();
+    proc.spawn(1, &["/sbin/init"]);
+    proc.spawn(100, &["demo", "serve", "/m/old", "--port", "8001"]);
+    proc.spawn(101, &["demo", "serve", "/m/retitled"]);
+    proc.spawn(102, &["solo-server", "-m", "/m/same"]);
+    let mut scanner = scanner(&proc);
+    let t0 = Instant::now();
+    let first = scanner.scan_at(t0);
+    assert_eq!(pids(&first), vec![100, 101, 102]);
+
+    // Rewritten in place (setproctitle), keeping the argv's length, the command name and where
+    // argv lies: only the bytes say it. No fork, so the scan lists nothing.
+    proc.exec(100, &["demo", "serve", "/m/new", "--port", "8002"]);
+    proc.exec(101, &["demo::Worker_TP0"]);
+    let found = scanner.scan_at(t0 + secs(1));
+    assert_eq!(pids(&found), vec![100, 102]);
+    let renamed = find(&found, 100);
+    assert_eq!(renamed.facts.model.as_deref(), Some(&b"/m/new"[..]));
+    assert_eq!(renamed.facts.port, Some(8002));
+    assert_eq!(
+        renamed.argv,
+        bytes(&["demo", "serve", "/m/new", "--port", "8002"])
+    );
+    assert_ne!(renamed.revision, first[0].revision);
+    assert_eq!(renamed.start_time, first[0].start_time);
+    assert!(Arc::ptr_eq(&found[1], &first[2]));
+    assert_eq!(scanner.stats().reread, 2, "only the two rewritten argv");
+
+    // 100 is compared, not re-read; 101, no longer an engine, is watched for a while as a young
+    // process is, in case it execs or rewrites its argv again.
+    scanner.scan_at(t0 + secs(2));
+    assert_eq!(scanner.stats().reread, 1);
+    scanner.scan_at(t0 + secs(7));
+    assert_eq!(scanner.stats().reread, 0);
+}
+
+#[test]
+fn a_huge_argv_is_compared_at_both_ends_and_read_whole_only_when_they_differ() {
+    let proc = FakeProc::new();
+    proc.spawn(1, &["/sbin/init"]);
+    let filler = vec!["--flag"; 5000];
+    let argv = |port: &'static str| {
+        [&["demo", "serve", "/m/big"][..], &filler, &["--port", port]].concat()
+    };
+    let stat = proc.spawn(100, &argv("8001"));
+    let mut scanner = scanner(&proc);
+    let t0 = Instant::now();
+    let first = scanner.scan_at(t0);
+    assert!(first[0].argv.len() > 5000);
+    scanner.scan_at(t0 + secs(1));
+    assert_eq!(scanner.stats().reread, 0);
+
+    // The last bytes change.
+    proc.exec(100, &argv("8002"));
+    let found = scanner.scan_at(t0 + secs(2));
+    assert_eq!(found[0].facts.port, Some(8002));
+    assert_eq!(scanner.stats().reread, 1);
+
+    // It grows at the end, its old last bytes staying where they were.
+    let longer = [argv("8002"), vec!["--more"]].concat();
+    proc.exec(100, &longer);
+    let found = scanner.scan_at(t0 + secs(3));
+    assert_eq!(found[0].argv, bytes(&longer));
+
+    // A change in the middle that keeps the length, the command name and argv's place goes
+    // unseen: the price of a scan whose cost does not grow with argv ...
+    let mut middle = longer.clone();
+    middle[2500] = "--flaw";
+    proc.exec(100, &middle);
+    let found = scanner.scan_at(t0 + secs(4));
+    assert_eq!(found[0].argv, bytes(&longer));
+    assert_eq!(scanner.stats().reread, 0);
+    // ... until the command name changes, or argv moves.
+    proc.set_stat(
+        100,
+        Stat {
+            comm: "retitled",
+            ..stat
+        },
+    );
+    let found = scanner.scan_at(t0 + secs(5));
+    assert_eq!(found[0].argv, bytes(&middle));
+    let record = Arc::clone(&found[0]);
+    proc.set_stat(
+        100,
+        Stat {
+            comm: "retitled",
+            args: (0x5000, 0x9000),
+            ..stat
+        },
+    );
+    let found = scanner.scan_at(t0 + secs(6));
+    assert_eq!(scanner.stats().reread, 1);
+    assert!(
+        Arc::ptr_eq(&found[0], &record),
+        "read again, found the same"
+    );
+}
+
+#[test]
+fn zombie_workers_are_left_out_of_the_tree() {
+    let proc = FakeProc::new();
+    engine_tree(&proc);
+    // 111 exited and its parent has not reaped it: still in the children list.
+    let zombie = Stat {
+        state: 'Z',
+        ppid: 100,
+        ..Stat::default()
+    };
+    proc.set_stat(111, zombie);
+    let mut scanner = scanner(&proc);
+    let t0 = Instant::now();
+    assert_eq!(scanner.scan_at(t0)[0].descendants, vec![110, 112]);
+    // One that dies between refreshes is left out at the next one.
+    proc.set_stat(
+        112,
+        Stat {
+            ppid: 110,
+            ..zombie
+        },
+    );
+    let found = scanner.scan_at(t0 + secs(3));
+    assert_eq!(found[0].descendants, vec![110]);
+}
+
+#[test]
 fn a_pid_whose_proc_inode_changed_is_classified_again() {
     let proc = FakeProc::new();
     proc.spawn(1, &["/sbin/init"]);
@@ -326,9 +482,8 @@ fn a_pid_whose_proc_inode_changed_is_classified_again() {
     // hand, as checkpoint/restore tools do): only the new /proc/PID inode tells. 101 keeps its
     // start time, so only its argv shows it is another process.
     let settled = Stat {
-        state: 'S',
-        ppid: 1,
         start_ticks: 1,
+        ..Stat::default()
     };
     proc.replace(100, &["demo", "serve", "/m/new"], settled);
     proc.replace(101, &["sleep", "5"], engine);
@@ -449,6 +604,7 @@ fn an_engine_that_changes_parent_has_its_parent_argv_read_again() {
     let found = scanner.scan_at(t0 + secs(1));
     assert_eq!(found[0].ppid, 1);
     assert_eq!(found[0].parent_argv, bytes(&["/sbin/init"]));
+    assert_eq!(scanner.stats().reread, 0, "the argv was not read again");
 }
 
 #[test]
@@ -670,11 +826,17 @@ fn unreadable_processes_are_counted_and_never_reported() {
         // 101's stat is unreadable: it cannot be confirmed as a live engine, so it is left for
         // the next listing, like a process that exited while being read
         assert_eq!((stats.unreadable, stats.vanished), (1, 1));
+        // 102 is reported without the ports its unreadable socket table would have shown
+        assert_eq!(stats.restricted, 1);
 
-        // A watched wrapper whose argv turns unreadable.
+        // A watched wrapper whose argv turns unreadable, in a scan that lists nothing (no
+        // fork): 100 is still counted with it.
         make_unreadable(&proc, "103/cmdline");
         assert_eq!(pids(&scanner.scan_at(t0 + secs(1))), vec![102]);
-        assert_eq!(scanner.stats().unreadable, 1);
+        assert_eq!(
+            (scanner.stats().unreadable, scanner.stats().restricted),
+            (2, 1)
+        );
         // An unreadable process is not read again (nothing would change) but is counted.
         proc.spawn(300, &["sleep", "1"]);
         assert_eq!(pids(&scanner.scan_at(t0 + secs(2))), vec![102]);
@@ -687,6 +849,35 @@ fn unreadable_processes_are_counted_and_never_reported() {
         assert!(scanner.scan_at(t0 + secs(3)).is_empty());
         let stats = scanner.stats();
         assert_eq!((stats.unreadable, stats.vanished), (3, 1));
+    });
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn engines_whose_sockets_cannot_be_read_are_counted_as_restricted() {
+    let proc = FakeProc::new();
+    engine_tree(&proc);
+    make_unreadable(&proc, "200/fd");
+    let mut scanner = scanner(&proc);
+    without_read_override(|| {
+        let found = scanner.scan_at(Instant::now());
+        assert_eq!(pids(&found), vec![100, 200]);
+        assert!(find(&found, 200).listen_ports.is_empty());
+        assert_eq!(find(&found, 100).listen_ports, vec![8001, 9001]);
+        assert_eq!(
+            (scanner.stats().restricted, scanner.stats().unreadable),
+            (1, 0)
+        );
+    });
+    // Without reading sockets nothing is missing.
+    let options = ScanOptions {
+        listen_ports: false,
+        ..proc.options()
+    };
+    let mut scanner = Scanner::new(&signatures(), options).unwrap();
+    without_read_override(|| {
+        scanner.scan_at(Instant::now());
+        assert_eq!(scanner.stats().restricted, 0);
     });
 }
 
@@ -780,9 +971,8 @@ fn a_process_forked_during_the_listing_is_found_by_the_next_scan() {
         FakeProc::stat_text(forks + 2),
     ];
     let engine = Stat {
-        state: 'S',
-        ppid: 1,
         start_ticks: 90_000,
+        ..Stat::default()
     };
     let (found, reads) = with_stat_feed(
         &proc,

@@ -6,6 +6,9 @@
  *   HELPER_SPAWN         argvs separated by \x1e, arguments by \x1f: one child per argv that execs
  *                        this helper with that argv (a supervisor starting engines).
  *   HELPER_LISTEN        if set, listen on 127.0.0.1 on an ephemeral TCP port and print it.
+ *   HELPER_REWRITE       argvs separated by \x1e, arguments by \x1f: on each SIGUSR1 the next one
+ *                        overwrites this process's argv in place, as setproctitle does (the same
+ *                        memory, NUL padded, cut to its size; comm and the argv range unchanged).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -22,13 +25,50 @@ static void idle(void) {
     for (;;) pause();
 }
 
+/* Overwrites the argv area (argv[0] up to the NUL ending the last argument) with the arguments
+ * of `spec` (separated by \x1f), each NUL terminated, the rest zeroed. */
+static void overwrite_argv(int argc, char **argv, const char *spec) {
+    char *at = argv[0];
+    char *end = argv[argc - 1] + strlen(argv[argc - 1]) + 1;
+    memset(at, 0, (size_t)(end - at));
+    for (const char *p = spec; p && at < end;) {
+        const char *sep = strchr(p, '\x1f');
+        size_t len = sep ? (size_t)(sep - p) : strlen(p);
+        if (len >= (size_t)(end - at)) len = (size_t)(end - at) - 1;
+        memcpy(at, p, len);
+        at += len + 1;
+        p = sep ? sep + 1 : NULL;
+    }
+}
+
 static void retitle(int argc, char **argv, const char *title) {
-    char *start = argv[0];
-    char *end = argv[argc - 1] + strlen(argv[argc - 1]);
-    size_t room = (size_t)(end - start);
-    memset(start, 0, room);
-    strncpy(start, title, room);
+    overwrite_argv(argc, argv, title);
     prctl(PR_SET_NAME, title, 0, 0, 0);
+}
+
+static volatile sig_atomic_t rewrite_asked;
+
+static void ask_rewrite(int sig) {
+    (void)sig;
+    rewrite_asked = 1;
+}
+
+/* One rewrite per SIGUSR1. The signal is blocked except inside sigsuspend, so none is lost
+ * between two waits. */
+static void rewrite_on_signal(int argc, char **argv, char *rewrites) {
+    sigset_t usr1, others;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, &others);
+    struct sigaction action = {0};
+    action.sa_handler = ask_rewrite;
+    sigaction(SIGUSR1, &action, NULL);
+    for (char *save = NULL, *r = strtok_r(rewrites, "\x1e", &save); r; r = strtok_r(NULL, "\x1e", &save)) {
+        while (!rewrite_asked) sigsuspend(&others);
+        rewrite_asked = 0;
+        overwrite_argv(argc, argv, r);
+    }
+    sigprocmask(SIG_SETMASK, &others, NULL);
 }
 
 static void spawn_exec(char *spec) {
@@ -53,11 +93,14 @@ int main(int argc, char **argv) {
     char *titles = getenv("HELPER_CHILD_TITLES");
     char *spawn = getenv("HELPER_SPAWN");
     char *listen_on = getenv("HELPER_LISTEN");
+    char *rewrites = getenv("HELPER_REWRITE");
     titles = titles ? strdup(titles) : NULL;
     spawn = spawn ? strdup(spawn) : NULL;
+    rewrites = rewrites ? strdup(rewrites) : NULL;
     unsetenv("HELPER_CHILD_TITLES");
     unsetenv("HELPER_SPAWN");
     unsetenv("HELPER_LISTEN");
+    unsetenv("HELPER_REWRITE");
     if (listen_on) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         struct sockaddr_in addr = {0};
@@ -88,6 +131,7 @@ int main(int argc, char **argv) {
         for (char *save = NULL, *s = strtok_r(spawn, "\x1e", &save); s; s = strtok_r(NULL, "\x1e", &save))
             spawn_exec(s);
     }
+    if (rewrites) rewrite_on_signal(argc, argv, rewrites);
     idle();
     return 0;
 }
