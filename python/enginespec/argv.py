@@ -186,6 +186,9 @@ def redact_argv(argv: Sequence[str], engine: str | None = None) -> list[str]:
     out = list(argv)
     index = 0
     while index < len(out):
+        if not out[index].startswith("-"):  # values and positionals: most of a huge argv
+            index += 1
+            continue
         name, eq, _value = out[index].partition("=")
         secret = next((sig for sig in signatures if _secret_flag(sig, name)), None)
         index += 1
@@ -209,6 +212,8 @@ def flag_value(argv: Sequence[str], signature: Signature, flag: str, *, empty: b
     wanted = signature.canonical(flag)
     value: str | None = None
     for index, token in enumerate(argv):
+        if not token.startswith("-"):
+            continue
         name, eq, inline = token.partition("=")
         if signature.canonical(name if name.startswith("--") else token) != wanted:
             continue
