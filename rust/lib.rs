@@ -2,9 +2,18 @@
 //!
 //! Engines are described by signatures (data, owned by the Python engine modules); this crate
 //! compiles them into a [`Matcher`] and applies it to argv. It knows nothing about any engine.
-//! Everything but `python.rs` is plain Rust that `cargo test` exercises without an interpreter.
+//! Everything but `python.rs` is plain Rust that `cargo test` exercises without an interpreter:
+//!
+//! - `signature`: the JSON form of the signatures; `matcher`: argv -> [`Facts`];
+//! - `procfs`: pure parsers of what procfs gives (`cmdline`, `stat`, `children`, `net/tcp`, the
+//!   listing's records);
+//! - `scan`: the incremental `/proc` scanner; `scan_sysinfo`: the same over the `sysinfo` crate,
+//!   where there is no procfs; `backend`: [`ProcessScanner`], either one chosen by name;
+//! - `python` (feature `python`): the PyO3 bindings, type conversions only.
 
+pub mod backend;
 pub mod matcher;
+pub mod procfs;
 pub mod scan;
 pub mod scan_sysinfo;
 pub mod signature;
@@ -12,5 +21,6 @@ pub mod signature;
 #[cfg(feature = "python")]
 mod python;
 
-pub use matcher::{Matcher, Parsed};
+pub use backend::ProcessScanner;
+pub use matcher::{Facts, Matcher, Parsed};
 pub use signature::{LaunchForm, Signature};

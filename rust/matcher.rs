@@ -26,6 +26,28 @@ pub struct Parsed<'a> {
     pub port: Option<u16>,
 }
 
+/// [`Parsed`] owned, to outlive the argv it was read from (a scanned process's facts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Facts {
+    pub engine: usize,
+    pub model: Option<Vec<u8>>,
+    pub served_names: Vec<Vec<u8>>,
+    pub host: Option<Vec<u8>>,
+    pub port: Option<u16>,
+}
+
+impl Parsed<'_> {
+    pub fn to_facts(&self) -> Facts {
+        Facts {
+            engine: self.engine,
+            model: self.model.map(<[u8]>::to_vec),
+            served_names: self.served_names.iter().map(|n| n.to_vec()).collect(),
+            host: self.host.map(<[u8]>::to_vec),
+            port: self.port,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Arity {
     None,
@@ -58,7 +80,6 @@ struct CompiledForm {
 
 #[derive(Debug)]
 struct CompiledEngine {
-    name: String,
     underscore_is_dash: bool,
     /// Every spelling named by the signature (canonical names and aliases).
     flags: FxHashMap<Box<[u8]>, FlagInfo>,
@@ -141,7 +162,6 @@ impl CompiledEngine {
             flags.insert(boxed(spelling), info_of(canonical));
         }
         Ok(CompiledEngine {
-            name: sig.engine.clone(),
             underscore_is_dash: sig.underscore_is_dash,
             flags,
             no_value_prefixes,
@@ -347,11 +367,6 @@ impl Matcher {
             }
         }
         Ok(matcher)
-    }
-
-    /// Engine ids in signature order.
-    pub fn engines(&self) -> Vec<String> {
-        self.engines.iter().map(|e| e.name.clone()).collect()
     }
 
     /// (engine, form, index of the first argument after the launch form) when argv launches a server.

@@ -1,6 +1,7 @@
-//! The only PyO3 file: thin bindings over the pure Rust modules.
+//! The only PyO3 file: thin bindings over the pure Rust modules. It converts types, maps errors
+//! to Python exceptions and releases the GIL; every decision is made in plain Rust.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -8,11 +9,12 @@ use std::time::Duration;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::backend::ProcessScanner;
 use crate::matcher;
 use crate::scan;
-use crate::scan_sysinfo::SysinfoScanner;
 
-/// (engine index, model, served names, host, port), the shape `_pymatcher.Matcher.parse` returns.
+/// (engine index, model, served names, host, port), the shape `_pymatcher.Matcher.parse` returns,
+/// and the facts inside each scanned process.
 type RawInvocation = (
     usize,
     Option<OsString>,
@@ -21,8 +23,18 @@ type RawInvocation = (
     Option<u16>,
 );
 
-fn os(bytes: &[u8]) -> OsString {
-    OsStr::from_bytes(bytes).to_os_string()
+fn os(bytes: Vec<u8>) -> OsString {
+    OsString::from_vec(bytes)
+}
+
+fn raw_invocation(facts: matcher::Facts) -> RawInvocation {
+    (
+        facts.engine,
+        facts.model.map(os),
+        facts.served_names.into_iter().map(os).collect(),
+        facts.host.map(os),
+        facts.port,
+    )
 }
 
 /// Engine signatures compiled once; classifies argv.
@@ -40,34 +52,15 @@ impl Matcher {
             .map_err(PyValueError::new_err)
     }
 
-    fn engines(&self) -> Vec<String> {
-        self.inner.engines()
-    }
-
     /// Strings arrive as bytes through the filesystem encoding (surrogateescape), so argv read
     /// from `/proc` with invalid UTF-8 round-trips losslessly, as with `os.fsencode`.
     fn parse(&self, argv: Vec<OsString>) -> Option<RawInvocation> {
         let tokens: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
-        self.inner.parse(&tokens).map(|p| {
-            (
-                p.engine,
-                p.model.map(os),
-                p.served_names.into_iter().map(os).collect(),
-                p.host.map(os),
-                p.port,
-            )
-        })
+        self.inner
+            .parse(&tokens)
+            .map(|p| raw_invocation(p.to_facts()))
     }
 }
-
-/// (engine index, model, served names, host, port) of a scanned engine.
-type RawFacts = (
-    usize,
-    Option<OsString>,
-    Vec<OsString>,
-    Option<OsString>,
-    Option<u16>,
-);
 
 /// (pid, start time, ppid, argv, facts, exe, descendants, parent argv, listen ports): the shape
 /// `_pyscanner.Scanner.scan` returns.
@@ -76,7 +69,7 @@ type RawProcess = (
     f64,
     i32,
     Vec<OsString>,
-    RawFacts,
+    RawInvocation,
     Option<OsString>,
     Vec<i32>,
     Vec<OsString>,
@@ -84,54 +77,29 @@ type RawProcess = (
 );
 
 fn raw_process(p: scan::EngineProc) -> RawProcess {
-    let owned = |v: Vec<u8>| OsString::from_vec(v);
     (
         p.pid,
         p.start_time,
         p.ppid,
-        p.argv.into_iter().map(owned).collect(),
-        (
-            p.engine,
-            p.model.map(owned),
-            p.served_names.into_iter().map(owned).collect(),
-            p.host.map(owned),
-            p.port,
-        ),
-        p.exe.map(owned),
+        p.argv.into_iter().map(os).collect(),
+        raw_invocation(p.facts),
+        p.exe.map(os),
         p.descendants,
-        p.parent_argv.into_iter().map(owned).collect(),
+        p.parent_argv.into_iter().map(os).collect(),
         p.listen_ports,
     )
 }
 
-/// Where the native scanner reads processes from.
-enum Source {
-    /// Linux: the incremental `/proc` reader.
-    Procfs(Box<scan::Scanner>),
-    /// Elsewhere: the `sysinfo` crate.
-    Sysinfo(Box<SysinfoScanner>),
-}
-
-impl Source {
-    fn scan(&mut self) -> Vec<scan::EngineProc> {
-        match self {
-            Source::Procfs(s) => s.scan(),
-            Source::Sysinfo(s) => s.scan(),
-        }
-    }
-
-    fn stats(&self) -> (scan::ScanStats, usize) {
-        match self {
-            Source::Procfs(s) => (s.stats(), s.known_len()),
-            Source::Sysinfo(s) => (s.stats(), s.known_len()),
-        }
-    }
+/// A duration given in seconds; negative, NaN and infinite values are refused, naming the field.
+fn seconds(field: &str, value: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| PyValueError::new_err(format!("{field}: invalid {value}")))
 }
 
 /// The incremental process scanner; the GIL is released for the whole walk.
 #[pyclass(frozen, module = "enginespec._native")]
 struct Scanner {
-    inner: Mutex<Source>,
+    inner: Mutex<ProcessScanner>,
 }
 
 #[pymethods]
@@ -149,37 +117,15 @@ impl Scanner {
     ) -> PyResult<Self> {
         let signatures = crate::signature::signatures_from_json(signatures_json)
             .map_err(PyValueError::new_err)?;
-        let young = Duration::try_from_secs_f64(young_seconds).map_err(|_| {
-            PyValueError::new_err(format!("young_seconds: invalid {young_seconds}"))
-        })?;
-        let refresh = Duration::try_from_secs_f64(refresh_seconds).map_err(|_| {
-            PyValueError::new_err(format!("refresh_seconds: invalid {refresh_seconds}"))
-        })?;
         let options = scan::ScanOptions {
             wrappers: wrappers.into_iter().map(OsString::into_vec).collect(),
-            young,
-            refresh,
+            young: seconds("young_seconds", young_seconds)?,
+            refresh: seconds("refresh_seconds", refresh_seconds)?,
             listen_ports,
             ..scan::ScanOptions::default()
         };
-        let default = if cfg!(target_os = "linux") {
-            "procfs"
-        } else {
-            "sysinfo"
-        };
-        let inner = match source.unwrap_or(default) {
-            "procfs" => Source::Procfs(Box::new(
-                scan::Scanner::new(&signatures, options).map_err(PyValueError::new_err)?,
-            )),
-            "sysinfo" => Source::Sysinfo(Box::new(
-                SysinfoScanner::new(&signatures).map_err(PyValueError::new_err)?,
-            )),
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "source: {other:?} is not 'procfs' or 'sysinfo'"
-                )))
-            }
-        };
+        let inner =
+            ProcessScanner::new(&signatures, options, source).map_err(PyValueError::new_err)?;
         Ok(Scanner {
             inner: Mutex::new(inner),
         })
@@ -202,7 +148,7 @@ impl Scanner {
             .inner
             .lock()
             .map_err(|_| PyRuntimeError::new_err("scanner state poisoned"))?;
-        let (s, known) = scanner.stats();
+        let s = scanner.stats();
         Ok((
             s.scanned,
             s.new,
@@ -210,7 +156,7 @@ impl Scanner {
             s.unreadable,
             s.reread,
             s.full_recheck,
-            known,
+            scanner.known_len(),
         ))
     }
 }

@@ -11,6 +11,9 @@
 //! - processes that may still `exec` an engine: exec wrappers (shells, `env`, `nohup`, ... given by
 //!   the caller) and processes born since the previous scan, for a short while.
 //!
+//! When nothing was forked since the previous listing began (`processes` is unchanged), not even
+//! the listing is done: only engines and watched processes are read.
+//!
 //! Nothing here panics or fails on a process that vanishes, is a zombie, or hides its files.
 
 use std::fs::File;
@@ -20,7 +23,13 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::matcher::{basename, Matcher};
+use crate::matcher::{basename, Facts, Matcher};
+#[cfg(target_os = "linux")]
+use crate::procfs::parse_pid_dirents;
+use crate::procfs::{
+    parse_children, parse_socket_link, parse_stat, parse_tcp_listen, parse_u64, proc_stat_value,
+    split_cmdline, ProcStat,
+};
 use crate::signature::Signature;
 
 /// Caller-supplied knobs (the wrapper list is data owned by the Python package).
@@ -75,11 +84,8 @@ pub struct EngineProc {
     pub start_time: f64,
     pub ppid: i32,
     pub argv: Vec<Vec<u8>>,
-    pub engine: usize,
-    pub model: Option<Vec<u8>>,
-    pub served_names: Vec<Vec<u8>>,
-    pub host: Option<Vec<u8>>,
-    pub port: Option<u16>,
+    /// What the argv says: engine, model, served names, host, port.
+    pub facts: Facts,
     pub exe: Option<Vec<u8>>,
     /// Every descendant process (for engines that fold their workers), sorted.
     pub descendants: Vec<i32>,
@@ -150,15 +156,6 @@ impl Reuse {
     }
 }
 
-/// Splits `/proc/PID/cmdline` into argv: NUL separated, one trailing NUL dropped, empty -> [].
-pub fn split_cmdline(data: &[u8]) -> Vec<&[u8]> {
-    if data.is_empty() {
-        return Vec::new();
-    }
-    let data = data.strip_suffix(b"\0").unwrap_or(data);
-    data.split(|&b| b == 0).collect()
-}
-
 enum ReadError {
     Gone,
     Denied,
@@ -185,23 +182,9 @@ fn read_small(path: &Path) -> Option<Vec<u8>> {
     Some(buf)
 }
 
-fn parse_u64(bytes: &[u8]) -> Option<u64> {
-    std::str::from_utf8(bytes).ok()?.trim().parse().ok()
-}
-
-/// (state, ppid, start ticks) from `/proc/PID/stat`; the command name may contain spaces and
-/// parentheses, so fields are counted from the last `)`.
-fn parse_stat(data: &[u8]) -> Option<(u8, i32, u64)> {
-    let close = data.iter().rposition(|&b| b == b')')?;
-    let mut fields = data
-        .get(close + 1..)?
-        .split(|b| b.is_ascii_whitespace())
-        .filter(|f| !f.is_empty());
-    let state = *fields.next()?.first()?;
-    let ppid = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
-    // starttime is field 22; state was field 3 and ppid field 4.
-    let start = parse_u64(fields.nth(17)?)?;
-    Some((state, ppid, start))
+/// A zombie (`Z`) or dead (`X`) process: whatever its argv says, it serves nothing.
+fn is_dead(state: u8) -> bool {
+    state == b'Z' || state == b'X'
 }
 
 fn clock_ticks() -> f64 {
@@ -230,7 +213,13 @@ pub struct Scanner {
     options: ScanOptions,
     wrappers: FxHashSet<Vec<u8>>,
     known: FxHashMap<i32, Known>,
+    /// The kernel's cursor read after the last listing: bounds the pids reused since.
     cursor: Option<Cursor>,
+    /// The fork count read just before the last listing: every process forked up to then was
+    /// listed. (The count read after the listing may include processes forked during it, in a
+    /// part of `/proc` already listed.)
+    forks_listed: Option<u64>,
+    /// Number of listing scans so far.
     generation: u64,
     host: Host,
     stats: ScanStats,
@@ -246,10 +235,7 @@ impl Scanner {
         let matcher = Matcher::new(signatures)?;
         let fold = signatures.iter().map(|s| s.fold_workers).collect();
         let stat = read_small(&options.proc_root.join("stat")).unwrap_or_default();
-        let boot_time = stat
-            .split(|&b| b == b'\n')
-            .find_map(|line| line.strip_prefix(b"btime ").and_then(parse_u64))
-            .unwrap_or(0) as f64;
+        let boot_time = proc_stat_value(&stat, b"btime").unwrap_or(0) as f64;
         let pid_max = read_small(&options.proc_root.join("sys/kernel/pid_max"))
             .and_then(|d| parse_u64(&d))
             .unwrap_or(4_194_304);
@@ -260,6 +246,7 @@ impl Scanner {
             options,
             known: FxHashMap::default(),
             cursor: None,
+            forks_listed: None,
             generation: 0,
             host: Host {
                 boot_time,
@@ -285,10 +272,7 @@ impl Scanner {
     fn read_cursor(&self) -> Option<Cursor> {
         let root = &self.options.proc_root;
         let last_pid = parse_u64(&read_small(&root.join("sys/kernel/ns_last_pid"))?)?;
-        let stat = read_small(&root.join("stat"))?;
-        let forks = stat
-            .split(|&b| b == b'\n')
-            .find_map(|line| line.strip_prefix(b"processes ").and_then(parse_u64))?;
+        let forks = proc_stat_value(&read_small(&root.join("stat"))?, b"processes")?;
         Some(Cursor { last_pid, forks })
     }
 
@@ -297,8 +281,16 @@ impl Scanner {
     }
 
     fn proc_path(&self, pid: i32, file: &str) -> PathBuf {
-        // One allocation; std opens short paths through a stack buffer.
-        PathBuf::from(format!("{}/{pid}/{file}", self.options.proc_root.display()))
+        use std::io::Write;
+        use std::os::unix::ffi::OsStringExt;
+        // One allocation; std opens short paths through a stack buffer. Built from the root's
+        // bytes, not its `display()`, which would replace non-UTF-8 bytes.
+        let root = self.options.proc_root.as_os_str().as_encoded_bytes();
+        let mut path = Vec::with_capacity(root.len() + 32);
+        path.extend_from_slice(root);
+        // Writing into a Vec cannot fail.
+        let _ = write!(path, "/{pid}/{file}");
+        PathBuf::from(std::ffi::OsString::from_vec(path))
     }
 
     /// A wrapper that is running a command (`sh -c ...`, `bash run.sh`, `env X=1 vllm ...`), as
@@ -312,20 +304,28 @@ impl Scanner {
             && rest.iter().any(|a| *a == b"-c" || !a.starts_with(b"-"))
     }
 
-    /// Reads and classifies a process; `None` when it vanished.
-    fn classify(&mut self, pid: i32, young: bool, now: Instant) -> Option<Class> {
-        let mut buf = std::mem::take(&mut self.buf);
-        let result = read_into(&self.proc_path(pid, "cmdline"), &mut buf);
-        let class = match result {
+    /// Reads a process's `cmdline` into `buf`. A failure is counted, and gives what the process
+    /// is then: gone (`None`) or unreadable.
+    fn read_cmdline(&mut self, pid: i32, buf: &mut Vec<u8>) -> Result<(), Option<Class>> {
+        match read_into(&self.proc_path(pid, "cmdline"), buf) {
+            Ok(()) => Ok(()),
             Err(ReadError::Gone) => {
                 self.stats.vanished += 1;
-                None
+                Err(None)
             }
             Err(ReadError::Denied) => {
                 self.stats.unreadable += 1;
-                Some(Class::Unreadable)
+                Err(Some(Class::Unreadable))
             }
+        }
+    }
+
+    /// Reads and classifies a process; `None` when it vanished.
+    fn classify(&mut self, pid: i32, young: bool, now: Instant) -> Option<Class> {
+        let mut buf = std::mem::take(&mut self.buf);
+        let class = match self.read_cmdline(pid, &mut buf) {
             Ok(()) => self.classify_cmdline(pid, &buf, young, now),
+            Err(class) => class,
         };
         self.buf = buf;
         class
@@ -354,16 +354,16 @@ impl Scanner {
         Some(Class::Other { watch })
     }
 
-    fn read_stat(&self, pid: i32) -> Option<(u8, i32, u64)> {
+    fn read_stat(&self, pid: i32) -> Option<ProcStat> {
         parse_stat(&read_small(&self.proc_path(pid, "stat"))?)
     }
 
     fn engine_state(&mut self, pid: i32, cmdline: Vec<u8>) -> Option<Class> {
-        let Some((state, ppid, start_ticks)) = self.read_stat(pid) else {
+        let Some(stat) = self.read_stat(pid) else {
             self.stats.vanished += 1;
             return None;
         };
-        if state == b'Z' || state == b'X' {
+        if is_dead(stat.state) {
             return Some(Class::Other { watch: None });
         }
         self.engine_appeared = true;
@@ -371,11 +371,11 @@ impl Scanner {
             .ok()
             .map(|p| p.into_os_string().into_encoded_bytes());
         Some(Class::Engine(Box::new(EngineState {
-            start_ticks,
-            ppid,
+            start_ticks: stat.start_ticks,
+            ppid: stat.ppid,
             cmdline,
             exe,
-            parent_argv: self.read_argv(ppid),
+            parent_argv: self.read_argv(stat.ppid),
             descendants: Vec::new(),
             listen_ports: Vec::new(),
             tree_read: None,
@@ -401,19 +401,22 @@ impl Scanner {
         pid: i32,
         mut state: Box<EngineState>,
         maybe_reused: bool,
+        now: Instant,
     ) -> Option<Class> {
         if maybe_reused {
             self.stats.reread += 1;
-            match read_small(&self.proc_path(pid, "cmdline")) {
-                None => {
-                    self.stats.vanished += 1;
-                    return None;
-                }
-                Some(cmdline) if cmdline != state.cmdline => {
+            let mut buf = std::mem::take(&mut self.buf);
+            let replaced = match self.read_cmdline(pid, &mut buf) {
+                Err(class) => Some(class),
+                Ok(()) if buf != state.cmdline => {
                     self.stats.new += 1;
-                    return self.classify(pid, true, Instant::now());
+                    Some(self.classify_cmdline(pid, &buf, true, now))
                 }
-                Some(_) => {}
+                Ok(()) => None,
+            };
+            self.buf = buf;
+            if let Some(class) = replaced {
+                return class;
             }
         }
         match self.read_stat(pid) {
@@ -421,36 +424,43 @@ impl Scanner {
                 self.stats.vanished += 1;
                 None
             }
-            Some((b'Z' | b'X', _, _)) => Some(Class::Other { watch: None }),
-            Some((_, ppid, start)) if start == state.start_ticks => {
-                if ppid != state.ppid {
-                    state.ppid = ppid;
-                    state.parent_argv = self.read_argv(ppid);
+            Some(stat) if is_dead(stat.state) => Some(Class::Other { watch: None }),
+            Some(stat) if stat.start_ticks == state.start_ticks => {
+                if stat.ppid != state.ppid {
+                    state.ppid = stat.ppid;
+                    state.parent_argv = self.read_argv(stat.ppid);
                 }
                 Some(Class::Engine(state))
             }
             // Same pid, another process: classify it from scratch.
             Some(_) => {
                 self.stats.new += 1;
-                self.classify(pid, true, Instant::now())
+                self.classify(pid, true, now)
             }
         }
     }
 
     /// Scans the host. Never fails; see `stats()` for what was skipped.
     pub fn scan(&mut self) -> Vec<EngineProc> {
-        let now = Instant::now();
-        let first = self.cursor.is_none();
+        self.scan_at(Instant::now())
+    }
+
+    /// `scan` at a given time, so tests can step through the young and refresh windows.
+    fn scan_at(&mut self, now: Instant) -> Vec<EngineProc> {
+        let first = self.generation == 0;
         self.stats = ScanStats::default();
         self.engine_appeared = false;
-        // No fork anywhere since the last scan: no process can have appeared and no pid can have
-        // been reused, so the listing is skipped and only engines and watched processes are read.
-        if let (Some(old), Some(current)) = (self.cursor, self.read_cursor()) {
-            if current.forks == old.forks {
+        // No fork anywhere since the last listing began: no process can have appeared and no pid
+        // can have been reused, so the listing is skipped and only engines and watched processes
+        // are read.
+        let before = self.read_cursor();
+        if let (Some(listed), Some(current)) = (self.forks_listed, before) {
+            if current.forks == listed {
                 self.quiet_scan(now);
                 return self.collect(now, true);
             }
         }
+        self.forks_listed = before.map(|c| c.forks);
         self.generation += 1;
         self.list_pids();
         // Read after listing, so any pid reused before the listing falls inside the window.
@@ -555,7 +565,7 @@ impl Scanner {
         now: Instant,
     ) -> Option<Class> {
         match class {
-            Class::Engine(state) => self.recheck_engine(pid, state, maybe_reused),
+            Class::Engine(state) => self.recheck_engine(pid, state, maybe_reused, now),
             _ if maybe_reused => {
                 self.stats.reread += 1;
                 self.classify(pid, true, now)
@@ -568,12 +578,8 @@ impl Scanner {
                 }
                 self.stats.reread += 1;
                 let mut buf = std::mem::take(&mut self.buf);
-                let class = match read_into(&self.proc_path(pid, "cmdline"), &mut buf) {
-                    Err(ReadError::Gone) => {
-                        self.stats.vanished += 1;
-                        None
-                    }
-                    Err(ReadError::Denied) => Some(Class::Unreadable),
+                let class = match self.read_cmdline(pid, &mut buf) {
+                    Err(class) => class,
                     Ok(()) if buf == cmdline => Some(Class::Other {
                         watch: Some((cmdline, until)),
                     }),
@@ -659,11 +665,7 @@ impl Scanner {
                 start_time: state.start_ticks as f64 / self.host.clock_ticks + self.host.boot_time,
                 ppid: state.ppid,
                 argv: argv.iter().map(|a| a.to_vec()).collect(),
-                engine: parsed.engine,
-                model: parsed.model.map(<[u8]>::to_vec),
-                served_names: parsed.served_names.iter().map(|n| n.to_vec()).collect(),
-                host: parsed.host.map(<[u8]>::to_vec),
-                port: parsed.port,
+                facts: parsed.to_facts(),
                 exe: state.exe.clone(),
                 descendants: descendants.clone(),
                 parent_argv: state.parent_argv.clone(),
@@ -726,34 +728,8 @@ pub fn list_proc(proc_root: &Path, out: &mut Vec<(i32, u64)>) {
         let Ok(read) = usize::try_from(read) else {
             return;
         };
-        if read == 0 {
+        if read == 0 || !parse_pid_dirents(buf.get(..read).unwrap_or_default(), out) {
             return;
-        }
-        let mut offset = 0;
-        // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
-        while let Some(record) = buf.get(offset..read) {
-            let (Some(ino), Some(reclen)) = (record.get(0..8), record.get(16..18)) else {
-                break;
-            };
-            let reclen = usize::from(u16::from_ne_bytes([reclen[0], reclen[1]]));
-            let Some(name) = record.get(19..reclen.max(19)) else {
-                break;
-            };
-            let name = name.split(|&b| b == 0).next().unwrap_or_default();
-            if !name.is_empty() && name.len() <= 10 && name.iter().all(u8::is_ascii_digit) {
-                let pid = name
-                    .iter()
-                    .fold(0i64, |acc, &d| acc * 10 + i64::from(d - b'0'));
-                if let Ok(pid) = i32::try_from(pid) {
-                    let mut inode = [0u8; 8];
-                    inode.copy_from_slice(ino);
-                    out.push((pid, u64::from_ne_bytes(inode)));
-                }
-            }
-            if reclen == 0 {
-                return;
-            }
-            offset += reclen;
         }
     }
 }
@@ -770,13 +746,7 @@ pub fn descendants(proc_root: &Path, pid: i32) -> Vec<i32> {
             let Some(children) = read_small(&task.path().join("children")) else {
                 continue;
             };
-            for child in children.split(|b| b.is_ascii_whitespace()) {
-                let Some(child) = std::str::from_utf8(child)
-                    .ok()
-                    .and_then(|s| s.parse::<i32>().ok())
-                else {
-                    continue;
-                };
+            for child in parse_children(&children) {
                 if child != pid && seen.insert(child) {
                     queue.push(child);
                 }
@@ -796,15 +766,11 @@ pub fn listen_ports(proc_root: &Path, pid: i32, others: &[i32]) -> Vec<u16> {
             continue;
         };
         for fd in fds.flatten() {
-            if let Ok(target) = std::fs::read_link(fd.path()) {
-                let target = target.as_os_str().as_encoded_bytes();
-                if let Some(inode) = target
-                    .strip_prefix(b"socket:[")
-                    .and_then(|rest| rest.strip_suffix(b"]"))
-                    .and_then(parse_u64)
-                {
-                    inodes.insert(inode);
-                }
+            if let Some(inode) = std::fs::read_link(fd.path())
+                .ok()
+                .and_then(|target| parse_socket_link(target.as_os_str().as_encoded_bytes()))
+            {
+                inodes.insert(inode);
             }
         }
     }
@@ -816,28 +782,11 @@ pub fn listen_ports(proc_root: &Path, pid: i32, others: &[i32]) -> Vec<u16> {
         let Some(data) = read_small(&proc_root.join(pid.to_string()).join(table)) else {
             continue;
         };
-        for line in data.split(|&b| b == b'\n').skip(1) {
-            let fields: Vec<&[u8]> = line
-                .split(|b| b.is_ascii_whitespace())
-                .filter(|f| !f.is_empty())
-                .collect();
-            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-            let (Some(local), Some(state), Some(inode)) =
-                (fields.get(1), fields.get(3), fields.get(9))
-            else {
-                continue;
-            };
-            if *state != b"0A" || !parse_u64(inode).is_some_and(|i| inodes.contains(&i)) {
-                continue;
-            }
-            let port_hex = local.rsplit(|&b| b == b':').next().unwrap_or_default();
-            if let Some(port) = std::str::from_utf8(port_hex)
-                .ok()
-                .and_then(|h| u16::from_str_radix(h, 16).ok())
-            {
-                ports.push(port);
-            }
-        }
+        ports.extend(
+            parse_tcp_listen(&data)
+                .filter(|(inode, _)| inodes.contains(inode))
+                .map(|(_, port)| port),
+        );
     }
     ports.sort_unstable();
     ports.dedup();
@@ -845,44 +794,6 @@ pub fn listen_ports(proc_root: &Path, pid: i32, others: &[i32]) -> Vec<u16> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cmdline_splitting() {
-        assert!(split_cmdline(b"").is_empty());
-        assert_eq!(split_cmdline(b"a\0b\0"), vec![&b"a"[..], b"b"]);
-        assert_eq!(split_cmdline(b"a\0\0b\0"), vec![&b"a"[..], b"", b"b"]);
-        assert_eq!(
-            split_cmdline(b"VLLM::Worker TP0"),
-            vec![&b"VLLM::Worker TP0"[..]]
-        );
-        assert_eq!(split_cmdline(b"\0"), vec![&b""[..]]);
-    }
-
-    #[test]
-    fn stat_parsing_survives_odd_names() {
-        let line =
-            b"42 (we) ird (name)) S 7 42 42 0 -1 4194560 1 0 0 0 3 4 0 0 20 0 1 0 123456 1 1\n";
-        assert_eq!(parse_stat(line), Some((b'S', 7, 123456)));
-        assert_eq!(parse_stat(b"42 (x) S"), None);
-        assert_eq!(parse_stat(b""), None);
-    }
-
-    #[test]
-    fn reuse_window() {
-        let w = Reuse::Interval {
-            after: 100,
-            upto: 200,
-        };
-        assert!(!w.may_reuse(100) && w.may_reuse(101) && w.may_reuse(200) && !w.may_reuse(201));
-        let wrapped = Reuse::Interval {
-            after: 32000,
-            upto: 310,
-        };
-        assert!(wrapped.may_reuse(32001) && wrapped.may_reuse(5) && !wrapped.may_reuse(400));
-        let none = Reuse::Interval { after: 7, upto: 7 };
-        assert!(!none.may_reuse(7) && !none.may_reuse(8));
-        assert!(!Reuse::Nothing.may_reuse(1) && Reuse::Everything.may_reuse(1));
-    }
-}
+pub(crate) mod fixture;
+#[cfg(test)]
+mod tests;

@@ -100,11 +100,7 @@ impl SysinfoScanner {
                 pid: pid.as_u32() as i32,
                 start_time: process.start_time() as f64,
                 ppid: ppid.map_or(0, |p| p.as_u32() as i32),
-                engine: parsed.engine,
-                model: parsed.model.map(<[u8]>::to_vec),
-                served_names: parsed.served_names.iter().map(|n| n.to_vec()).collect(),
-                host: parsed.host.map(<[u8]>::to_vec),
-                port: parsed.port,
+                facts: parsed.to_facts(),
                 exe: process
                     .exe()
                     .map(|p| p.as_os_str().as_encoded_bytes().to_vec()),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from enginespec import EngineSpec, LaunchForm, Signature
+from enginespec import EngineSpec, Launch, LaunchForm, Package, Signature
 from wheelkit import build_wheel
 
 PACKAGE = "enginespec-demo-engine"
@@ -26,19 +26,19 @@ MODULE = textwrap.dedent(
 )
 
 
-class DemoSpec(EngineSpec):
-    id = "demo"
-    signature = Signature(
+SPEC = EngineSpec(
+    id="demo",
+    signature=Signature(
         engine="demo",
         launch_forms=(LaunchForm(executables=("demo-engine",), modules=("demo_engine",)),),
         model_flags=("--model",),
         port_flags=("--port",),
         default_host="127.0.0.1",
         default_port=9999,
-    )
-    cli_binary = "demo-engine"
-    module_args = ("-m", "demo_engine")
-    package = PACKAGE
+    ),
+    launch=Launch(kind="console_script", executable="demo-engine", module_args=("-m", "demo_engine")),
+    package=Package(distributions=(PACKAGE,)),
+)
 
 
 def build_demo_wheels(wheelhouse: Path, versions: tuple[str, ...] = ("1.0", "2.0")) -> Path:

@@ -23,6 +23,8 @@ class Answer:
     delay: float = 0.0
     hang: bool = False
     close_mid_response: bool = False
+    #: seconds between the body's bytes, sent one at a time (a server that trickles).
+    trickle: float = 0.0
     content_type: str = "application/json"
 
 
@@ -73,6 +75,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.send_header("Content-Length", str(len(answer.body)))
         self.end_headers()
+        if answer.trickle:
+            for index in range(len(answer.body)):
+                self.wfile.write(answer.body[index : index + 1])
+                self.wfile.flush()
+                if self.stop.wait(answer.trickle):
+                    return
+            return
         self.wfile.write(answer.body)
 
     do_GET = _serve

@@ -9,6 +9,8 @@ cargo clippy --all-targets --features python -- -D warnings
 ruff check .
 ruff format --check .
 mypy
+# The stub of the Rust module against the module as built (names, parameters, defaults).
+python -m mypy.stubtest enginespec._native
 
 cargo test
 ENGINESPEC_BACKEND=native python -m pytest -q

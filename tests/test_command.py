@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from enginespec import Command, CommandError, Config, Recipe, get_engine_spec, parse_argv
+from enginespec import Command, CommandError, Config, InstallOptionsError, Recipe, get_engine_spec, parse_argv
 from enginespec.engines import BUILTIN_ENGINE_SPECS
 
 ENGINES = [spec.id for spec in BUILTIN_ENGINE_SPECS]
@@ -487,9 +487,9 @@ def test_managed_package_spec() -> None:
     assert vllm.managed_package_spec("0.10.2") == "vllm==0.10.2"
     assert vllm.managed_package_spec(">=0.10,<0.12") == "vllm<0.12,>=0.10"
     for hostile in ("1.0 --index-url http://x", "latest", "1.0; rm -rf /"):
-        with pytest.raises(CommandError, match="version"):
+        with pytest.raises(InstallOptionsError, match="version"):
             vllm.managed_package_spec(hostile)
-    with pytest.raises(CommandError):
+    with pytest.raises(InstallOptionsError):
         get_engine_spec("llamacpp").managed_package_spec()
 
 

@@ -179,7 +179,9 @@ def test_port_must_be_a_port() -> None:
         inv = parse_argv(["llama-server", "-m", "m", "--port", bad])
         assert inv is not None
         assert inv.port is None
-        assert inv.effective_port == 8080
+        # an invalid port is not the default port: unknown, and said so
+        assert inv.effective_port is None
+        assert inv.problems == (f"port '{bad}' is not a port number (1-65535)",)
 
 
 def test_single_string_is_refused() -> None:

@@ -117,6 +117,18 @@ def test_slow_and_hung_answers() -> None:
     assert "within 0.5s" in hung.reason
 
 
+def test_a_trickling_server_cannot_stall_either_check() -> None:
+    # 40 bytes, one every 0.25 s: each read is within the 0.5 s timeout, the whole answer is not.
+    trickling = Answer(200, b'{"status": "ok", "padding": "xxxxxxxxx"}', trickle=0.25)
+    for check in (check_health, lambda *a, **k: asyncio.run(check_health_async(*a, **k))):
+        with serving({"/health": [trickling]}) as server:
+            started = time.monotonic()
+            result = check("llamacpp", server.url, timeout=0.5)
+            assert time.monotonic() - started < 40 * 0.25  # it gave up before the answer was whole
+        assert result.state == "unhealthy"
+        assert "within 0.5s" in result.reason
+
+
 def test_identity_is_verified_through_v1_models() -> None:
     routes = {"/health": [Answer(200)], "/v1/models": [models("other-model")]}
     with serving(routes) as server:

@@ -15,21 +15,21 @@ from wheelkit import build_wheel
 
 PLUGIN = textwrap.dedent(
     """
-    from enginespec import EngineSpec, LaunchForm, Signature
+    from enginespec import EngineSpec, Launch, LaunchForm, Signature
 
-    class ToySpec(EngineSpec):
-        id = "toy"
-        signature = Signature(
+    TOY = EngineSpec(
+        id="toy",
+        signature=Signature(
             engine="toy",
             launch_forms=(LaunchForm(executables=("toy-server",), modules=("toy_server",)),),
             model_flags=("--weights",),
+            host_flags=("--host",),
             port_flags=("--listen-port",),
             default_host="127.0.0.1",
             default_port=7070,
-        )
-        cli_binary = "toy-server"
-        model_flag = "--weights"
-        field_flags = {"model_path": ("--weights",), "host": ("--host",), "port": ("--listen-port",)}
+        ),
+        launch=Launch(kind="binary", executable="toy-server"),
+    )
     """
 )
 
@@ -64,7 +64,7 @@ def test_entry_point_plugin_in_a_real_venv(tmp_path: Path, helper: Path) -> None
         "enginespec-toy",
         "1.0",
         {"enginespec_toy.py": PLUGIN},
-        entry_points={"enginespec.engines": {"toy": "enginespec_toy:ToySpec"}},
+        entry_points={"enginespec.engines": {"toy": "enginespec_toy:TOY"}},
     )
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from enginespec import Config, get_engine_spec
+from enginespec import Config, InstallOptions, ProgressEvent, get_engine_spec
 from enginespec.health import check_health
-from enginespec.runtimes import InstallOptions, ProgressEvent
 
 pytestmark = pytest.mark.real_engine
 

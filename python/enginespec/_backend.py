@@ -1,7 +1,7 @@
 """Chooses the backend once, at import: the Rust extension, or the pure-Python fallback.
 
-``ENGINESPEC_BACKEND=python`` forces the fallback; ``ENGINESPEC_BACKEND=native`` makes a missing
-extension an error instead of a silent fallback.
+``ENGINESPEC_BACKEND=python`` forces the fallback (the extension is not even imported);
+``ENGINESPEC_BACKEND=native`` makes a missing extension an error instead of a silent fallback.
 """
 
 from __future__ import annotations
@@ -9,26 +9,27 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from enginespec import _pymatcher, _pyscanner
+import enginespec._pymatcher as _pymatcher
+import enginespec._pyscanner as _pyscanner
 
 Backend = Literal["native", "python"]
 
+_WANTED = os.environ.get("ENGINESPEC_BACKEND", "").strip().lower()
+if _WANTED not in ("", "native", "python"):
+    raise ImportError(f"ENGINESPEC_BACKEND={_WANTED!r}: expected 'native' or 'python'")
 
-def _choose() -> tuple[Backend, type[_pymatcher.Matcher], type[_pyscanner.Scanner]]:
-    wanted = os.environ.get("ENGINESPEC_BACKEND", "").strip().lower()
-    if wanted not in ("", "native", "python"):
-        raise ImportError(f"ENGINESPEC_BACKEND={wanted!r}: expected 'native' or 'python'")
-    if wanted == "python":
-        return "python", _pymatcher.Matcher, _pyscanner.Scanner
+BACKEND: Backend = "python"
+MatcherType: type[_pymatcher.Matcher] = _pymatcher.Matcher
+ScannerType: type[_pyscanner.Scanner] = _pyscanner.Scanner
+if _WANTED != "python":
     try:
-        from enginespec import _native
+        import enginespec._native as _native
     except ImportError:
-        if wanted == "native":
+        if _WANTED == "native":
             raise
-        return "python", _pymatcher.Matcher, _pyscanner.Scanner
-    # Same interfaces as the Python twins (see _native.pyi). The native scanner reads /proc on
-    # Linux and goes through the sysinfo crate elsewhere.
-    return "native", _native.Matcher, _native.Scanner  # type: ignore[return-value]
-
-
-BACKEND, MatcherType, ScannerType = _choose()
+    else:
+        # Same interfaces as the Python twins (see _native.pyi). The native scanner reads /proc on
+        # Linux and goes through the sysinfo crate elsewhere.
+        BACKEND = "native"
+        MatcherType = _native.Matcher  # type: ignore[assignment]
+        ScannerType = _native.Scanner  # type: ignore[assignment]

@@ -1,27 +1,58 @@
-"""Stub of the Rust extension module (rust/python.rs)."""
+"""Stub of the Rust extension module (rust/python.rs); checked against the built module by
+``python -m mypy.stubtest enginespec._native`` (tests/run.sh).
+
+Strings cross the boundary through the filesystem encoding (surrogateescape), so argv read from
+``/proc`` with invalid UTF-8 round-trips as ``os.fsdecode`` gives it.
+"""
 
 from collections.abc import Sequence
+from typing import Literal, TypeAlias, final
 
-RawInvocation = tuple[int, str | None, list[str], str | None, int | None]
+__all__ = ["Matcher", "Scanner"]
 
+# The aliases are the stub's alone (private names: the module has no such attributes).
+
+#: (engine index, model, served names, host, port): what argv says about one engine server.
+#: The engine index is the position of its signature in the JSON the object was built from.
+_RawInvocation: TypeAlias = tuple[int, str | None, list[str], str | None, int | None]
+
+#: (pid, start time, ppid, argv, facts, exe, descendants, parent argv, listen ports) of one
+#: engine server process. The start time is in epoch seconds; descendants (for engines that fold
+#: their workers) and listen ports are sorted.
+_RawProcess: TypeAlias = tuple[
+    int, float, int, list[str], _RawInvocation, str | None, list[int], list[str], list[int]
+]
+
+@final
 class Matcher:
-    """Engine signatures (JSON from ``signatures_json``) compiled once; classifies argv."""
+    """Engine signatures (JSON from ``signatures_json``) compiled once; classifies argv.
 
-    def __init__(self, signatures_json: str) -> None: ...
-    def engines(self) -> list[str]: ...
-    def parse(self, argv: Sequence[str]) -> RawInvocation | None:
-        """(engine index, model, served names, host, port) for a server's argv, else None."""
+    Raises ``ValueError`` for signatures that are not valid JSON or not valid signatures.
+    """
 
-RawFacts = tuple[int, str | None, list[str], str | None, int | None]
-#: (pid, start time, ppid, argv, facts, exe, descendants, parent argv, listen ports)
-RawProcess = tuple[int, float, int, list[str], RawFacts, str | None, list[int], list[str], list[int]]
+    def __new__(cls, signatures_json: str) -> Matcher: ...
+    def parse(self, argv: Sequence[str]) -> _RawInvocation | None:
+        """The facts of a server's argv, or None when argv launches no known engine server."""
 
+@final
 class Scanner:
-    """Incremental /proc scanner (Linux only); the GIL is released during ``scan``."""
+    """Incremental scanner of every engine server on the host; the GIL is released during ``scan``.
 
-    def __init__(
-        self, signatures_json: str, wrappers: list[str], young_seconds: float, listen_ports: bool
-    ) -> None: ...
-    def scan(self) -> list[RawProcess]: ...
+    ``source`` is ``"procfs"`` (Linux's default: the incremental ``/proc`` reader) or
+    ``"sysinfo"`` (the default elsewhere). Raises ``ValueError`` for invalid signatures, a
+    negative or non-finite duration, or an unknown source.
+    """
+
+    def __new__(
+        cls,
+        signatures_json: str,
+        wrappers: Sequence[str],
+        young_seconds: float,
+        refresh_seconds: float,
+        listen_ports: bool,
+        source: Literal["procfs", "sysinfo"] | None = None,
+    ) -> Scanner: ...
+    def scan(self) -> list[_RawProcess]:
+        """Every engine server now running, by pid. Never raises because of a process."""
     def stats(self) -> tuple[int, int, int, int, int, bool, int]:
         """(scanned, new, vanished, unreadable, reread, full_recheck, known) of the last scan."""

@@ -31,7 +31,8 @@ def basename(path: str) -> str:
     return name
 
 
-def _looks_like_flag(token: str) -> bool:
+def looks_like_flag(token: str) -> bool:
+    """A flag, not a value: a leading dash, but not argparse's negative numbers (``-1``, ``-.5``)."""
     return len(token) > 1 and token[0] == "-" and not _NEGATIVE_NUMBER.fullmatch(token)
 
 
@@ -150,7 +151,7 @@ class Matcher:
                 if form.positional_model and positional is None and i < n:
                     positional = argv[i]
                 break
-            if not _looks_like_flag(token):
+            if not looks_like_flag(token):
                 if form.positional_model and positional is None:
                     positional = token
                 continue
@@ -169,10 +170,10 @@ class Matcher:
                 values = []
             elif flag in sig.multi_value_flags:
                 values = []
-                while i < n and not _looks_like_flag(argv[i]) and argv[i] != "--":
+                while i < n and not looks_like_flag(argv[i]) and argv[i] != "--":
                     values.append(argv[i])
                     i += 1
-            elif i < n and not _looks_like_flag(argv[i]):
+            elif i < n and not looks_like_flag(argv[i]):
                 values = [argv[i]]
                 i += 1
             else:

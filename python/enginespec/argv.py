@@ -4,18 +4,27 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from enginespec._backend import MatcherType
-from enginespec.engines import all_signatures
+from enginespec._pymatcher import looks_like_flag
+from enginespec.definition import EngineDefinition
+from enginespec.display import literal
+from enginespec.masking import REDACTED, is_secret_name
+from enginespec.registry import all_signatures, find_engine
 from enginespec.signature import Signature, signatures_json
+from enginespec.urls import base_url, unix_socket_url
 
 
 class Invocation(BaseModel):
     """What a server's argv says. ``host``/``port`` are exactly as given (``None`` when absent);
-    ``effective_host``/``effective_port`` fill in the engine's defaults. ``model`` is ``None`` when
-    argv does not name it (``--config file.yaml``, llama-server router mode): never guessed."""
+    ``effective_host``/``effective_port`` fill in the engine's defaults, except that a port argv
+    gives but that is no port (``99999``, ``$PORT``) leaves ``effective_port`` ``None``: it is not
+    the default. ``problems`` says what argv gives that cannot be used (an invalid port, a host
+    that is not an address). ``model`` is ``None`` when argv does not name it (``--config
+    file.yaml``, llama-server router mode): never guessed."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -25,7 +34,8 @@ class Invocation(BaseModel):
     host: str | None
     port: int | None
     effective_host: str
-    effective_port: int
+    effective_port: int | None
+    problems: tuple[str, ...] = ()
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -81,48 +91,117 @@ def parse_argv(argv: Sequence[str]) -> Invocation | None:
         return None
     index, model, served, host, port = raw
     signature = compiled.signatures[index]
+    where = endpoint(find_engine(signature.engine), tokens, host, port)
     return Invocation(
         engine=signature.engine,
         model=model,
         served_model_names=tuple(served),
         host=host,
         port=port,
-        effective_host=host or signature.default_host,
-        effective_port=signature.default_port if port is None else port,
+        effective_host=where.effective_host,
+        effective_port=where.effective_port,
+        problems=where.problems,
     )
 
 
-REDACTED = "***"
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a server listens, as its argv and its engine's defaults say, and the URL that
+    reaches it (``None`` when argv gives no usable address)."""
+
+    effective_host: str
+    effective_port: int | None
+    base_url: str | None
+    problems: tuple[str, ...]
+
+
+def endpoint(engine: EngineDefinition, argv: Sequence[str], host: str | None, port: int | None) -> Endpoint:
+    """The endpoint of a server of ``engine`` whose argv gave ``host`` and ``port`` (as parsed)."""
+    signature = engine.signature
+    problems: list[str] = []
+    effective_host = host or signature.default_host
+    effective_port: int | None = signature.default_port if port is None else port
+    if port is None:
+        given = next(
+            (
+                v
+                for f in signature.port_flags
+                if (v := flag_value(argv, signature, f, empty=True)) is not None
+            ),
+            None,
+        )
+        if given is not None:
+            effective_port = None
+            problems.append(f"port '{literal(given)}' is not a port number (1-65535)")
+    elif port == 0:
+        effective_port = None
+        problems.append("port 0 (any free port) says nothing about where it listens")
+    socket_flag = engine.serving.socket_flag
+    socket = flag_value(argv, signature, socket_flag) if socket_flag else None
+    if socket is not None:
+        url = unix_socket_url(socket)
+        if url is None:
+            problems.append(f"socket path '{literal(socket)}' is not an absolute, printable path")
+    else:
+        url = base_url(effective_host, effective_port, sockets=engine.serving.socket_host)
+        if url is None and effective_port is not None:
+            problems.append(f"host '{literal(effective_host)}' is not an address")
+    return Endpoint(effective_host, effective_port, url, tuple(problems))
+
+
+def _secret_flag(signature: Signature, name: str) -> bool:
+    canonical = signature.canonical(name)
+    if canonical in signature.secret_flags:
+        return True
+    if canonical in signature.no_value_flags or not looks_like_flag(name):
+        return False
+    if is_secret_name(canonical):
+        return True
+    # An abbreviation argparse would expand: `--api-ke` for `--api-key` (three letters at least).
+    return (
+        signature.abbreviations
+        and canonical.startswith("--")
+        and len(canonical) >= 5
+        and any(flag.startswith(canonical) for flag in signature.secret_flags)
+    )
 
 
 def redact_argv(argv: Sequence[str], engine: str | None = None) -> list[str]:
-    """argv with the values of secret flags (``--api-key``, ``--hf-token``, ...) replaced by ``***``.
+    """argv with the values of secret flags replaced by ``***``: the engine's ``secret_flags``
+    (every value of one that takes several), any flag whose name says secret (``--*-token``,
+    ``--*-key``, ``--password``), and their argparse abbreviations where the engine allows them.
+    A secret flag followed by another flag has no value, so nothing else is hidden.
 
-    ``engine`` picks whose secret flags apply; by default the engine argv is recognised as, or every
+    ``engine`` picks whose flags apply; by default the engine argv is recognised as, or every
     known engine's when it is none of them.
     """
-    from enginespec.engines import all_signatures, get_engine_spec
-
     if engine is None:
         invocation = parse_argv(argv)
         engine = invocation.engine if invocation else None
-    signatures = (get_engine_spec(engine).signature,) if engine else all_signatures()
+    signatures = (find_engine(engine).signature,) if engine else all_signatures()
     out = list(argv)
-    for index, token in enumerate(out):
-        name, eq, _value = token.partition("=")
-        for signature in signatures:
-            if signature.canonical(name) not in signature.secret_flags:
-                continue
-            if eq:
-                out[index] = f"{name}={REDACTED}"
-            elif index + 1 < len(out):
-                out[index + 1] = REDACTED
-            break
+    index = 0
+    while index < len(out):
+        name, eq, _value = out[index].partition("=")
+        secret = next((sig for sig in signatures if _secret_flag(sig, name)), None)
+        index += 1
+        if secret is None:
+            continue
+        if eq and name.startswith("--"):
+            out[index - 1] = f"{name}={REDACTED}"
+            continue
+        several = secret.canonical(name) in secret.multi_value_flags
+        while index < len(out) and not looks_like_flag(out[index]):
+            out[index] = REDACTED
+            index += 1
+            if not several:
+                break
     return out
 
 
-def flag_value(argv: Sequence[str], signature: Signature, flag: str) -> str | None:
-    """The value of the last occurrence of a flag (any spelling the engine accepts), or None."""
+def flag_value(argv: Sequence[str], signature: Signature, flag: str, *, empty: bool = False) -> str | None:
+    """The value of the last occurrence of a flag (any spelling the engine accepts), or None (also
+    for an empty value, unless ``empty``)."""
     wanted = signature.canonical(flag)
     value: str | None = None
     for index, token in enumerate(argv):
@@ -133,7 +212,7 @@ def flag_value(argv: Sequence[str], signature: Signature, flag: str) -> str | No
             value = inline
         elif index + 1 < len(argv):
             value = argv[index + 1]
-    return value or None
+    return value if value or empty else None
 
 
 def detect_engine(argv: Sequence[str]) -> str | None:

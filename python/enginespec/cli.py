@@ -7,60 +7,81 @@ import json
 import shlex
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from enginespec import BACKEND, __version__
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from enginespec._backend import BACKEND
 from enginespec.argv import parse_argv, redact_argv
+from enginespec.config import Config
+from enginespec.display import literal, literal_lines
+from enginespec.engines import all_engine_specs, engine_ids, get_engine_spec
+from enginespec.errors import (
+    CommandError,
+    HelpError,
+    InstallError,
+    InvalidInputError,
+    RecipeFileError,
+    UnknownEngineError,
+)
+from enginespec.health import check_all, check_health
+from enginespec.installing import InstallOptions, ProgressEvent
+from enginespec.recipe import Recipe
+from enginespec.scanning import EngineProcess, Scanner
+from enginespec.spec import EngineSpec
+from enginespec.version import __version__
 
-if TYPE_CHECKING:
-    from enginespec.recipe import Config
-    from enginespec.spec import EngineSpec
+
+def _fail(command: str, message: object) -> None:
+    """One line on stderr, shown literally (messages may quote argv, paths or a server's words)."""
+    print(f"enginespec {command}: {literal(str(message))}", file=sys.stderr)
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
 
 
 def _cmd_parse(args: argparse.Namespace) -> int:
     invocation = parse_argv(args.argv)
     if invocation is None:
-        shown = shlex.join(redact_argv(args.argv))
-        print(f"enginespec parse: not a server of a known engine: {shown}", file=sys.stderr)
+        _fail("parse", f"not a server of a known engine: {shlex.join(redact_argv(args.argv))}")
         return 1
     print(invocation.model_dump_json(indent=2))
     return 0
 
 
 def _cmd_command(args: argparse.Namespace) -> int:
-    from enginespec.engines import get_engine_spec
-    from enginespec.recipe import Recipe, RecipeFileError
-    from enginespec.spec import CommandError
-
     try:
         recipe = Recipe.from_file(args.recipe)
         command = get_engine_spec(recipe.engine).plan(recipe, strict=args.strict)
     except (RecipeFileError, CommandError) as err:
-        print(f"enginespec command: {err}", file=sys.stderr)
+        _fail("command", err)
         return 2
-    if args.json:
-        document = command.model_dump(mode="json")
-        document["argv"] = command.redacted_argv()
-        print(json.dumps(document, indent=2))
+    if args.json:  # the dump masks secrets (argv values, env_vars whose names say secret)
+        print(command.model_dump_json(indent=2))
         return 0
-    for name, value in command.env.items():
-        print(f"export {name}={shlex.quote(value)}")
-    print(command.shell())
+    for name, value in command.redacted_env().items():
+        print(literal(f"export {name}={shlex.quote(value)}"))
+    print(literal(command.shell()))
     for warning in command.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {literal(warning)}", file=sys.stderr)
     if command.injected_flags:
-        print(f"note: injected by defaults: {' '.join(command.injected_flags)}", file=sys.stderr)
+        print(f"note: injected by defaults: {literal(' '.join(command.injected_flags))}", file=sys.stderr)
     return 0
 
 
 def _cmd_ps(args: argparse.Namespace) -> int:
-    from enginespec.scanning import Scanner
-
     processes = Scanner(listen_ports=True).scan()
     healths = None
     if not args.no_health:
-        from enginespec.health import check_all
-
         healths = check_all(processes, timeout=args.timeout)
     if args.json:
         documents = [p.model_dump(mode="json") for p in processes]
@@ -68,9 +89,8 @@ def _cmd_ps(args: argparse.Namespace) -> int:
             document["health"] = health.model_dump(mode="json")
         print(json.dumps(documents, indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
 
+    # Every cell is plain Text shown literally: argv can carry rich markup and terminal escapes.
     table = Table(box=None, header_style="bold")
     columns = ["PID", "ENGINE", "MODEL", "SERVED AS", "URL", "WORKERS", "SUPERVISOR", "LISTENING"]
     for column in columns + (["HEALTH"] if healths is not None else []):
@@ -81,16 +101,17 @@ def _cmd_ps(args: argparse.Namespace) -> int:
             p.engine,
             p.model or "?",
             ", ".join(p.served_model_names) or "-",
-            p.base_url,
+            p.base_url or "-",
             str(len(p.worker_pids)),
             p.supervisor or "-",
             ", ".join(map(str, p.listen_ports)) or "-",
         ]
         if healths is not None:
             row.append(healths[index].state)
-        table.add_row(*row)
+        table.add_row(*(Text(literal(cell)) for cell in row))
     # Piped output is not cut to 80 columns: scripts grep it, people page it.
-    console = Console() if sys.stdout.isatty() else Console(width=1000)
+    width = None if sys.stdout.isatty() else 1000
+    console = Console(width=width, markup=False, highlight=False, emoji=False)
     if processes:
         console.print(table)
     else:
@@ -99,104 +120,98 @@ def _cmd_ps(args: argparse.Namespace) -> int:
 
 
 def _cmd_health(args: argparse.Namespace) -> int:
-    from enginespec.engines import engine_ids
-    from enginespec.health import check_health
-    from enginespec.scanning import EngineProcess, Scanner
-
     target: EngineProcess | str
     if args.target.isdigit():
         pid = int(args.target)
         found = [p for p in Scanner(listen_ports=False).scan() if p.pid == pid or pid in p.worker_pids]
         if not found:
-            print(f"enginespec health: pid {pid} is not an engine server on this host", file=sys.stderr)
+            _fail("health", f"pid {pid} is not an engine server on this host")
             return 2
         target = found[0]
     elif args.target in engine_ids():
         if not args.url:
-            print(f"enginespec health: give the URL of the {args.target} server", file=sys.stderr)
+            _fail("health", f"give the URL of the {args.target} server")
             return 2
         target = args.target
     else:
-        known = ", ".join(engine_ids())
-        print(f"enginespec health: {args.target!r} is neither a pid nor an engine ({known})", file=sys.stderr)
+        _fail("health", f"{args.target!r} is neither a pid nor an engine ({', '.join(engine_ids())})")
         return 2
     try:
         health = check_health(
             target, args.url, timeout=args.timeout, verify_identity=args.verify_identity, deep=args.deep
         )
-    except ValueError as err:
-        print(f"enginespec health: {err}", file=sys.stderr)
+    except InvalidInputError as err:
+        _fail("health", err)
         return 2
     if args.json:
         print(health.model_dump_json(indent=2))
     else:
         latency = f" in {health.latency * 1000:.0f} ms" if health.latency is not None else ""
         reason = f": {health.reason}" if health.reason else ""
-        print(f"{health.engine} {health.base_url} {health.state}{reason}{latency}")
+        print(literal(f"{health.engine} {health.base_url or '-'} {health.state}{reason}{latency}"))
     return 0 if health.ready else 1
 
 
 def _config(args: argparse.Namespace) -> Config:
-    from enginespec.recipe import Config
-
     return Config(data_dir=args.data_dir) if args.data_dir else Config()
 
 
-def _engine(name: str) -> EngineSpec | None:
-    from enginespec.engines import engine_ids, get_engine_spec
-
-    if name not in engine_ids():
-        print(
-            f"enginespec: unknown engine {name!r}; known engines: {', '.join(engine_ids())}", file=sys.stderr
-        )
+def _engine(command: str, name: str) -> EngineSpec | None:
+    try:
+        return get_engine_spec(name)
+    except UnknownEngineError as err:
+        _fail(command, err)
         return None
-    return get_engine_spec(name)
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from enginespec.runtimes import InstallError, InstallOptions, ProgressEvent
-    from enginespec.spec import CommandError
-
-    spec = _engine(args.engine)
+    spec = _engine(args.command, args.engine)
     if spec is None:
         return 2
     with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True
+        SpinnerColumn(),
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        TimeElapsedColumn(),
+        transient=True,
     ) as bar:
         task = bar.add_task(f"installing {spec.id}", total=None)
 
         def progress(event: ProgressEvent) -> None:
-            text = f"{event.phase.replace('_', ' ')}: {event.message}"[:100]
+            text = literal(f"{event.phase.replace('_', ' ')}: {event.message}")[:100]
             bar.update(task, description=text, completed=event.fraction, total=1 if event.fraction else None)
 
-        options = InstallOptions(version=args.version, python_path=args.python, progress=progress)
         try:
+            options = InstallOptions(
+                version=args.version,
+                python_path=args.python,
+                progress=progress,
+                source=args.source,
+                ref=args.ref,
+                index_url=args.index_url,
+                find_links=tuple(args.find_links),
+            )
             result = spec.install(options, _config(args))
-        except CommandError as err:
-            print(f"enginespec install: {err}", file=sys.stderr)
+        except InvalidInputError as err:
+            _fail("install", err)
             return 2
         except InstallError as err:
-            print(f"enginespec install: {err}", file=sys.stderr)
+            _fail("install", err)
             if err.command:
-                print(f"command: {shlex.join(err.command)}", file=sys.stderr)
+                print(f"command: {literal(shlex.join(err.command))}", file=sys.stderr)
             for line in err.output_tail[-15:]:
-                print(f"  {line}", file=sys.stderr)
+                print(f"  {literal(line)}", file=sys.stderr)
             return 1
     state = "already installed" if result.already_installed else "installed"
-    print(
-        f"{spec.id} {result.version} {state} ({result.location}: {result.python_path or result.binary_path})"
-    )
+    where = result.python_path or result.binary_path
+    print(literal(f"{spec.id} {result.version} {state} ({result.location}: {where})"))
     return 0
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from enginespec.engines import all_engine_specs
-
     specs = all_engine_specs()
     if args.engine:
-        spec = _engine(args.engine)
+        spec = _engine(args.command, args.engine)
         if spec is None:
             return 2
         specs = (spec,)
@@ -206,20 +221,21 @@ def _cmd_info(args: argparse.Namespace) -> int:
         return 0
     for info in infos:
         where = info.python_path or info.binary_path or "-"
-        print(f"{info.engine:<10} {info.version or 'not installed':<18} {info.location:<8} {where}")
+        print(literal(f"{info.engine:<10} {info.version or 'not installed':<18} {info.location:<8} {where}"))
     return 0
 
 
 def _cmd_help(args: argparse.Namespace) -> int:
-    from enginespec.spec import CommandError
-
-    spec = _engine(args.engine)
+    spec = _engine(args.command, args.engine)
     if spec is None:
         return 2
     try:
-        print(spec.get_config_help(_config(args)).text)
-    except CommandError as err:
-        print(f"enginespec help: {err}", file=sys.stderr)
+        print(literal_lines(spec.get_config_help(_config(args)).text))
+    except InvalidInputError as err:
+        _fail("help", err)
+        return 2
+    except HelpError as err:
+        _fail("help", err)
         return 1
     return 0
 
@@ -245,7 +261,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     ps.add_argument("--json", action="store_true", help="print a JSON list of EngineProcess objects")
     ps.add_argument("--no-health", action="store_true", help="skip the health checks")
-    ps.add_argument("--timeout", type=float, default=2.0, help="health request timeout (seconds)")
+    ps.add_argument("--timeout", type=_positive_seconds, default=2.0, help="health request timeout (seconds)")
     ps.set_defaults(handler=_cmd_ps)
     health = commands.add_parser(
         "health",
@@ -255,7 +271,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     health.add_argument("target", help="pid, or engine id (vllm, sglang, llamacpp, mlx, ...)")
     health.add_argument("url", nargs="?", help="base URL when TARGET is an engine id")
-    health.add_argument("--timeout", type=float, default=2.0, help="request timeout (seconds)")
+    health.add_argument("--timeout", type=_positive_seconds, default=2.0, help="request timeout (seconds)")
     health.add_argument("--verify-identity", action="store_true", help="check /v1/models serves the model")
     health.add_argument("--deep", action="store_true", help="also ask for a one-token completion")
     health.add_argument("--json", action="store_true", help="print the Health as JSON")
@@ -264,6 +280,12 @@ def _parser() -> argparse.ArgumentParser:
     install.add_argument("engine")
     install.add_argument("--version", help="PEP 440 version or specifier (e.g. 0.10.2, '>=0.10,<0.12')")
     install.add_argument("--python", help="install into this interpreter instead of the managed venv")
+    install.add_argument("--source", help="binary engines: a source tree, archive or git URL to build from")
+    install.add_argument("--ref", help="with a git --source: the branch or tag to build")
+    install.add_argument("--index-url", help="the package index to install from (e.g. a CPU wheel index)")
+    install.add_argument(
+        "--find-links", action="append", default=[], help="a directory or page of wheels (repeatable)"
+    )
     install.set_defaults(handler=_cmd_install)
     info = commands.add_parser("info", help="what is installed, where, and which version")
     info.add_argument("engine", nargs="?")

@@ -1,8 +1,10 @@
 """Health and readiness of engine servers over HTTP (httpx), understanding each engine's answers.
 
 The probe logic is written once, as a generator that yields the requests it needs and receives
-their replies (`_probe`); a sync driver (`httpx.Client`) and an async one (`httpx.AsyncClient`)
-run it. What each engine's answers mean lives in its EngineSpec (`classify_health`).
+their replies (`_probe`), and is driven by one runner over `httpx.AsyncClient` that bounds each
+whole request (a server that trickles bytes cannot stall it). The sync functions run that same
+runner on a private event loop, so both forms behave alike. What each engine's answers mean lives
+in its EngineSpec (`classify_health`).
 """
 
 from __future__ import annotations
@@ -13,74 +15,36 @@ import json
 import ssl
 import subprocess
 import time
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Coroutine, Generator, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import httpx
-from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-from enginespec.engines import get_engine_spec
+from enginespec.definition import EngineDefinition
+from enginespec.errors import EngineExited, InvalidInputError, NotReady
+from enginespec.registry import find_engine
 from enginespec.scanning import EngineProcess, process_alive
-from enginespec.spec import EngineSpec, HealthState
-from enginespec.urls import UNIX_SCHEME
-
-
-class Health(BaseModel):
-    """One health check. ``state``: ``ready`` (serving), ``loading`` (model loading), ``starting``
-    (process up, not answering yet), ``unhealthy`` (answers an error, hangs, or serves another
-    model), ``down`` (process gone or nothing listening), ``unknown`` (answers we cannot read)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    engine: str
-    base_url: str
-    state: HealthState
-    http_status: int | None = None
-    #: seconds the health request took, ``None`` when it got no answer.
-    latency: float | None = None
-    #: model ids from ``/v1/models`` when they were asked for.
-    model_ids: tuple[str, ...] = ()
-    reason: str = ""
-    #: digest of the health answer's body, so waiting can tell a changing answer (progress).
-    _answer: int = PrivateAttr(default=0)
-
-    @property
-    def ready(self) -> bool:
-        return self.state == "ready"
-
-
-class EngineExited(RuntimeError):
-    """The engine's process ended while waiting for it to become ready."""
-
-    def __init__(self, message: str, returncode: int | None, last: Health | None) -> None:
-        super().__init__(message)
-        self.returncode = returncode
-        self.last = last
-
-
-class NotReady(TimeoutError):
-    """The engine did not become ready in time (or stopped making progress)."""
-
-    def __init__(self, message: str, last: Health | None) -> None:
-        super().__init__(message)
-        self.last = last
+from enginespec.status import Health, HealthState
+from enginespec.urls import UNIX_SCHEME, checked_url
 
 
 @dataclass(frozen=True)
 class _Target:
-    spec: EngineSpec
-    base_url: str
+    spec: EngineDefinition
+    base_url: str | None
     process: EngineProcess | None
     api_key: str | None
     expected_names: tuple[str, ...]
 
     def endpoint(self) -> tuple[str, str | None]:
-        """(http base URL, unix socket path or None)."""
-        if self.base_url.startswith(UNIX_SCHEME):
-            return "http://localhost", unquote(urlsplit(self.base_url).netloc)
-        return self.base_url.rstrip("/"), None
+        """(http base URL, unix socket path or None); the probe asks for no request without one."""
+        url = self.base_url or ""
+        if url.startswith(UNIX_SCHEME):
+            return "http://localhost", unquote(urlsplit(url).netloc)
+        return url.rstrip("/"), None
 
 
 @dataclass(frozen=True)
@@ -102,19 +66,19 @@ class _Reply:
 
 
 _Probe = Generator[_Request, _Reply, Health]
+_Result = TypeVar("_Result")
 
 
 def _resolve(target: EngineProcess | str, base_url: str | None, api_key: str | None) -> _Target:
     if isinstance(target, EngineProcess):
-        spec = get_engine_spec(target.engine)
+        spec = find_engine(target.engine)
         expected = target.served_model_names or ((target.model,) if target.model else ())
-        key = api_key or target.secret_api_key() or target.environ_api_key(spec.api_key_env)
-        return _Target(spec, base_url or target.base_url, target, key, expected)
+        key = api_key or target.secret_api_key() or target.environ_api_key(spec.serving.api_key_env)
+        url = checked_url(base_url) if base_url is not None else target.base_url
+        return _Target(spec, url, target, key, expected)
     if base_url is None:
-        raise ValueError(f"base_url: needed to check engine {target!r} without a process")
-    if not base_url.startswith(("http://", "https://", UNIX_SCHEME)):
-        raise ValueError(f"base_url: {base_url!r} must start with http://, https:// or {UNIX_SCHEME}")
-    return _Target(get_engine_spec(target), base_url, None, api_key, ())
+        raise InvalidInputError(f"base_url: needed to check engine {target!r} without a process")
+    return _Target(find_engine(target), checked_url(base_url), None, api_key, ())
 
 
 def _model_ids(body: bytes) -> tuple[str, ...] | None:
@@ -143,23 +107,26 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
 
     if t.process is not None and not process_alive(t.process):
         return health("down", "process is gone")
-    reply = yield _Request("GET", t.spec.health_path)
+    if t.base_url is None:
+        problems = "; ".join(t.process.problems) if t.process else "no address"
+        return health("unknown", f"no usable listen address: {problems}")
+    reply = yield _Request("GET", t.spec.serving.health_path)
     if reply.failure == "refused":
         if t.process is not None:
             return health("starting", "process is up, not accepting connections yet")
         return health("down", f"nothing listening ({reply.detail})")
     if reply.failure == "timeout":
-        return health("unhealthy", f"no answer from {t.spec.health_path} within {timeout:g}s")
+        return health("unhealthy", f"no answer from {t.spec.serving.health_path} within {timeout:g}s")
     if reply.failure is not None or reply.status is None:
-        return health("unknown", f"{t.spec.health_path}: {reply.detail}")
+        return health("unknown", f"{t.spec.serving.health_path}: {reply.detail}")
     state, reason = t.spec.classify_health(reply.status, reply.body)
     first = reply
-    if state != "ready" or not (verify_identity or deep or t.spec.readiness_needs_models):
+    if state != "ready" or not (verify_identity or deep or t.spec.serving.readiness_needs_models):
         return health(state, reason, first)
     models = yield _Request("GET", "/v1/models", authorized=True)
     ids = _model_ids(models.body) if models.status == 200 else None
     if ids is None:
-        if t.spec.readiness_needs_models:
+        if t.spec.serving.readiness_needs_models:
             detail = models.detail or f"HTTP {models.status}"
             return health("loading", f"/health is up but /v1/models is not ({detail})", first)
         if models.status in (401, 403):
@@ -199,11 +166,6 @@ def _tls() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def _client_args(t: _Target, timeout: float) -> tuple[str, dict[str, Any]]:
-    url, socket = t.endpoint()
-    return url, {"timeout": httpx.Timeout(timeout), "uds": socket}
-
-
 def _advance(probe: _Probe, reply: _Reply | None) -> _Request | Health:
     """The probe's next request, or its verdict."""
     try:
@@ -213,35 +175,13 @@ def _advance(probe: _Probe, reply: _Reply | None) -> _Request | Health:
         return result
 
 
-def _run_sync(t: _Target, probe: _Probe, timeout: float) -> Health:
+async def _run(t: _Target, probe: _Probe, timeout: float) -> Health:
     step = _advance(probe, None)
     if isinstance(step, Health):
         return step
-    url, options = _client_args(t, timeout)
-    with httpx.Client(
-        transport=httpx.HTTPTransport(uds=options["uds"], verify=_tls()), timeout=options["timeout"]
-    ) as client:
-        while isinstance(step, _Request):
-            started = time.perf_counter()
-            try:
-                response = client.request(
-                    step.method, url + step.path, headers=_headers(t, step), json=step.body
-                )
-                reply = _Reply(response.status_code, response.content, time.perf_counter() - started)
-            except httpx.HTTPError as err:
-                failure, detail = _failure(err)
-                reply = _Reply(failure=failure, detail=detail)
-            step = _advance(probe, reply)
-    return step
-
-
-async def _run_async(t: _Target, probe: _Probe, timeout: float) -> Health:
-    step = _advance(probe, None)
-    if isinstance(step, Health):
-        return step
-    url, options = _client_args(t, timeout)
-    transport = httpx.AsyncHTTPTransport(uds=options["uds"], verify=_tls())
-    async with httpx.AsyncClient(transport=transport, timeout=options["timeout"]) as client:
+    url, socket = t.endpoint()
+    transport = httpx.AsyncHTTPTransport(uds=socket, verify=_tls())
+    async with httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(timeout)) as client:
         while isinstance(step, _Request):
             started = time.perf_counter()
             request = client.request(step.method, url + step.path, headers=_headers(t, step), json=step.body)
@@ -275,7 +215,7 @@ def check_health(
     printed or logged. Never raises for what the server does.
     """
     t = _resolve(target, base_url, api_key)
-    return _run_sync(t, _probe(t, verify_identity, deep, timeout), timeout)
+    return _blocking(_run(t, _probe(t, verify_identity, deep, timeout), timeout))
 
 
 async def check_health_async(
@@ -289,7 +229,7 @@ async def check_health_async(
 ) -> Health:
     """Async twin of :func:`check_health`."""
     t = _resolve(target, base_url, api_key)
-    return await _run_async(t, _probe(t, verify_identity, deep, timeout), timeout)
+    return await _run(t, _probe(t, verify_identity, deep, timeout), timeout)
 
 
 def _progress_key(health: Health) -> tuple[object, ...]:
@@ -419,11 +359,15 @@ def check_all(
     job = check_all_async(
         list(processes), concurrency=concurrency, timeout=timeout, verify_identity=verify_identity
     )
+    return _blocking(job)
+
+
+def _blocking(job: Coroutine[Any, Any, _Result]) -> _Result:
+    """Runs a coroutine to completion from sync code (in a worker thread if this thread already
+    runs an event loop)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(job)
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, job).result()

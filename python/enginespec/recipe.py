@@ -1,4 +1,4 @@
-"""The common Recipe every engine builds its serve command from, and the process-wide Config."""
+"""The common Recipe every engine builds its serve command from."""
 
 from __future__ import annotations
 
@@ -6,12 +6,25 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+)
+
+from enginespec._pymatcher import looks_like_flag
+from enginespec.errors import RecipeFileError
+from enginespec.masking import REDACTED, is_secret_name, mask_mapping
+from enginespec.registry import engine_ids
 
 #: A value of ``extra_args``: scalars, lists of scalars, or a JSON object.
 ExtraScalar = str | int | float | bool | None
@@ -19,7 +32,19 @@ ExtraValue = ExtraScalar | list[ExtraScalar] | dict[str, Any]
 
 _EXTRA_KEY = re.compile(r"^-{0,2}[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_OVERRIDE_ENV = re.compile(r"^ENGINESPEC_([A-Z0-9_]+)_(PYTHON|BIN)$")
+#: string fields whose value becomes an argv element after a flag.
+_FLAG_VALUE_FIELDS = (
+    "model_path",
+    "served_model_name",
+    "host",
+    "kv_cache_dtype",
+    "dtype",
+    "quantization",
+    "tool_call_parser",
+    "reasoning_parser",
+    "chat_template",
+    "api_key",
+)
 
 
 class NativeRuntime(BaseModel):
@@ -50,7 +75,9 @@ class Recipe(BaseModel):
     """What to serve and how, independent of the engine. Unset fields emit nothing, so the
     engine's own default applies; a field the engine has no flag for is dropped with a warning."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Inputs are never echoed by pydantic's own messages (they may hold secrets); see
+    # describe_validation_error for the one-line form that names field and value.
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     engine: str = Field(min_length=1)
     model_path: str = Field(min_length=1)
@@ -73,8 +100,8 @@ class Recipe(BaseModel):
     tool_call_parser: str | None = Field(default=None, min_length=1)
     reasoning_parser: str | None = Field(default=None, min_length=1)
     chat_template: str | None = Field(default=None, min_length=1)
-    #: secret: never printed by enginespec (argv outputs redact it).
-    api_key: str | None = Field(default=None, min_length=1, repr=False)
+    #: secret: masked in every repr and dump; ``api_key.get_secret_value()`` is the real one.
+    api_key: SecretStr | None = None
     #: GPU indices made visible to the engine (CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES).
     visible_devices: tuple[int, ...] | None = None
     accelerator: Literal["cuda", "rocm"] = "cuda"
@@ -84,12 +111,24 @@ class Recipe(BaseModel):
     binary_path: str | None = Field(default=None, min_length=1)
     runtime: Runtime = Field(default_factory=NativeRuntime)
 
-    @field_validator("model_path", "served_model_name")
+    @field_validator(*_FLAG_VALUE_FIELDS)
     @classmethod
-    def _not_flag_like(cls, value: str | None) -> str | None:
-        # A leading dash would be read as a flag by every engine's argument parser.
-        if value is not None and value.startswith("-"):
-            raise ValueError(f"{value!r} starts with '-' and would be taken for a flag")
+    def _not_flag_like(cls, value: str | SecretStr | None, info: ValidationInfo) -> str | SecretStr | None:
+        # A leading dash would be read as a flag by every engine's argument parser
+        # (`--host --help`, `--api-key -a` swallowing the next flag).
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if text is not None and text.startswith("-"):
+            shown = REDACTED if isinstance(value, SecretStr) else repr(text)
+            raise ValueError(f"{shown} starts with '-' and would be taken for a flag")
+        if isinstance(value, SecretStr) and not text:
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        if value not in engine_ids():
+            raise ValueError(f"engine {value!r} is not one of {', '.join(engine_ids())}")
         return value
 
     @field_validator("runtime", mode="before")
@@ -104,9 +143,17 @@ class Recipe(BaseModel):
     @field_validator("extra_args")
     @classmethod
     def _check_extra_args(cls, value: Mapping[str, ExtraValue]) -> Mapping[str, ExtraValue]:
-        for key in value:
+        for key, item in value.items():
             if not _EXTRA_KEY.match(key):
                 raise ValueError(f"extra_args key {key!r} is not a flag name (letters, digits, - _ .)")
+            # A value that looks like a flag would become one (`{"lora-modules": ["a=b",
+            # "--trust-remote-code"]}`), past the key check and "a flag appears once".
+            for element in item if isinstance(item, list) else [item]:
+                if isinstance(element, str) and looks_like_flag(element):
+                    shown = REDACTED if is_secret_name(key) else repr(element)
+                    raise ValueError(
+                        f"extra_args[{key!r}]: {shown} starts with '-' and would be taken for a flag"
+                    )
         return dict(value)
 
     @field_validator("env_vars")
@@ -126,13 +173,14 @@ class Recipe(BaseModel):
             raise ValueError(f"visible_devices must be distinct GPU indices >= 0, got {list(value)}")
         return value
 
-    @model_validator(mode="after")
-    def _known_engine(self) -> Recipe:
-        from enginespec.engines import engine_ids
+    @field_serializer("env_vars", "extra_args")
+    def _masked(self, value: Mapping[str, Any]) -> dict[str, Any]:
+        # Secrets in a dump are masked; the attributes keep the real values for launching.
+        return mask_mapping(value)
 
-        if self.engine not in engine_ids():
-            raise ValueError(f"engine {self.engine!r} is not one of {', '.join(engine_ids())}")
-        return self
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, mask_mapping(value) if name in ("env_vars", "extra_args") else value
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Recipe:
@@ -154,10 +202,6 @@ class Recipe(BaseModel):
             raise RecipeFileError(f"{file}: {describe_validation_error(err)}") from None
 
 
-class RecipeFileError(ValueError):
-    """A recipe file that cannot be read, parsed or validated."""
-
-
 def _load_document(file: Path, text: str) -> Any:
     suffix = file.suffix.lower()
     try:
@@ -174,60 +218,38 @@ def _load_document(file: Path, text: str) -> Any:
         if suffix == ".json":
             return json.loads(text)
     except Exception as err:  # each parser has its own error type; all mean "not valid <format>"
-        raise RecipeFileError(f"{file}: invalid {suffix[1:].upper()}: {err}") from None
+        # Say where, never what: the parsers' messages may quote the line (and a secret on it).
+        raise RecipeFileError(f"{file}: invalid {suffix[1:].upper()}{_where(err)}") from None
     raise RecipeFileError(f"{file}: unknown recipe format {suffix!r} (use .toml, .yaml, .yml or .json)")
 
 
+def _where(err: Exception) -> str:
+    mark = getattr(err, "problem_mark", None)  # PyYAML
+    if mark is not None:
+        return f" at line {mark.line + 1}, column {mark.column + 1}"
+    line, column = getattr(err, "lineno", None), getattr(err, "colno", None)  # json, tomllib (3.14)
+    if isinstance(line, int) and isinstance(column, int):
+        return f" at line {line}, column {column}"
+    found = re.search(r"\(at line (\d+), column (\d+)\)", str(err))  # tomllib, tomli
+    return f" at line {found.group(1)}, column {found.group(2)}" if found else ""
+
+
 def describe_validation_error(err: ValidationError) -> str:
-    """One line per problem: ``field: message (got value)``; secrets are not echoed."""
+    """One line per problem: ``field: message (got value)``. Only a scalar value is shown, and
+    never one of a secret field (``api_key``, a secret ``extra_args`` flag or ``env_vars`` name) or
+    of an unknown field; a whole document or table is never echoed."""
     lines = []
     for problem in err.errors():
-        field = ".".join(str(part) for part in problem["loc"]) or "recipe"
-        shown = "***" if "api_key" in field else repr(problem.get("input"))
+        parts = [str(part) for part in problem["loc"]]
+        field = ".".join(parts) or "recipe"
         message = problem["msg"].removeprefix("Value error, ")
-        lines.append(f"{field}: {message} (got {shown})")
+        value = problem.get("input")
+        secret = any(part == "api_key" or is_secret_name(part) for part in parts)
+        if secret or problem["type"] == "extra_forbidden":
+            got = f" (got {REDACTED})"
+        elif isinstance(value, (str, int, float, bool)) and not isinstance(value, SecretStr):
+            got = f" (got {value!r})"
+        else:
+            got = ""
+        lines.append(f"{field}: {message}{got}")
     return "; ".join(lines)
-
-
-def _default_data_dir() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("enginespec", appauthor=False))
-
-
-class Config(BaseSettings):
-    """Process-wide settings, from ``ENGINESPEC_*`` environment variables.
-
-    ``ENGINESPEC_DATA_DIR`` sets the data directory (managed runtimes live under it);
-    ``ENGINESPEC_<ENGINE>_PYTHON`` and ``ENGINESPEC_<ENGINE>_BIN`` (e.g. ``ENGINESPEC_VLLM_PYTHON``,
-    ``ENGINESPEC_LLAMACPP_BIN``) override the interpreter or binary used for an engine.
-    """
-
-    model_config = SettingsConfigDict(env_prefix="ENGINESPEC_", frozen=True, extra="ignore")
-
-    data_dir: Path = Field(default_factory=_default_data_dir)
-    #: engine id -> interpreter; filled from ENGINESPEC_<ENGINE>_PYTHON when not given.
-    pythons: dict[str, Path] = Field(default_factory=dict)
-    #: engine id -> binary or console script; filled from ENGINESPEC_<ENGINE>_BIN when not given.
-    binaries: dict[str, Path] = Field(default_factory=dict)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _engine_overrides(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        pythons = dict(data.get("pythons") or {})
-        binaries = dict(data.get("binaries") or {})
-        for name, value in os.environ.items():
-            match = _OVERRIDE_ENV.match(name)
-            if match and value:
-                engine = match.group(1).lower()
-                target = pythons if match.group(2) == "PYTHON" else binaries
-                target.setdefault(engine, value)
-        data["pythons"], data["binaries"] = pythons, binaries
-        return data
-
-    def runtime_dir(self, engine: str) -> Path:
-        """Where the managed runtime of an engine lives."""
-        return self.data_dir / "runtimes" / engine

@@ -11,11 +11,10 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 from enginespec._backend import ScannerType
 from enginespec._pymatcher import basename
 from enginespec._pyscanner import RawProcess
-from enginespec.argv import Invocation, flag_value, redact_argv
-from enginespec.engines import all_engine_specs
+from enginespec.argv import Invocation, endpoint, flag_value, redact_argv
+from enginespec.definition import EngineDefinition
+from enginespec.registry import all_engines
 from enginespec.signature import signatures_json
-from enginespec.spec import EngineSpec
-from enginespec.urls import base_url, unix_socket_url
 
 #: Programs that commonly replace themselves with another program (`exec`): shells running a
 #: launch script, `env`, `nohup`, privilege and scheduling wrappers, container inits. A process
@@ -44,7 +43,8 @@ class EngineProcess(Invocation):
     pid: int
     start_time: float
     ppid: int
-    base_url: str
+    #: ``None`` when argv gives no usable address (see ``problems``).
+    base_url: str | None
     argv: tuple[str, ...]
     exe: str | None
     worker_pids: tuple[int, ...]
@@ -100,12 +100,12 @@ class ScanStats(BaseModel):
     known: int = 0
 
 
-def _supervisor(spec: EngineSpec, parent_argv: Sequence[str], parent_engine: str | None) -> str | None:
-    if parent_engine == spec.id and spec.nested_supervisor:
-        return spec.nested_supervisor
+def _supervisor(spec: EngineDefinition, parent_argv: Sequence[str], parent_engine: str | None) -> str | None:
+    if parent_engine == spec.id and spec.serving.nested_supervisor:
+        return spec.serving.nested_supervisor
     if not parent_argv:
         return None
-    return spec.supervisors.get(basename(parent_argv[0]))
+    return spec.serving.supervisors.get(basename(parent_argv[0]))
 
 
 class Scanner:
@@ -116,7 +116,7 @@ class Scanner:
     """
 
     def __init__(self, *, listen_ports: bool = True) -> None:
-        self._specs = all_engine_specs()
+        self._specs = all_engines()
         self._backend = ScannerType(
             signatures_json(spec.signature for spec in self._specs),
             list(EXEC_WRAPPERS),
@@ -168,11 +168,7 @@ class Scanner:
         pid, start_time, ppid, argv, facts, exe, descendants, parent_argv, ports = item
         index, model, served, host, port = facts
         spec = self._specs[index]
-        signature = spec.signature
-        effective_host = host or signature.default_host
-        effective_port = signature.default_port if port is None else port
-        socket = flag_value(argv, signature, spec.socket_flag) if spec.socket_flag else None
-        url = unix_socket_url(socket) if socket else base_url(effective_host, effective_port)
+        where = endpoint(spec, argv, host, port)
         process = EngineProcess(
             pid=pid,
             start_time=start_time,
@@ -182,17 +178,18 @@ class Scanner:
             served_model_names=tuple(served),
             host=host,
             port=port,
-            effective_host=effective_host,
-            effective_port=effective_port,
-            base_url=url,
+            effective_host=where.effective_host,
+            effective_port=where.effective_port,
+            problems=where.problems,
+            base_url=where.base_url,
             argv=tuple(redact_argv(argv, spec.id)),
             exe=exe,
             worker_pids=tuple(descendants),
             supervisor=_supervisor(spec, parent_argv, parent_engine),
             listen_ports=tuple(ports),
         )
-        if spec.api_key_flag:
-            process._api_key = flag_value(argv, signature, spec.api_key_flag)
+        if spec.serving.api_key_flag:
+            process._api_key = flag_value(argv, spec.signature, spec.serving.api_key_flag)
         return process
 
 

@@ -83,8 +83,11 @@ class Signature(BaseModel):
     #: fold every descendant process into the server's workers (vLLM/SGLang retitle their children
     #: `VLLM::EngineCore`, `sglang::scheduler_TP0`; forked children may even keep the server's argv).
     fold_workers: bool = False
-    #: flags whose value is a secret (``--api-key``): redacted in every output.
+    #: flags whose value is a secret (``--api-key``): redacted in every output, as is the value of
+    #: any flag whose name says secret (``--*-token``, ``--*-key``, ``--password``).
     secret_flags: frozenset[str] = frozenset()
+    #: argparse's ``allow_abbrev``: a unique prefix of a long flag is that flag (``--api-ke``).
+    abbreviations: bool = False
     default_host: str
     default_port: int = Field(ge=1, le=65535)
 

@@ -1,36 +1,98 @@
-"""Addresses of engine servers: how to reach what a server listens on."""
+"""Addresses of engine servers: how to reach what a server listens on.
+
+A listen address read from a process's argv is untrusted: it is used in a URL only when it is an
+address (an IP literal, a hostname by RFC 1123, or a unix socket path where the engine supports
+one), so nothing can smuggle a port, a path or a header into a request (``--host
+'127.0.0.1:8000/admin?x='``, ``--host $'127.0.0.1\\n'``).
+"""
 
 from __future__ import annotations
 
 import ipaddress
-from urllib.parse import quote
+import re
+from urllib.parse import quote, unquote, urlsplit
+
+from enginespec.errors import InvalidInputError
 
 #: Scheme enginespec uses for servers on a unix socket (the path is percent-encoded as the host).
 UNIX_SCHEME = "http+unix://"
 
+_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+# Wildcard listen addresses and where a client on this host reaches them.
+_WILDCARDS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}
+# Longest unix socket path the kernel takes (sun_path is 108 bytes with the NUL).
+_MAX_SOCKET_PATH = 107
+
 
 def is_socket_path(host: str) -> bool:
-    """A listen "host" that is a unix socket path (llama-server listens on one when --host ends
+    """A listen "host" that names a unix socket (llama-server listens on one when --host ends
     with .sock, tools/server/server.cpp)."""
     return host.startswith("/") or host.endswith(".sock")
 
 
-def unix_socket_url(path: str) -> str:
-    return UNIX_SCHEME + quote(path, safe="")
+def usable_socket_path(path: str) -> bool:
+    """Whether a socket path can be connected to: absolute, printable, short enough."""
+    return (
+        path.startswith("/")
+        and 0 < len(path.encode("utf-8", "surrogateescape")) <= _MAX_SOCKET_PATH
+        and path.isprintable()
+    )
 
 
-def base_url(host: str, port: int) -> str:
-    """The URL that reaches a server listening on ``host:port``: wildcard addresses (``0.0.0.0``,
-    ``::``, empty) map to loopback, IPv6 literals are bracketed, socket paths use ``http+unix://``."""
-    if is_socket_path(host):
-        return unix_socket_url(host)
-    if host in ("", "0.0.0.0"):
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
+def connect_host(host: str) -> str | None:
+    """The host part of a URL that reaches a server listening on ``host`` (wildcards mapped to
+    loopback, IPv6 bracketed), or ``None`` when ``host`` is not an IP literal or an RFC 1123
+    hostname."""
+    host = _WILDCARDS.get(host, host)
     try:
-        if ipaddress.ip_address(host).version == 6:
-            host = f"[{host}]"
+        address = ipaddress.ip_address(host)
     except ValueError:
-        pass
-    return f"http://{host}:{port}"
+        labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+        if len(host) > 253 or not all(_LABEL.match(label) for label in labels):
+            return None
+        return host
+    if "%" in host:  # a zone index (fe80::1%eth0) is no address another host or URL can use
+        return None
+    return f"[{address}]" if address.version == 6 else str(address)
+
+
+def unix_socket_url(path: str) -> str | None:
+    """The ``http+unix://`` URL of a socket path, or ``None`` when the path is not usable."""
+    return UNIX_SCHEME + quote(path, safe="") if usable_socket_path(path) else None
+
+
+def base_url(host: str, port: int | None, *, sockets: bool = True) -> str | None:
+    """The URL that reaches a server listening on ``host:port``, or ``None`` when there is no
+    usable address: ``host`` is not an address, or ``port`` is not 1-65535. With ``sockets``, a
+    socket-path host is reached as ``http+unix://``."""
+    if sockets and is_socket_path(host):
+        return unix_socket_url(host)
+    connect = connect_host(host)
+    if connect is None or port is None or not 1 <= port <= 65535:
+        return None
+    return f"http://{connect}:{port}"
+
+
+def checked_url(url: str, field: str = "base_url") -> str:
+    """A URL given by a caller, refused with an :class:`InvalidInputError` naming ``field`` unless
+    it is ``http://``, ``https://`` or ``http+unix://`` with a usable address and port."""
+    if not url.isprintable():
+        raise InvalidInputError(f"{field}: {url!r} contains control characters")
+    if url.startswith(UNIX_SCHEME):
+        parts = urlsplit("http://" + url[len(UNIX_SCHEME) :])
+        if not usable_socket_path(unquote(parts.netloc)):
+            raise InvalidInputError(f"{field}: {url!r} does not name an absolute socket path")
+        return url
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise InvalidInputError(f"{field}: {url!r} must start with http://, https:// or {UNIX_SCHEME}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise InvalidInputError(f"{field}: {url!r} has a port outside 1-65535") from None
+    if port == 0:
+        raise InvalidInputError(f"{field}: {url!r} has a port outside 1-65535")
+    host = parts.hostname or ""
+    if not host or connect_host(host) is None or parts.username is not None:
+        raise InvalidInputError(f"{field}: {url!r} has no usable host")
+    return url

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+import re
 
-from enginespec.recipe import Config
+from enginespec.definition import Flags, Launch, Package, Serving, SourceBuild
 from enginespec.signature import LaunchForm, Signature
-from enginespec.spec import EngineSpec, HealthState
-
-if TYPE_CHECKING:
-    from enginespec.runtimes import InstallOptions, InstallResult
+from enginespec.spec import EngineSpec
+from enginespec.status import HealthState
 
 SIGNATURE = Signature(
     engine="llamacpp",
@@ -48,33 +46,12 @@ SIGNATURE = Signature(
 )
 
 
+# `llama-server --version` prints on stderr: `version: 0.5.0-dev (build 1, commit 0c1e570)`, older
+# builds `version: 9439 (47f6423ed)` (common/common.cpp).
+_VERSION_LINE = re.compile(r"version:\s*(\S+)(?:\s+\(([^)]*)\))?")
+
+
 class LlamaCppSpec(EngineSpec):
-    id = "llamacpp"
-    signature = SIGNATURE
-    cli_binary = "llama-server"
-    model_flag = "--model"
-    # Ollama and llama-swap start llama-server children on loopback ports; a llama-server in router
-    # mode (--models-dir/--models-preset, tools/server/README.md) starts one child per model.
-    supervisors = {"ollama": "ollama", "llama-swap": "llama-swap"}
-    nested_supervisor = "llama-server"
-    api_key_env = ("LLAMA_API_KEY", "LLAMA_ARG_API_KEY")
-    # llama.cpp's root holds ggml/; llama-cpp-python's sdist vendors it under vendor/llama.cpp.
-    source_marker = "ggml"
-    # Only the server; no libcurl needed (models are given as paths); portable CPU code.
-    cmake_options = (
-        "-DLLAMA_CURL=OFF",
-        "-DLLAMA_BUILD_TESTS=OFF",
-        "-DLLAMA_BUILD_EXAMPLES=OFF",
-        "-DLLAMA_BUILD_SERVER=ON",
-        "-DGGML_NATIVE=OFF",
-    )
-
-    def install(self, options: InstallOptions | None = None, config: Config | None = None) -> InstallResult:
-        """No wheel ships llama-server: a configured command or a cmake build (see runtimes)."""
-        from enginespec.runtimes import InstallOptions, install_binary_engine
-
-        return install_binary_engine(self, options or InstallOptions(), config or Config())
-
     # tools/server/server.cpp: while the model loads every endpoint answers 503 with
     # {"error": {"message": "Loading model", ...}}; once ready /health is 200 {"status": "ok"}.
     def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
@@ -88,22 +65,51 @@ class LlamaCppSpec(EngineSpec):
             return ("ready", "") if ok else ("unknown", "unexpected /health body")
         return super().classify_health(status, body)
 
-    # common/arg.cpp: repeated options (--lora a --lora b), never argparse-style nargs.
-    list_style = "repeat"
-    field_flags = {
-        "model_path": ("--model",),
-        "served_model_name": ("--alias",),
-        "host": ("--host",),
-        "port": ("--port",),
-        "max_model_len": ("--ctx-size",),
-        "gpu_layers": ("--n-gpu-layers",),
-        "max_num_seqs": ("--parallel",),
-        # one KV-cache type for both halves of the cache
-        "kv_cache_dtype": ("--cache-type-k", "--cache-type-v"),
-        "reasoning_parser": ("--reasoning-format",),
-        "chat_template": ("--chat-template-file",),
-        "api_key": ("--api-key",),
-    }
+    def parse_version(self, output: str) -> str | None:
+        match = _VERSION_LINE.search(output)
+        return match.group(1) if match else None
 
 
-SPEC = LlamaCppSpec()
+SPEC = LlamaCppSpec(
+    id="llamacpp",
+    signature=SIGNATURE,
+    launch=Launch(kind="binary", executable="llama-server"),
+    flags=Flags(
+        fields={
+            "max_model_len": ("--ctx-size",),
+            "gpu_layers": ("--n-gpu-layers",),
+            "max_num_seqs": ("--parallel",),
+            # one KV-cache type for both halves of the cache
+            "kv_cache_dtype": ("--cache-type-k", "--cache-type-v"),
+            "reasoning_parser": ("--reasoning-format",),
+            "chat_template": ("--chat-template-file",),
+        },
+        # common/arg.cpp: repeated options (--lora a --lora b), never argparse-style nargs.
+        list_style="repeat",
+    ),
+    # No wheel ships llama-server: a configured command, or a cmake build of llama.cpp's tree (its
+    # root holds ggml/; llama-cpp-python's sdist vendors it under vendor/llama.cpp). Only the server;
+    # no libcurl (models are given as paths); portable CPU code.
+    package=Package(
+        source_build=SourceBuild(
+            marker="ggml",
+            cmake_options=(
+                "-DLLAMA_CURL=OFF",
+                "-DLLAMA_BUILD_TESTS=OFF",
+                "-DLLAMA_BUILD_EXAMPLES=OFF",
+                "-DLLAMA_BUILD_SERVER=ON",
+                "-DGGML_NATIVE=OFF",
+            ),
+        )
+    ),
+    serving=Serving(
+        api_key_flag="--api-key",
+        api_key_env=("LLAMA_API_KEY", "LLAMA_ARG_API_KEY"),
+        # tools/server/server.cpp listens on a unix socket when --host ends with `.sock`.
+        socket_host=True,
+        # Ollama and llama-swap start llama-server children on loopback ports; a llama-server in
+        # router mode (--models-dir/--models-preset, tools/server/README.md) starts one per model.
+        supervisors={"ollama": "ollama", "llama-swap": "llama-swap"},
+        nested_supervisor="llama-server",
+    ),
+)

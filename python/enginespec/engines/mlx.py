@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from enginespec.definition import Flags, Launch, Package, Serving
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
@@ -19,6 +20,7 @@ SIGNATURE = Signature(
     host_flags=("--host",),
     port_flags=("--port",),
     exit_flags=frozenset({"-h", "--help"}),
+    abbreviations=True,
     fold_workers=True,
     default_host="127.0.0.1",
     default_port=8080,
@@ -26,33 +28,28 @@ SIGNATURE = Signature(
 
 
 class MlxSpec(EngineSpec):
-    id = "mlx"
-    signature = SIGNATURE
-    cli_binary = "mlx_lm.server"
-    module_args = ("-m", "mlx_lm.server")
-    model_flag = "--model"
-    package = "mlx-lm"
-    api_key_flag = None
-
-    def managed_package_spec(self, version: str | None = None) -> str:
-        requirement = super().managed_package_spec(version)
+    def requirement(self, version: str | None = None) -> str:
         # On Linux plain `mlx-lm` brings no `mlx` (and plain `mlx` lacks libmlx.so): the CPU build
         # comes with the `cpu` extra.
+        requirement = super().requirement(version)
         if sys.platform.startswith("linux"):
             return requirement.replace("mlx-lm", "mlx-lm[cpu]", 1)
         return requirement
 
+
+SPEC = MlxSpec(
+    id="mlx",
+    signature=SIGNATURE,
+    launch=Launch(kind="console_script", executable="mlx_lm.server", module_args=("-m", "mlx_lm.server")),
+    flags=Flags(
+        fields={
+            "max_num_seqs": ("--decode-concurrency",),
+            "trust_remote_code": ("--trust-remote-code",),
+            "chat_template": ("--chat-template",),
+        }
+    ),
+    package=Package(distributions=("mlx-lm",)),
     # mlx_lm/server.py answers /health 200 while the model is still loading, and 503
     # {"status": "unavailable"} when loading failed (the process stays up): readiness is /v1/models.
-    readiness_needs_models = True
-    field_flags = {
-        "model_path": ("--model",),
-        "host": ("--host",),
-        "port": ("--port",),
-        "max_num_seqs": ("--decode-concurrency",),
-        "trust_remote_code": ("--trust-remote-code",),
-        "chat_template": ("--chat-template",),
-    }
-
-
-SPEC = MlxSpec()
+    serving=Serving(readiness_needs_models=True),
+)

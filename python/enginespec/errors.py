@@ -1,0 +1,79 @@
+"""The one family of exceptions enginespec raises on purpose.
+
+Every class derives from :class:`EngineSpecError` and from the builtin it resembles, so callers can
+catch the family as a whole or keep catching ``ValueError`` / ``RuntimeError`` / ``TimeoutError``.
+Messages name the field and the problem; they never echo whole input documents or secrets.
+Expected outcomes stay data: a scan never raises because of a process, and a health check returns
+a state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from enginespec.status import Health
+
+
+class EngineSpecError(Exception):
+    """Base of every exception enginespec raises on purpose."""
+
+
+class InvalidInputError(EngineSpecError, ValueError):
+    """Input enginespec refuses; the message names the field and the value."""
+
+
+class UnknownEngineError(InvalidInputError):
+    """An engine id that no built-in engine or plugin has."""
+
+
+class CommandError(InvalidInputError):
+    """A recipe this engine cannot turn into a command."""
+
+
+class RecipeFileError(InvalidInputError):
+    """A recipe file that cannot be read, parsed or validated."""
+
+
+class InstallOptionsError(InvalidInputError):
+    """Install options enginespec refuses before anything runs (a version that is not PEP 440, a
+    target that is not an interpreter, an engine with nothing to install)."""
+
+
+class InstallError(EngineSpecError, RuntimeError):
+    """An install that failed; carries the exact command and the installer's last lines."""
+
+    def __init__(self, message: str, command: Sequence[str] = (), output_tail: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.command = tuple(command)
+        self.output_tail = tuple(output_tail)
+
+
+class InstallCancelled(InstallError):
+    """The install was cancelled through ``InstallOptions.cancel``."""
+
+
+class InstallTimeout(InstallError, TimeoutError):
+    """The install ran past ``InstallOptions.timeout``."""
+
+
+class HelpError(EngineSpecError, RuntimeError):
+    """The engine's own ``--help`` could not be read (not installed, timed out, failed)."""
+
+
+class EngineExited(EngineSpecError, RuntimeError):
+    """The engine's process ended while waiting for it to become ready."""
+
+    def __init__(self, message: str, returncode: int | None, last: Health | None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+        #: the last health check seen, if any.
+        self.last = last
+
+
+class NotReady(EngineSpecError, TimeoutError):
+    """The engine did not become ready in time (or stopped making progress)."""
+
+    def __init__(self, message: str, last: Health | None) -> None:
+        super().__init__(message)
+        #: the last health check seen, if any.
+        self.last = last

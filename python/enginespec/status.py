@@ -1,0 +1,34 @@
+"""What a health check reports: :data:`HealthState` and the :class:`Health` model."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, PrivateAttr
+
+#: ``ready`` (serving), ``loading`` (model loading), ``starting`` (process up, not answering yet),
+#: ``unhealthy`` (answers an error, hangs, or serves another model), ``down`` (process gone or
+#: nothing listening), ``unknown`` (answers that cannot be read, or no usable address).
+HealthState = Literal["ready", "loading", "starting", "unhealthy", "down", "unknown"]
+
+
+class Health(BaseModel):
+    """One health check of one engine server."""
+
+    model_config = ConfigDict(frozen=True)
+
+    engine: str
+    base_url: str | None
+    state: HealthState
+    http_status: int | None = None
+    #: seconds the health request took, ``None`` when it got no answer.
+    latency: float | None = None
+    #: model ids from ``/v1/models`` when they were asked for.
+    model_ids: tuple[str, ...] = ()
+    reason: str = ""
+    #: digest of the health answer's body, so waiting can tell a changing answer (progress).
+    _answer: int = PrivateAttr(default=0)
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"

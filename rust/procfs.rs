@@ -1,0 +1,327 @@
+//! Parsers of what procfs gives (its text files, and the `getdents64` records of its listing),
+//! kept apart from the scanner's I/O so each is a pure, allocation-light function over `&[u8]`
+//! that a fuzzer can call directly.
+//!
+//! Everything read from `/proc` is untrusted (another user's process controls its own argv and
+//! `comm`), so no input may panic here: every index is bounds-checked and nothing is unwrapped.
+
+/// Splits `/proc/PID/cmdline` into argv: NUL separated, one trailing NUL dropped, empty -> [].
+pub fn split_cmdline(data: &[u8]) -> Vec<&[u8]> {
+    if data.is_empty() {
+        return Vec::new();
+    }
+    let data = data.strip_suffix(b"\0").unwrap_or(data);
+    data.split(|&b| b == 0).collect()
+}
+
+/// A decimal number, surrounding whitespace allowed (procfs files end with `\n`).
+pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
+    std::str::from_utf8(bytes).ok()?.trim().parse().ok()
+}
+
+/// What the scanner needs from `/proc/PID/stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// One letter: `R`, `S`, `Z` (zombie), `X` (dead), ...
+    pub state: u8,
+    pub ppid: i32,
+    /// Start time in clock ticks since boot.
+    pub start_ticks: u64,
+}
+
+/// Parses `/proc/PID/stat`. The command name between the parentheses is chosen by the process
+/// (`prctl(PR_SET_NAME)`) and may contain spaces and `)`, so fields are counted from the last `)`.
+pub fn parse_stat(data: &[u8]) -> Option<ProcStat> {
+    let close = data.iter().rposition(|&b| b == b')')?;
+    let mut fields = data
+        .get(close + 1..)?
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty());
+    let state = *fields.next()?.first()?;
+    let ppid = std::str::from_utf8(fields.next()?).ok()?.parse().ok()?;
+    // starttime is field 22; state was field 3 and ppid field 4.
+    let start_ticks = parse_u64(fields.nth(17)?)?;
+    Some(ProcStat {
+        state,
+        ppid,
+        start_ticks,
+    })
+}
+
+/// The value of the `key` line of `/proc/stat` (`btime`, `processes`, ...).
+pub fn proc_stat_value(data: &[u8], key: &[u8]) -> Option<u64> {
+    data.split(|&b| b == b'\n').find_map(|line| {
+        line.strip_prefix(key)
+            .filter(|rest| rest.first().is_some_and(u8::is_ascii_whitespace))
+            .and_then(parse_u64)
+    })
+}
+
+/// The pids listed in `/proc/PID/task/TID/children` (space separated decimals); anything else,
+/// including `0`, signs and numbers beyond `i32`, is skipped rather than walked.
+pub fn parse_children(data: &[u8]) -> impl Iterator<Item = i32> + '_ {
+    data.split(|b| b.is_ascii_whitespace())
+        .filter(|token| !token.is_empty() && token.iter().all(u8::is_ascii_digit))
+        .filter_map(|token| std::str::from_utf8(token).ok()?.parse().ok())
+        .filter(|&pid| pid > 0)
+}
+
+/// The socket inode of a `/proc/PID/fd/N` link target `socket:[INODE]`; `None` for other files.
+pub fn parse_socket_link(target: &[u8]) -> Option<u64> {
+    target
+        .strip_prefix(b"socket:[")?
+        .strip_suffix(b"]")
+        .and_then(parse_u64)
+}
+
+/// TCP state `TCP_LISTEN` as `/proc/net/tcp` prints it.
+const TCP_LISTEN: &[u8] = b"0A";
+
+/// The (socket inode, local port) of every LISTEN socket in one `/proc/PID/net/tcp` or `tcp6`
+/// table. The header line and malformed lines are skipped.
+pub fn parse_tcp_listen(table: &[u8]) -> impl Iterator<Item = (u64, u16)> + '_ {
+    table.split(|&b| b == b'\n').skip(1).filter_map(|line| {
+        // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+        let mut fields = line
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|f| !f.is_empty());
+        let local = fields.nth(1)?;
+        if fields.nth(1)? != TCP_LISTEN {
+            return None;
+        }
+        let inode = parse_u64(fields.nth(5)?)?;
+        let (_, port_hex) = local.split_at(local.iter().rposition(|&b| b == b':')? + 1);
+        let port = u16::from_str_radix(std::str::from_utf8(port_hex).ok()?, 16).ok()?;
+        Some((inode, port))
+    })
+}
+
+/// Appends (pid, inode) for each all-digit name in `records`, a buffer of `linux_dirent64`
+/// records as `getdents64` fills it from `/proc`. Returns `false` at a malformed record (the rest
+/// of the buffer is then ignored), so a listing never loops on a zero record length.
+pub fn parse_pid_dirents(records: &[u8], out: &mut Vec<(i32, u64)>) -> bool {
+    // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
+    let mut rest = records;
+    while !rest.is_empty() {
+        let inode = rest.get(0..8).and_then(|b| <[u8; 8]>::try_from(b).ok());
+        let reclen = rest.get(16..18).and_then(|b| <[u8; 2]>::try_from(b).ok());
+        let (Some(inode), Some(reclen)) = (inode, reclen) else {
+            return false;
+        };
+        let reclen = usize::from(u16::from_ne_bytes(reclen));
+        // `get` also refuses a record shorter than its header (reclen < 19, 0 included).
+        let Some(name) = rest.get(19..reclen) else {
+            return false;
+        };
+        let name = name.split(|&b| b == 0).next().unwrap_or_default();
+        if !name.is_empty() && name.iter().all(u8::is_ascii_digit) {
+            if let Some(pid) = std::str::from_utf8(name).ok().and_then(|n| n.parse().ok()) {
+                out.push((pid, u64::from_ne_bytes(inode)));
+            }
+        }
+        rest = rest.get(reclen..).unwrap_or_default();
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn cmdline_splitting() {
+        assert!(split_cmdline(b"").is_empty());
+        assert_eq!(split_cmdline(b"a\0b\0"), vec![&b"a"[..], b"b"]);
+        assert_eq!(split_cmdline(b"a\0\0b\0"), vec![&b"a"[..], b"", b"b"]);
+        assert_eq!(
+            split_cmdline(b"VLLM::Worker TP0"),
+            vec![&b"VLLM::Worker TP0"[..]]
+        );
+        assert_eq!(split_cmdline(b"\0"), vec![&b""[..]]);
+    }
+
+    #[test]
+    fn stat_parsing_survives_odd_names() {
+        let line =
+            b"42 (we) ird (name)) S 7 42 42 0 -1 4194560 1 0 0 0 3 4 0 0 20 0 1 0 123456 1 1\n";
+        let expected = ProcStat {
+            state: b'S',
+            ppid: 7,
+            start_ticks: 123456,
+        };
+        assert_eq!(parse_stat(line), Some(expected));
+        assert_eq!(parse_stat(b"42 (x) S"), None);
+        assert_eq!(parse_stat(b""), None);
+        assert_eq!(
+            parse_stat(b"42 (x) S -1 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 x"),
+            None
+        );
+    }
+
+    #[test]
+    fn proc_stat_lines() {
+        let stat = b"cpu  1 2 3\nbtime 1700000000\nprocesses 4242\nprocs_running 3\n";
+        assert_eq!(proc_stat_value(stat, b"btime"), Some(1_700_000_000));
+        assert_eq!(proc_stat_value(stat, b"processes"), Some(4242));
+        // a key is a whole word: `procs` is not `procs_running`
+        assert_eq!(proc_stat_value(stat, b"procs"), None);
+        assert_eq!(proc_stat_value(b"btime x\n", b"btime"), None);
+    }
+
+    #[test]
+    fn children_lists() {
+        let pids: Vec<i32> = parse_children(b"12 345 x 99999999999 -3 +4 0 7\n").collect();
+        assert_eq!(pids, vec![12, 345, 7]);
+        assert_eq!(parse_children(b"").count(), 0);
+    }
+
+    #[test]
+    fn socket_links() {
+        assert_eq!(parse_socket_link(b"socket:[12345]"), Some(12345));
+        assert_eq!(parse_socket_link(b"pipe:[12345]"), None);
+        assert_eq!(parse_socket_link(b"socket:[12345"), None);
+        assert_eq!(parse_socket_link(b"/dev/null"), None);
+    }
+
+    const TCP: &[u8] = b"  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 5001 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:1F91 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 5002 1 0000000000000000 20 4 30 10 -1
+   2: 00000000:ZZZZ 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 5003 1 0000000000000000 100 0 0 10 0
+   3: 00000000:0050 00000000:0000 0A
+";
+
+    #[test]
+    fn tcp_tables() {
+        let listen: Vec<(u64, u16)> = parse_tcp_listen(TCP).collect();
+        assert_eq!(listen, vec![(5001, 8080)]);
+        let tcp6 = b"  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000000000000:2328 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 6001 1 0000000000000000 100 0 0 10 0
+";
+        assert_eq!(
+            parse_tcp_listen(tcp6).collect::<Vec<_>>(),
+            vec![(6001, 9000)]
+        );
+        // a header alone, or nothing
+        assert_eq!(parse_tcp_listen(b"  sl  local_address").count(), 0);
+        assert_eq!(parse_tcp_listen(b"").count(), 0);
+    }
+
+    /// `linux_dirent64` records as the kernel lays them out (8-byte aligned lengths).
+    fn dirents(entries: &[(&[u8], u64)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (name, inode) in entries {
+            let reclen = (19 + name.len() + 1).div_ceil(8) * 8;
+            out.extend_from_slice(&inode.to_ne_bytes());
+            out.extend_from_slice(&0i64.to_ne_bytes());
+            out.extend_from_slice(&u16::try_from(reclen).unwrap().to_ne_bytes());
+            out.push(4); // DT_DIR
+            out.extend_from_slice(name);
+            out.resize(out.len() + reclen - 19 - name.len(), 0);
+        }
+        out
+    }
+
+    #[test]
+    fn pid_dirents() {
+        let records = dirents(&[
+            (b".", 1),
+            (b"1", 10),
+            (b"self", 11),
+            (b"4242", 12),
+            (b"99999999999", 13),
+            (b"12a", 14),
+        ]);
+        let mut pids = Vec::new();
+        assert!(parse_pid_dirents(&records, &mut pids));
+        assert_eq!(pids, vec![(1, 10), (4242, 12)]);
+        // a zero record length stops the walk instead of looping
+        let mut zero = dirents(&[(b"7", 1)]);
+        zero[16..18].copy_from_slice(&0u16.to_ne_bytes());
+        assert!(!parse_pid_dirents(&zero, &mut pids));
+        assert!(!parse_pid_dirents(
+            &records[..records.len() - 1],
+            &mut Vec::new()
+        ));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn parsers_never_panic(data in prop::collection::vec(any::<u8>(), 0..300)) {
+            let _ = split_cmdline(&data);
+            let _ = parse_u64(&data);
+            let _ = parse_stat(&data);
+            let _ = proc_stat_value(&data, b"processes");
+            let _ = parse_children(&data).count();
+            let _ = parse_socket_link(&data);
+            let _ = parse_tcp_listen(&data).count();
+            let _ = parse_pid_dirents(&data, &mut Vec::new());
+        }
+
+        /// Arbitrary bytes around the characters the parsers split on, so the structured paths
+        /// (a `)`, a `:`, the `0A` state, a `socket:[` prefix) are reached, not only rejected.
+        #[test]
+        fn parsers_never_panic_on_near_misses(parts in prop::collection::vec(
+            prop_oneof![
+                Just(b")".to_vec()), Just(b" ".to_vec()), Just(b"\n".to_vec()), Just(b":".to_vec()),
+                Just(b"0A".to_vec()), Just(b"socket:[".to_vec()), Just(b"]".to_vec()),
+                Just(b"processes ".to_vec()), Just(b"\0".to_vec()),
+                prop::collection::vec(any::<u8>(), 0..8),
+            ],
+            0..40,
+        )) {
+            let data = parts.concat();
+            let _ = split_cmdline(&data);
+            let _ = parse_stat(&data);
+            let _ = proc_stat_value(&data, b"processes");
+            let _ = parse_children(&data).count();
+            let _ = parse_socket_link(&data);
+            let _ = parse_tcp_listen(&data).count();
+        }
+
+        #[test]
+        fn pid_dirents_round_trip(entries in prop::collection::vec(
+            (prop_oneof![
+                (1i32..i32::MAX).prop_map(|p| p.to_string().into_bytes()),
+                prop::collection::vec(1u8..=255, 1..20),
+            ], any::<u64>()),
+            0..30,
+        )) {
+            let borrowed: Vec<(&[u8], u64)> = entries.iter().map(|(n, i)| (&n[..], *i)).collect();
+            let expected: Vec<(i32, u64)> = entries
+                .iter()
+                .filter_map(|(name, inode)| {
+                    let digits = std::str::from_utf8(name)
+                        .ok()
+                        .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))?;
+                    Some((digits.parse().ok()?, *inode))
+                })
+                .collect();
+            let mut pids = Vec::new();
+            prop_assert!(parse_pid_dirents(&dirents(&borrowed), &mut pids));
+            prop_assert_eq!(pids, expected);
+        }
+
+        #[test]
+        fn children_round_trip(pids in prop::collection::vec(1i32..i32::MAX, 0..20)) {
+            let text: String = pids.iter().map(|p| format!("{p} ")).collect();
+            prop_assert_eq!(parse_children(text.as_bytes()).collect::<Vec<_>>(), pids);
+        }
+
+        #[test]
+        fn tcp_listen_round_trip(rows in prop::collection::vec((any::<u16>(), any::<bool>(), 1u64..u64::MAX), 0..10)) {
+            let mut table = String::from("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n");
+            for (i, (port, listening, inode)) in rows.iter().enumerate() {
+                let state = if *listening { "0A" } else { "01" };
+                table.push_str(&format!(
+                    "{i:4}: 0100007F:{port:04X} 00000000:0000 {state} 00000000:00000000 00:00000000 00000000  1000        0 {inode} 1 0000000000000000 100 0 0 10 0\n"
+                ));
+            }
+            let expected: Vec<(u64, u16)> = rows.iter().filter(|r| r.1).map(|r| (r.2, r.0)).collect();
+            prop_assert_eq!(parse_tcp_listen(table.as_bytes()).collect::<Vec<_>>(), expected);
+        }
+    }
+}
