@@ -597,14 +597,19 @@ impl Scanner {
         let generation = self.generation;
         for &(pid, inode) in &pids {
             if let Some(known) = self.known.get_mut(&pid) {
-                let maybe_reused = known.inode != inode || reuse.may_reuse(pid);
+                // A changed /proc/PID inode means another process; the cursor's window only says
+                // the pid may have been handed out again. Only the former restarts the young
+                // watch: a sweep of the cursor over thousands of long-lived pids must cost one
+                // reread each, not a reread on every scan for the next few seconds.
+                let born_again = known.inode != inode;
+                let maybe_reused = born_again || reuse.may_reuse(pid);
                 // The common case on every poll: a settled process, trusted without any read.
                 if !maybe_reused && matches!(known.class, Class::Other { watch: None }) {
                     known.generation = generation;
                     continue;
                 }
                 let previous = std::mem::replace(&mut known.class, Class::Unreadable);
-                match self.revisit(pid, previous, maybe_reused, now) {
+                match self.revisit(pid, previous, maybe_reused, born_again, now) {
                     Some(class) => {
                         self.remember(pid, inode, class);
                     }
@@ -646,7 +651,7 @@ impl Scanner {
                 continue;
             };
             let previous = std::mem::replace(&mut known.class, Class::Unreadable);
-            match self.revisit(pid, previous, false, now) {
+            match self.revisit(pid, previous, false, false, now) {
                 Some(class) => {
                     if let Some(known) = self.known.get_mut(&pid) {
                         known.class = class;
@@ -676,13 +681,14 @@ impl Scanner {
         pid: i32,
         class: Class,
         maybe_reused: bool,
+        born_again: bool,
         now: Instant,
     ) -> Option<Class> {
         match class {
             Class::Engine(state) => self.recheck_engine(pid, state, maybe_reused, now),
             _ if maybe_reused => {
                 self.stats.reread += 1;
-                self.classify(pid, true, now)
+                self.classify(pid, born_again, now)
             }
             Class::Other {
                 watch: Some((cmdline, until)),

@@ -512,12 +512,14 @@ class Scanner:
                 cls = self._classify(pid, not first, now)
             else:
                 listed += 1
-                maybe_reused = entry[0] != inode or may_reuse(pid)
+                # Only a changed inode restarts the young watch (see `born_again` in scan.rs).
+                born_again = entry[0] != inode
+                maybe_reused = born_again or may_reuse(pid)
                 # The common case on every poll: a settled process, trusted without any read.
                 if not maybe_reused and entry[1] is _SETTLED:
                     known[pid] = entry
                     continue
-                cls = self._revisit(pid, entry[1], maybe_reused, now)
+                cls = self._revisit(pid, entry[1], maybe_reused, born_again, now)
             if cls is not None:
                 known[pid] = (inode, cls)
         counts.vanished += len(old) - listed
@@ -535,7 +537,7 @@ class Scanner:
             if cls is _UNREADABLE:
                 self._counts.unreadable += 1
                 continue
-            revisited = self._revisit(pid, cls, False, now)
+            revisited = self._revisit(pid, cls, False, False, now)
             if revisited is None:
                 del self._known[pid]
             else:
@@ -602,13 +604,15 @@ class Scanner:
         except (_Gone, _Denied):
             return []
 
-    def _revisit(self, pid: int, cls: _Class, maybe_reused: bool, now: float) -> _Class | None:
+    def _revisit(
+        self, pid: int, cls: _Class, maybe_reused: bool, born_again: bool, now: float
+    ) -> _Class | None:
         """A known process, as ``Scanner::revisit`` in scan.rs."""
         if isinstance(cls, _Engine):
             return self._recheck_engine(pid, cls, maybe_reused, now)
         if maybe_reused:
             self._counts.reread += 1
-            return self._classify(pid, True, now)
+            return self._classify(pid, born_again, now)
         if isinstance(cls, _Unreadable):
             self._counts.unreadable += 1
             return cls
