@@ -13,14 +13,16 @@ use crate::backend::ProcessScanner;
 use crate::matcher;
 use crate::scan;
 
-/// (engine index, model, served names, host, port), the shape `_pymatcher.Matcher.parse` returns,
-/// and the facts inside each scanned process.
+/// (engine index, model, served names, host, port, role), the shape `_pymatcher.Matcher.parse`
+/// returns, and the facts inside each scanned process. The role is `"server"`, `"runner"` or
+/// `"follower"`.
 type RawInvocation = (
     usize,
     Option<OsString>,
     Vec<OsString>,
     Option<OsString>,
     Option<u16>,
+    &'static str,
 );
 
 fn os(bytes: Vec<u8>) -> OsString {
@@ -34,6 +36,7 @@ fn raw_invocation(facts: matcher::Facts) -> RawInvocation {
         facts.served_names.into_iter().map(os).collect(),
         facts.host.map(os),
         facts.port,
+        facts.role.as_str(),
     )
 }
 

@@ -166,7 +166,7 @@ class Scanner:
 
     def _model(self, item: RawProcess, parent_engine: str | None) -> EngineProcess:
         pid, start_time, ppid, argv, facts, exe, descendants, parent_argv, ports = item
-        index, model, served, host, port = facts
+        index, model, served, host, port, role = facts
         spec = self._specs[index]
         where = endpoint(spec, argv, host, port)
         process = EngineProcess(
@@ -180,6 +180,7 @@ class Scanner:
             port=port,
             effective_host=where.effective_host,
             effective_port=where.effective_port,
+            role=role,
             problems=where.problems,
             base_url=where.base_url,
             argv=tuple(redact_argv(argv, spec.id)),
