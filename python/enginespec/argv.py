@@ -38,7 +38,9 @@ class Invocation(BaseModel):
     port: int | None
     effective_host: str
     effective_port: int | None
-    role: Role
+    #: ``server`` by default only so that models built by hand stay valid; the parser and the
+    #: scanner always say.
+    role: Role = "server"
     problems: tuple[str, ...] = ()
 
     @computed_field  # type: ignore[prop-decorator]
