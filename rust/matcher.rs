@@ -6,14 +6,18 @@
 //! panic: every index is bounds-checked and nothing is unwrapped.
 
 use std::borrow::Cow;
+use std::collections::hash_map::Entry;
 
 use rustc_hash::FxHashMap;
 
+pub use crate::signature::Role;
 use crate::signature::{signatures_from_json, Signature};
 
-/// Most flags one fact (model, served name, host, port) may be read from; keeps parsing free of
-/// allocations. Signatures with more are refused when compiled.
+/// Most flags one fact (model, served name, host, port, rank) may be read from; keeps parsing free
+/// of allocations. Signatures with more are refused when compiled.
 pub const MAX_FACT_FLAGS: usize = 8;
+/// Most distinct evidence flags of one engine: each is one bit of a word.
+pub const MAX_EVIDENCE_FLAGS: usize = 64;
 
 /// What argv says about one engine server. Values borrow from the argv they came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +28,7 @@ pub struct Parsed<'a> {
     pub served_names: Vec<&'a [u8]>,
     pub host: Option<&'a [u8]>,
     pub port: Option<u16>,
+    pub role: Role,
 }
 
 /// [`Parsed`] owned, to outlive the argv it was read from (a scanned process's facts).
@@ -34,6 +39,7 @@ pub struct Facts {
     pub served_names: Vec<Vec<u8>>,
     pub host: Option<Vec<u8>>,
     pub port: Option<u16>,
+    pub role: Role,
 }
 
 impl Parsed<'_> {
@@ -44,6 +50,7 @@ impl Parsed<'_> {
             served_names: self.served_names.iter().map(|n| n.to_vec()).collect(),
             host: self.host.map(<[u8]>::to_vec),
             port: self.port,
+            role: self.role,
         }
     }
 }
@@ -62,6 +69,8 @@ enum Fact {
     ServedName(usize),
     Host(usize),
     Port(usize),
+    Rank(usize),
+    Follower,
 }
 
 /// Everything the parser needs to know about one spelling of a flag, resolved at compile time.
@@ -70,12 +79,23 @@ struct FlagInfo {
     fact: Option<Fact>,
     arity: Arity,
     exit: bool,
+    /// The flag's bit among its engine's evidence flags, or 0.
+    evidence: u64,
+}
+
+#[derive(Debug)]
+struct CompiledEvidence {
+    model_suffixes: Vec<Box<[u8]>>,
+    /// Bits of the engine's evidence flags, one of which must be given (0: no such condition).
+    any_flags: u64,
 }
 
 #[derive(Debug)]
 struct CompiledForm {
     subcommand: Vec<Box<[u8]>>,
     positional_model: bool,
+    evidence: Option<CompiledEvidence>,
+    role: Role,
 }
 
 #[derive(Debug)]
@@ -85,6 +105,8 @@ struct CompiledEngine {
     flags: FxHashMap<Box<[u8]>, FlagInfo>,
     no_value_prefixes: Vec<Box<[u8]>>,
     served_separator: Option<Box<[u8]>>,
+    /// Canonical evidence flag -> its bit (see [`FlagInfo::evidence`]).
+    evidence_bits: FxHashMap<String, u64>,
 }
 
 /// All engine signatures compiled into lookup tables; built once, shared by every scan.
@@ -95,6 +117,8 @@ pub struct Matcher {
     /// basename -> (engine index, form index) in signature order.
     by_executable: FxHashMap<Box<[u8]>, Vec<(usize, usize)>>,
     by_module: FxHashMap<Box<[u8]>, Vec<(usize, usize)>>,
+    /// (executable prefix, engine index, form index) in signature order.
+    by_prefix: Vec<(Box<[u8]>, usize, usize)>,
 }
 
 fn boxed(s: &str) -> Box<[u8]> {
@@ -107,7 +131,7 @@ type FactGroup<'s> = (&'static str, &'s [String], fn(usize) -> Fact);
 impl CompiledEngine {
     fn new(sig: &Signature) -> Result<Self, String> {
         let mut facts: FxHashMap<&str, Fact> = FxHashMap::default();
-        let groups: [FactGroup; 4] = [
+        let groups: [FactGroup; 5] = [
             ("model_flags", &sig.model_flags, Fact::Model),
             (
                 "served_name_flags",
@@ -116,6 +140,7 @@ impl CompiledEngine {
             ),
             ("host_flags", &sig.host_flags, Fact::Host),
             ("port_flags", &sig.port_flags, Fact::Port),
+            ("follower_rank_flags", &sig.follower_rank_flags, Fact::Rank),
         ];
         for (field, flags, make) in groups {
             if flags.len() > MAX_FACT_FLAGS {
@@ -127,6 +152,24 @@ impl CompiledEngine {
             }
             for (priority, flag) in flags.iter().enumerate() {
                 facts.entry(flag).or_insert(make(priority));
+            }
+        }
+        for flag in &sig.follower_flags {
+            facts.entry(flag).or_insert(Fact::Follower);
+        }
+        let mut evidence_bits: FxHashMap<String, u64> = FxHashMap::default();
+        for evidence in sig.launch_forms.iter().filter_map(|f| f.evidence.as_ref()) {
+            for flag in &evidence.any_flags {
+                let next = evidence_bits.len();
+                if let Entry::Vacant(slot) = evidence_bits.entry(sig.canonical(flag)) {
+                    if next >= MAX_EVIDENCE_FLAGS {
+                        return Err(format!(
+                            "{}: more than {MAX_EVIDENCE_FLAGS} evidence flags are not supported",
+                            sig.engine
+                        ));
+                    }
+                    slot.insert(1u64 << next);
+                }
             }
         }
         let no_value_prefixes: Vec<Box<[u8]>> =
@@ -146,6 +189,7 @@ impl CompiledEngine {
                 Arity::One
             },
             exit: sig.exit_flags.iter().any(|f| f == canonical),
+            evidence: evidence_bits.get(canonical).copied().unwrap_or(0),
         };
         let mut flags = FxHashMap::default();
         let named = facts
@@ -154,6 +198,7 @@ impl CompiledEngine {
             .chain(sig.no_value_flags.iter().map(String::as_str))
             .chain(sig.multi_value_flags.iter().map(String::as_str))
             .chain(sig.exit_flags.iter().map(String::as_str))
+            .chain(evidence_bits.keys().map(String::as_str))
             .chain(sig.aliases.values().map(String::as_str));
         for canonical in named {
             flags.insert(boxed(canonical), info_of(canonical));
@@ -170,7 +215,19 @@ impl CompiledEngine {
                 .as_deref()
                 .filter(|s| !s.is_empty())
                 .map(boxed),
+            evidence_bits,
         })
+    }
+
+    fn evidence(&self, sig: &Signature, evidence: &crate::signature::Evidence) -> CompiledEvidence {
+        CompiledEvidence {
+            model_suffixes: evidence.model_suffixes.iter().map(|s| boxed(s)).collect(),
+            any_flags: evidence
+                .any_flags
+                .iter()
+                .filter_map(|f| self.evidence_bits.get(&sig.canonical(f)))
+                .fold(0, |acc, bit| acc | bit),
+        }
     }
 
     fn info(&self, flag: &[u8]) -> FlagInfo {
@@ -182,6 +239,7 @@ impl CompiledEngine {
                 Arity::One
             },
             exit: false,
+            evidence: 0,
         })
     }
 }
@@ -225,6 +283,46 @@ pub fn basename(path: &[u8]) -> &[u8] {
     } else {
         name
     }
+}
+
+/// Whether a basename is `prefix` followed by a renamed build's suffix: ASCII letters, digits,
+/// `.`, `_`, `-`, not ending in a file extension of letters only (`.sh`, `.log`).
+fn prefixed(name: &[u8], prefix: &[u8]) -> bool {
+    let Some(suffix) = name.strip_prefix(prefix) else {
+        return false;
+    };
+    if suffix.is_empty()
+        || !suffix
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return false;
+    }
+    match suffix.iter().rposition(|&b| b == b'.') {
+        Some(dot) => {
+            let extension = &suffix[dot + 1..];
+            extension.is_empty() || !extension.iter().all(u8::is_ascii_alphabetic)
+        }
+        None => true,
+    }
+}
+
+/// A decimal rank other than 0 (`1`, `01`); anything else (`0`, `$RANK`, `+1`) is none.
+fn nonzero_rank(value: &[u8]) -> bool {
+    !value.is_empty() && value.iter().all(u8::is_ascii_digit) && value.iter().any(|&b| b != b'0')
+}
+
+fn ends_with_ignore_ascii_case(value: &[u8], suffix: &[u8]) -> bool {
+    value.len() >= suffix.len() && value[value.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+}
+
+/// How parsing argv as one launch form ended.
+enum Outcome<'a> {
+    Server(Parsed<'a>),
+    /// Asks the program to print and exit (`--help`): not a server.
+    Exits,
+    /// The form's evidence is missing: argv is not this form at all.
+    NoEvidence,
 }
 
 /// `python`, `python3`, `python3.11`, `python3.13t`, `Python`, `pythonw`.
@@ -341,15 +439,21 @@ impl Matcher {
             forms: Vec::new(),
             by_executable: FxHashMap::default(),
             by_module: FxHashMap::default(),
+            by_prefix: Vec::new(),
         };
         for (engine, sig) in signatures.iter().enumerate() {
-            matcher.engines.push(CompiledEngine::new(sig)?);
+            let compiled = CompiledEngine::new(sig)?;
             for form in &sig.launch_forms {
                 let form_index = matcher.forms.len();
                 matcher.forms.push(CompiledForm {
                     subcommand: form.subcommand.iter().map(|s| boxed(s)).collect(),
                     positional_model: form.positional_model,
+                    evidence: form.evidence.as_ref().map(|e| compiled.evidence(sig, e)),
+                    role: form.role,
                 });
+                for prefix in &form.executable_prefixes {
+                    matcher.by_prefix.push((boxed(prefix), engine, form_index));
+                }
                 for name in &form.executables {
                     matcher
                         .by_executable
@@ -365,42 +469,71 @@ impl Matcher {
                         .push((engine, form_index));
                 }
             }
+            matcher.engines.push(compiled);
         }
         Ok(matcher)
     }
 
-    /// (engine, form, index of the first argument after the launch form) when argv launches a server.
-    fn launch<A: AsRef<[u8]>>(&self, argv: &[A]) -> Option<(usize, usize, usize)> {
+    /// Classifies argv: `Some` only for a serving process of a known engine. The forms argv's
+    /// program may be are tried in signature order, exact names before prefixes; the first whose
+    /// subcommand is given and whose evidence is found decides.
+    pub fn parse<'a, A: AsRef<[u8]>>(&self, argv: &'a [A]) -> Option<Parsed<'a>> {
         let exe = basename(argv.first()?.as_ref());
-        let (candidates, start) = if is_python(exe) {
+        let (exact, program, start) = if is_python(exe) {
             match python_target(argv)? {
-                PythonTarget::Module(name, next) => (self.by_module.get(name)?, next),
-                PythonTarget::Script(path, next) => (self.by_executable.get(basename(path))?, next),
+                PythonTarget::Module(name, next) => (self.by_module.get(name), None, next),
+                PythonTarget::Script(path, next) => {
+                    let name = basename(path);
+                    (self.by_executable.get(name), Some(name), next)
+                }
             }
         } else {
-            (self.by_executable.get(exe)?, 1)
+            (self.by_executable.get(exe), Some(exe), 1)
         };
-        candidates.iter().find_map(|&(engine, form_index)| {
-            let sub = &self.forms[form_index].subcommand;
+        let by_prefix = self
+            .by_prefix
+            .iter()
+            .filter(move |(prefix, _, _)| program.is_some_and(|name| prefixed(name, prefix)))
+            .map(|&(_, engine, form)| (engine, form));
+        for (engine, form) in exact.into_iter().flatten().copied().chain(by_prefix) {
+            let sub = &self.forms[form].subcommand;
             let end = start + sub.len();
-            let given = argv.get(start..end)?;
-            given
-                .iter()
-                .zip(sub)
-                .all(|(g, s)| g.as_ref() == &**s)
-                .then_some((engine, form_index, end))
-        })
+            let Some(given) = argv.get(start..end) else {
+                continue;
+            };
+            if !given.iter().zip(sub).all(|(g, s)| g.as_ref() == &**s) {
+                continue;
+            }
+            match self.parse_form(argv, engine, form, end) {
+                Outcome::Server(parsed) => return Some(parsed),
+                Outcome::Exits => return None,
+                Outcome::NoEvidence => {}
+            }
+        }
+        None
     }
 
-    /// Classifies argv: `Some` only for a serving process of a known engine.
-    pub fn parse<'a, A: AsRef<[u8]>>(&self, argv: &'a [A]) -> Option<Parsed<'a>> {
-        let (engine_index, form_index, mut i) = self.launch(argv)?;
+    /// Reads argv[i..] as the arguments of one launch form.
+    fn parse_form<'a, A: AsRef<[u8]>>(
+        &self,
+        argv: &'a [A],
+        engine_index: usize,
+        form_index: usize,
+        mut i: usize,
+    ) -> Outcome<'a> {
         let engine = &self.engines[engine_index];
-        let positional_model = self.forms[form_index].positional_model;
+        let form = &self.forms[form_index];
+        let positional_model = form.positional_model;
         let mut models: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
         let mut served: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
         let mut hosts: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
         let mut ports: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
+        let mut ranks: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
+        let mut follower = false;
+        let mut evidence_seen: u64 = 0;
+        // A form that needs evidence reads on past an exit flag: without the evidence argv is not
+        // this engine at all, whatever it asks of it.
+        let mut exits = false;
         let mut positional: Option<&'a [u8]> = None;
         let n = argv.len();
         while i < n {
@@ -436,8 +569,12 @@ impl Matcher {
                 };
             let info = engine.info(&name);
             if info.exit {
-                return None;
+                if form.evidence.is_none() {
+                    return Outcome::Exits;
+                }
+                exits = true;
             }
+            evidence_seen |= info.evidence;
             let start = i;
             if inline.is_none() {
                 match info.arity {
@@ -468,6 +605,8 @@ impl Matcher {
                 Some(Fact::ServedName(p)) => served[p] = values,
                 Some(Fact::Host(p)) => hosts[p] = values,
                 Some(Fact::Port(p)) => ports[p] = values,
+                Some(Fact::Rank(p)) => ranks[p] = values,
+                Some(Fact::Follower) => follower = true,
                 None => {}
             }
         }
@@ -494,12 +633,35 @@ impl Matcher {
                 break;
             }
         }
-        Some(Parsed {
+        if let Some(evidence) = &form.evidence {
+            let suffix_found = evidence.model_suffixes.is_empty()
+                || model.is_some_and(|m| {
+                    evidence
+                        .model_suffixes
+                        .iter()
+                        .any(|s| ends_with_ignore_ascii_case(m, s))
+                });
+            let flag_found = evidence.any_flags == 0 || evidence.any_flags & evidence_seen != 0;
+            if !suffix_found || !flag_found {
+                return Outcome::NoEvidence;
+            }
+        }
+        if exits {
+            return Outcome::Exits;
+        }
+        let role =
+            if form.role == Role::Server && (follower || first(&ranks).is_some_and(nonzero_rank)) {
+                Role::Follower
+            } else {
+                form.role
+            };
+        Outcome::Server(Parsed {
             engine: engine_index,
             model,
             served_names,
             host: first(&hosts),
             port: first(&ports).and_then(parse_port),
+            role,
         })
     }
 }

@@ -25,8 +25,9 @@ fn strings<'py>(py: Python<'py>, items: &[Vec<u8>]) -> PyResult<Bound<'py, PyLis
     PyList::new(py, items.iter().map(|item| os(item)))
 }
 
-/// (engine index, model, served names, host, port), the shape `_pymatcher.Matcher.parse` returns,
-/// and the facts inside each scanned process.
+/// (engine index, model, served names, host, port, role), the shape `_pymatcher.Matcher.parse`
+/// returns, and the facts inside each scanned process. The role is `"server"`, `"runner"` or
+/// `"follower"`.
 fn raw_invocation<'py>(py: Python<'py>, facts: &matcher::Facts) -> PyResult<Bound<'py, PyTuple>> {
     (
         facts.engine,
@@ -34,6 +35,7 @@ fn raw_invocation<'py>(py: Python<'py>, facts: &matcher::Facts) -> PyResult<Boun
         strings(py, &facts.served_names)?,
         facts.host.as_deref().map(os),
         facts.port,
+        facts.role.as_str(),
     )
         .into_pyobject(py)
 }

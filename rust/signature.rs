@@ -4,17 +4,55 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+/// What a process is to its engine (`enginespec.signature.Role`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Serves the HTTP API.
+    #[default]
+    Server,
+    /// A per-model child of a supervising server.
+    Runner,
+    /// A multi-node or data-parallel worker that serves no HTTP API.
+    Follower,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Server => "server",
+            Role::Runner => "runner",
+            Role::Follower => "follower",
+        }
+    }
+}
+
+/// What argv must also show before a launch form counts (`enginespec.signature.Evidence`).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Evidence {
+    #[serde(default)]
+    pub model_suffixes: Vec<String>,
+    #[serde(default)]
+    pub any_flags: Vec<String>,
+}
+
 /// One way an engine's server is launched (executables or `python -m` modules + subcommand).
 #[derive(Debug, Clone, Deserialize)]
 pub struct LaunchForm {
     #[serde(default)]
     pub executables: Vec<String>,
     #[serde(default)]
+    pub executable_prefixes: Vec<String>,
+    #[serde(default)]
     pub modules: Vec<String>,
     #[serde(default)]
     pub subcommand: Vec<String>,
     #[serde(default)]
     pub positional_model: bool,
+    #[serde(default)]
+    pub evidence: Option<Evidence>,
+    #[serde(default)]
+    pub role: Role,
 }
 
 /// Where one engine's facts sit in argv. Field meanings are documented on the Python model.
@@ -45,7 +83,24 @@ pub struct Signature {
     #[serde(default)]
     pub exit_flags: Vec<String>,
     #[serde(default)]
+    pub follower_flags: Vec<String>,
+    #[serde(default)]
+    pub follower_rank_flags: Vec<String>,
+    #[serde(default)]
     pub fold_workers: bool,
+}
+
+impl Signature {
+    /// The canonical name of a flag as written (`--max_model_len` -> `--max-model-len`, aliases
+    /// resolved), as `Signature.canonical` in Python.
+    pub fn canonical(&self, flag: &str) -> String {
+        let flag = if self.underscore_is_dash && flag.starts_with("--") {
+            flag.replace('_', "-")
+        } else {
+            flag.to_owned()
+        };
+        self.aliases.get(&flag).cloned().unwrap_or(flag)
+    }
 }
 
 /// Parses the JSON list of signatures.

@@ -12,9 +12,12 @@ __all__ = ["Matcher", "Scanner"]
 
 # The aliases are the stub's alone (private names: the module has no such attributes).
 
-#: (engine index, model, served names, host, port): what argv says about one engine server.
-#: The engine index is the position of its signature in the JSON the object was built from.
-_RawInvocation: TypeAlias = tuple[int, str | None, list[str], str | None, int | None]
+#: (engine index, model, served names, host, port, role): what argv says about one engine server.
+#: The engine index is the position of its signature in the JSON the object was built from; the
+#: role is what the process is to its engine (``enginespec.signature.Role``).
+_RawInvocation: TypeAlias = tuple[
+    int, str | None, list[str], str | None, int | None, Literal["server", "runner", "follower"]
+]
 
 #: (pid, start time, ppid, argv, facts, exe, descendants, parent argv, listen ports) of one
 #: engine server process. The start time is in epoch seconds; descendants (for engines that fold

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Literal
 
-from enginespec.signature import LaunchForm, Signature
+from enginespec.signature import LaunchForm, Role, Signature
 
-#: (engine index, model, served names, host, port); the native module returns the same shape.
-RawInvocation = tuple[int, "str | None", list[str], "str | None", "int | None"]
+#: (engine index, model, served names, host, port, role); the native module returns the same shape.
+RawInvocation = tuple[int, "str | None", list[str], "str | None", "int | None", Role]
 
 # `python`, `python3`, `python3.11`, `python3.13t`, macOS framework `Python`, Windows `pythonw`.
 _PYTHON = re.compile(r"(?:python)[0-9.]*[a-z]?", re.IGNORECASE | re.ASCII)
@@ -21,6 +22,10 @@ _NEGATIVE_NUMBER = re.compile(r"-[0-9]+|-[0-9]*\.[0-9]+", re.ASCII)
 # CPython options that take no value / a value (`python -u -X dev -m module`).
 _PY_SWITCHES = frozenset("bBdEhiIOPqsSuvVx")
 _PY_VALUED = frozenset("WX")
+# What may follow an executable prefix (`llama-server-` + `b5678`), and a trailing file extension
+# of letters only (`.sh`, `.log`) that makes it a script or a file rather than a renamed build.
+_PREFIX_SUFFIX = re.compile(r"[A-Za-z0-9._-]+", re.ASCII)
+_LETTERS_EXTENSION = re.compile(r".*\.[A-Za-z]+", re.ASCII | re.DOTALL)
 
 
 def basename(path: str) -> str:
@@ -29,6 +34,24 @@ def basename(path: str) -> str:
     if len(name) > 4 and name[-4:].lower() == ".exe" and name[-4:].isascii():
         name = name[:-4]
     return name
+
+
+def prefixed(name: str, prefix: str) -> bool:
+    """Whether a basename is ``prefix`` + a renamed build's suffix (as ``prefixed`` in Rust)."""
+    if not name.startswith(prefix):
+        return False
+    suffix = name[len(prefix) :]
+    return bool(_PREFIX_SUFFIX.fullmatch(suffix)) and not _LETTERS_EXTENSION.fullmatch(suffix)
+
+
+def _ascii_endswith_ignore_case(value: str, suffix: str) -> bool:
+    tail = value[len(value) - len(suffix) :] if len(suffix) <= len(value) else None
+    return tail is not None and tail.isascii() and tail.lower() == suffix.lower()
+
+
+def _nonzero_rank(value: str) -> bool:
+    """A decimal rank other than 0 (``1``, ``01``); anything else (``0``, ``$RANK``) is none."""
+    return value.isascii() and value.isdigit() and value.strip("0") != ""
 
 
 def looks_like_flag(token: str) -> bool:
@@ -82,11 +105,20 @@ def _python_target(argv: Sequence[str]) -> tuple[str, str, int] | None:
 class _Compiled:
     def __init__(self, signature: Signature) -> None:
         self.signature = signature
+        # Evidence flags by canonical name: written with any spelling the engine accepts.
+        self.evidence_flags = {
+            id(form): frozenset(signature.canonical(flag) for flag in form.evidence.any_flags)
+            for form in signature.launch_forms
+            if form.evidence is not None
+        }
         wanted = (
             *signature.model_flags,
             *signature.served_name_flags,
             *signature.host_flags,
             *signature.port_flags,
+            *signature.follower_rank_flags,
+            *signature.follower_flags,
+            *(flag for flags in self.evidence_flags.values() for flag in flags),
         )
         self.wanted = frozenset(wanted)
 
@@ -101,48 +133,61 @@ class Matcher:
         self._engines = [_Compiled(Signature.model_validate(doc)) for doc in documents]
         self._by_executable: dict[str, list[tuple[int, LaunchForm]]] = {}
         self._by_module: dict[str, list[tuple[int, LaunchForm]]] = {}
+        self._by_prefix: list[tuple[str, int, LaunchForm]] = []
         for index, compiled in enumerate(self._engines):
             for form in compiled.signature.launch_forms:
                 for name in form.executables:
                     self._by_executable.setdefault(name, []).append((index, form))
+                for name in form.executable_prefixes:
+                    self._by_prefix.append((name, index, form))
                 for name in form.modules:
                     self._by_module.setdefault(name, []).append((index, form))
 
     def engines(self) -> list[str]:
         return [compiled.signature.engine for compiled in self._engines]
 
-    def _launch(self, argv: Sequence[str]) -> tuple[int, LaunchForm, int] | None:
+    def _candidates(self, argv: Sequence[str]) -> tuple[list[tuple[int, LaunchForm]], int]:
+        """The forms argv's program may be, in signature order (exact names before prefixes),
+        and the index of the first argument after the program."""
         if not argv:
-            return None
+            return [], 0
         exe = basename(argv[0])
-        candidates: list[tuple[int, LaunchForm]] | None
         start = 1
         if _PYTHON.fullmatch(exe):
             target = _python_target(argv)
             if target is None:
-                return None
+                return [], 0
             kind, name, start = target
             if kind == "module":
-                candidates = self._by_module.get(name)
-            else:
-                candidates = self._by_executable.get(basename(name))
-        else:
-            candidates = self._by_executable.get(exe)
-        for index, form in candidates or ():
-            end = start + len(form.subcommand)
-            if tuple(argv[start:end]) == form.subcommand:
-                return index, form, end
-        return None
+                return self._by_module.get(name, []), start
+            exe = basename(name)
+        exact = self._by_executable.get(exe, [])
+        if not self._by_prefix:
+            return exact, start
+        return [*exact, *((i, f) for p, i, f in self._by_prefix if prefixed(exe, p))], start
 
     def parse(self, argv: Sequence[str]) -> RawInvocation | None:
-        launch = self._launch(argv)
-        if launch is None:
-            return None
-        index, form, i = launch
+        """The facts of the first form argv launches (subcommand given, evidence found), if any."""
+        candidates, start = self._candidates(argv)
+        for index, form in candidates:
+            end = start + len(form.subcommand)
+            if tuple(argv[start:end]) != form.subcommand:
+                continue
+            outcome = self._parse_form(argv, index, form, end)
+            if outcome != "no evidence":
+                return outcome
+        return None
+
+    def _parse_form(
+        self, argv: Sequence[str], index: int, form: LaunchForm, i: int
+    ) -> RawInvocation | Literal["no evidence"] | None:
         compiled = self._engines[index]
         sig = compiled.signature
         seen: dict[str, list[str]] = {}
         positional: str | None = None
+        # A form that needs evidence reads on past an exit flag: without the evidence argv is not
+        # this engine at all, whatever it asks of it.
+        exited = False
         n = len(argv)
         while i < n:
             token = argv[i]
@@ -163,7 +208,9 @@ class Matcher:
                     name, inline = token[:eq], token[eq + 1 :]
             flag = sig.canonical(name)
             if flag in sig.exit_flags:
-                return None
+                if form.evidence is None:
+                    return None
+                exited = True
             if inline is not None:
                 values = [inline]
             elif flag in sig.no_value_flags or flag.startswith(sig.no_value_prefixes):
@@ -198,4 +245,21 @@ class Matcher:
                 break
         port_value = last(sig.port_flags)
         port = _parse_port(port_value) if port_value is not None else None
-        return index, model or None, served, last(sig.host_flags), port
+        model = model or None
+        evidence = form.evidence
+        if evidence is not None:
+            if evidence.model_suffixes and not (
+                model is not None
+                and any(_ascii_endswith_ignore_case(model, suffix) for suffix in evidence.model_suffixes)
+            ):
+                return "no evidence"
+            if evidence.any_flags and seen.keys().isdisjoint(compiled.evidence_flags[id(form)]):
+                return "no evidence"
+        if exited:
+            return None
+        role: Role = form.role
+        if role == "server":
+            rank = last(sig.follower_rank_flags)
+            if (rank is not None and _nonzero_rank(rank)) or not seen.keys().isdisjoint(sig.follower_flags):
+                role = "follower"
+        return index, model, served, last(sig.host_flags), port, role

@@ -14,7 +14,7 @@ from enginespec.definition import EngineDefinition
 from enginespec.display import literal
 from enginespec.masking import REDACTED, is_secret_name
 from enginespec.registry import all_signatures, find_engine
-from enginespec.signature import Signature, signatures_json
+from enginespec.signature import Role, Signature, signatures_json
 from enginespec.urls import base_url, unix_socket_url
 
 
@@ -24,7 +24,10 @@ class Invocation(BaseModel):
     gives but that is no port (``99999``, ``$PORT``) leaves ``effective_port`` ``None``: it is not
     the default. ``problems`` says what argv gives that cannot be used (an invalid port, a host
     that is not an address). ``model`` is ``None`` when argv does not name it (``--config
-    file.yaml``, llama-server router mode): never guessed."""
+    file.yaml``, llama-server router mode): never guessed. ``role`` is what the process is to its
+    engine: ``server`` (serves the HTTP API), ``runner`` (a per-model child of a supervising
+    server) or ``follower`` (a multi-node or data-parallel worker with no HTTP API: vLLM
+    ``--headless``, SGLang ``--node-rank 1``)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -35,6 +38,9 @@ class Invocation(BaseModel):
     port: int | None
     effective_host: str
     effective_port: int | None
+    #: ``server`` by default only so that models built by hand stay valid; the parser and the
+    #: scanner always say.
+    role: Role = "server"
     problems: tuple[str, ...] = ()
 
     @computed_field  # type: ignore[prop-decorator]
@@ -89,7 +95,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation | None:
     raw = compiled.matcher.parse(tokens)
     if raw is None:
         return None
-    index, model, served, host, port = raw
+    index, model, served, host, port, role = raw
     signature = compiled.signatures[index]
     where = endpoint(find_engine(signature.engine), tokens, host, port, argv_port(signature, tokens))
     return Invocation(
@@ -100,6 +106,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation | None:
         port=port,
         effective_host=where.effective_host,
         effective_port=where.effective_port,
+        role=role,
         problems=where.problems,
     )
 

@@ -202,7 +202,7 @@ class Scanner:
 
     def _model(self, item: RawProcess, parent_engine: str | None) -> EngineProcess:
         pid, start_time, ppid, argv, facts, exe, descendants, parent_argv, ports = item
-        index, model, served, host, port = facts
+        index, model, served, host, port, role = facts
         spec = self._specs[index]
         outside = read_outside(spec, pid, argv)
         if outside.config_file is not None:
@@ -220,6 +220,7 @@ class Scanner:
             port=merged.port,
             effective_host=where.effective_host,
             effective_port=where.effective_port,
+            role=role,
             problems=merged.problems + where.problems,
             sources=merged.sources,
             base_url=where.base_url,

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # rust/matcher.rs MAX_FACT_FLAGS: the matcher keeps per-fact slots in fixed arrays.
 _MAX_FACT_FLAGS = 8
+# rust/matcher.rs MAX_EVIDENCE_FLAGS: evidence flags are bits of one word per engine.
+_MAX_EVIDENCE_FLAGS = 64
 _FLAG = re.compile(r"-{1,2}[A-Za-z0-9][A-Za-z0-9_.-]*", re.ASCII)
 _TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", re.ASCII)
 
@@ -25,27 +28,69 @@ def _check_flags(values: Iterable[str], field: str) -> None:
             raise ValueError(f"{field}: {value!r} is not a flag name (like --port or -m)")
 
 
+#: What a process is to its engine: ``server`` serves the HTTP API; ``runner`` is a per-model child
+#: of a supervising server; ``follower`` is a multi-node or data-parallel worker that serves no
+#: HTTP API (vLLM ``--headless``, SGLang ``--node-rank 1``).
+Role = Literal["server", "runner", "follower"]
+
+
+class Evidence(BaseModel):
+    """What argv must show, besides the launch form, before a process counts as this engine: for an
+    executable name too common to trust alone (pre-rename llama.cpp builds called their server
+    ``server``). Every condition given must hold.
+
+    ``model_suffixes``: the model argv names ends with one of these (ASCII case ignored; ``.gguf``).
+    ``any_flags``: at least one of these flags (any spelling the engine accepts) is given.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model_suffixes: tuple[str, ...] = ()
+    any_flags: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _check(self) -> Evidence:
+        if not self.model_suffixes and not self.any_flags:
+            raise ValueError("evidence needs model_suffixes or any_flags")
+        for suffix in self.model_suffixes:
+            if not suffix.isascii() or not suffix.isprintable() or not suffix:
+                raise ValueError(f"evidence: model suffix {suffix!r} must be printable ASCII")
+        _check_flags(self.any_flags, "evidence.any_flags")
+        return self
+
+
 class LaunchForm(BaseModel):
     """One way the server is started.
 
     ``executables`` are basenames of binaries or console scripts (``vllm``, ``llama-server``); a
     console script may also be run by an interpreter (``[python3, /venv/bin/vllm, ...]``).
+    A trailing ``.exe`` (any case) is never part of a basename.
+    ``executable_prefixes`` name renamed builds: a basename made of a prefix and a non-empty suffix
+    of ASCII letters, digits, ``.``, ``_`` and ``-`` (``llama-server-b5678``, ``llama-server-cuda``),
+    except a suffix ending in a file extension of letters only (``llama-server-wrapper.sh``,
+    ``llama-server-x.log``: scripts and files, not builds).
     ``modules`` are ``python -m`` targets. ``subcommand`` tokens must follow the executable or module
     (``serve``). ``positional_model`` says whether the first positional argument is the model.
+    ``evidence``, when given, must also be found in argv, else the form does not match.
+    ``role`` is what a process of this form is (see :data:`Role`); the signature's follower flags
+    make a ``server`` a ``follower``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     executables: tuple[str, ...] = ()
+    executable_prefixes: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()
     subcommand: tuple[str, ...] = ()
     positional_model: bool = False
+    evidence: Evidence | None = None
+    role: Role = "server"
 
     @model_validator(mode="after")
     def _check(self) -> LaunchForm:
-        if not self.executables and not self.modules:
-            raise ValueError("a launch form needs at least one executable or module")
-        for name in (*self.executables, *self.modules, *self.subcommand):
+        if not self.executables and not self.executable_prefixes and not self.modules:
+            raise ValueError("a launch form needs at least one executable, executable prefix or module")
+        for name in (*self.executables, *self.executable_prefixes, *self.modules, *self.subcommand):
             if not _TOKEN.fullmatch(name):
                 raise ValueError(f"launch form token {name!r} must be a plain name")
         return self
@@ -80,6 +125,11 @@ class Signature(BaseModel):
     multi_value_flags: frozenset[str] = frozenset()
     #: flags that make the program print and exit instead of serving (``--help``, ``--version``).
     exit_flags: frozenset[str] = frozenset()
+    #: flags whose presence makes a server a follower that serves no HTTP API (vLLM ``--headless``).
+    follower_flags: frozenset[str] = frozenset()
+    #: flags giving a node rank, in priority order: a rank other than 0 (a decimal number, the last
+    #: occurrence) makes a server a follower (SGLang ``--node-rank 1``); ``0`` or no rank leaves it.
+    follower_rank_flags: tuple[str, ...] = Field(default=(), max_length=_MAX_FACT_FLAGS)
     #: fold every descendant process into the server's workers (vLLM/SGLang retitle their children
     #: `VLLM::EngineCore`, `sglang::scheduler_TP0`; forked children may even keep the server's argv).
     fold_workers: bool = False
@@ -109,11 +159,20 @@ class Signature(BaseModel):
             "multi_value_flags",
             "exit_flags",
             "secret_flags",
+            "follower_flags",
+            "follower_rank_flags",
         ):
             _check_flags(getattr(self, field), field)
         if self.served_name_separator == "":
             raise ValueError("served_name_separator must be None or non-empty")
-        fact_groups = (self.model_flags, self.served_name_flags, self.host_flags, self.port_flags)
+        fact_groups = (
+            self.model_flags,
+            self.served_name_flags,
+            self.host_flags,
+            self.port_flags,
+            self.follower_rank_flags,
+            tuple(self.follower_flags),
+        )
         seen: set[str] = set()
         for group in fact_groups:
             shared = seen.intersection(group)
@@ -123,6 +182,17 @@ class Signature(BaseModel):
         aliased = seen.intersection(self.aliases)
         if aliased:
             raise ValueError(f"fact flags must be canonical names, {sorted(aliased)[0]!r} is an alias")
+        evidence_flags = {
+            self.canonical(flag)
+            for form in self.launch_forms
+            if form.evidence is not None
+            for flag in form.evidence.any_flags
+        }
+        if len(evidence_flags) > _MAX_EVIDENCE_FLAGS:
+            raise ValueError(
+                f"launch_forms: {len(evidence_flags)} evidence flags, "
+                f"at most {_MAX_EVIDENCE_FLAGS} are supported"
+            )
         return self
 
     def canonical(self, flag: str) -> str:
@@ -137,7 +207,7 @@ def signatures_json(signatures: Iterable[Signature]) -> str:
     documents = []
     for signature in signatures:
         document = signature.model_dump(mode="json")
-        for key in ("no_value_flags", "multi_value_flags", "exit_flags", "secret_flags"):
+        for key in ("no_value_flags", "multi_value_flags", "exit_flags", "secret_flags", "follower_flags"):
             document[key] = sorted(document[key])
         documents.append(document)
     return json.dumps(documents, separators=(",", ":"))

@@ -24,7 +24,26 @@ const SIGNATURES: &str = r#"[
    "exit_flags": ["--help", "-h"]},
   {"engine": "other",
    "launch_forms": [{"executables": ["other-server"]}],
-   "model_flags": ["--model"]}
+   "model_flags": ["--model"]},
+  {"engine": "roles",
+   "launch_forms": [
+     {"executables": ["roles"], "subcommand": ["serve"]},
+     {"executables": ["roles"], "subcommand": ["runner"], "role": "runner"},
+     {"executables": ["roles-worker"], "role": "follower"},
+     {"executable_prefixes": ["roles-server-"]},
+     {"executables": ["server"],
+      "evidence": {"model_suffixes": [".bin"], "any_flags": ["-l", "--mlock"]}}
+   ],
+   "underscore_is_dash": true,
+   "aliases": {"-m": "--model", "-l": "--layers"},
+   "model_flags": ["--model"],
+   "no_value_flags": ["--mlock", "--headless"],
+   "exit_flags": ["--help"],
+   "follower_flags": ["--headless"],
+   "follower_rank_flags": ["--node-rank", "--rank"]},
+  {"engine": "fallback",
+   "launch_forms": [{"executables": ["server"]}],
+   "model_flags": ["--weights"]}
 ]"#;
 
 fn matcher() -> Matcher {
@@ -156,6 +175,156 @@ fn underscores_only_for_engines_that_normalise() {
     assert_eq!(m.parse(&argv).unwrap().port, Some(9));
 }
 
+fn role(argv: &[&str]) -> Option<Role> {
+    parse(argv).map(|p| p.role)
+}
+
+#[test]
+fn roles_come_from_the_form_and_the_follower_flags() {
+    assert_eq!(role(&["roles", "serve"]), Some(Role::Server));
+    assert_eq!(
+        role(&["roles", "runner", "--model", "m"]),
+        Some(Role::Runner)
+    );
+    assert_eq!(role(&["roles-worker"]), Some(Role::Follower));
+    assert_eq!(
+        role(&["roles", "serve", "--headless"]),
+        Some(Role::Follower)
+    );
+    assert_eq!(
+        role(&["roles", "serve", "--headless", "m"]),
+        Some(Role::Follower)
+    );
+    assert_eq!(
+        role(&["roles", "serve", "--no-headless"]),
+        Some(Role::Server)
+    );
+    // A runner or a follower form keeps its role whatever the flags say.
+    assert_eq!(role(&["roles", "runner", "--headless"]), Some(Role::Runner));
+    for (rank, expected) in [
+        ("0", Role::Server),
+        ("00", Role::Server),
+        ("1", Role::Follower),
+        ("01", Role::Follower),
+        ("15", Role::Follower),
+        ("+1", Role::Server),
+        ("$RANK", Role::Server),
+        ("", Role::Server),
+        ("-1", Role::Server),
+    ] {
+        assert_eq!(
+            role(&["roles", "serve", "--node-rank", rank]),
+            Some(expected),
+            "{rank:?}"
+        );
+        let inline = format!("--node_rank={rank}");
+        assert_eq!(
+            role(&["roles", "serve", &inline]),
+            Some(expected),
+            "{inline}"
+        );
+    }
+    // The last occurrence wins; the first flag in priority order with a value decides.
+    assert_eq!(
+        role(&["roles", "serve", "--node-rank", "1", "--node-rank", "0"]),
+        Some(Role::Server)
+    );
+    assert_eq!(
+        role(&["roles", "serve", "--rank", "1", "--node-rank", "0"]),
+        Some(Role::Server)
+    );
+    assert_eq!(
+        role(&["roles", "serve", "--rank", "1"]),
+        Some(Role::Follower)
+    );
+    assert_eq!(parse(&["demo", "serve", "m"]).unwrap().role, Role::Server);
+    assert_eq!(Role::Follower.as_str(), "follower");
+}
+
+#[test]
+fn executable_prefixes_name_renamed_builds() {
+    for name in [
+        "roles-server-b5678",
+        "/opt/bin/roles-server-cuda",
+        "roles-server-1.2.3",
+        "roles-server-x86_64",
+        "roles-server-a-b_c.9",
+        "roles-server-x.",
+        "C:\\bin\\roles-server-vulkan.exe",
+        "roles-server-rocm.EXE",
+    ] {
+        assert_eq!(parse(&[name]).map(|p| p.engine), Some(2), "{name}");
+    }
+    for name in [
+        "roles-server-",
+        "roles-server",
+        "roles-serverless",
+        "roles-server-wrapper.sh",
+        "roles-server-8080.log",
+        "roles-server-a b",
+        "roles-server-é",
+        "roles-server-a/b",
+        "xroles-server-1",
+        "roles-server-.exe",
+    ] {
+        assert_eq!(parse(&[name]), None, "{name}");
+    }
+    // Through an interpreter too, as executables are (a console script of that name).
+    assert_eq!(
+        parse(&["python3", "/v/bin/roles-server-b1", "-m", "m"]).map(|p| p.engine),
+        Some(2)
+    );
+}
+
+#[test]
+fn evidence_is_needed_and_otherwise_the_next_form_is_tried() {
+    let engine = |argv: &[&str]| parse(argv).map(|p| p.engine);
+    assert_eq!(engine(&["server", "-m", "a.bin", "-l", "3"]), Some(2));
+    assert_eq!(engine(&["./server", "-m", "A.BIN", "--layers=3"]), Some(2));
+    assert_eq!(
+        engine(&["server.exe", "--model", "a.bin", "--mlock"]),
+        Some(2)
+    );
+    assert_eq!(
+        engine(&["server", "--mlock", "--model_x", "1", "-m", "a.bin"]),
+        Some(2)
+    );
+    // Missing either half of the evidence: not `roles`, but the next engine's `server` form.
+    assert_eq!(engine(&["server", "-m", "a.bin"]), Some(3));
+    assert_eq!(engine(&["server", "-m", "a.gguf", "-l", "3"]), Some(3));
+    assert_eq!(engine(&["server", "--port", "8080"]), Some(3));
+    // An exit flag counts only for a form whose evidence is found.
+    assert_eq!(
+        engine(&["server", "-m", "a.bin", "-l", "3", "--help"]),
+        None
+    );
+    assert_eq!(
+        engine(&["server", "--help", "-m", "a.bin", "--mlock"]),
+        None
+    );
+    assert_eq!(engine(&["server", "--help"]), Some(3));
+    let m = Matcher::from_json(
+        r#"[{"engine":"e","launch_forms":[{"executables":["s"],"evidence":{"any_flags":["-x"]}}]}]"#,
+    )
+    .unwrap();
+    let argv: Vec<&[u8]> = vec![b"s", b"-y"];
+    assert_eq!(m.parse(&argv), None);
+    let argv: Vec<&[u8]> = vec![b"s", b"-x"];
+    assert_eq!(m.parse(&argv).map(|p| p.model), Some(None));
+}
+
+#[test]
+fn too_many_evidence_flags_are_refused() {
+    let flags: Vec<String> = (0..=MAX_EVIDENCE_FLAGS)
+        .map(|i| format!("\"--f{i}\""))
+        .collect();
+    let json = format!(
+        r#"[{{"engine":"e","launch_forms":[{{"executables":["s"],"evidence":{{"any_flags":[{}]}}}}]}}]"#,
+        flags.join(",")
+    );
+    assert!(Matcher::from_json(&json).is_err());
+}
+
 #[test]
 fn bad_json_is_an_error() {
     assert!(Matcher::from_json("{").is_err());
@@ -176,12 +345,17 @@ proptest! {
             prop_oneof![
                 Just(b"--".to_vec()), Just(b"-m".to_vec()), Just(b"--port=".to_vec()),
                 Just(b"--many".to_vec()), Just(b"-a".to_vec()), Just(b"-".to_vec()),
-                Just(b"--help".to_vec()), prop::collection::vec(any::<u8>(), 0..6),
+                Just(b"--help".to_vec()), Just(b"--node-rank".to_vec()), Just(b"--headless".to_vec()),
+                Just(b"-l".to_vec()), Just(b"a.bin".to_vec()), Just(b"--rank=".to_vec()),
+                prop::collection::vec(any::<u8>(), 0..6),
             ],
             0..16,
         ),
         head in prop_oneof![
             Just(vec![b"demo".to_vec(), b"serve".to_vec()]),
+            Just(vec![b"roles".to_vec(), b"serve".to_vec()]),
+            Just(vec![b"server".to_vec()]),
+            Just(vec![b"roles-server-1".to_vec()]),
             Just(vec![b"python".to_vec(), b"-m".to_vec(), b"demo.server".to_vec()]),
             Just(vec![b"python".to_vec()]),
         ],

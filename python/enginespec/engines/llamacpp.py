@@ -6,13 +6,32 @@ import json
 import re
 
 from enginespec.definition import Flags, Launch, Package, Serving, Settings, SourceBuild
-from enginespec.signature import LaunchForm, Signature
+from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
 
 SIGNATURE = Signature(
     engine="llamacpp",
-    launch_forms=(LaunchForm(executables=("llama-server",)),),
+    launch_forms=(
+        LaunchForm(executables=("llama-server",)),
+        # Renamed builds kept side by side (llama-swap's configs name them by build or backend:
+        # `llama-server-b5678`, `llama-server-cuda`).
+        LaunchForm(executable_prefixes=("llama-server-",)),
+        # Builds before the June 2024 rename (ggml-org/llama.cpp#7809) called the server `server`
+        # (`./server`, `server.exe`): a name far too common to trust alone, so only with a GGUF
+        # model and a flag only llama.cpp has.
+        LaunchForm(
+            executables=("server",),
+            evidence=Evidence(
+                model_suffixes=(".gguf",),
+                any_flags=("--n-gpu-layers", "--ctx-size", "--mlock", "--parallel"),
+            ),
+        ),
+        # The unified `llama` binary (app/llama.cpp, ggml-org/llama.cpp#23459): `llama serve` (alias
+        # `llama server`) runs llama-server's own main on the arguments that follow.
+        LaunchForm(executables=("llama",), subcommand=("serve",)),
+        LaunchForm(executables=("llama",), subcommand=("server",)),
+    ),
     # common/arg.cpp: short and long spellings of the same option. `-md`/`--model-draft`,
     # `-hfd`, `-mm`/`--mmproj` are other models and are deliberately absent.
     aliases={

@@ -33,6 +33,10 @@ SIGNATURE = Signature(
     host_flags=("--host",),
     port_flags=("--port",),
     exit_flags=frozenset({"-h", "--help", "--version"}),
+    # Multi-node tensor parallelism: the node with `--node-rank 0` serves the API; the others run
+    # scheduler workers only (python/sglang/srt/entrypoints/engine.py _launch_subprocesses; newer
+    # releases answer a dummy /health on --host/--port there, but serve no API).
+    follower_rank_flags=("--node-rank",),
     secret_flags=frozenset({"--api-key", "--admin-api-key"}),
     abbreviations=True,
     fold_workers=True,

@@ -213,6 +213,10 @@ SIGNATURE = Signature(
         }
     ),
     exit_flags=frozenset({"-h", "--help", "--version"}),
+    # vllm/entrypoints/cli/serve.py: `--headless` starts engine cores only, no API server (the
+    # other nodes of a multi-node data-parallel deployment). `--data-parallel-rank N` is not one:
+    # with an external load balancer every rank is a full server with its own port.
+    follower_flags=frozenset({"--headless"}),
     secret_flags=frozenset({"--api-key", "--hf-token"}),
     abbreviations=True,
     fold_workers=True,
