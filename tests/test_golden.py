@@ -48,7 +48,10 @@ SERVERS: list[tuple[list[str], tuple[object, ...]]] = [
         ("sglang", "q/w", (), None, 30001),
     ),
     (["python", "-m", "sglang.launch_server", "--model", "q/w"], ("sglang", "q/w", (), None, None)),
-    (["python", "-m", "sglang.launch_server", "--model_path", "q/w"], ("sglang", "q/w", (), None, None)),
+    # SGLang's argparse does not read `_` as `-` (0.5.23: "--model_path" is unrecognised): no model
+    (["python", "-m", "sglang.launch_server", "--model_path", "q/w"], ("sglang", None, (), None, None)),
+    # llama.cpp does (0c1e57098, common_params_parse_ex)
+    (["llama-server", "--ctx_size", "4096", "--model", "m.gguf"], ("llamacpp", "m.gguf", (), None, None)),
     (
         ["sglang", "serve", "--model-path", "q/w", "--served-model-name", "n", "--host", "0.0.0.0"],
         ("sglang", "q/w", ("n",), "0.0.0.0", None),

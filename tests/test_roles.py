@@ -103,7 +103,9 @@ ROLES: list[tuple[list[str], str]] = [
     # SGLang: a node rank other than 0 runs scheduler workers only
     (["python", "-m", "sglang.launch_server", "--model-path", "m", "--node-rank", "1"], "follower"),
     (["python", "-m", "sglang.launch_server", "--model-path", "m", "--node-rank=3"], "follower"),
-    (["python", "-m", "sglang.launch_server", "--model-path", "m", "--node_rank", "1"], "follower"),
+    (["python", "-m", "sglang.launch_server", "--model-path", "m", "--node-rank=1"], "follower"),
+    # SGLang does not read `_` as `-` (0.5.23): `--node_rank` is no flag of its, the rank stays 0
+    (["python", "-m", "sglang.launch_server", "--model-path", "m", "--node_rank", "1"], "server"),
     (["sglang", "serve", "--model-path", "m", "--nnodes", "2", "--node-rank", "1"], "follower"),
     (["python", "-m", "sglang_router.launch_server", "--model-path", "m", "--node-rank", "2"], "follower"),
     (["python", "-m", "sglang.launch_server", "--model-path", "m", "--node-rank", "0"], "server"),

@@ -32,8 +32,10 @@ SIGNATURE = Signature(
         LaunchForm(executables=("llama",), subcommand=("serve",)),
         LaunchForm(executables=("llama",), subcommand=("server",)),
     ),
-    # common/arg.cpp: short and long spellings of the same option. `-md`/`--model-draft`,
-    # `-hfd`, `-mm`/`--mmproj` are other models and are deliberately absent.
+    # Short and long spellings of the same option (llama.cpp 0c1e57098, common/arg.cpp).
+    # `-md`/`--model-draft`, `-hfd`, `-mm`/`--mmproj` are other models and are deliberately absent.
+    # Every `--` option's `_` is read as `-` (common_params_parse_ex).
+    underscore_is_dash=True,
     aliases={
         "-m": "--model",
         "-hf": "--hf-repo",
@@ -52,12 +54,12 @@ SIGNATURE = Signature(
     },
     model_flags=("--model", "--hf-repo", "--docker-repo", "--model-url"),
     served_name_flags=("--alias",),
-    # `--alias a,b` gives the model several names (tools/server/server.cpp splits on commas).
+    # `--alias a,b` gives the model several names (llama.cpp 0c1e57098, common/arg.cpp splits it).
     served_name_separator=",",
     host_flags=("--host",),
     port_flags=("--port",),
     exit_flags=frozenset(
-        {"-h", "--help", "--usage", "--version", "--license", "--list-devices", "--completion-bash"}
+        {"-h", "--help", "--usage", "--version", "--list-devices", "--completion-bash", "-cl", "--cache-list"}
     ),
     secret_flags=frozenset({"--api-key", "--hf-token"}),
     default_host="127.0.0.1",

@@ -13,19 +13,15 @@ SIGNATURE = Signature(
         LaunchForm(modules=("sglang.launch_server",)),
         LaunchForm(executables=("sglang",), subcommand=("serve",)),
         # sglang_router.launch_server starts the router together with its SGLang workers and takes
-        # the server's own arguments (sgl-router's launch_server.py).
+        # the server's own arguments (sglang-router 0.3.2, sglang_router/launch_server.py).
         LaunchForm(modules=("sglang_router.launch_server",)),
     ),
-    underscore_is_dash=True,
-    # python/sglang/srt/server_args.py: `--model-path` has the alias `--model`; `--tp-size` has
-    # `--tp` and `--tensor-parallel-size`.
+    # Registered aliases (SGLang 0.5.23, python/sglang/srt/arg_groups/fields/). SGLang's plain
+    # argparse does not read `_` as `-`; `--tp 2` works only as an abbreviation of --tp-size.
     aliases={
         "--model": "--model-path",
-        "--tp": "--tp-size",
         "--tensor-parallel-size": "--tp-size",
-        "--pp": "--pp-size",
         "--pipeline-parallel-size": "--pp-size",
-        "--dp": "--dp-size",
         "--data-parallel-size": "--dp-size",
     },
     model_flags=("--model-path",),
@@ -37,7 +33,7 @@ SIGNATURE = Signature(
     # scheduler workers only (python/sglang/srt/entrypoints/engine.py _launch_subprocesses; newer
     # releases answer a dummy /health on --host/--port there, but serve no API).
     follower_rank_flags=("--node-rank",),
-    secret_flags=frozenset({"--api-key", "--admin-api-key"}),
+    secret_flags=frozenset({"--api-key", "--admin-api-key", "--ssl-keyfile-password", "--watermark-config"}),
     abbreviations=True,
     fold_workers=True,
     default_host="127.0.0.1",

@@ -180,20 +180,53 @@ _BOOLEAN_FLAGS = frozenset(
 SIGNATURE = Signature(
     engine="vllm",
     launch_forms=(
-        # vllm/entrypoints/cli/serve.py: `vllm serve [model_tag] [options]`; the positional wins
-        # over --model when both are given.
+        # `vllm serve [model_tag] [options]` (vLLM 0.33.0, vllm/entrypoints/cli/serve.py); from
+        # 0.11.0 `--model X` is rewritten into the positional (both given is an argparse error;
+        # in 0.8 to 0.10 the positional won).
         LaunchForm(executables=("vllm",), subcommand=("serve",), positional_model=True),
         LaunchForm(modules=("vllm.entrypoints.cli.main",), subcommand=("serve",), positional_model=True),
-        LaunchForm(modules=("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")),
+        # The OpenAI server module (a deprecated shim since 0.29; the real one is
+        # vllm.entrypoints.launchers.api_server.entry) and the demo server removed in 0.25.0. They
+        # parse a positional model and ignore it: only --model counts there.
+        LaunchForm(
+            modules=(
+                "vllm.entrypoints.openai.api_server",
+                "vllm.entrypoints.launchers.api_server.entry",
+                "vllm.entrypoints.api_server",
+            )
+        ),
     ),
-    # FlexibleArgumentParser rewrites `--max_model_len` to `--max-model-len`.
+    # FlexibleArgumentParser rewrites `--max_model_len` to `--max-model-len` (vLLM 0.33.0,
+    # vllm/utils/argparse_utils.py parse_args).
     underscore_is_dash=True,
+    # Short spellings registered by vLLM 0.33.0 (vllm/engine/arg_utils.py). `-O` was
+    # --compilation-config up to 0.11.2; from 0.12.0 `-O N`, `-ON` and `-O=N` mean
+    # --optimization-level and --compilation-config is `-cc`.
     aliases={
         "-tp": "--tensor-parallel-size",
         "-pp": "--pipeline-parallel-size",
         "-dp": "--data-parallel-size",
         "-q": "--quantization",
-        "-O": "--compilation-config",
+        "-O": "--optimization-level",
+        "-cc": "--compilation-config",
+        "-asc": "--api-server-count",
+        "-n": "--nnodes",
+        "-r": "--node-rank",
+        "-dcp": "--decode-context-parallel-size",
+        "-pcp": "--prefill-context-parallel-size",
+        "-dpn": "--data-parallel-rank",
+        "-dpr": "--data-parallel-start-rank",
+        "-dpl": "--data-parallel-size-local",
+        "-dpa": "--data-parallel-address",
+        "-dpp": "--data-parallel-rpc-port",
+        "-dpb": "--data-parallel-backend",
+        "-dph": "--data-parallel-hybrid-lb",
+        "-dpe": "--data-parallel-external-lb",
+        "-dpm": "--data-parallel-multi-port-external-lb",
+        "-ep": "--enable-expert-parallel",
+        "-sc": "--speculative-config",
+        "-dc": "--diffusion-config",
+        "-ac": "--attention-config",
     },
     model_flags=("--model",),
     served_name_flags=("--served-model-name",),
@@ -201,15 +234,25 @@ SIGNATURE = Signature(
     port_flags=("--port",),
     no_value_flags=_BOOLEAN_FLAGS,
     no_value_prefixes=("--no-",),
-    # nargs="+" in vllm/entrypoints/openai/cli_args.py and vllm/engine/arg_utils.py.
+    # nargs="+" in vLLM 0.33.0 (vllm/entrypoints/common/cli_args.py, vllm/engine/arg_utils.py);
+    # --api-key takes several since 0.10.1.
     multi_value_flags=frozenset(
         {
             "--served-model-name",
             "--api-key",
             "--lora-modules",
-            "--prompt-adapters",
-            "--cuda-graph-sizes",
-            "--middleware",
+            "--allowed-media-domains",
+            "--sleep-preserve-parameter-names",
+            "--logits-processors",
+            "--ignore-patterns",
+            "--numa-bind-nodes",
+            "--numa-bind-cpus",
+            "--kv-cache-dtype-skip-layers",
+            "--cpu-offload-params",
+            "--offload-params",
+            "--lora-target-modules",
+            "--collect-detailed-traces",
+            "--cudagraph-capture-sizes",
         }
     ),
     exit_flags=frozenset({"-h", "--help", "--version"}),
@@ -217,7 +260,9 @@ SIGNATURE = Signature(
     # other nodes of a multi-node data-parallel deployment). `--data-parallel-rank N` is not one:
     # with an external load balancer every rank is a full server with its own port.
     follower_flags=frozenset({"--headless"}),
-    secret_flags=frozenset({"--api-key", "--hf-token"}),
+    # vLLM's own _SENSITIVE_ARG_FIELDS (0.33.0, vllm/entrypoints/common/startup.py).
+    secret_flags=frozenset({"--api-key", "--hf-token", "--watermark-config"}),
+    # argparse's allow_abbrev is left on: `--max-model 100` is --max-model-len.
     abbreviations=True,
     fold_workers=True,
     # vLLM binds every interface when --host is not given.
