@@ -505,7 +505,9 @@ pub fn scanner(data: &[u8]) {
     // Reported: live processes only. Remembered: at most what the last listing held (a scan that
     // skips the listing, no fork having happened, keeps settled processes until the next one).
     let listed = pids.len();
-    let check = |found: &[enginespec::scan::EngineProc], scanner: &Scanner, live: &[i32]| {
+    let check = |found: &[std::sync::Arc<enginespec::scan::EngineProc>],
+                 scanner: &Scanner,
+                 live: &[i32]| {
         for proc in found {
             assert!(
                 live.contains(&proc.pid),
