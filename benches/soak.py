@@ -336,6 +336,7 @@ class Figures:
     scan_cpu: float = 0.0
     overruns: int = 0
     max_known: int = 0
+    max_reread: int = 0
     full_rechecks: int = 0
     churn_spawned: int = 0
     churn_seconds: float = 0.0
@@ -541,6 +542,7 @@ class Soak:
             if event["k"] == "scan":
                 scans[event["i"]] = (event["t0"], event["t1"])
                 figures.max_known = max(figures.max_known, event["known"])
+                figures.max_reread = max(figures.max_reread, event["reread"])
                 figures.full_rechecks += event["full_recheck"]
             elif event["k"] == "seen":
                 seen.append(event)
@@ -704,6 +706,8 @@ def _rows(f: Figures, interval: float) -> list[tuple[str, str, float | None]]:
         (f"scans longer than {interval * 1e3:g} ms", f"{f.overruns}", None),
         ("scanner CPU, % of one core", f"{cpu:.1f}", cpu),
         ("processes known to the scanner (max)", f"{f.max_known}", None),
+        # Many re-reads in one scan mean the scanner could not trust what it knew (pid reuse).
+        ("most processes re-read in one scan", f"{f.max_reread}", None),
         ("scans with a full pid-reuse recheck", f"{f.full_rechecks}", None),
         ("churn children started (per s)", f"{f.churn_spawned} ({churn_rate:.0f}/s)", None),
         ("  engine-like", f"{f.churn_engines}", None),
