@@ -38,8 +38,9 @@ def _screen(tmux: list[str], width: int, command: list[str]) -> list[str]:
     while not os.path.exists(done) and time.monotonic() < deadline:
         time.sleep(0.05)
     os.unlink(done)
+    # -S -: from the start of the history, in case other engines on the host scrolled the header off
     out = subprocess.run(
-        [*tmux, "capture-pane", "-p", "-J", "-t", f"w{width}"], capture_output=True, text=True
+        [*tmux, "capture-pane", "-p", "-J", "-S", "-", "-t", f"w{width}"], capture_output=True, text=True
     )
     subprocess.run([*tmux, "kill-session", "-t", f"w{width}"], check=False)
     return [line.rstrip() for line in out.stdout.splitlines() if line.strip()]
