@@ -141,6 +141,9 @@ def test_supervisors(procs: Procs) -> None:
     assert by_model["/m/x.gguf"].supervisor == "llama-server"
     assert by_model["/m/y.gguf"].supervisor == "llama-server"
     assert found[router.pid].supervisor is None
+    # a server another server started for one model is its runner
+    assert {p.role for p in by_model.values()} == {"runner"}
+    assert found[router.pid].role == "server"
     assert found[router.pid].model is None
     assert found[router.pid].worker_pids == ()  # llama-server does not fold: its children are servers
 

@@ -32,7 +32,7 @@ from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
 from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
 from enginespec.recipe import DockerRuntime, NativeRuntime, Recipe
 from enginespec.scanning import EngineProcess, Scanner, ScanStats, scan
-from enginespec.signature import LaunchForm, Signature
+from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import Health, HealthState
 from enginespec.version import __version__
@@ -59,6 +59,7 @@ __all__ = [
     "EngineProcess",
     "EngineSpec",
     "EngineSpecError",
+    "Evidence",
     "FamilyDefault",
     "Flags",
     "Health",

@@ -209,6 +209,11 @@ class Scanner:
             self._configs[pid] = (config_location(pid, outside.config_file), outside.config_mtime)
         merged = merge(spec, outside, model, served, host, port, argv_port(spec.signature, argv))
         where = endpoint(spec, argv, merged.host, merged.port, merged.port_text)
+        supervisor = _supervisor(spec, parent_argv, parent_engine)
+        # A server another server started for one model (Ollama's, llama-swap's, a router's) is
+        # that supervisor's runner.
+        if supervisor is not None and role == "server":
+            role = "runner"
         process = EngineProcess(
             pid=pid,
             start_time=start_time,
@@ -227,7 +232,7 @@ class Scanner:
             argv=tuple(redact_argv(argv, spec.id)),
             exe=exe,
             worker_pids=tuple(descendants),
-            supervisor=_supervisor(spec, parent_argv, parent_engine),
+            supervisor=supervisor,
             listen_ports=tuple(ports),
         )
         if spec.serving.api_key_flag:
