@@ -25,17 +25,6 @@ echo "fallback: deleted ${native[0]}"
 (cd / && no_rust env -u ENGINESPEC_BACKEND "$venv/bin/python" -c \
     'import enginespec; assert enginespec.BACKEND == "python", enginespec.BACKEND')
 (cd / && no_rust env -u ENGINESPEC_BACKEND "$venv/bin/python" "$root/ci/installed_package.py" python "$venv")
-# Tests of the extension itself (they import enginespec._native) cannot run here. Until they skip
-# themselves where it is absent, they are left out by name; test_plugin expects "native" whenever
-# ENGINESPEC_BACKEND is unset (fixed by the same tests patch, then these lines go).
-native_only=(
-    --ignore=tests/test_differential.py
-    --deselect=tests/test_backend_and_cli.py::test_native_is_the_default_when_built
-    --deselect=tests/test_backend_and_cli.py::test_same_result_on_both_backends_and_without_the_extension
-    --deselect=tests/test_scan.py::test_both_backends_return_the_same_processes
-    --deselect=tests/test_scan.py::test_sysinfo_source_finds_the_same_engines
-    --deselect=tests/test_plugin.py::test_entry_point_plugin_in_a_real_venv
-)
 no_rust env -u ENGINESPEC_BACKEND ENGINESPEC_CI_VENV="$venv" ENGINESPEC_CI_BACKEND=python \
     PYTHONPATH="$root/ci" PYTEST_ADDOPTS="-p pytest_installed_package" \
-    "$venv/bin/python" -m pytest -q "${native_only[@]}"
+    "$venv/bin/python" -m pytest -q

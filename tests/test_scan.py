@@ -196,7 +196,6 @@ def test_listen_ports_not_given_in_argv(procs: Procs) -> None:
 def test_vanished_zombies_and_churn_keep_memory_flat(procs: Procs) -> None:
     scanner = Scanner()
     scanner.scan()
-    baseline = scanner.stats.known
     for _round in range(3):
         batch = [procs.start(["vllm", "serve", f"/m/{i}"]) for i in range(60)]
         assert len(_mine(scanner.scan(), procs)) == 60
@@ -205,7 +204,10 @@ def test_vanished_zombies_and_churn_keep_memory_flat(procs: Procs) -> None:
         procs.started.clear()
         assert _mine(scanner.scan(), procs) == {}
         assert scanner.stats.vanished >= 60
-        assert scanner.stats.known <= baseline + 10
+        # Dead pids are evicted: what the scanner remembers is what lives (the host's own
+        # processes come and go meanwhile, so the bound is the live count, not the first scan's).
+        live = sum(1 for name in os.listdir("/proc") if name.isdigit())
+        assert scanner.stats.known <= live + 10
     # A zombie engine (dead, not yet reaped by its parent) is not reported.
     code = (
         "import subprocess, sys, time;"
@@ -242,11 +244,12 @@ def test_base_url() -> None:
 
 
 def test_both_backends_return_the_same_processes(procs: Procs) -> None:
-    from enginespec import _native, _pyscanner
+    from enginespec import _pyscanner
     from enginespec.engines import all_signatures
     from enginespec.scanning import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
     from enginespec.signature import signatures_json
 
+    _native = pytest.importorskip("enginespec._native", reason="the Rust extension is not installed")
     for record in CORPUS[:80]:
         procs.start(record["argv"])
     procs.start(["vllm", "serve", "/m/t", "--port", "8400"], HELPER_CHILD_TITLES="VLLM::Worker_TP0,=")
@@ -295,10 +298,11 @@ def test_cli_ps(procs: Procs) -> None:
 
 def test_sysinfo_source_finds_the_same_engines(procs: Procs) -> None:
     """The native scanner's source for platforms without procfs, exercised here on Linux."""
-    from enginespec import _native
     from enginespec.engines import all_signatures
     from enginespec.scanning import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
     from enginespec.signature import signatures_json
+
+    _native = pytest.importorskip("enginespec._native", reason="the Rust extension is not installed")
 
     for record in CORPUS[:60]:
         procs.start(record["argv"])
