@@ -18,7 +18,7 @@ import enginespec.errors
 from enginespec import EngineSpecError, UnknownEngineError, all_engine_specs, get_engine_spec, parse_argv
 
 PACKAGE = Path(enginespec.__file__).parent
-CORPUS = Path(__file__).parent / "data" / "argv-public.jsonl"
+CORPORA = [Path(__file__).parent / "data" / name for name in ("argv-public.jsonl", "argv-new-public.jsonl")]
 
 
 def _module_name(path: Path) -> str:
@@ -153,8 +153,13 @@ def test_unknown_engine_is_a_family_member_and_a_value_error() -> None:
 
 
 def _records() -> list[list[str]]:
-    records = [json.loads(line)["argv"] for line in CORPUS.read_text().splitlines() if line.strip()]
-    assert len(records) > 100
+    records = [
+        json.loads(line)["argv"]
+        for corpus in CORPORA
+        for line in corpus.read_text().splitlines()
+        if line.strip()
+    ]
+    assert len(records) > 300
     return records
 
 
