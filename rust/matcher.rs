@@ -490,6 +490,11 @@ impl Matcher {
         } else {
             (self.by_executable.get(exe), Some(exe), 1)
         };
+        let program =
+            program.filter(|name| self.by_prefix.iter().any(|(p, _, _)| name.starts_with(p)));
+        if exact.is_none() && program.is_none() {
+            return None; // almost every process on a host
+        }
         let by_prefix = self
             .by_prefix
             .iter()

@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from enginespec import _pymatcher
 from enginespec.engines import all_signatures
-from enginespec.signature import signatures_json
+from enginespec.signature import Evidence, LaunchForm, Signature, signatures_json
 
 # Compares the Rust matcher with the Python twin: nothing to compare where the extension is absent.
 _native = pytest.importorskip("enginespec._native", reason="the Rust extension is not installed")
@@ -22,8 +23,13 @@ NATIVE = _native.Matcher(SIGNATURES)
 PYTHON = _pymatcher.Matcher(SIGNATURES)
 CORPUS = [
     json.loads(line)["argv"]
-    for line in (Path(__file__).parent / "data" / "argv-public.jsonl").read_text().splitlines()
+    for name in ("argv-public.jsonl", "argv-new-public.jsonl")
+    for line in (Path(__file__).parent / "data" / name).read_text().splitlines()
 ]
+# What the launch-form data of the engines means in argv: renamed builds and their look-alikes,
+# model names with and without an evidence suffix, ranks.
+_PROGRAM_SUFFIXES = ("b5678", "cuda.EXE", "1.2", "x.sh", "x.", "", ".exe", "-", "a b")
+_VALUES = ("0", "00", "1", "01", "-1", "+1", "$RANK", "m.gguf", "M.GGUF", "m.bin", "gguf")
 
 
 def _vocabulary() -> list[str]:
@@ -39,16 +45,25 @@ def _vocabulary() -> list[str]:
             signature.no_value_flags,
             signature.multi_value_flags,
             signature.exit_flags,
+            signature.follower_flags,
+            signature.follower_rank_flags,
         ):
             words.update(group)
         for form in signature.launch_forms:
             words.update(form.executables)
             words.update(form.modules)
             words.update(form.subcommand)
+            words.update(
+                prefix + suffix for prefix in form.executable_prefixes for suffix in _PROGRAM_SUFFIXES
+            )
+            if form.evidence is not None:
+                words.update(form.evidence.any_flags)
+                words.update("m" + suffix for suffix in form.evidence.model_suffixes)
     variants = set()
     for word in words:
-        variants.update({word, word.replace("-", "_"), word + "=v", word + "=", word.upper()})
-    return sorted(variants | {"python", "python3.11", "/v/bin/python3", "Python", "/v/bin/vllm", "8080"})
+        variants.update({word, word.replace("-", "_"), word + "=v", word + "=", word + "=1", word.upper()})
+    extra = {"python", "python3.11", "/v/bin/python3", "Python", "/v/bin/vllm", "8080", "x.exe", *_VALUES}
+    return sorted(variants | extra)
 
 
 WORDS = _vocabulary()
@@ -95,4 +110,154 @@ def test_mutated_corpus_argv(argv: list[str], edits: list[tuple[str, int, str]])
 def test_corpus_agrees_exactly() -> None:
     for argv in CORPUS:
         _agree(argv)
-    assert sum(PYTHON.parse(argv) is not None for argv in CORPUS) > 80
+    assert sum(PYTHON.parse(argv) is not None for argv in CORPUS) > 90
+
+
+# Made-up signatures that use every field the matcher reads, to check that the two backends
+# interpret the data alike, not only the four engines' data.
+_FLAGS = ("--a", "--b-c", "--d_e", "-x", "-y", "--no-z", "--r", "--s-t", "--hd", "--m")
+_ALIASES = ("-p", "-q", "--old")
+_NAMES = ("srv", "srv-gpu", "tool", "a.b")
+_PREFIXES = ("srv-", "tool-", "s")
+_MODULES = ("pkg.server", "pkg")
+_BUCKETS = ("model", "served", "host", "port", "rank", "follower", "other")
+
+
+@st.composite
+def _evidence(draw: st.DrawFn) -> Evidence | None:
+    suffixes = draw(st.lists(st.sampled_from((".bin", ".GGUF", "x")), max_size=2, unique=True))
+    flags = draw(st.lists(st.sampled_from(_FLAGS + _ALIASES), max_size=3, unique=True))
+    if not suffixes and not flags:
+        return None
+    return Evidence(model_suffixes=tuple(suffixes), any_flags=tuple(flags))
+
+
+@st.composite
+def _form(draw: st.DrawFn) -> LaunchForm:
+    executables = draw(st.lists(st.sampled_from(_NAMES), max_size=2, unique=True))
+    prefixes = draw(st.lists(st.sampled_from(_PREFIXES), max_size=1))
+    modules = draw(st.lists(st.sampled_from(_MODULES), max_size=1))
+    assume(executables or prefixes or modules)
+    return LaunchForm(
+        executables=tuple(executables),
+        executable_prefixes=tuple(prefixes),
+        modules=tuple(modules),
+        subcommand=tuple(draw(st.lists(st.sampled_from(("serve", "run")), max_size=1))),
+        positional_model=draw(st.booleans()),
+        evidence=draw(st.none() | _evidence()),
+        role=draw(st.sampled_from(("server", "runner", "follower"))),
+    )
+
+
+@st.composite
+def _signature(draw: st.DrawFn, engine: str) -> Signature:
+    buckets: dict[str, list[str]] = {bucket: [] for bucket in _BUCKETS}
+    for flag in _FLAGS:
+        buckets[draw(st.sampled_from(_BUCKETS))].append(flag)
+    subset = st.lists(st.sampled_from(_FLAGS), max_size=3, unique=True)
+    fields: dict[str, Any] = {
+        "engine": engine,
+        "launch_forms": tuple(draw(st.lists(_form(), min_size=1, max_size=3))),
+        "underscore_is_dash": draw(st.booleans()),
+        "aliases": {
+            alias: draw(st.sampled_from(_FLAGS)) for alias in draw(st.lists(st.sampled_from(_ALIASES)))
+        },
+        "model_flags": tuple(buckets["model"]),
+        "served_name_flags": tuple(buckets["served"]),
+        "served_name_separator": draw(st.sampled_from((None, ","))),
+        "host_flags": tuple(buckets["host"]),
+        "port_flags": tuple(buckets["port"]),
+        "follower_rank_flags": tuple(buckets["rank"]),
+        "follower_flags": frozenset(buckets["follower"]),
+        "no_value_flags": frozenset(draw(subset)),
+        "no_value_prefixes": tuple(draw(st.lists(st.just("--no-"), max_size=1))),
+        "multi_value_flags": frozenset(draw(subset)),
+        "exit_flags": frozenset(draw(subset)),
+        "default_host": "127.0.0.1",
+        "default_port": 7000,
+    }
+    try:
+        return Signature(**fields)
+    except ValueError:
+        assume(False)
+        raise
+
+
+_MODEL_VALUES = ("m.bin", "M.BIN", "a.Bin", "M.GGUF", "m.gguf", "mx", "mX", "x")
+_SIGNATURE_WORDS = sorted(
+    {
+        *_FLAGS,
+        *_ALIASES,
+        *(flag.replace("-", "_") for flag in _FLAGS),
+        *(flag + "=1" for flag in _FLAGS + _ALIASES),
+        *_NAMES,
+        *(name + ".exe" for name in _NAMES),
+        *(prefix + suffix for prefix in _PREFIXES for suffix in _PROGRAM_SUFFIXES),
+        *_MODULES,
+        *_VALUES,
+        "serve",
+        "run",
+        "python",
+        "-m",
+        "--",
+        *_MODEL_VALUES,
+        "a,b",
+        "",
+    }
+)
+
+
+_PROGRAMS = sorted(
+    {
+        *_NAMES,
+        *(name + ".exe" for name in _NAMES),
+        *(prefix + suffix for prefix in _PREFIXES for suffix in _PROGRAM_SUFFIXES),
+        *_MODULES,
+        "/v/bin/srv",
+        "other",
+    }
+)
+_PIECE = st.one_of(
+    st.sampled_from(_SIGNATURE_WORDS).map(lambda word: [word]),
+    st.text(alphabet="-_=.,a01", max_size=4).map(lambda word: [word]),
+    # a flag and a value: ranks, models with or without an evidence suffix
+    st.tuples(st.sampled_from(_FLAGS + _ALIASES), st.sampled_from(_VALUES + _MODEL_VALUES)).map(list),
+)
+_ARGV = st.tuples(
+    st.sampled_from(_PROGRAMS),
+    st.lists(st.sampled_from(("serve", "run")), max_size=1),
+    st.lists(_PIECE, max_size=6),
+).map(lambda parts: [parts[0], *parts[1], *(word for piece in parts[2] for word in piece)])
+
+
+def _crafted(signatures: tuple[Signature, ...]) -> list[list[str]]:
+    """argv that launch each form of the signatures, with each rank and model value and the forms'
+    evidence flags: the paths random argv reach too rarely."""
+    crafted = []
+    for sig in signatures:
+        for form in sig.launch_forms:
+            programs = [*form.executables, *(prefix + "b1" for prefix in form.executable_prefixes)]
+            for program in programs or ["python", "-m", *form.modules[:1]]:
+                head = [program, *form.subcommand]
+                evidence = list(form.evidence.any_flags[:1]) if form.evidence else []
+                for flag in sig.follower_rank_flags[:1]:
+                    crafted += [[*head, flag, value] for value in _VALUES]
+                for flag in sig.model_flags[:1]:
+                    crafted += [[*head, flag, value, *evidence] for value in _MODEL_VALUES]
+                crafted += [[*head, value, *evidence, *sorted(sig.exit_flags)[:1]] for value in _MODEL_VALUES]
+    return crafted
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.sampled_from(("e0", "e1", "e2")), min_size=1, max_size=3, unique=True).flatmap(
+        lambda names: st.tuples(*(_signature(name) for name in names))
+    ),
+    st.lists(_ARGV, min_size=1, max_size=8),
+)
+def test_made_up_signatures(signatures: tuple[Signature, ...], argvs: list[list[str]]) -> None:
+    data = signatures_json(signatures)
+    native, python = _native.Matcher(data), _pymatcher.Matcher(data)
+    for argv in [*argvs, *_crafted(signatures)]:
+        for program in (argv, ["python", *argv], ["python", "-m", *argv]):
+            assert native.parse(program) == python.parse(program), (program, data)

@@ -142,33 +142,38 @@ class Matcher:
                     self._by_prefix.append((name, index, form))
                 for name in form.modules:
                     self._by_module.setdefault(name, []).append((index, form))
+        self._prefixes = tuple(prefix for prefix, _, _ in self._by_prefix)
 
     def engines(self) -> list[str]:
         return [compiled.signature.engine for compiled in self._engines]
 
-    def _candidates(self, argv: Sequence[str]) -> tuple[list[tuple[int, LaunchForm]], int]:
-        """The forms argv's program may be, in signature order (exact names before prefixes),
-        and the index of the first argument after the program."""
+    def parse(self, argv: Sequence[str]) -> RawInvocation | None:
+        """The facts of the first form argv launches (subcommand given, evidence found), if any.
+        The forms argv's program may be are tried in signature order, exact names before prefixes.
+        """
         if not argv:
-            return [], 0
+            return None
         exe = basename(argv[0])
         start = 1
+        candidates: list[tuple[int, LaunchForm]] | None
         if _PYTHON.fullmatch(exe):
             target = _python_target(argv)
             if target is None:
-                return [], 0
+                return None
             kind, name, start = target
             if kind == "module":
-                return self._by_module.get(name, []), start
-            exe = basename(name)
-        exact = self._by_executable.get(exe, [])
-        if not self._by_prefix:
-            return exact, start
-        return [*exact, *((i, f) for p, i, f in self._by_prefix if prefixed(exe, p))], start
-
-    def parse(self, argv: Sequence[str]) -> RawInvocation | None:
-        """The facts of the first form argv launches (subcommand given, evidence found), if any."""
-        candidates, start = self._candidates(argv)
+                candidates = self._by_module.get(name)
+                exe = ""
+            else:
+                exe = basename(name)
+                candidates = self._by_executable.get(exe)
+        else:
+            candidates = self._by_executable.get(exe)
+        # One C-level test for the common case: no prefix at all.
+        if exe and self._prefixes and exe.startswith(self._prefixes):
+            candidates = [*(candidates or ()), *((i, f) for p, i, f in self._by_prefix if prefixed(exe, p))]
+        if not candidates:
+            return None
         for index, form in candidates:
             end = start + len(form.subcommand)
             if tuple(argv[start:end]) != form.subcommand:
@@ -258,7 +263,7 @@ class Matcher:
         if exited:
             return None
         role: Role = form.role
-        if role == "server":
+        if role == "server" and (sig.follower_flags or sig.follower_rank_flags):
             rank = last(sig.follower_rank_flags)
             if (rank is not None and _nonzero_rank(rank)) or not seen.keys().isdisjoint(sig.follower_flags):
                 role = "follower"
