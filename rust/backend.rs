@@ -71,7 +71,7 @@ impl ProcessScanner {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
     use crate::scan::fixture::{signatures, FakeProc};

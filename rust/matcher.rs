@@ -119,6 +119,8 @@ pub struct Matcher {
     by_module: FxHashMap<Box<[u8]>, Vec<(usize, usize)>>,
     /// (executable prefix, engine index, form index) in signature order.
     by_prefix: Vec<(Box<[u8]>, usize, usize)>,
+    /// (process title prefix, engine index) in signature order (`Signature::worker_titles`).
+    worker_titles: Vec<(Box<[u8]>, usize)>,
 }
 
 fn boxed(s: &str) -> Box<[u8]> {
@@ -440,9 +442,13 @@ impl Matcher {
             by_executable: FxHashMap::default(),
             by_module: FxHashMap::default(),
             by_prefix: Vec::new(),
+            worker_titles: Vec::new(),
         };
         for (engine, sig) in signatures.iter().enumerate() {
             let compiled = CompiledEngine::new(sig)?;
+            for title in &sig.worker_titles {
+                matcher.worker_titles.push((boxed(title), engine));
+            }
             for form in &sig.launch_forms {
                 let form_index = matcher.forms.len();
                 matcher.forms.push(CompiledForm {
@@ -491,9 +497,9 @@ impl Matcher {
             (self.by_executable.get(exe), Some(exe), 1)
         };
         let program =
-            program.filter(|name| self.by_prefix.iter().any(|(p, _, _)| name.starts_with(p)));
+            program.filter(|name| self.by_prefix.iter().any(|(p, _, _)| prefixed(name, p)));
         if exact.is_none() && program.is_none() {
-            return None; // almost every process on a host
+            return self.worker(argv); // almost every process on a host: None
         }
         let by_prefix = self
             .by_prefix
@@ -516,6 +522,24 @@ impl Matcher {
             }
         }
         None
+    }
+
+    /// A worker that set its process title (`VLLM::EngineCore`): the whole title is argv[0], so
+    /// a path (`/x/VLLM::y`) is never one. It names its engine and nothing else.
+    fn worker<'a, A: AsRef<[u8]>>(&self, argv: &'a [A]) -> Option<Parsed<'a>> {
+        let title = argv.first()?.as_ref();
+        let &(_, engine) = self
+            .worker_titles
+            .iter()
+            .find(|(prefix, _)| title.len() > prefix.len() && title.starts_with(prefix))?;
+        Some(Parsed {
+            engine,
+            model: None,
+            served_names: Vec::new(),
+            host: None,
+            port: None,
+            role: Role::Worker,
+        })
     }
 
     /// Reads argv[i..] as the arguments of one launch form.

@@ -1,8 +1,10 @@
 //! The only PyO3 file: thin bindings over the pure Rust modules. It converts types, maps errors
 //! to Python exceptions and releases the GIL; every decision is made in plain Rust.
 
+use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+#[cfg(unix)]
+use std::os::unix::ffi::OsStrExt;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -17,8 +19,15 @@ use crate::matcher;
 use crate::scan;
 
 /// Bytes as `str` through the filesystem encoding (surrogateescape), as `os.fsdecode` gives them.
-fn os(bytes: &[u8]) -> &OsStr {
-    OsStr::from_bytes(bytes)
+#[cfg(unix)]
+fn os(bytes: &[u8]) -> Cow<'_, OsStr> {
+    Cow::Borrowed(OsStr::from_bytes(bytes))
+}
+
+/// Off Unix, argv is text: bytes that are not UTF-8 are replaced.
+#[cfg(not(unix))]
+fn os(bytes: &[u8]) -> Cow<'_, OsStr> {
+    Cow::Owned(OsString::from(String::from_utf8_lossy(bytes).into_owned()))
 }
 
 fn strings<'py>(py: Python<'py>, items: &[Vec<u8>]) -> PyResult<Bound<'py, PyList>> {
@@ -62,7 +71,7 @@ impl Matcher {
         py: Python<'py>,
         argv: Vec<OsString>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let tokens: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
+        let tokens: Vec<&[u8]> = argv.iter().map(|a| a.as_encoded_bytes()).collect();
         self.inner
             .parse(&tokens)
             .map(|p| raw_invocation(py, &p.to_facts()))
@@ -120,7 +129,10 @@ impl Scanner {
         let signatures = crate::signature::signatures_from_json(signatures_json)
             .map_err(PyValueError::new_err)?;
         let options = scan::ScanOptions {
-            wrappers: wrappers.into_iter().map(OsString::into_vec).collect(),
+            wrappers: wrappers
+                .into_iter()
+                .map(OsString::into_encoded_bytes)
+                .collect(),
             young: seconds("young_seconds", young_seconds)?,
             refresh: seconds("refresh_seconds", refresh_seconds)?,
             listen_ports,

@@ -25,7 +25,10 @@
 
 use std::fs::File;
 use std::io::{ErrorKind, Read};
+#[cfg(unix)]
 use std::os::unix::fs::FileExt;
+#[cfg(windows)]
+use std::os::windows::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -228,7 +231,12 @@ fn read_at_most(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<usi
         let Some(rest) = buf.get_mut(filled..) else {
             break;
         };
-        match file.read_at(rest, offset + filled as u64)? {
+        #[cfg(unix)]
+        let read = file.read_at(rest, offset + filled as u64)?;
+        // The scanner reads no procfs off Linux; this only keeps the crate building there.
+        #[cfg(windows)]
+        let read = file.seek_read(rest, offset + filled as u64)?;
+        match read {
             0 => break,
             n => filled += n,
         }
@@ -268,6 +276,12 @@ fn is_dead(state: u8) -> bool {
     state == b'Z' || state == b'X'
 }
 
+#[cfg(not(unix))]
+fn clock_ticks() -> f64 {
+    100.0
+}
+
+#[cfg(unix)]
 fn clock_ticks() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -365,7 +379,6 @@ impl Scanner {
 
     fn proc_path(&self, pid: i32, file: &str) -> PathBuf {
         use std::io::Write;
-        use std::os::unix::ffi::OsStringExt;
         // One allocation; std opens short paths through a stack buffer. Built from the root's
         // bytes, not its `display()`, which would replace non-UTF-8 bytes.
         let root = self.options.proc_root.as_os_str().as_encoded_bytes();
@@ -373,7 +386,9 @@ impl Scanner {
         path.extend_from_slice(root);
         // Writing into a Vec cannot fail.
         let _ = write!(path, "/{pid}/{file}");
-        PathBuf::from(std::ffi::OsString::from_vec(path))
+        // SAFETY: the root's own encoded bytes followed by ASCII, as from_encoded_bytes_unchecked
+        // requires.
+        PathBuf::from(unsafe { std::ffi::OsString::from_encoded_bytes_unchecked(path) })
     }
 
     /// A wrapper that is running a command (`sh -c ...`, `bash run.sh`, `env X=1 vllm ...`), as
@@ -843,10 +858,16 @@ enum TreeUpdate {
 }
 
 /// Lists the numeric entries of procfs as (pid, inode of `/proc/PID`). Portable version for
-/// systems whose procfs is not Linux's (the native backend uses `scan_sysinfo` there).
+/// systems whose procfs is not Linux's (the native backend uses `scan_sysinfo` there; without
+/// inodes, on Windows, a reused pid is told by the cursor alone).
 #[cfg(not(target_os = "linux"))]
 pub fn list_proc(proc_root: &Path, out: &mut Vec<(i32, u64)>) {
+    #[cfg(unix)]
     use std::os::unix::fs::DirEntryExt;
+    #[cfg(not(unix))]
+    let inode = |_: &std::fs::DirEntry| 0;
+    #[cfg(unix)]
+    let inode = |entry: &std::fs::DirEntry| entry.ino();
 
     out.clear();
     let Ok(entries) = std::fs::read_dir(proc_root) else {
@@ -854,7 +875,7 @@ pub fn list_proc(proc_root: &Path, out: &mut Vec<(i32, u64)>) {
     };
     for entry in entries.flatten() {
         if let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) {
-            out.push((pid, entry.ino()));
+            out.push((pid, inode(&entry)));
         }
     }
 }
@@ -968,7 +989,8 @@ pub fn listen_ports(proc_root: &Path, pid: i32, others: &[i32]) -> (Vec<u16>, bo
     (ports, any_denied)
 }
 
-#[cfg(test)]
+// Fixture /proc trees are made of Unix symlinks (fds, exe).
+#[cfg(all(test, unix))]
 pub(crate) mod fixture;
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests;

@@ -15,6 +15,8 @@ pub enum Role {
     Runner,
     /// A multi-node or data-parallel worker that serves no HTTP API.
     Follower,
+    /// A worker that retitled itself (`Signature::worker_titles`); never a launch form's role.
+    Worker,
 }
 
 impl Role {
@@ -23,6 +25,7 @@ impl Role {
             Role::Server => "server",
             Role::Runner => "runner",
             Role::Follower => "follower",
+            Role::Worker => "worker",
         }
     }
 }
@@ -88,6 +91,8 @@ pub struct Signature {
     pub follower_rank_flags: Vec<String>,
     #[serde(default)]
     pub fold_workers: bool,
+    #[serde(default)]
+    pub worker_titles: Vec<String>,
 }
 
 impl Signature {

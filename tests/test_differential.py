@@ -173,6 +173,7 @@ def _signature(draw: st.DrawFn, engine: str) -> Signature:
         "no_value_prefixes": tuple(draw(st.lists(st.just("--no-"), max_size=1))),
         "multi_value_flags": frozenset(draw(subset)),
         "exit_flags": frozenset(draw(subset)),
+        "worker_titles": tuple(draw(st.lists(st.sampled_from(_TITLES), max_size=2, unique=True))),
         "default_host": "127.0.0.1",
         "default_port": 7000,
     }
@@ -207,8 +208,15 @@ _SIGNATURE_WORDS = sorted(
 )
 
 
+_TITLES = ("W::", "srv", "e0::")
 _PROGRAMS = sorted(
     {
+        # process titles: a title, a bare prefix, a path ending in one
+        "W::Core",
+        "W::",
+        "srv-x",
+        "/a/W::x",
+        "e0::Worker_TP0",
         *_NAMES,
         *(name + ".exe" for name in _NAMES),
         *(prefix + suffix for prefix in _PREFIXES for suffix in _PROGRAM_SUFFIXES),

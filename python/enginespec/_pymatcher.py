@@ -143,6 +143,11 @@ class Matcher:
                 for name in form.modules:
                     self._by_module.setdefault(name, []).append((index, form))
         self._prefixes = tuple(prefix for prefix, _, _ in self._by_prefix)
+        self._worker_titles = [
+            (title, index)
+            for index, compiled in enumerate(self._engines)
+            for title in compiled.signature.worker_titles
+        ]
 
     def engines(self) -> list[str]:
         return [compiled.signature.engine for compiled in self._engines]
@@ -173,7 +178,7 @@ class Matcher:
         if exe and self._prefixes and exe.startswith(self._prefixes):
             candidates = [*(candidates or ()), *((i, f) for p, i, f in self._by_prefix if prefixed(exe, p))]
         if not candidates:
-            return None
+            return self._worker(argv)  # almost every process on a host: None
         for index, form in candidates:
             end = start + len(form.subcommand)
             if tuple(argv[start:end]) != form.subcommand:
@@ -181,6 +186,15 @@ class Matcher:
             outcome = self._parse_form(argv, index, form, end)
             if outcome != "no evidence":
                 return outcome
+        return None
+
+    def _worker(self, argv: Sequence[str]) -> RawInvocation | None:
+        """A worker that set its process title (``VLLM::EngineCore``): the whole title is argv[0],
+        so a path (``/x/VLLM::y``) is never one. It names its engine and nothing else."""
+        title = argv[0]
+        for prefix, index in self._worker_titles:
+            if len(title) > len(prefix) and title.startswith(prefix):
+                return index, None, [], None, None, "worker"
         return None
 
     def _parse_form(

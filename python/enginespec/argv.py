@@ -14,7 +14,7 @@ from enginespec.definition import EngineDefinition
 from enginespec.display import literal
 from enginespec.masking import REDACTED, is_secret_name
 from enginespec.registry import all_signatures, find_engine
-from enginespec.signature import Role, Signature, signatures_json
+from enginespec.signature import NOT_SERVING_ROLES, Role, Signature, signatures_json
 from enginespec.urls import base_url, unix_socket_url
 
 
@@ -97,7 +97,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation | None:
         return None
     index, model, served, host, port, role = raw
     signature = compiled.signatures[index]
-    where = endpoint(find_engine(signature.engine), tokens, host, port, argv_port(signature, tokens))
+    where = endpoint(find_engine(signature.engine), tokens, host, port, argv_port(signature, tokens), role)
     return Invocation(
         engine=signature.engine,
         model=model,
@@ -131,12 +131,23 @@ def argv_port(signature: Signature, argv: Sequence[str]) -> str | None:
 
 
 def endpoint(
-    engine: EngineDefinition, argv: Sequence[str], host: str | None, port: int | None, port_text: str | None
+    engine: EngineDefinition,
+    argv: Sequence[str],
+    host: str | None,
+    port: int | None,
+    port_text: str | None,
+    role: Role = "server",
 ) -> Endpoint:
     """The endpoint of a server of ``engine`` listening on ``host`` and ``port`` (``None``: not
     given). ``port_text`` is what its settings say the port is, when they say so: a text that is
-    no port leaves the port unknown, not the default."""
+    no port leaves the port unknown, not the default. A process of a role that serves no HTTP API
+    has no URL; a retitled worker has not even the engine's default port."""
     signature = engine.signature
+    if role in ("worker", "orphan"):
+        return Endpoint(host or signature.default_host, port, None, ())
+    if role in NOT_SERVING_ROLES:
+        where = endpoint(engine, argv, host, port, port_text)
+        return Endpoint(where.effective_host, where.effective_port, None, where.problems)
     problems: list[str] = []
     effective_host = host or signature.default_host
     effective_port: int | None = port

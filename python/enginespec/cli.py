@@ -122,6 +122,8 @@ def _cmd_command(args: argparse.Namespace) -> int:
 PS_COLUMNS = (
     Column("PID"),
     Column("ENGINE"),
+    # Empty for a server, so left out when every row is one.
+    Column("ROLE"),
     Column("MODEL", shorten="middle", minimum=16, comfortable=40),
     Column("SERVED AS", shorten="end", minimum=10, drop=4),
     Column("URL"),
@@ -148,6 +150,7 @@ def _cmd_ps(args: argparse.Namespace) -> int:
         [
             str(p.pid),
             p.engine,
+            p.role if p.role != "server" else EMPTY,
             p.model or "?",
             ", ".join(p.served_model_names) or EMPTY,
             p.base_url or EMPTY,

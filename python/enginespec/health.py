@@ -30,6 +30,7 @@ from enginespec.definition import EngineDefinition
 from enginespec.errors import EngineExited, InvalidInputError, NotReady
 from enginespec.registry import find_engine
 from enginespec.scanning import EngineProcess, process_alive
+from enginespec.signature import NOT_SERVING_ROLES
 from enginespec.status import Health, HealthState
 from enginespec.urls import UNIX_SCHEME, checked_url
 
@@ -135,6 +136,8 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
 
     if t.process is not None and not process_alive(t.process):
         return health("down", "process is gone")
+    if t.process is not None and t.process.role in NOT_SERVING_ROLES:
+        return health("not_serving", f"a {t.process.role} serves no HTTP API: not checked")
     if t.base_url is None:
         problems = "; ".join(t.process.problems) if t.process else "no address"
         return health("unknown", f"no usable listen address: {problems}")
@@ -298,6 +301,8 @@ class _Waiter:
         if returncode is not None or gone:
             status = f" with status {returncode}" if returncode is not None else ""
             raise EngineExited(f"engine exited{status} before becoming ready", returncode, health)
+        if health.state == "not_serving":
+            raise NotReady(f"never ready: {health.reason}", health)
         if now - self.start >= self.timeout:
             raise NotReady(
                 f"not ready after {self.timeout:g}s (last: {health.state}: {health.reason})", health

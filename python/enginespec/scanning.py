@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
@@ -48,13 +49,16 @@ class EngineProcess(Invocation):
     #: ``None`` when argv gives no usable address (see ``problems``).
     base_url: str | None
     #: where each fact came from: ``argv``, ``config`` (the engine's config file), ``environment``
-    #: (``/proc/PID/environ``, readable by root or the same user) or ``default``.
+    #: (``/proc/PID/environ``, readable by root or the same user), ``default``, or for an
+    #: ``orphan`` ``server`` (what the server it worked for said, while this scanner saw it).
     sources: Mapping[Fact, Source] = {}
     argv: tuple[str, ...]
     exe: str | None
     worker_pids: tuple[int, ...]
     supervisor: str | None
     listen_ports: tuple[int, ...]
+    #: for an ``orphan``: the pid of the server it worked for, when this scanner saw that server.
+    server_pid: int | None = None
     #: the engine's API key from its argv: used by health checks, never shown or serialised.
     _api_key: str | None = PrivateAttr(default=None)
 
@@ -146,6 +150,9 @@ class Scanner:
         self._built: dict[int, tuple[RawProcess, str | None, EngineProcess]] = {}
         #: pid -> (where its config file is seen from here, its modification time when read).
         self._configs: dict[int, tuple[str, int | None]] = {}
+        #: (pid, start time) of a worker folded into a server -> that server, as last seen: what an
+        #: orphan is known to have served.
+        self._servers: dict[tuple[int, float], EngineProcess] = {}
 
     @property
     def stats(self) -> ScanStats:
@@ -163,10 +170,10 @@ class Scanner:
 
     def scan(self) -> list[EngineProcess]:
         raw = self._backend.scan()
-        folded: set[int] = set()
+        folded: dict[int, int] = {}
         for pid, _start, _ppid, _argv, facts, _exe, descendants, _parent, _ports in raw:
             if self._specs[facts[0]].signature.fold_workers:
-                folded.update(d for d in descendants if d != pid)
+                folded.update((d, pid) for d in descendants if d != pid)
         engines_by_pid = {item[0]: self._specs[item[4][0]].id for item in raw}
         result = []
         built: dict[int, tuple[RawProcess, str | None, EngineProcess]] = {}
@@ -187,7 +194,25 @@ class Scanner:
             result.append(process)
         self._built = built
         self._configs = {pid: config for pid, config in self._configs.items() if pid in built}
+        self._remember_servers(raw, folded, built)
         return result
+
+    def _remember_servers(
+        self, raw: list[RawProcess], folded: Mapping[int, int], built: Mapping[int, tuple[object, ...]]
+    ) -> None:
+        """Which server each folded worker works for, kept while the worker lives."""
+        servers: dict[tuple[int, float], EngineProcess] = {}
+        for pid, start, *_ in raw:
+            server = folded.get(pid)
+            known = self._servers.get((pid, start))
+            if server is not None and server in built:
+                # Only the outermost server: a folded worker's own workers belong to it too.
+                while folded.get(server) in built:
+                    server = folded[server]
+                servers[(pid, start)] = built[server][2]  # type: ignore[assignment]
+            elif known is not None:
+                servers[(pid, start)] = known
+        self._servers = servers
 
     def _config_changed(self, pid: int) -> bool:
         """Whether the engine's config file was edited since its facts were read (a stat)."""
@@ -208,12 +233,25 @@ class Scanner:
         if outside.config_file is not None:
             self._configs[pid] = (config_location(pid, outside.config_file), outside.config_mtime)
         merged = merge(spec, outside, model, served, host, port, argv_port(spec.signature, argv))
-        where = endpoint(spec, argv, merged.host, merged.port, merged.port_text)
         supervisor = _supervisor(spec, parent_argv, parent_engine)
         # A server another server started for one model (Ollama's, llama-swap's, a router's) is
         # that supervisor's runner.
         if supervisor is not None and role == "server":
             role = "runner"
+        # A worker under a live server is folded into it (see scan): one listed here has lost it,
+        # and served what that server served, if this scanner saw it.
+        server = None
+        if role == "worker":
+            role = "orphan"
+            server = self._servers.get((pid, start_time))
+            if server is not None and merged.model is None:
+                merged = dataclasses.replace(
+                    merged,
+                    model=server.model,
+                    served_model_names=server.served_model_names,
+                    sources={**merged.sources, "model": "server", "served_model_name": "server"},
+                )
+        where = endpoint(spec, argv, merged.host, merged.port, merged.port_text, role)
         process = EngineProcess(
             pid=pid,
             start_time=start_time,
@@ -234,6 +272,7 @@ class Scanner:
             worker_pids=tuple(descendants),
             supervisor=supervisor,
             listen_ports=tuple(ports),
+            server_pid=server.pid if server is not None else None,
         )
         if spec.serving.api_key_flag:
             process._api_key = flag_value(argv, spec.signature, spec.serving.api_key_flag)

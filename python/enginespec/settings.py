@@ -148,8 +148,9 @@ def read_outside(engine: EngineDefinition, pid: int, argv: Sequence[str]) -> Out
     return Outside(environment, config, path, mtime, (problem,) if problem else ())
 
 
-#: Where a fact came from.
-Source = Literal["argv", "config", "environment", "default"]
+#: Where a fact came from; ``server``: an orphan's, from the server it worked for while this
+#: scanner saw it.
+Source = Literal["argv", "config", "environment", "default", "server"]
 
 
 @dataclass(frozen=True)

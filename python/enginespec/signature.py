@@ -28,10 +28,19 @@ def _check_flags(values: Iterable[str], field: str) -> None:
             raise ValueError(f"{field}: {value!r} is not a flag name (like --port or -m)")
 
 
-#: What a process is to its engine: ``server`` serves the HTTP API; ``runner`` is a per-model child
-#: of a supervising server; ``follower`` is a multi-node or data-parallel worker that serves no
-#: HTTP API (vLLM ``--headless``, SGLang ``--node-rank 1``).
-Role = Literal["server", "runner", "follower"]
+#: What a launch form starts: ``server`` serves the HTTP API; ``runner`` is a per-model child of a
+#: supervising server; ``follower`` is a multi-node or data-parallel worker that serves no HTTP API
+#: (vLLM ``--headless``, SGLang ``--node-rank 1``).
+FormRole = Literal["server", "runner", "follower"]
+
+#: What a process is to its engine: a :data:`FormRole`, or ``worker`` (a process that set one of
+#: the engine's worker titles, ``VLLM::EngineCore``: what its argv alone says), or ``orphan`` (such
+#: a worker, or a tree of them, whose server is gone: it may still hold GPU memory; only a scan can
+#: tell, as a worker under a live server is folded into that server's ``worker_pids``).
+Role = Literal["server", "runner", "follower", "worker", "orphan"]
+
+#: Roles that serve no HTTP API: never health-checked over HTTP.
+NOT_SERVING_ROLES: frozenset[Role] = frozenset({"follower", "worker", "orphan"})
 
 
 class Evidence(BaseModel):
@@ -84,7 +93,7 @@ class LaunchForm(BaseModel):
     subcommand: tuple[str, ...] = ()
     positional_model: bool = False
     evidence: Evidence | None = None
-    role: Role = "server"
+    role: FormRole = "server"
 
     @model_validator(mode="after")
     def _check(self) -> LaunchForm:
@@ -133,6 +142,10 @@ class Signature(BaseModel):
     #: fold every descendant process into the server's workers (vLLM/SGLang retitle their children
     #: `VLLM::EngineCore`, `sglang::scheduler_TP0`; forked children may even keep the server's argv).
     fold_workers: bool = False
+    #: prefixes of the process titles the engine's workers set (setproctitle), so that a worker
+    #: whose server is gone (killed with SIGKILL) is still found and reported as an ``orphan``:
+    #: argv[0] is the whole title, ``VLLM::EngineCore``.
+    worker_titles: tuple[str, ...] = ()
     #: flags whose value is a secret (``--api-key``): redacted in every output, as is the value of
     #: any flag whose name says secret (``--*-token``, ``--*-key``, ``--password``).
     secret_flags: frozenset[str] = frozenset()
@@ -163,6 +176,17 @@ class Signature(BaseModel):
             "follower_rank_flags",
         ):
             _check_flags(getattr(self, field), field)
+        for title in self.worker_titles:
+            if (
+                len(title) < 2
+                or not title.isascii()
+                or not title.isprintable()
+                or "/" in title
+                or " " in title
+            ):
+                raise ValueError(
+                    f"worker_titles: {title!r} must be printable ASCII of 2+ characters, no '/' or space"
+                )
         if self.served_name_separator == "":
             raise ValueError("served_name_separator must be None or non-empty")
         fact_groups = (

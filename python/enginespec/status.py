@@ -8,8 +8,9 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 #: ``ready`` (serving), ``loading`` (model loading), ``starting`` (process up, not answering yet),
 #: ``unhealthy`` (answers an error, hangs, or serves another model), ``down`` (process gone or
-#: nothing listening), ``unknown`` (answers that cannot be read, or no usable address).
-HealthState = Literal["ready", "loading", "starting", "unhealthy", "down", "unknown"]
+#: nothing listening), ``unknown`` (answers that cannot be read, or no usable address),
+#: ``not_serving`` (a follower, worker or orphan: it serves no HTTP API, so it is not checked).
+HealthState = Literal["ready", "loading", "starting", "unhealthy", "down", "unknown", "not_serving"]
 
 
 class Health(BaseModel):

@@ -40,7 +40,8 @@ const SIGNATURES: &str = r#"[
    "no_value_flags": ["--mlock", "--headless"],
    "exit_flags": ["--help"],
    "follower_flags": ["--headless"],
-   "follower_rank_flags": ["--node-rank", "--rank"]},
+   "follower_rank_flags": ["--node-rank", "--rank"],
+   "worker_titles": ["Roles::", "rw:"]},
   {"engine": "fallback",
    "launch_forms": [{"executables": ["server"]}],
    "model_flags": ["--weights"]}
@@ -85,6 +86,32 @@ fn launch_forms() {
         parse(&["C:\\bin\\other-server.EXE"]).map(|p| p.engine),
         Some(1)
     );
+}
+
+#[test]
+fn worker_titles() {
+    let worker = |argv: &[&str]| parse(argv).map(|p| (p.engine, p.role, p.model, p.port));
+    assert_eq!(
+        worker(&["Roles::Core"]),
+        Some((2, Role::Worker, None, None))
+    );
+    assert_eq!(
+        worker(&["Roles::W_1", "", ""]),
+        Some((2, Role::Worker, None, None))
+    );
+    // A launch form's program is never a title; a bare prefix, a path or another case is none.
+    assert_eq!(
+        worker(&["roles-worker"]),
+        Some((2, Role::Follower, None, None))
+    );
+    for argv in [
+        &["Roles::"][..],
+        &["/x/Roles::Core"],
+        &["roles::Core"],
+        &["python", "Roles::x"],
+    ] {
+        assert!(parse(argv).is_none(), "{argv:?}");
+    }
 }
 
 #[test]

@@ -3,6 +3,8 @@
  *   HELPER_CHILD_TITLES  comma list; one forked child per item, which rewrites its argv to the item
  *                        like setproctitle (`VLLM::Worker_TP0`), or keeps the parent's argv for `=`.
  *                        The first child also forks a grandchild with the same title.
+ *   HELPER_OUTLIVE       if set, those children outlive this process (orphans; by default they
+ *                        die with it).
  *   HELPER_SPAWN         argvs separated by \x1e, arguments by \x1f: one child per argv that execs
  *                        this helper with that argv (a supervisor starting engines).
  *   HELPER_LISTEN        if set, listen on 127.0.0.1 on an ephemeral TCP port and print it.
@@ -94,6 +96,7 @@ int main(int argc, char **argv) {
     char *spawn = getenv("HELPER_SPAWN");
     char *listen_on = getenv("HELPER_LISTEN");
     char *rewrites = getenv("HELPER_REWRITE");
+    int outlive = getenv("HELPER_OUTLIVE") != NULL;
     titles = titles ? strdup(titles) : NULL;
     spawn = spawn ? strdup(spawn) : NULL;
     rewrites = rewrites ? strdup(rewrites) : NULL;
@@ -101,6 +104,7 @@ int main(int argc, char **argv) {
     unsetenv("HELPER_SPAWN");
     unsetenv("HELPER_LISTEN");
     unsetenv("HELPER_REWRITE");
+    unsetenv("HELPER_OUTLIVE");
     if (listen_on) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         struct sockaddr_in addr = {0};
@@ -117,10 +121,10 @@ int main(int argc, char **argv) {
         int first = 1;
         for (char *save = NULL, *t = strtok_r(titles, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
             if (fork() == 0) {
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (!outlive) prctl(PR_SET_PDEATHSIG, SIGKILL);
                 if (strcmp(t, "=") != 0) retitle(argc, argv, t);
                 if (first && fork() == 0) {
-                    prctl(PR_SET_PDEATHSIG, SIGKILL);
+                    if (!outlive) prctl(PR_SET_PDEATHSIG, SIGKILL);
                 }
                 idle();
             }

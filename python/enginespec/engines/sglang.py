@@ -36,6 +36,10 @@ SIGNATURE = Signature(
     secret_flags=frozenset({"--api-key", "--admin-api-key", "--ssl-keyfile-password", "--watermark-config"}),
     abbreviations=True,
     fold_workers=True,
+    # Subprocesses retitle themselves `sglang::scheduler_TP0`, `sglang::detokenizer`,
+    # `sglang::server` (a router's DP worker), diffusion ones `sgl_diffusion::scheduler...`
+    # (their setproctitle calls in SGLang 0.5.23; docs/engine-facts.md §2).
+    worker_titles=("sglang::", "sgl_diffusion::"),
     default_host="127.0.0.1",
     default_port=30000,
 )

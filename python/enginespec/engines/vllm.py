@@ -265,6 +265,10 @@ SIGNATURE = Signature(
     # argparse's allow_abbrev is left on: `--max-model 100` is --max-model-len.
     abbreviations=True,
     fold_workers=True,
+    # Workers retitle themselves `{VLLM_PROCESS_NAME_PREFIX}::{name}` (`VLLM::EngineCore`,
+    # `VLLM::Worker_TP0`, `VLLM::DPCoordinator`; 0.33.0 vllm/utils/system_utils.py
+    # set_process_title): a deployment that changes the prefix hides its orphans from us.
+    worker_titles=("VLLM::",),
     # vLLM binds every interface when --host is not given.
     default_host="0.0.0.0",
     default_port=8000,
