@@ -85,11 +85,12 @@ def test_series_and_labels_for_engines_started_by_the_test(procs: Procs, exporte
     series = _scrape_until(url, ours)
     info = {labels["pid"]: labels for labels, value in series["enginespec_engine_info"] if value == 1}
     first = info[str(vllm.pid)]
-    assert (first["engine"], first["model"], first["served_model_name"], first["port"]) == (
+    assert (first["engine"], first["model"], first["served_model_name"], first["port"], first["role"]) == (
         "vllm",
         "/models/llama",
         "llama-8b",
         "18001",
+        "server",
     )
     second = info[str(llama.pid)]
     assert second["model"] == odd  # escaped on the wire, whole when parsed

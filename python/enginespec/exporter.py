@@ -30,6 +30,7 @@ _INFO_LABELS = (
     "served_model_name",
     "host",
     "port",
+    "role",
     "supervisor",
     "pid",
 )
@@ -58,6 +59,7 @@ def _info_labels(process: EngineProcess) -> list[str]:
         served,
         process.effective_host,
         "" if process.effective_port is None else str(process.effective_port),
+        process.role,
         process.supervisor or "",
         str(process.pid),
     ]
