@@ -48,6 +48,8 @@ pub struct LaunchForm {
     #[serde(default)]
     pub subcommand: Vec<String>,
     #[serde(default)]
+    pub other_subcommands: Vec<String>,
+    #[serde(default)]
     pub positional_model: bool,
     #[serde(default)]
     pub evidence: Option<Evidence>,
@@ -88,6 +90,8 @@ pub struct Signature {
     pub follower_rank_flags: Vec<String>,
     #[serde(default)]
     pub fold_workers: bool,
+    #[serde(default)]
+    pub values_required: bool,
 }
 
 impl Signature {

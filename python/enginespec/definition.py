@@ -124,12 +124,17 @@ class Package(_Record):
 
     distributions: tuple[str, ...] = ()
     source_build: SourceBuild | None = None
+    #: the accelerator the published build needs: ``install`` refuses on a host without one
+    #: rather than download gigabytes that cannot run there.
+    accelerator: Literal["cuda"] | None = None
 
 
 class Serving(_Record):
     """How the server serves and is related to other processes."""
 
     health_path: str = Field(default="/health", pattern=r"^/")
+    #: the health endpoint wants the API key too (mlx-vlm guards /health with it).
+    health_needs_key: bool = False
     #: flag carrying the server's API key (used by health checks, never shown).
     api_key_flag: str | None = None
     #: environment variables the engine reads its API key from.
