@@ -386,6 +386,14 @@ def test_tgi_installs_from_a_configured_command_and_reads_its_version(
     )
 
 
+def test_requirements() -> None:
+    linux = sys.platform.startswith("linux")
+    assert get_engine_spec("mlx-vlm").managed_package_spec("0.7.10") == (
+        "mlx-vlm[cpu]==0.7.10" if linux else "mlx-vlm==0.7.10"
+    )
+    assert get_engine_spec("lmdeploy").managed_package_spec(">=0.16") == "lmdeploy>=0.16"
+
+
 def test_versions() -> None:
     tgi = get_engine_spec("tgi")
     assert tgi.parse_version("text-generation-launcher 3.3.6-dev0\n") == "3.3.6-dev0"

@@ -8,6 +8,7 @@ takes an :class:`EngineDefinition` and never asks which engine it is.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 from typing import Literal
 
@@ -127,6 +128,9 @@ class Package(_Record):
     #: the accelerator the published build needs: ``install`` refuses on a host without one
     #: rather than download gigabytes that cannot run there.
     accelerator: Literal["cuda"] | None = None
+    #: the extra installed on Linux, where the distribution alone brings no working backend
+    #: (``mlx-lm[cpu]``).
+    linux_extra: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class Serving(_Record):
@@ -241,4 +245,7 @@ class EngineDefinition(BaseModel):
         """The requirement installed into the managed venv (``vllm``, ``vllm==0.10.2``, ...)."""
         if not self.package.distributions:
             raise InstallOptionsError(f"engine: {self.id} has no Python package to install")
-        return self.package.distributions[0] + requested_specifier(version)
+        name = self.package.distributions[0]
+        if self.package.linux_extra and sys.platform.startswith("linux"):
+            name += f"[{self.package.linux_extra}]"
+        return name + requested_specifier(version)
