@@ -93,6 +93,8 @@ struct CompiledEvidence {
 #[derive(Debug)]
 struct CompiledForm {
     subcommand: Vec<Box<[u8]>>,
+    /// Tokens that, right after the subcommand, name another command of the program.
+    other_subcommands: Vec<Box<[u8]>>,
     positional_model: bool,
     evidence: Option<CompiledEvidence>,
     role: Role,
@@ -101,6 +103,8 @@ struct CompiledForm {
 #[derive(Debug)]
 struct CompiledEngine {
     underscore_is_dash: bool,
+    /// A one-value flag given no value is a usage error (clap), not a server.
+    values_required: bool,
     /// Every spelling named by the signature (canonical names and aliases).
     flags: FxHashMap<Box<[u8]>, FlagInfo>,
     no_value_prefixes: Vec<Box<[u8]>>,
@@ -210,6 +214,7 @@ impl CompiledEngine {
         }
         Ok(CompiledEngine {
             underscore_is_dash: sig.underscore_is_dash,
+            values_required: sig.values_required,
             flags,
             no_value_prefixes,
             served_separator: sig
@@ -453,6 +458,7 @@ impl Matcher {
                 let form_index = matcher.forms.len();
                 matcher.forms.push(CompiledForm {
                     subcommand: form.subcommand.iter().map(|s| boxed(s)).collect(),
+                    other_subcommands: form.other_subcommands.iter().map(|s| boxed(s)).collect(),
                     positional_model: form.positional_model,
                     evidence: form.evidence.as_ref().map(|e| compiled.evidence(sig, e)),
                     role: form.role,
@@ -507,12 +513,17 @@ impl Matcher {
             .filter(move |(prefix, _, _)| program.is_some_and(|name| prefixed(name, prefix)))
             .map(|&(_, engine, form)| (engine, form));
         for (engine, form) in exact.into_iter().flatten().copied().chain(by_prefix) {
-            let sub = &self.forms[form].subcommand;
+            let compiled = &self.forms[form];
+            let sub = &compiled.subcommand;
             let end = start + sub.len();
             let Some(given) = argv.get(start..end) else {
                 continue;
             };
             if !given.iter().zip(sub).all(|(g, s)| g.as_ref() == &**s) {
+                continue;
+            }
+            let next = argv.get(end).map(AsRef::as_ref);
+            if next.is_some_and(|t| compiled.other_subcommands.iter().any(|o| t == &**o)) {
                 continue;
             }
             match self.parse_form(argv, engine, form, end) {
@@ -620,6 +631,12 @@ impl Matcher {
                     Arity::One => {
                         if i < n && !looks_like_flag(argv[i].as_ref()) {
                             i += 1;
+                        } else if engine.values_required {
+                            // "a value is required for ...": a usage error, the program exits
+                            if form.evidence.is_none() {
+                                return Outcome::Exits;
+                            }
+                            exits = true;
                         }
                     }
                 }

@@ -51,6 +51,8 @@ pub struct LaunchForm {
     #[serde(default)]
     pub subcommand: Vec<String>,
     #[serde(default)]
+    pub other_subcommands: Vec<String>,
+    #[serde(default)]
     pub positional_model: bool,
     #[serde(default)]
     pub evidence: Option<Evidence>,
@@ -93,6 +95,8 @@ pub struct Signature {
     pub fold_workers: bool,
     #[serde(default)]
     pub worker_titles: Vec<String>,
+    #[serde(default)]
+    pub values_required: bool,
 }
 
 impl Signature {

@@ -53,6 +53,7 @@ def _vocabulary() -> list[str]:
             words.update(form.executables)
             words.update(form.modules)
             words.update(form.subcommand)
+            words.update(form.other_subcommands)
             words.update(
                 prefix + suffix for prefix in form.executable_prefixes for suffix in _PROGRAM_SUFFIXES
             )
@@ -143,6 +144,7 @@ def _form(draw: st.DrawFn) -> LaunchForm:
         executable_prefixes=tuple(prefixes),
         modules=tuple(modules),
         subcommand=tuple(draw(st.lists(st.sampled_from(("serve", "run")), max_size=1))),
+        other_subcommands=tuple(draw(st.lists(st.sampled_from(("serve", "run", "m.bin")), max_size=2))),
         positional_model=draw(st.booleans()),
         evidence=draw(st.none() | _evidence()),
         role=draw(st.sampled_from(("server", "runner", "follower"))),
@@ -174,6 +176,7 @@ def _signature(draw: st.DrawFn, engine: str) -> Signature:
         "multi_value_flags": frozenset(draw(subset)),
         "exit_flags": frozenset(draw(subset)),
         "worker_titles": tuple(draw(st.lists(st.sampled_from(_TITLES), max_size=2, unique=True))),
+        "values_required": draw(st.booleans()),
         "default_host": "127.0.0.1",
         "default_port": 7000,
     }

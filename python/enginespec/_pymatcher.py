@@ -183,6 +183,8 @@ class Matcher:
             end = start + len(form.subcommand)
             if tuple(argv[start:end]) != form.subcommand:
                 continue
+            if end < len(argv) and argv[end] in form.other_subcommands:
+                continue
             outcome = self._parse_form(argv, index, form, end)
             if outcome != "no evidence":
                 return outcome
@@ -244,6 +246,11 @@ class Matcher:
                 i += 1
             else:
                 values = []
+                if sig.values_required:
+                    # "a value is required for ...": a usage error, the program exits
+                    if form.evidence is None:
+                        return None
+                    exited = True
             if flag in compiled.wanted:
                 seen[flag] = values
 

@@ -25,7 +25,8 @@ class Config(BaseSettings):
 
     ``ENGINESPEC_DATA_DIR`` sets the data directory (managed runtimes live under it);
     ``ENGINESPEC_<ENGINE>_PYTHON`` and ``ENGINESPEC_<ENGINE>_BIN`` (e.g. ``ENGINESPEC_VLLM_PYTHON``,
-    ``ENGINESPEC_LLAMACPP_BIN``) override the interpreter or binary used for an engine.
+    ``ENGINESPEC_LLAMACPP_BIN``; a ``-`` of the id is ``_`` there: ``ENGINESPEC_MLX_VLM_PYTHON``)
+    override the interpreter or binary used for an engine.
     """
 
     model_config = SettingsConfigDict(env_prefix="ENGINESPEC_", frozen=True, extra="ignore")

@@ -8,6 +8,7 @@ takes an :class:`EngineDefinition` and never asks which engine it is.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 from typing import Literal
 
@@ -124,12 +125,20 @@ class Package(_Record):
 
     distributions: tuple[str, ...] = ()
     source_build: SourceBuild | None = None
+    #: the accelerator the published build needs: ``install`` refuses on a host without one
+    #: rather than download gigabytes that cannot run there.
+    accelerator: Literal["cuda"] | None = None
+    #: the extra installed on Linux, where the distribution alone brings no working backend
+    #: (``mlx-lm[cpu]``).
+    linux_extra: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class Serving(_Record):
     """How the server serves and is related to other processes."""
 
     health_path: str = Field(default="/health", pattern=r"^/")
+    #: the health endpoint wants the API key too (mlx-vlm guards /health with it).
+    health_needs_key: bool = False
     #: flag carrying the server's API key (used by health checks, never shown).
     api_key_flag: str | None = None
     #: environment variables the engine reads its API key from.
@@ -187,6 +196,12 @@ class EngineDefinition(BaseModel):
     __str__ = __repr__
 
     @property
+    def env_name(self) -> str:
+        """The stem of the engine's ``ENGINESPEC_*`` variables: ``ENGINESPEC_VLLM``,
+        ``ENGINESPEC_MLX_VLM`` (a variable name has no ``-``)."""
+        return "ENGINESPEC_" + self.id.upper().replace("-", "_")
+
+    @property
     def cli_binary(self) -> str:
         """The console script or binary name."""
         return self.launch.executable
@@ -230,4 +245,7 @@ class EngineDefinition(BaseModel):
         """The requirement installed into the managed venv (``vllm``, ``vllm==0.10.2``, ...)."""
         if not self.package.distributions:
             raise InstallOptionsError(f"engine: {self.id} has no Python package to install")
-        return self.package.distributions[0] + requested_specifier(version)
+        name = self.package.distributions[0]
+        if self.package.linux_extra and sys.platform.startswith("linux"):
+            name += f"[{self.package.linux_extra}]"
+        return name + requested_specifier(version)

@@ -254,9 +254,29 @@ def install_lock(
         lock.release()
 
 
+def nvidia_gpu_present() -> bool:
+    """Whether the NVIDIA driver sees a GPU: its per-GPU entries under /proc/driver/nvidia/gpus, or
+    the /dev/nvidiaN device nodes (what the container toolkit passes into a container)."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    with contextlib.suppress(OSError):
+        if any(gpus.iterdir()):
+            return True
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def _refuse_without_accelerator(engine: EngineDefinition) -> None:
+    if engine.package.accelerator == "cuda" and not nvidia_gpu_present():
+        raise InstallError(
+            f"{engine.id} runs only on an NVIDIA GPU (CUDA) and this host has none "
+            "(no /proc/driver/nvidia/gpus entry, no /dev/nvidia0): not installing it"
+        )
+
+
 def install(engine: EngineDefinition, options: InstallOptions, config: Config) -> InstallResult:
     """Installs an engine idempotently: Python engines into the managed venv or
-    ``options.python_path``; binaries from a configured command or a source build."""
+    ``options.python_path``; binaries from a configured command or a source build. An engine whose
+    build needs an accelerator the host lacks is refused first (:class:`InstallError`)."""
+    _refuse_without_accelerator(engine)
     if engine.is_binary:
         return _install_binary(engine, options, config)
     return _install_python(engine, options, config)
@@ -356,7 +376,7 @@ def _install_binary(engine: EngineDefinition, options: InstallOptions, config: C
     prefix = config.runtime_dir(engine.id)
     binary = prefix / "bin" / executable
     deadline = _Deadline(options)
-    variable = f"ENGINESPEC_{engine.id.upper()}_INSTALL_CMD"
+    variable = f"{engine.env_name}_INSTALL_CMD"
     configured = os.environ.get(variable, "").strip()
     build = engine.package.source_build
     if not configured and not (options.source and build) and not binary.exists():

@@ -79,7 +79,11 @@ class LaunchForm(BaseModel):
     except a suffix ending in a file extension of letters only (``llama-server-wrapper.sh``,
     ``llama-server-x.log``: scripts and files, not builds).
     ``modules`` are ``python -m`` targets. ``subcommand`` tokens must follow the executable or module
-    (``serve``). ``positional_model`` says whether the first positional argument is the model.
+    (``serve``). ``other_subcommands``: tokens that, right after the subcommand, name another
+    command of the same program, so argv with one there is not this form (a click ``DefaultGroup``
+    such as ``trtllm-serve``, where ``trtllm-serve MODEL`` means ``trtllm-serve serve MODEL`` unless
+    MODEL is another command's name). ``positional_model`` says whether the first positional
+    argument is the model.
     ``evidence``, when given, must also be found in argv, else the form does not match.
     ``role`` is what a process of this form is (see :data:`Role`); the signature's follower flags
     make a ``server`` a ``follower``.
@@ -91,6 +95,7 @@ class LaunchForm(BaseModel):
     executable_prefixes: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()
     subcommand: tuple[str, ...] = ()
+    other_subcommands: tuple[str, ...] = ()
     positional_model: bool = False
     evidence: Evidence | None = None
     role: FormRole = "server"
@@ -99,7 +104,8 @@ class LaunchForm(BaseModel):
     def _check(self) -> LaunchForm:
         if not self.executables and not self.executable_prefixes and not self.modules:
             raise ValueError("a launch form needs at least one executable, executable prefix or module")
-        for name in (*self.executables, *self.executable_prefixes, *self.modules, *self.subcommand):
+        names = (*self.executables, *self.executable_prefixes, *self.modules, *self.subcommand)
+        for name in (*names, *self.other_subcommands):
             if not _TOKEN.fullmatch(name):
                 raise ValueError(f"launch form token {name!r} must be a plain name")
         return self
@@ -151,6 +157,10 @@ class Signature(BaseModel):
     secret_flags: frozenset[str] = frozenset()
     #: argparse's ``allow_abbrev``: a unique prefix of a long flag is that flag (``--api-ke``).
     abbreviations: bool = False
+    #: clap-style parsing: a flag that takes one value and is given none (the end of argv or another
+    #: flag follows) is a usage error and the program exits. Only for an engine whose no-value
+    #: flags are all listed, else a flag missing from ``no_value_flags`` hides its server.
+    values_required: bool = False
     default_host: str
     default_port: int = Field(ge=1, le=65535)
 

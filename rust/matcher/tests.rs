@@ -44,7 +44,18 @@ const SIGNATURES: &str = r#"[
    "worker_titles": ["Roles::", "rw:"]},
   {"engine": "fallback",
    "launch_forms": [{"executables": ["server"]}],
-   "model_flags": ["--weights"]}
+   "model_flags": ["--weights"]},
+  {"engine": "group",
+   "launch_forms": [
+     {"executables": ["group"], "subcommand": ["serve"], "positional_model": true},
+     {"executables": ["group"], "positional_model": true, "other_subcommands": ["serve", "route"]}
+   ],
+   "exit_flags": ["--help"]},
+  {"engine": "strict",
+   "launch_forms": [{"executables": ["strict"]}],
+   "model_flags": ["--model"],
+   "no_value_flags": ["--flag"],
+   "values_required": true}
 ]"#;
 
 fn matcher() -> Matcher {
@@ -338,6 +349,41 @@ fn evidence_is_needed_and_otherwise_the_next_form_is_tried() {
     assert_eq!(m.parse(&argv), None);
     let argv: Vec<&[u8]> = vec![b"s", b"-x"];
     assert_eq!(m.parse(&argv).map(|p| p.model), Some(None));
+}
+
+#[test]
+fn a_default_subcommand_is_not_taken_for_another_command() {
+    // `group MODEL` means `group serve MODEL`, unless MODEL names another command.
+    assert_eq!(model(&["group", "m"]).as_deref(), Some("m"));
+    assert_eq!(model(&["group", "serve", "m"]).as_deref(), Some("m"));
+    assert_eq!(model(&["group", "serve"]), None);
+    assert!(parse(&["group", "route", "-c", "x"]).is_none());
+    assert_eq!(model(&["group", "router"]).as_deref(), Some("router"));
+    assert!(parse(&["group", "m", "--help"]).is_none());
+}
+
+#[test]
+fn a_missing_value_is_a_usage_error_where_values_are_required() {
+    assert_eq!(
+        model(&["strict", "--model", "m", "--flag"]).as_deref(),
+        Some("m")
+    );
+    assert_eq!(
+        model(&["strict", "--other=", "--model", "m"]).as_deref(),
+        Some("m")
+    );
+    assert_eq!(
+        model(&["strict", "--other", "-1", "--model", "m"]).as_deref(),
+        Some("m")
+    );
+    assert!(parse(&["strict", "--model", "m", "--other"]).is_none());
+    assert!(parse(&["strict", "--other", "--model", "m"]).is_none());
+    assert!(parse(&["strict", "--model"]).is_none());
+    // elsewhere a flag without a value is only a flag
+    assert_eq!(
+        model(&["other-server", "--model", "m", "--other"]).as_deref(),
+        Some("m")
+    );
 }
 
 #[test]

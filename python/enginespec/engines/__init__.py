@@ -6,9 +6,14 @@ Adding an engine is one module here (its Signature and its EngineSpec) plus its 
 
 from __future__ import annotations
 
+import enginespec.engines.aphrodite as aphrodite
 import enginespec.engines.llamacpp as llamacpp
+import enginespec.engines.lmdeploy as lmdeploy
 import enginespec.engines.mlx as mlx
+import enginespec.engines.mlx_vlm as mlx_vlm
 import enginespec.engines.sglang as sglang
+import enginespec.engines.tgi as tgi
+import enginespec.engines.trtllm as trtllm
 import enginespec.engines.vllm as vllm
 import enginespec.registry as registry
 from enginespec.errors import UnknownEngineError
@@ -16,7 +21,17 @@ from enginespec.registry import ENTRY_POINT_GROUP, all_signatures, engine_ids
 from enginespec.spec import EngineSpec
 
 #: Built-in engines, in matching order.
-BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (vllm.SPEC, sglang.SPEC, llamacpp.SPEC, mlx.SPEC)
+BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
+    vllm.SPEC,
+    sglang.SPEC,
+    llamacpp.SPEC,
+    mlx.SPEC,
+    tgi.SPEC,
+    lmdeploy.SPEC,
+    trtllm.SPEC,
+    aphrodite.SPEC,
+    mlx_vlm.SPEC,
+)
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from enginespec.definition import Flags, Launch, Package, Serving
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -34,14 +32,6 @@ class MlxSpec(EngineSpec):
             return "unhealthy", "the model failed to load or the generation thread stopped (HTTP 503)"
         return super().classify_health(status, body)
 
-    def requirement(self, version: str | None = None) -> str:
-        # On Linux plain `mlx-lm` brings no `mlx` (it requires mlx only on Darwin), the CPU build
-        # comes with the `cpu` extra (mlx-lm 0.32.2 METADATA).
-        requirement = super().requirement(version)
-        if sys.platform.startswith("linux"):
-            return requirement.replace("mlx-lm", "mlx-lm[cpu]", 1)
-        return requirement
-
 
 SPEC = MlxSpec(
     id="mlx",
@@ -54,7 +44,9 @@ SPEC = MlxSpec(
             "chat_template": ("--chat-template",),
         }
     ),
-    package=Package(distributions=("mlx-lm",)),
+    # On Linux plain `mlx-lm` brings no `mlx` (it requires mlx only on Darwin), the CPU build
+    # comes with the `cpu` extra (mlx-lm 0.32.2 METADATA).
+    package=Package(distributions=("mlx-lm",), linux_extra="cpu"),
     # /health answers 200 as soon as the server listens: the model loads in the generation thread
     # (or on the first request that names it) and requests wait for it, so 200 is ready to serve;
     # 503 {"status": "unavailable"} once loading failed or that thread died, the process staying up

@@ -1,0 +1,213 @@
+"""Aphrodite Engine: ``aphrodite run|serve MODEL`` and its OpenAI ``api_server`` module.
+
+Facts are from Aphrodite v0.20.0 (``c0178f1d``), a vLLM derivative: aphrodite/entrypoints/cli/
+(main.py, serve.py, run.py), aphrodite/entrypoints/openai/cli_args.py, aphrodite/engine/arg_utils.py.
+"""
+
+from __future__ import annotations
+
+from enginespec.definition import Flags, Launch, Package, Serving, Settings
+from enginespec.signature import LaunchForm, Signature
+from enginespec.spec import EngineSpec
+
+# The `bool` fields of EngineArgs and FrontendArgs (argparse BooleanOptionalAction, so `--no-X`
+# too) and the store_true options of `serve` (aphrodite/engine/arg_utils.py,
+# aphrodite/entrypoints/openai/cli_args.py), plus flags of releases before v0.10 still seen in
+# scripts (`--launch-kobold-api`, `--disable-log-requests`).
+_BOOLEAN_FLAGS = frozenset(
+    {
+        "--aggregate-engine-logging",
+        "--allow-credentials",
+        "--allow-deprecated-quantization",
+        "--async-scheduling",
+        "--calculate-kv-scales",
+        "--cudagraph-metrics",
+        "--data-parallel-external-lb",
+        "--data-parallel-hybrid-lb",
+        "--disable-cascade-attn",
+        "--disable-chunked-mm-input",
+        "--disable-custom-all-reduce",
+        "--disable-fastapi-docs",
+        "--disable-hybrid-kv-cache-manager",
+        "--disable-log-stats",
+        "--disable-nccl-for-dp-synchronization",
+        "--disable-sliding-window",
+        "--disable-uvicorn-access-log",
+        "--enable-auto-tool-choice",
+        "--enable-chunked-prefill",
+        "--enable-dbo",
+        "--enable-elastic-ep",
+        "--enable-ep-weight-filter",
+        "--enable-eplb",
+        "--enable-expert-parallel",
+        "--enable-flash-late-interaction",
+        "--enable-flashinfer-autotune",
+        "--enable-force-include-usage",
+        "--enable-layerwise-nvtx-tracing",
+        "--enable-log-deltas",
+        "--enable-log-outputs",
+        "--enable-log-requests",
+        "--enable-logging-iteration-details",
+        "--enable-lora",
+        "--enable-mamba-cache-stochastic-rounding",
+        "--enable-mfu-metrics",
+        "--enable-mm-embeds",
+        "--enable-mm-processor-stats",
+        "--enable-offline-docs",
+        "--enable-prefix-caching",
+        "--enable-prompt-embeds",
+        "--enable-prompt-tokens-details",
+        "--enable-request-id-headers",
+        "--enable-return-routed-experts",
+        "--enable-server-load-tracking",
+        "--enable-sleep-mode",
+        "--enable-ssl-refresh",
+        "--enable-tokenizer-info-endpoint",
+        "--enable-tower-connector-lora",
+        "--enforce-eager",
+        "--exclude-tools-when-tool-choice-none",
+        "--fail-on-environ-validation",
+        "--fully-sharded-loras",
+        "--grpc",
+        "--headless",
+        "--interleave-mm-strings",
+        "--kv-cache-metrics",
+        "--kv-sharing-fast-prefill",
+        "--language-model-only",
+        "--log-error-stack",
+        "--mm-encoder-only",
+        "--numa-bind",
+        "--ray-workers-use-nsight",
+        "--return-tokens-as-token-ids",
+        "--scheduler-reserve-full-isl",
+        "--skip-mm-profiling",
+        "--skip-tokenizer-init",
+        "--specialize-active-lora",
+        "--tokens-only",
+        "--trust-remote-code",
+        "--trust-request-chat-template",
+        "--use-tqdm-on-load",
+        "--disable-log-requests",  # before v0.10
+        "--launch-kobold-api",  # before v0.10
+    }
+)
+
+SIGNATURE = Signature(
+    engine="aphrodite",
+    launch_forms=(
+        # `aphrodite = aphrodite.entrypoints.cli.main:main` (pyproject.toml); `run` is a subclass of
+        # `serve` kept for the legacy CLI, and the image's ENTRYPOINT is ["aphrodite", "run"]
+        # (docker/Dockerfile). The positional model wins over --model (cli/serve.py cmd).
+        LaunchForm(executables=("aphrodite",), subcommand=("run",), positional_model=True),
+        LaunchForm(executables=("aphrodite",), subcommand=("serve",), positional_model=True),
+        LaunchForm(modules=("aphrodite.entrypoints.cli.main",), subcommand=("run",), positional_model=True),
+        LaunchForm(modules=("aphrodite.entrypoints.cli.main",), subcommand=("serve",), positional_model=True),
+        # The OpenAI server module takes --model only; before v0.10 it lived under
+        # aphrodite.endpoints (the 2024 images' entrypoint, docker/Dockerfile at 61a4c8562).
+        LaunchForm(
+            modules=("aphrodite.entrypoints.openai.api_server", "aphrodite.endpoints.openai.api_server")
+        ),
+    ),
+    # vLLM's FlexibleArgumentParser (aphrodite/utils/argparse_utils.py) reads `_` as `-`.
+    underscore_is_dash=True,
+    aliases={
+        "-tp": "--tensor-parallel-size",
+        "-pp": "--pipeline-parallel-size",
+        "-dp": "--data-parallel-size",
+        "-q": "--quantization",
+        "-gmu": "--gpu-memory-utilization",
+        "-n": "--nnodes",
+        "-r": "--node-rank",
+        "-asc": "--api-server-count",
+        "-dcp": "--decode-context-parallel-size",
+        "-pcp": "--prefill-context-parallel-size",
+        "-dpn": "--data-parallel-rank",
+        "-dpr": "--data-parallel-start-rank",
+        "-dpl": "--data-parallel-size-local",
+        "-dpa": "--data-parallel-address",
+        "-dpp": "--data-parallel-rpc-port",
+        "-dpb": "--data-parallel-backend",
+        "-dph": "--data-parallel-hybrid-lb",
+        "-dpe": "--data-parallel-external-lb",
+        "-ep": "--enable-expert-parallel",
+        "-sc": "--speculative-config",
+        "-cc": "--compilation-config",
+        "-ac": "--attention-config",
+    },
+    model_flags=("--model",),
+    served_name_flags=("--served-model-name",),
+    host_flags=("--host",),
+    port_flags=("--port",),
+    no_value_flags=_BOOLEAN_FLAGS,
+    no_value_prefixes=("--no-",),
+    # `list[str]` fields (nargs="+").
+    multi_value_flags=frozenset(
+        {
+            "--served-model-name",
+            "--api-key",
+            "--lora-modules",
+            "--allowed-media-domains",
+            "--logits-processors",
+            "--ignore-patterns",
+            "--numa-bind-nodes",
+            "--numa-bind-cpus",
+            "--kv-cache-dtype-skip-layers",
+            "--lora-target-modules",
+            "--collect-detailed-traces",
+            "--cudagraph-capture-sizes",
+        }
+    ),
+    exit_flags=frozenset({"-h", "--help", "-v", "--version"}),
+    # `--headless` starts engine cores for a multi-node data-parallel deployment, no API server.
+    follower_flags=frozenset({"--headless"}),
+    secret_flags=frozenset({"--api-key", "--hf-token"}),
+    abbreviations=True,
+    fold_workers=True,
+    # FrontendArgs.host defaults to None: every interface.
+    default_host="0.0.0.0",
+    default_port=2242,
+)
+
+
+SPEC = EngineSpec(
+    id="aphrodite",
+    signature=SIGNATURE,
+    launch=Launch(
+        kind="console_script",
+        executable="aphrodite",
+        args=("run",),
+        module_args=("-m", "aphrodite.entrypoints.cli.main", "run"),
+        help_args=("--help=all",),
+        help_timeout=180.0,
+        # The image's ENTRYPOINT is ["aphrodite", "run"]: the model and flags follow the image name.
+        docker=True,
+    ),
+    flags=Flags(
+        fields={
+            "tensor_parallel_size": ("--tensor-parallel-size",),
+            "pipeline_parallel_size": ("--pipeline-parallel-size",),
+            "data_parallel_size": ("--data-parallel-size",),
+            "max_model_len": ("--max-model-len",),
+            "gpu_memory_utilization": ("--gpu-memory-utilization",),
+            "max_num_seqs": ("--max-num-seqs",),
+            "kv_cache_dtype": ("--kv-cache-dtype",),
+            "dtype": ("--dtype",),
+            "quantization": ("--quantization",),
+            "trust_remote_code": ("--trust-remote-code",),
+            "tool_call_parser": ("--tool-call-parser",),
+            "reasoning_parser": ("--reasoning-parser",),
+            "chat_template": ("--chat-template",),
+        },
+        # As in vLLM it derives from: --tool-call-parser is used only with --enable-auto-tool-choice.
+        companion_flags={"--tool-call-parser": ("--enable-auto-tool-choice",)},
+    ),
+    # PyPI's aphrodite-engine wheels are CUDA builds (setup.py: APHRODITE_TARGET_DEVICE defaults to
+    # cuda; CPU and ROCm only from source).
+    package=Package(distributions=("aphrodite-engine",), accelerator="cuda"),
+    # The port refuses until the API server is up; /health is 200 with an empty body, 503 once the
+    # engine died (EngineDeadError; aphrodite/entrypoints/serve/instrumentator/health.py): the
+    # default classify_health reads that.
+    serving=Serving(api_key_flag="--api-key", api_key_env=("APHRODITE_API_KEY",), socket_flag="--uds"),
+    # `--config FILE.yaml`: keys are flag names; the command line wins (FlexibleArgumentParser).
+    settings=Settings(config_flag="--config"),
+)

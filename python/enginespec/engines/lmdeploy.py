@@ -1,0 +1,130 @@
+"""LMDeploy: ``lmdeploy serve api_server MODEL`` (console script and ``python -m lmdeploy``).
+
+Facts are from LMDeploy v0.16.0 (``1208bf00``): lmdeploy/cli/serve.py, lmdeploy/cli/utils.py and
+lmdeploy/serve/openai/endpoints/management.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+from enginespec.definition import Flags, Launch, Package, Serving
+from enginespec.signature import LaunchForm, Signature
+from enginespec.spec import EngineSpec
+from enginespec.status import HealthState
+
+SIGNATURE = Signature(
+    engine="lmdeploy",
+    launch_forms=(
+        # `lmdeploy = lmdeploy.cli:run` (setup.py) and lmdeploy/__main__.py. Only `serve api_server`
+        # serves the OpenAI API: `serve proxy` is a router holding no model, `serve gradio` a web
+        # UI, `chat` a terminal REPL, `lite ...` quantization jobs; none of them matches this form.
+        LaunchForm(
+            executables=("lmdeploy",),
+            modules=("lmdeploy",),
+            subcommand=("serve", "api_server"),
+            positional_model=True,
+        ),
+    ),
+    # lmdeploy's FlexibleArgumentParser turns `_` into `-` in every `--` option name before argparse
+    # sees it (lmdeploy/cli/utils.py FlexibleArgumentParser.parse_args); argparse's allow_abbrev
+    # stays on.
+    underscore_is_dash=True,
+    abbreviations=True,
+    served_name_flags=("--model-name",),
+    host_flags=("--server-name",),
+    port_flags=("--server-port",),
+    no_value_flags=frozenset(
+        {
+            "--allow-credentials",
+            "--ssl",
+            "--disable-fastapi-docs",
+            "--allow-terminate-by-client",
+            "--enable-abort-handling",
+            "--trust-remote-code",
+            "--eager-mode",
+            "--enable-return-routed-experts",
+            "--language-model-only",
+            "--enable-prefix-caching",
+            "--disable-metrics",
+            "--enable-microbatch",
+            "--enable-eplb",
+        }
+    ),
+    multi_value_flags=frozenset(
+        {
+            "--allow-origins",
+            "--allow-methods",
+            "--allow-headers",
+            "--allowed-media-domains",
+            "--api-keys",
+            "--adapters",
+            "--cudagraph-capture-batch-sizes",
+        }
+    ),
+    exit_flags=frozenset({"-h", "--help", "-v", "--version"}),
+    secret_flags=frozenset({"--api-keys"}),
+    default_host="0.0.0.0",
+    # --server-port defaults to None, meaning 23333 (lmdeploy/cli/serve.py). With `--dp N` on the
+    # PyTorch backend the process spawns one api_server per rank on ports from there on.
+    default_port=23333,
+)
+
+
+class LmdeploySpec(EngineSpec):
+    # The engine is built (and the model downloaded) before uvicorn binds, so the port refuses
+    # connections while loading (lmdeploy/serve/openai/api_server.py serve()). Then GET /health is
+    # 200 {"status": "healthy"|"sleeping", ...} or 503 {"status": "unhealthy"|"initializing", ...};
+    # 503 "Engine health monitor is not initialized." before the monitor runs (management.py
+    # `health`, lmdeploy/serve/core/health.py EngineHealthMonitor).
+    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
+        try:
+            document = json.loads(body)
+            state = document.get("status") if isinstance(document, dict) else None
+            message = document.get("message") if isinstance(document, dict) else None
+        except ValueError:
+            state = message = None
+        if status == 200 and state == "healthy":
+            return "ready", ""
+        if status == 200 and state == "sleeping":
+            return "unhealthy", "the engine is asleep (weights released; POST /wakeup)"
+        if status == 503 and (state == "initializing" or "not initialized" in str(message)):
+            return "starting", "the engine's health monitor has not reported yet (HTTP 503)"
+        if status == 503 and state == "unhealthy":
+            return "unhealthy", "the engine reports itself unhealthy (HTTP 503)"
+        if status in (200, 503):
+            return "unknown", f"unexpected /health body (HTTP {status})"
+        return super().classify_health(status, body)
+
+
+SPEC = LmdeploySpec(
+    id="lmdeploy",
+    signature=SIGNATURE,
+    launch=Launch(
+        kind="console_script",
+        executable="lmdeploy",
+        args=("serve", "api_server"),
+        module_args=("-m", "lmdeploy", "serve", "api_server"),
+    ),
+    flags=Flags(
+        fields={
+            "tensor_parallel_size": ("--tp",),
+            "data_parallel_size": ("--dp",),
+            "max_model_len": ("--session-len",),
+            # the share of free GPU memory the KV cache may take once the weights are loaded
+            "gpu_memory_utilization": ("--cache-max-entry-count",),
+            "max_num_seqs": ("--max-batch-size",),
+            "dtype": ("--dtype",),
+            # how the weights are quantized: hf, awq, gptq, compressed-tensors, fp8, mxfp4
+            "quantization": ("--model-format",),
+            "trust_remote_code": ("--trust-remote-code",),
+            "tool_call_parser": ("--tool-call-parser",),
+            "reasoning_parser": ("--reasoning-parser",),
+            "chat_template": ("--chat-template",),
+        }
+    ),
+    # PyPI's lmdeploy wheels are CUDA builds (setup.py: target device `cuda` unless
+    # LMDEPLOY_TARGET_DEVICE says otherwise at build time).
+    package=Package(distributions=("lmdeploy",), accelerator="cuda"),
+    serving=Serving(api_key_flag="--api-keys"),
+)

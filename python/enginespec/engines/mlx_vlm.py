@@ -1,0 +1,75 @@
+"""mlx-vlm: ``mlx_vlm.server`` (console script and module).
+
+Facts are from mlx-vlm v0.6.15 (``d734bd28``): mlx_vlm/server/cli.py and mlx_vlm/server/app.py
+(the same flags and /health in the PyPI wheel 0.7.10).
+"""
+
+from __future__ import annotations
+
+import json
+
+from enginespec.definition import Flags, Launch, Package, Serving, Settings
+from enginespec.signature import LaunchForm, Signature
+from enginespec.spec import EngineSpec
+from enginespec.status import HealthState
+
+SIGNATURE = Signature(
+    engine="mlx-vlm",
+    launch_forms=(
+        # `mlx_vlm.server = mlx_vlm.server:main` (pyproject.toml) and mlx_vlm/server/__main__.py.
+        # mlx_vlm.generate, .chat, .convert and the Gradio .chat_ui take the same --model and serve
+        # no API.
+        LaunchForm(executables=("mlx_vlm.server",), modules=("mlx_vlm.server",)),
+    ),
+    # --model is optional (models then load on the first request that names one); --draft-model,
+    # --adapter-path, --image-model, --tts-model, ... are other models.
+    model_flags=("--model",),
+    host_flags=("--host",),
+    port_flags=("--port",),
+    no_value_flags=frozenset({"--trust-remote-code", "--enable-thinking", "--reload"}),
+    exit_flags=frozenset({"-h", "--help"}),
+    secret_flags=frozenset({"--api-key"}),
+    abbreviations=True,
+    # uvicorn's reloader (--reload) runs the server in a child process.
+    fold_workers=True,
+    default_host="0.0.0.0",
+    default_port=8080,
+)
+
+
+class MlxVlmSpec(EngineSpec):
+    # A --model is preloaded in the FastAPI lifespan, which uvicorn runs before it binds: the port
+    # refuses connections while it loads. Then GET /health is always 200 {"status": "healthy",
+    # "loaded_model": ...}, or 401 "Invalid API key" when the server has a key and the request
+    # lacks it (app.py health_check, _require_management_api_key).
+    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
+        if status == 200:
+            try:
+                document = json.loads(body)
+                healthy = isinstance(document, dict) and document.get("status") == "healthy"
+            except ValueError:
+                healthy = False
+            return ("ready", "") if healthy else ("unknown", "unexpected /health body")
+        if status == 401:
+            return "unknown", "/health needs the server's API key, which enginespec does not have"
+        return super().classify_health(status, body)
+
+
+SPEC = MlxVlmSpec(
+    id="mlx-vlm",
+    signature=SIGNATURE,
+    launch=Launch(kind="console_script", executable="mlx_vlm.server", module_args=("-m", "mlx_vlm.server")),
+    flags=Flags(
+        fields={
+            "max_num_seqs": ("--max-num-seqs",),
+            "trust_remote_code": ("--trust-remote-code",),
+        }
+    ),
+    # mlx-vlm requires `mlx` everywhere; on Linux MLX's CPU backend is the `cpu` extra (`mlx-cpu`,
+    # mlx-vlm 0.7.10 pyproject.toml; earlier releases have no such extra and pip ignores it).
+    package=Package(distributions=("mlx-vlm",), linux_extra="cpu"),
+    serving=Serving(api_key_flag="--api-key", api_key_env=("MLX_VLM_SERVER_API_KEY",), health_needs_key=True),
+    # The CLI hands its options to the app through the environment and sets MLX_VLM_PRELOAD_MODEL
+    # only when --model is given, so one set in the server's environment is what it preloads.
+    settings=Settings(environment={"MLX_VLM_PRELOAD_MODEL": "model"}),
+)

@@ -1,0 +1,113 @@
+"""Hugging Face Text Generation Inference: ``text-generation-launcher``.
+
+Facts are from TGI v3.3.7 (``dfb3fbe7``): launcher/src/main.rs (struct ``Args``, clap 4),
+router/src/server.rs and backends/llamacpp/src/main.rs.
+"""
+
+from __future__ import annotations
+
+from enginespec.definition import Flags, Launch, Serving, Settings
+from enginespec.signature import LaunchForm, Signature
+from enginespec.spec import EngineSpec
+from enginespec.status import HealthState
+
+# Every clap `bool` option, which takes no value (clap derive: ArgAction::SetTrue), of the
+# launcher at any tag from v0.1 to v3.3.7 (launcher/src/main.rs `struct Args`), and of the llama.cpp
+# backend's router (backends/llamacpp/src/main.rs). `--sharded` is an `Option<bool>` and takes one;
+# `--quantize` was a bool in the first releases and takes a value since.
+_BOOLEAN_FLAGS = frozenset(
+    {
+        "--trust-remote-code",
+        "--disable-custom-kernels",
+        "--json-output",
+        "--ngrok",
+        "--disable-grammar-support",
+        "--env",
+        "--enable-prefill-logprobs",
+        "--enable-cuda-graphs",
+        "--disable-usage-stats",
+        "--disable-crash-reports",
+        "--use-mmap",
+        "--use-mlock",
+        "--offload-kqv",
+        "--flash-attention",
+    }
+)
+
+SIGNATURE = Signature(
+    engine="tgi",
+    launch_forms=(
+        # The image's ENTRYPOINT /tgi-entrypoint.sh ends in `exec text-generation-launcher $@`, so
+        # the kernel shows the launcher's own argv (Dockerfile, tgi-entrypoint.sh). The launcher
+        # starts `text-generation-server download-weights|serve` per shard and then
+        # `text-generation-router`, which serves HTTP: those are its workers (fold_workers), never
+        # servers of their own. The TensorRT-LLM backend's image names its binary
+        # ./text-generation-launcher too (Dockerfile_trtllm).
+        LaunchForm(executables=("text-generation-launcher",)),
+        # The llama.cpp backend's image runs this router directly (Dockerfile_llamacpp); it takes
+        # the same --model-id/--hostname/--port (backends/llamacpp/src/main.rs; its --port default
+        # there is 3001, not the launcher's 3000).
+        LaunchForm(executables=("text-generation-router-llamacpp",)),
+    ),
+    # Two options claim `-p` (port and prometheus_port); clap's MKeyMap::get returns the first
+    # defined, which is --port (clap_builder 4.x, src/mkeymap.rs). `-e` is --env, `-g` the
+    # graceful termination timeout. clap neither reads `_` as `-` nor takes abbreviations.
+    aliases={"-p": "--port", "-e": "--env", "-g": "--graceful-termination-timeout"},
+    model_flags=("--model-id",),
+    host_flags=("--hostname",),
+    port_flags=("--port",),
+    no_value_flags=_BOOLEAN_FLAGS,
+    # clap: an option that takes a value and is given none is a usage error, the launcher exits
+    # ("a value is required for '--quantize <QUANTIZE>'").
+    values_required=True,
+    exit_flags=frozenset({"-h", "--help", "-V", "--version"}),
+    secret_flags=frozenset({"--api-key", "--ngrok-authtoken"}),
+    fold_workers=True,
+    default_host="0.0.0.0",
+    default_port=3000,
+)
+
+
+class TgiSpec(EngineSpec):
+    # The router, which serves HTTP, starts only after every shard reported ready ("All shard
+    # started" -> "Starting Webserver", launcher/src/main.rs), so the port refuses connections
+    # while weights download and load (starting). Then GET /health runs infer.health(): 200 with an
+    # empty body, or 503 {"error":"unhealthy","error_type":"healthcheck"} when the shards fail
+    # their check (router/src/server.rs `health`).
+    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
+        if status == 503 and b'"healthcheck"' in body:
+            return "unhealthy", "the shards failed their health check (HTTP 503)"
+        return super().classify_health(status, body)
+
+
+SPEC = TgiSpec(
+    id="tgi",
+    signature=SIGNATURE,
+    # `text-generation-launcher --version` prints clap's `text-generation-launcher 3.3.6-dev0`: the
+    # Cargo workspace version, which at tag v3.3.7 still says 3.3.6-dev0 (Cargo.toml).
+    launch=Launch(kind="binary", executable="text-generation-launcher", docker=True),
+    flags=Flags(
+        fields={
+            "tensor_parallel_size": ("--num-shard",),
+            "max_model_len": ("--max-total-tokens",),
+            "max_num_seqs": ("--max-batch-size",),
+            "kv_cache_dtype": ("--kv-cache-dtype",),
+            "dtype": ("--dtype",),
+            "quantization": ("--quantize",),
+            "trust_remote_code": ("--trust-remote-code",),
+            "gpu_memory_utilization": ("--cuda-memory-fraction",),
+        },
+        # `Vec<String>` options take one value per occurrence (--cors-allow-origin a
+        # --cors-allow-origin b); --cuda-graphs is one comma-delimited value.
+        list_style="repeat",
+    ),
+    # Not on PyPI as a server (PyPI `text-generation` is the client): a configured command installs
+    # it, or the ghcr.io/huggingface/text-generation-inference image runs it.
+    # --api-key guards the generation routes only; /health, /info and /v1/models stay open
+    # (router/src/server.rs).
+    serving=Serving(api_key_flag="--api-key", api_key_env=("API_KEY",)),
+    # Every option has a clap `env` twin named after its field (MODEL_ID, HOSTNAME, PORT, ...); the
+    # command line wins. The CUDA image sets PORT=80 (Dockerfile), and Docker sets HOSTNAME to the
+    # container id in every container, which the launcher then binds unless --hostname is given.
+    settings=Settings(environment={"MODEL_ID": "model", "HOSTNAME": "host", "PORT": "port"}),
+)

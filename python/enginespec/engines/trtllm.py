@@ -1,0 +1,126 @@
+"""NVIDIA TensorRT-LLM: ``trtllm-serve [serve] MODEL``.
+
+No release could be pinned: the facts are from tensorrt_llm/commands/serve.py at commit
+``00209af1`` and tensorrt_llm/serve/openai_server.py at ``00057725`` (NVIDIA/TensorRT-LLM).
+"""
+
+from __future__ import annotations
+
+from enginespec.definition import Flags, Launch, Package, Serving
+from enginespec.signature import LaunchForm, Signature
+from enginespec.spec import EngineSpec
+from enginespec.status import HealthState
+
+# Commands of the `trtllm-serve` click group (`main = DefaultGroup(..., default="serve")`).
+_COMMANDS = ("serve", "grpc", "disaggregated", "disaggregated_mpi_worker", "mm_embedding_serve")
+
+SIGNATURE = Signature(
+    engine="trtllm",
+    launch_forms=(
+        LaunchForm(
+            executables=("trtllm-serve",),
+            modules=("tensorrt_llm.commands.serve",),
+            subcommand=("serve",),
+            positional_model=True,
+        ),
+        # The OpenAI server of a multimodal encoder (serve_encoder): same MODEL, --host, --port.
+        LaunchForm(
+            executables=("trtllm-serve",),
+            modules=("tensorrt_llm.commands.serve",),
+            subcommand=("mm_embedding_serve",),
+            positional_model=True,
+        ),
+        # `grpc MODEL` serves pre-tokenized gRPC requests to an external router, no HTTP API;
+        # `disaggregated_mpi_worker -c CFG` is one MPI rank of a disaggregated deployment started by
+        # its leader (`_launch_disaggregated_leader`): both are workers of something else.
+        LaunchForm(
+            executables=("trtllm-serve",),
+            modules=("tensorrt_llm.commands.serve",),
+            subcommand=("grpc",),
+            positional_model=True,
+            role="follower",
+        ),
+        LaunchForm(
+            executables=("trtllm-serve",),
+            modules=("tensorrt_llm.commands.serve",),
+            subcommand=("disaggregated_mpi_worker",),
+            role="follower",
+        ),
+        # DefaultGroup: a first argument that is no command means `serve`, so `trtllm-serve MODEL`
+        # is `trtllm-serve serve MODEL`. `disaggregated -c CFG` is the router of a disaggregated
+        # deployment: it holds no model and is not matched at all.
+        LaunchForm(
+            executables=("trtllm-serve",),
+            modules=("tensorrt_llm.commands.serve",),
+            other_subcommands=_COMMANDS,
+            positional_model=True,
+        ),
+        # `trtllm-llmapi-launch` (a bash script) runs ranks > 0 of a multi-node LLM API job as this
+        # module: MPI workers with no HTTP API (tensorrt_llm/llmapi/trtllm-llmapi-launch).
+        LaunchForm(modules=("tensorrt_llm.llmapi.mgmn_worker_node",), role="follower"),
+    ),
+    # click: option names are exactly as declared (with underscores), no prefix matching.
+    aliases={
+        "--tp_size": "--tensor_parallel_size",
+        "--pp_size": "--pipeline_parallel_size",
+        "--cp_size": "--context_parallel_size",
+        "--ep_size": "--moe_expert_parallel_size",
+        "--cluster_size": "--moe_cluster_parallel_size",
+        "--kv_cache_free_gpu_memory_fraction": "--free_gpu_memory_fraction",
+        "--extra_llm_api_options": "--config",
+    },
+    host_flags=("--host",),
+    port_flags=("--port",),
+    # click `is_flag=True` options of `serve`; --custom_module_dirs is `multiple=True`, which click
+    # spells as a repeated option, one value each.
+    no_value_flags=frozenset(
+        {"--trust_remote_code", "--fail_fast_on_attention_window_too_large", "--enable_chunked_prefill"}
+    ),
+    # no --version option on the group or on `serve`: only --help exits
+    exit_flags=frozenset({"--help"}),
+    default_host="localhost",
+    default_port=8000,
+)
+
+
+class TrtllmSpec(EngineSpec):
+    # launch_server binds the socket (without listening), builds the LLM, then serves on it, so
+    # connections are refused while loading. GET /health is 200 with an empty body, or 503 with
+    # the text "LLM is unavailable. ..." once the executor died (openai_server.py `health`).
+    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
+        if status == 503:
+            return "unhealthy", "the LLM executor is unavailable (HTTP 503)"
+        return super().classify_health(status, body)
+
+
+SPEC = TrtllmSpec(
+    id="trtllm",
+    signature=SIGNATURE,
+    launch=Launch(
+        kind="console_script",
+        executable="trtllm-serve",
+        args=("serve",),
+        module_args=("-m", "tensorrt_llm.commands.serve", "serve"),
+    ),
+    flags=Flags(
+        fields={
+            "tensor_parallel_size": ("--tensor_parallel_size",),
+            "pipeline_parallel_size": ("--pipeline_parallel_size",),
+            "max_model_len": ("--max_seq_len",),
+            # the share of free GPU memory the KV cache takes once the weights are loaded
+            "gpu_memory_utilization": ("--free_gpu_memory_fraction",),
+            "max_num_seqs": ("--max_batch_size",),
+            "trust_remote_code": ("--trust_remote_code",),
+            "tool_call_parser": ("--tool_parser",),
+            "reasoning_parser": ("--reasoning_parser",),
+            "chat_template": ("--chat_template",),
+        },
+        list_style="repeat",
+    ),
+    # PyPI `tensorrt-llm` is a stub sdist that fetches NVIDIA's CUDA wheel at install time; the
+    # engine needs an NVIDIA GPU (get_llm_args raises "No GPU devices found on the node").
+    package=Package(distributions=("tensorrt-llm",), accelerator="cuda"),
+    # `--config FILE.yaml` (alias --extra_llm_api_options) holds LLM API arguments, not flag names,
+    # so it is not read as a flag file (Settings.config_flag).
+    serving=Serving(),
+)
