@@ -16,7 +16,7 @@ from enginespec.signature import LaunchForm, Signature, signatures_json
 from procs import Procs
 
 NEW_CORPUS = Path(__file__).parent / "data" / "argv-new-public.jsonl"
-BUILT_IN = {"vllm", "sglang", "llamacpp", "mlx"}
+BUILT_IN = set(enginespec.engine_ids())
 VENV_PY = "/srv/venv/bin/python3"
 
 # Records of other engines that one of the four built-in engines claims today, with the reason.

@@ -138,7 +138,7 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
     if t.base_url is None:
         problems = "; ".join(t.process.problems) if t.process else "no address"
         return health("unknown", f"no usable listen address: {problems}")
-    reply = yield _Request("GET", t.spec.serving.health_path)
+    reply = yield _Request("GET", t.spec.serving.health_path, authorized=t.spec.serving.health_authorized)
     if reply.failure == "refused":
         if t.process is not None:
             return health("starting", "process is up, not accepting connections yet")

@@ -7,6 +7,7 @@ Adding an engine is one module here (its Signature and its EngineSpec) plus its 
 from __future__ import annotations
 
 import enginespec.engines.llamacpp as llamacpp
+import enginespec.engines.llamacpp_python as llamacpp_python
 import enginespec.engines.mlx as mlx
 import enginespec.engines.sglang as sglang
 import enginespec.engines.vllm as vllm
@@ -16,7 +17,13 @@ from enginespec.registry import ENTRY_POINT_GROUP, all_signatures, engine_ids
 from enginespec.spec import EngineSpec
 
 #: Built-in engines, in matching order.
-BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (vllm.SPEC, sglang.SPEC, llamacpp.SPEC, mlx.SPEC)
+BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
+    vllm.SPEC,
+    sglang.SPEC,
+    llamacpp.SPEC,
+    mlx.SPEC,
+    llamacpp_python.SPEC,
+)
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
 
