@@ -119,6 +119,10 @@ class SourceBuild(_Record):
     #: an entry that marks the engine's own tree inside a source archive (``ggml`` for llama.cpp).
     marker: str = Field(min_length=1)
     cmake_options: tuple[str, ...] = ()
+    #: the cmake variable setting the commit the binary reports in its version, which must then
+    #: be its ``g<commit>`` local label (llama.cpp's ``LLAMA_BUILD_COMMIT``): set to the source's
+    #: commit or stamp, so that an install from a different source rebuilds.
+    commit_variable: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class Package(_Record):
