@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy, safetensors, tokenizers and gguf are needed only when a model is made
+    import numpy as np
 
 HIDDEN = 64
 LAYERS = 2
@@ -43,6 +45,8 @@ MERGES = ("Ġ t", "h e")
 
 def _weights(seed: int) -> dict[str, np.ndarray]:
     """The network in Hugging Face names and layout ((out, in) matrices)."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     vocab = len(vocabulary())
 
