@@ -88,6 +88,8 @@ struct CompiledEvidence {
     model_suffixes: Vec<Box<[u8]>>,
     /// Bits of the engine's evidence flags, one of which must be given (0: no such condition).
     any_flags: u64,
+    /// One of argv's positional arguments must be one of these (empty: no such condition).
+    positionals: Vec<Box<[u8]>>,
 }
 
 #[derive(Debug)]
@@ -234,6 +236,7 @@ impl CompiledEngine {
                 .iter()
                 .filter_map(|f| self.evidence_bits.get(&sig.canonical(f)))
                 .fold(0, |acc, bit| acc | bit),
+            positionals: evidence.positionals.iter().map(|s| boxed(s)).collect(),
         }
     }
 
@@ -575,6 +578,11 @@ impl Matcher {
         // this engine at all, whatever it asks of it.
         let mut exits = false;
         let mut positional: Option<&'a [u8]> = None;
+        let wanted_positionals = form
+            .evidence
+            .as_ref()
+            .map_or(&[][..], |e| &e.positionals[..]);
+        let mut positional_found = false;
         let n = argv.len();
         while i < n {
             let token = argv[i].as_ref();
@@ -589,6 +597,7 @@ impl Matcher {
                 if positional_model && positional.is_none() {
                     positional = Some(token);
                 }
+                positional_found |= wanted_positionals.iter().any(|p| **p == *token);
                 continue;
             }
             let (name, inline) = match token.iter().position(|&b| b == b'=') {
@@ -688,7 +697,8 @@ impl Matcher {
                         .any(|s| ends_with_ignore_ascii_case(m, s))
                 });
             let flag_found = evidence.any_flags == 0 || evidence.any_flags & evidence_seen != 0;
-            if !suffix_found || !flag_found {
+            let positional_ok = evidence.positionals.is_empty() || positional_found;
+            if !suffix_found || !flag_found || !positional_ok {
                 return Outcome::NoEvidence;
             }
         }

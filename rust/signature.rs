@@ -37,6 +37,8 @@ pub struct Evidence {
     pub model_suffixes: Vec<String>,
     #[serde(default)]
     pub any_flags: Vec<String>,
+    #[serde(default)]
+    pub positionals: Vec<String>,
 }
 
 /// One way an engine's server is launched (executables or `python -m` modules + subcommand).

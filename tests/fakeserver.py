@@ -26,6 +26,9 @@ class Answer:
     #: seconds between the body's bytes, sent one at a time (a server that trickles).
     trickle: float = 0.0
     content_type: str = "application/json"
+    #: answer only once every party of the barrier has a request in flight (503 if it breaks):
+    #: proves requests are concurrent without timing them.
+    barrier: threading.Barrier | None = None
 
 
 def models(*ids: str) -> Answer:
@@ -63,7 +66,13 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if answer.delay:
             time.sleep(answer.delay)
-        self.send_response(answer.status)
+        status = answer.status
+        if answer.barrier is not None:
+            try:
+                answer.barrier.wait(timeout=30)
+            except threading.BrokenBarrierError:
+                status = 503
+        self.send_response(status)
         self.send_header("Content-Type", answer.content_type)
         if answer.close_mid_response:
             self.send_header("Content-Length", str(len(answer.body) + 100))
@@ -102,8 +111,15 @@ class FakeEngine:
     """A scripted server; ``url`` is its base URL (``http+unix://...`` on a unix socket)."""
 
     def __init__(
-        self, routes: dict[str, Sequence[Answer]], *, port: int = 0, unix_path: str | None = None
+        self,
+        routes: dict[str, Sequence[Answer]],
+        *,
+        port: int = 0,
+        unix_path: str | None = None,
+        sock: socket.socket | None = None,
     ) -> None:
+        """``sock``: a bound socket (see :func:`bound_socket`) to listen on, which a process
+        standing for the engine may hold too (then the answering socket is that process's)."""
         self.script = Script({path: list(answers) for path, answers in routes.items()})
         self.stop = threading.Event()
         handler = type("Handler", (_Handler,), {"script": self.script, "stop": self.stop})
@@ -113,6 +129,15 @@ class FakeEngine:
             from urllib.parse import quote
 
             self.url = "http+unix://" + quote(unix_path, safe="")
+        elif sock is not None:
+            server = ThreadingHTTPServer(sock.getsockname(), handler, bind_and_activate=False)
+            server.socket.close()
+            server.socket = sock
+            server.server_activate()
+            server.daemon_threads = True
+            self.server = server
+            self.port = server.server_address[1]
+            self.url = f"http://127.0.0.1:{self.port}"
         else:
             server = ThreadingHTTPServer(("127.0.0.1", port), handler)
             server.daemon_threads = True
@@ -143,3 +168,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def bound_socket() -> socket.socket:
+    """A TCP socket bound to a free loopback port, not listening yet: give it to the process that
+    stands for an engine (``pass_fds``) and to :class:`FakeEngine` (``sock``), so the server
+    answering on the port is that process's, as ownership checks require."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.set_inheritable(True)
+    return sock

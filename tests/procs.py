@@ -27,10 +27,12 @@ class Procs:
         self.helper = helper
         self.started: list[subprocess.Popen[bytes]] = []
 
-    def start(self, argv: Sequence[str], **env: str) -> subprocess.Popen[bytes]:
+    def start(self, argv: Sequence[str], pass_fds: Sequence[int] = (), **env: str) -> subprocess.Popen[bytes]:
+        """``pass_fds``: descriptors the process holds too (a server socket, see fakeserver)."""
         proc = subprocess.Popen(
             [os.fsencode(a) for a in argv],
             executable=self.helper,
+            pass_fds=tuple(pass_fds),
             env={**os.environ, **env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if "HELPER_LISTEN" in env else subprocess.DEVNULL,

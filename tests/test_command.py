@@ -209,6 +209,25 @@ EXPECTED_FLAGS: dict[str, dict[str, str | None]] = {
         "chat_template": None,
         "api_key": "--api-key",
     },
+    "llamacpp-python": {
+        "served_model_name": "--model_alias",
+        "port": "--port",
+        "tensor_parallel_size": None,
+        "pipeline_parallel_size": None,
+        "data_parallel_size": None,
+        "max_model_len": "--n_ctx",
+        "gpu_memory_utilization": None,
+        "gpu_layers": "--n_gpu_layers",
+        "max_num_seqs": None,
+        "kv_cache_dtype": None,
+        "dtype": None,
+        "quantization": None,
+        "trust_remote_code": None,
+        "tool_call_parser": None,
+        "reasoning_parser": None,
+        "chat_template": None,
+        "api_key": "--api_key",
+    },
 }
 
 

@@ -5,6 +5,7 @@ and scans of real processes with the exact argv."""
 from __future__ import annotations
 
 import json
+import socket
 import stat
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from enginespec import (
 from enginespec.errors import InstallOptionsError
 from enginespec.health import check_health
 from enginespec.installing import nvidia_gpu_present
-from fakeserver import Answer, free_port, models, serving
+from fakeserver import Answer, bound_socket, models, serving
 from procs import Procs, children_of, wait_for
 
 VENV_PY = "/srv/venv/bin/python3"
@@ -328,23 +329,28 @@ def test_health_states(engine: str, answer: Answer, state: str) -> None:
     assert (health.engine, health.state) == (engine, state), health
 
 
-def _scanned(procs: Procs, argv: list[str], **env: str) -> Any:
-    proc = procs.start(argv, **env)
+def _scanned(procs: Procs, argv: list[str], sock: socket.socket | None = None, **env: str) -> Any:
+    """The scanned engine process; ``sock``: the server socket it holds, as a real engine holds
+    the socket it answers on (see fakeserver.bound_socket)."""
+    proc = procs.start(argv, pass_fds=(sock.fileno(),) if sock is not None else (), **env)
     return next(p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid)
 
 
 def test_tgi_refuses_while_shards_load_then_is_ready(procs: Procs) -> None:
-    port = free_port()
-    launcher = _scanned(procs, ["text-generation-launcher", "--model-id", "m", "--port", str(port)])
+    sock = bound_socket()
+    port = sock.getsockname()[1]
+    launcher = _scanned(procs, ["text-generation-launcher", "--model-id", "m", "--port", str(port)], sock)
     assert check_health(launcher).state == "starting"
-    with serving({"/health": [Answer(200)], "/v1/models": [models("m")]}, port=port):
+    with serving({"/health": [Answer(200)], "/v1/models": [models("m")]}, sock=sock):
         health = check_health(launcher, verify_identity=True)
     assert (health.state, health.model_ids) == ("ready", ("m",))
 
 
 def test_mlx_vlm_health_is_asked_with_the_servers_key(procs: Procs) -> None:
-    with serving({"/health": [Answer(200, b'{"status":"healthy"}')]}) as server:
-        proc = _scanned(procs, ["mlx_vlm.server", "--port", str(server.port), "--api-key", "sk-vlm"])
+    sock = bound_socket()
+    port = sock.getsockname()[1]
+    proc = _scanned(procs, ["mlx_vlm.server", "--port", str(port), "--api-key", "sk-vlm"], sock)
+    with serving({"/health": [Answer(200, b'{"status":"healthy"}')]}, sock=sock) as server:
         health = check_health(proc)
     assert health.state == "ready"
     assert [h.get("Authorization") for _, path, h in server.script.seen if path == "/health"] == [

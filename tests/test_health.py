@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -24,15 +25,17 @@ from enginespec.health import (
     check_health_async,
     wait_ready,
 )
-from fakeserver import Answer, FakeEngine, free_port, models, serving
+from fakeserver import Answer, FakeEngine, bound_socket, free_port, models, serving
 from procs import Procs, wait_for
 
 LOADING = b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}'
 OK = b'{"status":"ok"}'
 
 
-def _scanned(procs: Procs, argv: list[str], **env: str) -> EngineProcess:
-    proc = procs.start(argv, **env)
+def _scanned(procs: Procs, argv: list[str], sock: socket.socket | None = None, **env: str) -> EngineProcess:
+    """The scanned engine process for argv; ``sock``: the server socket it holds (see
+    fakeserver.bound_socket), as a real engine holds the socket it answers on."""
+    proc = procs.start(argv, pass_fds=(sock.fileno(),) if sock is not None else (), **env)
     return next(p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid)
 
 
@@ -95,12 +98,13 @@ def test_nothing_listening_is_down_for_a_url_and_starting_for_a_live_process(pro
 
 
 def test_start_up_sequence_refused_then_503_then_200(procs: Procs) -> None:
-    port = free_port()
+    sock = bound_socket()
+    port = sock.getsockname()[1]
     proc = _scanned(
-        procs, ["python3", "-m", "sglang.launch_server", "--model-path", "m", "--port", str(port)]
+        procs, ["python3", "-m", "sglang.launch_server", "--model-path", "m", "--port", str(port)], sock
     )
     assert check_health(proc).state == "starting"
-    with serving({"/health": [Answer(503), Answer(503), Answer(200)]}, port=port):
+    with serving({"/health": [Answer(503), Answer(503), Answer(200)]}, sock=sock):
         states = [check_health(proc).state for _ in range(3)]
     assert states == ["starting", "starting", "ready"]
 
@@ -150,13 +154,14 @@ def test_identity_is_verified_through_v1_models() -> None:
 
 def test_api_key_from_argv_and_environment_is_used_and_never_shown(procs: Procs) -> None:
     routes = {"/health": [Answer(200)], "/v1/models": [models("m")]}
-    with serving(routes) as server:
+    sock = bound_socket()
+    with serving(routes, sock=sock) as server:
         proc = _scanned(
-            procs, ["vllm", "serve", "m", "--port", str(server.port), "--api-key", "sk-from-argv"]
+            procs, ["vllm", "serve", "m", "--port", str(server.port), "--api-key", "sk-from-argv"], sock
         )
         health = check_health(proc, verify_identity=True)
         env_proc = _scanned(
-            procs, ["vllm", "serve", "m", "--port", str(server.port)], VLLM_API_KEY="sk-from-env"
+            procs, ["vllm", "serve", "m", "--port", str(server.port)], sock, VLLM_API_KEY="sk-from-env"
         )
         check_health(env_proc, verify_identity=True)
     assert health.state == "ready"
@@ -264,19 +269,21 @@ def test_stall_timeout_resets_while_loading_progresses() -> None:
 
 
 def test_check_all_fifty_servers_ten_hung() -> None:
+    # The 40 answering servers answer only once all 40 requests are in flight together, so they
+    # are ready only if the checks run concurrently and the 10 hung ones stall none of them.
+    together = threading.Barrier(40)
     servers = [
-        FakeEngine({"/health": [Answer(hang=True)] if i % 5 == 0 else [Answer(200, OK)]}) for i in range(50)
+        FakeEngine({"/health": [Answer(hang=True)] if i % 5 == 0 else [Answer(200, OK, barrier=together)]})
+        for i in range(50)
     ]
     try:
         processes = [_me("llamacpp", s.url) for s in servers]
-        started = time.monotonic()
-        results = check_all(processes, timeout=1.0)
-        elapsed = time.monotonic() - started
+        results = check_all(processes, timeout=5.0)
         assert [r.state for r in results].count("ready") == 40
         assert [r.state for r in results].count("unhealthy") == 10
         assert [r.base_url for r in results] == [s.url for s in servers]
-        assert elapsed < 5, elapsed  # about one timeout; checked one by one it would take 10 s
-        results = asyncio.run(check_all_async(processes, timeout=1.0, concurrency=50))
+        together.reset()
+        results = asyncio.run(check_all_async(processes, timeout=5.0, concurrency=50))
         assert [r.state for r in results].count("ready") == 40
     finally:
         for server in servers:
@@ -290,10 +297,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_health(procs: Procs) -> None:
-    with serving({"/health": [Answer(200, OK)]}) as server:
+    sock = bound_socket()
+    with serving({"/health": [Answer(200, OK)]}, sock=sock) as server:
         out = _cli("health", "llamacpp", server.url)
         assert (out.returncode, out.stdout.split()[2]) == (0, "ready"), out.stderr
-        proc = procs.start(["llama-server", "-m", "m", "--port", str(server.port)])
+        proc = procs.start(["llama-server", "-m", "m", "--port", str(server.port)], pass_fds=(sock.fileno(),))
         assert _cli("health", str(proc.pid)).returncode == 0
         data = json.loads(_cli("health", str(proc.pid), "--json").stdout)
         assert data["state"] == "ready"
@@ -310,19 +318,22 @@ def test_cli_health(procs: Procs) -> None:
 def test_identity_of_a_relative_model_path_is_resolved_against_the_process(
     helper: Path, tmp_path: Path
 ) -> None:
-    port = free_port()
-    engine = subprocess.Popen(
-        ["mlx_lm.server", "--model", "tiny/hf", "--port", str(port)], executable=helper, cwd=tmp_path
-    )
-    try:
-        wait_for(lambda: Path(f"/proc/{engine.pid}/cmdline").read_bytes() != b"")
-        proc = next(p for p in Scanner().scan() if p.pid == engine.pid)
-        # mlx_lm.server lists the model by its absolute path
-        routes = {"/health": [Answer(200, OK)], "/v1/models": [models(str(tmp_path / "tiny" / "hf"))]}
-        with serving(routes, port=port):
-            assert check_health(proc, verify_identity=True).state == "ready"
-        with serving({"/health": [Answer(200, OK)], "/v1/models": [models("/elsewhere/tiny/hf")]}, port=port):
-            assert check_health(proc, verify_identity=True).state == "unhealthy"
-    finally:
-        engine.kill()
-        engine.wait()
+    # mlx_lm.server lists the model by its absolute path
+    for listed, state in ((str(tmp_path / "tiny" / "hf"), "ready"), ("/elsewhere/tiny/hf", "unhealthy")):
+        sock = bound_socket()
+        engine = subprocess.Popen(
+            ["mlx_lm.server", "--model", "tiny/hf", "--port", str(sock.getsockname()[1])],
+            executable=helper,
+            cwd=tmp_path,
+            pass_fds=(sock.fileno(),),
+        )
+        try:
+            cmdline = Path(f"/proc/{engine.pid}/cmdline")
+            wait_for(lambda: cmdline.read_bytes() != b"")  # noqa: B023 (called in this iteration)
+            proc = next(p for p in Scanner().scan() if p.pid == engine.pid)
+            with serving({"/health": [Answer(200, OK)], "/v1/models": [models(listed)]}, sock=sock):
+                health = check_health(proc, verify_identity=True)
+            assert health.state == state, health.reason
+        finally:
+            engine.kill()
+            engine.wait()

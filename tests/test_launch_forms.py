@@ -24,7 +24,29 @@ def _facts(argv: list[str]) -> tuple[Any, ...] | None:
     return (inv.engine, inv.model, inv.served_model_names, inv.host, inv.port, inv.role)
 
 
+APP = "llama_cpp.server.app:create_app"
+
 SERVERS: list[tuple[list[str], tuple[Any, ...]]] = [
+    # uvicorn serving llama-cpp-python's app factory (its docker/simple/run.sh), in any position
+    # after uvicorn's switches, as a console script, under its interpreter or as a module
+    (
+        ["uvicorn", "--factory", APP, "--host", "0.0.0.0", "--port", "8000"],
+        ("llamacpp-python", None, (), "0.0.0.0", 8000, "server"),
+    ),
+    (
+        ["/usr/bin/python3", "/venv/bin/uvicorn", "--port", "9000", "--reload", "--factory", APP],
+        ("llamacpp-python", None, (), None, 9000, "server"),
+    ),
+    (["python", "-m", "uvicorn", APP, "--factory"], ("llamacpp-python", None, (), None, None, "server")),
+    # with --config_file, llama-cpp-python takes host and port from the file, never from argv
+    (
+        ["python3", "-m", "llama_cpp.server", "--config_file", "c.json", "--port", "9", "--host", "::"],
+        ("llamacpp-python", None, (), None, None, "server"),
+    ),
+    (
+        ["python3", "-m", "llama_cpp.server", "--model", "m.gguf", "--model_alias", "m", "--port", "9"],
+        ("llamacpp-python", "m.gguf", ("m",), None, 9, "server"),
+    ),
     # renamed builds side by side (llama-swap configs name them by build or backend)
     (["llama-server-b5678", "-m", GGUF, "--port", "9001"], ("llamacpp", GGUF, (), None, 9001, "server")),
     (
@@ -123,6 +145,12 @@ NOT_SERVERS: list[list[str]] = [
     ["llama", "-m", "a.gguf", "serve"],
     ["llama", "stack", "run", "serve"],
     ["llama-serve"],
+    # uvicorn serving another app, or naming llama-cpp-python's only as an option's value
+    ["uvicorn", "main:app", "--port", "8000"],
+    ["uvicorn", "--factory", "llama_cpp.server.app:other", "--port", "8000"],
+    ["uvicorn", "--app-dir", APP, "main:app"],
+    ["uvicorn", "--factory", APP, "--version"],
+    ["python3", "-m", "llama_cpp.server", "--help"],
 ]
 
 
@@ -146,6 +174,7 @@ def _example(signature: Signature, form: LaunchForm, program: str) -> list[str]:
         argv += [signature.model_flags[0], model]
         if form.evidence.any_flags:
             argv += [form.evidence.any_flags[0], "1"]
+        argv += form.evidence.positionals[:1]
     return argv
 
 
@@ -233,7 +262,9 @@ def test_evidence_is_generic_data() -> None:
 @pytest.mark.parametrize(
     ("evidence", "message"),
     [
-        ({}, "needs model_suffixes or any_flags"),
+        ({}, "needs model_suffixes, any_flags or positionals"),
+        ({"positionals": ("-x",)}, "starting with a letter or digit"),
+        ({"positionals": ("",)}, "starting with a letter or digit"),
         ({"any_flags": ("ngl",)}, "not a flag name"),
         ({"model_suffixes": ("",)}, "printable ASCII"),
         ({"model_suffixes": (".ggüf",)}, "printable ASCII"),

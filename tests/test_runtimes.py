@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -240,12 +242,18 @@ def test_probe_binary_version_and_timeout(tmp_path: Path) -> None:
     new.parent.mkdir()
     new.write_text("#!/bin/sh\necho 'version: 0.5.0-dev (build 1, commit 0c1e570)' >&2\n")
     new.chmod(0o755)
-    assert llama.probe_binary(new).version == "0.5.0-dev"
+    # build and commit are kept: two builds of one release differ (PEP 440 local label)
+    assert llama.probe_binary(new).version == "0.5.0.dev0+b1.g0c1e570"
+    nogit = tmp_path / "nogit" / "llama-server"
+    nogit.parent.mkdir()
+    nogit.write_text("#!/bin/sh\necho 'version: 0.1.0-dev (build 0, commit unknown)' >&2\n")
+    nogit.chmod(0o755)
+    assert llama.probe_binary(nogit).version == "0.1.0.dev0+b0"
     old = tmp_path / "old" / "llama-server"
     old.parent.mkdir()
     old.write_text("#!/bin/sh\necho 'version: 9439 (47f6423ed)' >&2\necho 'built with cc' >&2\n")
     old.chmod(0o755)
-    assert llama.probe_binary(old).version == "9439"
+    assert llama.probe_binary(old).version == "9439+g47f6423ed"
     hang = tmp_path / "hang" / "llama-server"
     hang.parent.mkdir()
     hang.write_text("#!/bin/sh\nexec sleep 1000\n")
@@ -337,15 +345,15 @@ def test_llamacpp_configured_install_command(tmp_path: Path, monkeypatch: pytest
         llama.install(InstallOptions(), config)
     monkeypatch.setenv("ENGINESPEC_LLAMACPP_INSTALL_CMD", f"{sys.executable} {maker} 'a; rm -rf /' $HOME")
     result = llama.install(InstallOptions(), config)
-    assert (result.version, result.already_installed) == ("1234", False)
+    assert (result.version, result.already_installed) == ("1234+gabcdef0", False)
     assert result.command[-2:] == ("a; rm -rf /", "$HOME")  # split with shlex, no shell involved
     assert result.binary_path == str(config.runtime_dir("llamacpp") / "bin" / "llama-server")
     assert llama.install(InstallOptions(), config).already_installed
-    assert llama.get_runtime_info(config).version == "1234"
+    assert llama.get_runtime_info(config).version == "1234+gabcdef0"
     monkeypatch.setenv("ENGINESPEC_LLAMACPP_INSTALL_CMD", f"{sys.executable} -c 'raise SystemExit(3)'")
     with pytest.raises(InstallError, match="status 3"):
         llama.install(InstallOptions(version="9999"), config)
-    assert llama.get_runtime_info(config).version == "1234"  # the failed build left the old binary
+    assert llama.get_runtime_info(config).version == "1234+gabcdef0"  # the failed build left the old binary
 
 
 def test_managed_package_specs_are_platform_aware() -> None:
@@ -409,3 +417,61 @@ def test_help_flags_of_both_layouts() -> None:
     }  # fmt: skip
     assert {"--model", "--adapter-path", "--trust-remote-code", "-h", "--help"} <= help_flags(HELP)
     assert "--ADAPTER_PATH" not in help_flags(HELP)
+
+
+_FAKE_LLAMA_CMAKE = """\
+cmake_minimum_required(VERSION 3.19)
+project(fake_llama NONE)
+if(NOT DEFINED LLAMA_BUILD_COMMIT)
+    set(LLAMA_BUILD_COMMIT unknown)
+endif()
+set(out ${CMAKE_BINARY_DIR}/gen/llama-server)
+file(WRITE ${out} "#!/bin/sh\\necho 'version: 0.5.0-dev (build 1, commit ${LLAMA_BUILD_COMMIT})' >&2\\n")
+file(CHMOD ${out} PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
+add_custom_target(llama-server COMMAND ${CMAKE_COMMAND} -E true)
+"""
+
+
+def test_source_build_rebuilds_when_the_source_differs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A real cmake project standing in for llama.cpp's tree: the binary it "builds" reports the
+    # LLAMA_BUILD_COMMIT it was configured with, as llama-server does.
+    cmake = shutil.which("cmake")
+    assert cmake is not None, "cmake is a test dependency (pip install cmake)"
+    tree = tmp_path / "llama.cpp"
+    (tree / "ggml").mkdir(parents=True)
+    (tree / "CMakeLists.txt").write_text(_FAKE_LLAMA_CMAKE)
+
+    def git(*args: str) -> str:
+        env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+        env["GIT_COMMITTER_EMAIL"] = "t@t"
+        done = subprocess.run(
+            ["git", "-C", str(tree), *args], capture_output=True, text=True, env=env, check=True
+        )
+        return done.stdout.strip()
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    first = git("rev-parse", "HEAD")[:12]
+    config = Config(data_dir=tmp_path / "data")
+    llama = get_engine_spec("llamacpp")
+    built = llama.install(InstallOptions(source=str(tree)), config)
+    assert (built.version, built.already_installed) == (f"0.5.0.dev0+b1.g{first}", False)
+    assert llama.install(InstallOptions(source=str(tree)), config).already_installed
+    # a new commit: rebuilt, although a binary of the same release is there
+    (tree / "README").write_text("new\n")
+    git("add", ".")
+    git("commit", "-qm", "two")
+    second = git("rev-parse", "HEAD")[:12]
+    rebuilt = llama.install(InstallOptions(source=str(tree)), config)
+    assert (rebuilt.version, rebuilt.already_installed) == (f"0.5.0.dev0+b1.g{second}", False)
+    # an archive of the tree (an sdist): its SHA-256 stands in for the commit
+    archive = Path(shutil.make_archive(str(tmp_path / "src"), "gztar", tmp_path, "llama.cpp"))
+    stamp = hashlib.sha256(archive.read_bytes()).hexdigest()[:12]
+    from_archive = llama.install(InstallOptions(source=str(archive)), config)
+    assert (from_archive.version, from_archive.already_installed) == (f"0.5.0.dev0+b1.g{stamp}", False)
+    assert llama.install(InstallOptions(source=str(archive)), config).already_installed
+    # no source given: whatever binary is there is the installed one
+    assert llama.install(InstallOptions(), config).already_installed

@@ -138,3 +138,51 @@ def test_a_config_path_the_owner_cannot_read_is_not_read(
     finally:
         shutil.rmtree(private, ignore_errors=True)
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_llama_cpp_python_environment_and_config_file(
+    procs: Procs, helper: Path, started: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    # uvicorn.run(host=os.getenv("HOST", ...), port=int(os.getenv("PORT", ...))): the environment
+    # beats argv for host and port, argv beats MODEL (llama-cpp-python 0.3.35 __main__.py).
+    env = {"HOST": "127.0.0.9", "PORT": "8555", "MODEL": "/m/env.gguf", "MODEL_ALIAS": "env-alias"}
+    module = ["python3", "-m", "llama_cpp.server"]
+    both = procs.start([*module, "--model", "/m/argv.gguf", "--host", "0.0.0.0", "--port", "8000"], **env)
+    only_env = procs.start(module, **env)
+    scanner = Scanner()
+    first = _find(scanner, both.pid)
+    assert (first.model, first.served_model_names, first.host, first.port) == (
+        "/m/argv.gguf",
+        ("env-alias",),
+        "127.0.0.9",
+        8555,
+    )
+    assert first.sources == {
+        "model": "argv",
+        "served_model_name": "environment",
+        "host": "environment",
+        "port": "environment",
+    }
+    second = _find(scanner, only_env.pid)
+    assert (second.model, second.base_url) == ("/m/env.gguf", "http://127.0.0.9:8555")
+    # With --config_file, host and port come from the file (JSON here) and argv's are ignored;
+    # the models come from its `models` entries.
+    (tmp_path / "c.json").write_text(
+        '{"host": "127.0.0.7", "port": 8444, "models": [{"model": "/m/a.gguf", "model_alias": "a"},'
+        ' {"model": "/m/b.gguf", "model_alias": "b"}]}'
+    )
+    pid = _start(started, helper, [*module, "--config_file", "c.json", "--port", "9"], tmp_path)
+    third = _find(scanner, pid)
+    assert (third.model, third.served_model_names, third.host, third.port) == (
+        "/m/a.gguf",
+        ("a", "b"),
+        "127.0.0.7",
+        8444,
+    )
+    assert set(third.sources.values()) == {"config"}
+    # a config file without host and port: the defaults, not argv's port
+    (tmp_path / "d.json").write_text('{"models": [{"model": "/m/a.gguf"}]}')
+    pid = _start(started, helper, [*module, "--config_file", "d.json", "--port", "9"], tmp_path)
+    fourth = _find(scanner, pid)
+    assert (fourth.port, fourth.effective_port, fourth.sources["port"]) == (None, 8000, "default")
+    assert fourth.base_url == "http://localhost:8000"

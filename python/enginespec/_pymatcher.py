@@ -206,6 +206,8 @@ class Matcher:
         sig = compiled.signature
         seen: dict[str, list[str]] = {}
         positional: str | None = None
+        wanted_positionals = form.evidence.positionals if form.evidence is not None else ()
+        positional_found = False
         # A form that needs evidence reads on past an exit flag: without the evidence argv is not
         # this engine at all, whatever it asks of it.
         exited = False
@@ -220,6 +222,7 @@ class Matcher:
             if not looks_like_flag(token):
                 if form.positional_model and positional is None:
                     positional = token
+                positional_found = positional_found or token in wanted_positionals
                 continue
             inline: str | None = None
             name = token
@@ -280,6 +283,8 @@ class Matcher:
             ):
                 return "no evidence"
             if evidence.any_flags and seen.keys().isdisjoint(compiled.evidence_flags[id(form)]):
+                return "no evidence"
+            if evidence.positionals and not positional_found:
                 return "no evidence"
         if exited:
             return None

@@ -103,8 +103,9 @@ def _pread_all(fd: int, size: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
-def _tcp_listen(table: bytes) -> Iterator[tuple[int, int]]:
-    """(socket inode, local port) of each LISTEN row of ``/proc/PID/net/tcp{,6}``."""
+def tcp_listen(table: bytes) -> Iterator[tuple[int, bytes, int]]:
+    """(socket inode, local address as hex, local port) of each LISTEN row of
+    ``/proc/PID/net/tcp{,6}``."""
     for line in table.split(b"\n")[1:]:
         fields = line.split()
         if len(fields) < 10 or fields[3] != b"0A":
@@ -116,7 +117,7 @@ def _tcp_listen(table: bytes) -> Iterator[tuple[int, int]]:
         except ValueError:
             continue
         if colon >= 0 and port <= 0xFFFF:
-            yield inode, port
+            yield inode, local[:colon], port
 
 
 class _Procfs:
@@ -258,7 +259,7 @@ class _Procfs:
                 continue
             except OSError:
                 continue
-            ports.update(port for inode, port in _tcp_listen(data) if inode in inodes)
+            ports.update(port for inode, _address, port in tcp_listen(data) if inode in inodes)
         return sorted(ports), denied
 
 

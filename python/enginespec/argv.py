@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 from enginespec._backend import MatcherType
 from enginespec._pymatcher import looks_like_flag
-from enginespec.definition import EngineDefinition
+from enginespec.definition import EngineDefinition, Fact
 from enginespec.display import literal
 from enginespec.masking import REDACTED, is_secret_name
 from enginespec.registry import all_signatures, find_engine
@@ -97,7 +97,14 @@ def parse_argv(argv: Sequence[str]) -> Invocation | None:
         return None
     index, model, served, host, port, role = raw
     signature = compiled.signatures[index]
-    where = endpoint(find_engine(signature.engine), tokens, host, port, argv_port(signature, tokens), role)
+    engine = find_engine(signature.engine)
+    port_text = argv_port(signature, tokens)
+    replaced = replaced_by_config(engine, tokens)
+    if "host" in replaced:
+        host = None
+    if "port" in replaced:
+        port, port_text = None, None
+    where = endpoint(engine, tokens, host, port, port_text, role)
     return Invocation(
         engine=signature.engine,
         model=model,
@@ -109,6 +116,15 @@ def parse_argv(argv: Sequence[str]) -> Invocation | None:
         role=role,
         problems=where.problems,
     )
+
+
+def replaced_by_config(engine: EngineDefinition, argv: Sequence[str]) -> frozenset[Fact]:
+    """The facts argv gives that the engine ignores because argv names a config file."""
+    settings = engine.settings
+    if not settings.config_replaces_argv or settings.config_flag is None:
+        return frozenset()
+    given = flag_value(argv, engine.signature, settings.config_flag) is not None
+    return settings.config_replaces_argv if given else frozenset()
 
 
 @dataclass(frozen=True)

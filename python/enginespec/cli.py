@@ -130,6 +130,8 @@ PS_COLUMNS = (
     Column("WORKERS", drop=3),
     Column("SUPERVISOR", drop=2),
     Column("LISTENING", shorten="end", minimum=9, drop=1),
+    # other processes on the server's own address and port (SO_REUSEPORT)
+    Column("PORT SHARED WITH", shorten="end", minimum=9, drop=1),
     Column("HEALTH"),
 )
 
@@ -157,6 +159,7 @@ def _cmd_ps(args: argparse.Namespace) -> int:
             str(len(p.worker_pids)) if p.worker_pids else EMPTY,
             p.supervisor or EMPTY,
             ", ".join(map(str, p.listen_ports)) or EMPTY,
+            ", ".join(map(str, p.port_conflicts)) or EMPTY,
             *([healths[index].state] if healths is not None else []),
         ]
         for index, p in enumerate(processes)

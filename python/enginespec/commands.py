@@ -99,7 +99,7 @@ def _field_flags(engine: EngineDefinition, field: str) -> tuple[str, ...]:
     Signature, the API key from Serving, the rest from Flags."""
     signature = engine.signature
     by_fact = {
-        "model_path": signature.model_flags[:1] if engine.model_flag else (),
+        "model_path": (engine.model_flag,) if engine.model_flag else (),
         "served_model_name": signature.served_name_flags[:1],
         "host": signature.host_flags[:1],
         "port": signature.port_flags[:1],

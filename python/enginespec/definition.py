@@ -97,6 +97,9 @@ class Flags(_Record):
     A field missing from ``fields`` is dropped from commands with a warning."""
 
     fields: Mapping[str, tuple[str, ...]] = Field(default_factory=dict)
+    #: the flag commands give the model with, when not the Signature's first model flag (that
+    #: order is which flag names the model when several are given).
+    model: str | None = None
     #: how a list in ``extra_args`` is passed: ``--f a b`` (argparse nargs) or ``--f a --f b``.
     list_style: Literal["nargs", "repeat"] = "nargs"
     family_defaults: tuple[FamilyDefault, ...] = ()
@@ -117,6 +120,10 @@ class SourceBuild(_Record):
     #: an entry that marks the engine's own tree inside a source archive (``ggml`` for llama.cpp).
     marker: str = Field(min_length=1)
     cmake_options: tuple[str, ...] = ()
+    #: the cmake variable setting the commit the binary reports in its version, which must then
+    #: be its ``g<commit>`` local label (llama.cpp's ``LLAMA_BUILD_COMMIT``): set to the source's
+    #: commit or stamp, so that an install from a different source rebuilds.
+    commit_variable: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class Package(_Record):
@@ -137,8 +144,8 @@ class Serving(_Record):
     """How the server serves and is related to other processes."""
 
     health_path: str = Field(default="/health", pattern=r"^/")
-    #: the health endpoint wants the API key too (mlx-vlm guards /health with it).
-    health_needs_key: bool = False
+    #: the health endpoint wants the API key too (llama-cpp-python guards every route).
+    health_authorized: bool = False
     #: flag carrying the server's API key (used by health checks, never shown).
     api_key_flag: str | None = None
     #: environment variables the engine reads its API key from.
@@ -165,6 +172,15 @@ class Settings(_Record):
     environment: Mapping[str, Fact] = Field(default_factory=dict)
     #: the flag naming a YAML config file whose keys are flag names (vLLM/SGLang ``--config``).
     config_flag: str | None = None
+    #: facts the environment gives even over argv and the config file (llama-cpp-python passes
+    #: ``os.getenv("HOST")`` and ``os.getenv("PORT")`` to uvicorn over its own settings).
+    environment_first: frozenset[Fact] = frozenset()
+    #: facts that, once a config file is given, come from it (or the default) and never from argv
+    #: (llama-cpp-python ignores ``--host``/``--port`` with ``--config_file``).
+    config_replaces_argv: frozenset[Fact] = frozenset()
+    #: the config file key holding a list of model entries whose keys are flag names
+    #: (llama-cpp-python's ``models``): their models and served names are the server's.
+    config_models_key: str | None = None
 
 
 class EngineDefinition(BaseModel):
@@ -188,6 +204,8 @@ class EngineDefinition(BaseModel):
             raise ValueError(f"signature: is for {self.signature.engine!r}, not {self.id!r}")
         if self.launch.kind != "binary" and not self.package.distributions:
             raise ValueError(f"package: {self.id} is a Python engine and needs its distributions")
+        if self.flags.model is not None and self.flags.model not in self.signature.model_flags:
+            raise ValueError(f"flags.model: {self.flags.model!r} is not one of the signature's model_flags")
         return self
 
     def __repr__(self) -> str:
@@ -224,7 +242,7 @@ class EngineDefinition(BaseModel):
         """The flag commands give the model with; ``None`` when the model is positional."""
         if self.signature.launch_forms[0].positional_model or not self.signature.model_flags:
             return None
-        return self.signature.model_flags[0]
+        return self.flags.model or self.signature.model_flags[0]
 
     # -- hooks ------------------------------------------------------------------------------------
 

@@ -25,7 +25,9 @@ from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import httpx
+import psutil
 
+import enginespec.sockets as sockets
 from enginespec.definition import EngineDefinition
 from enginespec.errors import EngineExited, InvalidInputError, NotReady
 from enginespec.registry import find_engine
@@ -141,7 +143,7 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
     if t.base_url is None:
         problems = "; ".join(t.process.problems) if t.process else "no address"
         return health("unknown", f"no usable listen address: {problems}")
-    reply = yield _Request("GET", t.spec.serving.health_path, authorized=t.spec.serving.health_needs_key)
+    reply = yield _Request("GET", t.spec.serving.health_path, authorized=t.spec.serving.health_authorized)
     if reply.failure == "refused":
         if t.process is not None:
             return health("starting", "process is up, not accepting connections yet")
@@ -150,6 +152,11 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
         return health("unhealthy", f"no answer from {t.spec.serving.health_path} within {timeout:g}s")
     if reply.failure is not None or reply.status is None:
         return health("unknown", f"{t.spec.serving.health_path}: {reply.detail}")
+    if t.process is not None:
+        # An answer says nothing about this server when another process holds the port.
+        problem = ownership_problem(_tree(t.process.pid, t.process.worker_pids), t.base_url)
+        if problem is not None:
+            return health("unhealthy", problem, reply)
     state, reason = t.spec.classify_health(reply.status, reply.body)
     first = reply
     if state != "ready" or not (verify_identity or deep):
@@ -173,6 +180,38 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
             detail = answer.detail or f"HTTP {answer.status}"
             return health("unhealthy", f"a one-token completion failed ({detail})", first, ids)
     return health("ready", reason, first, ids)
+
+
+def _tree(pid: int, workers: Sequence[int] = ()) -> list[int]:
+    """A server and its descendants now (workers may have been forked since the scan)."""
+    try:
+        children = [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        children = []
+    return [pid, *dict.fromkeys([*workers, *children])]
+
+
+def ownership_problem(tree: Sequence[int], base_url: str | None) -> str | None:
+    """Why the server answering at ``base_url`` is not (only) the process tree ``tree`` (the
+    server first): another process holds the port and the tree listens on nothing there, or
+    others share its address and port (SO_REUSEPORT). ``None`` when the tree alone listens there,
+    or when it cannot be told (a unix socket, a host name, fds that cannot be read)."""
+    if base_url is None or base_url.startswith(UNIX_SCHEME):
+        return None
+    parts = urlsplit(base_url)
+    addresses = sockets.connect_addresses(parts.hostname or "")
+    if not addresses or parts.port is None:
+        return None
+    owner = sockets.ownership(tree, addresses, parts.port)
+    if owner.ours is None or not owner.others:
+        return None
+    others = ", ".join(map(str, owner.others))
+    if not owner.ours:
+        return (
+            f"port {parts.port} is held by pid {others}, not by this server (pid {tree[0]}),"
+            " which listens on nothing there"
+        )
+    return f"port {parts.port} is shared with pid {others} (SO_REUSEPORT): requests are split between them"
 
 
 def _failure(err: httpx.HTTPError) -> tuple[str, str]:
@@ -286,12 +325,25 @@ class _Waiter:
     def after(self, health: Health) -> float | None:
         """None when ready; else the delay before the next check. Raises when waiting is over."""
         now = time.monotonic()
+        # The Popen's status first: a server answering on the port may be another process's.
+        returncode = self.process.poll() if self.process is not None else None
+        if returncode is not None:
+            raise EngineExited(
+                f"engine exited with status {returncode} before becoming ready", returncode, health
+            )
+        if (
+            health.state == "ready"
+            and self.process is not None
+            and not isinstance(self.target, EngineProcess)
+        ):
+            problem = ownership_problem(_tree(self.process.pid), health.base_url)
+            if problem is not None:
+                health = health.model_copy(update={"state": "unhealthy", "reason": problem})
         if self.last is None or _progress_key(health) != _progress_key(self.last):
             self.progress_at, self.delay = now, self.poll
         self.last = health
         if health.state == "ready":
             return None
-        returncode = self.process.poll() if self.process is not None else None
         gone = health.state == "down" and isinstance(self.target, EngineProcess)
         if gone and returncode is None and self.process is not None:
             # The process is gone but not yet reaped (or its exit raced the check): collect its

@@ -386,7 +386,8 @@ def _install_binary(engine: EngineDefinition, options: InstallOptions, config: C
         )
     with install_lock(config, prefix, options, deadline):
         current = probe_binary(engine, binary).version if binary.exists() else None
-        if current and satisfies(current, options.version):
+        stamp = source_stamp(options.source, options.ref) if options.source and build else None
+        if current and satisfies(current, options.version) and _built_from(current, stamp):
             _emit(options, "done", f"{executable} {current} already installed")
             return _result(engine, executable, current, None, binary, "managed")
         staging = prefix / "staging"
@@ -397,7 +398,7 @@ def _install_binary(engine: EngineDefinition, options: InstallOptions, config: C
                 command = shlex.split(configured)
                 tail = run_streaming(command, options, deadline, env={"ENGINESPEC_PREFIX": str(staging)})
             elif options.source and build:
-                command, tail = _cmake_build(engine, build, options.source, options, deadline, staging)
+                command, tail = _cmake_build(engine, build, options.source, options, deadline, staging, stamp)
             else:
                 raise InstallOptionsError(f"source: nothing to install {executable} from")
             built = staging / "bin" / executable
@@ -412,6 +413,55 @@ def _install_binary(engine: EngineDefinition, options: InstallOptions, config: C
             shutil.rmtree(staging, ignore_errors=True)
         _emit(options, "done", f"{executable} {probe.version} installed")
         return _result(engine, executable, probe.version, None, binary, "managed", command, tail)
+
+
+#: hex digits of a source's commit or stamp kept (a short git hash is 7 to 12).
+_STAMP_LENGTH = 12
+_HEX = re.compile(r"[0-9a-f]{7,64}")
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    word = out.stdout.split()[0] if out.returncode == 0 and out.stdout.split() else ""
+    return word[:_STAMP_LENGTH] if _HEX.fullmatch(word) else None
+
+
+def source_stamp(source: str, ref: str | None) -> str | None:
+    """What identifies a source to build from: the commit of a git checkout or URL (at ``ref``),
+    else for an archive the first hex digits of its SHA-256; ``None`` when unknown (a directory
+    that is no git checkout, an unreachable URL)."""
+    path = Path(source)
+    if path.is_file():
+        digest = hashlib.sha256()
+        with open(path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()[:_STAMP_LENGTH]
+    if path.is_dir():
+        top = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        # only the tree's own repository, not one it happens to sit in
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != path.resolve():
+            return None
+        return _git("-C", str(path), "rev-parse", "HEAD")
+    return _git("ls-remote", source, ref or "HEAD")
+
+
+def _built_from(version: str, stamp: str | None) -> bool:
+    """Whether a binary of ``version`` was built from the source ``stamp`` names: the commit in
+    its PEP 440 local label (``+b1.g0c1e570``); any binary when the stamp is unknown."""
+    if stamp is None:
+        return True
+    _release, _plus, local = version.partition("+")
+    commits = [part[1:] for part in local.split(".") if part.startswith("g")]
+    return any(commit.startswith(stamp) or stamp.startswith(commit) for commit in commits if commit)
 
 
 def _unpack_source(build: SourceBuild, archive: Path, into: Path) -> Path:
@@ -435,6 +485,7 @@ def _cmake_build(
     options: InstallOptions,
     deadline: _Deadline,
     staging: Path,
+    stamp: str | None,
 ) -> tuple[list[str], tuple[str, ...]]:
     executable = engine.launch.executable
     cmake = shutil.which("cmake")
@@ -453,6 +504,7 @@ def _cmake_build(
         run_streaming(
             ["git", "clone", "--depth", "1", *branch, source_option, str(source)], options, deadline
         )
+        stamp = _git("-C", str(source), "rev-parse", "HEAD") or stamp
     if not (source / "CMakeLists.txt").is_file():
         raise InstallOptionsError(f"source: {source} has no CMakeLists.txt")
     tree = staging / "build"
@@ -466,6 +518,7 @@ def _cmake_build(
         # one self-contained binary: the build tree (and its shared libraries) is deleted afterwards
         "-DBUILD_SHARED_LIBS=OFF",
         *build.cmake_options,
+        *([f"-D{build.commit_variable}={stamp}"] if build.commit_variable and stamp else []),
     ]
     _emit(options, "building", "configuring with cmake")
     run_streaming(configure, options, deadline)

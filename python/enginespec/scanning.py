@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import time
 from collections.abc import Mapping, Sequence
 
 import psutil
 from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
 
+import enginespec.sockets as sockets
 from enginespec._backend import ScannerType
 from enginespec._pymatcher import basename
 from enginespec._pyscanner import RawProcess
@@ -41,6 +43,8 @@ class EngineProcess(Invocation):
     are the server's descendants (vLLM/SGLang workers), folded into it. ``supervisor`` names who
     started it (``ollama``, ``llama-swap``, ``llama-server`` router) or is ``None``.
     ``listen_ports`` are the TCP ports the process tree listens on (empty when unknown).
+    ``port_conflicts`` are the pids of other processes listening on the same address and port as
+    the server (SO_REUSEPORT: the kernel splits its connections between them), Linux.
     """
 
     pid: int
@@ -59,6 +63,7 @@ class EngineProcess(Invocation):
     listen_ports: tuple[int, ...]
     #: for an ``orphan``: the pid of the server it worked for, when this scanner saw that server.
     server_pid: int | None = None
+    port_conflicts: tuple[int, ...] = ()
     #: the engine's API key from its argv: used by health checks, never shown or serialised.
     _api_key: str | None = PrivateAttr(default=None)
 
@@ -148,6 +153,9 @@ class Scanner:
             listen_ports,
         )
         self._built: dict[int, tuple[RawProcess, str | None, EngineProcess]] = {}
+        self._listen_ports = listen_ports
+        #: when port conflicts were last looked for (they change without the engine changing).
+        self._conflicts_at = -TREE_REFRESH_SECONDS
         #: pid -> (where its config file is seen from here, its modification time when read).
         self._configs: dict[int, tuple[str, int | None]] = {}
         #: (pid, start time) of a worker folded into a server -> that server, as last seen: what an
@@ -192,6 +200,12 @@ class Scanner:
                 process = self._model(item, parent_engine)
             built[pid] = (item, parent_engine, process)
             result.append(process)
+        now = time.monotonic()
+        if self._listen_ports and (
+            now - self._conflicts_at >= TREE_REFRESH_SECONDS or not built.keys() <= self._built.keys()
+        ):
+            self._conflicts_at = now
+            result = [self._with_conflicts(process, built) for process in result]
         self._built = built
         self._configs = {pid: config for pid, config in self._configs.items() if pid in built}
         self._remember_servers(raw, folded, built)
@@ -213,6 +227,23 @@ class Scanner:
             elif known is not None:
                 servers[(pid, start)] = known
         self._servers = servers
+
+    @staticmethod
+    def _with_conflicts(
+        process: EngineProcess, built: dict[int, tuple[RawProcess, str | None, EngineProcess]]
+    ) -> EngineProcess:
+        """The process with its current port conflicts (the same object while they are unchanged)."""
+        port = process.effective_port
+        found: tuple[int, ...] = ()
+        if port is not None and port in process.listen_ports:
+            found = sockets.conflicts((process.pid, *process.worker_pids), port)
+        if found == process.port_conflicts:
+            return process
+        updated = process.model_copy(update={"port_conflicts": found})
+        updated._api_key = process._api_key
+        item, parent_engine, _old = built[process.pid]
+        built[process.pid] = (item, parent_engine, updated)
+        return updated
 
     def _config_changed(self, pid: int) -> bool:
         """Whether the engine's config file was edited since its facts were read (a stat)."""

@@ -122,14 +122,27 @@ def _config(
         return {}, f"config file '{literal(shown)}' is not valid YAML"
     if not isinstance(document, dict):
         return {}, f"config file '{literal(shown)}' is not a mapping of flag names"
+    found = _facts_of_mapping(engine.signature, document)
+    entries = document.get(engine.settings.config_models_key) if engine.settings.config_models_key else None
+    if isinstance(entries, list):
+        # Several models: the first entry's model, every entry's served names, in order.
+        per_entry = [_facts_of_mapping(engine.signature, e) for e in entries if isinstance(e, dict)]
+        for fact in ("model", "served_model_name"):
+            values = tuple(value for facts in per_entry for value in facts.get(fact, ())[:1])
+            if values and fact not in found:
+                found[fact] = values
+    return found, None
+
+
+def _facts_of_mapping(signature: Signature, document: Mapping[object, object]) -> dict[Fact, tuple[str, ...]]:
     found: dict[Fact, tuple[str, ...]] = {}
     for key, value in document.items():
-        fact = _fact_of_key(engine.signature, str(key))
+        fact = _fact_of_key(signature, str(key))
         if fact is None or value is None or isinstance(value, (dict, bool)):
             continue
         values = value if isinstance(value, list) else [value]
-        found[fact] = tuple(str(item) for item in values)
-    return found, None
+        found[fact] = tuple(str(item) for item in values if not isinstance(item, (dict, list)))
+    return found
 
 
 def read_outside(engine: EngineDefinition, pid: int, argv: Sequence[str]) -> Outside:
@@ -167,11 +180,9 @@ class Merged:
     problems: tuple[str, ...]
 
 
-def _outside_value(
+def _environment_value(
     engine: EngineDefinition, outside: Outside, fact: Fact
 ) -> tuple[tuple[str, ...], Source] | None:
-    if fact in outside.config:
-        return outside.config[fact], "config"
     value = outside.environment.get(fact)
     if value is None:
         return None
@@ -179,6 +190,14 @@ def _outside_value(
     if fact == "served_model_name" and separator:
         return tuple(name for name in value.split(separator) if name), "environment"
     return (value,), "environment"
+
+
+def _outside_value(
+    engine: EngineDefinition, outside: Outside, fact: Fact
+) -> tuple[tuple[str, ...], Source] | None:
+    if fact in outside.config:
+        return outside.config[fact], "config"
+    return _environment_value(engine, outside, fact)
 
 
 def merge(
@@ -190,13 +209,20 @@ def merge(
     port: int | None,
     port_text: str | None,
 ) -> Merged:
-    """Fills in what argv does not say from ``outside`` (argv wins, as the engines do)."""
+    """Fills in what argv does not say from ``outside`` (argv wins, as the engines do, except for
+    the engine's ``environment_first`` facts and, given a config file, ``config_replaces_argv``)."""
     sources: dict[Fact, Source] = {}
+    settings = engine.settings
 
     def fill(fact: Fact, in_argv: bool) -> tuple[str, ...]:
-        """The values from outside argv for a fact argv does not give, noting the source."""
-        found = None if in_argv else _outside_value(engine, outside, fact)
-        sources[fact] = "argv" if in_argv else (found[1] if found else "default")
+        """The values from outside argv for a fact argv does not give, noting the source; an
+        empty tuple with the source ``argv`` keeps argv's value."""
+        found = _environment_value(engine, outside, fact) if fact in settings.environment_first else None
+        if found is None and outside.config_file is not None and fact in settings.config_replaces_argv:
+            in_argv = False
+        if found is None and not in_argv:
+            found = _outside_value(engine, outside, fact)
+        sources[fact] = found[1] if found else ("argv" if in_argv else "default")
         return found[0] if found else ()
 
     models = fill("model", model is not None)
@@ -206,10 +232,12 @@ def merge(
     if ports:
         port_text = ports[0]
         port = int(port_text) if port_text.isdigit() and 1 <= int(port_text) <= 65535 else None
+    elif sources["port"] == "default":
+        port, port_text = None, None
     return Merged(
-        model=model if model is not None else next(iter(models), None),
-        served_model_names=tuple(served) or names,
-        host=host if host is not None else next(iter(hosts), None),
+        model=next(iter(models), None) if sources["model"] != "argv" else model,
+        served_model_names=names if sources["served_model_name"] != "argv" else tuple(served),
+        host=next(iter(hosts), None) if sources["host"] != "argv" else host,
         port=port,
         port_text=port_text,
         sources=sources,

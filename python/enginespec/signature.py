@@ -50,20 +50,29 @@ class Evidence(BaseModel):
 
     ``model_suffixes``: the model argv names ends with one of these (ASCII case ignored; ``.gguf``).
     ``any_flags``: at least one of these flags (any spelling the engine accepts) is given.
+    ``positionals``: one of argv's positional arguments (a token that is no flag and no flag's
+    value) is one of these, exactly (uvicorn's app: ``llama_cpp.server.app:create_app``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model_suffixes: tuple[str, ...] = ()
     any_flags: tuple[str, ...] = ()
+    positionals: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _check(self) -> Evidence:
-        if not self.model_suffixes and not self.any_flags:
-            raise ValueError("evidence needs model_suffixes or any_flags")
+        if not self.model_suffixes and not self.any_flags and not self.positionals:
+            raise ValueError("evidence needs model_suffixes, any_flags or positionals")
         for suffix in self.model_suffixes:
             if not suffix.isascii() or not suffix.isprintable() or not suffix:
                 raise ValueError(f"evidence: model suffix {suffix!r} must be printable ASCII")
+        for positional in self.positionals:
+            if not positional.isascii() or not positional.isprintable() or not positional[:1].isalnum():
+                raise ValueError(
+                    f"evidence: positional {positional!r} must be printable ASCII"
+                    " starting with a letter or digit"
+                )
         _check_flags(self.any_flags, "evidence.any_flags")
         return self
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enginespec.engines.aphrodite as aphrodite
 import enginespec.engines.llamacpp as llamacpp
+import enginespec.engines.llamacpp_python as llamacpp_python
 import enginespec.engines.lmdeploy as lmdeploy
 import enginespec.engines.mlx as mlx
 import enginespec.engines.mlx_vlm as mlx_vlm
@@ -31,6 +32,7 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     trtllm.SPEC,
     aphrodite.SPEC,
     mlx_vlm.SPEC,
+    llamacpp_python.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 

@@ -69,8 +69,24 @@ SIGNATURE = Signature(
 
 # `llama-server --version` prints on stderr: `version: 0.5.0-dev (build 1, commit 0c1e570)`
 # (llama.cpp 0c1e57098, common/build-info.cpp.in), older builds `version: 9439 (47f6423ed)`
-# (e3a74b299, common/arg.cpp).
+# (e3a74b299, common/arg.cpp). Without git, build 0 and commit `unknown` (cmake/build-info.cmake).
 _VERSION_LINE = re.compile(r"version:\s*(\S+)(?:\s+\(([^)]*)\))?")
+_NEW_DETAILS = re.compile(r"build (\d+), commit ([0-9A-Za-z]+)")
+_OLD_DETAILS = re.compile(r"[0-9a-f]{4,40}")
+_RELEASE = re.compile(r"(\d+(?:\.\d+)*)(-dev)?")
+
+
+def pep440_version(release: str, build: str | None, commit: str | None) -> str:
+    """llama.cpp's version, build number and commit in one PEP 440 version, so that two builds
+    compare unequal: ``0.5.0-dev`` build 1 commit ``0c1e570`` is ``0.5.0.dev0+b1.g0c1e570``, the
+    old ``9439 (47f6423ed)`` is ``9439+g47f6423ed`` (the local label's ``g<commit>``, as
+    setuptools-scm writes it, is what a source build is compared by)."""
+    match = _RELEASE.fullmatch(release)
+    version = (match.group(1) + (".dev0" if match.group(2) else "")) if match else release
+    local = [f"b{build}"] if build is not None else []
+    if commit and commit != "unknown":
+        local.append(f"g{commit.lower()}")
+    return version + ("+" + ".".join(local) if local else "")
 
 
 class LlamaCppSpec(EngineSpec):
@@ -90,7 +106,13 @@ class LlamaCppSpec(EngineSpec):
 
     def parse_version(self, output: str) -> str | None:
         match = _VERSION_LINE.search(output)
-        return match.group(1) if match else None
+        if not match:
+            return None
+        release, details = match.group(1), match.group(2) or ""
+        new = _NEW_DETAILS.fullmatch(details)
+        if new:
+            return pep440_version(release, new.group(1), new.group(2))
+        return pep440_version(release, None, details if _OLD_DETAILS.fullmatch(details) else None)
 
 
 SPEC = LlamaCppSpec(
@@ -124,6 +146,8 @@ SPEC = LlamaCppSpec(
                 "-DLLAMA_BUILD_SERVER=ON",
                 "-DGGML_NATIVE=OFF",
             ),
+            # CMakeLists.txt: `if (NOT DEFINED LLAMA_BUILD_COMMIT)` takes git's otherwise
+            commit_variable="LLAMA_BUILD_COMMIT",
         )
     ),
     serving=Serving(

@@ -68,7 +68,9 @@ SPEC = MlxVlmSpec(
     # mlx-vlm requires `mlx` everywhere; on Linux MLX's CPU backend is the `cpu` extra (`mlx-cpu`,
     # mlx-vlm 0.7.10 pyproject.toml; earlier releases have no such extra and pip ignores it).
     package=Package(distributions=("mlx-vlm",), linux_extra="cpu"),
-    serving=Serving(api_key_flag="--api-key", api_key_env=("MLX_VLM_SERVER_API_KEY",), health_needs_key=True),
+    serving=Serving(
+        api_key_flag="--api-key", api_key_env=("MLX_VLM_SERVER_API_KEY",), health_authorized=True
+    ),
     # The CLI hands its options to the app through the environment and sets MLX_VLM_PRELOAD_MODEL
     # only when --model is given, so one set in the server's environment is what it preloads.
     settings=Settings(environment={"MLX_VLM_PRELOAD_MODEL": "model"}),

@@ -1,0 +1,114 @@
+"""llama-cpp-python's OpenAI-compatible server: ``python -m llama_cpp.server``.
+
+Facts from llama-cpp-python v0.3.35 (3691546f): llama_cpp/server/__main__.py, cli.py, settings.py,
+app.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+from enginespec.definition import Flags, Launch, Package, Serving, Settings
+from enginespec.signature import Evidence, LaunchForm, Signature
+from enginespec.spec import EngineSpec
+from enginespec.status import HealthState
+
+SIGNATURE = Signature(
+    engine="llamacpp-python",
+    launch_forms=(
+        # No console script of its own (pyproject.toml): the module.
+        LaunchForm(modules=("llama_cpp.server",)),
+        # Its Docker images serve the app factory with uvicorn (docker/simple/run.sh:
+        # `uvicorn --factory llama_cpp.server.app:create_app --host $HOST --port $PORT`).
+        LaunchForm(
+            executables=("uvicorn",),
+            modules=("uvicorn",),
+            evidence=Evidence(positionals=("llama_cpp.server.app:create_app",)),
+        ),
+    ),
+    # Options are the pydantic field names as written, underscores and all, in a plain argparse
+    # parser (cli.py add_args_from_model; allow_abbrev left on). Booleans take a value
+    # (`--verbose true`, _parse_bool_arg): no flag here is value-less. With a Hugging Face repo
+    # `--model` is a file glob inside it, so the repo names the model.
+    model_flags=("--hf_model_repo_id", "--model"),
+    served_name_flags=("--model_alias",),
+    host_flags=("--host",),
+    port_flags=("--port",),
+    # list fields are nargs="*" (cli.py)
+    multi_value_flags=frozenset({"--tensor_split", "--kv_overrides"}),
+    # uvicorn's switches (uvicorn/main.py, click is_flag options), so its app is not taken for
+    # their value; none is an option of llama_cpp.server.
+    no_value_flags=frozenset(
+        {
+            "--factory",
+            "--reload",
+            "--use-colors",
+            "--no-use-colors",
+            "--proxy-headers",
+            "--no-proxy-headers",
+            "--server-header",
+            "--no-server-header",
+            "--date-header",
+            "--no-date-header",
+            "--access-log",
+            "--no-access-log",
+        }
+    ),
+    exit_flags=frozenset({"-h", "--help", "--version"}),
+    secret_flags=frozenset({"--api_key"}),
+    abbreviations=True,
+    default_host="localhost",
+    default_port=8000,
+)
+
+
+class LlamaCppPythonSpec(EngineSpec):
+    # The model is loaded in create_app before uvicorn listens (__main__.py main), so while it
+    # loads connections are refused; there is no /health route and /v1/models answers 200 with
+    # the loaded models once it listens (app.py get_models).
+    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
+        if status == 200:
+            try:
+                listed = isinstance(json.loads(body).get("data"), list)
+            except (ValueError, AttributeError):
+                listed = False
+            return ("ready", "") if listed else ("unknown", "unexpected /v1/models body")
+        return super().classify_health(status, body)
+
+    def requirement(self, version: str | None = None) -> str:
+        # The server's dependencies (uvicorn, fastapi, sse-starlette, pydantic-settings) come with
+        # the `server` extra (pyproject.toml).
+        return super().requirement(version).replace("llama-cpp-python", "llama-cpp-python[server]", 1)
+
+
+SPEC = LlamaCppPythonSpec(
+    id="llamacpp-python",
+    signature=SIGNATURE,
+    launch=Launch(kind="module", executable="llama_cpp.server", module_args=("-m", "llama_cpp.server")),
+    flags=Flags(
+        model="--model",
+        fields={
+            "max_model_len": ("--n_ctx",),
+            "gpu_layers": ("--n_gpu_layers",),
+        },
+    ),
+    # No wheel on PyPI: pip builds llama.cpp from the sdist (CPU unless CMAKE_ARGS says otherwise).
+    package=Package(distributions=("llama-cpp-python",)),
+    serving=Serving(
+        health_path="/v1/models",
+        # every route, /v1/models included, depends on authenticate (app.py)
+        health_authorized=True,
+        api_key_flag="--api_key",
+        api_key_env=("API_KEY",),
+    ),
+    # pydantic-settings without a prefix (settings.py): MODEL, MODEL_ALIAS, HOST, PORT; argv wins
+    # for the model, but uvicorn.run takes os.getenv("HOST")/os.getenv("PORT") over the settings,
+    # and with --config_file the file's host and port replace argv's (__main__.py main).
+    settings=Settings(
+        environment={"MODEL": "model", "MODEL_ALIAS": "served_model_name", "HOST": "host", "PORT": "port"},
+        environment_first=frozenset({"host", "port"}),
+        config_flag="--config_file",
+        config_replaces_argv=frozenset({"host", "port"}),
+        config_models_key="models",
+    ),
+)

@@ -1,0 +1,1 @@
+"""A stand-in for llama-cpp-python in tests: only its server module, which listens as told."""

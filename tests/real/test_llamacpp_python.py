@@ -1,0 +1,76 @@
+"""llama-cpp-python's own server (llama-cpp-python[server], CPU build from its sdist through
+install()) end to end on a tiny random GGUF."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from lifecycle import HOST, LLAMA_CPP_PYTHON, chat, flags_in, free_port, launched, scanned, stop, walk
+from models import broken_gguf, gguf_model
+
+from enginespec import Config, EngineExited, InstallOptions, Recipe, get_engine_spec
+from enginespec.health import check_health, wait_ready
+
+
+def test_llama_cpp_python_install_launch_find_wait_chat_clash_stop(
+    config: Config, sdist: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    spec = get_engine_spec("llamacpp-python")
+    # pip builds the sdist (llama.cpp inside) on this CPU: CMAKE_ARGS left to llama.cpp's defaults
+    options = InstallOptions(
+        version=LLAMA_CPP_PYTHON, installer="pip", find_links=(str(sdist.parent),), timeout=5400
+    )
+    installed = spec.install(options, config)
+    assert installed.version == LLAMA_CPP_PYTHON
+    again = spec.install(options, config)
+    assert (again.already_installed, again.version) == (True, LLAMA_CPP_PYTHON)
+    info = spec.get_runtime_info(config)
+    assert (info.installed, info.location, info.version) == (True, "managed", LLAMA_CPP_PYTHON)
+    model = gguf_model(models_dir / "lcp-tiny.gguf")
+    recipe = Recipe(
+        engine="llamacpp-python",
+        model_path=str(model),
+        served_model_name="tiny",
+        host=HOST,
+        port=free_port(),
+        max_model_len=256,
+    )
+    command = spec.plan(recipe, config)
+    assert command.launcher == "module"
+    assert flags_in(command.argv) <= spec.get_config_help(config, timeout=120).flags
+    with launched(recipe, config, tmp_path / "lcp.log") as running:
+        process = scanned(running.popen.pid)
+        assert (process.engine, process.model, process.served_model_names, process.host, process.port) == (
+            "llamacpp-python",
+            str(model),
+            ("tiny",),
+            HOST,
+            recipe.port,
+        )
+        # the model loads before uvicorn listens: refused (starting) until it is ready
+        walked = walk(process, running.popen, timeout=300)
+        assert walked.states[-1] == "ready", (walked, running.output())
+        assert set(walked.states) <= {"starting", "ready"}, walked
+        runtime = spec.get_runtime_info(config, running=process)
+        assert runtime.version == LLAMA_CPP_PYTHON
+        process = scanned(running.popen.pid)
+        assert (recipe.port in process.listen_ports, process.port_conflicts) == (True, ())
+        health = check_health(process, verify_identity=True, timeout=10)
+        assert (health.state, health.model_ids) == ("ready", ("tiny",)), health
+        body = chat(running.url, "tiny")
+        assert body["choices"], body
+        # A second server on the same port loads its model, then uvicorn cannot bind and exits 1.
+        with launched(recipe, config, tmp_path / "lcp-second.log") as second:
+            with pytest.raises(EngineExited) as exited:
+                wait_ready("llamacpp-python", running.url, timeout=300, poll=0.1, process=second.popen)
+            assert exited.value.returncode == 1, second.output()
+        stop(running)
+    bad = recipe.model_copy(
+        update={"model_path": str(broken_gguf(models_dir / "lcp-broken.gguf")), "port": free_port()}
+    )
+    with launched(bad, config, tmp_path / "lcp-bad.log") as failing:
+        with pytest.raises(EngineExited) as exited:
+            wait_ready(scanned(failing.popen.pid), timeout=300, poll=0.1, process=failing.popen)
+        assert exited.value.returncode != 0, failing.output()
+    assert check_health("llamacpp-python", running.url).state == "down"

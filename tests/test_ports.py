@@ -1,0 +1,137 @@
+"""Who holds a server's port, with real processes and real sockets on 127.0.0.0/8: two servers
+sharing one address and port (SO_REUSEPORT) are each other's port conflicts and unhealthy; a server
+whose port another process holds is never ready, whether checked as a scanned process or waited
+for through its Popen; a Popen that exited is reported with its status although the port answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cli import enginespec
+from enginespec import EngineExited, EngineProcess, NotReady, Scanner
+from enginespec.health import check_health, wait_ready
+from procs import wait_for
+
+FAKE = Path(__file__).parent / "data" / "fake_llama_cpp"
+#: a loopback address of its own, so no other test's server is on it
+HOST = f"127.{random.randint(1, 254)}.{random.randint(1, 254)}.{random.randint(2, 254)}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def servers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def _start(
+    started: list[subprocess.Popen[bytes]], port: int, alias: str, listens: bool = True, **env: str
+) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--model_alias",
+        alias,
+    ]
+    proc = subprocess.Popen(
+        argv,
+        env={**os.environ, "PYTHONPATH": str(FAKE), **env},
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    started.append(proc)
+    if listens:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"listening\n"
+    return proc
+
+
+def _scanned(scanner: Scanner, pid: int) -> EngineProcess:
+    return next(p for p in scanner.scan() if p.pid == pid)
+
+
+def test_servers_sharing_a_port_are_each_others_conflicts(servers: list[subprocess.Popen[bytes]]) -> None:
+    port = _free_port()
+    first = _start(servers, port, "one", FAKE_REUSEPORT="1")
+    second = _start(servers, port, "two", FAKE_REUSEPORT="1")
+    scanner = Scanner()
+    a, b = _scanned(scanner, first.pid), _scanned(scanner, second.pid)
+    assert (a.listen_ports, b.listen_ports) == ((port,), (port,))
+    assert (a.port_conflicts, b.port_conflicts) == ((second.pid,), (first.pid,))
+    health = check_health(a)
+    assert health.state == "unhealthy"
+    assert f"shared with pid {second.pid}" in health.reason
+    # `ps` shows them
+    listed = json.loads(enginespec("ps", "--json", "--no-health").stdout)
+    shown = {p["pid"]: p["port_conflicts"] for p in listed if p["pid"] in (first.pid, second.pid)}
+    assert shown == {first.pid: [second.pid], second.pid: [first.pid]}
+    table = enginespec("ps", "--no-health", "--wide").stdout.decode()
+    assert "PORT SHARED WITH" in table
+    # once the other is gone, the next scan after the refresh has no conflict and health is ready
+    second.kill()
+    second.wait()
+    wait_for(lambda: _scanned(scanner, first.pid).port_conflicts == (), timeout=10)
+    assert check_health(_scanned(scanner, first.pid), verify_identity=True).state == "ready"
+
+
+def test_a_server_whose_port_another_process_holds_is_never_ready(
+    servers: list[subprocess.Popen[bytes]],
+) -> None:
+    port = _free_port()
+    holder = _start(servers, port, "holder")
+    # a second server whose bind failed but that stays up (mlx_lm.server does), on the same port
+    clashing = _start(servers, port, "clashing", listens=False, FAKE_NO_LISTEN="1")
+    wait_for(lambda: Path(f"/proc/{clashing.pid}/cmdline").read_bytes().count(b"\0") > 3)
+    scanner = Scanner()
+    process = _scanned(scanner, clashing.pid)
+    assert (process.listen_ports, process.port_conflicts) == ((), ())
+    health = check_health(process)
+    assert health.state == "unhealthy"
+    assert f"held by pid {holder.pid}, not by this server (pid {clashing.pid})" in health.reason
+    with pytest.raises(NotReady) as waited:
+        wait_ready(process, timeout=1.5, poll=0.1)
+    assert waited.value.last is not None
+    assert f"pid {holder.pid}" in waited.value.last.reason
+    # the same through the Popen and the URL only
+    url = f"http://{HOST}:{port}"
+    assert check_health("llamacpp-python", url).state == "ready"  # the holder answers
+    with pytest.raises(NotReady) as through_popen:
+        wait_ready("llamacpp-python", url, timeout=1.5, poll=0.1, process=clashing)
+    assert through_popen.value.last is not None
+    assert through_popen.value.last.state == "unhealthy"
+    # the holder itself is ready
+    assert check_health(_scanned(scanner, holder.pid), verify_identity=True).state == "ready"
+
+
+def test_a_popen_that_exited_is_reported_with_its_status_though_the_port_answers(
+    servers: list[subprocess.Popen[bytes]],
+) -> None:
+    port = _free_port()
+    _start(servers, port, "holder")
+    # a second llama-server exits 1 within milliseconds when its port is taken
+    exiting = _start(servers, port, "second", listens=False, FAKE_EXIT="1", FAKE_EXIT_AFTER="0.3")
+    with pytest.raises(EngineExited) as exited:
+        wait_ready("llamacpp-python", f"http://{HOST}:{port}", timeout=10, poll=0.05, process=exiting)
+    assert exited.value.returncode == 1
