@@ -27,10 +27,11 @@ class Procs:
         self.helper = helper
         self.started: list[subprocess.Popen[bytes]] = []
 
-    def start(self, argv: Sequence[str], **env: str) -> subprocess.Popen[bytes]:
+    def start(self, argv: Sequence[str], cwd: Path | None = None, **env: str) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
             [os.fsencode(a) for a in argv],
             executable=self.helper,
+            cwd=cwd,
             env={**os.environ, **env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if "HELPER_LISTEN" in env else subprocess.DEVNULL,

@@ -13,7 +13,13 @@ from enginespec.argv import Invocation, detect_engine, parse_argv, redact_argv
 from enginespec.commands import Command
 from enginespec.config import Config
 from enginespec.definition import FamilyDefault, Flags, Launch, Package, Serving, SourceBuild
-from enginespec.engines import BUILTIN_ENGINE_SPECS, all_engine_specs, all_signatures, get_engine_spec
+from enginespec.engines import (
+    BUILTIN_ENGINE_SPECS,
+    all_engine_specs,
+    all_signatures,
+    engine_ids,
+    get_engine_spec,
+)
 from enginespec.errors import (
     CommandError,
     EngineExited,
@@ -92,6 +98,7 @@ __all__ = [
     "all_engine_specs",
     "all_signatures",
     "detect_engine",
+    "engine_ids",
     "get_engine_spec",
     "parse_argv",
     "redact_argv",

@@ -120,10 +120,13 @@ class SourceBuild(_Record):
 
 class Package(_Record):
     """What is installed: the PyPI distributions (the first is installed; any of them carries the
-    installed version), or for a binary engine how to build it from source."""
+    installed version), or for a binary engine how to build it from source. ``checkout`` names
+    the git repository of an engine that is run from a checkout and is no package at all
+    (TabbyAPI): enginespec does not install it and says so."""
 
     distributions: tuple[str, ...] = ()
     source_build: SourceBuild | None = None
+    checkout: str | None = Field(default=None, pattern=r"^https://[A-Za-z0-9./_-]+$")
 
 
 class Serving(_Record):
@@ -148,12 +151,20 @@ class Serving(_Record):
 Fact = Literal["model", "served_model_name", "host", "port"]
 
 
+#: What an environment variable carries: one fact, or ``address``: host and port together, as
+#: ``host:port``, ``:port``, ``host``, ``[v6]:port`` or a URL ``http://host:port/path``.
+EnvironmentValue = Literal["model", "served_model_name", "host", "port", "address"]
+
+
 class Settings(_Record):
     """Where the engine reads its settings besides argv; argv wins over both, as the engines do
     (and a config file's keys, which are the engine's flag names, over the environment)."""
 
     #: environment variable -> the fact it carries (llama-server ``LLAMA_ARG_MODEL``).
-    environment: Mapping[str, Fact] = Field(default_factory=dict)
+    environment: Mapping[str, EnvironmentValue] = Field(default_factory=dict)
+    #: whether a runner reads them too: Ollama's runners inherit OLLAMA_HOST from ``ollama serve``
+    #: but listen where their own argv says.
+    runner_environment: bool = True
     #: the flag naming a YAML config file whose keys are flag names (vLLM/SGLang ``--config``).
     config_flag: str | None = None
 
@@ -177,8 +188,8 @@ class EngineDefinition(BaseModel):
     def _check(self) -> EngineDefinition:
         if self.signature.engine != self.id:
             raise ValueError(f"signature: is for {self.signature.engine!r}, not {self.id!r}")
-        if self.launch.kind != "binary" and not self.package.distributions:
-            raise ValueError(f"package: {self.id} is a Python engine and needs its distributions")
+        if self.launch.kind != "binary" and not (self.package.distributions or self.package.checkout):
+            raise ValueError(f"package: {self.id} is a Python engine and needs its distributions or checkout")
         return self
 
     def __repr__(self) -> str:
@@ -228,6 +239,11 @@ class EngineDefinition(BaseModel):
 
     def requirement(self, version: str | None = None) -> str:
         """The requirement installed into the managed venv (``vllm``, ``vllm==0.10.2``, ...)."""
+        if self.package.checkout:
+            raise InstallOptionsError(
+                f"engine: {self.id} is no package but a git checkout ({self.package.checkout}); "
+                "clone it and run its start script, enginespec does not install it"
+            )
         if not self.package.distributions:
             raise InstallOptionsError(f"engine: {self.id} has no Python package to install")
         return self.package.distributions[0] + requested_specifier(version)

@@ -6,9 +6,13 @@ Adding an engine is one module here (its Signature and its EngineSpec) plus its 
 
 from __future__ import annotations
 
+import enginespec.engines.koboldcpp as koboldcpp
 import enginespec.engines.llamacpp as llamacpp
+import enginespec.engines.llamafile as llamafile
 import enginespec.engines.mlx as mlx
+import enginespec.engines.ollama as ollama
 import enginespec.engines.sglang as sglang
+import enginespec.engines.tabbyapi as tabbyapi
 import enginespec.engines.vllm as vllm
 import enginespec.registry as registry
 from enginespec.errors import UnknownEngineError
@@ -16,7 +20,16 @@ from enginespec.registry import ENTRY_POINT_GROUP, all_signatures, engine_ids
 from enginespec.spec import EngineSpec
 
 #: Built-in engines, in matching order.
-BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (vllm.SPEC, sglang.SPEC, llamacpp.SPEC, mlx.SPEC)
+BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
+    vllm.SPEC,
+    sglang.SPEC,
+    llamacpp.SPEC,
+    mlx.SPEC,
+    ollama.SPEC,
+    llamafile.SPEC,
+    koboldcpp.SPEC,
+    tabbyapi.SPEC,
+)
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
 
