@@ -544,7 +544,11 @@ impl Matcher {
                     matcher.by_executable.entry(boxed(name)).or_default().loader = true;
                 }
                 for prefix in &form.loader_prefixes {
-                    if !matcher.loader_prefixes.iter().any(|p| **p == *prefix.as_bytes()) {
+                    if !matcher
+                        .loader_prefixes
+                        .iter()
+                        .any(|p| **p == *prefix.as_bytes())
+                    {
                         matcher.loader_prefixes.push(boxed(prefix));
                     }
                 }
@@ -590,7 +594,11 @@ impl Matcher {
                 PythonTarget::Script(script, next) => {
                     path = script;
                     exe = basename(script);
-                    (self.by_executable.get(exe).map(|p| &p.forms), Some(exe), next)
+                    (
+                        self.by_executable.get(exe).map(|p| &p.forms),
+                        Some(exe),
+                        next,
+                    )
                 }
             }
         } else {
@@ -610,8 +618,10 @@ impl Matcher {
         if exact.is_some_and(Vec::is_empty) {
             exact = None;
         }
-        let prefixes = program.filter(|name| self.by_prefix.iter().any(|(p, _, _)| name.starts_with(p)));
-        let suffixes = program.filter(|name| self.by_suffix.iter().any(|(x, _, _)| name.ends_with(x)));
+        let prefixes =
+            program.filter(|name| self.by_prefix.iter().any(|(p, _, _)| name.starts_with(p)));
+        let suffixes =
+            program.filter(|name| self.by_suffix.iter().any(|(x, _, _)| name.ends_with(x)));
         if exact.is_none() && prefixes.is_none() && suffixes.is_none() {
             return None; // almost every process on a host
         }

@@ -280,7 +280,9 @@ def _crafted(signatures: tuple[Signature, ...]) -> list[list[str]]:
             ]
             programs = [f"/x/{form.directories[0]}/{p}" for p in programs] if form.directories else programs
             loaders = [[], *([loader] for loader in form.loaders[:1])]
-            for program, loader in ((p, ld) for p in programs or ["python", "-m", *form.modules[:1]] for ld in loaders):
+            for program, loader in (
+                (p, ld) for p in programs or ["python", "-m", *form.modules[:1]] for ld in loaders
+            ):
                 head = [*loader, program, *form.subcommand]
                 evidence = list(form.evidence.any_flags[:1]) if form.evidence else []
                 for flag in sig.follower_rank_flags[:1]:

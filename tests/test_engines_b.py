@@ -27,7 +27,10 @@ GOLDEN: list[tuple[list[str], tuple[Any, ...]]] = [
     # Ollama: the server and every runner generation (llm/server.go, llm/llama_server.go)
     (["ollama", "serve"], ("ollama", None, None, None, None, "server")),
     (["ollama.exe", "start"], ("ollama", None, None, None, None, "server")),
-    (["/usr/bin/ollama", "runner", "--model", BLOB, "--port", "1"], ("ollama", BLOB, None, None, 1, "runner")),
+    (
+        ["/usr/bin/ollama", "runner", "--model", BLOB, "--port", "1"],
+        ("ollama", BLOB, None, None, 1, "runner"),
+    ),
     (
         ["/usr/local/lib/ollama/llama-server", "-m", BLOB, "--port", "2", "--host", "127.0.0.1"],
         ("ollama", BLOB, None, "127.0.0.1", 2, "runner"),
@@ -40,15 +43,30 @@ GOLDEN: list[tuple[list[str], tuple[Any, ...]]] = [
         ["/Applications/Ollama.app/Contents/Resources/llama-server", "--model", BLOB, "--port", "3"],
         ("ollama", BLOB, None, None, 3, "runner"),
     ),
-    (["/tmp/o/runners/cpu/ollama_llama_server", "--model", BLOB], ("ollama", BLOB, None, None, None, "runner")),
+    (
+        ["/tmp/o/runners/cpu/ollama_llama_server", "--model", BLOB],
+        ("ollama", BLOB, None, None, None, "runner"),
+    ),
     # the same binary anywhere else is llama.cpp's own server
     (["/opt/lib/llama-server", "-m", "a.gguf"], ("llamacpp", "a.gguf", None, None, None, "server")),
-    (["/usr/local/lib/ollama2/llama-server", "-m", "a.gguf"], ("llamacpp", "a.gguf", None, None, None, "server")),
+    (
+        ["/usr/local/lib/ollama2/llama-server", "-m", "a.gguf"],
+        ("llamacpp", "a.gguf", None, None, None, "server"),
+    ),
     # llamafile: loaders, the binary, a self-contained file, v2's -l HOST:PORT
     ([APE, "./m.llamafile", "--server"], ("llamafile", "./m.llamafile", None, None, None, "server")),
-    (["/usr/bin/ape", "/srv/m.llamafile", "--port", "9"], ("llamafile", "/srv/m.llamafile", None, None, 9, "server")),
-    (["ape", "/srv/llamafile", "-m", "a.gguf", "--server"], ("llamafile", "a.gguf", None, None, None, "server")),
-    (["ape-x86_64.elf", "/srv/llamafile", "--server", "-a", "n"], ("llamafile", None, "n", None, None, "server")),
+    (
+        ["/usr/bin/ape", "/srv/m.llamafile", "--port", "9"],
+        ("llamafile", "/srv/m.llamafile", None, None, 9, "server"),
+    ),
+    (
+        ["ape", "/srv/llamafile", "-m", "a.gguf", "--server"],
+        ("llamafile", "a.gguf", None, None, None, "server"),
+    ),
+    (
+        ["ape-x86_64.elf", "/srv/llamafile", "--server", "-a", "n"],
+        ("llamafile", None, "n", None, None, "server"),
+    ),
     (["./m.llamafile", "--server", "-m", "b.gguf"], ("llamafile", "b.gguf", None, None, None, "server")),
     (["m.llamafile.exe", "--server"], ("llamafile", "m.llamafile.exe", None, None, None, "server")),
     (["llamafile", "-p", "x", "--server"], ("llamafile", None, None, None, None, "server")),
@@ -58,14 +76,26 @@ GOLDEN: list[tuple[list[str], tuple[Any, ...]]] = [
     (["llamafiler", "--listen", "h:1", "--port", "2"], ("llamafile", None, None, "h", 2, "server")),
     # KoboldCpp: script, binary, PyInstaller builds, positional model and port
     (["python3", "koboldcpp.py", "m.gguf", "5002"], ("koboldcpp", "m.gguf", None, None, 5002, "server")),
-    (["koboldcpp", "--usecublas", "normal", "0", "--model", "m.gguf"], ("koboldcpp", "m.gguf", None, None, None, "server")),
+    (
+        ["koboldcpp", "--usecublas", "normal", "0", "--model", "m.gguf"],
+        ("koboldcpp", "m.gguf", None, None, None, "server"),
+    ),
     (["koboldcpp", "--launch", "m.gguf"], ("koboldcpp", "m.gguf", None, None, None, "server")),
     (["./koboldcpp-linux-x64-cuda1210", "m.gguf"], ("koboldcpp", "m.gguf", None, None, None, "server")),
     (["koboldcpp_nocuda.exe", "--contextsize", "8192"], ("koboldcpp", None, None, None, None, "server")),
-    (["koboldcpp", "--host", "10.0.0.2", "--port", "5003"], ("koboldcpp", None, None, "10.0.0.2", 5003, "server")),
+    (
+        ["koboldcpp", "--host", "10.0.0.2", "--port", "5003"],
+        ("koboldcpp", None, None, "10.0.0.2", 5003, "server"),
+    ),
     # TabbyAPI: --model-name is the folder clients see
-    (["python3", "main.py", "--model-name", "Q", "--port", "5001"], ("tabbyapi", "Q", "Q", None, 5001, "server")),
-    (["/srv/tabbyAPI/venv/bin/python3", "start.py", "--host", "::"], ("tabbyapi", None, None, "::", None, "server")),
+    (
+        ["python3", "main.py", "--model-name", "Q", "--port", "5001"],
+        ("tabbyapi", "Q", "Q", None, 5001, "server"),
+    ),
+    (
+        ["/srv/tabbyAPI/venv/bin/python3", "start.py", "--host", "::"],
+        ("tabbyapi", None, None, "::", None, "server"),
+    ),
 ]
 
 NOT_SERVERS: list[list[str]] = [
@@ -134,13 +164,15 @@ def test_look_alikes_are_not_servers(argv: list[str]) -> None:
 
 def test_tabbyapi_without_a_working_directory_says_it_was_not_checked(tmp_path: Path) -> None:
     inv = parse_argv(["python", "main.py"])
-    assert inv is not None and inv.engine == "tabbyapi"
+    assert inv is not None
+    assert inv.engine == "tabbyapi"
     assert any("not checked" in problem and "common/args.py" in problem for problem in inv.problems)
     # given the working directory, the checkout is looked for there
     assert parse_argv(["python", "main.py"], cwd=tmp_path) is None
     checkout = _tabby_checkout(tmp_path / "tabbyAPI")
     found = parse_argv(["python", "main.py", "--port", "5005"], cwd=checkout)
-    assert found is not None and (found.engine, found.port, found.problems) == ("tabbyapi", 5005, ())
+    assert found is not None
+    assert (found.engine, found.port, found.problems) == ("tabbyapi", 5005, ())
     assert parse_argv(["python", "tabbyAPI/main.py"], cwd=tmp_path) is not None
     assert parse_argv(["python", str(checkout / "main.py")], cwd="/nonexistent") is not None
     # a directory or a link where a file should be is no checkout
@@ -166,11 +198,19 @@ def test_ollama_host_as_the_engine_reads_it() -> None:
 @pytest.mark.parametrize("engine", ["llamafile", "koboldcpp", "tabbyapi"])
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0", "::1"])
 def test_commands_parse_back(engine: str, host: str, tmp_path: Path) -> None:
-    recipe = Recipe(engine=engine, model_path="/models/Qwen3 8B.gguf", host=host, port=7123, max_model_len=8192)
+    recipe = Recipe(
+        engine=engine, model_path="/models/Qwen3 8B.gguf", host=host, port=7123, max_model_len=8192
+    )
     argv = get_engine_spec(engine).build_command(recipe, Config(data_dir=tmp_path))
     inv = parse_argv(argv)
     assert inv is not None, argv
-    assert (inv.engine, inv.model, inv.host, inv.port, inv.role) == (engine, recipe.model_path, host, 7123, "server")
+    assert (inv.engine, inv.model, inv.host, inv.port, inv.role) == (
+        engine,
+        recipe.model_path,
+        host,
+        7123,
+        "server",
+    )
 
 
 def test_ollama_command_puts_the_address_in_its_environment(tmp_path: Path) -> None:
@@ -181,9 +221,12 @@ def test_ollama_command_puts_the_address_in_its_environment(tmp_path: Path) -> N
     assert any("model_path" in w for w in command.warnings)
     assert any("extra_args" in w for w in command.warnings)
     inv = parse_argv(command.argv)
-    assert inv is not None and (inv.engine, inv.role) == ("ollama", "server")
+    assert inv is not None
+    assert (inv.engine, inv.role) == ("ollama", "server")
     assert split_address(command.env["OLLAMA_HOST"]) == ("::1", "11500")
-    default = get_engine_spec("ollama").plan(Recipe(engine="ollama", model_path="m"), Config(data_dir=tmp_path))
+    default = get_engine_spec("ollama").plan(
+        Recipe(engine="ollama", model_path="m"), Config(data_dir=tmp_path)
+    )
     assert default.env == {"OLLAMA_HOST": "127.0.0.1:11434"}
 
 
@@ -216,13 +259,17 @@ def test_health_by_engine(engine: str, routes: dict[str, list[Answer]], state: s
 
 
 def test_tabbyapi_is_no_package_to_install(tmp_path: Path) -> None:
-    with pytest.raises(InstallOptionsError, match="git checkout.*theroyallab/tabbyAPI"):
+    with pytest.raises(
+        InstallOptionsError, match=r"git checkout \(https://github\.com/theroyallab/tabbyAPI\)"
+    ):
         get_engine_spec("tabbyapi").install(InstallOptions(), Config(data_dir=tmp_path))
 
 
 @pytest.mark.parametrize("engine", ["ollama", "llamafile", "koboldcpp"])
-def test_binaries_install_from_a_configured_command_only(engine: str, tmp_path: Path) -> None:
-    os.environ.pop(f"ENGINESPEC_{engine.upper()}_INSTALL_CMD", None)
+def test_binaries_install_from_a_configured_command_only(
+    engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(f"ENGINESPEC_{engine.upper()}_INSTALL_CMD", raising=False)
     with pytest.raises(InstallOptionsError, match=f"ENGINESPEC_{engine.upper()}_INSTALL_CMD"):
         get_engine_spec(engine).install(InstallOptions(), Config(data_dir=tmp_path))
 
@@ -258,10 +305,16 @@ def test_ollama_serve_and_its_runners(procs: Procs) -> None:
     by_port = {p.port: p for p in children}
     assert set(by_port) == {41301, 41302}
     for runner in children:
-        assert (runner.engine, runner.role, runner.supervisor, runner.model) == ("ollama", "runner", "ollama", BLOB)
+        assert (runner.engine, runner.role, runner.supervisor, runner.model) == (
+            "ollama",
+            "runner",
+            "ollama",
+            BLOB,
+        )
     # a runner inherits OLLAMA_HOST but listens where its argv says (or on loopback)
     assert by_port[41301].host == "127.0.0.1"
-    assert by_port[41302].host is None and by_port[41302].effective_host == "127.0.0.1"
+    assert by_port[41302].host is None
+    assert by_port[41302].effective_host == "127.0.0.1"
 
 
 def test_ape_loader_argv_is_found(procs: Procs, tmp_path: Path) -> None:
@@ -286,7 +339,13 @@ def test_pyinstaller_parent_and_child_are_one_koboldcpp(procs: Procs) -> None:
 
 
 def _tabby_checkout(root: Path) -> Path:
-    for name in ("main.py", "start.py", "common/args.py", "common/tabby_config.py", "endpoints/core/router.py"):
+    for name in (
+        "main.py",
+        "start.py",
+        "common/args.py",
+        "common/tabby_config.py",
+        "endpoints/core/router.py",
+    ):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("# test checkout\n")
     return root
@@ -306,3 +365,37 @@ def test_tabbyapi_is_found_only_inside_its_checkout(procs: Procs, tmp_path: Path
     assert (found[inside.pid].engine, found[inside.pid].port) == ("tabbyapi", 41305)
     assert found[inside.pid].problems == ()
     assert found[by_path.pid].engine == found[relative.pid].engine == "tabbyapi"
+
+
+# What each binary prints for its version arguments (Ollama v0.32.15 cmd/cmd.go versionHandler with
+# no server up; llamafile 0.9.3 main.cpp line 187; KoboldCpp v1.76's parser description).
+VERSION_OUTPUT = {
+    "ollama": (
+        "-v",
+        "Warning: could not connect to a running Ollama instance\nWarning: client version is 0.32.15",
+    ),
+    "llamafile": ("--version", "llamafile v0.9.3"),
+    "koboldcpp": ("--help", "usage: koboldcpp [-h]\n\nKoboldCpp Server - Version 1.76"),
+}
+
+
+@pytest.mark.parametrize("engine", sorted(VERSION_OUTPUT))
+def test_binary_installed_by_its_configured_command_and_probed(
+    engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argument, output = VERSION_OUTPUT[engine]
+    executable = get_engine_spec(engine).launch.executable
+    # The binary answers only the engine's own version arguments; the configured command copies it
+    # where install() wants it.
+    built = tmp_path / "built"
+    built.write_text(f'#!/bin/sh\n[ "$1" = "{argument}" ] || exit 2\ncat <<"OUT"\n{output}\nOUT\n')
+    built.chmod(0o755)
+    installer = tmp_path / "install.sh"
+    installer.write_text(f'#!/bin/sh\ncp "{built}" "$ENGINESPEC_PREFIX/bin/{executable}"\n')
+    installer.chmod(0o755)
+    monkeypatch.setenv(f"ENGINESPEC_{engine.upper()}_INSTALL_CMD", str(installer))
+    config = Config(data_dir=tmp_path / "data")
+    result = get_engine_spec(engine).install(InstallOptions(), config)
+    version = {"ollama": "0.32.15", "llamafile": "0.9.3", "koboldcpp": "1.76"}[engine]
+    assert (result.version, result.already_installed) == (version, False)
+    assert get_engine_spec(engine).install(InstallOptions(), config).already_installed

@@ -79,6 +79,9 @@ class Launch(_Record):
     module_args: tuple[str, ...] = ()
     #: arguments after the launcher that print the full help (vLLM hides most flags without =all).
     help_args: tuple[str, ...] = ("--help",)
+    #: arguments after a binary that print its version (KoboldCpp has no ``--version``; its help
+    #: names it).
+    version_args: tuple[str, ...] = ("--version",)
     #: seconds to wait for the help (importing vLLM takes a while).
     help_timeout: float = Field(default=60.0, gt=0)
     #: the engine's container image takes the server's arguments after the image name.

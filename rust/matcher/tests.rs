@@ -346,7 +346,10 @@ const WRAPPED: &str = r#"[
    "modeless_exit_flags": ["-p"]}
 ]"#;
 
-fn wrapped(argv: &[&str]) -> Option<(usize, Option<String>, Option<String>, Option<u16>, Role)> {
+/// (engine, model, host, port, role) of argv against [`WRAPPED`].
+type Found = (usize, Option<String>, Option<String>, Option<u16>, Role);
+
+fn wrapped(argv: &[&str]) -> Option<Found> {
     let matcher = Matcher::from_json(WRAPPED).expect("test signatures are valid");
     let text = |v: Option<&[u8]>| v.map(|b| String::from_utf8_lossy(b).into_owned());
     matcher
@@ -356,11 +359,25 @@ fn wrapped(argv: &[&str]) -> Option<(usize, Option<String>, Option<String>, Opti
 
 #[test]
 fn a_directory_bound_form_comes_first() {
-    assert_eq!(wrapped(&["/usr/lib/wrapped/srv"]).map(|p| (p.0, p.4)), Some((1, Role::Runner)));
-    assert_eq!(wrapped(&["C:\\x\\lib\\wrapped\\srv.exe"]).map(|p| p.0), Some(1));
+    assert_eq!(
+        wrapped(&["/usr/lib/wrapped/srv"]).map(|p| (p.0, p.4)),
+        Some((1, Role::Runner))
+    );
+    assert_eq!(
+        wrapped(&["C:\\x\\lib\\wrapped\\srv.exe"]).map(|p| p.0),
+        Some(1)
+    );
     assert_eq!(wrapped(&["/usr/lib//wrapped/srv"]).map(|p| p.0), Some(1));
-    for elsewhere in ["srv", "/usr/lib/wrapped2/srv", "/wrapped/srv", "/lib/wrapped"] {
-        assert_eq!(wrapped(&[elsewhere]).map(|p| p.0), Some(0).filter(|_| elsewhere.ends_with("srv")));
+    for elsewhere in [
+        "srv",
+        "/usr/lib/wrapped2/srv",
+        "/wrapped/srv",
+        "/lib/wrapped",
+    ] {
+        assert_eq!(
+            wrapped(&[elsewhere]).map(|p| p.0),
+            Some(0).filter(|_| elsewhere.ends_with("srv"))
+        );
     }
 }
 
@@ -377,7 +394,12 @@ fn loaders_run_the_program_named_next() {
     assert_eq!(wrapped(&["/x/.ld-2", "/m/a.pack"]), None); // .pack accepts `ld` only
     let packed = wrapped(&["ld", "/m/a.pack", "--serve"]).expect("a packed program");
     assert_eq!(packed.1.as_deref(), Some("/m/a.pack"));
-    assert_eq!(wrapped(&["a.pack", "--model", "b"]).and_then(|p| p.1).as_deref(), Some("b"));
+    assert_eq!(
+        wrapped(&["a.pack", "--model", "b"])
+            .and_then(|p| p.1)
+            .as_deref(),
+        Some("b")
+    );
     assert_eq!(wrapped(&[".pack"]), None);
 }
 
@@ -403,7 +425,10 @@ fn addresses_and_positional_ports() {
     assert_eq!(both, Some((Some("g".into()), Some(2))));
     let kb = wrapped(&["kb", "m.gguf", "5001"]).expect("kb");
     assert_eq!((kb.1.as_deref(), kb.3), (Some("m.gguf"), Some(5001)));
-    assert_eq!(wrapped(&["kb", "m", "--port", "7", "8"]).map(|p| p.3), Some(Some(7)));
+    assert_eq!(
+        wrapped(&["kb", "m", "--port", "7", "8"]).map(|p| p.3),
+        Some(Some(7))
+    );
     assert_eq!(wrapped(&["kb", "download", "m"]), None);
     assert!(wrapped(&["kb", "m", "download"]).is_some());
 }

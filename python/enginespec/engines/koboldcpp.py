@@ -6,6 +6,7 @@ Facts from LostRuins/koboldcpp tag v1.76 (``2da346a5``, koboldcpp.py) unless a l
 from __future__ import annotations
 
 import json
+import re
 
 from enginespec.definition import Flags, Launch, Serving
 from enginespec.signature import Evidence, LaunchForm, Signature
@@ -97,7 +98,15 @@ SIGNATURE = Signature(
 )
 
 
+# The parser's description: `KoboldCpp Server - Version 1.76` (argparse.ArgumentParser, line 4403).
+_VERSION = re.compile(r"KoboldCpp Server - Version (\S+)")
+
+
 class KoboldCppSpec(EngineSpec):
+    def parse_version(self, output: str) -> str | None:
+        match = _VERSION.search(output)
+        return match.group(1) if match else None
+
     def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
         # `/api/extra/version` -> {"result": "KoboldCpp", "version": ..., "protected": ...,
         # "txt2img": ..., "vision": ..., "transcribe": ...} (line 1754), served only after the
@@ -120,7 +129,8 @@ class KoboldCppSpec(EngineSpec):
 SPEC = KoboldCppSpec(
     id="koboldcpp",
     signature=SIGNATURE,
-    launch=Launch(kind="binary", executable="koboldcpp"),
+    # No `--version` flag: `--help` names the version.
+    launch=Launch(kind="binary", executable="koboldcpp", version_args=("--help",)),
     flags=Flags(
         fields={
             "max_model_len": ("--contextsize",),

@@ -68,7 +68,9 @@ SPEC = OllamaSpec(
     id="ollama",
     signature=SIGNATURE,
     # `ollama serve`: no flags; the address goes in OLLAMA_HOST (see settings below).
-    launch=Launch(kind="binary", executable="ollama", args=("serve",), help_args=("serve", "--help")),
+    # `ollama -v` asks the running server, else prints `Warning: client version is X` (cmd/cmd.go
+    # versionHandler): either way the version is in the output.
+    launch=Launch(kind="binary", executable="ollama", args=("serve",), version_args=("-v",)),
     # Not on PyPI (the `ollama` distribution is the client library): the install script or
     # tarball, run as ENGINESPEC_OLLAMA_INSTALL_CMD.
     serving=Serving(

@@ -68,7 +68,10 @@ class TabbyApiSpec(EngineSpec):
             return "ready", ""
         if status == 503 and reported == "unhealthy":
             issues = answer.get("issues") if isinstance(answer, dict) else None
-            return "unhealthy", f"TabbyAPI reports {len(issues) if isinstance(issues, list) else 'some'} issue(s)"
+            return (
+                "unhealthy",
+                f"TabbyAPI reports {len(issues) if isinstance(issues, list) else 'some'} issue(s)",
+            )
         if status == 200:
             return "unknown", "unexpected /health body"
         return super().classify_health(status, body)
