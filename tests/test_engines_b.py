@@ -258,6 +258,19 @@ def test_health_by_engine(engine: str, routes: dict[str, list[Answer]], state: s
     assert (health.engine, health.http_status) == (engine, routes[next(iter(routes))][0].status)
 
 
+def test_an_ollama_runner_is_checked_as_the_llama_server_it_is(procs: Procs) -> None:
+    answers = [Answer(503, b'{"status":"loading model"}'), Answer(200, b'{"status":"ok"}')]
+    with serving({"/health": answers, "/": [Answer(200, b"Ollama is running")]}) as server:
+        runner = procs.start(["/usr/lib/ollama/llama-server", "--model", BLOB, "--port", str(server.port)])
+        scanned = next(p for p in Scanner(listen_ports=False).scan() if p.pid == runner.pid)
+        assert scanned.role == "runner"
+        assert check_health(scanned, timeout=2).state == "loading"
+        assert check_health(scanned, timeout=2).state == "ready"
+        # the server itself is checked at `GET /`
+        assert check_health("ollama", server.url, timeout=2).state == "ready"
+    assert [path for _method, path, _headers in server.script.seen] == ["/health", "/health", "/"]
+
+
 def test_tabbyapi_is_no_package_to_install(tmp_path: Path) -> None:
     with pytest.raises(
         InstallOptionsError, match=r"git checkout \(https://github\.com/theroyallab/tabbyAPI\)"

@@ -136,6 +136,8 @@ class Serving(_Record):
     """How the server serves and is related to other processes."""
 
     health_path: str = Field(default="/health", pattern=r"^/")
+    #: the health path of a process with role ``runner``, when it differs (Ollama's runners).
+    runner_health_path: str | None = Field(default=None, pattern=r"^/")
     #: flag carrying the server's API key (used by health checks, never shown).
     api_key_flag: str | None = None
     #: environment variables the engine reads its API key from.

@@ -138,15 +138,19 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
     if t.base_url is None:
         problems = "; ".join(t.process.problems) if t.process else "no address"
         return health("unknown", f"no usable listen address: {problems}")
-    reply = yield _Request("GET", t.spec.serving.health_path)
+    path = t.spec.serving.health_path
+    # A runner answers as the server it is, not as its supervisor (Ollama's are llama-servers).
+    if t.process is not None and t.process.role == "runner" and t.spec.serving.runner_health_path:
+        path = t.spec.serving.runner_health_path
+    reply = yield _Request("GET", path)
     if reply.failure == "refused":
         if t.process is not None:
             return health("starting", "process is up, not accepting connections yet")
         return health("down", f"nothing listening ({reply.detail})")
     if reply.failure == "timeout":
-        return health("unhealthy", f"no answer from {t.spec.serving.health_path} within {timeout:g}s")
+        return health("unhealthy", f"no answer from {path} within {timeout:g}s")
     if reply.failure is not None or reply.status is None:
-        return health("unknown", f"{t.spec.serving.health_path}: {reply.detail}")
+        return health("unknown", f"{path}: {reply.detail}")
     state, reason = t.spec.classify_health(reply.status, reply.body)
     first = reply
     if state != "ready" or not (verify_identity or deep):

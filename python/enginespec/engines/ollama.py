@@ -6,6 +6,8 @@ line says otherwise.
 
 from __future__ import annotations
 
+import json
+
 from enginespec.definition import Launch, Serving, Settings
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -55,12 +57,21 @@ SIGNATURE = Signature(
 
 class OllamaSpec(EngineSpec):
     def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
-        # `GET /` answers 200 "Ollama is running" as soon as the server listens; models load on
-        # request, so that is ready (server/routes.go). A runner's own /health is Ollama's business.
+        # The server: `GET /` answers 200 "Ollama is running" as soon as it listens; models load
+        # on request, so that is ready (server/routes.go). A runner (a llama-server since v0.30.0)
+        # answers its /health as llama.cpp does: 503 while loading ({"status": "loading model"},
+        # newer builds an error "Loading model"), then 200 {"status": "ok"} (llm/llama_server.go
+        # getServerStatus reads exactly these).
+        if status == 200 and body.strip() == _RUNNING:
+            return "ready", ""
+        if status == 503 and b"loading model" in body.lower():
+            return "loading", "loading model"
         if status == 200:
-            if body.strip() == _RUNNING:
-                return "ready", ""
-            return "unknown", "GET / did not answer 'Ollama is running'"
+            try:
+                ok = json.loads(body).get("status") == "ok"
+            except (ValueError, AttributeError):
+                ok = False
+            return ("ready", "") if ok else ("unknown", "neither Ollama's nor a runner's answer")
         return super().classify_health(status, body)
 
 
@@ -75,6 +86,7 @@ SPEC = OllamaSpec(
     # tarball, run as ENGINESPEC_OLLAMA_INSTALL_CMD.
     serving=Serving(
         health_path="/",
+        runner_health_path="/health",
         # A runner is started by `ollama serve` (its parent, named ollama).
         supervisors={"ollama": "ollama"},
         nested_supervisor="ollama",
