@@ -268,7 +268,26 @@ def test_an_ollama_runner_is_checked_as_the_llama_server_it_is(procs: Procs) -> 
         assert check_health(scanned, timeout=2).state == "ready"
         # the server itself is checked at `GET /`
         assert check_health("ollama", server.url, timeout=2).state == "ready"
-    assert [path for _method, path, _headers in server.script.seen] == ["/health", "/health", "/"]
+    assert [path for _method, path, _headers in server.script.seen] == ["/health", "/health", "/", "/api/ps"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "names"),
+    [
+        (
+            Answer(200, b'{"models":[{"name":"llama3:8b","digest":"2af3"},{"name":"qwen3:0.6b"}]}'),
+            ("llama3:8b", "qwen3:0.6b"),
+        ),
+        (Answer(200, b'{"models":[]}'), ()),
+        (Answer(200, b"garbage"), ()),
+        (Answer(500, b""), ()),
+        (Answer(200, b"", hang=True), ()),
+    ],
+)
+def test_a_ready_ollama_says_which_models_it_has_loaded(answer: Answer, names: tuple[str, ...]) -> None:
+    with serving({"/": [Answer(200, b"Ollama is running")], "/api/ps": [answer]}) as server:
+        health = check_health("ollama", server.url, timeout=1)
+    assert (health.state, health.model_ids) == ("ready", names)
 
 
 def test_tabbyapi_is_no_package_to_install(tmp_path: Path) -> None:

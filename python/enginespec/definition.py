@@ -136,6 +136,9 @@ class Serving(_Record):
     """How the server serves and is related to other processes."""
 
     health_path: str = Field(default="/health", pattern=r"^/")
+    #: where a ready server lists the models it has loaded (Ollama ``/api/ps``), read by a health
+    #: check into ``Health.model_ids`` (see ``loaded_models``).
+    loaded_models_path: str | None = Field(default=None, pattern=r"^/")
     #: the health path of a process with role ``runner``, when it differs (Ollama's runners).
     runner_health_path: str | None = Field(default=None, pattern=r"^/")
     #: flag carrying the server's API key (used by health checks, never shown).
@@ -236,6 +239,10 @@ class EngineDefinition(BaseModel):
         if status == 503:
             return "unhealthy", "HTTP 503"
         return "unknown", f"unexpected HTTP {status}"
+
+    def loaded_models(self, body: bytes) -> tuple[str, ...] | None:
+        """The names of the loaded models in an answer of ``Serving.loaded_models_path``."""
+        return None
 
     def parse_version(self, output: str) -> str | None:
         """The version in the output of ``BINARY --version`` (binary engines)."""

@@ -153,6 +153,12 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
         return health("unknown", f"{path}: {reply.detail}")
     state, reason = t.spec.classify_health(reply.status, reply.body)
     first = reply
+    loaded = t.spec.serving.loaded_models_path
+    if state == "ready" and loaded and path == t.spec.serving.health_path and not (verify_identity or deep):
+        # Which models a ready server has loaded (Ollama's names): what it says, or nothing.
+        listed = yield _Request("GET", loaded, authorized=True)
+        names = t.spec.loaded_models(listed.body) if listed.status == 200 else None
+        return health(state, reason, first, names or ())
     if state != "ready" or not (verify_identity or deep):
         return health(state, reason, first)
     models = yield _Request("GET", "/v1/models", authorized=True)

@@ -74,6 +74,15 @@ class OllamaSpec(EngineSpec):
             return ("ready", "") if ok else ("unknown", "neither Ollama's nor a runner's answer")
         return super().classify_health(status, body)
 
+    def loaded_models(self, body: bytes) -> tuple[str, ...] | None:
+        # `GET /api/ps` -> {"models": [{"name": "llama3:8b", "model": ..., "digest": ...}, ...]}
+        # (api/types.go ProcessResponse): the names people use, never the blob paths runners get.
+        try:
+            listed = json.loads(body)["models"]
+            return tuple(str(item["name"]) for item in listed)
+        except (ValueError, KeyError, TypeError):
+            return None
+
 
 SPEC = OllamaSpec(
     id="ollama",
@@ -87,6 +96,7 @@ SPEC = OllamaSpec(
     serving=Serving(
         health_path="/",
         runner_health_path="/health",
+        loaded_models_path="/api/ps",
         # A runner is started by `ollama serve` (its parent, named ollama).
         supervisors={"ollama": "ollama"},
         nested_supervisor="ollama",
