@@ -69,6 +69,7 @@ enum Fact {
     ServedName(usize),
     Host(usize),
     Port(usize),
+    Address(usize),
     Rank(usize),
     Follower,
 }
@@ -79,6 +80,10 @@ struct FlagInfo {
     fact: Option<Fact>,
     arity: Arity,
     exit: bool,
+    /// The mode the flag chooses (`Signature.mode_flags`): serve or not; the last one decides.
+    mode: Option<bool>,
+    /// Not serving unless a mode flag says so (`Signature.modeless_exit_flags`).
+    modeless_exit: bool,
     /// The flag's bit among its engine's evidence flags, or 0.
     evidence: u64,
 }
@@ -98,8 +103,23 @@ struct CompiledForm {
     /// Tokens that, right after the subcommand, name another command of the program.
     other_subcommands: Vec<Box<[u8]>>,
     positional_model: bool,
+    positional_port: bool,
+    program_model: bool,
+    exit_subcommands: Vec<Box<[u8]>>,
+    no_arguments: bool,
+    loaders: Vec<Box<[u8]>>,
+    loader_prefixes: Vec<Box<[u8]>>,
+    /// Path components the program's directory must end with (any of them; none: anywhere).
+    directories: Vec<Vec<Box<[u8]>>>,
     evidence: Option<CompiledEvidence>,
     role: Role,
+}
+
+/// The forms an executable basename may launch, and whether it is a loader of other programs.
+#[derive(Debug, Default)]
+struct Program {
+    forms: Vec<(usize, usize)>,
+    loader: bool,
 }
 
 #[derive(Debug)]
@@ -120,13 +140,17 @@ struct CompiledEngine {
 pub struct Matcher {
     engines: Vec<CompiledEngine>,
     forms: Vec<CompiledForm>,
-    /// basename -> (engine index, form index) in signature order.
-    by_executable: FxHashMap<Box<[u8]>, Vec<(usize, usize)>>,
+    /// basename -> its (engine index, form index) in signature order, forms bound to a
+    /// directory first; one lookup also says whether the name is a loader.
+    by_executable: FxHashMap<Box<[u8]>, Program>,
     by_module: FxHashMap<Box<[u8]>, Vec<(usize, usize)>>,
     /// (executable prefix, engine index, form index) in signature order.
     by_prefix: Vec<(Box<[u8]>, usize, usize)>,
     /// (process title prefix, engine index) in signature order (`Signature::worker_titles`).
     worker_titles: Vec<(Box<[u8]>, usize)>,
+    /// (executable suffix, engine index, form index) in signature order.
+    by_suffix: Vec<(Box<[u8]>, usize, usize)>,
+    loader_prefixes: Vec<Box<[u8]>>,
 }
 
 fn boxed(s: &str) -> Box<[u8]> {
@@ -139,7 +163,7 @@ type FactGroup<'s> = (&'static str, &'s [String], fn(usize) -> Fact);
 impl CompiledEngine {
     fn new(sig: &Signature) -> Result<Self, String> {
         let mut facts: FxHashMap<&str, Fact> = FxHashMap::default();
-        let groups: [FactGroup; 5] = [
+        let groups: [FactGroup; 6] = [
             ("model_flags", &sig.model_flags, Fact::Model),
             (
                 "served_name_flags",
@@ -148,6 +172,7 @@ impl CompiledEngine {
             ),
             ("host_flags", &sig.host_flags, Fact::Host),
             ("port_flags", &sig.port_flags, Fact::Port),
+            ("address_flags", &sig.address_flags, Fact::Address),
             ("follower_rank_flags", &sig.follower_rank_flags, Fact::Rank),
         ];
         for (field, flags, make) in groups {
@@ -197,6 +222,8 @@ impl CompiledEngine {
                 Arity::One
             },
             exit: sig.exit_flags.iter().any(|f| f == canonical),
+            mode: sig.mode_flags.get(canonical).copied(),
+            modeless_exit: sig.modeless_exit_flags.iter().any(|f| f == canonical),
             evidence: evidence_bits.get(canonical).copied().unwrap_or(0),
         };
         let mut flags = FxHashMap::default();
@@ -206,6 +233,8 @@ impl CompiledEngine {
             .chain(sig.no_value_flags.iter().map(String::as_str))
             .chain(sig.multi_value_flags.iter().map(String::as_str))
             .chain(sig.exit_flags.iter().map(String::as_str))
+            .chain(sig.mode_flags.keys().map(String::as_str))
+            .chain(sig.modeless_exit_flags.iter().map(String::as_str))
             .chain(evidence_bits.keys().map(String::as_str))
             .chain(sig.aliases.values().map(String::as_str));
         for canonical in named {
@@ -249,6 +278,8 @@ impl CompiledEngine {
                 Arity::One
             },
             exit: false,
+            mode: None,
+            modeless_exit: false,
             evidence: 0,
         })
     }
@@ -320,6 +351,36 @@ fn prefixed(name: &[u8], prefix: &[u8]) -> bool {
 /// A decimal rank other than 0 (`1`, `01`); anything else (`0`, `$RANK`, `+1`) is none.
 fn nonzero_rank(value: &[u8]) -> bool {
     !value.is_empty() && value.iter().all(u8::is_ascii_digit) && value.iter().any(|&b| b != b'0')
+}
+
+/// Whether `path`'s directory ends with one of `directories` (path components, `/` or `\\`
+/// separated, empty ones ignored), as `in_directory` in Python.
+fn in_directory(path: &[u8], directories: &[Vec<Box<[u8]>>]) -> bool {
+    let Some(end) = path.iter().rposition(|&b| b == b'/' || b == b'\\') else {
+        return false;
+    };
+    directories.iter().any(|wanted| {
+        let mut parts = path[..end]
+            .split(|&b| b == b'/' || b == b'\\')
+            .filter(|p| !p.is_empty())
+            .rev();
+        wanted.iter().rev().all(|w| parts.next() == Some(&**w))
+    })
+}
+
+/// `HOST:PORT` or `[V6]:PORT` -> (host, if not empty; port text); `None` for anything else.
+fn split_address(value: &[u8]) -> Option<(Option<&[u8]>, &[u8])> {
+    let (host, port) = if let Some(rest) = value.strip_prefix(b"[") {
+        let close = rest.iter().position(|&b| b == b']')?;
+        (&rest[..close], rest[close + 1..].strip_prefix(b":")?)
+    } else {
+        let colon = value.iter().rposition(|&b| b == b':')?;
+        if value[..colon].contains(&b':') {
+            return None;
+        }
+        (&value[..colon], &value[colon + 1..])
+    };
+    Some((Some(host).filter(|h| !h.is_empty()), port))
 }
 
 fn ends_with_ignore_ascii_case(value: &[u8], suffix: &[u8]) -> bool {
@@ -451,7 +512,10 @@ impl Matcher {
             by_module: FxHashMap::default(),
             by_prefix: Vec::new(),
             worker_titles: Vec::new(),
+            by_suffix: Vec::new(),
+            loader_prefixes: Vec::new(),
         };
+        let boxed_all = |names: &[String]| names.iter().map(|s| boxed(s)).collect::<Vec<_>>();
         for (engine, sig) in signatures.iter().enumerate() {
             let compiled = CompiledEngine::new(sig)?;
             for title in &sig.worker_titles {
@@ -460,21 +524,48 @@ impl Matcher {
             for form in &sig.launch_forms {
                 let form_index = matcher.forms.len();
                 matcher.forms.push(CompiledForm {
-                    subcommand: form.subcommand.iter().map(|s| boxed(s)).collect(),
-                    other_subcommands: form.other_subcommands.iter().map(|s| boxed(s)).collect(),
+                    subcommand: boxed_all(&form.subcommand),
+                    other_subcommands: boxed_all(&form.other_subcommands),
                     positional_model: form.positional_model,
+                    positional_port: form.positional_port,
+                    program_model: form.program_model,
+                    exit_subcommands: boxed_all(&form.exit_subcommands),
+                    no_arguments: form.no_arguments,
+                    loaders: boxed_all(&form.loaders),
+                    loader_prefixes: boxed_all(&form.loader_prefixes),
+                    directories: form
+                        .directories
+                        .iter()
+                        .map(|d| d.split('/').map(boxed).collect())
+                        .collect(),
                     evidence: form.evidence.as_ref().map(|e| compiled.evidence(sig, e)),
                     role: form.role,
                 });
                 for prefix in &form.executable_prefixes {
                     matcher.by_prefix.push((boxed(prefix), engine, form_index));
                 }
+                for suffix in &form.executable_suffixes {
+                    matcher.by_suffix.push((boxed(suffix), engine, form_index));
+                }
                 for name in &form.executables {
                     matcher
                         .by_executable
                         .entry(boxed(name))
                         .or_default()
+                        .forms
                         .push((engine, form_index));
+                }
+                for name in &form.loaders {
+                    matcher.by_executable.entry(boxed(name)).or_default().loader = true;
+                }
+                for prefix in &form.loader_prefixes {
+                    if !matcher
+                        .loader_prefixes
+                        .iter()
+                        .any(|p| **p == *prefix.as_bytes())
+                    {
+                        matcher.loader_prefixes.push(boxed(prefix));
+                    }
                 }
                 for name in &form.modules {
                     matcher
@@ -486,38 +577,104 @@ impl Matcher {
             }
             matcher.engines.push(compiled);
         }
+        let forms = &matcher.forms;
+        for program in matcher.by_executable.values_mut() {
+            program
+                .forms
+                .sort_by_key(|&(_, form)| forms[form].directories.is_empty());
+        }
         Ok(matcher)
     }
 
+    fn is_loader(&self, program: Option<&Program>, name: &[u8]) -> bool {
+        program.is_some_and(|p| p.loader)
+            || self
+                .loader_prefixes
+                .iter()
+                .any(|p| name.starts_with(p) && prefixed(name, p))
+    }
+
     /// Classifies argv: `Some` only for a serving process of a known engine. The forms argv's
-    /// program may be are tried in signature order, exact names before prefixes; the first whose
-    /// subcommand is given and whose evidence is found decides.
+    /// program may be are tried in signature order, exact names before prefixes and suffixes
+    /// (forms bound to a directory first); the first whose subcommand is given and whose
+    /// evidence is found decides.
     pub fn parse<'a, A: AsRef<[u8]>>(&self, argv: &'a [A]) -> Option<Parsed<'a>> {
-        let exe = basename(argv.first()?.as_ref());
-        let (exact, program, start) = if is_python(exe) {
+        let first = argv.first()?.as_ref();
+        let mut exe = basename(first);
+        let mut path = first;
+        let mut loader: Option<&[u8]> = None;
+        let (mut exact, mut program, start) = if is_python(exe) {
             match python_target(argv)? {
                 PythonTarget::Module(name, next) => (self.by_module.get(name), None, next),
-                PythonTarget::Script(path, next) => {
-                    let name = basename(path);
-                    (self.by_executable.get(name), Some(name), next)
+                PythonTarget::Script(script, next) => {
+                    path = script;
+                    exe = basename(script);
+                    (
+                        self.by_executable.get(exe).map(|p| &p.forms),
+                        Some(exe),
+                        next,
+                    )
                 }
             }
         } else {
-            (self.by_executable.get(exe), Some(exe), 1)
+            let found = self.by_executable.get(exe);
+            let forms = found.map(|p| &p.forms).filter(|f| !f.is_empty());
+            match argv.get(1) {
+                // A loader running the program named next (`[~/.ape-1.10, ./x.llamafile, ...]`).
+                Some(next) if forms.is_none() && self.is_loader(found, exe) => {
+                    loader = Some(exe);
+                    path = next.as_ref();
+                    exe = basename(path);
+                    (self.by_executable.get(exe).map(|p| &p.forms), Some(exe), 2)
+                }
+                _ => (forms, Some(exe), 1),
+            }
         };
-        let program =
+        if exact.is_some_and(Vec::is_empty) {
+            exact = None;
+        }
+        let prefixes =
             program.filter(|name| self.by_prefix.iter().any(|(p, _, _)| prefixed(name, p)));
-        if exact.is_none() && program.is_none() {
+        let suffixes = program.filter(|name| {
+            self.by_suffix
+                .iter()
+                .any(|(x, _, _)| name.len() > x.len() && name.ends_with(x))
+        });
+        if exact.is_none() && prefixes.is_none() && suffixes.is_none() {
             return self.worker(argv); // almost every process on a host: None
         }
+        program = prefixes;
         let by_prefix = self
             .by_prefix
             .iter()
             .filter(move |(prefix, _, _)| program.is_some_and(|name| prefixed(name, prefix)))
             .map(|&(_, engine, form)| (engine, form));
-        for (engine, form) in exact.into_iter().flatten().copied().chain(by_prefix) {
-            let compiled = &self.forms[form];
-            let sub = &compiled.subcommand;
+        let by_suffix = self
+            .by_suffix
+            .iter()
+            .filter(move |(suffix, _, _)| {
+                suffixes.is_some_and(|name| name.len() > suffix.len() && name.ends_with(suffix))
+            })
+            .map(|&(_, engine, form)| (engine, form));
+        let candidates = exact
+            .into_iter()
+            .flatten()
+            .copied()
+            .chain(by_prefix)
+            .chain(by_suffix);
+        for (engine, form_index) in candidates {
+            let form = &self.forms[form_index];
+            if let Some(name) = loader {
+                let accepted = form.loaders.iter().any(|l| **l == *name)
+                    || form.loader_prefixes.iter().any(|p| prefixed(name, p));
+                if !accepted {
+                    continue;
+                }
+            }
+            if !form.directories.is_empty() && !in_directory(path, &form.directories) {
+                continue;
+            }
+            let sub = &form.subcommand;
             let end = start + sub.len();
             let Some(given) = argv.get(start..end) else {
                 continue;
@@ -526,10 +683,10 @@ impl Matcher {
                 continue;
             }
             let next = argv.get(end).map(AsRef::as_ref);
-            if next.is_some_and(|t| compiled.other_subcommands.iter().any(|o| t == &**o)) {
+            if next.is_some_and(|t| form.other_subcommands.iter().any(|o| t == &**o)) {
                 continue;
             }
-            match self.parse_form(argv, engine, form, end) {
+            match self.parse_form(argv, engine, form_index, end, path) {
                 Outcome::Server(parsed) => return Some(parsed),
                 Outcome::Exits => return None,
                 Outcome::NoEvidence => {}
@@ -563,27 +720,37 @@ impl Matcher {
         engine_index: usize,
         form_index: usize,
         mut i: usize,
+        program: &'a [u8],
     ) -> Outcome<'a> {
         let engine = &self.engines[engine_index];
         let form = &self.forms[form_index];
+        let n = argv.len();
+        if form.no_arguments && i < n {
+            return Outcome::Exits;
+        }
         let positional_model = form.positional_model;
         let mut models: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
         let mut served: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
         let mut hosts: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
         let mut ports: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
+        let mut addresses: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
         let mut ranks: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
         let mut follower = false;
         let mut evidence_seen: u64 = 0;
         // A form that needs evidence reads on past an exit flag: without the evidence argv is not
         // this engine at all, whatever it asks of it.
         let mut exits = false;
+        let mut mode: Option<bool> = None;
+        let mut modeless_exit = false;
         let mut positional: Option<&'a [u8]> = None;
         let wanted_positionals = form
             .evidence
             .as_ref()
             .map_or(&[][..], |e| &e.positionals[..]);
         let mut positional_found = false;
-        let n = argv.len();
+        let mut positional_port: Option<&'a [u8]> = None;
+        let mut positionals = 0usize;
+        let port_position = usize::from(positional_model);
         while i < n {
             let token = argv[i].as_ref();
             i += 1;
@@ -594,10 +761,19 @@ impl Matcher {
                 break;
             }
             if !looks_like_flag(token) {
+                if positionals == 0 && form.exit_subcommands.iter().any(|s| **s == *token) {
+                    if form.evidence.is_none() {
+                        return Outcome::Exits;
+                    }
+                    exits = true;
+                }
                 if positional_model && positional.is_none() {
                     positional = Some(token);
+                } else if form.positional_port && positionals == port_position {
+                    positional_port = Some(token);
                 }
                 positional_found |= wanted_positionals.iter().any(|p| **p == *token);
+                positionals += 1;
                 continue;
             }
             let (name, inline) = match token.iter().position(|&b| b == b'=') {
@@ -624,6 +800,8 @@ impl Matcher {
                 exits = true;
             }
             evidence_seen |= info.evidence;
+            mode = info.mode.or(mode);
+            modeless_exit |= info.modeless_exit;
             let start = i;
             if inline.is_none() {
                 match info.arity {
@@ -660,6 +838,7 @@ impl Matcher {
                 Some(Fact::ServedName(p)) => served[p] = values,
                 Some(Fact::Host(p)) => hosts[p] = values,
                 Some(Fact::Port(p)) => ports[p] = values,
+                Some(Fact::Address(p)) => addresses[p] = values,
                 Some(Fact::Rank(p)) => ranks[p] = values,
                 Some(Fact::Follower) => follower = true,
                 None => {}
@@ -674,7 +853,8 @@ impl Matcher {
         };
         let model = positional
             .filter(|p| !p.is_empty())
-            .or_else(|| first(&models));
+            .or_else(|| first(&models))
+            .or_else(|| Some(program).filter(|p| form.program_model && !p.is_empty()));
         let mut served_names = Vec::new();
         for values in served.iter().flatten() {
             for value in values.iter(argv) {
@@ -702,9 +882,13 @@ impl Matcher {
                 return Outcome::NoEvidence;
             }
         }
-        if exits {
+        if exits || mode == Some(false) || (mode.is_none() && modeless_exit) {
             return Outcome::Exits;
         }
+        let address = first(&addresses).and_then(split_address);
+        let port_text = first(&ports)
+            .or_else(|| positional_port.filter(|p| !p.is_empty()))
+            .or_else(|| address.map(|(_, port)| port).filter(|p| !p.is_empty()));
         let role =
             if form.role == Role::Server && (follower || first(&ranks).is_some_and(nonzero_rank)) {
                 Role::Follower
@@ -715,8 +899,8 @@ impl Matcher {
             engine: engine_index,
             model,
             served_names,
-            host: first(&hosts),
-            port: first(&ports).and_then(parse_port),
+            host: first(&hosts).or_else(|| address.and_then(|(host, _)| host)),
+            port: port_text.and_then(parse_port),
             role,
         })
     }

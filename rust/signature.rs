@@ -49,13 +49,29 @@ pub struct LaunchForm {
     #[serde(default)]
     pub executable_prefixes: Vec<String>,
     #[serde(default)]
+    pub executable_suffixes: Vec<String>,
+    #[serde(default)]
     pub modules: Vec<String>,
+    #[serde(default)]
+    pub loaders: Vec<String>,
+    #[serde(default)]
+    pub loader_prefixes: Vec<String>,
+    #[serde(default)]
+    pub directories: Vec<String>,
     #[serde(default)]
     pub subcommand: Vec<String>,
     #[serde(default)]
     pub other_subcommands: Vec<String>,
     #[serde(default)]
     pub positional_model: bool,
+    #[serde(default)]
+    pub positional_port: bool,
+    #[serde(default)]
+    pub program_model: bool,
+    #[serde(default)]
+    pub exit_subcommands: Vec<String>,
+    #[serde(default)]
+    pub no_arguments: bool,
     #[serde(default)]
     pub evidence: Option<Evidence>,
     #[serde(default)]
@@ -82,6 +98,8 @@ pub struct Signature {
     #[serde(default)]
     pub port_flags: Vec<String>,
     #[serde(default)]
+    pub address_flags: Vec<String>,
+    #[serde(default)]
     pub no_value_flags: Vec<String>,
     #[serde(default)]
     pub no_value_prefixes: Vec<String>,
@@ -89,6 +107,10 @@ pub struct Signature {
     pub multi_value_flags: Vec<String>,
     #[serde(default)]
     pub exit_flags: Vec<String>,
+    #[serde(default)]
+    pub mode_flags: BTreeMap<String, bool>,
+    #[serde(default)]
+    pub modeless_exit_flags: Vec<String>,
     #[serde(default)]
     pub follower_flags: Vec<String>,
     #[serde(default)]

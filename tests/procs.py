@@ -27,12 +27,16 @@ class Procs:
         self.helper = helper
         self.started: list[subprocess.Popen[bytes]] = []
 
-    def start(self, argv: Sequence[str], pass_fds: Sequence[int] = (), **env: str) -> subprocess.Popen[bytes]:
-        """``pass_fds``: descriptors the process holds too (a server socket, see fakeserver)."""
+    def start(
+        self, argv: Sequence[str], pass_fds: Sequence[int] = (), cwd: Path | None = None, **env: str
+    ) -> subprocess.Popen[bytes]:
+        """``pass_fds``: descriptors the process holds too (a server socket, see fakeserver);
+        ``cwd``: its working directory."""
         proc = subprocess.Popen(
             [os.fsencode(a) for a in argv],
             executable=self.helper,
             pass_fds=tuple(pass_fds),
+            cwd=cwd,
             env={**os.environ, **env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if "HELPER_LISTEN" in env else subprocess.DEVNULL,

@@ -14,8 +14,28 @@ from pydantic import ValidationError
 from enginespec import Command, CommandError, Config, InstallOptionsError, Recipe, get_engine_spec, parse_argv
 from enginespec.engines import BUILTIN_ENGINE_SPECS
 
-ENGINES = [spec.id for spec in BUILTIN_ENGINE_SPECS]
+# Engines whose server takes its facts as flags (`ollama serve` takes none).
+ENGINES = [spec.id for spec in BUILTIN_ENGINE_SPECS if not spec.signature.launch_forms[0].no_arguments]
 
+FLAG_FIELD_NAMES = (
+    "served_model_name",
+    "port",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "gpu_layers",
+    "max_num_seqs",
+    "kv_cache_dtype",
+    "dtype",
+    "quantization",
+    "trust_remote_code",
+    "tool_call_parser",
+    "reasoning_parser",
+    "chat_template",
+    "api_key",
+)
 ALL_FIELDS: dict[str, Any] = {
     "served_model_name": "served",
     "port": 8123,
@@ -228,6 +248,30 @@ EXPECTED_FLAGS: dict[str, dict[str, str | None]] = {
         "chat_template": None,
         "api_key": "--api_key",
     },
+    # `ollama serve` takes no arguments: see test_engines_b.py.
+    "llamafile": {
+        **dict.fromkeys(FLAG_FIELD_NAMES),
+        "served_model_name": "--alias",
+        "port": "--port",
+        "max_model_len": "--ctx-size",
+        "gpu_layers": "--n-gpu-layers",
+        "max_num_seqs": "--parallel",
+        "api_key": "--api-key",
+    },
+    "koboldcpp": {
+        **dict.fromkeys(FLAG_FIELD_NAMES),
+        "port": "--port",
+        "max_model_len": "--contextsize",
+        "gpu_layers": "--gpulayers",
+        "api_key": "--password",
+    },
+    "tabbyapi": {
+        **dict.fromkeys(FLAG_FIELD_NAMES),
+        "port": "--port",
+        "max_model_len": "--max-seq-len",
+        "max_num_seqs": "--max-batch-size",
+        "kv_cache_dtype": "--cache-mode",
+    },
 }
 
 
@@ -283,7 +327,9 @@ def test_unset_fields_emit_nothing(engine: str, config: Config) -> None:
     # only the model (flag or positional) and the host
     assert spec.signature.host_flags[0] in command.argv
     assert spec.signature.port_flags[0] not in command.argv
-    assert len([a for a in command.argv if a.startswith("--")]) == (1 if spec.model_flag is None else 2)
+    fixed = [a for a in spec.launch.args if a.startswith("--")]  # `llamafile --server`
+    expected = len(fixed) + (1 if spec.model_flag is None else 2)
+    assert len([a for a in command.argv if a.startswith("--")]) == expected
     assert command.warnings == ()
 
 

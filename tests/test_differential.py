@@ -42,6 +42,9 @@ def _vocabulary() -> list[str]:
             signature.served_name_flags,
             signature.host_flags,
             signature.port_flags,
+            signature.address_flags,
+            tuple(signature.mode_flags),
+            signature.modeless_exit_flags,
             signature.no_value_flags,
             signature.multi_value_flags,
             signature.exit_flags,
@@ -54,6 +57,11 @@ def _vocabulary() -> list[str]:
             words.update(form.modules)
             words.update(form.subcommand)
             words.update(form.other_subcommands)
+            words.update(form.exit_subcommands)
+            words.update(form.loaders)
+            words.update(prefix + "1.10" for prefix in form.loader_prefixes)
+            words.update(stem + suffix for suffix in form.executable_suffixes for stem in ("m", "", "/a/m"))
+            words.update(f"/x/{d}/{e}" for d in form.directories for e in form.executables)
             words.update(
                 prefix + suffix for prefix in form.executable_prefixes for suffix in _PROGRAM_SUFFIXES
             )
@@ -64,6 +72,7 @@ def _vocabulary() -> list[str]:
     for word in words:
         variants.update({word, word.replace("-", "_"), word + "=v", word + "=", word + "=1", word.upper()})
     extra = {"python", "python3.11", "/v/bin/python3", "Python", "/v/bin/vllm", "8080", "x.exe", *_VALUES}
+    extra |= {"h:1", "[::1]:2", ":3", "a:b:c", "[x]", "C:\\lib\\ollama\\llama-server.exe"}
     return sorted(variants | extra)
 
 
@@ -120,8 +129,12 @@ _FLAGS = ("--a", "--b-c", "--d_e", "-x", "-y", "--no-z", "--r", "--s-t", "--hd",
 _ALIASES = ("-p", "-q", "--old")
 _NAMES = ("srv", "srv-gpu", "tool", "a.b")
 _PREFIXES = ("srv-", "tool-", "s")
+_SUFFIXES = (".lf", ".x")
+_LOADERS = ("ld", "ld.elf")
+_LOADER_PREFIXES = (".ld-",)
+_DIRECTORIES = ("lib/srv", "opt")
 _MODULES = ("pkg.server", "pkg")
-_BUCKETS = ("model", "served", "host", "port", "rank", "follower", "other")
+_BUCKETS = ("model", "served", "host", "port", "address", "rank", "follower", "other")
 
 
 @st.composite
@@ -137,15 +150,24 @@ def _evidence(draw: st.DrawFn) -> Evidence | None:
 def _form(draw: st.DrawFn) -> LaunchForm:
     executables = draw(st.lists(st.sampled_from(_NAMES), max_size=2, unique=True))
     prefixes = draw(st.lists(st.sampled_from(_PREFIXES), max_size=1))
+    suffixes = draw(st.lists(st.sampled_from(_SUFFIXES), max_size=1))
     modules = draw(st.lists(st.sampled_from(_MODULES), max_size=1))
-    assume(executables or prefixes or modules)
+    assume(executables or prefixes or suffixes or modules)
     return LaunchForm(
         executables=tuple(executables),
         executable_prefixes=tuple(prefixes),
+        executable_suffixes=tuple(suffixes),
         modules=tuple(modules),
+        loaders=tuple(draw(st.lists(st.sampled_from(_LOADERS), max_size=2, unique=True))),
+        loader_prefixes=tuple(draw(st.lists(st.sampled_from(_LOADER_PREFIXES), max_size=1))),
+        directories=tuple(draw(st.lists(st.sampled_from(_DIRECTORIES), max_size=1))),
         subcommand=tuple(draw(st.lists(st.sampled_from(("serve", "run")), max_size=1))),
         other_subcommands=tuple(draw(st.lists(st.sampled_from(("serve", "run", "m.bin")), max_size=2))),
         positional_model=draw(st.booleans()),
+        positional_port=draw(st.booleans()),
+        program_model=draw(st.booleans()),
+        exit_subcommands=tuple(draw(st.lists(st.just("download"), max_size=1))),
+        no_arguments=draw(st.booleans()),
         evidence=draw(st.none() | _evidence()),
         role=draw(st.sampled_from(("server", "runner", "follower"))),
     )
@@ -169,6 +191,9 @@ def _signature(draw: st.DrawFn, engine: str) -> Signature:
         "served_name_separator": draw(st.sampled_from((None, ","))),
         "host_flags": tuple(buckets["host"]),
         "port_flags": tuple(buckets["port"]),
+        "address_flags": tuple(buckets["address"]),
+        "mode_flags": {flag: draw(st.booleans()) for flag in draw(subset)},
+        "modeless_exit_flags": frozenset(draw(subset)),
         "follower_rank_flags": tuple(buckets["rank"]),
         "follower_flags": frozenset(buckets["follower"]),
         "no_value_flags": frozenset(draw(subset)),
@@ -206,6 +231,11 @@ _SIGNATURE_WORDS = sorted(
         "--",
         *_MODEL_VALUES,
         "a,b",
+        "download",
+        "h:1",
+        "[::1]:2",
+        ":3",
+        "a:b:c",
         "",
     }
 )
@@ -224,10 +254,14 @@ _PROGRAMS = sorted(
         *(name + ".exe" for name in _NAMES),
         *(prefix + suffix for prefix in _PREFIXES for suffix in _PROGRAM_SUFFIXES),
         *_MODULES,
+        *(stem + suffix for stem in ("m", "", "/a/m", "m.exe") for suffix in _SUFFIXES),
+        *(f"/x/{d}/{n}" for d in _DIRECTORIES for n in _NAMES),
         "/v/bin/srv",
+        "C:\\lib\\srv\\srv.exe",
         "other",
     }
 )
+_LOADER_WORDS = (*_LOADERS, *(prefix + "1.9" for prefix in _LOADER_PREFIXES), "/u/.ld-", "ld.sh")
 _PIECE = st.one_of(
     st.sampled_from(_SIGNATURE_WORDS).map(lambda word: [word]),
     st.text(alphabet="-_=.,a01", max_size=4).map(lambda word: [word]),
@@ -235,10 +269,13 @@ _PIECE = st.one_of(
     st.tuples(st.sampled_from(_FLAGS + _ALIASES), st.sampled_from(_VALUES + _MODEL_VALUES)).map(list),
 )
 _ARGV = st.tuples(
-    st.sampled_from(_PROGRAMS),
+    st.lists(st.sampled_from(_LOADER_WORDS), max_size=1).flatmap(
+        lambda loader: st.sampled_from(_PROGRAMS).map(lambda program: " ".join([*loader, program]))
+    ),
     st.lists(st.sampled_from(("serve", "run")), max_size=1),
     st.lists(_PIECE, max_size=6),
-).map(lambda parts: [parts[0], *parts[1], *(word for piece in parts[2] for word in piece)])
+    # a loader and its program: two arguments, joined above only to be drawn together
+).map(lambda parts: [*parts[0].split(" ", 1), *parts[1], *(word for piece in parts[2] for word in piece)])
 
 
 def _crafted(signatures: tuple[Signature, ...]) -> list[list[str]]:
@@ -247,14 +284,25 @@ def _crafted(signatures: tuple[Signature, ...]) -> list[list[str]]:
     crafted = []
     for sig in signatures:
         for form in sig.launch_forms:
-            programs = [*form.executables, *(prefix + "b1" for prefix in form.executable_prefixes)]
-            for program in programs or ["python", "-m", *form.modules[:1]]:
-                head = [program, *form.subcommand]
+            programs = [
+                *form.executables,
+                *(prefix + "b1" for prefix in form.executable_prefixes),
+                *("m" + suffix for suffix in form.executable_suffixes),
+            ]
+            programs = [f"/x/{form.directories[0]}/{p}" for p in programs] if form.directories else programs
+            loaders = [[], *([loader] for loader in form.loaders[:1])]
+            for program, loader in (
+                (p, ld) for p in programs or ["python", "-m", *form.modules[:1]] for ld in loaders
+            ):
+                head = [*loader, program, *form.subcommand]
                 evidence = list(form.evidence.any_flags[:1]) if form.evidence else []
                 for flag in sig.follower_rank_flags[:1]:
                     crafted += [[*head, flag, value] for value in _VALUES]
                 for flag in sig.model_flags[:1]:
                     crafted += [[*head, flag, value, *evidence] for value in _MODEL_VALUES]
+                for flag in sig.address_flags[:1]:
+                    crafted += [[*head, flag, value] for value in ("h:1", "[::1]:2", ":3", "a:b:c", "[x]")]
+                crafted += [[*head, "m", "5001"], [*head, "download", "m"], [*head, *sorted(sig.mode_flags)]]
                 crafted += [[*head, value, *evidence, *sorted(sig.exit_flags)[:1]] for value in _MODEL_VALUES]
     return crafted
 

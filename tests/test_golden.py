@@ -122,7 +122,7 @@ NOT_SERVERS: list[list[str]] = [
     ["python"],
     ["/bin/sh", "-c", "vllm serve m"],
     ["docker", "run", "vllm/vllm-openai", "--model", "m"],
-    ["ollama", "serve"],
+    ["ollama", "serve", "--timeout", "600"],
     ["python-config", "-m", "vllm.entrypoints.openai.api_server"],
     [],
     [""],

@@ -182,7 +182,9 @@ def _programs() -> list[tuple[Signature, LaunchForm, str]]:
     found = []
     for signature in all_signatures():
         for form in signature.launch_forms:
-            found += [(signature, form, name) for name in form.executables]
+            # a form bound to a directory is launched from there (`/usr/lib/ollama/llama-server`)
+            where = f"/usr/{form.directories[0]}/" if form.directories else ""
+            found += [(signature, form, where + name) for name in form.executables]
             found += [(signature, form, prefix + "b5678") for prefix in form.executable_prefixes]
     return found
 
@@ -276,7 +278,7 @@ def test_bad_evidence_is_refused(evidence: dict[str, Any], message: str) -> None
 
 
 def test_launch_form_data_is_checked() -> None:
-    with pytest.raises(ValueError, match="at least one executable, executable prefix or module"):
+    with pytest.raises(ValueError, match="at least one executable, executable prefix or suffix, or module"):
         LaunchForm()
     with pytest.raises(ValueError, match="plain name"):
         LaunchForm(executable_prefixes=("llama server-",))

@@ -104,7 +104,7 @@ def test_entry_point_plugin_in_a_real_venv(tmp_path: Path, helper: Path) -> None
     result = json.loads(out.stdout)
     # The venv sees the same enginespec as this process, so it makes the same backend choice.
     assert result["backend"] == enginespec.BACKEND
-    assert result["ids"] == ["vllm", "sglang", "llamacpp", "mlx", "toy"]
+    assert result["ids"] == [*(spec.id for spec in enginespec.BUILTIN_ENGINE_SPECS), "toy"]
     parsed = result["parsed"]
     assert (parsed["engine"], parsed["model"], parsed["port"]) == ("toy", "/w/toy.bin", 7001)
     assert parsed["effective_host"] == "127.0.0.1"

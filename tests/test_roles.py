@@ -1,5 +1,5 @@
 """Roles: what a recognised process is to its engine (server, runner, follower), on the active
-backend; and every record of tests/data/argv-new-public.jsonl for the four built-in engines."""
+backend; and every record of tests/data/argv-new-public.jsonl for the built-in engines."""
 
 from __future__ import annotations
 
@@ -19,18 +19,6 @@ NEW_CORPUS = Path(__file__).parent / "data" / "argv-new-public.jsonl"
 BUILT_IN = set(enginespec.engine_ids())
 VENV_PY = "/srv/venv/bin/python3"
 
-# Records of other engines that one of the four built-in engines claims today, with the reason.
-# Each is still checked: the test asserts our answer for it, so a change of behaviour is noticed.
-CLAIMED_BY_BUILT_IN: dict[str, tuple[Any, str]] = {
-    # Ollama (v0.30+) runs the upstream llama-server binary from its lib directory as a per-model
-    # runner. argv alone is that of a llama-server; telling it from one is for the Ollama engine
-    # spec (its path, or its parent `ollama serve`), not done yet.
-    "/usr/local/lib/ollama/llama-server": (
-        ("llamacpp", "server"),
-        "Ollama's bundled llama-server runner: left to the Ollama engine",
-    ),
-}
-
 
 def _records() -> list[dict[str, Any]]:
     return [json.loads(line) for line in NEW_CORPUS.read_text().splitlines() if line.strip()]
@@ -47,7 +35,7 @@ def test_new_corpus_is_the_shared_one() -> None:
     records = _records()
     assert len(records) >= 130
     assert sum(r["engine"] in BUILT_IN for r in records) >= 11
-    assert {r.get("role") for r in records if r["engine"] in BUILT_IN} == {"server", "follower"}
+    assert {r.get("role") for r in records if r["engine"] in BUILT_IN} == {"server", "follower", "runner"}
 
 
 @pytest.mark.parametrize(
@@ -78,16 +66,7 @@ def test_new_corpus_built_in_and_null_records(record: dict[str, Any]) -> None:
 )
 def test_new_corpus_other_engines_are_not_taken_for_built_in_ones(record: dict[str, Any]) -> None:
     inv = parse_argv(record["argv"])
-    got = None if inv is None else (inv.engine, inv.role)
-    if record["argv"][0] in CLAIMED_BY_BUILT_IN:
-        assert got == CLAIMED_BY_BUILT_IN[record["argv"][0]][0]
-        return
-    assert got is None or got[0] not in BUILT_IN
-
-
-def test_known_claims_are_real_records() -> None:
-    argv0 = {r["argv"][0] for r in _records() if r["engine"] not in BUILT_IN}
-    assert set(CLAIMED_BY_BUILT_IN) <= argv0
+    assert inv is None or inv.engine not in BUILT_IN
 
 
 ROLES: list[tuple[list[str], str]] = [

@@ -163,9 +163,17 @@ impl<'a> Arbitrary<'a> for Word {
 #[derive(Debug, Arbitrary, Serialize)]
 struct FuzzForm {
     executables: Vec<Word>,
+    executable_suffixes: Vec<Word>,
     modules: Vec<Word>,
+    loaders: Vec<Word>,
+    loader_prefixes: Vec<Word>,
+    directories: Vec<Word>,
     subcommand: Vec<Word>,
     positional_model: bool,
+    positional_port: bool,
+    program_model: bool,
+    exit_subcommands: Vec<Word>,
+    no_arguments: bool,
 }
 
 /// Mirrors `enginespec::Signature`'s JSON form (fields the Rust side ignores are left out).
@@ -180,6 +188,9 @@ struct FuzzSignature {
     served_name_separator: Option<Word>,
     host_flags: Vec<Word>,
     port_flags: Vec<Word>,
+    address_flags: Vec<Word>,
+    mode_flags: BTreeMap<Word, bool>,
+    modeless_exit_flags: Vec<Word>,
     no_value_flags: Vec<Word>,
     no_value_prefixes: Vec<Word>,
     multi_value_flags: Vec<Word>,

@@ -28,6 +28,11 @@ _PREFIX_SUFFIX = re.compile(r"[A-Za-z0-9._-]+", re.ASCII)
 _LETTERS_EXTENSION = re.compile(r".*\.[A-Za-z]+", re.ASCII | re.DOTALL)
 
 
+def is_python(name: str) -> bool:
+    """Whether a basename is a Python interpreter's (as ``is_python`` in Rust)."""
+    return bool(_PYTHON.fullmatch(name))
+
+
 def basename(path: str) -> str:
     """Last path component, `/` or `\\` separated, without a trailing `.exe` (as `basename` in Rust)."""
     name = path[max(path.rfind("/"), path.rfind("\\")) + 1 :]
@@ -66,7 +71,7 @@ def _parse_port(value: str) -> int | None:
     return port if port <= 65535 else None
 
 
-def _python_target(argv: Sequence[str]) -> tuple[str, str, int] | None:
+def python_target(argv: Sequence[str]) -> tuple[str, str, int] | None:
     """For an interpreter argv: ("module", name, next index) or ("script", path, next index)."""
     i = 1
     while i < len(argv):
@@ -102,6 +107,37 @@ def _python_target(argv: Sequence[str]) -> tuple[str, str, int] | None:
     return None
 
 
+def in_directory(path: str, directories: tuple[str, ...]) -> bool:
+    """Whether ``path``'s directory ends with one of ``directories`` (path components, `/` or `\\`
+    separated, empty ones ignored), as ``in_directory`` in Rust."""
+    end = max(path.rfind("/"), path.rfind("\\"))
+    if end < 0:
+        return False
+    parts = [part for part in re.split(r"[/\\]", path[:end]) if part]
+    for directory in directories:
+        wanted = directory.split("/")
+        if len(parts) >= len(wanted) and parts[len(parts) - len(wanted) :] == wanted:
+            return True
+    return False
+
+
+def _split_address(value: str) -> tuple[str | None, str | None]:
+    """``HOST:PORT`` or ``[V6]:PORT`` -> (host or None, port text); (None, None) for anything else."""
+    if value.startswith("["):
+        close = value.find("]")
+        if close < 0 or value[close + 1 : close + 2] != ":":
+            return None, None
+        return value[1:close] or None, value[close + 2 :]
+    colon = value.rfind(":")
+    if colon < 0 or ":" in value[:colon]:
+        return None, None
+    return value[:colon] or None, value[colon + 1 :]
+
+
+def _accepts_loader(form: LaunchForm, loader: str) -> bool:
+    return loader in form.loaders or any(prefixed(loader, prefix) for prefix in form.loader_prefixes)
+
+
 class _Compiled:
     def __init__(self, signature: Signature) -> None:
         self.signature = signature
@@ -116,11 +152,15 @@ class _Compiled:
             *signature.served_name_flags,
             *signature.host_flags,
             *signature.port_flags,
+            *signature.address_flags,
             *signature.follower_rank_flags,
             *signature.follower_flags,
             *(flag for flags in self.evidence_flags.values() for flag in flags),
         )
         self.wanted = frozenset(wanted)
+
+
+_Candidates = list[tuple[int, LaunchForm]]
 
 
 class Matcher:
@@ -131,18 +171,30 @@ class Matcher:
 
         documents = json.loads(signatures_json)
         self._engines = [_Compiled(Signature.model_validate(doc)) for doc in documents]
-        self._by_executable: dict[str, list[tuple[int, LaunchForm]]] = {}
-        self._by_module: dict[str, list[tuple[int, LaunchForm]]] = {}
+        self._by_executable: dict[str, _Candidates] = {}
+        self._by_module: dict[str, _Candidates] = {}
         self._by_prefix: list[tuple[str, int, LaunchForm]] = []
+        self._by_suffix: list[tuple[str, int, LaunchForm]] = []
+        self._loaders: set[str] = set()
+        loader_prefixes: set[str] = set()
         for index, compiled in enumerate(self._engines):
             for form in compiled.signature.launch_forms:
                 for name in form.executables:
                     self._by_executable.setdefault(name, []).append((index, form))
                 for name in form.executable_prefixes:
                     self._by_prefix.append((name, index, form))
+                for name in form.executable_suffixes:
+                    self._by_suffix.append((name, index, form))
                 for name in form.modules:
                     self._by_module.setdefault(name, []).append((index, form))
+                self._loaders.update(form.loaders)
+                loader_prefixes.update(form.loader_prefixes)
+        # A form bound to a directory is tried before the other forms of the same name.
+        for candidates in self._by_executable.values():
+            candidates.sort(key=lambda candidate: not candidate[1].directories)
         self._prefixes = tuple(prefix for prefix, _, _ in self._by_prefix)
+        self._suffixes = tuple(suffix for suffix, _, _ in self._by_suffix)
+        self._loader_prefixes = tuple(sorted(loader_prefixes))
         self._worker_titles = [
             (title, index)
             for index, compiled in enumerate(self._engines)
@@ -152,17 +204,27 @@ class Matcher:
     def engines(self) -> list[str]:
         return [compiled.signature.engine for compiled in self._engines]
 
+    def _is_loader(self, name: str) -> bool:
+        return name in self._loaders or (
+            bool(self._loader_prefixes)
+            and name.startswith(self._loader_prefixes)
+            and any(prefixed(name, prefix) for prefix in self._loader_prefixes)
+        )
+
     def parse(self, argv: Sequence[str]) -> RawInvocation | None:
         """The facts of the first form argv launches (subcommand given, evidence found), if any.
-        The forms argv's program may be are tried in signature order, exact names before prefixes.
+        The forms argv's program may be are tried in signature order, exact names before prefixes
+        and suffixes (forms bound to a directory first).
         """
         if not argv:
             return None
         exe = basename(argv[0])
         start = 1
-        candidates: list[tuple[int, LaunchForm]] | None
+        program: str = argv[0]
+        loader: str | None = None
+        candidates: _Candidates | None
         if _PYTHON.fullmatch(exe):
-            target = _python_target(argv)
+            target = python_target(argv)
             if target is None:
                 return None
             kind, name, start = target
@@ -170,22 +232,34 @@ class Matcher:
                 candidates = self._by_module.get(name)
                 exe = ""
             else:
-                exe = basename(name)
+                program, exe = name, basename(name)
                 candidates = self._by_executable.get(exe)
         else:
             candidates = self._by_executable.get(exe)
-        # One C-level test for the common case: no prefix at all.
+            # A loader running the program named next (`[~/.ape-1.10, ./x.llamafile, ...]`).
+            if not candidates and len(argv) > 1 and self._is_loader(exe):
+                loader, program, start = exe, argv[1], 2
+                exe = basename(program)
+                candidates = self._by_executable.get(exe)
+        # One C-level test for the common case: no prefix or suffix at all.
         if exe and self._prefixes and exe.startswith(self._prefixes):
             candidates = [*(candidates or ()), *((i, f) for p, i, f in self._by_prefix if prefixed(exe, p))]
+        if exe and self._suffixes and exe.endswith(self._suffixes):
+            suffixed = ((i, f) for x, i, f in self._by_suffix if len(exe) > len(x) and exe.endswith(x))
+            candidates = [*(candidates or ()), *suffixed]
         if not candidates:
             return self._worker(argv)  # almost every process on a host: None
         for index, form in candidates:
+            if loader is not None and not _accepts_loader(form, loader):
+                continue
+            if form.directories and not in_directory(program, form.directories):
+                continue
             end = start + len(form.subcommand)
             if tuple(argv[start:end]) != form.subcommand:
                 continue
             if end < len(argv) and argv[end] in form.other_subcommands:
                 continue
-            outcome = self._parse_form(argv, index, form, end)
+            outcome = self._parse_form(argv, index, form, end, program)
             if outcome != "no evidence":
                 return outcome
         return None
@@ -200,18 +274,25 @@ class Matcher:
         return None
 
     def _parse_form(
-        self, argv: Sequence[str], index: int, form: LaunchForm, i: int
+        self, argv: Sequence[str], index: int, form: LaunchForm, i: int, program: str
     ) -> RawInvocation | Literal["no evidence"] | None:
         compiled = self._engines[index]
         sig = compiled.signature
+        n = len(argv)
+        if form.no_arguments and i < n:
+            return None
         seen: dict[str, list[str]] = {}
         positional: str | None = None
         wanted_positionals = form.evidence.positionals if form.evidence is not None else ()
         positional_found = False
+        positional_port: str | None = None
+        positionals = 0
+        port_position = 1 if form.positional_model else 0
         # A form that needs evidence reads on past an exit flag: without the evidence argv is not
         # this engine at all, whatever it asks of it.
         exited = False
-        n = len(argv)
+        mode: bool | None = None
+        modeless_exit = False
         while i < n:
             token = argv[i]
             i += 1
@@ -220,9 +301,16 @@ class Matcher:
                     positional = argv[i]
                 break
             if not looks_like_flag(token):
+                if positionals == 0 and token in form.exit_subcommands:
+                    if form.evidence is None:
+                        return None
+                    exited = True
                 if form.positional_model and positional is None:
                     positional = token
+                elif form.positional_port and positionals == port_position:
+                    positional_port = token
                 positional_found = positional_found or token in wanted_positionals
+                positionals += 1
                 continue
             inline: str | None = None
             name = token
@@ -235,6 +323,8 @@ class Matcher:
                 if form.evidence is None:
                     return None
                 exited = True
+            mode = sig.mode_flags.get(flag, mode)
+            modeless_exit = modeless_exit or flag in sig.modeless_exit_flags
             if inline is not None:
                 values = [inline]
             elif flag in sig.no_value_flags or flag.startswith(sig.no_value_prefixes):
@@ -264,7 +354,7 @@ class Matcher:
                     return values[-1]
             return None
 
-        model = positional or last(sig.model_flags)
+        model = positional or last(sig.model_flags) or (program if form.program_model else None)
         served: list[str] = []
         for flag in sig.served_name_flags:
             for value in seen.get(flag, ()):
@@ -272,7 +362,9 @@ class Matcher:
                 served.extend(part for part in parts if part)
             if served:
                 break
-        port_value = last(sig.port_flags)
+        address = last(sig.address_flags)
+        address_host, address_port = _split_address(address) if address is not None else (None, None)
+        port_value = last(sig.port_flags) or positional_port or address_port or None
         port = _parse_port(port_value) if port_value is not None else None
         model = model or None
         evidence = form.evidence
@@ -286,11 +378,11 @@ class Matcher:
                 return "no evidence"
             if evidence.positionals and not positional_found:
                 return "no evidence"
-        if exited:
+        if exited or mode is False or (mode is None and modeless_exit):
             return None
         role: Role = form.role
         if role == "server" and (sig.follower_flags or sig.follower_rank_flags):
             rank = last(sig.follower_rank_flags)
             if (rank is not None and _nonzero_rank(rank)) or not seen.keys().isdisjoint(sig.follower_flags):
                 role = "follower"
-        return index, model, served, last(sig.host_flags), port, role
+        return index, model, served, last(sig.host_flags) or address_host, port, role

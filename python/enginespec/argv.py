@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from enginespec._backend import MatcherType
-from enginespec._pymatcher import looks_like_flag
+from enginespec._pymatcher import basename, is_python, looks_like_flag, python_target
 from enginespec.definition import EngineDefinition, Fact
 from enginespec.display import literal
 from enginespec.masking import REDACTED, is_secret_name
@@ -85,10 +86,66 @@ def _checked(argv: Sequence[str]) -> list[str]:
     return tokens
 
 
-def parse_argv(argv: Sequence[str]) -> Invocation | None:
+def served_names(signature: Signature, model: str | None, served: Sequence[str]) -> tuple[str, ...]:
+    """The names clients use: the served-name flags', or the model's where the engine serves it
+    under the name it is given by."""
+    if served or not signature.model_is_served_name:
+        return tuple(served)
+    return (model,) if model else ()
+
+
+#: Longest program directory a checkout is looked for in (a path, as argv gives it).
+_MAX_CHECKOUT_DIRECTORY = 4096
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """Files that must lie next to argv's program for it to be this engine (``LaunchForm.
+    checkout_files``): ``directory`` is the program's directory as argv gives it (``""``: the
+    working directory)."""
+
+    program: str
+    directory: str
+    files: tuple[str, ...]
+
+    def missing(self, root: str, cwd: str) -> str | None:
+        """The first file that is not a regular file, seen through ``root`` (for an absolute
+        directory) or ``cwd``; ``None`` when all are there. Nothing is followed but the path to the
+        directory: a checkout's own files are plain files (``lstat``)."""
+        if len(self.directory) > _MAX_CHECKOUT_DIRECTORY:
+            return self.files[0]
+        base = root if self.directory.startswith("/") else cwd
+        for name in self.files:
+            try:
+                if not stat.S_ISREG(os.lstat(os.path.join(base, self.directory.lstrip("/"), name)).st_mode):
+                    return name
+            except (OSError, ValueError):
+                return name
+        return None
+
+
+def checkout(signature: Signature, argv: Sequence[str]) -> Checkout | None:
+    """The checkout argv's program must be in, when a launch form of ``signature`` names its
+    program with ``checkout_files``."""
+    program = argv[0] if argv else ""
+    if is_python(basename(program)):
+        target = python_target(argv)
+        program = target[1] if target is not None and target[0] == "script" else ""
+    name = basename(program)
+    for form in signature.launch_forms:
+        if form.checkout_files and name in form.executables:
+            directory = program[: max(program.rfind("/"), program.rfind("\\")) + 1]
+            return Checkout(program, directory, form.checkout_files)
+    return None
+
+
+def parse_argv(argv: Sequence[str], cwd: str | os.PathLike[str] | None = None) -> Invocation | None:
     """Recognises a serving process of a known engine from its argv, else returns ``None``.
 
-    Strings may carry surrogate escapes (``os.fsdecode`` of bytes that are not UTF-8).
+    Strings may carry surrogate escapes (``os.fsdecode`` of bytes that are not UTF-8). A program
+    that is an engine only inside its checkout (TabbyAPI's ``main.py``) is looked for in ``cwd``,
+    the process's working directory: ``None`` when its files are not there; without ``cwd`` the
+    invocation is returned with a problem saying it was not checked.
     """
     tokens = _checked(argv)
     compiled = _current()
@@ -105,16 +162,26 @@ def parse_argv(argv: Sequence[str]) -> Invocation | None:
     if "port" in replaced:
         port, port_text = None, None
     where = endpoint(engine, tokens, host, port, port_text, role)
+    problems = where.problems
+    needed = checkout(signature, tokens)
+    if needed is not None:
+        if cwd is None:
+            problems += (
+                f"'{literal(basename(needed.program))}' is {signature.engine} only inside its checkout "
+                f"({', '.join(needed.files)} next to it): not checked without the working directory",
+            )
+        elif needed.missing("/", os.fspath(cwd)) is not None:
+            return None
     return Invocation(
         engine=signature.engine,
         model=model,
-        served_model_names=tuple(served),
+        served_model_names=served_names(signature, model, served),
         host=host,
         port=port,
         effective_host=where.effective_host,
         effective_port=where.effective_port,
         role=role,
-        problems=where.problems,
+        problems=problems,
     )
 
 

@@ -113,7 +113,8 @@ def _entries(engine: EngineDefinition, recipe: Recipe, strict: bool) -> tuple[li
     warnings: list[str] = []
 
     def add(field: str, values: list[str] | None) -> None:
-        flags = _field_flags(engine, field)
+        # `ollama serve` takes no arguments at all: every field is dropped, with its warning.
+        flags = () if engine.signature.launch_forms[0].no_arguments else _field_flags(engine, field)
         if not flags:
             shown = REDACTED if field == "api_key" else repr(getattr(recipe, field))
             message = f"{engine.id} has no flag for {field}={shown}; not emitted"
@@ -124,11 +125,13 @@ def _entries(engine: EngineDefinition, recipe: Recipe, strict: bool) -> tuple[li
         for flag in flags:
             entries.append(_Entry(engine.signature.canonical(flag), flag, values))
 
-    if engine.model_flag is not None:
+    if engine.model_flag is not None or not engine.signature.launch_forms[0].positional_model:
         add("model_path", [recipe.model_path])
-    add("host", [recipe.host])
-    if recipe.port is not None:
-        add("port", [str(recipe.port)])
+    # An engine that reads its address from one environment variable gets it there (Ollama).
+    if _address_variable(engine) is None:
+        add("host", [recipe.host])
+        if recipe.port is not None:
+            add("port", [str(recipe.port)])
     for field in ("served_model_name", *FLAG_FIELDS):
         value = getattr(recipe, field)
         if value is None or value is False:
@@ -227,6 +230,12 @@ def plan(
         raise CommandError(f"engine: recipe is for {recipe.engine!r}, this spec builds {engine.id!r}")
     entries, warnings = _entries(engine, recipe, strict)
     extra, overridden = _extra_entries(engine, recipe.extra_args)
+    if extra and engine.signature.launch_forms[0].no_arguments:
+        message = f"{engine.id}'s server takes no arguments; extra_args not emitted"
+        if strict:
+            raise CommandError(message)
+        warnings.append(message)
+        extra, overridden = [], set()
     present = {entry.canonical for entry in entries} | overridden
     injected = _defaults(engine, recipe, present)
     final = [entry for entry in entries if entry.canonical not in overridden] + injected + extra
@@ -237,7 +246,7 @@ def plan(
     for entry in final:
         flags.append(entry.flag)
         flags.extend(entry.values or ())
-    positional = [recipe.model_path] if engine.model_flag is None else []
+    positional = [recipe.model_path] if engine.model_flag is None and _positional_model(engine) else []
     injected_flags = tuple(entry.flag for entry in final if entry.injected)
     if isinstance(recipe.runtime, DockerRuntime):
         return Command(
@@ -252,7 +261,7 @@ def plan(
     return Command(
         engine=engine.id,
         argv=(*launcher.prefix, *positional, *flags),
-        env=_environment(recipe, launcher),
+        env=_environment(engine, recipe, launcher),
         injected_flags=injected_flags,
         warnings=tuple(warnings),
         launcher=launcher.kind,
@@ -263,11 +272,27 @@ def build_environment(engine: EngineDefinition, recipe: Recipe, config: Config) 
     """Environment variables to set for the engine (a delta over the caller's environment):
     visible devices, the interpreter's venv ``bin`` first on PATH, then the recipe's own vars."""
     launcher = None if isinstance(recipe.runtime, DockerRuntime) else recipe_launcher(engine, recipe, config)
-    return _environment(recipe, launcher)
+    return _environment(engine, recipe, launcher)
 
 
-def _environment(recipe: Recipe, launcher: Launcher | None) -> dict[str, str]:
+def _positional_model(engine: EngineDefinition) -> bool:
+    return engine.signature.launch_forms[0].positional_model
+
+
+def _address_variable(engine: EngineDefinition) -> str | None:
+    """The environment variable carrying host and port, for an engine whose server takes no host
+    flag (Ollama's OLLAMA_HOST)."""
+    if engine.signature.host_flags and not engine.signature.launch_forms[0].no_arguments:
+        return None
+    return next((name for name, kind in engine.settings.environment.items() if kind == "address"), None)
+
+
+def _environment(engine: EngineDefinition, recipe: Recipe, launcher: Launcher | None) -> dict[str, str]:
     env: dict[str, str] = {}
+    variable = _address_variable(engine)
+    if variable is not None:
+        host = f"[{recipe.host}]" if ":" in recipe.host else recipe.host
+        env[variable] = f"{host}:{recipe.port or engine.default_port}"
     if recipe.visible_devices is not None:
         name = "HIP_VISIBLE_DEVICES" if recipe.accelerator == "rocm" else "CUDA_VISIBLE_DEVICES"
         env[name] = ",".join(str(device) for device in recipe.visible_devices)

@@ -80,6 +80,9 @@ class Launch(_Record):
     module_args: tuple[str, ...] = ()
     #: arguments after the launcher that print the full help (vLLM hides most flags without =all).
     help_args: tuple[str, ...] = ("--help",)
+    #: arguments after a binary that print its version (KoboldCpp has no ``--version``; its help
+    #: names it).
+    version_args: tuple[str, ...] = ("--version",)
     #: seconds to wait for the help (importing vLLM takes a while).
     help_timeout: float = Field(default=60.0, gt=0)
     #: the engine's container image takes the server's arguments after the image name.
@@ -128,7 +131,9 @@ class SourceBuild(_Record):
 
 class Package(_Record):
     """What is installed: the PyPI distributions (the first is installed; any of them carries the
-    installed version), or for a binary engine how to build it from source."""
+    installed version), or for a binary engine how to build it from source. ``checkout`` names
+    the git repository of an engine that is run from a checkout and is no package at all
+    (TabbyAPI): enginespec does not install it and says so."""
 
     distributions: tuple[str, ...] = ()
     source_build: SourceBuild | None = None
@@ -138,6 +143,8 @@ class Package(_Record):
     #: the extra installed on Linux, where the distribution alone brings no working backend
     #: (``mlx-lm[cpu]``).
     linux_extra: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    #: a git repository the engine is run from (TabbyAPI): never installed as a package.
+    checkout: str | None = Field(default=None, pattern=r"^https://[A-Za-z0-9./_-]+$")
 
 
 class Serving(_Record):
@@ -146,6 +153,11 @@ class Serving(_Record):
     health_path: str = Field(default="/health", pattern=r"^/")
     #: the health endpoint wants the API key too (llama-cpp-python guards every route).
     health_authorized: bool = False
+    #: where a ready server lists the models it has loaded (Ollama ``/api/ps``), read by a health
+    #: check into ``Health.model_ids`` (see ``loaded_models``).
+    loaded_models_path: str | None = Field(default=None, pattern=r"^/")
+    #: the health path of a process with role ``runner``, when it differs (Ollama's runners).
+    runner_health_path: str | None = Field(default=None, pattern=r"^/")
     #: flag carrying the server's API key (used by health checks, never shown).
     api_key_flag: str | None = None
     #: environment variables the engine reads its API key from.
@@ -164,12 +176,20 @@ class Serving(_Record):
 Fact = Literal["model", "served_model_name", "host", "port"]
 
 
+#: What an environment variable carries: one fact, or ``address``: host and port together, as
+#: ``host:port``, ``:port``, ``host``, ``[v6]:port`` or a URL ``http://host:port/path``.
+EnvironmentValue = Literal["model", "served_model_name", "host", "port", "address"]
+
+
 class Settings(_Record):
     """Where the engine reads its settings besides argv; argv wins over both, as the engines do
     (and a config file's keys, which are the engine's flag names, over the environment)."""
 
     #: environment variable -> the fact it carries (llama-server ``LLAMA_ARG_MODEL``).
-    environment: Mapping[str, Fact] = Field(default_factory=dict)
+    environment: Mapping[str, EnvironmentValue] = Field(default_factory=dict)
+    #: whether a runner reads them too: Ollama's runners inherit OLLAMA_HOST from ``ollama serve``
+    #: but listen where their own argv says.
+    runner_environment: bool = True
     #: the flag naming a YAML config file whose keys are flag names (vLLM/SGLang ``--config``).
     config_flag: str | None = None
     #: facts the environment gives even over argv and the config file (llama-cpp-python passes
@@ -202,8 +222,8 @@ class EngineDefinition(BaseModel):
     def _check(self) -> EngineDefinition:
         if self.signature.engine != self.id:
             raise ValueError(f"signature: is for {self.signature.engine!r}, not {self.id!r}")
-        if self.launch.kind != "binary" and not self.package.distributions:
-            raise ValueError(f"package: {self.id} is a Python engine and needs its distributions")
+        if self.launch.kind != "binary" and not (self.package.distributions or self.package.checkout):
+            raise ValueError(f"package: {self.id} is a Python engine and needs its distributions or checkout")
         if self.flags.model is not None and self.flags.model not in self.signature.model_flags:
             raise ValueError(f"flags.model: {self.flags.model!r} is not one of the signature's model_flags")
         return self
@@ -254,6 +274,10 @@ class EngineDefinition(BaseModel):
             return "unhealthy", "HTTP 503"
         return "unknown", f"unexpected HTTP {status}"
 
+    def loaded_models(self, body: bytes) -> tuple[str, ...] | None:
+        """The names of the loaded models in an answer of ``Serving.loaded_models_path``."""
+        return None
+
     def parse_version(self, output: str) -> str | None:
         """The version in the output of ``BINARY --version`` (binary engines)."""
         match = _DOTTED_VERSION.search(output)
@@ -261,6 +285,11 @@ class EngineDefinition(BaseModel):
 
     def requirement(self, version: str | None = None) -> str:
         """The requirement installed into the managed venv (``vllm``, ``vllm==0.10.2``, ...)."""
+        if self.package.checkout:
+            raise InstallOptionsError(
+                f"engine: {self.id} is no package but a git checkout ({self.package.checkout}); "
+                "clone it and run its start script, enginespec does not install it"
+            )
         if not self.package.distributions:
             raise InstallOptionsError(f"engine: {self.id} has no Python package to install")
         name = self.package.distributions[0]

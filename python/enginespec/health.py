@@ -143,15 +143,19 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
     if t.base_url is None:
         problems = "; ".join(t.process.problems) if t.process else "no address"
         return health("unknown", f"no usable listen address: {problems}")
-    reply = yield _Request("GET", t.spec.serving.health_path, authorized=t.spec.serving.health_authorized)
+    path = t.spec.serving.health_path
+    # A runner answers as the server it is, not as its supervisor (Ollama's are llama-servers).
+    if t.process is not None and t.process.role == "runner" and t.spec.serving.runner_health_path:
+        path = t.spec.serving.runner_health_path
+    reply = yield _Request("GET", path, authorized=t.spec.serving.health_authorized)
     if reply.failure == "refused":
         if t.process is not None:
             return health("starting", "process is up, not accepting connections yet")
         return health("down", f"nothing listening ({reply.detail})")
     if reply.failure == "timeout":
-        return health("unhealthy", f"no answer from {t.spec.serving.health_path} within {timeout:g}s")
+        return health("unhealthy", f"no answer from {path} within {timeout:g}s")
     if reply.failure is not None or reply.status is None:
-        return health("unknown", f"{t.spec.serving.health_path}: {reply.detail}")
+        return health("unknown", f"{path}: {reply.detail}")
     if t.process is not None:
         # An answer says nothing about this server when another process holds the port.
         problem = ownership_problem(_tree(t.process.pid, t.process.worker_pids), t.base_url)
@@ -159,6 +163,12 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
             return health("unhealthy", problem, reply)
     state, reason = t.spec.classify_health(reply.status, reply.body)
     first = reply
+    loaded = t.spec.serving.loaded_models_path
+    if state == "ready" and loaded and path == t.spec.serving.health_path and not (verify_identity or deep):
+        # Which models a ready server has loaded (Ollama's names): what it says, or nothing.
+        listed = yield _Request("GET", loaded, authorized=True)
+        names = t.spec.loaded_models(listed.body) if listed.status == 200 else None
+        return health(state, reason, first, names or ())
     if state != "ready" or not (verify_identity or deep):
         return health(state, reason, first)
     models = yield _Request("GET", "/v1/models", authorized=True)
@@ -337,6 +347,12 @@ class _Waiter:
             and not isinstance(self.target, EngineProcess)
         ):
             problem = ownership_problem(_tree(self.process.pid), health.base_url)
+            # Its sockets cannot be read once it is gone: an exit during the check is an exit.
+            returncode = self.process.poll()
+            if returncode is not None:
+                raise EngineExited(
+                    f"engine exited with status {returncode} before becoming ready", returncode, health
+                )
             if problem is not None:
                 health = health.model_copy(update={"state": "unhealthy", "reason": problem})
         if self.last is None or _progress_key(health) != _progress_key(self.last):

@@ -201,7 +201,11 @@ def probe_binary(
         )
     try:
         out = subprocess.run(
-            [str(binary), "--version"], capture_output=True, text=True, timeout=timeout, errors="replace"
+            [str(binary), *engine.launch.version_args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            errors="replace",
         )
     except subprocess.TimeoutExpired:
         return BinaryProbeResult(
@@ -215,7 +219,9 @@ def probe_binary(
         installed=version is not None,
         binary_path=str(binary),
         version=version,
-        error=None if version else f"no version in the output of {binary.name} --version",
+        error=None
+        if version
+        else f"no version in the output of {binary.name} {' '.join(engine.launch.version_args)}",
     )
 
 

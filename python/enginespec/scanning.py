@@ -15,7 +15,7 @@ import enginespec.sockets as sockets
 from enginespec._backend import ScannerType
 from enginespec._pymatcher import basename
 from enginespec._pyscanner import RawProcess
-from enginespec.argv import Invocation, argv_port, endpoint, flag_value, redact_argv
+from enginespec.argv import Invocation, argv_port, checkout, endpoint, flag_value, redact_argv, served_names
 from enginespec.definition import EngineDefinition, Fact
 from enginespec.registry import all_engines
 from enginespec.settings import Source, config_location, merge, read_outside
@@ -161,6 +161,8 @@ class Scanner:
         #: (pid, start time) of a worker folded into a server -> that server, as last seen: what an
         #: orphan is known to have served.
         self._servers: dict[tuple[int, float], EngineProcess] = {}
+        #: pid -> (its record, whether its checkout was found): checked once per record.
+        self._checkouts: dict[int, tuple[RawProcess, bool]] = {}
 
     @property
     def stats(self) -> ScanStats:
@@ -176,8 +178,25 @@ class Scanner:
             known=known,
         )
 
+    def _in_checkout(self, item: RawProcess) -> bool:
+        """Whether a process whose program counts only inside its engine's checkout (TabbyAPI's
+        ``main.py``) runs in one, seen through its own root and working directory; a process
+        whose directories cannot be read (another user's, for a scan that is not root) does not
+        count: the program's name alone says nothing."""
+        pid, argv = item[0], item[3]
+        needed = checkout(self._specs[item[4][0]].signature, argv)
+        if needed is None:
+            return True
+        known = self._checkouts.get(pid)
+        if known is not None and known[0] is item:
+            return known[1]
+        found = needed.missing(f"/proc/{pid}/root", f"/proc/{pid}/cwd") is None
+        self._checkouts[pid] = (item, found)
+        return found
+
     def scan(self) -> list[EngineProcess]:
-        raw = self._backend.scan()
+        everything = self._backend.scan()
+        raw = [item for item in everything if self._in_checkout(item)]
         folded: dict[int, int] = {}
         for pid, _start, _ppid, _argv, facts, _exe, descendants, _parent, _ports in raw:
             if self._specs[facts[0]].signature.fold_workers:
@@ -209,6 +228,9 @@ class Scanner:
         self._built = built
         self._configs = {pid: config for pid, config in self._configs.items() if pid in built}
         self._remember_servers(raw, folded, built)
+        if self._checkouts:
+            pids = {item[0] for item in everything}
+            self._checkouts = {pid: known for pid, known in self._checkouts.items() if pid in pids}
         return result
 
     def _remember_servers(
@@ -260,7 +282,7 @@ class Scanner:
         pid, start_time, ppid, argv, facts, exe, descendants, parent_argv, ports = item
         index, model, served, host, port, role = facts
         spec = self._specs[index]
-        outside = read_outside(spec, pid, argv)
+        outside = read_outside(spec, pid, argv, runner=role == "runner")
         if outside.config_file is not None:
             self._configs[pid] = (config_location(pid, outside.config_file), outside.config_mtime)
         merged = merge(spec, outside, model, served, host, port, argv_port(spec.signature, argv))
@@ -289,7 +311,7 @@ class Scanner:
             ppid=ppid,
             engine=spec.id,
             model=merged.model,
-            served_model_names=merged.served_model_names,
+            served_model_names=served_names(spec.signature, merged.model, merged.served_model_names),
             host=merged.host,
             port=merged.port,
             effective_host=where.effective_host,

@@ -31,6 +31,31 @@ class Outside:
     problems: tuple[str, ...] = ()
 
 
+def split_address(value: str) -> tuple[str | None, str | None]:
+    """``[scheme://]host[:port][/path]`` -> (host, port text), ``None`` for a part not given; a URL
+    without a port has its scheme's (http 80, https 443), as Ollama's envconfig Host() reads
+    OLLAMA_HOST. ``[v6]:port`` and a bare IPv6 address are understood; anything else gives
+    nothing."""
+    scheme, sep, rest = value.strip().partition("://")
+    if not sep:
+        scheme, rest = "", value.strip()
+    hostport = rest.split("/", 1)[0]
+    port: str | None
+    if hostport.startswith("["):
+        close = hostport.find("]")
+        tail = hostport[close + 1 :]
+        if close < 0 or (tail and not tail.startswith(":")):
+            return None, None
+        host, port = hostport[1:close], tail[1:] if tail else None
+    elif hostport.count(":") == 1:
+        host, port = hostport.split(":")
+    else:  # a host name, or an IPv6 address without brackets
+        host, port = hostport, None
+    if port is None and scheme in ("http", "https"):
+        port = "80" if scheme == "http" else "443"
+    return host or None, port or None
+
+
 def _environment(engine: EngineDefinition, pid: int) -> dict[Fact, str]:
     wanted = engine.settings.environment
     if not wanted:
@@ -43,8 +68,17 @@ def _environment(engine: EngineDefinition, pid: int) -> dict[Fact, str]:
     found: dict[Fact, str] = {}
     for entry in entries:
         name, eq, value = os.fsdecode(entry).partition("=")
-        if eq and name in wanted and value:
-            found[wanted[name]] = value
+        if not (eq and name in wanted and value):
+            continue
+        kind = wanted[name]
+        if kind == "address":
+            host, port = split_address(value)
+            if host is not None:
+                found["host"] = host
+            if port is not None:
+                found["port"] = port
+        else:
+            found[kind] = value
     return found
 
 
@@ -145,9 +179,10 @@ def _facts_of_mapping(signature: Signature, document: Mapping[object, object]) -
     return found
 
 
-def read_outside(engine: EngineDefinition, pid: int, argv: Sequence[str]) -> Outside:
-    """What ``pid``'s environment and config file say, for the engine's declared settings."""
-    environment = _environment(engine, pid)
+def read_outside(engine: EngineDefinition, pid: int, argv: Sequence[str], *, runner: bool = False) -> Outside:
+    """What ``pid``'s environment and config file say, for the engine's declared settings (a
+    runner's environment only where the engine's runners read it)."""
+    environment = _environment(engine, pid) if engine.settings.runner_environment or not runner else {}
     flag = engine.settings.config_flag
     path = flag_value(argv, engine.signature, flag) if flag else None
     if path is None:

@@ -18,8 +18,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 _MAX_FACT_FLAGS = 8
 # rust/matcher.rs MAX_EVIDENCE_FLAGS: evidence flags are bits of one word per engine.
 _MAX_EVIDENCE_FLAGS = 64
+# Each checkout file is one stat of another process's files: a few are enough to tell a checkout.
+_MAX_CHECKOUT_FILES = 8
 _FLAG = re.compile(r"-{1,2}[A-Za-z0-9][A-Za-z0-9_.-]*", re.ASCII)
 _TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*", re.ASCII)
+# Loaders may be dot files (the APE loader extracted to `~/.ape-1.10`).
+_LOADER = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.+-]*", re.ASCII)
+_SUFFIX = re.compile(r"\.[A-Za-z0-9_][A-Za-z0-9_.+-]*", re.ASCII)
+# A directory a program lies in, as path components: `lib/ollama`.
+_DIRECTORY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*", re.ASCII)
+# A file of a checkout, relative to the program's directory: `common/args.py`.
+_CHECKOUT_FILE = _DIRECTORY
 
 
 def _check_flags(values: Iterable[str], field: str) -> None:
@@ -93,7 +102,23 @@ class LaunchForm(BaseModel):
     such as ``trtllm-serve``, where ``trtllm-serve MODEL`` means ``trtllm-serve serve MODEL`` unless
     MODEL is another command's name). ``positional_model`` says whether the first positional
     argument is the model.
+    ``executable_suffixes`` name programs by their file name's ending (``x.llamafile``: a non-empty
+    stem and the suffix). ``loaders`` (exact basenames) and ``loader_prefixes`` (as
+    ``executable_prefixes``) are programs that run this form's program given as their first
+    argument: the kernel shows an APE executable as ``[~/.ape-1.10, ./x.llamafile, args...]``.
+    ``directories``: the program's path must lie in a directory ending with one of these path
+    components (``lib/ollama``); such a form is tried before the other forms of the same name.
+    ``program_model``: the program itself is the model when argv names none (a llamafile that
+    carries its weights).
     ``evidence``, when given, must also be found in argv, else the form does not match.
+    ``positional_port``: the positional argument after the model (the first one, without
+    ``positional_model``) is the port. ``exit_subcommands``: a first positional argument naming one
+    of these actions (``download``) runs it and exits: not a server. ``no_arguments``: nothing may
+    follow the subcommand (cobra ``ExactArgs(0)``, no flags): argv with more fails, not a server.
+    ``checkout_files`` are files that must exist next to the program (relative to its directory,
+    seen from the process's working directory) for a scanned process to count: ``main.py`` is a
+    TabbyAPI server only inside a TabbyAPI checkout. The matcher cannot look at files; the scanner
+    checks them and :func:`enginespec.parse_argv` checks them against a ``cwd`` it is given.
     ``role`` is what a process of this form is (see :data:`Role`); the signature's follower flags
     make a ``server`` a ``follower``.
     """
@@ -102,21 +127,49 @@ class LaunchForm(BaseModel):
 
     executables: tuple[str, ...] = ()
     executable_prefixes: tuple[str, ...] = ()
+    executable_suffixes: tuple[str, ...] = ()
     modules: tuple[str, ...] = ()
+    loaders: tuple[str, ...] = ()
+    loader_prefixes: tuple[str, ...] = ()
+    directories: tuple[str, ...] = ()
     subcommand: tuple[str, ...] = ()
     other_subcommands: tuple[str, ...] = ()
     positional_model: bool = False
+    positional_port: bool = False
+    program_model: bool = False
+    exit_subcommands: tuple[str, ...] = ()
+    no_arguments: bool = False
     evidence: Evidence | None = None
+    checkout_files: tuple[str, ...] = Field(default=(), max_length=_MAX_CHECKOUT_FILES)
     role: FormRole = "server"
 
     @model_validator(mode="after")
     def _check(self) -> LaunchForm:
-        if not self.executables and not self.executable_prefixes and not self.modules:
-            raise ValueError("a launch form needs at least one executable, executable prefix or module")
-        names = (*self.executables, *self.executable_prefixes, *self.modules, *self.subcommand)
-        for name in (*names, *self.other_subcommands):
+        if not (self.executables or self.executable_prefixes or self.executable_suffixes or self.modules):
+            raise ValueError(
+                "a launch form needs at least one executable, executable prefix or suffix, or module"
+            )
+        for name in (
+            *self.executables,
+            *self.executable_prefixes,
+            *self.modules,
+            *self.subcommand,
+            *self.exit_subcommands,
+            *self.other_subcommands,
+        ):
             if not _TOKEN.fullmatch(name):
                 raise ValueError(f"launch form token {name!r} must be a plain name")
+        for field, pattern, values in (
+            ("executable_suffixes", _SUFFIX, self.executable_suffixes),
+            ("loaders", _LOADER, (*self.loaders, *self.loader_prefixes)),
+            ("directories", _DIRECTORY, self.directories),
+            ("checkout_files", _CHECKOUT_FILE, self.checkout_files),
+        ):
+            for value in values:
+                if not pattern.fullmatch(value) or ".." in value.split("/"):
+                    raise ValueError(f"{field}: {value!r} is not a plain name or relative path")
+        if self.checkout_files and not self.executables:
+            raise ValueError("checkout_files: the files lie next to a program named in executables")
         return self
 
 
@@ -139,8 +192,14 @@ class Signature(BaseModel):
     served_name_flags: tuple[str, ...] = Field(default=(), max_length=_MAX_FACT_FLAGS)
     #: splits one served-name value into several (llama-server ``--alias a,b``).
     served_name_separator: str | None = None
+    #: clients see the model under the name it is given by (TabbyAPI's ``--model-name`` folder):
+    #: with no served-name flag, the model is the served name. Applied where invocations are
+    #: built, not in the matcher.
+    model_is_served_name: bool = False
     host_flags: tuple[str, ...] = Field(default=(), max_length=_MAX_FACT_FLAGS)
     port_flags: tuple[str, ...] = Field(default=(), max_length=_MAX_FACT_FLAGS)
+    #: flags whose value is ``HOST:PORT`` (``[v6]:PORT``); host and port flags win over them.
+    address_flags: tuple[str, ...] = Field(default=(), max_length=_MAX_FACT_FLAGS)
     #: flags that take no value, so the token after them may be the positional model.
     no_value_flags: frozenset[str] = frozenset()
     #: prefixes of flags that take no value (argparse ``BooleanOptionalAction`` ``--no-x``).
@@ -149,6 +208,11 @@ class Signature(BaseModel):
     multi_value_flags: frozenset[str] = frozenset()
     #: flags that make the program print and exit instead of serving (``--help``, ``--version``).
     exit_flags: frozenset[str] = frozenset()
+    #: flags choosing what the program does, the last one given deciding: serve (``True``) or a
+    #: mode that does not serve (``False``: llamafile ``--server`` vs ``--cli``, ``--chat``).
+    mode_flags: Mapping[str, bool] = Field(default_factory=dict)
+    #: flags that make the program not serve when no mode flag is given (llamafile ``-p``).
+    modeless_exit_flags: frozenset[str] = frozenset()
     #: flags whose presence makes a server a follower that serves no HTTP API (vLLM ``--headless``).
     follower_flags: frozenset[str] = frozenset()
     #: flags giving a node rank, in priority order: a rank other than 0 (a decimal number, the last
@@ -180,6 +244,11 @@ class Signature(BaseModel):
         _check_flags(aliases.values(), "aliases")
         return dict(sorted(aliases.items()))
 
+    @field_validator("mode_flags")
+    @classmethod
+    def _sort_modes(cls, modes: Mapping[str, bool]) -> Mapping[str, bool]:
+        return dict(sorted(modes.items()))
+
     @model_validator(mode="after")
     def _check(self) -> Signature:
         for field in (
@@ -193,6 +262,9 @@ class Signature(BaseModel):
             "secret_flags",
             "follower_flags",
             "follower_rank_flags",
+            "address_flags",
+            "mode_flags",
+            "modeless_exit_flags",
         ):
             _check_flags(getattr(self, field), field)
         for title in self.worker_titles:
@@ -213,6 +285,7 @@ class Signature(BaseModel):
             self.served_name_flags,
             self.host_flags,
             self.port_flags,
+            self.address_flags,
             self.follower_rank_flags,
             tuple(self.follower_flags),
         )
@@ -250,7 +323,14 @@ def signatures_json(signatures: Iterable[Signature]) -> str:
     documents = []
     for signature in signatures:
         document = signature.model_dump(mode="json")
-        for key in ("no_value_flags", "multi_value_flags", "exit_flags", "secret_flags", "follower_flags"):
+        for key in (
+            "no_value_flags",
+            "multi_value_flags",
+            "exit_flags",
+            "modeless_exit_flags",
+            "secret_flags",
+            "follower_flags",
+        ):
             document[key] = sorted(document[key])
         documents.append(document)
     return json.dumps(documents, separators=(",", ":"))

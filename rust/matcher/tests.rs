@@ -398,6 +398,114 @@ fn too_many_evidence_flags_are_refused() {
     assert!(Matcher::from_json(&json).is_err());
 }
 
+const WRAPPED: &str = r#"[
+  {"engine": "plain",
+   "launch_forms": [{"executables": ["srv"]}],
+   "model_flags": ["--model"]},
+  {"engine": "wrapped",
+   "launch_forms": [
+     {"executables": ["srv"], "directories": ["lib/wrapped"], "role": "runner"},
+     {"executables": ["tool"], "loaders": ["ld"], "loader_prefixes": [".ld-"],
+      "subcommand": ["serve"], "no_arguments": true},
+     {"executable_suffixes": [".pack"], "loaders": ["ld"], "program_model": true},
+     {"executables": ["kb"], "positional_model": true, "positional_port": true,
+      "exit_subcommands": ["download"]}
+   ],
+   "model_flags": ["--model"],
+   "host_flags": ["--host"],
+   "port_flags": ["--port"],
+   "address_flags": ["-l"],
+   "mode_flags": {"--serve": true, "--cli": false},
+   "modeless_exit_flags": ["-p"]}
+]"#;
+
+/// (engine, model, host, port, role) of argv against [`WRAPPED`].
+type Found = (usize, Option<String>, Option<String>, Option<u16>, Role);
+
+fn wrapped(argv: &[&str]) -> Option<Found> {
+    let matcher = Matcher::from_json(WRAPPED).expect("test signatures are valid");
+    let text = |v: Option<&[u8]>| v.map(|b| String::from_utf8_lossy(b).into_owned());
+    matcher
+        .parse(argv)
+        .map(|p| (p.engine, text(p.model), text(p.host), p.port, p.role))
+}
+
+#[test]
+fn a_directory_bound_form_comes_first() {
+    assert_eq!(
+        wrapped(&["/usr/lib/wrapped/srv"]).map(|p| (p.0, p.4)),
+        Some((1, Role::Runner))
+    );
+    assert_eq!(
+        wrapped(&["C:\\x\\lib\\wrapped\\srv.exe"]).map(|p| p.0),
+        Some(1)
+    );
+    assert_eq!(wrapped(&["/usr/lib//wrapped/srv"]).map(|p| p.0), Some(1));
+    for elsewhere in [
+        "srv",
+        "/usr/lib/wrapped2/srv",
+        "/wrapped/srv",
+        "/lib/wrapped",
+    ] {
+        assert_eq!(
+            wrapped(&[elsewhere]).map(|p| p.0),
+            Some(0).filter(|_| elsewhere.ends_with("srv"))
+        );
+    }
+}
+
+#[test]
+fn loaders_run_the_program_named_next() {
+    assert!(wrapped(&["ld", "/bin/tool", "serve"]).is_some());
+    assert!(wrapped(&["/home/u/.ld-1.10", "tool", "serve"]).is_some());
+    assert!(wrapped(&["tool", "serve"]).is_some());
+    // `serve` takes no arguments; a loader of another form, a script name, no program: nothing
+    assert_eq!(wrapped(&["tool", "serve", "--x"]), None);
+    assert_eq!(wrapped(&[".ld-1.sh", "tool", "serve"]), None);
+    assert_eq!(wrapped(&["ld"]), None);
+    assert_eq!(wrapped(&["ld", "vim", "serve"]), None);
+    assert_eq!(wrapped(&["/x/.ld-2", "/m/a.pack"]), None); // .pack accepts `ld` only
+    let packed = wrapped(&["ld", "/m/a.pack", "--serve"]).expect("a packed program");
+    assert_eq!(packed.1.as_deref(), Some("/m/a.pack"));
+    assert_eq!(
+        wrapped(&["a.pack", "--model", "b"])
+            .and_then(|p| p.1)
+            .as_deref(),
+        Some("b")
+    );
+    assert_eq!(wrapped(&[".pack"]), None);
+}
+
+#[test]
+fn modes_the_last_one_decides() {
+    assert!(wrapped(&["a.pack"]).is_some());
+    assert_eq!(wrapped(&["a.pack", "-p", "x"]), None);
+    assert!(wrapped(&["a.pack", "-p", "x", "--serve"]).is_some());
+    assert_eq!(wrapped(&["a.pack", "--serve", "--cli"]), None);
+    assert!(wrapped(&["a.pack", "--cli", "--serve"]).is_some());
+}
+
+#[test]
+fn addresses_and_positional_ports() {
+    let at = |v: &str| wrapped(&["a.pack", "-l", v]).map(|p| (p.2, p.3));
+    assert_eq!(at("h:1"), Some((Some("h".into()), Some(1))));
+    assert_eq!(at("[::1]:2"), Some((Some("::1".into()), Some(2))));
+    assert_eq!(at(":3"), Some((None, Some(3))));
+    assert_eq!(at("a:b:c"), Some((None, None)));
+    assert_eq!(at("[::1]"), Some((None, None)));
+    assert_eq!(at("h:99999"), Some((Some("h".into()), None)));
+    let both = wrapped(&["a.pack", "-l", "h:1", "--port", "2", "--host", "g"]).map(|p| (p.2, p.3));
+    assert_eq!(both, Some((Some("g".into()), Some(2))));
+    let kb = wrapped(&["kb", "m.gguf", "5001"]).expect("kb");
+    assert_eq!((kb.1.as_deref(), kb.3), (Some("m.gguf"), Some(5001)));
+    assert_eq!(
+        wrapped(&["kb", "m", "--port", "7", "8"]).map(|p| p.3),
+        Some(Some(7))
+    );
+    assert_eq!(wrapped(&["kb", "download", "m"]), None);
+    assert!(wrapped(&["kb", "m", "download"]).is_some());
+}
+
 #[test]
 fn bad_json_is_an_error() {
     assert!(Matcher::from_json("{").is_err());

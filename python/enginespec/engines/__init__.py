@@ -7,12 +7,16 @@ Adding an engine is one module here (its Signature and its EngineSpec) plus its 
 from __future__ import annotations
 
 import enginespec.engines.aphrodite as aphrodite
+import enginespec.engines.koboldcpp as koboldcpp
 import enginespec.engines.llamacpp as llamacpp
 import enginespec.engines.llamacpp_python as llamacpp_python
+import enginespec.engines.llamafile as llamafile
 import enginespec.engines.lmdeploy as lmdeploy
 import enginespec.engines.mlx as mlx
 import enginespec.engines.mlx_vlm as mlx_vlm
+import enginespec.engines.ollama as ollama
 import enginespec.engines.sglang as sglang
+import enginespec.engines.tabbyapi as tabbyapi
 import enginespec.engines.tgi as tgi
 import enginespec.engines.trtllm as trtllm
 import enginespec.engines.vllm as vllm
@@ -33,6 +37,10 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     aphrodite.SPEC,
     mlx_vlm.SPEC,
     llamacpp_python.SPEC,
+    ollama.SPEC,
+    llamafile.SPEC,
+    koboldcpp.SPEC,
+    tabbyapi.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 

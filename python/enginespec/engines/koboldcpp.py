@@ -1,0 +1,142 @@
+"""KoboldCpp: ``koboldcpp.py`` and its PyInstaller release binaries.
+
+Facts from LostRuins/koboldcpp tag v1.76 (``2da346a5``, koboldcpp.py) unless a line says otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from enginespec.definition import Flags, Launch, Serving
+from enginespec.signature import Evidence, LaunchForm, Signature
+from enginespec.spec import EngineSpec
+from enginespec.status import HealthState
+
+# Flags only KoboldCpp has among the built-in engines: evidence for a renamed build.
+_OWN_FLAGS = ("--model", "--contextsize", "--gpulayers", "--usecublas", "--usevulkan", "--usecpu", "--config")
+
+SIGNATURE = Signature(
+    engine="koboldcpp",
+    launch_forms=(
+        # `koboldcpp` (tldr pages, packaged builds), `koboldcpp.exe`; `python koboldcpp.py`
+        # (the script starts `#!/usr/bin/env python3`, so `./koboldcpp.py` runs as
+        # `[python3, ./koboldcpp.py, ...]`). `[ggml_model] [port]` are positional (argparse
+        # `model_param`, `port_param`, each exclusive with --model / --port).
+        LaunchForm(executables=("koboldcpp", "koboldcpp.py"), positional_model=True, positional_port=True),
+        # PyInstaller one-file releases carry the platform and backend in their name
+        # (`koboldcpp-linux-x64-cuda1210`, `koboldcpp-mac-arm64`, `koboldcpp_nocuda.exe`;
+        # koboldcpp.sh, .github/workflows): only with a GGUF/GGML model or a flag of KoboldCpp's.
+        LaunchForm(
+            executable_prefixes=("koboldcpp-", "koboldcpp_"),
+            positional_model=True,
+            positional_port=True,
+            evidence=Evidence(model_suffixes=(".gguf", ".bin", ".kcpps", ".kcppt")),
+        ),
+        LaunchForm(
+            executable_prefixes=("koboldcpp-", "koboldcpp_"),
+            positional_model=True,
+            positional_port=True,
+            evidence=Evidence(any_flags=_OWN_FLAGS),
+        ),
+    ),
+    model_flags=("--model",),
+    host_flags=("--host",),
+    port_flags=("--port",),
+    # action='store_true' options (the parser at koboldcpp.py line 4403 on); `nargs='?'` options
+    # (`--gpulayers`, `--debugmode`, `--multiuser`, `--sdclamped`) take a following value as
+    # argparse does.
+    no_value_flags=frozenset(
+        {
+            "--launch",
+            "--usecpu",
+            "--noshift",
+            "--nommap",
+            "--usemlock",
+            "--noavx2",
+            "--remotetunnel",
+            "--highpriority",
+            "--foreground",
+            "--quiet",
+            "--nocertify",
+            "--ignoremissing",
+            "--flashattention",
+            "--smartcontext",
+            "--nomodel",
+            "--showgui",
+            "--skiplauncher",
+            "--sdvaeauto",
+            "--sdquant",
+            "--noblas",
+        }
+    ),
+    multi_value_flags=frozenset(
+        {
+            "--usecublas",
+            "--usevulkan",
+            "--useclblast",
+            "--tensor_split",
+            "--ropeconfig",
+            "--lora",
+            "--ssl",
+            "--hordeconfig",
+            "--sdconfig",
+        }
+    ),
+    # `--benchmark` "Do not start server", `--prompt` runs one inference and exits, `--unpack`
+    # extracts the binary's files.
+    exit_flags=frozenset({"-h", "--help", "--benchmark", "--prompt", "--unpack"}),
+    secret_flags=frozenset({"--password", "--hordekey"}),
+    abbreviations=True,
+    # A PyInstaller one-file binary runs as a bootloader parent and a child with the same argv:
+    # one server.
+    fold_workers=True,
+    # `--host ""` listens on every IPv4 interface (and IPv6 where available,
+    # RunServerMultiThreaded); `defaultport = 5001` (line 44).
+    default_host="0.0.0.0",
+    default_port=5001,
+)
+
+
+# The parser's description: `KoboldCpp Server - Version 1.76` (argparse.ArgumentParser, line 4403).
+_VERSION = re.compile(r"KoboldCpp Server - Version (\S+)")
+
+
+class KoboldCppSpec(EngineSpec):
+    def parse_version(self, output: str) -> str | None:
+        match = _VERSION.search(output)
+        return match.group(1) if match else None
+
+    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
+        # `/api/extra/version` -> {"result": "KoboldCpp", "version": ..., "protected": ...,
+        # "txt2img": ..., "vision": ..., "transcribe": ...} (line 1754), served only after the
+        # model is loaded (load_model at line 4134 precedes the server at 4362). TabbyAPI
+        # impersonates it with just {"result": "KoboldCpp", "version": "1.74"}
+        # (theroyallab/tabbyAPI e632af41, endpoints/Kobold/router.py): no "protected".
+        if status == 200:
+            try:
+                answer = json.loads(body)
+            except ValueError:
+                answer = None
+            if not isinstance(answer, dict) or answer.get("result") != "KoboldCpp":
+                return "unknown", "/api/extra/version is not KoboldCpp's answer"
+            if "protected" not in answer:
+                return "unknown", "answers like TabbyAPI's KoboldCpp emulation, not KoboldCpp"
+            return "ready", ""
+        return super().classify_health(status, body)
+
+
+SPEC = KoboldCppSpec(
+    id="koboldcpp",
+    signature=SIGNATURE,
+    # No `--version` flag: `--help` names the version.
+    launch=Launch(kind="binary", executable="koboldcpp", version_args=("--help",)),
+    flags=Flags(
+        fields={
+            "max_model_len": ("--contextsize",),
+            "gpu_layers": ("--gpulayers",),
+        }
+    ),
+    # Not on PyPI: release binaries, run as ENGINESPEC_KOBOLDCPP_INSTALL_CMD.
+    serving=Serving(health_path="/api/extra/version", api_key_flag="--password"),
+)

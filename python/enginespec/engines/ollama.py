@@ -1,0 +1,107 @@
+"""Ollama: ``ollama serve`` and the per-model runners it starts.
+
+Facts from ollama/ollama v0.32.15 (``b7871fc0``) and HEAD ``fb307609`` (v0.33.0-rc2) unless a
+line says otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+
+from enginespec.definition import Launch, Serving, Settings
+from enginespec.signature import LaunchForm, Signature
+from enginespec.spec import EngineSpec
+from enginespec.status import HealthState
+
+# The server's own answer to `GET /` (server/routes.go, `c.String(http.StatusOK, "Ollama is running")`).
+_RUNNING = b"Ollama is running"
+
+SIGNATURE = Signature(
+    engine="ollama",
+    launch_forms=(
+        # `serve` (alias `start`) takes no arguments and no flags of its own (cmd/cmd.go serveCmd,
+        # `Args: cobra.ExactArgs(0)`): `ollama serve --timeout 600` fails with "unknown flag".
+        LaunchForm(executables=("ollama",), subcommand=("serve",), no_arguments=True),
+        LaunchForm(executables=("ollama",), subcommand=("start",), no_arguments=True),
+        # Runners, one per loaded model, on a free loopback port:
+        # 0.6 to 0.2x `os.Executable() runner [--ollama-engine] --model BLOB --port P` (llm/server.go,
+        # tags v0.6.0, v0.20.0), MLX `ollama runner --mlx-engine --model NAME --port P`
+        # (x/mlxrunner/client.go).
+        LaunchForm(executables=("ollama",), subcommand=("runner",), role="runner"),
+        # 0.5.x: the separate runner binary, with `runner` first; up to 0.4.x without it (tags
+        # v0.3.14, v0.4.7, v0.5.7 llm/server.go).
+        LaunchForm(executables=("ollama_llama_server",), subcommand=("runner",), role="runner"),
+        LaunchForm(executables=("ollama_llama_server",), role="runner"),
+        # Since v0.30.0 the upstream llama-server shipped in Ollama's library directory:
+        # `<prefix>/lib/ollama/llama-server` on Linux and Windows, next to the ollama binary in the
+        # macOS app (llm/llama_binary.go llamaCppBinaryCandidates, ml/path.go LibOllamaPath).
+        LaunchForm(
+            executables=("llama-server",),
+            directories=("lib/ollama", "Ollama.app/Contents/Resources"),
+            role="runner",
+        ),
+    ),
+    # The runners take llama.cpp's spellings (llm/llama_server.go lines 370-376: `--model`,
+    # `--port`, `--host 127.0.0.1`, then `-c`, `-np`, `-b`, ...); the model is a blob path
+    # (`~/.ollama/models/blobs/sha256-...`) or, for the MLX runner, a model name.
+    aliases={"-m": "--model"},
+    model_flags=("--model",),
+    host_flags=("--host",),
+    port_flags=("--port",),
+    exit_flags=frozenset({"-h", "--help", "-v", "--version"}),
+    # envconfig/config.go Host(): OLLAMA_HOST, default 127.0.0.1:11434.
+    default_host="127.0.0.1",
+    default_port=11434,
+)
+
+
+class OllamaSpec(EngineSpec):
+    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
+        # The server: `GET /` answers 200 "Ollama is running" as soon as it listens; models load
+        # on request, so that is ready (server/routes.go). A runner (a llama-server since v0.30.0)
+        # answers its /health as llama.cpp does: 503 while loading ({"status": "loading model"},
+        # newer builds an error "Loading model"), then 200 {"status": "ok"} (llm/llama_server.go
+        # getServerStatus reads exactly these).
+        if status == 200 and body.strip() == _RUNNING:
+            return "ready", ""
+        if status == 503 and b"loading model" in body.lower():
+            return "loading", "loading model"
+        if status == 200:
+            try:
+                ok = json.loads(body).get("status") == "ok"
+            except (ValueError, AttributeError):
+                ok = False
+            return ("ready", "") if ok else ("unknown", "neither Ollama's nor a runner's answer")
+        return super().classify_health(status, body)
+
+    def loaded_models(self, body: bytes) -> tuple[str, ...] | None:
+        # `GET /api/ps` -> {"models": [{"name": "llama3:8b", "model": ..., "digest": ...}, ...]}
+        # (api/types.go ProcessResponse): the names people use, never the blob paths runners get.
+        try:
+            listed = json.loads(body)["models"]
+            return tuple(str(item["name"]) for item in listed)
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+SPEC = OllamaSpec(
+    id="ollama",
+    signature=SIGNATURE,
+    # `ollama serve`: no flags; the address goes in OLLAMA_HOST (see settings below).
+    # `ollama -v` asks the running server, else prints `Warning: client version is X` (cmd/cmd.go
+    # versionHandler): either way the version is in the output.
+    launch=Launch(kind="binary", executable="ollama", args=("serve",), version_args=("-v",)),
+    # Not on PyPI (the `ollama` distribution is the client library): the install script or
+    # tarball, run as ENGINESPEC_OLLAMA_INSTALL_CMD.
+    serving=Serving(
+        health_path="/",
+        runner_health_path="/health",
+        loaded_models_path="/api/ps",
+        # A runner is started by `ollama serve` (its parent, named ollama).
+        supervisors={"ollama": "ollama"},
+        nested_supervisor="ollama",
+    ),
+    # OLLAMA_HOST is `host:port`, `:port`, `host`, or a URL `http://host:port` (envconfig/config.go
+    # Host(): scheme cut at `://`, a path after `/` dropped, net.SplitHostPort).
+    settings=Settings(environment={"OLLAMA_HOST": "address"}, runner_environment=False),
+)

@@ -1,0 +1,97 @@
+"""TabbyAPI: ``python main.py`` (or ``start.py``) inside a TabbyAPI checkout.
+
+Facts from theroyallab/tabbyAPI HEAD ``e632af41`` (2026-08-13; the repository has no tags).
+"""
+
+from __future__ import annotations
+
+import json
+
+from enginespec.definition import Flags, Launch, Package, Serving
+from enginespec.signature import LaunchForm, Signature
+from enginespec.spec import EngineSpec
+from enginespec.status import HealthState
+
+SIGNATURE = Signature(
+    engine="tabbyapi",
+    launch_forms=(
+        # `python main.py` (docs/01.-Getting-Started.md; the image runs `python3 main.py --host
+        # 0.0.0.0` in /app, docker/Dockerfile); `start.sh` / `start.bat` make a venv and run
+        # `python3 start.py`, which imports main.entrypoint and serves in the same process
+        # (start.py line 275). Both names are far too common alone: only next to TabbyAPI's own
+        # files. `download`, `export-openapi`, `export-config` are actions that run and exit
+        # (common/args.py add_subcommands).
+        LaunchForm(
+            executables=("main.py", "start.py"),
+            exit_subcommands=("download", "export-openapi", "export-config"),
+            checkout_files=("common/args.py", "common/tabby_config.py", "endpoints/core/router.py"),
+        ),
+    ),
+    # Every option is a config field, `_` written `-`, and takes a value: there is no
+    # store_true at all (common/args.py init_argparser); list fields take several.
+    # `--model-name` is a folder under `--model-dir` (default `models`), and the name clients
+    # see (common/config_models.py ModelConfig).
+    model_flags=("--model-name",),
+    model_is_served_name=True,
+    host_flags=("--host",),
+    port_flags=("--port",),
+    multi_value_flags=frozenset(
+        {
+            "--api-servers",
+            "--dummy-model-names",
+            "--use-as-default",
+            "--autosplit-reserve",
+            "--gpu-split",
+            "--draft-gpu-split",
+            "--loras",
+        }
+    ),
+    exit_flags=frozenset({"-h", "--help"}),
+    abbreviations=True,
+    # NetworkConfig: host 127.0.0.1, port 5000 (common/config_models.py).
+    default_host="127.0.0.1",
+    default_port=5000,
+)
+
+
+class TabbyApiSpec(EngineSpec):
+    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
+        # /health: 200 {"status": "healthy", "issues": []}, 503 {"status": "unhealthy", "issues":
+        # [...]} (endpoints/core/router.py healthcheck). The model loads before the server starts
+        # (main.py entrypoint_async), so the port refuses connections until then.
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            answer = None
+        reported = answer.get("status") if isinstance(answer, dict) else None
+        if status == 200 and reported == "healthy":
+            return "ready", ""
+        if status == 503 and reported == "unhealthy":
+            issues = answer.get("issues") if isinstance(answer, dict) else None
+            return (
+                "unhealthy",
+                f"TabbyAPI reports {len(issues) if isinstance(issues, list) else 'some'} issue(s)",
+            )
+        if status == 200:
+            return "unknown", "unexpected /health body"
+        return super().classify_health(status, body)
+
+
+SPEC = TabbyApiSpec(
+    id="tabbyapi",
+    signature=SIGNATURE,
+    # Runs in its checkout, as `python3 main.py` there (docker/Dockerfile WORKDIR /app).
+    launch=Launch(kind="module", executable="main.py", module_args=("main.py",)),
+    # ModelConfig fields (common/config_models.py); booleans take a value there (`--vision true`),
+    # so none is mapped.
+    flags=Flags(
+        fields={
+            "max_model_len": ("--max-seq-len",),
+            "max_num_seqs": ("--max-batch-size",),
+            "kv_cache_dtype": ("--cache-mode",),
+        }
+    ),
+    # Not a package ("We're not building the project itself", pyproject.toml): a git checkout.
+    package=Package(checkout="https://github.com/theroyallab/tabbyAPI"),
+    serving=Serving(),
+)
