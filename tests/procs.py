@@ -27,10 +27,13 @@ class Procs:
         self.helper = helper
         self.started: list[subprocess.Popen[bytes]] = []
 
-    def start(self, argv: Sequence[str], **env: str) -> subprocess.Popen[bytes]:
+    def start(
+        self, argv: Sequence[str], executable: Path | None = None, **env: str
+    ) -> subprocess.Popen[bytes]:
+        """Runs the helper (or ``executable``, e.g. a link to it named as a real program) as ``argv``."""
         proc = subprocess.Popen(
             [os.fsencode(a) for a in argv],
-            executable=self.helper,
+            executable=executable or self.helper,
             env={**os.environ, **env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if "HELPER_LISTEN" in env else subprocess.DEVNULL,

@@ -12,6 +12,7 @@ from enginespec._backend import BACKEND
 from enginespec.argv import Invocation, detect_engine, parse_argv, redact_argv
 from enginespec.commands import Command
 from enginespec.config import Config
+from enginespec.containers import Container, PublishedPort
 from enginespec.definition import FamilyDefault, Flags, Launch, Package, Serving, SourceBuild
 from enginespec.engines import BUILTIN_ENGINE_SPECS, all_engine_specs, all_signatures, get_engine_spec
 from enginespec.errors import (
@@ -53,6 +54,7 @@ __all__ = [
     "Command",
     "CommandError",
     "Config",
+    "Container",
     "DockerRuntime",
     "EngineExited",
     "EngineHelp",
@@ -79,6 +81,7 @@ __all__ = [
     "NotReady",
     "Package",
     "ProgressEvent",
+    "PublishedPort",
     "Recipe",
     "RecipeFileError",
     "RuntimeInfo",

@@ -32,6 +32,7 @@ _INFO_LABELS = (
     "port",
     "supervisor",
     "pid",
+    "container_id",
 )
 
 
@@ -60,6 +61,8 @@ def _info_labels(process: EngineProcess) -> list[str]:
         "" if process.effective_port is None else str(process.effective_port),
         process.supervisor or "",
         str(process.pid),
+        # the full id (empty on the host), as the runtime's API and cAdvisor's `id` name it
+        process.container.id if process.container else "",
     ]
 
 

@@ -139,14 +139,14 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
         problems = "; ".join(t.process.problems) if t.process else "no address"
         return health("unknown", f"no usable listen address: {problems}")
     reply = yield _Request("GET", t.spec.serving.health_path)
-    if reply.failure == "refused":
-        if t.process is not None:
-            return health("starting", "process is up, not accepting connections yet")
-        return health("down", f"nothing listening ({reply.detail})")
-    if reply.failure == "timeout":
-        return health("unhealthy", f"no answer from {t.spec.serving.health_path} within {timeout:g}s")
     if reply.failure is not None or reply.status is None:
-        return health("unknown", f"{t.spec.serving.health_path}: {reply.detail}")
+        state, reason = _unanswered(t, reply, timeout)
+        if t.process is not None and t.process.private_network and not t.process.published:
+            reason += (
+                f"; it runs in a private network namespace with no published port, so "
+                f"{t.base_url} may be unreachable from this host"
+            )
+        return health(state, reason)
     state, reason = t.spec.classify_health(reply.status, reply.body)
     first = reply
     if state != "ready" or not (verify_identity or deep):
@@ -170,6 +170,17 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
             detail = answer.detail or f"HTTP {answer.status}"
             return health("unhealthy", f"a one-token completion failed ({detail})", first, ids)
     return health("ready", reason, first, ids)
+
+
+def _unanswered(t: _Target, reply: _Reply, timeout: float) -> tuple[HealthState, str]:
+    """The state and reason of a health request that got no answer."""
+    if reply.failure == "refused":
+        if t.process is not None:
+            return "starting", "process is up, not accepting connections yet"
+        return "down", f"nothing listening ({reply.detail})"
+    if reply.failure == "timeout":
+        return "unhealthy", f"no answer from {t.spec.serving.health_path} within {timeout:g}s"
+    return "unknown", f"{t.spec.serving.health_path}: {reply.detail}"
 
 
 def _failure(err: httpx.HTTPError) -> tuple[str, str]:

@@ -13,6 +13,18 @@ from enginespec._backend import ScannerType
 from enginespec._pymatcher import basename
 from enginespec._pyscanner import RawProcess
 from enginespec.argv import Invocation, argv_port, endpoint, flag_value, redact_argv
+from enginespec.config import Config
+from enginespec.containers import (
+    Container,
+    ContainerReader,
+    ProxyFinder,
+    PublishedPort,
+    Runtime,
+    host_netns,
+    netns_addresses,
+    netns_inode,
+    published_ports,
+)
 from enginespec.definition import EngineDefinition, Fact
 from enginespec.registry import all_engines
 from enginespec.settings import Source, config_location, merge, read_outside
@@ -40,6 +52,11 @@ class EngineProcess(Invocation):
     are the server's descendants (vLLM/SGLang workers), folded into it. ``supervisor`` names who
     started it (``ollama``, ``llama-swap``, ``llama-server`` router) or is ``None``.
     ``listen_ports`` are the TCP ports the process tree listens on (empty when unknown).
+
+    ``container`` is the container it runs in (``None`` on the host). ``private_network`` says
+    it runs in a network namespace other than the host's, where its own address may not be
+    reachable from here; ``published`` are the host addresses Docker's proxy forwards to its port,
+    and ``base_url`` is then the first of them.
     """
 
     pid: int
@@ -55,6 +72,9 @@ class EngineProcess(Invocation):
     worker_pids: tuple[int, ...]
     supervisor: str | None
     listen_ports: tuple[int, ...]
+    container: Container | None = None
+    private_network: bool = False
+    published: tuple[PublishedPort, ...] = ()
     #: the engine's API key from its argv: used by health checks, never shown or serialised.
     _api_key: str | None = PrivateAttr(default=None)
 
@@ -134,7 +154,8 @@ class Scanner:
     hidepid) and retitled processes are skipped or handled and counted in :attr:`stats`.
     """
 
-    def __init__(self, *, listen_ports: bool = True) -> None:
+    def __init__(self, *, listen_ports: bool = True, config: Config | None = None) -> None:
+        config = config or Config()
         self._specs = all_engines()
         self._backend = ScannerType(
             signatures_json(spec.signature for spec in self._specs),
@@ -146,6 +167,17 @@ class Scanner:
         self._built: dict[int, tuple[RawProcess, str | None, EngineProcess]] = {}
         #: pid -> (where its config file is seen from here, its modification time when read).
         self._configs: dict[int, tuple[str, int | None]] = {}
+        sockets: dict[Runtime, str] = {
+            "docker": str(config.docker_socket),
+            "podman": str(config.podman_socket),
+        }
+        self._containers = ContainerReader(sockets, config.container_api_timeout)
+        self._host_netns = host_netns()
+        #: (pid, start time) -> (its container, whether its network namespace is not the host's)
+        self._places: dict[tuple[int, float], tuple[Container | None, bool]] = {}
+        self._proxies = ProxyFinder(YOUNG_SECONDS)
+        #: pid -> (the model as built, its published ports, the model shown with them)
+        self._shown: dict[int, tuple[EngineProcess, tuple[PublishedPort, ...], EngineProcess]] = {}
 
     @property
     def stats(self) -> ScanStats:
@@ -187,6 +219,44 @@ class Scanner:
             result.append(process)
         self._built = built
         self._configs = {pid: config for pid, config in self._configs.items() if pid in built}
+        alive = {(p.pid, p.start_time) for p in result}
+        self._places = {key: place for key, place in self._places.items() if key in alive}
+        return self._publish(result)
+
+    def _place(self, pid: int, start_time: float) -> tuple[Container | None, bool]:
+        """Where the process runs: its container, and whether its network is private. Read once
+        per (pid, start time)."""
+        key = (pid, start_time)
+        if key not in self._places:
+            netns = netns_inode(pid)
+            private = netns is not None and self._host_netns is not None and netns != self._host_netns
+            self._places[key] = (self._containers.read(pid), private)
+        return self._places[key]
+
+    def _publish(self, processes: list[EngineProcess]) -> list[EngineProcess]:
+        """Engines in a private network namespace, with the host ports Docker's proxies forward
+        to them. The proxies are looked for only when there is such an engine."""
+        if not any(p.private_network for p in processes):
+            self._shown = {}
+            return processes
+        rules = self._proxies.rules()
+        shown: dict[int, tuple[EngineProcess, tuple[PublishedPort, ...], EngineProcess]] = {}
+        result = []
+        for process in processes:
+            if process.private_network and rules:
+                ports = published_ports(rules, netns_addresses(process.pid), process.effective_port)
+                previous = self._shown.get(process.pid)
+                if previous is not None and previous[0] is process and previous[1] == ports:
+                    shown[process.pid] = previous
+                elif ports:
+                    url = next((p.url for p in ports if p.url is not None), process.base_url)
+                    published = process.model_copy(update={"published": ports, "base_url": url})
+                    shown[process.pid] = (process, ports, published)
+                else:
+                    shown[process.pid] = (process, ports, process)
+                process = shown[process.pid][2]
+            result.append(process)
+        self._shown = shown
         return result
 
     def _config_changed(self, pid: int) -> bool:
@@ -210,6 +280,7 @@ class Scanner:
         merged = merge(spec, outside, model, served, host, port, argv_port(spec.signature, argv))
         where = endpoint(spec, argv, merged.host, merged.port, merged.port_text)
         supervisor = _supervisor(spec, parent_argv, parent_engine)
+        container, private_network = self._place(pid, start_time)
         # A server another server started for one model (Ollama's, llama-swap's, a router's) is
         # that supervisor's runner.
         if supervisor is not None and role == "server":
@@ -234,12 +305,14 @@ class Scanner:
             worker_pids=tuple(descendants),
             supervisor=supervisor,
             listen_ports=tuple(ports),
+            container=container,
+            private_network=private_network,
         )
         if spec.serving.api_key_flag:
             process._api_key = flag_value(argv, spec.signature, spec.serving.api_key_flag)
         return process
 
 
-def scan(*, listen_ports: bool = True) -> list[EngineProcess]:
+def scan(*, listen_ports: bool = True, config: Config | None = None) -> list[EngineProcess]:
     """One-shot scan of this host (keep a :class:`Scanner` for polling)."""
-    return Scanner(listen_ports=listen_ports).scan()
+    return Scanner(listen_ports=listen_ports, config=config).scan()
