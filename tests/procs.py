@@ -28,9 +28,20 @@ class Procs:
         self.started: list[subprocess.Popen[bytes]] = []
 
     def start(
-        self, argv: Sequence[str], executable: Path | None = None, **env: str
+        self,
+        argv: Sequence[str],
+        executable: Path | None = None,
+        cgroup: Path | None = None,
+        **env: str,
     ) -> subprocess.Popen[bytes]:
-        """Runs the helper (or ``executable``, e.g. a link to it named as a real program) as ``argv``."""
+        """Runs the helper (or ``executable``, e.g. a link to it named as a real program) as
+        ``argv``; with ``cgroup`` (a cgroup directory), in that cgroup from before its exec on, as
+        a container runtime starts a container's process."""
+
+        def enter() -> None:
+            if cgroup is not None:
+                (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
         proc = subprocess.Popen(
             [os.fsencode(a) for a in argv],
             executable=executable or self.helper,
@@ -38,6 +49,7 @@ class Procs:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if "HELPER_LISTEN" in env else subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=enter if cgroup is not None else None,
         )
         self.started.append(proc)
         # execve has returned to Popen before the kernel publishes the new argv: wait for it, as

@@ -189,10 +189,6 @@ def _rmdir(path: Path) -> bool:
     return True
 
 
-def _move(pid: int, directory: Path) -> None:
-    (directory / "cgroup.procs").write_text(str(pid))
-
-
 def _scanned(pid: int, config: Config) -> EngineProcess:
     found = [p for p in Scanner(config=config).scan() if p.pid == pid]
     assert len(found) == 1
@@ -218,9 +214,8 @@ def test_engine_in_a_real_cgroup_of_each_shape(
     container_id = secrets.token_hex(32)  # one per test: nothing left over can be mistaken for it
     below = below.replace(ID, container_id)
     with cgroup(hierarchy, below) as directory:
-        proc = procs.start(["vllm", "serve", "/models/qwen", "--port", "8000"])
+        proc = procs.start(["vllm", "serve", "/models/qwen", "--port", "8000"], cgroup=directory)
         try:
-            _move(proc.pid, directory)
             seen = f"{HIERARCHIES[hierarchy][1].rstrip('/')}/{below}"
             assert any(
                 line.endswith(":" + seen)
@@ -239,9 +234,8 @@ def test_engine_in_a_real_cgroup_of_each_shape(
 def test_engines_on_the_host_and_under_conmon_have_no_container(procs: Procs, quiet_config: Config) -> None:
     host = procs.start(["vllm", "serve", "/models/host"])
     with cgroup("", f"machine.slice/libpod-conmon-{secrets.token_hex(32)}.scope") as directory:
-        conmon = procs.start(["vllm", "serve", "/models/conmon"])
+        conmon = procs.start(["vllm", "serve", "/models/conmon"], cgroup=directory)
         try:
-            _move(conmon.pid, directory)
             found = {p.pid: p for p in Scanner(config=quiet_config).scan()}
         finally:
             procs.stop(conmon)
@@ -273,12 +267,9 @@ def test_container_name_from_the_docker_socket_once_per_container(
     config = Config(data_dir=tmp_path, docker_socket=tmp_path / "d.sock")
     try:
         with cgroup("", f"system.slice/docker-{container_id}.scope") as directory:
-            engines = [
-                procs.start(["vllm", "serve", f"/models/{n}", "--port", str(8000 + n)]) for n in (1, 2)
-            ]
+            argvs = [["vllm", "serve", f"/models/{n}", "--port", str(8000 + n)] for n in (1, 2)]
+            engines = [procs.start(argv, cgroup=directory) for argv in argvs]
             try:
-                for proc in engines:
-                    _move(proc.pid, directory)
                 found = {p.pid: p for p in Scanner(config=config).scan()}
             finally:
                 for proc in engines:
@@ -294,7 +285,7 @@ def test_container_name_from_the_docker_socket_once_per_container(
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or "" not in HIERARCHIES, reason="needs root and cgroup v2")
-def test_a_runtime_api_that_hangs_costs_one_short_timeout(tmp_path: Path, procs: Procs) -> None:
+def test_a_runtime_api_that_hangs_gives_no_name(tmp_path: Path, procs: Procs) -> None:
     container_id = secrets.token_hex(32)
     hanging = FakeEngine(
         {f"/containers/{container_id}/json": [Answer(hang=True)]}, unix_path=str(tmp_path / "d.sock")
@@ -302,9 +293,8 @@ def test_a_runtime_api_that_hangs_costs_one_short_timeout(tmp_path: Path, procs:
     config = Config(data_dir=tmp_path, docker_socket=tmp_path / "d.sock", container_api_timeout=0.2)
     try:
         with cgroup("", f"docker/{container_id}") as directory:
-            proc = procs.start(["vllm", "serve", "/models/hang"])
+            proc = procs.start(["vllm", "serve", "/models/hang"], cgroup=directory)
             try:
-                _move(proc.pid, directory)
                 process = _scanned(proc.pid, config)
             finally:
                 procs.stop(proc)
