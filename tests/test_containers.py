@@ -8,7 +8,8 @@ import json
 import os
 import secrets
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -73,27 +74,27 @@ NOT_CONTAINERS = {
 @pytest.mark.parametrize("shape", SHAPES)
 def test_parser_reads_every_shape_in_v1_and_v2_lines(shape: str) -> None:
     path, runtime, pod = SHAPES[shape]
-    assert parse_cgroup(f"0::/{path}\n") == (runtime, ID, pod)
+    assert parse_cgroup(f"0::/{path}\n".encode()) == (runtime, ID, pod)
     v1 = f"12:pids:/\n4:cpu,cpuacct:/{path}\n1:name=systemd:/\n0::/\n"
-    assert parse_cgroup(v1) == (runtime, ID, pod)
+    assert parse_cgroup(v1.encode()) == (runtime, ID, pod)
     # Below a prefix (a nested cgroup namespace seen from outside, a test's own cgroup).
-    assert parse_cgroup(f"0::/some/where/{path}\n") == (runtime, ID, pod)
+    assert parse_cgroup(f"0::/some/where/{path}\n".encode()) == (runtime, ID, pod)
 
 
 @pytest.mark.parametrize("shape", NOT_CONTAINERS)
 def test_parser_finds_no_container_where_there_is_none(shape: str) -> None:
-    assert parse_cgroup(f"0::/{NOT_CONTAINERS[shape]}\n3:memory:/{NOT_CONTAINERS[shape]}\n") is None
+    assert parse_cgroup(f"0::/{NOT_CONTAINERS[shape]}\n3:memory:/{NOT_CONTAINERS[shape]}\n".encode()) is None
 
 
 def test_parser_prefers_the_v2_line_and_survives_garbage() -> None:
     other = "ab" * 32
-    assert parse_cgroup(f"4:memory:/docker/{other}\n0::/system.slice/docker-{ID}.scope\n") == (
+    assert parse_cgroup(f"4:memory:/docker/{other}\n0::/system.slice/docker-{ID}.scope\n".encode()) == (
         "docker",
         ID,
         None,
     )
-    assert parse_cgroup("") is None
-    assert parse_cgroup("garbage\n\0\n::\n0::\n") is None
+    assert parse_cgroup(b"") is None
+    assert parse_cgroup(b"garbage\n\0\n::\n0::\n") is None
     assert pid_in_namespace("Name:\tx\nNSpid:\t8123\t41\t1\n") == 1
     assert pid_in_namespace("NSpid:\t8123\n") == 8123
     assert pid_in_namespace("NSpid:\n") is None
@@ -361,6 +362,17 @@ def _engine_in(netns: str, procs: Procs, vllm: Path, port: int) -> subprocess.Po
     return proc
 
 
+def _scan_until(scanner: Scanner, pid: int, done: Callable[[EngineProcess], bool]) -> EngineProcess:
+    """Scans until engine ``pid`` is ``done`` (proxies are looked for again within
+    TREE_REFRESH_SECONDS; no wall-clock time is asserted)."""
+    deadline = time.monotonic() + 10
+    while True:
+        process = next(p for p in scanner.scan() if p.pid == pid)
+        if done(process) or time.monotonic() > deadline:
+            return process
+        time.sleep(0.05)
+
+
 def _proxy(procs: Procs, link: Path, host_ip: str, host_port: int, container_ip: str, port: int) -> None:
     argv = ["docker-proxy", "-proto", "tcp", "-host-ip", host_ip, "-host-port", str(host_port)]
     procs.start([*argv, "-container-ip", container_ip, "-container-port", str(port)], executable=link)
@@ -409,11 +421,11 @@ def test_published_port_of_an_engine_in_a_private_netns(
         row = next(line for line in table.splitlines() if line.startswith(f"{engine.pid} "))
         assert f"127.0.0.1:{published.port}->{port}, [::]:{published.port}->{port}" in row
 
-        # The proxies go (docker stop): the next scan shows the engine's own address again.
+        # The proxies go (docker stop): a later scan shows the engine's own address again.
         for proc in procs.started[1:]:
             procs.stop(proc)
-        again = next(p for p in scanner.scan() if p.pid == engine.pid)
-        assert (again.published, again.base_url) == ((), f"http://{ADDRESS}:{port}")
+        again = _scan_until(scanner, engine.pid, lambda p: not p.published)
+        assert again.base_url == f"http://{ADDRESS}:{port}"
 
 
 @needs_netns
@@ -442,7 +454,7 @@ def test_a_proxy_started_after_the_engine_is_found(
     first = next(p for p in scanner.scan() if p.pid == engine.pid)
     assert first.published == ()
     _proxy(procs, links["docker-proxy"], "0.0.0.0", host_port, ADDRESS, port)
-    later = next(p for p in scanner.scan() if p.pid == engine.pid)
+    later = _scan_until(scanner, engine.pid, lambda p: bool(p.published))
     assert later.published == (
         PublishedPort(container_port=port, host_address="0.0.0.0", host_port=host_port),
     )

@@ -18,34 +18,12 @@ import socket
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from enginespec._backend import parse_cgroup
+from enginespec._pycgroup import Runtime
 from enginespec.urls import base_url
-
-Runtime = Literal["docker", "podman", "containerd", "cri-o", "kubernetes"]
-
-_ID = r"[0-9a-f]{64}"
-# A pod uid is a UUID (dashes in cgroupfs paths, underscores in systemd slice names), or 32 hex
-# digits for a static pod (the manifest's hash).
-_POD = r"(?P<pod>[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32})"
-#: Scope (systemd driver) and directory (cgroupfs driver) prefixes -> runtime.
-_PREFIXES: dict[str, Runtime] = {
-    "docker": "docker",
-    "libpod": "podman",
-    "cri-containerd": "containerd",
-    "crio": "cri-o",
-}
-# `docker-<id>.scope`, `libpod-<id>.scope`, `cri-containerd-<id>.scope`, `crio-<id>.scope`, and
-# podman's cgroupfs `libpod-<id>`. Podman's `libpod-conmon-<id>.scope` holds its monitor, not
-# the container: the prefix list does not take it.
-_SCOPE = re.compile(rf"(?P<prefix>{'|'.join(map(re.escape, _PREFIXES))})-(?P<id>{_ID})(?:\.scope)?")
-# Kubelet's systemd driver on cgroup v1 through containerd names the container inside one
-# component: `kubepods-burstable-pod<uid>.slice:cri-containerd:<id>`.
-_TRIPLE = re.compile(rf"(?P<slice>[^:]*):(?P<prefix>{'|'.join(map(re.escape, _PREFIXES))}):(?P<id>{_ID})")
-_POD_DIR = re.compile(rf"pod{_POD}")
-_POD_SLICE = re.compile(rf"(?:[a-z0-9]+-)*kubepods(?:-[a-z]+)*-pod{_POD}\.slice")
 
 
 class Container(BaseModel):
@@ -87,50 +65,6 @@ class PublishedPort(BaseModel):
         return base_url(self.host_address, self.host_port, sockets=False)
 
 
-def _innermost(path: str) -> tuple[Runtime, str, str | None] | None:
-    """(runtime, id, pod uid) of the innermost container named by one cgroup path."""
-    found: tuple[Runtime, str, str | None] | None = None
-    pod: str | None = None
-    previous = ""
-    for component in path.split("/"):
-        if component.endswith(".mount"):
-            continue
-        triple = _TRIPLE.fullmatch(component)
-        slice_pod = _POD_SLICE.fullmatch(triple.group("slice") if triple else component)
-        pod_dir = _POD_DIR.fullmatch(component)
-        if slice_pod or pod_dir:
-            pod = (slice_pod or pod_dir).group("pod").replace("_", "-")  # type: ignore[union-attr]
-        scope = triple or _SCOPE.fullmatch(component)
-        if scope:
-            found = (_PREFIXES[scope.group("prefix")], scope.group("id"), pod)
-        elif re.fullmatch(_ID, component):
-            # A bare id: Docker's cgroupfs driver (`/docker/<id>`), or kubelet's (`pod<uid>/<id>`)
-            # where the path does not say which runtime runs it.
-            if previous == "docker":
-                found = ("docker", component, pod)
-            elif pod is not None and _POD_DIR.fullmatch(previous):
-                found = ("kubernetes", component, pod)
-        previous = component
-    return found
-
-
-def parse_cgroup(text: str) -> tuple[Runtime, str, str | None] | None:
-    """The container ``/proc/PID/cgroup`` places a process in, as (runtime, id, pod uid), or
-    ``None`` on the host. The cgroup v2 line (``0::``) is read first, then the v1 lines in
-    order; within a path the innermost container wins (docker-in-docker, kind)."""
-    paths = []
-    for line in text.splitlines():
-        number, sep, rest = line.partition(":")
-        _controllers, sep2, path = rest.partition(":")
-        if sep and sep2:
-            paths.append((number != "0", path))
-    for _v1, path in sorted(paths, key=lambda entry: entry[0]):
-        found = _innermost(path)
-        if found is not None:
-            return found
-    return None
-
-
 def pid_in_namespace(status: str) -> int | None:
     """The pid in the innermost pid namespace: the last field of ``NSpid:`` in ``/proc/PID/status``."""
     for line in status.splitlines():
@@ -140,12 +74,17 @@ def pid_in_namespace(status: str) -> int | None:
     return None
 
 
-def _read_text(path: str, limit: int = 1 << 16) -> str | None:
+def _read_bytes(path: str, limit: int = 1 << 16) -> bytes | None:
     try:
         with open(path, "rb") as file:
-            return file.read(limit).decode("utf-8", "replace")
+            return file.read(limit)
     except OSError:
         return None
+
+
+def _read_text(path: str, limit: int = 1 << 16) -> str | None:
+    data = _read_bytes(path, limit)
+    return data.decode("utf-8", "replace") if data is not None else None
 
 
 def netns_inode(pid: int | str) -> int | None:
@@ -268,15 +207,14 @@ class ProxyFinder:
         known: dict[str, tuple[int, int, ProxyRule | None]] = {}
         for pid, inode in listing:
             entry = self._known.get(pid)
-            if (
-                entry is None
-                or entry[0] != inode
-                or (entry[2] is None and now - entry[1] < self._young_ticks)
-            ):
+            if entry is None or entry[0] != inode:
                 start = _start_ticks(pid)
                 if start is None:
                     continue
                 entry = (inode, start, parse_proxy_argv(_argv(pid)))
+            elif entry[2] is None and now - entry[1] < self._young_ticks:
+                # The same process (same inode), maybe past its exec now: its argv is enough.
+                entry = (inode, entry[1], parse_proxy_argv(_argv(pid)))
             known[pid] = entry
         self._known = known
         return [rule for _inode, _start, rule in known.values() if rule is not None]
@@ -341,7 +279,7 @@ class ContainerReader:
         self._names: dict[str, str | None] = {}
 
     def read(self, pid: int) -> Container | None:
-        found = parse_cgroup(_read_text(f"/proc/{pid}/cgroup") or "")
+        found = parse_cgroup(_read_bytes(f"/proc/{pid}/cgroup") or b"")
         if found is None:
             return None
         runtime, container_id, pod = found

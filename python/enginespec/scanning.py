@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 
 import psutil
 from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
 
 from enginespec._backend import ScannerType
+from enginespec._pycgroup import Runtime
 from enginespec._pymatcher import basename
 from enginespec._pyscanner import RawProcess
 from enginespec.argv import Invocation, argv_port, endpoint, flag_value, redact_argv
@@ -18,8 +21,8 @@ from enginespec.containers import (
     Container,
     ContainerReader,
     ProxyFinder,
+    ProxyRule,
     PublishedPort,
-    Runtime,
     host_netns,
     netns_addresses,
     netns_inode,
@@ -139,6 +142,11 @@ class ScanStats(BaseModel):
     known: int = 0
 
 
+#: An engine in a private network namespace: (its model as built, the proxy rules its ports were
+#: matched against, its published ports, the model shown: with them and the base URL they give).
+_Shown = tuple[EngineProcess, list[ProxyRule], tuple[PublishedPort, ...], EngineProcess]
+
+
 def _supervisor(spec: EngineDefinition, parent_argv: Sequence[str], parent_engine: str | None) -> str | None:
     if parent_engine == spec.id and spec.serving.nested_supervisor:
         return spec.serving.nested_supervisor
@@ -176,8 +184,9 @@ class Scanner:
         #: (pid, start time) -> (its container, whether its network namespace is not the host's)
         self._places: dict[tuple[int, float], tuple[Container | None, bool]] = {}
         self._proxies = ProxyFinder(YOUNG_SECONDS)
-        #: pid -> (the model as built, its published ports, the model shown with them)
-        self._shown: dict[int, tuple[EngineProcess, tuple[PublishedPort, ...], EngineProcess]] = {}
+        self._rules: list[ProxyRule] = []
+        self._proxies_due = -math.inf
+        self._shown: dict[int, _Shown] = {}
 
     @property
     def stats(self) -> ScanStats:
@@ -235,26 +244,35 @@ class Scanner:
 
     def _publish(self, processes: list[EngineProcess]) -> list[EngineProcess]:
         """Engines in a private network namespace, with the host ports Docker's proxies forward
-        to them. The proxies are looked for only when there is such an engine."""
-        if not any(p.private_network for p in processes):
+        to them. Proxies are looked for only while there is such an engine: at once when one
+        appears, then every TREE_REFRESH_SECONDS, as workers and sockets are."""
+        private = [p for p in processes if p.private_network]
+        if not private:
             self._shown = {}
             return processes
-        rules = self._proxies.rules()
-        shown: dict[int, tuple[EngineProcess, tuple[PublishedPort, ...], EngineProcess]] = {}
+        now = time.monotonic()
+        if now >= self._proxies_due or any(p.pid not in self._shown for p in private):
+            self._rules = self._proxies.rules()
+            self._proxies_due = now + TREE_REFRESH_SECONDS
+        rules = self._rules
+        shown: dict[int, _Shown] = {}
         result = []
         for process in processes:
-            if process.private_network and rules:
-                ports = published_ports(rules, netns_addresses(process.pid), process.effective_port)
-                previous = self._shown.get(process.pid)
-                if previous is not None and previous[0] is process and previous[1] == ports:
-                    shown[process.pid] = previous
-                elif ports:
-                    url = next((p.url for p in ports if p.url is not None), process.base_url)
-                    published = process.model_copy(update={"published": ports, "base_url": url})
-                    shown[process.pid] = (process, ports, published)
-                else:
-                    shown[process.pid] = (process, ports, process)
-                process = shown[process.pid][2]
+            if process.private_network:
+                entry = self._shown.get(process.pid)
+                if entry is None or entry[0] is not process or entry[1] is not rules:
+                    addresses = netns_addresses(process.pid) if rules else frozenset()
+                    ports = published_ports(rules, addresses, process.effective_port)
+                    if entry is not None and entry[0] is process and entry[2] == ports:
+                        view = entry[3]  # the same model as before: unchanged for callers
+                    elif ports:
+                        url = next((p.url for p in ports if p.url is not None), process.base_url)
+                        view = process.model_copy(update={"published": ports, "base_url": url})
+                    else:
+                        view = process
+                    entry = (process, rules, ports, view)
+                shown[process.pid] = entry
+                process = entry[3]
             result.append(process)
         self._shown = shown
         return result
