@@ -272,17 +272,24 @@ def test_container_name_from_the_docker_socket_once_per_container(
             engines = [procs.start(argv, cgroup=directory) for argv in argvs]
             try:
                 found = {p.pid: p for p in Scanner(config=config).scan()}
+                asked = [path for _method, path, _headers in api.script.seen]
+                # `ps` takes the socket from the environment, and shows the container's label.
+                env = {"ENGINESPEC_DOCKER_SOCKET": str(tmp_path / "d.sock")}
+                table = enginespec("ps", "--no-health", "--wide", env=env).stdout.decode()
             finally:
                 for proc in engines:
                     procs.stop(proc)
     finally:
         api.close()
+    pids = {str(p.pid) for p in engines}
+    label = shown or f"docker:{container_id[:12]}"
+    assert {row[0] for row in map(str.split, table.splitlines()) if row and label in row} >= pids
     for proc in engines:
         container = found[proc.pid].container
         assert container is not None
         assert (container.runtime, container.id, container.name) == ("docker", container_id, shown)
-        assert container.label == (shown or f"docker:{container_id[:12]}")
-    assert [path for _method, path, _headers in api.script.seen] == [f"/containers/{container_id}/json"]
+        assert container.label == label
+    assert asked == [f"/containers/{container_id}/json"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or "" not in HIERARCHIES, reason="needs root and cgroup v2")
