@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from enginespec import Config, Container, EngineProcess, PublishedPort, Scanner
 from enginespec.containers import ProxyRule, parse_cgroup, parse_proxy_argv, pid_in_namespace
 from enginespec.health import check_health
 from fakeserver import Answer, FakeEngine, free_port, models, serving
-from procs import Procs, wait_for
+from procs import Procs, children_of, wait_for
 
 ID = "4f3c2b1a" * 8
 OUTER = "0123456789abcdef" * 4
@@ -246,6 +247,25 @@ def test_engines_on_the_host_and_under_conmon_have_no_container(procs: Procs, qu
     assert found[host.pid].published == ()
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or "" not in HIERARCHIES, reason="needs root and cgroup v2")
+def test_pid_in_container_from_a_real_pid_namespace(helper: Path, tmp_path: Path, procs: Procs) -> None:
+    container_id = secrets.token_hex(32)
+    (tmp_path / "vllm").symlink_to(helper)
+    argv = ["unshare", "--pid", "--fork", "--kill-child", str(tmp_path / "vllm"), "serve", "/models/q"]
+    with cgroup("", f"docker/{container_id}") as directory:
+        runner = procs.start(argv, executable=Path(shutil.which("unshare") or "unshare"), cgroup=directory)
+        try:
+            wait_for(lambda: children_of(runner.pid))
+            (engine,) = children_of(runner.pid)
+            wait_for(lambda: Path(f"/proc/{engine}/cmdline").read_bytes().startswith(os.fsencode(tmp_path)))
+            process = _scanned(engine, Config(data_dir=tmp_path, docker_socket=tmp_path / "none.sock"))
+        finally:
+            procs.stop(runner)
+    assert process.container is not None
+    # The first process of a new pid namespace is its pid 1, as a container's entrypoint is.
+    assert (process.container.id, process.container.pid_in_container) == (container_id, 1)
+
+
 # --- the runtime's API --------------------------------------------------------------------------
 
 
@@ -276,6 +296,7 @@ def test_container_name_from_the_docker_socket_once_per_container(
                 # `ps` takes the socket from the environment, and shows the container's label.
                 env = {"ENGINESPEC_DOCKER_SOCKET": str(tmp_path / "d.sock")}
                 table = enginespec("ps", "--no-health", "--wide", env=env).stdout.decode()
+                documents = json.loads(enginespec("ps", "--no-health", "--json", env=env).stdout)
             finally:
                 for proc in engines:
                     procs.stop(proc)
@@ -284,6 +305,8 @@ def test_container_name_from_the_docker_socket_once_per_container(
     pids = {str(p.pid) for p in engines}
     label = shown or f"docker:{container_id[:12]}"
     assert {row[0] for row in map(str.split, table.splitlines()) if row and label in row} >= pids
+    dumped = [d["container"] for d in documents if str(d["pid"]) in pids]
+    assert [(d["runtime"], d["id"], d["name"]) for d in dumped] == [("docker", container_id, shown)] * 2
     for proc in engines:
         container = found[proc.pid].container
         assert container is not None
