@@ -9,6 +9,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -120,6 +121,8 @@ def test_proxy_argv_as_dockerd_writes_it_and_as_go_flags_parse_it() -> None:
     assert parse_proxy_argv(["not-docker-proxy", *argv[1:]]) is None
     assert parse_proxy_argv([*argv[:6], "0"]) is None
     assert parse_proxy_argv([*argv[:6], "65536"]) is None
+    for port in ("+8001", "8_001", "\u0668\u0660", " 8001", "0x1f41"):
+        assert parse_proxy_argv([*argv[:6], port, *argv[7:]]) is None
     assert parse_proxy_argv([*argv[:4], "127.0.0.1\n", *argv[5:]]) is None
     assert parse_proxy_argv([*argv[:4], "127.0.0.1:80", *argv[5:]]) is None
     assert parse_proxy_argv(argv[:-2]) is None
@@ -491,3 +494,33 @@ def test_a_proxy_started_after_the_engine_is_found(
     assert later.base_url == f"http://127.0.0.1:{host_port}"  # 0.0.0.0 is reached through loopback
     # Unchanged state: the same model object comes back (polling costs no validation).
     assert next(p for p in scanner.scan() if p.pid == engine.pid) is later
+
+
+@needs_netns
+def test_a_docker_proxy_not_run_by_root_is_not_trusted(
+    netns: str, helper: Path, links: dict[str, Path], procs: Procs, quiet_config: Config
+) -> None:
+    """Any user can name a process ``docker-proxy``: only root's (dockerd's) are believed, so a
+    user cannot point health checks at a port of their own."""
+    port, ours, theirs = free_port(), free_port(), free_port()
+    engine = _engine_in(netns, procs, links["vllm"], port)
+    _proxy(procs, links["docker-proxy"], "127.0.0.1", ours, ADDRESS, port)
+    shared = Path(tempfile.mkdtemp(prefix="enginespec-proxy-"))
+    try:
+        shared.chmod(0o755)
+        program = Path(shutil.copy(helper, shared / "docker-proxy"))
+        program.chmod(0o755)
+        argv = ["docker-proxy", "-proto", "tcp", "-host-ip", "127.0.0.1", "-host-port", str(theirs)]
+        argv += ["-container-ip", ADDRESS, "-container-port", str(port)]
+        stranger = subprocess.Popen(
+            argv, executable=program, user=65534, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        procs.started.append(stranger)
+        wait_for(lambda: Path(f"/proc/{stranger.pid}/cmdline").read_bytes().startswith(b"docker-proxy\0"))
+        process = next(p for p in Scanner(config=quiet_config).scan() if p.pid == engine.pid)
+    finally:
+        procs.stop_all()
+        shutil.rmtree(shared)
+    assert process.published == (
+        PublishedPort(container_port=port, host_address="127.0.0.1", host_port=ours),
+    )

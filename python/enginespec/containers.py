@@ -114,7 +114,7 @@ def netns_addresses(pid: int) -> frozenset[str]:
                 found.add(str(ipaddress.IPv4Address(leaf)))
     for line in (_read_text(f"/proc/{pid}/net/if_inet6", 1 << 20) or "").splitlines():
         fields = line.split()
-        if fields and len(fields[0]) == 32:
+        if fields and len(fields[0]) == 32 and all(c in "0123456789abcdef" for c in fields[0]):
             with contextlib.suppress(ValueError):
                 found.add(str(ipaddress.IPv6Address(int(fields[0], 16))))
     return frozenset(found)
@@ -149,12 +149,19 @@ def parse_proxy_argv(argv: Sequence[str]) -> ProxyRule | None:
     try:
         host_ip = str(ipaddress.ip_address(values.get("host-ip", "")))
         container_ip = str(ipaddress.ip_address(values.get("container-ip", "")))
-        host_port, container_port = int(values.get("host-port", "")), int(values.get("container-port", ""))
     except ValueError:
         return None
-    if values["proto"] != "tcp" or not (0 < host_port <= 0xFFFF and 0 < container_port <= 0xFFFF):
+    host_port, container_port = _port(values.get("host-port")), _port(values.get("container-port"))
+    if values["proto"] != "tcp" or host_port is None or container_port is None:
         return None
     return ProxyRule(host_ip, host_port, container_ip, container_port)
+
+
+def _port(text: str | None) -> int | None:
+    """A port given in decimal ASCII digits (``int`` would also take ``+80``, ``8_0``, ``٨٠``)."""
+    if text is None or not (text.isascii() and text.isdigit() and len(text) <= 5):
+        return None
+    return int(text) if 0 < int(text) <= 0xFFFF else None
 
 
 def published_ports(
@@ -187,6 +194,19 @@ def _start_ticks(pid: str) -> int | None:
     return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
 
 
+def _proxy_rule(pid: str) -> ProxyRule | None:
+    """The forward of a ``docker-proxy`` run by root, as dockerd runs them: any user can start a
+    process of that name, and one must not redirect health checks to a port of its own."""
+    rule = parse_proxy_argv(_argv(pid))
+    if rule is None:
+        return None
+    # The real uid from `Uid:` (the owner of /proc/PID is root for any non-dumpable process).
+    for line in (_read_text(f"/proc/{pid}/status") or "").splitlines():
+        if line.startswith("Uid:"):
+            return rule if line.split()[1:2] == ["0"] else None
+    return None
+
+
 class ProxyFinder:
     """The ``docker-proxy`` processes of this host. A process is read once: while its
     ``/proc/PID`` inode stays the same (it changes when the pid goes to a new process), except
@@ -211,10 +231,10 @@ class ProxyFinder:
                 start = _start_ticks(pid)
                 if start is None:
                     continue
-                entry = (inode, start, parse_proxy_argv(_argv(pid)))
+                entry = (inode, start, _proxy_rule(pid))
             elif entry[2] is None and now - entry[1] < self._young_ticks:
                 # The same process (same inode), maybe past its exec now: its argv is enough.
-                entry = (inode, entry[1], parse_proxy_argv(_argv(pid)))
+                entry = (inode, entry[1], _proxy_rule(pid))
             known[pid] = entry
         self._known = known
         return [rule for _inode, _start, rule in known.values() if rule is not None]
