@@ -79,8 +79,10 @@ def test_parser_reads_every_shape_in_v1_and_v2_lines(shape: str) -> None:
     assert parse_cgroup(f"0::/{path}\n".encode()) == (runtime, ID, pod)
     v1 = f"12:pids:/\n4:cpu,cpuacct:/{path}\n1:name=systemd:/\n0::/\n"
     assert parse_cgroup(v1.encode()) == (runtime, ID, pod)
-    # Below a prefix (a nested cgroup namespace seen from outside, a test's own cgroup).
+    # Below a prefix (a nested cgroup namespace seen from outside, a test's own cgroup), and
+    # outside the reader's own cgroup namespace (enginespec itself in a container: `/../..`).
     assert parse_cgroup(f"0::/some/where/{path}\n".encode()) == (runtime, ID, pod)
+    assert parse_cgroup(f"0::/../../{path}\n".encode()) == (runtime, ID, pod)
 
 
 @pytest.mark.parametrize("shape", NOT_CONTAINERS)
