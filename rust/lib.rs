@@ -5,6 +5,7 @@
 //! Everything but `python.rs` is plain Rust that `cargo test` exercises without an interpreter:
 //!
 //! - `signature`: the JSON form of the signatures; `matcher`: argv -> [`Facts`];
+//! - `cgroup`: the container `/proc/PID/cgroup` places a process in (a pure parser);
 //! - `procfs`: pure parsers of what procfs gives (`cmdline`, `stat`, `children`, `net/tcp`, the
 //!   listing's records);
 //! - `scan`: the incremental `/proc` scanner; `scan_sysinfo`: the same over the `sysinfo` crate,
@@ -12,6 +13,7 @@
 //! - `python` (feature `python`): the PyO3 bindings, type conversions only.
 
 pub mod backend;
+pub mod cgroup;
 pub mod matcher;
 pub mod procfs;
 pub mod scan;

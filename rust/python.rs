@@ -196,9 +196,17 @@ impl Scanner {
     }
 }
 
+/// (runtime, id, pod uid) of the container the text of `/proc/PID/cgroup` names, or `None`:
+/// the shape `_pycgroup.parse_cgroup` returns.
+#[pyfunction]
+fn parse_cgroup(data: &[u8]) -> Option<(&'static str, String, Option<String>)> {
+    crate::cgroup::parse_cgroup(data).map(|c| (c.runtime, c.id, c.pod_uid))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Matcher>()?;
     m.add_class::<Scanner>()?;
+    m.add_function(wrap_pyfunction!(parse_cgroup, m)?)?;
     Ok(())
 }

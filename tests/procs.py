@@ -28,19 +28,33 @@ class Procs:
         self.started: list[subprocess.Popen[bytes]] = []
 
     def start(
-        self, argv: Sequence[str], pass_fds: Sequence[int] = (), cwd: Path | None = None, **env: str
+        self,
+        argv: Sequence[str],
+        pass_fds: Sequence[int] = (),
+        cwd: Path | None = None,
+        executable: Path | None = None,
+        cgroup: Path | None = None,
+        **env: str,
     ) -> subprocess.Popen[bytes]:
-        """``pass_fds``: descriptors the process holds too (a server socket, see fakeserver);
-        ``cwd``: its working directory."""
+        """Runs the helper (or ``executable``, e.g. a link to it named as a real program) as
+        ``argv``. ``pass_fds``: descriptors the process holds too (a server socket, see
+        fakeserver); ``cwd``: its working directory; with ``cgroup`` (a cgroup directory), in that
+        cgroup from before its exec on, as a container runtime starts a container's process."""
+
+        def enter() -> None:
+            if cgroup is not None:
+                (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
         proc = subprocess.Popen(
             [os.fsencode(a) for a in argv],
-            executable=self.helper,
+            executable=executable or self.helper,
             pass_fds=tuple(pass_fds),
             cwd=cwd,
             env={**os.environ, **env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if "HELPER_LISTEN" in env else subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=enter if cgroup is not None else None,
         )
         self.started.append(proc)
         # execve has returned to Popen before the kernel publishes the new argv: wait for it, as

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from enginespec import _pymatcher
+from enginespec import _pycgroup, _pymatcher
 from enginespec.engines import all_signatures
 from enginespec.signature import Evidence, LaunchForm, Signature, signatures_json
 
@@ -320,3 +320,74 @@ def test_made_up_signatures(signatures: tuple[Signature, ...], argvs: list[list[
     for argv in [*argvs, *_crafted(signatures)]:
         for program in (argv, ["python", *argv], ["python", "-m", *argv]):
             assert native.parse(program) == python.parse(program), (program, data)
+
+
+# --- the cgroup parser (rust/cgroup.rs and _pycgroup.py) ---------------------------------------
+
+_HEX = "0123456789abcdef"
+_ID = "9" * 8 + "ab" * 28
+_UUID = "1f2e3d4c-5b6a-4798-8a7b-6c5d4e3f2a1b"
+_CGROUP_WORDS = (
+    "docker", "system.slice", "machine.slice", "kubepods", "kubepods.slice", "burstable", "besteffort",
+    "container", "user@1000.service", "containerd.service", "kubelet.slice", "init.scope", "",
+    _ID, _ID.upper(), _ID[:63], _ID + "0", f"pod{_UUID}", f"pod{_UUID.replace('-', '_')}", f"pod{_HEX * 2}",
+    f"pod{_UUID[:-1]}", f"docker-{_ID}.scope", f"docker-{_ID}", f"libpod-{_ID}.scope",
+    f"libpod-conmon-{_ID}.scope",
+    f"cri-containerd-{_ID}.scope", f"crio-{_ID}.scope", f"crio-{_ID}.scope.scope", f"containerd-{_ID}.scope",
+    f"kubepods-burstable-pod{_UUID.replace('-', '_')}.slice", f"kubepods-pod{_HEX * 2}.slice",
+    f"kubelet-kubepods-besteffort-pod{_UUID.replace('-', '_')}.slice", f"kubepods-Burst-pod{_HEX * 2}.slice",
+    f"x-kubepods-pod{_UUID}.slice",
+    f"kubepods-burstable-pod{_UUID.replace('-', '_')}.slice:cri-containerd:{_ID}",
+    f"a:crio:{_ID}", f"a:b:crio:{_ID}", f":docker:{_ID}", f"docker-{_ID}.mount", "kubepods-pod.slice", "é",
+    "run-user-0.mount", ".mount",
+)  # fmt: skip
+_SLICE_UUID = _UUID.replace("-", "_")
+#: The path shapes the scanner must read (tests/test_containers.py), to be edited.
+_CGROUP_SHAPES = (
+    f"docker/{_ID}", f"system.slice/docker-{_ID}.scope", f"machine.slice/libpod-{_ID}.scope/container",
+    f"kubepods/burstable/pod{_UUID}/{_ID}",
+    f"kubepods.slice/kubepods-burstable-pod{_SLICE_UUID}.slice/cri-containerd-{_ID}.scope",
+    f"system.slice/containerd.service/kubepods-burstable-pod{_SLICE_UUID}.slice:cri-containerd:{_ID}",
+)  # fmt: skip
+
+
+@st.composite
+def _edited_shape(draw: st.DrawFn) -> str:
+    parts = draw(st.sampled_from(_CGROUP_SHAPES)).split("/")
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, len(parts)))
+        edit = draw(st.sampled_from(["insert", "delete", "replace"]))
+        word = draw(st.sampled_from(_CGROUP_WORDS))
+        if edit == "insert":
+            parts.insert(at, word)
+        elif parts and at < len(parts):
+            parts[at : at + 1] = [] if edit == "delete" else [word]
+    return draw(st.sampled_from(["0::/", "4:cpu,cpuacct:/", "1:name=systemd:/x/"])) + "/".join(parts)
+
+
+_cgroup_line = st.tuples(
+    st.sampled_from(["0", "1", "12", "00", "x", ""]),
+    st.sampled_from(["", "cpu", "cpu,cpuacct", "name=systemd", "memory"]),
+    st.lists(st.sampled_from(_CGROUP_WORDS), max_size=8),
+).map(lambda line: f"{line[0]}:{line[1]}:/" + "/".join(line[2]))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(_cgroup_line, max_size=6), st.sampled_from(["\n", "\r\n", "\x85", ""]))
+def test_cgroup_parsers_agree(lines: list[str], end: str) -> None:
+    data = (end or "\n").join(lines).encode("utf-8") + end.encode("utf-8")
+    assert _native.parse_cgroup(data) == _pycgroup.parse_cgroup(data)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(_edited_shape(), min_size=1, max_size=3))
+def test_cgroup_parsers_agree_on_edited_shapes(lines: list[str]) -> None:
+    data = "\n".join(lines).encode("utf-8")
+    assert _native.parse_cgroup(data) == _pycgroup.parse_cgroup(data)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.binary(max_size=300), st.sampled_from(_CGROUP_WORDS))
+def test_cgroup_parsers_agree_on_bytes(noise: bytes, word: str) -> None:
+    for data in (noise, b"0::/" + noise + word.encode(), b"0::/" + word.encode() + noise):
+        assert _native.parse_cgroup(data) == _pycgroup.parse_cgroup(data)

@@ -3,6 +3,8 @@ textfile is written atomically."""
 
 from __future__ import annotations
 
+import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -17,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fakeserver import free_port
 from procs import Procs
+from test_containers import HIERARCHIES, cgroup
 
 
 @pytest.fixture
@@ -143,3 +146,21 @@ def test_it_binds_loopback_unless_told_otherwise() -> None:
         text=True,
     )
     assert bad.returncode == 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or "" not in HIERARCHIES, reason="needs root and cgroup v2")
+def test_container_id_label(procs: Procs, exporter: tuple[str, Path]) -> None:
+    url, _textfile = exporter
+    container_id = secrets.token_hex(32)
+    host = procs.start(["vllm", "serve", "/models/host", "--port", "18011"])
+    with cgroup("", f"system.slice/docker-{container_id}.scope") as directory:
+        boxed = procs.start(["vllm", "serve", "/models/boxed", "--port", "18012"], cgroup=directory)
+        try:
+            pids = {str(host.pid), str(boxed.pid)}
+            series = _scrape_until(
+                url, lambda s: pids <= {labels["pid"] for labels, _ in s.get("enginespec_engine_info", [])}
+            )
+        finally:
+            procs.stop(boxed)
+    labels = {labels["pid"]: labels["container_id"] for labels, _ in series["enginespec_engine_info"]}
+    assert (labels[str(host.pid)], labels[str(boxed.pid)]) == ("", container_id)

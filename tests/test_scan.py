@@ -34,7 +34,10 @@ def _facts(p: EngineProcess) -> tuple[Any, ...]:
 
 
 def _expected(record: dict[str, Any]) -> tuple[Any, ...] | None:
-    if record["source"] in DISAGREEMENTS or record["engine"] not in KNOWN_ENGINES:
+    if record["source"] in DISAGREEMENTS:
+        expected: tuple[Any, ...] | None = DISAGREEMENTS[record["source"]][0]
+        return expected
+    if record["engine"] not in KNOWN_ENGINES:
         return None
     return (record["engine"], record["model"], record["served_model_name"], record["host"], record["port"])
 

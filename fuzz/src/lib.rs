@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use arbitrary::{Arbitrary, Unstructured};
+use enginespec::cgroup;
 use enginespec::matcher::Matcher;
 use enginespec::procfs;
 use enginespec::scan::{ScanOptions, Scanner};
@@ -305,6 +306,28 @@ pub fn procfs(data: &[u8]) {
     }
     let listening: Vec<(u64, u16)> = procfs::parse_tcp_listen(data).collect();
     assert!(listening.len() <= data.iter().filter(|&&b| b == b'\n').count());
+    // cgroup: an id is 64 lowercase hex digits found in the input; a pod uid is a UUID with
+    // dashes (underscores given back as dashes) or 32 hex digits, from the input.
+    if let Some(found) = cgroup::parse_cgroup(data) {
+        let holds = |text: &str| data.windows(text.len()).any(|w| w == text.as_bytes());
+        assert!(
+            found.id.len() == 64
+                && found
+                    .id
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
+        assert!(holds(&found.id));
+        assert!(["docker", "podman", "containerd", "cri-o", "kubernetes"].contains(&found.runtime));
+        if let Some(pod) = &found.pod_uid {
+            let dashes: Vec<usize> = pod.match_indices('-').map(|(i, _)| i).collect();
+            assert!(
+                dashes.is_empty() && pod.len() == 32
+                    || dashes == [8, 13, 18, 23] && pod.len() == 36
+            );
+            assert!(holds(&pod.replace('-', "")[..8]), "{pod}");
+        }
+    }
     // getdents64 records: each listed pid needs a record of 20 bytes or more.
     let mut pids = Vec::new();
     let _complete = procfs::parse_pid_dirents(data, &mut pids);

@@ -12,6 +12,7 @@ from enginespec._backend import BACKEND
 from enginespec.argv import Invocation, detect_engine, parse_argv, redact_argv
 from enginespec.commands import Command
 from enginespec.config import Config
+from enginespec.containers import Container, PublishedPort
 from enginespec.definition import FamilyDefault, Flags, Launch, Package, Serving, SourceBuild
 from enginespec.engines import (
     BUILTIN_ENGINE_SPECS,
@@ -59,6 +60,7 @@ __all__ = [
     "Command",
     "CommandError",
     "Config",
+    "Container",
     "DockerRuntime",
     "EngineExited",
     "EngineHelp",
@@ -85,6 +87,7 @@ __all__ = [
     "NotReady",
     "Package",
     "ProgressEvent",
+    "PublishedPort",
     "Recipe",
     "RecipeFileError",
     "RuntimeInfo",

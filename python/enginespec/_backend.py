@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Literal
 
+import enginespec._pycgroup as _pycgroup
 import enginespec._pymatcher as _pymatcher
 import enginespec._pyscanner as _pyscanner
 
@@ -21,6 +23,7 @@ if _WANTED not in ("", "native", "python"):
 BACKEND: Backend = "python"
 MatcherType: type[_pymatcher.Matcher] = _pymatcher.Matcher
 ScannerType: type[_pyscanner.Scanner] = _pyscanner.Scanner
+parse_cgroup: Callable[[bytes], tuple[_pycgroup.Runtime, str, str | None] | None] = _pycgroup.parse_cgroup
 if _WANTED != "python":
     try:
         import enginespec._native as _native
@@ -33,3 +36,4 @@ if _WANTED != "python":
         BACKEND = "native"
         MatcherType = _native.Matcher  # type: ignore[assignment]
         ScannerType = _native.Scanner  # type: ignore[assignment]
+        parse_cgroup = _native.parse_cgroup

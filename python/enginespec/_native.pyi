@@ -8,7 +8,7 @@ Strings cross the boundary through the filesystem encoding (surrogateescape), so
 from collections.abc import Sequence
 from typing import Literal, TypeAlias, final
 
-__all__ = ["Matcher", "Scanner"]
+__all__ = ["Matcher", "Scanner", "parse_cgroup"]
 
 # The aliases are the stub's alone (private names: the module has no such attributes).
 
@@ -25,6 +25,9 @@ _RawInvocation: TypeAlias = tuple[
 _RawProcess: TypeAlias = tuple[
     int, float, int, list[str], _RawInvocation, str | None, list[int], list[str], list[int]
 ]
+
+#: What a cgroup path says runs a container (``enginespec.containers.Runtime``).
+_Runtime: TypeAlias = Literal["docker", "podman", "containerd", "cri-o", "kubernetes"]
 
 @final
 class Matcher:
@@ -65,3 +68,7 @@ class Scanner:
         """(scanned, new, vanished, unreadable, restricted, reread, full_recheck, known) of the
         last scan: ``unreadable`` processes whose argv could not be read, ``restricted`` engines
         whose executable, fds or sockets could not be read."""
+
+def parse_cgroup(data: bytes) -> tuple[_Runtime, str, str | None] | None:
+    """(runtime, full id, pod uid) of the container the text of ``/proc/PID/cgroup`` places a
+    process in, ``None`` on the host (``_pycgroup.parse_cgroup`` is its twin)."""

@@ -20,6 +20,7 @@ import enginespec.exporter as exporter
 from enginespec._backend import BACKEND
 from enginespec.argv import parse_argv, redact_argv
 from enginespec.config import Config
+from enginespec.containers import PublishedPort
 from enginespec.display import literal, literal_lines
 from enginespec.engines import all_engine_specs, engine_ids, get_engine_spec
 from enginespec.errors import (
@@ -125,8 +126,10 @@ PS_COLUMNS = (
     # Empty for a server, so left out when every row is one.
     Column("ROLE"),
     Column("MODEL", shorten="middle", minimum=16, comfortable=40),
-    Column("SERVED AS", shorten="end", minimum=10, drop=4),
+    Column("SERVED AS", shorten="end", minimum=10, drop=5),
     Column("URL"),
+    Column("CONTAINER", shorten="end", minimum=12, drop=6),
+    Column("PUBLISHED", shorten="end", minimum=12, drop=4),
     Column("WORKERS", drop=3),
     Column("SUPERVISOR", drop=2),
     Column("LISTENING", shorten="end", minimum=9, drop=1),
@@ -134,6 +137,12 @@ PS_COLUMNS = (
     Column("PORT SHARED WITH", shorten="end", minimum=9, drop=1),
     Column("HEALTH"),
 )
+
+
+def _published(port: PublishedPort) -> str:
+    """``0.0.0.0:8001->8000``, ``[::]:8001->8000``: as ``docker ps`` shows a published port."""
+    address = f"[{port.host_address}]" if ":" in port.host_address else port.host_address
+    return f"{address}:{port.host_port}->{port.container_port}"
 
 
 def _cmd_ps(args: argparse.Namespace) -> int:
@@ -156,6 +165,8 @@ def _cmd_ps(args: argparse.Namespace) -> int:
             p.model or "?",
             ", ".join(p.served_model_names) or EMPTY,
             p.base_url or EMPTY,
+            p.container.label if p.container else EMPTY,
+            ", ".join(_published(q) for q in p.published) or EMPTY,
             str(len(p.worker_pids)) if p.worker_pids else EMPTY,
             p.supervisor or EMPTY,
             ", ".join(map(str, p.listen_ports)) or EMPTY,

@@ -27,6 +27,8 @@ class Config(BaseSettings):
     ``ENGINESPEC_<ENGINE>_PYTHON`` and ``ENGINESPEC_<ENGINE>_BIN`` (e.g. ``ENGINESPEC_VLLM_PYTHON``,
     ``ENGINESPEC_LLAMACPP_BIN``; a ``-`` of the id is ``_`` there: ``ENGINESPEC_MLX_VLM_PYTHON``)
     override the interpreter or binary used for an engine.
+    ``ENGINESPEC_DOCKER_SOCKET`` and ``ENGINESPEC_PODMAN_SOCKET`` are where the container
+    runtimes' APIs are asked for a container's name.
     """
 
     model_config = SettingsConfigDict(env_prefix="ENGINESPEC_", frozen=True, extra="ignore")
@@ -36,6 +38,11 @@ class Config(BaseSettings):
     pythons: dict[str, Path] = Field(default_factory=dict)
     #: engine id -> binary or console script; filled from ENGINESPEC_<ENGINE>_BIN when not given.
     binaries: dict[str, Path] = Field(default_factory=dict)
+    docker_socket: Path = Path("/var/run/docker.sock")
+    #: podman's Docker-compatible API (rootful; `podman system service`).
+    podman_socket: Path = Path("/run/podman/podman.sock")
+    #: seconds a runtime's API gets to answer (once per container).
+    container_api_timeout: float = Field(default=0.5, gt=0)
 
     @model_validator(mode="before")
     @classmethod

@@ -33,6 +33,7 @@ _INFO_LABELS = (
     "role",
     "supervisor",
     "pid",
+    "container_id",
 )
 
 
@@ -62,6 +63,8 @@ def _info_labels(process: EngineProcess) -> list[str]:
         process.role,
         process.supervisor or "",
         str(process.pid),
+        # the full id (empty on the host), as the runtime's API and cAdvisor's `id` name it
+        process.container.id if process.container else "",
     ]
 
 

@@ -148,16 +148,17 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
     if t.process is not None and t.process.role == "runner" and t.spec.serving.runner_health_path:
         path = t.spec.serving.runner_health_path
     reply = yield _Request("GET", path, authorized=t.spec.serving.health_authorized)
-    if reply.failure == "refused":
-        if t.process is not None:
-            return health("starting", "process is up, not accepting connections yet")
-        return health("down", f"nothing listening ({reply.detail})")
-    if reply.failure == "timeout":
-        return health("unhealthy", f"no answer from {path} within {timeout:g}s")
     if reply.failure is not None or reply.status is None:
-        return health("unknown", f"{path}: {reply.detail}")
-    if t.process is not None:
-        # An answer says nothing about this server when another process holds the port.
+        state, reason = _unanswered(t, reply, timeout, path)
+        if t.process is not None and t.process.private_network and not t.process.published:
+            reason += (
+                f"; it runs in a private network namespace with no published port, so "
+                f"{t.base_url} may be unreachable from this host"
+            )
+        return health(state, reason)
+    if t.process is not None and not t.process.private_network:
+        # An answer says nothing about this server when another process holds the port. (In its
+        # own network namespace the port is another table's; a published port is the proxy's.)
         problem = ownership_problem(_tree(t.process.pid, t.process.worker_pids), t.base_url)
         if problem is not None:
             return health("unhealthy", problem, reply)
@@ -222,6 +223,17 @@ def ownership_problem(tree: Sequence[int], base_url: str | None) -> str | None:
             " which listens on nothing there"
         )
     return f"port {parts.port} is shared with pid {others} (SO_REUSEPORT): requests are split between them"
+
+
+def _unanswered(t: _Target, reply: _Reply, timeout: float, path: str) -> tuple[HealthState, str]:
+    """The state and reason of a health request that got no answer."""
+    if reply.failure == "refused":
+        if t.process is not None:
+            return "starting", "process is up, not accepting connections yet"
+        return "down", f"nothing listening ({reply.detail})"
+    if reply.failure == "timeout":
+        return "unhealthy", f"no answer from {path} within {timeout:g}s"
+    return "unknown", f"{path}: {reply.detail}"
 
 
 def _failure(err: httpx.HTTPError) -> tuple[str, str]:

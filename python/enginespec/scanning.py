@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -13,9 +14,22 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
 
 import enginespec.sockets as sockets
 from enginespec._backend import ScannerType
+from enginespec._pycgroup import Runtime
 from enginespec._pymatcher import basename
 from enginespec._pyscanner import RawProcess
 from enginespec.argv import Invocation, argv_port, checkout, endpoint, flag_value, redact_argv, served_names
+from enginespec.config import Config
+from enginespec.containers import (
+    Container,
+    ContainerReader,
+    ProxyFinder,
+    ProxyRule,
+    PublishedPort,
+    host_netns,
+    netns_addresses,
+    netns_inode,
+    published_ports,
+)
 from enginespec.definition import EngineDefinition, Fact
 from enginespec.registry import all_engines
 from enginespec.settings import Source, config_location, merge, read_outside
@@ -45,6 +59,11 @@ class EngineProcess(Invocation):
     ``listen_ports`` are the TCP ports the process tree listens on (empty when unknown).
     ``port_conflicts`` are the pids of other processes listening on the same address and port as
     the server (SO_REUSEPORT: the kernel splits its connections between them), Linux.
+
+    ``container`` is the container it runs in (``None`` on the host). ``private_network`` says
+    it runs in a network namespace other than the host's, where its own address may not be
+    reachable from here; ``published`` are the host addresses Docker's proxy forwards to its port,
+    and ``base_url`` is then the first of them.
     """
 
     pid: int
@@ -64,6 +83,9 @@ class EngineProcess(Invocation):
     #: for an ``orphan``: the pid of the server it worked for, when this scanner saw that server.
     server_pid: int | None = None
     port_conflicts: tuple[int, ...] = ()
+    container: Container | None = None
+    private_network: bool = False
+    published: tuple[PublishedPort, ...] = ()
     #: the engine's API key from its argv: used by health checks, never shown or serialised.
     _api_key: str | None = PrivateAttr(default=None)
 
@@ -128,6 +150,11 @@ class ScanStats(BaseModel):
     known: int = 0
 
 
+#: An engine in a private network namespace: (its model as built, the proxy rules its ports were
+#: matched against, its published ports, the model shown: with them and the base URL they give).
+_Shown = tuple[EngineProcess, list[ProxyRule], tuple[PublishedPort, ...], EngineProcess]
+
+
 def _supervisor(spec: EngineDefinition, parent_argv: Sequence[str], parent_engine: str | None) -> str | None:
     if parent_engine == spec.id and spec.serving.nested_supervisor:
         return spec.serving.nested_supervisor
@@ -143,7 +170,8 @@ class Scanner:
     hidepid) and retitled processes are skipped or handled and counted in :attr:`stats`.
     """
 
-    def __init__(self, *, listen_ports: bool = True) -> None:
+    def __init__(self, *, listen_ports: bool = True, config: Config | None = None) -> None:
+        config = config or Config()
         self._specs = all_engines()
         self._backend = ScannerType(
             signatures_json(spec.signature for spec in self._specs),
@@ -163,6 +191,18 @@ class Scanner:
         self._servers: dict[tuple[int, float], EngineProcess] = {}
         #: pid -> (its record, whether its checkout was found): checked once per record.
         self._checkouts: dict[int, tuple[RawProcess, bool]] = {}
+        sockets: dict[Runtime, str] = {
+            "docker": str(config.docker_socket),
+            "podman": str(config.podman_socket),
+        }
+        self._containers = ContainerReader(sockets, config.container_api_timeout)
+        self._host_netns = host_netns()
+        #: (pid, start time) -> (its container, whether its network namespace is not the host's)
+        self._places: dict[tuple[int, float], tuple[Container | None, bool]] = {}
+        self._proxies = ProxyFinder(YOUNG_SECONDS)
+        self._rules: list[ProxyRule] = []
+        self._proxies_due = -math.inf
+        self._shown: dict[int, _Shown] = {}
 
     @property
     def stats(self) -> ScanStats:
@@ -231,6 +271,53 @@ class Scanner:
         if self._checkouts:
             pids = {item[0] for item in everything}
             self._checkouts = {pid: known for pid, known in self._checkouts.items() if pid in pids}
+        alive = {(p.pid, p.start_time) for p in result}
+        self._places = {key: place for key, place in self._places.items() if key in alive}
+        return self._publish(result)
+
+    def _place(self, pid: int, start_time: float) -> tuple[Container | None, bool]:
+        """Where the process runs: its container, and whether its network is private. Read once
+        per (pid, start time)."""
+        key = (pid, start_time)
+        if key not in self._places:
+            netns = netns_inode(pid)
+            private = netns is not None and self._host_netns is not None and netns != self._host_netns
+            self._places[key] = (self._containers.read(pid), private)
+        return self._places[key]
+
+    def _publish(self, processes: list[EngineProcess]) -> list[EngineProcess]:
+        """Engines in a private network namespace, with the host ports Docker's proxies forward
+        to them. Proxies are looked for only while there is such an engine: at once when one
+        appears, then every TREE_REFRESH_SECONDS, as workers and sockets are."""
+        private = [p for p in processes if p.private_network]
+        if not private:
+            self._shown = {}
+            return processes
+        now = time.monotonic()
+        if now >= self._proxies_due or any(p.pid not in self._shown for p in private):
+            self._rules = self._proxies.rules()
+            self._proxies_due = now + TREE_REFRESH_SECONDS
+        rules = self._rules
+        shown: dict[int, _Shown] = {}
+        result = []
+        for process in processes:
+            if process.private_network:
+                entry = self._shown.get(process.pid)
+                if entry is None or entry[0] is not process or entry[1] is not rules:
+                    addresses = netns_addresses(process.pid) if rules else frozenset()
+                    ports = published_ports(rules, addresses, process.effective_port)
+                    if entry is not None and entry[0] is process and entry[2] == ports:
+                        view = entry[3]  # the same model as before: unchanged for callers
+                    elif ports:
+                        url = next((p.url for p in ports if p.url is not None), process.base_url)
+                        view = process.model_copy(update={"published": ports, "base_url": url})
+                    else:
+                        view = process
+                    entry = (process, rules, ports, view)
+                shown[process.pid] = entry
+                process = entry[3]
+            result.append(process)
+        self._shown = shown
         return result
 
     def _remember_servers(
@@ -287,6 +374,7 @@ class Scanner:
             self._configs[pid] = (config_location(pid, outside.config_file), outside.config_mtime)
         merged = merge(spec, outside, model, served, host, port, argv_port(spec.signature, argv))
         supervisor = _supervisor(spec, parent_argv, parent_engine)
+        container, private_network = self._place(pid, start_time)
         # A server another server started for one model (Ollama's, llama-swap's, a router's) is
         # that supervisor's runner.
         if supervisor is not None and role == "server":
@@ -326,12 +414,14 @@ class Scanner:
             supervisor=supervisor,
             listen_ports=tuple(ports),
             server_pid=server.pid if server is not None else None,
+            container=container,
+            private_network=private_network,
         )
         if spec.serving.api_key_flag:
             process._api_key = flag_value(argv, spec.signature, spec.serving.api_key_flag)
         return process
 
 
-def scan(*, listen_ports: bool = True) -> list[EngineProcess]:
+def scan(*, listen_ports: bool = True, config: Config | None = None) -> list[EngineProcess]:
     """One-shot scan of this host (keep a :class:`Scanner` for polling)."""
-    return Scanner(listen_ports=listen_ports).scan()
+    return Scanner(listen_ports=listen_ports, config=config).scan()

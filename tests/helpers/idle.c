@@ -7,7 +7,8 @@
  *                        die with it).
  *   HELPER_SPAWN         argvs separated by \x1e, arguments by \x1f: one child per argv that execs
  *                        this helper with that argv (a supervisor starting engines).
- *   HELPER_LISTEN        if set, listen on 127.0.0.1 on an ephemeral TCP port and print it.
+ *   HELPER_LISTEN        if set, listen on TCP and print the port: on `IPV4:PORT` when it says so,
+ *                        else on 127.0.0.1 on an ephemeral port.
  *   HELPER_REWRITE       argvs separated by \x1e, arguments by \x1f: on each SIGUSR1 the next one
  *                        overwrites this process's argv in place, as setproctitle does (the same
  *                        memory, NUL padded, cut to its size; comm and the argv range unchanged).
@@ -100,6 +101,7 @@ int main(int argc, char **argv) {
     titles = titles ? strdup(titles) : NULL;
     spawn = spawn ? strdup(spawn) : NULL;
     rewrites = rewrites ? strdup(rewrites) : NULL;
+    listen_on = listen_on ? strdup(listen_on) : NULL;
     unsetenv("HELPER_CHILD_TITLES");
     unsetenv("HELPER_SPAWN");
     unsetenv("HELPER_LISTEN");
@@ -110,6 +112,12 @@ int main(int argc, char **argv) {
         struct sockaddr_in addr = {0};
         addr.sin_family = AF_INET;
         addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        char *colon = strrchr(listen_on, ':');
+        if (colon) {
+            *colon = '\0';
+            if (inet_pton(AF_INET, listen_on, &addr.sin_addr) != 1) return 2;
+            addr.sin_port = htons((unsigned short)atoi(colon + 1));
+        }
         socklen_t len = sizeof addr;
         if (fd < 0 || bind(fd, (struct sockaddr *)&addr, len) || listen(fd, 4) ||
             getsockname(fd, (struct sockaddr *)&addr, &len))

@@ -1,0 +1,319 @@
+"""The container an engine runs in, read from ``/proc/PID/cgroup``, and the host ports Docker's
+userland proxy publishes for it.
+
+Everything here is read from other processes and the kernel, so it is untrusted: ids are kept
+only when they are ids (64 hex digits), a name from a runtime's API only when it looks like a
+name, a proxy's addresses only when they are IP addresses and its ports only when 1-65535.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import ipaddress
+import json
+import os
+import re
+import socket
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+from enginespec._backend import parse_cgroup
+from enginespec._pycgroup import Runtime
+from enginespec.urls import base_url
+
+
+class Container(BaseModel):
+    """The container an engine process runs in.
+
+    ``runtime`` is what the cgroup path names (``docker``, ``podman``, ``containerd``,
+    ``cri-o``), or ``kubernetes`` for a container of a pod whose runtime the path does not name;
+    ``id`` is the full 64-hex id; ``pod_uid`` the Kubernetes pod's uid (with dashes); ``name``
+    comes from the runtime's API on its local socket, ``None`` when it does not answer;
+    ``pid_in_container`` is the process's pid in its own pid namespace (``NSpid:``).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    runtime: Runtime
+    id: str
+    pod_uid: str | None = None
+    name: str | None = None
+    pid_in_container: int | None = None
+
+    @property
+    def label(self) -> str:
+        """How ``ps`` shows it: the name, else ``runtime:short id`` (12 digits, as docker does)."""
+        return self.name or f"{self.runtime}:{self.id[:12]}"
+
+
+class PublishedPort(BaseModel):
+    """A host address and port that reach the engine's ``container_port`` (Docker's ``-p``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    container_port: int
+    host_address: str
+    host_port: int
+
+    @property
+    def url(self) -> str | None:
+        """Where a client on this host reaches it (``0.0.0.0`` and ``::`` via loopback)."""
+        return base_url(self.host_address, self.host_port, sockets=False)
+
+
+def pid_in_namespace(status: str) -> int | None:
+    """The pid in the innermost pid namespace: the last field of ``NSpid:`` in ``/proc/PID/status``."""
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            fields = line.split()[1:]
+            return int(fields[-1]) if fields and fields[-1].isdigit() else None
+    return None
+
+
+def _read_bytes(path: str, limit: int = 1 << 16) -> bytes | None:
+    try:
+        with open(path, "rb") as file:
+            return file.read(limit)
+    except OSError:
+        return None
+
+
+def _read_text(path: str, limit: int = 1 << 16) -> str | None:
+    data = _read_bytes(path, limit)
+    return data.decode("utf-8", "replace") if data is not None else None
+
+
+def netns_inode(pid: int | str) -> int | None:
+    """The inode of a process's network namespace, ``None`` when it cannot be read."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def host_netns() -> int | None:
+    """The host's network namespace: pid 1's, or this process's when pid 1's is hidden."""
+    return netns_inode(1) or netns_inode("self")
+
+
+def netns_addresses(pid: int) -> frozenset[str]:
+    """The local addresses of the network namespace ``pid`` is in: IPv4 from
+    ``/proc/PID/net/fib_trie`` (``/32 host LOCAL`` leaves), IPv6 from ``/proc/PID/net/if_inet6``."""
+    found: set[str] = set()
+    leaf = None
+    for line in (_read_text(f"/proc/{pid}/net/fib_trie", 1 << 22) or "").splitlines():
+        text = line.strip()
+        if text.startswith("|-- "):
+            leaf = text[4:]
+        elif text == "/32 host LOCAL" and leaf is not None:
+            with contextlib.suppress(ValueError):
+                found.add(str(ipaddress.IPv4Address(leaf)))
+    for line in (_read_text(f"/proc/{pid}/net/if_inet6", 1 << 20) or "").splitlines():
+        fields = line.split()
+        if fields and len(fields[0]) == 32 and all(c in "0123456789abcdef" for c in fields[0]):
+            with contextlib.suppress(ValueError):
+                found.add(str(ipaddress.IPv6Address(int(fields[0], 16))))
+    return frozenset(found)
+
+
+@dataclass(frozen=True)
+class ProxyRule:
+    """What one ``docker-proxy`` forwards: ``host_ip:host_port`` -> ``container_ip:container_port``."""
+
+    host_ip: str
+    host_port: int
+    container_ip: str
+    container_port: int
+
+
+_PROXY_FLAGS = ("proto", "host-ip", "host-port", "container-ip", "container-port")
+
+
+def parse_proxy_argv(argv: Sequence[str]) -> ProxyRule | None:
+    """The TCP forward a ``docker-proxy`` argv sets up, or ``None``. The flags are Go's `flag`
+    package forms, ``-name value``, ``-name=value`` or with two dashes; ``-proto`` defaults to
+    ``tcp`` (moby cmd/docker-proxy/main.go, parseFlags, at 4be37b1)."""
+    if not argv or os.path.basename(argv[0]) != "docker-proxy":
+        return None
+    values: dict[str, str] = {"proto": "tcp"}
+    args = iter(argv[1:])
+    for arg in args:
+        name, equals, value = arg.lstrip("-").partition("=")
+        if not arg.startswith("-") or name not in _PROXY_FLAGS:
+            continue
+        values[name] = value if equals else next(args, "")
+    try:
+        host_ip = str(ipaddress.ip_address(values.get("host-ip", "")))
+        container_ip = str(ipaddress.ip_address(values.get("container-ip", "")))
+    except ValueError:
+        return None
+    host_port, container_port = _port(values.get("host-port")), _port(values.get("container-port"))
+    if values["proto"] != "tcp" or host_port is None or container_port is None:
+        return None
+    return ProxyRule(host_ip, host_port, container_ip, container_port)
+
+
+def _port(text: str | None) -> int | None:
+    """A port given in decimal ASCII digits (``int`` would also take ``+80``, ``8_0``, ``٨٠``)."""
+    if text is None or not (text.isascii() and text.isdigit() and len(text) <= 5):
+        return None
+    return int(text) if 0 < int(text) <= 0xFFFF else None
+
+
+def published_ports(
+    rules: Iterable[ProxyRule], addresses: frozenset[str], port: int | None
+) -> tuple[PublishedPort, ...]:
+    """The proxies forwarding to one of ``addresses`` on ``port``, IPv4 host addresses first."""
+    found = {
+        PublishedPort(container_port=rule.container_port, host_address=rule.host_ip, host_port=rule.host_port)
+        for rule in rules
+        if rule.container_port == port and rule.container_ip in addresses
+    }
+    return tuple(sorted(found, key=lambda p: (":" in p.host_address, p.host_address, p.host_port)))
+
+
+def _argv(pid: str) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            data = file.read(1 << 16)
+    except OSError:
+        return []
+    return [os.fsdecode(part) for part in data.rstrip(b"\0").split(b"\0")] if data else []
+
+
+def _start_ticks(pid: str) -> int | None:
+    """Field 22 of ``/proc/PID/stat`` (after the parenthesised comm, which may hold spaces)."""
+    stat = _read_text(f"/proc/{pid}/stat", 4096)
+    if stat is None:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+
+
+def _proxy_rule(pid: str) -> ProxyRule | None:
+    """The forward of a ``docker-proxy`` run by root, as dockerd runs them: any user can start a
+    process of that name, and one must not redirect health checks to a port of its own."""
+    rule = parse_proxy_argv(_argv(pid))
+    if rule is None:
+        return None
+    # The real uid from `Uid:` (the owner of /proc/PID is root for any non-dumpable process).
+    for line in (_read_text(f"/proc/{pid}/status") or "").splitlines():
+        if line.startswith("Uid:"):
+            return rule if line.split()[1:2] == ["0"] else None
+    return None
+
+
+class ProxyFinder:
+    """The ``docker-proxy`` processes of this host. A process is read once: while its
+    ``/proc/PID`` inode stays the same (it changes when the pid goes to a new process), except
+    one young enough to be between the fork and the exec that makes it a proxy."""
+
+    def __init__(self, young_seconds: float) -> None:
+        self._young_ticks = int(young_seconds * os.sysconf("SC_CLK_TCK"))
+        #: pid -> (inode of /proc/PID, start ticks, its forward or None)
+        self._known: dict[str, tuple[int, int, ProxyRule | None]] = {}
+
+    def rules(self) -> list[ProxyRule]:
+        try:
+            with os.scandir("/proc") as entries:
+                listing = [(entry.name, entry.inode()) for entry in entries if entry.name.isdigit()]
+        except OSError:
+            return []
+        now = _uptime_ticks()
+        known: dict[str, tuple[int, int, ProxyRule | None]] = {}
+        for pid, inode in listing:
+            entry = self._known.get(pid)
+            if entry is None or entry[0] != inode:
+                start = _start_ticks(pid)
+                if start is None:
+                    continue
+                entry = (inode, start, _proxy_rule(pid))
+            elif entry[2] is None and now - entry[1] < self._young_ticks:
+                # The same process (same inode), maybe past its exec now: its argv is enough.
+                entry = (inode, entry[1], _proxy_rule(pid))
+            known[pid] = entry
+        self._known = known
+        return [rule for _inode, _start, rule in known.values() if rule is not None]
+
+
+def _uptime_ticks() -> int:
+    """Now, in the clock ticks of ``/proc/PID/stat`` start times (since boot)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+
+
+# What Docker accepts as a container name (daemon/names, `[a-zA-Z0-9][a-zA-Z0-9_.-]+`).
+_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")
+#: The longest answer read from a runtime's API.
+_ANSWER_LIMIT = 1 << 20
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def api_name(socket_path: str, container_id: str, timeout: float) -> str | None:
+    """The container's name from a Docker-compatible API on a unix socket (``GET
+    /containers/<id>/json``, ``"Name": "/name"``), ``None`` when it does not answer, or answers
+    something that is not a name."""
+    connection = _UnixConnection(socket_path, timeout)
+    try:
+        connection.request("GET", f"/containers/{container_id}/json")
+        response = connection.getresponse()
+        if response.status != 200:
+            return None
+        document = json.loads(response.read(_ANSWER_LIMIT + 1)[:_ANSWER_LIMIT])
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    finally:
+        connection.close()
+    name = document.get("Name") if isinstance(document, dict) else None
+    if not isinstance(name, str):
+        return None
+    name = name.removeprefix("/")
+    return name if _NAME.fullmatch(name) else None
+
+
+class ContainerReader:
+    """Reads the container of engine processes: ``/proc/PID/cgroup``, ``NSpid:``, and the name
+    from the runtime's socket (``sockets``: runtime -> socket path), cached per container id."""
+
+    def __init__(self, sockets: dict[Runtime, str], timeout: float) -> None:
+        self._sockets = sockets
+        self._timeout = timeout
+        self._names: dict[str, str | None] = {}
+
+    def read(self, pid: int) -> Container | None:
+        found = parse_cgroup(_read_bytes(f"/proc/{pid}/cgroup") or b"")
+        if found is None:
+            return None
+        runtime, container_id, pod = found
+        status = _read_text(f"/proc/{pid}/status")
+        return Container(
+            runtime=runtime,
+            id=container_id,
+            pod_uid=pod,
+            name=self._name(runtime, container_id),
+            pid_in_container=pid_in_namespace(status) if status is not None else None,
+        )
+
+    def _name(self, runtime: Runtime, container_id: str) -> str | None:
+        if container_id not in self._names:
+            path = self._sockets.get(runtime)
+            self._names[container_id] = api_name(path, container_id, self._timeout) if path else None
+        return self._names[container_id]
