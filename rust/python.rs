@@ -12,7 +12,7 @@ use pyo3::sync::MutexExt;
 use pyo3::types::{PyList, PyTuple};
 use rustc_hash::FxHashMap;
 
-use crate::backend::ProcessScanner;
+use crate::backend::{ProcessScanner, Woke};
 use crate::matcher;
 use crate::scan;
 
@@ -141,25 +141,58 @@ impl Scanner {
                 .map(|mut scanner| scanner.scan())
                 .map_err(|_| "scanner state poisoned by an earlier panic")
         });
-        let found = found.map_err(PyRuntimeError::new_err)?;
-        // Waits with the GIL released, so a thread holding the lock can always take the GIL.
-        let mut built = self
-            .built
-            .lock_py_attached(py)
+        self.convert(py, found.map_err(PyRuntimeError::new_err)?)
+    }
+
+    /// Subscribes to the kernel's process events (see `ProcessScanner::subscribe_events`):
+    /// `None` when they drive the scans from now on, else why not (the scanner then polls).
+    fn subscribe_events(
+        &self,
+        py: Python<'_>,
+        ack_timeout: f64,
+        full_rescan_seconds: f64,
+    ) -> PyResult<Option<String>> {
+        let ack_timeout = seconds("ack_timeout", ack_timeout)?;
+        let full_every = seconds("full_rescan_seconds", full_rescan_seconds)?;
+        let subscribed = py.detach(|| {
+            self.inner
+                .lock()
+                .map(|mut scanner| scanner.subscribe_events(ack_timeout, full_every))
+                .map_err(|_| "scanner state poisoned by an earlier panic")
+        });
+        Ok(subscribed
+            .map_err(PyRuntimeError::new_err)?
+            .err()
+            .map(|why| why.to_string()))
+    }
+
+    /// The engines after waiting up to `timeout` seconds (see `ProcessScanner::wait`), and what
+    /// woke the scanner: `"polled"`, `"events"`, `"rescan"` or `"fallback"`.
+    fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<(Vec<Py<PyTuple>>, &'static str)> {
+        let timeout = seconds("timeout", timeout)?;
+        let found = py.detach(|| {
+            self.inner
+                .lock()
+                .map(|mut scanner| scanner.wait(timeout))
+                .map_err(|_| "scanner state poisoned by an earlier panic")
+        });
+        let (found, woke) = found.map_err(PyRuntimeError::new_err)?;
+        let woke = match woke {
+            Woke::Polled => "polled",
+            Woke::Events => "events",
+            Woke::Rescan => "rescan",
+            Woke::Fallback => "fallback",
+        };
+        Ok((self.convert(py, found)?, woke))
+    }
+
+    /// Whether process events drive the scans.
+    fn event_driven(&self) -> PyResult<bool> {
+        let scanner = self
+            .inner
+            .lock()
             .map_err(|_| PyRuntimeError::new_err("scanner state poisoned"))?;
-        let mut next = FxHashMap::default();
-        next.reserve(found.len());
-        let mut out = Vec::with_capacity(found.len());
-        for record in found {
-            let tuple = match built.remove(&record.pid) {
-                Some((revision, tuple)) if revision == record.revision => tuple,
-                _ => raw_process(py, &record)?.unbind(),
-            };
-            out.push(tuple.clone_ref(py));
-            next.insert(record.pid, (record.revision, tuple));
-        }
-        *built = next;
-        Ok(out)
+        Ok(scanner.event_driven())
     }
 
     /// (scanned, new, vanished, unreadable, restricted, reread, full_recheck, known) of the
@@ -181,6 +214,34 @@ impl Scanner {
             s.full_recheck,
             scanner.known_len(),
         ))
+    }
+}
+
+impl Scanner {
+    /// The records as tuples; an engine whose record is unchanged gets the very same tuple.
+    fn convert(
+        &self,
+        py: Python<'_>,
+        found: Vec<std::sync::Arc<scan::EngineProc>>,
+    ) -> PyResult<Vec<Py<PyTuple>>> {
+        // Waits with the GIL released, so a thread holding the lock can always take the GIL.
+        let mut built = self
+            .built
+            .lock_py_attached(py)
+            .map_err(|_| PyRuntimeError::new_err("scanner state poisoned"))?;
+        let mut next = FxHashMap::default();
+        next.reserve(found.len());
+        let mut out = Vec::with_capacity(found.len());
+        for record in found {
+            let tuple = match built.remove(&record.pid) {
+                Some((revision, tuple)) if revision == record.revision => tuple,
+                _ => raw_process(py, &record)?.unbind(),
+            };
+            out.push(tuple.clone_ref(py));
+            next.insert(record.pid, (record.revision, tuple));
+        }
+        *built = next;
+        Ok(out)
     }
 }
 

@@ -162,7 +162,10 @@ class Scanner:
         )
 
     def scan(self) -> list[EngineProcess]:
-        raw = self._backend.scan()
+        return self._engines(self._backend.scan())
+
+    def _engines(self, raw: list[RawProcess]) -> list[EngineProcess]:
+        """The models of a scan's records, workers folded into their servers."""
         folded: set[int] = set()
         for pid, _start, _ppid, _argv, facts, _exe, descendants, _parent, _ports in raw:
             if self._specs[facts[0]].signature.fold_workers:
