@@ -208,7 +208,8 @@ class _LiveTable:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
         width = options.max_width
         shown = sorted(self.engines.values(), key=lambda item: item[0].pid)
-        title = f"{len(shown)} engine server(s), {self.watch.mode}; Ctrl-C to stop"
+        how = "process events" if self.watch.mode == "events" else "polling"
+        title = f"{len(shown)} engine server(s), {how}; Ctrl-C to stop"
         yield Text(title if len(title) <= width else title[: max(width - 1, 0)] + "…", style="dim")
         if not shown:
             return
@@ -232,7 +233,12 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     watch = Scanner().watch(
         args.interval, health=args.health, health_interval=args.health_interval, poll=args.poll
     )
+    # Said on stderr, so a JSON stream stays pure and a reader knows how late events may come.
+    how = "process events" if watch.mode == "events" else f"polling every {args.interval:g}s"
+    reason = f" ({watch.polling_reason})" if watch.polling_reason else ""
     try:
+        if args.json or not sys.stdout.isatty():
+            print(f"enginespec watch: {how}{reason}", file=sys.stderr, flush=True)
         if args.json:
             for event in watch:
                 sys.stdout.write(event.model_dump_json() + "\n")

@@ -21,10 +21,8 @@ import time
 from collections.abc import Coroutine, Generator, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
-
-import httpx
 
 from enginespec.definition import EngineDefinition
 from enginespec.errors import EngineExited, InvalidInputError, NotReady
@@ -32,6 +30,9 @@ from enginespec.registry import find_engine
 from enginespec.scanning import EngineProcess, process_alive
 from enginespec.status import Health, HealthState
 from enginespec.urls import UNIX_SCHEME, checked_url
+
+if TYPE_CHECKING:
+    import httpx
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,8 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
 
 
 def _failure(err: httpx.HTTPError) -> tuple[str, str]:
+    import httpx
+
     if isinstance(err, httpx.TimeoutException):
         return "timeout", "timed out"
     if isinstance(err, httpx.ConnectError):
@@ -206,6 +209,10 @@ async def _run(t: _Target, probe: _Probe, timeout: float) -> Health:
     step = _advance(probe, None)
     if isinstance(step, Health):
         return step
+    # httpx is imported on the first check, not with the package: `import enginespec` (whose
+    # Scanner can watch health) stays light.
+    import httpx
+
     url, socket = t.endpoint()
     transport = httpx.AsyncHTTPTransport(uds=socket, verify=_tls())
     async with httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(timeout)) as client:
