@@ -187,10 +187,10 @@ impl Scanner {
     }
 
     /// Whether process events drive the scans.
-    fn event_driven(&self) -> PyResult<bool> {
+    fn event_driven(&self, py: Python<'_>) -> PyResult<bool> {
         let scanner = self
             .inner
-            .lock()
+            .lock_py_attached(py)
             .map_err(|_| PyRuntimeError::new_err("scanner state poisoned"))?;
         Ok(scanner.event_driven())
     }
@@ -198,10 +198,12 @@ impl Scanner {
     /// (scanned, new, vanished, unreadable, restricted, reread, full_recheck, known) of the
     /// last scan.
     #[allow(clippy::type_complexity)]
-    fn stats(&self) -> PyResult<(u64, u64, u64, u64, u64, u64, bool, usize)> {
+    fn stats(&self, py: Python<'_>) -> PyResult<(u64, u64, u64, u64, u64, u64, bool, usize)> {
+        // Another thread may hold the lock for a whole `wait`: wait for it with the GIL released,
+        // or that thread could never take the GIL back to return.
         let scanner = self
             .inner
-            .lock()
+            .lock_py_attached(py)
             .map_err(|_| PyRuntimeError::new_err("scanner state poisoned"))?;
         let s = scanner.stats();
         Ok((
