@@ -241,6 +241,64 @@ mod tests {
         assert!(scanner.known_len() > 0);
     }
 
+    /// Through the kernel's process events on the live host: a process that execs into a (test)
+    /// engine wakes the wait early, and its exit too. Where the kernel refuses the subscription,
+    /// the reason must be one the caller falls back on.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn process_events_wake_the_wait_for_an_engine_exec_and_exit() {
+        let mut scanner = ProcessScanner::new(&signatures(), ScanOptions::default(), None).unwrap();
+        match scanner.subscribe_events(Duration::from_secs(1), Duration::from_secs(3600)) {
+            Ok(()) => {}
+            Err(Unavailable::NoAck) => return,
+            Err(Unavailable::Errno(errno)) => {
+                assert!(
+                    [libc::EPERM, libc::EPROTONOSUPPORT].contains(&errno),
+                    "{errno}"
+                );
+                return;
+            }
+            Err(Unavailable::Unsupported) => panic!("procfs on Linux takes events"),
+        }
+        assert!(scanner.event_driven());
+        scanner.scan();
+        // `solo-server` is a test engine (no subcommand needed); bash's exec -a names argv[0].
+        let mut child = std::process::Command::new("bash")
+            .args(["-c", "exec -a solo-server sleep 30"])
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let found = (0..50).find_map(|_| {
+            let (found, woke) = scanner.wait(Duration::from_secs(5));
+            found.iter().any(|p| p.pid == pid).then_some(woke)
+        });
+        assert_eq!(found, Some(Woke::Events));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let gone = (0..50).find_map(|_| {
+            let (found, woke) = scanner.wait(Duration::from_secs(5));
+            (!found.iter().any(|p| p.pid == pid)).then_some(woke)
+        });
+        assert_eq!(gone, Some(Woke::Events));
+    }
+
+    #[test]
+    fn without_events_wait_polls() {
+        let proc = FakeProc::new();
+        proc.spawn(300, &["demo", "serve", "/m/a"]);
+        let mut scanner =
+            ProcessScanner::new(&signatures(), proc.options(), Some("procfs")).unwrap();
+        assert!(!scanner.event_driven());
+        let (found, woke) = scanner.wait(Duration::from_millis(1));
+        assert_eq!((found.len(), woke), (1, Woke::Polled));
+        let mut sysinfo =
+            ProcessScanner::new(&signatures(), ScanOptions::default(), Some("sysinfo")).unwrap();
+        assert_eq!(
+            sysinfo.subscribe_events(Duration::from_secs(1), Duration::from_secs(1)),
+            Err(Unavailable::Unsupported)
+        );
+    }
+
     #[test]
     fn the_default_source_scans_the_live_host() {
         let mut scanner = ProcessScanner::new(&signatures(), ScanOptions::default(), None).unwrap();

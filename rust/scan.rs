@@ -658,6 +658,7 @@ impl Scanner {
         let first = self.generation == 0;
         self.stats = ScanStats::default();
         self.engine_appeared = false;
+        self.events_pending = false;
         // No fork anywhere since the last listing began: no process can have appeared and no pid
         // can have been reused, so the listing is skipped and only engines and watched processes
         // are read.

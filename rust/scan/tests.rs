@@ -1089,3 +1089,22 @@ fn events_for_a_process_already_gone_cost_nothing_and_report_nothing() {
     assert!(scanner.scan_after_events().is_empty());
     assert_eq!(scanner.known_len(), 0);
 }
+
+#[test]
+fn back_to_polling_starts_cold_and_watches_wrappers_again() {
+    let proc = FakeProc::new();
+    proc.spawn(80, &["sh", "-c", "sleep 1; demo serve /m/a"]);
+    let mut scanner = event_scanner(&proc);
+    scanner.scan_after_events();
+    assert_eq!(
+        scanner.stats().reread,
+        0,
+        "not watched while events tell of execs"
+    );
+    scanner.set_polling();
+    scanner.scan();
+    assert_eq!(scanner.stats().new, 1, "a cold scan");
+    // polling again: the wrapper is re-read on every scan until it execs
+    proc.exec(80, &["demo", "serve", "/m/a"]);
+    assert_eq!(pids(&scanner.scan()), vec![80]);
+}
