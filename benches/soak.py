@@ -38,12 +38,14 @@ import functools
 import itertools
 import json
 import os
+import queue
 import shlex
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +61,14 @@ CHURN_SOURCE = Path(__file__).resolve().parent / "churn.c"
 
 #: A churn engine that lived at least this long must have been reported at 10 Hz.
 MIN_LIFE_SECONDS = 0.3
+#: ... and, by a watch driven by the kernel's process events, this long (issue #13).
+MIN_LIFE_EVENTS_SECONDS = 0.05
+
+
+def min_life_seconds(mode: str) -> float:
+    return MIN_LIFE_EVENTS_SECONDS if mode == "events" else MIN_LIFE_SECONDS
+
+
 #: How long churn children live (uniform), in ms.
 CHURN_LIFE_MS = (30, 2000)
 #: RSS growth after warm-up that fails the soak.
@@ -236,6 +246,9 @@ def run_worker(config_path: str) -> None:
             out.write(json.dumps(event) + "\n")
 
         scanner = enginespec.Scanner()
+        if config["watch"]:
+            _run_watch(enginespec, scanner, config, emit, lambda: stopping)
+            return
         # (pid, start_time) -> the open sighting: first and last scan index, facts, confirmation.
         sightings: dict[tuple[int, float], dict[str, Any]] = {}
         begin = time.monotonic()
@@ -309,6 +322,72 @@ def run_worker(config_path: str) -> None:
         emit(k="end", wall=time.monotonic() - begin, scan_cpu=scan_cpu, scans=scans)
 
 
+def _sighting(process: Any, first: int) -> dict[str, Any]:
+    """A report of a process, read back at once: a report about a process started by someone
+    else can only be told from a phantom while that process still runs. Its argv may have changed
+    since the scan (exec, retitle): kept, short, for the report."""
+    actual = read_argv(process.pid)
+    changed = actual is not None and not _same_argv(process.argv, actual)
+    return {
+        "pid": process.pid,
+        "start": process.start_time,
+        "first": first,
+        "last": first,
+        "engine": process.engine,
+        "model": process.model,
+        "port": process.effective_port,
+        "argv": list(process.argv),
+        "now_ticks": start_ticks(process.pid),
+        "now_argv": actual[:20] if changed and actual is not None else None,
+    }
+
+
+def _run_watch(enginespec: Any, scanner: Any, config: dict[str, Any], emit: Any, stopping: Any) -> None:
+    """``--watch``: the events of ``scanner.watch()`` instead of scans. Each event is one "scan"
+    record (t0 = t1 = when it was seen), so a sighting runs from its ``started`` event to the event
+    before its ``stopped`` one, and says whether a ``stopped`` event closed it. The CPU counted is
+    the whole worker's (the watch runs on threads)."""
+    watch = scanner.watch(config["interval"], poll=config["watch"] == "poll")
+    emit(k="mode", mode=watch.mode, reason=watch.polling_reason)
+    events: queue.Queue[Any] = queue.Queue()
+    threading.Thread(target=lambda: [events.put(e) for e in watch], daemon=True).start()
+    sightings: dict[tuple[int, float], dict[str, Any]] = {}
+    begin = next_sample = time.monotonic()
+    deadline = begin + config["seconds"]
+    cpu = time.process_time()
+    index = 0
+    while not stopping():
+        now = time.monotonic()
+        if now >= next_sample:
+            rss, fds = _memory()
+            emit(k="mem", t=now, rss=rss, fds=fds)
+            next_sample += SAMPLE_SECONDS
+        if now >= deadline:
+            break
+        try:
+            event = events.get(timeout=max(0.0, min(next_sample, deadline) - now))
+        except queue.Empty:
+            continue
+        if isinstance(event, BaseException):
+            emit(k="error", i=index, t=now, error=f"{type(event).__name__}: {event}")
+            continue
+        emit(k="scan", i=index, t0=event.monotonic, t1=event.monotonic, n=len(sightings), known=0,
+             new=0, reread=0, unreadable=0, full_recheck=False)  # fmt: skip
+        if isinstance(event, enginespec.Stopped):
+            sighting = sightings.pop((event.identity.pid, event.identity.start_time), None)
+            if sighting is None:
+                emit(k="error", i=index, t=now, error=f"stopped without started: {event.identity}")
+            else:
+                emit(k="seen", **{**sighting, "last": index - 1}, stopped=True)
+        elif isinstance(event, enginespec.Started):
+            sightings[(event.process.pid, event.process.start_time)] = _sighting(event.process, index)
+        index += 1
+    for sighting in sightings.values():
+        emit(k="seen", **{**sighting, "last": index - 1}, stopped=False)
+    emit(k="end", wall=time.monotonic() - begin, scan_cpu=time.process_time() - cpu, scans=index)
+    watch.close()
+
+
 # --- orchestrator -------------------------------------------------------------------------------
 
 
@@ -330,6 +409,8 @@ class Figures:
     """What one backend's run measured; ``failures`` says which checks failed."""
 
     backend: Backend
+    #: "scan" (polling scan()), or the watch's mode: "events" or "polling".
+    mode: str = "scan"
     scans: int = 0
     scan_seconds: list[float] = field(default_factory=list)
     wall: float = 0.0
@@ -359,6 +440,8 @@ class Figures:
     fds_min: int = 0
     fds_max: int = 0
     fds_start: int = 0
+    #: the fewest fds among the last samples: a leak raises even that
+    fds_end: int = 0
     failures: list[str] = field(default_factory=list)
 
 
@@ -493,6 +576,7 @@ class Soak:
             "backend": backend,
             "seconds": args.minutes * 60,
             "interval": args.interval,
+            "watch": args.watch,
             "events": str(events),
             "parent": os.getpid(),
         }
@@ -550,9 +634,13 @@ class Soak:
                 memory.append((event["t"], event["rss"], event["fds"]))
             elif event["k"] == "error":
                 figures.errors.append(event["error"])
+            elif event["k"] == "mode":
+                figures.mode = event["mode"]
             elif event["k"] == "end":
                 figures.wall, figures.scan_cpu = event["wall"], event["scan_cpu"]
                 figures.scans = event["scans"]
+        watching = self.args.watch is not None
+        min_life = min_life_seconds(figures.mode)
         order = sorted(scans)
         starts = [scans[i][0] for i in order]
         ends = [scans[i][1] for i in order]
@@ -592,14 +680,21 @@ class Soak:
             facts = (sighting["engine"], sighting["model"], sighting["port"])
             if facts != _expected_facts(started.argv) or tuple(sighting["argv"]) != started.argv:
                 figures.wrong_facts.append((started, sighting))
+            if watching:
+                # Its exit must have been told by a stopped event (when it exited during the watch).
+                if not sighting["stopped"] and started.exit < end:
+                    figures.stale.append((started, sighting))
             # A scan that began after the child was reaped cannot have seen it alive.
-            if scans[sighting["last"]][0] > started.exit or scans[sighting["first"]][1] < started.fork:
+            elif scans[sighting["last"]][0] > started.exit or scans[sighting["first"]][1] < started.fork:
                 figures.stale.append((started, sighting))
 
         # Every engine we started: was it reported, and in every scan while it ran?
         for started in [*ours]:
             if started.kind == "stay":
                 intervals = reported.get((started.pid, started.ticks), [])
+                if watching:  # started once, never stopped
+                    figures.stay_absent += not intervals or any(s["stopped"] for s in intervals)
+                    continue
                 present = sum(s["last"] - s["first"] + 1 for s in intervals)
                 figures.stay_absent += len(order) - present
                 continue
@@ -616,7 +711,7 @@ class Soak:
                 )
                 if gap:
                     figures.gaps.append((started, gap))
-            if life < MIN_LIFE_SECONDS or overlap < MIN_LIFE_SECONDS:
+            if life < min_life or overlap < min_life:
                 continue
             figures.eligible += 1
             if intervals:
@@ -648,6 +743,7 @@ class Soak:
         figures.rss_end_kb = int(statistics.median(rss[-3:]))
         figures.rss_max_kb = max(rss)
         figures.fds_start, figures.fds_min, figures.fds_max = fds[0], min(fds), max(fds)
+        figures.fds_end = min(fds[-3:])
 
     def _judge(self, figures: Figures) -> None:
         checks = {
@@ -664,8 +760,11 @@ class Soak:
         growth = figures.rss_end_kb - figures.rss_start_kb
         if growth >= RSS_LIMIT_KB:
             figures.failures.append(f"RSS grew {growth / 1024:.1f} MB")
-        if figures.fds_max > figures.fds_start:
-            figures.failures.append(f"fds grew {figures.fds_start} -> {figures.fds_max}")
+        # A watch reads /proc on its own thread while the fds are counted: only fds still open at
+        # the end count (a scan in the polling loop never overlaps a sample).
+        grown = figures.fds_end if self.args.watch else figures.fds_max
+        if grown > figures.fds_start:
+            figures.failures.append(f"fds grew {figures.fds_start} -> {grown}")
         if figures.scans == 0:
             figures.failures.append("no scans")
 
@@ -699,7 +798,8 @@ def _rows(f: Figures, interval: float) -> list[tuple[str, str, float | None]]:
     churn_rate = f.churn_spawned / f.churn_seconds if f.churn_seconds else 0.0
     growth = (f.rss_end_kb - f.rss_start_kb) / 1024
     return [
-        ("scans done", f"{f.scans}", None),
+        ("scans done (watch: events)", f"{f.scans}", None),
+        ("mode", f.mode, None),
         (f"scan rate, Hz (asked {1 / interval:g})", f"{rate:.2f}", rate),
         ("scan time median, ms", f"{_median(ms):.2f}", _median(ms)),
         ("scan time p99, ms", f"{_p99(ms):.2f}", _p99(ms)),
@@ -711,14 +811,14 @@ def _rows(f: Figures, interval: float) -> list[tuple[str, str, float | None]]:
         ("scans with a full pid-reuse recheck", f"{f.full_rechecks}", None),
         ("churn children started (per s)", f"{f.churn_spawned} ({churn_rate:.0f}/s)", None),
         ("  engine-like", f"{f.churn_engines}", None),
-        (f"  engine-like, lived >= {MIN_LIFE_SECONDS * 1e3:g} ms", f"{f.eligible}", None),
+        (f"  engine-like, lived >= {min_life_seconds(f.mode) * 1e3:g} ms", f"{f.eligible}", None),
         ("  first report after fork, median/p99 ms", f"{_median(lat):.0f}/{_p99(lat):.0f}", _median(lat)),
         ("missed", f"{len(f.missed)}", None),
         ("phantom", f"{len(f.phantom)}", None),
         ("  not counted: others' engines, alive", f"{len(f.foreign)}", None),
         ("  not counted: engines there before", f"{f.preexisting}", None),
         ("ordinary processes reported", f"{len(f.false_positive)}", None),
-        ("reported after exit", f"{len(f.stale)}", None),
+        ("reported after exit (watch: exit not told)", f"{len(f.stale)}", None),
         ("live engine absent from a scan (gaps)", f"{len(f.gaps)}", None),
         ("stay-up engine absences (scans)", f"{f.stay_absent}", None),
         ("wrong facts (engine, model, port, argv)", f"{len(f.wrong_facts)}", None),
@@ -848,6 +948,11 @@ def main() -> int:
     parser.add_argument(
         "--isolate", action="store_true", help="run in a private pid namespace (shared hosts; needs root)"
     )
+    parser.add_argument(
+        "--watch",
+        choices=["events", "poll"],
+        help="consume Scanner().watch() events (process events, or forced polling) instead of polling scan()",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -873,7 +978,8 @@ def main() -> int:
         soak.start_helpers(idle)
         results = []
         for backend in backends:
-            print(f"{backend}: polling for {args.minutes:g} min under churn", flush=True)
+            how = f"watching ({args.watch})" if args.watch else "polling"
+            print(f"{backend}: {how} for {args.minutes:g} min under churn", flush=True)
             results.append(soak.run_backend(backend, churn))
     except KeyboardInterrupt:
         print("\ninterrupted: stopping everything the soak started", file=sys.stderr)

@@ -3,7 +3,13 @@
 //! `cargo test` covers it and the PyO3 bindings only convert types.
 
 use std::sync::Arc;
+use std::time::Duration;
+#[cfg(target_os = "linux")]
+use std::time::Instant;
 
+use crate::proc_events::Unavailable;
+#[cfg(target_os = "linux")]
+use crate::proc_events::{Hints, Listener};
 use crate::scan::{EngineProc, ScanOptions, ScanStats, Scanner};
 use crate::scan_sysinfo::SysinfoScanner;
 use crate::signature::Signature;
@@ -15,10 +21,36 @@ enum Source {
     Sysinfo(Box<SysinfoScanner>),
 }
 
+/// The kernel's process events, driving a procfs scanner (see [`ProcessScanner::wait`]).
+#[cfg(target_os = "linux")]
+#[derive(Debug)]
+struct Events {
+    listener: Listener,
+    hints: Hints,
+    /// How often `/proc` is listed whatever the events say: the safety net.
+    full_every: Duration,
+    last_full: Instant,
+}
+
 /// An engine scanner over the source named at construction. Keep one per polling loop.
 #[derive(Debug)]
 pub struct ProcessScanner {
     source: Source,
+    #[cfg(target_os = "linux")]
+    events: Option<Events>,
+}
+
+/// What [`ProcessScanner::wait`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woke {
+    /// Slept, then scanned (no events).
+    Polled,
+    /// Events changed an engine before the timeout, or the timeout passed: a tick.
+    Events,
+    /// Events were lost: `/proc` was listed (also the periodic safety net).
+    Rescan,
+    /// The subscription failed: `/proc` was listed, and from now on the scanner polls.
+    Fallback,
 }
 
 /// The source used when none is named: procfs only exists (as the scanner reads it) on Linux.
@@ -42,7 +74,67 @@ impl ProcessScanner {
             "sysinfo" => Source::Sysinfo(Box::new(SysinfoScanner::new(signatures)?)),
             other => return Err(format!("source: {other:?} is not 'procfs' or 'sysinfo'")),
         };
-        Ok(ProcessScanner { source })
+        Ok(ProcessScanner {
+            source,
+            #[cfg(target_os = "linux")]
+            events: None,
+        })
+    }
+
+    /// Subscribes to the kernel's process events, waiting up to `ack_timeout` for the reply;
+    /// from then on [`ProcessScanner::wait`] reads `/proc` only where events point, and lists it
+    /// at least every `full_every`. Scan once after subscribing (processes that existed before
+    /// it are known from that listing). Only the procfs source, on Linux, can.
+    pub fn subscribe_events(
+        &mut self,
+        ack_timeout: Duration,
+        full_every: Duration,
+    ) -> Result<(), Unavailable> {
+        #[cfg(target_os = "linux")]
+        if let Source::Procfs(scanner) = &mut self.source {
+            let listener = Listener::subscribe(ack_timeout)?;
+            scanner.set_event_driven();
+            self.events = Some(Events {
+                listener,
+                hints: Hints::default(),
+                full_every,
+                // the caller scans once after subscribing: what existed before it
+                last_full: Instant::now(),
+            });
+            return Ok(());
+        }
+        let _ = (ack_timeout, full_every);
+        Err(Unavailable::Unsupported)
+    }
+
+    /// Whether process events drive the scans.
+    pub fn event_driven(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        return self.events.is_some();
+        #[cfg(not(target_os = "linux"))]
+        false
+    }
+
+    /// The engines after waiting up to `timeout`. Polling: sleeps, then scans. Event-driven:
+    /// returns as soon as an event changed an engine (an engine's exec is seen within
+    /// milliseconds), else at the timeout, after re-checking the engines.
+    pub fn wait(&mut self, timeout: Duration) -> (Vec<Arc<EngineProc>>, Woke) {
+        #[cfg(target_os = "linux")]
+        if let (Some(events), Source::Procfs(scanner)) = (&mut self.events, &mut self.source) {
+            return match drive(events, scanner, timeout) {
+                Ok(woke) if woke == Woke::Rescan => (scanner.scan(), woke),
+                Ok(woke) => (scanner.scan_after_events(), woke),
+                Err(_) => {
+                    // The socket failed: poll from now on, starting cold so that execs are
+                    // watched again.
+                    self.events = None;
+                    scanner.set_polling();
+                    (scanner.scan(), Woke::Fallback)
+                }
+            };
+        }
+        std::thread::sleep(timeout);
+        (self.scan(), Woke::Polled)
     }
 
     /// Every engine server now running, by pid. Never fails; see [`ProcessScanner::stats`]. An
@@ -67,6 +159,37 @@ impl ProcessScanner {
         match &self.source {
             Source::Procfs(s) => s.known_len(),
             Source::Sysinfo(s) => s.known_len(),
+        }
+    }
+}
+
+/// Reads events until one changes an engine, events are lost, or `timeout` passes; the
+/// events are applied to `scanner` as they come. `Err`: the socket failed (an errno).
+#[cfg(target_os = "linux")]
+fn drive(events: &mut Events, scanner: &mut Scanner, timeout: Duration) -> Result<Woke, i32> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let now = Instant::now();
+        if now.duration_since(events.last_full) >= events.full_every {
+            events.last_full = now;
+            events.hints.clear();
+            return Ok(Woke::Rescan);
+        }
+        let left = deadline.saturating_duration_since(now);
+        if left.is_zero() {
+            return Ok(Woke::Events);
+        }
+        events.listener.read(left, &mut events.hints)?;
+        if events.hints.lost {
+            // Never run on after losing events: only a listing can tell what happened.
+            events.hints.clear();
+            events.last_full = Instant::now();
+            return Ok(Woke::Rescan);
+        }
+        let engines_changed = scanner.apply_events(&events.hints.changed);
+        events.hints.clear();
+        if engines_changed {
+            return Ok(Woke::Events);
         }
     }
 }
@@ -118,6 +241,64 @@ mod tests {
         assert!(scanner.scan().is_empty());
         assert!(scanner.stats().scanned > 0);
         assert!(scanner.known_len() > 0);
+    }
+
+    /// Through the kernel's process events on the live host: a process that execs into a (test)
+    /// engine wakes the wait early, and its exit too. Where the kernel refuses the subscription,
+    /// the reason must be one the caller falls back on.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn process_events_wake_the_wait_for_an_engine_exec_and_exit() {
+        let mut scanner = ProcessScanner::new(&signatures(), ScanOptions::default(), None).unwrap();
+        match scanner.subscribe_events(Duration::from_secs(1), Duration::from_secs(3600)) {
+            Ok(()) => {}
+            Err(Unavailable::NoAck) => return,
+            Err(Unavailable::Errno(errno)) => {
+                assert!(
+                    [libc::EPERM, libc::EPROTONOSUPPORT].contains(&errno),
+                    "{errno}"
+                );
+                return;
+            }
+            Err(Unavailable::Unsupported) => panic!("procfs on Linux takes events"),
+        }
+        assert!(scanner.event_driven());
+        scanner.scan();
+        // `solo-server` is a test engine (no subcommand needed); bash's exec -a names argv[0].
+        let mut child = std::process::Command::new("bash")
+            .args(["-c", "exec -a solo-server sleep 30"])
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let found = (0..50).find_map(|_| {
+            let (found, woke) = scanner.wait(Duration::from_secs(5));
+            found.iter().any(|p| p.pid == pid).then_some(woke)
+        });
+        assert_eq!(found, Some(Woke::Events));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let gone = (0..50).find_map(|_| {
+            let (found, woke) = scanner.wait(Duration::from_secs(5));
+            (!found.iter().any(|p| p.pid == pid)).then_some(woke)
+        });
+        assert_eq!(gone, Some(Woke::Events));
+    }
+
+    #[test]
+    fn without_events_wait_polls() {
+        let proc = FakeProc::new();
+        proc.spawn(300, &["demo", "serve", "/m/a"]);
+        let mut scanner =
+            ProcessScanner::new(&signatures(), proc.options(), Some("procfs")).unwrap();
+        assert!(!scanner.event_driven());
+        let (found, woke) = scanner.wait(Duration::from_millis(1));
+        assert_eq!((found.len(), woke), (1, Woke::Polled));
+        let mut sysinfo =
+            ProcessScanner::new(&signatures(), ScanOptions::default(), Some("sysinfo")).unwrap();
+        assert_eq!(
+            sysinfo.subscribe_events(Duration::from_secs(1), Duration::from_secs(1)),
+            Err(Unavailable::Unsupported)
+        );
     }
 
     #[test]

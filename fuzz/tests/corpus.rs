@@ -44,6 +44,11 @@ fn procfs() {
 }
 
 #[test]
+fn proc_events() {
+    replay("proc_events", enginespec_fuzz::proc_events);
+}
+
+#[test]
 fn scanner() {
     replay("scanner", enginespec_fuzz::scanner);
 }

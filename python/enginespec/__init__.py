@@ -38,11 +38,23 @@ from enginespec.errors import (
 from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
 from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
 from enginespec.recipe import DockerRuntime, NativeRuntime, Recipe
-from enginespec.scanning import EngineProcess, Scanner, ScanStats, scan
+from enginespec.scanning import EngineProcess, ScanStats, scan
 from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import Health, HealthState
 from enginespec.version import __version__
+from enginespec.watching import (
+    Changed,
+    EngineIdentity,
+    HealthChanged,
+    Scanner,
+    Started,
+    Stopped,
+    Watch,
+    WatchEvent,
+    event_schema,
+    parse_event,
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -57,6 +69,7 @@ __all__ = [
     "BACKEND",
     "BUILTIN_ENGINE_SPECS",
     "BinaryProbeResult",
+    "Changed",
     "Command",
     "CommandError",
     "Config",
@@ -64,6 +77,7 @@ __all__ = [
     "DockerRuntime",
     "EngineExited",
     "EngineHelp",
+    "EngineIdentity",
     "EngineProcess",
     "EngineSpec",
     "EngineSpecError",
@@ -71,6 +85,7 @@ __all__ = [
     "FamilyDefault",
     "Flags",
     "Health",
+    "HealthChanged",
     "HealthState",
     "HelpError",
     "InstallCancelled",
@@ -96,14 +111,20 @@ __all__ = [
     "Serving",
     "Signature",
     "SourceBuild",
+    "Started",
+    "Stopped",
     "UnknownEngineError",
+    "Watch",
+    "WatchEvent",
     "__version__",
     "all_engine_specs",
     "all_signatures",
     "detect_engine",
     "engine_ids",
+    "event_schema",
     "get_engine_spec",
     "parse_argv",
+    "parse_event",
     "redact_argv",
     "scan",
 ]

@@ -476,6 +476,18 @@ class Scanner:
         """(scanned, new, vanished, unreadable, restricted, reread, full_recheck, known)."""
         return self._stats
 
+    def subscribe_events(self, ack_timeout: float, full_rescan_seconds: float) -> str | None:
+        """The kernel's process events need the native backend: this scanner always polls."""
+        return "process events: the pure-Python backend polls"
+
+    def event_driven(self) -> bool:
+        return False
+
+    def wait(self, timeout: float) -> tuple[list[RawProcess], str]:
+        """Sleeps ``timeout`` seconds, then scans (``ProcessScanner::wait`` when polling)."""
+        time.sleep(timeout)
+        return self.scan(), "polled"
+
     def _is_wrapper(self, argv: list[str]) -> bool:
         """A wrapper running a command, not an interactive or login shell (as ``is_wrapper``)."""
         return (

@@ -10,9 +10,10 @@ import shutil
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions
+from rich.live import Live
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
@@ -35,9 +36,10 @@ from enginespec.health import check_all, check_health
 from enginespec.installing import InstallOptions, ProgressEvent
 from enginespec.layout import EMPTY, Column, fit, lines
 from enginespec.recipe import Recipe
-from enginespec.scanning import EngineProcess, Scanner
+from enginespec.scanning import EngineProcess
 from enginespec.spec import EngineSpec
 from enginespec.version import __version__
+from enginespec.watching import Changed, HealthChanged, Scanner, Stopped, Watch, WatchEvent
 
 
 def _fail(command: str, message: object) -> None:
@@ -145,6 +147,37 @@ def _published(port: PublishedPort) -> str:
     return f"{address}:{port.host_port}->{port.container_port}"
 
 
+def _ps_row(p: EngineProcess, state: str | None) -> list[str]:
+    """A process's cells under PS_COLUMNS (the HEALTH cell only with a ``state``)."""
+    return [
+        str(p.pid),
+        p.engine,
+        p.role if p.role != "server" else EMPTY,
+        p.model or "?",
+        ", ".join(p.served_model_names) or EMPTY,
+        p.base_url or EMPTY,
+        p.container.label if p.container else EMPTY,
+        ", ".join(_published(q) for q in p.published) or EMPTY,
+        str(len(p.worker_pids)) if p.worker_pids else EMPTY,
+        p.supervisor or EMPTY,
+        ", ".join(map(str, p.listen_ports)) or EMPTY,
+        ", ".join(map(str, p.port_conflicts)) or EMPTY,
+        *([state] if state is not None else []),
+    ]
+
+
+def _table_lines(
+    processes: Sequence[tuple[EngineProcess, str | None]], health: bool, width: int | None
+) -> list[str]:
+    """The ps table as literal text lines fitted to ``width`` (no cell split)."""
+    columns = PS_COLUMNS if health else PS_COLUMNS[:-1]
+    rows = [
+        [literal(cell) for cell in _ps_row(p, (state or "?") if health else None)] for p, state in processes
+    ]
+    headers, shown = fit(columns, rows, width)
+    return lines(headers, shown)
+
+
 def _cmd_ps(args: argparse.Namespace) -> int:
     processes = Scanner(listen_ports=True).scan()
     healths = None
@@ -157,37 +190,89 @@ def _cmd_ps(args: argparse.Namespace) -> int:
         print(json.dumps(documents, indent=2))
         return 0
 
-    rows = [
-        [
-            str(p.pid),
-            p.engine,
-            p.role if p.role != "server" else EMPTY,
-            p.model or "?",
-            ", ".join(p.served_model_names) or EMPTY,
-            p.base_url or EMPTY,
-            p.container.label if p.container else EMPTY,
-            ", ".join(_published(q) for q in p.published) or EMPTY,
-            str(len(p.worker_pids)) if p.worker_pids else EMPTY,
-            p.supervisor or EMPTY,
-            ", ".join(map(str, p.listen_ports)) or EMPTY,
-            ", ".join(map(str, p.port_conflicts)) or EMPTY,
-            *([healths[index].state] if healths is not None else []),
-        ]
-        for index, p in enumerate(processes)
-    ]
     if not processes:
         print("no engine servers found on this host")
         return 0
     # Every cell is shown literally: argv can carry rich markup and terminal escapes. On a terminal
     # the table fits its width (no cell split); piped or with --wide, nothing is shortened.
-    columns = PS_COLUMNS if healths is not None else PS_COLUMNS[:-1]
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() and not args.wide else None
-    headers, shown = fit(columns, [[literal(cell) for cell in row] for row in rows], width)
+    shown = [(p, None if healths is None else healths[index].state) for index, p in enumerate(processes)]
     console = Console(markup=False, highlight=False, emoji=False, soft_wrap=True)
-    header, *body = lines(headers, shown)
+    header, *body = _table_lines(shown, healths is not None, width)
     console.print(Text(header, style="bold"))
     for line in body:
         console.print(Text(line))
+    return 0
+
+
+class _LiveTable:
+    """What ``enginespec watch`` shows: the engines now running, fitted to the terminal's width
+    each time it is drawn (so a resize is followed)."""
+
+    def __init__(self, watch: Watch, health: bool) -> None:
+        self.watch = watch
+        self.health = health
+        self.engines: dict[tuple[int, float], tuple[EngineProcess, str | None]] = {}
+
+    def apply(self, event: WatchEvent) -> None:
+        if isinstance(event, Stopped):
+            self.engines.pop((event.identity.pid, event.identity.start_time), None)
+            return
+        key = (event.process.pid, event.process.start_time)
+        state = event.type if isinstance(event, HealthChanged) else self.engines.get(key, (None, None))[1]
+        self.engines[key] = (event.process, state)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
+        width = options.max_width
+        shown = sorted(self.engines.values(), key=lambda item: item[0].pid)
+        how = "process events" if self.watch.mode == "events" else "polling"
+        title = f"{len(shown)} engine server(s), {how}; Ctrl-C to stop"
+        yield Text(title if len(title) <= width else title[: max(width - 1, 0)] + "…", style="dim")
+        if not shown:
+            return
+        header, *body = _table_lines(shown, self.health, width)
+        yield Text(header, style="bold", no_wrap=True, overflow="ellipsis")
+        for line in body:
+            yield Text(line, no_wrap=True, overflow="ellipsis")
+
+
+def _event_line(event: WatchEvent) -> str:
+    """One event as a literal text line (``watch`` when stdout is not a terminal)."""
+    if isinstance(event, Stopped):
+        who = event.identity
+        return literal(f"stopped {who.pid} {who.engine} {who.engine_id}")
+    p = event.process
+    detail = " ".join(event.fields) if isinstance(event, Changed) else p.base_url or "-"
+    return literal(f"{event.type} {p.pid} {p.engine} {p.engine_id} {p.model or '?'} {detail}")
+
+
+def _cmd_watch(args: argparse.Namespace) -> int:
+    watch = Scanner().watch(
+        args.interval, health=args.health, health_interval=args.health_interval, poll=args.poll
+    )
+    # Said on stderr, so a JSON stream stays pure and a reader knows how late events may come.
+    how = "process events" if watch.mode == "events" else f"polling every {args.interval:g}s"
+    reason = f" ({watch.polling_reason})" if watch.polling_reason else ""
+    try:
+        if args.json or not sys.stdout.isatty():
+            print(f"enginespec watch: {how}{reason}", file=sys.stderr, flush=True)
+        if args.json:
+            for event in watch:
+                sys.stdout.write(event.model_dump_json() + "\n")
+                sys.stdout.flush()
+        elif not sys.stdout.isatty():
+            for event in watch:
+                print(_event_line(event), flush=True)
+        else:
+            console = Console(markup=False, highlight=False, emoji=False)
+            table = _LiveTable(watch, args.health)
+            with Live(table, console=console, refresh_per_second=4, transient=False):
+                for event in watch:
+                    table.apply(event)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        watch.close()
     return 0
 
 
@@ -371,6 +456,23 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--data-dir", help="data directory (default: $ENGINESPEC_DATA_DIR or the user data dir)"
         )
+    watch = commands.add_parser(
+        "watch",
+        help="a live view of the engine servers on this host",
+        description="Shows the engines as they start, become ready, change and stop, in a table "
+        "updated in place; with --json, one JSON object per event (JSON Lines). Uses the kernel's "
+        "process events when it may (root), else polls every --interval.",
+    )
+    watch.add_argument("--json", action="store_true", help="stream events as JSON Lines")
+    watch.add_argument(
+        "--interval", type=_duration, default=1.0, help="re-check period, and polling period (1s, 500ms)"
+    )
+    watch.add_argument(
+        "--health", action=argparse.BooleanOptionalAction, default=True, help="check health (default: on)"
+    )
+    watch.add_argument("--health-interval", type=_duration, default=2.0, help="health check period (2s)")
+    watch.add_argument("--poll", action="store_true", help="poll even where process events are available")
+    watch.set_defaults(handler=_cmd_watch)
     exporter_ = commands.add_parser(
         "exporter",
         help="serve Prometheus metrics about the engines on this host",

@@ -21,10 +21,9 @@ import time
 from collections.abc import Coroutine, Generator, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
-import httpx
 import psutil
 
 import enginespec.sockets as sockets
@@ -35,6 +34,9 @@ from enginespec.scanning import EngineProcess, process_alive
 from enginespec.signature import NOT_SERVING_ROLES
 from enginespec.status import Health, HealthState
 from enginespec.urls import UNIX_SCHEME, checked_url
+
+if TYPE_CHECKING:
+    import httpx
 
 
 @dataclass(frozen=True)
@@ -237,6 +239,8 @@ def _unanswered(t: _Target, reply: _Reply, timeout: float, path: str) -> tuple[H
 
 
 def _failure(err: httpx.HTTPError) -> tuple[str, str]:
+    import httpx
+
     if isinstance(err, httpx.TimeoutException):
         return "timeout", "timed out"
     if isinstance(err, httpx.ConnectError):
@@ -270,6 +274,10 @@ async def _run(t: _Target, probe: _Probe, timeout: float) -> Health:
     step = _advance(probe, None)
     if isinstance(step, Health):
         return step
+    # httpx is imported on the first check, not with the package: `import enginespec` (whose
+    # Scanner can watch health) stays light.
+    import httpx
+
     url, socket = t.endpoint()
     transport = httpx.AsyncHTTPTransport(uds=socket, verify=_tls())
     async with httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(timeout)) as client:

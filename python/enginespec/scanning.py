@@ -235,7 +235,11 @@ class Scanner:
         return found
 
     def scan(self) -> list[EngineProcess]:
-        everything = self._backend.scan()
+        return self._engines(self._backend.scan())
+
+    def _engines(self, everything: list[RawProcess]) -> list[EngineProcess]:
+        """The models of a scan's records (those a checkout check keeps), workers folded into
+        their servers."""
         raw = [item for item in everything if self._in_checkout(item)]
         folded: dict[int, int] = {}
         for pid, _start, _ppid, _argv, facts, _exe, descendants, _parent, _ports in raw:

@@ -990,3 +990,121 @@ fn a_process_forked_during_the_listing_is_found_by_the_next_scan() {
     // Nothing forked since the listing ended, but 200 was forked after it began.
     assert_eq!(pids(&scanner.scan_at(t0 + secs(2))), vec![100, 200]);
 }
+
+/// A scanner in event-driven mode after its first (listing) scan.
+fn event_scanner(proc: &FakeProc) -> Scanner {
+    let mut scanner = scanner(proc);
+    scanner.set_event_driven();
+    scanner.scan();
+    scanner
+}
+
+#[test]
+fn events_find_an_engine_exec_by_a_forked_shell_without_listing() {
+    let proc = FakeProc::new();
+    proc.spawn(10, &["bash", "-c", "run"]);
+    let mut scanner = event_scanner(&proc);
+    // A fork: the child still runs its parent's program.
+    proc.spawn_child(11, 10, &["bash", "-c", "run"]);
+    // Another process appears that no event names: event-driven ticks do not list /proc.
+    proc.spawn(50, &["demo", "serve", "/m/unseen"]);
+    assert!(!scanner.apply_events(&[(11, Change::Forked)]));
+    assert!(pids(&scanner.scan_after_events()).is_empty());
+    proc.exec(11, &["demo", "serve", "/m/a", "--port", "8001"]);
+    assert!(scanner.apply_events(&[(11, Change::Exec)]));
+    let found = scanner.scan_after_events();
+    assert_eq!(pids(&found), vec![11]);
+    assert_eq!(find(&found, 11).facts.port, Some(8001));
+    assert_eq!(scanner.stats().new, 0, "11 was known since its fork");
+    // A listing scan (the safety net) finds what no event named.
+    assert_eq!(pids(&scanner.scan()), vec![11, 50]);
+}
+
+#[test]
+fn an_exit_event_forgets_the_process_and_says_an_engine_is_gone() {
+    let proc = FakeProc::new();
+    proc.spawn(20, &["demo", "serve", "/m/a"]);
+    proc.spawn(21, &["sleep", "100"]);
+    let mut scanner = event_scanner(&proc);
+    let known = scanner.known_len();
+    proc.kill(21);
+    assert!(!scanner.apply_events(&[(21, Change::Exited)]));
+    assert_eq!(scanner.known_len(), known - 1);
+    proc.kill(20);
+    assert!(scanner.apply_events(&[(20, Change::Exited)]));
+    assert!(scanner.scan_after_events().is_empty());
+    assert_eq!(scanner.stats().vanished, 2);
+}
+
+#[test]
+fn events_keep_their_order_an_exit_then_a_reused_pid() {
+    let proc = FakeProc::new();
+    proc.spawn(30, &["demo", "serve", "/m/a"]);
+    let mut scanner = event_scanner(&proc);
+    let before = scanner.scan_after_events();
+    proc.replace(
+        30,
+        &["demo", "serve", "/m/b"],
+        Stat {
+            start_ticks: 9_999,
+            ..Stat::default()
+        },
+    );
+    assert!(scanner.apply_events(&[(30, Change::Exited), (30, Change::Forked)]));
+    let after = scanner.scan_after_events();
+    assert_eq!(find(&after, 30).facts.model.as_deref(), Some(&b"/m/b"[..]));
+    assert_ne!(find(&before, 30).revision, find(&after, 30).revision);
+}
+
+#[test]
+fn a_comm_change_rereads_the_process_and_a_retitled_engine_changes() {
+    let proc = FakeProc::new();
+    proc.spawn(40, &["python3", "worker.py"]);
+    let mut scanner = event_scanner(&proc);
+    // setproctitle: the argv rewritten in place, the comm renamed, the stat left as it was
+    proc.exec(40, &["solo-server", "-m", "/m/c.gguf"]);
+    assert!(scanner.apply_events(&[(40, Change::Comm)]));
+    assert_eq!(pids(&scanner.scan_after_events()), vec![40]);
+}
+
+#[test]
+fn in_event_mode_wrappers_and_young_processes_are_not_watched() {
+    let proc = FakeProc::new();
+    let mut scanner = event_scanner(&proc);
+    proc.spawn(60, &["sh", "-c", "sleep 1; demo serve /m/a"]);
+    proc.spawn(61, &["sleep", "1"]);
+    scanner.apply_events(&[(60, Change::Forked), (61, Change::Forked)]);
+    scanner.scan_after_events();
+    // The next tick reads neither (an exec would be reported).
+    scanner.scan_after_events();
+    assert_eq!(scanner.stats().reread, 0);
+    assert_eq!(scanner.stats().new, 0);
+}
+
+#[test]
+fn events_for_a_process_already_gone_cost_nothing_and_report_nothing() {
+    let proc = FakeProc::new();
+    let mut scanner = event_scanner(&proc);
+    assert!(!scanner.apply_events(&[(70, Change::Forked), (70, Change::Exec)]));
+    assert!(scanner.scan_after_events().is_empty());
+    assert_eq!(scanner.known_len(), 0);
+}
+
+#[test]
+fn back_to_polling_starts_cold_and_watches_wrappers_again() {
+    let proc = FakeProc::new();
+    proc.spawn(80, &["sh", "-c", "sleep 1; demo serve /m/a"]);
+    let mut scanner = event_scanner(&proc);
+    scanner.scan_after_events();
+    assert_eq!(
+        scanner.stats().reread,
+        0,
+        "not watched while events tell of execs"
+    );
+    scanner.set_polling();
+    scanner.scan();
+    assert_eq!(scanner.stats().new, 1, "a cold scan");
+    // polling again: the wrapper is re-read on every scan until it execs
+    proc.exec(80, &["demo", "serve", "/m/a"]);
+    assert_eq!(pids(&scanner.scan()), vec![80]);
+}

@@ -1,0 +1,354 @@
+"""Watching the engines of this host: ``Scanner().watch()`` yields an event as each engine starts,
+changes or stops and, when asked, as its health changes.
+
+On Linux, with the privilege to subscribe (root in the initial user and pid namespaces; newer
+kernels let others), the kernel's process events (fork, exec, exit, comm) tell the native scanner
+which processes to read again: an engine is seen within milliseconds of its exec, and an idle host
+costs nothing. Otherwise (no privilege, not Linux, the pure-Python backend, or ``poll=True`` /
+``ENGINESPEC_WATCH_POLL=1``) the incremental scanner polls every ``interval``: the same events,
+only later. ``/proc`` is the source of truth either way: events only say where to look.
+
+The JSON form of an event (``event.model_dump_json()``, parsed back by :func:`parse_event`; schema
+from :func:`event_schema`) is stable: an object with a ``type`` (``started``, ``changed``,
+``stopped``, or a health state), ``monotonic`` (``time.monotonic()`` seconds when it was seen),
+and ``process`` (an ``EngineProcess``; ``identity`` for ``stopped``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from enginespec.errors import InvalidInputError
+from enginespec.health import check_all
+from enginespec.scanning import EngineProcess
+from enginespec.scanning import Scanner as _Scanner
+from enginespec.status import Health, HealthState
+
+#: What a ``changed`` event can name, in this order.
+ChangedField = Literal[
+    "model",
+    "served_model_names",
+    "host",
+    "port",
+    "base_url",
+    "role",
+    "supervisor",
+    "worker_pids",
+    "listen_ports",
+    "argv",
+]
+CHANGED_FIELDS: tuple[ChangedField, ...] = (
+    "model",
+    "served_model_names",
+    "host",
+    "port",
+    "base_url",
+    "role",
+    "supervisor",
+    "worker_pids",
+    "listen_ports",
+    "argv",
+)
+#: How long the kernel has to answer the subscription before the watch polls.
+ACK_TIMEOUT = 1.0
+#: With process events, ``/proc`` is still listed this often (and after any lost event).
+FULL_RESCAN_SECONDS = 30.0
+#: Set to ``1`` to make every watch poll (tests, benchmarks).
+POLL_ENV = "ENGINESPEC_WATCH_POLL"
+
+_Key: TypeAlias = tuple[int, float]
+
+
+class EngineIdentity(BaseModel):
+    """Who an engine process was: enough to match a ``stopped`` event to its ``started``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    engine_id: str
+    pid: int
+    start_time: float
+    engine: str
+
+
+def identity(process: EngineProcess) -> EngineIdentity:
+    return EngineIdentity(
+        engine_id=process.engine_id, pid=process.pid, start_time=process.start_time, engine=process.engine
+    )
+
+
+class Started(BaseModel):
+    """An engine server is running (every engine already running when the watch begins, too)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["started"] = "started"
+    monotonic: float
+    process: EngineProcess
+
+
+class Changed(BaseModel):
+    """A running engine's facts changed; ``fields`` says which (see :data:`CHANGED_FIELDS`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["changed"] = "changed"
+    monotonic: float
+    process: EngineProcess
+    fields: tuple[ChangedField, ...]
+
+
+class Stopped(BaseModel):
+    """An engine server's process is gone (or became a zombie)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["stopped"] = "stopped"
+    monotonic: float
+    identity: EngineIdentity
+
+
+class HealthChanged(BaseModel):
+    """An engine's health state changed (its first check, too: ``previous`` is then ``None``);
+    ``type`` is the new state."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: HealthState
+    monotonic: float
+    process: EngineProcess
+    health: Health
+    previous: HealthState | None = None
+
+
+WatchEvent: TypeAlias = Annotated[Started | Changed | Stopped | HealthChanged, Field(discriminator="type")]
+_EVENTS: TypeAdapter[WatchEvent] = TypeAdapter(WatchEvent)
+
+
+def parse_event(text: str | bytes) -> WatchEvent:
+    """An event from its JSON form (one line of ``enginespec watch --json``)."""
+    return _EVENTS.validate_json(text)
+
+
+def event_schema() -> dict[str, Any]:
+    """The JSON schema of the events' JSON form."""
+    return _EVENTS.json_schema()
+
+
+def changed_fields(before: EngineProcess, after: EngineProcess) -> tuple[ChangedField, ...]:
+    return tuple(name for name in CHANGED_FIELDS if getattr(before, name) != getattr(after, name))
+
+
+def diff(
+    before: Mapping[_Key, EngineProcess], after: Sequence[EngineProcess], monotonic: float
+) -> list[Started | Changed | Stopped]:
+    """The events that take a host from ``before`` (by (pid, start time)) to ``after``: stopped
+    first, then started and changed in pid order."""
+    now = {(p.pid, p.start_time): p for p in after}
+    events: list[Started | Changed | Stopped] = [
+        Stopped(monotonic=monotonic, identity=identity(p)) for key, p in before.items() if key not in now
+    ]
+    for key, process in now.items():
+        previous = before.get(key)
+        if previous is None:
+            events.append(Started(monotonic=monotonic, process=process))
+        # An unchanged engine comes back as the very same object: nothing to compare.
+        elif previous is not process and (fields := changed_fields(previous, process)):
+            events.append(Changed(monotonic=monotonic, process=process, fields=fields))
+    return events
+
+
+class Watch:
+    """The events of one watch (iterate it, or ``async for`` over :meth:`Scanner.watch_async`).
+
+    ``mode`` is ``"events"`` when the kernel's process events drive the scans, ``"polling"``
+    otherwise, with the reason in ``polling_reason``. ``close()`` (or leaving the loop) stops it.
+    """
+
+    def __init__(
+        self,
+        scanner: Scanner,
+        *,
+        interval: float,
+        health: bool,
+        health_interval: float,
+        health_timeout: float,
+        poll: bool,
+    ) -> None:
+        if not interval > 0:
+            raise InvalidInputError(f"interval: must be a positive number of seconds, not {interval!r}")
+        if not health_interval > 0:
+            raise InvalidInputError(
+                f"health_interval: must be a positive number of seconds, not {health_interval!r}"
+            )
+        self._scanner = scanner
+        self._interval = interval
+        self._health_interval = health_interval
+        self._health_timeout = health_timeout
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._current: dict[_Key, EngineProcess] = {}
+        self._states: dict[_Key, HealthState] = {}
+        self._queue: queue.Queue[WatchEvent | BaseException] = queue.Queue()
+        self._sink: Callable[[WatchEvent | BaseException], None] = self._queue.put
+        backend = scanner._backend
+        reason = (
+            f"process events: polling asked for ({POLL_ENV}=1 or poll=True)"
+            if poll or os.environ.get(POLL_ENV) == "1"
+            else backend.subscribe_events(ACK_TIMEOUT, FULL_RESCAN_SECONDS)
+        )
+        self.polling_reason: str | None = reason
+        self.mode: Literal["events", "polling"] = "polling" if reason else "events"
+        #: what woke the scanner each time (``polled``, ``events``, ``rescan``, ``fallback``).
+        self.wakes: dict[str, int] = {}
+        self._threads = [threading.Thread(target=self._scan_loop, name="enginespec-watch", daemon=True)]
+        if health:
+            self._threads.append(
+                threading.Thread(target=self._health_loop, name="enginespec-health", daemon=True)
+            )
+        self._started = False
+
+    def _start(self, sink: Callable[[WatchEvent | BaseException], None]) -> None:
+        if self._started:
+            raise RuntimeError("a watch is iterated once")
+        self._started = True
+        self._sink = sink
+        for thread in self._threads:
+            thread.start()
+
+    def _publish(self, processes: list[EngineProcess]) -> None:
+        with self._lock:
+            events = diff(self._current, processes, time.monotonic())
+            self._current = {(p.pid, p.start_time): p for p in processes}
+            self._states = {key: state for key, state in self._states.items() if key in self._current}
+            for event in events:
+                self._sink(event)
+
+    def _scan_loop(self) -> None:
+        try:
+            self._publish(self._scanner.scan())
+            backend = self._scanner._backend
+            while not self._stop.is_set():
+                raw, woke = backend.wait(self._interval)
+                self.wakes[woke] = self.wakes.get(woke, 0) + 1
+                if woke == "fallback":
+                    self.mode = "polling"
+                    self.polling_reason = "process events: the subscription failed"
+                if not self._stop.is_set():
+                    self._publish(self._scanner._engines(raw))
+        except BaseException as err:  # handed to the consumer, who raises it
+            self._sink(err)
+
+    def _health_loop(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    current = dict(self._current)
+                processes = list(current.values())
+                healths = check_all(processes, timeout=self._health_timeout) if processes else []
+                with self._lock:
+                    for process, health in zip(processes, healths, strict=True):
+                        key = (process.pid, process.start_time)
+                        previous = self._states.get(key)
+                        if key not in self._current or previous == health.state:
+                            continue
+                        self._states[key] = health.state
+                        self._sink(
+                            HealthChanged(
+                                type=health.state,
+                                monotonic=time.monotonic(),
+                                process=self._current[key],
+                                health=health,
+                                previous=previous,
+                            )
+                        )
+                if self._stop.wait(self._health_interval):
+                    return
+        except BaseException as err:
+            self._sink(err)
+
+    def close(self) -> None:
+        """Stops the watch; its threads end within one interval."""
+        self._stop.set()
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        self._start(self._queue.put)
+        try:
+            while True:
+                item = self._queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            self.close()
+
+    async def _aiter(self) -> AsyncIterator[WatchEvent]:
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[WatchEvent | BaseException] = asyncio.Queue()
+
+        def sink(item: WatchEvent | BaseException) -> None:
+            # Called from the watch's threads; after the loop closed there is no one to tell.
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(events.put_nowait, item)
+
+        self._start(sink)
+        try:
+            while True:
+                item = await events.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            self.close()
+
+
+class Scanner(_Scanner):
+    """:class:`enginespec.scanning.Scanner` that can also watch (``enginespec.Scanner``)."""
+
+    def watch(
+        self,
+        interval: float = 1.0,
+        *,
+        health: bool = False,
+        health_interval: float = 2.0,
+        health_timeout: float = 2.0,
+        poll: bool = False,
+    ) -> Watch:
+        """A blocking iterator of events (see the module's docstring). ``interval``: how often the
+        engines are re-checked (workers, ports, argv rewrites) and, when polling, how often
+        ``/proc`` is scanned. ``health``: also check every engine's health every
+        ``health_interval`` seconds, on its own thread (a slow engine never delays a scan), and
+        report each change of state. ``poll``: do not use the kernel's process events."""
+        return Watch(
+            self,
+            interval=interval,
+            health=health,
+            health_interval=health_interval,
+            health_timeout=health_timeout,
+            poll=poll,
+        )
+
+    def watch_async(
+        self,
+        interval: float = 1.0,
+        *,
+        health: bool = False,
+        health_interval: float = 2.0,
+        health_timeout: float = 2.0,
+        poll: bool = False,
+    ) -> AsyncIterator[WatchEvent]:
+        """:meth:`watch` as an async iterator (the scanning runs on threads, never in the loop)."""
+        return self.watch(
+            interval,
+            health=health,
+            health_interval=health_interval,
+            health_timeout=health_timeout,
+            poll=poll,
+        )._aiter()
