@@ -20,6 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from fakeserver import free_port
 from procs import Procs
 from test_containers import HIERARCHIES, cgroup
+from test_ports import _free_port as free_port_on
+from test_ports import _start as start_fake
 
 
 @pytest.fixture
@@ -99,7 +101,12 @@ def test_series_and_labels_for_engines_started_by_the_test(procs: Procs, exporte
     assert second["model"] == odd  # escaped on the wire, whole when parsed
     assert second["served_model_name"] == odd  # no alias: vLLM-style model_name is the model
     ids = {first["engine_id"], second["engine_id"]}
-    for name in ("enginespec_engine_up", "enginespec_engine_start_time_seconds", "enginespec_engine_workers"):
+    for name in (
+        "enginespec_engine_up",
+        "enginespec_engine_start_time_seconds",
+        "enginespec_engine_workers",
+        "enginespec_engine_port_conflict",
+    ):
         assert ids <= {labels["engine_id"] for labels, _ in series[name]}
         assert all("pid" not in labels for labels, _ in series[name])  # pid only on _info
     assert series["enginespec_scan_duration_seconds"][0][1] >= 0
@@ -118,7 +125,8 @@ def test_series_and_labels_for_engines_started_by_the_test(procs: Procs, exporte
     )
 
     def restarted(series: dict[str, list[tuple[dict[str, str], float]]]) -> bool:
-        return str(again.pid) in {labels["pid"] for labels, _ in series.get("enginespec_engine_info", [])}
+        shown = {labels["pid"] for labels, _ in series.get("enginespec_engine_info", [])}
+        return str(again.pid) in shown and str(vllm.pid) not in shown
 
     series = _scrape_until(url, restarted)
     relabelled = {labels["pid"]: labels["engine_id"] for labels, _ in series["enginespec_engine_info"]}
@@ -164,3 +172,38 @@ def test_container_id_label(procs: Procs, exporter: tuple[str, Path]) -> None:
             procs.stop(boxed)
     labels = {labels["pid"]: labels["container_id"] for labels, _ in series["enginespec_engine_info"]}
     assert (labels[str(host.pid)], labels[str(boxed.pid)]) == ("", container_id)
+
+
+@pytest.fixture
+def servers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_port_conflicts_are_a_gauge(
+    exporter: tuple[str, Path], servers: list[subprocess.Popen[bytes]]
+) -> None:
+    url, _textfile = exporter
+    port = free_port_on()
+    pair = [start_fake(servers, port, alias, FAKE_REUSEPORT="1") for alias in ("one", "two")]
+    alone = start_fake(servers, free_port_on(), "alone")
+    pids = {str(p.pid) for p in (*pair, alone)}
+
+    def ours(series: dict[str, list[tuple[dict[str, str], float]]]) -> bool:
+        return pids <= {labels["pid"] for labels, _ in series.get("enginespec_engine_info", [])}
+
+    series = _scrape_until(url, ours)
+    ids = {labels["pid"]: labels["engine_id"] for labels, _ in series["enginespec_engine_info"]}
+    conflicts = dict(
+        (labels["engine_id"], value) for labels, value in series["enginespec_engine_port_conflict"]
+    )
+    # the two sharing a port would share one engine_id (same engine, model and port): the second
+    # gets its pid appended, so no two series have the same labels
+    first, second = sorted(pair, key=lambda p: p.pid)
+    assert ids[str(second.pid)] == f"{ids[str(first.pid)]}-pid{second.pid}"
+    assert len(conflicts) == len(series["enginespec_engine_port_conflict"])
+    assert {conflicts[ids[str(p.pid)]] for p in pair} == {1.0}
+    assert conflicts[ids[str(alone.pid)]] == 0.0

@@ -68,6 +68,21 @@ def _info_labels(process: EngineProcess) -> list[str]:
     ]
 
 
+def _unique_ids(processes: list[EngineProcess]) -> list[str]:
+    """Each process's engine_id; when two running engines have the same one (the same engine,
+    model and port: sharing it through SO_REUSEPORT), the later ones get their pid appended, as
+    two series with the same labels would make Prometheus reject the whole scrape."""
+    seen: set[str] = set()
+    ids = []
+    for process in processes:
+        engine_id = process.engine_id
+        if engine_id in seen:
+            engine_id = f"{engine_id}-pid{process.pid}"
+        seen.add(engine_id)
+        ids.append(engine_id)
+    return ids
+
+
 class EngineCollector(Collector):
     """Reports a :class:`Snapshot` (replaced whole by the scanning loop, so a scrape never sees
     half an update)."""
@@ -95,18 +110,26 @@ class EngineCollector(Collector):
         workers = GaugeMetricFamily(
             "enginespec_engine_workers", "Worker processes folded in", labels=["engine_id"]
         )
-        for index, process in enumerate(snapshot.processes):
-            engine_id = [process.engine_id]
-            info.add_metric(_info_labels(process), 1)
+        conflict = GaugeMetricFamily(
+            "enginespec_engine_port_conflict",
+            "Whether another process listens on the engine's own address and port (SO_REUSEPORT)",
+            labels=["engine_id"],
+        )
+        for index, (process, unique_id) in enumerate(
+            zip(snapshot.processes, _unique_ids(snapshot.processes), strict=True)
+        ):
+            engine_id = [unique_id]
+            info.add_metric([unique_id, *_info_labels(process)[1:]], 1)
             up.add_metric(engine_id, 1)
             started.add_metric(engine_id, process.start_time)
             workers.add_metric(engine_id, len(process.worker_pids))
+            conflict.add_metric(engine_id, 1 if process.port_conflicts else 0)
             if snapshot.healths is not None:
                 health = snapshot.healths[index]
                 ready.add_metric(engine_id, 1 if health.ready else 0)
                 for name in _STATES:
-                    state.add_metric([process.engine_id, name], 1 if health.state == name else 0)
-        yield from (info, up, ready, state, started, workers)
+                    state.add_metric([unique_id, name], 1 if health.state == name else 0)
+        yield from (info, up, ready, state, started, workers, conflict)
         duration = GaugeMetricFamily("enginespec_scan_duration_seconds", "How long the last scan took")
         duration.add_metric([], snapshot.scan_seconds)
         yield duration
