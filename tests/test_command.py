@@ -501,7 +501,12 @@ def test_resolution_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     env_bin = _fake_venv(tmp_path / "envvenv")
     monkeypatch.setenv("ENGINESPEC_VLLM_PYTHON", str(env_bin / "python"))
     command = spec.plan(recipe, Config(data_dir=data))
-    assert command.argv[:4] == (str(env_bin / "python"), "-m", "vllm.entrypoints.cli.main", "serve")
+    assert command.argv[:4] == (
+        str(env_bin / "python"),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+    )
     assert command.launcher == "module"
     # the recipe's python_path beats everything
     recipe_bin = _fake_venv(tmp_path / "recipevenv", ("vllm",))

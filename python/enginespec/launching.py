@@ -72,9 +72,26 @@ def _python(engine: EngineDefinition, python: Path) -> Launcher:
     if engine.is_binary:
         raise CommandError(f"python_path: {engine.id} is a binary, not a Python package; set binary_path")
     script = python.parent / engine.launch.executable
-    if engine.launch.kind == "console_script" and script.is_file():
+    needs = engine.launch.script_needs
+    if engine.launch.kind == "console_script" and script.is_file() and (needs is None or _has(python, needs)):
         return Launcher(prefix=(str(script), *engine.launch.args), kind="console_script", python=python)
     return Launcher(prefix=(str(python), *engine.launch.module_args), kind="module", python=python)
+
+
+def _has(python: Path, distribution: str) -> bool:
+    """Whether the environment of ``python`` has ``distribution`` installed, from the dist-info
+    directories (``NAME-VERSION.dist-info``, NAME without dashes) of its site-packages (nothing
+    is run); a layout that cannot be read counts as
+    yes, so the console script is kept."""
+    normalized = re.sub(r"[-_.]+", "_", distribution).lower()
+    site_packages = list(python.parent.parent.glob("lib/python3*/site-packages"))
+    if not site_packages:
+        return True
+    return any(
+        re.sub(r"[-_.]+", "_", entry.name.split("-", 1)[0]).lower() == normalized
+        for directory in site_packages
+        for entry in directory.glob("*.dist-info")
+    )
 
 
 def resolve_launcher(

