@@ -67,6 +67,8 @@ SERVERS: list[tuple[list[str], tuple[Any, ...]]] = [
         ["text-generation-launcher", "--model-id", "m", "--sharded", "true", "--num-shard", "2", "-e"],
         ("tgi", "m", (), None, None, "server"),
     ),
+    # clap also takes `-p8080`; short flags are never taken for a missing value
+    (["text-generation-launcher", "-p8080", "--model-id", "m"], ("tgi", "m", (), None, None, "server")),
     # clap reads no `_` as `-`: --model_id is no option of the launcher's (it would refuse it)
     (["text-generation-launcher", "--model_id", "m"], ("tgi", None, (), None, None, "server")),
     (
