@@ -296,6 +296,20 @@ def test_a_dashed_engine_id_has_underscored_variables(
     assert argv[:3] == [str(python), "-m", "mlx_vlm.server"]
 
 
+@pytest.mark.parametrize(
+    ("engine", "program"), [("tgi", ["text-generation-launcher"]), ("aphrodite", ["aphrodite", "run"])]
+)
+def test_docker_commands_serve_on_the_published_port(engine: str, program: list[str]) -> None:
+    recipe = Recipe(engine=engine, model_path="org/m", runtime={"kind": "docker", "image": "img:1"})
+    argv = get_engine_spec(engine).build_command(recipe, CONFIG)
+    port = get_engine_spec(engine).default_port
+    assert argv[argv.index("-p") + 1] == f"127.0.0.1:{port}:{port}"
+    # the image's entrypoint runs the server with what follows the image name
+    inv = parse_argv([*program, *argv[argv.index("img:1") + 1 :]])
+    assert inv is not None
+    assert (inv.engine, inv.model, inv.host, inv.port) == (engine, "org/m", "0.0.0.0", port)
+
+
 LMDEPLOY_UNINITIALISED = b'{"status":"unhealthy","message":"Engine health monitor is not initialized."}'
 
 
