@@ -455,6 +455,26 @@ def test_tgi_children_are_folded_into_the_launcher(procs: Procs) -> None:
     assert set(found.worker_pids) == spawned
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["python3", "/srv/venv/bin/lmdeploy", "serve", "api_server", "/m/l", "--server-port", "23399"],
+        ["python3", "/srv/venv/bin/trtllm-serve", "/m/t", "--port", "8399"],
+        ["python3", "/srv/venv/bin/aphrodite", "run", "/m/a", "--port", "2299"],
+    ],
+)
+def test_engine_processes_children_are_its_workers(procs: Procs, argv: list[str]) -> None:
+    # forked children keep the server's argv (and spawned ones run `python -c ...`)
+    server = procs.start(argv, HELPER_CHILD_TITLES="=,python3")
+    wait_for(lambda: len(children_of(server.pid)) == 2)
+    children = children_of(server.pid)
+    wait_for(lambda: any(children_of(c) for c in children))
+    descendants = children | set().union(*(children_of(c) for c in children))
+    mine = {p.pid: p for p in Scanner().scan() if p.pid in descendants | {server.pid}}
+    assert list(mine) == [server.pid]
+    assert set(mine[server.pid].worker_pids) == descendants
+
+
 def test_tgi_settings_from_its_environment(procs: Procs) -> None:
     found = _scanned(procs, ["text-generation-launcher", "--num-shard", "1"], MODEL_ID="org/env", PORT="80")
     assert (found.model, found.port, found.effective_port) == ("org/env", 80, 80)
