@@ -358,6 +358,22 @@ def test_tgi_refuses_while_shards_load_then_is_ready(procs: Procs) -> None:
     assert (health.state, health.model_ids) == ("ready", ("m",))
 
 
+def test_trtllm_identity_is_the_model_directorys_name(procs: Procs) -> None:
+    routes = {"/health": [Answer(200)], "/v1/models": [models("DeepSeek-R1")]}
+    with serving(routes) as server:
+        proc = _scanned(
+            procs, ["trtllm-serve", "/models/deepseek-ai/DeepSeek-R1/", "--port", str(server.port)]
+        )
+        named = check_health(proc, verify_identity=True)
+        other = _scanned(procs, ["trtllm-serve", "/models/Other", "--port", str(server.port)])
+        mismatch = check_health(other, verify_identity=True)
+    assert named.state == "ready", named
+    assert (mismatch.state, mismatch.reason) == (
+        "unhealthy",
+        "serves DeepSeek-R1, expected /models/Other, Other",
+    )
+
+
 def test_mlx_vlm_health_is_asked_with_the_servers_key(procs: Procs) -> None:
     with serving({"/health": [Answer(200, b'{"status":"healthy"}')]}) as server:
         proc = _scanned(procs, ["mlx_vlm.server", "--port", str(server.port), "--api-key", "sk-vlm"])
