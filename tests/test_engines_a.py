@@ -394,6 +394,15 @@ def test_cuda_only_engines_refuse_to_install_without_an_nvidia_gpu(engine: str, 
         get_engine_spec(engine).install(InstallOptions(installer="pip"), config)
     assert refused.value.command == ()  # nothing ran
     assert not config.runtime_dir(engine).exists()
+    cli = subprocess.run(
+        [sys.executable, "-m", "enginespec.cli", "install", engine, "--data-dir", str(tmp_path / "cli")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert cli.returncode == 1
+    assert f"{engine} runs only on an NVIDIA GPU (CUDA)" in cli.stderr
+    assert not (tmp_path / "cli" / "runtimes").exists()
 
 
 def test_tgi_installs_from_a_configured_command_and_reads_its_version(
