@@ -22,6 +22,7 @@ from enginespec import (
     Scanner,
     get_engine_spec,
     parse_argv,
+    redact_argv,
 )
 from enginespec.errors import InstallOptionsError
 from enginespec.health import check_health
@@ -231,6 +232,31 @@ def test_look_alikes_are_not_servers(argv: list[str]) -> None:
 
 def test_every_engine_has_golden_forms_and_look_alikes() -> None:
     assert {facts[0] for _, facts in SERVERS} == set(ENGINES)
+
+
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (
+            ["lmdeploy", "serve", "api_server", "/m", "--api-keys", "k1", "k2", "--model-name", "n"],
+            ["lmdeploy", "serve", "api_server", "/m", "--api-keys", "***", "***", "--model-name", "n"],
+        ),
+        (
+            ["text-generation-launcher", "--api-key", "sk", "--ngrok-authtoken", "tok", "--port", "1"],
+            ["text-generation-launcher", "--api-key", "***", "--ngrok-authtoken", "***", "--port", "1"],
+        ),
+        (
+            ["aphrodite", "run", "m", "--api-key", "a", "b", "--hf-token", "h"],
+            ["aphrodite", "run", "m", "--api-key", "***", "***", "--hf-token", "***"],
+        ),
+        (
+            ["mlx_vlm.server", "--api-key=zz", "--port", "1"],
+            ["mlx_vlm.server", "--api-key=***", "--port", "1"],
+        ),
+    ],
+)
+def test_secret_flags_are_masked(argv: list[str], shown: list[str]) -> None:
+    assert redact_argv(argv) == shown
 
 
 def _recipe(engine: str, **fields: Any) -> Recipe:
