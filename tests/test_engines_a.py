@@ -526,6 +526,31 @@ def test_engine_processes_children_are_its_workers(procs: Procs, argv: list[str]
     assert set(mine[server.pid].worker_pids) == descendants
 
 
+def test_tgi_image_entrypoint_is_found_once_it_execs_the_launcher(
+    helper: Path, procs: Procs, tmp_path: Path
+) -> None:
+    # As the image's /tgi-entrypoint.sh ends in `exec text-generation-launcher $@` (it waits for a
+    # line on stdin here instead of running ldconfig, so the test does not depend on timing).
+    entrypoint = tmp_path / "tgi-entrypoint.sh"
+    entrypoint.write_text(f'#!/bin/bash\nread -r _\nexec -a text-generation-launcher {helper} "$@"\n')
+    shell = subprocess.Popen(
+        ["/bin/bash", str(entrypoint), "--model-id", "org/m", "--port", "8097"],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+    )
+    procs.started.append(shell)  # type: ignore[arg-type]
+    scanner = Scanner()
+    assert shell.pid not in {p.pid for p in scanner.scan()}
+    assert shell.stdin is not None
+    shell.stdin.write(b"go\n")
+    shell.stdin.flush()
+    wait_for(
+        lambda: Path(f"/proc/{shell.pid}/cmdline").read_bytes().startswith(b"text-generation-launcher\0")
+    )
+    found = {p.pid: p for p in scanner.scan()}
+    assert (found[shell.pid].engine, found[shell.pid].model, found[shell.pid].port) == ("tgi", "org/m", 8097)
+
+
 def test_tgi_settings_from_its_environment(procs: Procs) -> None:
     found = _scanned(procs, ["text-generation-launcher", "--num-shard", "1"], MODEL_ID="org/env", PORT="80")
     assert (found.model, found.port, found.effective_port) == ("org/env", 80, 80)
