@@ -818,7 +818,7 @@ impl Matcher {
                     Arity::One => {
                         if i < n && !looks_like_flag(argv[i].as_ref()) {
                             i += 1;
-                        } else if engine.values_required {
+                        } else if engine.values_required && token.starts_with(b"--") {
                             // "a value is required for ...": a usage error, the program exits
                             if form.evidence.is_none() {
                                 return Outcome::Exits;

@@ -23,6 +23,7 @@ from enginespec import (
     Scanner,
     get_engine_spec,
     parse_argv,
+    redact_argv,
 )
 from enginespec.errors import InstallOptionsError
 from enginespec.health import check_health
@@ -68,6 +69,8 @@ SERVERS: list[tuple[list[str], tuple[Any, ...]]] = [
         ["text-generation-launcher", "--model-id", "m", "--sharded", "true", "--num-shard", "2", "-e"],
         ("tgi", "m", (), None, None, "server"),
     ),
+    # clap also takes `-p8080`; short flags are never taken for a missing value
+    (["text-generation-launcher", "-p8080", "--model-id", "m"], ("tgi", "m", (), None, None, "server")),
     # clap reads no `_` as `-`: --model_id is no option of the launcher's (it would refuse it)
     (["text-generation-launcher", "--model_id", "m"], ("tgi", None, (), None, None, "server")),
     (
@@ -232,6 +235,31 @@ def test_every_engine_has_golden_forms_and_look_alikes() -> None:
     assert {facts[0] for _, facts in SERVERS} == set(ENGINES)
 
 
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (
+            ["lmdeploy", "serve", "api_server", "/m", "--api-keys", "k1", "k2", "--model-name", "n"],
+            ["lmdeploy", "serve", "api_server", "/m", "--api-keys", "***", "***", "--model-name", "n"],
+        ),
+        (
+            ["text-generation-launcher", "--api-key", "sk", "--ngrok-authtoken", "tok", "--port", "1"],
+            ["text-generation-launcher", "--api-key", "***", "--ngrok-authtoken", "***", "--port", "1"],
+        ),
+        (
+            ["aphrodite", "run", "m", "--api-key", "a", "b", "--hf-token", "h"],
+            ["aphrodite", "run", "m", "--api-key", "***", "***", "--hf-token", "***"],
+        ),
+        (
+            ["mlx_vlm.server", "--api-key=zz", "--port", "1"],
+            ["mlx_vlm.server", "--api-key=***", "--port", "1"],
+        ),
+    ],
+)
+def test_secret_flags_are_masked(argv: list[str], shown: list[str]) -> None:
+    assert redact_argv(argv) == shown
+
+
 def _recipe(engine: str, **fields: Any) -> Recipe:
     return Recipe(engine=engine, model_path="/models/some model", host="127.0.0.1", port=8123, **fields)
 
@@ -295,6 +323,20 @@ def test_a_dashed_engine_id_has_underscored_variables(
     assert argv[:3] == [str(python), "-m", "mlx_vlm.server"]
 
 
+@pytest.mark.parametrize(
+    ("engine", "program"), [("tgi", ["text-generation-launcher"]), ("aphrodite", ["aphrodite", "run"])]
+)
+def test_docker_commands_serve_on_the_published_port(engine: str, program: list[str]) -> None:
+    recipe = Recipe(engine=engine, model_path="org/m", runtime={"kind": "docker", "image": "img:1"})
+    argv = get_engine_spec(engine).build_command(recipe, CONFIG)
+    port = get_engine_spec(engine).default_port
+    assert argv[argv.index("-p") + 1] == f"127.0.0.1:{port}:{port}"
+    # the image's entrypoint runs the server with what follows the image name
+    inv = parse_argv([*program, *argv[argv.index("img:1") + 1 :]])
+    assert inv is not None
+    assert (inv.engine, inv.model, inv.host, inv.port) == (engine, "org/m", "0.0.0.0", port)
+
+
 LMDEPLOY_UNINITIALISED = b'{"status":"unhealthy","message":"Engine health monitor is not initialized."}'
 
 
@@ -346,6 +388,22 @@ def test_tgi_refuses_while_shards_load_then_is_ready(procs: Procs) -> None:
     assert (health.state, health.model_ids) == ("ready", ("m",))
 
 
+def test_trtllm_identity_is_the_model_directorys_name(procs: Procs) -> None:
+    routes = {"/health": [Answer(200)], "/v1/models": [models("DeepSeek-R1")]}
+    with serving(routes) as server:
+        proc = _scanned(
+            procs, ["trtllm-serve", "/models/deepseek-ai/DeepSeek-R1/", "--port", str(server.port)]
+        )
+        named = check_health(proc, verify_identity=True)
+        other = _scanned(procs, ["trtllm-serve", "/models/Other", "--port", str(server.port)])
+        mismatch = check_health(other, verify_identity=True)
+    assert named.state == "ready", named
+    assert (mismatch.state, mismatch.reason) == (
+        "unhealthy",
+        "serves DeepSeek-R1, expected /models/Other, Other",
+    )
+
+
 def test_mlx_vlm_health_is_asked_with_the_servers_key(procs: Procs) -> None:
     sock = bound_socket()
     port = sock.getsockname()[1]
@@ -368,6 +426,15 @@ def test_cuda_only_engines_refuse_to_install_without_an_nvidia_gpu(engine: str, 
         get_engine_spec(engine).install(InstallOptions(installer="pip"), config)
     assert refused.value.command == ()  # nothing ran
     assert not config.runtime_dir(engine).exists()
+    cli = subprocess.run(
+        [sys.executable, "-m", "enginespec.cli", "install", engine, "--data-dir", str(tmp_path / "cli")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert cli.returncode == 1
+    assert f"{engine} runs only on an NVIDIA GPU (CUDA)" in cli.stderr
+    assert not (tmp_path / "cli" / "runtimes").exists()
 
 
 def test_tgi_installs_from_a_configured_command_and_reads_its_version(
@@ -443,6 +510,51 @@ def test_tgi_children_are_folded_into_the_launcher(procs: Procs) -> None:
     found = mine[launcher.pid]
     assert (found.engine, found.model, found.port, found.role) == ("tgi", "org/m", 8090, "server")
     assert set(found.worker_pids) == spawned
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["python3", "/srv/venv/bin/lmdeploy", "serve", "api_server", "/m/l", "--server-port", "23399"],
+        ["python3", "/srv/venv/bin/trtllm-serve", "/m/t", "--port", "8399"],
+        ["python3", "/srv/venv/bin/aphrodite", "run", "/m/a", "--port", "2299"],
+    ],
+)
+def test_engine_processes_children_are_its_workers(procs: Procs, argv: list[str]) -> None:
+    # forked children keep the server's argv (and spawned ones run `python -c ...`)
+    server = procs.start(argv, HELPER_CHILD_TITLES="=,python3")
+    wait_for(lambda: len(children_of(server.pid)) == 2)
+    children = children_of(server.pid)
+    wait_for(lambda: any(children_of(c) for c in children))
+    descendants = children | set().union(*(children_of(c) for c in children))
+    mine = {p.pid: p for p in Scanner().scan() if p.pid in descendants | {server.pid}}
+    assert list(mine) == [server.pid]
+    assert set(mine[server.pid].worker_pids) == descendants
+
+
+def test_tgi_image_entrypoint_is_found_once_it_execs_the_launcher(
+    helper: Path, procs: Procs, tmp_path: Path
+) -> None:
+    # As the image's /tgi-entrypoint.sh ends in `exec text-generation-launcher $@` (it waits for a
+    # line on stdin here instead of running ldconfig, so the test does not depend on timing).
+    entrypoint = tmp_path / "tgi-entrypoint.sh"
+    entrypoint.write_text(f'#!/bin/bash\nread -r _\nexec -a text-generation-launcher {helper} "$@"\n')
+    shell = subprocess.Popen(
+        ["/bin/bash", str(entrypoint), "--model-id", "org/m", "--port", "8097"],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+    )
+    procs.started.append(shell)  # type: ignore[arg-type]
+    scanner = Scanner()
+    assert shell.pid not in {p.pid for p in scanner.scan()}
+    assert shell.stdin is not None
+    shell.stdin.write(b"go\n")
+    shell.stdin.flush()
+    wait_for(
+        lambda: Path(f"/proc/{shell.pid}/cmdline").read_bytes().startswith(b"text-generation-launcher\0")
+    )
+    found = {p.pid: p for p in scanner.scan()}
+    assert (found[shell.pid].engine, found[shell.pid].model, found[shell.pid].port) == ("tgi", "org/m", 8097)
 
 
 def test_tgi_settings_from_its_environment(procs: Procs) -> None:

@@ -339,7 +339,7 @@ class Matcher:
                 i += 1
             else:
                 values = []
-                if sig.values_required:
+                if sig.values_required and token.startswith("--"):
                     # "a value is required for ...": a usage error, the program exits
                     if form.evidence is None:
                         return None

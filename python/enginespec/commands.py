@@ -348,4 +348,8 @@ def _docker_argv(
     for flag in engine.signature.host_flags:
         if flag in args:
             args[args.index(flag) + 1] = container_host
+    # The server must listen on the port published above, and an image may set its own default
+    # (TGI's sets PORT=80): say it.
+    if recipe.port is None and engine.signature.port_flags:
+        args += [engine.signature.port_flags[0], str(port)]
     return argv + args

@@ -99,19 +99,24 @@ def _resolve(target: EngineProcess | str, base_url: str | None, api_key: str | N
 
 
 def _model_names(process: EngineProcess) -> tuple[str, ...]:
-    """The names a server may list its model under: as argv gives it, and a relative path also
-    resolved against the process's working directory (mlx_lm.server lists the absolute path)."""
+    """The names a server may list its model under: as argv gives it, a relative path also
+    resolved against the process's working directory (mlx_lm.server lists the absolute path), and
+    a path's last component (TensorRT-LLM lists a model directory by its name: openai_server.py
+    OpenAIServer.__init__ at 00057725)."""
     if not process.model:
         return ()
     model = process.model
-    # A repository id (`org/name`) gets a candidate path too: harmless, it only widens the match.
-    if model.startswith("/") or not ("/" in model or model.startswith(".")):
-        return (model,)
-    try:
-        cwd = os.readlink(f"/proc/{process.pid}/cwd")
-    except OSError:
-        return (model,)
-    return (model, os.path.normpath(os.path.join(cwd, model)))
+    names = [model]
+    # A repository id (`org/name`) gets candidates too: harmless, they only widen the match.
+    if "/" in model or model.startswith("."):
+        leaf = model.rstrip("/").rsplit("/", 1)[-1]
+        if not model.startswith("/"):
+            with contextlib.suppress(OSError):
+                cwd = os.readlink(f"/proc/{process.pid}/cwd")
+                names.append(os.path.normpath(os.path.join(cwd, model)))
+        if leaf not in ("", ".", ".."):
+            names.append(leaf)
+    return tuple(dict.fromkeys(names))
 
 
 def _model_ids(body: bytes) -> tuple[str, ...] | None:

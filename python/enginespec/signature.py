@@ -230,9 +230,10 @@ class Signature(BaseModel):
     secret_flags: frozenset[str] = frozenset()
     #: argparse's ``allow_abbrev``: a unique prefix of a long flag is that flag (``--api-ke``).
     abbreviations: bool = False
-    #: clap-style parsing: a flag that takes one value and is given none (the end of argv or another
-    #: flag follows) is a usage error and the program exits. Only for an engine whose no-value
-    #: flags are all listed, else a flag missing from ``no_value_flags`` hides its server.
+    #: clap-style parsing: a long flag that takes one value and is given none (the end of argv or
+    #: another flag follows) is a usage error and the program exits. Short flags are left alone
+    #: (clap also reads ``-p8080`` and clusters). Only for an engine whose no-value flags are all
+    #: listed, else a flag missing from ``no_value_flags`` hides its server.
     values_required: bool = False
     default_host: str
     default_port: int = Field(ge=1, le=65535)

@@ -379,6 +379,11 @@ fn a_missing_value_is_a_usage_error_where_values_are_required() {
     assert!(parse(&["strict", "--model", "m", "--other"]).is_none());
     assert!(parse(&["strict", "--other", "--model", "m"]).is_none());
     assert!(parse(&["strict", "--model"]).is_none());
+    // short flags may carry their value attached (`-p8080`): left alone
+    assert_eq!(
+        model(&["strict", "-p8080", "--model", "m"]).as_deref(),
+        Some("m")
+    );
     // elsewhere a flag without a value is only a flag
     assert_eq!(
         model(&["other-server", "--model", "m", "--other"]).as_deref(),

@@ -64,6 +64,10 @@ SIGNATURE = Signature(
     ),
     exit_flags=frozenset({"-h", "--help", "-v", "--version"}),
     secret_flags=frozenset({"--api-keys"}),
+    # The PyTorch engine runs in a spawned child (`mp.get_context('spawn')`,
+    # lmdeploy/pytorch/engine/mp_engine/zmq_engine.py), and `--dp N` spawns one api_server per
+    # rank: all of them are this server's workers.
+    fold_workers=True,
     default_host="0.0.0.0",
     # --server-port defaults to None, meaning 23333 (lmdeploy/cli/serve.py). With `--dp N` on the
     # PyTorch backend the process spawns one api_server per rank on ports from there on.

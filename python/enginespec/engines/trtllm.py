@@ -78,6 +78,9 @@ SIGNATURE = Signature(
     ),
     # no --version option on the group or on `serve`: only --help exits
     exit_flags=frozenset({"--help"}),
+    # The LLM's MPI workers are its children, and a disaggregated_mpi_worker leader re-runs itself
+    # as a child (`_launch_disaggregated_leader`): folded into the process that started them.
+    fold_workers=True,
     default_host="localhost",
     default_port=8000,
 )
