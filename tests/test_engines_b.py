@@ -253,7 +253,7 @@ TABBY_AS_KOBOLD = b'{"result":"KoboldCpp","version":"1.74"}'
 )
 def test_health_by_engine(engine: str, routes: dict[str, list[Answer]], state: str) -> None:
     with serving(routes) as server:
-        health = check_health(engine, server.url, timeout=2)
+        health = check_health(engine, server.url, timeout=10)  # a loaded host answers late
     assert health.state == state, health
     assert (health.engine, health.http_status) == (engine, routes[next(iter(routes))][0].status)
 
