@@ -175,6 +175,8 @@ def test_tabbyapi_without_a_working_directory_says_it_was_not_checked(tmp_path: 
     assert (found.engine, found.port, found.problems) == ("tabbyapi", 5005, ())
     assert parse_argv(["python", "tabbyAPI/main.py"], cwd=tmp_path) is not None
     assert parse_argv(["python", str(checkout / "main.py")], cwd="/nonexistent") is not None
+    # never through `..`: from /proc/PID/root it would leave the process's root
+    assert parse_argv(["python", "../tabbyAPI/main.py"], cwd=checkout) is None
     # a directory or a link where a file should be is no checkout
     (checkout / "common" / "args.py").unlink()
     (checkout / "common" / "args.py").symlink_to(checkout / "main.py")
