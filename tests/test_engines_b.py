@@ -433,3 +433,30 @@ def test_binary_installed_by_its_configured_command_and_probed(
     version = {"ollama": "0.32.15", "llamafile": "0.9.3", "koboldcpp": "1.76"}[engine]
     assert (result.version, result.already_installed) == (version, False)
     assert get_engine_spec(engine).install(InstallOptions(), config).already_installed
+
+
+def test_tabbyapi_facts_from_its_config_yml(procs: Procs, tmp_path: Path) -> None:
+    checkout = _tabby_checkout(tmp_path / "tabbyAPI")
+    (checkout / "config.yml").write_text(
+        "network:\n  host: 0.0.0.0\n  port: 41307\nmodel:\n  model_dir: models\n  model_name: Qwen3-8B-exl3\n"
+    )
+    (checkout / "other.yml").write_text("network:\n  port: 41308\n")
+    bare = procs.start(["python3", "main.py"], cwd=checkout)
+    flagged = procs.start(["python3", "main.py", "--port", "41309"], cwd=checkout)
+    named = procs.start(["python3", "main.py", "--config", "other.yml"], cwd=checkout)
+    found = {p.pid: p for p in Scanner(listen_ports=False).scan()}
+    served = found[bare.pid]
+    assert (served.model, served.served_model_name, served.host, served.port) == (
+        "Qwen3-8B-exl3",
+        "Qwen3-8B-exl3",
+        "0.0.0.0",
+        41307,
+    )
+    assert served.sources["port"] == served.sources["model"] == "config"
+    assert found[flagged.pid].port == 41309  # argv wins
+    assert (found[named.pid].port, found[named.pid].model) == (41308, None)
+    # no config.yml: the defaults, and no problem
+    (checkout / "config.yml").unlink()
+    fresh = procs.start(["python3", "start.py"], cwd=checkout)
+    plain = next(p for p in Scanner(listen_ports=False).scan() if p.pid == fresh.pid)
+    assert (plain.port, plain.effective_port, plain.problems) == (None, 5000, ())

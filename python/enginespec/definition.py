@@ -175,6 +175,12 @@ class Settings(_Record):
     runner_environment: bool = True
     #: the flag naming a YAML config file whose keys are flag names (vLLM/SGLang ``--config``).
     config_flag: str | None = None
+    #: the config file the engine reads from its working directory when no config flag names one
+    #: (TabbyAPI ``config.yml``); a missing one is no problem.
+    config_file: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    #: dotted key paths of a nested config document -> the fact each carries (TabbyAPI
+    #: ``network.port``); without them the document's top-level keys are flag names.
+    config_keys: Mapping[str, Fact] = Field(default_factory=dict)
 
 
 class EngineDefinition(BaseModel):

@@ -156,14 +156,30 @@ def _config(
         return {}, f"config file '{literal(shown)}' is not valid YAML"
     if not isinstance(document, dict):
         return {}, f"config file '{literal(shown)}' is not a mapping of flag names"
+    keys = engine.settings.config_keys
+    # Dotted paths into a nested document (TabbyAPI `network.port`), else flag names at the top.
+    pairs = (
+        ((fact, _lookup(document, path)) for path, fact in keys.items())
+        if keys
+        else ((_fact_of_key(engine.signature, str(key)), value) for key, value in document.items())
+    )
     found: dict[Fact, tuple[str, ...]] = {}
-    for key, value in document.items():
-        fact = _fact_of_key(engine.signature, str(key))
+    for fact, value in pairs:
         if fact is None or value is None or isinstance(value, (dict, bool)):
             continue
         values = value if isinstance(value, list) else [value]
         found[fact] = tuple(str(item) for item in values)
     return found, None
+
+
+def _lookup(document: dict[object, object], path: str) -> object:
+    """The value at a dotted path of nested mappings, or ``None``."""
+    value: object = document
+    for key in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
 
 
 def read_outside(engine: EngineDefinition, pid: int, argv: Sequence[str], *, runner: bool = False) -> Outside:
@@ -172,12 +188,16 @@ def read_outside(engine: EngineDefinition, pid: int, argv: Sequence[str], *, run
     environment = _environment(engine, pid) if engine.settings.runner_environment or not runner else {}
     flag = engine.settings.config_flag
     path = flag_value(argv, engine.signature, flag) if flag else None
+    default = path is None and engine.settings.config_file is not None
+    path = path if path is not None else engine.settings.config_file
     if path is None:
         return Outside(environment=environment)
     location = config_location(pid, path)
     try:
         mtime: int | None = os.stat(location).st_mtime_ns
     except OSError:
+        if default:  # the engine goes on without its usual file, and so does the scan
+            return Outside(environment=environment)
         mtime = None
     config, problem = _config(engine, pid, location, path)
     return Outside(environment, config, path, mtime, (problem,) if problem else ())
