@@ -151,6 +151,29 @@ pub struct Matcher {
     /// (executable suffix, engine index, form index) in signature order.
     by_suffix: Vec<(Box<[u8]>, usize, usize)>,
     loader_prefixes: Vec<Box<[u8]>>,
+    /// First bytes of the program and loader prefixes, last bytes of the suffixes: one lookup
+    /// rules them all out for almost every process.
+    prefix_first: ByteSet,
+    loader_first: ByteSet,
+    suffix_last: ByteSet,
+}
+
+/// A set of bytes, for the one-lookup tests above.
+#[derive(Debug)]
+struct ByteSet([bool; 256]);
+
+impl ByteSet {
+    fn of<'n>(names: impl Iterator<Item = &'n [u8]>, pick: fn(&[u8]) -> Option<&u8>) -> Self {
+        let mut set = [false; 256];
+        for byte in names.filter_map(pick) {
+            set[usize::from(*byte)] = true;
+        }
+        ByteSet(set)
+    }
+
+    fn has(&self, byte: Option<&u8>) -> bool {
+        byte.is_some_and(|&b| self.0[usize::from(b)])
+    }
 }
 
 fn boxed(s: &str) -> Box<[u8]> {
@@ -514,6 +537,9 @@ impl Matcher {
             worker_titles: Vec::new(),
             by_suffix: Vec::new(),
             loader_prefixes: Vec::new(),
+            prefix_first: ByteSet([false; 256]),
+            loader_first: ByteSet([false; 256]),
+            suffix_last: ByteSet([false; 256]),
         };
         let boxed_all = |names: &[String]| names.iter().map(|s| boxed(s)).collect::<Vec<_>>();
         for (engine, sig) in signatures.iter().enumerate() {
@@ -577,6 +603,14 @@ impl Matcher {
             }
             matcher.engines.push(compiled);
         }
+        matcher.prefix_first = ByteSet::of(
+            matcher.by_prefix.iter().map(|(p, _, _)| &**p),
+            <[u8]>::first,
+        );
+        matcher.loader_first =
+            ByteSet::of(matcher.loader_prefixes.iter().map(|p| &**p), <[u8]>::first);
+        matcher.suffix_last =
+            ByteSet::of(matcher.by_suffix.iter().map(|(x, _, _)| &**x), <[u8]>::last);
         let forms = &matcher.forms;
         for program in matcher.by_executable.values_mut() {
             program
@@ -588,10 +622,11 @@ impl Matcher {
 
     fn is_loader(&self, program: Option<&Program>, name: &[u8]) -> bool {
         program.is_some_and(|p| p.loader)
-            || self
-                .loader_prefixes
-                .iter()
-                .any(|p| name.starts_with(p) && prefixed(name, p))
+            || (self.loader_first.has(name.first())
+                && self
+                    .loader_prefixes
+                    .iter()
+                    .any(|p| name.starts_with(p) && prefixed(name, p)))
     }
 
     /// Classifies argv: `Some` only for a serving process of a known engine. The forms argv's
@@ -633,12 +668,16 @@ impl Matcher {
         if exact.is_some_and(Vec::is_empty) {
             exact = None;
         }
-        let prefixes =
-            program.filter(|name| self.by_prefix.iter().any(|(p, _, _)| prefixed(name, p)));
+        let prefixes = program.filter(|name| {
+            self.prefix_first.has(name.first())
+                && self.by_prefix.iter().any(|(p, _, _)| prefixed(name, p))
+        });
         let suffixes = program.filter(|name| {
-            self.by_suffix
-                .iter()
-                .any(|(x, _, _)| name.len() > x.len() && name.ends_with(x))
+            self.suffix_last.has(name.last())
+                && self
+                    .by_suffix
+                    .iter()
+                    .any(|(x, _, _)| name.len() > x.len() && name.ends_with(x))
         });
         if exact.is_none() && prefixes.is_none() && suffixes.is_none() {
             return self.worker(argv); // almost every process on a host: None

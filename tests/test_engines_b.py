@@ -175,6 +175,8 @@ def test_tabbyapi_without_a_working_directory_says_it_was_not_checked(tmp_path: 
     assert (found.engine, found.port, found.problems) == ("tabbyapi", 5005, ())
     assert parse_argv(["python", "tabbyAPI/main.py"], cwd=tmp_path) is not None
     assert parse_argv(["python", str(checkout / "main.py")], cwd="/nonexistent") is not None
+    # never through `..`: from /proc/PID/root it would leave the process's root
+    assert parse_argv(["python", "../tabbyAPI/main.py"], cwd=checkout) is None
     # a directory or a link where a file should be is no checkout
     (checkout / "common" / "args.py").unlink()
     (checkout / "common" / "args.py").symlink_to(checkout / "main.py")
@@ -253,7 +255,7 @@ TABBY_AS_KOBOLD = b'{"result":"KoboldCpp","version":"1.74"}'
 )
 def test_health_by_engine(engine: str, routes: dict[str, list[Answer]], state: str) -> None:
     with serving(routes) as server:
-        health = check_health(engine, server.url, timeout=2)
+        health = check_health(engine, server.url, timeout=10)  # a loaded host answers late
     assert health.state == state, health
     assert (health.engine, health.http_status) == (engine, routes[next(iter(routes))][0].status)
 
@@ -435,3 +437,30 @@ def test_binary_installed_by_its_configured_command_and_probed(
     version = {"ollama": "0.32.15", "llamafile": "0.9.3", "koboldcpp": "1.76"}[engine]
     assert (result.version, result.already_installed) == (version, False)
     assert get_engine_spec(engine).install(InstallOptions(), config).already_installed
+
+
+def test_tabbyapi_facts_from_its_config_yml(procs: Procs, tmp_path: Path) -> None:
+    checkout = _tabby_checkout(tmp_path / "tabbyAPI")
+    (checkout / "config.yml").write_text(
+        "network:\n  host: 0.0.0.0\n  port: 41307\nmodel:\n  model_dir: models\n  model_name: Qwen3-8B-exl3\n"
+    )
+    (checkout / "other.yml").write_text("network:\n  port: 41308\n")
+    bare = procs.start(["python3", "main.py"], cwd=checkout)
+    flagged = procs.start(["python3", "main.py", "--port", "41309"], cwd=checkout)
+    named = procs.start(["python3", "main.py", "--config", "other.yml"], cwd=checkout)
+    found = {p.pid: p for p in Scanner(listen_ports=False).scan()}
+    served = found[bare.pid]
+    assert (served.model, served.served_model_name, served.host, served.port) == (
+        "Qwen3-8B-exl3",
+        "Qwen3-8B-exl3",
+        "0.0.0.0",
+        41307,
+    )
+    assert served.sources["port"] == served.sources["model"] == "config"
+    assert found[flagged.pid].port == 41309  # argv wins
+    assert (found[named.pid].port, found[named.pid].model) == (41308, None)
+    # no config.yml: the defaults, and no problem
+    (checkout / "config.yml").unlink()
+    fresh = procs.start(["python3", "start.py"], cwd=checkout)
+    plain = next(p for p in Scanner(listen_ports=False).scan() if p.pid == fresh.pid)
+    assert (plain.port, plain.effective_port, plain.problems) == (None, 5000, ())

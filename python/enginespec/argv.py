@@ -111,8 +111,11 @@ class Checkout:
     def missing(self, root: str, cwd: str) -> str | None:
         """The first file that is not a regular file, seen through ``root`` (for an absolute
         directory) or ``cwd``; ``None`` when all are there. Nothing is followed but the path to the
-        directory: a checkout's own files are plain files (``lstat``)."""
-        if len(self.directory) > _MAX_CHECKOUT_DIRECTORY:
+        directory: a checkout's own files are plain files (``lstat``). A directory with a ``..``
+        component is never looked into: from ``/proc/PID/root`` it would leave the process's root.
+        """
+        parts = self.directory.replace("\\", "/").split("/")
+        if len(self.directory) > _MAX_CHECKOUT_DIRECTORY or ".." in parts:
             return self.files[0]
         base = root if self.directory.startswith("/") else cwd
         for name in self.files:

@@ -210,6 +210,12 @@ class Settings(_Record):
     #: the config file key holding a list of model entries whose keys are flag names
     #: (llama-cpp-python's ``models``): their models and served names are the server's.
     config_models_key: str | None = None
+    #: the config file the engine reads from its working directory when no config flag names one
+    #: (TabbyAPI ``config.yml``); a missing one is no problem.
+    config_file: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    #: dotted key paths of a nested config document -> the fact each carries (TabbyAPI
+    #: ``network.port``); without them the document's top-level keys are flag names.
+    config_keys: Mapping[str, Fact] = Field(default_factory=dict)
 
 
 class EngineDefinition(BaseModel):

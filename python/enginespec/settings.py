@@ -156,11 +156,11 @@ def _config(
         return {}, f"config file '{literal(shown)}' is not valid YAML"
     if not isinstance(document, dict):
         return {}, f"config file '{literal(shown)}' is not a mapping of flag names"
-    found = _facts_of_mapping(engine.signature, document)
+    found = _facts_of_mapping(engine, document, engine.settings.config_keys)
     entries = document.get(engine.settings.config_models_key) if engine.settings.config_models_key else None
     if isinstance(entries, list):
         # Several models: the first entry's model, every entry's served names, in order.
-        per_entry = [_facts_of_mapping(engine.signature, e) for e in entries if isinstance(e, dict)]
+        per_entry = [_facts_of_mapping(engine, e, {}) for e in entries if isinstance(e, dict)]
         for fact in ("model", "served_model_name"):
             values = tuple(value for facts in per_entry for value in facts.get(fact, ())[:1])
             if values and fact not in found:
@@ -168,15 +168,33 @@ def _config(
     return found, None
 
 
-def _facts_of_mapping(signature: Signature, document: Mapping[object, object]) -> dict[Fact, tuple[str, ...]]:
+def _facts_of_mapping(
+    engine: EngineDefinition, document: Mapping[object, object], keys: Mapping[str, Fact]
+) -> dict[Fact, tuple[str, ...]]:
+    """The facts of a config document: at dotted ``keys`` paths of a nested one (TabbyAPI
+    ``network.port``), else its top-level keys as flag names."""
+    pairs = (
+        ((fact, _lookup(document, path)) for path, fact in keys.items())
+        if keys
+        else ((_fact_of_key(engine.signature, str(key)), value) for key, value in document.items())
+    )
     found: dict[Fact, tuple[str, ...]] = {}
-    for key, value in document.items():
-        fact = _fact_of_key(signature, str(key))
+    for fact, value in pairs:
         if fact is None or value is None or isinstance(value, (dict, bool)):
             continue
         values = value if isinstance(value, list) else [value]
         found[fact] = tuple(str(item) for item in values if not isinstance(item, (dict, list)))
     return found
+
+
+def _lookup(document: Mapping[object, object], path: str) -> object:
+    """The value at a dotted path of nested mappings, or ``None``."""
+    value: object = document
+    for key in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
 
 
 def read_outside(engine: EngineDefinition, pid: int, argv: Sequence[str], *, runner: bool = False) -> Outside:
@@ -185,12 +203,16 @@ def read_outside(engine: EngineDefinition, pid: int, argv: Sequence[str], *, run
     environment = _environment(engine, pid) if engine.settings.runner_environment or not runner else {}
     flag = engine.settings.config_flag
     path = flag_value(argv, engine.signature, flag) if flag else None
+    default = path is None and engine.settings.config_file is not None
+    path = path if path is not None else engine.settings.config_file
     if path is None:
         return Outside(environment=environment)
     location = config_location(pid, path)
     try:
         mtime: int | None = os.stat(location).st_mtime_ns
     except OSError:
+        if default:  # the engine goes on without its usual file, and so does the scan
+            return Outside(environment=environment)
         mtime = None
     config, problem = _config(engine, pid, location, path)
     return Outside(environment, config, path, mtime, (problem,) if problem else ())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from enginespec.definition import Flags, Launch, Package, Serving
+from enginespec.definition import Flags, Launch, Package, Serving, Settings
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -94,4 +94,11 @@ SPEC = TabbyApiSpec(
     # Not a package ("We're not building the project itself", pyproject.toml): a git checkout.
     package=Package(checkout="https://github.com/theroyallab/tabbyAPI"),
     serving=Serving(),
+    # config.yml in the working directory, or the file `--config` names instead (TabbyAPI also
+    # merges both; common/tabby_config.py load), sections as in config_sample.yml; argv wins.
+    settings=Settings(
+        config_flag="--config",
+        config_file="config.yml",
+        config_keys={"network.host": "host", "network.port": "port", "model.model_name": "model"},
+    ),
 )
