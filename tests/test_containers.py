@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import secrets
@@ -15,6 +16,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cli import enginespec
 from enginespec import Config, Container, EngineProcess, PublishedPort, Scanner
@@ -545,3 +548,21 @@ def test_a_docker_proxy_not_run_by_root_is_not_trusted(
     assert process.published == (
         PublishedPort(container_port=port, host_address="127.0.0.1", host_port=ours),
     )
+
+
+_PROXY_WORDS = (
+    "docker-proxy", "-proto", "tcp", "udp", "-host-ip", "--host-ip=::", "-host-port", "-container-ip",
+    "-container-port", "-container-port=", "0.0.0.0", "::", "172.17.0.2", "8000", "65535", "0", "-",
+)  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(_PROXY_WORDS), st.text(max_size=12)), max_size=14))
+def test_proxy_argv_parser_takes_anything(argv: list[str]) -> None:
+    rule = parse_proxy_argv(argv)
+    if rule is not None:
+        assert 0 < rule.host_port <= 65535
+        assert 0 < rule.container_port <= 65535
+        assert any(arg.endswith(str(rule.host_port)) for arg in argv)  # given, not made up
+        for address in (rule.host_ip, rule.container_ip):
+            assert ipaddress.ip_address(address)
