@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import secrets
@@ -15,12 +16,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cli import enginespec
 from enginespec import Config, Container, EngineProcess, PublishedPort, Scanner
 from enginespec.containers import ProxyRule, parse_cgroup, parse_proxy_argv, pid_in_namespace
 from enginespec.health import check_health
-from fakeserver import Answer, FakeEngine, free_port, models, serving
+from fakeserver import Answer, FakeEngine, free_port, models
 from procs import Procs, children_of, wait_for
 
 ID = "4f3c2b1a" * 8
@@ -317,8 +320,8 @@ def test_container_name_from_the_docker_socket_once_per_container(
         assert container is not None
         assert (container.runtime, container.id, container.name) == ("docker", container_id, shown)
         assert container.label == label
-    # Once for this container (other containers on a shared host are asked about too).
-    assert [path for path in asked if container_id in path] == [f"/containers/{container_id}/json"]
+    # Asked once for both engines (other engines on a shared host may be in containers too).
+    assert asked.count(f"/containers/{container_id}/json") == 1
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or "" not in HIERARCHIES, reason="needs root and cgroup v2")
@@ -409,59 +412,77 @@ def _scan_until(scanner: Scanner, pid: int, done: Callable[[EngineProcess], bool
         time.sleep(0.05)
 
 
-def _proxy(procs: Procs, link: Path, host_ip: str, host_port: int, container_ip: str, port: int) -> None:
+def _proxy(
+    procs: Procs, link: Path, host_ip: str, host_port: int, container_ip: str, port: int, **env: str
+) -> None:
     argv = ["docker-proxy", "-proto", "tcp", "-host-ip", host_ip, "-host-port", str(host_port)]
-    procs.start([*argv, "-container-ip", container_ip, "-container-port", str(port)], executable=link)
+    proxy = procs.start(
+        [*argv, "-container-ip", container_ip, "-container-port", str(port)], executable=link, **env
+    )
+    if "HELPER_LISTEN" in env:
+        assert proxy.stdout is not None
+        assert proxy.stdout.readline().strip() == str(host_port).encode()  # listening
 
 
 needs_netns = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
-
-VLLM_READY = {"/health": [Answer(200, b"")], "/v1/models": [models("/models/qwen")]}
 
 
 @needs_netns
 def test_published_port_of_an_engine_in_a_private_netns(
     netns: str, links: dict[str, Path], procs: Procs, quiet_config: Config
 ) -> None:
-    port = free_port()
+    port, host_port = free_port(), free_port()
+    url = f"http://127.0.0.1:{host_port}"
     engine = _engine_in(netns, procs, links["vllm"], port)
-    with serving(VLLM_READY) as published:  # what the proxy's host port answers: the engine
-        _proxy(procs, links["docker-proxy"], "127.0.0.1", published.port, ADDRESS, port)
-        _proxy(procs, links["docker-proxy"], "::", published.port, ADDRESS, port)  # dockerd's IPv6 twin
-        # Proxies to another container's address, and to another port of this one.
-        _proxy(procs, links["docker-proxy"], "127.0.0.1", free_port(), "127.77.0.3", port)
-        _proxy(procs, links["docker-proxy"], "127.0.0.1", free_port(), ADDRESS, port + 1)
-        scanner = Scanner(config=quiet_config)
-        process = next(p for p in scanner.scan() if p.pid == engine.pid)
-        assert process.private_network
-        assert process.published == (
-            PublishedPort(container_port=port, host_address="127.0.0.1", host_port=published.port),
-            PublishedPort(container_port=port, host_address="::", host_port=published.port),
-        )
-        assert process.base_url == published.url
-        assert (process.host, process.port, process.listen_ports) == (ADDRESS, port, (port,))
-        health = check_health(process, verify_identity=True)
-        assert (health.state, health.base_url) == ("ready", published.url)
-        assert [path for _m, path, _h in published.script.seen] == ["/health", "/v1/models"]
+    # The proxy listens on the host port and answers as the engine behind it does (vLLM: /health
+    # 200; /v1/models lists the model; the same JSON body does for both).
+    answer = models("/models/qwen").body.decode()
+    docker_proxy = links["docker-proxy"]
+    _proxy(
+        procs,
+        docker_proxy,
+        "127.0.0.1",
+        host_port,
+        ADDRESS,
+        port,
+        HELPER_LISTEN=f"127.0.0.1:{host_port}",
+        HELPER_ANSWER=answer,
+    )
+    _proxy(procs, docker_proxy, "::", host_port, ADDRESS, port)  # dockerd's IPv6 twin
+    # Proxies to another container's address, and to another port of this one.
+    _proxy(procs, docker_proxy, "127.0.0.1", free_port(), "127.77.0.3", port)
+    _proxy(procs, docker_proxy, "127.0.0.1", free_port(), ADDRESS, port + 1)
+    scanner = Scanner(config=quiet_config)
+    process = next(p for p in scanner.scan() if p.pid == engine.pid)
+    assert process.private_network
+    assert process.published == (
+        PublishedPort(container_port=port, host_address="127.0.0.1", host_port=host_port),
+        PublishedPort(container_port=port, host_address="::", host_port=host_port),
+    )
+    assert process.base_url == url
+    assert process.engine_id.startswith(f"vllm-{host_port}-")  # the host's port names it
+    assert (process.host, process.port, process.listen_ports) == (ADDRESS, port, (port,))
+    health = check_health(process, verify_identity=True)
+    assert (health.state, health.base_url, health.model_ids) == ("ready", url, ("/models/qwen",))
 
-        out = enginespec("ps", "--json", "--no-health")
-        document = next(d for d in json.loads(out.stdout) if d["pid"] == engine.pid)
-        assert document["private_network"] is True
-        assert document["base_url"] == published.url
-        assert document["published"][0] == {
-            "container_port": port,
-            "host_address": "127.0.0.1",
-            "host_port": published.port,
-        }
-        table = enginespec("ps", "--no-health", "--wide").stdout.decode()
-        row = next(line for line in table.splitlines() if line.startswith(f"{engine.pid} "))
-        assert f"127.0.0.1:{published.port}->{port}, [::]:{published.port}->{port}" in row
+    out = enginespec("ps", "--json", "--no-health")
+    document = next(d for d in json.loads(out.stdout) if d["pid"] == engine.pid)
+    assert document["private_network"] is True
+    assert document["base_url"] == url
+    assert document["published"][0] == {
+        "container_port": port,
+        "host_address": "127.0.0.1",
+        "host_port": host_port,
+    }
+    table = enginespec("ps", "--no-health", "--wide").stdout.decode()
+    row = next(line for line in table.splitlines() if line.startswith(f"{engine.pid} "))
+    assert f"127.0.0.1:{host_port}->{port}, [::]:{host_port}->{port}" in row
 
-        # The proxies go (docker stop): a later scan shows the engine's own address again.
-        for proc in procs.started[1:]:
-            procs.stop(proc)
-        again = _scan_until(scanner, engine.pid, lambda p: not p.published)
-        assert again.base_url == f"http://{ADDRESS}:{port}"
+    # The proxies go (docker stop): a later scan shows the engine's own address again.
+    for proc in procs.started[1:]:
+        procs.stop(proc)
+    again = _scan_until(scanner, engine.pid, lambda p: not p.published)
+    assert again.base_url == f"http://{ADDRESS}:{port}"
 
 
 @needs_netns
@@ -527,3 +548,21 @@ def test_a_docker_proxy_not_run_by_root_is_not_trusted(
     assert process.published == (
         PublishedPort(container_port=port, host_address="127.0.0.1", host_port=ours),
     )
+
+
+_PROXY_WORDS = (
+    "docker-proxy", "-proto", "tcp", "udp", "-host-ip", "--host-ip=::", "-host-port", "-container-ip",
+    "-container-port", "-container-port=", "0.0.0.0", "::", "172.17.0.2", "8000", "65535", "0", "-",
+)  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(_PROXY_WORDS), st.text(max_size=12)), max_size=14))
+def test_proxy_argv_parser_takes_anything(argv: list[str]) -> None:
+    rule = parse_proxy_argv(argv)
+    if rule is not None:
+        assert 0 < rule.host_port <= 65535
+        assert 0 < rule.container_port <= 65535
+        assert any(arg.endswith(str(rule.host_port)) for arg in argv)  # given, not made up
+        for address in (rule.host_ip, rule.container_ip):
+            assert ipaddress.ip_address(address)

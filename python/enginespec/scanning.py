@@ -93,10 +93,13 @@ class EngineProcess(Invocation):
     @property
     def engine_id(self) -> str:
         """A name for this engine that survives restarts of the same engine, model and port (pids
-        and start times change): ``vllm-8000-1a2b3c4d``."""
-        identity = "\0".join((self.engine, self.model or "", str(self.effective_port)))
+        and start times change): ``vllm-8000-1a2b3c4d``. For a container with a published port
+        the port is the host's: two containers serving one model on port 8000 inside are told
+        apart by the host ports they are published on."""
+        port = self.published[0].host_port if self.published else self.effective_port
+        identity = "\0".join((self.engine, self.model or "", str(port)))
         digest = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-        return f"{self.engine}-{self.effective_port or 'noport'}-{digest}"
+        return f"{self.engine}-{port or 'noport'}-{digest}"
 
     def secret_api_key(self) -> str | None:
         return self._api_key

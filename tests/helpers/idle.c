@@ -9,6 +9,8 @@
  *                        this helper with that argv (a supervisor starting engines).
  *   HELPER_LISTEN        if set, listen on TCP and print the port: on `IPV4:PORT` when it says so,
  *                        else on 127.0.0.1 on an ephemeral port.
+ *   HELPER_ANSWER        with HELPER_LISTEN: answer every HTTP request on it with 200 and this
+ *                        JSON body, one connection at a time (a server that is up).
  *   HELPER_REWRITE       argvs separated by \x1e, arguments by \x1f: on each SIGUSR1 the next one
  *                        overwrites this process's argv in place, as setproctitle does (the same
  *                        memory, NUL padded, cut to its size; comm and the argv range unchanged).
@@ -91,6 +93,32 @@ static void spawn_exec(char *spec) {
     }
 }
 
+/* Answers each request (read up to the end of its headers) with 200 and `body`, then closes. */
+static void serve_answer(int fd, const char *body) {
+    char head[256];
+    int head_len = snprintf(head, sizeof head,
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                            "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                            strlen(body));
+    for (;;) {
+        int client = accept(fd, NULL, NULL);
+        if (client < 0) continue;
+        char request[8192];
+        size_t got = 0;
+        while (got < sizeof request - 1) {
+            ssize_t n = read(client, request + got, sizeof request - 1 - got);
+            if (n <= 0) break;
+            got += (size_t)n;
+            request[got] = '\0';
+            if (strstr(request, "\r\n\r\n")) break;
+        }
+        if (write(client, head, (size_t)head_len) < 0 || write(client, body, strlen(body)) < 0) {
+            /* the client went away: nothing to do */
+        }
+        close(client);
+    }
+}
+
 int main(int argc, char **argv) {
     signal(SIGCHLD, SIG_DFL);
     char *titles = getenv("HELPER_CHILD_TITLES");
@@ -98,6 +126,8 @@ int main(int argc, char **argv) {
     char *listen_on = getenv("HELPER_LISTEN");
     char *rewrites = getenv("HELPER_REWRITE");
     int outlive = getenv("HELPER_OUTLIVE") != NULL;
+    char *answer = getenv("HELPER_ANSWER");
+    answer = answer ? strdup(answer) : NULL;
     titles = titles ? strdup(titles) : NULL;
     spawn = spawn ? strdup(spawn) : NULL;
     rewrites = rewrites ? strdup(rewrites) : NULL;
@@ -107,6 +137,8 @@ int main(int argc, char **argv) {
     unsetenv("HELPER_LISTEN");
     unsetenv("HELPER_REWRITE");
     unsetenv("HELPER_OUTLIVE");
+    unsetenv("HELPER_ANSWER");
+    int listening = -1;
     if (listen_on) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         struct sockaddr_in addr = {0};
@@ -124,7 +156,9 @@ int main(int argc, char **argv) {
             return 2;
         printf("%d\n", ntohs(addr.sin_port));
         fflush(stdout);
+        listening = fd;
     }
+    if (answer && listening >= 0) serve_answer(listening, answer);
     if (titles) {
         int first = 1;
         for (char *save = NULL, *t = strtok_r(titles, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
