@@ -45,6 +45,7 @@ from enginespec.watching import (
     Stopped,
     Watch,
     WatchEvent,
+    event_json,
     event_schema,
     parse_event,
 )
@@ -111,6 +112,7 @@ __all__ = [
     "all_engine_specs",
     "all_signatures",
     "detect_engine",
+    "event_json",
     "event_schema",
     "get_engine_spec",
     "parse_argv",
