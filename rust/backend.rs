@@ -30,6 +30,9 @@ struct Events {
     /// How often `/proc` is listed whatever the events say: the safety net.
     full_every: Duration,
     last_full: Instant,
+    /// When the engines are next re-checked: kept across early wake-ups, so a host where engines
+    /// start all the time still gets its re-checks.
+    tick_due: Option<Instant>,
 }
 
 /// An engine scanner over the source named at construction. Keep one per polling loop.
@@ -45,8 +48,10 @@ pub struct ProcessScanner {
 pub enum Woke {
     /// Slept, then scanned (no events).
     Polled,
-    /// Events changed an engine before the timeout, or the timeout passed: a tick.
+    /// Events changed an engine (one started or exited) before the timeout.
     Events,
+    /// The timeout passed: the engines were re-checked.
+    Tick,
     /// Events were lost: `/proc` was listed (also the periodic safety net).
     Rescan,
     /// The subscription failed: `/proc` was listed, and from now on the scanner polls.
@@ -100,6 +105,7 @@ impl ProcessScanner {
                 full_every,
                 // the caller scans once after subscribing: what existed before it
                 last_full: Instant::now(),
+                tick_due: None,
             });
             return Ok(());
         }
@@ -122,8 +128,8 @@ impl ProcessScanner {
         #[cfg(target_os = "linux")]
         if let (Some(events), Source::Procfs(scanner)) = (&mut self.events, &mut self.source) {
             return match drive(events, scanner, timeout) {
-                Ok(woke) if woke == Woke::Rescan => (scanner.scan(), woke),
-                Ok(woke) => (scanner.scan_after_events(), woke),
+                Ok(Woke::Rescan) => (scanner.scan(), Woke::Rescan),
+                Ok(woke) => (scanner.scan_after_events(woke == Woke::Tick), woke),
                 Err(_) => {
                     // The socket failed: poll from now on, starting cold so that execs are
                     // watched again.
@@ -163,27 +169,32 @@ impl ProcessScanner {
     }
 }
 
-/// Reads events until one changes an engine, events are lost, or `timeout` passes; the
-/// events are applied to `scanner` as they come. `Err`: the socket failed (an errno).
+/// Reads events until one changes an engine, events are lost, or the engines' re-check comes
+/// due (within `timeout`); the events are applied to `scanner` as they come. `Err`: the socket
+/// failed (an errno).
 #[cfg(target_os = "linux")]
 fn drive(events: &mut Events, scanner: &mut Scanner, timeout: Duration) -> Result<Woke, i32> {
-    let deadline = Instant::now() + timeout;
+    let start = Instant::now();
+    let deadline = (*events.tick_due.get_or_insert(start + timeout)).min(start + timeout);
     loop {
         let now = Instant::now();
         if now.duration_since(events.last_full) >= events.full_every {
             events.last_full = now;
             events.hints.clear();
+            events.tick_due = None;
             return Ok(Woke::Rescan);
         }
         let left = deadline.saturating_duration_since(now);
         if left.is_zero() {
-            return Ok(Woke::Events);
+            events.tick_due = None;
+            return Ok(Woke::Tick);
         }
         events.listener.read(left, &mut events.hints)?;
         if events.hints.lost {
             // Never run on after losing events: only a listing can tell what happened.
             events.hints.clear();
             events.last_full = Instant::now();
+            events.tick_due = None;
             return Ok(Woke::Rescan);
         }
         let engines_changed = scanner.apply_events(&events.hints.changed);

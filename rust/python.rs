@@ -179,7 +179,7 @@ impl Scanner {
     }
 
     /// The engines after waiting up to `timeout` seconds (see `ProcessScanner::wait`), and what
-    /// woke the scanner: `"polled"`, `"events"`, `"rescan"` or `"fallback"`.
+    /// woke the scanner: `"polled"`, `"events"`, `"tick"`, `"rescan"` or `"fallback"`.
     fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<(Vec<Py<PyTuple>>, &'static str)> {
         let timeout = seconds("timeout", timeout)?;
         let found = py.detach(|| {
@@ -192,19 +192,11 @@ impl Scanner {
         let woke = match woke {
             Woke::Polled => "polled",
             Woke::Events => "events",
+            Woke::Tick => "tick",
             Woke::Rescan => "rescan",
             Woke::Fallback => "fallback",
         };
         Ok((self.convert(py, found)?, woke))
-    }
-
-    /// Whether process events drive the scans.
-    fn event_driven(&self, py: Python<'_>) -> PyResult<bool> {
-        let scanner = self
-            .inner
-            .lock_py_attached(py)
-            .map_err(|_| PyRuntimeError::new_err("scanner state poisoned"))?;
-        Ok(scanner.event_driven())
     }
 
     /// (scanned, new, vanished, unreadable, restricted, reread, full_recheck, known) of the

@@ -329,6 +329,10 @@ pub struct Scanner {
     engine_appeared: bool,
     /// Process events tell of every exec, so no process is watched for one (see `apply_events`).
     event_driven: bool,
+    /// Event-driven: the parents of the engines classified since the last collect. Only the
+    /// engines above them may have to fold a new one, so only their trees are re-read at once:
+    /// with events, engines starting elsewhere on the host must not cost every engine a walk.
+    appeared_parents: Vec<i32>,
     /// Events were applied since the last tick (`stats` then counts from the first of them).
     events_pending: bool,
     revisions: Revisions,
@@ -363,6 +367,7 @@ impl Scanner {
             stats: ScanStats::default(),
             engine_appeared: false,
             event_driven: false,
+            appeared_parents: Vec::new(),
             events_pending: false,
             revisions: Revisions::default(),
             buf: Vec::with_capacity(4096),
@@ -489,6 +494,9 @@ impl Scanner {
             return Some(Class::Other { watch: None });
         }
         self.engine_appeared = true;
+        if self.event_driven {
+            self.appeared_parents.push(stat.ppid);
+        }
         let exe = std::fs::read_link(self.proc_path(pid, "exe"));
         let exe_denied = exe
             .as_ref()
@@ -655,16 +663,20 @@ impl Scanner {
         engines_changed
     }
 
-    /// The engines after the events applied since the last tick: a scan without listing (engines
-    /// re-checked, their trees refreshed on schedule). `stats` counts the events' reads too.
-    pub fn scan_after_events(&mut self) -> Vec<Arc<EngineProc>> {
+    /// The engines after the events applied since the last call: with `recheck`, a scan without
+    /// listing (engines re-checked, watched processes read); without, the engines as the events
+    /// left them (what a wake-up for an engine's start or exit needs). Trees are refreshed on
+    /// schedule either way. `stats` counts the events' reads too.
+    pub fn scan_after_events(&mut self, recheck: bool) -> Vec<Arc<EngineProc>> {
         let now = Instant::now();
         if !self.events_pending {
             self.stats = ScanStats::default();
             self.engine_appeared = false;
         }
         self.events_pending = false;
-        self.quiet_scan(now);
+        if recheck {
+            self.quiet_scan(now);
+        }
         self.collect(now, true)
     }
 
@@ -860,9 +872,38 @@ impl Scanner {
         }
     }
 
+    /// The known engines among `pids` and their ancestors (followed through `stat`, a few reads
+    /// each).
+    fn engines_above(&self, pids: &[i32]) -> FxHashSet<i32> {
+        let mut found = FxHashSet::default();
+        for &start in pids {
+            let mut pid = start;
+            // pid 1's parent is 0; a cycle cannot happen, but a bound costs nothing.
+            for _ in 0..64 {
+                if pid <= 1 {
+                    break;
+                }
+                if let Some(Known {
+                    class: Class::Engine(_),
+                    ..
+                }) = self.known.get(&pid)
+                {
+                    found.insert(pid);
+                }
+                let Some(stat) = self.read_stat(pid) else {
+                    break;
+                };
+                pid = stat.ppid;
+            }
+        }
+        found
+    }
+
     /// The engines' records, their trees brought up to date. `quiet`: no listing ran, so
     /// workers are checked to still exist.
     fn collect(&mut self, now: Instant, quiet: bool) -> Vec<Arc<EngineProc>> {
+        let parents = std::mem::take(&mut self.appeared_parents);
+        let folding = self.engines_above(&parents);
         let engines: Vec<i32> = self
             .known
             .iter()
@@ -882,7 +923,12 @@ impl Scanner {
             // child keeping the server's argv must be folded at once) and otherwise at most once
             // per `refresh`: walking every thread's children and every fd on each poll is the
             // most expensive thing a scan could do.
-            let stale = self.engine_appeared
+            let appeared = if self.event_driven {
+                folding.contains(&pid)
+            } else {
+                self.engine_appeared
+            };
+            let stale = appeared
                 || state
                     .tree_read
                     .is_none_or(|t| now.duration_since(t) >= self.options.refresh);

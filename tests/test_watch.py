@@ -27,6 +27,7 @@ from enginespec import (
     Started,
     Stopped,
     WatchEvent,
+    event_json,
     event_schema,
     parse_event,
 )
@@ -136,8 +137,8 @@ def test_health_transitions_of_a_real_server(procs: Procs) -> None:
     assert ready.monotonic > first.monotonic
     # the JSON form round-trips (private state, such as an API key, is never serialised) and is
     # checked against the schema
-    assert parse_event(ready.model_dump_json()).model_dump() == ready.model_dump()
-    _check_against_schema(json.loads(ready.model_dump_json()), event_schema())
+    assert parse_event(event_json(ready)).model_dump() == ready.model_dump()
+    _check_against_schema(json.loads(event_json(ready)), event_schema())
 
 
 def test_watch_async_yields_the_same_events(procs: Procs) -> None:
@@ -227,7 +228,9 @@ class _Stream:
             assert left > 0, "no line in time"
             if self.selector.select(left):
                 chunk = os.read(self.proc.stdout.fileno(), 65536)
-                assert chunk, "the watch ended"
+                if not chunk:
+                    assert self.proc.stderr is not None
+                    raise AssertionError(f"the watch ended: {self.proc.stderr.read().decode()}")
                 self.buffer += chunk
         line, _, self.buffer = self.buffer.partition(b"\n")
         return line
@@ -276,6 +279,19 @@ def test_watch_json_streams_a_start_and_a_stop(procs: Procs, mode: str) -> None:
         code, err = stream.interrupt()
     assert code == 0, err
     assert b"Traceback" not in err
+
+
+def test_watch_json_streams_argv_that_is_not_utf8(procs: Procs) -> None:
+    model = os.fsdecode(b"/m/caf\xe9-\xff.gguf")  # surrogate escapes, as read from /proc
+    stream = _Stream("--json", "--no-health", "--interval", "100ms")
+    try:
+        proc = procs.start(["llama-server", "-m", model, "--port", str(free_port())])
+        started = stream.until(lambda d: d["type"] == "started" and _pid_of(d) == proc.pid)
+        assert started["process"]["model"] == model
+        assert parse_event(json.dumps(started)).process.model == model  # type: ignore[union-attr]
+    finally:
+        code, err = stream.interrupt()
+    assert code == 0, err
 
 
 def test_watch_survives_processes_appearing_and_vanishing(procs: Procs) -> None:

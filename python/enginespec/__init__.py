@@ -52,6 +52,7 @@ from enginespec.watching import (
     Stopped,
     Watch,
     WatchEvent,
+    event_json,
     event_schema,
     parse_event,
 )
@@ -121,6 +122,7 @@ __all__ = [
     "all_signatures",
     "detect_engine",
     "engine_ids",
+    "event_json",
     "event_schema",
     "get_engine_spec",
     "parse_argv",

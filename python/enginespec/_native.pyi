@@ -70,16 +70,16 @@ class Scanner:
         kernel's reply. ``None``: from now on ``wait`` reads ``/proc`` only where events point,
         and lists it at least every ``full_rescan_seconds`` and after any lost event. Otherwise
         the reason they cannot be used (the scanner keeps polling)."""
-    def event_driven(self) -> bool:
-        """Whether process events drive the scans."""
     def wait(
         self, timeout: float
-    ) -> tuple[list[_RawProcess], Literal["polled", "events", "rescan", "fallback"]]:
+    ) -> tuple[list[_RawProcess], Literal["polled", "events", "tick", "rescan", "fallback"]]:
         """The engines (as ``scan``) after waiting up to ``timeout`` seconds, GIL released, and
         what woke the scanner. Polling: sleeps, then scans (``"polled"``). Event-driven: returns
-        as soon as an event changed an engine, else at the timeout after re-checking the engines
-        (``"events"``); ``"rescan"``: events were lost or the safety net came due, so ``/proc``
-        was listed; ``"fallback"``: the subscription failed, and the scanner polls from now on."""
+        as soon as an event started or ended an engine (``"events"``: the engines as the events
+        left them), else when the engines' re-check comes due, at most ``timeout`` after the last
+        one (``"tick"``: engines re-checked); ``"rescan"``: events were lost or the safety net came
+        due, so ``/proc`` was listed; ``"fallback"``: the subscription failed, and the scanner polls
+        from now on."""
     def stats(self) -> tuple[int, int, int, int, int, int, bool, int]:
         """(scanned, new, vanished, unreadable, restricted, reread, full_recheck, known) of the
         last scan: ``unreadable`` processes whose argv could not be read, ``restricted`` engines

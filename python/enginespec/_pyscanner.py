@@ -480,9 +480,6 @@ class Scanner:
         """The kernel's process events need the native backend: this scanner always polls."""
         return "process events: the pure-Python backend polls"
 
-    def event_driven(self) -> bool:
-        return False
-
     def wait(self, timeout: float) -> tuple[list[RawProcess], str]:
         """Sleeps ``timeout`` seconds, then scans (``ProcessScanner::wait`` when polling)."""
         time.sleep(timeout)

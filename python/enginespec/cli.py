@@ -39,7 +39,7 @@ from enginespec.recipe import Recipe
 from enginespec.scanning import EngineProcess
 from enginespec.spec import EngineSpec
 from enginespec.version import __version__
-from enginespec.watching import Changed, HealthChanged, Scanner, Stopped, Watch, WatchEvent
+from enginespec.watching import Changed, HealthChanged, Scanner, Stopped, Watch, WatchEvent, event_json
 
 
 def _fail(command: str, message: object) -> None:
@@ -258,7 +258,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
             print(f"enginespec watch: {how}{reason}", file=sys.stderr, flush=True)
         if args.json:
             for event in watch:
-                sys.stdout.write(event.model_dump_json() + "\n")
+                sys.stdout.write(event_json(event) + "\n")
                 sys.stdout.flush()
         elif not sys.stdout.isatty():
             for event in watch:

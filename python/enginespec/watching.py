@@ -8,8 +8,8 @@ costs nothing. Otherwise (no privilege, not Linux, the pure-Python backend, or `
 ``ENGINESPEC_WATCH_POLL=1``) the incremental scanner polls every ``interval``: the same events,
 only later. ``/proc`` is the source of truth either way: events only say where to look.
 
-The JSON form of an event (``event.model_dump_json()``, parsed back by :func:`parse_event`; schema
-from :func:`event_schema`) is stable: an object with a ``type`` (``started``, ``changed``,
+The JSON form of an event (:func:`event_json`, parsed back by :func:`parse_event`; schema from
+:func:`event_schema`) is stable: an object with a ``type`` (``started``, ``changed``,
 ``stopped``, or a health state), ``monotonic`` (``time.monotonic()`` seconds when it was seen),
 and ``process`` (an ``EngineProcess``; ``identity`` for ``stopped``).
 """
@@ -17,6 +17,8 @@ and ``process`` (an ``EngineProcess``; ``identity`` for ``stopped``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import queue
 import threading
@@ -132,9 +134,16 @@ WatchEvent: TypeAlias = Annotated[Started | Changed | Stopped | HealthChanged, F
 _EVENTS: TypeAdapter[WatchEvent] = TypeAdapter(WatchEvent)
 
 
+def event_json(event: WatchEvent) -> str:
+    """The JSON form of an event, on one line, in ASCII. Argv read from ``/proc`` may hold bytes
+    that are not UTF-8 (kept as surrogate escapes, as ``os.fsdecode`` gives them): they become
+    ``\\udcXX`` JSON escapes, as in ``enginespec ps --json``, where pydantic's own JSON would fail."""
+    return json.dumps(event.model_dump(mode="json"), separators=(",", ":"))
+
+
 def parse_event(text: str | bytes) -> WatchEvent:
     """An event from its JSON form (one line of ``enginespec watch --json``)."""
-    return _EVENTS.validate_json(text)
+    return _EVENTS.validate_python(json.loads(text))
 
 
 def event_schema() -> dict[str, Any]:
@@ -206,7 +215,7 @@ class Watch:
         )
         self.polling_reason: str | None = reason
         self.mode: Literal["events", "polling"] = "polling" if reason else "events"
-        #: what woke the scanner each time (``polled``, ``events``, ``rescan``, ``fallback``).
+        #: what woke the scanner, counted (``polled``, ``events``, ``tick``, ``rescan``, ``fallback``).
         self.wakes: dict[str, int] = {}
         self._threads = [threading.Thread(target=self._scan_loop, name="enginespec-watch", daemon=True)]
         if health:
@@ -294,8 +303,8 @@ class Watch:
         events: asyncio.Queue[WatchEvent | BaseException] = asyncio.Queue()
 
         def sink(item: WatchEvent | BaseException) -> None:
-            # Called from the watch's threads; after the loop closed there is no one to tell.
-            if not loop.is_closed():
+            # Called from the watch's threads; once the loop is closed there is no one to tell.
+            with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(events.put_nowait, item)
 
         self._start(sink)

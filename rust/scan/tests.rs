@@ -1009,10 +1009,10 @@ fn events_find_an_engine_exec_by_a_forked_shell_without_listing() {
     // Another process appears that no event names: event-driven ticks do not list /proc.
     proc.spawn(50, &["demo", "serve", "/m/unseen"]);
     assert!(!scanner.apply_events(&[(11, Change::Forked)]));
-    assert!(pids(&scanner.scan_after_events()).is_empty());
+    assert!(pids(&scanner.scan_after_events(true)).is_empty());
     proc.exec(11, &["demo", "serve", "/m/a", "--port", "8001"]);
     assert!(scanner.apply_events(&[(11, Change::Exec)]));
-    let found = scanner.scan_after_events();
+    let found = scanner.scan_after_events(true);
     assert_eq!(pids(&found), vec![11]);
     assert_eq!(find(&found, 11).facts.port, Some(8001));
     assert_eq!(scanner.stats().new, 0, "11 was known since its fork");
@@ -1032,7 +1032,7 @@ fn an_exit_event_forgets_the_process_and_says_an_engine_is_gone() {
     assert_eq!(scanner.known_len(), known - 1);
     proc.kill(20);
     assert!(scanner.apply_events(&[(20, Change::Exited)]));
-    assert!(scanner.scan_after_events().is_empty());
+    assert!(scanner.scan_after_events(true).is_empty());
     assert_eq!(scanner.stats().vanished, 2);
 }
 
@@ -1041,7 +1041,7 @@ fn events_keep_their_order_an_exit_then_a_reused_pid() {
     let proc = FakeProc::new();
     proc.spawn(30, &["demo", "serve", "/m/a"]);
     let mut scanner = event_scanner(&proc);
-    let before = scanner.scan_after_events();
+    let before = scanner.scan_after_events(true);
     proc.replace(
         30,
         &["demo", "serve", "/m/b"],
@@ -1051,7 +1051,7 @@ fn events_keep_their_order_an_exit_then_a_reused_pid() {
         },
     );
     assert!(scanner.apply_events(&[(30, Change::Exited), (30, Change::Forked)]));
-    let after = scanner.scan_after_events();
+    let after = scanner.scan_after_events(true);
     assert_eq!(find(&after, 30).facts.model.as_deref(), Some(&b"/m/b"[..]));
     assert_ne!(find(&before, 30).revision, find(&after, 30).revision);
 }
@@ -1064,7 +1064,7 @@ fn a_comm_change_rereads_the_process_and_a_retitled_engine_changes() {
     // setproctitle: the argv rewritten in place, the comm renamed, the stat left as it was
     proc.exec(40, &["solo-server", "-m", "/m/c.gguf"]);
     assert!(scanner.apply_events(&[(40, Change::Comm)]));
-    assert_eq!(pids(&scanner.scan_after_events()), vec![40]);
+    assert_eq!(pids(&scanner.scan_after_events(true)), vec![40]);
 }
 
 #[test]
@@ -1074,9 +1074,9 @@ fn in_event_mode_wrappers_and_young_processes_are_not_watched() {
     proc.spawn(60, &["sh", "-c", "sleep 1; demo serve /m/a"]);
     proc.spawn(61, &["sleep", "1"]);
     scanner.apply_events(&[(60, Change::Forked), (61, Change::Forked)]);
-    scanner.scan_after_events();
+    scanner.scan_after_events(true);
     // The next tick reads neither (an exec would be reported).
-    scanner.scan_after_events();
+    scanner.scan_after_events(true);
     assert_eq!(scanner.stats().reread, 0);
     assert_eq!(scanner.stats().new, 0);
 }
@@ -1086,7 +1086,7 @@ fn events_for_a_process_already_gone_cost_nothing_and_report_nothing() {
     let proc = FakeProc::new();
     let mut scanner = event_scanner(&proc);
     assert!(!scanner.apply_events(&[(70, Change::Forked), (70, Change::Exec)]));
-    assert!(scanner.scan_after_events().is_empty());
+    assert!(scanner.scan_after_events(true).is_empty());
     assert_eq!(scanner.known_len(), 0);
 }
 
@@ -1095,7 +1095,7 @@ fn back_to_polling_starts_cold_and_watches_wrappers_again() {
     let proc = FakeProc::new();
     proc.spawn(80, &["sh", "-c", "sleep 1; demo serve /m/a"]);
     let mut scanner = event_scanner(&proc);
-    scanner.scan_after_events();
+    scanner.scan_after_events(true);
     assert_eq!(
         scanner.stats().reread,
         0,
@@ -1107,4 +1107,40 @@ fn back_to_polling_starts_cold_and_watches_wrappers_again() {
     // polling again: the wrapper is re-read on every scan until it execs
     proc.exec(80, &["demo", "serve", "/m/a"]);
     assert_eq!(pids(&scanner.scan()), vec![80]);
+}
+
+#[test]
+fn an_early_wake_reports_the_engines_without_rechecking_them() {
+    let proc = FakeProc::new();
+    proc.spawn(90, &["demo", "serve", "/m/a"]);
+    let mut scanner = event_scanner(&proc);
+    // rewritten in place: only a recheck reads it
+    proc.exec(90, &["demo", "serve", "/m/b"]);
+    let early = scanner.scan_after_events(false);
+    assert_eq!(find(&early, 90).facts.model.as_deref(), Some(&b"/m/a"[..]));
+    let tick = scanner.scan_after_events(true);
+    assert_eq!(find(&tick, 90).facts.model.as_deref(), Some(&b"/m/b"[..]));
+}
+
+#[test]
+fn in_event_mode_a_new_engine_refreshes_only_the_trees_above_it() {
+    let proc = FakeProc::new();
+    proc.spawn(100, &["demo", "serve", "/m/a"]);
+    proc.spawn(200, &["demo", "serve", "/m/b"]);
+    let mut scanner = event_scanner(&proc);
+    let before = scanner.scan_after_events(true);
+    // 100 forks a worker that keeps its argv; 200 gets a child nothing reports yet
+    proc.spawn_child(101, 100, &["demo", "serve", "/m/a"]);
+    proc.set_children(100, 100, &[101]);
+    proc.spawn_child(201, 200, &["sleep", "1"]);
+    proc.set_children(200, 200, &[201]);
+    assert!(scanner.apply_events(&[(101, Change::Forked), (201, Change::Forked)]));
+    let after = scanner.scan_after_events(false);
+    assert_eq!(find(&after, 100).descendants, vec![101], "folded at once");
+    assert_eq!(
+        find(&after, 200).revision,
+        find(&before, 200).revision,
+        "not re-read"
+    );
+    assert!(find(&after, 200).descendants.is_empty());
 }
