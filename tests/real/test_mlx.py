@@ -31,7 +31,7 @@ def test_mlx_install_launch_find_wait_chat_clash_stop(
         engine="mlx", model_path=str(model), host=HOST, port=free_port(), env_vars={"HF_HOME": str(hf_home)}
     )
     command = spec.plan(recipe, config)
-    assert flags_in(command.argv) <= spec.get_config_help(config, timeout=300).flags
+    assert flags_in(command) <= spec.get_config_help(config, timeout=300).flags
     with launched(recipe, config, tmp_path / "mlx.log") as running:
         process = scanned(running.popen.pid)
         assert (process.engine, process.model, process.host, process.port) == (
