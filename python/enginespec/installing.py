@@ -356,7 +356,7 @@ def _install_binary(engine: EngineDefinition, options: InstallOptions, config: C
     prefix = config.runtime_dir(engine.id)
     binary = prefix / "bin" / executable
     deadline = _Deadline(options)
-    variable = f"ENGINESPEC_{engine.id.upper()}_INSTALL_CMD"
+    variable = f"{Config.variable_prefix(engine.id)}_INSTALL_CMD"
     configured = os.environ.get(variable, "").strip()
     build = engine.package.source_build
     if not configured and not (options.source and build) and not binary.exists():

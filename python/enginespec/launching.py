@@ -89,15 +89,16 @@ def resolve_launcher(
     command name when nothing is found. Paths with ``..`` or an unexpected basename are refused
     with a :class:`CommandError` naming the field."""
     executable = engine.launch.executable
-    env = f"ENGINESPEC_{engine.id.upper()}"
+    env = Config.variable_prefix(engine.id)
     if binary_path:
         return _binary(engine, _checked(binary_path, "binary_path", executable))
     if python_path:
         return _python(engine, _checked(python_path, "python_path"))
-    if engine.id in config.binaries:
-        return _binary(engine, _checked(str(config.binaries[engine.id]), f"{env}_BIN", executable))
-    if engine.id in config.pythons:
-        return _python(engine, _checked(str(config.pythons[engine.id]), f"{env}_PYTHON"))
+    configured_binary, configured_python = config.binary_for(engine.id), config.python_for(engine.id)
+    if configured_binary is not None:
+        return _binary(engine, _checked(str(configured_binary), f"{env}_BIN", executable))
+    if configured_python is not None:
+        return _python(engine, _checked(str(configured_python), f"{env}_PYTHON"))
     managed = managed_bin_dir(engine, config)
     if engine.is_binary and (managed / executable).is_file():
         return _binary(engine, managed / executable)
