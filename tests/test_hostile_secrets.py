@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from cli import enginespec
 from enginespec import Recipe, RecipeFileError, Scanner, get_engine_spec, parse_argv, redact_argv
 from enginespec.health import check_health
-from fakeserver import Answer, free_port, serving
+from fakeserver import Answer, bound_socket, serving
 from procs import Procs
 
 SECRETS = [f"sk-secret-{i}" for i in range(10)]
@@ -52,18 +52,20 @@ def test_secret_flags_in_every_spelling_are_redacted(argv: list[str], shown: str
 
 
 def test_engines_with_secrets_show_none_anywhere(procs: Procs, caplog: pytest.LogCaptureFixture) -> None:
-    port = free_port()
+    # the engines on `port` hold the socket the fake server answers on, as a real server does
+    sock = bound_socket()
+    port, held = sock.getsockname()[1], (sock.fileno(),)
     started = [
-        procs.start(["vllm", "serve", "/m", "--api-key", SECRETS[0], SECRETS[1], "--port", str(port)]),
+        procs.start(["vllm", "serve", "/m", "--api-key", SECRETS[0], SECRETS[1], "--port", str(port)], held),
         procs.start(["vllm", "serve", "/n", "--port", "1"], VLLM_API_KEY=SECRETS[2]),
-        procs.start(["vllm", "serve", "/k", "--api-key", SECRETS[3] + "\n", "--port", str(port)]),
-        procs.start(["vllm", "serve", "/u", "--api-key", SECRETS[4] + "ключ", "--port", str(port)]),
+        procs.start(["vllm", "serve", "/k", "--api-key", SECRETS[3] + "\n", "--port", str(port)], held),
+        procs.start(["vllm", "serve", "/u", "--api-key", SECRETS[4] + "ключ", "--port", str(port)], held),
         procs.start(["llama-server", "-m", "/m.gguf", "--hf-token", SECRETS[5], "--port", "2"]),
     ]
     pids = {p.pid for p in started}
     caplog.set_level(logging.DEBUG)
     routes = {"/health": [Answer(200)], "/v1/models": [Answer(401, b'{"error":"unauthorized"}')]}
-    with serving(routes, port=port):
+    with serving(routes, sock=sock):
         found = [p for p in Scanner().scan() if p.pid in pids]
         assert len(found) == len(started)
         healths = [check_health(p, verify_identity=True) for p in found]
