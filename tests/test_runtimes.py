@@ -29,6 +29,7 @@ from enginespec import (
     Recipe,
     get_engine_spec,
 )
+from enginespec.hardware import accelerators
 from enginespec.probing import help_flags, installed_versions, python_of_process, script_python
 from fakeserver import Answer, serving
 
@@ -475,3 +476,27 @@ def test_source_build_rebuilds_when_the_source_differs(
     assert llama.install(InstallOptions(source=str(archive)), config).already_installed
     # no source given: whatever binary is there is the installed one
     assert llama.install(InstallOptions(), config).already_installed
+
+
+def test_accelerators_from_the_kernels_device_files(tmp_path: Path) -> None:
+    assert accelerators(tmp_path) == frozenset()
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidiactl").touch()  # the control node alone is no GPU
+    assert accelerators(tmp_path) == frozenset()
+    (tmp_path / "dev" / "nvidia0").touch()
+    assert accelerators(tmp_path) == {"nvidia"}
+    (tmp_path / "dev" / "kfd").touch()
+    assert accelerators(tmp_path) == {"nvidia", "amd"}
+    listed = tmp_path / "other"
+    (listed / "proc" / "driver" / "nvidia" / "gpus" / "0000:01:00.0").mkdir(parents=True)
+    assert accelerators(listed) == {"nvidia"}
+
+
+def test_vllm_is_not_installed_on_a_host_without_a_gpu(tmp_path: Path) -> None:
+    if accelerators():
+        pytest.skip("this host has a GPU: the CUDA build can run here")
+    config = Config(data_dir=tmp_path / "data")
+    with pytest.raises(InstallError, match=r"no NVIDIA or AMD GPU .* cannot start without one") as refused:
+        get_engine_spec("vllm").install(InstallOptions(), config)
+    assert "ENGINESPEC_VLLM_PYTHON" in str(refused.value)
+    assert not (config.runtime_dir("vllm") / "venv").exists()  # nothing was installed

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from enginespec.errors import InstallOptionsError
+from enginespec.hardware import Accelerator
 from enginespec.signature import Signature
 from enginespec.status import HealthState
 from enginespec.versions import requested_specifier
@@ -131,6 +132,9 @@ class Package(_Record):
 
     distributions: tuple[str, ...] = ()
     source_build: SourceBuild | None = None
+    #: the first distribution runs only on a host with one of these; elsewhere install() refuses
+    #: rather than install what cannot start (vLLM's PyPI wheel is built for CUDA).
+    accelerators: tuple[Accelerator, ...] = ()
 
 
 class Serving(_Record):

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from enginespec.config import Config
 from enginespec.definition import EngineDefinition, SourceBuild
 from enginespec.errors import InstallCancelled, InstallError, InstallOptionsError, InstallTimeout
+from enginespec.hardware import accelerators
 from enginespec.launching import path_problem
 from enginespec.probing import installed_versions, probe_binary
 from enginespec.versions import requested_specifier, satisfies
@@ -310,6 +311,7 @@ def _install_python(engine: EngineDefinition, options: InstallOptions, config: C
             if satisfies(version, options.version):
                 _emit(options, "done", f"{requirement}: {version} already installed")
                 return _result(engine, requirement, version, python, script, location)
+        _check_accelerators(engine, requirement)
         uv = _installer(options)
         if venv is not None and not python.exists():
             _emit(options, "creating_venv", f"creating {venv}")
@@ -342,6 +344,18 @@ def _install_python(engine: EngineDefinition, options: InstallOptions, config: C
             )
         _emit(options, "done", f"{requirement}: {found} installed")
         return _result(engine, requirement, found, python, script, location, command, tail)
+
+
+def _check_accelerators(engine: EngineDefinition, requirement: str) -> None:
+    """Refuses an install that would succeed but could never start on this host."""
+    wanted = engine.package.accelerators
+    if wanted and not accelerators().intersection(wanted):
+        names = " or ".join({"nvidia": "NVIDIA", "amd": "AMD"}[name] for name in wanted)
+        raise InstallError(
+            f"{requirement}: this host has no {names} GPU (no /proc/driver/nvidia/gpus entry, /dev/nvidia*"
+            " or /dev/kfd), and that build cannot start without one; install a CPU build into a"
+            f" Python of your own and give it with python_path or {Config.variable_prefix(engine.id)}_PYTHON"
+        )
 
 
 def _install_binary(engine: EngineDefinition, options: InstallOptions, config: Config) -> InstallResult:

