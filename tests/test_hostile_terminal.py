@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from cli import enginespec
-from fakeserver import Answer, free_port, serving
+from fakeserver import Answer, bound_socket, serving
 from procs import Procs
 
 EVIL_MODELS = [
@@ -52,11 +52,13 @@ def test_parse_errors_and_health_reasons_are_literal(procs: Procs) -> None:
     assert out.returncode == 1
     _no_controls(out.stderr)
     assert "\\x1b]0;pwned\\x07" in out.stderr.decode()
-    port = free_port()
+    sock = bound_socket()  # held by the engine process too: the answer is its own
+    port = sock.getsockname()[1]
     served = "mine\x1b[2J"
-    proc = procs.start(["vllm", "serve", "/m", "--port", str(port), "--served-model-name", served])
+    argv = ["vllm", "serve", "/m", "--port", str(port), "--served-model-name", served]
+    proc = procs.start(argv, pass_fds=(sock.fileno(),))
     evil_id = Answer(200, json.dumps({"object": "list", "data": [{"id": "other\x1b]0;T\x07model"}]}).encode())
-    with serving({"/health": [Answer(200)], "/v1/models": [evil_id]}, port=port):
+    with serving({"/health": [Answer(200)], "/v1/models": [evil_id]}, sock=sock):
         checked = enginespec("health", str(proc.pid), "--verify-identity")
     assert checked.returncode == 1
     _no_controls(checked.stdout)
