@@ -500,3 +500,23 @@ def test_vllm_is_not_installed_on_a_host_without_a_gpu(tmp_path: Path) -> None:
         get_engine_spec("vllm").install(InstallOptions(), config)
     assert "ENGINESPEC_VLLM_PYTHON" in str(refused.value)
     assert not (config.runtime_dir("vllm") / "venv").exists()  # nothing was installed
+
+
+def test_help_cache_tells_two_builds_of_one_release_apart(tmp_path: Path) -> None:
+    # Two llama-server builds both report release 0.5.0-dev; only build and commit differ.
+    binary = tmp_path / "bin" / "llama-server"
+    binary.parent.mkdir()
+    config = Config(data_dir=tmp_path / "data", binaries={"llamacpp": binary})
+    llama = get_engine_spec("llamacpp")
+    seen = []
+    for commit, flag in (("0c1e570", "--old-flag"), ("1a2b3c4", "--new-flag")):
+        binary.write_text(
+            "#!/bin/sh\n"
+            f'if [ "$1" = --version ]; then echo "version: 0.5.0-dev (build 1, commit {commit})" >&2\n'
+            "exit 0; fi\n"
+            f'echo "-m,    --model FNAME    model path"; echo "{flag} N    a flag"\n'
+        )
+        binary.chmod(0o755)
+        help_ = llama.get_config_help(config)
+        seen.append((help_.version, flag in help_.flags))
+    assert seen == [("0.5.0.dev0+b1.g0c1e570", True), ("0.5.0.dev0+b1.g1a2b3c4", True)]
