@@ -725,3 +725,21 @@ def test_llamacpp_alias_with_commas_gives_several_names(config: Config) -> None:
     inv = parse_argv(_plan("llamacpp", config, served_model_name="a,b").argv)
     assert inv is not None
     assert inv.served_model_names == ("a", "b")
+
+
+def test_an_engine_id_with_a_dash_has_its_variables_with_an_underscore(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in [k for k in os.environ if k.startswith("ENGINESPEC_")]:
+        monkeypatch.delenv(name)
+    spec = get_engine_spec("llamacpp-python")
+    recipe = Recipe(engine="llamacpp-python", model_path="m.gguf")
+    data = tmp_path / "data"
+    assert spec.plan(recipe, Config(data_dir=data)).argv[:3] == ("python3", "-m", "llama_cpp.server")
+    env_bin = _fake_venv(tmp_path / "envvenv")
+    monkeypatch.setenv("ENGINESPEC_LLAMACPP_PYTHON_PYTHON", str(env_bin / "python"))
+    command = spec.plan(recipe, Config(data_dir=data))
+    assert command.argv[:3] == (str(env_bin / "python"), "-m", "llama_cpp.server")
+    monkeypatch.setenv("ENGINESPEC_LLAMACPP_PYTHON_PYTHON", "/srv/../python3")
+    with pytest.raises(CommandError, match="ENGINESPEC_LLAMACPP_PYTHON_PYTHON"):
+        spec.plan(recipe, Config(data_dir=data))

@@ -27,7 +27,7 @@ from enginespec import (
 )
 from enginespec.errors import InstallOptionsError
 from enginespec.health import check_health
-from enginespec.installing import nvidia_gpu_present
+from enginespec.installing import host_accelerator
 from fakeserver import Answer, bound_socket, models, serving
 from procs import Procs, children_of, wait_for
 
@@ -419,7 +419,7 @@ def test_mlx_vlm_health_is_asked_with_the_servers_key(procs: Procs) -> None:
 
 @pytest.mark.parametrize("engine", ["lmdeploy", "trtllm", "aphrodite"])
 def test_cuda_only_engines_refuse_to_install_without_an_nvidia_gpu(engine: str, tmp_path: Path) -> None:
-    if nvidia_gpu_present():
+    if host_accelerator() == "cuda":
         pytest.skip("this host has an NVIDIA GPU")
     config = Config(data_dir=tmp_path)
     with pytest.raises(InstallError, match="NVIDIA GPU") as refused:

@@ -52,10 +52,9 @@ def test_secret_flags_in_every_spelling_are_redacted(argv: list[str], shown: str
 
 
 def test_engines_with_secrets_show_none_anywhere(procs: Procs, caplog: pytest.LogCaptureFixture) -> None:
-    # The servers on `port` hold the socket the fake answers on, as real servers do.
+    # the engines on `port` hold the socket the fake server answers on, as a real server does
     sock = bound_socket()
-    port = sock.getsockname()[1]
-    held = (sock.fileno(),)
+    port, held = sock.getsockname()[1], (sock.fileno(),)
     started = [
         procs.start(["vllm", "serve", "/m", "--api-key", SECRETS[0], SECRETS[1], "--port", str(port)], held),
         procs.start(["vllm", "serve", "/n", "--port", "1"], VLLM_API_KEY=SECRETS[2]),

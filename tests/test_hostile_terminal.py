@@ -52,12 +52,11 @@ def test_parse_errors_and_health_reasons_are_literal(procs: Procs) -> None:
     assert out.returncode == 1
     _no_controls(out.stderr)
     assert "\\x1b]0;pwned\\x07" in out.stderr.decode()
-    sock = bound_socket()  # the server holds the socket the fake answers on, as a real one does
+    sock = bound_socket()  # held by the engine process too: the answer is its own
     port = sock.getsockname()[1]
     served = "mine\x1b[2J"
-    proc = procs.start(
-        ["vllm", "serve", "/m", "--port", str(port), "--served-model-name", served], (sock.fileno(),)
-    )
+    argv = ["vllm", "serve", "/m", "--port", str(port), "--served-model-name", served]
+    proc = procs.start(argv, pass_fds=(sock.fileno(),))
     evil_id = Answer(200, json.dumps({"object": "list", "data": [{"id": "other\x1b]0;T\x07model"}]}).encode())
     with serving({"/health": [Answer(200)], "/v1/models": [evil_id]}, sock=sock):
         checked = enginespec("health", str(proc.pid), "--verify-identity")

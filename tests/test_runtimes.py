@@ -29,6 +29,7 @@ from enginespec import (
     Recipe,
     get_engine_spec,
 )
+from enginespec.hardware import accelerators
 from enginespec.probing import help_flags, installed_versions, python_of_process, script_python
 from fakeserver import Answer, serving
 
@@ -475,3 +476,37 @@ def test_source_build_rebuilds_when_the_source_differs(
     assert llama.install(InstallOptions(source=str(archive)), config).already_installed
     # no source given: whatever binary is there is the installed one
     assert llama.install(InstallOptions(), config).already_installed
+
+
+def test_accelerators_from_the_kernels_device_files(tmp_path: Path) -> None:
+    assert accelerators(tmp_path) == frozenset()
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidiactl").touch()  # the control node alone is no GPU
+    assert accelerators(tmp_path) == frozenset()
+    (tmp_path / "dev" / "nvidia0").touch()
+    assert accelerators(tmp_path) == {"nvidia"}
+    (tmp_path / "dev" / "kfd").touch()
+    assert accelerators(tmp_path) == {"nvidia", "amd"}
+    listed = tmp_path / "other"
+    (listed / "proc" / "driver" / "nvidia" / "gpus" / "0000:01:00.0").mkdir(parents=True)
+    assert accelerators(listed) == {"nvidia"}
+
+
+def test_help_cache_tells_two_builds_of_one_release_apart(tmp_path: Path) -> None:
+    # Two llama-server builds both report release 0.5.0-dev; only build and commit differ.
+    binary = tmp_path / "bin" / "llama-server"
+    binary.parent.mkdir()
+    config = Config(data_dir=tmp_path / "data", binaries={"llamacpp": binary})
+    llama = get_engine_spec("llamacpp")
+    seen = []
+    for commit, flag in (("0c1e570", "--old-flag"), ("1a2b3c4", "--new-flag")):
+        binary.write_text(
+            "#!/bin/sh\n"
+            f'if [ "$1" = --version ]; then echo "version: 0.5.0-dev (build 1, commit {commit})" >&2\n'
+            "exit 0; fi\n"
+            f'echo "-m,    --model FNAME    model path"; echo "{flag} N    a flag"\n'
+        )
+        binary.chmod(0o755)
+        help_ = llama.get_config_help(config)
+        seen.append((help_.version, flag in help_.flags))
+    assert seen == [("0.5.0.dev0+b1.g0c1e570", True), ("0.5.0.dev0+b1.g1a2b3c4", True)]

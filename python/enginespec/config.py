@@ -61,6 +61,20 @@ class Config(BaseSettings):
         data["pythons"], data["binaries"] = pythons, binaries
         return data
 
+    @staticmethod
+    def variable_prefix(engine: str) -> str:
+        """``ENGINESPEC_<ENGINE>`` for an engine id, a ``-`` written ``_`` (``llamacpp-python``:
+        ``ENGINESPEC_LLAMACPP_PYTHON``)."""
+        return "ENGINESPEC_" + engine.upper().replace("-", "_")
+
+    def python_for(self, engine: str) -> Path | None:
+        """The interpreter set for an engine (``pythons``, or ``ENGINESPEC_<ENGINE>_PYTHON``)."""
+        return self.pythons.get(engine) or self.pythons.get(engine.replace("-", "_"))
+
+    def binary_for(self, engine: str) -> Path | None:
+        """The binary set for an engine (``binaries``, or ``ENGINESPEC_<ENGINE>_BIN``)."""
+        return self.binaries.get(engine) or self.binaries.get(engine.replace("-", "_"))
+
     def runtime_dir(self, engine: str) -> Path:
         """Where the managed runtime of an engine lives."""
         return self.data_dir / "runtimes" / engine

@@ -249,12 +249,6 @@ class EngineDefinition(BaseModel):
     __str__ = __repr__
 
     @property
-    def env_name(self) -> str:
-        """The stem of the engine's ``ENGINESPEC_*`` variables: ``ENGINESPEC_VLLM``,
-        ``ENGINESPEC_MLX_VLM`` (a variable name has no ``-``)."""
-        return "ENGINESPEC_" + self.id.upper().replace("-", "_")
-
-    @property
     def cli_binary(self) -> str:
         """The console script or binary name."""
         return self.launch.executable

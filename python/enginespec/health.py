@@ -357,15 +357,18 @@ class _Waiter:
         self.delay = poll
         self.last: Health | None = None
 
+    def _exited(self, health: Health) -> None:
+        """Raises EngineExited with the Popen's status once it has exited."""
+        returncode = self.process.poll() if self.process is not None else None
+        if returncode is not None:
+            message = f"engine exited with status {returncode} before becoming ready"
+            raise EngineExited(message, returncode, health)
+
     def after(self, health: Health) -> float | None:
         """None when ready; else the delay before the next check. Raises when waiting is over."""
         now = time.monotonic()
         # The Popen's status first: a server answering on the port may be another process's.
-        returncode = self.process.poll() if self.process is not None else None
-        if returncode is not None:
-            raise EngineExited(
-                f"engine exited with status {returncode} before becoming ready", returncode, health
-            )
+        self._exited(health)
         if (
             health.state == "ready"
             and self.process is not None
@@ -380,13 +383,16 @@ class _Waiter:
                 )
             if problem is not None:
                 health = health.model_copy(update={"state": "unhealthy", "reason": problem})
+        # and again: a process that exited meanwhile had no sockets left to tell its own
+        self._exited(health)
         if self.last is None or _progress_key(health) != _progress_key(self.last):
             self.progress_at, self.delay = now, self.poll
         self.last = health
         if health.state == "ready":
             return None
         gone = health.state == "down" and isinstance(self.target, EngineProcess)
-        if gone and returncode is None and self.process is not None:
+        returncode = None
+        if gone and self.process is not None:
             # The process is gone but not yet reaped (or its exit raced the check): collect its
             # status rather than report an exit without one.
             with contextlib.suppress(subprocess.TimeoutExpired):

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from enginespec.config import Config
 from enginespec.definition import EngineDefinition, SourceBuild
 from enginespec.errors import InstallCancelled, InstallError, InstallOptionsError, InstallTimeout
+from enginespec.hardware import accelerators
 from enginespec.launching import path_problem
 from enginespec.probing import installed_versions, probe_binary
 from enginespec.versions import requested_specifier, satisfies
@@ -265,27 +266,15 @@ def install_lock(
         lock.release()
 
 
-def nvidia_gpu_present() -> bool:
-    """Whether the NVIDIA driver sees a GPU: its per-GPU entries under /proc/driver/nvidia/gpus, or
-    the /dev/nvidiaN device nodes (what the container toolkit passes into a container)."""
-    gpus = Path("/proc/driver/nvidia/gpus")
-    with contextlib.suppress(OSError):
-        if any(gpus.iterdir()):
-            return True
-    return any(Path("/dev").glob("nvidia[0-9]*"))
-
-
 Accelerator = Literal["cuda", "rocm", "cpu"]
 
 
 def host_accelerator() -> Accelerator:
-    """What this host computes on: an NVIDIA GPU, else an AMD one (``/dev/kfd``, the amdgpu
-    driver's compute interface, present only with a GPU), else the CPU."""
-    if nvidia_gpu_present():
+    """What this host computes on: an NVIDIA GPU (CUDA), else an AMD one (ROCm), else the CPU."""
+    found = accelerators()
+    if "nvidia" in found:
         return "cuda"
-    if Path("/dev/kfd").exists():
-        return "rocm"
-    return "cpu"
+    return "rocm" if "amd" in found else "cpu"
 
 
 def _accelerator(engine: EngineDefinition, options: InstallOptions) -> Accelerator:
@@ -296,7 +285,7 @@ def _accelerator(engine: EngineDefinition, options: InstallOptions) -> Accelerat
     if package.accelerator == "cuda" and accelerator != "cuda":
         raise InstallError(
             f"{engine.id} runs only on an NVIDIA GPU (CUDA) and this host has none ({accelerator}: "
-            f"{found}; no /proc/driver/nvidia/gpus entry, no /dev/nvidia0): not installing it "
+            f"{found}; no /proc/driver/nvidia/gpus entry, no /dev/nvidia*): not installing it "
             "(accelerator='cuda' installs it anyway, e.g. into an image)"
         )
     if package.cpu_distribution and accelerator == "rocm":
@@ -437,7 +426,7 @@ def _install_binary(engine: EngineDefinition, options: InstallOptions, config: C
     prefix = config.runtime_dir(engine.id)
     binary = prefix / "bin" / executable
     deadline = _Deadline(options)
-    variable = f"{engine.env_name}_INSTALL_CMD"
+    variable = f"{Config.variable_prefix(engine.id)}_INSTALL_CMD"
     configured = os.environ.get(variable, "").strip()
     build = engine.package.source_build
     if not configured and not (options.source and build) and not binary.exists():

@@ -106,15 +106,12 @@ def resolve_launcher(
     command name when nothing is found. Paths with ``..`` or an unexpected basename are refused
     with a :class:`CommandError` naming the field."""
     executable = engine.launch.executable
-    env = engine.env_name
-    # Config keys variables by their lower-cased stem: `mlx-vlm` is set as ENGINESPEC_MLX_VLM_BIN.
-    keys = (engine.id, env.removeprefix("ENGINESPEC_").lower())
-    configured_binary = next((config.binaries[k] for k in keys if k in config.binaries), None)
-    configured_python = next((config.pythons[k] for k in keys if k in config.pythons), None)
+    env = Config.variable_prefix(engine.id)
     if binary_path:
         return _binary(engine, _checked(binary_path, "binary_path", executable))
     if python_path:
         return _python(engine, _checked(python_path, "python_path"))
+    configured_binary, configured_python = config.binary_for(engine.id), config.python_for(engine.id)
     if configured_binary is not None:
         return _binary(engine, _checked(str(configured_binary), f"{env}_BIN", executable))
     if configured_python is not None:

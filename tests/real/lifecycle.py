@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from enginespec import Config, EngineProcess, Recipe, Scanner, get_engine_spec
+from enginespec import Command, Config, EngineProcess, Recipe, Scanner, get_engine_spec
 from enginespec.health import check_health
 from enginespec.status import Health
 
@@ -54,8 +54,12 @@ class Walk:
     returncode: int | None = None
 
 
-def flags_in(argv: tuple[str, ...]) -> set[str]:
-    return {token.partition("=")[0] for token in argv if token.startswith("-") and not token[1:2].isdigit()}
+def flags_in(command: Command) -> set[str]:
+    """The server's flags in a built command (the interpreter's `-m module` left out)."""
+    args = command.argv[1:]
+    if command.launcher == "module":
+        args = args[len(get_engine_spec(command.engine).launch.module_args) :]
+    return {token.partition("=")[0] for token in args if token.startswith("-") and not token[1:2].isdigit()}
 
 
 @contextmanager
@@ -102,6 +106,7 @@ def walk(process: EngineProcess, popen: subprocess.Popen[bytes], timeout: float)
         if not result.states or result.states[-1] != health.state:
             result.states.append(health.state)
         if health.state == "ready":
+            print(f"{process.engine}: {' -> '.join(result.states)}")
             return result
         if popen.poll() is not None:
             result.returncode = popen.returncode

@@ -16,10 +16,11 @@ LAYERS = 2
 HEADS = 2
 FF = 128
 CONTEXT = 512
-SPECIALS = ("<s>", "</s>")
+SPECIALS = ("<s>", "</s>", "<|im_start|>", "<|im_end|>")
+# ChatML: a template llama-server's chat parser (common/chat.cpp) and mlx-lm know well.
 CHAT_TEMPLATE = (
-    "{% for message in messages %}<s>{{ message['role'] }}\n{{ message['content'] }}</s>{% endfor %}"
-    "{% if add_generation_prompt %}<s>assistant\n{% endif %}"
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
 
@@ -53,10 +54,16 @@ def _weights(seed: int) -> dict[str, np.ndarray]:
     def matrix(rows: int, cols: int) -> np.ndarray:
         return (rng.standard_normal((rows, cols)) * 0.02).astype(np.float32)
 
+    # Only printable ASCII (and the end of turn) can win: a random network otherwise emits byte
+    # tokens that make no UTF-8, which servers rightly refuse to parse as a chat message.
+    head = matrix(vocab, HIDDEN) * 50
+    speakable = [i for i, token in enumerate(vocabulary()) if i in range(0x20, 0x7F) or token in ("Ġt", "he")]
+    silent = np.setdiff1d(np.arange(vocab), [*speakable, vocabulary().index("<|im_end|>")])
+    head[silent] = 0
     weights = {
         "model.embed_tokens.weight": matrix(vocab, HIDDEN),
         "model.norm.weight": np.ones(HIDDEN, np.float32),
-        "lm_head.weight": matrix(vocab, HIDDEN),
+        "lm_head.weight": head,
     }
     for layer in range(LAYERS):
         prefix = f"model.layers.{layer}."
@@ -78,7 +85,7 @@ def hf_model(folder: Path, seed: int = 0) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     tokens = vocabulary()
     ids = {token: index for index, token in enumerate(tokens)}
-    bos, eos = ids["<s>"], ids["</s>"]
+    bos, eos = ids["<s>"], ids["<|im_end|>"]
     config = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -107,7 +114,7 @@ def hf_model(folder: Path, seed: int = 0) -> Path:
     tokenizer_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": "<s>",
-        "eos_token": "</s>",
+        "eos_token": "<|im_end|>",
         "chat_template": CHAT_TEMPLATE,
         "model_max_length": CONTEXT,
     }
@@ -164,7 +171,7 @@ def gguf_model(path: Path, seed: int = 0) -> Path:
     writer.add_token_types(types)
     writer.add_token_merges(list(MERGES))
     writer.add_bos_token_id(tokens.index("<s>"))
-    writer.add_eos_token_id(tokens.index("</s>"))
+    writer.add_eos_token_id(tokens.index("<|im_end|>"))
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
     for name, tensor in _weights(seed).items():

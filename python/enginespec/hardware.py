@@ -1,0 +1,25 @@
+"""Which accelerators this host has, from the kernel's device files (no driver library is
+loaded, nothing is run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+Accelerator = Literal["nvidia", "amd"]
+
+
+def accelerators(root: Path = Path("/")) -> frozenset[Accelerator]:
+    """``nvidia`` when the NVIDIA driver lists a GPU (``/proc/driver/nvidia/gpus/*``) or a GPU
+    device node exists (``/dev/nvidia0``...); ``amd`` when ROCm's ``/dev/kfd`` exists."""
+    found: set[Accelerator] = set()
+    gpus = root / "proc" / "driver" / "nvidia" / "gpus"
+    try:
+        listed = gpus.is_dir() and any(gpus.iterdir())
+    except OSError:
+        listed = False
+    if listed or any(path.name[6:].isdigit() for path in (root / "dev").glob("nvidia[0-9]*")):
+        found.add("nvidia")
+    if (root / "dev" / "kfd").exists():
+        found.add("amd")
+    return frozenset(found)
