@@ -390,12 +390,12 @@ def test_tgi_refuses_while_shards_load_then_is_ready(procs: Procs) -> None:
 
 def test_trtllm_identity_is_the_model_directorys_name(procs: Procs) -> None:
     routes = {"/health": [Answer(200)], "/v1/models": [models("DeepSeek-R1")]}
-    with serving(routes) as server:
-        proc = _scanned(
-            procs, ["trtllm-serve", "/models/deepseek-ai/DeepSeek-R1/", "--port", str(server.port)]
-        )
+    sock = bound_socket()
+    port = str(sock.getsockname()[1])
+    with serving(routes, sock=sock):
+        proc = _scanned(procs, ["trtllm-serve", "/models/deepseek-ai/DeepSeek-R1/", "--port", port], sock)
         named = check_health(proc, verify_identity=True)
-        other = _scanned(procs, ["trtllm-serve", "/models/Other", "--port", str(server.port)])
+        other = _scanned(procs, ["trtllm-serve", "/models/Other", "--port", port], sock)
         mismatch = check_health(other, verify_identity=True)
     assert named.state == "ready", named
     assert (mismatch.state, mismatch.reason) == (
