@@ -107,6 +107,7 @@ struct CompiledForm {
     program_model: bool,
     exit_subcommands: Vec<Box<[u8]>>,
     no_arguments: bool,
+    facts: bool,
     loaders: Vec<Box<[u8]>>,
     loader_prefixes: Vec<Box<[u8]>>,
     /// Path components the program's directory must end with (any of them; none: anywhere).
@@ -557,6 +558,7 @@ impl Matcher {
                     program_model: form.program_model,
                     exit_subcommands: boxed_all(&form.exit_subcommands),
                     no_arguments: form.no_arguments,
+                    facts: form.facts,
                     loaders: boxed_all(&form.loaders),
                     loader_prefixes: boxed_all(&form.loader_prefixes),
                     directories: form
@@ -766,6 +768,24 @@ impl Matcher {
         let n = argv.len();
         if form.no_arguments && i < n {
             return Outcome::Exits;
+        }
+        if !form.facts {
+            // A program of the engine's that shares none of its flags (llama.cpp's rpc-server):
+            // only an exit flag, as written or by an alias, is read.
+            let exits = argv[i..]
+                .iter()
+                .any(|t| engine.flags.get(t.as_ref()).is_some_and(|f| f.exit));
+            if exits {
+                return Outcome::Exits;
+            }
+            return Outcome::Server(Parsed {
+                engine: engine_index,
+                model: None,
+                served_names: Vec::new(),
+                host: None,
+                port: None,
+                role: form.role,
+            });
         }
         let positional_model = form.positional_model;
         let mut models: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];

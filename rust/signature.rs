@@ -72,10 +72,16 @@ pub struct LaunchForm {
     pub exit_subcommands: Vec<String>,
     #[serde(default)]
     pub no_arguments: bool,
+    #[serde(default = "yes")]
+    pub facts: bool,
     #[serde(default)]
     pub evidence: Option<Evidence>,
     #[serde(default)]
     pub role: Role,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Where one engine's facts sit in argv. Field meanings are documented on the Python model.

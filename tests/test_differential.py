@@ -168,6 +168,7 @@ def _form(draw: st.DrawFn) -> LaunchForm:
         program_model=draw(st.booleans()),
         exit_subcommands=tuple(draw(st.lists(st.just("download"), max_size=1))),
         no_arguments=draw(st.booleans()),
+        facts=draw(st.booleans()),
         evidence=draw(st.none() | _evidence()),
         role=draw(st.sampled_from(("server", "runner", "follower"))),
     )

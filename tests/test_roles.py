@@ -12,6 +12,7 @@ import pytest
 import enginespec
 from enginespec import Scanner, parse_argv
 from enginespec._backend import MatcherType
+from enginespec.health import check_health
 from enginespec.signature import LaunchForm, Signature, signatures_json
 from procs import Procs
 
@@ -204,3 +205,29 @@ def test_scanned_processes_carry_their_role(procs: Procs) -> None:
     found = {p.pid: p.role for p in Scanner(listen_ports=False).scan() if p.pid in started}
     assert found == started
     assert {p.pid: p.role for p in enginespec.scan(listen_ports=False) if p.pid in started} == started
+
+
+@pytest.mark.parametrize(
+    ("argv", "role"),
+    [
+        (["rpc-server", "-H", "0.0.0.0", "-p", "50052"], "follower"),
+        (["/opt/llama.cpp/build/bin/rpc-server", "-d", "CUDA0,CUDA1", "-c"], "follower"),
+        (["rpc-server", "--help"], None),
+        (["rpc-server", "-h"], None),
+    ],
+)
+def test_llama_cpps_rpc_server_is_a_follower_with_no_facts(argv: list[str], role: str | None) -> None:
+    inv = parse_argv(argv)
+    if role is None:
+        assert inv is None
+        return
+    assert inv is not None
+    # its -H/-p are the RPC socket's, not an HTTP address: nothing is claimed from them
+    assert (inv.engine, inv.role, inv.model, inv.host, inv.port) == ("llamacpp", role, None, None, None)
+
+
+def test_an_rpc_server_is_scanned_as_a_follower_and_not_checked(procs: Procs) -> None:
+    proc = procs.start(["rpc-server", "-H", "127.0.0.1", "-p", "50052"])
+    (found,) = [p for p in Scanner().scan() if p.pid == proc.pid]
+    assert (found.engine, found.role, found.base_url) == ("llamacpp", "follower", None)
+    assert check_health(found).state == "not_serving"

@@ -176,6 +176,7 @@ struct FuzzForm {
     program_model: bool,
     exit_subcommands: Vec<Word>,
     no_arguments: bool,
+    facts: bool,
 }
 
 /// Mirrors `enginespec::Signature`'s JSON form (fields the Rust side ignores are left out).

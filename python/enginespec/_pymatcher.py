@@ -281,6 +281,12 @@ class Matcher:
         n = len(argv)
         if form.no_arguments and i < n:
             return None
+        if not form.facts:
+            # A program of the engine's that shares none of its flags (llama.cpp's rpc-server):
+            # only an exit flag, as written or by an alias, is read.
+            if any(t in sig.exit_flags or sig.aliases.get(t) in sig.exit_flags for t in argv[i:]):
+                return None
+            return index, None, [], None, None, form.role
         seen: dict[str, list[str]] = {}
         positional: str | None = None
         wanted_positionals = form.evidence.positionals if form.evidence is not None else ()

@@ -113,8 +113,11 @@ class LaunchForm(BaseModel):
     ``evidence``, when given, must also be found in argv, else the form does not match.
     ``positional_port``: the positional argument after the model (the first one, without
     ``positional_model``) is the port. ``exit_subcommands``: a first positional argument naming one
-    of these actions (``download``) runs it and exits: not a server. ``no_arguments``: nothing may
-    follow the subcommand (cobra ``ExactArgs(0)``, no flags): argv with more fails, not a server.
+    of these actions (``download``) runs it and exits: not a server. ``facts=False``: the
+    program shares none of the signature's flags (llama.cpp's ``rpc-server``, whose ``-p`` is its
+    RPC port): argv gives the engine and the role only (an exit flag still exits).
+    ``no_arguments``: nothing may follow the subcommand (cobra ``ExactArgs(0)``, no flags): argv
+    with more fails, not a server.
     ``checkout_files`` are files that must exist next to the program (relative to its directory,
     seen from the process's working directory) for a scanned process to count: ``main.py`` is a
     TabbyAPI server only inside a TabbyAPI checkout. The matcher cannot look at files; the scanner
@@ -139,6 +142,7 @@ class LaunchForm(BaseModel):
     program_model: bool = False
     exit_subcommands: tuple[str, ...] = ()
     no_arguments: bool = False
+    facts: bool = True
     evidence: Evidence | None = None
     checkout_files: tuple[str, ...] = Field(default=(), max_length=_MAX_CHECKOUT_FILES)
     role: FormRole = "server"

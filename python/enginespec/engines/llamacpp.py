@@ -31,6 +31,11 @@ SIGNATURE = Signature(
         # `llama server`) runs llama-server's own main on the arguments that follow.
         LaunchForm(executables=("llama",), subcommand=("serve",)),
         LaunchForm(executables=("llama",), subcommand=("server",)),
+        # The RPC backend a multi-host llama-server offloads layers to (`llama-server --rpc
+        # host:50052`): it holds its machine's GPU and serves no HTTP API; its `-H`/`-p` are its RPC
+        # socket's, `-d` its devices (tools/rpc/rpc-server.cpp of the llama.cpp that
+        # llama-cpp-python 0.3.35 vendors).
+        LaunchForm(executables=("rpc-server",), role="follower", facts=False),
     ),
     # Short and long spellings of the same option (llama.cpp 0c1e57098, common/arg.cpp).
     # `-md`/`--model-draft`, `-hfd`, `-mm`/`--mmproj` are other models and are deliberately absent.
