@@ -12,7 +12,7 @@ import psutil
 from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
 
 from enginespec._backend import ScannerType
-from enginespec._pycgroup import Runtime
+from enginespec._pycontainers import Runtime
 from enginespec._pymatcher import basename
 from enginespec._pyscanner import RawProcess
 from enginespec.argv import Invocation, argv_port, endpoint, flag_value, redact_argv
