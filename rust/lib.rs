@@ -5,7 +5,8 @@
 //! Everything but `python.rs` is plain Rust that `cargo test` exercises without an interpreter:
 //!
 //! - `signature`: the JSON form of the signatures; `matcher`: argv -> [`Facts`];
-//! - `cgroup`: the container `/proc/PID/cgroup` places a process in (a pure parser);
+//! - `cgroup`: the container `/proc/PID/cgroup` places a process in (a pure parser); `proxy`:
+//!   the forward a `docker-proxy` argv sets up;
 //! - `procfs`: pure parsers of what procfs gives (`cmdline`, `stat`, `children`, `net/tcp`, the
 //!   listing's records);
 //! - `proc_events`: the kernel's process events (netlink proc connector), parsed and read as
@@ -19,6 +20,7 @@ pub mod cgroup;
 pub mod matcher;
 pub mod proc_events;
 pub mod procfs;
+pub mod proxy;
 pub mod scan;
 pub mod scan_sysinfo;
 pub mod signature;

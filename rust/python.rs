@@ -252,10 +252,25 @@ impl Scanner {
 }
 
 /// (runtime, id, pod uid) of the container the text of `/proc/PID/cgroup` names, or `None`:
-/// the shape `_pycgroup.parse_cgroup` returns.
+/// the shape `_pycontainers.parse_cgroup` returns.
 #[pyfunction]
 fn parse_cgroup(data: &[u8]) -> Option<(&'static str, String, Option<String>)> {
     crate::cgroup::parse_cgroup(data).map(|c| (c.runtime, c.id, c.pod_uid))
+}
+
+/// (host address, host port, container address, container port) a `docker-proxy` argv
+/// forwards, or `None`: the shape `_pycontainers.proxy_flags` returns.
+#[pyfunction]
+fn proxy_flags(argv: Vec<OsString>) -> Option<(OsString, u16, OsString, u16)> {
+    let tokens: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
+    crate::proxy::proxy_flags(&tokens).map(|f| {
+        (
+            OsString::from_vec(f.host_ip),
+            f.host_port,
+            OsString::from_vec(f.container_ip),
+            f.container_port,
+        )
+    })
 }
 
 #[pymodule]
@@ -263,5 +278,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Matcher>()?;
     m.add_class::<Scanner>()?;
     m.add_function(wrap_pyfunction!(parse_cgroup, m)?)?;
+    m.add_function(wrap_pyfunction!(proxy_flags, m)?)?;
     Ok(())
 }

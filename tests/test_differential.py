@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from enginespec import _pycgroup, _pymatcher
+from enginespec import _pycontainers, _pymatcher
 from enginespec.engines import all_signatures
 from enginespec.signature import Evidence, LaunchForm, Signature, signatures_json
 
@@ -323,7 +323,7 @@ def test_made_up_signatures(signatures: tuple[Signature, ...], argvs: list[list[
             assert native.parse(program) == python.parse(program), (program, data)
 
 
-# --- the cgroup parser (rust/cgroup.rs and _pycgroup.py) ---------------------------------------
+# --- the cgroup parser (rust/cgroup.rs and _pycontainers.py) ---------------------------------------
 
 _HEX = "0123456789abcdef"
 _ID = "9" * 8 + "ab" * 28
@@ -377,18 +377,42 @@ _cgroup_line = st.tuples(
 @given(st.lists(_cgroup_line, max_size=6), st.sampled_from(["\n", "\r\n", "\x85", ""]))
 def test_cgroup_parsers_agree(lines: list[str], end: str) -> None:
     data = (end or "\n").join(lines).encode("utf-8") + end.encode("utf-8")
-    assert _native.parse_cgroup(data) == _pycgroup.parse_cgroup(data)
+    assert _native.parse_cgroup(data) == _pycontainers.parse_cgroup(data)
 
 
 @settings(max_examples=3000, deadline=None)
 @given(st.lists(_edited_shape(), min_size=1, max_size=3))
 def test_cgroup_parsers_agree_on_edited_shapes(lines: list[str]) -> None:
     data = "\n".join(lines).encode("utf-8")
-    assert _native.parse_cgroup(data) == _pycgroup.parse_cgroup(data)
+    assert _native.parse_cgroup(data) == _pycontainers.parse_cgroup(data)
 
 
 @settings(max_examples=1000, deadline=None)
 @given(st.binary(max_size=300), st.sampled_from(_CGROUP_WORDS))
 def test_cgroup_parsers_agree_on_bytes(noise: bytes, word: str) -> None:
     for data in (noise, b"0::/" + noise + word.encode(), b"0::/" + word.encode() + noise):
-        assert _native.parse_cgroup(data) == _pycgroup.parse_cgroup(data)
+        assert _native.parse_cgroup(data) == _pycontainers.parse_cgroup(data)
+
+
+# --- the docker-proxy argv parser (rust/proxy.rs and _pycontainers.py) -----------------------
+
+_PROXY_ARGV_WORDS = (
+    "docker-proxy", "/usr/bin/docker-proxy", "docker-proxyx", "-proto", "--proto=tcp", "tcp", "udp",
+    "-host-ip", "--host-ip", "-host-ip=::", "---host-ip", "-host-port", "-host-port=", "-container-ip",
+    "-container-ip=172.17.0.2", "-container-port", "--container-port=8000", "0.0.0.0", "::", "8000",
+    "65535", "65536", "00080", "0", "+1", "-", "--", "=", "-=", "", "é", "٨٠",
+)  # fmt: skip
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    st.sampled_from(["docker-proxy", "/usr/bin/docker-proxy", "docker-proxyx", "", "é/docker-proxy"]),
+    st.lists(st.one_of(st.sampled_from(_PROXY_ARGV_WORDS), st.text(max_size=6)), max_size=14),
+)
+def test_proxy_argv_parsers_agree(program: str, args: list[str]) -> None:
+    argv = [program, *args]
+    assert _native.proxy_flags(argv) == _pycontainers.proxy_flags(argv)
+    # dockerd's own argv, with the edits: both find the forward in it, or neither does
+    full = [program, "-proto", "tcp", "-host-ip", "0.0.0.0", "-host-port", "8001", *args]
+    full += ["-container-ip", "172.17.0.2", "-container-port", "8000"]
+    assert _native.proxy_flags(full) == _pycontainers.proxy_flags(full)

@@ -19,6 +19,7 @@ use enginespec::cgroup;
 use enginespec::matcher::Matcher;
 use enginespec::proc_events::{self, Hints, Message, Sequences};
 use enginespec::procfs;
+use enginespec::proxy;
 use enginespec::scan::{ScanOptions, Scanner};
 use enginespec::signature::{signatures_from_json, Signature};
 use serde::Serialize;
@@ -358,6 +359,13 @@ pub fn procfs(data: &[u8]) {
                     || dashes == [8, 13, 18, 23] && pod.len() == 36
             );
             assert!(holds(&pod.replace('-', "")[..8]), "{pod}");
+        }
+    }
+    // docker-proxy argv (the input as a cmdline): ports are 1-65535, the addresses come from it.
+    if let Some(forward) = proxy::proxy_flags(&parts) {
+        assert!(forward.host_port > 0 && forward.container_port > 0);
+        for address in [&forward.host_ip, &forward.container_ip] {
+            assert!(parts.iter().any(|part| part.ends_with(address)));
         }
     }
     // getdents64 records: each listed pid needs a record of 20 bytes or more.

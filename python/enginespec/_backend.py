@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable
 from typing import Literal
 
-import enginespec._pycgroup as _pycgroup
+import enginespec._pycontainers as _pycontainers
 import enginespec._pymatcher as _pymatcher
 import enginespec._pyscanner as _pyscanner
 
@@ -23,7 +23,10 @@ if _WANTED not in ("", "native", "python"):
 BACKEND: Backend = "python"
 MatcherType: type[_pymatcher.Matcher] = _pymatcher.Matcher
 ScannerType: type[_pyscanner.Scanner] = _pyscanner.Scanner
-parse_cgroup: Callable[[bytes], tuple[_pycgroup.Runtime, str, str | None] | None] = _pycgroup.parse_cgroup
+parse_cgroup: Callable[[bytes], tuple[_pycontainers.Runtime, str, str | None] | None] = (
+    _pycontainers.parse_cgroup
+)
+proxy_flags: Callable[[list[str]], tuple[str, int, str, int] | None] = _pycontainers.proxy_flags
 if _WANTED != "python":
     try:
         import enginespec._native as _native
@@ -37,3 +40,4 @@ if _WANTED != "python":
         MatcherType = _native.Matcher  # type: ignore[assignment]
         ScannerType = _native.Scanner  # type: ignore[assignment]
         parse_cgroup = _native.parse_cgroup
+        proxy_flags = _native.proxy_flags

@@ -8,7 +8,7 @@ Strings cross the boundary through the filesystem encoding (surrogateescape), so
 from collections.abc import Sequence
 from typing import Literal, TypeAlias, final
 
-__all__ = ["Matcher", "Scanner", "parse_cgroup"]
+__all__ = ["Matcher", "Scanner", "parse_cgroup", "proxy_flags"]
 
 # The aliases are the stub's alone (private names: the module has no such attributes).
 
@@ -87,4 +87,8 @@ class Scanner:
 
 def parse_cgroup(data: bytes) -> tuple[_Runtime, str, str | None] | None:
     """(runtime, full id, pod uid) of the container the text of ``/proc/PID/cgroup`` places a
-    process in, ``None`` on the host (``_pycgroup.parse_cgroup`` is its twin)."""
+    process in, ``None`` on the host (``_pycontainers.parse_cgroup`` is its twin)."""
+
+def proxy_flags(argv: Sequence[str]) -> tuple[str, int, str, int] | None:
+    """(host address, host port, container address, container port) a ``docker-proxy`` argv
+    forwards, the addresses as given (``_pycontainers.proxy_flags`` is its twin)."""

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
-from enginespec._backend import parse_cgroup
-from enginespec._pycgroup import Runtime
+from enginespec._backend import parse_cgroup, proxy_flags
+from enginespec._pycontainers import Runtime
 from enginespec.urls import base_url
 
 
@@ -130,38 +130,22 @@ class ProxyRule:
     container_port: int
 
 
-_PROXY_FLAGS = ("proto", "host-ip", "host-port", "container-ip", "container-port")
-
-
 def parse_proxy_argv(argv: Sequence[str]) -> ProxyRule | None:
-    """The TCP forward a ``docker-proxy`` argv sets up, or ``None``. The flags are Go's `flag`
-    package forms, ``-name value``, ``-name=value`` or with two dashes; ``-proto`` defaults to
-    ``tcp`` (moby cmd/docker-proxy/main.go, parseFlags, at 4be37b1)."""
-    if not argv or os.path.basename(argv[0]) != "docker-proxy":
+    """The TCP forward a ``docker-proxy`` argv sets up (see ``proxy_flags``), or ``None``; its
+    addresses only when they are IP addresses."""
+    flags = proxy_flags(list(argv))
+    if flags is None:
         return None
-    values: dict[str, str] = {"proto": "tcp"}
-    args = iter(argv[1:])
-    for arg in args:
-        name, equals, value = arg.lstrip("-").partition("=")
-        if not arg.startswith("-") or name not in _PROXY_FLAGS:
-            continue
-        values[name] = value if equals else next(args, "")
+    host_ip, host_port, container_ip, container_port = flags
     try:
-        host_ip = str(ipaddress.ip_address(values.get("host-ip", "")))
-        container_ip = str(ipaddress.ip_address(values.get("container-ip", "")))
+        return ProxyRule(
+            str(ipaddress.ip_address(host_ip)),
+            host_port,
+            str(ipaddress.ip_address(container_ip)),
+            container_port,
+        )
     except ValueError:
         return None
-    host_port, container_port = _port(values.get("host-port")), _port(values.get("container-port"))
-    if values["proto"] != "tcp" or host_port is None or container_port is None:
-        return None
-    return ProxyRule(host_ip, host_port, container_ip, container_port)
-
-
-def _port(text: str | None) -> int | None:
-    """A port given in decimal ASCII digits (``int`` would also take ``+80``, ``8_0``, ``٨٠``)."""
-    if text is None or not (text.isascii() and text.isdigit() and len(text) <= 5):
-        return None
-    return int(text) if 0 < int(text) <= 0xFFFF else None
 
 
 def published_ports(

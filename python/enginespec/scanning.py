@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
 
 import enginespec.sockets as sockets
 from enginespec._backend import ScannerType
-from enginespec._pycgroup import Runtime
+from enginespec._pycontainers import Runtime
 from enginespec._pymatcher import basename
 from enginespec._pyscanner import RawProcess
 from enginespec.argv import Invocation, argv_port, checkout, endpoint, flag_value, redact_argv, served_names
