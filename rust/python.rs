@@ -261,13 +261,15 @@ fn parse_cgroup(data: &[u8]) -> Option<(&'static str, String, Option<String>)> {
 /// (host address, host port, container address, container port) a `docker-proxy` argv
 /// forwards, or `None`: the shape `_pycontainers.proxy_flags` returns.
 #[pyfunction]
-fn proxy_flags(argv: Vec<OsString>) -> Option<(OsString, u16, OsString, u16)> {
-    let tokens: Vec<&[u8]> = argv.iter().map(|a| a.as_bytes()).collect();
+fn proxy_flags(
+    argv: Vec<OsString>,
+) -> Option<(Cow<'static, OsStr>, u16, Cow<'static, OsStr>, u16)> {
+    let tokens: Vec<&[u8]> = argv.iter().map(|a| a.as_encoded_bytes()).collect();
     crate::proxy::proxy_flags(&tokens).map(|f| {
         (
-            OsString::from_vec(f.host_ip),
+            Cow::Owned(os(&f.host_ip).into_owned()),
             f.host_port,
-            OsString::from_vec(f.container_ip),
+            Cow::Owned(os(&f.container_ip).into_owned()),
             f.container_port,
         )
     })
