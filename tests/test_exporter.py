@@ -207,3 +207,17 @@ def test_port_conflicts_are_a_gauge(
     assert len(conflicts) == len(series["enginespec_engine_port_conflict"])
     assert {conflicts[ids[str(p.pid)]] for p in pair} == {1.0}
     assert conflicts[ids[str(alone.pid)]] == 0.0
+
+
+def test_argv_that_is_not_utf8_is_escaped_not_fatal(procs: Procs, exporter: tuple[str, Path]) -> None:
+    url, textfile = exporter
+    model = os.fsdecode(b"/models/caf\xe9-\xff.gguf")  # surrogate escapes, as read from /proc
+    odd = procs.start(["llama-server", "-m", model, "--port", str(free_port())])
+
+    def shown(series: dict[str, list[tuple[dict[str, str], float]]]) -> bool:
+        return str(odd.pid) in {labels["pid"] for labels, _ in series.get("enginespec_engine_info", [])}
+
+    series = _scrape_until(url, shown)
+    (labels,) = [labels for labels, _ in series["enginespec_engine_info"] if labels["pid"] == str(odd.pid)]
+    assert labels["model"] == "/models/caf\\xe9-\\xff.gguf"
+    assert shown(_samples(textfile.read_text()))  # the textfile writer lives on too

@@ -8,6 +8,7 @@ Series follow Prometheus conventions: ``_info`` gauges valued 1, base units, no 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -49,11 +50,17 @@ class Snapshot:
     scans: int = 0
 
 
+def _label(value: str) -> str:
+    """A label value prometheus-client can write: argv bytes that are not UTF-8 (surrogate
+    escapes from /proc) become ``\\xNN`` escapes instead of failing the whole scrape."""
+    return os.fsencode(value).decode("utf-8", "backslashreplace")
+
+
 def _info_labels(process: EngineProcess) -> list[str]:
     # vLLM labels its own metrics with model_name = the first served name, else the model: the
     # same value here lets the two series join.
     served = process.served_model_name or process.model or ""
-    return [
+    values = [
         process.engine_id,
         process.engine,
         process.model or "",
@@ -66,6 +73,7 @@ def _info_labels(process: EngineProcess) -> list[str]:
         # the full id (empty on the host), as the runtime's API and cAdvisor's `id` name it
         process.container.id if process.container else "",
     ]
+    return [_label(value) for value in values]
 
 
 def _unique_ids(processes: list[EngineProcess]) -> list[str]:
