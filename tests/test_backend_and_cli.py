@@ -79,6 +79,18 @@ def test_cli_parse_prints_json() -> None:
     assert data["effective_port"] == 8000
 
 
+def test_cli_json_of_argv_that_is_not_utf8() -> None:
+    # argv read from /proc may hold any bytes: the JSON escapes them, the CLI does not die
+    model = os.fsdecode(b"/m/caf\xe9.gguf")
+    out = subprocess.run(
+        [sys.executable, "-m", "enginespec.cli", "parse", "--", "llama-server", "-m", os.fsencode(model)],
+        capture_output=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["model"] == model
+
+
 def test_cli_parse_not_an_engine() -> None:
     out = _cli("parse", "--", "grep", "llama-server")
     assert out.returncode == 1

@@ -12,6 +12,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 
+from pydantic import BaseModel
 from rich.console import Console, ConsoleOptions
 from rich.live import Live
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -98,7 +99,7 @@ def _cmd_parse(args: argparse.Namespace) -> int:
     if invocation is None:
         _fail("parse", f"not a server of a known engine: {shlex.join(redact_argv(args.argv))}")
         return 1
-    print(invocation.model_dump_json(indent=2))
+    print(_json(invocation))
     return 0
 
 
@@ -110,7 +111,7 @@ def _cmd_command(args: argparse.Namespace) -> int:
         _fail("command", err)
         return 2
     if args.json:  # the dump masks secrets (argv values, env_vars whose names say secret)
-        print(command.model_dump_json(indent=2))
+        print(_json(command))
         return 0
     for name, value in command.redacted_env().items():
         print(literal(f"export {name}={shlex.quote(value)}"))
@@ -120,6 +121,12 @@ def _cmd_command(args: argparse.Namespace) -> int:
     if command.injected_flags:
         print(f"note: injected by defaults: {literal(' '.join(command.injected_flags))}", file=sys.stderr)
     return 0
+
+
+def _json(model: BaseModel) -> str:
+    """A model as indented ASCII JSON: argv bytes that are not UTF-8 (surrogate escapes from
+    /proc) become ``\\udcXX`` escapes, where pydantic's own JSON would fail."""
+    return json.dumps(model.model_dump(mode="json"), indent=2)
 
 
 PS_COLUMNS = (
@@ -301,7 +308,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
         _fail("health", err)
         return 2
     if args.json:
-        print(health.model_dump_json(indent=2))
+        print(_json(health))
     else:
         latency = f" in {health.latency * 1000:.0f} ms" if health.latency is not None else ""
         reason = f": {health.reason}" if health.reason else ""
