@@ -58,10 +58,15 @@ _NOISE = [
 
 def host_mix(size: int, engine_share: float = 0.03, seed: int = 7) -> list[list[str]]:
     """`size` argv: `engine_share` of them engine servers from the corpus, the rest ordinary."""
+    # Imported here: the soak's workers choose their backend (ENGINESPEC_BACKEND) after this module.
+    from enginespec import parse_argv
+
     rng = random.Random(seed)
     records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
     engines = [r["argv"] for r in records if r["engine"] in {"vllm", "sglang", "llamacpp", "mlx"}]
-    look_alikes = [r["argv"] for r in records if r["engine"] is None]
+    # Labelled null when the corpus was made; some are servers of engines added since (`ollama
+    # serve`): only what is still no engine is a look-alike.
+    look_alikes = [r["argv"] for r in records if r["engine"] is None and parse_argv(r["argv"]) is None]
     mix: list[list[str]] = []
     for _ in range(size):
         roll = rng.random()
