@@ -78,6 +78,16 @@ def parsed(python: Path, argvs: list[list[str]], dest: str) -> list[str]:
     return result
 
 
+def alive(pids: set[int]) -> set[int]:
+    """Those of ``pids`` still running (not zombies)."""
+    running = set()
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                running.add(pid)
+    return running
+
+
 def orphans_of(scan: list[EngineProcess], pids: set[int]) -> dict[int, EngineProcess]:
     return {p.pid: p for p in scan if p.pid in pids}
 
@@ -222,7 +232,7 @@ def test_vllm_help_launch_find_wait_chat_clash_orphans(
             running.popen.send_signal(signal.SIGKILL)
             running.popen.wait(timeout=60)
             time.sleep(1)
-            left = {pid for pid in server.worker_pids if psutil.pid_exists(pid)}
+            left = alive(set(server.worker_pids))
             print(f"vllm: left running after SIGKILL of the API server: {sorted(left)}")
             assert titled <= left, (titles, left)
             after = scanner.scan()
@@ -242,13 +252,20 @@ def test_vllm_help_launch_find_wait_chat_clash_orphans(
             assert {p.pid: p.role for p in fresh.values()} == dict.fromkeys(cores, "orphan")
             seen = [(p.pid, p.model, p.worker_pids) for p in fresh.values()]
             print(f"vllm: a fresh scanner's orphans (pid, model, workers): {seen}")
-            # only what this test started: what is left is still in its server's process group
-            for pid in left:
+            # Killing what the scan reports (the orphans and their workers), only what this test
+            # started: they are still in its server's process group.
+            reported = {pid for o in orphans.values() for pid in (o.pid, *o.worker_pids)}
+            for pid in reported:
                 assert os.getpgid(pid) == running.popen.pid
                 os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + 60
             while orphans_of(scanner.scan(), left):
                 assert time.monotonic() < deadline, orphans_of(scanner.scan(), left)
+                time.sleep(0.2)
+            # multiprocessing's resource_tracker (no engine process, never reported) ends by itself
+            # once the last of them is gone
+            while alive(left - reported):
+                assert time.monotonic() < deadline, alive(left - reported)
                 time.sleep(0.2)
         finally:
             # whatever the server left (orphans, resource_tracker) is in its process group
