@@ -164,6 +164,9 @@ def test_vllm_help_launch_find_wait_chat_clash_orphans(
         str(model),
     ), command.argv
     assert flags_in(command) <= help_.flags
+    # enginespec's own check against the installed help agrees, and nothing of the recipe is dropped
+    assert spec.build_command(recipe, config, strict=True, validate=True) == list(command.argv)
+    print(f"vllm: {' '.join(command.argv)}")
     scanner = Scanner()
     with launched(recipe, config, tmp_path / "vllm.log") as running:
         try:
@@ -218,7 +221,7 @@ def test_vllm_help_launch_find_wait_chat_clash_orphans(
                 lived = time.monotonic() - launched_at
                 states = sorted({h.state for h in seen})
                 print(f"vllm: a second server on the port lived {lived:.1f} s, reported {states}")
-                assert "ready" not in states, seen
+                assert "ready" not in states, [(h.state, h.reason) for h in seen]
                 for health in seen:
                     if health.state == "unhealthy":
                         assert f"held by pid {running.popen.pid}, not by this server" in health.reason
