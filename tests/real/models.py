@@ -77,8 +77,10 @@ def _weights(seed: int) -> dict[str, np.ndarray]:
     return weights
 
 
-def hf_model(folder: Path, seed: int = 0) -> Path:
-    """A Hugging Face Llama folder: config.json, model.safetensors, tokenizer files."""
+def hf_model(folder: Path, seed: int = 0, heads: int = HEADS) -> Path:
+    """A Hugging Face Llama folder: config.json, model.safetensors, tokenizer files. ``heads``
+    sets the head size (HIDDEN // heads; the weights' shapes do not change): vLLM's CPU attention
+    takes 64, not the default's 32."""
     from safetensors.numpy import save_file
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
@@ -92,8 +94,8 @@ def hf_model(folder: Path, seed: int = 0) -> Path:
         "hidden_size": HIDDEN,
         "intermediate_size": FF,
         "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": HEADS,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
         "vocab_size": len(tokens),
         "max_position_embeddings": CONTEXT,
         "rms_norm_eps": 1e-5,
