@@ -1,7 +1,8 @@
 //! Incremental scanner of `/proc` (Linux): finds every engine server on the host.
 //!
-//! Cost model. A cold scan lists `/proc` and reads each process's `cmdline` once, nothing else;
-//! only engine processes get more reads (`stat`, `exe`, children, sockets). Later scans trust
+//! Cost model. A cold scan lists `/proc` and reads each process's `cmdline` once, and the `stat`
+//! of each that is not an engine (for its start time: see below); only engine processes get more
+//! reads (`stat`, `exe`, children, sockets). Later scans trust
 //! processes already classified without any per-pid read, except:
 //! - pids the kernel may have handed out again since the last scan: those whose `/proc/PID`
 //!   inode (free with the listing) changed, and those the pid allocation cursor
@@ -12,7 +13,9 @@
 //!   size: `comm` and argv's address range from that `stat`, and the first and last
 //!   [`CMDLINE_PEEK`] bytes of `cmdline`; it is re-read whole and parsed again only when one differs;
 //! - processes that may still `exec` an engine: exec wrappers (shells, `env`, `nohup`, ... given by
-//!   the caller) and processes born since the previous scan, for a short while.
+//!   the caller) and processes born since the previous scan, for a short while (on the first
+//!   scan, those born shortly before it: caught between fork and exec, they show their parent's
+//!   argv, and nothing else would make them read again once they exec).
 //!
 //! When nothing was forked since the previous listing began (`processes` is unchanged), not even
 //! the listing is done: only engines and watched processes are read.
@@ -299,6 +302,16 @@ fn clock_ticks() -> f64 {
     }
 }
 
+/// Seconds since boot, the first field of `/proc/uptime`.
+fn parse_uptime(data: &[u8]) -> Option<f64> {
+    std::str::from_utf8(data)
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The kernel's process-wide facts read once per scanner.
 #[derive(Debug)]
 struct Host {
@@ -323,6 +336,11 @@ pub struct Scanner {
     forks_listed: Option<u64>,
     /// Number of listing scans so far.
     generation: u64,
+    /// During the first listing: seconds since boot (`/proc/uptime`) when it began. No process
+    /// is then "born since the previous scan", yet one forked just before may still `exec` an
+    /// engine (caught between its fork and its exec, it shows its parent's argv): those started
+    /// less than `young` before are watched as young ones are.
+    cold_uptime: Option<f64>,
     host: Host,
     stats: ScanStats,
     /// Whether this scan classified a process as an engine for the first time.
@@ -359,6 +377,7 @@ impl Scanner {
             cursor: None,
             forks_listed: None,
             generation: 0,
+            cold_uptime: None,
             host: Host {
                 boot_time,
                 clock_ticks: clock_ticks(),
@@ -466,12 +485,24 @@ impl Scanner {
             None
         } else if self.is_wrapper(&argv) {
             Some((cmdline.to_vec(), None))
-        } else if young || argv.is_empty() {
+        } else if young || argv.is_empty() || self.born_before_cold_scan(pid) {
             Some((cmdline.to_vec(), Some(now + self.options.young)))
         } else {
             None
         };
         Some(Class::Other { watch })
+    }
+
+    /// Whether the first listing is under way and the process started less than `young` before
+    /// it (one more read, of `stat`, only then and only for processes that are not engines).
+    fn born_before_cold_scan(&self, pid: i32) -> bool {
+        let Some(uptime) = self.cold_uptime else {
+            return false;
+        };
+        self.read_stat(pid).is_some_and(|stat| {
+            uptime - stat.start_ticks as f64 / self.host.clock_ticks
+                < self.options.young.as_secs_f64()
+        })
     }
 
     fn read_stat(&self, pid: i32) -> Option<ProcStat> {
@@ -698,6 +729,10 @@ impl Scanner {
         }
         self.forks_listed = before.map(|c| c.forks);
         self.generation += 1;
+        if first {
+            self.cold_uptime =
+                read_small(&self.options.proc_root.join("uptime")).and_then(|d| parse_uptime(&d));
+        }
         self.list_pids();
         // Read after listing, so any pid reused before the listing falls inside the window.
         let cursor = self.read_cursor();
@@ -750,6 +785,7 @@ impl Scanner {
             }
         }
         self.pids = pids;
+        self.cold_uptime = None;
         let before = self.known.len();
         self.known.retain(|_, known| known.generation == generation);
         self.stats.vanished += (before - self.known.len()) as u64;

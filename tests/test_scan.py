@@ -180,6 +180,23 @@ def test_exec_into_an_engine_is_found_on_the_next_scan(helper: Path, procs: Proc
     assert found[late.pid].model == "young/m"
 
 
+def test_a_process_born_just_before_the_first_scan_is_watched_for_an_exec(helper: Path, procs: Procs) -> None:
+    # As a watch started while an engine is being launched sees it: the first scan catches the
+    # process between its fork and its exec, showing another program's argv (here, a Python
+    # that is no wrapper); the exec that follows must still be seen.
+    target = ["python3", "-m", "sglang.launch_server", "--model-path", "early/m", "--port", "30124"]
+    code = f"import os, sys; sys.stdin.readline(); os.execv({str(helper)!r}, {target!r})"
+    early = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, start_new_session=True)
+    procs.started.append(early)  # type: ignore[arg-type]
+    scanner = Scanner()
+    assert early.pid not in _mine(scanner.scan(), procs)
+    _release(early)
+    wait_for(lambda: Path(f"/proc/{early.pid}/cmdline").read_bytes().startswith(b"python3\0-m\0sglang"))
+    found = _mine(scanner.scan(), procs)
+    assert early.pid in found, scanner.stats
+    assert (found[early.pid].engine, found[early.pid].model) == ("sglang", "early/m")
+
+
 def _release(proc: subprocess.Popen[bytes]) -> None:
     assert proc.stdin is not None
     proc.stdin.write(b"go\n")

@@ -281,6 +281,28 @@ def test_watch_json_streams_a_start_and_a_stop(procs: Procs, mode: str) -> None:
     assert b"Traceback" not in err
 
 
+def test_a_polling_watch_sees_the_exec_of_a_process_born_just_before_it(procs: Procs) -> None:
+    # An engine launched as the watch starts: its first scan catches the process between fork
+    # and exec, showing another program's argv; the exec (released once that scan is done, which
+    # the marker's event says) must still be seen.
+    target = ["python3", "-m", "sglang.launch_server", "--model-path", "early/m", "--port", "30125"]
+    code = f"import os, sys; sys.stdin.readline(); os.execv({str(procs.helper)!r}, {target!r})"
+    early = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, start_new_session=True)
+    procs.started.append(early)  # type: ignore[arg-type]
+    marker = procs.start(["llama-server", "-m", "/m/marker.gguf", "--port", str(free_port())])
+    stream = _Stream("--json", "--no-health", "--interval", "100ms", "--poll")
+    try:
+        stream.until(lambda d: d["type"] == "started" and _pid_of(d) == marker.pid)
+        assert early.stdin is not None
+        early.stdin.write(b"go\n")
+        early.stdin.flush()
+        started = stream.until(lambda d: d["type"] == "started" and _pid_of(d) == early.pid)
+        assert (started["process"]["engine"], started["process"]["model"]) == ("sglang", "early/m")
+    finally:
+        code, err = stream.interrupt()
+    assert code == 0, err
+
+
 def test_watch_json_streams_argv_that_is_not_utf8(procs: Procs) -> None:
     model = os.fsdecode(b"/m/caf\xe9-\xff.gguf")  # surrogate escapes, as read from /proc
     stream = _Stream("--json", "--no-health", "--interval", "100ms")

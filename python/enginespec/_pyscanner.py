@@ -467,6 +467,8 @@ class Scanner:
         self._forks_listed: int | None = None
         #: number of listing scans so far
         self._generation = 0
+        #: during the first listing, the time it began (see ``cold_uptime`` in scan.rs)
+        self._cold: float | None = None
         self._counts = _Counts()
         #: whether this scan classified a process as an engine for the first time
         self._engine_appeared = False
@@ -509,6 +511,7 @@ class Scanner:
             return self._finish(now, quiet=True, scanned=scanned, full_recheck=False)
         self._forks_listed = None if before is None else before[1]
         self._generation += 1
+        self._cold = time.time() if first else None
         pids = self._source.list_pids()
         # Read after listing, so any pid reused before the listing falls inside the window.
         cursor = self._source.cursor()
@@ -533,6 +536,7 @@ class Scanner:
             if cls is not None:
                 known[pid] = (inode, cls)
         counts.vanished += len(old) - listed
+        self._cold = None
         self._known = known
         self._cursor = cursor
         return self._finish(now, quiet=False, scanned=len(pids), full_recheck=not first and everything)
@@ -593,9 +597,17 @@ class Scanner:
         if self._is_wrapper(argv):
             return _Other((data, None))
         # Empty argv: a kernel thread, a zombie, or a process caught inside execve.
-        if young or not argv:
+        if young or not argv or self._born_before_cold_scan(pid):
             return _Other((data, now + self._young))
         return _SETTLED
+
+    def _born_before_cold_scan(self, pid: int) -> bool:
+        """Whether the first listing is under way and the process started less than ``young``
+        before it: caught between its fork and its exec, it may still become an engine."""
+        if self._cold is None:
+            return False
+        stat = self._source.stat(pid)
+        return stat is not None and self._cold - stat.start_time < self._young
 
     def _engine_state(self, pid: int, cmdline: bytes, argv: list[str], facts: RawInvocation) -> _Class | None:
         stat = self._source.stat(pid)

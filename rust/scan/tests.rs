@@ -193,6 +193,33 @@ fn processes_present_at_the_first_scan_are_not_young() {
     assert_eq!(scanner.stats().reread, 0);
 }
 
+#[test]
+fn a_process_born_just_before_the_first_scan_is_watched_for_its_exec() {
+    let proc = FakeProc::new();
+    proc.spawn(1, &["/sbin/init"]);
+    // 200 started 2 s before the first scan (a watch started as an engine is launched), caught
+    // between its fork and its exec with its parent's argv; 100 started 10 s before.
+    let ticks = clock_ticks();
+    let old = proc.spawn(100, &["python3", "old.py"]).start_ticks as f64 / ticks;
+    let early = Stat {
+        start_ticks: ((old + 8.0) * ticks) as u64,
+        ..Stat::default()
+    };
+    proc.create(200, &["python3", "-m", "launcher"], early);
+    std::fs::write(proc.path("uptime"), format!("{:.2} 0.00\n", old + 10.0)).unwrap();
+    let mut scanner = scanner(&proc);
+    let t0 = Instant::now();
+    assert!(scanner.scan_at(t0).is_empty());
+    assert!(scanner.scan_at(t0 + secs(1)).is_empty());
+    assert_eq!(scanner.stats().reread, 1);
+    proc.exec(200, &["demo", "serve", "/m/early"]);
+    proc.exec(100, &["demo", "serve", "/m/old"]);
+    assert_eq!(pids(&scanner.scan_at(t0 + secs(2))), vec![200]);
+    // Its window is `young` from the first scan, as for a process born after it.
+    scanner.scan_at(t0 + secs(7));
+    assert_eq!(scanner.stats().reread, 0);
+}
+
 /// An engine folding workers (`demo`, pid 100) and one that does not (`solo`, pid 200), each
 /// with children, sockets and an unrelated listener in the same network namespace.
 fn engine_tree(proc: &FakeProc) {
