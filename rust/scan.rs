@@ -1,8 +1,8 @@
 //! Incremental scanner of `/proc` (Linux): finds every engine server on the host.
 //!
 //! Cost model. A cold scan lists `/proc` and reads each process's `cmdline` once, and the `stat`
-//! of each that is not an engine (for its start time: see below); only engine processes get more
-//! reads (`stat`, `exe`, children, sockets). Later scans trust
+//! of those with pids handed out just before it (for their start time: see below); only engine
+//! processes get more reads (`stat`, `exe`, children, sockets). Later scans trust
 //! processes already classified without any per-pid read, except:
 //! - pids the kernel may have handed out again since the last scan: those whose `/proc/PID`
 //!   inode (free with the listing) changed, and those the pid allocation cursor
@@ -302,6 +302,20 @@ fn clock_ticks() -> f64 {
     }
 }
 
+/// Pids handed out within this many before the cursor (or after it, during the listing) are the
+/// ones a first scan checks for a recent birth: pids are handed out in order, so a process forked
+/// in the last seconds has one of them unless the host forks thousands of times a second. The
+/// bound keeps a cold scan to about one read per process.
+const RECENT_PIDS: u64 = 4096;
+
+/// Whether `pid` lies within [`RECENT_PIDS`] of the cursor `last`, either side, cyclically.
+fn near_cursor(pid: u64, last: u64, pid_max: u64) -> bool {
+    let span = pid_max.max(1);
+    let behind = (last + span - pid % span) % span;
+    let ahead = (pid + span - last % span) % span;
+    behind < RECENT_PIDS || ahead < RECENT_PIDS
+}
+
 /// Seconds since boot, the first field of `/proc/uptime`.
 fn parse_uptime(data: &[u8]) -> Option<f64> {
     std::str::from_utf8(data)
@@ -341,6 +355,9 @@ pub struct Scanner {
     /// engine (caught between its fork and its exec, it shows its parent's argv): those started
     /// less than `young` before are watched as young ones are.
     cold_uptime: Option<f64>,
+    /// During the first listing: the pid cursor when it began, so that only processes whose pids
+    /// were handed out shortly before (or during) it have their `stat` read (see `near_cursor`).
+    cold_cursor: Option<u64>,
     host: Host,
     stats: ScanStats,
     /// Whether this scan classified a process as an engine for the first time.
@@ -378,6 +395,7 @@ impl Scanner {
             forks_listed: None,
             generation: 0,
             cold_uptime: None,
+            cold_cursor: None,
             host: Host {
                 boot_time,
                 clock_ticks: clock_ticks(),
@@ -499,6 +517,11 @@ impl Scanner {
         let Some(uptime) = self.cold_uptime else {
             return false;
         };
+        if let Some(last) = self.cold_cursor {
+            if !near_cursor(pid as u64, last, self.host.pid_max) {
+                return false;
+            }
+        }
         self.read_stat(pid).is_some_and(|stat| {
             uptime - stat.start_ticks as f64 / self.host.clock_ticks
                 < self.options.young.as_secs_f64()
@@ -732,6 +755,7 @@ impl Scanner {
         if first {
             self.cold_uptime =
                 read_small(&self.options.proc_root.join("uptime")).and_then(|d| parse_uptime(&d));
+            self.cold_cursor = before.map(|c| c.last_pid);
         }
         self.list_pids();
         // Read after listing, so any pid reused before the listing falls inside the window.
@@ -786,6 +810,7 @@ impl Scanner {
         }
         self.pids = pids;
         self.cold_uptime = None;
+        self.cold_cursor = None;
         let before = self.known.len();
         self.known.retain(|_, known| known.generation == generation);
         self.stats.vanished += (before - self.known.len()) as u64;

@@ -440,6 +440,16 @@ class _Counts:
     reread: int = 0
 
 
+#: rust/scan.rs RECENT_PIDS: pids within this many of the cursor are the recently handed out ones.
+RECENT_PIDS = 4096
+
+
+def _near_cursor(pid: int, last: int, pid_max: int) -> bool:
+    """Whether ``pid`` lies within RECENT_PIDS of the cursor ``last``, either side, cyclically."""
+    span = max(pid_max, 1)
+    return (last - pid) % span < RECENT_PIDS or (pid - last) % span < RECENT_PIDS
+
+
 class Scanner:
     """The incremental scanner (``Scanner`` in scan.rs). Keep one per polling loop."""
 
@@ -467,8 +477,10 @@ class Scanner:
         self._forks_listed: int | None = None
         #: number of listing scans so far
         self._generation = 0
-        #: during the first listing, the time it began (see ``cold_uptime`` in scan.rs)
+        #: during the first listing, the time it began and the pid cursor then (see
+        #: ``cold_uptime`` and ``near_cursor`` in scan.rs)
         self._cold: float | None = None
+        self._cold_cursor: int | None = None
         self._counts = _Counts()
         #: whether this scan classified a process as an engine for the first time
         self._engine_appeared = False
@@ -512,6 +524,7 @@ class Scanner:
         self._forks_listed = None if before is None else before[1]
         self._generation += 1
         self._cold = time.time() if first else None
+        self._cold_cursor = before[0] if first and before is not None else None
         pids = self._source.list_pids()
         # Read after listing, so any pid reused before the listing falls inside the window.
         cursor = self._source.cursor()
@@ -605,6 +618,8 @@ class Scanner:
         """Whether the first listing is under way and the process started less than ``young``
         before it: caught between its fork and its exec, it may still become an engine."""
         if self._cold is None:
+            return False
+        if self._cold_cursor is not None and not _near_cursor(pid, self._cold_cursor, self._source.pid_max):
             return False
         stat = self._source.stat(pid)
         return stat is not None and self._cold - stat.start_time < self._young

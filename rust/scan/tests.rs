@@ -1171,3 +1171,14 @@ fn in_event_mode_a_new_engine_refreshes_only_the_trees_above_it() {
     );
     assert!(find(&after, 200).descendants.is_empty());
 }
+
+#[test]
+fn near_cursor_is_cyclic_and_bounded() {
+    use super::near_cursor;
+    assert!(near_cursor(1000, 1000, 32768));
+    assert!(near_cursor(32768 - 3000, 1000, 32768)); // behind, across the wrap
+    assert!(near_cursor(1003, 1000, 32768)); // handed out during the listing
+    assert!(near_cursor(32767, 2, 32768)); // just before the wrap
+    assert!(!near_cursor(20000, 1000, 32768));
+    assert!(!near_cursor(1000 + 5000, 1000, 32768));
+}
