@@ -284,8 +284,17 @@ class Watch:
             self._sink(err)
 
     def close(self) -> None:
-        """Stops the watch; its threads end within one interval."""
+        """Stops the watch and waits for its threads (at most about one interval or one health
+        check): none may still be inside the native scanner, which runs without the GIL, when the
+        interpreter shuts down (a thread coming back into a finalizing interpreter from Rust
+        crashed `enginespec watch` on Ctrl-C)."""
         self._stop.set()
+        if not self._started:
+            return
+        bound = max(self._interval, self._health_timeout) + 5.0
+        for thread in self._threads:
+            if thread is not threading.current_thread() and thread.is_alive():
+                thread.join(bound)
 
     def __iter__(self) -> Iterator[WatchEvent]:
         self._start(self._queue.put)
