@@ -60,16 +60,6 @@ def test_new_corpus_built_in_and_null_records(record: dict[str, Any]) -> None:
     assert _facts(record["argv"]) == expected
 
 
-@pytest.mark.parametrize(
-    "record",
-    [r for r in _records() if r["engine"] not in BUILT_IN and r["engine"] is not None],
-    ids=lambda r: f"{r['engine']}:{' '.join(r['argv'])[:70]}",
-)
-def test_new_corpus_other_engines_are_not_taken_for_built_in_ones(record: dict[str, Any]) -> None:
-    inv = parse_argv(record["argv"])
-    assert inv is None or inv.engine not in BUILT_IN
-
-
 ROLES: list[tuple[list[str], str]] = [
     # vLLM: --headless starts engine cores only (vllm/entrypoints/cli/serve.py)
     (["vllm", "serve", "m", "--headless"], "follower"),

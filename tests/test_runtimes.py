@@ -30,6 +30,7 @@ from enginespec import (
     get_engine_spec,
 )
 from enginespec.hardware import accelerators
+from enginespec.installing import find_cmake
 from enginespec.probing import help_flags, installed_versions, python_of_process, script_python
 from fakeserver import Answer, serving
 
@@ -438,7 +439,7 @@ def test_source_build_rebuilds_when_the_source_differs(
 ) -> None:
     # A real cmake project standing in for llama.cpp's tree: the binary it "builds" reports the
     # LLAMA_BUILD_COMMIT it was configured with, as llama-server does.
-    cmake = shutil.which("cmake")
+    cmake = find_cmake()  # on PATH or beside this interpreter, as the install looks for it
     assert cmake is not None, "cmake is a test dependency (pip install cmake)"
     tree = tmp_path / "llama.cpp"
     (tree / "ggml").mkdir(parents=True)

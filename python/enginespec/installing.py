@@ -528,6 +528,12 @@ def _unpack_source(build: SourceBuild, archive: Path, into: Path) -> Path:
     raise InstallOptionsError(f"source: no source tree (CMakeLists.txt beside {build.marker!r}) in {archive}")
 
 
+def find_cmake() -> str | None:
+    """cmake on PATH, else beside this interpreter (``pip install cmake`` into the venv enginespec
+    runs from, not activated)."""
+    return shutil.which("cmake") or shutil.which("cmake", path=str(Path(sys.executable).parent))
+
+
 def _cmake_build(
     engine: EngineDefinition,
     build: SourceBuild,
@@ -538,7 +544,7 @@ def _cmake_build(
     stamp: str | None,
 ) -> tuple[list[str], tuple[str, ...]]:
     executable = engine.launch.executable
-    cmake = shutil.which("cmake")
+    cmake = find_cmake()
     if cmake is None:
         raise InstallError(
             f"cmake is needed to build {executable} from source (apt install cmake, or pip install cmake)"
