@@ -72,6 +72,8 @@ enum Fact {
     Address(usize),
     Rank(usize),
     Follower,
+    /// A flag whose value may name an action that exits (`Signature::exit_values`).
+    Action(usize),
 }
 
 /// Everything the parser needs to know about one spelling of a flag, resolved at compile time.
@@ -107,7 +109,12 @@ struct CompiledForm {
     program_model: bool,
     exit_subcommands: Vec<Box<[u8]>>,
     no_arguments: bool,
+    /// More positional arguments than this is a usage error (a strict parser).
+    max_positionals: Option<usize>,
     facts: bool,
+    /// With `facts == false`: the program's own host and port flags, each taking the next token.
+    host_flags: Vec<Box<[u8]>>,
+    port_flags: Vec<Box<[u8]>>,
     loaders: Vec<Box<[u8]>>,
     loader_prefixes: Vec<Box<[u8]>>,
     /// Path components the program's directory must end with (any of them; none: anywhere).
@@ -132,6 +139,8 @@ struct CompiledEngine {
     flags: FxHashMap<Box<[u8]>, FlagInfo>,
     no_value_prefixes: Vec<Box<[u8]>>,
     served_separator: Option<Box<[u8]>>,
+    /// The values of each `Fact::Action` flag that name an action that exits, by its slot.
+    exit_values: Vec<Vec<Box<[u8]>>>,
     /// Canonical evidence flag -> its bit (see [`FlagInfo::evidence`]).
     evidence_bits: FxHashMap<String, u64>,
 }
@@ -152,6 +161,8 @@ pub struct Matcher {
     /// (executable suffix, engine index, form index) in signature order.
     by_suffix: Vec<(Box<[u8]>, usize, usize)>,
     loader_prefixes: Vec<Box<[u8]>>,
+    /// (engine index, form index) of the forms whose loader's program may have any name.
+    any_program: Vec<(usize, usize)>,
     /// First bytes of the program and loader prefixes, last bytes of the suffixes: one lookup
     /// rules them all out for almost every process.
     prefix_first: ByteSet,
@@ -213,6 +224,20 @@ impl CompiledEngine {
         }
         for flag in &sig.follower_flags {
             facts.entry(flag).or_insert(Fact::Follower);
+        }
+        if sig.exit_values.len() > MAX_FACT_FLAGS {
+            return Err(format!(
+                "{}: exit_values lists {} flags, at most {MAX_FACT_FLAGS} are supported",
+                sig.engine,
+                sig.exit_values.len()
+            ));
+        }
+        let mut exit_values = Vec::with_capacity(sig.exit_values.len());
+        for (flag, values) in &sig.exit_values {
+            if let Entry::Vacant(slot) = facts.entry(flag) {
+                slot.insert(Fact::Action(exit_values.len()));
+                exit_values.push(values.iter().map(|v| boxed(v)).collect());
+            }
         }
         let mut evidence_bits: FxHashMap<String, u64> = FxHashMap::default();
         for evidence in sig.launch_forms.iter().filter_map(|f| f.evidence.as_ref()) {
@@ -277,6 +302,7 @@ impl CompiledEngine {
                 .as_deref()
                 .filter(|s| !s.is_empty())
                 .map(boxed),
+            exit_values,
             evidence_bits,
         })
     }
@@ -538,6 +564,7 @@ impl Matcher {
             worker_titles: Vec::new(),
             by_suffix: Vec::new(),
             loader_prefixes: Vec::new(),
+            any_program: Vec::new(),
             prefix_first: ByteSet([false; 256]),
             loader_first: ByteSet([false; 256]),
             suffix_last: ByteSet([false; 256]),
@@ -558,7 +585,10 @@ impl Matcher {
                     program_model: form.program_model,
                     exit_subcommands: boxed_all(&form.exit_subcommands),
                     no_arguments: form.no_arguments,
+                    max_positionals: form.max_positionals,
                     facts: form.facts,
+                    host_flags: boxed_all(&form.host_flags),
+                    port_flags: boxed_all(&form.port_flags),
                     loaders: boxed_all(&form.loaders),
                     loader_prefixes: boxed_all(&form.loader_prefixes),
                     directories: form
@@ -569,6 +599,9 @@ impl Matcher {
                     evidence: form.evidence.as_ref().map(|e| compiled.evidence(sig, e)),
                     role: form.role,
                 });
+                if form.any_program {
+                    matcher.any_program.push((engine, form_index));
+                }
                 for prefix in &form.executable_prefixes {
                     matcher.by_prefix.push((boxed(prefix), engine, form_index));
                 }
@@ -681,7 +714,12 @@ impl Matcher {
                     .iter()
                     .any(|(x, _, _)| name.len() > x.len() && name.ends_with(x))
         });
-        if exact.is_none() && prefixes.is_none() && suffixes.is_none() {
+        // Last, the forms that take a loader's program under any name; a flag is no program.
+        let any_program: &[(usize, usize)] = match loader {
+            Some(_) if !path.starts_with(b"-") => &self.any_program,
+            _ => &[],
+        };
+        if exact.is_none() && prefixes.is_none() && suffixes.is_none() && any_program.is_empty() {
             return self.worker(argv); // almost every process on a host: None
         }
         program = prefixes;
@@ -702,7 +740,8 @@ impl Matcher {
             .flatten()
             .copied()
             .chain(by_prefix)
-            .chain(by_suffix);
+            .chain(by_suffix)
+            .chain(any_program.iter().copied());
         for (engine, form_index) in candidates {
             let form = &self.forms[form_index];
             if let Some(name) = loader {
@@ -770,22 +809,7 @@ impl Matcher {
             return Outcome::Exits;
         }
         if !form.facts {
-            // A program of the engine's that shares none of its flags (llama.cpp's rpc-server):
-            // only an exit flag, as written or by an alias, is read.
-            let exits = argv[i..]
-                .iter()
-                .any(|t| engine.flags.get(t.as_ref()).is_some_and(|f| f.exit));
-            if exits {
-                return Outcome::Exits;
-            }
-            return Outcome::Server(Parsed {
-                engine: engine_index,
-                model: None,
-                served_names: Vec::new(),
-                host: None,
-                port: None,
-                role: form.role,
-            });
+            return own_flags(argv, engine, engine_index, form, i);
         }
         let positional_model = form.positional_model;
         let mut models: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
@@ -794,6 +818,7 @@ impl Matcher {
         let mut ports: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
         let mut addresses: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
         let mut ranks: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
+        let mut actions: [Option<Values<'a>>; MAX_FACT_FLAGS] = [None; MAX_FACT_FLAGS];
         let mut follower = false;
         let mut evidence_seen: u64 = 0;
         // A form that needs evidence reads on past an exit flag: without the evidence argv is not
@@ -817,6 +842,7 @@ impl Matcher {
                 if positional_model && positional.is_none() && i < n {
                     positional = Some(argv[i].as_ref());
                 }
+                positionals += n - i; // everything after `--` is positional
                 break;
             }
             if !looks_like_flag(token) {
@@ -900,9 +926,22 @@ impl Matcher {
                 Some(Fact::Address(p)) => addresses[p] = values,
                 Some(Fact::Rank(p)) => ranks[p] = values,
                 Some(Fact::Follower) => follower = true,
+                Some(Fact::Action(p)) => actions[p] = values,
                 None => {}
             }
         }
+        if form.max_positionals.is_some_and(|most| positionals > most) {
+            // clap "unexpected argument", argparse "unrecognized arguments": a usage error
+            exits = true;
+        }
+        let exit_action = actions
+            .iter()
+            .zip(&engine.exit_values)
+            .any(|(slot, stops)| {
+                slot.and_then(|v| v.last(argv))
+                    .is_some_and(|v| stops.iter().any(|s| **s == *v))
+            });
+        exits |= exit_action;
         let first = |slots: &[Option<Values<'a>>]| -> Option<&'a [u8]> {
             slots
                 .iter()
@@ -963,6 +1002,46 @@ impl Matcher {
             role,
         })
     }
+}
+
+/// A program of the engine's that shares none of its flags (llama.cpp's rpc-server): only the
+/// form's own host and port flags and the signature's exit flags (as written or by an alias) are
+/// read, as `Matcher._own_flags` in Python.
+fn own_flags<'a, A: AsRef<[u8]>>(
+    argv: &'a [A],
+    engine: &CompiledEngine,
+    engine_index: usize,
+    form: &CompiledForm,
+    mut i: usize,
+) -> Outcome<'a> {
+    let mut host: Option<&'a [u8]> = None;
+    let mut port: Option<&'a [u8]> = None;
+    while let Some(token) = argv.get(i).map(AsRef::as_ref) {
+        i += 1;
+        if engine.flags.get(token).is_some_and(|f| f.exit) {
+            return Outcome::Exits;
+        }
+        let is_host = form.host_flags.iter().any(|f| **f == *token);
+        if is_host || form.port_flags.iter().any(|f| **f == *token) {
+            let Some(value) = argv.get(i).map(AsRef::as_ref) else {
+                return Outcome::Exits; // its value is required: the program exits
+            };
+            if is_host {
+                host = Some(value);
+            } else {
+                port = Some(value);
+            }
+            i += 1;
+        }
+    }
+    Outcome::Server(Parsed {
+        engine: engine_index,
+        model: None,
+        served_names: Vec::new(),
+        host: host.filter(|h| !h.is_empty()),
+        port: port.filter(|p| !p.is_empty()).and_then(parse_port),
+        role: form.role,
+    })
 }
 
 /// Splits on a non-empty byte separator, like `str.split(sep)`.

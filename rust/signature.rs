@@ -72,8 +72,16 @@ pub struct LaunchForm {
     pub exit_subcommands: Vec<String>,
     #[serde(default)]
     pub no_arguments: bool,
+    #[serde(default)]
+    pub max_positionals: Option<usize>,
+    #[serde(default)]
+    pub any_program: bool,
     #[serde(default = "yes")]
     pub facts: bool,
+    #[serde(default)]
+    pub host_flags: Vec<String>,
+    #[serde(default)]
+    pub port_flags: Vec<String>,
     #[serde(default)]
     pub evidence: Option<Evidence>,
     #[serde(default)]
@@ -113,6 +121,8 @@ pub struct Signature {
     pub multi_value_flags: Vec<String>,
     #[serde(default)]
     pub exit_flags: Vec<String>,
+    #[serde(default)]
+    pub exit_values: BTreeMap<String, Vec<String>>,
     #[serde(default)]
     pub mode_flags: BTreeMap<String, bool>,
     #[serde(default)]

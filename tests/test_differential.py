@@ -50,6 +50,8 @@ def _vocabulary() -> list[str]:
             signature.exit_flags,
             signature.follower_flags,
             signature.follower_rank_flags,
+            tuple(signature.exit_values),
+            *signature.exit_values.values(),
         ):
             words.update(group)
         for form in signature.launch_forms:
@@ -59,6 +61,8 @@ def _vocabulary() -> list[str]:
             words.update(form.other_subcommands)
             words.update(form.exit_subcommands)
             words.update(form.loaders)
+            words.update(form.host_flags)
+            words.update(form.port_flags)
             words.update(prefix + "1.10" for prefix in form.loader_prefixes)
             words.update(stem + suffix for suffix in form.executable_suffixes for stem in ("m", "", "/a/m"))
             words.update(f"/x/{d}/{e}" for d in form.directories for e in form.executables)
@@ -72,6 +76,7 @@ def _vocabulary() -> list[str]:
     for word in words:
         variants.update({word, word.replace("-", "_"), word + "=v", word + "=", word + "=1", word.upper()})
     extra = {"python", "python3.11", "/v/bin/python3", "Python", "/v/bin/vllm", "8080", "x.exe", *_VALUES}
+    extra |= {" ", "./model", "/usr/bin/ape", "-c", "/bin/sh"}
     extra |= {"h:1", "[::1]:2", ":3", "a:b:c", "[x]", "C:\\lib\\ollama\\llama-server.exe"}
     return sorted(variants | extra)
 
@@ -134,7 +139,7 @@ _LOADERS = ("ld", "ld.elf")
 _LOADER_PREFIXES = (".ld-",)
 _DIRECTORIES = ("lib/srv", "opt")
 _MODULES = ("pkg.server", "pkg")
-_BUCKETS = ("model", "served", "host", "port", "address", "rank", "follower", "other")
+_BUCKETS = ("model", "served", "host", "port", "address", "rank", "follower", "action", "other")
 
 
 @st.composite
@@ -152,14 +157,22 @@ def _form(draw: st.DrawFn) -> LaunchForm:
     prefixes = draw(st.lists(st.sampled_from(_PREFIXES), max_size=1))
     suffixes = draw(st.lists(st.sampled_from(_SUFFIXES), max_size=1))
     modules = draw(st.lists(st.sampled_from(_MODULES), max_size=1))
-    assume(executables or prefixes or suffixes or modules)
+    loaders = tuple(draw(st.lists(st.sampled_from(_LOADERS), max_size=2, unique=True)))
+    loader_prefixes = tuple(draw(st.lists(st.sampled_from(_LOADER_PREFIXES), max_size=1)))
+    evidence = draw(st.none() | _evidence())
+    any_program = draw(st.booleans()) and bool(loaders or loader_prefixes) and evidence is not None
+    facts = draw(st.booleans())
+    # a program's own address flags, only where it shares no flag of the signature
+    own = st.lists(st.sampled_from(_FLAGS + _ALIASES), max_size=2, unique=True)
+    host_flags, port_flags = (draw(own), draw(own)) if not facts else ([], [])
+    assume(executables or prefixes or suffixes or modules or any_program)
     return LaunchForm(
         executables=tuple(executables),
         executable_prefixes=tuple(prefixes),
         executable_suffixes=tuple(suffixes),
         modules=tuple(modules),
-        loaders=tuple(draw(st.lists(st.sampled_from(_LOADERS), max_size=2, unique=True))),
-        loader_prefixes=tuple(draw(st.lists(st.sampled_from(_LOADER_PREFIXES), max_size=1))),
+        loaders=loaders,
+        loader_prefixes=loader_prefixes,
         directories=tuple(draw(st.lists(st.sampled_from(_DIRECTORIES), max_size=1))),
         subcommand=tuple(draw(st.lists(st.sampled_from(("serve", "run")), max_size=1))),
         other_subcommands=tuple(draw(st.lists(st.sampled_from(("serve", "run", "m.bin")), max_size=2))),
@@ -168,8 +181,12 @@ def _form(draw: st.DrawFn) -> LaunchForm:
         program_model=draw(st.booleans()),
         exit_subcommands=tuple(draw(st.lists(st.just("download"), max_size=1))),
         no_arguments=draw(st.booleans()),
-        facts=draw(st.booleans()),
-        evidence=draw(st.none() | _evidence()),
+        max_positionals=draw(st.none() | st.integers(0, 2)),
+        any_program=any_program,
+        facts=facts,
+        host_flags=tuple(host_flags),
+        port_flags=tuple(port_flags),
+        evidence=evidence,
         role=draw(st.sampled_from(("server", "runner", "follower"))),
     )
 
@@ -201,6 +218,10 @@ def _signature(draw: st.DrawFn, engine: str) -> Signature:
         "no_value_prefixes": tuple(draw(st.lists(st.just("--no-"), max_size=1))),
         "multi_value_flags": frozenset(draw(subset)),
         "exit_flags": frozenset(draw(subset)),
+        "exit_values": {
+            flag: tuple(draw(st.lists(st.sampled_from(("stop", "0", "m.bin")), min_size=1, max_size=2)))
+            for flag in buckets["action"]
+        },
         "worker_titles": tuple(draw(st.lists(st.sampled_from(_TITLES), max_size=2, unique=True))),
         "values_required": draw(st.booleans()),
         "default_host": "127.0.0.1",
@@ -233,6 +254,8 @@ _SIGNATURE_WORDS = sorted(
         *_MODEL_VALUES,
         "a,b",
         "download",
+        "stop",
+        " ",
         "h:1",
         "[::1]:2",
         ":3",
@@ -289,9 +312,14 @@ def _crafted(signatures: tuple[Signature, ...]) -> list[list[str]]:
                 *form.executables,
                 *(prefix + "b1" for prefix in form.executable_prefixes),
                 *("m" + suffix for suffix in form.executable_suffixes),
+                *(["./any", "-x"] if form.any_program else []),
             ]
             programs = [f"/x/{form.directories[0]}/{p}" for p in programs] if form.directories else programs
-            loaders = [[], *([loader] for loader in form.loaders[:1])]
+            loaders = [
+                [],
+                *([loader] for loader in form.loaders[:1]),
+                *([prefix + "1.10"] for prefix in form.loader_prefixes[:1]),
+            ]
             for program, loader in (
                 (p, ld) for p in programs or ["python", "-m", *form.modules[:1]] for ld in loaders
             ):
@@ -305,6 +333,15 @@ def _crafted(signatures: tuple[Signature, ...]) -> list[list[str]]:
                     crafted += [[*head, flag, value] for value in ("h:1", "[::1]:2", ":3", "a:b:c", "[x]")]
                 crafted += [[*head, "m", "5001"], [*head, "download", "m"], [*head, *sorted(sig.mode_flags)]]
                 crafted += [[*head, value, *evidence, *sorted(sig.exit_flags)[:1]] for value in _MODEL_VALUES]
+                for flag in sig.exit_values:
+                    crafted += [[*head, flag, value, *evidence] for value in ("stop", "0", "x", "--")]
+                for flag in (*form.host_flags, *form.port_flags):
+                    crafted += [[*head, flag, value] for value in ("h", "8080", "", "--help")]
+                    crafted += [[*head, flag], [*head, "-x", flag, "1", flag]]
+                # positionals for a strict parser: a lone " ", extras, after `--`
+                crafted += [
+                    [*head, *evidence, *words] for words in (["a"], ["a", "b"], [" "], ["--", "a", "b"])
+                ]
     return crafted
 
 

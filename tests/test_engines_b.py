@@ -67,6 +67,11 @@ GOLDEN: list[tuple[list[str], tuple[Any, ...]]] = [
         ["ape-x86_64.elf", "/srv/llamafile", "--server", "-a", "n"],
         ("llamafile", None, "n", None, None, "server"),
     ),
+    # a llamafile copied under another name (issue 27): the loader and llamafile's own flags
+    (
+        ["/usr/bin/ape", "./not-a-llamafile", "--server"],
+        ("llamafile", "./not-a-llamafile", None, None, None, "server"),
+    ),
     (["./m.llamafile", "--server", "-m", "b.gguf"], ("llamafile", "b.gguf", None, None, None, "server")),
     (["m.llamafile.exe", "--server"], ("llamafile", "m.llamafile.exe", None, None, None, "server")),
     (["llamafile", "-p", "x", "--server"], ("llamafile", None, None, None, None, "server")),
@@ -123,7 +128,10 @@ NOT_SERVERS: list[list[str]] = [
     [APE, "./m.llamafile", "--localscore"],
     [APE],
     [APE, "/bin/bash"],
-    ["/usr/bin/ape", "./not-a-llamafile", "--server"],
+    # an APE loader's program under another name is a llamafile only with llamafile's flags
+    ["/usr/bin/ape", "./not-a-llamafile"],
+    ["/usr/bin/ape", "./tool", "-p", "x"],
+    ["/usr/bin/ape", "./model", "--server", "--cli"],
     ["ape", "vllm", "serve", "m"],
     ["vim", "m.llamafile"],
     [".llamafile", "--server"],

@@ -198,22 +198,30 @@ def test_scanned_processes_carry_their_role(procs: Procs) -> None:
 
 
 @pytest.mark.parametrize(
-    ("argv", "role"),
+    ("argv", "facts"),
     [
-        (["rpc-server", "-H", "0.0.0.0", "-p", "50052"], "follower"),
-        (["/opt/llama.cpp/build/bin/rpc-server", "-d", "CUDA0,CUDA1", "-c"], "follower"),
+        (["rpc-server", "-H", "0.0.0.0", "-p", "50052"], ("0.0.0.0", 50052)),
+        (["rpc-server", "--port", "50053", "--host", "::"], ("::", 50053)),
+        (["/opt/llama.cpp/build/bin/rpc-server", "-d", "CUDA0,CUDA1", "-c"], (None, None)),
+        # rpc_server_params_parse takes the next argument as the value, whatever it is
+        (["rpc-server", "-H", "--help"], ("--help", None)),
         (["rpc-server", "--help"], None),
         (["rpc-server", "-h"], None),
+        # a host or port flag with no value: rpc-server exits ("Invalid parameters")
+        (["rpc-server", "-H", "0.0.0.0", "-p"], None),
+        (["rpc-server", "-p", "50052", "--host"], None),
     ],
 )
-def test_llama_cpps_rpc_server_is_a_follower_with_no_facts(argv: list[str], role: str | None) -> None:
+def test_llama_cpps_rpc_server_is_a_follower_with_its_own_address(
+    argv: list[str], facts: tuple[str | None, int | None] | None
+) -> None:
     inv = parse_argv(argv)
-    if role is None:
+    if facts is None:
         assert inv is None
         return
     assert inv is not None
-    # its -H/-p are the RPC socket's, not an HTTP address: nothing is claimed from them
-    assert (inv.engine, inv.role, inv.model, inv.host, inv.port) == ("llamacpp", role, None, None, None)
+    # its -H/-p are its RPC socket's: reported as its address, never as an HTTP server's
+    assert (inv.engine, inv.role, inv.model, inv.host, inv.port) == ("llamacpp", "follower", None, *facts)
 
 
 def test_an_rpc_server_is_scanned_as_a_follower_and_not_checked(procs: Procs) -> None:

@@ -155,6 +155,7 @@ class _Compiled:
             *signature.address_flags,
             *signature.follower_rank_flags,
             *signature.follower_flags,
+            *signature.exit_values,
             *(flag for flags in self.evidence_flags.values() for flag in flags),
         )
         self.wanted = frozenset(wanted)
@@ -176,9 +177,13 @@ class Matcher:
         self._by_prefix: list[tuple[str, int, LaunchForm]] = []
         self._by_suffix: list[tuple[str, int, LaunchForm]] = []
         self._loaders: set[str] = set()
+        # Forms whose program a loader runs under any name, in signature order.
+        self._any_program: _Candidates = []
         loader_prefixes: set[str] = set()
         for index, compiled in enumerate(self._engines):
             for form in compiled.signature.launch_forms:
+                if form.any_program:
+                    self._any_program.append((index, form))
                 for name in form.executables:
                     self._by_executable.setdefault(name, []).append((index, form))
                 for name in form.executable_prefixes:
@@ -247,6 +252,9 @@ class Matcher:
         if exe and self._suffixes and exe.endswith(self._suffixes):
             suffixed = ((i, f) for x, i, f in self._by_suffix if len(exe) > len(x) and exe.endswith(x))
             candidates = [*(candidates or ()), *suffixed]
+        # Last, the forms that take a loader's program under any name; a flag is no program.
+        if loader is not None and self._any_program and not program.startswith("-"):
+            candidates = [*(candidates or ()), *self._any_program]
         if not candidates:
             return self._worker(argv)  # almost every process on a host: None
         for index, form in candidates:
@@ -273,6 +281,29 @@ class Matcher:
                 return index, None, [], None, None, "worker"
         return None
 
+    def _own_flags(self, argv: Sequence[str], index: int, form: LaunchForm, i: int) -> RawInvocation | None:
+        """A program of the engine's that shares none of its flags (llama.cpp's rpc-server): only
+        the form's own host and port flags and the signature's exit flags (as written or by an
+        alias) are read."""
+        sig = self._engines[index].signature
+        host: str | None = None
+        port: str | None = None
+        n = len(argv)
+        while i < n:
+            token = argv[i]
+            i += 1
+            if token in sig.exit_flags or sig.aliases.get(token) in sig.exit_flags:
+                return None
+            if token in form.host_flags or token in form.port_flags:
+                if i >= n:
+                    return None  # its value is required: the program exits
+                if token in form.host_flags:
+                    host = argv[i]
+                else:
+                    port = argv[i]
+                i += 1
+        return index, None, [], host or None, _parse_port(port) if port else None, form.role
+
     def _parse_form(
         self, argv: Sequence[str], index: int, form: LaunchForm, i: int, program: str
     ) -> RawInvocation | Literal["no evidence"] | None:
@@ -282,11 +313,7 @@ class Matcher:
         if form.no_arguments and i < n:
             return None
         if not form.facts:
-            # A program of the engine's that shares none of its flags (llama.cpp's rpc-server):
-            # only an exit flag, as written or by an alias, is read.
-            if any(t in sig.exit_flags or sig.aliases.get(t) in sig.exit_flags for t in argv[i:]):
-                return None
-            return index, None, [], None, None, form.role
+            return self._own_flags(argv, index, form, i)
         seen: dict[str, list[str]] = {}
         positional: str | None = None
         wanted_positionals = form.evidence.positionals if form.evidence is not None else ()
@@ -305,6 +332,7 @@ class Matcher:
             if token == "--":
                 if form.positional_model and positional is None and i < n:
                     positional = argv[i]
+                positionals += n - i  # everything after `--` is positional
                 break
             if not looks_like_flag(token):
                 if positionals == 0 and token in form.exit_subcommands:
@@ -360,6 +388,13 @@ class Matcher:
                     return values[-1]
             return None
 
+        if form.max_positionals is not None and positionals > form.max_positionals:
+            # clap "unexpected argument", argparse "unrecognized arguments": a usage error
+            exited = True
+        for flag, actions in sig.exit_values.items():
+            values = seen.get(flag)
+            if values and values[-1] in actions:
+                exited = True
         model = positional or last(sig.model_flags) or (program if form.program_model else None)
         served: list[str] = []
         for flag in sig.served_name_flags:

@@ -118,6 +118,18 @@ class LaunchForm(BaseModel):
     RPC port): argv gives the engine and the role only (an exit flag still exits).
     ``no_arguments``: nothing may follow the subcommand (cobra ``ExactArgs(0)``, no flags): argv
     with more fails, not a server.
+    ``max_positionals``: the program's own parser is strict about positional arguments (clap, or
+    argparse with a fixed number of them): argv with more positionals than this (the positional
+    model included, every token after ``--`` counted) is a usage error, the program exits at once
+    (``text-generation-launcher /bin/sh -c ...`` from a broken entrypoint, a lone ``" "`` left by
+    a shell line continuation). Only for a form whose flags that take no value, or several, are
+    all in the signature, else a value may be counted as a positional.
+    ``any_program``: the program run by one of the form's loaders may have any name (a llamafile
+    copied to ``./model``): the form then needs evidence, and a program that looks like a flag is
+    none.
+    ``host_flags`` and ``port_flags``, only with ``facts=False``: the program's own flags for its
+    listen address (exact spellings; each takes the next argument, which must be there, else the
+    program exits): a follower's own address (``rpc-server -H 0.0.0.0 -p 50052``).
     ``checkout_files`` are files that must exist next to the program (relative to its directory,
     seen from the process's working directory) for a scanned process to count: ``main.py`` is a
     TabbyAPI server only inside a TabbyAPI checkout. The matcher cannot look at files; the scanner
@@ -142,17 +154,32 @@ class LaunchForm(BaseModel):
     program_model: bool = False
     exit_subcommands: tuple[str, ...] = ()
     no_arguments: bool = False
+    max_positionals: int | None = Field(default=None, ge=0)
+    any_program: bool = False
     facts: bool = True
+    host_flags: tuple[str, ...] = ()
+    port_flags: tuple[str, ...] = ()
     evidence: Evidence | None = None
     checkout_files: tuple[str, ...] = Field(default=(), max_length=_MAX_CHECKOUT_FILES)
     role: FormRole = "server"
 
     @model_validator(mode="after")
     def _check(self) -> LaunchForm:
-        if not (self.executables or self.executable_prefixes or self.executable_suffixes or self.modules):
+        if not (
+            self.executables
+            or self.executable_prefixes
+            or self.executable_suffixes
+            or self.modules
+            or self.any_program
+        ):
             raise ValueError(
                 "a launch form needs at least one executable, executable prefix or suffix, or module"
             )
+        if self.any_program and not ((self.loaders or self.loader_prefixes) and self.evidence):
+            raise ValueError("any_program: the form needs loaders and evidence")
+        if (self.host_flags or self.port_flags) and self.facts:
+            raise ValueError("host_flags, port_flags: only for a form with facts=False")
+        _check_flags((*self.host_flags, *self.port_flags), "launch form host_flags/port_flags")
         for name in (
             *self.executables,
             *self.executable_prefixes,
@@ -212,6 +239,9 @@ class Signature(BaseModel):
     multi_value_flags: frozenset[str] = frozenset()
     #: flags that make the program print and exit instead of serving (``--help``, ``--version``).
     exit_flags: frozenset[str] = frozenset()
+    #: flags whose value (the last occurrence's) names an action that runs and exits instead of
+    #: serving: ``{"--action": ("stop",)}`` (TensorRT-LLM's ``mgmn_leader_node --action stop``).
+    exit_values: Mapping[str, tuple[str, ...]] = Field(default_factory=dict, max_length=_MAX_FACT_FLAGS)
     #: flags choosing what the program does, the last one given deciding: serve (``True``) or a
     #: mode that does not serve (``False``: llamafile ``--server`` vs ``--cli``, ``--chat``).
     mode_flags: Mapping[str, bool] = Field(default_factory=dict)
@@ -248,6 +278,15 @@ class Signature(BaseModel):
         _check_flags(aliases.keys(), "aliases")
         _check_flags(aliases.values(), "aliases")
         return dict(sorted(aliases.items()))
+
+    @field_validator("exit_values")
+    @classmethod
+    def _check_exit_values(cls, exits: Mapping[str, tuple[str, ...]]) -> Mapping[str, tuple[str, ...]]:
+        _check_flags(exits.keys(), "exit_values")
+        for flag, values in exits.items():
+            if not values or not all(v and v.isascii() and v.isprintable() for v in values):
+                raise ValueError(f"exit_values: {flag!r} needs one or more printable ASCII values")
+        return dict(sorted(exits.items()))
 
     @field_validator("mode_flags")
     @classmethod
@@ -293,6 +332,7 @@ class Signature(BaseModel):
             self.address_flags,
             self.follower_rank_flags,
             tuple(self.follower_flags),
+            tuple(self.exit_values),
         )
         seen: set[str] = set()
         for group in fact_groups:

@@ -34,8 +34,16 @@ SIGNATURE = Signature(
         # The RPC backend a multi-host llama-server offloads layers to (`llama-server --rpc
         # host:50052`): it holds its machine's GPU and serves no HTTP API; its `-H`/`-p` are its RPC
         # socket's, `-d` its devices (tools/rpc/rpc-server.cpp of the llama.cpp that
-        # llama-cpp-python 0.3.35 vendors).
-        LaunchForm(executables=("rpc-server",), role="follower", facts=False),
+        # llama-cpp-python 0.3.35 vendors). Its own parser (rpc_server_params_parse) takes the
+        # next argument as the value of -H/--host and -p/--port and exits when there is none: the
+        # listen address is what an operator needs to see (still no HTTP API, never probed).
+        LaunchForm(
+            executables=("rpc-server",),
+            role="follower",
+            facts=False,
+            host_flags=("-H", "--host"),
+            port_flags=("-p", "--port"),
+        ),
     ),
     # Short and long spellings of the same option (llama.cpp 0c1e57098, common/arg.cpp).
     # `-md`/`--model-draft`, `-hfd`, `-mm`/`--mmproj` are other models and are deliberately absent.

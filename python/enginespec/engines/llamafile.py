@@ -7,7 +7,7 @@ Facts from Mozilla-Ocho/llamafile tag 0.9.3 (``ff0c02e6``) unless a line says ot
 from __future__ import annotations
 
 from enginespec.definition import Flags, Launch, Serving
-from enginespec.signature import LaunchForm, Signature
+from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
 # An APE executable is a shell script to the kernel: its prologue execs a loader with the file as
@@ -17,7 +17,10 @@ from enginespec.spec import EngineSpec
 # program named ape to $TMPDIR/.llamafile or ~/.ape-1.9"); a binfmt_misc registration runs
 # `/usr/bin/ape` (README.md lines 326-329), which cosmo.zip ships as `ape-x86_64.elf` /
 # `ape-aarch64.elf` (the names it is downloaded under).
-_LOADERS = ("ape", "ape-x86_64.elf", "ape-aarch64.elf", "ape-arm64.elf")
+# `sh ./x.llamafile` (the README's advice where the kernel or zsh refuses the file) has sh read the
+# prologue, which then execs the loader.
+_LOADERS = ("ape", "ape-x86_64.elf", "ape-aarch64.elf", "ape-arm64.elf", "sh")
+# Every loader version: `.ape-1.9`, `.ape-1.10`, and the next ones.
 _LOADER_PREFIXES = (".ape-",)
 
 SIGNATURE = Signature(
@@ -34,6 +37,20 @@ SIGNATURE = Signature(
             loaders=_LOADERS,
             loader_prefixes=_LOADER_PREFIXES,
             program_model=True,
+        ),
+        # A llamafile under any other name (copied to `./model`, run by binfmt_misc as
+        # `/usr/bin/ape /srv/model`): an APE loader runs it and llamafile's own flags are given
+        # (`--server`, `-m/--model`). The file is the model unless `-m` names one.
+        LaunchForm(
+            any_program=True,
+            loaders=tuple(loader for loader in _LOADERS if loader != "sh"),
+            loader_prefixes=_LOADER_PREFIXES,
+            program_model=True,
+            evidence=Evidence(any_flags=("--server", "--model")),
+        ),
+        # sh runs any script: only `--server`, which no common script takes, tells a llamafile.
+        LaunchForm(
+            any_program=True, loaders=("sh",), program_model=True, evidence=Evidence(any_flags=("--server",))
         ),
     ),
     # llama.cpp/server/server.cpp server_params_parse (the old server) and llamafile/flags.cpp (v2).

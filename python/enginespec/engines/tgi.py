@@ -1,7 +1,9 @@
 """Hugging Face Text Generation Inference: ``text-generation-launcher``.
 
 Facts are from TGI v3.3.7 (``dfb3fbe7``): launcher/src/main.rs (struct ``Args``, clap 4),
-router/src/server.rs and backends/llamacpp/src/main.rs.
+router/src/server.rs and backends/llamacpp/src/main.rs. IBM's fork TGIS (IBM/text-generation-inference
+at ``006006d``, the runtime Open Data Hub and OpenShift AI ship as ``text-generation-launcher``)
+keeps the launcher's name and TGI v0.1's ``--model-name``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ _BOOLEAN_FLAGS = frozenset(
         "--use-mlock",
         "--offload-kqv",
         "--flash-attention",
+        # TGIS (launcher/src/main.rs at 006006d): its other bools are `--json-output` and
+        # `--default-include-stop-seqs`, which takes a value (ArgAction::Set)
+        "--output-special-tokens",
     }
 )
 
@@ -43,17 +48,22 @@ SIGNATURE = Signature(
         # `text-generation-router`, which serves HTTP: those are its workers (fold_workers), never
         # servers of their own. The TensorRT-LLM backend's image names its binary
         # ./text-generation-launcher too (Dockerfile_trtllm).
-        LaunchForm(executables=("text-generation-launcher",)),
+        # clap: the launcher's Args has no positional, so any positional argument is "unexpected
+        # argument '...' found" and the launcher exits 2 (`text-generation-launcher /bin/sh -c ...`
+        # from an image whose ENTRYPOINT is the launcher, a lone " " after a `\ `).
+        LaunchForm(executables=("text-generation-launcher",), max_positionals=0),
         # The llama.cpp backend's image runs this router directly (Dockerfile_llamacpp); it takes
         # the same --model-id/--hostname/--port (backends/llamacpp/src/main.rs; its --port default
         # there is 3001, not the launcher's 3000).
-        LaunchForm(executables=("text-generation-router-llamacpp",)),
+        LaunchForm(executables=("text-generation-router-llamacpp",), max_positionals=0),
     ),
     # Two options claim `-p` (port and prometheus_port); clap's MKeyMap::get returns the first
     # defined, which is --port (clap_builder 4.x, src/mkeymap.rs). `-e` is --env, `-g` the
     # graceful termination timeout. clap neither reads `_` as `-` nor takes abbreviations.
     aliases={"-p": "--port", "-e": "--env", "-g": "--graceful-termination-timeout"},
-    model_flags=("--model-id",),
+    # TGIS and TGI before v0.2 name the model `--model-name` (env MODEL_NAME); TGI's own
+    # --model-id comes first. TGIS's HTTP port is --port (3000) too, its `-g` is --grpc-port (8033).
+    model_flags=("--model-id", "--model-name"),
     host_flags=("--hostname",),
     port_flags=("--port",),
     no_value_flags=_BOOLEAN_FLAGS,
@@ -109,5 +119,7 @@ SPEC = TgiSpec(
     # Every option has a clap `env` twin named after its field (MODEL_ID, HOSTNAME, PORT, ...); the
     # command line wins. The CUDA image sets PORT=80 (Dockerfile), and Docker sets HOSTNAME to the
     # container id in every container, which the launcher then binds unless --hostname is given.
-    settings=Settings(environment={"MODEL_ID": "model", "HOSTNAME": "host", "PORT": "port"}),
+    settings=Settings(
+        environment={"MODEL_ID": "model", "MODEL_NAME": "model", "HOSTNAME": "host", "PORT": "port"}
+    ),
 )

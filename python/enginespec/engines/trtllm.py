@@ -58,6 +58,12 @@ SIGNATURE = Signature(
         # `trtllm-llmapi-launch` (a bash script) runs ranks > 0 of a multi-node LLM API job as this
         # module: MPI workers with no HTTP API (tensorrt_llm/llmapi/trtllm-llmapi-launch).
         LaunchForm(modules=("tensorrt_llm.llmapi.mgmn_worker_node",), role="follower"),
+        # On rank 0 it runs the command given (`trtllm-serve ...`: the HTTP server) in the
+        # background and this module in the foreground: the MPI comm server that hands the LLM's
+        # work to the other ranks, a follower. When the command ends it runs this module with
+        # `--action stop`, which only asks that server to stop (click Choice start|stop,
+        # tensorrt_llm/llmapi/mgmn_leader_node.py): see exit_values.
+        LaunchForm(modules=("tensorrt_llm.llmapi.mgmn_leader_node",), role="follower"),
     ),
     # click: option names are exactly as declared (with underscores), no prefix matching.
     aliases={
@@ -78,6 +84,7 @@ SIGNATURE = Signature(
     ),
     # no --version option on the group or on `serve`: only --help exits
     exit_flags=frozenset({"--help"}),
+    exit_values={"--action": ("stop",)},
     # The LLM's MPI workers are its children, and a disaggregated_mpi_worker leader re-runs itself
     # as a child (`_launch_disaggregated_leader`): folded into the process that started them.
     fold_workers=True,
