@@ -379,7 +379,10 @@ class Scanner:
         outside = read_outside(spec, pid, argv, runner=role == "runner")
         if outside.config_file is not None:
             self._configs[pid] = (config_location(pid, outside.config_file), outside.config_mtime)
-        merged = merge(spec, outside, model, served, host, port, argv_port(spec.signature, argv))
+        # A port argv gives elsewhere than in a port flag (a follower's own flag, a positional port,
+        # an address) is argv's too.
+        port_text = argv_port(spec.signature, argv) or (str(port) if port is not None else None)
+        merged = merge(spec, outside, model, served, host, port, port_text)
         supervisor = _supervisor(spec, parent_argv, parent_engine)
         container, private_network = self._place(pid, start_time)
         # A server another server started for one model (Ollama's, llama-swap's, a router's) is

@@ -1,0 +1,183 @@
+"""Real command lines of the classes issue 27 found misread (tests/data/argv-issue27-public.jsonl),
+on the active backend: forks that keep a launcher's name (IBM's TGIS), argv the engine's strict
+parser refuses, TensorRT-LLM's MPI helpers, APE loaders of any version running a llamafile under
+any name, and a follower's own listen address (llama.cpp's rpc-server)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from enginespec import Scanner, parse_argv
+from enginespec.health import check_health
+from procs import Procs
+
+CORPUS = Path(__file__).parent / "data" / "argv-issue27-public.jsonl"
+
+
+def _records() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+
+
+def _facts(argv: list[str]) -> tuple[Any, ...] | None:
+    inv = parse_argv(argv)
+    if inv is None:
+        return None
+    return (inv.engine, inv.model, inv.served_model_name, inv.host, inv.port, inv.role)
+
+
+def test_every_class_has_real_records() -> None:
+    records = _records()
+    sources = {r["source"].split(":")[0].split("#")[0] for r in records}
+    assert {
+        "IBM/text-generation-inference",
+        "opendatahub-io/caikit-tgis-serving",
+        "huggingface/text-generation-inference",
+        "NVIDIA/TensorRT-LLM",
+        "samirma/cookbook",
+        "Marcushadow/DistributedMacInference",
+    } <= sources
+    assert {r["role"] for r in records if r["engine"]} == {"server", "follower"}
+    assert sum(r["engine"] is None for r in records) >= 5
+
+
+@pytest.mark.parametrize("record", _records(), ids=lambda r: f"{r['source']}:{' '.join(r['argv'])[:60]}")
+def test_record(record: dict[str, Any]) -> None:
+    expected = (
+        None
+        if record["engine"] is None
+        else (
+            record["engine"],
+            record["model"],
+            record["served_model_name"],
+            record["host"],
+            record["port"],
+            record["role"],
+        )
+    )
+    assert _facts(record["argv"]) == expected
+
+
+TGIS = ["text-generation-launcher", "--model-name=/mnt/models/", "--port=3000"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # clap refuses any positional of the launcher and of the llama.cpp backend's router
+        [*TGIS, "/bin/sh", "-c", "text-generation-launcher --model-id m"],
+        [*TGIS, " "],
+        ["text-generation-launcher", " ", "--model-id", "m"],
+        [*TGIS, "--", "x"],
+        ["text-generation-router-llamacpp", "--model-id", "m", "extra"],
+        # a long option given no value: "a value is required for '--port <PORT>'"
+        [*TGIS, "--port"],
+        ["text-generation-launcher", "--model-name", "--port", "3000"],
+        # TensorRT-LLM's comm server asked to stop, in either spelling
+        ["python3", "-m", "tensorrt_llm.llmapi.mgmn_leader_node", "--action=stop"],
+        ["python3", "-m", "tensorrt_llm.llmapi.mgmn_leader_node", "--action", "start", "--action", "stop"],
+        # an APE loader's program of any name is llamafile only with llamafile's own flags; sh only
+        # with --server (sh runs any script)
+        ["/root/.ape-1.10", "./model"],
+        ["/root/.ape-1.11", "./tool", "--port", "8080"],
+        ["sh", "./train.sh", "-m", "x.gguf"],
+        ["sh", "-c", "./model --server"],
+        ["/usr/bin/ape", "./model", "--server", "--chat"],
+        # rpc-server exits on a host or port flag with no value, and on --help
+        ["rpc-server", "-H", "0.0.0.0", "-p"],
+        ["rpc-server", "--host"],
+        ["rpc-server", "-p", "50052", "-h"],
+    ],
+    ids=" ".join,
+)
+def test_refused(argv: list[str]) -> None:
+    assert parse_argv(argv) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "facts"),
+    [
+        # no-value flags of TGI and TGIS leave the next flag alone; the model never is a positional
+        (
+            [*TGIS, "--json-output", "--output-special-tokens"],
+            ("tgi", "/mnt/models/", None, None, 3000, "server"),
+        ),
+        (
+            ["text-generation-launcher", "--model-id", "a", "--model-name", "b"],
+            ("tgi", "a", None, None, None, "server"),
+        ),
+        (
+            ["python3", "-m", "tensorrt_llm.llmapi.mgmn_leader_node", "--action", "start"],
+            ("trtllm", None, None, None, None, "follower"),
+        ),
+        (
+            [
+                "python3",
+                "-m",
+                "tensorrt_llm.llmapi.mgmn_leader_node",
+                "--action",
+                "stop",
+                "--action",
+                "start",
+            ],
+            ("trtllm", None, None, None, None, "follower"),
+        ),
+        # loaders of every version, llamafile's flags in any spelling
+        (
+            ["/tmp/.ape-1.11", "/opt/model", "--model", "w.gguf"],
+            ("llamafile", "w.gguf", None, None, None, "server"),
+        ),
+        # --server with --v2 runs the v2 server (determine_program)
+        (
+            ["/root/.ape-1.9", "./model", "--server", "--v2"],
+            ("llamafile", "./model", None, None, None, "server"),
+        ),
+        (["ape-x86_64.elf", "./m", "--server", "-a", "n"], ("llamafile", "./m", "n", None, None, "server")),
+        (["sh", "./x.llamafile"], ("llamafile", "./x.llamafile", None, None, None, "server")),
+        (
+            ["sh", "/usr/local/bin/llamafile", "--server", "-m", "a.gguf"],
+            ("llamafile", "a.gguf", None, None, None, "server"),
+        ),
+        # rpc-server: the last of each flag wins; -t/-d/-c are no address
+        (
+            ["rpc-server", "-p", "1", "--port", "50053", "-H", "a", "--host", "10.0.0.5", "-t", "4", "-c"],
+            ("llamacpp", None, None, "10.0.0.5", 50053, "follower"),
+        ),
+        (["rpc-server", "-p", "99999"], ("llamacpp", None, None, None, None, "follower")),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else "",
+)
+def test_read(argv: list[str], facts: tuple[Any, ...] | None) -> None:
+    assert _facts(argv) == facts
+
+
+def test_a_scanned_rpc_server_shows_its_address_and_is_not_probed(procs: Procs) -> None:
+    proc = procs.start(["rpc-server", "-H", "127.0.0.1", "-p", "50052"])
+    (found,) = [p for p in Scanner().scan() if p.pid == proc.pid]
+    assert (found.engine, found.role, found.host, found.port) == ("llamacpp", "follower", "127.0.0.1", 50052)
+    assert found.base_url is None
+    assert check_health(found).state == "not_serving"
+
+
+def test_a_scanned_renamed_llamafile_and_tgis(procs: Procs) -> None:
+    started = {
+        procs.start(["/root/.ape-1.10", "./model", "--server", "--port", "41391"]).pid: (
+            "llamafile",
+            "./model",
+            41391,
+        ),
+        procs.start(["text-generation-launcher", "--model-name=/mnt/models/", "--port=41392"]).pid: (
+            "tgi",
+            "/mnt/models/",
+            41392,
+        ),
+    }
+    refused = {
+        procs.start(["text-generation-launcher", "--model-name=/m", " "]).pid,
+        procs.start(["python3", "-m", "tensorrt_llm.llmapi.mgmn_leader_node", "--action", "stop"]).pid,
+    }
+    found = {p.pid: p for p in Scanner(listen_ports=False).scan() if p.pid in started.keys() | refused}
+    assert {pid: (p.engine, p.model, p.port) for pid, p in found.items()} == started
