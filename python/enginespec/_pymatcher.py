@@ -392,8 +392,8 @@ class Matcher:
             # clap "unexpected argument", argparse "unrecognized arguments": a usage error
             exited = True
         for flag, actions in sig.exit_values.items():
-            values = seen.get(flag)
-            if values and values[-1] in actions:
+            given = seen.get(flag)
+            if given and given[-1] in actions:
                 exited = True
         model = positional or last(sig.model_flags) or (program if form.program_model else None)
         served: list[str] = []
