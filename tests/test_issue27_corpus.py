@@ -13,7 +13,7 @@ import pytest
 
 from enginespec import Scanner, parse_argv
 from enginespec.health import check_health
-from procs import Procs
+from procs import Procs, children_of, wait_for
 
 CORPUS = Path(__file__).parent / "data" / "argv-issue27-public.jsonl"
 
@@ -181,3 +181,38 @@ def test_a_scanned_renamed_llamafile_and_tgis(procs: Procs) -> None:
     }
     found = {p.pid: p for p in Scanner(listen_ports=False).scan() if p.pid in started.keys() | refused}
     assert {pid: (p.engine, p.model, p.port) for pid, p in found.items()} == started
+
+
+def test_the_disaggregated_leaders_child_is_the_server(procs: Procs) -> None:
+    """`_launch_disaggregated_leader` (tensorrt_llm/commands/serve.py) Popens the same subcommand
+    with TLLM_DISAGG_RUN_REMOTE_MPI_SESSION_CLIENT=1: the child serves HTTP, the leader (and a
+    rank started alike without it) stays a follower; argv alone cannot tell them apart."""
+    leader_argv = [
+        "/usr/bin/python3",
+        "/usr/local/bin/trtllm-serve",
+        "disaggregated_mpi_worker",
+        "-c",
+        "d.yaml",
+    ]
+    child_argv = ["python3", "/usr/local/bin/trtllm-serve", "disaggregated_mpi_worker", "-c", "d.yaml"]
+    child_argv += ["--log_level", "info"]
+    assert _facts(child_argv) == ("trtllm", None, None, None, None, "follower")
+    leader = procs.start(
+        leader_argv,
+        HELPER_SPAWN="\x1f".join(child_argv),
+        HELPER_SPAWN_ENV="TLLM_DISAGG_RUN_REMOTE_MPI_SESSION_CLIENT=1",
+    )
+    rank = procs.start(leader_argv, TLLM_DISAGG_RUN_REMOTE_MPI_SESSION_CLIENT="0")
+    wait_for(lambda: len(children_of(leader.pid)) == 1)
+    (child,) = children_of(leader.pid)
+    wait_for(lambda: Path(f"/proc/{child}/cmdline").read_bytes().startswith(b"python3\0"))
+    scanner = Scanner(listen_ports=False)
+    for _ in range(2):  # a second poll keeps the same answer
+        found = {p.pid: p for p in scanner.scan() if p.pid in {leader.pid, child, rank.pid}}
+        assert {pid: p.role for pid, p in found.items()} == {
+            leader.pid: "follower",
+            child: "server",
+            rank.pid: "follower",
+        }
+        assert found[child].base_url == "http://localhost:8000"
+        assert child not in found[leader.pid].worker_pids

@@ -207,6 +207,12 @@ class Settings(_Record):
     #: facts that, once a config file is given, come from it (or the default) and never from argv
     #: (llama-cpp-python ignores ``--host``/``--port`` with ``--config_file``).
     config_replaces_argv: frozenset[Fact] = frozenset()
+    #: environment variable -> value that makes a follower of this engine the HTTP server of its
+    #: deployment, not folded into the process that started it: TensorRT-LLM's
+    #: ``disaggregated_mpi_worker`` leader re-runs itself (same subcommand) with
+    #: ``TLLM_DISAGG_RUN_REMOTE_MPI_SESSION_CLIENT=1`` as the instance's server. Read by a scan
+    #: (its argv alone cannot tell), once per process.
+    server_environment: Mapping[str, str] = Field(default_factory=dict)
     #: the config file key holding a list of model entries whose keys are flag names
     #: (llama-cpp-python's ``models``): their models and served names are the server's.
     config_models_key: str | None = None

@@ -32,7 +32,7 @@ from enginespec.containers import (
 )
 from enginespec.definition import EngineDefinition, Fact
 from enginespec.registry import all_engines
-from enginespec.settings import Source, config_location, merge, read_outside
+from enginespec.settings import Source, config_location, merge, read_outside, serves_by_environment
 from enginespec.signature import signatures_json
 
 #: Programs that commonly replace themselves with another program (`exec`): shells running a
@@ -202,6 +202,11 @@ class Scanner:
         self._host_netns = host_netns()
         #: (pid, start time) -> (its container, whether its network namespace is not the host's)
         self._places: dict[tuple[int, float], tuple[Container | None, bool]] = {}
+        #: (pid, start time) of a follower -> whether its environment makes it a server
+        #: (``Settings.server_environment``), read once per process.
+        self._serving: dict[tuple[int, float], bool] = {}
+        #: a server by its environment, or one of its workers -> that server (see _engines)
+        self._detached: dict[int, int] = {}
         self._proxies = ProxyFinder(YOUNG_SECONDS)
         self._rules: list[ProxyRule] = []
         self._proxies_due = -math.inf
@@ -244,10 +249,19 @@ class Scanner:
         """The models of a scan's records (those a checkout check keeps), workers folded into
         their servers."""
         raw = [item for item in everything if self._in_checkout(item)]
+        # Followers that their environment makes servers stand on their own, with their own
+        # workers, even inside another process's tree.
+        serving = {item[0] for item in raw if self._serves(item)}
         folded: dict[int, int] = {}
         for pid, _start, _ppid, _argv, facts, _exe, descendants, _parent, _ports in raw:
             if self._specs[facts[0]].signature.fold_workers:
-                folded.update((d, pid) for d in descendants if d != pid)
+                folded.update((d, pid) for d in descendants if d != pid and d not in serving)
+        # ... and neither they nor their workers are workers of the process that started them.
+        self._detached = {pid: pid for pid in serving}
+        for pid, _start, _ppid, _argv, facts, _exe, descendants, _parent, _ports in raw:
+            if pid in serving and self._specs[facts[0]].signature.fold_workers:
+                folded.update((d, pid) for d in descendants if d != pid and d not in serving)
+                self._detached.update((d, pid) for d in descendants if d not in serving)
         engines_by_pid = {item[0]: self._specs[item[4][0]].id for item in raw}
         result = []
         built: dict[int, tuple[RawProcess, str | None, EngineProcess]] = {}
@@ -263,7 +277,7 @@ class Scanner:
             if previous is not None and unchanged and not self._config_changed(pid):
                 process = previous[2]
             else:
-                process = self._model(item, parent_engine)
+                process = self._model(item, parent_engine, pid in serving)
             built[pid] = (item, parent_engine, process)
             result.append(process)
         now = time.monotonic()
@@ -280,7 +294,19 @@ class Scanner:
             self._checkouts = {pid: known for pid, known in self._checkouts.items() if pid in pids}
         alive = {(p.pid, p.start_time) for p in result}
         self._places = {key: place for key, place in self._places.items() if key in alive}
+        self._serving = {key: known for key, known in self._serving.items() if key in alive}
         return self._publish(result)
+
+    def _serves(self, item: RawProcess) -> bool:
+        """Whether a follower is its deployment's server by its environment (read once)."""
+        pid, start_time, _ppid, _argv, facts, *_ = item
+        spec = self._specs[facts[0]]
+        if facts[5] != "follower" or not spec.settings.server_environment:
+            return False
+        key = (pid, start_time)
+        if key not in self._serving:
+            self._serving[key] = serves_by_environment(spec, pid)
+        return self._serving[key]
 
     def _place(self, pid: int, start_time: float) -> tuple[Container | None, bool]:
         """Where the process runs: its container, and whether its network is private. Read once
@@ -372,9 +398,11 @@ class Scanner:
         except OSError:
             return mtime is not None
 
-    def _model(self, item: RawProcess, parent_engine: str | None) -> EngineProcess:
+    def _model(self, item: RawProcess, parent_engine: str | None, serving: bool = False) -> EngineProcess:
         pid, start_time, ppid, argv, facts, exe, descendants, parent_argv, ports = item
         index, model, served, host, port, role = facts
+        if serving:
+            role = "server"
         spec = self._specs[index]
         outside = read_outside(spec, pid, argv, runner=role == "runner")
         if outside.config_file is not None:
@@ -420,7 +448,7 @@ class Scanner:
             base_url=where.base_url,
             argv=tuple(redact_argv(argv, spec.id)),
             exe=exe,
-            worker_pids=tuple(descendants),
+            worker_pids=tuple(d for d in descendants if self._detached.get(d, pid) == pid),
             supervisor=supervisor,
             listen_ports=tuple(ports),
             server_pid=server.pid if server is not None else None,

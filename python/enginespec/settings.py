@@ -56,17 +56,33 @@ def split_address(value: str) -> tuple[str | None, str | None]:
     return host or None, port or None
 
 
+def _environ(pid: int) -> list[bytes]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as file:
+            return file.read().split(b"\0")
+    except OSError:  # another user's process: nothing is known from there
+        return []
+
+
+def serves_by_environment(engine: EngineDefinition, pid: int) -> bool:
+    """Whether ``pid``'s environment sets one of the engine's ``server_environment`` variables to
+    its value (a follower's argv that is its deployment's HTTP server)."""
+    wanted = engine.settings.server_environment
+    if not wanted:
+        return False
+    for entry in _environ(pid):
+        name, eq, value = os.fsdecode(entry).partition("=")
+        if eq and wanted.get(name) == value:
+            return True
+    return False
+
+
 def _environment(engine: EngineDefinition, pid: int) -> dict[Fact, str]:
     wanted = engine.settings.environment
     if not wanted:
         return {}
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as file:
-            entries = file.read().split(b"\0")
-    except OSError:  # another user's process: nothing is known from there
-        return {}
     found: dict[Fact, str] = {}
-    for entry in entries:
+    for entry in _environ(pid):
         name, eq, value = os.fsdecode(entry).partition("=")
         if not (eq and name in wanted and value):
             continue

@@ -7,6 +7,7 @@
  *                        die with it).
  *   HELPER_SPAWN         argvs separated by \x1e, arguments by \x1f: one child per argv that execs
  *                        this helper with that argv (a supervisor starting engines).
+ *   HELPER_SPAWN_ENV     NAME=VALUE set in those children's environment only.
  *   HELPER_LISTEN        if set, listen on TCP and print the port: on `IPV4:PORT` when it says so,
  *                        else on 127.0.0.1 on an ephemeral port.
  *   HELPER_ANSWER        with HELPER_LISTEN: answer every HTTP request on it with 200 and this
@@ -76,6 +77,8 @@ static void rewrite_on_signal(int argc, char **argv, char *rewrites) {
     sigprocmask(SIG_SETMASK, &others, NULL);
 }
 
+static char *spawn_env;
+
 static void spawn_exec(char *spec) {
     char *args[256];
     int n = 0;
@@ -88,6 +91,7 @@ static void spawn_exec(char *spec) {
     }
     args[n] = NULL;
     if (fork() == 0) {
+        if (spawn_env) putenv(spawn_env);
         execv("/proc/self/exe", args);
         _exit(127);
     }
@@ -127,6 +131,9 @@ int main(int argc, char **argv) {
     char *rewrites = getenv("HELPER_REWRITE");
     int outlive = getenv("HELPER_OUTLIVE") != NULL;
     char *answer = getenv("HELPER_ANSWER");
+    spawn_env = getenv("HELPER_SPAWN_ENV");
+    spawn_env = spawn_env ? strdup(spawn_env) : NULL;
+    unsetenv("HELPER_SPAWN_ENV");
     answer = answer ? strdup(answer) : NULL;
     titles = titles ? strdup(titles) : NULL;
     spawn = spawn ? strdup(spawn) : NULL;

@@ -6,7 +6,7 @@ No release could be pinned: the facts are from tensorrt_llm/commands/serve.py at
 
 from __future__ import annotations
 
-from enginespec.definition import Flags, Launch, Package, Serving
+from enginespec.definition import Flags, Launch, Package, Serving, Settings
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -40,6 +40,10 @@ SIGNATURE = Signature(
             positional_model=True,
             role="follower",
         ),
+        # Its leader rank Popens `python3 sys.argv[0] disaggregated_mpi_worker -c CFG --log_level L`
+        # with TLLM_DISAGG_RUN_REMOTE_MPI_SESSION_CLIENT=1, and that child is the instance's HTTP
+        # server (launch_server on the config's hostname/port) while the leader serves MPI work
+        # (`_launch_disaggregated_leader`): Settings.server_environment tells them apart.
         LaunchForm(
             executables=("trtllm-serve",),
             modules=("tensorrt_llm.commands.serve",),
@@ -133,4 +137,5 @@ SPEC = TrtllmSpec(
     # `--config FILE.yaml` (alias --extra_llm_api_options) holds LLM API arguments, not flag names,
     # so it is not read as a flag file (Settings.config_flag).
     serving=Serving(),
+    settings=Settings(server_environment={"TLLM_DISAGG_RUN_REMOTE_MPI_SESSION_CLIENT": "1"}),
 )
