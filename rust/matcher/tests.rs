@@ -550,3 +550,103 @@ proptest! {
         let _ = matcher().parse(&argv);
     }
 }
+
+const ISSUE_27: &str = r#"[
+  {"engine": "strictpos",
+   "launch_forms": [
+     {"executables": ["launcher"], "max_positionals": 0},
+     {"executables": ["one"], "positional_model": true, "max_positionals": 1},
+     {"executables": ["peer"], "role": "follower", "facts": false,
+      "host_flags": ["-H", "--host"], "port_flags": ["-p", "--port"]},
+     {"modules": ["pkg.leader"], "role": "follower"},
+     {"any_program": true, "loaders": ["ld"], "loader_prefixes": [".ld-"], "program_model": true,
+      "evidence": {"any_flags": ["--serve"]}}
+   ],
+   "model_flags": ["--model"],
+   "no_value_flags": ["--serve", "--bool"],
+   "exit_flags": ["--help"],
+   "exit_values": {"--action": ["stop"]}}
+]"#;
+
+/// (model, host, port, role) of argv against [`ISSUE_27`].
+fn issue_27(argv: &[&str]) -> Option<(Option<String>, Option<String>, Option<u16>, Role)> {
+    let matcher = Matcher::from_json(ISSUE_27).expect("valid");
+    let text = |v: Option<&[u8]>| v.map(|b| String::from_utf8_lossy(b).into_owned());
+    matcher
+        .parse(argv)
+        .map(|p| (text(p.model), text(p.host), p.port, p.role))
+}
+
+#[test]
+fn a_strict_parser_refuses_extra_positionals() {
+    assert!(issue_27(&["launcher", "--model", "m"]).is_some());
+    assert!(issue_27(&["launcher", "--model", "m", "--bool"]).is_some());
+    assert!(issue_27(&["launcher", "--model", "m", " "]).is_none());
+    assert!(issue_27(&["launcher", "/bin/sh", "-c", "x"]).is_none());
+    assert!(issue_27(&["launcher", "--bool", "x"]).is_none());
+    assert!(issue_27(&["launcher", "--", "x"]).is_none());
+    assert_eq!(
+        issue_27(&["one", "m", "--bool"]).map(|f| f.0),
+        Some(Some("m".into()))
+    );
+    assert!(issue_27(&["one", "m", "n"]).is_none());
+    assert!(issue_27(&["one", "--", "m", "n"]).is_none());
+}
+
+#[test]
+fn an_exit_value_exits_and_the_last_value_decides() {
+    let follower = Some((None, None, None, Role::Follower));
+    assert_eq!(issue_27(&["python3", "-m", "pkg.leader"]), follower);
+    assert_eq!(
+        issue_27(&["python3", "-m", "pkg.leader", "--action", "start"]),
+        follower
+    );
+    assert!(issue_27(&["python3", "-m", "pkg.leader", "--action", "stop"]).is_none());
+    assert!(issue_27(&["python3", "-m", "pkg.leader", "--action=stop"]).is_none());
+    assert_eq!(
+        issue_27(&[
+            "python3",
+            "-m",
+            "pkg.leader",
+            "--action",
+            "stop",
+            "--action=start"
+        ]),
+        follower
+    );
+}
+
+#[test]
+fn a_programs_own_address_flags() {
+    assert_eq!(
+        issue_27(&["peer", "-H", "0.0.0.0", "-p", "50052"]),
+        Some((None, Some("0.0.0.0".into()), Some(50052), Role::Follower))
+    );
+    // the next argument is the value, whatever it is; the last occurrence wins
+    assert_eq!(
+        issue_27(&["peer", "--host", "--help", "-p", "1", "--port", "2"]),
+        Some((None, Some("--help".into()), Some(2), Role::Follower))
+    );
+    assert!(issue_27(&["peer", "-H"]).is_none());
+    assert!(issue_27(&["peer", "-p", "1", "--help"]).is_none());
+    assert_eq!(
+        issue_27(&["peer", "-p", "99999", "-H", ""]),
+        Some((None, None, None, Role::Follower))
+    );
+}
+
+#[test]
+fn a_loaders_program_of_any_name_needs_the_evidence() {
+    assert_eq!(
+        issue_27(&["/x/.ld-1.10", "./model", "--serve"]).map(|f| f.0),
+        Some(Some("./model".into()))
+    );
+    assert_eq!(
+        issue_27(&["ld", "/srv/m", "--serve", "--model", "w"]).map(|f| f.0),
+        Some(Some("w".into()))
+    );
+    assert!(issue_27(&["ld", "./model"]).is_none());
+    assert!(issue_27(&["ld", "-x", "--serve"]).is_none());
+    assert!(issue_27(&["./model", "--serve"]).is_none());
+    assert!(issue_27(&["ldx", "./model", "--serve"]).is_none());
+}
