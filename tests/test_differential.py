@@ -23,7 +23,7 @@ NATIVE = _native.Matcher(SIGNATURES)
 PYTHON = _pymatcher.Matcher(SIGNATURES)
 CORPUS = [
     json.loads(line)["argv"]
-    for name in ("argv-public.jsonl", "argv-new-public.jsonl")
+    for name in ("argv-public.jsonl", "argv-new-public.jsonl", "argv-issue27-public.jsonl")
     for line in (Path(__file__).parent / "data" / name).read_text().splitlines()
 ]
 # What the launch-form data of the engines means in argv: renamed builds and their look-alikes,

@@ -18,7 +18,10 @@ import enginespec.errors
 from enginespec import EngineSpecError, UnknownEngineError, all_engine_specs, get_engine_spec, parse_argv
 
 PACKAGE = Path(enginespec.__file__).parent
-CORPORA = [Path(__file__).parent / "data" / name for name in ("argv-public.jsonl", "argv-new-public.jsonl")]
+CORPORA = [
+    Path(__file__).parent / "data" / name
+    for name in ("argv-public.jsonl", "argv-new-public.jsonl", "argv-issue27-public.jsonl")
+]
 
 
 def _module_name(path: Path) -> str:
