@@ -13,8 +13,9 @@ symlink into the host from a container, ``/proc/self/...`` which would be this s
   supplementary groups (``setfsuid``/``setfsgid`` and the raw ``setgroups`` syscall change only
   the calling thread's credentials; taking a non-root fsuid drops the thread's DAC
   capabilities), so the kernel itself checks search permission on every directory on the way
-  and read permission on the file, ACLs included, as it would for the owner. The thread is a
-  fresh one each time (signal handlers run in the main thread, never with these credentials);
+  and read permission on the file, ACLs included, as it would for the owner. That thread is a
+  worker that gives its own credentials back after each step (signal handlers, which run in the
+  main thread, never run with the owner's);
 - the path is opened ``O_PATH`` first: nothing is opened that is not a regular file on a disk
   filesystem (a FIFO would block, ``/dev/ptmx`` allocates a terminal, ``/dev/watchdog`` arms a
   timer); only then is it opened for reading (``O_NONBLOCK | O_NOCTTY``), through that very fd,
@@ -32,6 +33,7 @@ import ctypes
 import errno
 import os
 import platform
+import queue
 import stat
 import struct
 import threading
@@ -110,17 +112,15 @@ Identity = tuple[int, int, int, int, int]
 def owner(pid: int) -> Owner | None:
     """The owner of ``pid``, ``None`` when gone or unreadable."""
     try:
-        fields: dict[bytes, bytes] = {}
         with open(f"{PROC}/{pid}/status", "rb") as file:
-            for line in file.read(1 << 16).splitlines():
-                name, _, value = line.partition(b":")
-                fields.setdefault(name, value)
-        uid = int(fields[b"Uid"].split()[3])
-        gid = int(fields[b"Gid"].split()[3])
-        groups = tuple(int(group) for group in fields.get(b"Groups", b"").split())
-    except (OSError, KeyError, IndexError, ValueError):
+            status = file.read(1 << 16)
+        fields = []
+        for key in (b"\nUid:", b"\nGid:", b"\nGroups:"):
+            at = status.index(key) + len(key)
+            fields.append(status[at : status.index(b"\n", at)].split())
+        return Owner(int(fields[0][3]), int(fields[1][3]), tuple(int(group) for group in fields[2]))
+    except (OSError, IndexError, ValueError):
         return None
-    return Owner(uid, gid, groups)
 
 
 def read_environ(pid: int, limit: int) -> tuple[list[bytes], bool] | None:
@@ -281,10 +281,14 @@ def _set_fs_ids(uid: int, gid: int) -> bool:
     return bool(_libc.setfsuid(0xFFFFFFFF) == uid and _libc.setfsgid(0xFFFFFFFF) == gid)
 
 
+def _credentials() -> Owner:
+    """This thread's filesystem credentials (``setfsuid(-1)`` changes nothing, and says them)."""
+    return Owner(_libc.setfsuid(0xFFFFFFFF), _libc.setfsgid(0xFFFFFFFF), tuple(os.getgroups()))
+
+
 def _as_owner(who: Owner) -> None:
-    """Gives this thread the filesystem credentials of ``who``, for good: it is a thread of its
-    own that ends after its one step (see :func:`_in_thread`)."""
-    mine = Owner(_libc.setfsuid(0xFFFFFFFF), _libc.setfsgid(0xFFFFFFFF), tuple(os.getgroups()))
+    """Gives this thread the filesystem credentials of ``who`` (the worker gives its own back)."""
+    mine = _credentials()
     if who.uid == mine.uid and who.gid == mine.gid and set(who.groups) == set(mine.groups):
         return
     if _NUMBERS is None:
@@ -297,48 +301,91 @@ def _as_owner(who: Owner) -> None:
         raise Refused(f"cannot be read as the process's owner (uid {who.uid}) by this scanner; not read")
 
 
-# --- one step, in a thread of its own, under a deadline --------------------------------------
+def _restore(mine: Owner) -> bool:
+    """Gives this thread back the credentials ``mine``; whether it has them."""
+    if _credentials() == mine:
+        return True
+    try:
+        _set_groups(mine.groups)
+    except OSError:
+        return False
+    return _set_fs_ids(mine.uid, mine.gid) and _credentials() == mine
 
-_stuck_lock = threading.Lock()
+
+# --- one step at a time, in a worker thread, under a deadline --------------------------------
+
+
+class _Job:
+    def __init__(self, action: Callable[[], object]) -> None:
+        self.action = action
+        self.done = threading.Event()
+        self.outcome: object = None
+        #: given up on by its caller: the worker that runs it is retired
+        self.late = False
+
+
+class _Worker:
+    """A thread that runs steps one at a time and gives its credentials back after each; one
+    still blocked in the kernel when its caller gives up is retired (it ends when the step
+    does), and so is one whose credentials could not be given back."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self.retired = False
+        threading.Thread(target=self._run, name="enginespec-procfiles", daemon=True).start()
+
+    def _run(self) -> None:
+        global _stuck, _worker
+        mine = _credentials()
+        while True:
+            job = self.jobs.get()
+            try:
+                job.outcome = job.action()
+            except BaseException as err:  # handed to the caller, as raised
+                job.outcome = err
+            restored = _restore(mine)
+            with _lock:
+                job.done.set()
+                if job.late:
+                    _stuck -= 1
+                if not restored:
+                    self.retired = True
+                    if _worker is self:
+                        _worker = None
+                if self.retired:
+                    return
+
+
+_lock = threading.Lock()  # guards the two below
+_worker: _Worker | None = None
 _stuck = 0
+_busy = threading.Lock()  # one step at a time
 
 
 def _in_thread(action: Callable[[], _T]) -> _T:
-    """``action()`` in a new thread (which ends with it), waited for at most
-    :data:`STEP_SECONDS`."""
-    global _stuck
-    with _stuck_lock:
-        if _stuck >= MAX_STUCK:
-            raise Refused(f"not read: {_stuck} earlier reads of files named by processes still hang")
-    outcome: list[object] = []
-    done = threading.Event()
-    late = threading.Event()
-
-    def run() -> None:
-        global _stuck
-        try:
-            outcome.append(action())
-        except BaseException as err:  # handed to the caller, as raised
-            outcome.append(err)
-        finally:
-            done.set()
-            with _stuck_lock:
-                if late.is_set():
-                    _stuck -= 1
-
-    worker = threading.Thread(target=run, name="enginespec-procfile", daemon=True)
-    worker.start()
-    if not done.wait(STEP_SECONDS):
-        with _stuck_lock:
-            if not done.is_set():
-                late.set()
-                _stuck += 1
-                raise Refused(f"took longer than {STEP_SECONDS:g} s to read; not read")
-    worker.join()
-    result = outcome[0]
-    if isinstance(result, BaseException):
-        raise result
-    return result  # type: ignore[return-value]
+    """``action()`` in the worker thread, waited for at most :data:`STEP_SECONDS`."""
+    global _stuck, _worker
+    if not _busy.acquire(timeout=STEP_SECONDS):
+        raise Refused(f"not read: another read of a file named by a process took over {STEP_SECONDS:g} s")
+    try:
+        with _lock:
+            if _stuck >= MAX_STUCK:
+                raise Refused(f"not read: {_stuck} earlier reads of files named by processes still hang")
+            worker = _worker = _worker or _Worker()
+        job = _Job(action)
+        worker.jobs.put(job)
+        if not job.done.wait(STEP_SECONDS):
+            with _lock:
+                if not job.done.is_set():
+                    job.late = worker.retired = True
+                    _worker = None
+                    _stuck += 1
+                    raise Refused(f"took longer than {STEP_SECONDS:g} s to read; not read")
+    finally:
+        _busy.release()
+    if isinstance(job.outcome, BaseException):
+        raise job.outcome
+    return job.outcome  # type: ignore[return-value]
 
 
 def _in_root(pid: int, path: str) -> str:
@@ -359,7 +406,7 @@ def _in_root(pid: int, path: str) -> str:
 
 
 def _with_root(pid: int, paths: Sequence[str], action: Callable[[int, list[str]], _T]) -> _T:
-    """``action(root fd, paths inside the root)`` as ``pid``'s owner, in a thread of its own."""
+    """``action(root fd, paths inside the root)`` as ``pid``'s owner, in the worker thread."""
     who = owner(pid)
     if who is None:
         raise Refused("cannot be read: the process's owner is unknown")
