@@ -72,7 +72,12 @@ class Strangers:
         self.started: list[subprocess.Popen[bytes]] = []
 
     def start(
-        self, argv: Sequence[str], cwd: Path | str = "/", chroot: Path | None = None, **env: str
+        self,
+        argv: Sequence[str],
+        cwd: Path | str = "/",
+        chroot: Path | None = None,
+        executable: Path | None = None,
+        **env: str,
     ) -> int:
         def become_nobody() -> None:
             if chroot is not None:
@@ -84,7 +89,7 @@ class Strangers:
 
         proc = subprocess.Popen(
             list(argv),
-            executable="/idle" if chroot is not None else self.idle,
+            executable="/idle" if chroot is not None else executable or self.idle,
             env={"PATH": "/usr/bin:/bin", **env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -396,3 +401,34 @@ def test_a_regular_file_the_owner_can_read_is_read_as_before(strangers: Stranger
     pid = strangers.start(["vllm", "serve", "--config", "sub/c.yaml"], shared)
     assert _by_pid(Scanner().scan(), {pid})[pid].model == "org/readable"
     assert stat.S_IMODE(readable.stat().st_mode) == 0o640
+
+
+def test_the_version_of_a_running_engine_is_read_as_its_owner(
+    strangers: Strangers, shared: Path, helper: Path
+) -> None:
+    """The dist-info files of the site-packages a running engine maps are read with the same
+    reader: a FIFO METADATA or one its owner cannot read gives no version, and no hang."""
+    dynamic = shared / "idle-dynamic"  # tests/helpers/idle.c linked dynamically: LD_PRELOAD works
+    shutil.copy(helper, dynamic)
+    dynamic.chmod(0o755)
+    metadata = "Metadata-Version: 2.1\nName: vllm\nVersion: {}\n\nVersion: not-this-one\n"
+    cases = {"readable": "0.9.1", "fifo": None, "root-only": None}
+    pids = {}
+    for case, version in cases.items():
+        site = shared / case / "lib" / "python3.11" / "site-packages"
+        info = site / f"vllm-{version or '6.6.6'}.dist-info" / "METADATA"
+        if case == "fifo":
+            info.parent.mkdir(parents=True)
+            os.mkfifo(info, 0o666)
+        else:
+            _write(info, metadata.format(version or "6.6.6"), 0o644 if case == "readable" else 0o600)
+        library = site / "_marker.so"
+        subprocess.run(
+            ["gcc", "-shared", "-fPIC", "-o", str(library), "-x", "c", "/dev/null"], check=True, timeout=60
+        )
+        library.chmod(0o755)
+        pids[strangers.start(["vllm", "serve", "m"], executable=dynamic, LD_PRELOAD=str(library))] = version
+    found = _by_pid(Scanner().scan(), pids)
+    spec = get_engine_spec("vllm")
+    for pid, version in pids.items():
+        assert spec.get_runtime_info(running=found[pid]).version == version

@@ -440,8 +440,9 @@ class NamedFile:
     missing: bool = False
 
 
-def read_named(pid: int, path: str, limit: int) -> NamedFile:
-    """The contents of ``path`` as process ``pid`` names it (at most ``limit`` bytes)."""
+def read_named(pid: int, path: str, limit: int, *, whole: bool = True) -> NamedFile:
+    """The contents of ``path`` as process ``pid`` names it: at most ``limit`` bytes, a larger
+    file refused (or, not ``whole``, its first ``limit`` bytes)."""
 
     def read(root: int, inside: list[str]) -> NamedFile:
         try:
@@ -452,7 +453,7 @@ def read_named(pid: int, path: str, limit: int) -> NamedFile:
             raise _fail(err) from None
         try:
             status = _regular(handle)
-            if status.st_size > limit:
+            if whole and status.st_size > limit:
                 raise Refused(f"is larger than {limit} bytes; not read")
             # Opened again through the very fd that was checked: the file, not what its name
             # may have become meanwhile; with the owner's read permission checked now.
@@ -468,9 +469,9 @@ def read_named(pid: int, path: str, limit: int) -> NamedFile:
             while size <= limit and (chunk := os.read(reader, limit + 1 - size)):
                 chunks.append(chunk)
                 size += len(chunk)
-            if size > limit:
+            if size > limit and whole:
                 raise Refused(f"is larger than {limit} bytes; not read")
-            return NamedFile(b"".join(chunks), _identity(os.fstat(reader)))
+            return NamedFile(b"".join(chunks)[:limit], _identity(os.fstat(reader)))
         except OSError as err:
             raise _fail(err) from None
         finally:
@@ -480,6 +481,37 @@ def read_named(pid: int, path: str, limit: int) -> NamedFile:
         return _with_root(pid, [path], read)
     except Refused as why:
         return NamedFile(None, problem=str(why))
+
+
+def list_named(pid: int, path: str, limit: int) -> list[str] | None:
+    """The names in directory ``path`` as process ``pid`` names it (at most ``limit`` of them),
+    ``None`` when it cannot be listed by the process's owner."""
+
+    def listing(root: int, inside: list[str]) -> list[str] | None:
+        try:
+            handle = _resolve(root, inside[0])
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISDIR(os.fstat(handle).st_mode):
+                return None
+            directory = os.open(f"{PROC}/self/fd/{handle}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        finally:
+            os.close(handle)
+        try:
+            with os.scandir(directory) as entries:
+                return [entry.name for _, entry in zip(range(limit), entries, strict=False)]
+        except OSError:
+            return None
+        finally:
+            os.close(directory)
+
+    try:
+        return _with_root(pid, [path], listing)
+    except Refused:
+        return None
 
 
 def named_identity(pid: int, path: str) -> Identity | None:
