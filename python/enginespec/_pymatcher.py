@@ -64,7 +64,9 @@ def looks_like_flag(token: str) -> bool:
     return len(token) > 1 and token[0] == "-" and not _NEGATIVE_NUMBER.fullmatch(token)
 
 
-def _parse_port(value: str) -> int | None:
+def parse_port(value: str) -> int | None:
+    """A port of ASCII digits, 0-65535 (``"²".isdigit()`` is true, and so it is for fullwidth
+    digits)."""
     if not (1 <= len(value) <= 5) or not all("0" <= c <= "9" for c in value):
         return None
     port = int(value)
@@ -406,7 +408,7 @@ class Matcher:
         address = last(sig.address_flags)
         address_host, address_port = _split_address(address) if address is not None else (None, None)
         port_value = last(sig.port_flags) or positional_port or address_port or None
-        port = _parse_port(port_value) if port_value is not None else None
+        port = parse_port(port_value) if port_value is not None else None
         model = model or None
         evidence = form.evidence
         if evidence is not None:

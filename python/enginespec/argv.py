@@ -108,19 +108,25 @@ class Checkout:
     directory: str
     files: tuple[str, ...]
 
-    def missing(self, root: str, cwd: str) -> str | None:
-        """The first file that is not a regular file, seen through ``root`` (for an absolute
-        directory) or ``cwd``; ``None`` when all are there. Nothing is followed but the path to the
-        directory: a checkout's own files are plain files (``lstat``). A directory with a ``..``
-        component is never looked into: from ``/proc/PID/root`` it would leave the process's root.
-        """
+    def paths(self) -> tuple[str, ...] | None:
+        """The files, as the process would name them (relative ones from its working directory);
+        ``None`` for a directory that is never looked into: one with a ``..`` component, or longer
+        than a path."""
         parts = self.directory.replace("\\", "/").split("/")
         if len(self.directory) > _MAX_CHECKOUT_DIRECTORY or ".." in parts:
+            return None
+        return tuple(self.directory + name for name in self.files)
+
+    def missing(self, cwd: str) -> str | None:
+        """The first file that is not a regular file, seen from ``cwd`` on this host; ``None``
+        when all are there. Nothing is followed but the path to the directory: a checkout's own
+        files are plain files (``lstat``)."""
+        paths = self.paths()
+        if paths is None:
             return self.files[0]
-        base = root if self.directory.startswith("/") else cwd
-        for name in self.files:
+        for name, path in zip(self.files, paths, strict=True):
             try:
-                if not stat.S_ISREG(os.lstat(os.path.join(base, self.directory.lstrip("/"), name)).st_mode):
+                if not stat.S_ISREG(os.lstat(os.path.join(cwd, path)).st_mode):
                     return name
             except (OSError, ValueError):
                 return name
@@ -173,7 +179,7 @@ def parse_argv(argv: Sequence[str], cwd: str | os.PathLike[str] | None = None) -
                 f"'{literal(basename(needed.program))}' is {signature.engine} only inside its checkout "
                 f"({', '.join(needed.files)} next to it): not checked without the working directory",
             )
-        elif needed.missing("/", os.fspath(cwd)) is not None:
+        elif needed.missing(os.fspath(cwd)) is not None:
             return None
     return Invocation(
         engine=signature.engine,

@@ -201,6 +201,8 @@ class Settings(_Record):
     runner_environment: bool = True
     #: the flag naming a YAML config file whose keys are flag names (vLLM/SGLang ``--config``).
     config_flag: str | None = None
+    #: the syntax of that file; ``json``: JSON, except for a file named ``*.yaml`` or ``*.yml``.
+    config_format: Literal["yaml", "json"] = "yaml"
     #: facts the environment gives even over argv and the config file (llama-cpp-python passes
     #: ``os.getenv("HOST")`` and ``os.getenv("PORT")`` to uvicorn over its own settings).
     environment_first: frozenset[Fact] = frozenset()

@@ -5,7 +5,6 @@ engine's own ``--help``, cached per (command, version)."""
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import re
@@ -18,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from enginespec._procfiles import list_named, read_named
 from enginespec.config import Config
 from enginespec.definition import EngineDefinition
 from enginespec.errors import HelpError
@@ -141,13 +141,20 @@ def python_of_process(pid: int) -> Path | None:
     return exe if PYTHON_NAME.fullmatch(exe.name) else None
 
 
-def _mapped_site_dirs(pid: int) -> list[Path]:
-    """The site-packages directories a running Python loaded extension modules from, from the
-    kernel's ``/proc/PID/maps``, reached through the process's own root (``/proc/PID/root``, so a
-    process in a container is read in its own filesystem)."""
+#: Most of ``/proc/PID/maps`` read, site directories listed, and entries looked at in each.
+_MAX_MAPS_BYTES = 1 << 24
+_MAX_SITES = 64
+_MAX_ENTRIES = 10_000
+#: Most of a METADATA file read: its header comes first.
+_MAX_METADATA_HEAD = 1 << 16
+
+
+def _mapped_site_dirs(pid: int) -> list[str]:
+    """The site-packages directories a running Python loaded extension modules from (as paths
+    inside the process's root), from the kernel's ``/proc/PID/maps``."""
     try:
         with open(f"/proc/{pid}/maps", "rb") as file:
-            lines = file.read().split(b"\n")
+            lines = file.read(_MAX_MAPS_BYTES).split(b"\n")
     except OSError:
         return []
     found: dict[str, None] = {}
@@ -157,18 +164,33 @@ def _mapped_site_dirs(pid: int) -> list[Path]:
             head, sep, _rest = ("/" + path).partition(marker)
             if sep:
                 found.setdefault(head + marker.rstrip("/"), None)
-    root = f"/proc/{pid}/root"
-    return [Path(root + site) for site in found]
+    return list(found)[:_MAX_SITES]
 
 
-def _versions_from_files(sites: Sequence[Path], distributions: Sequence[str]) -> str | None:
-    """The first installed version of ``distributions`` in ``sites``, read from the dist-info
-    files there: nothing is run."""
+def _metadata_version(head: bytes) -> str | None:
+    """The ``Version:`` of a METADATA (or PKG-INFO) header: the lines before the first blank one."""
+    for line in head.decode("utf-8", "replace").splitlines():
+        if not line.strip():
+            break
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "version" and 0 < len(value.strip()) <= 128:
+            return value.strip()
+    return None
+
+
+def _versions_from_files(pid: int, sites: Sequence[str], distributions: Sequence[str]) -> str | None:
+    """The first installed version of ``distributions`` in ``sites`` of process ``pid``, read from
+    the dist-info (or egg-info) files there as its owner would read them, inside its root (see
+    :mod:`enginespec._procfiles`): nothing is run."""
     wanted = {_normalise(name) for name in distributions}
-    paths = [str(site) for site in sites]
-    for distribution in importlib.metadata.distributions(path=paths):
-        if _normalise(distribution.name or "") in wanted:
-            return distribution.version
+    for site in sites:
+        for entry in list_named(pid, site, _MAX_ENTRIES) or ():
+            for suffix, metadata in ((".dist-info", "METADATA"), (".egg-info", "PKG-INFO")):
+                if entry.endswith(suffix) and _normalise(entry[: -len(suffix)].split("-")[0]) in wanted:
+                    read = read_named(pid, f"{site}/{entry}/{metadata}", _MAX_METADATA_HEAD, whole=False)
+                    version = _metadata_version(read.data) if read.data is not None else None
+                    if version is not None:
+                        return version
     return None
 
 
@@ -244,7 +266,9 @@ def running_info(engine: EngineDefinition, running: EngineProcess) -> RuntimeInf
     python = python_of_process(running.pid)
     version = None
     if not engine.is_binary:
-        version = _versions_from_files(_mapped_site_dirs(running.pid), engine.package.distributions)
+        version = _versions_from_files(
+            running.pid, _mapped_site_dirs(running.pid), engine.package.distributions
+        )
     return RuntimeInfo(
         engine=engine.id,
         installed=True,

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
 
 import enginespec.sockets as sockets
 from enginespec._backend import ScannerType
+from enginespec._procfiles import Identity, first_missing, named_identity, read_environ
 from enginespec._pycontainers import Runtime
 from enginespec._pymatcher import basename
 from enginespec._pyscanner import RawProcess
@@ -32,7 +33,7 @@ from enginespec.containers import (
 )
 from enginespec.definition import EngineDefinition, Fact
 from enginespec.registry import all_engines
-from enginespec.settings import Source, config_location, merge, read_outside, serves_by_environment
+from enginespec.settings import MAX_ENVIRON_BYTES, Source, merge, read_outside, serves_by_environment
 from enginespec.signature import signatures_json
 
 #: Programs that commonly replace themselves with another program (`exec`): shells running a
@@ -108,11 +109,10 @@ class EngineProcess(Invocation):
         """An API key from the process's environment (``VLLM_API_KEY``...), when readable."""
         if not names:
             return None
-        try:
-            with open(f"/proc/{self.pid}/environ", "rb") as file:
-                entries = file.read().split(b"\0")
-        except OSError:
+        read = read_environ(self.pid, MAX_ENVIRON_BYTES)
+        if read is None:
             return None
+        entries = read[0]
         wanted = {os.fsencode(name) + b"=" for name in names}
         for entry in entries:
             for prefix in wanted:
@@ -187,8 +187,8 @@ class Scanner:
         self._listen_ports = listen_ports
         #: when port conflicts were last looked for (they change without the engine changing).
         self._conflicts_at = -TREE_REFRESH_SECONDS
-        #: pid -> (where its config file is seen from here, its modification time when read).
-        self._configs: dict[int, tuple[str, int | None]] = {}
+        #: pid -> (its config file as it names it, the identity of what was read).
+        self._configs: dict[int, tuple[str, Identity | None]] = {}
         #: (pid, start time) of a worker folded into a server -> that server, as last seen: what an
         #: orphan is known to have served.
         self._servers: dict[tuple[int, float], EngineProcess] = {}
@@ -238,7 +238,8 @@ class Scanner:
         known = self._checkouts.get(pid)
         if known is not None and known[0] is item:
             return known[1]
-        found = needed.missing(f"/proc/{pid}/root", f"/proc/{pid}/cwd") is None
+        paths = needed.paths()
+        found = paths is not None and first_missing(pid, paths) is None
         self._checkouts[pid] = (item, found)
         return found
 
@@ -388,15 +389,9 @@ class Scanner:
         return updated
 
     def _config_changed(self, pid: int) -> bool:
-        """Whether the engine's config file was edited since its facts were read (a stat)."""
+        """Whether the engine's config file was edited (or replaced) since its facts were read."""
         config = self._configs.get(pid)
-        if config is None:
-            return False
-        location, mtime = config
-        try:
-            return os.stat(location).st_mtime_ns != mtime
-        except OSError:
-            return mtime is not None
+        return config is not None and named_identity(pid, config[0]) != config[1]
 
     def _model(self, item: RawProcess, parent_engine: str | None, serving: bool = False) -> EngineProcess:
         pid, start_time, ppid, argv, facts, exe, descendants, parent_argv, ports = item
@@ -406,7 +401,7 @@ class Scanner:
         spec = self._specs[index]
         outside = read_outside(spec, pid, argv, runner=role == "runner")
         if outside.config_file is not None:
-            self._configs[pid] = (config_location(pid, outside.config_file), outside.config_mtime)
+            self._configs[pid] = (outside.config_file, outside.config_identity)
         # A port argv gives elsewhere than in a port flag (a follower's own flag, a positional port,
         # an address) is argv's too.
         port_text = argv_port(spec.signature, argv) or (str(port) if port is not None else None)

@@ -1,7 +1,8 @@
 """Facts a running engine takes from outside its argv: its environment (``/proc/PID/environ``,
-readable by root or the same user) and a config file it was pointed at (read through the
-process's own working directory and root, size-capped, with a safe YAML loader). Which variable
-or key carries which fact is data in the engine's spec. Every failure is data, never raised."""
+readable by root or the same user) and a config file it was pointed at (read as the process's
+owner, inside its root, size-capped: :mod:`enginespec._procfiles`; parsed with limits:
+:mod:`enginespec._documents`). Which variable or key carries which fact is data in the engine's
+spec. Every failure is data, never raised."""
 
 from __future__ import annotations
 
@@ -10,13 +11,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from enginespec._documents import DocumentError, parse_json, parse_yaml
+from enginespec._procfiles import Identity, read_environ, read_named
+from enginespec._pymatcher import parse_port
 from enginespec.argv import flag_value
 from enginespec.definition import EngineDefinition, Fact
 from enginespec.display import literal
 from enginespec.signature import Signature
 
 #: Largest config file read (an engine's own config is a few kilobytes).
-MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_BYTES = 1 << 18
+#: Most of a process's environment read (Linux caps argv and environment together at 6 MiB).
+MAX_ENVIRON_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -25,9 +31,10 @@ class Outside:
 
     environment: Mapping[Fact, str] = field(default_factory=dict)
     config: Mapping[Fact, tuple[str, ...]] = field(default_factory=dict)
-    #: the config file, as the process names it, and its modification time (to notice edits).
+    #: the config file, as the process names it, and the identity of what was read (to notice
+    #: edits; ``None``: not there, or not a file that is read).
     config_file: str | None = None
-    config_mtime: int | None = None
+    config_identity: Identity | None = None
     problems: tuple[str, ...] = ()
 
 
@@ -56,33 +63,30 @@ def split_address(value: str) -> tuple[str | None, str | None]:
     return host or None, port or None
 
 
-def _environ(pid: int) -> list[bytes]:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as file:
-            return file.read().split(b"\0")
-    except OSError:  # another user's process: nothing is known from there
-        return []
-
-
 def serves_by_environment(engine: EngineDefinition, pid: int) -> bool:
     """Whether ``pid``'s environment sets one of the engine's ``server_environment`` variables to
     its value (a follower's argv that is its deployment's HTTP server)."""
     wanted = engine.settings.server_environment
     if not wanted:
         return False
-    for entry in _environ(pid):
+    read = read_environ(pid, MAX_ENVIRON_BYTES)
+    for entry in read[0] if read is not None else ():
         name, eq, value = os.fsdecode(entry).partition("=")
         if eq and wanted.get(name) == value:
             return True
     return False
 
 
-def _environment(engine: EngineDefinition, pid: int) -> dict[Fact, str]:
+def _environment(engine: EngineDefinition, pid: int) -> tuple[dict[Fact, str], tuple[str, ...]]:
     wanted = engine.settings.environment
     if not wanted:
-        return {}
+        return {}, ()
+    read = read_environ(pid, MAX_ENVIRON_BYTES)
+    if read is None:  # another user's process, for a scan that is not root: nothing is known
+        return {}, ()
+    entries, cut = read
     found: dict[Fact, str] = {}
-    for entry in _environ(pid):
+    for entry in entries:
         name, eq, value = os.fsdecode(entry).partition("=")
         if not (eq and name in wanted and value):
             continue
@@ -95,12 +99,9 @@ def _environment(engine: EngineDefinition, pid: int) -> dict[Fact, str]:
                 found["port"] = port
         else:
             found[kind] = value
-    return found
-
-
-def config_location(pid: int, path: str) -> str:
-    """Where this process's ``path`` is, seen from here: through its root and working directory."""
-    return f"/proc/{pid}/root{path}" if path.startswith("/") else f"/proc/{pid}/cwd/{path}"
+    if cut:
+        return found, (f"environment is larger than {MAX_ENVIRON_BYTES} bytes; only that much is read",)
+    return found, ()
 
 
 def _fact_of_key(signature: Signature, key: str) -> Fact | None:
@@ -116,62 +117,22 @@ def _fact_of_key(signature: Signature, key: str) -> Fact | None:
     return None
 
 
-def _owner(pid: int) -> tuple[int, set[int]] | None:
-    """The effective uid and the groups of a process, from /proc/PID/status."""
-    uid: int | None = None
-    groups: set[int] = set()
-    try:
-        with open(f"/proc/{pid}/status") as file:
-            for line in file:
-                name, _, rest = line.partition(":")
-                if name == "Uid":
-                    uid = int(rest.split()[1])
-                elif name == "Gid":
-                    groups.add(int(rest.split()[1]))
-                elif name == "Groups":
-                    groups.update(int(group) for group in rest.split())
-    except (OSError, ValueError, IndexError):
-        return None
-    return None if uid is None else (uid, groups)
-
-
-def _owner_may_read(pid: int, status: os.stat_result) -> bool:
-    """Whether the process's owner could read the file itself: a config path in another user's
-    argv must not make root read out a file that user cannot (``--config /root/secret.yaml``)."""
-    owner = _owner(pid)
-    if owner is None:
-        return False
-    uid, groups = owner
-    if uid == 0:
-        return True
-    if status.st_uid == uid:
-        return bool(status.st_mode & 0o400)
-    if status.st_gid in groups:
-        return bool(status.st_mode & 0o040)
-    return bool(status.st_mode & 0o004)
+def _document(engine: EngineDefinition, path: str, data: bytes) -> object:
+    """The config document, in the engine's syntax (a file named ``*.yaml``/``*.yml`` is YAML)."""
+    if engine.settings.config_format == "json" and not path.endswith((".yaml", ".yml")):
+        return parse_json(data)
+    return parse_yaml(data)
 
 
 def _config(
-    engine: EngineDefinition, pid: int, location: str, shown: str
+    engine: EngineDefinition, path: str, data: bytes
 ) -> tuple[dict[Fact, tuple[str, ...]], str | None]:
-    # yaml is imported here: only a process with a config file needs it (import stays light).
-    import yaml
-
     try:
-        if not _owner_may_read(pid, os.stat(location)):
-            return {}, f"config file '{literal(shown)}' is not readable by the process's owner; not read"
-        with open(location, "rb") as file:
-            data = file.read(MAX_CONFIG_BYTES + 1)
-    except OSError as err:
-        return {}, f"config file '{literal(shown)}' cannot be read: {err.strerror}"
-    if len(data) > MAX_CONFIG_BYTES:
-        return {}, f"config file '{literal(shown)}' is larger than {MAX_CONFIG_BYTES} bytes; not read"
-    try:
-        document = yaml.safe_load(data)
-    except yaml.YAMLError:
-        return {}, f"config file '{literal(shown)}' is not valid YAML"
+        document = _document(engine, path, data)
+    except DocumentError as why:
+        return {}, f"config file '{literal(path)}' {why}; not read"
     if not isinstance(document, dict):
-        return {}, f"config file '{literal(shown)}' is not a mapping of flag names"
+        return {}, f"config file '{literal(path)}' is not a mapping of flag names"
     found = _facts_of_mapping(engine, document, engine.settings.config_keys)
     entries = document.get(engine.settings.config_models_key) if engine.settings.config_models_key else None
     if isinstance(entries, list):
@@ -216,22 +177,25 @@ def _lookup(document: Mapping[object, object], path: str) -> object:
 def read_outside(engine: EngineDefinition, pid: int, argv: Sequence[str], *, runner: bool = False) -> Outside:
     """What ``pid``'s environment and config file say, for the engine's declared settings (a
     runner's environment only where the engine's runners read it)."""
-    environment = _environment(engine, pid) if engine.settings.runner_environment or not runner else {}
+    environment, problems = (
+        _environment(engine, pid) if engine.settings.runner_environment or not runner else ({}, ())
+    )
     flag = engine.settings.config_flag
     path = flag_value(argv, engine.signature, flag) if flag else None
     default = path is None and engine.settings.config_file is not None
     path = path if path is not None else engine.settings.config_file
     if path is None:
-        return Outside(environment=environment)
-    location = config_location(pid, path)
-    try:
-        mtime: int | None = os.stat(location).st_mtime_ns
-    except OSError:
-        if default:  # the engine goes on without its usual file, and so does the scan
-            return Outside(environment=environment)
-        mtime = None
-    config, problem = _config(engine, pid, location, path)
-    return Outside(environment, config, path, mtime, (problem,) if problem else ())
+        return Outside(environment=environment, problems=problems)
+    read = read_named(pid, path, MAX_CONFIG_BYTES)
+    if read.missing and default:  # the engine goes on without its usual file, and so does the scan
+        return Outside(environment=environment, problems=problems)
+    if read.data is None:
+        problem = (
+            f"config file '{literal(path)}' {read.problem or 'cannot be read: No such file or directory'}"
+        )
+        return Outside(environment, {}, path, read.identity, (*problems, problem))
+    config, trouble = _config(engine, path, read.data)
+    return Outside(environment, config, path, read.identity, (*problems, trouble) if trouble else problems)
 
 
 #: Where a fact came from; ``server``: an orphan's, from the server it worked for while this
@@ -304,7 +268,7 @@ def merge(
     ports = fill("port", port_text is not None)
     if ports:
         port_text = ports[0]
-        port = int(port_text) if port_text.isdigit() and 1 <= int(port_text) <= 65535 else None
+        port = parse_port(port_text) or None  # ASCII digits only ("²".isdigit() is true); not 0
     elif sources["port"] == "default":
         port, port_text = None, None
     return Merged(

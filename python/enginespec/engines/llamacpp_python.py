@@ -108,6 +108,8 @@ SPEC = LlamaCppPythonSpec(
         environment={"MODEL": "model", "MODEL_ALIAS": "served_model_name", "HOST": "host", "PORT": "port"},
         environment_first=frozenset({"host", "port"}),
         config_flag="--config_file",
+        # JSON, or YAML for a file named *.yaml / *.yml (__main__.py load_config).
+        config_format="json",
         config_replaces_argv=frozenset({"host", "port"}),
         config_models_key="models",
     ),
