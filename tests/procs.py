@@ -16,7 +16,7 @@ HELPER_SOURCE = Path(__file__).parent / "helpers" / "idle.c"
 
 def build_helper(directory: Path) -> Path:
     binary = directory / "idle"
-    subprocess.run(["gcc", "-O1", "-o", str(binary), str(HELPER_SOURCE)], check=True)
+    subprocess.run(["gcc", "-O1", "-o", str(binary), str(HELPER_SOURCE)], check=True, timeout=120)
     return binary
 
 

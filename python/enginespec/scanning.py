@@ -28,6 +28,7 @@ from enginespec.containers import (
     host_netns,
     netns_addresses,
     netns_inode,
+    netns_of_host_users,
     published_ports,
 )
 from enginespec.definition import EngineDefinition, Fact
@@ -311,7 +312,10 @@ class Scanner:
             if process.private_network:
                 entry = self._shown.get(process.pid)
                 if entry is None or entry[0] is not process or entry[1] is not rules:
-                    addresses = netns_addresses(process.pid) if rules else frozenset()
+                    # A namespace of a user's own (unshare -rn) may hold any address on its
+                    # loopback: what a proxy forwards to that address is not its port.
+                    trusted = bool(rules) and netns_of_host_users(process.pid)
+                    addresses = netns_addresses(process.pid) if trusted else frozenset()
                     ports = published_ports(rules, addresses, process.effective_port)
                     if entry is not None and entry[0] is process and entry[2] == ports:
                         view = entry[3]  # the same model as before: unchanged for callers
