@@ -49,8 +49,8 @@ use crate::proc_events::Change;
 #[cfg(target_os = "linux")]
 use crate::procfs::parse_pid_dirents;
 use crate::procfs::{
-    parse_children, parse_socket_link, parse_stat, parse_tcp_listen, parse_u64, proc_stat_value,
-    split_cmdline, ProcStat,
+    capped_argv, parse_children, parse_socket_link, parse_stat, parse_tcp_listen, parse_u64,
+    proc_stat_value, ProcStat, ARGV_CUT,
 };
 use crate::signature::Signature;
 
@@ -491,10 +491,13 @@ impl Scanner {
         young: bool,
         now: Instant,
     ) -> Option<Class> {
-        let argv = split_cmdline(cmdline);
+        let (argv, cut) = capped_argv(cmdline);
         if let Some(parsed) = self.matcher.parse(&argv) {
             let facts = parsed.to_facts();
-            let argv = argv.iter().map(|a| a.to_vec()).collect();
+            let mut argv: Vec<Vec<u8>> = argv.iter().map(|a| a.to_vec()).collect();
+            if cut {
+                argv.push(ARGV_CUT.to_vec());
+            }
             return self.engine_state(pid, cmdline.to_vec(), argv, facts);
         }
         // An empty cmdline is a kernel thread, a zombie, or a process caught inside execve (the
@@ -580,7 +583,8 @@ impl Scanner {
     fn read_argv(&self, pid: i32) -> Vec<Vec<u8>> {
         read_small(&self.proc_path(pid, "cmdline"))
             .map(|data| {
-                split_cmdline(&data)
+                capped_argv(&data)
+                    .0
                     .into_iter()
                     .map(<[u8]>::to_vec)
                     .collect()

@@ -35,13 +35,34 @@ _LINUX = sys.platform.startswith("linux")
 CMDLINE_PEEK = 4096
 
 
-def split_cmdline(data: bytes) -> list[str]:
-    """NUL separated, one trailing NUL dropped, empty -> [] (as ``split_cmdline`` in procfs.rs)."""
+#: At most this many arguments of a process's argv are examined and kept by a scan (as
+#: MAX_ARGV_ARGS in procfs.rs): what one process costs must not grow with a 100,000-argument argv.
+MAX_ARGV_ARGS = 1024
+#: At most this many bytes of argv (each argument with its NUL) are examined and kept.
+MAX_ARGV_BYTES = 256 * 1024
+#: The last element of a kept argv that the process's goes on beyond (a NUL, which no argument
+#: read from ``cmdline`` can hold).
+ARGV_CUT = "\0"
+
+
+def capped_argv(data: bytes) -> tuple[list[str], bool]:
+    """The argv a scan examines (``capped_argv`` in procfs.rs): ``cmdline`` split on NUL (one
+    trailing NUL dropped, empty -> []), only its first MAX_ARGV_ARGS arguments within
+    MAX_ARGV_BYTES; and whether it was cut. The rest is not split or decoded."""
     if not data:
-        return []
+        return [], False
     if data.endswith(b"\0"):
         data = data[:-1]
-    return [os.fsdecode(part) for part in data.split(b"\0")]
+    parts = data.split(b"\0", MAX_ARGV_ARGS)
+    cut = len(parts) > MAX_ARGV_ARGS
+    kept: list[str] = []
+    size = 0
+    for part in parts[:MAX_ARGV_ARGS]:
+        size += len(part) + 1
+        if size > MAX_ARGV_BYTES:
+            return kept, True
+        kept.append(os.fsdecode(part))
+    return kept, cut
 
 
 class _Gone(Exception):
@@ -603,10 +624,10 @@ class Scanner:
         return self._classify_cmdline(pid, data, young, now) if isinstance(data, bytes) else data
 
     def _classify_cmdline(self, pid: int, data: bytes, young: bool, now: float) -> _Class | None:
-        argv = split_cmdline(data)
+        argv, cut = capped_argv(data)
         parsed = self._matcher.parse(argv)
         if parsed is not None:
-            return self._engine_state(pid, data, argv, parsed)
+            return self._engine_state(pid, data, [*argv, ARGV_CUT] if cut else argv, parsed)
         if self._is_wrapper(argv):
             return _Other((data, None))
         # Empty argv: a kernel thread, a zombie, or a process caught inside execve.
@@ -637,7 +658,7 @@ class Scanner:
 
     def _parent_argv(self, ppid: int) -> list[str]:
         try:
-            return split_cmdline(self._source.cmdline(ppid))
+            return capped_argv(self._source.cmdline(ppid))[0]
         except (_Gone, _Denied):
             return []
 

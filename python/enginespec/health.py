@@ -185,7 +185,9 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
     if t.process is not None and not t.process.private_network:
         # An answer says nothing about this server when another process holds the port. (In its
         # own network namespace the port is another table's; a published port is the proxy's.)
-        problem = ownership_problem(_tree(t.process.pid, t.process.worker_pids), t.base_url)
+        # Of the address connected to (the tree's own, for a URL from the process).
+        connected = t.base_url if t.given_url else where.url
+        problem = ownership_problem(_tree(t.process.pid, t.process.worker_pids), connected)
         if problem is not None:
             return health("unhealthy", problem, reply)
         # Gone since the check began, its fds cannot show who held the port: the answer may be

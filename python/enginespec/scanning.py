@@ -16,7 +16,7 @@ import enginespec.sockets as sockets
 from enginespec._backend import ScannerType
 from enginespec._pycontainers import Runtime
 from enginespec._pymatcher import basename
-from enginespec._pyscanner import RawProcess
+from enginespec._pyscanner import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess
 from enginespec.argv import Invocation, argv_port, checkout, endpoint, flag_value, redact_argv, served_names
 from enginespec.config import Config
 from enginespec.containers import (
@@ -380,6 +380,14 @@ class Scanner:
         pid, start_time, ppid, argv, facts, exe, descendants, parent_argv, ports = item
         index, model, served, host, port, role = facts
         spec = self._specs[index]
+        cut: tuple[str, ...] = ()
+        if argv and argv[-1] == ARGV_CUT:
+            # The backend examined and kept only the start of a huge argv (its cost is capped).
+            argv = argv[:-1]
+            cut = (
+                f"argv goes on beyond {MAX_ARGV_ARGS} arguments or {MAX_ARGV_BYTES} bytes: only its"
+                f" first {len(argv)} arguments are examined and shown",
+            )
         outside = read_outside(spec, pid, argv, runner=role == "runner")
         if outside.config_file is not None:
             self._configs[pid] = (config_location(pid, outside.config_file), outside.config_mtime)
@@ -416,7 +424,7 @@ class Scanner:
             effective_host=where.effective_host,
             effective_port=where.effective_port,
             role=role,
-            problems=merged.problems + where.problems,
+            problems=cut + merged.problems + where.problems,
             sources=merged.sources,
             base_url=where.base_url,
             argv=tuple(redact_argv(argv, spec.id)),
