@@ -187,7 +187,7 @@ mod tests {
         let (kept, cut) = capped_argv(&many);
         assert_eq!((kept.len(), cut), (MAX_ARGV_ARGS, true));
         let exact = b"x\0".repeat(MAX_ARGV_ARGS);
-        assert_eq!(capped_argv(&exact).1, false);
+        assert!(!capped_argv(&exact).1);
         let big = [vec![b'a'; MAX_ARGV_BYTES - 2], b"\0b\0".to_vec()].concat();
         assert_eq!(capped_argv(&big), (vec![&big[..MAX_ARGV_BYTES - 2]], true));
     }

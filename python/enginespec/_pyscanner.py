@@ -245,9 +245,13 @@ class _Procfs:
     def exists(self, pid: int) -> bool:
         return os.path.exists(f"/proc/{pid}")
 
-    def listen_ports(self, pids: list[int]) -> tuple[list[int], bool]:
+    def listen_ports(
+        self, pids: list[int], tables: dict[int, list[tuple[int, int]]] | None = None
+    ) -> tuple[list[int], bool]:
         """TCP ports in LISTEN state held by ``pids`` (the engine first), sorted, and whether some
-        fd directory, fd link or socket table could not be read for lack of permission."""
+        fd directory, fd link or socket table could not be read for lack of permission.
+        ``tables``: the (inode, port) listeners of each network namespace read so far in this
+        scan (one read per namespace, not per engine: a socket table can take 10 ms to read)."""
         denied = False
         inodes: set[int] = set()
         for pid in pids:
@@ -268,20 +272,28 @@ class _Procfs:
                     continue
                 if target.startswith("socket:[") and target.endswith("]") and target[8:-1].isdigit():
                     inodes.add(int(target[8:-1]))
-        ports: set[int] = set()
         if not inodes:
             return [], denied
-        for table in ("tcp", "tcp6"):
-            try:
-                with open(f"/proc/{pids[0]}/net/{table}", "rb") as file:
-                    data = file.read()
-            except PermissionError:
-                denied = True
-                continue
-            except OSError:
-                continue
-            ports.update(port for inode, _address, port in tcp_listen(data) if inode in inodes)
-        return sorted(ports), denied
+        try:
+            netns: int | None = os.stat(f"/proc/{pids[0]}/ns/net").st_ino
+        except OSError:
+            netns = None
+        found = tables.get(netns) if tables is not None and netns is not None else None
+        if found is None:
+            found = []
+            for table in ("tcp", "tcp6"):
+                try:
+                    with open(f"/proc/{pids[0]}/net/{table}", "rb") as file:
+                        data = file.read()
+                except PermissionError:
+                    denied = True
+                    continue
+                except OSError:
+                    continue
+                found.extend((inode, port) for inode, _address, port in tcp_listen(data))
+            if tables is not None and netns is not None and not denied:
+                tables[netns] = found
+        return sorted({port for inode, port in found if inode in inodes}), denied
 
 
 class _Psutil:
@@ -340,7 +352,9 @@ class _Psutil:
     def exists(self, pid: int) -> bool:
         return psutil.pid_exists(pid)
 
-    def listen_ports(self, pids: list[int]) -> tuple[list[int], bool]:
+    def listen_ports(
+        self, pids: list[int], tables: dict[int, list[tuple[int, int]]] | None = None
+    ) -> tuple[list[int], bool]:
         denied = False
         ports: set[int] = set()
         for pid in pids:
@@ -728,15 +742,17 @@ class Scanner:
         """The engines' records, their trees brought up to date (``Scanner::collect``)."""
         engines = [cls for _inode, cls in self._known.values() if isinstance(cls, _Engine)]
         out: list[RawProcess] = []
+        tables: dict[int, list[tuple[int, int]]] = {}
         for engine in sorted(engines, key=lambda e: e.pid):
             pid = engine.pid
             # The tree is re-read when a new engine appeared (a forked child keeping the server's
             # argv must be folded at once) and otherwise at most once per refresh period.
             if self._engine_appeared or engine.tree_read is None or now - engine.tree_read >= self._refresh:
                 descendants = _descendants(self._source, pid) if self._fold[engine.facts[0]] else []
-                ports, denied = (
-                    self._source.listen_ports([pid, *descendants]) if self._listen_ports else ([], False)
-                )
+                ports: list[int] = []
+                denied = False
+                if self._listen_ports:
+                    ports, denied = self._source.listen_ports([pid, *descendants], tables)
                 engine.tree_read, engine.tree_denied = now, denied
                 if descendants != engine.descendants or ports != engine.ports:
                     engine.descendants, engine.ports, engine.built = descendants, ports, None

@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
-import psutil
-
 import enginespec.sockets as sockets
 from enginespec.definition import EngineDefinition
 from enginespec.errors import EngineExited, InvalidInputError, NotReady
@@ -294,12 +292,28 @@ def _unix_endpoint(tree: tuple[int, ...], path: str) -> tuple[_Endpoint | None, 
 
 
 def _tree(pid: int, workers: Sequence[int] = ()) -> list[int]:
-    """A server and its descendants now (workers may have been forked since the scan)."""
-    try:
-        children = [child.pid for child in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        children = []
-    return [pid, *dict.fromkeys([*workers, *children])]
+    """A server and its descendants now (workers may have been forked since the scan), found
+    through the kernel's lists of each task's children: the cost is the tree's, not the host's
+    (a walk of every process per engine made 1,024 engines cost minutes)."""
+    found: dict[int, None] = {}
+    queue = [pid]
+    while queue and len(found) < 4096:
+        current = queue.pop()
+        if current in found:
+            continue
+        found[current] = None
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{current}/task/{task}/children", "rb") as file:
+                    queue.extend(int(child) for child in file.read().split())
+            except (OSError, ValueError):
+                continue
+    found.pop(pid, None)
+    return [pid, *dict.fromkeys([*workers, *found])]
 
 
 def ownership_problem(tree: Sequence[int], base_url: str | None) -> str | None:
@@ -424,7 +438,9 @@ async def _fetch(client: httpx.AsyncClient, t: _Target, step: _Request) -> _Repl
 
 
 async def _run(t: _Target, probe: _Probe, timeout: float) -> Health:
-    step = _advance(probe, None)
+    # The first step finds the socket to use, reading /proc: in a thread, so the event loop (and
+    # the overall deadline) never waits for it.
+    step = await asyncio.to_thread(_advance, probe, None)
     if isinstance(step, Health):
         return step
     # httpx is imported on the first check, not with the package: `import enginespec` (whose
@@ -652,6 +668,17 @@ async def check_all_async(
         raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
     if deadline is not None and not deadline > 0:
         raise ValueError(f"deadline: must be a positive number of seconds, got {deadline!r}")
+    with sockets.shared_tables():
+        return await _check_all(list(processes), concurrency, timeout, verify_identity, deadline)
+
+
+async def _check_all(
+    processes: list[EngineProcess],
+    concurrency: int,
+    timeout: float,
+    verify_identity: bool,
+    deadline: float | None,
+) -> list[Health]:
     gate = asyncio.Semaphore(concurrency)
     loop = asyncio.get_running_loop()
     end = None if deadline is None else loop.time() + deadline

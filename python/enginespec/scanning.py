@@ -272,7 +272,8 @@ class Scanner:
             now - self._conflicts_at >= TREE_REFRESH_SECONDS or not built.keys() <= self._built.keys()
         ):
             self._conflicts_at = now
-            result = [self._with_conflicts(process, built) for process in result]
+            with sockets.shared_tables():
+                result = [self._with_conflicts(process, built) for process in result]
         self._built = built
         self._configs = {pid: config for pid, config in self._configs.items() if pid in built}
         self._remember_servers(raw, folded, built)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from enginespec._pyscanner import tcp_listen
@@ -51,10 +53,23 @@ def _address(hex_address: bytes) -> IPAddress | None:
     return address
 
 
-def listeners(port: int, netns_pid: int | None = None) -> list[Listener]:
-    """The LISTEN sockets on ``port`` in the network namespace of ``netns_pid`` (this process's
-    when ``None``)."""
-    where = f"/proc/{netns_pid}/net" if netns_pid is not None else "/proc/self/net"
+#: The LISTEN sockets of each network namespace (by its inode) read so far in one run of checks
+#: or one scan (see :func:`shared_tables`): a socket table can take 10 ms to read, and 1,024
+#: engines of one namespace need it once, not 1,024 times.
+_TABLES: ContextVar[dict[int, list[Listener]] | None] = ContextVar("enginespec_tables", default=None)
+
+
+@contextmanager
+def shared_tables() -> Iterator[None]:
+    """Within it (and in the tasks and threads it starts), each namespace's table is read once."""
+    token = _TABLES.set({})
+    try:
+        yield
+    finally:
+        _TABLES.reset(token)
+
+
+def _table(where: str) -> list[Listener]:
     found = []
     for table in ("tcp", "tcp6"):
         try:
@@ -64,9 +79,27 @@ def listeners(port: int, netns_pid: int | None = None) -> list[Listener]:
             continue
         for inode, local, local_port in tcp_listen(data):
             address = _address(local)
-            if local_port == port and address is not None:
+            if address is not None:
                 found.append(Listener(inode, address, local_port))
     return found
+
+
+def listeners(port: int, netns_pid: int | None = None) -> list[Listener]:
+    """The LISTEN sockets on ``port`` in the network namespace of ``netns_pid`` (this process's
+    when ``None``)."""
+    where = f"/proc/{netns_pid}/net" if netns_pid is not None else "/proc/self/net"
+    tables = _TABLES.get()
+    netns = None
+    if tables is not None:
+        try:
+            netns = os.stat(f"/proc/{netns_pid or 'self'}/ns/net").st_ino
+        except OSError:
+            netns = None
+    if tables is None or netns is None:
+        return [listener for listener in _table(where) if listener.port == port]
+    if netns not in tables:
+        tables[netns] = _table(where)
+    return [listener for listener in tables[netns] if listener.port == port]
 
 
 def socket_inodes(pid: int) -> set[int] | None:
