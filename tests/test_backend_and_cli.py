@@ -16,7 +16,12 @@ PROBE = f"import enginespec; print(enginespec.BACKEND, enginespec.parse_argv({AR
 
 def _run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True, check=False
+        [sys.executable, "-c", code],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
 
 
@@ -27,7 +32,9 @@ def _needs_native() -> None:
 def test_native_is_the_default_when_built() -> None:
     _needs_native()
     env = {k: v for k, v in os.environ.items() if k != "ENGINESPEC_BACKEND"}
-    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True, timeout=120
+    )
     assert out.stdout.split()[0] == "native"
 
 
@@ -66,7 +73,7 @@ def test_unknown_backend_name_is_a_clear_error() -> None:
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     script = Path(sys.executable).with_name("enginespec")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "enginespec.cli"]
-    return subprocess.run([*command, *args], capture_output=True, text=True, check=False)
+    return subprocess.run([*command, *args], capture_output=True, text=True, check=False, timeout=120)
 
 
 def test_cli_parse_prints_json() -> None:
@@ -86,6 +93,7 @@ def test_cli_json_of_argv_that_is_not_utf8() -> None:
         [sys.executable, "-m", "enginespec.cli", "parse", "--", "llama-server", "-m", os.fsencode(model)],
         capture_output=True,
         check=False,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["model"] == model

@@ -24,7 +24,7 @@ from enginespec import Config, Container, EngineProcess, PublishedPort, Scanner
 from enginespec.containers import ProxyRule, parse_cgroup, parse_proxy_argv, pid_in_namespace
 from enginespec.health import check_health
 from fakeserver import Answer, FakeEngine, free_port, models
-from procs import Procs, children_of, wait_for
+from procs import Procs, children_of, rewrites, wait_for
 
 ID = "4f3c2b1a" * 8
 OUTER = "0123456789abcdef" * 4
@@ -213,29 +213,64 @@ def quiet_config(tmp_path: Path) -> Config:
     )
 
 
+SHIM_ARGV = ["containerd-shim-runc-v2", "-namespace", "moby", "-address", "/run/containerd/containerd.sock"]
+
+
+def shim_program(helper: Path, directory: Path) -> Path:
+    """The helper copied under the name of containerd's shim, so ``/proc/PID/exe`` says so."""
+    directory.mkdir(exist_ok=True)
+    program = Path(shutil.copy(helper, directory / "containerd-shim-runc-v2"))
+    program.chmod(0o755)
+    return program
+
+
+def under_shim(
+    procs: Procs, shim: Path, argvs: list[list[str]], cgroup: Path | None = None
+) -> tuple[subprocess.Popen[bytes], list[int]]:
+    """A shim run by root starting the engines ``argvs`` as its children, as a runtime starts a
+    container's first process; the shim and the children's pids (in ``argvs`` order)."""
+    parent = procs.start(SHIM_ARGV, executable=shim, cgroup=cgroup, HELPER_SPAWN=rewrites(*argvs))
+    wanted = [b"\0".join(map(os.fsencode, argv)) + b"\0" for argv in argvs]
+
+    def started() -> dict[bytes, int]:
+        # A child shows the shim's argv until its exec is done.
+        found = {Path(f"/proc/{c}/cmdline").read_bytes(): c for c in children_of(parent.pid)}
+        return found if all(w in found for w in wanted) else {}
+
+    try:
+        wait_for(started)
+    except BaseException:
+        procs.stop(parent)
+        raise
+    found = started()
+    return parent, [found[w] for w in wanted]
+
+
 @pytest.mark.skipif(
     os.geteuid() != 0 or not HIERARCHIES, reason="making cgroups needs root and a cgroup mount"
 )
 @pytest.mark.parametrize(("shape", "hierarchy"), PLACES)
 def test_engine_in_a_real_cgroup_of_each_shape(
-    shape: str, hierarchy: str, procs: Procs, quiet_config: Config
+    shape: str, hierarchy: str, procs: Procs, quiet_config: Config, helper: Path, tmp_path: Path
 ) -> None:
     below, runtime, pod = SHAPES[shape]
     container_id = secrets.token_hex(32)  # one per test: nothing left over can be mistaken for it
     below = below.replace(ID, container_id)
+    shim = shim_program(helper, tmp_path / "shim")
     with cgroup(hierarchy, below) as directory:
-        proc = procs.start(["vllm", "serve", "/models/qwen", "--port", "8000"], cgroup=directory)
+        parent, (pid,) = under_shim(
+            procs, shim, [["vllm", "serve", "/models/qwen", "--port", "8000"]], directory
+        )
         try:
             seen = f"{HIERARCHIES[hierarchy][1].rstrip('/')}/{below}"
             assert any(
-                line.endswith(":" + seen)
-                for line in Path(f"/proc/{proc.pid}/cgroup").read_text().splitlines()
+                line.endswith(":" + seen) for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
             )
-            process = _scanned(proc.pid, quiet_config)
+            process = _scanned(pid, quiet_config)
         finally:
-            procs.stop(proc)
+            procs.stop(parent)
     assert process.container == Container(
-        runtime=runtime, id=container_id, pod_uid=pod, name=None, pid_in_container=proc.pid
+        runtime=runtime, id=container_id, pod_uid=pod, name=None, pid_in_container=pid
     )
     assert process.container.label == f"{runtime}:{container_id[:12]}"
 
@@ -266,7 +301,9 @@ def test_pid_in_container_from_a_real_pid_namespace(helper: Path, tmp_path: Path
             wait_for(lambda: children_of(runner.pid))
             (engine,) = children_of(runner.pid)
             wait_for(lambda: Path(f"/proc/{engine}/cmdline").read_bytes().startswith(os.fsencode(tmp_path)))
-            process = _scanned(engine, Config(data_dir=tmp_path, docker_socket=tmp_path / "none.sock"))
+            # The runtime's API vouches for the container: its first process is the runner.
+            with _docker_api(tmp_path, container_id, "/q", runner.pid):
+                process = _scanned(engine, Config(data_dir=tmp_path, docker_socket=tmp_path / "d.sock"))
         finally:
             procs.stop(runner)
     assert process.container is not None
@@ -277,11 +314,18 @@ def test_pid_in_container_from_a_real_pid_namespace(helper: Path, tmp_path: Path
 # --- the runtime's API --------------------------------------------------------------------------
 
 
-def _docker_api(tmp_path: Path, container_id: str, name: object) -> FakeEngine:
-    body = json.dumps({"Id": container_id, "Name": name}).encode()
-    return FakeEngine(
+@contextlib.contextmanager
+def _docker_api(tmp_path: Path, container_id: str, name: object, pid: int) -> Iterator[FakeEngine]:
+    """Docker's API on ``tmp_path/d.sock``: ``container_id`` is named ``name`` and its first
+    process is ``pid``."""
+    body = json.dumps({"Id": container_id, "Name": name, "State": {"Pid": pid}}).encode()
+    api = FakeEngine(
         {f"/containers/{container_id}/json": [Answer(200, body)]}, unix_path=str(tmp_path / "d.sock")
     )
+    try:
+        yield api
+    finally:
+        api.close()
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or "" not in HIERARCHIES, reason="needs root and cgroup v2")
@@ -292,31 +336,32 @@ def test_container_name_from_the_docker_socket_once_per_container(
     name: object, shown: str | None, tmp_path: Path, procs: Procs
 ) -> None:
     container_id = secrets.token_hex(32)
-    api = _docker_api(tmp_path, container_id, name)
     config = Config(data_dir=tmp_path, docker_socket=tmp_path / "d.sock")
-    try:
-        with cgroup("", f"system.slice/docker-{container_id}.scope") as directory:
-            argvs = [["vllm", "serve", f"/models/{n}", "--port", str(8000 + n)] for n in (1, 2)]
-            engines = [procs.start(argv, cgroup=directory) for argv in argvs]
-            try:
+    with cgroup("", f"system.slice/docker-{container_id}.scope") as directory:
+        argvs = [["vllm", "serve", f"/models/{n}", "--port", str(8000 + n)] for n in (1, 2)]
+        # The container's first process starts both (the API names it).
+        init = procs.start(["init"], cgroup=directory, HELPER_SPAWN=rewrites(*argvs))
+        try:
+            wait_for(lambda: len(children_of(init.pid)) == 2)
+            engines = sorted(children_of(init.pid))
+            for pid in engines:
+                wait_for(lambda pid=pid: Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"vllm"))
+            with _docker_api(tmp_path, container_id, name, init.pid) as api:
                 found = {p.pid: p for p in Scanner(config=config).scan()}
                 asked = [path for _method, path, _headers in api.script.seen]
                 # `ps` takes the socket from the environment, and shows the container's label.
                 env = {"ENGINESPEC_DOCKER_SOCKET": str(tmp_path / "d.sock")}
                 table = enginespec("ps", "--no-health", "--wide", env=env).stdout.decode()
                 documents = json.loads(enginespec("ps", "--no-health", "--json", env=env).stdout)
-            finally:
-                for proc in engines:
-                    procs.stop(proc)
-    finally:
-        api.close()
-    pids = {str(p.pid) for p in engines}
+        finally:
+            procs.stop(init)
+    pids = {str(pid) for pid in engines}
     label = shown or f"docker:{container_id[:12]}"
     assert {row[0] for row in map(str.split, table.splitlines()) if row and label in row} >= pids
     dumped = [d["container"] for d in documents if str(d["pid"]) in pids]
     assert [(d["runtime"], d["id"], d["name"]) for d in dumped] == [("docker", container_id, shown)] * 2
-    for proc in engines:
-        container = found[proc.pid].container
+    for pid in engines:
+        container = found[pid].container
         assert container is not None
         assert (container.runtime, container.id, container.name) == ("docker", container_id, shown)
         assert container.label == label
@@ -325,19 +370,20 @@ def test_container_name_from_the_docker_socket_once_per_container(
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or "" not in HIERARCHIES, reason="needs root and cgroup v2")
-def test_a_runtime_api_that_hangs_gives_no_name(tmp_path: Path, procs: Procs) -> None:
+def test_a_runtime_api_that_hangs_gives_no_name(tmp_path: Path, procs: Procs, helper: Path) -> None:
     container_id = secrets.token_hex(32)
     hanging = FakeEngine(
         {f"/containers/{container_id}/json": [Answer(hang=True)]}, unix_path=str(tmp_path / "d.sock")
     )
     config = Config(data_dir=tmp_path, docker_socket=tmp_path / "d.sock", container_api_timeout=0.2)
+    shim = shim_program(helper, tmp_path / "shim")
     try:
         with cgroup("", f"docker/{container_id}") as directory:
-            proc = procs.start(["vllm", "serve", "/models/hang"], cgroup=directory)
+            parent, (pid,) = under_shim(procs, shim, [["vllm", "serve", "/models/hang"]], directory)
             try:
-                process = _scanned(proc.pid, config)
+                process = _scanned(pid, config)
             finally:
-                procs.stop(proc)
+                procs.stop(parent)
     finally:
         hanging.close()
     assert process.container is not None
@@ -353,13 +399,15 @@ ADDRESS = "127.77.0.2"
 def netns() -> Iterator[str]:
     """A network namespace whose loopback also holds 127.77.0.2 (a container's address)."""
     name = f"enginespec-test-{os.getpid()}-{secrets.token_hex(3)}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
+    subprocess.run(["ip", "netns", "add", name], check=True, timeout=120)
     try:
-        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
-        subprocess.run(["ip", "-n", name, "addr", "add", f"{ADDRESS}/8", "dev", "lo"], check=True)
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True, timeout=120)
+        subprocess.run(
+            ["ip", "-n", name, "addr", "add", f"{ADDRESS}/8", "dev", "lo"], check=True, timeout=120
+        )
         yield name
     finally:
-        subprocess.run(["ip", "netns", "del", name], check=True)
+        subprocess.run(["ip", "netns", "del", name], check=True, timeout=120)
 
 
 @pytest.fixture

@@ -431,6 +431,7 @@ def test_cuda_only_engines_refuse_to_install_without_an_nvidia_gpu(engine: str, 
         capture_output=True,
         text=True,
         check=False,
+        timeout=120,
     )
     assert cli.returncode == 1
     assert f"{engine} runs only on an NVIDIA GPU (CUDA)" in cli.stderr
@@ -581,7 +582,7 @@ def test_scan_and_ps_show_every_engine(procs: Procs) -> None:
     script = Path(sys.executable).with_name("enginespec")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "enginespec.cli"]
     out = subprocess.run(
-        [*command, "ps", "--json", "--no-health"], capture_output=True, text=True, check=True
+        [*command, "ps", "--json", "--no-health"], capture_output=True, text=True, check=True, timeout=120
     )
     rows = {row["pid"]: row for row in json.loads(out.stdout)}
     assert {pid: rows[pid]["engine"] for pid in started} == {pid: facts[0] for pid, facts in started.items()}

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fakeserver import free_port
 from procs import Procs
-from test_containers import HIERARCHIES, cgroup
+from test_containers import HIERARCHIES, cgroup, shim_program, under_shim
 from test_ports import _free_port as free_port_on
 from test_ports import _start as start_fake
 
@@ -152,26 +152,29 @@ def test_it_binds_loopback_unless_told_otherwise() -> None:
         [sys.executable, "-m", "enginespec.cli", "exporter", "--port", "99999"],
         capture_output=True,
         text=True,
+        timeout=120,
     )
     assert bad.returncode == 2
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or "" not in HIERARCHIES, reason="needs root and cgroup v2")
-def test_container_id_label(procs: Procs, exporter: tuple[str, Path]) -> None:
+def test_container_id_label(procs: Procs, exporter: tuple[str, Path], helper: Path, tmp_path: Path) -> None:
     url, _textfile = exporter
     container_id = secrets.token_hex(32)
     host = procs.start(["vllm", "serve", "/models/host", "--port", "18011"])
+    shim = shim_program(helper, tmp_path / "shim")
     with cgroup("", f"system.slice/docker-{container_id}.scope") as directory:
-        boxed = procs.start(["vllm", "serve", "/models/boxed", "--port", "18012"], cgroup=directory)
+        argv = ["vllm", "serve", "/models/boxed", "--port", "18012"]
+        parent, (boxed,) = under_shim(procs, shim, [argv], directory)
         try:
-            pids = {str(host.pid), str(boxed.pid)}
+            pids = {str(host.pid), str(boxed)}
             series = _scrape_until(
                 url, lambda s: pids <= {labels["pid"] for labels, _ in s.get("enginespec_engine_info", [])}
             )
         finally:
-            procs.stop(boxed)
+            procs.stop(parent)
     labels = {labels["pid"]: labels["container_id"] for labels, _ in series["enginespec_engine_info"]}
-    assert (labels[str(host.pid)], labels[str(boxed.pid)]) == ("", container_id)
+    assert (labels[str(host.pid)], labels[str(boxed)]) == ("", container_id)
 
 
 @pytest.fixture

@@ -192,12 +192,22 @@ def test_unix_socket_servers(procs: Procs, tmp_path: Path) -> None:
     path = str(tmp_path / "llama.sock")
     with serving({"/health": [Answer(200, OK)]}, unix_path=path) as server:
         assert check_health("llamacpp", server.url).state == "ready"
-        proc = _scanned(procs, ["llama-server", "-m", "m", "--host", path])
+        # The process holds the listening socket (as a server that made it does).
+        held = server.server.socket  # type: ignore[attr-defined]
+        proc = _scanned(procs, ["llama-server", "-m", "m", "--host", path], held)
         assert proc.base_url == server.url
         assert check_health(proc).state == "ready"
+        # One that only names the socket gets nothing sent to it.
+        seen = len(server.script.seen)
+        stranger = _scanned(procs, ["llama-server", "-m", "m2", "--host", path])
+        health = check_health(stranger)
+        assert health.state == "starting"
+        assert health.reason == f"process is up, holds no listening socket at {path}: not contacted"
+        assert len(server.script.seen) == seen
     uds = str(tmp_path / "vllm.sock")
     with serving({"/health": [Answer(200)]}, unix_path=uds) as server:
-        proc = _scanned(procs, ["vllm", "serve", "m", "--uds", uds])
+        held = server.server.socket  # type: ignore[attr-defined]
+        proc = _scanned(procs, ["vllm", "serve", "m", "--uds", uds], held)
         assert proc.base_url == server.url
         assert check_health(proc).state == "ready"
 
@@ -293,7 +303,7 @@ def test_check_all_fifty_servers_ten_hung() -> None:
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     script = Path(sys.executable).with_name("enginespec")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "enginespec.cli"]
-    return subprocess.run([*command, *args], capture_output=True, text=True, check=False)
+    return subprocess.run([*command, *args], capture_output=True, text=True, check=False, timeout=120)
 
 
 def test_cli_health(procs: Procs) -> None:

@@ -186,6 +186,7 @@ def test_import_stays_light() -> None:
         capture_output=True,
         text=True,
         check=True,
+        timeout=120,
     )
     imported = {
         line.rsplit("|", 1)[-1].strip().split(".")[0] for line in out.stderr.splitlines() if "|" in line

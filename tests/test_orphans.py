@@ -127,11 +127,13 @@ def test_ps_lists_orphans(procs: Procs) -> None:
     server.wait()
     script = Path(sys.executable).with_name("enginespec")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "enginespec.cli"]
-    out = subprocess.run([*command, "ps", "--json"], capture_output=True, text=True, check=True)
+    out = subprocess.run([*command, "ps", "--json"], capture_output=True, text=True, check=True, timeout=120)
     rows = {row["pid"]: row for row in json.loads(out.stdout)}
     assert rows[core]["role"] == "orphan"
     assert rows[core]["engine"] == "vllm"
     assert rows[core]["base_url"] is None
-    table = subprocess.run([*command, "ps", "--wide"], capture_output=True, text=True, check=True)
+    table = subprocess.run(
+        [*command, "ps", "--wide"], capture_output=True, text=True, check=True, timeout=120
+    )
     (line,) = (line for line in table.stdout.splitlines() if str(core) in line.split())
     assert "orphan" in line

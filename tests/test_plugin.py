@@ -40,11 +40,21 @@ PROBE = textwrap.dedent(
     from enginespec import Recipe, get_engine_spec, parse_argv
     inv = parse_argv(["/opt/toy/bin/toy-server", "--weights", "/w/toy.bin", "--listen-port", "7001"])
     argv = get_engine_spec("toy").build_command(Recipe(engine="toy", model_path="/w/t", port=7002))
-    running = subprocess.Popen(["toy-server", "--weights", "/w/running.bin"], executable=sys.argv[1])
-    while open(f"/proc/{running.pid}/cmdline", "rb").read() == b"":
-        time.sleep(0.01)
-    scanned = [p.model for p in enginespec.scan() if p.pid == running.pid and p.engine == "toy"]
-    running.kill()
+    # Its own output goes nowhere: a child left holding this probe's stdout would keep the test
+    # waiting on the pipe after the probe is gone.
+    quiet = subprocess.DEVNULL
+    running = subprocess.Popen(
+        ["toy-server", "--weights", "/w/running.bin"],
+        executable=sys.argv[1], stdin=quiet, stdout=quiet, stderr=quiet,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while open(f"/proc/{running.pid}/cmdline", "rb").read() == b"" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        scanned = [p.model for p in enginespec.scan() if p.pid == running.pid and p.engine == "toy"]
+    finally:
+        running.kill()
+        running.wait()
     print(json.dumps({
         "backend": enginespec.BACKEND,
         "ids": [s.id for s in enginespec.ALL_ENGINE_SPECS],
@@ -68,7 +78,7 @@ def test_entry_point_plugin_in_a_real_venv(tmp_path: Path, helper: Path) -> None
         entry_points={"enginespec.engines": {"toy": "enginespec_toy:TOY"}},
     )
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     site = Path(
         subprocess.run(
@@ -76,6 +86,7 @@ def test_entry_point_plugin_in_a_real_venv(tmp_path: Path, helper: Path) -> None
             check=True,
             capture_output=True,
             text=True,
+            timeout=60,
         ).stdout.strip()
     )
     # enginespec itself (and pydantic) come from the environment running the tests.
@@ -95,10 +106,16 @@ def test_entry_point_plugin_in_a_real_venv(tmp_path: Path, helper: Path) -> None
             "enginespec-toy",
         ],
         check=True,
+        timeout=300,
     )
     env = {**os.environ}
     out = subprocess.run(
-        [str(python), "-c", PROBE, str(helper)], capture_output=True, text=True, env=env, check=False
+        [str(python), "-c", PROBE, str(helper)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
@@ -147,10 +164,13 @@ def test_broken_plugin_warns_and_the_rest_works(tmp_path: Path) -> None:
             "enginespec-broken",
         ],
         check=True,
+        timeout=300,
     )
     code = "import enginespec; print([s.id for s in enginespec.ALL_ENGINE_SPECS])"
     env = {**os.environ, "PYTHONPATH": str(target)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, timeout=120
+    )
     assert out.stdout.strip() == str([spec.id for spec in enginespec.BUILTIN_ENGINE_SPECS])
     assert "'vllm'" in out.stdout
     assert "engine plugin 'broken' failed to load: boom" in out.stderr

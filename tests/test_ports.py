@@ -45,7 +45,12 @@ def servers() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def _start(
-    started: list[subprocess.Popen[bytes]], port: int, alias: str, listens: bool = True, **env: str
+    started: list[subprocess.Popen[bytes]],
+    port: int,
+    alias: str,
+    listens: bool = True,
+    pass_fds: tuple[int, ...] = (),
+    **env: str,
 ) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable,
@@ -63,6 +68,7 @@ def _start(
         env={**os.environ, "PYTHONPATH": str(FAKE), **env},
         stdout=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
+        pass_fds=pass_fds,
     )
     started.append(proc)
     if listens:
@@ -137,7 +143,11 @@ def test_a_server_that_ends_while_its_port_answers_is_not_ready(
     port = _free_port()
     holder_socket = socket.socket()
     holder_socket.bind((HOST, port))
-    clashing = _start(servers, port, "clashing", listens=False, FAKE_NO_LISTEN="1")
+    holder_socket.set_inheritable(True)
+    # It holds the listening socket when the check begins (else nothing is sent to the port),
+    # and has gone when the answer comes.
+    fds = (holder_socket.fileno(),)
+    clashing = _start(servers, port, "clashing", listens=False, pass_fds=fds, FAKE_NO_LISTEN="1")
     wait_for(lambda: Path(f"/proc/{clashing.pid}/cmdline").read_bytes().count(b"\0") > 3)
     process = _scanned(Scanner(), clashing.pid)
     # the holder answers only after the clashing server is gone and reaped

@@ -177,7 +177,7 @@ def test_concurrent_installs_in_processes_are_serialised(wheelhouse: Path, tmp_p
 def bare_venv(tmp_path: Path) -> Path:
     """A venv (with pip) that does not have the demo package: installs target it by python_path."""
     venv = tmp_path / "target"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     return venv / "bin" / "python"
 
 
@@ -369,7 +369,7 @@ def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     script = Path(sys.executable).with_name("enginespec")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "enginespec.cli"]
     return subprocess.run(
-        [*command, *args], capture_output=True, text=True, check=False, env={**os.environ, **env}
+        [*command, *args], capture_output=True, text=True, check=False, env={**os.environ, **env}, timeout=120
     )
 
 
@@ -449,7 +449,7 @@ def test_source_build_rebuilds_when_the_source_differs(
         env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
         env["GIT_COMMITTER_EMAIL"] = "t@t"
         done = subprocess.run(
-            ["git", "-C", str(tree), *args], capture_output=True, text=True, env=env, check=True
+            ["git", "-C", str(tree), *args], capture_output=True, text=True, env=env, check=True, timeout=120
         )
         return done.stdout.strip()
 

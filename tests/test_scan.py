@@ -286,7 +286,7 @@ def test_both_backends_return_the_same_processes(procs: Procs) -> None:
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     script = Path(sys.executable).with_name("enginespec")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "enginespec.cli"]
-    return subprocess.run([*command, *args], capture_output=True, text=True, check=False)
+    return subprocess.run([*command, *args], capture_output=True, text=True, check=False, timeout=120)
 
 
 def test_cli_ps(procs: Procs) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from enginespec import EngineProcess, Scanner
 from enginespec._backend import ScannerType
-from enginespec._pyscanner import RawProcess, _reuse
+from enginespec._pyscanner import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess, _reuse
 from enginespec.engines import all_signatures
 from enginespec.scanning import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
 from enginespec.signature import signatures_json
@@ -56,11 +56,17 @@ def test_an_unchanged_engine_with_a_huge_argv_comes_back_as_the_same_objects(pro
     big = procs.start(argv)
     raw = _raw_scanner()
     first_raw = _raw(raw, big.pid)
-    assert len(first_raw[3]) == len(argv)
+    # Only the start is examined and kept (the cost of one process is capped), marked as cut.
+    assert first_raw[3] == [*argv[:MAX_ARGV_ARGS], ARGV_CUT]
     assert _raw(raw, big.pid) is first_raw
     scanner = Scanner(listen_ports=False)
     first = _mine(scanner.scan(), procs)[big.pid]
-    assert (len(first.argv), first.model, first.port) == (len(argv), "x", 8123)
+    # The model and port sit beyond the cap: not examined, so unknown (never guessed).
+    assert (first.argv, first.model, first.port) == (tuple(argv[:MAX_ARGV_ARGS]), None, None)
+    assert first.problems[0] == (
+        f"argv goes on beyond {MAX_ARGV_ARGS} arguments or {MAX_ARGV_BYTES} bytes: only its first"
+        f" {MAX_ARGV_ARGS} arguments are examined and shown"
+    )
     assert _mine(scanner.scan(), procs)[big.pid] is first
     # A new engine has every process tree read again at once; this one's is unchanged, so is
     # everything reported for it.
@@ -77,7 +83,7 @@ def test_an_argv_rewritten_in_place_is_seen_at_the_next_scan(procs: Procs) -> No
     new = ["vllm", "serve", "/m/new-a", "--port", "8002"]
     retitled = procs.start(old, HELPER_REWRITE=rewrites(new, ["postgres: idle"]))
     # Only the last bytes change, far beyond the first ones.
-    filler = ["--enforce-eager"] * 2000
+    filler = ["--enforce-eager"] * 600  # 9,600 bytes: past both peeks, within the argv cap
     big_argv = ["vllm", "serve", "/m/b", *filler, "--port", "8003"]
     big = procs.start(big_argv, HELPER_REWRITE=rewrites([*big_argv[:-1], "8004"]))
     scanner = Scanner(listen_ports=False)

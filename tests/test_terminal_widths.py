@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is in
 def tmux() -> Iterator[list[str]]:
     base = ["tmux", "-L", f"enginespec-test-{os.getpid()}", "-f", "/dev/null"]
     yield base
-    subprocess.run([*base, "kill-server"], capture_output=True, check=False)
+    subprocess.run([*base, "kill-server"], capture_output=True, check=False, timeout=120)
 
 
 def _screen(tmux: list[str], width: int, command: list[str]) -> list[str]:
@@ -33,6 +33,7 @@ def _screen(tmux: list[str], width: int, command: list[str]) -> list[str]:
         [*tmux, "new-session", "-d", "-x", str(width), "-y", "50", "-s", f"w{width}", shell],
         check=True,
         env={**os.environ, "COLUMNS": str(width), "TERM": "xterm-256color"},
+        timeout=120,
     )
     deadline = time.monotonic() + 60
     while not os.path.exists(done) and time.monotonic() < deadline:
@@ -40,9 +41,12 @@ def _screen(tmux: list[str], width: int, command: list[str]) -> list[str]:
     os.unlink(done)
     # -S -: from the start of the history, in case other engines on the host scrolled the header off
     out = subprocess.run(
-        [*tmux, "capture-pane", "-p", "-J", "-S", "-", "-t", f"w{width}"], capture_output=True, text=True
+        [*tmux, "capture-pane", "-p", "-J", "-S", "-", "-t", f"w{width}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    subprocess.run([*tmux, "kill-session", "-t", f"w{width}"], check=False)
+    subprocess.run([*tmux, "kill-session", "-t", f"w{width}"], check=False, timeout=120)
     return [line.rstrip() for line in out.stdout.splitlines() if line.strip()]
 
 
@@ -92,11 +96,16 @@ def test_watch_fits_the_terminal_and_ctrl_c_exits_0(procs: Procs, tmux: list[str
         [*tmux, "new-session", "-d", "-x", str(width), "-y", "50", "-s", session, shell],
         check=True,
         env={**os.environ, "COLUMNS": str(width), "TERM": "xterm-256color"},
+        timeout=120,
     )
 
     def screen() -> list[str]:
         out = subprocess.run(
-            [*tmux, "capture-pane", "-p", "-J", "-t", session], capture_output=True, text=True, check=True
+            [*tmux, "capture-pane", "-p", "-J", "-t", session],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
         )
         return [line.rstrip() for line in out.stdout.splitlines() if line.strip()]
 
@@ -118,7 +127,7 @@ def test_watch_fits_the_terminal_and_ctrl_c_exits_0(procs: Procs, tmux: list[str
     assert "…" in llama_line
     assert "Instruct.gguf" in llama_line
     assert any("engine server(s)" in line for line in lines)
-    subprocess.run([*tmux, "send-keys", "-t", session, "C-c"], check=True)
+    subprocess.run([*tmux, "send-keys", "-t", session, "C-c"], check=True, timeout=120)
     while not os.path.exists(done):
         assert time.monotonic() < deadline + 30
         time.sleep(0.05)
@@ -126,4 +135,4 @@ def test_watch_fits_the_terminal_and_ctrl_c_exits_0(procs: Procs, tmux: list[str
         assert file.read().strip() == "0"
     os.unlink(done)
     assert not any("Traceback" in line for line in screen())
-    subprocess.run([*tmux, "kill-session", "-t", session], check=False)
+    subprocess.run([*tmux, "kill-session", "-t", session], check=False, timeout=120)

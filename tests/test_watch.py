@@ -322,7 +322,7 @@ def test_watch_survives_processes_appearing_and_vanishing(procs: Procs) -> None:
 
     def churn() -> None:  # short-lived processes vanish under the scanner all along
         while not stop.is_set():
-            subprocess.run(["true"], check=False)
+            subprocess.run(["true"], check=False, timeout=120)
 
     churner = threading.Thread(target=churn)
     churner.start()

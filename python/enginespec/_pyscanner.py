@@ -35,13 +35,34 @@ _LINUX = sys.platform.startswith("linux")
 CMDLINE_PEEK = 4096
 
 
-def split_cmdline(data: bytes) -> list[str]:
-    """NUL separated, one trailing NUL dropped, empty -> [] (as ``split_cmdline`` in procfs.rs)."""
+#: At most this many arguments of a process's argv are examined and kept by a scan (as
+#: MAX_ARGV_ARGS in procfs.rs): what one process costs must not grow with a 100,000-argument argv.
+MAX_ARGV_ARGS = 1024
+#: At most this many bytes of argv (each argument with its NUL) are examined and kept.
+MAX_ARGV_BYTES = 256 * 1024
+#: The last element of a kept argv that the process's goes on beyond (a NUL, which no argument
+#: read from ``cmdline`` can hold).
+ARGV_CUT = "\0"
+
+
+def capped_argv(data: bytes) -> tuple[list[str], bool]:
+    """The argv a scan examines (``capped_argv`` in procfs.rs): ``cmdline`` split on NUL (one
+    trailing NUL dropped, empty -> []), only its first MAX_ARGV_ARGS arguments within
+    MAX_ARGV_BYTES; and whether it was cut. The rest is not split or decoded."""
     if not data:
-        return []
+        return [], False
     if data.endswith(b"\0"):
         data = data[:-1]
-    return [os.fsdecode(part) for part in data.split(b"\0")]
+    parts = data.split(b"\0", MAX_ARGV_ARGS)
+    cut = len(parts) > MAX_ARGV_ARGS
+    kept: list[str] = []
+    size = 0
+    for part in parts[:MAX_ARGV_ARGS]:
+        size += len(part) + 1
+        if size > MAX_ARGV_BYTES:
+            return kept, True
+        kept.append(os.fsdecode(part))
+    return kept, cut
 
 
 class _Gone(Exception):
@@ -224,9 +245,13 @@ class _Procfs:
     def exists(self, pid: int) -> bool:
         return os.path.exists(f"/proc/{pid}")
 
-    def listen_ports(self, pids: list[int]) -> tuple[list[int], bool]:
+    def listen_ports(
+        self, pids: list[int], tables: dict[int, list[tuple[int, int]]] | None = None
+    ) -> tuple[list[int], bool]:
         """TCP ports in LISTEN state held by ``pids`` (the engine first), sorted, and whether some
-        fd directory, fd link or socket table could not be read for lack of permission."""
+        fd directory, fd link or socket table could not be read for lack of permission.
+        ``tables``: the (inode, port) listeners of each network namespace read so far in this
+        scan (one read per namespace, not per engine: a socket table can take 10 ms to read)."""
         denied = False
         inodes: set[int] = set()
         for pid in pids:
@@ -247,20 +272,28 @@ class _Procfs:
                     continue
                 if target.startswith("socket:[") and target.endswith("]") and target[8:-1].isdigit():
                     inodes.add(int(target[8:-1]))
-        ports: set[int] = set()
         if not inodes:
             return [], denied
-        for table in ("tcp", "tcp6"):
-            try:
-                with open(f"/proc/{pids[0]}/net/{table}", "rb") as file:
-                    data = file.read()
-            except PermissionError:
-                denied = True
-                continue
-            except OSError:
-                continue
-            ports.update(port for inode, _address, port in tcp_listen(data) if inode in inodes)
-        return sorted(ports), denied
+        try:
+            netns: int | None = os.stat(f"/proc/{pids[0]}/ns/net").st_ino
+        except OSError:
+            netns = None
+        found = tables.get(netns) if tables is not None and netns is not None else None
+        if found is None:
+            found = []
+            for table in ("tcp", "tcp6"):
+                try:
+                    with open(f"/proc/{pids[0]}/net/{table}", "rb") as file:
+                        data = file.read()
+                except PermissionError:
+                    denied = True
+                    continue
+                except OSError:
+                    continue
+                found.extend((inode, port) for inode, _address, port in tcp_listen(data))
+            if tables is not None and netns is not None and not denied:
+                tables[netns] = found
+        return sorted({port for inode, port in found if inode in inodes}), denied
 
 
 class _Psutil:
@@ -319,7 +352,9 @@ class _Psutil:
     def exists(self, pid: int) -> bool:
         return psutil.pid_exists(pid)
 
-    def listen_ports(self, pids: list[int]) -> tuple[list[int], bool]:
+    def listen_ports(
+        self, pids: list[int], tables: dict[int, list[tuple[int, int]]] | None = None
+    ) -> tuple[list[int], bool]:
         denied = False
         ports: set[int] = set()
         for pid in pids:
@@ -603,10 +638,10 @@ class Scanner:
         return self._classify_cmdline(pid, data, young, now) if isinstance(data, bytes) else data
 
     def _classify_cmdline(self, pid: int, data: bytes, young: bool, now: float) -> _Class | None:
-        argv = split_cmdline(data)
+        argv, cut = capped_argv(data)
         parsed = self._matcher.parse(argv)
         if parsed is not None:
-            return self._engine_state(pid, data, argv, parsed)
+            return self._engine_state(pid, data, [*argv, ARGV_CUT] if cut else argv, parsed)
         if self._is_wrapper(argv):
             return _Other((data, None))
         # Empty argv: a kernel thread, a zombie, or a process caught inside execve.
@@ -637,7 +672,7 @@ class Scanner:
 
     def _parent_argv(self, ppid: int) -> list[str]:
         try:
-            return split_cmdline(self._source.cmdline(ppid))
+            return capped_argv(self._source.cmdline(ppid))[0]
         except (_Gone, _Denied):
             return []
 
@@ -707,15 +742,17 @@ class Scanner:
         """The engines' records, their trees brought up to date (``Scanner::collect``)."""
         engines = [cls for _inode, cls in self._known.values() if isinstance(cls, _Engine)]
         out: list[RawProcess] = []
+        tables: dict[int, list[tuple[int, int]]] = {}
         for engine in sorted(engines, key=lambda e: e.pid):
             pid = engine.pid
             # The tree is re-read when a new engine appeared (a forked child keeping the server's
             # argv must be folded at once) and otherwise at most once per refresh period.
             if self._engine_appeared or engine.tree_read is None or now - engine.tree_read >= self._refresh:
                 descendants = _descendants(self._source, pid) if self._fold[engine.facts[0]] else []
-                ports, denied = (
-                    self._source.listen_ports([pid, *descendants]) if self._listen_ports else ([], False)
-                )
+                ports: list[int] = []
+                denied = False
+                if self._listen_ports:
+                    ports, denied = self._source.listen_ports([pid, *descendants], tables)
                 engine.tree_read, engine.tree_denied = now, denied
                 if descendants != engine.descendants or ports != engine.ports:
                     engine.descendants, engine.ports, engine.built = descendants, ports, None

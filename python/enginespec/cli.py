@@ -189,7 +189,9 @@ def _cmd_ps(args: argparse.Namespace) -> int:
     processes = Scanner(listen_ports=True).scan()
     healths = None
     if not args.no_health:
-        healths = check_all(processes, timeout=args.timeout)
+        # --timeout is the deadline of all the checks together, not of each (1,024 hung servers
+        # are not 16 rounds of it): those not done by then are `unknown`, saying so.
+        healths = check_all(processes, timeout=args.timeout, deadline=args.timeout)
     if args.json:
         documents = [p.model_dump(mode="json") for p in processes]
         for document, health in zip(documents, healths or [], strict=False):
@@ -302,7 +304,12 @@ def _cmd_health(args: argparse.Namespace) -> int:
         return 2
     try:
         health = check_health(
-            target, args.url, timeout=args.timeout, verify_identity=args.verify_identity, deep=args.deep
+            target,
+            args.url,
+            timeout=args.timeout,
+            verify_identity=args.verify_identity,
+            deep=args.deep,
+            deadline=args.timeout,
         )
     except InvalidInputError as err:
         _fail("health", err)
@@ -427,7 +434,9 @@ def _parser() -> argparse.ArgumentParser:
     ps.add_argument("--json", action="store_true", help="print a JSON list of EngineProcess objects")
     ps.add_argument("--no-health", action="store_true", help="skip the health checks")
     ps.add_argument("--wide", action="store_true", help="show every cell whole, whatever the width")
-    ps.add_argument("--timeout", type=_positive_seconds, default=2.0, help="health request timeout (seconds)")
+    ps.add_argument(
+        "--timeout", type=_positive_seconds, default=2.0, help="deadline of all health checks (seconds)"
+    )
     ps.set_defaults(handler=_cmd_ps)
     health = commands.add_parser(
         "health",
@@ -437,7 +446,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     health.add_argument("target", help="pid, or engine id (vllm, sglang, llamacpp, mlx, ...)")
     health.add_argument("url", nargs="?", help="base URL when TARGET is an engine id")
-    health.add_argument("--timeout", type=_positive_seconds, default=2.0, help="request timeout (seconds)")
+    health.add_argument(
+        "--timeout", type=_positive_seconds, default=2.0, help="deadline of the whole check (seconds)"
+    )
     health.add_argument("--verify-identity", action="store_true", help="check /v1/models serves the model")
     health.add_argument("--deep", action="store_true", help="also ask for a one-token completion")
     health.add_argument("--json", action="store_true", help="print the Health as JSON")

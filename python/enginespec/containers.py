@@ -9,6 +9,7 @@ name, a proxy's addresses only when they are IP addresses and its ports only whe
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import http.client
 import ipaddress
 import json
@@ -251,10 +252,19 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-def api_name(socket_path: str, container_id: str, timeout: float) -> str | None:
-    """The container's name from a Docker-compatible API on a unix socket (``GET
-    /containers/<id>/json``, ``"Name": "/name"``), ``None`` when it does not answer, or answers
-    something that is not a name."""
+@dataclass(frozen=True)
+class Inspected:
+    """What a runtime's API says of a container id: its name (``None`` when it is not a name)
+    and the host pid of its first process (``None`` when not given)."""
+
+    name: str | None
+    pid: int | None
+
+
+def api_inspect(socket_path: str, container_id: str, timeout: float) -> Inspected | None:
+    """What a Docker-compatible API on a unix socket says of a container (``GET
+    /containers/<id>/json``: ``"Name": "/name"``, ``"State": {"Pid": N}``), ``None`` when it
+    does not answer, or answers for another id or something that is not a container."""
     connection = _UnixConnection(socket_path, timeout)
     try:
         connection.request("GET", f"/containers/{container_id}/json")
@@ -262,42 +272,130 @@ def api_name(socket_path: str, container_id: str, timeout: float) -> str | None:
         if response.status != 200:
             return None
         document = json.loads(response.read(_ANSWER_LIMIT + 1)[:_ANSWER_LIMIT])
-    except (OSError, http.client.HTTPException, ValueError):
+    except (OSError, http.client.HTTPException, ValueError, RecursionError):
         return None
     finally:
         connection.close()
-    name = document.get("Name") if isinstance(document, dict) else None
-    if not isinstance(name, str):
+    if not isinstance(document, dict) or document.get("Id") != container_id:
         return None
-    name = name.removeprefix("/")
-    return name if _NAME.fullmatch(name) else None
+    name = document.get("Name")
+    name = name.removeprefix("/") if isinstance(name, str) else None
+    state = document.get("State")
+    pid = state.get("Pid") if isinstance(state, dict) else None
+    shown = name if name is not None and _NAME.fullmatch(name) else None
+    return Inspected(shown, pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None)
+
+
+#: Programs a container runtime runs, as root, as the parent of a container's first process
+#: (containerd's shims, podman/CRI-O's conmon): one above a process is the runtime's own evidence
+#: that it runs in a container, which a cgroup name alone is not (any user with a delegated
+#: cgroup can name one `docker-<id>.scope`).
+SHIMS: tuple[str, ...] = ("containerd-shim", "containerd-shim-runc-v1", "containerd-shim-runc-v2", "conmon")
+#: How many parents are followed looking for a shim or a container's first process.
+_MAX_ANCESTORS = 64
+
+
+def _status_field(status: str, name: str) -> str | None:
+    """The first word of a ``/proc/PID/status`` field (``PPid``, ``Uid``: the real uid)."""
+    for line in status.splitlines():
+        if line.startswith(name + ":"):
+            words = line.split()[1:2]
+            return words[0] if words else None
+    return None
+
+
+def _ancestors(pid: int) -> list[tuple[int, int | None, str | None]]:
+    """(pid, real uid, executable basename) of ``pid``'s parents below pid 1, nearest first."""
+    found: list[tuple[int, int | None, str | None]] = []
+    parent = _status_field(_read_text(f"/proc/{pid}/status", 8192) or "", "PPid")
+    while parent is not None and parent.isdigit() and int(parent) > 1 and len(found) < _MAX_ANCESTORS:
+        status = _read_text(f"/proc/{parent}/status", 8192) or ""
+        uid = _status_field(status, "Uid")
+        try:
+            exe: str | None = os.path.basename(os.readlink(f"/proc/{parent}/exe"))
+        except OSError:
+            exe = None
+        found.append((int(parent), int(uid) if uid is not None and uid.isdigit() else None, exe))
+        parent = _status_field(status, "PPid")
+    return found
+
+
+def shim_parent(pid: int) -> bool:
+    """Whether a container runtime's shim, run by root, is among ``pid``'s parents."""
+    return any(uid == 0 and exe in SHIMS for _pid, uid, exe in _ancestors(pid))
 
 
 class ContainerReader:
     """Reads the container of engine processes: ``/proc/PID/cgroup``, ``NSpid:``, and the name
-    from the runtime's socket (``sockets``: runtime -> socket path), cached per container id."""
+    from the runtime's socket (``sockets``: runtime -> socket path), cached per container id.
+
+    A container is claimed only with the runtime's own evidence: its API answers for the id the
+    cgroup names with a first process that is this one or one of its parents, or a shim of the
+    runtime run by root is among its parents."""
 
     def __init__(self, sockets: dict[Runtime, str], timeout: float) -> None:
         self._sockets = sockets
         self._timeout = timeout
-        self._names: dict[str, str | None] = {}
+        self._inspected: dict[str, Inspected | None] = {}
 
     def read(self, pid: int) -> Container | None:
         found = parse_cgroup(_read_bytes(f"/proc/{pid}/cgroup") or b"")
         if found is None:
             return None
         runtime, container_id, pod = found
+        inspected = self._inspect(runtime, container_id)
+        lineage = None
+        if inspected is not None and inspected.pid is not None:
+            lineage = {pid, *(ancestor for ancestor, _uid, _exe in _ancestors(pid))}
+        if lineage is not None and inspected is not None and inspected.pid in lineage:
+            name = inspected.name
+        elif shim_parent(pid):
+            # The shim vouches for a container, not for the id a cgroup name gives it: the name the
+            # API gives that id is only believed with the API's own pid (above).
+            name = None
+        else:
+            return None
         status = _read_text(f"/proc/{pid}/status")
         return Container(
             runtime=runtime,
             id=container_id,
             pod_uid=pod,
-            name=self._name(runtime, container_id),
+            name=name,
             pid_in_container=pid_in_namespace(status) if status is not None else None,
         )
 
-    def _name(self, runtime: Runtime, container_id: str) -> str | None:
-        if container_id not in self._names:
+    def _inspect(self, runtime: Runtime, container_id: str) -> Inspected | None:
+        if container_id not in self._inspected:
             path = self._sockets.get(runtime)
-            self._names[container_id] = api_name(path, container_id, self._timeout) if path else None
-        return self._names[container_id]
+            self._inspected[container_id] = api_inspect(path, container_id, self._timeout) if path else None
+        return self._inspected[container_id]
+
+
+_NS_GET_USERNS = 0xB701  # linux/nsfs.h: _IO(0xb7, 0x1)
+
+
+def netns_of_host_users(pid: int) -> bool:
+    """Whether the network namespace of ``pid`` belongs to the host's user namespace (made by
+    root: a runtime's container), not to a user namespace of some user (``unshare -rn``), in
+    which that user can give its loopback any address, a container's too."""
+    try:
+        host = os.stat("/proc/1/ns/user").st_ino
+    except OSError:
+        try:
+            host = os.stat("/proc/self/ns/user").st_ino
+        except OSError:
+            return False
+    try:
+        fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        owner = fcntl.ioctl(fd, _NS_GET_USERNS)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    try:
+        return os.fstat(owner).st_ino == host
+    finally:
+        os.close(owner)

@@ -146,12 +146,14 @@ class EngineCollector(Collector):
         yield errors
 
 
-def _refresh(scanner: Scanner, collector: EngineCollector, health: bool, timeout: float) -> None:
+def _refresh(scanner: Scanner, collector: EngineCollector, health: bool, interval: float) -> None:
+    """One scan and its checks: each request within ``min(2, interval)`` seconds and all of them
+    within ``interval`` (the refresh budget: engines not checked in time are ``unknown``)."""
     started = time.perf_counter()
     processes = scanner.scan()
     seconds = time.perf_counter() - started
     previous = collector.snapshot
-    healths = check_all(processes, timeout=timeout) if health else None
+    healths = check_all(processes, timeout=min(2.0, interval), deadline=interval) if health else None
     collector.snapshot = Snapshot(
         processes=processes,
         healths=healths,
@@ -177,7 +179,7 @@ def run(
     collector = EngineCollector()
     registry.register(collector)
     scanner = Scanner()
-    _refresh(scanner, collector, health, min(2.0, interval))
+    _refresh(scanner, collector, health, interval)
     if port is not None:
         start_http_server(port, addr=host, registry=registry)
     while True:
@@ -185,4 +187,4 @@ def run(
             write_to_textfile(textfile, registry)  # a temporary file, then a rename: atomic
         if stop.wait(interval):
             return
-        _refresh(scanner, collector, health, min(2.0, interval))
+        _refresh(scanner, collector, health, interval)

@@ -15,7 +15,9 @@ import functools
 import json
 import os
 import re
+import socket
 import ssl
+import struct
 import subprocess
 import time
 from collections.abc import Coroutine, Generator, Iterable, Sequence
@@ -23,8 +25,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
-
-import psutil
 
 import enginespec.sockets as sockets
 from enginespec.definition import EngineDefinition
@@ -48,6 +48,9 @@ class _Target:
     expected_names: tuple[str, ...]
     #: an API key was found but cannot be sent in a header (control or non-ASCII characters).
     unusable_key: bool = False
+    #: the caller gave the URL (it is theirs to choose); else it comes from the process and is
+    #: only connected to through a socket the process's own tree holds.
+    given_url: bool = True
 
     def endpoint(self) -> tuple[str, str | None]:
         """(http base URL, unix socket path or None); the probe asks for no request without one."""
@@ -58,9 +61,22 @@ class _Target:
 
 
 @dataclass(frozen=True)
+class _Endpoint:
+    """Where the requests of one check go: an http(s) base URL, or a unix socket path (with the
+    pids one of which must be the peer of the connection, ``()`` for a caller's own socket)."""
+
+    url: str
+    socket: str | None = None
+    peers: tuple[int, ...] = ()
+    #: the tree's listening sockets at that path
+    inodes: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
 class _Request:
     method: str
     path: str
+    endpoint: _Endpoint
     authorized: bool = False
     body: dict[str, Any] | None = None
 
@@ -76,6 +92,9 @@ class _Reply:
 
 
 _Probe = Generator[_Request, _Reply, Health]
+#: The most bytes of one answer read (a health answer is a few bytes, /v1/models a few KB): a
+#: larger one is not read further, so no server can make a check allocate what it sends.
+MAX_ANSWER_BYTES = 1 << 20
 # What an Authorization header value may hold (visible ASCII, RFC 9110 field-vchar).
 _HEADER_VALUE = re.compile(r"[\x21-\x7e]+")
 _Result = TypeVar("_Result")
@@ -95,7 +114,8 @@ def _resolve(target: EngineProcess | str, base_url: str | None, api_key: str | N
     # with the header (and so the key) in its message.
     usable = key is None or _HEADER_VALUE.fullmatch(key) is not None
     process = target if isinstance(target, EngineProcess) else None
-    return _Target(spec, url, process, key if usable else None, expected, unusable_key=not usable)
+    given = process is None or base_url is not None
+    return _Target(spec, url, process, key if usable else None, expected, not usable, given)
 
 
 def _model_names(process: EngineProcess) -> tuple[str, ...]:
@@ -150,23 +170,22 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
     if t.base_url is None:
         problems = "; ".join(t.process.problems) if t.process else "no address"
         return health("unknown", f"no usable listen address: {problems}")
+    where, verdict = _endpoint(t)
+    if where is None:
+        return health(*verdict)
     path = t.spec.serving.health_path
     # A runner answers as the server it is, not as its supervisor (Ollama's are llama-servers).
     if t.process is not None and t.process.role == "runner" and t.spec.serving.runner_health_path:
         path = t.spec.serving.runner_health_path
-    reply = yield _Request("GET", path, authorized=t.spec.serving.health_authorized)
+    reply = yield _Request("GET", path, where, authorized=t.spec.serving.health_authorized)
     if reply.failure is not None or reply.status is None:
-        state, reason = _unanswered(t, reply, timeout, path)
-        if t.process is not None and t.process.private_network and not t.process.published:
-            reason += (
-                f"; it runs in a private network namespace with no published port, so "
-                f"{t.base_url} may be unreachable from this host"
-            )
-        return health(state, reason)
+        return health(*_unanswered(t, reply, timeout, path))
     if t.process is not None and not t.process.private_network:
         # An answer says nothing about this server when another process holds the port. (In its
         # own network namespace the port is another table's; a published port is the proxy's.)
-        problem = ownership_problem(_tree(t.process.pid, t.process.worker_pids), t.base_url)
+        # Of the address connected to (the tree's own, for a URL from the process).
+        connected = t.base_url if t.given_url else where.url
+        problem = ownership_problem(_tree(t.process.pid, t.process.worker_pids), connected)
         if problem is not None:
             return health("unhealthy", problem, reply)
         # Gone since the check began, its fds cannot show who held the port: the answer may be
@@ -178,12 +197,12 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
     loaded = t.spec.serving.loaded_models_path
     if state == "ready" and loaded and path == t.spec.serving.health_path and not (verify_identity or deep):
         # Which models a ready server has loaded (Ollama's names): what it says, or nothing.
-        listed = yield _Request("GET", loaded, authorized=True)
+        listed = yield _Request("GET", loaded, where, authorized=True)
         names = t.spec.loaded_models(listed.body) if listed.status == 200 else None
         return health(state, reason, first, names or ())
     if state != "ready" or not (verify_identity or deep):
         return health(state, reason, first)
-    models = yield _Request("GET", "/v1/models", authorized=True)
+    models = yield _Request("GET", "/v1/models", where, authorized=True)
     ids = _model_ids(models.body) if models.status == 200 else None
     if ids is None:
         if models.status in (401, 403):
@@ -197,20 +216,104 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
     if deep:
         model = t.expected_names[0] if t.expected_names else (ids[0] if ids else "")
         body = {"model": model, "prompt": "1", "max_tokens": 1}
-        answer = yield _Request("POST", "/v1/completions", authorized=True, body=body)
+        answer = yield _Request("POST", "/v1/completions", where, authorized=True, body=body)
         if answer.status != 200:
             detail = answer.detail or f"HTTP {answer.status}"
             return health("unhealthy", f"a one-token completion failed ({detail})", first, ids)
     return health("ready", reason, first, ids)
 
 
+def _endpoint(t: _Target) -> tuple[_Endpoint | None, tuple[HealthState, str]]:
+    """Where to send the check's requests, decided before any is sent; or, when there is no
+    socket of the engine's own process tree to send them to, its state and why it is not
+    contacted. An address from a process is only ever a hint: the connection goes to a LISTEN
+    socket the tree holds (by a canonical literal address of this host), to a unix socket it
+    has bound and listens on, or to the root-run proxy that publishes its port."""
+    assert t.base_url is not None
+    if t.given_url or t.process is None:
+        url, path = t.endpoint()
+        return _Endpoint(url, path), ("unknown", "")
+    process = t.process
+    tree = tuple(_tree(process.pid, process.worker_pids))
+    if t.base_url.startswith(UNIX_SCHEME):
+        return _unix_endpoint(tree, unquote(urlsplit(t.base_url).netloc))
+    if process.private_network and not process.published:
+        return None, (
+            "unknown",
+            f"it runs in a private network namespace with no published port, so {t.base_url} may be"
+            " unreachable from this host: not contacted",
+        )
+    parts = urlsplit(t.base_url)
+    host, port = parts.hostname or "", parts.port
+    if process.published:
+        # Its own socket is in its own namespace, on the port the proxy forwards to.
+        host, port = process.effective_host or "", process.published[0].container_port
+    if port is None:
+        return None, ("unknown", "no usable listen address: no port")
+    found = sockets.target(tree, host, port)
+    if not found.readable or found.problem is not None:
+        return None, ("unknown", f"{found.problem}: not contacted")
+    if found.address is None:
+        if found.held_by:
+            others = ", ".join(map(str, found.held_by))
+            return None, (
+                "unhealthy",
+                f"port {port} is held by pid {others}, not by this server (pid {tree[0]}),"
+                " which listens on nothing there",
+            )
+        return None, ("starting", "process is up, not accepting connections yet")
+    if found.held_by:
+        others = ", ".join(map(str, found.held_by))
+        return None, (
+            "unhealthy",
+            f"port {port} is shared with pid {others} (SO_REUSEPORT): requests are split between them",
+        )
+    if process.published:
+        # Its own socket is in its own namespace; the host reaches it through root's proxy.
+        return _Endpoint(t.base_url.rstrip("/")), ("unknown", "")
+    literal = f"[{found.address}]" if found.address.version == 6 else str(found.address)
+    return _Endpoint(f"{parts.scheme}://{literal}:{port}"), ("unknown", "")
+
+
+def _unix_endpoint(tree: tuple[int, ...], path: str) -> tuple[_Endpoint | None, tuple[HealthState, str]]:
+    """A unix socket the tree listens on, reached as seen from the server's root."""
+    held = sockets.unix_listeners(tree, path)
+    if held is None:
+        return None, ("unknown", "its sockets cannot be read (another user's process?): not contacted")
+    if not held:
+        return None, ("starting", f"process is up, holds no listening socket at {path}: not contacted")
+    where = path
+    with contextlib.suppress(OSError):
+        if os.stat(f"/proc/{tree[0]}/root") != os.stat("/"):
+            where = f"/proc/{tree[0]}/root{path}"
+    if len(os.fsencode(where)) > 107:
+        return None, ("unknown", f"{where} is too long a socket path to connect to: not contacted")
+    return _Endpoint("http://localhost", where, tree, held), ("unknown", "")
+
+
 def _tree(pid: int, workers: Sequence[int] = ()) -> list[int]:
-    """A server and its descendants now (workers may have been forked since the scan)."""
-    try:
-        children = [child.pid for child in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        children = []
-    return [pid, *dict.fromkeys([*workers, *children])]
+    """A server and its descendants now (workers may have been forked since the scan), found
+    through the kernel's lists of each task's children: the cost is the tree's, not the host's
+    (a walk of every process per engine made 1,024 engines cost minutes)."""
+    found: dict[int, None] = {}
+    queue = [pid]
+    while queue and len(found) < 4096:
+        current = queue.pop()
+        if current in found:
+            continue
+        found[current] = None
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{current}/task/{task}/children", "rb") as file:
+                    queue.extend(int(child) for child in file.read().split())
+            except (OSError, ValueError):
+                continue
+    found.pop(pid, None)
+    return [pid, *dict.fromkeys([*workers, *found])]
 
 
 def ownership_problem(tree: Sequence[int], base_url: str | None) -> str | None:
@@ -244,6 +347,8 @@ def _unanswered(t: _Target, reply: _Reply, timeout: float, path: str) -> tuple[H
         return "down", f"nothing listening ({reply.detail})"
     if reply.failure == "timeout":
         return "unhealthy", f"no answer from {path} within {timeout:g}s"
+    if reply.failure == "foreign":
+        return "unhealthy", reply.detail
     return "unknown", f"{path}: {reply.detail}"
 
 
@@ -279,31 +384,102 @@ def _advance(probe: _Probe, reply: _Reply | None) -> _Request | Health:
         return result
 
 
+class _PeerMismatch(Exception):
+    """The unix socket connected to is not the engine tree's (its file was replaced)."""
+
+
+def _backend(where: _Endpoint) -> Any:
+    """An httpcore network backend that, for a unix socket, checks before any byte is sent that
+    the listening end is the tree's (SO_PEERCRED: the pid that listens, see sockets.is_peer), so
+    a socket file swapped for another service's (a root-only one) is never sent a request."""
+    import httpcore
+
+    class Checked(httpcore.AnyIOBackend):
+        async def connect_unix_socket(self, path: str, *args: Any, **kwargs: Any) -> Any:
+            stream = await super().connect_unix_socket(path, *args, **kwargs)
+            sock = stream.get_extra_info("socket")
+            pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+            if not sockets.is_peer(pid, where.peers, where.inodes):
+                await stream.aclose()
+                raise _PeerMismatch(f"the socket at {path} is held by pid {pid}, not by this server's tree")
+            return stream
+
+    return Checked()
+
+
+def _transport(where: _Endpoint) -> httpx.AsyncHTTPTransport:
+    import httpcore
+    import httpx
+
+    transport = httpx.AsyncHTTPTransport(uds=where.socket, verify=_tls())
+    if where.peers:
+        # httpx takes no network backend: its pool is rebuilt with one that checks the peer.
+        transport._pool = httpcore.AsyncConnectionPool(
+            ssl_context=_tls(), uds=where.socket, network_backend=_backend(where)
+        )
+    return transport
+
+
+async def _fetch(client: httpx.AsyncClient, t: _Target, step: _Request) -> _Reply:
+    """One request, its answer read up to MAX_ANSWER_BYTES (streamed: never allocated whole)."""
+    started = time.perf_counter()
+    # Not compressed: what is counted is what is kept (a small gzip can inflate to gigabytes).
+    headers = {**_headers(t, step), "Accept-Encoding": "identity"}
+    url = step.endpoint.url + step.path
+    async with client.stream(step.method, url, headers=headers, json=step.body) as response:
+        body = bytearray()
+        async for chunk in response.aiter_raw():
+            body += chunk
+            if len(body) > MAX_ANSWER_BYTES:
+                return _Reply(
+                    failure="broken", detail=f"answer larger than {MAX_ANSWER_BYTES} bytes: not read"
+                )
+        return _Reply(response.status_code, bytes(body), time.perf_counter() - started)
+
+
 async def _run(t: _Target, probe: _Probe, timeout: float) -> Health:
-    step = _advance(probe, None)
+    # The first step finds the socket to use, reading /proc: in a thread, so the event loop (and
+    # the overall deadline) never waits for it.
+    step = await asyncio.to_thread(_advance, probe, None)
     if isinstance(step, Health):
         return step
     # httpx is imported on the first check, not with the package: `import enginespec` (whose
     # Scanner can watch health) stays light.
     import httpx
 
-    url, socket = t.endpoint()
-    transport = httpx.AsyncHTTPTransport(uds=socket, verify=_tls())
-    async with httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(timeout)) as client:
+    async with httpx.AsyncClient(
+        transport=_transport(step.endpoint), timeout=httpx.Timeout(timeout)
+    ) as client:
         while isinstance(step, _Request):
-            started = time.perf_counter()
-            request = client.request(step.method, url + step.path, headers=_headers(t, step), json=step.body)
             try:
                 # httpx's timeouts are per phase; also bound the whole request (a trickling server).
-                response = await asyncio.wait_for(request, timeout * 2)
-                reply = _Reply(response.status_code, response.content, time.perf_counter() - started)
+                reply = await asyncio.wait_for(_fetch(client, t, step), timeout * 2)
             except httpx.HTTPError as err:
                 failure, detail = _failure(err)
                 reply = _Reply(failure=failure, detail=detail)
+            except (httpx.InvalidURL, httpx.StreamError, ValueError) as err:
+                reply = _Reply(failure="broken", detail=f"{type(err).__name__}: {err}")
+            except _PeerMismatch as err:
+                reply = _Reply(failure="foreign", detail=str(err))
             except asyncio.TimeoutError:
                 reply = _Reply(failure="timeout", detail="timed out")
             step = _advance(probe, reply)
     return step
+
+
+async def _within(t: _Target, job: Coroutine[Any, Any, Health], deadline: float | None) -> Health:
+    """The check, or ``unknown`` when it is not done within ``deadline`` seconds."""
+    if deadline is None:
+        return await job
+    try:
+        return await asyncio.wait_for(job, deadline)
+    except asyncio.TimeoutError:
+        return _late(t.spec.id, t.base_url, deadline)
+
+
+def _late(engine: str, base_url: str | None, deadline: float) -> Health:
+    reason = f"not checked within the overall deadline of {deadline:g}s"
+    return Health(engine=engine, base_url=base_url, state="unknown", reason=reason)
 
 
 def check_health(
@@ -314,16 +490,22 @@ def check_health(
     verify_identity: bool = False,
     deep: bool = False,
     api_key: str | None = None,
+    deadline: float | None = None,
 ) -> Health:
     """Checks one engine: ``check_health(proc)`` or ``check_health("llamacpp", "http://127.0.0.1:8080")``.
 
     ``verify_identity`` confirms through ``/v1/models`` that the server serves the model its argv
     names; ``deep`` also asks for a one-token completion. The API key comes from ``api_key``, the
     engine's ``--api-key`` or its environment (``VLLM_API_KEY``, ``LLAMA_API_KEY``); it is never
-    printed or logged. Never raises for what the server does.
+    printed or logged. ``timeout`` bounds each request, ``deadline`` (seconds) the whole check:
+    not done by then, it is ``unknown`` with that reason. Never raises for what the server does.
+
+    For a scanned process (no ``base_url``), requests go only to a socket the process's own tree
+    holds, found before any request (see docs/health.md); a ``base_url`` given here is the
+    caller's to choose and is used as given.
     """
     t = _resolve(target, base_url, api_key)
-    return _blocking(_run(t, _probe(t, verify_identity, deep, timeout), timeout))
+    return _blocking(_within(t, _run(t, _probe(t, verify_identity, deep, timeout), timeout), deadline))
 
 
 async def check_health_async(
@@ -334,10 +516,11 @@ async def check_health_async(
     verify_identity: bool = False,
     deep: bool = False,
     api_key: str | None = None,
+    deadline: float | None = None,
 ) -> Health:
     """Async twin of :func:`check_health`."""
     t = _resolve(target, base_url, api_key)
-    return await _run(t, _probe(t, verify_identity, deep, timeout), timeout)
+    return await _within(t, _run(t, _probe(t, verify_identity, deep, timeout), timeout), deadline)
 
 
 def _progress_key(health: Health) -> tuple[object, ...]:
@@ -475,16 +658,44 @@ async def check_all_async(
     concurrency: int = 64,
     timeout: float = 2.0,
     verify_identity: bool = False,
+    deadline: float | None = None,
 ) -> list[Health]:
-    """Checks many engines at once, at most ``concurrency`` in flight, each bounded by ``timeout``:
-    one hung server cannot stall the others. Results are in the order of ``processes``."""
+    """Checks many engines at once, at most ``concurrency`` in flight, each request bounded by
+    ``timeout``: one hung server cannot stall the others. With ``deadline`` (seconds), the whole
+    run ends by then: engines not checked in time (still waiting, or still in flight) are
+    ``unknown`` with that reason. Results are in the order of ``processes``."""
     if concurrency < 1:
         raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
+    if deadline is not None and not deadline > 0:
+        raise ValueError(f"deadline: must be a positive number of seconds, got {deadline!r}")
+    with sockets.shared_tables():
+        return await _check_all(list(processes), concurrency, timeout, verify_identity, deadline)
+
+
+async def _check_all(
+    processes: list[EngineProcess],
+    concurrency: int,
+    timeout: float,
+    verify_identity: bool,
+    deadline: float | None,
+) -> list[Health]:
     gate = asyncio.Semaphore(concurrency)
+    loop = asyncio.get_running_loop()
+    end = None if deadline is None else loop.time() + deadline
 
     async def one(proc: EngineProcess) -> Health:
         async with gate:
-            return await check_health_async(proc, timeout=timeout, verify_identity=verify_identity)
+            check = check_health_async(proc, timeout=timeout, verify_identity=verify_identity)
+            if end is None or deadline is None:
+                return await check
+            left = end - loop.time()
+            if left <= 0:
+                check.close()
+                return _late(proc.engine, proc.base_url, deadline)
+            try:
+                return await asyncio.wait_for(check, left)
+            except asyncio.TimeoutError:
+                return _late(proc.engine, proc.base_url, deadline)
 
     return list(await asyncio.gather(*(one(p) for p in processes)))
 
@@ -495,10 +706,15 @@ def check_all(
     concurrency: int = 64,
     timeout: float = 2.0,
     verify_identity: bool = False,
+    deadline: float | None = None,
 ) -> list[Health]:
     """Sync form of :func:`check_all_async` (runs its own event loop, in a thread if one is running)."""
     job = check_all_async(
-        list(processes), concurrency=concurrency, timeout=timeout, verify_identity=verify_identity
+        list(processes),
+        concurrency=concurrency,
+        timeout=timeout,
+        verify_identity=verify_identity,
+        deadline=deadline,
     )
     return _blocking(job)
 

@@ -17,7 +17,7 @@ from enginespec._backend import ScannerType
 from enginespec._procfiles import Identity, first_missing, named_identity, read_environ
 from enginespec._pycontainers import Runtime
 from enginespec._pymatcher import basename
-from enginespec._pyscanner import RawProcess
+from enginespec._pyscanner import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess
 from enginespec.argv import Invocation, argv_port, checkout, endpoint, flag_value, redact_argv, served_names
 from enginespec.config import Config
 from enginespec.containers import (
@@ -29,6 +29,7 @@ from enginespec.containers import (
     host_netns,
     netns_addresses,
     netns_inode,
+    netns_of_host_users,
     published_ports,
 )
 from enginespec.definition import EngineDefinition, Fact
@@ -286,7 +287,8 @@ class Scanner:
             now - self._conflicts_at >= TREE_REFRESH_SECONDS or not built.keys() <= self._built.keys()
         ):
             self._conflicts_at = now
-            result = [self._with_conflicts(process, built) for process in result]
+            with sockets.shared_tables():
+                result = [self._with_conflicts(process, built) for process in result]
         self._built = built
         self._configs = {pid: config for pid, config in self._configs.items() if pid in built}
         self._remember_servers(raw, folded, built)
@@ -338,7 +340,10 @@ class Scanner:
             if process.private_network:
                 entry = self._shown.get(process.pid)
                 if entry is None or entry[0] is not process or entry[1] is not rules:
-                    addresses = netns_addresses(process.pid) if rules else frozenset()
+                    # A namespace of a user's own (unshare -rn) may hold any address on its
+                    # loopback: what a proxy forwards to that address is not its port.
+                    trusted = bool(rules) and netns_of_host_users(process.pid)
+                    addresses = netns_addresses(process.pid) if trusted else frozenset()
                     ports = published_ports(rules, addresses, process.effective_port)
                     if entry is not None and entry[0] is process and entry[2] == ports:
                         view = entry[3]  # the same model as before: unchanged for callers
@@ -399,6 +404,14 @@ class Scanner:
         if serving:
             role = "server"
         spec = self._specs[index]
+        cut: tuple[str, ...] = ()
+        if argv and argv[-1] == ARGV_CUT:
+            # The backend examined and kept only the start of a huge argv (its cost is capped).
+            argv = argv[:-1]
+            cut = (
+                f"argv goes on beyond {MAX_ARGV_ARGS} arguments or {MAX_ARGV_BYTES} bytes: only its"
+                f" first {len(argv)} arguments are examined and shown",
+            )
         outside = read_outside(spec, pid, argv, runner=role == "runner")
         if outside.config_file is not None:
             self._configs[pid] = (outside.config_file, outside.config_identity)
@@ -438,7 +451,7 @@ class Scanner:
             effective_host=where.effective_host,
             effective_port=where.effective_port,
             role=role,
-            problems=merged.problems + where.problems,
+            problems=cut + merged.problems + where.problems,
             sources=merged.sources,
             base_url=where.base_url,
             argv=tuple(redact_argv(argv, spec.id)),

