@@ -35,7 +35,9 @@ from enginespec.errors import (
     RecipeFileError,
     UnknownEngineError,
 )
+from enginespec.failures import Failure, FailureKind, FailurePattern, Failures
 from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
+from enginespec.lifecycle import classify_failure
 from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
 from enginespec.recipe import DockerRuntime, NativeRuntime, Recipe
 from enginespec.scanning import EngineProcess, ScanStats, scan
@@ -83,6 +85,10 @@ __all__ = [
     "EngineSpec",
     "EngineSpecError",
     "Evidence",
+    "Failure",
+    "FailureKind",
+    "FailurePattern",
+    "Failures",
     "FamilyDefault",
     "Flags",
     "Health",
@@ -120,6 +126,7 @@ __all__ = [
     "__version__",
     "all_engine_specs",
     "all_signatures",
+    "classify_failure",
     "detect_engine",
     "engine_ids",
     "event_json",

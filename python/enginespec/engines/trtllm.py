@@ -6,6 +6,7 @@ No release could be pinned: the facts are from tensorrt_llm/commands/serve.py at
 
 from __future__ import annotations
 
+import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, Launch, Package, Serving
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -96,6 +97,8 @@ class TrtllmSpec(EngineSpec):
         return super().classify_health(status, body)
 
 
+FAILURES = _libraries.PYTHON_SERVER
+
 SPEC = TrtllmSpec(
     id="trtllm",
     signature=SIGNATURE,
@@ -126,4 +129,5 @@ SPEC = TrtllmSpec(
     # `--config FILE.yaml` (alias --extra_llm_api_options) holds LLM API arguments, not flag names,
     # so it is not read as a flag file (Settings.config_flag).
     serving=Serving(),
+    failures=FAILURES,
 )
