@@ -37,7 +37,19 @@ from enginespec.errors import (
 )
 from enginespec.failures import Failure, FailureKind, FailurePattern, Failures
 from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
-from enginespec.lifecycle import classify_failure
+from enginespec.lifecycle import (
+    LaunchFailed,
+    LogSource,
+    RestartRefused,
+    RunningEngine,
+    Signalled,
+    StopResult,
+    Supervision,
+    adopt,
+    classify_failure,
+    launch,
+)
+from enginespec.logbook import LogLine
 from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
 from enginespec.recipe import DockerRuntime, NativeRuntime, Recipe
 from enginespec.scanning import EngineProcess, ScanStats, scan
@@ -104,7 +116,10 @@ __all__ = [
     "InvalidInputError",
     "Invocation",
     "Launch",
+    "LaunchFailed",
     "LaunchForm",
+    "LogLine",
+    "LogSource",
     "NativeRuntime",
     "NotReady",
     "Package",
@@ -112,18 +127,24 @@ __all__ = [
     "PublishedPort",
     "Recipe",
     "RecipeFileError",
+    "RestartRefused",
+    "RunningEngine",
     "RuntimeInfo",
     "ScanStats",
     "Scanner",
     "Serving",
+    "Signalled",
     "Signature",
     "SourceBuild",
     "Started",
+    "StopResult",
     "Stopped",
+    "Supervision",
     "UnknownEngineError",
     "Watch",
     "WatchEvent",
     "__version__",
+    "adopt",
     "all_engine_specs",
     "all_signatures",
     "classify_failure",
@@ -132,6 +153,7 @@ __all__ = [
     "event_json",
     "event_schema",
     "get_engine_spec",
+    "launch",
     "parse_argv",
     "parse_event",
     "redact_argv",

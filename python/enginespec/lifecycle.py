@@ -1,13 +1,128 @@
 """Launching, waiting for, stopping, restarting and adopting engines, and telling why one failed.
 
-See ``docs/lifecycle.md``.
+A launched engine runs the planned argv (no shell) in a session and process group of its own,
+held through a pidfd; its output is kept (:mod:`enginespec.logbook`). Every signal goes through a
+pidfd opened and checked against the process's start time, so a pid the kernel handed to another
+process since is never signalled. See ``docs/lifecycle.md``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import select
+import signal as signals
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+import psutil
+from pydantic import BaseModel, ConfigDict, Field
+
+from enginespec import commands, sockets
+from enginespec._backend import parse_cgroup
+from enginespec.argv import parse_argv, redact_argv
+from enginespec.config import Config
 from enginespec.definition import EngineDefinition
-from enginespec.failures import Failure
+from enginespec.display import literal
+from enginespec.errors import EngineSpecError, InvalidInputError, NotReady
+from enginespec.failures import Failure, ended
+from enginespec.health import check_health, ownership_problem
+from enginespec.logbook import LogBook, LogLine, follow_file, tail_file, timestamp
+from enginespec.masking import REDACTED, is_secret_name
+from enginespec.recipe import Recipe
 from enginespec.registry import find_engine
+from enginespec.scanning import EngineProcess, Scanner, make_engine_id
+from enginespec.status import Health
+from enginespec.urls import base_url
+
+#: The variable every launched process and its descendants carry: how a descendant that left the
+#: process group and was re-parented is still found at stop.
+RUN_ID_VARIABLE = "ENGINESPEC_RUN_ID"
+#: Seconds a stop waits for SIGKILL to take effect before it reports what is left.
+KILL_WAIT = 5.0
+_START_TOLERANCE = 0.05
+
+
+class LaunchFailed(EngineSpecError, RuntimeError):
+    """An engine that could not start: its port is held, or it exited before becoming ready.
+    ``failure`` says why (the class, the cause lines, a hint)."""
+
+    def __init__(self, failure: Failure) -> None:
+        lines = "".join(f"\n  {literal(line)}" for line in failure.cause_lines)
+        hint = f"\n  hint: {failure.hint}" if failure.hint else ""
+        super().__init__(f"{failure.engine}: {failure.summary()}{lines}{hint}")
+        self.failure = failure
+
+
+class RestartRefused(EngineSpecError, RuntimeError):
+    """An adopted engine that cannot be restarted: its command line, environment or working
+    directory could not be read (the message says which and why)."""
+
+
+class Supervision(BaseModel):
+    """Restart on exit (and, with ``on_unhealthy``, after ``unhealthy_checks`` failed health
+    checks in a row), waiting ``backoff`` seconds doubled after each restart up to
+    ``max_backoff``, at most ``max_restarts`` times. Off unless given to :func:`launch`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    on_exit: bool = True
+    on_unhealthy: bool = False
+    unhealthy_checks: int = Field(default=3, ge=1)
+    check_interval: float = Field(default=5.0, gt=0)
+    backoff: float = Field(default=1.0, ge=0)
+    max_backoff: float = Field(default=60.0, ge=0)
+    max_restarts: int | None = Field(default=5, ge=0)
+
+
+class Signalled(BaseModel):
+    """One signal a stop sent: to the process group ``pgid`` or to the process ``pid``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    target: Literal["group", "process"]
+    pid: int
+    signal: str
+
+
+class StopResult(BaseModel):
+    """What a stop did and found: the signals sent, the processes that had to be killed, the
+    engine's exit, and the scan at the end (``leftover``: pids of the tree still alive;
+    ``port_holders``: pids still listening on the port, ``None`` when no port is known)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    signals: tuple[Signalled, ...]
+    killed: tuple[int, ...]
+    exit_code: int | None
+    signal: int | None
+    leftover: tuple[int, ...]
+    port: int | None
+    port_holders: tuple[int, ...] | None
+
+
+LogSourceKind = Literal["enginespec", "file", "journald", "docker", "terminal", "pipe", "none"]
+
+
+class LogSource(BaseModel):
+    """Where an engine's output goes: enginespec's own ring and file (``enginespec``), a regular
+    file its stdout/stderr point at (``file``), a systemd unit's journal (``journald``), a
+    container's log (``docker``), or nowhere readable (``terminal``, ``pipe``, ``none``, with the
+    reason)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: LogSourceKind
+    path: str | None = None
+    unit: str | None = None
+    container: str | None = None
+    reason: str | None = None
 
 
 def classify_failure(
@@ -24,3 +139,802 @@ def classify_failure(
     OOM killer killed a process of the engine's cgroup."""
     spec = find_engine(engine) if isinstance(engine, str) else engine
     return spec.classify_failure(log_text, exit_code, signal, oom_kill=oom_kill)
+
+
+# -- processes --------------------------------------------------------------------------------
+
+
+def _start_time(pid: int) -> float | None:
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.Error:
+        return None
+
+
+def _alive(pid: int, start_time: float) -> bool:
+    """Whether the process with this identity still runs (a zombie does not)."""
+    try:
+        process = psutil.Process(pid)
+        return (
+            abs(process.create_time() - start_time) < _START_TOLERANCE
+            and process.status() != psutil.STATUS_ZOMBIE
+        )
+    except psutil.Error:
+        return False
+
+
+def open_pidfd(pid: int, start_time: float) -> int | None:
+    """A pidfd of the process with this identity, or ``None`` when that process is gone (its pid
+    may now be another process's). The start time is checked after the pidfd is opened, so the
+    pidfd is the checked process's for good. ``-1``: this kernel has no pidfds."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return -1 if _alive(pid, start_time) else None
+    try:
+        fd: int = opener(pid)
+    except OSError:
+        return None
+    if not _alive(pid, start_time):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _send(pidfd: int, pid: int, sig: int) -> bool:
+    """Sends ``sig`` through the pidfd (``-1``: by pid, no pidfds here); False when it is gone."""
+    try:
+        if pidfd >= 0:
+            signals.pidfd_send_signal(pidfd, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError, OSError):
+        return False
+    return True
+
+
+def _exit_status(pid: int) -> tuple[int | None, int | None] | None:
+    """(exit code, signal) of an exited child, without reaping it; ``None`` while it runs."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return (None, None)
+    if info is None or info.si_pid == 0:
+        return None
+    if info.si_code == os.CLD_EXITED:
+        return (info.si_status, None)
+    return (None, info.si_status)
+
+
+def _descendants(pid: int) -> list[int]:
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _marked(run_id: str, born_after: float) -> list[int]:
+    """Processes whose environment carries this run's marker, born after the engine started."""
+    needle = f"{RUN_ID_VARIABLE}={run_id}".encode()
+    found = []
+    for pid in psutil.pids():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as file:
+                environ = file.read(1 << 20)
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            start = _start_time(pid)
+            if start is not None and start >= born_after - _START_TOLERANCE:
+                found.append(pid)
+    return found
+
+
+def _oom_kills(pid: int) -> int | None:
+    """The OOM kills counted in the process's memory cgroup (v2 ``memory.events``, v1
+    ``memory.oom_control``), ``None`` when unreadable."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as file:
+            entries = [line.rstrip("\n").split(":", 2) for line in file]
+    except OSError:
+        return None
+    for entry in entries:
+        if len(entry) != 3:
+            continue
+        hierarchy, controllers, path = entry
+        if hierarchy == "0" and controllers == "":
+            candidate = Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events"
+        elif "memory" in controllers.split(","):
+            candidate = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.oom_control"
+        else:
+            continue
+        try:
+            for line in candidate.read_text().splitlines():
+                name, _, value = line.partition(" ")
+                if name == "oom_kill" and value.strip().isdigit():
+                    return int(value)
+        except OSError:
+            continue
+    return None
+
+
+def holder_text(port: int, pids: Sequence[int]) -> str:
+    """``port 8000 is held by pid 4242: vllm Qwen/Qwen3-8B`` (the engine a scan sees there, else
+    the process's name), for each holder."""
+    engines = {p.pid: p for p in Scanner(listen_ports=False).scan()}
+    for process in list(engines.values()):
+        for worker in process.worker_pids:
+            engines.setdefault(worker, process)
+    parts = []
+    for pid in pids:
+        engine = engines.get(pid)
+        if engine is not None:
+            what = f"{engine.engine} {engine.model or '(model unknown)'}"
+        else:
+            try:
+                what = psutil.Process(pid).name()
+            except psutil.Error:
+                what = "(gone)"
+        parts.append(f"pid {pid}: {literal(what)}")
+    return f"port {port} is held by " + ", ".join(parts)
+
+
+def port_preflight(engine: str, host: str, port: int) -> Failure | None:
+    """A ``port_in_use`` failure when another process listens where the engine would (its
+    holders named), else ``None``."""
+    addresses = sockets.connect_addresses(host)
+    taken = [
+        listener
+        for listener in sockets.listeners(port)
+        if not addresses or any(sockets.overlap(listener.address, address) for address in addresses)
+    ]
+    if not taken:
+        return None
+    pids = sockets.holders([listener.inode for listener in taken], (os.getpid(),))
+    line = holder_text(port, pids) if pids else f"port {port} is held by a process whose fds cannot be read"
+    return Failure(
+        engine=engine,
+        kind="port_in_use",
+        cause_lines=(line,),
+        numbers={"port": port, **({"pid": pids[0]} if pids else {})},
+        hint=f"port {port} is taken: choose another port or stop the process holding it",
+    )
+
+
+# -- the engine ---------------------------------------------------------------------------------
+
+
+class _Plan(BaseModel):
+    """What a start runs: the real argv and environment (never shown), the working directory."""
+
+    model_config = ConfigDict(frozen=True)
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    delta: Mapping[str, str]
+    cwd: str | None
+    secrets: tuple[str, ...] = ()
+
+
+class RunningEngine:
+    """An engine process enginespec started (:func:`launch`) or adopted (:func:`adopt`).
+
+    ``argv`` and ``env`` (the environment delta applied) have their secrets masked; ``log_path``
+    is the file of the current start; ``restart_count`` counts restarts of this object.
+    """
+
+    def __init__(
+        self,
+        spec: EngineDefinition,
+        plan: _Plan | None,
+        *,
+        log_dir: Path | None,
+        api_key: str | None = None,
+        port: int | None = None,
+        host: str | None = None,
+        model: str | None = None,
+        ring_lines: int | None = None,
+    ) -> None:
+        self.spec = spec
+        self.engine = spec.id
+        self._plan = plan
+        self._log_dir = log_dir
+        self._api_key = api_key
+        self.port = port
+        self.host = host
+        self.model = model
+        self.engine_id = make_engine_id(spec.id, model, port)
+        self.base_url = base_url(host, port) if host is not None else None
+        self.restart_count = 0
+        self.adopted = False
+        self._ring_lines = ring_lines
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._pidfd = -1
+        self.pid = 0
+        self.start_time = 0.0
+        self.run_id = ""
+        self.log_path: Path | None = None
+        self._book: LogBook | None = None
+        self._oom_before: int | None = None
+        self._known: dict[int, float] = {}
+        self._stopped = threading.Event()
+        self._supervisor: threading.Thread | None = None
+        self._lock = threading.RLock()
+        self.log_source = LogSource(kind="enginespec")
+
+    # -- what is shown ---------------------------------------------------------------------------
+
+    @property
+    def argv(self) -> list[str]:
+        return redact_argv(self._plan.argv, self.engine) if self._plan is not None else []
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment delta applied at launch, secret values masked."""
+        if self._plan is None:
+            return {}
+        return {k: REDACTED if is_secret_name(k) else v for k, v in self._plan.delta.items()}
+
+    @property
+    def cwd(self) -> str | None:
+        return self._plan.cwd if self._plan is not None else None
+
+    def __repr__(self) -> str:
+        return f"<RunningEngine {self.engine_id} pid {self.pid}>"
+
+    # -- starting --------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        plan = self._plan
+        assert plan is not None
+        if self.port is not None and self.host is not None:
+            taken = port_preflight(self.engine, self.host, self.port)
+            if taken is not None:
+                raise LaunchFailed(taken)
+        self.run_id = uuid.uuid4().hex
+        started = time.time()
+        if self._log_dir is not None:
+            name = timestamp(started).replace(":", "-")
+            self.log_path = self._log_dir / self.engine_id / f"{name}.log"
+        self._book = LogBook(
+            self.log_path, plan.secrets, *(() if self._ring_lines is None else (self._ring_lines,))
+        )
+        self._book.note(f"enginespec: starting {' '.join(map(literal, self.argv))}")
+        self._popen = subprocess.Popen(
+            list(plan.argv),
+            env={**plan.env, RUN_ID_VARIABLE: self.run_id},
+            cwd=plan.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+        )
+        self.pid = self._popen.pid
+        # Our unreaped child: its pid cannot be handed out again before we wait for it.
+        opener = getattr(os, "pidfd_open", None)
+        self._pidfd = opener(self.pid) if opener is not None else -1
+        self.start_time = _start_time(self.pid) or started
+        self._known = {}
+        self._oom_before = _oom_kills(self.pid)
+        assert self._popen.stdout is not None
+        assert self._popen.stderr is not None
+        self._book.attach("stdout", self._popen.stdout)
+        self._book.attach("stderr", self._popen.stderr)
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def exit_status(self) -> tuple[int | None, int | None] | None:
+        """(exit code, signal) once the engine's process ended, ``None`` while it runs."""
+        if self._popen is not None:
+            if self._popen.returncode is not None:
+                code = self._popen.returncode
+                return (code, None) if code >= 0 else (None, -code)
+            return _exit_status(self.pid)
+        if self._pidfd >= 0:
+            # adopted: the pidfd turns readable when the process ends (no status: not our child)
+            ready, _w, _x = select.select([self._pidfd], [], [], 0)
+            return (None, None) if ready else None
+        return None if _alive(self.pid, self.start_time) else (None, None)
+
+    @property
+    def running(self) -> bool:
+        return self.exit_status() is None
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleeps up to ``seconds``; returns early when the process ends (its pidfd is readable)."""
+        if seconds <= 0:
+            return
+        if self._pidfd >= 0:
+            poller = select.poll()
+            poller.register(self._pidfd, select.POLLIN)
+            poller.poll(seconds * 1000)
+        else:
+            time.sleep(min(seconds, 0.05))
+
+    # -- logs ------------------------------------------------------------------------------------
+
+    def logs(self, n: int = 100) -> list[LogLine]:
+        """The last ``n`` lines of the engine's output (stdout and stderr, with their times)."""
+        if self._book is not None:
+            return self._book.lines(n)
+        return _source_lines(self.log_source, n)
+
+    def follow(self, n: int = 0) -> Iterator[LogLine]:
+        """The last ``n`` lines, then each new one as it comes, until the output ends."""
+        if self._book is not None:
+            yield from self._book.follow(n, until=None)
+            return
+        yield from _source_lines(self.log_source, n)
+        if self.log_source.kind == "file" and self.log_source.path is not None:
+            until = threading.Event()
+            watcher = threading.Thread(target=self._wait_gone, args=(until,), daemon=True)
+            watcher.start()
+            for text in follow_file(Path(self.log_source.path), until=until):
+                yield LogLine(time=time.time(), stream="log", text=text)
+
+    def _wait_gone(self, event: threading.Event) -> None:
+        while self.exit_status() is None:
+            self._sleep(1.0)
+        event.set()
+
+    # -- failure ---------------------------------------------------------------------------------
+
+    def failure(self) -> Failure | None:
+        """Why the engine ended (classified from its output), ``None`` while it runs."""
+        status = self.exit_status()
+        if status is None:
+            return None
+        code, sig = status
+        text = ""
+        if self._book is not None:
+            # a descendant may hold the pipes open: what arrived within a moment is enough
+            self._book.wait_drained(0.3)
+            text = self._book.text()
+        oom = False
+        if sig == signals.SIGKILL and self._oom_before is not None:
+            after = _oom_kills(os.getpid())
+            oom = after is not None and after > self._oom_before
+        return self.spec.classify_failure(text, code, sig, oom_kill=oom)
+
+    # -- waiting ---------------------------------------------------------------------------------
+
+    def wait_ready(
+        self,
+        timeout: float = 600.0,
+        stall_timeout: float | None = None,
+        *,
+        poll: float = 0.25,
+        request_timeout: float = 2.0,
+    ) -> Health:
+        """Returns once the engine answers ready on its own port. Raises :class:`LaunchFailed`
+        with the classified :class:`Failure` as soon as the process exits (what is left of its
+        tree is stopped), :class:`NotReady` after ``timeout``, or after ``stall_timeout`` seconds
+        in which neither the health answer nor the output changed."""
+        if self.base_url is None:
+            raise InvalidInputError(
+                f"{self.engine_id}: no address to check (host {self.host!r}, port {self.port})"
+            )
+        started = progress_at = time.monotonic()
+        last: Health | None = None
+        while True:
+            self._raise_if_exited()
+            health = check_health(self.engine, self.base_url, timeout=request_timeout, api_key=self._api_key)
+            self._raise_if_exited()
+            if health.state == "ready":
+                problem = ownership_problem([self.pid, *self._tree()], self.base_url)
+                if problem is None:
+                    return health
+                health = health.model_copy(update={"state": "unhealthy", "reason": problem})
+            now = time.monotonic()
+            key = (health.state, health.http_status, health.reason)
+            if last is None or key != (last.state, last.http_status, last.reason):
+                progress_at = now
+            if self._book is not None:
+                progress_at = max(progress_at, self._book.last_activity)
+            last = health
+            if now - started >= timeout:
+                raise NotReady(
+                    f"not ready after {timeout:g}s (last: {health.state}: {health.reason})", health
+                )
+            if stall_timeout is not None and now - progress_at >= stall_timeout:
+                raise NotReady(
+                    f"no progress for {stall_timeout:g}s (last: {health.state}: {health.reason})", health
+                )
+            self._sleep(min(poll, timeout - (now - started)))
+
+    def _raise_if_exited(self) -> None:
+        failure = self.failure()
+        if failure is not None:
+            with contextlib.suppress(Exception):
+                self.stop(grace=2.0)
+            raise LaunchFailed(failure)
+
+    # -- stopping --------------------------------------------------------------------------------
+
+    def _tree(self) -> list[int]:
+        """The engine's descendants now, remembered by identity (a child that leaves the group and
+        is re-parented is still signalled at stop)."""
+        found = _descendants(self.pid)
+        if self._popen is not None:
+            found += [pid for pid in psutil.pids() if _in_group(pid, self.pid)]
+        for pid in found:
+            if pid != self.pid and pid not in self._known:
+                start = _start_time(pid)
+                if start is not None and start >= self.start_time - _START_TOLERANCE:
+                    self._known[pid] = start
+        return [pid for pid in self._known if pid != self.pid]
+
+    def _members(self, *, marked: bool = False) -> dict[int, float]:
+        """The live processes of the tree; with ``marked``, also every process that carries this
+        start's marker (a descendant that left the group and was re-parented)."""
+        self._tree()
+        if marked and self.run_id:
+            for pid in _marked(self.run_id, self.start_time):
+                if pid != self.pid and pid not in self._known:
+                    start = _start_time(pid)
+                    if start is not None:
+                        self._known[pid] = start
+        return {pid: start for pid, start in self._known.items() if _alive(pid, start)}
+
+    def stop(self, grace: float = 10.0) -> StopResult:
+        """SIGTERM to the process group and to each descendant outside it, up to ``grace``
+        seconds for them to end, then SIGKILL; the engine is reaped. Every process is signalled
+        through a pidfd checked against its start time. Ends with a scan of the tree and the
+        port (see :class:`StopResult`)."""
+        with self._lock:
+            self._stopped.set()
+            sent: list[Signalled] = []
+            killed: list[int] = []
+            members = self._members(marked=True)
+            leader_alive = self.exit_status() is None
+            self._signal_all(signals.SIGTERM, members, leader_alive, sent)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and (self.exit_status() is None or self._members()):
+                self._sleep(0.05)
+                time.sleep(0.01)
+            for round_ in range(3):
+                members = self._members(marked=round_ == 0)
+                leader_alive = self.exit_status() is None
+                if not members and not leader_alive:
+                    break
+                killed += [self.pid] if leader_alive else []
+                killed += list(members)
+                self._signal_all(signals.SIGKILL, members, leader_alive, sent)
+                end = time.monotonic() + KILL_WAIT
+                while time.monotonic() < end and (self.exit_status() is None or self._members()):
+                    time.sleep(0.02)
+            status = self.exit_status() or (None, None)
+            self._reap()
+            leftover = tuple(sorted(self._members(marked=True)))
+            holders = self._port_holders()
+            if self._book is not None:
+                self._book.wait_drained(1.0)
+                self._book.note(f"enginespec: stopped ({ended(*status)})")
+            return StopResult(
+                signals=tuple(sent),
+                killed=tuple(sorted(set(killed))),
+                exit_code=status[0],
+                signal=status[1],
+                leftover=leftover,
+                port=self.port,
+                port_holders=holders,
+            )
+
+    def _signal_all(
+        self, sig: int, members: Mapping[int, float], leader_alive: bool, sent: list[Signalled]
+    ) -> None:
+        name = signals.Signals(sig).name
+        group_signalled = False
+        if self._popen is not None and self._popen.returncode is None:
+            # the leader is our unreaped child: its pid, which is the group's id, is still ours
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, sig)
+                group_signalled = True
+                sent.append(Signalled(target="group", pid=self.pid, signal=name))
+        elif leader_alive and _send(self._pidfd, self.pid, sig):
+            sent.append(Signalled(target="process", pid=self.pid, signal=name))
+        for pid, start in members.items():
+            if group_signalled and _in_group(pid, self.pid):
+                continue
+            pidfd = open_pidfd(pid, start)
+            if pidfd is None:
+                continue
+            try:
+                if _send(pidfd, pid, sig):
+                    sent.append(Signalled(target="process", pid=pid, signal=name))
+            finally:
+                if pidfd >= 0:
+                    os.close(pidfd)
+
+    def _reap(self) -> None:
+        if self._popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._popen.wait(timeout=KILL_WAIT)
+
+    def _port_holders(self) -> tuple[int, ...] | None:
+        if self.port is None:
+            return None
+        inodes = [listener.inode for listener in sockets.listeners(self.port)]
+        return sockets.holders(inodes, (os.getpid(),)) if inodes else ()
+
+    def close(self) -> None:
+        """Stops the engine if it still runs and releases its pidfd and log file."""
+        if self.running or self._members():
+            self.stop(grace=10.0)
+        else:
+            self._reap()
+        if self._supervisor is not None and self._supervisor is not threading.current_thread():
+            self._supervisor.join(timeout=5)
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+        if self._book is not None:
+            self._book.close()
+
+    def __enter__(self) -> RunningEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- restarting ------------------------------------------------------------------------------
+
+    def restart(self, grace: float = 10.0) -> StopResult:
+        """Stops the engine and starts the same argv, environment and working directory again (a
+        new log file); ``restart_count`` goes up. An adopted engine's command is read from
+        ``/proc`` (:class:`RestartRefused` when it cannot be)."""
+        with self._lock:
+            if self._plan is None:
+                self._plan = _read_plan(self.pid)
+            result = self.stop(grace)
+            if self._pidfd >= 0:
+                os.close(self._pidfd)
+                self._pidfd = -1
+            if self._book is not None:
+                self._book.close()
+            self._stopped.clear()
+            self.adopted = False
+            self.log_source = LogSource(kind="enginespec")
+            self._start()
+            self.restart_count += 1
+            if self._book is not None:
+                self._book.note(f"enginespec: restart {self.restart_count}")
+            return result
+
+    def supervise(self, policy: Supervision) -> None:
+        """Starts restarting the engine by ``policy`` in a background thread (until :meth:`stop`)."""
+        self._stopped.clear()
+        self._supervisor = threading.Thread(target=self._supervise, args=(policy,), daemon=True)
+        self._supervisor.start()
+
+    def _supervise(self, policy: Supervision) -> None:
+        backoff, restarts, bad = policy.backoff, 0, 0
+        while not self._stopped.is_set():
+            self._sleep(policy.check_interval)
+            if self._stopped.is_set():
+                return
+            exited = self.exit_status() is not None
+            if not exited and policy.on_unhealthy and self.base_url is not None:
+                state = check_health(self.engine, self.base_url, api_key=self._api_key).state
+                bad = bad + 1 if state in ("unhealthy", "down", "not_serving") else 0
+            due = (exited and policy.on_exit) or bad >= policy.unhealthy_checks
+            if not due:
+                continue
+            if policy.max_restarts is not None and restarts >= policy.max_restarts:
+                return
+            if self._stopped.wait(backoff):
+                return
+            with self._lock:
+                if self._stopped.is_set():
+                    return
+                with contextlib.suppress(LaunchFailed, OSError):
+                    self.restart()
+                    self._stopped.clear()
+            restarts, bad = restarts + 1, 0
+            backoff = min(max(backoff * 2, policy.backoff), policy.max_backoff)
+
+
+def _in_group(pid: int, pgid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pgid
+    except OSError:
+        return False
+
+
+def _plan_for(spec: EngineDefinition, recipe: Recipe, config: Config) -> tuple[_Plan, str | None]:
+    command = commands.plan(spec, recipe, config)
+    if command.launcher == "docker":
+        raise InvalidInputError("runtime: launch runs native engines; run a docker recipe with `docker run`")
+    masked = command.redacted_argv()
+    secrets = {real for real, shown in zip(command.argv, masked, strict=True) if real != shown}
+    secrets |= {value for name, value in command.env.items() if is_secret_name(name)}
+    api_key = recipe.api_key.get_secret_value() if recipe.api_key is not None else None
+    if api_key:
+        secrets.add(api_key)
+    plan = _Plan(
+        argv=command.argv,
+        env={**os.environ, **command.env},
+        delta=dict(command.env),
+        cwd=None,
+        secrets=tuple(sorted(secrets)),
+    )
+    return plan, api_key
+
+
+def launch(
+    recipe: Recipe,
+    config: Config | None = None,
+    *,
+    log_dir: str | os.PathLike[str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    supervise: Supervision | None = None,
+    ring_lines: int | None = None,
+) -> RunningEngine:
+    """Starts the recipe's engine: the planned argv (no shell), in a new session and process
+    group, with the environment delta; its output kept in a ring and in
+    ``<log_dir>/<engine_id>/<start time>.log`` (``log_dir`` defaults to the data dir's
+    ``logs``). Raises :class:`LaunchFailed` (``port_in_use``, naming the holder) when another
+    process listens on its port. Returns at once: see :meth:`RunningEngine.wait_ready`."""
+    config = config or Config()
+    spec = find_engine(recipe.engine)
+    plan, api_key = _plan_for(spec, recipe, config)
+    if cwd is not None:
+        plan = plan.model_copy(update={"cwd": os.fspath(cwd)})
+    invocation = parse_argv(plan.argv)
+    port = recipe.port or (invocation.effective_port if invocation is not None else None) or spec.default_port
+    host = invocation.effective_host if invocation is not None and invocation.effective_host else recipe.host
+    engine = RunningEngine(
+        spec,
+        plan,
+        log_dir=Path(log_dir) if log_dir is not None else config.data_dir / "logs",
+        api_key=api_key,
+        port=port,
+        host=host,
+        model=invocation.model if invocation is not None else recipe.model_path,
+        ring_lines=ring_lines,
+    )
+    engine._start()
+    if supervise is not None:
+        engine.supervise(supervise)
+    return engine
+
+
+# -- adopting ------------------------------------------------------------------------------------
+
+
+def _read_plan(pid: int) -> _Plan:
+    """The command, environment and working directory of a running process, from ``/proc``."""
+    reads: dict[str, bytes | str] = {}
+    for what in ("cmdline", "environ"):
+        try:
+            with open(f"/proc/{pid}/{what}", "rb") as file:
+                reads[what] = file.read(4 << 20)
+        except OSError as error:
+            raise RestartRefused(f"pid {pid}: cannot read /proc/{pid}/{what}: {error.strerror}") from None
+    try:
+        reads["cwd"] = os.readlink(f"/proc/{pid}/cwd")
+    except OSError as error:
+        raise RestartRefused(f"pid {pid}: cannot read /proc/{pid}/cwd: {error.strerror}") from None
+    cmdline, environ, cwd = reads["cmdline"], reads["environ"], reads["cwd"]
+    assert isinstance(cmdline, bytes)
+    assert isinstance(environ, bytes)
+    assert isinstance(cwd, str)
+    argv = tuple(os.fsdecode(part) for part in cmdline.split(b"\0") if part)
+    if not argv:
+        raise RestartRefused(f"pid {pid}: its command line is empty (a kernel thread, or it hides it)")
+    env: dict[str, str] = {}
+    for entry in environ.split(b"\0"):
+        name, eq, value = entry.partition(b"=")
+        if eq and name:
+            env[os.fsdecode(name)] = os.fsdecode(value)
+    env.pop(RUN_ID_VARIABLE, None)
+    if cwd.endswith(" (deleted)"):
+        raise RestartRefused(f"pid {pid}: its working directory {literal(cwd)} was deleted")
+    secrets = tuple(v for k, v in env.items() if is_secret_name(k))
+    return _Plan(argv=argv, env=env, delta={}, cwd=cwd, secrets=secrets)
+
+
+def find_log_source(pid: int) -> LogSource:
+    """Where the output of a process enginespec did not start goes (see :class:`LogSource`)."""
+    targets = []
+    for fd in (1, 2):
+        try:
+            targets.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            targets.append("")
+    for target in targets:
+        if target.startswith("/") and not target.startswith(("/dev/", "/proc/")):
+            path = f"/proc/{pid}/fd/{1 + targets.index(target)}"
+            with contextlib.suppress(OSError):
+                if Path(path).is_file():
+                    return LogSource(kind="file", path=path)
+    container = _container_of(pid)
+    if container is not None:
+        return LogSource(kind="docker", container=container)
+    unit = _unit_of(pid)
+    if unit is not None and any(t.startswith("socket:") for t in targets):
+        return LogSource(kind="journald", unit=unit)
+    if any(t.startswith(("/dev/pts/", "/dev/tty")) for t in targets):
+        return LogSource(kind="terminal", reason="its output goes to a terminal: nothing keeps it")
+    if any(t.startswith("pipe:") for t in targets):
+        return LogSource(kind="pipe", reason="its output goes to a pipe another process reads")
+    if all(t in ("", "/dev/null") for t in targets):
+        return LogSource(kind="none", reason="its output is discarded (/dev/null) or cannot be read")
+    return LogSource(kind="none", reason=f"its output goes to {literal(targets[0] or targets[1])}")
+
+
+def _container_of(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cgroup", "rb") as file:
+            found = parse_cgroup(file.read(1 << 16))
+    except OSError:
+        return None
+    if found is None or found[0] not in ("docker", "podman"):
+        return None
+    return str(found[1])
+
+
+_UNIT = re.compile(r"[A-Za-z0-9:_.@\\-]+\.(?:service|scope)")
+
+
+def _unit_of(pid: int) -> str | None:
+    """The systemd unit a process runs in, from its cgroup path (``.../ollama.service``)."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as file:
+            paths = [line.rstrip("\n").split(":", 2)[-1] for line in file]
+    except OSError:
+        return None
+    for path in paths:
+        for part in reversed(path.split("/")):
+            if _UNIT.fullmatch(part):
+                return part
+    return None
+
+
+def _source_lines(source: LogSource, n: int) -> list[LogLine]:
+    """The last ``n`` lines from where an adopted engine's output goes."""
+    now = time.time()
+    texts: list[str] = []
+    if source.kind == "file" and source.path is not None:
+        with contextlib.suppress(OSError):
+            texts = tail_file(Path(source.path), n)
+    elif source.kind in ("journald", "docker") and n > 0:
+        argv = (
+            ["journalctl", "--no-pager", "-o", "cat", "-n", str(n), "-u", source.unit or ""]
+            if source.kind == "journald"
+            else ["docker", "logs", "--tail", str(n), source.container or ""]
+        )
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            done = subprocess.run(
+                argv, capture_output=True, timeout=10, check=False, stdin=subprocess.DEVNULL
+            )
+            texts = (done.stdout + done.stderr).decode("utf-8", errors="replace").splitlines()[-n:]
+    return [LogLine(time=now, stream="log", text=text) for text in texts]
+
+
+def adopt(process: EngineProcess) -> RunningEngine:
+    """A :class:`RunningEngine` for an engine a scan found. Its identity is the pid and start
+    time, pinned by a pidfd: stop and restart never signal a process that took its pid since.
+    Raises :class:`InvalidInputError` when that process is gone already."""
+    spec = find_engine(process.engine)
+    pidfd = open_pidfd(process.pid, process.start_time)
+    if pidfd is None:
+        raise InvalidInputError(
+            f"pid {process.pid}: the process scanned (started {process.start_time}) is gone"
+        )
+    engine = RunningEngine(
+        spec,
+        None,
+        log_dir=None,
+        api_key=process.secret_api_key(),
+        port=process.effective_port,
+        host=process.effective_host,
+        model=process.model,
+    )
+    engine.engine_id = process.engine_id
+    engine.base_url = process.base_url
+    engine.pid, engine.start_time, engine._pidfd = process.pid, process.start_time, pidfd
+    engine.adopted = True
+    engine._known = {pid: start for pid in process.worker_pids if (start := _start_time(pid)) is not None}
+    engine.log_source = find_log_source(process.pid)
+    return engine
