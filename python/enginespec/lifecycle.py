@@ -313,6 +313,12 @@ class _Plan(BaseModel):
     delta: Mapping[str, str]
     cwd: str | None
     secrets: tuple[str, ...] = ()
+    #: the program to run when it is not ``argv[0]`` (an adopted process's ``/proc/PID/exe``).
+    executable: str | None = None
+    #: the uid, gid and groups to run as (an adopted process's owner); ``None``: ours.
+    user: int | None = None
+    group: int | None = None
+    groups: tuple[int, ...] | None = None
 
 
 class RunningEngine:
@@ -360,6 +366,8 @@ class RunningEngine:
         self._supervisor: threading.Thread | None = None
         self._lock = threading.RLock()
         self.log_source = LogSource(kind="enginespec")
+        #: why an adopted engine cannot be restarted, when its command could not be read.
+        self._unrestartable: str | None = None
 
     # -- what is shown ---------------------------------------------------------------------------
 
@@ -401,8 +409,12 @@ class RunningEngine:
         self._book.note(f"enginespec: starting {' '.join(map(literal, self.argv))}")
         self._popen = subprocess.Popen(
             list(plan.argv),
+            executable=plan.executable,
             env={**plan.env, RUN_ID_VARIABLE: self.run_id},
             cwd=plan.cwd,
+            user=plan.user,
+            group=plan.group,
+            extra_groups=plan.groups,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -685,7 +697,7 @@ class RunningEngine:
         ``/proc`` (:class:`RestartRefused` when it cannot be)."""
         with self._lock:
             if self._plan is None:
-                self._plan = _read_plan(self.pid)
+                raise RestartRefused(self._unrestartable or f"pid {self.pid}: no command is known")
             result = self.stop(grace)
             if self._pidfd >= 0:
                 os.close(self._pidfd)
@@ -803,35 +815,60 @@ def launch(
 
 
 def _read_plan(pid: int) -> _Plan:
-    """The command, environment and working directory of a running process, from ``/proc``."""
-    reads: dict[str, bytes | str] = {}
+    """The command, environment, working directory, program and owner of a running process,
+    from ``/proc``; :class:`RestartRefused` says which could not be read and why."""
+    raw: dict[str, bytes] = {}
     for what in ("cmdline", "environ"):
         try:
             with open(f"/proc/{pid}/{what}", "rb") as file:
-                reads[what] = file.read(4 << 20)
+                raw[what] = file.read(4 << 20)
         except OSError as error:
             raise RestartRefused(f"pid {pid}: cannot read /proc/{pid}/{what}: {error.strerror}") from None
-    try:
-        reads["cwd"] = os.readlink(f"/proc/{pid}/cwd")
-    except OSError as error:
-        raise RestartRefused(f"pid {pid}: cannot read /proc/{pid}/cwd: {error.strerror}") from None
-    cmdline, environ, cwd = reads["cmdline"], reads["environ"], reads["cwd"]
-    assert isinstance(cmdline, bytes)
-    assert isinstance(environ, bytes)
-    assert isinstance(cwd, str)
-    argv = tuple(os.fsdecode(part) for part in cmdline.split(b"\0") if part)
+    links: dict[str, str] = {}
+    for what in ("cwd", "exe"):
+        try:
+            links[what] = os.readlink(f"/proc/{pid}/{what}")
+        except OSError as error:
+            raise RestartRefused(f"pid {pid}: cannot read /proc/{pid}/{what}: {error.strerror}") from None
+    argv = tuple(os.fsdecode(part) for part in raw["cmdline"].split(b"\0") if part)
     if not argv:
-        raise RestartRefused(f"pid {pid}: its command line is empty (a kernel thread, or it hides it)")
+        raise RestartRefused(f"pid {pid}: its command line is empty (a zombie, or it hides it)")
     env: dict[str, str] = {}
-    for entry in environ.split(b"\0"):
+    for entry in raw["environ"].split(b"\0"):
         name, eq, value = entry.partition(b"=")
         if eq and name:
             env[os.fsdecode(name)] = os.fsdecode(value)
     env.pop(RUN_ID_VARIABLE, None)
-    if cwd.endswith(" (deleted)"):
-        raise RestartRefused(f"pid {pid}: its working directory {literal(cwd)} was deleted")
-    secrets = tuple(v for k, v in env.items() if is_secret_name(k))
-    return _Plan(argv=argv, env=env, delta={}, cwd=cwd, secrets=secrets)
+    for what, path in links.items():
+        if path.endswith(" (deleted)"):
+            raise RestartRefused(f"pid {pid}: its {what} {literal(path)} was deleted or replaced")
+    uid, gid, groups = _owner(pid)
+    # the same program, run as its owner: never with more privilege than it had
+    as_owner = uid != os.geteuid()
+    return _Plan(
+        argv=argv,
+        env=env,
+        delta={},
+        cwd=links["cwd"],
+        secrets=tuple(v for k, v in env.items() if is_secret_name(k)),
+        executable=links["exe"],
+        user=uid if as_owner else None,
+        group=gid if as_owner else None,
+        groups=groups if as_owner else None,
+    )
+
+
+def _owner(pid: int) -> tuple[int, int, tuple[int, ...]]:
+    """The real uid, gid and supplementary groups of a process (``/proc/PID/status``)."""
+    fields: dict[str, list[str]] = {}
+    try:
+        with open(f"/proc/{pid}/status") as file:
+            for line in file:
+                name, _, value = line.partition(":")
+                fields[name] = value.split()
+        return int(fields["Uid"][0]), int(fields["Gid"][0]), tuple(int(g) for g in fields.get("Groups", []))
+    except (OSError, KeyError, IndexError, ValueError):
+        raise RestartRefused(f"pid {pid}: cannot read its owner from /proc/{pid}/status") from None
 
 
 def find_log_source(pid: int) -> LogSource:
@@ -937,4 +974,14 @@ def adopt(process: EngineProcess) -> RunningEngine:
     engine.adopted = True
     engine._known = {pid: start for pid in process.worker_pids if (start := _start_time(pid)) is not None}
     engine.log_source = find_log_source(process.pid)
+    try:
+        plan = _read_plan(process.pid)
+    except RestartRefused as refused:
+        engine._unrestartable = str(refused)
+    else:
+        # read while the pidfd's process still runs: its pid was not anyone else's meanwhile
+        if engine.exit_status() is None:
+            engine._plan = plan
+        else:
+            engine._unrestartable = "it exited while its command was read"
     return engine
