@@ -205,6 +205,7 @@ def test_flood_loses_no_line(binary: Path, tmp_path: Path, started: list[Running
     assert engine.log_path is not None
     in_file = [text for text in engine.log_path.read_text().splitlines() if " line " in text]
     assert len(in_file) == count
+    assert engine.wait(timeout=30) == (0, None)
     failure = engine.failure()
     assert failure is not None
     assert failure.kind == "exited"
@@ -265,6 +266,7 @@ def test_no_supervision_by_default(binary: Path, tmp_path: Path, started: list[R
     log.write_text("bye\n")
     engine = _launch(started, binary, "replay", tmp_path, FAKE_LOG=str(log), FAKE_EXIT="0")
     list(engine.follow())
+    assert engine.wait(timeout=30) == (0, None)
     assert engine.failure() is not None
     assert engine.restart_count == 0
 

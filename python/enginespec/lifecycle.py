@@ -144,37 +144,55 @@ def classify_failure(
 # -- processes --------------------------------------------------------------------------------
 
 
-def _start_time(pid: int) -> float | None:
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time in clock ticks since boot) from ``/proc/PID/stat``: the exact start
+    time (epoch seconds move with the kernel's boot time, which drifts by a second)."""
     try:
-        return float(psutil.Process(pid).create_time())
-    except psutil.Error:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            fields = file.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode("ascii", "replace"), int(fields[19])
+    except (OSError, IndexError, ValueError):
         return None
 
 
-def _alive(pid: int, start_time: float) -> bool:
-    """Whether the process with this identity still runs (a zombie does not)."""
+def _start_ticks(pid: int) -> int | None:
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
+
+
+def _alive(pid: int, ticks: int) -> bool:
+    """Whether the process with this identity (pid, start ticks) still runs (a zombie does not)."""
+    stat = _stat(pid)
+    return stat is not None and stat[1] == ticks and stat[0] not in ("Z", "X")
+
+
+def same_start(scanned: float, pid: int) -> int | None:
+    """The start ticks of ``pid`` when it is the process a scan saw start at ``scanned`` (epoch
+    seconds): equal within 50 ms, or one second apart exactly (the kernel's boot time, from
+    which both are computed, moves by whole seconds between reads)."""
+    ticks = _start_ticks(pid)
     try:
-        process = psutil.Process(pid)
-        return (
-            abs(process.create_time() - start_time) < _START_TOLERANCE
-            and process.status() != psutil.STATUS_ZOMBIE
-        )
+        now = float(psutil.Process(pid).create_time())
     except psutil.Error:
-        return False
+        return None
+    delta = abs(now - scanned)
+    if ticks is None or not (delta < _START_TOLERANCE or abs(delta - 1.0) < _START_TOLERANCE):
+        return None
+    return ticks
 
 
-def open_pidfd(pid: int, start_time: float) -> int | None:
+def open_pidfd(pid: int, ticks: int) -> int | None:
     """A pidfd of the process with this identity, or ``None`` when that process is gone (its pid
-    may now be another process's). The start time is checked after the pidfd is opened, so the
-    pidfd is the checked process's for good. ``-1``: this kernel has no pidfds."""
+    may now be another process's). The start is checked after the pidfd is opened, so the pidfd
+    is the checked process's for good. ``-1``: this kernel has no pidfds."""
     opener = getattr(os, "pidfd_open", None)
     if opener is None:
-        return -1 if _alive(pid, start_time) else None
+        return -1 if _alive(pid, ticks) else None
     try:
         fd: int = opener(pid)
     except OSError:
         return None
-    if not _alive(pid, start_time):
+    if not _alive(pid, ticks):
         os.close(fd)
         return None
     return fd
@@ -212,7 +230,7 @@ def _descendants(pid: int) -> list[int]:
         return []
 
 
-def _marked(run_id: str, born_after: float) -> list[int]:
+def _marked(run_id: str, born_after: int) -> list[int]:
     """Processes whose environment carries this run's marker, born after the engine started."""
     needle = f"{RUN_ID_VARIABLE}={run_id}".encode()
     found = []
@@ -223,8 +241,8 @@ def _marked(run_id: str, born_after: float) -> list[int]:
         except OSError:
             continue
         if needle in environ.split(b"\0"):
-            start = _start_time(pid)
-            if start is not None and start >= born_after - _START_TOLERANCE:
+            start = _start_ticks(pid)
+            if start is not None and start >= born_after:
                 found.append(pid)
     return found
 
@@ -357,11 +375,12 @@ class RunningEngine:
         self._pidfd = -1
         self.pid = 0
         self.start_time = 0.0
+        self._ticks = 0
         self.run_id = ""
         self.log_path: Path | None = None
         self._book: LogBook | None = None
         self._oom_before: int | None = None
-        self._known: dict[int, float] = {}
+        self._known: dict[int, int] = {}
         self._stopped = threading.Event()
         self._supervisor: threading.Thread | None = None
         self._lock = threading.RLock()
@@ -425,7 +444,8 @@ class RunningEngine:
         # Our unreaped child: its pid cannot be handed out again before we wait for it.
         opener = getattr(os, "pidfd_open", None)
         self._pidfd = opener(self.pid) if opener is not None else -1
-        self.start_time = _start_time(self.pid) or started
+        self.start_time = started
+        self._ticks = _start_ticks(self.pid) or 0
         self._known = {}
         self._oom_before = _oom_kills(self.pid)
         assert self._popen.stdout is not None
@@ -446,7 +466,20 @@ class RunningEngine:
             # adopted: the pidfd turns readable when the process ends (no status: not our child)
             ready, _w, _x = select.select([self._pidfd], [], [], 0)
             return (None, None) if ready else None
-        return None if _alive(self.pid, self.start_time) else (None, None)
+        return None if _alive(self.pid, self._ticks) else (None, None)
+
+    def wait(self, timeout: float | None = None) -> tuple[int | None, int | None] | None:
+        """Waits up to ``timeout`` seconds (``None``: for ever) for the engine to end; its (exit
+        code, signal), or ``None`` when it still runs. The process is not reaped (see stop)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self.exit_status()
+            if status is not None:
+                return status
+            left = 1.0 if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self._sleep(min(left, 1.0))
 
     @property
     def running(self) -> bool:
@@ -471,10 +504,11 @@ class RunningEngine:
             return self._book.lines(n)
         return _source_lines(self.log_source, n)
 
-    def follow(self, n: int = 0) -> Iterator[LogLine]:
-        """The last ``n`` lines, then each new one as it comes, until the output ends."""
+    def follow(self, n: int = 0, *, until: threading.Event | None = None) -> Iterator[LogLine]:
+        """The last ``n`` lines, then each new one as it comes, until the engine has ended and
+        its output was given (or ``until`` is set)."""
         if self._book is not None:
-            yield from self._book.follow(n, until=None)
+            yield from self._book.follow(n, until=until, ended=lambda: self.exit_status() is not None)
             return
         yield from _source_lines(self.log_source, n)
         if self.log_source.kind == "file" and self.log_source.path is not None:
@@ -571,19 +605,19 @@ class RunningEngine:
             found += [pid for pid in psutil.pids() if _in_group(pid, self.pid)]
         for pid in found:
             if pid != self.pid and pid not in self._known:
-                start = _start_time(pid)
-                if start is not None and start >= self.start_time - _START_TOLERANCE:
+                start = _start_ticks(pid)
+                if start is not None and start >= self._ticks:
                     self._known[pid] = start
         return [pid for pid in self._known if pid != self.pid]
 
-    def _members(self, *, marked: bool = False) -> dict[int, float]:
+    def _members(self, *, marked: bool = False) -> dict[int, int]:
         """The live processes of the tree; with ``marked``, also every process that carries this
         start's marker (a descendant that left the group and was re-parented)."""
         self._tree()
         if marked and self.run_id:
-            for pid in _marked(self.run_id, self.start_time):
+            for pid in _marked(self.run_id, self._ticks):
                 if pid != self.pid and pid not in self._known:
-                    start = _start_time(pid)
+                    start = _start_ticks(pid)
                     if start is not None:
                         self._known[pid] = start
         return {pid: start for pid, start in self._known.items() if _alive(pid, start)}
@@ -633,7 +667,7 @@ class RunningEngine:
             )
 
     def _signal_all(
-        self, sig: int, members: Mapping[int, float], leader_alive: bool, sent: list[Signalled]
+        self, sig: int, members: Mapping[int, int], leader_alive: bool, sent: list[Signalled]
     ) -> None:
         name = signals.Signals(sig).name
         group_signalled = False
@@ -954,8 +988,9 @@ def adopt(process: EngineProcess) -> RunningEngine:
     time, pinned by a pidfd: stop and restart never signal a process that took its pid since.
     Raises :class:`InvalidInputError` when that process is gone already."""
     spec = find_engine(process.engine)
-    pidfd = open_pidfd(process.pid, process.start_time)
-    if pidfd is None:
+    ticks = same_start(process.start_time, process.pid)
+    pidfd = None if ticks is None else open_pidfd(process.pid, ticks)
+    if ticks is None or pidfd is None:
         raise InvalidInputError(
             f"pid {process.pid}: the process scanned (started {process.start_time}) is gone"
         )
@@ -970,9 +1005,14 @@ def adopt(process: EngineProcess) -> RunningEngine:
     )
     engine.engine_id = process.engine_id
     engine.base_url = process.base_url
-    engine.pid, engine.start_time, engine._pidfd = process.pid, process.start_time, pidfd
+    engine.pid, engine.start_time, engine._ticks, engine._pidfd = (
+        process.pid,
+        process.start_time,
+        ticks,
+        pidfd,
+    )
     engine.adopted = True
-    engine._known = {pid: start for pid in process.worker_pids if (start := _start_time(pid)) is not None}
+    engine._known = {pid: start for pid in process.worker_pids if (start := _start_ticks(pid)) is not None}
     engine.log_source = find_log_source(process.pid)
     try:
         plan = _read_plan(process.pid)

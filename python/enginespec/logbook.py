@@ -13,7 +13,7 @@ import datetime
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Literal
 
@@ -163,11 +163,17 @@ class LogBook:
         return "\n".join(line.text for line in self.lines())
 
     def follow(
-        self, n: int = 0, *, until: threading.Event | None = None, poll: float = 0.25
+        self,
+        n: int = 0,
+        *,
+        until: threading.Event | None = None,
+        ended: Callable[[], bool] | None = None,
+        poll: float = 0.25,
     ) -> Iterator[LogLine]:
         """The last ``n`` lines, then every new line as it arrives; ends once the pipes are closed
-        and everything was given (or ``until`` is set). Lines that fell out of the ring before a
-        slow consumer got to them are skipped (the file has them all)."""
+        and everything was given, when ``until`` is set, or when ``ended()`` says the process is
+        gone and a poll brought nothing (a descendant may hold the pipes open). Lines that fell
+        out of the ring before a slow consumer got to them are skipped (the file has them all)."""
         with self._changed:
             kept = list(self._ring)
             after = self._seq if n <= 0 or not kept else kept[-min(n, len(kept))][0] - 1
@@ -177,7 +183,9 @@ class LogBook:
                 if not fresh:
                     if (self._open == 0 and self._readers) or (until is not None and until.is_set()):
                         return
-                    self._changed.wait(poll)
+                    gone = ended is not None and ended()
+                    if not self._changed.wait(poll) and gone:
+                        return
                     continue
             for seq, line in fresh:
                 after = seq
