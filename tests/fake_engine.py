@@ -8,6 +8,8 @@
 - grandchild: serve, after forking a grandchild that calls setsid() and sleeps (its pid written
   to FAKE_PIDFILE).
 - stubborn: serve, ignoring SIGTERM.
+- unavailable: writes FAKE_LOG to stderr, then serves /health 503 `unavailable` for ever (a
+  server that stays up after its model failed to load, as mlx_lm.server does).
 - flood: writes FAKE_LINES numbered lines to stdout and stderr as fast as it can, then exits 0.
 Every mode gives up after FAKE_LIFETIME seconds (default 120): no test leaves it running.
 """
@@ -33,6 +35,8 @@ def serve():
         def do_GET(self):
             ready = time.monotonic() >= ready_at
             body = b'{"status":"ok"}' if ready else b'{"error":{"code":503,"message":"Loading model"}}'
+            if "FAKE_UNAVAILABLE" in os.environ:
+                ready, body = False, b'{"status":"unavailable"}'
             self.send_response(200 if ready else 503)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -97,6 +101,11 @@ def main():
                 os._exit(0)
             os._exit(0)
         os.waitpid(child, 0)
+    if mode == "unavailable":
+        with open(os.environ["FAKE_LOG"], "rb") as file:
+            sys.stderr.buffer.write(file.read())
+        sys.stderr.flush()
+        os.environ["FAKE_UNAVAILABLE"] = "1"
     if mode == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     serve()

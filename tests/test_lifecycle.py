@@ -119,6 +119,22 @@ def test_replayed_failure_is_raised_classified(
     assert failure.kind in str(raised.value)
 
 
+def test_failure_of_a_server_that_stays_up(
+    binary: Path, tmp_path: Path, started: list[RunningEngine]
+) -> None:
+    log = tmp_path / "replay.log"
+    cause = "llama_model_load: error loading model: unknown model architecture: 'qwen9'"
+    log.write_text(f"llama_model_loader: loaded meta data\n{cause}\n")
+    engine = _launch(started, binary, "unavailable", tmp_path, FAKE_LOG=str(log))
+    with pytest.raises(LaunchFailed) as raised:
+        engine.wait_ready(timeout=30)
+    assert raised.value.failure.kind == "unsupported_architecture"
+    assert raised.value.failure.cause_lines == (cause,)
+    # it was stopped
+    assert raised.value.failure.signal == signal.SIGTERM
+    assert not pid_alive(engine.pid)
+
+
 def test_exit_by_signal_is_killed(binary: Path, tmp_path: Path, started: list[RunningEngine]) -> None:
     log = tmp_path / "replay.log"
     log.write_text("load_tensors: loading model tensors\n")

@@ -571,6 +571,7 @@ class RunningEngine:
                 if problem is None:
                     return health
                 health = health.model_copy(update={"state": "unhealthy", "reason": problem})
+            self._raise_if_failed_serving(health)
             now = time.monotonic()
             key = (health.state, health.http_status, health.reason)
             if last is None or key != (last.state, last.http_status, last.reason):
@@ -587,6 +588,20 @@ class RunningEngine:
                     f"no progress for {stall_timeout:g}s (last: {health.state}: {health.reason})", health
                 )
             self._sleep(min(poll, timeout - (now - started)))
+
+    def _raise_if_failed_serving(self, health: Health) -> None:
+        """An engine that stays up after its model failed to load (mlx_lm.server answers 503
+        ``unavailable``): when its health says so and its output shows a recognised failure, that
+        failure is raised and the engine stopped."""
+        if health.state not in ("unhealthy", "not_serving") or self._book is None:
+            return
+        failure = self.spec.classify_failure(self._book.text())
+        if failure.kind in ("other", "exited", "killed"):
+            return
+        with contextlib.suppress(Exception):
+            self.stop(grace=2.0)
+        status = self.exit_status() or (None, None)
+        raise LaunchFailed(failure.model_copy(update={"exit_code": status[0], "signal": status[1]}))
 
     def _raise_if_exited(self) -> None:
         failure = self.failure()
