@@ -235,15 +235,17 @@ def _marked(run_id: str, born_after: int) -> list[int]:
     needle = f"{RUN_ID_VARIABLE}={run_id}".encode()
     found = []
     for pid in psutil.pids():
+        # the start time first: the environments of the (many) older processes are not read
+        start = _start_ticks(pid)
+        if start is None or start < born_after:
+            continue
         try:
             with open(f"/proc/{pid}/environ", "rb") as file:
                 environ = file.read(1 << 20)
         except OSError:
             continue
-        if needle in environ.split(b"\0"):
-            start = _start_ticks(pid)
-            if start is not None and start >= born_after:
-                found.append(pid)
+        if needle in environ.split(b"\0") and _start_ticks(pid) == start:
+            found.append(pid)
     return found
 
 
@@ -599,7 +601,7 @@ class RunningEngine:
         if failure.kind in ("other", "exited", "killed"):
             return
         with contextlib.suppress(Exception):
-            self.stop(grace=2.0)
+            self.stop(grace=2.0, check_port=False)
         status = self.exit_status() or (None, None)
         raise LaunchFailed(failure.model_copy(update={"exit_code": status[0], "signal": status[1]}))
 
@@ -637,23 +639,26 @@ class RunningEngine:
                         self._known[pid] = start
         return {pid: start for pid, start in self._known.items() if _alive(pid, start)}
 
-    def stop(self, grace: float = 10.0) -> StopResult:
+    def stop(self, grace: float = 10.0, *, check_port: bool = True) -> StopResult:
         """SIGTERM to the process group and to each descendant outside it, up to ``grace``
         seconds for them to end, then SIGKILL; the engine is reaped. Every process is signalled
         through a pidfd checked against its start time. Ends with a scan of the tree and the
-        port (see :class:`StopResult`)."""
+        port (see :class:`StopResult`; ``check_port=False`` leaves the port unchecked, ``None``)."""
         with self._lock:
             self._stopped.set()
             sent: list[Signalled] = []
             killed: list[int] = []
             members = self._members(marked=True)
             leader_alive = self.exit_status() is None
-            self._signal_all(signals.SIGTERM, members, leader_alive, sent)
+            # nothing left (the engine ended and took its tree along): this scan is the last one
+            rounds = range(3) if members or leader_alive else range(0)
+            if rounds:
+                self._signal_all(signals.SIGTERM, members, leader_alive, sent)
             deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and (self.exit_status() is None or self._members()):
+            while rounds and time.monotonic() < deadline and (self.exit_status() is None or self._members()):
                 self._sleep(0.05)
                 time.sleep(0.01)
-            for round_ in range(3):
+            for round_ in rounds:
                 members = self._members(marked=round_ == 0)
                 leader_alive = self.exit_status() is None
                 if not members and not leader_alive:
@@ -666,8 +671,8 @@ class RunningEngine:
                     time.sleep(0.02)
             status = self.exit_status() or (None, None)
             self._reap()
-            leftover = tuple(sorted(self._members(marked=True)))
-            holders = self._port_holders()
+            leftover = tuple(sorted(self._members(marked=True))) if rounds else ()
+            holders = self._port_holders() if check_port else None
             if self._book is not None:
                 self._book.wait_drained(1.0)
                 self._book.note(f"enginespec: stopped ({ended(*status)})")
