@@ -336,6 +336,9 @@ def test_adopt_a_server_it_did_not_start(binary: Path, tmp_path: Path) -> None:
         assert adopted.log_source.kind == "file"
         assert adopted.wait_ready(timeout=30).state == "ready"
         assert any("fake llama-server" in line.text for line in adopted.logs(10))
+        # closing an adopted engine leaves it running
+        enginespec.adopt(process).close()
+        assert popen.poll() is None
         # restart reads cmdline, environ and cwd from /proc and starts it as our child
         adopted.restart(grace=5)
         assert popen.wait(timeout=10) == -signal.SIGTERM

@@ -164,8 +164,11 @@ def _cmd_logs(args: argparse.Namespace) -> int:
         _say("logs", f"pid {process.pid}: no log to read: {source.reason}")
         engine.close()
         return 1
-    for line in engine.logs(args.n) if not args.follow else engine.follow(args.n):
-        print(literal(line.text), flush=args.follow)
+    try:
+        for line in engine.logs(args.n) if not args.follow else engine.follow(args.n):
+            print(literal(line.text), flush=args.follow)
+    finally:
+        engine.close()
     return 0
 
 

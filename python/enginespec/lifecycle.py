@@ -724,8 +724,10 @@ class RunningEngine:
         return sockets.holders(inodes, (os.getpid(),)) if inodes else ()
 
     def close(self) -> None:
-        """Stops the engine if it still runs and releases its pidfd and log file."""
-        if self.running or self._members():
+        """Stops an engine enginespec started if it still runs (an adopted one is left running),
+        and releases its pidfd and log file."""
+        self._stopped.set()
+        if self._popen is not None and (self.running or self._members()):
             self.stop(grace=10.0)
         else:
             self._reap()
