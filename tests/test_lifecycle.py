@@ -242,12 +242,14 @@ def test_ring_is_bounded_and_logs_n(binary: Path, tmp_path: Path, started: list[
 def test_restart_same_command_new_log(binary: Path, tmp_path: Path, started: list[RunningEngine]) -> None:
     engine = _launch(started, binary, "serve", tmp_path)
     engine.wait_ready(timeout=30)
-    first_pid, first_log, argv = engine.pid, engine.log_path, engine.argv
+    first_pid, first_log, argv, cwd = engine.pid, engine.log_path, engine.argv, engine.cwd
+    assert cwd == os.getcwd()
     engine.restart(grace=5)
     assert engine.restart_count == 1
     assert engine.pid != first_pid
     assert not pid_alive(first_pid)
     assert engine.argv == argv
+    assert engine.cwd == cwd
     assert engine.wait_ready(timeout=30).state == "ready"
     assert first_log is not None
     assert first_log.exists()

@@ -823,7 +823,7 @@ def _plan_for(spec: EngineDefinition, recipe: Recipe, config: Config) -> tuple[_
         argv=command.argv,
         env={**os.environ, **command.env},
         delta=dict(command.env),
-        cwd=None,
+        cwd=os.getcwd(),
         secrets=tuple(sorted(secrets)),
     )
     return plan, api_key
