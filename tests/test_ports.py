@@ -180,7 +180,7 @@ def test_a_popen_that_exited_is_reported_with_its_status_though_the_port_answers
 
 def test_proc_net_tcp_addresses_are_read_as_the_kernel_writes_them() -> None:
     # /proc/net/tcp{,6} print each 32-bit word of the address in host order (little-endian here)
-    from enginespec.sockets import _address, _overlap, connect_addresses
+    from enginespec.sockets import _address, connect_addresses, overlap
 
     assert str(_address(b"0100007F")) == "127.0.0.1"
     assert str(_address(b"00000000")) == "0.0.0.0"
@@ -190,10 +190,10 @@ def test_proc_net_tcp_addresses_are_read_as_the_kernel_writes_them() -> None:
     loopback, any4, any6, other = (
         ipaddress.ip_address(a) for a in ("127.0.0.1", "0.0.0.0", "::", "127.0.0.2")
     )
-    assert _overlap(loopback, any4)
-    assert _overlap(loopback, any6)  # `::` takes IPv4 too unless IPV6_V6ONLY
-    assert not _overlap(loopback, other)
-    assert not _overlap(ipaddress.ip_address("::1"), any4)
+    assert overlap(loopback, any4)
+    assert overlap(loopback, any6)  # `::` takes IPv4 too unless IPV6_V6ONLY
+    assert not overlap(loopback, other)
+    assert not overlap(ipaddress.ip_address("::1"), any4)
     assert [str(a) for a in connect_addresses("localhost")] == ["127.0.0.1", "::1"]
     assert [str(a) for a in connect_addresses("[::1]")] == ["::1"]
     assert connect_addresses("example.org") == ()

@@ -21,6 +21,7 @@ from rich.text import Text
 import enginespec.exporter as exporter
 from enginespec._backend import BACKEND
 from enginespec.argv import parse_argv, redact_argv
+from enginespec.cli_lifecycle import add_lifecycle_commands
 from enginespec.config import Config
 from enginespec.containers import PublishedPort
 from enginespec.display import literal, literal_lines
@@ -520,6 +521,7 @@ def _parser() -> argparse.ArgumentParser:
     command.add_argument("--json", action="store_true", help="print a JSON document instead")
     command.add_argument("--strict", action="store_true", help="fail on fields the engine has no flag for")
     command.set_defaults(handler=_cmd_command)
+    add_lifecycle_commands(commands)
     return parser
 
 

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from enginespec.errors import InstallOptionsError
+from enginespec.failures import Failure, Failures, match_failure
 from enginespec.signature import Signature
 from enginespec.status import HealthState
 from enginespec.versions import requested_specifier
@@ -240,6 +241,8 @@ class EngineDefinition(BaseModel):
     package: Package = Package()
     serving: Serving = Serving()
     settings: Settings = Settings()
+    #: the messages that say why a start failed (see :mod:`enginespec.failures`).
+    failures: Failures = Failures()
 
     @model_validator(mode="after")
     def _check(self) -> EngineDefinition:
@@ -290,6 +293,17 @@ class EngineDefinition(BaseModel):
         if status == 503:
             return "unhealthy", "HTTP 503"
         return "unknown", f"unexpected HTTP {status}"
+
+    def classify_failure(
+        self,
+        log_text: str,
+        exit_code: int | None = None,
+        signal: int | None = None,
+        *,
+        oom_kill: bool = False,
+    ) -> Failure:
+        """Why this engine failed, from its log and how it ended (by :attr:`failures`)."""
+        return match_failure(self.failures, self.id, log_text, exit_code, signal, oom_kill=oom_kill)
 
     def loaded_models(self, body: bytes) -> tuple[str, ...] | None:
         """The names of the loaded models in an answer of ``Serving.loaded_models_path``."""

@@ -51,6 +51,13 @@ YOUNG_SECONDS = 5.0
 TREE_REFRESH_SECONDS = 2.0
 
 
+def make_engine_id(engine: str, model: str | None, port: int | None) -> str:
+    """The name of an engine serving ``model`` on ``port`` (see ``EngineProcess.engine_id``)."""
+    identity = "\0".join((engine, model or "", str(port)))
+    digest = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return f"{engine}-{port or 'noport'}-{digest}"
+
+
 class EngineProcess(Invocation):
     """A running engine server: what its argv says (see Invocation), plus the process facts.
     ``(pid, start_time)`` is its identity (pids are reused).
@@ -99,9 +106,7 @@ class EngineProcess(Invocation):
         the port is the host's: two containers serving one model on port 8000 inside are told
         apart by the host ports they are published on."""
         port = self.published[0].host_port if self.published else self.effective_port
-        identity = "\0".join((self.engine, self.model or "", str(port)))
-        digest = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-        return f"{self.engine}-{port or 'noport'}-{digest}"
+        return make_engine_id(self.engine, self.model, port)
 
     def secret_api_key(self) -> str | None:
         return self._api_key

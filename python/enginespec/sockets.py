@@ -139,7 +139,7 @@ def holders(inodes: Collection[int], exclude: Collection[int] = ()) -> tuple[int
     return tuple(sorted(found))
 
 
-def _overlap(a: IPAddress, b: IPAddress) -> bool:
+def overlap(a: IPAddress, b: IPAddress) -> bool:
     """Whether two listening addresses take the same connections (equal, or one a wildcard of
     the same family; ``::`` also takes IPv4 unless the socket is IPV6_V6ONLY, unknown here)."""
     if a == b:
@@ -299,7 +299,7 @@ def ownership(tree: Iterable[int], addresses: Collection[IPAddress], port: int) 
     relevant = [
         listener
         for listener in listeners(port, pids[0])
-        if any(_overlap(listener.address, address) for address in addresses)
+        if any(overlap(listener.address, address) for address in addresses)
     ]
     if socket_inodes(pids[0]) is None:
         return Ownership(None, ())
@@ -322,6 +322,6 @@ def conflicts(tree: Iterable[int], port: int) -> tuple[int, ...]:
     foreign = [
         listener.inode
         for listener in found
-        if listener.inode not in held and any(_overlap(listener.address, own.address) for own in ours)
+        if listener.inode not in held and any(overlap(listener.address, own.address) for own in ours)
     ]
     return holders(foreign, pids)

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import enginespec.commands as commands
 import enginespec.installing as installing
+import enginespec.lifecycle as lifecycle
 import enginespec.probing as probing
 from enginespec.argv import parse_argv
 from enginespec.commands import Command
 from enginespec.config import Config
 from enginespec.definition import EngineDefinition
+from enginespec.errors import CommandError
 from enginespec.installing import InstallOptions, InstallResult
 from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
 from enginespec.recipe import Recipe
@@ -73,6 +75,22 @@ class EngineSpec(EngineDefinition):
     def build_environment(self, recipe: Recipe, config: Config | None = None) -> dict[str, str]:
         """The environment delta for a recipe (visible devices, the venv first on PATH, env_vars)."""
         return commands.build_environment(self, recipe, config or Config())
+
+    # -- running (enginespec.lifecycle) ---------------------------------------------------------
+
+    def start(
+        self,
+        recipe: Recipe,
+        config: Config | None = None,
+        *,
+        log_dir: str | os.PathLike[str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        supervise: lifecycle.Supervision | None = None,
+    ) -> lifecycle.RunningEngine:
+        """Launches the recipe on this engine (see :func:`enginespec.launch`)."""
+        if recipe.engine != self.id:
+            raise CommandError(f"engine: the recipe is for {recipe.engine!r}, not {self.id!r}")
+        return lifecycle.launch(recipe, config, log_dir=log_dir, cwd=cwd, supervise=supervise)
 
     # -- installing (enginespec.installing) ------------------------------------------------------
 

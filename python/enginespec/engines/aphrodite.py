@@ -6,6 +6,7 @@ Facts are from Aphrodite v0.20.0 (``c0178f1d``), a vLLM derivative: aphrodite/en
 
 from __future__ import annotations
 
+import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, Launch, Package, Serving, Settings
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -169,6 +170,8 @@ SIGNATURE = Signature(
 )
 
 
+FAILURES = _libraries.PYTHON_SERVER
+
 SPEC = EngineSpec(
     id="aphrodite",
     signature=SIGNATURE,
@@ -210,4 +213,5 @@ SPEC = EngineSpec(
     serving=Serving(api_key_flag="--api-key", api_key_env=("APHRODITE_API_KEY",), socket_flag="--uds"),
     # `--config FILE.yaml`: keys are flag names; the command line wins (FlexibleArgumentParser).
     settings=Settings(config_flag="--config"),
+    failures=FAILURES,
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 
+import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, Launch, Serving
 from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -126,6 +127,8 @@ class KoboldCppSpec(EngineSpec):
         return super().classify_health(status, body)
 
 
+FAILURES = _libraries.LLAMA_CPP + _libraries.PYTHON
+
 SPEC = KoboldCppSpec(
     id="koboldcpp",
     signature=SIGNATURE,
@@ -139,4 +142,5 @@ SPEC = KoboldCppSpec(
     ),
     # Not on PyPI: release binaries, run as ENGINESPEC_KOBOLDCPP_INSTALL_CMD.
     serving=Serving(health_path="/api/extra/version", api_key_flag="--password"),
+    failures=FAILURES,
 )

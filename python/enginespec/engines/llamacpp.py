@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import re
 
+import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, Launch, Package, Serving, Settings, SourceBuild
+from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -128,6 +130,29 @@ class LlamaCppSpec(EngineSpec):
         return pep440_version(release, None, details if _OLD_DETAILS.fullmatch(details) else None)
 
 
+# Why a start failed: llama-server's own messages (b6000: common/arg.cpp `error: invalid
+# argument: X`; tools/server/server.cpp `couldn't bind HTTP server socket, hostname: H, port: P`),
+# then the GGML loader's.
+P = FailurePattern
+
+FAILURES = (
+    Failures(
+        patterns=(
+            P(
+                kind="bad_flag",
+                pattern=r"^\s*error: (?:invalid argument|unknown argument|expected value for argument)|"
+                r"error while handling (?:argument|environment variable)",
+            ),
+            P(
+                kind="port_in_use",
+                pattern=r"couldn't bind HTTP server socket, hostname: (?P<host>\S+), port: (?P<port>\d+)",
+                hint="port {port} is taken: choose another --port or stop the process holding it",
+            ),
+        )
+    )
+    + _libraries.LLAMA_CPP
+).model_copy(update={"wrappers": (r"exiting due to model loading error", r"failed to load model\s*$")})
+
 SPEC = LlamaCppSpec(
     id="llamacpp",
     signature=SIGNATURE,
@@ -187,4 +212,5 @@ SPEC = LlamaCppSpec(
             "LLAMA_ARG_PORT": "port",
         }
     ),
+    failures=FAILURES,
 )

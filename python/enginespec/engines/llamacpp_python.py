@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 
+import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, Launch, Package, Serving, Settings
+from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -81,6 +83,27 @@ class LlamaCppPythonSpec(EngineSpec):
         return super().requirement(version).replace("llama-cpp-python", "llama-cpp-python[server]", 1)
 
 
+# Why a start failed: llama-cpp-python's own messages (0.3: llama_cpp/_ctypes_extensions.py
+# load_shared_library `Shared library with base name 'llama' not found`), then argparse,
+# uvicorn's and the GGML loader's it embeds.
+P = FailurePattern
+
+FAILURES = (
+    _libraries.ARGPARSE
+    + Failures(
+        patterns=(
+            P(
+                kind="dependency_error",
+                pattern=r"Shared library with base name '[^']*' not found|Failed to load shared library",
+                hint="the package's compiled llama library is missing: reinstall llama-cpp-python",
+            ),
+        )
+    )
+    + _libraries.LLAMA_CPP
+    + _libraries.HUGGINGFACE
+    + _libraries.PYTHON
+)
+
 SPEC = LlamaCppPythonSpec(
     id="llamacpp-python",
     signature=SIGNATURE,
@@ -113,4 +136,5 @@ SPEC = LlamaCppPythonSpec(
         config_replaces_argv=frozenset({"host", "port"}),
         config_models_key="models",
     ),
+    failures=FAILURES,
 )

@@ -6,6 +6,7 @@ Facts from Mozilla-Ocho/llamafile tag 0.9.3 (``ff0c02e6``) unless a line says ot
 
 from __future__ import annotations
 
+import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, Launch, Serving
 from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -95,6 +96,8 @@ SIGNATURE = Signature(
     default_port=8080,
 )
 
+FAILURES = _libraries.LLAMA_CPP
+
 SPEC = EngineSpec(
     id="llamafile",
     signature=SIGNATURE,
@@ -113,4 +116,5 @@ SPEC = EngineSpec(
     # /v1/models, and both bind their port only after the model is loaded (server.cpp lines
     # 3124/3139), so an answer there is ready.
     serving=Serving(health_path="/v1/models", api_key_flag="--api-key"),
+    failures=FAILURES,
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, Launch, Package, Serving
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -101,6 +102,8 @@ class LmdeploySpec(EngineSpec):
         return super().classify_health(status, body)
 
 
+FAILURES = _libraries.PYTHON_SERVER
+
 SPEC = LmdeploySpec(
     id="lmdeploy",
     signature=SIGNATURE,
@@ -131,4 +134,5 @@ SPEC = LmdeploySpec(
     # LMDEPLOY_TARGET_DEVICE says otherwise at build time).
     package=Package(distributions=("lmdeploy",), accelerator="cuda"),
     serving=Serving(api_key_flag="--api-keys"),
+    failures=FAILURES,
 )

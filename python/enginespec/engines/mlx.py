@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, Launch, Package, Serving
+from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -33,6 +35,37 @@ class MlxSpec(EngineSpec):
         return super().classify_health(status, body)
 
 
+# Why a start failed: mlx-lm's and MLX's own messages (mlx-lm 0.26: mlx_lm/utils.py `Model type X
+# not supported.`, `No safetensors found in PATH`; MLX 0.26 mlx/backend/metal/allocator.cpp
+# `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed
+# buffer size of M bytes.`), then its libraries'.
+P = FailurePattern
+
+FAILURES = (
+    _libraries.ARGPARSE
+    + _libraries.SOCKETS
+    + Failures(
+        patterns=(
+            P(
+                kind="gpu_oom",
+                pattern=r"\[metal::malloc\] Attempting to allocate (?P<requested_bytes>\d+) bytes which is "
+                r"greater than the maximum allowed buffer size of (?P<max_buffer_bytes>\d+) bytes",
+                hint="a Metal buffer larger than this Mac allows is needed: a smaller model or quantization",
+            ),
+            P(kind="gpu_oom", pattern=r"\[METAL\] Command buffer execution failed: Insufficient Memory"),
+            P(
+                kind="unsupported_architecture",
+                pattern=r"Model type \S+ not supported",
+                hint="this mlx-lm release does not implement the model's architecture: upgrade mlx-lm",
+            ),
+            P(kind="model_not_found", pattern=r"No safetensors found in"),
+        )
+    )
+    + _libraries.HUGGINGFACE
+    + _libraries.SYSTEM
+    + _libraries.PYTHON
+)
+
 SPEC = MlxSpec(
     id="mlx",
     signature=SIGNATURE,
@@ -53,4 +86,5 @@ SPEC = MlxSpec(
     # (mlx-lm 0.32.0 to 0.32.2, mlx_lm/server.py handle_health_check). /v1/models lists the Hugging
     # Face cache, not the loaded model, so it says nothing about readiness.
     serving=Serving(),
+    failures=FAILURES,
 )

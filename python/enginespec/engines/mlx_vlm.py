@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, Launch, Package, Serving, Settings
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -55,6 +56,10 @@ class MlxVlmSpec(EngineSpec):
         return super().classify_health(status, body)
 
 
+FAILURES = (
+    _libraries.ARGPARSE + _libraries.SOCKETS + _libraries.HUGGINGFACE + _libraries.SYSTEM + _libraries.PYTHON
+)
+
 SPEC = MlxVlmSpec(
     id="mlx-vlm",
     signature=SIGNATURE,
@@ -74,4 +79,5 @@ SPEC = MlxVlmSpec(
     # The CLI hands its options to the app through the environment and sets MLX_VLM_PRELOAD_MODEL
     # only when --model is given, so one set in the server's environment is what it preloads.
     settings=Settings(environment={"MLX_VLM_PRELOAD_MODEL": "model"}),
+    failures=FAILURES,
 )

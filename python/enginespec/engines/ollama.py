@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 
+import enginespec.engines._libraries as _libraries
 from enginespec.definition import Launch, Serving, Settings
+from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -84,6 +86,40 @@ class OllamaSpec(EngineSpec):
             return None
 
 
+# Why a start failed: Ollama's own messages (v0.5: llm/server.go `model requires more system memory
+# (X GiB) than is available (Y GiB)`, `model request too large for system`; the scheduler's `llama
+# runner process has terminated: signal: killed` when the kernel killed the runner), then the
+# GGML loader's its runner prints.
+P = FailurePattern
+
+FAILURES = (
+    Failures(
+        patterns=(
+            P(
+                kind="port_in_use",
+                pattern=r"listen tcp (?P<host>[^\s:]*):(?P<port>\d+): bind: address already in use",
+                hint="port {port} is taken: set OLLAMA_HOST to another port or stop the process holding it",
+            ),
+            P(
+                kind="cpu_oom",
+                pattern=r"model requires more system memory \((?P<required_gib>[\d.]+) GiB\) than is "
+                r"available \((?P<available_gib>[\d.]+) GiB\)",
+            ),
+            P(
+                kind="cpu_oom",
+                pattern=r"model request too large for system\S* requested=\S*?(?P<required_gib>[\d.]+) GiB\S*"
+                r"(?:.*free=\S*?(?P<free_gib>[\d.]+) GiB)?(?:.*swap=\S*?(?P<swap_gib>[\d.]+) GiB)?",
+            ),
+            P(kind="cpu_oom", pattern=r"process has terminated: signal: killed"),
+            P(
+                kind="model_not_found",
+                pattern=r"pull model manifest: file does not exist|model '[^']*' not found",
+            ),
+        )
+    )
+    + _libraries.LLAMA_CPP
+).model_copy(update={"wrappers": (r"llama runner process has terminated: exit status",)})
+
 SPEC = OllamaSpec(
     id="ollama",
     signature=SIGNATURE,
@@ -104,4 +140,5 @@ SPEC = OllamaSpec(
     # OLLAMA_HOST is `host:port`, `:port`, `host`, or a URL `http://host:port` (envconfig/config.go
     # Host(): scheme cut at `://`, a path after `/` dropped, net.SplitHostPort).
     settings=Settings(environment={"OLLAMA_HOST": "address"}, runner_environment=False),
+    failures=FAILURES,
 )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import enginespec.engines._libraries as _libraries
 from enginespec.definition import FamilyDefault, Flags, Launch, Package, Serving, Settings
+from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -55,6 +57,27 @@ class SglangSpec(EngineSpec):
         return super().classify_health(status, body)
 
 
+# Why a start failed: SGLang's own messages (v0.4: python/sglang/srt/mem_cache/memory_pool.py
+# `Not enough memory. Please try to increase --mem-fraction-static.`, srt/entrypoints/http_server.py
+# `Initialization failed. warmup error:`), then its libraries'.
+P = FailurePattern
+
+FAILURES = (
+    _libraries.ARGPARSE
+    + _libraries.SOCKETS
+    + Failures(
+        patterns=(
+            P(
+                kind="gpu_oom",
+                pattern=r"Not enough memory\. Please try to increase --mem-fraction-static",
+                hint="raise --mem-fraction-static, or use a smaller model, context or quantization",
+            ),
+            P(kind="other", pattern=r"Initialization failed\. warmup error"),
+        )
+    )
+    + _libraries.PYTHON_SERVER
+).model_copy(update={"wrappers": (r"Rank \d+ scheduler is dead", r"Received sigquit from a child")})
+
 SPEC = SglangSpec(
     id="sglang",
     signature=SIGNATURE,
@@ -102,4 +125,5 @@ SPEC = SglangSpec(
     # `--config FILE.yaml`: keys are flag names; the command line wins (SGLang 0.5.23,
     # python/sglang/srt/utils/server_args_config_parser.py).
     settings=Settings(config_flag="--config"),
+    failures=FAILURES,
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, Launch, Package, Serving, Settings
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -77,6 +78,8 @@ class TabbyApiSpec(EngineSpec):
         return super().classify_health(status, body)
 
 
+FAILURES = _libraries.PYTHON_SERVER
+
 SPEC = TabbyApiSpec(
     id="tabbyapi",
     signature=SIGNATURE,
@@ -101,4 +104,5 @@ SPEC = TabbyApiSpec(
         config_file="config.yml",
         config_keys={"network.host": "host", "network.port": "port", "model.model_name": "model"},
     ),
+    failures=FAILURES,
 )

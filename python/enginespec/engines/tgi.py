@@ -8,7 +8,9 @@ keeps the launcher's name and TGI v0.1's ``--model-name``.
 
 from __future__ import annotations
 
+import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, Launch, Serving, Settings
+from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -90,6 +92,38 @@ class TgiSpec(EngineSpec):
         return super().classify_health(status, body)
 
 
+# Why a start failed: TGI's launcher is a clap CLI (clap 4: `error: invalid value 'X' for '--f'`,
+# `error: unexpected argument '--f' found`); its Python shards raise the sharding constraints
+# (v1.4: server/text_generation_server/layers/tensor_parallel.py `is not compatible with sharding
+# on N shards`, custom_modeling `must be divisible by `num_shards``), then its libraries'.
+P = FailurePattern
+
+FAILURES = (
+    Failures(
+        patterns=(
+            P(
+                kind="bad_flag",
+                pattern=r"^\s*error: (?:invalid value '|unexpected argument '|a value is required for '|"
+                r"the argument '[^']*' cannot be used|unrecognized subcommand|the following required)",
+            ),
+            P(
+                kind="other",
+                pattern=r"must be divisible by `num_shards` \(got `num_heads`: (?P<num_heads>\d+) and "
+                r"`num_shards`: (?P<num_shards>\d+)",
+                hint="choose a --num-shard that divides the model's head count",
+            ),
+            P(
+                kind="other",
+                pattern=r"size (?P<size>\d+) is not compatible with sharding on (?P<num_shard>\d+) shards",
+                hint="choose a --num-shard that divides the model's dimensions",
+            ),
+        )
+    )
+    + _libraries.PYTHON_SERVER
+).model_copy(
+    update={"wrappers": (r"Shard \d+ failed to start", r"ShardCannotStart", r"Shutting down shards")}
+)
+
 SPEC = TgiSpec(
     id="tgi",
     signature=SIGNATURE,
@@ -122,4 +156,5 @@ SPEC = TgiSpec(
     settings=Settings(
         environment={"MODEL_ID": "model", "MODEL_NAME": "model", "HOSTNAME": "host", "PORT": "port"}
     ),
+    failures=FAILURES,
 )

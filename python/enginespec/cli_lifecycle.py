@@ -1,0 +1,220 @@
+"""The lifecycle subcommands of ``enginespec``: ``run``, ``stop`` and ``logs`` (registered by
+:mod:`enginespec.cli` through :func:`add_lifecycle_commands`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from enginespec.config import Config
+from enginespec.display import literal
+from enginespec.errors import EngineSpecError, NotReady
+from enginespec.failures import Failure
+from enginespec.lifecycle import LaunchFailed, RunningEngine, adopt, launch
+from enginespec.logbook import follow_file, tail_file
+from enginespec.recipe import Recipe
+from enginespec.scanning import EngineProcess
+from enginespec.watching import Scanner
+
+#: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED = 130
+
+
+def _say(command: str, message: object) -> None:
+    print(f"enginespec {command}: {literal(str(message))}", file=sys.stderr)
+
+
+def _dump(model: BaseModel) -> str:
+    return json.dumps(model.model_dump(mode="json"), indent=2)
+
+
+def _print_failure(failure: Failure, as_json: bool) -> None:
+    if as_json:
+        print(_dump(failure))
+        return
+    print(f"enginespec run: failed to start: {failure.summary()}", file=sys.stderr)
+    for line in failure.cause_lines:
+        print(f"  {literal(line)}", file=sys.stderr)
+    if failure.hint:
+        print(f"  hint: {literal(failure.hint)}", file=sys.stderr)
+
+
+def _log_dir(args: argparse.Namespace) -> Path:
+    if args.log_dir:
+        return Path(args.log_dir)
+    config = Config(data_dir=args.data_dir) if args.data_dir else Config()
+    return config.data_dir / "logs"
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    try:
+        recipe = Recipe.from_file(args.recipe)
+        engine = launch(recipe, log_dir=_log_dir(args))
+    except LaunchFailed as failed:
+        _print_failure(failed.failure, args.json)
+        return 1
+    except (EngineSpecError, OSError) as err:
+        _say("run", err)
+        return 2
+    _say("run", f"started {engine.engine_id} pid {engine.pid}; log {engine.log_path}")
+    outcome: dict[str, Any] = {}
+    given_up = threading.Event()
+
+    def wait() -> None:
+        try:
+            outcome["health"] = engine.wait_ready(timeout=args.timeout, stall_timeout=args.stall_timeout)
+            _say("run", f"ready at {engine.base_url}")
+        except LaunchFailed as failed:
+            outcome["error"] = failed
+        except NotReady as err:
+            outcome["error"] = err
+            given_up.set()
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    try:
+        for line in engine.follow(until=given_up):
+            if not args.quiet:
+                print(literal(line.text), flush=True)
+        waiter.join()
+    except KeyboardInterrupt:
+        result = engine.stop(grace=args.grace)
+        _say("run", f"stopped on Ctrl-C; leftover pids: {list(result.leftover) or 'none'}")
+        engine.close()
+        return INTERRUPTED
+    error = outcome.get("error")
+    if isinstance(error, NotReady):
+        _say("run", error)
+        engine.close()
+        return 1
+    failure = error.failure if isinstance(error, LaunchFailed) else engine.failure()
+    engine.close()
+    if failure is not None:
+        _print_failure(failure, args.json)
+    return 1
+
+
+def _find(target: str, command: str) -> EngineProcess | None:
+    """The engine a scan finds by pid (the server or one of its workers) or engine id."""
+    engines = Scanner().scan()
+    for process in engines:
+        if target.isdigit() and (int(target) == process.pid or int(target) in process.worker_pids):
+            return process
+        if target == process.engine_id:
+            return process
+    return None
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    process = _find(args.target, "stop")
+    if process is None:
+        _say("stop", f"no running engine {args.target!r} (give a pid or an engine id from `enginespec ps`)")
+        return 2
+    try:
+        engine = adopt(process)
+    except EngineSpecError as err:
+        _say("stop", err)
+        return 2
+    result = engine.stop(grace=args.grace)
+    engine.close()
+    if args.json:
+        print(_dump(result))
+    else:
+        sent = (
+            ", ".join(f"{s.signal} to {s.target} {s.pid}" for s in result.signals)
+            or "no signal (already gone)"
+        )
+        print(f"stopped {process.engine_id} (pid {process.pid}): {sent}")
+        if result.leftover:
+            print(f"still alive: {', '.join(map(str, result.leftover))}")
+    return 0 if not result.leftover else 1
+
+
+def _newest_log(log_dir: Path, engine_id: str) -> Path | None:
+    folder = log_dir / engine_id
+    if not folder.is_dir() or "/" in engine_id or engine_id.startswith("."):
+        return None
+    found = sorted(folder.glob("*.log"))
+    return found[-1] if found else None
+
+
+def _cmd_logs(args: argparse.Namespace) -> int:
+    process = _find(args.target, "logs")
+    engine_id = process.engine_id if process is not None else args.target
+    kept = _newest_log(_log_dir(args), engine_id)
+    if kept is not None:
+        for text in tail_file(kept, args.n):
+            print(literal(text))
+        if args.follow:
+            for text in follow_file(kept):
+                print(literal(text), flush=True)
+        return 0
+    if process is None:
+        _say("logs", f"no running engine and no kept log for {args.target!r}")
+        return 2
+    engine: RunningEngine = adopt(process)
+    source = engine.log_source
+    if source.kind in ("terminal", "pipe", "none"):
+        _say("logs", f"pid {process.pid}: no log to read: {source.reason}")
+        engine.close()
+        return 1
+    try:
+        for line in engine.logs(args.n) if not args.follow else engine.follow(args.n):
+            print(literal(line.text), flush=args.follow)
+    finally:
+        engine.close()
+    return 0
+
+
+def add_lifecycle_commands(commands: Any) -> None:
+    """Adds ``run``, ``stop`` and ``logs`` to the ``enginespec`` parser's subcommands."""
+    run = commands.add_parser(
+        "run",
+        help="start a recipe in the foreground and print its output",
+        description="Launches the recipe (own process group, output kept under the log dir), prints "
+        "its output and waits for it; Ctrl-C stops it (exit 130). A failed start prints the failure "
+        "class, the lines that show the cause and a hint, and exits 1.",
+    )
+    run.add_argument("recipe", help="recipe file (.toml, .yaml, .yml or .json)")
+    run.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for ready")
+    run.add_argument(
+        "--stall-timeout", type=float, default=None, help="give up after this long without progress"
+    )
+    run.add_argument(
+        "--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL on Ctrl-C"
+    )
+    run.add_argument("--quiet", action="store_true", help="do not print the engine's output")
+    run.add_argument("--json", action="store_true", help="print a failure as JSON")
+    run.set_defaults(handler=_cmd_run)
+    stop = commands.add_parser(
+        "stop",
+        help="stop a running engine and its whole process tree",
+        description="TARGET is a pid (the server or a worker) or an engine id from `enginespec ps`. "
+        "SIGTERM, then SIGKILL after --grace seconds, through pidfds (never a reused pid).",
+    )
+    stop.add_argument("target", help="pid or engine id")
+    stop.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    stop.add_argument("--json", action="store_true", help="print the StopResult as JSON")
+    stop.set_defaults(handler=_cmd_stop)
+    logs = commands.add_parser(
+        "logs",
+        help="print an engine's output",
+        description="The newest log kept by `enginespec run` for the engine, else where a running "
+        "engine's output goes (a file its stdout points at, its systemd journal, its container's "
+        "log); says so when the output goes to a terminal or nowhere.",
+    )
+    logs.add_argument("target", help="pid or engine id")
+    logs.add_argument("-n", type=int, default=100, help="lines to show (default 100)")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    logs.set_defaults(handler=_cmd_logs)
+    for sub in (run, logs):
+        sub.add_argument("--log-dir", help="where logs are kept (default: the data dir's logs)")
+        sub.add_argument(
+            "--data-dir", help="data directory (default: $ENGINESPEC_DATA_DIR or the user data dir)"
+        )
