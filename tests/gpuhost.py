@@ -127,7 +127,7 @@ class Host:
             node = device / "drm" / name
             node.mkdir(parents=True)
             (node / "dev").write_text(f"226:{minor}\n")
-            (node / "device").symlink_to("../..")
+            (node / "device").symlink_to(f"../../../{pci}")  # as sysfs links it
             (sys / "class" / "drm" / name).symlink_to(os.path.relpath(node, sys / "class" / "drm"))
         self.node(f"dri/card{card}", 226, card)
         return self.node(f"dri/renderD{render}", 226, render)

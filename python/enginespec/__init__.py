@@ -38,7 +38,8 @@ from enginespec.errors import (
 from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
 from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
 from enginespec.recipe import DockerRuntime, NativeRuntime, Recipe
-from enginespec.scanning import EngineProcess, ScanStats, scan
+from enginespec.gpus import GpuDevice, GpuProcess, GpuUse
+from enginespec.scanning import EngineProcess, ScanStats, gpu_ledger, scan, with_gpus
 from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import Health, HealthState
@@ -85,6 +86,9 @@ __all__ = [
     "Evidence",
     "FamilyDefault",
     "Flags",
+    "GpuDevice",
+    "GpuProcess",
+    "GpuUse",
     "Health",
     "HealthChanged",
     "HealthState",
@@ -125,8 +129,10 @@ __all__ = [
     "event_json",
     "event_schema",
     "get_engine_spec",
+    "gpu_ledger",
     "parse_argv",
     "parse_event",
     "redact_argv",
     "scan",
+    "with_gpus",
 ]
