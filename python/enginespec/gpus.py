@@ -101,6 +101,8 @@ class GpuDevice(BaseModel):
     reclaimable: tuple[str, ...] = ()
     other_processes: tuple[GpuProcess, ...] = ()
     unattributed_bytes: int | None
+    #: why the device's bytes are unknown (``NVML not loaded (...)``), or ``None``.
+    problem: str | None = None
 
 
 #: What an engine tree holds: its GPUs, and why the set is not known when it is not.
@@ -936,9 +938,16 @@ def ledger(
                 reclaimable=tuple(orphans[device.key]),
                 other_processes=processes,
                 unattributed_bytes=unattributed,
+                problem=_nvml_missing(host) if device.vendor == "nvidia" else None,
             )
         )
     return tuple(result)
+
+
+def _nvml_missing(host: _Host) -> str | None:
+    if host.nvml is not None:
+        return None
+    return host.nvml_problem or "NVML not used: per-process bytes unknown"
 
 
 def _device_order(device: _Device) -> tuple[int, int, int, str]:
