@@ -26,7 +26,17 @@ def build_nvml(directory: Path, api: int) -> Path:
     """The test NVML library with the process-list API of a driver generation (1, 2, 3, 35)."""
     library = directory / f"libnvidia-ml-api{api}.so"
     subprocess.run(
-        ["gcc", "-O1", "-Wall", "-shared", "-fPIC", f"-DPROC_API={api}", "-o", str(library), str(NVML_SOURCE)],
+        [
+            "gcc",
+            "-O1",
+            "-Wall",
+            "-shared",
+            "-fPIC",
+            f"-DPROC_API={api}",
+            "-o",
+            str(library),
+            str(NVML_SOURCE),
+        ],
         check=True,
     )
     return library
@@ -176,13 +186,18 @@ class Host:
         return directory
 
 
-def fdinfo_new(pdev: str, client: int, driver: str, regions: Mapping[str, tuple[int, int]], **extra: str) -> str:
+def fdinfo_new(
+    pdev: str, client: int, driver: str, regions: Mapping[str, tuple[int, int]], **extra: str
+) -> str:
     """A DRM fdinfo of kernels 6.3+: ``drm-total-<region>`` and ``drm-resident-<region>`` per
     region, as (total, resident) in bytes, written in KiB as the kernel writes them."""
     lines = ["pos:\t0", "flags:\t02100002", "mnt_id:\t26", "ino:\t1037", f"drm-driver:\t{driver}"]
     lines += [f"drm-pdev:\t{pdev}", f"drm-client-id:\t{client}", "drm-engine-render:\t123456 ns"]
     for region, (total, resident) in regions.items():
-        lines += [f"drm-total-{region}:\t{total // 1024} KiB", f"drm-resident-{region}:\t{resident // 1024} KiB"]
+        lines += [
+            f"drm-total-{region}:\t{total // 1024} KiB",
+            f"drm-resident-{region}:\t{resident // 1024} KiB",
+        ]
     lines += [f"{key.replace('_', '-')}:\t{value}" for key, value in extra.items()]
     return "\n".join(lines) + "\n"
 

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from enginespec import EngineProcess, GpuDevice, GpuUse, gpu_ledger, with_gpus
+import enginespec.gpus as gpus_module
+from enginespec import EngineProcess, GpuDevice, GpuUse, Scanner, gpu_ledger, with_gpus
 from enginespec.watching import changed_fields
 from gpuhost import GIB, MIB, Host, build_nvml, engine, fdinfo_new, fdinfo_old
+from procs import Procs
 
 UUID0 = "GPU-6a1f6e4c-2f0b-4c1e-9d1a-0d7a4f1b0c01"
 UUID1 = "GPU-6a1f6e4c-2f0b-4c1e-9d1a-0d7a4f1b0c02"
@@ -138,7 +140,10 @@ def test_sglang_schedulers_each_on_a_gpu(
     host.nvml_process("1", 202, 61 * GIB)
     use_nvml(monkeypatch, host, nvml_libraries[3])
     (found,) = with_gpus([engine(200, "sglang", workers=(201, 202, 203), port=30000)], root=str(host.root))
-    assert [(u.index, u.memory_bytes, u.pids) for u in found.gpus] == [(0, 60 * GIB, (201,)), (1, 61 * GIB, (202,))]
+    assert [(u.index, u.memory_bytes, u.pids) for u in found.gpus] == [
+        (0, 60 * GIB, (201,)),
+        (1, 61 * GIB, (202,)),
+    ]
 
 
 def test_an_ollama_runner_over_two_gpus_is_its_own_engine(
@@ -171,7 +176,10 @@ def test_llama_server_split_by_layer_on_an_old_driver(
     host.nvml_process("1", 400, 7 * GIB)
     use_nvml(monkeypatch, host, nvml_libraries[1])
     (found,) = with_gpus([engine(400, "llamacpp", port=8080)], root=str(host.root))
-    assert [(u.index, u.memory_bytes, u.pids) for u in found.gpus] == [(0, 9 * GIB, (400,)), (1, 7 * GIB, (400,))]
+    assert [(u.index, u.memory_bytes, u.pids) for u in found.gpus] == [
+        (0, 9 * GIB, (400,)),
+        (1, 7 * GIB, (400,)),
+    ]
 
 
 def test_an_engine_in_a_container_is_matched_by_its_host_pid(
@@ -233,7 +241,9 @@ def test_other_holders_without_nvml_are_found_from_their_open_files(host: Host, 
     host.process(701, "bash", {})
     server = engine(600)
     devices = by_key(gpu_ledger([server], root=str(host.root)))
-    assert [(p.pid, p.name, p.memory_bytes) for p in devices[UUID0].other_processes] == [(700, "python3", None)]
+    assert [(p.pid, p.name, p.memory_bytes) for p in devices[UUID0].other_processes] == [
+        (700, "python3", None)
+    ]
     quick = by_key(gpu_ledger([server], root=str(host.root), all_processes=False))
     assert quick[UUID0].other_processes == ()
 
@@ -254,7 +264,9 @@ def test_mig_instances_are_devices_of_their_own(
     use_nvml(monkeypatch, host, nvml_libraries[35])
     first, second = engine(800, "llamacpp", port=8080), engine(801)
     found = with_gpus([first, second], root=str(host.root))
-    assert [(u.device, u.index, u.mig_index, u.memory_bytes) for u in found[0].gpus] == [(mig1, 0, 1, 29 * GIB)]
+    assert [(u.device, u.index, u.mig_index, u.memory_bytes) for u in found[0].gpus] == [
+        (mig1, 0, 1, 29 * GIB)
+    ]
     assert [(u.device, u.mig_index, u.pci_bus_id) for u in found[1].gpus] == [(mig2, 2, BUS0)]
     devices = by_key(gpu_ledger([first, second], root=str(host.root)))
     assert devices[mig1].parent == UUID0
@@ -364,7 +376,12 @@ def test_amd_vulkan_engine_from_new_fdinfo_two_fds_of_one_client(host: Host, no_
     host.process(101, "llama-server", {30: render}, fdinfo={30: info})
     (found,) = with_gpus([engine(100, "llamacpp", workers=(101,), port=8080)], root=str(host.root))
     (use,) = found.gpus
-    assert (use.memory_bytes, use.spilled_bytes, use.source, use.pids) == (8 * GIB, 256 * MIB, "fdinfo", (100, 101))
+    assert (use.memory_bytes, use.spilled_bytes, use.source, use.pids) == (
+        8 * GIB,
+        256 * MIB,
+        "fdinfo",
+        (100, 101),
+    )
 
 
 def test_intel_with_shared_buffers_and_two_clients(host: Host, no_nvml: None) -> None:
@@ -374,7 +391,9 @@ def test_intel_with_shared_buffers_and_two_clients(host: Host, no_nvml: None) ->
     first = fdinfo_new("0000:03:00.0", 3, "xe", {"vram0": (4 * GIB, 4 * GIB), "system": (GIB, GIB)},
                        drm_shared_vram0="65536 KiB")  # fmt: skip
     second = fdinfo_new("0000:03:00.0", 4, "xe", {"vram0": (2 * GIB, 2 * GIB)})
-    desktop = fdinfo_new("0000:03:00.0", 5, "xe", {"vram0": (128 * MIB, 128 * MIB)}, drm_shared_vram0="65536 KiB")
+    desktop = fdinfo_new(
+        "0000:03:00.0", 5, "xe", {"vram0": (128 * MIB, 128 * MIB)}, drm_shared_vram0="65536 KiB"
+    )
     host.process(100, "llama-server", {30: render, 31: render}, fdinfo={30: first, 31: second})
     host.process(900, "gnome-shell", {30: render}, fdinfo={30: desktop})
     server = engine(100, "llamacpp", port=8080)
@@ -382,7 +401,9 @@ def test_intel_with_shared_buffers_and_two_clients(host: Host, no_nvml: None) ->
     (use,) = found.gpus
     assert (use.vendor, use.index, use.memory_bytes, use.spilled_bytes) == ("intel", 0, 6 * GIB, GIB)
     (device,) = gpu_ledger([server], root=str(host.root))
-    assert [(p.pid, p.name, p.memory_bytes) for p in device.other_processes] == [(900, "gnome-shell", 128 * MIB)]
+    assert [(p.pid, p.name, p.memory_bytes) for p in device.other_processes] == [
+        (900, "gnome-shell", 128 * MIB)
+    ]
     assert device.memory_used_bytes is None
     assert device.unattributed_bytes is None
 
@@ -487,3 +508,65 @@ def test_models_are_frozen_and_typed() -> None:
         use.memory_bytes = 1  # type: ignore[misc]
     with pytest.raises(ValueError, match="vendor"):
         GpuUse.model_validate({**use.model_dump(), "vendor": "matrox"})
+
+
+# -- the live host ------------------------------------------------------------------------------
+
+
+def test_a_scan_reads_only_engine_trees_and_fills_no_gpus_here(
+    procs: Procs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real processes on this host (which has no GPU): an engine's record says it holds none;
+    only engine trees have their open files listed, never another process."""
+    read: list[int] = []
+    original = gpus_module._open_devices
+
+    def recording(root: str, pid: int) -> object:
+        read.append(pid)
+        return original(root, pid)
+
+    monkeypatch.setattr(gpus_module, "_open_devices", recording)
+    server = procs.start(["llama-server", "-m", "/m/gpus.gguf", "--port", "8131"])
+    bystander = procs.start(["python3", "train.py", "--gpus", "0"])
+    scanner = Scanner()
+    found = {p.pid: p for p in scanner.scan()}
+    mine = found[server.pid]
+    assert (mine.gpus, mine.gpus_unknown) == ((), None)
+    trees = {pid for p in found.values() for pid in (p.pid, *p.worker_pids)}
+    assert server.pid in read
+    assert bystander.pid not in read
+    assert set(read) <= trees
+    # A poll soon after lists nothing again for an unchanged engine.
+    read.clear()
+    assert scanner.scan()
+    assert server.pid not in read
+
+
+#: Imports everything, becomes nobody for good, then scans and prints the engine's GPU facts.
+SCAN_AS_NOBODY = """
+import ctypes, json, os, sys
+import enginespec
+enginespec.Scanner(listen_ports=False).scan()
+os.setgroups([])
+os.setresgid(65534, 65534, 65534)
+os.setresuid(65534, 65534, 65534)
+ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: its own /proc files are its own
+found = {p.pid: p for p in enginespec.Scanner(listen_ports=False).scan()}
+p = found.get(int(sys.argv[1]))
+print(json.dumps(None if p is None else [list(p.gpus), p.gpus_unknown]))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a scan as another user")
+def test_a_scan_by_another_user_says_why_the_gpus_are_unknown(procs: Procs) -> None:
+    server = procs.start(["llama-server", "-m", "/m/root.gguf", "--port", "8132"])
+    ran = subprocess.run(
+        [sys.executable, "-c", SCAN_AS_NOBODY, str(server.pid)],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout) == [[], f"cannot read /proc/{server.pid}/fd: permission denied"]
