@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from enginespec import EngineProcess
+from enginespec.signature import Role
 
 NVML_SOURCE = Path(__file__).parent / "helpers" / "nvml_fake.c"
 UVM_MAJOR = 508
@@ -178,7 +179,7 @@ class Host:
         log = self.root / "var" / "log" / f"{pid}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text("")
-        base = {0: self.root / "dev" / "null", 1: log, 2: self.root / "dev" / "pts" / "0", 3: "socket:[41]"}
+        base: dict[int, Path | str] = {0: self.root / "dev" / "null", 1: log, 2: self.root / "dev" / "pts" / "0", 3: "socket:[41]"}
         for fd, target in {**base, **fds}.items():
             (directory / "fd" / str(fd)).symlink_to(target)
             text = (fdinfo or {}).get(fd, "pos:\t0\nflags:\t02\nmnt_id:\t25\nino:\t1\n")
@@ -208,7 +209,7 @@ def fdinfo_old(pdev: str, client: int, regions: Mapping[str, int], evicted: int 
     lines = ["pos:\t0", "flags:\t02100002", "mnt_id:\t26", "ino:\t1037", "drm-driver:\tamdgpu"]
     lines += [f"drm-pdev:\t{pdev}", f"drm-client-id:\t{client}"]
     lines += [f"drm-memory-{region}:\t{size // 1024} KiB" for region, size in regions.items()]
-    lines += [f"amd-memory-visible-vram:\t0 KiB", f"amd-evicted-vram:\t{evicted // 1024} KiB"]
+    lines += ["amd-memory-visible-vram:\t0 KiB", f"amd-evicted-vram:\t{evicted // 1024} KiB"]
     return "\n".join(lines) + "\n"
 
 
@@ -217,7 +218,7 @@ def engine(
     engine_name: str = "vllm",
     *,
     workers: Sequence[int] = (),
-    role: str = "server",
+    role: Role = "server",
     port: int | None = 8000,
     model: str = "/models/m",
 ) -> EngineProcess:
@@ -233,7 +234,7 @@ def engine(
         port=port,
         effective_host="127.0.0.1",
         effective_port=port,
-        role=role,  # type: ignore[arg-type]
+        role=role,
         base_url=f"http://127.0.0.1:{port}" if port else None,
         argv=(engine_name, model),
         exe=None,
