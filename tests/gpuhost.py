@@ -179,7 +179,12 @@ class Host:
         log = self.root / "var" / "log" / f"{pid}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text("")
-        base: dict[int, Path | str] = {0: self.root / "dev" / "null", 1: log, 2: self.root / "dev" / "pts" / "0", 3: "socket:[41]"}
+        base: dict[int, Path | str] = {
+            0: self.root / "dev" / "null",
+            1: log,
+            2: self.root / "dev" / "pts" / "0",
+            3: "socket:[41]",
+        }
         for fd, target in {**base, **fds}.items():
             (directory / "fd" / str(fd)).symlink_to(target)
             text = (fdinfo or {}).get(fd, "pos:\t0\nflags:\t02\nmnt_id:\t25\nino:\t1\n")

@@ -35,10 +35,10 @@ from enginespec.errors import (
     RecipeFileError,
     UnknownEngineError,
 )
+from enginespec.gpus import GpuDevice, GpuProcess, GpuUse
 from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
 from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
 from enginespec.recipe import DockerRuntime, NativeRuntime, Recipe
-from enginespec.gpus import GpuDevice, GpuProcess, GpuUse
 from enginespec.scanning import EngineProcess, ScanStats, gpu_ledger, scan, with_gpus
 from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
