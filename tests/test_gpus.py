@@ -569,3 +569,110 @@ def test_a_scan_by_another_user_says_why_the_gpus_are_unknown(procs: Procs) -> N
     )
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout) == [[], f"cannot read /proc/{server.pid}/fd: permission denied"]
+
+
+# -- surfaces -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tp2_with_orphan(
+    host: Host, nvml_libraries: dict[int, Path], monkeypatch: pytest.MonkeyPatch
+) -> list[EngineProcess]:
+    """vLLM TP2 on GPUs 0 and 1, an orphaned EngineCore on GPU 1, a job that is no engine."""
+    gpu0, gpu1 = two_nvidia(host)
+    host.process(100, "vllm", {})
+    host.process(102, "VLLM::Worker_TP", cuda_fds(host, gpu0))
+    host.process(103, "VLLM::Worker_TP", cuda_fds(host, gpu1))
+    host.process(500, "VLLM::EngineCor", cuda_fds(host, gpu1))
+    host.process(999, "train\x1b[2J", cuda_fds(host, gpu0))
+    host.nvml_process("0", 102, 38 * GIB + 200 * MIB)
+    host.nvml_process("1", 103, 38 * GIB)
+    host.nvml_process("1", 500, 20 * GIB)
+    host.nvml_process("0", 999, 1 * GIB)
+    use_nvml(monkeypatch, host, nvml_libraries[3])
+    records = [
+        engine(100, workers=(102, 103)),
+        engine(500, role="orphan", port=8001),
+        engine(600, "llamacpp", port=8080),
+    ]
+    return with_gpus(records, root=str(host.root))
+
+
+def test_ps_shows_the_gpus_and_bytes_only_when_an_engine_holds_one(
+    tp2_with_orphan: list[EngineProcess],
+) -> None:
+    from enginespec.cli import _table_lines
+
+    header, *rows = _table_lines([(p, None) for p in tp2_with_orphan], False, None)
+    assert header.split()[-1] == "GPU"
+    assert rows[0].endswith("0,1 76.2G")
+    assert rows[1].endswith("1 20.0G")
+    assert rows[2].rstrip().endswith("-")
+    alone, *_ = _table_lines([(tp2_with_orphan[2], None)], False, None)
+    assert "GPU" not in alone.split()
+
+
+def test_the_ledger_as_text_and_json(tp2_with_orphan: list[EngineProcess], host: Host) -> None:
+    from enginespec.cli import gpu_lines
+
+    devices = gpu_ledger(tp2_with_orphan, root=str(host.root))
+    server, orphan, _ = tp2_with_orphan
+    text = gpu_lines(devices, tp2_with_orphan)
+    assert text[0] == f"GPU 0  NVIDIA H100 80GB HBM3  {UUID0} {BUS0}  70.0G / 80.0G used"
+    assert f"    38.2G  {server.engine_id} pid 100 /models/m" in text
+    assert "     1.0G  pid 999 train\\x1b[2J (no engine)" in text
+    assert f"    20.0G  {orphan.engine_id} pid 500 /models/m  orphan: reclaimable" in text
+    assert "    30.8G  unattributed" in text
+    again = [
+        GpuDevice.model_validate(d)
+        for d in json.loads(json.dumps([d.model_dump(mode="json") for d in devices]))
+    ]
+    assert tuple(again) == devices
+
+
+def test_the_exporter_series(tp2_with_orphan: list[EngineProcess], host: Host) -> None:
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.registry import CollectorRegistry
+
+    from enginespec.exporter import EngineCollector, Snapshot
+
+    collector = EngineCollector()
+    devices = gpu_ledger(tp2_with_orphan, root=str(host.root), all_processes=False, reread=False)
+    collector.snapshot = Snapshot(processes=tp2_with_orphan, gpus=devices)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    series: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for sample in family.samples:
+            series.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    server, orphan, _ = tp2_with_orphan
+    assert series["enginespec_engine_gpu_memory_bytes"] == {
+        (("engine_id", server.engine_id), ("gpu", "0")): 38 * GIB + 200 * MIB,
+        (("engine_id", server.engine_id), ("gpu", "1")): 38 * GIB,
+        (("engine_id", orphan.engine_id), ("gpu", "1")): 20 * GIB,
+    }
+    assert series["enginespec_gpu_memory_total_bytes"] == {
+        (("gpu", "0"),): 80 * GIB,
+        (("gpu", "1"),): 80 * GIB,
+    }
+    assert series["enginespec_gpu_memory_used_bytes"] == {
+        (("gpu", "0"),): 70 * GIB,
+        (("gpu", "1"),): 70 * GIB,
+    }
+    assert series["enginespec_gpu_memory_unattributed_bytes"] == {
+        (("gpu", "0"),): 70 * GIB - 39 * GIB - 200 * MIB,
+        (("gpu", "1"),): 12 * GIB,
+    }
+
+
+def test_the_gpus_command_on_this_host(tmp_path: Path) -> None:
+    """This host has no GPU: said so, and an empty JSON list."""
+    text = subprocess.run([sys.executable, "-m", "enginespec.cli", "gpus"], capture_output=True, text=True,
+                          timeout=120, check=True)  # fmt: skip
+    listed = subprocess.run([sys.executable, "-m", "enginespec.cli", "gpus", "--json"], capture_output=True,
+                            text=True, timeout=120, check=True)  # fmt: skip
+    if json.loads(listed.stdout) == []:
+        assert text.stdout == "no GPUs found on this host\n"
+    else:  # a host with a GPU: one GPU line per device
+        assert text.stdout.startswith("GPU ")

@@ -872,13 +872,19 @@ class EngineTree:
 
 
 def ledger(
-    engines: Sequence[EngineTree], *, root: str = "/", nvml: bool = True, all_processes: bool = True
+    engines: Sequence[EngineTree],
+    *,
+    root: str = "/",
+    nvml: bool = True,
+    all_processes: bool = True,
+    held: Sequence[Held] | None = None,
 ) -> tuple[GpuDevice, ...]:
     """One :class:`GpuDevice` per device of the host under ``root``, with the engines on it and,
     from NVML's lists (and, with ``all_processes``, from every process's open files), the other
-    processes on it."""
+    processes on it. ``held``: what the trees hold, when already read (a scan's records)."""
     reader = GpuReader(root, nvml=nvml)
-    held = reader.read([tree.pids for tree in engines])
+    if held is None:
+        held = reader.read([tree.pids for tree in engines])
     host = reader.host
     in_trees = {pid for tree in engines for pid in tree.pids}
     on_device: dict[str, dict[str, int | None]] = {key: {} for key in host.devices}

@@ -506,16 +506,19 @@ def gpu_ledger(
     root: str = "/",
     nvml: bool = True,
     all_processes: bool = True,
+    reread: bool = True,
 ) -> tuple[GpuDevice, ...]:
     """One :class:`~enginespec.gpus.GpuDevice` per GPU of the host under ``root``: which engine
     holds how much of it (orphaned trees marked ``reclaimable``), which other processes, and what
     is unattributed. ``processes`` default to a scan of this host. With ``all_processes`` every
     process's open files are listed to find the other holders (more than a scan reads); NVML's
-    own lists are used whenever NVML loads."""
+    own lists are used whenever NVML loads. ``reread=False`` takes what the trees hold from the
+    records (``gpus``, as their scan read it) and reads only the devices."""
     if processes is None:
         processes = scan(listen_ports=False)
     engines = [
         EngineTree(engine_id, (p.pid, *p.worker_pids), p.role == "orphan")
         for engine_id, p in zip(unique_engine_ids(processes), processes, strict=True)
     ]
-    return ledger(engines, root=root, nvml=nvml, all_processes=all_processes)
+    held = None if reread else [(p.gpus, p.gpus_unknown) for p in processes]
+    return ledger(engines, root=root, nvml=nvml, all_processes=all_processes, held=held)
