@@ -899,7 +899,7 @@ def ledger(
         for process in listed.processes:
             if process.pid not in in_trees:
                 others[listed.uuid][process.pid] = process.memory_bytes
-    if all_processes:
+    if all_processes and host.devices:  # no GPU: nobody else to look for
         seen = {pid for found in others.values() for pid in found}
         extra = list(_other_holders(root, in_trees | seen, host))
         for pid, (uses, _problem) in zip(extra, reader.read([(pid,) for pid in extra]), strict=True):
