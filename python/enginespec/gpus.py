@@ -29,9 +29,13 @@ GpuSource = Literal["nvml", "fdinfo", "kfd", "fd"]
 NVML_LIBRARY_ENV = "ENGINESPEC_NVML_LIBRARY"
 #: How often memory (NVML, fdinfo, KFD) and the host's devices are read again for a poll.
 MEMORY_REFRESH_SECONDS = 2.0
-#: How often the open files of an unchanged engine tree are listed again (GPU device files are
-#: opened when an engine starts; a tree that changes is read again at once).
-FD_REFRESH_SECONDS = 10.0
+#: How often the open files of a pid of an unchanged engine tree are listed again: one holding a
+#: GPU driver's device keeps it (engines open their GPUs once), one holding none may still open
+#: one (a worker initialising CUDA). A tree that changes is listed again at once.
+FD_REFRESH_SECONDS = 30.0
+NO_GPU_FD_REFRESH_SECONDS = 10.0
+#: Character device majors that are no GPU driver's: mem (/dev/null), tty, /dev/tty, pts.
+_NOT_GPU_MAJORS = (1, 4, 5, 136)
 
 _NVIDIA_MAJOR = 195  # /dev/nvidia<minor>, nvidia-modeset 254, nvidiactl 255 (nv.c)
 _NVIDIA_CONTROL_MINORS = (254, 255)
@@ -715,7 +719,8 @@ def _sort_key(use: GpuUse) -> tuple[int, int, int, str]:
 
 class GpuReader:
     """Reads what engine trees hold on a host under ``root``, remembering between polls: an
-    unchanged tree's open files are listed again every :data:`FD_REFRESH_SECONDS`, memory and
+    unchanged tree's open files are listed again every :data:`FD_REFRESH_SECONDS` (every
+    :data:`NO_GPU_FD_REFRESH_SECONDS` for a pid holding no GPU yet), memory and
     devices every :data:`MEMORY_REFRESH_SECONDS`. Nothing is read for a tree that holds no
     character device of a GPU driver beyond listing its open files."""
 
@@ -738,7 +743,9 @@ class GpuReader:
     def _fds_of(self, pid: int, now: float, fresh: bool) -> _Fds | None:
         known = self._fds.get(pid)
         if known is None or fresh or now >= known[0]:
-            known = (now + FD_REFRESH_SECONDS, _open_devices(self.root, pid))
+            fds = _open_devices(self.root, pid)
+            holds = fds is not None and any(d[1] not in _NOT_GPU_MAJORS for d in fds.devices)
+            known = (now + (FD_REFRESH_SECONDS if holds else NO_GPU_FD_REFRESH_SECONDS), fds)
             self._fds[pid] = known
         return known[1]
 
@@ -769,7 +776,7 @@ class GpuReader:
                 continue
             if fds.problem:
                 problems.append(fds.problem)
-            devices = tuple(d for d in fds.devices if d[1] not in (1, 4, 5, 136))  # mem, tty, pts
+            devices = tuple(d for d in fds.devices if d[1] not in _NOT_GPU_MAJORS)
             if devices:
                 opened[pid] = devices
         nvml_pids = set(pids)
