@@ -185,12 +185,10 @@ def test_an_engine_in_a_container_is_matched_by_its_host_pid(
     host: Host, nvml_libraries: dict[int, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Inside its container the server is pid 1 (NSpid); NVML and the scan both give host pids.
-    Its fd links name the container's /dev, which is the same device (st_rdev)."""
+    Its fd links name its own device node, which is the same device (st_rdev)."""
     gpu0, _ = two_nvidia(host)
-    inside = host.root / "var" / "lib" / "docker" / "overlay" / "merged" / "dev"
-    inside.mkdir(parents=True)
-    os.mknod(inside / "nvidia0", 0o20666, os.makedev(195, 0))
-    host.process(4242, "python3", {20: inside / "nvidia0"}, nspid=(1,))
+    inside = host.node("container-1/nvidia0", 195, 0)  # another node of the same device
+    host.process(4242, "python3", {20: inside}, nspid=(1,))
     host.nvml_process("0", 4242, 15 * GIB)
     host.nvml_process("0", 1, 3 * GIB)  # the host's pid 1 is not the container's
     use_nvml(monkeypatch, host, nvml_libraries[3])
@@ -319,6 +317,21 @@ def test_control_devices_are_not_gpus_and_uvm_alone_is_cuda_on_an_unknown_device
     assert "uses CUDA" in uvm.gpus_unknown
     assert unlisted.gpus == ()
     assert unlisted.gpus_unknown is not None
+
+
+def test_only_links_into_dev_are_followed(host: Host, no_nvml: None) -> None:
+    """A device node outside /dev is not followed (nor a file on a mount that could hang a stat);
+    /dev/shm files are never device nodes."""
+    two_nvidia(host)
+    elsewhere = host.root / "mnt" / "nvidia0"
+    elsewhere.parent.mkdir()
+    os.mknod(elsewhere, 0o20666, os.makedev(195, 0))
+    shm = host.root / "dev" / "shm"
+    shm.mkdir()
+    os.mknod(shm / "nvidia1", 0o20666, os.makedev(195, 1))
+    host.process(100, "vllm", {20: elsewhere, 21: shm / "nvidia1"})
+    (found,) = with_gpus([engine(100)], root=str(host.root))
+    assert (found.gpus, found.gpus_unknown) == ((), None)
 
 
 def test_a_gpu_without_a_uuid_is_keyed_by_its_bus(host: Host, no_nvml: None) -> None:

@@ -603,6 +603,19 @@ class _Fds:
     problem: str | None = None
 
 
+def _maybe_device(target: str, root: str) -> bool:
+    """Whether an fd's link names a device node worth a stat: a path in ``/dev`` (the process's
+    own, in a container) but not a terminal, ``/dev/null`` or a ``/dev/shm`` file. Only those are
+    followed: a stat reaches the file's filesystem, which for a file on a FUSE or network mount of
+    the process's could block; reading the link does not."""
+    base = root.rstrip("/")
+    if base and target.startswith(base + "/"):
+        target = target[len(base) :]  # a fixture host's links name its own /dev
+    if not target.startswith("/dev/"):
+        return False  # socket:[...], pipe:[...], anon_inode:..., files elsewhere
+    return not target.startswith(("/dev/shm/", "/dev/pts/", "/dev/mqueue/")) and target != "/dev/null"
+
+
 def _open_devices(root: str, pid: int) -> _Fds | None:
     """The character devices ``/proc/PID/fd/*`` point at, by ``st_rdev``; ``None`` for a
     vanished process."""
@@ -612,6 +625,8 @@ def _open_devices(root: str, pid: int) -> _Fds | None:
         with os.scandir(directory) as entries:
             for entry in entries:
                 try:
+                    if not _maybe_device(os.readlink(entry.path), root):
+                        continue
                     info = os.stat(entry.path)  # follows the link to the device
                 except OSError:
                     continue  # closed meanwhile, or a link to nothing
