@@ -177,6 +177,7 @@ class Scanner:
 
     ``scan()`` never raises because of a process: vanished, zombie, unreadable (permissions,
     hidepid) and retitled processes are skipped or handled and counted in :attr:`stats`.
+    ``gpus=False``: leave ``EngineProcess.gpus`` empty (nothing of the GPUs is read).
     """
 
     def __init__(self, *, listen_ports: bool = True, config: Config | None = None, gpus: bool = True) -> None:
