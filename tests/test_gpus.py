@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import enginespec.gpus as gpus_module
-from enginespec import EngineProcess, GpuDevice, GpuUse, Scanner, gpu_ledger, with_gpus
+from enginespec import EngineProcess, GpuDevice, GpuUse, InvalidInputError, Scanner, gpu_ledger, with_gpus
 from enginespec.watching import changed_fields
 from gpuhost import GIB, MIB, Host, build_nvml, engine, fdinfo_new, fdinfo_old
 from procs import Procs
@@ -511,6 +511,11 @@ def test_an_unchanged_tree_gives_the_same_record_and_a_change_names_gpus(
     before = first[0]
     after = before.model_copy(update={"gpus": (before.gpus[0].model_copy(update={"memory_bytes": 6 * GIB}),)})
     assert changed_fields(before, after) == ("gpus",)
+
+
+def test_a_ledger_of_a_fixture_host_needs_its_engines(host: Host) -> None:
+    with pytest.raises(InvalidInputError, match="processes"):
+        gpu_ledger(root=str(host.root))
 
 
 def test_models_are_frozen_and_typed() -> None:

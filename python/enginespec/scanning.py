@@ -31,6 +31,7 @@ from enginespec.containers import (
     published_ports,
 )
 from enginespec.definition import EngineDefinition, Fact
+from enginespec.errors import InvalidInputError
 from enginespec.gpus import EngineTree, GpuDevice, GpuReader, GpuUse, Held, ledger
 from enginespec.registry import all_engines
 from enginespec.settings import Source, config_location, merge, read_outside
@@ -516,6 +517,8 @@ def gpu_ledger(
     own lists are used whenever NVML loads. ``reread=False`` takes what the trees hold from the
     records (``gpus``, as their scan read it) and reads only the devices."""
     if processes is None:
+        if os.path.realpath(root) != "/":
+            raise InvalidInputError(f"processes: a scan reads this host, not the host under root={root!r}")
         processes = scan(listen_ports=False)
     engines = [
         EngineTree(engine_id, (p.pid, *p.worker_pids), p.role == "orphan")
