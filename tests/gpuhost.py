@@ -100,6 +100,10 @@ class Host:
     def nvml_process(self, ref: str, pid: int, size: int | None, kind: str = "compute") -> None:
         self.nvml_lines.append(f"{kind}\t{ref}\t{pid}\t{'na' if size is None else size}")
 
+    def nvml_fail(self, ref: str, code: int) -> None:
+        """The device's process lists fail with NVML error ``code`` (4: no permission)."""
+        self.nvml_lines.append(f"fail\t{ref}\t{code}")
+
     def nvml_file(self) -> Path:
         path = self.root / "nvml-host.tsv"
         path.write_text("\n".join(self.nvml_lines) + "\n")

@@ -285,6 +285,29 @@ def test_bytes_nvml_cannot_give_are_none(
     assert summary(found) == [(UUID0, 0, None, (102, 103), "nvml")]
 
 
+def test_a_gpu_whose_processes_nvml_cannot_list_falls_back_to_the_fds(
+    host: Host, nvml_libraries: dict[int, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GPU 1's lists fail (no permission): the worker there is known from its fds, bytes unknown;
+    GPU 0 still has NVML's bytes."""
+    gpu0, gpu1 = two_nvidia(host)
+    host.process(100, "vllm", {})
+    host.process(102, "VLLM::Worker_TP", cuda_fds(host, gpu0))
+    host.process(103, "VLLM::Worker_TP", cuda_fds(host, gpu1))
+    host.nvml_process("0", 102, 38 * GIB)
+    host.nvml_process("1", 103, 37 * GIB)
+    host.nvml_fail("1", 4)
+    use_nvml(monkeypatch, host, nvml_libraries[3])
+    server = engine(100, workers=(102, 103))
+    (found,) = with_gpus([server], root=str(host.root))
+    assert summary(found) == [(UUID0, 0, 38 * GIB, (102,), "nvml"), (UUID1, 1, None, (103,), "fd")]
+    devices = by_key(gpu_ledger([found], root=str(host.root)))
+    assert devices[UUID1].memory_used_bytes == 70 * GIB
+    assert devices[UUID1].unattributed_bytes is None
+    assert devices[UUID1].problem == "NVML: nvmlDeviceGetComputeRunningProcesses: no permission"
+    assert devices[UUID0].problem is None
+
+
 def test_nvml_whose_driver_is_not_loaded_is_no_nvml(
     host: Host, nvml_libraries: dict[int, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -187,6 +187,8 @@ class _Device:
     parent: str | None = None
     total: int | None = None
     used: int | None = None
+    #: why its processes' bytes are unknown (NVML could not list them), or ``None``
+    problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -205,7 +207,9 @@ class NvmlDevice:
     parent_uuid: str | None
     total: int | None
     used: int | None
-    processes: tuple[NvmlProcess, ...]
+    #: ``None`` when NVML could not list them (``problem`` says why).
+    processes: tuple[NvmlProcess, ...] | None
+    problem: str | None = None
 
 
 @dataclass
@@ -338,12 +342,12 @@ def _merge_nvml(host: _Host, found: NvmlDevice) -> None:
     device.mig_index = found.mig_index
     device.parent = found.parent_uuid
     device.total, device.used = found.total, found.used
+    device.problem = found.problem
 
 
 # -- NVML, loaded at run time --------------------------------------------------------------------
 
 _NVML_SUCCESS = 0
-_NVML_NOT_FOUND = 6
 _NVML_INSUFFICIENT_SIZE = 7
 _NVML_VALUE_NOT_AVAILABLE = (1 << 64) - 1
 _NVML_ERRORS = {
@@ -396,7 +400,7 @@ class _Memory(ctypes.Structure):
 
 
 class NvmlError(Exception):
-    pass
+    """An NVML call failed (the message names the call and NVML's error)."""
 
 
 class _Nvml:
@@ -501,10 +505,16 @@ class _Nvml:
         except NvmlError:
             total = used = None
         # A pid in both lists (compute and graphics) holds one set of memory: counted once.
-        processes: dict[int, NvmlProcess] = {}
-        for kind in ("Compute", "Graphics"):
-            for process in self._processes(kind, handle):
-                processes.setdefault(process.pid, process)
+        listed: dict[int, NvmlProcess] = {}
+        processes: tuple[NvmlProcess, ...] | None = None
+        problem = None
+        try:
+            for kind in ("Compute", "Graphics"):
+                for process in self._processes(kind, handle):
+                    listed.setdefault(process.pid, process)
+            processes = tuple(listed.values())
+        except NvmlError as err:
+            problem = f"NVML: {err}"
         return NvmlDevice(
             uuid=uuid,
             name=self._text("nvmlDeviceGetName", handle),
@@ -514,7 +524,8 @@ class _Nvml:
             parent_uuid=parent.uuid if parent else None,
             total=total,
             used=used,
-            processes=tuple(processes.values()),
+            processes=processes,
+            problem=problem,
         )
 
     def _mig_handles(self, handle: ctypes.c_void_p) -> list[tuple[int, ctypes.c_void_p]]:
@@ -542,11 +553,14 @@ class _Nvml:
             result = []
             for index in range(min(count.value, 64)):
                 handle = ctypes.c_void_p()
-                self._call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(handle))
-                device = self._device(handle, index, None, None)
+                try:  # a GPU fallen off the bus leaves the others readable
+                    self._call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(handle))
+                    device = self._device(handle, index, None, None)
+                    migs = self._mig_handles(handle) if device is not None else []
+                except NvmlError:
+                    continue
                 if device is None:
                     continue
-                migs = self._mig_handles(handle)
                 # In MIG mode each instance lists its own processes: the GPU's own list (an
                 # aggregate, for the privileged) would count them twice.
                 result.append(device if not migs else _without_processes(device))
@@ -820,8 +834,9 @@ class GpuReader:
                 if key is not None:
                     holdings.setdefault(key, _Holding()).pids.add(pid)
         nvidia_by_nvml: dict[str, _Holding] = {}
+        unlisted = {listed.uuid for listed in host.nvml or () if listed.processes is None}
         for listed in host.nvml or ():
-            for process in listed.processes:
+            for process in listed.processes or ():
                 if process.pid in nvml_pids:
                     holding = nvidia_by_nvml.setdefault(listed.uuid, _Holding())
                     holding.pids.add(process.pid)
@@ -829,7 +844,7 @@ class GpuReader:
         uses = []
         for key, holding in holdings.items():
             device = host.devices[key]
-            if device.vendor == "nvidia" and nvidia_by_nvml:
+            if device.vendor == "nvidia" and nvidia_by_nvml and key not in unlisted:
                 continue  # NVML says which NVIDIA GPUs (and MIG instances) the tree uses
             uses.append(_gpu_use(device, holding, nvml=False))
         for key, holding in nvidia_by_nvml.items():
@@ -918,7 +933,7 @@ def ledger(
                 orphans[use.device].append(tree.engine_id)
     others: dict[str, dict[int, int | None]] = {key: {} for key in host.devices}
     for listed in host.nvml or ():
-        for process in listed.processes:
+        for process in listed.processes or ():
             if process.pid not in in_trees:
                 others[listed.uuid][process.pid] = process.memory_bytes
     if all_processes and host.devices:  # no GPU: nobody else to look for
@@ -949,7 +964,7 @@ def ledger(
         )
         sizes = [*engines_here.values(), *(p.memory_bytes for p in processes)]
         unattributed = None
-        if device.used is not None and all(size is not None for size in sizes):
+        if device.used is not None and device.problem is None and all(size is not None for size in sizes):
             unattributed = max(device.used - sum(size or 0 for size in sizes), 0)
         result.append(
             GpuDevice(
@@ -966,7 +981,7 @@ def ledger(
                 reclaimable=tuple(orphans[device.key]),
                 other_processes=processes,
                 unattributed_bytes=unattributed,
-                problem=_nvml_missing(host) if device.vendor == "nvidia" else None,
+                problem=device.problem or (_nvml_missing(host) if device.vendor == "nvidia" else None),
             )
         )
     return tuple(result)

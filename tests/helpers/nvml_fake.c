@@ -6,6 +6,7 @@
  *   mig       GPU-INDEX  SLOT  UUID  NAME  TOTAL  USED (a MIG instance; its GPU is in MIG mode)
  *   compute   REF  PID  BYTES|na                       (REF: a GPU index, or INDEX/SLOT)
  *   graphics  REF  PID  BYTES|na
+ *   fail      REF  CODE                            (its process lists return NVML error CODE)
  *
  * Which process-list entry points exist, and the struct they fill, is chosen at build time, as
  * drivers differ (nvml.h; nvitop's libnvml.py explains the R535 case):
@@ -41,6 +42,7 @@ typedef struct device {
     struct device *migs[8];
     proc_t compute[MAX_PROCS], graphics[MAX_PROCS];
     unsigned int n_compute, n_graphics;
+    int fail;
 } device_t;
 
 static device_t devices[MAX_DEVICES * 9];
@@ -113,6 +115,9 @@ static void load(void) {
             d->used = strtoull(field[6], NULL, 10);
             d->slot = (int)slot;
             gpus[index]->migs[slot] = d;
+        } else if (n == 3 && !strcmp(field[0], "fail")) {
+            device_t *d = by_ref(field[1]);
+            if (d) d->fail = atoi(field[2]);
         } else if (n == 4 && (!strcmp(field[0], "compute") || !strcmp(field[0], "graphics"))) {
             device_t *d = by_ref(field[1]);
             if (!d) continue;
@@ -191,7 +196,9 @@ int nvmlDeviceGetMigDeviceHandleByIndex(device_t *d, unsigned int index, device_
 }
 
 /* Fills the caller's array in the struct of `version` (1, 2 or 3 with the CC field). */
-static int fill(const proc_t *list, unsigned int n, unsigned int *count, void *infos, int version, int slot) {
+static int fill(const proc_t *list, unsigned int n, unsigned int *count, void *infos, int version, int slot,
+                int fail) {
+    if (fail) return fail;
     if (*count < n) {
         *count = n;
         return n == 0 ? 0 : 7;
@@ -212,7 +219,7 @@ static int fill(const proc_t *list, unsigned int n, unsigned int *count, void *i
 
 #define LISTS(kind, field, counter)                                                      \
     int nvmlDeviceGet##kind##RunningProcesses(device_t *d, unsigned int *c, void *i) {   \
-        return fill(d->field, d->counter, c, i, 1, d->slot);                             \
+        return fill(d->field, d->counter, c, i, 1, d->slot, d->fail);                             \
     }                                                                                    \
     LISTS_V2(kind, field, counter)                                                       \
     LISTS_V3(kind, field, counter)
@@ -220,7 +227,7 @@ static int fill(const proc_t *list, unsigned int n, unsigned int *count, void *i
 #if PROC_API >= 2
 #define LISTS_V2(kind, field, counter)                                                   \
     int nvmlDeviceGet##kind##RunningProcesses_v2(device_t *d, unsigned int *c, void *i) { \
-        return fill(d->field, d->counter, c, i, 2, d->slot);                             \
+        return fill(d->field, d->counter, c, i, 2, d->slot, d->fail);                             \
     }
 #else
 #define LISTS_V2(kind, field, counter)
@@ -230,7 +237,7 @@ static int fill(const proc_t *list, unsigned int n, unsigned int *count, void *i
 #define V3_STRUCT (PROC_API == 35 ? 3 : 2)
 #define LISTS_V3(kind, field, counter)                                                   \
     int nvmlDeviceGet##kind##RunningProcesses_v3(device_t *d, unsigned int *c, void *i) { \
-        return fill(d->field, d->counter, c, i, V3_STRUCT, d->slot);                     \
+        return fill(d->field, d->counter, c, i, V3_STRUCT, d->slot, d->fail);                     \
     }
 int nvmlDeviceGetConfComputeMemSizeInfo(device_t *d, void *info) {
     (void)d;
