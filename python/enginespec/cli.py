@@ -331,6 +331,9 @@ def gpu_lines(devices: Sequence[GpuDevice], processes: Sequence[EngineProcess]) 
             out.append(f"  {_size(device.unattributed_bytes):>7}  unattributed")
         if device.problem:
             out.append(literal(f"  note: {device.problem}"))
+    for engine_id, process in models.items():
+        if process.gpus_unknown:
+            out.append(literal(f"{engine_id} pid {process.pid}: GPUs unknown: {process.gpus_unknown}"))
     return out
 
 
@@ -342,7 +345,6 @@ def _cmd_gpus(args: argparse.Namespace) -> int:
         return 0
     if not devices:
         print("no GPUs found on this host")
-        return 0
     for line in gpu_lines(devices, processes):
         print(line)
     return 0
