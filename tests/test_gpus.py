@@ -17,7 +17,16 @@ from pathlib import Path
 import pytest
 
 import enginespec.gpus as gpus_module
-from enginespec import EngineProcess, GpuDevice, GpuUse, InvalidInputError, Scanner, gpu_ledger, with_gpus
+from enginespec import (
+    EngineProcess,
+    GpuDevice,
+    GpuProcess,
+    GpuUse,
+    InvalidInputError,
+    Scanner,
+    gpu_ledger,
+    with_gpus,
+)
 from enginespec.watching import changed_fields
 from gpuhost import GIB, MIB, Host, build_nvml, engine, fdinfo_new, fdinfo_old
 from procs import Procs
@@ -226,7 +235,7 @@ def test_a_process_that_is_no_engine_is_listed_with_its_name(
     server = engine(600)
     devices = by_key(gpu_ledger([server], root=str(host.root)))
     assert devices[UUID0].other_processes == (
-        devices[UUID0].other_processes[0].__class__(pid=700, name="train.py\x1b[31m", memory_bytes=25 * GIB),
+        GpuProcess(pid=700, name="train.py\x1b[31m", memory_bytes=25 * GIB),
     )
     assert devices[UUID0].unattributed_bytes == 15 * GIB
 
