@@ -9,18 +9,20 @@ a host these functions read the same way. Only the pids they are given are read.
 
 from __future__ import annotations
 
-import ctypes
-import dataclasses
 import os
 import re
 import stat
-import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
+
+from enginespec._gpuids import UUID, normal_pci
+
+if TYPE_CHECKING:
+    from enginespec._nvml import NvmlDevice
 
 Vendor = Literal["nvidia", "amd", "intel", "other"]
 GpuSource = Literal["nvml", "fdinfo", "kfd", "fd"]
@@ -41,8 +43,6 @@ _NVIDIA_MAJOR = 195  # /dev/nvidia<minor>, nvidia-modeset 254, nvidiactl 255 (nv
 _NVIDIA_CONTROL_MINORS = (254, 255)
 _DRM_MAJOR = 226  # /dev/dri/card<N>, /dev/dri/renderD<N> (include/uapi/drm/drm.h: DRM_MAJOR)
 _VENDORS: Mapping[str, Vendor] = {"0x10de": "nvidia", "0x1002": "amd", "0x8086": "intel"}
-_PCI = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
-_UUID = re.compile(r"(GPU|MIG)-[0-9A-Za-z-]{1,80}")
 _READ_LIMIT = 1 << 16
 _UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
@@ -164,15 +164,6 @@ def _char_devices(root: str) -> dict[str, set[int]]:
     return majors
 
 
-def _normal_pci(text: str) -> str | None:
-    """``0000:01:00.0`` from a bus id as NVML (``00000000:01:00.0``) or sysfs write it."""
-    text = text.strip().lower()
-    if not _PCI.fullmatch(text):
-        return None
-    domain, rest = text.split(":", 1)
-    return f"{int(domain, 16):04x}:{rest}"
-
-
 # -- the host's devices --------------------------------------------------------------------------
 
 
@@ -188,27 +179,6 @@ class _Device:
     total: int | None = None
     used: int | None = None
     #: why its processes' bytes are unknown (NVML could not list them), or ``None``
-    problem: str | None = None
-
-
-@dataclass(frozen=True)
-class NvmlProcess:
-    pid: int
-    memory_bytes: int | None
-
-
-@dataclass(frozen=True)
-class NvmlDevice:
-    uuid: str
-    name: str | None
-    pci: str | None
-    index: int
-    mig_index: int | None
-    parent_uuid: str | None
-    total: int | None
-    used: int | None
-    #: ``None`` when NVML could not list them (``problem`` says why).
-    processes: tuple[NvmlProcess, ...] | None
     problem: str | None = None
 
 
@@ -241,10 +211,10 @@ def _read_nvidia(root: str, host: _Host) -> None:
     found = []
     for bus in _listdir(base):
         info = _information(_read(_path(base, bus, "information")) or "")
-        pci = _normal_pci(info.get("Bus Location", bus))
+        pci = normal_pci(info.get("Bus Location", bus))
         minor = _int(info.get("Device Minor"))
         uuid = info.get("GPU UUID", "")
-        key = uuid if _UUID.fullmatch(uuid) else f"pci:{pci or bus}"
+        key = uuid if UUID.fullmatch(uuid) else f"pci:{pci or bus}"
         found.append((pci or "", _Device(key=key, vendor="nvidia", name=info.get("Model") or None, pci=pci)))
         if minor is not None and minor not in _NVIDIA_CONTROL_MINORS:
             host.nvidia_minors[minor] = key
@@ -269,7 +239,7 @@ def _read_drm(root: str, host: _Host) -> None:
         if _int(major) != _DRM_MAJOR or _int(minor) is None:
             continue
         device_dir = _path(base, name, "device")
-        pci = _normal_pci(_link_name(device_dir) or "")
+        pci = normal_pci(_link_name(device_dir) or "")
         device = _by_pci(host, pci)
         if device is None:
             vendor = _VENDORS.get((_read(_path(device_dir, "vendor")) or "").strip(), "other")
@@ -345,238 +315,7 @@ def _merge_nvml(host: _Host, found: NvmlDevice) -> None:
     device.problem = found.problem
 
 
-# -- NVML, loaded at run time --------------------------------------------------------------------
-
-_NVML_SUCCESS = 0
-_NVML_INSUFFICIENT_SIZE = 7
-_NVML_VALUE_NOT_AVAILABLE = (1 << 64) - 1
-_NVML_ERRORS = {
-    1: "uninitialized",
-    2: "invalid argument",
-    3: "not supported",
-    4: "no permission",
-    9: "driver not loaded",
-    12: "library not found",
-    13: "function not found",
-    15: "GPU is lost",
-    18: "lib rm version mismatch",
-    999: "unknown error",
-}
-
-
-class _ProcessV1(ctypes.Structure):
-    _fields_ = (("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong))
-
-
-class _ProcessV2(ctypes.Structure):
-    _fields_ = (
-        ("pid", ctypes.c_uint),
-        ("usedGpuMemory", ctypes.c_ulonglong),
-        ("gpuInstanceId", ctypes.c_uint),
-        ("computeInstanceId", ctypes.c_uint),
-    )
-
-
-class _ProcessV3Cc(ctypes.Structure):
-    """The v3 struct of the first R535 drivers (a confidential-computing field at the end)."""
-
-    _fields_ = (*_ProcessV2._fields_, ("usedGpuCcProtectedMemory", ctypes.c_ulonglong))
-
-
-class _PciInfo(ctypes.Structure):
-    _fields_ = (
-        ("busIdLegacy", ctypes.c_char * 16),
-        ("domain", ctypes.c_uint),
-        ("bus", ctypes.c_uint),
-        ("device", ctypes.c_uint),
-        ("pciDeviceId", ctypes.c_uint),
-        ("pciSubSystemId", ctypes.c_uint),
-        ("busId", ctypes.c_char * 32),
-    )
-
-
-class _Memory(ctypes.Structure):
-    _fields_ = (("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong))
-
-
-class NvmlError(Exception):
-    """An NVML call failed (the message names the call and NVML's error)."""
-
-
-class _Nvml:
-    """An initialised NVML (kept for the life of the process: initialising takes a driver
-    round trip). Calls are serialised."""
-
-    def __init__(self, path: str) -> None:
-        self.lib = ctypes.CDLL(path)
-        init = self._symbol("nvmlInit_v2") or self._symbol("nvmlInit")
-        if init is None:
-            raise NvmlError(f"{path} has no nvmlInit")
-        self._check(init(), "nvmlInit")
-        self.lock = threading.Lock()
-        self.suffix, self.struct = self._process_api()
-
-    def _symbol(self, name: str) -> Any:
-        """The library's function of that name (returning an NVML status), or ``None``."""
-        try:
-            function = getattr(self.lib, name)
-        except AttributeError:
-            return None
-        function.restype = ctypes.c_int
-        return function
-
-    def _process_api(self) -> tuple[str, type[ctypes.Structure]]:
-        """Which process-list entry point and struct the driver has, as nvitop decides it
-        (nvitop/api/libnvml.py, 1.3): ``_v3`` with the v3 struct only where the confidential
-        computing API exists without the later detail-list API (the first R535 drivers), else
-        ``_v3`` with the v2 layout (released headers), else ``_v2``, else the unversioned v1."""
-        if self._symbol("nvmlDeviceGetComputeRunningProcesses_v3") is not None:
-            early_r535 = (
-                self._symbol("nvmlDeviceGetConfComputeMemSizeInfo") is not None
-                and self._symbol("nvmlDeviceGetRunningProcessDetailList") is None
-            )
-            return "_v3", _ProcessV3Cc if early_r535 else _ProcessV2
-        if self._symbol("nvmlDeviceGetComputeRunningProcesses_v2") is not None:
-            return "_v2", _ProcessV2
-        return "", _ProcessV1
-
-    @staticmethod
-    def _check(code: int, what: str) -> None:
-        if code != _NVML_SUCCESS:
-            raise NvmlError(f"{what}: {_NVML_ERRORS.get(code, f'error {code}')}")
-
-    def _call(self, name: str, *args: object) -> None:
-        function = self._symbol(name)
-        if function is None:
-            raise NvmlError(f"{name}: function not found")
-        self._check(function(*args), name)
-
-    def _text(self, name: str, handle: ctypes.c_void_p) -> str | None:
-        buffer = ctypes.create_string_buffer(96)
-        try:
-            self._call(name, handle, buffer, ctypes.c_uint(len(buffer)))
-        except NvmlError:
-            return None
-        return buffer.value.decode("utf-8", "replace") or None
-
-    def _processes(self, kind: str, handle: ctypes.c_void_p) -> list[NvmlProcess]:
-        function = self._symbol(f"nvmlDeviceGet{kind}RunningProcesses{self.suffix}")
-        if function is None:
-            return []
-        count = ctypes.c_uint(0)
-        code = function(handle, ctypes.byref(count), None)
-        if code == _NVML_SUCCESS:
-            return []
-        if code != _NVML_INSUFFICIENT_SIZE:
-            self._check(code, f"nvmlDeviceGet{kind}RunningProcesses")
-        count.value = count.value * 2 + 5  # room for processes started meanwhile
-        entries = (self.struct * count.value)()
-        self._check(function(handle, ctypes.byref(count), entries), f"nvmlDeviceGet{kind}RunningProcesses")
-        return [
-            NvmlProcess(
-                pid=entry.pid,
-                memory_bytes=None
-                if entry.usedGpuMemory == _NVML_VALUE_NOT_AVAILABLE
-                else entry.usedGpuMemory,
-            )
-            for entry in entries[: min(count.value, len(entries))]
-        ]
-
-    def _device(
-        self, handle: ctypes.c_void_p, index: int, mig_index: int | None, parent: NvmlDevice | None
-    ) -> NvmlDevice | None:
-        uuid = self._text("nvmlDeviceGetUUID", handle)
-        if uuid is None or not _UUID.fullmatch(uuid):
-            return None
-        pci = parent.pci if parent else None
-        if parent is None:
-            info = _PciInfo()
-            try:
-                self._call("nvmlDeviceGetPciInfo_v3", handle, ctypes.byref(info))
-                pci = _normal_pci(info.busId.decode("ascii", "replace"))
-            except NvmlError:
-                pass
-        memory = _Memory()
-        total: int | None
-        used: int | None
-        try:
-            self._call("nvmlDeviceGetMemoryInfo", handle, ctypes.byref(memory))
-            total, used = int(memory.total), int(memory.used)
-        except NvmlError:
-            total = used = None
-        # A pid in both lists (compute and graphics) holds one set of memory: counted once.
-        listed: dict[int, NvmlProcess] = {}
-        processes: tuple[NvmlProcess, ...] | None = None
-        problem = None
-        try:
-            for kind in ("Compute", "Graphics"):
-                for process in self._processes(kind, handle):
-                    listed.setdefault(process.pid, process)
-            processes = tuple(listed.values())
-        except NvmlError as err:
-            problem = f"NVML: {err}"
-        return NvmlDevice(
-            uuid=uuid,
-            name=self._text("nvmlDeviceGetName", handle),
-            pci=pci,
-            index=index,
-            mig_index=mig_index,
-            parent_uuid=parent.uuid if parent else None,
-            total=total,
-            used=used,
-            processes=processes,
-            problem=problem,
-        )
-
-    def _mig_handles(self, handle: ctypes.c_void_p) -> list[tuple[int, ctypes.c_void_p]]:
-        current, pending = ctypes.c_uint(0), ctypes.c_uint(0)
-        try:
-            self._call("nvmlDeviceGetMigMode", handle, ctypes.byref(current), ctypes.byref(pending))
-        except NvmlError:
-            return []  # not a MIG-capable GPU
-        if current.value != 1:
-            return []
-        count = ctypes.c_uint(0)
-        self._call("nvmlDeviceGetMaxMigDeviceCount", handle, ctypes.byref(count))
-        found = []
-        getter = self._symbol("nvmlDeviceGetMigDeviceHandleByIndex")
-        for slot in range(min(count.value, 64)):
-            mig = ctypes.c_void_p()
-            if getter is not None and getter(handle, ctypes.c_uint(slot), ctypes.byref(mig)) == _NVML_SUCCESS:
-                found.append((slot, mig))
-        return found
-
-    def devices(self) -> tuple[NvmlDevice, ...]:
-        with self.lock:
-            count = ctypes.c_uint(0)
-            self._call("nvmlDeviceGetCount_v2", ctypes.byref(count))
-            result = []
-            for index in range(min(count.value, 64)):
-                handle = ctypes.c_void_p()
-                try:  # a GPU fallen off the bus leaves the others readable
-                    self._call("nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(handle))
-                    device = self._device(handle, index, None, None)
-                    migs = self._mig_handles(handle) if device is not None else []
-                except NvmlError:
-                    continue
-                if device is None:
-                    continue
-                # In MIG mode each instance lists its own processes: the GPU's own list (an
-                # aggregate, for the privileged) would count them twice.
-                result.append(device if not migs else _without_processes(device))
-                for slot, mig in migs:
-                    instance = self._device(mig, index, slot, device)
-                    if instance is not None:
-                        result.append(instance)
-            return tuple(result)
-
-
-def _without_processes(device: NvmlDevice) -> NvmlDevice:
-    return dataclasses.replace(device, processes=())
-
-
-_loaded: dict[str, _Nvml | str] = {}
-_loading = threading.Lock()
+# -- NVML ----------------------------------------------------------------------------------------
 
 
 def nvml_devices(
@@ -584,26 +323,15 @@ def nvml_devices(
 ) -> tuple[tuple[NvmlDevice, ...] | None, str | None]:
     """NVML's devices and their processes, or ``None`` and why. NVML is tried when
     ``ENGINESPEC_NVML_LIBRARY`` names a library, or on a live host (``root`` ``/``) whose NVIDIA
-    driver lists a GPU; a failure to load it is remembered (not retried every poll)."""
+    driver lists a GPU (``enginespec._nvml``, and ctypes, are imported only then)."""
     path = os.environ.get(NVML_LIBRARY_ENV)
     if not path:
         if os.path.realpath(root) != "/" or not nvidia_listed:
             return None, None
         path = "libnvidia-ml.so.1"
-    with _loading:
-        nvml = _loaded.get(path)
-        if nvml is None:
-            try:
-                nvml = _Nvml(path)
-            except (OSError, NvmlError) as err:
-                nvml = f"NVML not loaded ({path}): {err}"
-            _loaded[path] = nvml
-    if isinstance(nvml, str):
-        return None, nvml
-    try:
-        return nvml.devices(), None
-    except NvmlError as err:
-        return None, f"NVML: {err}"
+    from enginespec._nvml import query
+
+    return query(path)
 
 
 # -- what a process tree holds -------------------------------------------------------------------
@@ -680,7 +408,7 @@ def drm_client(text: str) -> tuple[tuple[str, str] | None, _Client]:
         if sep:
             fields[key.strip()] = value.strip()
     client_id = fields.get("drm-client-id")
-    pdev = _normal_pci(fields.get("drm-pdev", "")) or fields.get("drm-pdev", "")
+    pdev = normal_pci(fields.get("drm-pdev", "")) or fields.get("drm-pdev", "")
     client_key = (pdev, client_id) if client_id is not None else None
     regions: dict[str, int] = {}
     for prefix in ("drm-memory-", "drm-total-", "drm-resident-"):  # later ones win
