@@ -36,6 +36,7 @@ from enginespec.errors import (
     UnknownEngineError,
 )
 from enginespec.failures import Failure, FailureKind, FailurePattern, Failures
+from enginespec.gpus import GpuDevice, GpuProcess, GpuUse
 from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
 from enginespec.lifecycle import (
     LaunchFailed,
@@ -52,7 +53,7 @@ from enginespec.lifecycle import (
 from enginespec.logbook import LogLine
 from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
 from enginespec.recipe import DockerRuntime, NativeRuntime, Recipe
-from enginespec.scanning import EngineProcess, ScanStats, scan
+from enginespec.scanning import EngineProcess, ScanStats, gpu_ledger, scan, with_gpus
 from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import Health, HealthState
@@ -103,6 +104,9 @@ __all__ = [
     "Failures",
     "FamilyDefault",
     "Flags",
+    "GpuDevice",
+    "GpuProcess",
+    "GpuUse",
     "Health",
     "HealthChanged",
     "HealthState",
@@ -153,9 +157,11 @@ __all__ = [
     "event_json",
     "event_schema",
     "get_engine_spec",
+    "gpu_ledger",
     "launch",
     "parse_argv",
     "parse_event",
     "redact_argv",
     "scan",
+    "with_gpus",
 ]

@@ -34,11 +34,12 @@ from enginespec.errors import (
     RecipeFileError,
     UnknownEngineError,
 )
+from enginespec.gpus import GpuDevice, GpuUse
 from enginespec.health import check_all, check_health
 from enginespec.installing import InstallOptions, ProgressEvent
 from enginespec.layout import EMPTY, Column, fit, lines
 from enginespec.recipe import Recipe
-from enginespec.scanning import EngineProcess
+from enginespec.scanning import EngineProcess, gpu_ledger, unique_engine_ids
 from enginespec.spec import EngineSpec
 from enginespec.version import __version__
 from enginespec.watching import Changed, HealthChanged, Scanner, Stopped, Watch, WatchEvent, event_json
@@ -145,6 +146,8 @@ PS_COLUMNS = (
     Column("LISTENING", shorten="end", minimum=9, drop=1),
     # other processes on the server's own address and port (SO_REUSEPORT)
     Column("PORT SHARED WITH", shorten="end", minimum=9, drop=1),
+    # the GPUs the tree holds and the bytes (`0,1 38.2G`): left out when no engine holds one
+    Column("GPU", shorten="end", minimum=5, drop=7),
     Column("HEALTH"),
 )
 
@@ -153,6 +156,28 @@ def _published(port: PublishedPort) -> str:
     """``0.0.0.0:8001->8000``, ``[::]:8001->8000``: as ``docker ps`` shows a published port."""
     address = f"[{port.host_address}]" if ":" in port.host_address else port.host_address
     return f"{address}:{port.host_port}->{port.container_port}"
+
+
+def _size(size: int | None) -> str:
+    """``38.2G``, ``512M`` (binary units, as nvidia-smi counts), ``?`` when unknown."""
+    if size is None:
+        return "?"
+    return f"{size / 2**30:.1f}G" if size >= 2**30 else f"{size / 2**20:.0f}M"
+
+
+def _gpu_name(index: int | None, mig_index: int | None, device: str) -> str:
+    if index is None:
+        return device
+    return f"{index}:{mig_index}" if mig_index is not None else str(index)
+
+
+def _gpu_cell(uses: Sequence[GpuUse]) -> str:
+    """``0,1 38.2G``: the GPUs a tree holds and the bytes summed (``?`` if a GPU's are unknown)."""
+    if not uses:
+        return EMPTY
+    names = ",".join(_gpu_name(u.index, u.mig_index, u.device) for u in uses)
+    known = [u.memory_bytes for u in uses]
+    return f"{names} {_size(None if None in known else sum(b or 0 for b in known))}"
 
 
 def _ps_row(p: EngineProcess, state: str | None) -> list[str]:
@@ -170,6 +195,7 @@ def _ps_row(p: EngineProcess, state: str | None) -> list[str]:
         p.supervisor or EMPTY,
         ", ".join(map(str, p.listen_ports)) or EMPTY,
         ", ".join(map(str, p.port_conflicts)) or EMPTY,
+        _gpu_cell(p.gpus),
         *([state] if state is not None else []),
     ]
 
@@ -283,6 +309,47 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         pass
     finally:
         watch.close()
+    return 0
+
+
+def gpu_lines(devices: Sequence[GpuDevice], processes: Sequence[EngineProcess]) -> list[str]:
+    """The ledger as text lines: per GPU its figures, then who holds how much of it."""
+    models = {engine_id: p for engine_id, p in zip(unique_engine_ids(processes), processes, strict=True)}
+    out = []
+    for device in devices:
+        used = f"{_size(device.memory_used_bytes)} / {_size(device.memory_total_bytes)} used"
+        where = " ".join(part for part in (device.device, device.pci_bus_id) if part)
+        name = _gpu_name(device.index, device.mig_index, device.device)
+        out.append(literal(f"GPU {name}  {device.name or '?'}  {where}  {used}"))
+        for engine_id, size in device.engines.items():
+            process = models.get(engine_id)
+            what = f" pid {process.pid} {process.model or '?'}" if process else ""
+            orphan = "  orphan: reclaimable" if engine_id in device.reclaimable else ""
+            out.append(literal(f"  {_size(size):>7}  {engine_id}{what}{orphan}"))
+        for other in device.other_processes:
+            out.append(
+                literal(f"  {_size(other.memory_bytes):>7}  pid {other.pid} {other.name or '?'} (no engine)")
+            )
+        if device.unattributed_bytes:
+            out.append(f"  {_size(device.unattributed_bytes):>7}  unattributed")
+        if device.problem:
+            out.append(literal(f"  note: {device.problem}"))
+    for engine_id, process in models.items():
+        if process.gpus_unknown:
+            out.append(literal(f"{engine_id} pid {process.pid}: GPUs unknown: {process.gpus_unknown}"))
+    return out
+
+
+def _cmd_gpus(args: argparse.Namespace) -> int:
+    processes = Scanner(listen_ports=False).scan()
+    devices = gpu_ledger(processes)
+    if args.json:
+        print(json.dumps([device.model_dump(mode="json") for device in devices], indent=2))
+        return 0
+    if not devices:
+        print("no GPUs found on this host")
+    for line in gpu_lines(devices, processes):
+        print(line)
     return 0
 
 
@@ -439,6 +506,15 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=_positive_seconds, default=2.0, help="deadline of all health checks (seconds)"
     )
     ps.set_defaults(handler=_cmd_ps)
+    gpus = commands.add_parser(
+        "gpus",
+        help="which engine holds which GPU, and how much of it",
+        description="Lists the host's GPUs (from the drivers' own files; bytes for NVIDIA from NVML "
+        "when its library loads), the engines holding each, the other processes on it and what is "
+        "unattributed. Lists every process's open files to find those others (more than ps reads).",
+    )
+    gpus.add_argument("--json", action="store_true", help="print a JSON list of GpuDevice objects")
+    gpus.set_defaults(handler=_cmd_gpus)
     health = commands.add_parser(
         "health",
         help="check an engine server's health; exit 0 only when ready",

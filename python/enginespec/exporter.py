@@ -19,8 +19,9 @@ from prometheus_client import start_http_server, write_to_textfile
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from enginespec.gpus import GpuDevice
 from enginespec.health import check_all
-from enginespec.scanning import EngineProcess, Scanner
+from enginespec.scanning import EngineProcess, Scanner, gpu_ledger, unique_engine_ids
 from enginespec.status import Health, HealthState
 
 _STATES: tuple[HealthState, ...] = get_args(HealthState)
@@ -48,6 +49,8 @@ class Snapshot:
     #: processes that could not be read, summed over every scan so far.
     scan_errors: int = 0
     scans: int = 0
+    #: the host's GPUs, when it has any.
+    gpus: tuple[GpuDevice, ...] = ()
 
 
 def _label(value: str) -> str:
@@ -74,21 +77,6 @@ def _info_labels(process: EngineProcess) -> list[str]:
         process.container.id if process.container else "",
     ]
     return [_label(value) for value in values]
-
-
-def _unique_ids(processes: list[EngineProcess]) -> list[str]:
-    """Each process's engine_id; when two running engines have the same one (the same engine,
-    model and port: sharing it through SO_REUSEPORT), the later ones get their pid appended, as
-    two series with the same labels would make Prometheus reject the whole scrape."""
-    seen: set[str] = set()
-    ids = []
-    for process in processes:
-        engine_id = process.engine_id
-        if engine_id in seen:
-            engine_id = f"{engine_id}-pid{process.pid}"
-        seen.add(engine_id)
-        ids.append(engine_id)
-    return ids
 
 
 class EngineCollector(Collector):
@@ -124,7 +112,7 @@ class EngineCollector(Collector):
             labels=["engine_id"],
         )
         for index, (process, unique_id) in enumerate(
-            zip(snapshot.processes, _unique_ids(snapshot.processes), strict=True)
+            zip(snapshot.processes, unique_engine_ids(snapshot.processes), strict=True)
         ):
             engine_id = [unique_id]
             info.add_metric([unique_id, *_info_labels(process)[1:]], 1)
@@ -138,12 +126,51 @@ class EngineCollector(Collector):
                 for name in _STATES:
                     state.add_metric([unique_id, name], 1 if health.state == name else 0)
         yield from (info, up, ready, state, started, workers, conflict)
+        yield from _gpu_metrics(snapshot)
         duration = GaugeMetricFamily("enginespec_scan_duration_seconds", "How long the last scan took")
         duration.add_metric([], snapshot.scan_seconds)
         yield duration
         errors = CounterMetricFamily("enginespec_scan_errors", "Processes a scan could not read")
         errors.add_metric([], snapshot.scan_errors)
         yield errors
+
+
+def _gpu_label(device: GpuDevice) -> str:
+    """A GPU's label: its NVML/ROCm index (``0``; ``0:1`` for a MIG instance), else its key."""
+    if device.index is None:
+        return _label(device.device)
+    return f"{device.index}:{device.mig_index}" if device.mig_index is not None else str(device.index)
+
+
+def _gpu_metrics(snapshot: Snapshot) -> Iterator[Metric]:
+    """Per engine and GPU the bytes its tree holds (when known); per GPU the driver's total and
+    used figures and what no engine or listed process accounts for."""
+    held = GaugeMetricFamily(
+        "enginespec_engine_gpu_memory_bytes",
+        "GPU memory the engine's process tree holds",
+        labels=["engine_id", "gpu"],
+    )
+    labels = {device.device: _gpu_label(device) for device in snapshot.gpus}
+    for process, unique_id in zip(snapshot.processes, unique_engine_ids(snapshot.processes), strict=True):
+        for use in process.gpus:
+            if use.memory_bytes is not None:
+                held.add_metric([unique_id, labels.get(use.device, _label(use.device))], use.memory_bytes)
+    yield held
+    for name, what, attribute in (
+        ("total", "Memory of the GPU", "memory_total_bytes"),
+        ("used", "Memory of the GPU in use, as the driver says", "memory_used_bytes"),
+        (
+            "unattributed",
+            "Memory in use on the GPU that no engine or listed process holds",
+            "unattributed_bytes",
+        ),
+    ):
+        family = GaugeMetricFamily(f"enginespec_gpu_memory_{name}_bytes", what, labels=["gpu"])
+        for device in snapshot.gpus:
+            value = getattr(device, attribute)
+            if value is not None:
+                family.add_metric([labels[device.device]], value)
+        yield family
 
 
 def _refresh(scanner: Scanner, collector: EngineCollector, health: bool, interval: float) -> None:
@@ -160,6 +187,7 @@ def _refresh(scanner: Scanner, collector: EngineCollector, health: bool, interva
         scan_seconds=seconds,
         scan_errors=previous.scan_errors + scanner.stats.unreadable,
         scans=previous.scans + 1,
+        gpus=gpu_ledger(processes, all_processes=False, reread=False),
     )
 
 

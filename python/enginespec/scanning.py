@@ -33,6 +33,8 @@ from enginespec.containers import (
     published_ports,
 )
 from enginespec.definition import EngineDefinition, Fact
+from enginespec.errors import InvalidInputError
+from enginespec.gpus import EngineTree, GpuDevice, GpuReader, GpuUse, Held, ledger
 from enginespec.registry import all_engines
 from enginespec.settings import MAX_ENVIRON_BYTES, Source, merge, read_outside, serves_by_environment
 from enginespec.signature import signatures_json
@@ -95,6 +97,11 @@ class EngineProcess(Invocation):
     container: Container | None = None
     private_network: bool = False
     published: tuple[PublishedPort, ...] = ()
+    #: the GPUs the tree (server and workers) holds, each counted once (see ``enginespec.gpus``).
+    gpus: tuple[GpuUse, ...] = ()
+    #: why the tree's GPU set is not (wholly) known (fds another user's, a CUDA device the driver
+    #: does not list), or ``None``.
+    gpus_unknown: str | None = None
     #: the engine's API key from its argv: used by health checks, never shown or serialised.
     _api_key: str | None = PrivateAttr(default=None)
 
@@ -177,9 +184,10 @@ class Scanner:
 
     ``scan()`` never raises because of a process: vanished, zombie, unreadable (permissions,
     hidepid) and retitled processes are skipped or handled and counted in :attr:`stats`.
+    ``gpus=False``: leave ``EngineProcess.gpus`` empty (nothing of the GPUs is read).
     """
 
-    def __init__(self, *, listen_ports: bool = True, config: Config | None = None) -> None:
+    def __init__(self, *, listen_ports: bool = True, config: Config | None = None, gpus: bool = True) -> None:
         config = config or Config()
         self._specs = all_engines()
         self._backend = ScannerType(
@@ -217,6 +225,8 @@ class Scanner:
         self._rules: list[ProxyRule] = []
         self._proxies_due = -math.inf
         self._shown: dict[int, _Shown] = {}
+        self._gpus = GpuReader("/") if gpus else None
+        self._gpu_views: dict[int, tuple[EngineProcess, EngineProcess]] = {}
 
     @property
     def stats(self) -> ScanStats:
@@ -303,7 +313,10 @@ class Scanner:
         alive = {(p.pid, p.start_time) for p in result}
         self._places = {key: place for key, place in self._places.items() if key in alive}
         self._serving = {key: known for key, known in self._serving.items() if key in alive}
-        return self._publish(result)
+        result = self._publish(result)
+        if self._gpus is not None:
+            result, self._gpu_views = with_held(result, self._gpus.read(trees(result)), self._gpu_views)
+        return result
 
     def _serves(self, item: RawProcess) -> bool:
         """Whether a follower is its deployment's server by its environment (read once)."""
@@ -476,3 +489,84 @@ class Scanner:
 def scan(*, listen_ports: bool = True, config: Config | None = None) -> list[EngineProcess]:
     """One-shot scan of this host (keep a :class:`Scanner` for polling)."""
     return Scanner(listen_ports=listen_ports, config=config).scan()
+
+
+def trees(processes: Sequence[EngineProcess]) -> list[tuple[int, ...]]:
+    """Each engine's process tree: the server (or orphan) and its workers."""
+    return [(p.pid, *p.worker_pids) for p in processes]
+
+
+def with_held(
+    processes: Sequence[EngineProcess],
+    held: Sequence[Held],
+    views: Mapping[int, tuple[EngineProcess, EngineProcess]],
+) -> tuple[list[EngineProcess], dict[int, tuple[EngineProcess, EngineProcess]]]:
+    """The processes with the GPUs their trees hold; an unchanged one is the same object as in
+    the previous result (``views``: pid -> (process, with GPUs)), so a watch sees no change."""
+    result = []
+    shown = {}
+    for process, (uses, unknown) in zip(processes, held, strict=True):
+        entry = views.get(process.pid)
+        if (
+            entry is not None
+            and entry[0] is process
+            and (entry[1].gpus, entry[1].gpus_unknown) == (uses, unknown)
+        ):
+            view = entry[1]
+        elif (process.gpus, process.gpus_unknown) == (uses, unknown):
+            view = process
+        else:
+            view = process.model_copy(update={"gpus": uses, "gpus_unknown": unknown})
+            view._api_key = process._api_key
+        shown[process.pid] = (process, view)
+        result.append(view)
+    return result, shown
+
+
+def with_gpus(
+    processes: Sequence[EngineProcess], *, root: str = "/", nvml: bool = True
+) -> list[EngineProcess]:
+    """The processes with the GPUs their trees hold, read on the host under ``root`` (a fixture
+    host: a directory laid out like ``/``); what a scan fills in."""
+    return with_held(processes, GpuReader(root, nvml=nvml).read(trees(processes)), {})[0]
+
+
+def unique_engine_ids(processes: Sequence[EngineProcess]) -> list[str]:
+    """Each process's engine_id; when two running engines have the same one (the same engine,
+    model and port: sharing it through SO_REUSEPORT), the later ones get their pid appended, as
+    two series with the same labels would make Prometheus reject the whole scrape."""
+    seen: set[str] = set()
+    ids = []
+    for process in processes:
+        engine_id = process.engine_id
+        if engine_id in seen:
+            engine_id = f"{engine_id}-pid{process.pid}"
+        seen.add(engine_id)
+        ids.append(engine_id)
+    return ids
+
+
+def gpu_ledger(
+    processes: Sequence[EngineProcess] | None = None,
+    *,
+    root: str = "/",
+    nvml: bool = True,
+    all_processes: bool = True,
+    reread: bool = True,
+) -> tuple[GpuDevice, ...]:
+    """One :class:`~enginespec.gpus.GpuDevice` per GPU of the host under ``root``: which engine
+    holds how much of it (orphaned trees marked ``reclaimable``), which other processes, and what
+    is unattributed. ``processes`` default to a scan of this host. With ``all_processes`` every
+    process's open files are listed to find the other holders (more than a scan reads); NVML's
+    own lists are used whenever NVML loads. ``reread=False`` takes what the trees hold from the
+    records (``gpus``, as their scan read it) and reads only the devices."""
+    if processes is None:
+        if os.path.realpath(root) != "/":
+            raise InvalidInputError(f"processes: a scan reads this host, not the host under root={root!r}")
+        processes = scan(listen_ports=False)
+    engines = [
+        EngineTree(engine_id, (p.pid, *p.worker_pids), p.role == "orphan")
+        for engine_id, p in zip(unique_engine_ids(processes), processes, strict=True)
+    ]
+    held = None if reread else [(p.gpus, p.gpus_unknown) for p in processes]
+    return ledger(engines, root=root, nvml=nvml, all_processes=all_processes, held=held)

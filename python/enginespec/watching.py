@@ -46,6 +46,7 @@ ChangedField = Literal[
     "worker_pids",
     "listen_ports",
     "argv",
+    "gpus",
 ]
 CHANGED_FIELDS: tuple[ChangedField, ...] = (
     "model",
@@ -58,6 +59,7 @@ CHANGED_FIELDS: tuple[ChangedField, ...] = (
     "worker_pids",
     "listen_ports",
     "argv",
+    "gpus",
 )
 #: How long the kernel has to answer the subscription before the watch polls.
 ACK_TIMEOUT = 1.0
