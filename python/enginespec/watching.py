@@ -10,8 +10,9 @@ only later. ``/proc`` is the source of truth either way: events only say where t
 
 The JSON form of an event (:func:`event_json`, parsed back by :func:`parse_event`; schema from
 :func:`event_schema`) is stable: an object with a ``type`` (``started``, ``changed``,
-``stopped``, or a health state), ``monotonic`` (``time.monotonic()`` seconds when it was seen),
-and ``process`` (an ``EngineProcess``; ``identity`` for ``stopped``).
+``stopped``, ``worker_lost``, ``recovered``, or a health state), ``monotonic``
+(``time.monotonic()`` seconds when it was seen), and ``process`` (an ``EngineProcess``;
+``identity`` for ``stopped``).
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from typing import Annotated, Any, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from enginespec.errors import InvalidInputError
-from enginespec.health import check_all
 from enginespec.scanning import EngineProcess
 from enginespec.scanning import Scanner as _Scanner
 from enginespec.status import Health, HealthState
+from enginespec.vitals import EngineMonitor, WorkerExit
 
 #: What a ``changed`` event can name, in this order.
 ChangedField = Literal[
@@ -130,7 +131,33 @@ class HealthChanged(BaseModel):
     previous: HealthState | None = None
 
 
-WatchEvent: TypeAlias = Annotated[Started | Changed | Stopped | HealthChanged, Field(discriminator="type")]
+class WorkerLost(BaseModel):
+    """A remembered worker of a server that was ready exited (see :mod:`enginespec.vitals`);
+    the server's health turns ``unhealthy`` with it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["worker_lost"] = "worker_lost"
+    monotonic: float
+    process: EngineProcess
+    worker: WorkerExit
+
+
+class Recovered(BaseModel):
+    """An engine that was ``stalled`` makes progress again (``health`` is its new state)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["recovered"] = "recovered"
+    monotonic: float
+    process: EngineProcess
+    health: Health
+    previous: HealthState
+
+
+WatchEvent: TypeAlias = Annotated[
+    Started | Changed | Stopped | HealthChanged | WorkerLost | Recovered, Field(discriminator="type")
+]
 _EVENTS: TypeAdapter[WatchEvent] = TypeAdapter(WatchEvent)
 
 
@@ -190,6 +217,8 @@ class Watch:
         health_interval: float,
         health_timeout: float,
         poll: bool,
+        load: bool = True,
+        stall_after: float | None = None,
     ) -> None:
         if not interval > 0:
             raise InvalidInputError(f"interval: must be a positive number of seconds, not {interval!r}")
@@ -201,6 +230,8 @@ class Watch:
         self._interval = interval
         self._health_interval = health_interval
         self._health_timeout = health_timeout
+        #: remembers each engine's workers and load between checks (worker loss, busy, stalled)
+        self._monitor = EngineMonitor(timeout=health_timeout, stall_after=stall_after, load=load)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._current: dict[_Key, EngineProcess] = {}
@@ -239,6 +270,10 @@ class Watch:
             self._states = {key: state for key, state in self._states.items() if key in self._current}
             for event in events:
                 self._sink(event)
+            self._monitor.forget(processes)
+            now = time.monotonic()
+            for process, worker in self._monitor.lost_workers(processes):
+                self._sink(WorkerLost(monotonic=now, process=process, worker=worker))
 
     def _scan_loop(self) -> None:
         try:
@@ -261,23 +296,34 @@ class Watch:
                 with self._lock:
                     current = dict(self._current)
                 processes = list(current.values())
-                healths = check_all(processes, timeout=self._health_timeout) if processes else []
+                vitals = self._monitor.check(processes) if processes else []
                 with self._lock:
-                    for process, health in zip(processes, healths, strict=True):
+                    for process, found in zip(processes, vitals, strict=True):
+                        health = found.health
                         key = (process.pid, process.start_time)
                         previous = self._states.get(key)
                         if key not in self._current or previous == health.state:
                             continue
                         self._states[key] = health.state
+                        now = time.monotonic()
                         self._sink(
                             HealthChanged(
                                 type=health.state,
-                                monotonic=time.monotonic(),
+                                monotonic=now,
                                 process=self._current[key],
                                 health=health,
                                 previous=previous,
                             )
                         )
+                        if previous == "stalled" and health.state in ("ready", "busy"):
+                            self._sink(
+                                Recovered(
+                                    monotonic=now,
+                                    process=self._current[key],
+                                    health=health,
+                                    previous=previous,
+                                )
+                            )
                 if self._stop.wait(self._health_interval):
                     return
         except BaseException as err:
@@ -338,12 +384,18 @@ class Scanner(_Scanner):
         health_interval: float = 2.0,
         health_timeout: float = 2.0,
         poll: bool = False,
+        load: bool = True,
+        stall_after: float | None = None,
     ) -> Watch:
         """A blocking iterator of events (see the module's docstring). ``interval``: how often the
         engines are re-checked (workers, ports, argv rewrites) and, when polling, how often
         ``/proc`` is scanned. ``health``: also check every engine's health every
         ``health_interval`` seconds, on its own thread (a slow engine never delays a scan), and
-        report each change of state. ``poll``: do not use the kernel's process events."""
+        report each change of state. ``poll``: do not use the kernel's process events. ``load``:
+        the health checks also read each engine's load (one more request per engine and check),
+        which tells ``busy`` and ``stalled`` engines (``stall_after`` seconds; see
+        :mod:`enginespec.vitals`). Workers of a ready server are watched on every scan: their exit
+        is a ``worker_lost`` event."""
         return Watch(
             self,
             interval=interval,
@@ -351,6 +403,8 @@ class Scanner(_Scanner):
             health_interval=health_interval,
             health_timeout=health_timeout,
             poll=poll,
+            load=load,
+            stall_after=stall_after,
         )
 
     def watch_async(
@@ -361,6 +415,8 @@ class Scanner(_Scanner):
         health_interval: float = 2.0,
         health_timeout: float = 2.0,
         poll: bool = False,
+        load: bool = True,
+        stall_after: float | None = None,
     ) -> AsyncIterator[WatchEvent]:
         """:meth:`watch` as an async iterator (the scanning runs on threads, never in the loop)."""
         return self.watch(
@@ -369,4 +425,6 @@ class Scanner(_Scanner):
             health_interval=health_interval,
             health_timeout=health_timeout,
             poll=poll,
+            load=load,
+            stall_after=stall_after,
         )._aiter()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from enginespec.definition import Launch, Serving, Settings
+from enginespec.definition import Launch, LoadMetrics, Serving, Settings
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -104,4 +104,9 @@ SPEC = OllamaSpec(
     # OLLAMA_HOST is `host:port`, `:port`, `host`, or a URL `http://host:port` (envconfig/config.go
     # Host(): scheme cut at `://`, a path after `/` dropped, net.SplitHostPort).
     settings=Settings(environment={"OLLAMA_HOST": "address"}, runner_environment=False),
+    # No Prometheus metrics and no request counts (v0.33.0-rc2 fb307609): `GET /api/ps` lists the
+    # loaded models (api/types.go ProcessModelResponse), which is all the load it tells.
+    load=LoadMetrics(
+        kind="ollama_ps", path="/api/ps", note="Ollama reports the models it has loaded, no request counts"
+    ),
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enginespec.definition import FamilyDefault, Flags, Launch, Package, Serving, Settings
+from enginespec.definition import FamilyDefault, Flags, Launch, LoadMetrics, Package, Serving, Settings
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -102,4 +102,16 @@ SPEC = SglangSpec(
     # `--config FILE.yaml`: keys are flag names; the command line wins (SGLang 0.5.23,
     # python/sglang/srt/utils/server_args_config_parser.py).
     settings=Settings(config_flag="--config"),
+    # `/metrics` only with `--enable-metrics` (python/sglang/srt/metrics/collector.py,
+    # SchedulerMetricsCollector and TokenizerMetricsCollector; docs/references/production_metrics.md):
+    # `sglang:token_usage` is the share of the KV pool's tokens in use, 0..1.
+    load=LoadMetrics(
+        kind="prometheus",
+        enable_flag="--enable-metrics",
+        requests_running=("sglang:num_running_reqs",),
+        requests_waiting=("sglang:num_queue_reqs",),
+        kv_cache_usage=("sglang:token_usage",),
+        prompt_tokens=("sglang:prompt_tokens_total",),
+        generated_tokens=("sglang:generation_tokens_total",),
+    ),
 )
