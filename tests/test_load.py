@@ -16,37 +16,7 @@ from enginespec.errors import InvalidInputError
 from enginespec.load import STALL_ENV, EngineLoad, check_load, check_load_all, check_load_async, parse_metrics
 from enginespec.registry import all_engines
 from fakeserver import Answer, serving
-from loadkit import engine_for
-
-TEXT = "text/plain; version=0.0.4"
-
-
-def vllm_metrics(
-    generated: float, *, running: int = 2, waiting: int = 1, kv: str = "kv_cache_usage_perc"
-) -> bytes:
-    """vLLM's exposition with two engine cores (data parallel), as PrometheusStatLogger writes it."""
-    lines = [
-        "# HELP vllm:num_requests_running Number of requests in model execution batches.",
-        "# TYPE vllm:num_requests_running gauge",
-        f'vllm:num_requests_running{{engine="0",model_name="m"}} {running}.0',
-        f'vllm:num_requests_running{{engine="1",model_name="m"}} {running}.0',
-        "# TYPE vllm:num_requests_waiting gauge",
-        f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting}.0',
-        'vllm:num_requests_waiting{engine="1",model_name="m"} 0.0',
-        f"# TYPE vllm:{kv} gauge",
-        f'vllm:{kv}{{engine="0",model_name="m"}} 0.25',
-        f'vllm:{kv}{{engine="1",model_name="m"}} 0.75',
-        "# TYPE vllm:prompt_tokens counter",
-        'vllm:prompt_tokens_total{engine="0",model_name="m"} 1000.0',
-        'vllm:prompt_tokens_total{engine="1",model_name="m"} 24.0',
-        "# TYPE vllm:generation_tokens counter",
-        f'vllm:generation_tokens_total{{engine="0",model_name="m"}} {generated}',
-        'vllm:generation_tokens_total{engine="1",model_name="m"} 0.0',
-        "# TYPE vllm:time_to_first_token_seconds histogram",
-        'vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="m"} 3.0',
-        'vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 3.0',
-    ]
-    return ("\n".join(lines) + "\n").encode()
+from loadkit import TEXT, engine_for, vllm_metrics
 
 
 def metrics(answer: bytes) -> Answer:

@@ -4,23 +4,27 @@ both backends."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
 import signal
 import socket
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from enginespec.scanning import EngineProcess, Scanner
 from enginespec.vitals import EngineMonitor
-from enginespec.watching import HealthChanged, Recovered, WorkerLost
+from enginespec.watching import HealthChanged, Recovered, Watch, WatchEvent, WorkerLost
 from enginespec.watching import Scanner as WatchingScanner
 from fakeserver import Answer, FakeEngine, bound_socket, serving
+from loadkit import TEXT, vllm_metrics
 from procs import Procs, wait_for
-from test_load import TEXT, vllm_metrics
 
 WORKERS = 20
 
@@ -157,14 +161,14 @@ def _advancing(start: int = 0) -> list[Answer]:
 
 def test_a_probe_timing_out_while_tokens_advance_is_busy_never_unhealthy(procs: Procs) -> None:
     sock = bound_socket()
-    routes = {"/health": [Answer(200, delay=1.0)], "/metrics": _advancing()}
+    routes = {"/health": [Answer(200, delay=5.0)], "/metrics": _advancing()}
     with serving(routes, sock=sock):
         process = _server(procs, sock, ["VLLM::EngineCore"])
-        monitor = EngineMonitor(timeout=0.3, stall_after=0.5)
-        verdicts = [monitor.check([process])[0] for _ in range(6)]
+        monitor = EngineMonitor(timeout=1.0, stall_after=0.5)
+        verdicts = [monitor.check([process])[0] for _ in range(4)]
     states = [v.health.state for v in verdicts]
-    assert states == ["busy"] * 6, [v.health.reason for v in verdicts]
-    assert "no answer from /health within 0.3s, but its token counters advance" in verdicts[-1].health.reason
+    assert states == ["busy"] * 4, [v.health.reason for v in verdicts]
+    assert "no answer from /health within 1s, but its token counters advance" in verdicts[-1].health.reason
 
 
 def test_a_probe_timing_out_with_frozen_counters_and_requests_pending_stalls(procs: Procs) -> None:
@@ -208,45 +212,62 @@ def test_without_metrics_the_trees_cpu_time_is_the_weaker_sign(procs: Procs) -> 
     assert quiet.reason == "no answer from /health within 0.5s"
 
 
+class _Events:
+    """A watch's events read on a thread, so a test waits for one with a deadline."""
+
+    def __init__(self, watch: Watch) -> None:
+        self.watch = watch
+        self.queue: queue.Queue[WatchEvent] = queue.Queue()
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        with contextlib.suppress(Exception):
+            for event in self.watch:
+                self.queue.put(event)
+
+    def until(self, predicate: Callable[[WatchEvent], bool], timeout: float = 30.0) -> WatchEvent:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            assert left > 0, "the event did not come"
+            try:
+                event = self.queue.get(timeout=left)
+            except queue.Empty:
+                continue
+            if predicate(event):
+                return event
+
+
+def _about(
+    process: EngineProcess, kind: type[BaseModel], state: str | None = None
+) -> Callable[[WatchEvent], bool]:
+    def match(event: WatchEvent) -> bool:
+        mine = isinstance(event, kind) and event.process.pid == process.pid  # type: ignore[attr-defined]
+        return mine and (state is None or event.type == state)
+
+    return match
+
+
 def test_watch_emits_worker_lost_then_unhealthy(
     procs: Procs, healthy: tuple[socket.socket, FakeEngine]
 ) -> None:
     sock, _ = healthy
     process = _server(procs, sock, ["VLLM::EngineCore", "VLLM::Worker_TP0"])
     watch = WatchingScanner().watch(0.1, health=True, health_interval=0.1, health_timeout=2, poll=True)
-    events = iter(watch)
+    events = _Events(watch)
     try:
-        seen = []
-        for event in events:
-            seen.append(event)
-            if (
-                isinstance(event, HealthChanged)
-                and event.process.pid == process.pid
-                and event.type == "ready"
-            ):
-                break
-        # the monitor remembers the workers at its first ready check; give it one more round
-        time.sleep(0.3)
+        events.until(_about(process, HealthChanged, "ready"))
         core = _pid_titled(process, "VLLM::EngineCore")
         os.kill(core, signal.SIGKILL)
-        lost = unhealthy = None
-        for event in events:
-            if isinstance(event, WorkerLost) and event.process.pid == process.pid:
-                lost = event
-            if (
-                isinstance(event, HealthChanged)
-                and event.process.pid == process.pid
-                and event.type == "unhealthy"
-            ):
-                unhealthy = event
-            if lost and unhealthy:
-                break
+        lost = events.until(_about(process, WorkerLost))
+        unhealthy = events.until(_about(process, HealthChanged, "unhealthy"))
     finally:
         watch.close()
-    assert lost is not None
+    assert isinstance(lost, WorkerLost)
     assert lost.worker.pid == core
-    assert unhealthy is not None
-    assert unhealthy.health.reason.startswith(f"VLLM::EngineCore pid {core} exited")
+    assert isinstance(unhealthy, HealthChanged)
+    assert unhealthy.health.reason.startswith(f"VLLM::EngineCore pid {core} exited (SIGKILL)")
 
 
 def test_watch_emits_stalled_then_recovered(procs: Procs) -> None:
@@ -257,25 +278,16 @@ def test_watch_emits_stalled_then_recovered(procs: Procs) -> None:
         watch = WatchingScanner().watch(
             0.2, health=True, health_interval=0.1, health_timeout=2, poll=True, stall_after=0.4
         )
-        events = iter(watch)
+        events = _Events(watch)
         try:
-            types = []
-            for event in events:
-                if getattr(event, "process", None) is not None and event.process.pid == process.pid:  # type: ignore[union-attr]
-                    types.append(event.type)
-                if types[-1:] == ["stalled"]:
-                    break
+            events.until(_about(process, HealthChanged, "ready"))
+            stalled = events.until(_about(process, HealthChanged, "stalled"))
             with server.script.lock:
                 server.script.routes["/metrics"] = _advancing(100)
-            recovered = None
-            for event in events:
-                if isinstance(event, Recovered) and event.process.pid == process.pid:
-                    recovered = event
-                    break
+            recovered = events.until(_about(process, Recovered))
         finally:
             watch.close()
-    assert "ready" in types
-    assert types[-1] == "stalled"
-    assert recovered is not None
-    assert recovered.previous == "stalled"
-    assert recovered.health.state == "ready"
+    assert isinstance(stalled, HealthChanged)
+    assert stalled.previous == "ready"
+    assert isinstance(recovered, Recovered)
+    assert (recovered.previous, recovered.health.state) == ("stalled", "ready")

@@ -194,25 +194,32 @@ class EngineMonitor:
 
     def lost_workers(self, processes: Iterable[EngineProcess]) -> list[tuple[EngineProcess, WorkerExit]]:
         """The remembered workers that exited since the previous call, with their server (a
-        few ``/proc`` reads per remembered worker; no request)."""
+        few ``/proc`` reads per remembered worker; no request). Each exit is reported once here,
+        whoever noticed it first (a check notices too, and says so in its verdict)."""
         found: list[tuple[EngineProcess, WorkerExit]] = []
-        now = time.monotonic()
         for process in processes:
             engine = self._engine(process)
             with self._lock:
-                if engine.workers:
-                    running = []
-                    for worker in engine.workers:
-                        gone = worker.exit(now)
-                        if gone is None:
-                            running.append(worker)
-                        else:
-                            engine.lost.append(gone)
-                    engine.workers = running
+                self._look(engine)
                 fresh = engine.lost[engine.reported :]
                 engine.reported = len(engine.lost)
             found.extend((process, gone) for gone in fresh)
         return found
+
+    @staticmethod
+    def _look(engine: _Engine) -> None:
+        """Moves the remembered workers that exited to ``engine.lost`` (lock held)."""
+        if not engine.workers:
+            return
+        now = time.monotonic()
+        running = []
+        for worker in engine.workers:
+            gone = worker.exit(now)
+            if gone is None:
+                running.append(worker)
+            else:
+                engine.lost.append(gone)
+        engine.workers = running
 
     async def _one(self, process: EngineProcess, gate: asyncio.Semaphore) -> Vitals:
         engine = self._engine(process)
@@ -245,12 +252,17 @@ class EngineMonitor:
         cpu: tuple[float, float | None],
     ) -> Vitals:
         now = time.monotonic()
-        self.lost_workers([process])
         with self._lock:
+            self._look(engine)
             if load is not None:
                 engine.load = load
-            if engine.workers is None and health.state == "ready" and not engine.lost:
-                engine.workers = _remember(process)
+            if health.state == "ready" and not engine.lost:
+                # remembered at the first ready check; workers seen later join (a tree re-read)
+                known = {worker.pid for worker in engine.workers or ()}
+                engine.workers = [
+                    *(engine.workers or ()),
+                    *(w for w in _remember(process) if w.pid not in known),
+                ]
             lost = tuple(engine.lost)
 
         def verdict(state: HealthState, reason: str) -> Vitals:
