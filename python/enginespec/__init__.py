@@ -13,7 +13,7 @@ from enginespec.argv import Invocation, detect_engine, parse_argv, redact_argv
 from enginespec.commands import Command
 from enginespec.config import Config
 from enginespec.containers import Container, PublishedPort
-from enginespec.definition import FamilyDefault, Flags, Launch, Package, Serving, SourceBuild
+from enginespec.definition import FamilyDefault, Flags, Launch, LoadMetrics, Package, Serving, SourceBuild
 from enginespec.engines import (
     BUILTIN_ENGINE_SPECS,
     all_engine_specs,
@@ -36,6 +36,7 @@ from enginespec.errors import (
     UnknownEngineError,
 )
 from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
+from enginespec.load import EngineLoad, check_load, check_load_all, check_load_all_async, check_load_async
 from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
 from enginespec.recipe import DockerRuntime, NativeRuntime, Recipe
 from enginespec.scanning import EngineProcess, ScanStats, scan
@@ -43,15 +44,18 @@ from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import Health, HealthState
 from enginespec.version import __version__
+from enginespec.vitals import EngineMonitor, Vitals, WorkerExit
 from enginespec.watching import (
     Changed,
     EngineIdentity,
     HealthChanged,
+    Recovered,
     Scanner,
     Started,
     Stopped,
     Watch,
     WatchEvent,
+    WorkerLost,
     event_json,
     event_schema,
     parse_event,
@@ -79,6 +83,8 @@ __all__ = [
     "EngineExited",
     "EngineHelp",
     "EngineIdentity",
+    "EngineLoad",
+    "EngineMonitor",
     "EngineProcess",
     "EngineSpec",
     "EngineSpecError",
@@ -99,6 +105,7 @@ __all__ = [
     "Invocation",
     "Launch",
     "LaunchForm",
+    "LoadMetrics",
     "NativeRuntime",
     "NotReady",
     "Package",
@@ -106,6 +113,7 @@ __all__ = [
     "PublishedPort",
     "Recipe",
     "RecipeFileError",
+    "Recovered",
     "RuntimeInfo",
     "ScanStats",
     "Scanner",
@@ -115,11 +123,18 @@ __all__ = [
     "Started",
     "Stopped",
     "UnknownEngineError",
+    "Vitals",
     "Watch",
     "WatchEvent",
+    "WorkerExit",
+    "WorkerLost",
     "__version__",
     "all_engine_specs",
     "all_signatures",
+    "check_load",
+    "check_load_all",
+    "check_load_all_async",
+    "check_load_async",
     "detect_engine",
     "engine_ids",
     "event_json",
