@@ -248,6 +248,18 @@ class _TooLarge(Exception):
     pass
 
 
+def not_owned(process: EngineProcess, base_url: str | None) -> str | None:
+    """Why what answers at ``base_url`` may not be this engine (see health's
+    ``ownership_problem``), or ``None``. The scan's tree first; the whole of ``/proc`` (workers
+    forked since the scan) only when that is not enough."""
+    if process.private_network:
+        return None
+    problem = ownership_problem((process.pid, *process.worker_pids), base_url)
+    if problem is not None:
+        problem = ownership_problem(_tree(process.pid, process.worker_pids), base_url)
+    return problem
+
+
 def _missing_reason(t: _Target, status: int | None, detail: str) -> str:
     metrics = t.spec.load
     path = metrics.path
@@ -265,8 +277,10 @@ def _missing_reason(t: _Target, status: int | None, detail: str) -> str:
 
 
 async def _read(
-    t: _Target, timeout: float, previous: EngineLoad | None, stall_after: float | None
+    t: _Target, timeout: float, previous: EngineLoad | None, stall_after: float | None, owner: bool = True
 ) -> EngineLoad:
+    """One reading; ``owner``: check that the engine's tree holds the port (a caller that just
+    checked it for the same engine, as a monitor's health check does, skips it)."""
     metrics = t.spec.load
     process = t.process
     pid = process.pid if process is not None else None
@@ -304,10 +318,9 @@ async def _read(
     status, body, detail = await _get(t, metrics.path, timeout)
     if status != 200:
         return unread(_missing_reason(t, status, detail), source)
-    if process is not None and not process.private_network:
-        problem = ownership_problem(_tree(process.pid, process.worker_pids), t.base_url)
-        if problem is not None:
-            return unread(problem, source)
+    problem = not_owned(process, t.base_url) if owner and process is not None else None
+    if problem is not None:
+        return unread(problem, source)
     if metrics.kind == "ollama_ps":
         names = t.spec.loaded_models(body)
         if names is None:

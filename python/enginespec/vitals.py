@@ -24,8 +24,8 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict
 
-from enginespec.health import _blocking, check_health_async
-from enginespec.load import EngineLoad, check_load_async, checked_stall_after, tree_cpu_seconds
+from enginespec.health import _blocking, _resolve, check_health_async
+from enginespec.load import EngineLoad, _read, checked_stall_after, not_owned, tree_cpu_seconds
 from enginespec.registry import find_engine
 from enginespec.scanning import EngineProcess
 from enginespec.status import Health, HealthState
@@ -230,17 +230,21 @@ class EngineMonitor:
             if not self.load:
                 health = await check_health_async(process, timeout=self.timeout)
                 return self._judge(process, engine, health, None, cpu)
+            # The health check verifies who holds the port; the load reading need not again.
+            target = _resolve(process, None, None)
             health, load = await asyncio.gather(
                 check_health_async(process, timeout=self.timeout),
-                check_load_async(
-                    process, previous=engine.load, timeout=self.timeout, stall_after=self.stall_after
-                ),
+                _read(target, self.timeout, engine.load, self.stall_after, owner=False),
             )
-            if _timed_out(health) and load.available and load.moved is None:
+            # A ready verdict checked who holds the port; any other one may not have.
+            problem = (
+                not_owned(process, load.base_url) if load.available and health.state != "ready" else None
+            )
+            if problem is not None:
+                load = load.model_copy(update={"available": False, "reason": problem})
+            elif _timed_out(health) and load.available and load.moved is None:
                 # No earlier reading to tell movement by: a second one, a health timeout later.
-                load = await check_load_async(
-                    process, previous=load, timeout=self.timeout, stall_after=self.stall_after
-                )
+                load = await _read(target, self.timeout, load, self.stall_after, owner=False)
         return self._judge(process, engine, health, load, cpu)
 
     def _judge(
