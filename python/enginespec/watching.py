@@ -64,6 +64,9 @@ CHANGED_FIELDS: tuple[ChangedField, ...] = (
 ACK_TIMEOUT = 1.0
 #: With process events, ``/proc`` is still listed this often (and after any lost event).
 FULL_RESCAN_SECONDS = 30.0
+#: How often the remembered workers of ready servers are looked at (a ``stat`` read each): their
+#: exit is seen within this, whatever a scan of a busy host costs.
+WORKER_POLL_SECONDS = 0.05
 #: Set to ``1`` to make every watch poll (tests, benchmarks).
 POLL_ENV = "ENGINESPEC_WATCH_POLL"
 
@@ -253,6 +256,9 @@ class Watch:
             self._threads.append(
                 threading.Thread(target=self._health_loop, name="enginespec-health", daemon=True)
             )
+            self._threads.append(
+                threading.Thread(target=self._worker_loop, name="enginespec-workers", daemon=True)
+            )
         self._started = False
 
     def _start(self, sink: Callable[[WatchEvent | BaseException], None]) -> None:
@@ -271,9 +277,6 @@ class Watch:
             for event in events:
                 self._sink(event)
             self._monitor.forget(processes)
-            now = time.monotonic()
-            for process, worker in self._monitor.lost_workers(processes):
-                self._sink(WorkerLost(monotonic=now, process=process, worker=worker))
 
     def _scan_loop(self) -> None:
         try:
@@ -288,6 +291,17 @@ class Watch:
                 if not self._stop.is_set():
                     self._publish(self._scanner._engines(raw))
         except BaseException as err:  # handed to the consumer, who raises it
+            self._sink(err)
+
+    def _worker_loop(self) -> None:
+        """Reports each remembered worker's exit (see :mod:`enginespec.vitals`) as it happens."""
+        try:
+            while not self._stop.wait(WORKER_POLL_SECONDS):
+                with self._lock:
+                    processes = list(self._current.values())
+                    for process, worker in self._monitor.lost_workers(processes):
+                        self._sink(WorkerLost(monotonic=time.monotonic(), process=process, worker=worker))
+        except BaseException as err:
             self._sink(err)
 
     def _health_loop(self) -> None:
@@ -394,8 +408,8 @@ class Scanner(_Scanner):
         report each change of state. ``poll``: do not use the kernel's process events. ``load``:
         the health checks also read each engine's load (one more request per engine and check),
         which tells ``busy`` and ``stalled`` engines (``stall_after`` seconds; see
-        :mod:`enginespec.vitals`). Workers of a ready server are watched on every scan: their exit
-        is a ``worker_lost`` event."""
+        :mod:`enginespec.vitals`). The remembered workers of ready servers are looked at every
+        ``WORKER_POLL_SECONDS`` (50 ms): their exit is a ``worker_lost`` event."""
         return Watch(
             self,
             interval=interval,
