@@ -673,7 +673,8 @@ impl Scanner {
     /// Reads again the processes named by process events, in order: a process that exited is
     /// forgotten; one that forked, exec'd or renamed itself is classified from what `/proc` says
     /// now (a fork's argv is its parent's until it execs, and the exec is reported). Whether an
-    /// engine appeared, changed or is gone, so the caller knows a tick is worth running now.
+    /// engine appeared, changed or is gone, or one of its folded workers exited, so the caller
+    /// knows a tick is worth running now.
     pub fn apply_events(&mut self, changes: &[(i32, Change)]) -> bool {
         self.apply_events_at(changes, Instant::now())
     }
@@ -691,7 +692,8 @@ impl Scanner {
                 .as_ref()
                 .is_some_and(|k| matches!(k.class, Class::Engine(_)));
             if change == Change::Exited {
-                engines_changed |= was_engine;
+                // A folded worker's exit matters at once too (a server that lost its engine core).
+                engines_changed |= was_engine || self.is_folded_worker(pid);
                 self.stats.vanished += u64::from(previous.is_some());
                 continue;
             }
@@ -719,6 +721,14 @@ impl Scanner {
             self.remember(pid, inode, class);
         }
         engines_changed
+    }
+
+    /// Whether `pid` is among the folded workers of an engine known now.
+    fn is_folded_worker(&self, pid: i32) -> bool {
+        self.known.values().any(|known| match &known.class {
+            Class::Engine(state) => state.record.descendants.contains(&pid),
+            _ => false,
+        })
     }
 
     /// The engines after the events applied since the last call: with `recheck`, a scan without

@@ -13,7 +13,7 @@ from enginespec.argv import Invocation, detect_engine, parse_argv, redact_argv
 from enginespec.commands import Command
 from enginespec.config import Config
 from enginespec.containers import Container, PublishedPort
-from enginespec.definition import FamilyDefault, Flags, Launch, Package, Serving, SourceBuild
+from enginespec.definition import FamilyDefault, Flags, Launch, LoadMetrics, Package, Serving, SourceBuild
 from enginespec.engines import (
     BUILTIN_ENGINE_SPECS,
     all_engine_specs,
@@ -51,6 +51,7 @@ from enginespec.lifecycle import (
     launch,
 )
 from enginespec.logbook import LogLine
+from enginespec.load import EngineLoad, check_load, check_load_all, check_load_all_async, check_load_async
 from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
 from enginespec.recipe import DockerRuntime, NativeRuntime, Recipe
 from enginespec.scanning import EngineProcess, ScanStats, gpu_ledger, scan, with_gpus
@@ -58,15 +59,18 @@ from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import Health, HealthState
 from enginespec.version import __version__
+from enginespec.vitals import EngineMonitor, Vitals, WorkerExit
 from enginespec.watching import (
     Changed,
     EngineIdentity,
     HealthChanged,
+    Recovered,
     Scanner,
     Started,
     Stopped,
     Watch,
     WatchEvent,
+    WorkerLost,
     event_json,
     event_schema,
     parse_event,
@@ -94,6 +98,8 @@ __all__ = [
     "EngineExited",
     "EngineHelp",
     "EngineIdentity",
+    "EngineLoad",
+    "EngineMonitor",
     "EngineProcess",
     "EngineSpec",
     "EngineSpecError",
@@ -124,6 +130,7 @@ __all__ = [
     "LaunchForm",
     "LogLine",
     "LogSource",
+    "LoadMetrics",
     "NativeRuntime",
     "NotReady",
     "Package",
@@ -133,6 +140,7 @@ __all__ = [
     "RecipeFileError",
     "RestartRefused",
     "RunningEngine",
+    "Recovered",
     "RuntimeInfo",
     "ScanStats",
     "Scanner",
@@ -145,13 +153,20 @@ __all__ = [
     "Stopped",
     "Supervision",
     "UnknownEngineError",
+    "Vitals",
     "Watch",
     "WatchEvent",
+    "WorkerExit",
+    "WorkerLost",
     "__version__",
     "adopt",
     "all_engine_specs",
     "all_signatures",
     "classify_failure",
+    "check_load",
+    "check_load_all",
+    "check_load_all_async",
+    "check_load_async",
     "detect_engine",
     "engine_ids",
     "event_json",

@@ -10,6 +10,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 
 from pydantic import BaseModel
@@ -38,11 +39,21 @@ from enginespec.gpus import GpuDevice, GpuUse
 from enginespec.health import check_all, check_health
 from enginespec.installing import InstallOptions, ProgressEvent
 from enginespec.layout import EMPTY, Column, fit, lines
+from enginespec.load import EngineLoad, check_load_all
 from enginespec.recipe import Recipe
 from enginespec.scanning import EngineProcess, gpu_ledger, unique_engine_ids
 from enginespec.spec import EngineSpec
 from enginespec.version import __version__
-from enginespec.watching import Changed, HealthChanged, Scanner, Stopped, Watch, WatchEvent, event_json
+from enginespec.watching import (
+    Changed,
+    HealthChanged,
+    Scanner,
+    Stopped,
+    Watch,
+    WatchEvent,
+    WorkerLost,
+    event_json,
+)
 
 
 def _fail(command: str, message: object) -> None:
@@ -88,6 +99,8 @@ def _cmd_exporter(args: argparse.Namespace) -> int:
             interval=args.interval,
             textfile=args.textfile,
             health=not args.no_health,
+            load=args.load,
+            stall_after=args.stall_after,
             stop=stop,
         )
     except OSError as err:  # the address is taken, or the textfile's directory is not writable
@@ -152,6 +165,33 @@ PS_COLUMNS = (
 )
 
 
+#: ``ps --load``: requests running and waiting, KV-cache use, generated tokens per second.
+LOAD_COLUMNS = (Column("RUN"), Column("WAIT"), Column("KV%"), Column("TOK/S"))
+
+
+def _load_cells(load: EngineLoad | None) -> list[str]:
+    """A reading under LOAD_COLUMNS: ``-`` for a figure the engine does not report."""
+    if load is None or not load.available:
+        return ["-"] * 4
+
+    def shown(value: float | None, text: str) -> str:
+        return "-" if value is None else text
+
+    return [
+        shown(load.requests_running, str(load.requests_running)),
+        shown(load.requests_waiting, str(load.requests_waiting)),
+        shown(load.kv_cache_usage, f"{(load.kv_cache_usage or 0) * 100:.0f}"),
+        shown(load.tokens_per_second, f"{load.tokens_per_second or 0:.1f}"),
+    ]
+
+
+def _two_readings(processes: Sequence[EngineProcess], interval: float, timeout: float) -> list[EngineLoad]:
+    """Each engine's load from two readings ``interval`` apart (a rate needs two)."""
+    first = check_load_all(processes, timeout=timeout)
+    time.sleep(interval)
+    return check_load_all(processes, previous=first, timeout=timeout)
+
+
 def _published(port: PublishedPort) -> str:
     """``0.0.0.0:8001->8000``, ``[::]:8001->8000``: as ``docker ps`` shows a published port."""
     address = f"[{port.host_address}]" if ":" in port.host_address else port.host_address
@@ -201,12 +241,23 @@ def _ps_row(p: EngineProcess, state: str | None) -> list[str]:
 
 
 def _table_lines(
-    processes: Sequence[tuple[EngineProcess, str | None]], health: bool, width: int | None
+    processes: Sequence[tuple[EngineProcess, str | None]],
+    health: bool,
+    width: int | None,
+    loads: Sequence[EngineLoad] | None = None,
 ) -> list[str]:
-    """The ps table as literal text lines fitted to ``width`` (no cell split)."""
-    columns = PS_COLUMNS if health else PS_COLUMNS[:-1]
+    """The ps table as literal text lines fitted to ``width`` (no cell split); with ``loads``
+    (one per process) also the LOAD_COLUMNS."""
+    columns = (PS_COLUMNS if health else PS_COLUMNS[:-1]) + (LOAD_COLUMNS if loads is not None else ())
     rows = [
-        [literal(cell) for cell in _ps_row(p, (state or "?") if health else None)] for p, state in processes
+        [
+            literal(cell)
+            for cell in (
+                _ps_row(p, (state or "?") if health else None)
+                + (_load_cells(loads[index]) if loads is not None else [])
+            )
+        ]
+        for index, (p, state) in enumerate(processes)
     ]
     headers, shown = fit(columns, rows, width)
     return lines(headers, shown)
@@ -219,10 +270,14 @@ def _cmd_ps(args: argparse.Namespace) -> int:
         # --timeout is the deadline of all the checks together, not of each (1,024 hung servers
         # are not 16 rounds of it): those not done by then are `unknown`, saying so.
         healths = check_all(processes, timeout=args.timeout, deadline=args.timeout)
+    # Load is read only when asked: it costs two more requests per engine.
+    loads = _two_readings(processes, args.load_interval, args.timeout) if args.load else None
     if args.json:
         documents = [p.model_dump(mode="json") for p in processes]
         for document, health in zip(documents, healths or [], strict=False):
             document["health"] = health.model_dump(mode="json")
+        for document, load in zip(documents, loads or [], strict=False):
+            document["load"] = load.model_dump(mode="json")
         print(json.dumps(documents, indent=2))
         return 0
 
@@ -234,7 +289,7 @@ def _cmd_ps(args: argparse.Namespace) -> int:
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() and not args.wide else None
     shown = [(p, None if healths is None else healths[index].state) for index, p in enumerate(processes)]
     console = Console(markup=False, highlight=False, emoji=False, soft_wrap=True)
-    header, *body = _table_lines(shown, healths is not None, width)
+    header, *body = _table_lines(shown, healths is not None, width, loads)
     console.print(Text(header, style="bold"))
     for line in body:
         console.print(Text(line))
@@ -279,12 +334,19 @@ def _event_line(event: WatchEvent) -> str:
         return literal(f"stopped {who.pid} {who.engine} {who.engine_id}")
     p = event.process
     detail = " ".join(event.fields) if isinstance(event, Changed) else p.base_url or "-"
+    if isinstance(event, WorkerLost):
+        detail = event.worker.describe()
     return literal(f"{event.type} {p.pid} {p.engine} {p.engine_id} {p.model or '?'} {detail}")
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
     watch = Scanner().watch(
-        args.interval, health=args.health, health_interval=args.health_interval, poll=args.poll
+        args.interval,
+        health=args.health,
+        health_interval=args.health_interval,
+        poll=args.poll,
+        load=args.load,
+        stall_after=args.stall_after,
     )
     # Said on stderr, so a JSON stream stays pure and a reader knows how late events may come.
     how = "process events" if watch.mode == "events" else f"polling every {args.interval:g}s"
@@ -389,6 +451,44 @@ def _cmd_health(args: argparse.Namespace) -> int:
         reason = f": {health.reason}" if health.reason else ""
         print(literal(f"{health.engine} {health.base_url or '-'} {health.state}{reason}{latency}"))
     return 0 if health.ready else 1
+
+
+def _cmd_load(args: argparse.Namespace) -> int:
+    target = args.target
+    processes = Scanner(listen_ports=False).scan()
+    if target.isdigit():
+        found = [p for p in processes if p.pid == int(target) or int(target) in p.worker_pids]
+    else:
+        found = [p for p in processes if p.engine_id == target]
+    if not found:
+        _fail("load", f"{target!r} is neither the pid nor the engine id of an engine server on this host")
+        return 2
+    process = found[0]
+    try:
+        first = check_load_all([process], timeout=args.timeout, stall_after=args.stall_after)
+        time.sleep(args.interval)
+        [load] = check_load_all([process], previous=first, timeout=args.timeout, stall_after=args.stall_after)
+    except InvalidInputError as err:
+        _fail("load", err)
+        return 2
+    if args.json:
+        print(_json(load))
+    elif not load.available:
+        print(literal(f"{process.engine_id} pid {process.pid}: no load reading: {load.reason}"))
+    else:
+        cells = dict(zip((c.header for c in LOAD_COLUMNS), _load_cells(load), strict=True))
+        figures = [
+            f"running {cells['RUN']}",
+            f"waiting {cells['WAIT']}",
+            f"KV cache {cells['KV%']}%" if load.kv_cache_usage is not None else "KV cache -",
+            f"{cells['TOK/S']} tok/s",
+        ]
+        if load.models_loaded is not None:
+            figures.append(f"{load.models_loaded} model(s) loaded")
+        if load.stalled:
+            figures.append(f"stalled (no token counter moved for {load.stall_after:g}s)")
+        print(literal(f"{process.engine_id} pid {process.pid} {load.source}: {', '.join(figures)}"))
+    return 0 if load.available else 1
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -505,6 +605,12 @@ def _parser() -> argparse.ArgumentParser:
     ps.add_argument(
         "--timeout", type=_positive_seconds, default=2.0, help="deadline of all health checks (seconds)"
     )
+    ps.add_argument(
+        "--load", action="store_true", help="also read each engine's load (RUN, WAIT, KV%%, TOK/S columns)"
+    )
+    ps.add_argument(
+        "--load-interval", type=_duration, default=1.0, help="time between the two load readings (1s)"
+    )
     ps.set_defaults(handler=_cmd_ps)
     gpus = commands.add_parser(
         "gpus",
@@ -530,6 +636,24 @@ def _parser() -> argparse.ArgumentParser:
     health.add_argument("--deep", action="store_true", help="also ask for a one-token completion")
     health.add_argument("--json", action="store_true", help="print the Health as JSON")
     health.set_defaults(handler=_cmd_health)
+    load = commands.add_parser(
+        "load",
+        help="what an engine server is doing now: requests, KV cache, tokens per second",
+        description="Reads the engine's own metrics twice, --interval apart, and prints the "
+        "normalized load (see docs/load.md); exits 1 when the engine reports none.",
+    )
+    load.add_argument("target", help="pid (of the server or a worker), or engine id (from ps --json)")
+    load.add_argument("--interval", type=_duration, default=1.0, help="time between the two readings (1s)")
+    load.add_argument("--timeout", type=_positive_seconds, default=2.0, help="request timeout (seconds)")
+    load.add_argument(
+        "--stall-after",
+        type=_duration,
+        default=None,
+        help="seconds with requests pending and no token before 'stalled' (default: "
+        "$ENGINESPEC_STALL_AFTER, else the engine's own, 60s)",
+    )
+    load.add_argument("--json", action="store_true", help="print the EngineLoad as JSON")
+    load.set_defaults(handler=_cmd_load)
     install = commands.add_parser("install", help="install an engine into its managed runtime (idempotent)")
     install.add_argument("engine")
     install.add_argument("--version", help="PEP 440 version or specifier (e.g. 0.10.2, '>=0.10,<0.12')")
@@ -574,6 +698,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     watch.add_argument("--health-interval", type=_duration, default=2.0, help="health check period (2s)")
     watch.add_argument("--poll", action="store_true", help="poll even where process events are available")
+    watch.add_argument(
+        "--load",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="read each engine's load with its health: tells busy and stalled engines (default: on)",
+    )
+    watch.add_argument(
+        "--stall-after",
+        type=_duration,
+        default=None,
+        help="seconds with requests pending and no token before 'stalled' (default: "
+        "$ENGINESPEC_STALL_AFTER, else the engine's own, 60s)",
+    )
     watch.set_defaults(handler=_cmd_watch)
     exporter_ = commands.add_parser(
         "exporter",
@@ -586,6 +723,15 @@ def _parser() -> argparse.ArgumentParser:
     exporter_.add_argument("--interval", type=_duration, default=2.0, help="refresh period (2s, 500ms, 1m)")
     exporter_.add_argument("--textfile", help="also write the series to this file after every refresh")
     exporter_.add_argument("--no-health", action="store_true", help="skip the health checks")
+    exporter_.add_argument(
+        "--load",
+        action="store_true",
+        help="also read each engine's load (one more request per engine and refresh): the "
+        "enginespec_engine_requests_* series, and busy/stalled states",
+    )
+    exporter_.add_argument(
+        "--stall-after", type=_duration, default=None, help="with --load: seconds before 'stalled'"
+    )
     exporter_.set_defaults(handler=_cmd_exporter)
     command = commands.add_parser(
         "command",

@@ -182,6 +182,31 @@ class Serving(_Record):
     nested_supervisor: str | None = None
 
 
+class LoadMetrics(_Record):
+    """Where a server reports its load, and what each normalized figure is called there: the
+    names of Prometheus samples, the first one present wins (an old name after its new one).
+    ``kind``: ``prometheus`` (text exposition at ``path``), ``ollama_ps`` (the loaded models at
+    ``path``, no request counts), or ``none`` (the server reports no load; ``note`` says so)."""
+
+    kind: Literal["prometheus", "ollama_ps", "none"] = "none"
+    path: str = Field(default="/metrics", pattern=r"^/")
+    #: the flag the server needs for them (llama-server ``--metrics``), said when they are missing.
+    enable_flag: str | None = None
+    #: the flag that turns them off when they are on by default (LMDeploy ``--disable-metrics``).
+    disable_flag: str | None = None
+    requests_running: tuple[str, ...] = ()
+    requests_waiting: tuple[str, ...] = ()
+    #: a gauge from 0 to 1 (vLLM's ``_perc`` names are a fraction, despite the name).
+    kv_cache_usage: tuple[str, ...] = ()
+    prompt_tokens: tuple[str, ...] = ()
+    generated_tokens: tuple[str, ...] = ()
+    #: other counters whose movement shows the engine works (TGI's decode steps).
+    progress: tuple[str, ...] = ()
+    #: seconds with requests pending and no counter moving before the engine is ``stalled``.
+    stall_after: float = Field(default=60.0, gt=0)
+    note: str = ""
+
+
 #: A fact about a running server that can come from argv, the environment or a config file.
 Fact = Literal["model", "served_model_name", "host", "port"]
 
@@ -243,6 +268,7 @@ class EngineDefinition(BaseModel):
     settings: Settings = Settings()
     #: the messages that say why a start failed (see :mod:`enginespec.failures`).
     failures: Failures = Failures()
+    load: LoadMetrics = LoadMetrics(note="enginespec knows no load reading of this server")
 
     @model_validator(mode="after")
     def _check(self) -> EngineDefinition:

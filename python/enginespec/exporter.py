@@ -21,8 +21,10 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from enginespec.gpus import GpuDevice
 from enginespec.health import check_all
+from enginespec.load import EngineLoad
 from enginespec.scanning import EngineProcess, Scanner, gpu_ledger, unique_engine_ids
 from enginespec.status import Health, HealthState
+from enginespec.vitals import EngineMonitor
 
 _STATES: tuple[HealthState, ...] = get_args(HealthState)
 _INFO_LABELS = (
@@ -45,6 +47,8 @@ class Snapshot:
 
     processes: list[EngineProcess] = field(default_factory=list)
     healths: list[Health] | None = None
+    #: each engine's load reading, with ``--load`` (``run(load=True)``).
+    loads: list[EngineLoad | None] | None = None
     scan_seconds: float = 0.0
     #: processes that could not be read, summed over every scan so far.
     scan_errors: int = 0
@@ -127,6 +131,8 @@ class EngineCollector(Collector):
                     state.add_metric([unique_id, name], 1 if health.state == name else 0)
         yield from (info, up, ready, state, started, workers, conflict)
         yield from _gpu_metrics(snapshot)
+        if snapshot.loads is not None:
+            yield from _load_series(snapshot.processes, snapshot.loads, unique_engine_ids(snapshot.processes))
         duration = GaugeMetricFamily("enginespec_scan_duration_seconds", "How long the last scan took")
         duration.add_metric([], snapshot.scan_seconds)
         yield duration
@@ -173,17 +179,71 @@ def _gpu_metrics(snapshot: Snapshot) -> Iterator[Metric]:
         yield family
 
 
-def _refresh(scanner: Scanner, collector: EngineCollector, health: bool, interval: float) -> None:
+def _load_series(
+    processes: list[EngineProcess], loads: list[EngineLoad | None], ids: list[str]
+) -> Iterator[Metric]:
+    """The load of each engine that reports it, labelled with ``engine_id``, ``engine`` and
+    ``model`` (the same for every engine, so one dashboard shows them all; the rest is on
+    ``enginespec_engine_info``); a figure the engine does not report has no sample, never 0."""
+    labels = ["engine_id", "engine", "model"]
+    running = GaugeMetricFamily(
+        "enginespec_engine_requests_running", "Requests the engine runs", labels=labels
+    )
+    waiting = GaugeMetricFamily(
+        "enginespec_engine_requests_waiting", "Requests waiting in its queue", labels=labels
+    )
+    kv = GaugeMetricFamily(
+        "enginespec_engine_kv_cache_usage_ratio", "Share of the KV cache in use (0 to 1)", labels=labels
+    )
+    generated = CounterMetricFamily(
+        "enginespec_engine_generated_tokens", "Tokens generated, as the engine counts them", labels=labels
+    )
+    rate = GaugeMetricFamily(
+        "enginespec_engine_tokens_per_second",
+        "Tokens generated per second between two readings",
+        labels=labels,
+    )
+    for process, load, unique_id in zip(processes, loads, ids, strict=True):
+        if load is None or not load.available:
+            continue
+        values = [unique_id, _label(process.engine), _label(process.model or "")]
+        for family, value in (
+            (running, load.requests_running),
+            (waiting, load.requests_waiting),
+            (kv, load.kv_cache_usage),
+            (generated, load.generated_tokens_total),
+            (rate, load.tokens_per_second),
+        ):
+            if value is not None:
+                family.add_metric(values, value)
+    yield from (running, waiting, kv, generated, rate)
+
+
+def _refresh(
+    scanner: Scanner,
+    collector: EngineCollector,
+    health: bool,
+    interval: float,
+    monitor: EngineMonitor | None = None,
+) -> None:
     """One scan and its checks: each request within ``min(2, interval)`` seconds and all of them
     within ``interval`` (the refresh budget: engines not checked in time are ``unknown``)."""
     started = time.perf_counter()
     processes = scanner.scan()
     seconds = time.perf_counter() - started
     previous = collector.snapshot
-    healths = check_all(processes, timeout=min(2.0, interval), deadline=interval) if health else None
+    loads = None
+    if monitor is not None:
+        monitor.forget(processes)
+        vitals = monitor.check(processes, deadline=interval)
+        healths: list[Health] | None = [v.health for v in vitals]
+        loads = [v.load for v in vitals]
+    else:
+        healths = check_all(processes, timeout=min(2.0, interval), deadline=interval) if health else None
     collector.snapshot = Snapshot(
         processes=processes,
         healths=healths,
+        loads=loads,
         scan_seconds=seconds,
         scan_errors=previous.scan_errors + scanner.stats.unreadable,
         scans=previous.scans + 1,
@@ -198,16 +258,22 @@ def run(
     interval: float = 2.0,
     textfile: str | None = None,
     health: bool = True,
+    load: bool = False,
+    stall_after: float | None = None,
     stop: threading.Event | None = None,
 ) -> None:
     """Serves ``/metrics`` on ``host:port`` (``port=None``: no server) and writes ``textfile``
-    atomically after every refresh, until ``stop`` is set."""
+    atomically after every refresh, until ``stop`` is set. ``load``: health checks through an
+    :class:`enginespec.vitals.EngineMonitor` that also reads each engine's load (one more
+    request per engine and refresh): the ``enginespec_engine_requests_*`` series, and the
+    ``busy`` and ``stalled`` states (after ``stall_after`` seconds)."""
     stop = stop or threading.Event()
     registry = CollectorRegistry()
     collector = EngineCollector()
     registry.register(collector)
     scanner = Scanner()
-    _refresh(scanner, collector, health, interval)
+    monitor = EngineMonitor(timeout=min(2.0, interval), stall_after=stall_after) if load else None
+    _refresh(scanner, collector, health, interval, monitor)
     if port is not None:
         start_http_server(port, addr=host, registry=registry)
     while True:
@@ -215,4 +281,4 @@ def run(
             write_to_textfile(textfile, registry)  # a temporary file, then a rename: atomic
         if stop.wait(interval):
             return
-        _refresh(scanner, collector, health, interval)
+        _refresh(scanner, collector, health, interval, monitor)

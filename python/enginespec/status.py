@@ -10,7 +10,14 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 #: ``unhealthy`` (answers an error, hangs, or serves another model), ``down`` (process gone or
 #: nothing listening), ``unknown`` (answers that cannot be read, or no usable address),
 #: ``not_serving`` (a follower, worker or orphan: it serves no HTTP API, so it is not checked).
-HealthState = Literal["ready", "loading", "starting", "unhealthy", "down", "unknown", "not_serving"]
+#: Given by an :class:`enginespec.EngineMonitor`, which remembers earlier checks: ``busy`` (the
+#: health request timed out, but the engine's token counters, or without metrics its CPU time,
+#: advance: saturated, not dead), ``stalled`` (requests pending and no token counter moved for
+#: ``stall_after`` seconds). A monitor also reports ``unhealthy`` when a worker of a server that
+#: was ready exited, whatever the server's own health endpoint says.
+HealthState = Literal[
+    "ready", "loading", "starting", "unhealthy", "down", "unknown", "not_serving", "busy", "stalled"
+]
 
 
 class Health(BaseModel):

@@ -10,8 +10,9 @@ only later. ``/proc`` is the source of truth either way: events only say where t
 
 The JSON form of an event (:func:`event_json`, parsed back by :func:`parse_event`; schema from
 :func:`event_schema`) is stable: an object with a ``type`` (``started``, ``changed``,
-``stopped``, or a health state), ``monotonic`` (``time.monotonic()`` seconds when it was seen),
-and ``process`` (an ``EngineProcess``; ``identity`` for ``stopped``).
+``stopped``, ``worker_lost``, ``recovered``, or a health state), ``monotonic``
+(``time.monotonic()`` seconds when it was seen), and ``process`` (an ``EngineProcess``;
+``identity`` for ``stopped``).
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from typing import Annotated, Any, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from enginespec.errors import InvalidInputError
-from enginespec.health import check_all
 from enginespec.scanning import EngineProcess
 from enginespec.scanning import Scanner as _Scanner
 from enginespec.status import Health, HealthState
+from enginespec.vitals import EngineMonitor, WorkerExit
 
 #: What a ``changed`` event can name, in this order.
 ChangedField = Literal[
@@ -65,6 +66,9 @@ CHANGED_FIELDS: tuple[ChangedField, ...] = (
 ACK_TIMEOUT = 1.0
 #: With process events, ``/proc`` is still listed this often (and after any lost event).
 FULL_RESCAN_SECONDS = 30.0
+#: How often the remembered workers of ready servers are looked at (a ``stat`` read each): their
+#: exit is seen within this, whatever a scan of a busy host costs.
+WORKER_POLL_SECONDS = 0.05
 #: Set to ``1`` to make every watch poll (tests, benchmarks).
 POLL_ENV = "ENGINESPEC_WATCH_POLL"
 
@@ -132,7 +136,33 @@ class HealthChanged(BaseModel):
     previous: HealthState | None = None
 
 
-WatchEvent: TypeAlias = Annotated[Started | Changed | Stopped | HealthChanged, Field(discriminator="type")]
+class WorkerLost(BaseModel):
+    """A remembered worker of a server that was ready exited (see :mod:`enginespec.vitals`);
+    the server's health turns ``unhealthy`` with it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["worker_lost"] = "worker_lost"
+    monotonic: float
+    process: EngineProcess
+    worker: WorkerExit
+
+
+class Recovered(BaseModel):
+    """An engine that was ``stalled`` makes progress again (``health`` is its new state)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["recovered"] = "recovered"
+    monotonic: float
+    process: EngineProcess
+    health: Health
+    previous: HealthState
+
+
+WatchEvent: TypeAlias = Annotated[
+    Started | Changed | Stopped | HealthChanged | WorkerLost | Recovered, Field(discriminator="type")
+]
 _EVENTS: TypeAdapter[WatchEvent] = TypeAdapter(WatchEvent)
 
 
@@ -192,6 +222,8 @@ class Watch:
         health_interval: float,
         health_timeout: float,
         poll: bool,
+        load: bool = True,
+        stall_after: float | None = None,
     ) -> None:
         if not interval > 0:
             raise InvalidInputError(f"interval: must be a positive number of seconds, not {interval!r}")
@@ -203,6 +235,8 @@ class Watch:
         self._interval = interval
         self._health_interval = health_interval
         self._health_timeout = health_timeout
+        #: remembers each engine's workers and load between checks (worker loss, busy, stalled)
+        self._monitor = EngineMonitor(timeout=health_timeout, stall_after=stall_after, load=load)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._current: dict[_Key, EngineProcess] = {}
@@ -224,6 +258,9 @@ class Watch:
             self._threads.append(
                 threading.Thread(target=self._health_loop, name="enginespec-health", daemon=True)
             )
+            self._threads.append(
+                threading.Thread(target=self._worker_loop, name="enginespec-workers", daemon=True)
+            )
         self._started = False
 
     def _start(self, sink: Callable[[WatchEvent | BaseException], None]) -> None:
@@ -241,6 +278,7 @@ class Watch:
             self._states = {key: state for key, state in self._states.items() if key in self._current}
             for event in events:
                 self._sink(event)
+            self._monitor.forget(processes)
 
     def _scan_loop(self) -> None:
         try:
@@ -257,6 +295,17 @@ class Watch:
         except BaseException as err:  # handed to the consumer, who raises it
             self._sink(err)
 
+    def _worker_loop(self) -> None:
+        """Reports each remembered worker's exit (see :mod:`enginespec.vitals`) as it happens."""
+        try:
+            while not self._stop.wait(WORKER_POLL_SECONDS):
+                with self._lock:
+                    processes = list(self._current.values())
+                    for process, worker in self._monitor.lost_workers(processes):
+                        self._sink(WorkerLost(monotonic=time.monotonic(), process=process, worker=worker))
+        except BaseException as err:
+            self._sink(err)
+
     def _health_loop(self) -> None:
         try:
             while True:
@@ -266,25 +315,34 @@ class Watch:
                 # A refresh budget: one round of checks ends within it, however many engines hang
                 # (those not checked in time are `unknown`, saying so).
                 budget = max(self._health_timeout, self._health_interval)
-                healths = (
-                    check_all(processes, timeout=self._health_timeout, deadline=budget) if processes else []
-                )
+                vitals = self._monitor.check(processes, deadline=budget) if processes else []
                 with self._lock:
-                    for process, health in zip(processes, healths, strict=True):
+                    for process, found in zip(processes, vitals, strict=True):
+                        health = found.health
                         key = (process.pid, process.start_time)
                         previous = self._states.get(key)
                         if key not in self._current or previous == health.state:
                             continue
                         self._states[key] = health.state
+                        now = time.monotonic()
                         self._sink(
                             HealthChanged(
                                 type=health.state,
-                                monotonic=time.monotonic(),
+                                monotonic=now,
                                 process=self._current[key],
                                 health=health,
                                 previous=previous,
                             )
                         )
+                        if previous == "stalled" and health.state in ("ready", "busy"):
+                            self._sink(
+                                Recovered(
+                                    monotonic=now,
+                                    process=self._current[key],
+                                    health=health,
+                                    previous=previous,
+                                )
+                            )
                 if self._stop.wait(self._health_interval):
                     return
         except BaseException as err:
@@ -345,12 +403,18 @@ class Scanner(_Scanner):
         health_interval: float = 2.0,
         health_timeout: float = 2.0,
         poll: bool = False,
+        load: bool = True,
+        stall_after: float | None = None,
     ) -> Watch:
         """A blocking iterator of events (see the module's docstring). ``interval``: how often the
         engines are re-checked (workers, ports, argv rewrites) and, when polling, how often
         ``/proc`` is scanned. ``health``: also check every engine's health every
         ``health_interval`` seconds, on its own thread (a slow engine never delays a scan), and
-        report each change of state. ``poll``: do not use the kernel's process events."""
+        report each change of state. ``poll``: do not use the kernel's process events. ``load``:
+        the health checks also read each engine's load (one more request per engine and check),
+        which tells ``busy`` and ``stalled`` engines (``stall_after`` seconds; see
+        :mod:`enginespec.vitals`). The remembered workers of ready servers are looked at every
+        ``WORKER_POLL_SECONDS`` (50 ms): their exit is a ``worker_lost`` event."""
         return Watch(
             self,
             interval=interval,
@@ -358,6 +422,8 @@ class Scanner(_Scanner):
             health_interval=health_interval,
             health_timeout=health_timeout,
             poll=poll,
+            load=load,
+            stall_after=stall_after,
         )
 
     def watch_async(
@@ -368,6 +434,8 @@ class Scanner(_Scanner):
         health_interval: float = 2.0,
         health_timeout: float = 2.0,
         poll: bool = False,
+        load: bool = True,
+        stall_after: float | None = None,
     ) -> AsyncIterator[WatchEvent]:
         """:meth:`watch` as an async iterator (the scanning runs on threads, never in the loop)."""
         return self.watch(
@@ -376,4 +444,6 @@ class Scanner(_Scanner):
             health_interval=health_interval,
             health_timeout=health_timeout,
             poll=poll,
+            load=load,
+            stall_after=stall_after,
         )._aiter()

@@ -1064,6 +1064,24 @@ fn an_exit_event_forgets_the_process_and_says_an_engine_is_gone() {
 }
 
 #[test]
+fn an_exit_event_of_a_folded_worker_says_the_engine_changed() {
+    let proc = FakeProc::new();
+    proc.spawn(20, &["demo", "serve", "/m/a"]);
+    proc.spawn_child(22, 20, &["demo::EngineCore"]);
+    proc.set_children(20, 20, &[22]);
+    proc.spawn(23, &["sleep", "100"]);
+    let mut scanner = event_scanner(&proc);
+    assert_eq!(
+        find(&scanner.scan_after_events(true), 20).descendants,
+        vec![22]
+    );
+    proc.kill(23);
+    assert!(!scanner.apply_events(&[(23, Change::Exited)]));
+    proc.kill(22);
+    assert!(scanner.apply_events(&[(22, Change::Exited)]));
+}
+
+#[test]
 fn events_keep_their_order_an_exit_then_a_reused_pid() {
     let proc = FakeProc::new();
     proc.spawn(30, &["demo", "serve", "/m/a"]);

@@ -6,7 +6,7 @@ import json
 import re
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import Flags, Launch, Package, Serving, Settings, SourceBuild
+from enginespec.definition import Flags, Launch, LoadMetrics, Package, Serving, Settings, SourceBuild
 from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -213,4 +213,17 @@ SPEC = LlamaCppSpec(
         }
     ),
     failures=FAILURES,
+    # `/metrics` only with `--metrics` (else HTTP 501; tools/server/server-context.cpp, the
+    # metrics handler, and README "GET /metrics"): `requests_processing` and `requests_deferred`
+    # gauges, `prompt_tokens_total` and `tokens_predicted_total` counters. Older builds (2024)
+    # also had `llamacpp:kv_cache_usage_ratio`; current ones have no KV gauge (`/slots` then).
+    load=LoadMetrics(
+        kind="prometheus",
+        enable_flag="--metrics",
+        requests_running=("llamacpp:requests_processing",),
+        requests_waiting=("llamacpp:requests_deferred",),
+        kv_cache_usage=("llamacpp:kv_cache_usage_ratio",),
+        prompt_tokens=("llamacpp:prompt_tokens_total",),
+        generated_tokens=("llamacpp:tokens_predicted_total",),
+    ),
 )

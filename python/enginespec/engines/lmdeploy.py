@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import Flags, Launch, Package, Serving
+from enginespec.definition import Flags, Launch, LoadMetrics, Package, Serving
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -135,4 +135,15 @@ SPEC = LmdeploySpec(
     package=Package(distributions=("lmdeploy",), accelerator="cuda"),
     serving=Serving(api_key_flag="--api-keys"),
     failures=FAILURES,
+    # `/metrics` on the API port unless `--disable-metrics` (v0.16.0 1263d5cd:
+    # lmdeploy/metrics/loggers.py, lmdeploy/serve/openai/api_server.py; metrics since v0.10.0).
+    load=LoadMetrics(
+        kind="prometheus",
+        disable_flag="--disable-metrics",
+        requests_running=("lmdeploy:num_requests_running",),
+        requests_waiting=("lmdeploy:num_requests_waiting",),
+        kv_cache_usage=("lmdeploy:gpu_cache_usage_perc",),
+        prompt_tokens=("lmdeploy:prompt_tokens_total",),
+        generated_tokens=("lmdeploy:generation_tokens_total",),
+    ),
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import Launch, Serving, Settings
+from enginespec.definition import Launch, LoadMetrics, Serving, Settings
 from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -141,4 +141,9 @@ SPEC = OllamaSpec(
     # Host(): scheme cut at `://`, a path after `/` dropped, net.SplitHostPort).
     settings=Settings(environment={"OLLAMA_HOST": "address"}, runner_environment=False),
     failures=FAILURES,
+    # No Prometheus metrics and no request counts (v0.33.0-rc2 fb307609): `GET /api/ps` lists the
+    # loaded models (api/types.go ProcessModelResponse), which is all the load it tells.
+    load=LoadMetrics(
+        kind="ollama_ps", path="/api/ps", note="Ollama reports the models it has loaded, no request counts"
+    ),
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import FamilyDefault, Flags, Launch, Package, Serving, Settings
+from enginespec.definition import FamilyDefault, Flags, Launch, LoadMetrics, Package, Serving, Settings
 from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -126,4 +126,16 @@ SPEC = SglangSpec(
     # python/sglang/srt/utils/server_args_config_parser.py).
     settings=Settings(config_flag="--config"),
     failures=FAILURES,
+    # `/metrics` only with `--enable-metrics` (python/sglang/srt/metrics/collector.py,
+    # SchedulerMetricsCollector and TokenizerMetricsCollector; docs/references/production_metrics.md):
+    # `sglang:token_usage` is the share of the KV pool's tokens in use, 0..1.
+    load=LoadMetrics(
+        kind="prometheus",
+        enable_flag="--enable-metrics",
+        requests_running=("sglang:num_running_reqs",),
+        requests_waiting=("sglang:num_queue_reqs",),
+        kv_cache_usage=("sglang:token_usage",),
+        prompt_tokens=("sglang:prompt_tokens_total",),
+        generated_tokens=("sglang:generation_tokens_total",),
+    ),
 )

@@ -9,7 +9,7 @@ keeps the launcher's name and TGI v0.1's ``--model-name``.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import Flags, Launch, Serving, Settings
+from enginespec.definition import Flags, Launch, LoadMetrics, Serving, Settings
 from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -157,4 +157,17 @@ SPEC = TgiSpec(
         environment={"MODEL_ID": "model", "MODEL_NAME": "model", "HOSTNAME": "host", "PORT": "port"}
     ),
     failures=FAILURES,
+    # The router serves `/metrics` on the API port, always (router/src/server.rs, v3.3.7-1
+    # db931fcf): `tgi_batch_current_size` and `tgi_queue_size` gauges (backends/v3/src/backend.rs,
+    # queue.rs), token counts only as per-request histograms whose `_sum` grows when a request is
+    # validated (input) or finishes (generated), and `tgi_batch_inference_success{method=decode}`
+    # counting decode steps: that is the progress a long request shows. No KV-cache gauge.
+    load=LoadMetrics(
+        kind="prometheus",
+        requests_running=("tgi_batch_current_size",),
+        requests_waiting=("tgi_queue_size",),
+        prompt_tokens=("tgi_request_input_length_sum",),
+        generated_tokens=("tgi_request_generated_tokens_sum",),
+        progress=("tgi_batch_inference_success_total", "tgi_batch_inference_success"),
+    ),
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import FamilyDefault, Flags, Launch, Package, Serving, Settings
+from enginespec.definition import FamilyDefault, Flags, Launch, LoadMetrics, Package, Serving, Settings
 from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -449,4 +449,17 @@ SPEC = EngineSpec(
     # vllm/utils/argparse_utils.py FlexibleArgumentParser._pull_args_from_config).
     settings=Settings(config_flag="--config"),
     failures=FAILURES,
+    # `/metrics` on the API port, always on (vllm/v1/metrics/loggers.py PrometheusStatLogger at
+    # 005a810b, v0.10): gauges per engine core (label `engine`, summed here), the KV-cache gauge
+    # a fraction 0..1 despite `_perc`. `vllm:kv_cache_usage_perc` is the name since v0.10; the
+    # older `vllm:gpu_cache_usage_perc` (the only one before, deprecated beside it in v0.10,
+    # later dropped) is read when the new one is absent.
+    load=LoadMetrics(
+        kind="prometheus",
+        requests_running=("vllm:num_requests_running",),
+        requests_waiting=("vllm:num_requests_waiting",),
+        kv_cache_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        prompt_tokens=("vllm:prompt_tokens_total",),
+        generated_tokens=("vllm:generation_tokens_total",),
+    ),
 )

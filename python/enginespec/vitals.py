@@ -1,0 +1,329 @@
+"""Whether an engine is really alive: health checks with memory (:class:`EngineMonitor`).
+
+One health check sees one answer. A monitor keeps what earlier checks saw, per engine process
+(pid, start time), and corrects the verdict of the health endpoint with it:
+
+- **worker-tree integrity**: once a server is ready, its workers (the children that retitle
+  themselves as the engine's workers: ``VLLM::EngineCore``, ``VLLM::Worker_TP0``,
+  ``sglang::scheduler_TP0``) are remembered; when one of them exits, the server is ``unhealthy``
+  with the reason (``VLLM::EngineCore pid 4300 exited (SIGKILL) while the API server still
+  answers``) whatever ``/health`` says, until that server is gone;
+- **busy**: the health request timed out, but the engine's token counters advanced since the
+  previous reading (or, when it reports no load, its tree's CPU time did: a weaker signal, said
+  in the reason): saturated, never ``unhealthy`` for that;
+- **stalled**: requests pending and no token counter moved for ``stall_after`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+from collections.abc import Iterable
+
+from pydantic import BaseModel, ConfigDict
+
+from enginespec.health import _blocking, _late, _resolve, check_health_async
+from enginespec.load import EngineLoad, _read, checked_stall_after, not_owned, tree_cpu_seconds
+from enginespec.registry import find_engine
+from enginespec.scanning import EngineProcess
+from enginespec.status import Health, HealthState
+
+#: Below this share of one CPU, a tree's CPU time is not taken as a sign of work.
+CPU_BUSY_SHARE = 0.1
+#: The most characters of a worker's title kept.
+_TITLE_CHARS = 64
+
+_Key = tuple[int, float]
+
+
+class WorkerExit(BaseModel):
+    """A remembered worker of a server that exited. ``status`` is its exit status and
+    ``signal`` the signal that ended it, when they could still be read (a zombie not yet reaped
+    by its parent shows them); both ``None`` otherwise."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pid: int
+    title: str
+    status: int | None = None
+    signal: int | None = None
+    #: ``time.monotonic()`` when the exit was seen.
+    seen_at: float
+
+    def describe(self) -> str:
+        """``VLLM::EngineCore pid 4300 exited (SIGKILL)``."""
+        how = ""
+        if self.signal is not None:
+            try:
+                how = f" ({signal.Signals(self.signal).name})"
+            except ValueError:
+                how = f" (signal {self.signal})"
+        elif self.status is not None:
+            how = f" (status {self.status})"
+        return f"{self.title} pid {self.pid} exited{how}"
+
+
+class Vitals(BaseModel):
+    """What a monitor found for one engine: its health (corrected as the module says), its load
+    reading (``None`` when load is not read) and the workers it lost."""
+
+    model_config = ConfigDict(frozen=True)
+
+    health: Health
+    load: EngineLoad | None = None
+    lost_workers: tuple[WorkerExit, ...] = ()
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the command (state first), or ``None``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            data = file.read(4096)
+        return data[data.rindex(b")") + 2 :].split()
+    except (OSError, ValueError):
+        return None
+
+
+def _title(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            argv0 = file.read(4096).split(b"\0", 1)[0]
+    except OSError:
+        return None
+    return argv0.decode("utf-8", "backslashreplace")[:_TITLE_CHARS] if argv0 else None
+
+
+class _Worker:
+    __slots__ = ("pid", "started", "title")
+
+    def __init__(self, pid: int, started: bytes, title: str) -> None:
+        self.pid, self.started, self.title = pid, started, title
+
+    def exit(self, now: float) -> WorkerExit | None:
+        """How it exited, or ``None`` while it runs (a zombie has exited)."""
+        fields = _stat(self.pid)
+        if fields is not None and len(fields) > 19 and fields[19] == self.started and fields[0] != b"Z":
+            return None
+        status = code = None
+        # A zombie of this very worker still holds its wait status (field 52, Linux 3.5+).
+        if fields is not None and len(fields) > 49 and fields[19] == self.started and fields[0] == b"Z":
+            try:
+                raw = int(fields[49])
+            except ValueError:
+                raw = None
+            if raw is not None:
+                if raw & 0x7F:
+                    code = raw & 0x7F
+                else:
+                    status = (raw >> 8) & 0xFF
+        return WorkerExit(pid=self.pid, title=self.title, status=status, signal=code, seen_at=now)
+
+
+class _Engine:
+    """What the monitor remembers of one engine process."""
+
+    def __init__(self) -> None:
+        self.workers: list[_Worker] | None = None
+        self.lost: list[WorkerExit] = []
+        self.reported = 0
+        self.load: EngineLoad | None = None
+
+
+def _remember(process: EngineProcess) -> list[_Worker]:
+    titles = find_engine(process.engine).signature.worker_titles
+    workers = []
+    for pid in process.worker_pids:
+        title = _title(pid)
+        fields = _stat(pid)
+        if title is None or fields is None or len(fields) <= 19 or fields[0] == b"Z":
+            continue
+        if titles and title.startswith(titles):
+            workers.append(_Worker(pid, fields[19], title))
+    return workers
+
+
+def _timed_out(health: Health) -> bool:
+    # The probe gives `unhealthy` without an HTTP status only when its request timed out.
+    return health.state == "unhealthy" and health.http_status is None
+
+
+class EngineMonitor:
+    """Health (and load) checks that remember what earlier ones saw (see the module's
+    docstring). Keep one monitor and check through it repeatedly: ``check(processes)`` every few
+    seconds, ``lost_workers(processes)`` as often as wanted (it reads ``/proc`` only). Thread-safe.
+
+    ``stall_after``: seconds with requests pending and no counter moving before an engine is
+    ``stalled`` (default: ``$ENGINESPEC_STALL_AFTER``, else each engine's own, 60 s). ``load``:
+    also read each engine's load (one more request per engine and check); without it there is
+    no ``busy`` or ``stalled`` from token counters, only from CPU time."""
+
+    def __init__(
+        self,
+        *,
+        timeout: float = 2.0,
+        stall_after: float | None = None,
+        load: bool = True,
+        concurrency: int = 64,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
+        if stall_after is not None:
+            checked_stall_after(stall_after)
+        self.timeout = timeout
+        self.stall_after = stall_after
+        self.load = load
+        self.concurrency = concurrency
+        self._engines: dict[_Key, _Engine] = {}
+        self._lock = threading.Lock()
+
+    def _engine(self, process: EngineProcess) -> _Engine:
+        key = (process.pid, process.start_time)
+        with self._lock:
+            found = self._engines.get(key)
+            if found is None:
+                found = self._engines[key] = _Engine()
+            return found
+
+    def forget(self, alive: Iterable[EngineProcess]) -> None:
+        """Drops what is remembered of engines not in ``alive``."""
+        keep = {(p.pid, p.start_time) for p in alive}
+        with self._lock:
+            self._engines = {key: engine for key, engine in self._engines.items() if key in keep}
+
+    def lost_workers(self, processes: Iterable[EngineProcess]) -> list[tuple[EngineProcess, WorkerExit]]:
+        """The remembered workers that exited since the previous call, with their server (a
+        few ``/proc`` reads per remembered worker; no request). Each exit is reported once here,
+        whoever noticed it first (a check notices too, and says so in its verdict)."""
+        found: list[tuple[EngineProcess, WorkerExit]] = []
+        for process in processes:
+            engine = self._engine(process)
+            with self._lock:
+                self._look(engine)
+                fresh = engine.lost[engine.reported :]
+                engine.reported = len(engine.lost)
+            found.extend((process, gone) for gone in fresh)
+        return found
+
+    @staticmethod
+    def _look(engine: _Engine) -> None:
+        """Moves the remembered workers that exited to ``engine.lost`` (lock held)."""
+        if not engine.workers:
+            return
+        now = time.monotonic()
+        running = []
+        for worker in engine.workers:
+            gone = worker.exit(now)
+            if gone is None:
+                running.append(worker)
+            else:
+                engine.lost.append(gone)
+        engine.workers = running
+
+    async def _one(self, process: EngineProcess, gate: asyncio.Semaphore) -> Vitals:
+        engine = self._engine(process)
+        async with gate:
+            # The tree's CPU time over the check: the weaker sign of work of an engine whose
+            # health request times out and that reports no load.
+            cpu = (time.monotonic(), tree_cpu_seconds(process.pid, process.worker_pids))
+            if not self.load:
+                health = await check_health_async(process, timeout=self.timeout)
+                return self._judge(process, engine, health, None, cpu)
+            # The health check verifies who holds the port; the load reading need not again.
+            target = _resolve(process, None, None)
+            health, load = await asyncio.gather(
+                check_health_async(process, timeout=self.timeout),
+                _read(target, self.timeout, engine.load, self.stall_after, owner=False),
+            )
+            # A ready verdict checked who holds the port; any other one may not have.
+            problem = (
+                not_owned(process, load.base_url) if load.available and health.state != "ready" else None
+            )
+            if problem is not None:
+                load = load.model_copy(update={"available": False, "reason": problem})
+            elif _timed_out(health) and load.available and load.moved is None:
+                # No earlier reading to tell movement by: a second one, a health timeout later.
+                load = await _read(target, self.timeout, load, self.stall_after, owner=False)
+        return self._judge(process, engine, health, load, cpu)
+
+    def _judge(
+        self,
+        process: EngineProcess,
+        engine: _Engine,
+        health: Health,
+        load: EngineLoad | None,
+        cpu: tuple[float, float | None],
+    ) -> Vitals:
+        now = time.monotonic()
+        with self._lock:
+            self._look(engine)
+            if load is not None:
+                engine.load = load
+            if health.state == "ready" and not engine.lost:
+                # remembered at the first ready check; workers seen later join (a tree re-read)
+                known = {worker.pid for worker in engine.workers or ()}
+                engine.workers = [
+                    *(engine.workers or ()),
+                    *(w for w in _remember(process) if w.pid not in known),
+                ]
+            lost = tuple(engine.lost)
+
+        def verdict(state: HealthState, reason: str) -> Vitals:
+            update = {"state": state, "reason": reason}
+            return Vitals(health=health.model_copy(update=update), load=load, lost_workers=lost)
+
+        if lost and health.state not in ("down", "not_serving"):
+            answering = " while the API server still answers" if health.http_status is not None else ""
+            return verdict("unhealthy", "; ".join(gone.describe() for gone in lost) + answering)
+        if load is not None and load.stalled:
+            reason = (
+                f"{load.pending} request(s) pending and no token counter moved for "
+                f"{now - (load.progress_at or now):.0f}s (stall_after {load.stall_after:g}s)"
+            )
+            return verdict("stalled", reason + (f"; health: {health.reason}" if health.reason else ""))
+        if not _timed_out(health):
+            return Vitals(health=health, load=load)
+        if load is not None and load.available:
+            if load.moved:
+                rate = f" ({load.tokens_per_second:.1f} tok/s)" if load.tokens_per_second is not None else ""
+                return verdict("busy", f"{health.reason}, but its token counters advance{rate}")
+            return Vitals(health=health, load=load)
+        used = tree_cpu_seconds(process.pid, process.worker_pids)
+        started, before = cpu
+        if used is not None and before is not None and now > started:
+            share = (used - before) / (now - started)
+            if share >= CPU_BUSY_SHARE:
+                reason = (
+                    f"{health.reason}, but its processes use CPU ({share:.0%} of a core; a weaker "
+                    "sign than token counters, which it does not report)"
+                )
+                return verdict("busy", reason)
+        return Vitals(health=health, load=load)
+
+    async def check_async(
+        self, processes: Iterable[EngineProcess], *, deadline: float | None = None
+    ) -> list[Vitals]:
+        """Checks every engine at once (at most ``concurrency`` in flight), in the order given.
+        With ``deadline`` (seconds) the whole round ends by then: engines not checked in time
+        are ``unknown`` with that reason."""
+        if deadline is not None and not deadline > 0:
+            raise ValueError(f"deadline: must be a positive number of seconds, got {deadline!r}")
+        listed = list(processes)
+        gate = asyncio.Semaphore(self.concurrency)
+        loop = asyncio.get_running_loop()
+        end = None if deadline is None else loop.time() + deadline
+
+        async def one(process: EngineProcess) -> Vitals:
+            if end is None or deadline is None:
+                return await self._one(process, gate)
+            try:
+                return await asyncio.wait_for(self._one(process, gate), max(end - loop.time(), 0.0))
+            except asyncio.TimeoutError:
+                return Vitals(health=_late(process.engine, process.base_url, deadline))
+
+        return list(await asyncio.gather(*(one(p) for p in listed)))
+
+    def check(self, processes: Iterable[EngineProcess], *, deadline: float | None = None) -> list[Vitals]:
+        """Sync form of :meth:`check_async`."""
+        return _blocking(self.check_async(list(processes), deadline=deadline))

@@ -1,0 +1,293 @@
+"""EngineMonitor and watch (enginespec.vitals): worker-tree integrity with real processes retitled
+as workers and killed with SIGKILL, busy versus stalled with real HTTP servers on loopback, on
+both backends."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from enginespec.scanning import EngineProcess, Scanner
+from enginespec.vitals import EngineMonitor
+from enginespec.watching import HealthChanged, Recovered, Watch, WatchEvent, WorkerLost
+from enginespec.watching import Scanner as WatchingScanner
+from fakeserver import Answer, FakeEngine, bound_socket, serving
+from loadkit import TEXT, vllm_metrics
+from procs import Procs, wait_for
+
+WORKERS = 20
+
+
+def _server(procs: Procs, sock: socket.socket, titles: list[str]) -> EngineProcess:
+    """A process that stands for `vllm serve` on ``sock``'s port, with children retitled as
+    ``titles`` (see helpers/idle.c), as scanned once every child shows its title."""
+    port = sock.getsockname()[1]
+    proc = procs.start(
+        ["vllm", "serve", "/models/m", "--port", str(port)],
+        pass_fds=(sock.fileno(),),
+        # the first child also forks a grandchild of its title: let it keep the server's argv
+        HELPER_CHILD_TITLES=",".join(["=", *titles]),
+    )
+    found: list[EngineProcess] = []
+
+    def titled() -> bool:
+        found[:] = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
+        if not found:
+            return False
+        shown = {_title(pid) for pid in found[0].worker_pids}
+        return all(title in shown for title in titles)
+
+    wait_for(titled)
+    return found[0]
+
+
+def _title(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+        return None
+
+
+def _zombie(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] == "Z"
+
+
+def _pid_titled(process: EngineProcess, title: str) -> int:
+    for pid in process.worker_pids:
+        if _title(pid) == title:
+            return pid
+    raise AssertionError(f"no worker titled {title}")
+
+
+@pytest.fixture
+def healthy() -> Iterator[tuple[socket.socket, FakeEngine]]:
+    sock = bound_socket()
+    with serving(
+        {"/health": [Answer(200)], "/metrics": [Answer(200, vllm_metrics(1.0), content_type=TEXT)]}, sock=sock
+    ) as server:
+        yield sock, server
+
+
+def test_a_killed_engine_core_makes_a_live_server_unhealthy(
+    procs: Procs, healthy: tuple[socket.socket, FakeEngine]
+) -> None:
+    sock, _ = healthy
+    process = _server(procs, sock, ["VLLM::EngineCore", "VLLM::Worker_TP0"])
+    monitor = EngineMonitor(timeout=2)
+    [first] = monitor.check([process])
+    assert first.health.state == "ready", first.health
+    core = _pid_titled(process, "VLLM::EngineCore")
+    os.kill(core, signal.SIGKILL)
+    wait_for(lambda: _zombie(core))
+    [after] = monitor.check([process])
+    assert after.health.state == "unhealthy"
+    assert (
+        after.health.reason
+        == f"VLLM::EngineCore pid {core} exited (SIGKILL) while the API server still answers"
+    )
+    assert after.health.http_status == 200
+    assert [(w.pid, w.signal) for w in after.lost_workers] == [(core, signal.SIGKILL)]
+    # it stays so: the server's /health still says 200
+    [again] = monitor.check([process])
+    assert again.health.state == "unhealthy"
+
+
+def test_every_worker_kill_is_reported_once(procs: Procs, healthy: tuple[socket.socket, FakeEngine]) -> None:
+    sock, _ = healthy
+    titles = [f"VLLM::Worker_TP{i}" for i in range(WORKERS)]
+    process = _server(procs, sock, titles)
+    monitor = EngineMonitor(timeout=2)
+    assert monitor.check([process])[0].health.state == "ready"
+    reported = []
+    for title in titles:
+        pid = _pid_titled(process, title)
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda pid=pid: _zombie(pid))
+        lost = monitor.lost_workers([process])
+        assert [(w.pid, w.title) for _, w in lost] == [(pid, title)]
+        reported.extend(lost)
+    assert len(reported) == WORKERS
+    assert monitor.lost_workers([process]) == []
+
+
+def test_workers_are_remembered_only_once_the_server_is_ready(procs: Procs) -> None:
+    sock = bound_socket()
+    with serving(
+        {"/health": [Answer(503)], "/metrics": [Answer(200, vllm_metrics(1.0), content_type=TEXT)]}, sock=sock
+    ):
+        process = _server(procs, sock, ["VLLM::EngineCore"])
+        monitor = EngineMonitor(timeout=2)
+        assert monitor.check([process])[0].health.state == "unhealthy"
+        core = _pid_titled(process, "VLLM::EngineCore")
+        os.kill(core, signal.SIGKILL)
+        # a worker that dies while its server starts is the server's business (it exits or says so)
+        [after] = monitor.check([process])
+    assert after.lost_workers == ()
+    assert after.health.reason == "HTTP 503"
+
+
+def test_a_worker_reaped_before_the_check_is_still_reported(
+    procs: Procs, healthy: tuple[socket.socket, FakeEngine]
+) -> None:
+    sock, _ = healthy
+    process = _server(procs, sock, ["VLLM::EngineCore"])
+    monitor = EngineMonitor(timeout=2)
+    monitor.check([process])
+    core = _pid_titled(process, "VLLM::EngineCore")
+    # the helper's whole group goes, the server's own pid aside: kill the child, then have the
+    # server reaped too (killing it), so the core is gone without a zombie
+    os.kill(core, signal.SIGKILL)
+    procs.stop_all()
+    wait_for(lambda: not os.path.exists(f"/proc/{core}"))
+    lost = monitor.lost_workers([process])
+    assert [(w.pid, w.signal, w.status) for _, w in lost] == [(core, None, None)]
+    assert lost[0][1].describe() == f"VLLM::EngineCore pid {core} exited"
+
+
+def _advancing(start: int = 0) -> list[Answer]:
+    return [Answer(200, vllm_metrics(float(start + 50 * i)), content_type=TEXT) for i in range(2000)]
+
+
+def test_a_probe_timing_out_while_tokens_advance_is_busy_never_unhealthy(procs: Procs) -> None:
+    sock = bound_socket()
+    routes = {"/health": [Answer(200, delay=5.0)], "/metrics": _advancing()}
+    with serving(routes, sock=sock):
+        process = _server(procs, sock, ["VLLM::EngineCore"])
+        monitor = EngineMonitor(timeout=1.0, stall_after=0.5)
+        verdicts = [monitor.check([process])[0] for _ in range(4)]
+    states = [v.health.state for v in verdicts]
+    assert states == ["busy"] * 4, [v.health.reason for v in verdicts]
+    assert "no answer from /health within 1s, but its token counters advance" in verdicts[-1].health.reason
+
+
+def test_a_probe_timing_out_with_frozen_counters_and_requests_pending_stalls(procs: Procs) -> None:
+    sock = bound_socket()
+    routes = {
+        "/health": [Answer(200, delay=1.0)],
+        "/metrics": [Answer(200, vllm_metrics(10.0), content_type=TEXT)],
+    }
+    with serving(routes, sock=sock):
+        process = _server(procs, sock, ["VLLM::EngineCore"])
+        monitor = EngineMonitor(timeout=0.2, stall_after=0.5)
+        first = monitor.check([process])[0]
+        assert first.health.state == "unhealthy"
+        found = [first]
+        wait_for(lambda: found.append(monitor.check([process])[0]) or found[-1].health.state == "stalled")
+    assert "5 request(s) pending and no token counter moved" in found[-1].health.reason
+    # until then: no answer, and nothing moving (not busy)
+    assert {v.health.state for v in found[:-1]} == {"unhealthy"}
+
+
+def test_without_metrics_the_trees_cpu_time_is_the_weaker_sign(procs: Procs) -> None:
+    # mlx_lm.server reports no load. One that burns CPU (a Python loop run under that name)
+    # and one that idles (the helper), both with a health probe that times out.
+    burning, idle = bound_socket(), bound_socket()
+    burner = procs.start(
+        ["mlx_lm.server", "-c", "while True: pass", "--model", "m", "--port", str(burning.getsockname()[1])],
+        pass_fds=(burning.fileno(),),
+        executable=Path(sys.executable),
+    )
+    idler = procs.start(
+        ["mlx_lm.server", "--model", "m", "--port", str(idle.getsockname()[1])], pass_fds=(idle.fileno(),)
+    )
+    slow = {"/health": [Answer(200, delay=2.0)]}
+    with serving(slow, sock=burning), serving(slow, sock=idle):
+        found = {p.pid: p for p in Scanner(listen_ports=False).scan()}
+        verdicts = EngineMonitor(timeout=0.5).check([found[burner.pid], found[idler.pid]])
+    busy, quiet = (v.health for v in verdicts)
+    assert busy.state == "busy", busy
+    assert "a weaker sign than token counters" in busy.reason
+    assert quiet.state == "unhealthy"
+    assert quiet.reason == "no answer from /health within 0.5s"
+
+
+class _Events:
+    """A watch's events read on a thread, so a test waits for one with a deadline."""
+
+    def __init__(self, watch: Watch) -> None:
+        self.watch = watch
+        self.queue: queue.Queue[WatchEvent] = queue.Queue()
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        with contextlib.suppress(Exception):
+            for event in self.watch:
+                self.queue.put(event)
+
+    def until(self, predicate: Callable[[WatchEvent], bool], timeout: float = 30.0) -> WatchEvent:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            assert left > 0, "the event did not come"
+            try:
+                event = self.queue.get(timeout=left)
+            except queue.Empty:
+                continue
+            if predicate(event):
+                return event
+
+
+def _about(
+    process: EngineProcess, kind: type[BaseModel], state: str | None = None
+) -> Callable[[WatchEvent], bool]:
+    def match(event: WatchEvent) -> bool:
+        mine = isinstance(event, kind) and event.process.pid == process.pid  # type: ignore[attr-defined]
+        return mine and (state is None or event.type == state)
+
+    return match
+
+
+def test_watch_emits_worker_lost_then_unhealthy(
+    procs: Procs, healthy: tuple[socket.socket, FakeEngine]
+) -> None:
+    sock, _ = healthy
+    process = _server(procs, sock, ["VLLM::EngineCore", "VLLM::Worker_TP0"])
+    watch = WatchingScanner().watch(0.1, health=True, health_interval=0.1, health_timeout=2, poll=True)
+    events = _Events(watch)
+    try:
+        events.until(_about(process, HealthChanged, "ready"))
+        core = _pid_titled(process, "VLLM::EngineCore")
+        os.kill(core, signal.SIGKILL)
+        lost = events.until(_about(process, WorkerLost))
+        unhealthy = events.until(_about(process, HealthChanged, "unhealthy"))
+    finally:
+        watch.close()
+    assert isinstance(lost, WorkerLost)
+    assert lost.worker.pid == core
+    assert isinstance(unhealthy, HealthChanged)
+    assert unhealthy.health.reason.startswith(f"VLLM::EngineCore pid {core} exited (SIGKILL)")
+
+
+def test_watch_emits_stalled_then_recovered(procs: Procs) -> None:
+    sock = bound_socket()
+    frozen = [Answer(200, vllm_metrics(10.0), content_type=TEXT)]
+    with serving({"/health": [Answer(200)], "/metrics": frozen}, sock=sock) as server:
+        process = _server(procs, sock, ["VLLM::EngineCore"])
+        watch = WatchingScanner().watch(
+            0.2, health=True, health_interval=0.1, health_timeout=2, poll=True, stall_after=0.4
+        )
+        events = _Events(watch)
+        try:
+            events.until(_about(process, HealthChanged, "ready"))
+            stalled = events.until(_about(process, HealthChanged, "stalled"))
+            with server.script.lock:
+                server.script.routes["/metrics"] = _advancing(100)
+            recovered = events.until(_about(process, Recovered))
+        finally:
+            watch.close()
+    assert isinstance(stalled, HealthChanged)
+    assert stalled.previous == "ready"
+    assert isinstance(recovered, Recovered)
+    assert (recovered.previous, recovered.health.state) == ("stalled", "ready")
