@@ -229,7 +229,7 @@ impl<S: Source + ?Sized> Reader<'_, S> {
     }
 
     /// `n` bytes at the current position (checked), through the read-ahead buffer.
-    fn take(&mut self, n: usize, what: &str) -> Result<Vec<u8>, String> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&[u8], String> {
         self.check(n as u64, what)?;
         let buf_end = self.buf_start + self.buf.len() as u64;
         if self.pos < self.buf_start || self.pos + n as u64 > buf_end {
@@ -250,13 +250,12 @@ impl<S: Source + ?Sized> Reader<'_, S> {
         }
         let at = (self.pos - self.buf_start) as usize;
         self.pos += n as u64;
-        Ok(self.buf[at..at + n].to_vec())
+        Ok(&self.buf[at..at + n])
     }
 
     fn fixed<const N: usize>(&mut self, what: &str) -> Result<[u8; N], String> {
-        let bytes = self.take(N, what)?;
         let mut out = [0u8; N];
-        out.copy_from_slice(&bytes);
+        out.copy_from_slice(self.take(N, what)?);
         if self.big_endian {
             out.reverse();
         }
@@ -280,7 +279,7 @@ impl<S: Source + ?Sized> Reader<'_, S> {
             return Ok(Err(len));
         }
         let bytes = self.take(len as usize, what)?;
-        Ok(Ok(String::from_utf8_lossy(&bytes).into_owned()))
+        Ok(Ok(String::from_utf8_lossy(bytes).into_owned()))
     }
 
     /// The smallest encoding of an element of type `t`, for the count check of an array.
@@ -384,7 +383,7 @@ pub fn read_header<S: Source + ?Sized>(
     };
     let magic = r.take(4, "magic")?;
     if magic != b"GGUF" {
-        return Err(format!("not a GGUF file (magic {})", escape(&magic)));
+        return Err(format!("not a GGUF file (magic {})", escape(magic)));
     }
     let mut version = r.u32("version")?;
     if version & 0xFFFF == 0 {
