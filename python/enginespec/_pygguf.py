@@ -70,7 +70,9 @@ class _Reader:
             return
         if self.end == self.size:
             raise ValueError(f"{what} at offset {self.pos}: needs {n} bytes, the file has {left} left")
-        raise ValueError(f"{what} at offset {self.pos}: the header is longer than the cap of {self.cap} bytes")
+        raise ValueError(
+            f"{what} at offset {self.pos}: the header is longer than the cap of {self.cap} bytes"
+        )
 
     def count_fits(self, count: int, each: int, what: str, at: int) -> None:
         left = self.end - self.pos
