@@ -334,8 +334,8 @@ def _placement(
         except ValueError:
             raise ModelError(f"--tensor-split {split_text!r}: not numbers") from None
         shares = [*given, *[0.0] * len(devices)][: len(devices)]
+    main = integer_or(_number(argv, "-mg", "--main-gpu"), 0) % len(devices)
     if mode == "none" or sum(shares) <= 0:
-        main = integer_or(_number(argv, "-mg", "--main-gpu"), 0) % len(devices)
         shares = [1.0 if i == main else 0.0 for i in range(len(devices))]
     total = sum(shares)
     cumulative, running = [], 0.0
@@ -360,7 +360,9 @@ def _placement(
             weights[device] += nbytes
         kv[device] += per_layer_kv
     if ngl > n_layer:
-        weights[devices[-1] if mode == "layer" else devices[0]] += output_bytes
+        # the output layer goes where layer n_layer would (row mode: the main device)
+        last = next((i for i, c in enumerate(cumulative) if c >= 1.0 - 1e-9), len(devices) - 1)
+        weights[devices[main if mode == "row" else last]] += output_bytes
     else:
         weights["CPU"] += output_bytes
     return weights, kv
