@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.text import Text
 
 import enginespec.exporter as exporter
+import enginespec.modelcli as modelcli
 from enginespec._backend import BACKEND
 from enginespec.argv import parse_argv, redact_argv
 from enginespec.config import Config
@@ -509,6 +510,7 @@ def _parser() -> argparse.ArgumentParser:
     command.add_argument("--json", action="store_true", help="print a JSON document instead")
     command.add_argument("--strict", action="store_true", help="fail on fields the engine has no flag for")
     command.set_defaults(handler=_cmd_command)
+    modelcli.add_parser(commands)
     return parser
 
 
