@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,10 +84,12 @@ def random_file(path: Path, rng: random.Random) -> None:
             writer.add_key_value(key, _scalar(rng, vtype), vtype)
     for index in range(rng.randint(0, 12)):
         qtype = rng.choice(_TENSOR_TYPES)
-        block, size = gguf.GGML_QUANT_SIZES[qtype]
+        _block, size = gguf.GGML_QUANT_SIZES[qtype]
         # rows of whole blocks, as bytes (the writer turns the byte shape into the element shape)
         shape = [rng.randint(1, 3) for _ in range(rng.randint(0, 3))] + [size * rng.randint(1, 3)]
-        writer.add_tensor(f"blk.{index}.w", np.zeros(shape, np.uint8), raw_dtype=qtype, tensor_endianess=endian)
+        writer.add_tensor(
+            f"blk.{index}.w", np.zeros(shape, np.uint8), raw_dtype=qtype, tensor_endianess=endian
+        )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -139,7 +142,8 @@ def test_reads_what_the_gguf_package_reads_on_random_files(tmp_path: Path) -> No
             assert (key, vtype) == theirs[:2], number
             if vtype == VT.ARRAY and value[2] == "skipped":
                 # longer than the items kept: its type and length are
-                assert value[:2] == theirs[2][:2] and value[1] > LIMITS[2], (number, key)
+                assert value[:2] == theirs[2][:2], (number, key)
+                assert value[1] > LIMITS[2], (number, key)
                 skipped_arrays += 1
             elif vtype == VT.ARRAY and value[0] in (VT.FLOAT32, VT.FLOAT64):
                 assert value[:2] == theirs[2][:2]
@@ -182,7 +186,10 @@ def _kv_u32(key: bytes, value: int) -> bytes:
         (b"GGML" + b"\0" * 60, "not a GGUF file (magic 'GGML')"),
         (b"GG", "magic at offset 0: needs 4 bytes, the file has 2 left"),
         (_header(0, 0, b"", version=1), "GGUF version 1: only 2 and 3 are read"),
-        (_header(0, 2**63, b""), "metadata count 9223372036854775808 at offset 16: more than the 0 bytes left"),
+        (
+            _header(0, 2**63, b""),
+            "metadata count 9223372036854775808 at offset 16: more than the 0 bytes left",
+        ),
         (_header(2**63, 0, b""), "tensor count 9223372036854775808 at offset 8: more than the 0 bytes left"),
         (
             _header(0, 1, struct.pack("<Q", 2**62) + b"key" + b"\0" * 2),
@@ -200,7 +207,10 @@ def _kv_u32(key: bytes, value: int) -> bytes:
             _header(0, 1, _string(b"k") + struct.pack("<IIQ", 9, 8, 2**60) + b"1234"),
             "metadata 'k': array length 1152921504606846976 at offset 41: more than the 4 bytes left",
         ),
-        (_header(0, 1, _string(b"k") + struct.pack("<I", 13) + b"\0" * 8), "metadata 'k': unknown value type 13"),
+        (
+            _header(0, 1, _string(b"k") + struct.pack("<I", 13) + b"\0" * 8),
+            "metadata 'k': unknown value type 13",
+        ),
         (_header(0, 1, _string(b"k") + struct.pack("<IB", 7, 2)), "metadata 'k': bool of value 2"),
         (
             _header(0, 1, _string(b"general.alignment") + struct.pack("<II", 4, 24)),
@@ -231,16 +241,15 @@ def _kv_u32(key: bytes, value: int) -> bytes:
 def test_hostile_headers_are_refused_naming_where(tmp_path: Path, data: bytes, message: str) -> None:
     path = tmp_path / "m.gguf"
     path.write_bytes(data)
-    with pytest.raises(ValueError, match="^") as error:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
         read(path)
-    assert str(error.value).startswith(message), str(error.value)
 
 
 def test_nested_arrays_stop_at_a_depth(tmp_path: Path) -> None:
     nested = struct.pack("<IQ", 9, 1) * 20 + struct.pack("<IQ", 4, 0)
     path = tmp_path / "m.gguf"
     path.write_bytes(_header(0, 1, _string(b"k") + struct.pack("<I", 9) + nested))
-    with pytest.raises(ValueError, match="^metadata 'k': arrays nested deeper than 8$"):
+    with pytest.raises(ValueError, match=r"^metadata 'k': arrays nested deeper than 8$"):
         read(path)
 
 
@@ -248,7 +257,9 @@ def test_header_longer_than_the_cap_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "m.gguf"
     path.write_bytes(_header(0, 1, _string(b"a") + struct.pack("<I", 8) + _string(b"x" * 100)))
     assert read(path)[2] == [("a", 8, "x" * 100)]
-    with pytest.raises(ValueError, match="^metadata 'a' at offset 37: the header is longer than the cap of 40 bytes$"):
+    with pytest.raises(
+        ValueError, match=r"^metadata 'a' at offset 37: the header is longer than the cap of 40 bytes$"
+    ):
         read(path, (40, 64, 64))
 
 
@@ -264,7 +275,7 @@ def test_long_strings_and_arrays_keep_their_length(tmp_path: Path) -> None:
 def test_not_a_regular_file(tmp_path: Path) -> None:
     fd = os.open(tmp_path, os.O_RDONLY)
     try:
-        with pytest.raises(ValueError, match="^not a regular file$"):
+        with pytest.raises(ValueError, match=r"^not a regular file$"):
             _backend.read_gguf(fd, *LIMITS)
     finally:
         os.close(fd)

@@ -7,6 +7,7 @@ import json
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,13 +83,18 @@ def test_hugging_face_facts_from_configs_and_safetensors_headers(tmp_path: Path)
         2,
         32768,
     )
-    assert (facts.weight_bytes, facts.parameters, dict(facts.bytes_by_type)) == (76, 35, {"F16": 64, "F32": 12})
+    assert (facts.weight_bytes, facts.parameters, dict(facts.bytes_by_type)) == (
+        76,
+        35,
+        {"F16": 64, "F32": 12},
+    )
     assert facts.generation == {"temperature": 0.6, "max_length": 4096}
     assert facts.quantization == "bfloat16"
     # a shard whose header claims more than the file holds: the index's total, and why
     (folder / "model-00002-of-00002.safetensors").write_bytes(struct.pack("<Q", 1 << 40) + b"{}")
     facts = model_facts(str(folder))
-    assert facts.weight_bytes == 76 and facts.parameters is None
+    assert facts.weight_bytes == 76
+    assert facts.parameters is None
     assert "header length 1099511627776 exceeds the file or the cap" in facts.problems[0]
 
 
@@ -109,7 +115,8 @@ def test_hf_cache_resolves_refs_main(tmp_path: Path) -> None:
     (home / ".cache").mkdir(parents=True)
     os.symlink(tmp_path, home / ".cache" / "huggingface")
     found = hf_cache_folder("Qwen/Qwen3-8B", {}, str(home))
-    assert found is not None and os.path.realpath(found) == str(snapshot)
+    assert found is not None
+    assert os.path.realpath(found) == str(snapshot)
     assert hf_cache_folder("../etc", {"HF_HOME": str(tmp_path)}, None) is None
     assert hf_cache_folder("Qwen/Other", {"HF_HOME": str(tmp_path)}, None) is None
 
@@ -183,13 +190,14 @@ def test_split_gguf_files_are_read_together(tmp_path: Path) -> None:
     assert facts.weight_bytes == 8 * 32 * 4 + gguf_facts(str(one)).weight_bytes  # type: ignore[operator]
     (tmp_path / "m-00002-of-00002.gguf").unlink()
     facts = gguf_facts(str(tmp_path / "m-00001-of-00002.gguf"))
-    assert facts.weight_bytes == 8 * 32 * 4 and "m-00002-of-00002.gguf" in facts.problems[0]
+    assert facts.weight_bytes == 8 * 32 * 4
+    assert "m-00002-of-00002.gguf" in facts.problems[0]
 
 
 def test_hostile_model_files_are_errors_naming_the_file(tmp_path: Path) -> None:
     fifo = tmp_path / "m.gguf"
     os.mkfifo(fifo)
-    with pytest.raises(ModelError, match="m.gguf: not a regular file"):
+    with pytest.raises(ModelError, match=r"m\.gguf: not a regular file"):
         gguf_facts(str(fifo))
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 2**63))
@@ -220,13 +228,18 @@ def test_llamacpp_kv_cache_by_its_rule(
 ) -> None:
     facts = gguf_facts(str(write_gguf(tmp_path / "m.gguf")))
     estimate = llamacpp.estimate_memory(facts, ["llama-server", "-m", "m.gguf", *argv])
-    assert (estimate.context, estimate.context_per_sequence, estimate.kv_cache_bytes) == (context, per_seq, kv)
+    assert (estimate.context, estimate.context_per_sequence, estimate.kv_cache_bytes) == (
+        context,
+        per_seq,
+        kv,
+    )
     assert estimate.weights == {"CPU": facts.weight_bytes}
 
 
 def test_llamacpp_sliding_window_layers_hold_the_window_only(tmp_path: Path) -> None:
     facts = gguf_facts(str(write_gguf(tmp_path / "m.gguf", window=128)))
-    assert facts.attention is not None and facts.attention.sliding_window == 128
+    assert facts.attention is not None
+    assert facts.attention.sliding_window == 128
     # llama GGUFs give no pattern: no layer is a sliding one
     assert facts.attention.sliding_layers == 0
     sliding = facts.model_copy(update={"attention": facts.attention.model_copy(update={"sliding_layers": 2})})
@@ -248,8 +261,11 @@ def test_llamacpp_offload_splits_layers_over_devices(tmp_path: Path) -> None:
     assert partial.weights == {"CPU": embd + 3 * layer + facts.output_bytes, "GPU0": layer}
     uneven = llamacpp.estimate_memory(facts, [*argv, "-ngl", "99", "-ts", "3,1"], devices=["GPU0", "GPU1"])
     assert (uneven.weights["GPU0"], uneven.weights["GPU1"]) == (3 * layer, layer + facts.output_bytes)
-    none = llamacpp.estimate_memory(facts, [*argv, "-ngl", "99", "-sm", "none", "-mg", "1"], devices=["GPU0", "GPU1"])
-    assert none.weights["GPU0"] == 0 and none.weights["GPU1"] == 4 * layer + facts.output_bytes
+    none = llamacpp.estimate_memory(
+        facts, [*argv, "-ngl", "99", "-sm", "none", "-mg", "1"], devices=["GPU0", "GPU1"]
+    )
+    assert none.weights["GPU0"] == 0
+    assert none.weights["GPU1"] == 4 * layer + facts.output_bytes
     with pytest.raises(ModelError, match="--cache-type-k 'q9': not one of"):
         llamacpp.estimate_memory(facts, [*argv, "-ctk", "q9"])
 
@@ -269,7 +285,17 @@ def test_llamacpp_logged_buffers() -> None:
 def test_vllm_claim_and_logged_figures(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text((CONFIGS / "qwen3-8b.json").read_text())
     facts = hf_facts(str(tmp_path))
-    argv = ["vllm", "serve", "Qwen/Qwen3-8B", "-tp", "2", "--max-model-len", "8192", "--gpu-memory-utilization", "0.5"]
+    argv = [
+        "vllm",
+        "serve",
+        "Qwen/Qwen3-8B",
+        "-tp",
+        "2",
+        "--max-model-len",
+        "8192",
+        "--gpu-memory-utilization",
+        "0.5",
+    ]
     estimate = vllm.estimate_memory(facts, argv, device_bytes=[80 << 30, 80 << 30])
     assert estimate.claim == {"GPU0": 40 << 30, "GPU1": 40 << 30}
     assert estimate.kv_cache == {"GPU0": 147456 * 8192 // 2, "GPU1": 147456 * 8192 // 2}
@@ -283,3 +309,69 @@ def test_vllm_claim_and_logged_figures(tmp_path: Path) -> None:
     logged = vllm.logged_memory(log)
     assert logged.weights == {"GPU": round(15.2683 * (1 << 30))}
     assert (logged.kv_cache_available, logged.kv_cache_tokens) == (round(53.05 * (1 << 30)), 434560)
+
+
+def _ollama_tree(models: Path, model_file: Path) -> Path:
+    """An Ollama models folder: the GGUF as a blob, a manifest naming it as its model layer."""
+    digest = "ab" * 32
+    (models / "blobs").mkdir(parents=True)
+    blob = models / "blobs" / f"sha256-{digest}"
+    blob.write_bytes(model_file.read_bytes())
+    for host, namespace, name, tag, layer in (
+        ("registry.ollama.ai", "library", "other", "latest", "cd" * 32),
+        ("registry.ollama.ai", "library", "llama3.2", "3b", digest),
+        ("hf.co", "bartowski", "tiny-GGUF", "Q4_K_M", digest),
+    ):
+        manifest = {
+            "schemaVersion": 2,
+            "layers": [
+                {"mediaType": "application/vnd.ollama.image.template", "digest": f"sha256:{'ef' * 32}"},
+                {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{layer}", "size": 1},
+            ],
+        }
+        folder = models / "manifests" / host / namespace / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / tag).write_text(json.dumps(manifest))
+    return blob
+
+
+def test_ollama_blob_is_named_through_the_manifests(tmp_path: Path) -> None:
+    from enginespec.engines import ollama
+
+    blob = _ollama_tree(tmp_path / "models", write_gguf(tmp_path / "m.gguf"))
+    # two manifests name the blob: the first in sorted order
+    assert ollama.model_name(str(blob)) == "hf.co/bartowski/tiny-GGUF:Q4_K_M"
+    (tmp_path / "models" / "manifests" / "hf.co" / "bartowski" / "tiny-GGUF" / "Q4_K_M").write_text(
+        "{not json"
+    )
+    assert ollama.model_name(str(blob)) == "llama3.2:3b"
+    assert ollama.model_name(str(tmp_path / "m.gguf")) is None
+
+
+def test_model_command_on_a_running_engine(
+    tmp_path: Path, procs: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from enginespec.cli import main
+
+    write_gguf(tmp_path / "m.gguf")
+    server = procs.start(
+        ["llama-server", "-m", "m.gguf", "-c", "4096", "-np", "3", "-ctk", "q8_0", "--port", "18080"],
+        cwd=tmp_path,
+    )
+    assert main(["model", str(server.pid), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["engine"] == "llamacpp"
+    assert document["facts"]["architecture"] == "llama"
+    # 4 layers x 4608 cells x (136 + 256) bytes a row pair
+    assert document["facts"]["estimate"]["context"] == 4608
+    assert sum(document["facts"]["estimate"]["kv_cache"].values()) == 4 * 4608 * (136 + 256)
+    assert main(["model", str(server.pid)]) == 0
+    text = capsys.readouterr().out
+    assert "4608 (3 x 1536)" in text
+    assert "K q8_0, V f16" in text
+    blob = _ollama_tree(tmp_path / "models", tmp_path / "m.gguf")
+    runner = procs.start(["ollama", "runner", "--model", str(blob), "--port", "18081"])
+    assert main(["model", str(runner.pid), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["facts"]["registry_name"] == "hf.co/bartowski/tiny-GGUF:Q4_K_M"
+    assert main(["model", str(tmp_path / "missing.gguf")]) == 1
+    assert "missing.gguf: No such file or directory" in capsys.readouterr().err

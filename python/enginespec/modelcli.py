@@ -6,81 +6,37 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pwd
 import sys
 from typing import Any
 
 from enginespec.display import literal
-from enginespec.modelfacts import MemoryEstimate, ModelError, ModelFacts, hf_cache_folder, model_facts
+from enginespec.modelfacts import ModelError, ModelFacts, model_facts
 
 _GIB = 1 << 30
 
 
-def _environ(pid: int) -> dict[str, str]:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read(1 << 20)
-    except OSError:
-        return {}
-    pairs = (item.partition(b"=") for item in data.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, _eq, v in pairs}
-
-
-def _home(pid: int) -> str | None:
-    try:
-        return pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_dir
-    except (OSError, KeyError):
-        return None
-
-
-def engine_model(pid: int) -> tuple[str, ModelFacts, MemoryEstimate | None]:
-    """(engine, facts, estimate) of the engine server ``pid``: its model as its argv names it,
-    resolved inside the process's root (``/proc/PID/root``, relative paths from its working
-    directory; a Hugging Face id through its owner's cache)."""
-    import enginespec.engines.llamacpp as llamacpp
-    import enginespec.engines.vllm as vllm
+def engine_model(pid: int) -> tuple[str, ModelFacts]:
+    """(engine, facts with the estimate) of the engine server ``pid``."""
+    from enginespec.processmodels import compute
     from enginespec.scanning import Scanner
 
     found = [p for p in Scanner().scan() if p.pid == pid]
     if not found:
         raise ModelError(f"pid {pid}: not an engine server")
     process = found[0]
-    if not process.model:
-        raise ModelError(f"pid {pid}: its argv names no model")
-    root = f"/proc/{pid}/root"
-    path = process.model
-    if not os.path.isabs(path):
-        try:
-            path = os.path.join(os.readlink(f"/proc/{pid}/cwd"), path)
-        except OSError as e:
-            raise ModelError(f"pid {pid}: working directory: {e.strerror}") from None
-    inside = root + path
-    if not os.path.lexists(inside):
-        env = _environ(pid)
-        home = _home(pid)
-        cached = hf_cache_folder(process.model, env, home)
-        if cached is None:
-            raise ModelError(
-                f"pid {pid}: model {process.model!r} is neither a path nor in its owner's HF cache"
-            )
-        inside = root + cached if not cached.startswith(root) else cached
-    facts = model_facts(inside)
-    estimate = None
-    if process.engine == "llamacpp":
-        estimate = llamacpp.estimate_memory(facts, process.argv)
-    elif process.engine == "vllm":
-        estimate = vllm.estimate_memory(facts, process.argv)
-    return process.engine, facts, estimate
+    return process.engine, compute(pid, process.engine, process.model, process.argv)
 
 
 def _size(n: int | None) -> str:
     return "-" if n is None else f"{n / _GIB:.2f} GiB" if n >= _GIB else f"{n / (1 << 20):.2f} MiB"
 
 
-def _text(facts: ModelFacts, estimate: MemoryEstimate | None) -> list[str]:
+def _text(facts: ModelFacts) -> list[str]:
+    estimate = facts.estimate
     rows: list[tuple[str, Any]] = [
         ("format", facts.format),
         ("name", facts.name),
+        ("registry name", facts.registry_name),
         ("architecture", facts.architecture),
         ("quantization", facts.quantization),
         ("parameters", facts.parameters),
@@ -113,9 +69,9 @@ def cmd_model(args: argparse.Namespace) -> int:
     target: str = args.target
     try:
         if target.isascii() and target.isdigit() and not os.path.exists(target):
-            engine, facts, estimate = engine_model(int(target))
+            engine, facts = engine_model(int(target))
         else:
-            engine, facts, estimate = "", model_facts(target), None
+            engine, facts = "", model_facts(target)
     except ModelError as e:
         print(literal(f"enginespec model: {e}"), file=sys.stderr)
         return 1
@@ -124,11 +80,10 @@ def cmd_model(args: argparse.Namespace) -> int:
             "engine": engine or None,
             "facts": facts.model_dump(mode="json"),
             "kv_bytes_per_token": facts.kv_bytes_per_token(),
-            "estimate": estimate.model_dump(mode="json") if estimate else None,
         }
         print(json.dumps(document, indent=2))
         return 0
-    print("\n".join(_text(facts, estimate)))
+    print("\n".join(_text(facts)))
     return 0
 
 

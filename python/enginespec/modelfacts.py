@@ -83,53 +83,6 @@ class Attention(BaseModel):
         return count * self.kv_heads * (self.head_dim_k + self.head_dim_v)
 
 
-class ModelFacts(BaseModel):
-    """What a model's files say about it (``None``: the files do not say)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    format: Literal["gguf", "huggingface"]
-    #: the files read: a GGUF (every split), or a folder's config and weight headers.
-    files: tuple[str, ...]
-    name: str | None = None
-    architecture: str | None = None
-    parameters: int | None = None
-    #: ``Q4_K_M``, ``BF16``...: a GGUF's ``general.file_type``; Hugging Face: the
-    #: ``quantization_config`` method (with its bits), else the weights' dtype.
-    quantization: str | None = None
-    context_length: int | None = None
-    layers: int | None = None
-    attention_heads: int | None = None
-    kv_heads: int | None = None
-    head_dim: int | None = None
-    embedding_length: int | None = None
-    experts: int | None = None
-    experts_used: int | None = None
-    sliding_window: int | None = None
-    attention: Attention | None = None
-    #: bytes of the weights as stored (every tensor of every split / shard).
-    weight_bytes: int | None = None
-    #: GGUF: bytes by ggml type name; Hugging Face: by safetensors dtype.
-    bytes_by_type: Mapping[str, int] = {}
-    #: GGUF: bytes of the repeating layers by index (``blk.N.*``), of the input embeddings
-    #: (``token_embd.*``) and of the rest (output head and norms), for offload estimates.
-    layer_bytes: tuple[int, ...] = ()
-    input_bytes: int | None = None
-    output_bytes: int | None = None
-    #: Hugging Face: ``generation_config.json`` keys (``max_length``, ``temperature``...).
-    generation: Mapping[str, Any] = {}
-    #: what was odd (a split file missing, a file shorter than its tensors): facts are partial.
-    problems: tuple[str, ...] = ()
-
-    def kv_bytes_per_token(self, bytes_per_value: float = 2.0) -> float | None:
-        """Bytes one cached token costs over every attention layer at ``bytes_per_value``
-        (2: f16/bf16), sliding-window layers included (what a token inside their window costs)."""
-        if self.attention is None:
-            return None
-        values = self.attention.values_per_token("full") + self.attention.values_per_token("sliding")
-        return values * bytes_per_value
-
-
 class MemoryEstimate(BaseModel):
     """What an engine allocates for a model with its actual arguments, by the engine's own rule.
 
@@ -175,6 +128,57 @@ class LoggedMemory(BaseModel):
     #: vLLM: the memory left for the KV cache, and how many tokens it holds.
     kv_cache_available: int | None = None
     kv_cache_tokens: int | None = None
+
+
+class ModelFacts(BaseModel):
+    """What a model's files say about it (``None``: the files do not say)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    format: Literal["gguf", "huggingface"]
+    #: the files read: a GGUF (every split), or a folder's config and weight headers.
+    files: tuple[str, ...]
+    name: str | None = None
+    #: the name the model is known by where it came from: Ollama's ``name:tag`` for a blob.
+    registry_name: str | None = None
+    architecture: str | None = None
+    parameters: int | None = None
+    #: ``Q4_K_M``, ``BF16``...: a GGUF's ``general.file_type``; Hugging Face: the
+    #: ``quantization_config`` method (with its bits), else the weights' dtype.
+    quantization: str | None = None
+    context_length: int | None = None
+    layers: int | None = None
+    attention_heads: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    embedding_length: int | None = None
+    experts: int | None = None
+    experts_used: int | None = None
+    sliding_window: int | None = None
+    attention: Attention | None = None
+    #: bytes of the weights as stored (every tensor of every split / shard).
+    weight_bytes: int | None = None
+    #: GGUF: bytes by ggml type name; Hugging Face: by safetensors dtype.
+    bytes_by_type: Mapping[str, int] = {}
+    #: GGUF: bytes of the repeating layers by index (``blk.N.*``), of the input embeddings
+    #: (``token_embd.*``) and of the rest (output head and norms), for offload estimates.
+    layer_bytes: tuple[int, ...] = ()
+    input_bytes: int | None = None
+    output_bytes: int | None = None
+    #: Hugging Face: ``generation_config.json`` keys (``max_length``, ``temperature``...).
+    generation: Mapping[str, Any] = {}
+    #: what was odd (a split file missing, a file shorter than its tensors): facts are partial.
+    problems: tuple[str, ...] = ()
+    #: for a running engine's model: the memory its engine allocates with its actual arguments.
+    estimate: MemoryEstimate | None = None
+
+    def kv_bytes_per_token(self, bytes_per_value: float = 2.0) -> float | None:
+        """Bytes one cached token costs over every attention layer at ``bytes_per_value``
+        (2: f16/bf16), sliding-window layers included (what a token inside their window costs)."""
+        if self.attention is None:
+            return None
+        values = self.attention.values_per_token("full") + self.attention.values_per_token("sliding")
+        return values * bytes_per_value
 
 
 # -- files -------------------------------------------------------------------------------------

@@ -1,0 +1,99 @@
+"""The model a running engine serves: its model as its argv names it, resolved inside the
+process's root (relative paths from its working directory; a Hugging Face id through its owner's
+cache; an Ollama blob named through Ollama's manifests), read as ``modelfacts`` reads files, with
+the memory its engine allocates for it by the engine's own rule.
+
+Computed on request only (``EngineProcess.model_facts``, ``enginespec model PID``), never by a
+scan: reading a header costs file reads a poll of hundreds of processes a second must not pay.
+The result is cached by the process's identity (pid, start time) and the argv it was computed
+from, so a ``watch`` that asks again each refresh reads each model once."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from enginespec.modelfacts import ModelError, ModelFacts, hf_cache_folder, model_facts
+
+#: Processes whose facts are kept (the least recently asked for go first).
+CACHE_SIZE = 256
+_cache: OrderedDict[tuple[int, float, tuple[str, ...]], ModelFacts | str] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read(1 << 20)
+    except OSError:
+        return {}
+    pairs = (item.partition(b"=") for item in data.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, _eq, v in pairs}
+
+
+def _home(pid: int) -> str | None:
+    try:
+        return pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_dir
+    except (OSError, KeyError):
+        return None
+
+
+def _resolve(pid: int, model: str) -> str:
+    root = f"/proc/{pid}/root"
+    path = model
+    if not os.path.isabs(path):
+        try:
+            path = os.path.join(os.readlink(f"/proc/{pid}/cwd"), path)
+        except OSError as e:
+            raise ModelError(f"pid {pid}: working directory: {e.strerror}") from None
+    if os.path.lexists(root + path):
+        return root + path
+    cached = hf_cache_folder(model, _environ(pid), _home(pid))
+    if cached is None:
+        raise ModelError(
+            f"pid {pid}: model {model!r} is neither a path nor in its owner's Hugging Face cache"
+        )
+    return root + cached
+
+
+def compute(pid: int, engine: str, model: str | None, argv: Sequence[str]) -> ModelFacts:
+    """The facts of the model of engine server ``pid`` with its memory estimate; raises
+    ``ModelError`` naming what could not be read."""
+    import enginespec.engines.llamacpp as llamacpp
+    import enginespec.engines.ollama as ollama
+    import enginespec.engines.vllm as vllm
+
+    if not model:
+        raise ModelError(f"pid {pid}: its argv names no model")
+    facts = model_facts(_resolve(pid, model))
+    if engine == "ollama":
+        facts = facts.model_copy(update={"registry_name": ollama.model_name(facts.files[0])})
+    estimate = None
+    if engine == "llamacpp":
+        estimate = llamacpp.estimate_memory(facts, argv)
+    elif engine == "vllm":
+        estimate = vllm.estimate_memory(facts, argv)
+    return facts.model_copy(update={"estimate": estimate})
+
+
+def cached(
+    pid: int, start_time: float, engine: str, model: str | None, argv: Sequence[str]
+) -> ModelFacts | str:
+    """:func:`compute`'s facts, or the reason they are not known, cached per process identity."""
+    key = (pid, start_time, tuple(argv))
+    with _lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    try:
+        result: ModelFacts | str = compute(pid, engine, model, argv)
+    except ModelError as e:
+        result = str(e)
+    with _lock:
+        _cache[key] = result
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return result
