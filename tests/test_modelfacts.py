@@ -375,3 +375,29 @@ def test_model_command_on_a_running_engine(
     assert json.loads(capsys.readouterr().out)["facts"]["registry_name"] == "hf.co/bartowski/tiny-GGUF:Q4_K_M"
     assert main(["model", str(tmp_path / "missing.gguf")]) == 1
     assert "missing.gguf: No such file or directory" in capsys.readouterr().err
+
+
+def test_engine_process_model_facts_are_read_on_request_and_cached(tmp_path: Path, procs: Any) -> None:
+    from enginespec import processmodels
+    from enginespec.scanning import Scanner
+
+    model = write_gguf(tmp_path / "m.gguf")
+    server = procs.start(["llama-server", "-m", str(model), "-c", "1024", "-np", "1", "--port", "18082"])
+    missing = procs.start(["llama-server", "-m", str(tmp_path / "gone.gguf"), "--port", "18083"])
+    found = {p.pid: p for p in Scanner().scan()}
+    process = found[server.pid]
+    assert "model_facts" not in process.__dict__  # the scan read no model
+    facts = process.model_facts
+    assert facts is not None
+    assert facts.estimate is not None
+    assert facts.estimate.kv_cache_bytes == 4 * 2 * 256 * 1024
+    assert "model_facts" not in process.model_dump()
+    # another scan's record of the same process: the cached facts, not a second read
+    model.unlink()
+    again = {p.pid: p for p in Scanner().scan()}[server.pid]
+    assert again.model_facts == facts
+    gone = found[missing.pid]
+    assert gone.model_facts is None
+    assert gone.model_facts_problem is not None
+    assert "neither a path nor in its owner's Hugging Face cache" in gone.model_facts_problem
+    assert len(processmodels._cache) <= processmodels.CACHE_SIZE
