@@ -87,6 +87,32 @@ def cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fit(args: argparse.Namespace) -> int:
+    from enginespec import fit
+    from enginespec.engines import get_engine_spec
+    from enginespec.errors import CommandError, RecipeFileError
+    from enginespec.recipe import Recipe
+
+    try:
+        recipe = Recipe.from_file(args.recipe)
+        command = get_engine_spec(recipe.engine).plan(recipe)
+    except (RecipeFileError, CommandError) as e:
+        print(literal(f"enginespec fit: {e}"), file=sys.stderr)
+        return 2
+    try:
+        devices = fit.read_ledger(args.ledger) if args.ledger else fit.live_ledger()
+        devices = fit.devices_wanted(devices, args.gpus)
+        result = fit.fit(command.argv, recipe.engine, recipe.model_path, devices)
+    except ModelError as e:
+        print(literal(f"enginespec fit: {e}"), file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.model_dump(mode="json"), indent=2))
+    else:
+        print("\n".join(literal(line) for line in fit.text(result)))
+    return 0 if result.fits else 1
+
+
 def add_parser(commands: Any) -> None:
     model = commands.add_parser(
         "model",
@@ -95,3 +121,15 @@ def add_parser(commands: Any) -> None:
     model.add_argument("target", help="a .gguf file, a model folder, or an engine server's pid")
     model.add_argument("--json", action="store_true", help="print a JSON document instead")
     model.set_defaults(handler=cmd_model)
+    fit = commands.add_parser(
+        "fit",
+        help="whether a recipe fits on the GPUs as they are held now, with which settings, or why not",
+        description="Advice only: exit 0 when it fits somewhere, 1 when refused, 2 on bad input.",
+    )
+    fit.add_argument("recipe", help="recipe file (.toml, .yaml, .yml or .json)")
+    fit.add_argument("--gpus", help="devices to consider, by index or name (comma list); default all")
+    fit.add_argument(
+        "--ledger", help="a recorded GPU ledger (enginespec gpus --json) instead of the live one"
+    )
+    fit.add_argument("--json", action="store_true", help="print a JSON document instead")
+    fit.set_defaults(handler=cmd_fit)
