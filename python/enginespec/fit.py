@@ -127,7 +127,8 @@ def _gib(n: int) -> str:
 
 
 def _free(device: LedgerDevice) -> str:
-    return f"{device.device} has {(device.free_bytes or 0) / _GIB:.2f} of {_gib(device.memory_total_bytes or 0)} free"
+    free, total = (device.free_bytes or 0) / _GIB, _gib(device.memory_total_bytes or 0)
+    return f"{device.device} has {free:.2f} of {total} free"
 
 
 def fit(argv: Sequence[str], engine: str, model: str, devices: Sequence[LedgerDevice]) -> FitResult:
