@@ -35,6 +35,8 @@ _INFO_LABELS = (
     "supervisor",
     "pid",
     "container_id",
+    "architecture",
+    "quantization",
 )
 
 
@@ -60,6 +62,7 @@ def _info_labels(process: EngineProcess) -> list[str]:
     # vLLM labels its own metrics with model_name = the first served name, else the model: the
     # same value here lets the two series join.
     served = process.served_model_name or process.model or ""
+    facts = process.model_facts
     values = [
         process.engine_id,
         process.engine,
@@ -72,6 +75,9 @@ def _info_labels(process: EngineProcess) -> list[str]:
         str(process.pid),
         # the full id (empty on the host), as the runtime's API and cAdvisor's `id` name it
         process.container.id if process.container else "",
+        # from the model's files (empty when they cannot be read): see processmodels
+        (facts.architecture or "") if facts else "",
+        (facts.quantization or "") if facts else "",
     ]
     return [_label(value) for value in values]
 
@@ -123,6 +129,16 @@ class EngineCollector(Collector):
             "Whether another process listens on the engine's own address and port (SO_REUSEPORT)",
             labels=["engine_id"],
         )
+        weights = GaugeMetricFamily(
+            "enginespec_engine_model_weight_bytes",
+            "Bytes of the model's weights, from its files",
+            labels=["engine_id"],
+        )
+        kv_cache = GaugeMetricFamily(
+            "enginespec_engine_kv_cache_bytes_estimated",
+            "The KV cache the engine allocates for its arguments, by its own rule (an estimate)",
+            labels=["engine_id"],
+        )
         for index, (process, unique_id) in enumerate(
             zip(snapshot.processes, _unique_ids(snapshot.processes), strict=True)
         ):
@@ -132,12 +148,17 @@ class EngineCollector(Collector):
             started.add_metric(engine_id, process.start_time)
             workers.add_metric(engine_id, len(process.worker_pids))
             conflict.add_metric(engine_id, 1 if process.port_conflicts else 0)
+            facts = process.model_facts
+            if facts is not None and facts.weight_bytes is not None:
+                weights.add_metric(engine_id, facts.weight_bytes)
+            if facts is not None and facts.estimate is not None and facts.estimate.kv_cache:
+                kv_cache.add_metric(engine_id, facts.estimate.kv_cache_bytes)
             if snapshot.healths is not None:
                 health = snapshot.healths[index]
                 ready.add_metric(engine_id, 1 if health.ready else 0)
                 for name in _STATES:
                     state.add_metric([unique_id, name], 1 if health.state == name else 0)
-        yield from (info, up, ready, state, started, workers, conflict)
+        yield from (info, up, ready, state, started, workers, conflict, weights, kv_cache)
         duration = GaugeMetricFamily("enginespec_scan_duration_seconds", "How long the last scan took")
         duration.add_metric([], snapshot.scan_seconds)
         yield duration
@@ -150,6 +171,9 @@ def _refresh(scanner: Scanner, collector: EngineCollector, health: bool, timeout
     started = time.perf_counter()
     processes = scanner.scan()
     seconds = time.perf_counter() - started
+    for process in processes:
+        # read here, in the loop, not in a scrape: cached per process, so once per engine
+        _ = process.model_facts
     previous = collector.snapshot
     healths = check_all(processes, timeout=timeout) if health else None
     collector.snapshot = Snapshot(
