@@ -401,3 +401,37 @@ def test_engine_process_model_facts_are_read_on_request_and_cached(tmp_path: Pat
     assert gone.model_facts_problem is not None
     assert "neither a path nor in its owner's Hugging Face cache" in gone.model_facts_problem
     assert len(processmodels._cache) <= processmodels.CACHE_SIZE
+
+
+def test_model_command_sets_logged_figures_beside_the_estimate(
+    tmp_path: Path, procs: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from enginespec.cli import main
+
+    write_gguf(tmp_path / "m.gguf")
+    server = procs.start(
+        ["llama-server", "-m", "m.gguf", "-c", "512", "-np", "1", "--port", "18084"], cwd=tmp_path
+    )
+    log = tmp_path / "llama.log"
+    log.write_text(
+        "load_tensors:   CPU_Mapped model buffer size =     1.70 MiB\n"
+        "llama_kv_cache:        CPU KV buffer size =     1.00 MiB\n"
+        "llama_context:        CPU compute buffer size =    66.51 MiB\n"
+    )
+    assert main(["model", str(server.pid), "--log", str(log), "--json"]) == 0
+    facts = json.loads(capsys.readouterr().out)["facts"]
+    assert facts["logged"]["kv_cache"] == {"CPU": MiB}
+    assert sum(facts["estimate"]["kv_cache"].values()) == MiB  # 4 x 512 x (256 + 256)
+    assert main(["model", str(server.pid), "--log", str(log)]) == 0
+    assert "logged KV cache              CPU 1.00 MiB" in capsys.readouterr().out
+
+
+def test_measured_bytes_come_from_the_gpu_field() -> None:
+    from types import SimpleNamespace
+
+    from enginespec.processmodels import measured
+
+    uses = (SimpleNamespace(device="GPU0", memory_bytes=5), SimpleNamespace(device="GPU0", memory_bytes=2))
+    assert measured(uses) == {"GPU0": 7}
+    assert measured(None) == {}
+    assert measured((SimpleNamespace(device="GPU1", memory_bytes=None),)) == {}

@@ -60,6 +60,16 @@ def _text(facts: ModelFacts) -> list[str]:
             ("KV cache", f"{_size(estimate.kv_cache_bytes)} ({', '.join(estimate.kv_cache)})"),
         ]
         rows += [("note", note) for note in estimate.notes]
+    if facts.logged is not None:
+        logged = facts.logged
+        for label, table in (("logged weights", logged.weights), ("logged KV cache", logged.kv_cache)):
+            rows.append((label, ", ".join(f"{d} {_size(b)}" for d, b in table.items()) or None))
+        rows.append(
+            ("logged compute", ", ".join(f"{d} {_size(b)}" for d, b in logged.compute.items()) or None)
+        )
+        rows.append(("logged KV tokens", logged.kv_cache_tokens))
+    if facts.measured:
+        rows.append(("held now", ", ".join(f"{d} {_size(b)}" for d, b in facts.measured.items())))
     rows += [("problem", problem) for problem in facts.problems]
     rows += [("file", name) for name in facts.files]
     return [literal(f"{key:<28} {value}") for key, value in rows if value is not None]
@@ -70,6 +80,12 @@ def cmd_model(args: argparse.Namespace) -> int:
     try:
         if target.isascii() and target.isdigit() and not os.path.exists(target):
             engine, facts = engine_model(int(target))
+            if args.log:
+                from enginespec.modelfacts import read_capped
+                from enginespec.processmodels import beside_log
+
+                text = read_capped(args.log, 64 << 20).decode(errors="replace")
+                facts = beside_log(facts, engine, text)
         else:
             engine, facts = "", model_facts(target)
     except ModelError as e:
@@ -120,6 +136,9 @@ def add_parser(commands: Any) -> None:
     )
     model.add_argument("target", help="a .gguf file, a model folder, or an engine server's pid")
     model.add_argument("--json", action="store_true", help="print a JSON document instead")
+    model.add_argument(
+        "--log", help="the engine's start-up log: its printed memory figures beside the estimate"
+    )
     model.set_defaults(handler=cmd_model)
     fit = commands.add_parser(
         "fit",

@@ -169,8 +169,12 @@ class ModelFacts(BaseModel):
     generation: Mapping[str, Any] = {}
     #: what was odd (a split file missing, a file shorter than its tensors): facts are partial.
     problems: tuple[str, ...] = ()
-    #: for a running engine's model: the memory its engine allocates with its actual arguments.
+    #: for a running engine's model: the memory its engine allocates with its actual arguments,
+    #: what it printed at start-up (when its log is at hand), and what its process tree holds on
+    #: each GPU now (``EngineProcess.gpus``, where this build has the GPU ledger).
     estimate: MemoryEstimate | None = None
+    logged: LoggedMemory | None = None
+    measured: Mapping[str, int] = {}
 
     def kv_bytes_per_token(self, bytes_per_value: float = 2.0) -> float | None:
         """Bytes one cached token costs over every attention layer at ``bytes_per_value``

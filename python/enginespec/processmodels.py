@@ -97,3 +97,23 @@ def cached(
         while len(_cache) > CACHE_SIZE:
             _cache.popitem(last=False)
     return result
+
+
+def beside_log(facts: ModelFacts, engine: str, log: str) -> ModelFacts:
+    """``facts`` with what the engine printed about its memory in ``log`` (its start-up output)."""
+    import enginespec.engines.llamacpp as llamacpp
+    import enginespec.engines.vllm as vllm
+
+    parsers = {"llamacpp": llamacpp.logged_memory, "vllm": vllm.logged_memory}
+    parser = parsers.get(engine)
+    return facts.model_copy(update={"logged": parser(log)}) if parser else facts
+
+
+def measured(gpus: object) -> dict[str, int]:
+    """Bytes by device from ``EngineProcess.gpus`` (entries with ``device`` and ``memory_bytes``)."""
+    held: dict[str, int] = {}
+    for use in gpus if isinstance(gpus, tuple | list) else ():
+        device, nbytes = getattr(use, "device", None), getattr(use, "memory_bytes", None)
+        if isinstance(device, str) and isinstance(nbytes, int):
+            held[device] = held.get(device, 0) + nbytes
+    return held

@@ -100,10 +100,13 @@ class EngineProcess(Invocation):
         it with its actual arguments (``ModelFacts.estimate``); ``None`` when they cannot be
         known (``model_facts_problem`` says why). Read on first access, never by the scan, and
         cached by (pid, start time, argv) across scans (``enginespec.processmodels``)."""
-        from enginespec.processmodels import cached
+        from enginespec.processmodels import cached, measured
 
         result = cached(self.pid, self.start_time, self.engine, self.model, self.argv)
-        return None if isinstance(result, str) else result
+        if isinstance(result, str):
+            return None
+        held = measured(getattr(self, "gpus", ()))  # the GPU ledger's field, where this build has it
+        return result.model_copy(update={"measured": held}) if held else result
 
     @property
     def model_facts_problem(self) -> str | None:
