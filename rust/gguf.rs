@@ -130,7 +130,9 @@ pub trait Source {
 
 impl Source for [u8] {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(self.len());
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(self.len());
         let n = buf.len().min(self.len() - start);
         buf[..n].copy_from_slice(&self[start..start + n]);
         Ok(n)
@@ -341,7 +343,12 @@ impl<S: Source + ?Sized> Reader<'_, S> {
                 }
                 // Every element takes at least this much: a count the file cannot hold is refused
                 // before any element is read.
-                self.count_fits(count, Self::min_size(elem), &format!("{what}: array length"), at)?;
+                self.count_fits(
+                    count,
+                    Self::min_size(elem),
+                    &format!("{what}: array length"),
+                    at,
+                )?;
                 let kept = keep && count <= limits.max_array_items && elem != TYPE_ARRAY;
                 if !kept && elem != TYPE_STRING && elem != TYPE_ARRAY {
                     // checked above: fits in the file
@@ -435,7 +442,9 @@ pub fn read_header<S: Source + ?Sized>(
         let ggml_type = r.u32(&what)?;
         let offset = r.u64(&what)?;
         if offset % alignment != 0 {
-            return Err(format!("{what}: offset {offset} not aligned to {alignment}"));
+            return Err(format!(
+                "{what}: offset {offset} not aligned to {alignment}"
+            ));
         }
         let bytes = tensor_bytes(&dims, ggml_type).map_err(|e| format!("{what}: {e}"))?;
         tensors.push(TensorInfo {
@@ -539,11 +548,7 @@ mod tests {
         assert_eq!(h.version, 3);
         assert_eq!(
             h.metadata[0],
-            (
-                "general.architecture".into(),
-                8,
-                Value::Str("llama".into())
-            )
+            ("general.architecture".into(), 8, Value::Str("llama".into()))
         );
         assert_eq!(h.metadata[1].2, Value::Uint(2));
         assert_eq!(h.tensors[0].bytes, Some(256));
