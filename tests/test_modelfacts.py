@@ -123,6 +123,7 @@ def test_hf_cache_resolves_refs_main(tmp_path: Path) -> None:
 
 def write_gguf(
     path: Path,
+    arch: str = "llama",
     layers: int = 4,
     hidden: int = 256,
     heads: int = 4,
@@ -131,7 +132,7 @@ def write_gguf(
     ftype: int = 0,
 ) -> Path:
     """A Llama-shaped GGUF with F32 weights (written by the gguf package)."""
-    writer = gguf.GGUFWriter(str(path), "llama")
+    writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name("test-model")
     writer.add_context_length(2048)
     writer.add_embedding_length(hidden)
@@ -240,7 +241,7 @@ def test_llamacpp_sliding_window_layers_hold_the_window_only(tmp_path: Path) -> 
     facts = gguf_facts(str(write_gguf(tmp_path / "m.gguf", window=128)))
     assert facts.attention is not None
     assert facts.attention.sliding_window == 128
-    # llama GGUFs give no pattern: no layer is a sliding one
+    # llama has no sliding layers by default
     assert facts.attention.sliding_layers == 0
     sliding = facts.model_copy(update={"attention": facts.attention.model_copy(update={"sliding_layers": 2})})
     estimate = llamacpp.estimate_memory(sliding, ["llama-server", "-c", "8192", "-np", "1"])
@@ -248,6 +249,37 @@ def test_llamacpp_sliding_window_layers_hold_the_window_only(tmp_path: Path) -> 
     assert estimate.kv_cache_bytes == 2 * 512 * 8192 + 2 * 512 * 768
     full = llamacpp.estimate_memory(sliding, ["llama-server", "-c", "8192", "-np", "1", "--swa-full"])
     assert full.kv_cache_bytes == 4 * 512 * 8192
+
+
+@pytest.mark.parametrize(
+    ("arch", "pattern", "sliding"),
+    [
+        ("gemma3", None, 10),  # llama.cpp's default period 6: layers 5 and 11 are full
+        ("gemma3", 4, 9),  # a period in the file wins
+        ("gpt-oss", None, 6),  # every other layer
+        ("gemma3", 0, 12),  # 0: every layer windowed
+        ("llama", None, 0),
+    ],
+)
+def test_gguf_sliding_window_patterns(tmp_path: Path, arch: str, pattern: int | None, sliding: int) -> None:
+    path = write_gguf(tmp_path / "m.gguf", arch=arch, layers=12, window=512)
+    if pattern is not None:
+        # the same file with the pattern key: rewritten with it
+        writer = gguf.GGUFWriter(str(tmp_path / "p.gguf"), arch)
+        writer.add_block_count(12)
+        writer.add_head_count(4)
+        writer.add_head_count_kv(2)
+        writer.add_embedding_length(256)
+        writer.add_sliding_window(512)
+        writer.add_uint32(f"{arch}.attention.sliding_window_pattern", pattern)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        path = tmp_path / "p.gguf"
+    attention = gguf_facts(str(path)).attention
+    assert attention is not None
+    assert (attention.sliding_layers, attention.sliding_window) == (sliding, 512)
 
 
 def test_llamacpp_offload_splits_layers_over_devices(tmp_path: Path) -> None:

@@ -405,13 +405,24 @@ def _layer_of(name: str) -> int | None:
     return None
 
 
+#: Architectures whose converters leave ``sliding_window_pattern`` out of the GGUF: the period
+#: llama.cpp assumes (src/models/{gemma2,gemma3,gemma3n,openai-moe,cohere2}.cpp of the llama.cpp
+#: llama-cpp-python 0.3.35 vendors; llama4's chunked attention is another kind and is left out).
+_DEFAULT_SWA_PERIOD = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "gpt-oss": 2, "cohere2": 4}
+
+
 def _sliding_layers(metadata: Mapping[str, Any], arch: str | None, layers: int) -> int:
     """How many layers attend to a window: a per-layer pattern (``sliding_window_pattern``, a
-    bool per layer, or an int N: every Nth layer is full, as llama.cpp's ``set_swa_pattern``)."""
+    bool per layer, or a period N: the last of every N layers is full, 0: all are windowed, as
+    llama.cpp's ``llama_hparams::set_swa_pattern``), else the architecture's default period."""
     pattern = metadata.get(f"{arch}.attention.sliding_window_pattern")
     if isinstance(pattern, list) and len(pattern) == layers and all(isinstance(p, bool) for p in pattern):
         return sum(pattern)
     n = _int(pattern)
+    if n is None and pattern is None:
+        n = _DEFAULT_SWA_PERIOD.get(arch or "")
+    if n == 0:
+        return layers
     if n:
         return sum(1 for il in range(layers) if (il % n) < n - 1)
     return 0
