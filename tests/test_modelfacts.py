@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -467,3 +468,57 @@ def test_measured_bytes_come_from_the_gpu_field() -> None:
     assert measured(uses) == {"GPU0": 7}
     assert measured(None) == {}
     assert measured((SimpleNamespace(device="GPU1", memory_bytes=None),)) == {}
+
+
+def test_ps_shows_the_model_facts_compactly(tmp_path: Path, procs: Any) -> None:
+    import subprocess
+    import sys
+
+    write_gguf(tmp_path / "m.gguf", ftype=15)
+    server = procs.start(
+        ["llama-server", "-m", "m.gguf", "-c", "4000", "-np", "1", "--port", "18085"], cwd=tmp_path
+    )
+    shown = subprocess.run(
+        [sys.executable, "-m", "enginespec.cli", "ps", "--no-health", "--wide"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    (row,) = [line for line in shown.splitlines() if line.startswith(f"{server.pid} ")]
+    assert "MODEL FACTS" in shown.splitlines()[0]
+    assert "llama Q4_K_M 4096" in row  # -c 4000 as llama.cpp pads it
+
+
+def test_a_blocked_model_read_is_abandoned_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from enginespec import processmodels
+
+    monkeypatch.setattr(processmodels, "DEADLINE_SECONDS", 0.2)
+    monkeypatch.setattr(processmodels, "MAX_STUCK", 1)
+    release = threading.Event()
+
+    def blocked() -> Any:
+        release.wait(30)  # as a read on a FUSE mount whose daemon never answers
+        raise ModelError("released")
+
+    try:
+        assert processmodels._with_deadline(blocked) == "reading its model took longer than 0.2 s (abandoned)"
+        assert (
+            processmodels._with_deadline(blocked)
+            == "not read: 1 earlier reads of model files are still blocked"
+        )
+    finally:
+        release.set()
+    deadline = time.monotonic() + 10
+    while processmodels._stuck and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert processmodels._stuck == 0
+
+    def odd() -> Any:
+        raise OSError(5, "Input/output error")
+
+    assert (
+        processmodels._with_deadline(odd) == "model files unreadable: OSError: [Errno 5] Input/output error"
+    )

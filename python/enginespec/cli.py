@@ -137,6 +137,8 @@ PS_COLUMNS = (
     Column("ROLE"),
     Column("MODEL", shorten="middle", minimum=16, comfortable=40),
     Column("SERVED AS", shorten="end", minimum=10, drop=5),
+    # architecture, quantization, context as started (from the model's files, see docs/models.md)
+    Column("MODEL FACTS", shorten="end", minimum=10, drop=2),
     Column("URL"),
     Column("CONTAINER", shorten="end", minimum=12, drop=6),
     Column("PUBLISHED", shorten="end", minimum=12, drop=4),
@@ -155,6 +157,17 @@ def _published(port: PublishedPort) -> str:
     return f"{address}:{port.host_port}->{port.container_port}"
 
 
+def _facts_cell(p: EngineProcess) -> str:
+    """``llama Q4_K_M 4096``: the model's architecture and quantization, and the context the
+    engine was started with (else the trained one)."""
+    facts = p.model_facts
+    if facts is None:
+        return EMPTY
+    context = facts.estimate.context if facts.estimate and facts.estimate.context else facts.context_length
+    parts = [facts.architecture, facts.quantization, str(context) if context else None]
+    return " ".join(part for part in parts if part) or EMPTY
+
+
 def _ps_row(p: EngineProcess, state: str | None) -> list[str]:
     """A process's cells under PS_COLUMNS (the HEALTH cell only with a ``state``)."""
     return [
@@ -163,6 +176,7 @@ def _ps_row(p: EngineProcess, state: str | None) -> list[str]:
         p.role if p.role != "server" else EMPTY,
         p.model or "?",
         ", ".join(p.served_model_names) or EMPTY,
+        _facts_cell(p),
         p.base_url or EMPTY,
         p.container.label if p.container else EMPTY,
         ", ".join(_published(q) for q in p.published) or EMPTY,

@@ -14,12 +14,18 @@ import os
 import pwd
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from enginespec.modelfacts import ModelError, ModelFacts, hf_cache_folder, model_facts
 
 #: Processes whose facts are kept (the least recently asked for go first).
 CACHE_SIZE = 256
+#: How long reading one engine's model may take (a file on a FUSE mount whose daemon never
+#: answers blocks in the kernel); a read that misses it is abandoned in its thread, and after
+#: MAX_STUCK abandoned reads none is begun until one of them ends.
+DEADLINE_SECONDS = 2.0
+MAX_STUCK = 4
+_stuck = 0
 _cache: OrderedDict[tuple[int, float, tuple[str, ...]], ModelFacts | str] = OrderedDict()
 _lock = threading.Lock()
 
@@ -88,15 +94,46 @@ def cached(
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    try:
-        result: ModelFacts | str = compute(pid, engine, model, argv)
-    except ModelError as e:
-        result = str(e)
+    result = _with_deadline(lambda: compute(pid, engine, model, argv))
     with _lock:
         _cache[key] = result
         while len(_cache) > CACHE_SIZE:
             _cache.popitem(last=False)
     return result
+
+
+def _with_deadline(action: Callable[[], ModelFacts]) -> ModelFacts | str:
+    """``action``'s facts, or why not: its error, or that it missed the deadline. Never raises
+    because of a process's files (a polling loop must not die of one odd engine)."""
+    global _stuck
+    with _lock:
+        if _stuck >= MAX_STUCK:
+            return f"not read: {_stuck} earlier reads of model files are still blocked"
+    box: list[ModelFacts | str] = []
+    late = threading.Event()
+
+    def run() -> None:
+        global _stuck
+        try:
+            box.append(action())
+        except ModelError as e:
+            box.append(str(e))
+        except (OSError, ValueError, RecursionError, MemoryError) as e:
+            box.append(f"model files unreadable: {type(e).__name__}: {e}")
+        finally:
+            if late.is_set():
+                with _lock:
+                    _stuck -= 1
+
+    thread = threading.Thread(target=run, name="enginespec-model-facts", daemon=True)
+    thread.start()
+    thread.join(DEADLINE_SECONDS)
+    with _lock:
+        if not box and thread.is_alive():
+            late.set()
+            _stuck += 1
+            return f"reading its model took longer than {DEADLINE_SECONDS:g} s (abandoned)"
+    return box[0]
 
 
 def beside_log(facts: ModelFacts, engine: str, log: str) -> ModelFacts:
