@@ -334,6 +334,14 @@ def test_vllm_claim_and_logged_figures(tmp_path: Path) -> None:
     assert estimate.kv_cache == {"GPU0": 147456 * 8192 // 2, "GPU1": 147456 * 8192 // 2}
     fp8 = vllm.estimate_memory(facts, [*argv, "--kv-cache-dtype", "fp8"])
     assert fp8.kv_cache_bytes == 147456 * 8192 // 2
+    # 8 KV heads on 16 ranks: one head each (replicated), so each holds 1/8 of the cache, not 1/16
+    wide = vllm.estimate_memory(facts, ["vllm", "serve", "m", "-tp", "16", "--max-model-len", "8192"])
+    assert set(wide.kv_cache.values()) == {147456 * 8192 // 8}
+    (tmp_path / "config.json").write_text((CONFIGS / "deepseek-v3.json").read_text())
+    mla = vllm.estimate_memory(
+        hf_facts(str(tmp_path)), ["vllm", "serve", "m", "-tp", "8", "--max-model-len", "4096"]
+    )
+    assert set(mla.kv_cache.values()) == {70272 * 4096}  # the latent on every rank
     log = (
         "INFO 05-01 gpu_model_runner.py:1234] Model loading took 15.2683 GiB and 10.5 seconds\n"
         "INFO 05-01 gpu_worker.py:300] Available KV cache memory: 53.05 GiB\n"

@@ -420,12 +420,17 @@ def estimate_memory(
     dtype = (flag_value(argv, SIGNATURE, "--kv-cache-dtype") or "auto").lower()
     per_value = 1 if dtype.startswith("fp8") else 4 if (facts.quantization or "").lower() == "float32" else 2
     kv: dict[str, int] = {}
-    if facts.attention is not None and context:
-        full = facts.attention.values_per_token("full") * context
-        window = min(context, facts.attention.sliding_window or context)
-        sliding = facts.attention.values_per_token("sliding") * window
-        total = int((full + sliding) * per_value)
-        kv = {device: total // len(devices) for device in devices}
+    attention = facts.attention
+    if attention is not None and context:
+        full = attention.values_per_token("full") * context
+        window = min(context, attention.sliding_window or context)
+        sliding = attention.values_per_token("sliding") * window
+        # each tensor-parallel rank holds its share of the KV heads, at least one (heads are
+        # replicated when fewer than tp); an MLA latent is replicated on every rank; pipeline
+        # stages split the layers (vllm/config/model.py get_num_kv_heads, MLA backends)
+        share = 1.0 if attention.mla is not None else max(1, attention.kv_heads // tp) / attention.kv_heads
+        per_device = int((full + sliding) * per_value * share / pp)
+        kv = {device: per_device for device in devices}
     weights = {device: (facts.weight_bytes or 0) // len(devices) for device in devices}
     claim = {f"GPU{i}": int(utilization * size) for i, size in enumerate(device_bytes[: len(devices)])}
     return MemoryEstimate(
