@@ -20,6 +20,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from enginespec.health import check_all
+from enginespec.modelfacts import ModelFacts
+from enginespec.processmodels import cached, peek
 from enginespec.scanning import EngineProcess, Scanner
 from enginespec.status import Health, HealthState
 
@@ -52,6 +54,15 @@ class Snapshot:
     scans: int = 0
 
 
+#: How long one refresh may spend reading models' files (new engines only; see processmodels).
+MODEL_FACTS_SECONDS = 1.0
+
+
+def _facts(process: EngineProcess) -> ModelFacts | None:
+    """What the loop has read of the model of ``process`` (a scrape reads nothing)."""
+    return peek(process.pid, process.start_time, process.argv)
+
+
 def _label(value: str) -> str:
     """A label value prometheus-client can write: argv bytes that are not UTF-8 (surrogate
     escapes from /proc) become ``\\xNN`` escapes instead of failing the whole scrape."""
@@ -62,7 +73,7 @@ def _info_labels(process: EngineProcess) -> list[str]:
     # vLLM labels its own metrics with model_name = the first served name, else the model: the
     # same value here lets the two series join.
     served = process.served_model_name or process.model or ""
-    facts = process.model_facts
+    facts = _facts(process)
     values = [
         process.engine_id,
         process.engine,
@@ -148,7 +159,7 @@ class EngineCollector(Collector):
             started.add_metric(engine_id, process.start_time)
             workers.add_metric(engine_id, len(process.worker_pids))
             conflict.add_metric(engine_id, 1 if process.port_conflicts else 0)
-            facts = process.model_facts
+            facts = _facts(process)
             if facts is not None and facts.weight_bytes is not None:
                 weights.add_metric(engine_id, facts.weight_bytes)
             if facts is not None and facts.estimate is not None and facts.estimate.kv_cache:
@@ -171,9 +182,13 @@ def _refresh(scanner: Scanner, collector: EngineCollector, health: bool, timeout
     started = time.perf_counter()
     processes = scanner.scan()
     seconds = time.perf_counter() - started
+    # the models' facts are read here, in the loop, never in a scrape: cached per process, so
+    # once per engine, and at most MODEL_FACTS_SECONDS a refresh (the rest in the next ones)
+    budget = time.monotonic() + MODEL_FACTS_SECONDS
     for process in processes:
-        # read here, in the loop, not in a scrape: cached per process, so once per engine
-        _ = process.model_facts
+        if time.monotonic() > budget:
+            break
+        cached(process.pid, process.start_time, process.engine, process.model, process.argv)
     previous = collector.snapshot
     healths = check_all(processes, timeout=timeout) if health else None
     collector.snapshot = Snapshot(

@@ -102,6 +102,13 @@ def cached(
     return result
 
 
+def peek(pid: int, start_time: float, argv: Sequence[str]) -> ModelFacts | None:
+    """The facts already cached for this process, never reading anything (for a scrape)."""
+    with _lock:
+        found = _cache.get((pid, start_time, tuple(argv)))
+    return found if isinstance(found, ModelFacts) else None
+
+
 def _with_deadline(action: Callable[[], ModelFacts]) -> ModelFacts | str:
     """``action``'s facts, or why not: its error, or that it missed the deadline. Never raises
     because of a process's files (a polling loop must not die of one odd engine)."""
