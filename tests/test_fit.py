@@ -141,3 +141,17 @@ def test_bad_ledgers_and_devices_are_named(tmp_path: Path, capsys: pytest.Captur
     assert "not a list of devices" in capsys.readouterr().err
     assert main(["fit", str(recipe), "--ledger", str(LEDGERS / "idle.json"), "--gpus", "7"]) == 2
     assert "--gpus '7': no device 7 in the ledger" in capsys.readouterr().err
+
+
+def test_without_a_live_ledger_a_recorded_one_is_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import enginespec
+
+    if hasattr(enginespec, "gpu_ledger"):
+        pytest.skip("this build has the live ledger")  # merged with the GPU ledger: nothing to refuse
+    model = big_gguf(tmp_path / "m.gguf")
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(f'engine = "llamacpp"\nmodel_path = "{model}"\n')
+    assert main(["fit", str(recipe)]) == 2
+    assert "no live GPU ledger: give a recorded one with --ledger FILE" in capsys.readouterr().err

@@ -102,15 +102,13 @@ def read_ledger(path: str) -> list[LedgerDevice]:
 
 
 def live_ledger() -> list[LedgerDevice]:
-    """The live ledger, where this build has one."""
-    try:
-        import enginespec.gpus as gpus  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        raise ModelError(
-            "this build has no live GPU ledger: give a recorded one with --ledger FILE"
-        ) from None
-    devices = gpus.gpu_ledger() if hasattr(gpus, "gpu_ledger") else gpus.ledger()
-    return [LedgerDevice.model_validate(d.model_dump(mode="json")) for d in devices]
+    """The live ledger (``enginespec.gpu_ledger()``), where this build has one."""
+    import enginespec
+
+    ledger = getattr(enginespec, "gpu_ledger", None)
+    if ledger is None:
+        raise ModelError("this build has no live GPU ledger: give a recorded one with --ledger FILE")
+    return [LedgerDevice.model_validate(device.model_dump(mode="json")) for device in ledger()]
 
 
 def _facts(model: str) -> ModelFacts:

@@ -189,20 +189,28 @@ class ModelFacts(BaseModel):
 
 
 def open_regular(path: str) -> int:
-    """An fd for reading ``path``, which must be a regular file (checked on an ``O_PATH`` fd
-    before anything is opened for reading: a FIFO or a device is never opened)."""
-    flags = getattr(os, "O_PATH", 0) | os.O_CLOEXEC
+    """An fd for reading ``path``, which must be a regular file: checked on an ``O_PATH`` fd
+    before anything is opened for reading (a FIFO or a device is never opened); where there is
+    no ``O_PATH``, by ``stat`` first and opened non-blocking, then checked again on the fd."""
+    readonly = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    o_path = getattr(os, "O_PATH", 0)
     try:
-        probe = os.open(path, flags)
+        if not o_path:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                raise ModelError(f"{path}: not a regular file")
+            fd = os.open(path, readonly)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise ModelError(f"{path}: not a regular file")
+            return fd
+        probe = os.open(path, o_path | os.O_CLOEXEC)
     except OSError as e:
         raise ModelError(f"{path}: {e.strerror}") from None
     try:
         if not stat.S_ISREG(os.fstat(probe).st_mode):
             raise ModelError(f"{path}: not a regular file")
-        if not getattr(os, "O_PATH", 0):
-            return os.dup(probe)
         try:
-            return os.open(f"/proc/self/fd/{probe}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            return os.open(f"/proc/self/fd/{probe}", readonly)
         except OSError as e:
             raise ModelError(f"{path}: {e.strerror}") from None
     finally:
