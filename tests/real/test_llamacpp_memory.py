@@ -32,7 +32,8 @@ def _logged(binary: str, model: Path, argv: list[str], log: Path, timeout: float
     """llama-server's start-up log until it has printed its KV and compute buffers; then killed."""
     with open(log, "wb") as out:
         popen = subprocess.Popen(
-            [binary, "-m", str(model), "--host", "127.0.0.1", "--port", "0", "-t", "1", *argv],
+            # -lv 4: the library's info lines (the buffer sizes) are below the server's default
+            [binary, "-m", str(model), "--host", "127.0.0.1", "--port", "0", "-t", "1", "-lv", "4", *argv],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -74,6 +75,9 @@ def test_kv_and_weight_estimates_match_what_llama_server_allocates(
         printed_kv = sum(logged.kv_cache.values())
         assert abs(estimate.kv_cache_bytes - printed_kv) <= 0.01 * printed_kv, (argv, estimate, logged)
         assert abs(estimate.weight_bytes - sum(logged.weights.values())) <= MiB, (argv, estimate, logged)
-        print(f"{' '.join(argv)}: KV estimated {estimate.kv_cache_bytes} B, printed {printed_kv} B")
+        print(
+            f"{' '.join(argv)}: KV estimated {estimate.kv_cache_bytes} B, printed {printed_kv} B; "
+            f"weights estimated {estimate.weight_bytes} B, printed {sum(logged.weights.values())} B"
+        )
         checked += 1
     assert checked >= 8
