@@ -3,7 +3,7 @@
 # fuzz/corpus/TARGET (not committed), starting from the committed seeds in fuzz/seeds/TARGET;
 # a crash, panic, leak, timeout or out-of-memory input lands in fuzz/artifacts/TARGET.
 #
-#   bash fuzz/run.sh TARGET [SECONDS]     targets: argv_real argv_signatures signatures_json procfs proc_events scanner
+#   bash fuzz/run.sh TARGET [SECONDS]     targets: argv_real argv_signatures signatures_json gguf procfs proc_events scanner
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="$1" seconds="${2:-600}"

@@ -9,6 +9,7 @@
 //!   the forward a `docker-proxy` argv sets up;
 //! - `procfs`: pure parsers of what procfs gives (`cmdline`, `stat`, `children`, `net/tcp`, the
 //!   listing's records);
+//! - `gguf`: the header of a GGUF model file (metadata and tensor infos), bounded reads;
 //! - `proc_events`: the kernel's process events (netlink proc connector), parsed and read as
 //!   hints of what to re-read;
 //! - `scan`: the incremental `/proc` scanner; `scan_sysinfo`: the same over the `sysinfo` crate,
@@ -17,6 +18,7 @@
 
 pub mod backend;
 pub mod cgroup;
+pub mod gguf;
 pub mod matcher;
 pub mod proc_events;
 pub mod procfs;

@@ -15,6 +15,7 @@ use pyo3::types::{PyList, PyTuple};
 use rustc_hash::FxHashMap;
 
 use crate::backend::{ProcessScanner, Woke};
+use crate::gguf;
 use crate::matcher;
 use crate::scan;
 
@@ -275,11 +276,92 @@ fn proxy_flags(
     })
 }
 
+/// A GGUF metadata value as `_pygguf` gives it: a long string as `("long", length)`, an array as
+/// `(element type, length, items or None)`.
+fn gguf_value<'py>(py: Python<'py>, value: &gguf::Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        gguf::Value::Uint(v) => v.into_pyobject(py)?.into_any(),
+        gguf::Value::Int(v) => v.into_pyobject(py)?.into_any(),
+        gguf::Value::Float(v) => v.into_pyobject(py)?.into_any(),
+        gguf::Value::Bool(v) => v.into_pyobject(py)?.to_owned().into_any(),
+        gguf::Value::Str(v) => v.into_pyobject(py)?.into_any(),
+        gguf::Value::LongStr(len) => ("long", len).into_pyobject(py)?.into_any(),
+        gguf::Value::Array(elem, count, items) => {
+            let items = match items {
+                Some(items) => {
+                    let list = PyList::empty(py);
+                    for item in items {
+                        list.append(gguf_value(py, item)?)?;
+                    }
+                    Some(list)
+                }
+                None => None,
+            };
+            (elem, count, items).into_pyobject(py)?.into_any()
+        }
+    })
+}
+
+/// (version, big endian, metadata, tensors, data offset) of the GGUF file open at `fd` (not
+/// closed), the shape `_pygguf.read_gguf` returns; the GIL is released while reading.
+#[pyfunction]
+fn read_gguf<'py>(
+    py: Python<'py>,
+    fd: i32,
+    max_header_bytes: u64,
+    max_string_bytes: u64,
+    max_array_items: u64,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let limits = gguf::Limits {
+        max_header_bytes,
+        max_string_bytes,
+        max_array_items,
+    };
+    let header = py
+        .detach(|| read_fd(fd, &limits))
+        .map_err(PyValueError::new_err)?;
+    let metadata = PyList::empty(py);
+    for (key, t, value) in &header.metadata {
+        metadata.append((key, t, gguf_value(py, value)?))?;
+    }
+    let tensors = PyList::empty(py);
+    for t in &header.tensors {
+        tensors.append((&t.name, t.ggml_type, t.dims.as_slice(), t.offset, t.bytes))?;
+    }
+    (
+        header.version,
+        header.big_endian,
+        metadata,
+        tensors,
+        header.data_offset,
+    )
+        .into_pyobject(py)
+}
+
+#[cfg(unix)]
+fn read_fd(fd: i32, limits: &gguf::Limits) -> Result<gguf::Header, String> {
+    use std::os::fd::FromRawFd;
+    if fd < 0 {
+        return Err(format!("fd {fd}: not a file descriptor"));
+    }
+    // Borrowed: the caller owns the fd and closes it.
+    // SAFETY: the fd is open for the duration of the call (the caller holds it); ManuallyDrop
+    // keeps the File from closing it.
+    let file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
+    gguf::read_file(&file, limits)
+}
+
+#[cfg(not(unix))]
+fn read_fd(_fd: i32, _limits: &gguf::Limits) -> Result<gguf::Header, String> {
+    Err("reading a GGUF file by fd needs a Unix system".to_string())
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Matcher>()?;
     m.add_class::<Scanner>()?;
     m.add_function(wrap_pyfunction!(parse_cgroup, m)?)?;
     m.add_function(wrap_pyfunction!(proxy_flags, m)?)?;
+    m.add_function(wrap_pyfunction!(read_gguf, m)?)?;
     Ok(())
 }

@@ -224,3 +224,31 @@ def test_argv_that_is_not_utf8_is_escaped_not_fatal(procs: Procs, exporter: tupl
     (labels,) = [labels for labels, _ in series["enginespec_engine_info"] if labels["pid"] == str(odd.pid)]
     assert labels["model"] == "/models/caf\\xe9-\\xff.gguf"
     assert shown(_samples(textfile.read_text()))  # the textfile writer lives on too
+
+
+def test_model_facts_label_the_info_series_and_give_memory_series(
+    procs: Procs, exporter: tuple[str, Path], tmp_path: Path
+) -> None:
+    gguf = pytest.importorskip("gguf")
+    from test_modelfacts import write_gguf
+
+    model = write_gguf(tmp_path / "m.gguf", ftype=int(gguf.LlamaFileType.MOSTLY_Q4_K_M))
+    llama = procs.start(
+        ["llama-server", "-m", str(model), "-c", "512", "-np", "1", "--port", str(free_port())]
+    )
+    url, _textfile = exporter
+
+    def ours(series: dict[str, list[tuple[dict[str, str], float]]]) -> bool:
+        return str(llama.pid) in {labels["pid"] for labels, _ in series.get("enginespec_engine_info", [])}
+
+    series = _scrape_until(url, ours)
+    (labels,) = [labels for labels, _ in series["enginespec_engine_info"] if labels["pid"] == str(llama.pid)]
+    assert (labels["architecture"], labels["quantization"]) == ("llama", "Q4_K_M")
+    weights = {labels["engine_id"]: value for labels, value in series["enginespec_engine_model_weight_bytes"]}
+    kv = {
+        labels["engine_id"]: value for labels, value in series["enginespec_engine_kv_cache_bytes_estimated"]
+    }
+    # 4 layers x 512 cells x (256 + 256) bytes (f16 K and V rows of 2 heads x 64)
+    assert kv[labels["engine_id"]] == 4 * 512 * 512
+    # 4 layers of a 256 x 256 and a 128 x 256 F32 matrix, two 100 x 256 embeddings
+    assert weights[labels["engine_id"]] == 4 * (256 * 256 + 128 * 256) * 4 + 2 * 100 * 256 * 4

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use arbitrary::{Arbitrary, Unstructured};
 use enginespec::cgroup;
+use enginespec::gguf;
 use enginespec::matcher::Matcher;
 use enginespec::proc_events::{self, Hints, Message, Sequences};
 use enginespec::procfs;
@@ -301,6 +302,36 @@ pub fn proc_events(data: &[u8]) {
         let mut fresh = Hints::default();
         fresh.add(&messages, &mut Sequences::default());
         assert!(fresh.lost, "a second copy alone cannot be a loss");
+    }
+}
+
+/// The GGUF header reader: any bytes give a header or an error, never a panic, a hang or an
+/// allocation beyond the input; a header holds no more than its bytes can encode. The same bytes
+/// behind a size claimed far larger (a sparse file whose tail is short) read the same or fail.
+pub fn gguf(data: &[u8]) {
+    let limits = gguf::Limits {
+        max_header_bytes: 1 << 20,
+        max_string_bytes: 256,
+        max_array_items: 64,
+    };
+    let size = data.len() as u64;
+    let header = gguf::read_header(data, size, &limits);
+    if let Ok(header) = &header {
+        assert!(header.metadata.len() as u64 * 13 <= size);
+        assert!(header.tensors.len() as u64 * 24 <= size);
+        for (key, _, _) in &header.metadata {
+            assert!(
+                key.len() <= 3 * 256,
+                "a key of at most 256 bytes, lossily decoded"
+            );
+        }
+        for t in &header.tensors {
+            assert!(t.dims.len() <= 4);
+        }
+    }
+    let claimed = gguf::read_header(data, size + (20 << 30), &limits);
+    if let Ok(header) = header {
+        assert_eq!(claimed, Ok(header));
     }
 }
 

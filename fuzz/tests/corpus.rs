@@ -39,6 +39,11 @@ fn signatures_json() {
 }
 
 #[test]
+fn gguf() {
+    replay("gguf", enginespec_fuzz::gguf);
+}
+
+#[test]
 fn procfs() {
     replay("procfs", enginespec_fuzz::procfs);
 }

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Literal
 
 import enginespec._pycontainers as _pycontainers
+import enginespec._pygguf as _pygguf
 import enginespec._pymatcher as _pymatcher
 import enginespec._pyscanner as _pyscanner
 
@@ -27,6 +28,7 @@ parse_cgroup: Callable[[bytes], tuple[_pycontainers.Runtime, str, str | None] | 
     _pycontainers.parse_cgroup
 )
 proxy_flags: Callable[[list[str]], tuple[str, int, str, int] | None] = _pycontainers.proxy_flags
+read_gguf: Callable[[int, int, int, int], _pygguf.RawHeader] = _pygguf.read_gguf
 if _WANTED != "python":
     try:
         import enginespec._native as _native
@@ -41,3 +43,4 @@ if _WANTED != "python":
         ScannerType = _native.Scanner  # type: ignore[assignment]
         parse_cgroup = _native.parse_cgroup
         proxy_flags = _native.proxy_flags
+        read_gguf = _native.read_gguf

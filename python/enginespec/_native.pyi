@@ -8,7 +8,9 @@ Strings cross the boundary through the filesystem encoding (surrogateescape), so
 from collections.abc import Sequence
 from typing import Literal, TypeAlias, final
 
-__all__ = ["Matcher", "Scanner", "parse_cgroup", "proxy_flags"]
+from enginespec._pygguf import RawHeader
+
+__all__ = ["Matcher", "Scanner", "parse_cgroup", "proxy_flags", "read_gguf"]
 
 # The aliases are the stub's alone (private names: the module has no such attributes).
 
@@ -92,3 +94,9 @@ def parse_cgroup(data: bytes) -> tuple[_Runtime, str, str | None] | None:
 def proxy_flags(argv: Sequence[str]) -> tuple[str, int, str, int] | None:
     """(host address, host port, container address, container port) a ``docker-proxy`` argv
     forwards, the addresses as given (``_pycontainers.proxy_flags`` is its twin)."""
+
+def read_gguf(fd: int, max_header_bytes: int, max_string_bytes: int, max_array_items: int) -> RawHeader:
+    """(version, big endian, metadata, tensors, data offset) of the GGUF file open at ``fd`` (a
+    regular file, not closed): bounded reads of its header only, the GIL released. Raises
+    ``ValueError`` naming the offset for anything the format or the limits refuse
+    (``_pygguf.read_gguf`` is its twin)."""

@@ -20,6 +20,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.text import Text
 
 import enginespec.exporter as exporter
+import enginespec.modelcli as modelcli
 from enginespec._backend import BACKEND
 from enginespec.argv import parse_argv, redact_argv
 from enginespec.cli_lifecycle import add_lifecycle_commands
@@ -151,6 +152,8 @@ PS_COLUMNS = (
     Column("ROLE"),
     Column("MODEL", shorten="middle", minimum=16, comfortable=40),
     Column("SERVED AS", shorten="end", minimum=10, drop=5),
+    # architecture, quantization, context as started (from the model's files, see docs/models.md)
+    Column("MODEL FACTS", shorten="end", minimum=10, drop=2),
     Column("URL"),
     Column("CONTAINER", shorten="end", minimum=12, drop=6),
     Column("PUBLISHED", shorten="end", minimum=12, drop=4),
@@ -218,6 +221,15 @@ def _gpu_cell(uses: Sequence[GpuUse]) -> str:
     names = ",".join(_gpu_name(u.index, u.mig_index, u.device) for u in uses)
     known = [u.memory_bytes for u in uses]
     return f"{names} {_size(None if None in known else sum(b or 0 for b in known))}"
+def _facts_cell(p: EngineProcess) -> str:
+    """``llama Q4_K_M 4096``: the model's architecture and quantization, and the context the
+    engine was started with (else the trained one)."""
+    facts = p.model_facts
+    if facts is None:
+        return EMPTY
+    context = facts.estimate.context if facts.estimate and facts.estimate.context else facts.context_length
+    parts = [facts.architecture, facts.quantization, str(context) if context else None]
+    return " ".join(part for part in parts if part) or EMPTY
 
 
 def _ps_row(p: EngineProcess, state: str | None) -> list[str]:
@@ -228,6 +240,7 @@ def _ps_row(p: EngineProcess, state: str | None) -> list[str]:
         p.role if p.role != "server" else EMPTY,
         p.model or "?",
         ", ".join(p.served_model_names) or EMPTY,
+        _facts_cell(p),
         p.base_url or EMPTY,
         p.container.label if p.container else EMPTY,
         ", ".join(_published(q) for q in p.published) or EMPTY,
@@ -744,6 +757,7 @@ def _parser() -> argparse.ArgumentParser:
     command.add_argument("--strict", action="store_true", help="fail on fields the engine has no flag for")
     command.set_defaults(handler=_cmd_command)
     add_lifecycle_commands(commands)
+    modelcli.add_parser(commands)
     return parser
 
 

@@ -22,6 +22,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from enginespec.gpus import GpuDevice
 from enginespec.health import check_all
 from enginespec.load import EngineLoad
+from enginespec.modelfacts import ModelFacts
+from enginespec.processmodels import cached, peek
 from enginespec.scanning import EngineProcess, Scanner, gpu_ledger, unique_engine_ids
 from enginespec.status import Health, HealthState
 from enginespec.vitals import EngineMonitor
@@ -38,6 +40,8 @@ _INFO_LABELS = (
     "supervisor",
     "pid",
     "container_id",
+    "architecture",
+    "quantization",
 )
 
 
@@ -57,6 +61,15 @@ class Snapshot:
     gpus: tuple[GpuDevice, ...] = ()
 
 
+#: How long one refresh may spend reading models' files (new engines only; see processmodels).
+MODEL_FACTS_SECONDS = 1.0
+
+
+def _facts(process: EngineProcess) -> ModelFacts | None:
+    """What the loop has read of the model of ``process`` (a scrape reads nothing)."""
+    return peek(process.pid, process.start_time, process.argv)
+
+
 def _label(value: str) -> str:
     """A label value prometheus-client can write: argv bytes that are not UTF-8 (surrogate
     escapes from /proc) become ``\\xNN`` escapes instead of failing the whole scrape."""
@@ -67,6 +80,7 @@ def _info_labels(process: EngineProcess) -> list[str]:
     # vLLM labels its own metrics with model_name = the first served name, else the model: the
     # same value here lets the two series join.
     served = process.served_model_name or process.model or ""
+    facts = _facts(process)
     values = [
         process.engine_id,
         process.engine,
@@ -79,6 +93,9 @@ def _info_labels(process: EngineProcess) -> list[str]:
         str(process.pid),
         # the full id (empty on the host), as the runtime's API and cAdvisor's `id` name it
         process.container.id if process.container else "",
+        # from the model's files (empty when they cannot be read): see processmodels
+        (facts.architecture or "") if facts else "",
+        (facts.quantization or "") if facts else "",
     ]
     return [_label(value) for value in values]
 
@@ -115,6 +132,16 @@ class EngineCollector(Collector):
             "Whether another process listens on the engine's own address and port (SO_REUSEPORT)",
             labels=["engine_id"],
         )
+        weights = GaugeMetricFamily(
+            "enginespec_engine_model_weight_bytes",
+            "Bytes of the model's weights, from its files",
+            labels=["engine_id"],
+        )
+        kv_cache = GaugeMetricFamily(
+            "enginespec_engine_kv_cache_bytes_estimated",
+            "The KV cache the engine allocates for its arguments, by its own rule (an estimate)",
+            labels=["engine_id"],
+        )
         for index, (process, unique_id) in enumerate(
             zip(snapshot.processes, unique_engine_ids(snapshot.processes), strict=True)
         ):
@@ -124,12 +151,17 @@ class EngineCollector(Collector):
             started.add_metric(engine_id, process.start_time)
             workers.add_metric(engine_id, len(process.worker_pids))
             conflict.add_metric(engine_id, 1 if process.port_conflicts else 0)
+            facts = _facts(process)
+            if facts is not None and facts.weight_bytes is not None:
+                weights.add_metric(engine_id, facts.weight_bytes)
+            if facts is not None and facts.estimate is not None and facts.estimate.kv_cache:
+                kv_cache.add_metric(engine_id, facts.estimate.kv_cache_bytes)
             if snapshot.healths is not None:
                 health = snapshot.healths[index]
                 ready.add_metric(engine_id, 1 if health.ready else 0)
                 for name in _STATES:
                     state.add_metric([unique_id, name], 1 if health.state == name else 0)
-        yield from (info, up, ready, state, started, workers, conflict)
+        yield from (info, up, ready, state, started, workers, conflict, weights, kv_cache)
         yield from _gpu_metrics(snapshot)
         if snapshot.loads is not None:
             yield from _load_series(snapshot.processes, snapshot.loads, unique_engine_ids(snapshot.processes))
@@ -231,6 +263,13 @@ def _refresh(
     started = time.perf_counter()
     processes = scanner.scan()
     seconds = time.perf_counter() - started
+    # the models' facts are read here, in the loop, never in a scrape: cached per process, so
+    # once per engine, and at most MODEL_FACTS_SECONDS a refresh (the rest in the next ones)
+    budget = time.monotonic() + MODEL_FACTS_SECONDS
+    for process in processes:
+        if time.monotonic() > budget:
+            break
+        cached(process.pid, process.start_time, process.engine, process.model, process.argv)
     previous = collector.snapshot
     loads = None
     if monitor is not None:

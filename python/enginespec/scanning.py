@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 import os
 import time
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import psutil
 from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
@@ -38,6 +40,9 @@ from enginespec.gpus import EngineTree, GpuDevice, GpuReader, GpuUse, Held, ledg
 from enginespec.registry import all_engines
 from enginespec.settings import MAX_ENVIRON_BYTES, Source, merge, read_outside, serves_by_environment
 from enginespec.signature import signatures_json
+
+if TYPE_CHECKING:
+    from enginespec.modelfacts import ModelFacts
 
 #: Programs that commonly replace themselves with another program (`exec`): shells running a
 #: launch script, `env`, `nohup`, privilege and scheduling wrappers, container inits. A process
@@ -104,6 +109,28 @@ class EngineProcess(Invocation):
     gpus_unknown: str | None = None
     #: the engine's API key from its argv: used by health checks, never shown or serialised.
     _api_key: str | None = PrivateAttr(default=None)
+
+    @functools.cached_property
+    def model_facts(self) -> ModelFacts | None:
+        """The facts of the model this engine serves, with the memory its engine allocates for
+        it with its actual arguments (``ModelFacts.estimate``); ``None`` when they cannot be
+        known (``model_facts_problem`` says why). Read on first access, never by the scan, and
+        cached by (pid, start time, argv) across scans (``enginespec.processmodels``)."""
+        from enginespec.processmodels import cached, measured
+
+        result = cached(self.pid, self.start_time, self.engine, self.model, self.argv)
+        if isinstance(result, str):
+            return None
+        held = measured(getattr(self, "gpus", ()))  # the GPU ledger's field, where this build has it
+        return result.model_copy(update={"measured": held}) if held else result
+
+    @property
+    def model_facts_problem(self) -> str | None:
+        """Why ``model_facts`` is ``None`` (the model's file that could not be read, and how)."""
+        from enginespec.processmodels import cached
+
+        result = cached(self.pid, self.start_time, self.engine, self.model, self.argv)
+        return result if isinstance(result, str) else None
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -44,8 +44,11 @@ def vocabulary() -> list[str]:
 MERGES = ("Ġ t", "h e")
 
 
-def _weights(seed: int) -> dict[str, np.ndarray]:
-    """The network in Hugging Face names and layout ((out, in) matrices)."""
+def _weights(
+    seed: int, hidden: int = HIDDEN, layers: int = LAYERS, kv_width: int = HIDDEN
+) -> dict[str, np.ndarray]:
+    """The network in Hugging Face names and layout ((out, in) matrices); ``kv_width`` is the
+    K and V projections' output size (kv heads x head size)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -56,24 +59,26 @@ def _weights(seed: int) -> dict[str, np.ndarray]:
 
     # Only printable ASCII (and the end of turn) can win: a random network otherwise emits byte
     # tokens that make no UTF-8, which servers rightly refuse to parse as a chat message.
-    head = matrix(vocab, HIDDEN) * 50
+    head = matrix(vocab, hidden) * 50
     speakable = [i for i, token in enumerate(vocabulary()) if i in range(0x20, 0x7F) or token in ("Ġt", "he")]
     silent = np.setdiff1d(np.arange(vocab), [*speakable, vocabulary().index("<|im_end|>")])
     head[silent] = 0
     weights = {
-        "model.embed_tokens.weight": matrix(vocab, HIDDEN),
-        "model.norm.weight": np.ones(HIDDEN, np.float32),
+        "model.embed_tokens.weight": matrix(vocab, hidden),
+        "model.norm.weight": np.ones(hidden, np.float32),
         "lm_head.weight": head,
     }
-    for layer in range(LAYERS):
+    for layer in range(layers):
         prefix = f"model.layers.{layer}."
-        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            weights[prefix + f"self_attn.{name}.weight"] = matrix(HIDDEN, HIDDEN)
-        weights[prefix + "mlp.gate_proj.weight"] = matrix(FF, HIDDEN)
-        weights[prefix + "mlp.up_proj.weight"] = matrix(FF, HIDDEN)
-        weights[prefix + "mlp.down_proj.weight"] = matrix(HIDDEN, FF)
-        weights[prefix + "input_layernorm.weight"] = np.ones(HIDDEN, np.float32)
-        weights[prefix + "post_attention_layernorm.weight"] = np.ones(HIDDEN, np.float32)
+        for name in ("q_proj", "o_proj"):
+            weights[prefix + f"self_attn.{name}.weight"] = matrix(hidden, hidden)
+        for name in ("k_proj", "v_proj"):
+            weights[prefix + f"self_attn.{name}.weight"] = matrix(kv_width, hidden)
+        weights[prefix + "mlp.gate_proj.weight"] = matrix(FF, hidden)
+        weights[prefix + "mlp.up_proj.weight"] = matrix(FF, hidden)
+        weights[prefix + "mlp.down_proj.weight"] = matrix(hidden, FF)
+        weights[prefix + "input_layernorm.weight"] = np.ones(hidden, np.float32)
+        weights[prefix + "post_attention_layernorm.weight"] = np.ones(hidden, np.float32)
     return weights
 
 
@@ -148,8 +153,16 @@ def _gguf_name(name: str) -> str:
     return f"blk.{layer}.{_GGUF_NAMES[rest]}"
 
 
-def gguf_model(path: Path, seed: int = 0) -> Path:
-    """The same network as a GGUF file (F32 tensors, GPT-2 style byte-level BPE vocabulary)."""
+def gguf_model(
+    path: Path,
+    seed: int = 0,
+    hidden: int = HIDDEN,
+    layers: int = LAYERS,
+    heads: int = HEADS,
+    kv_heads: int = HEADS,
+) -> Path:
+    """The same network as a GGUF file (F32 tensors, GPT-2 style byte-level BPE vocabulary);
+    the sizes can be changed (the memory tests want buffers far above the logs' 0.01 MiB)."""
     import gguf
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -157,12 +170,12 @@ def gguf_model(path: Path, seed: int = 0) -> Path:
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("enginespec-tiny")
     writer.add_context_length(CONTEXT)
-    writer.add_embedding_length(HIDDEN)
-    writer.add_block_count(LAYERS)
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(layers)
     writer.add_feed_forward_length(FF)
-    writer.add_head_count(HEADS)
-    writer.add_head_count_kv(HEADS)
-    writer.add_rope_dimension_count(HIDDEN // HEADS)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_dimension_count(hidden // heads)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_freq_base(10000.0)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
@@ -176,7 +189,7 @@ def gguf_model(path: Path, seed: int = 0) -> Path:
     writer.add_eos_token_id(tokens.index("<|im_end|>"))
     writer.add_add_bos_token(False)
     writer.add_chat_template(CHAT_TEMPLATE)
-    for name, tensor in _weights(seed).items():
+    for name, tensor in _weights(seed, hidden, layers, kv_heads * (hidden // heads)).items():
         writer.add_tensor(_gguf_name(name), tensor)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

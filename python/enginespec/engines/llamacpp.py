@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 
 import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, Launch, LoadMetrics, Package, Serving, Settings, SourceBuild
 from enginespec.failures import FailurePattern, Failures
+from enginespec._pygguf import TYPE_SIZES
+from enginespec.argv import flag_value
+from enginespec.modelfacts import LoggedMemory, MemoryEstimate, ModelError, ModelFacts
 from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -227,3 +231,205 @@ SPEC = LlamaCppSpec(
         generated_tokens=("llamacpp:tokens_predicted_total",),
     ),
 )
+
+
+# -- memory: llama.cpp's own rules, as in the llama.cpp that llama-cpp-python 0.3.35 vendors --------
+
+#: `-ctk`/`-ctv` names (common/arg.cpp kv_cache_types) -> ggml type ids.
+CACHE_TYPES = {
+    "f32": 0,
+    "f16": 1,
+    "bf16": 30,
+    "q8_0": 8,
+    "q4_0": 2,
+    "q4_1": 3,
+    "iq4_nl": 20,
+    "q5_0": 6,
+    "q5_1": 7,
+}
+_PAD = 256
+_LOG_BUFFER = re.compile(
+    r"(?P<device>[\w.\-]+) (?P<what>model|KV|compute) buffer size =\s*(?P<mib>\d+(?:\.\d+)?) MiB"
+)
+
+
+def _pad(value: int, to: int = _PAD) -> int:
+    return -(-value // to) * to
+
+
+def _row_bytes(cache_type: int, values: int) -> int:
+    block, size = TYPE_SIZES[cache_type]
+    return values // block * size
+
+
+def _number(argv: Sequence[str], *flags: str) -> str | None:
+    for flag in flags:
+        value = flag_value(argv, SIGNATURE, flag)
+        if value is not None:
+            return value
+    return None
+
+
+def _present(argv: Sequence[str], *flags: str) -> bool:
+    return any(token.partition("=")[0] in flags for token in argv)
+
+
+def estimate_memory(facts: ModelFacts, argv: Sequence[str], devices: Sequence[str] = ()) -> MemoryEstimate:
+    """Weights by device and the KV cache llama-server allocates for ``facts`` with ``argv``.
+
+    KV cache (src/llama-context.cpp, src/llama-kv-cache.cpp, src/llama-kv-cache-iswa.cpp,
+    tools/server/server.cpp): ``-c`` (0: the trained context) is padded to 256; it is shared by
+    the ``-np`` slots (default: auto, 4 slots on one unified cache): unified (``-kvu``), one
+    stream of ``n_ctx`` cells; else each slot its own stream of ``pad(n_ctx / np, 256)`` cells.
+    Each layer holds K and V rows of ``kv_heads x head_dim`` values per cell in the ``-ctk`` and
+    ``-ctv`` types (q8_0: 34 bytes per 32 values); sliding-window layers only
+    ``pad(min(cells, window x (np if unified else 1) + ubatch), 256)`` cells unless ``--swa-full``;
+    an MLA GGUF caches K only. Weights: ``token_embd`` stays on the CPU, the last ``-ngl``
+    layers go to the devices (split by ``-ts`` for ``-sm layer``, the default; every device a
+    share of each layer for ``-sm row``; the main one for ``-sm none``), the output head with
+    them when ``-ngl`` exceeds the layer count."""
+    notes: list[str] = []
+
+    def integer(value: str | None, default: int, flag: str) -> int:
+        if value is None:
+            return default
+        try:
+            return int(value, 10)
+        except ValueError:
+            raise ModelError(f"{flag} {value!r}: not an integer") from None
+
+    ctx = integer(_number(argv, "--ctx-size"), 0, "--ctx-size")
+    if ctx <= 0:
+        if facts.context_length is None:
+            raise ModelError("--ctx-size is 0 (the trained context) and the model does not say it")
+        ctx = facts.context_length
+    parallel = integer(_number(argv, "--parallel"), -1, "--parallel")
+    unified = _present(argv, "-kvu", "--kv-unified")
+    if parallel < 0:
+        parallel, unified = 4, True
+        notes.append("-np not given: llama-server's auto, 4 slots on one unified cache")
+    if parallel == 0:
+        raise ModelError("--parallel 0: no slot")
+    n_ctx = _pad(ctx)
+    if unified:
+        per_seq, streams = n_ctx, 1
+    else:
+        per_seq, streams = _pad(n_ctx // parallel), parallel
+        n_ctx = per_seq * parallel
+    types = []
+    for flags in (("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v")):
+        name = (_number(argv, *flags) or "f16").lower()
+        if name not in CACHE_TYPES:
+            raise ModelError(f"{flags[1]} {name!r}: not one of {', '.join(CACHE_TYPES)}")
+        types.append(name)
+    attention = facts.attention
+    kv_bytes = 0
+    if attention is None:
+        notes.append("the model does not give its attention layout: no KV cache estimate")
+    else:
+        ubatch = integer(_number(argv, "-ub", "--ubatch-size"), 512, "--ubatch-size")
+        swa_full = _present(argv, "--swa-full")
+        k_row = _row_bytes(CACHE_TYPES[types[0]], attention.kv_heads * attention.head_dim_k)
+        v_row = _row_bytes(CACHE_TYPES[types[1]], attention.kv_heads * attention.head_dim_v)
+        full = attention.layers - attention.sliding_layers
+        kv_bytes = full * (k_row + v_row) * per_seq * streams
+        if attention.sliding_layers:
+            window = attention.sliding_window or 0
+            cells = (
+                per_seq if swa_full else _pad(min(per_seq, window * (parallel if unified else 1) + ubatch))
+            )
+            kv_bytes += attention.sliding_layers * (k_row + v_row) * cells * streams
+    weights, kv_cache = _placement(facts, argv, devices, kv_bytes, notes)
+    return MemoryEstimate(
+        engine="llamacpp",
+        rule="llama.cpp vendored by llama-cpp-python 0.3.35: src/llama-context.cpp, src/llama-kv-cache.cpp",
+        context=n_ctx,
+        context_per_sequence=per_seq,
+        sequences=parallel,
+        cache_type_k=types[0],
+        cache_type_v=types[1],
+        weights=weights,
+        kv_cache=kv_cache,
+        notes=tuple(notes),
+    )
+
+
+def _placement(
+    facts: ModelFacts, argv: Sequence[str], devices: Sequence[str], kv_bytes: int, notes: list[str]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """(weights by device, KV cache by device): layers offloaded by -ngl, split by -ts/-sm."""
+    layers = list(facts.layer_bytes)
+    input_bytes, output_bytes = facts.input_bytes or 0, facts.output_bytes or 0
+    if not devices:
+        return {"CPU": input_bytes + sum(layers) + output_bytes}, {"CPU": kv_bytes}
+    n_layer = len(layers)
+    ngl_text = _number(argv, "--n-gpu-layers")
+    if ngl_text in (None, "auto", "all", "-1"):
+        ngl = n_layer + 1
+        notes.append("-ngl auto: every layer counted on the devices (llama-server may fit fewer)")
+    else:
+        try:
+            ngl = int(ngl_text, 10)
+        except ValueError:
+            raise ModelError(f"--n-gpu-layers {ngl_text!r}: not an integer") from None
+    mode = (_number(argv, "-sm", "--split-mode") or "layer").lower()
+    split_text = _number(argv, "-ts", "--tensor-split")
+    shares = [1.0] * len(devices)
+    if split_text:
+        try:
+            given = [float(x) for x in re.split(r"[,/]", split_text)]
+        except ValueError:
+            raise ModelError(f"--tensor-split {split_text!r}: not numbers") from None
+        shares = [*given, *[0.0] * len(devices)][: len(devices)]
+    main = integer_or(_number(argv, "-mg", "--main-gpu"), 0) % len(devices)
+    if mode == "none" or sum(shares) <= 0:
+        shares = [1.0 if i == main else 0.0 for i in range(len(devices))]
+    total = sum(shares)
+    cumulative, running = [], 0.0
+    for share in shares:
+        running += share / total
+        cumulative.append(running)
+    start = max(n_layer - ngl, 0)
+    weights = {"CPU": input_bytes, **{d: 0 for d in devices}}
+    kv = {"CPU": 0, **{d: 0 for d in devices}}
+    per_layer_kv = kv_bytes // n_layer if n_layer else 0
+    for il, nbytes in enumerate(layers):
+        if il < start:
+            weights["CPU"] += nbytes
+            kv["CPU"] += per_layer_kv
+            continue
+        if mode == "row":
+            for device, share in zip(devices, shares, strict=True):
+                weights[device] += int(nbytes * share / total)
+        position = (il - start) / max(n_layer - start, 1)
+        device = devices[next((i for i, c in enumerate(cumulative) if position < c), len(devices) - 1)]
+        if mode != "row":
+            weights[device] += nbytes
+        kv[device] += per_layer_kv
+    if ngl > n_layer:
+        # the output layer goes where layer n_layer would (row mode: the main device)
+        last = next((i for i, c in enumerate(cumulative) if c >= 1.0 - 1e-9), len(devices) - 1)
+        weights[devices[main if mode == "row" else last]] += output_bytes
+    else:
+        weights["CPU"] += output_bytes
+    return weights, kv
+
+
+def integer_or(value: str | None, default: int) -> int:
+    try:
+        return int(value, 10) if value is not None else default
+    except ValueError:
+        return default
+
+
+def logged_memory(log: str) -> LoggedMemory:
+    """The `model`, `KV` and `compute buffer size = N MiB` lines of llama-server's start-up log
+    (src/llama-model.cpp, src/llama-kv-cache.cpp, src/llama-context.cpp), by buffer name
+    (`CPU_Mapped`, `CUDA0`...), summed per name."""
+    found: dict[str, dict[str, int]] = {"model": {}, "KV": {}, "compute": {}}
+    for match in _LOG_BUFFER.finditer(log[-(4 << 20) :]):
+        table = found[match["what"]]
+        table[match["device"]] = table.get(match["device"], 0) + round(float(match["mib"]) * (1 << 20))
+    return LoggedMemory(
+        engine="llamacpp", weights=found["model"], kv_cache=found["KV"], compute=found["compute"]
+    )

@@ -7,6 +7,8 @@ line says otherwise.
 from __future__ import annotations
 
 import json
+import os
+import re
 
 import enginespec.engines._libraries as _libraries
 from enginespec.definition import Launch, LoadMetrics, Serving, Settings
@@ -147,3 +149,62 @@ SPEC = OllamaSpec(
         kind="ollama_ps", path="/api/ps", note="Ollama reports the models it has loaded, no request counts"
     ),
 )
+
+
+# -- which model a runner's blob is --------------------------------------------------------------
+
+#: A runner is given its model as a blob: `<models>/blobs/sha256-<hex>` (server/images.go,
+#: server/internal/manifest; blobs are named `sha256-<hex>` since v0.1.30, `sha256:<hex>` before).
+_BLOB = re.compile(r"^sha256[-:](?P<hex>[0-9a-f]{64})$")
+#: The media type of the layer that holds the weights (server/images.go).
+_MODEL_LAYER = "application/vnd.ollama.image.model"
+#: What is read of the manifests tree: files, bytes of one manifest, depth.
+_MAX_MANIFESTS = 10_000
+_MAX_MANIFEST_BYTES = 1 << 20
+
+
+def model_name(blob: str) -> str | None:
+    """The model (``name:tag``, with ``host/namespace/`` unless it is the library's) whose
+    manifest's model layer is the blob at ``blob``: the manifests sit beside the blobs,
+    ``<models>/manifests/<host>/<namespace>/<name>/<tag>`` (JSON with ``layers`` of
+    ``mediaType`` and ``digest``). Bounded: at most 10 000 manifests of 1 MiB each."""
+    from enginespec.modelfacts import ModelError, read_capped
+
+    match = _BLOB.match(os.path.basename(blob))
+    if match is None:
+        return None
+    digest = f"sha256:{match['hex']}"
+    manifests = os.path.join(os.path.dirname(os.path.dirname(blob)), "manifests")
+    seen = 0
+    for folder, dirs, files in os.walk(manifests):
+        depth = os.path.relpath(folder, manifests).count(os.sep)
+        if depth >= 3:
+            dirs[:] = []
+        dirs.sort()
+        for tag in sorted(files):
+            seen += 1
+            if seen > _MAX_MANIFESTS:
+                return None
+            path = os.path.join(folder, tag)
+            try:
+                manifest = json.loads(read_capped(path, _MAX_MANIFEST_BYTES))
+            except (ModelError, ValueError, RecursionError):
+                continue
+            layers = manifest.get("layers") if isinstance(manifest, dict) else None
+            if not isinstance(layers, list):
+                continue
+            if any(
+                isinstance(layer, dict)
+                and layer.get("mediaType") == _MODEL_LAYER
+                and layer.get("digest") == digest
+                for layer in layers
+            ):
+                parts = os.path.relpath(path, manifests).split(os.sep)
+                if len(parts) != 4:
+                    continue
+                host, namespace, name, tag_name = parts
+                prefix = (
+                    "" if (host, namespace) == ("registry.ollama.ai", "library") else f"{host}/{namespace}/"
+                )
+                return f"{prefix}{name}:{tag_name}"
+    return None

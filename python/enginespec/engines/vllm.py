@@ -5,6 +5,11 @@ from __future__ import annotations
 import enginespec.engines._libraries as _libraries
 from enginespec.definition import FamilyDefault, Flags, Launch, LoadMetrics, Package, Serving, Settings
 from enginespec.failures import FailurePattern, Failures
+import re
+from collections.abc import Sequence
+
+from enginespec.argv import flag_value
+from enginespec.modelfacts import LoggedMemory, MemoryEstimate, ModelError, ModelFacts
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
@@ -463,3 +468,93 @@ SPEC = EngineSpec(
         generated_tokens=("vllm:generation_tokens_total",),
     ),
 )
+
+
+# -- memory: vLLM's own rule (vLLM 0.33.0, vllm/v1/worker/gpu_worker.py determine_available_memory,
+# vllm/v1/core/kv_cache_utils.py) ------------------------------------------------------------------
+
+_GIB = 1 << 30
+_LOADING = re.compile(r"Model loading took (?P<n>\d+(?:\.\d+)?) ?(?P<unit>GiB|GB|MiB)")
+_AVAILABLE = re.compile(r"Available KV cache memory: (?P<n>\d+(?:\.\d+)?) ?(?P<unit>GiB|GB|MiB)")
+_TOKENS = re.compile(r"GPU KV cache size: (?P<n>[\d,]+) tokens")
+_UNITS = {"GiB": _GIB, "GB": _GIB, "MiB": 1 << 20}
+
+
+def estimate_memory(
+    facts: ModelFacts, argv: Sequence[str], device_bytes: Sequence[int] = ()
+) -> MemoryEstimate:
+    """vLLM claims ``--gpu-memory-utilization`` (default 0.9) of each of its ``tp x pp`` devices'
+    memory whatever the model needs, loads ``1 / (tp x pp)`` of the weights on each, and gives
+    the KV cache what is left after the profiled activation peak (not known before it runs). So
+    the claim is stated as what it is; the KV cache as what ``--max-model-len`` tokens of one
+    sequence cost (``2 x layers x kv_heads x head_dim`` values per token; MLA: one latent; fp8
+    caches 1 byte a value, ``auto`` the model's dtype), split over the devices."""
+
+    def number(flag: str, default: float) -> float:
+        value = flag_value(argv, SIGNATURE, flag)
+        if value is None:
+            return default
+        try:
+            return float(value)
+        except ValueError:
+            raise ModelError(f"{flag} {value!r}: not a number") from None
+
+    tp = int(number("--tensor-parallel-size", 1))
+    pp = int(number("--pipeline-parallel-size", 1))
+    if tp < 1 or pp < 1:
+        raise ModelError(f"--tensor-parallel-size {tp} / --pipeline-parallel-size {pp}: must be at least 1")
+    utilization = number("--gpu-memory-utilization", 0.9)
+    devices = [f"GPU{i}" for i in range(tp * pp)]
+    notes = []
+    max_len = flag_value(argv, SIGNATURE, "--max-model-len")
+    context = (
+        int(number("--max-model-len", facts.context_length or 0)) if max_len not in ("auto", "-1") else None
+    )
+    if max_len is None:
+        notes.append("--max-model-len not given: the model's own context")
+    dtype = (flag_value(argv, SIGNATURE, "--kv-cache-dtype") or "auto").lower()
+    per_value = 1 if dtype.startswith("fp8") else 4 if (facts.quantization or "").lower() == "float32" else 2
+    kv: dict[str, int] = {}
+    attention = facts.attention
+    if attention is not None and context:
+        full = attention.values_per_token("full") * context
+        window = min(context, attention.sliding_window or context)
+        sliding = attention.values_per_token("sliding") * window
+        # each tensor-parallel rank holds its share of the KV heads, at least one (heads are
+        # replicated when fewer than tp); an MLA latent is replicated on every rank; pipeline
+        # stages split the layers (vllm/config/model.py get_num_kv_heads, MLA backends)
+        share = 1.0 if attention.mla is not None else max(1, attention.kv_heads // tp) / attention.kv_heads
+        per_device = int((full + sliding) * per_value * share / pp)
+        kv = {device: per_device for device in devices}
+    weights = {device: (facts.weight_bytes or 0) // len(devices) for device in devices}
+    claim = {f"GPU{i}": int(utilization * size) for i, size in enumerate(device_bytes[: len(devices)])}
+    return MemoryEstimate(
+        engine="vllm",
+        rule="vLLM 0.33.0: gpu_memory_utilization x each device's memory; the KV cache gets the rest",
+        context=context,
+        context_per_sequence=context,
+        sequences=None,
+        cache_type_k=dtype,
+        cache_type_v=dtype,
+        weights=weights if facts.weight_bytes else {},
+        kv_cache=kv,
+        claim=claim,
+        notes=tuple(notes),
+    )
+
+
+def logged_memory(log: str) -> LoggedMemory:
+    """vLLM's start-up lines: ``Model loading took N GiB``, ``Available KV cache memory: N GiB``,
+    ``GPU KV cache size: N tokens`` (the last of each: one worker's figures)."""
+
+    def last(pattern: re.Pattern[str]) -> re.Match[str] | None:
+        matches = list(pattern.finditer(log[-(4 << 20) :]))
+        return matches[-1] if matches else None
+
+    loading, available, tokens = last(_LOADING), last(_AVAILABLE), last(_TOKENS)
+    return LoggedMemory(
+        engine="vllm",
+        weights={"GPU": round(float(loading["n"]) * _UNITS[loading["unit"]])} if loading else {},
+        kv_cache_available=round(float(available["n"]) * _UNITS[available["unit"]]) if available else None,
+        kv_cache_tokens=int(tokens["n"].replace(",", "")) if tokens else None,
+    )

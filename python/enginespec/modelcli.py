@@ -1,0 +1,154 @@
+"""``enginespec model PATH|PID``: the facts of a model file or folder, or of a running engine's model
+with the memory its engine allocates for it by the engine's own rule."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from enginespec.display import literal
+from enginespec.modelfacts import ModelError, ModelFacts, model_facts
+
+_GIB = 1 << 30
+
+
+def engine_model(pid: int) -> tuple[str, ModelFacts]:
+    """(engine, facts with the estimate) of the engine server ``pid``."""
+    from enginespec.processmodels import compute
+    from enginespec.scanning import Scanner
+
+    found = [p for p in Scanner().scan() if p.pid == pid]
+    if not found:
+        raise ModelError(f"pid {pid}: not an engine server")
+    process = found[0]
+    return process.engine, compute(pid, process.engine, process.model, process.argv)
+
+
+def _size(n: int | None) -> str:
+    return "-" if n is None else f"{n / _GIB:.2f} GiB" if n >= _GIB else f"{n / (1 << 20):.2f} MiB"
+
+
+def _text(facts: ModelFacts) -> list[str]:
+    estimate = facts.estimate
+    rows: list[tuple[str, Any]] = [
+        ("format", facts.format),
+        ("name", facts.name),
+        ("registry name", facts.registry_name),
+        ("architecture", facts.architecture),
+        ("quantization", facts.quantization),
+        ("parameters", facts.parameters),
+        ("context (trained)", facts.context_length),
+        ("layers", facts.layers),
+        ("heads / kv heads / head dim", f"{facts.attention_heads} / {facts.kv_heads} / {facts.head_dim}"),
+        ("experts (used)", f"{facts.experts} ({facts.experts_used})" if facts.experts else None),
+        ("sliding window", facts.sliding_window),
+        ("weights", _size(facts.weight_bytes)),
+        ("KV per token (16-bit)", facts.kv_bytes_per_token()),
+    ]
+    if estimate is not None:
+        rows += [
+            ("engine rule", estimate.rule),
+            (
+                "context (configured)",
+                f"{estimate.context} ({estimate.sequences} x {estimate.context_per_sequence})",
+            ),
+            ("cache types", f"K {estimate.cache_type_k}, V {estimate.cache_type_v}"),
+            ("weights by device", ", ".join(f"{d} {_size(b)}" for d, b in estimate.weights.items())),
+            ("KV cache", f"{_size(estimate.kv_cache_bytes)} ({', '.join(estimate.kv_cache)})"),
+        ]
+        rows += [("note", note) for note in estimate.notes]
+    if facts.logged is not None:
+        logged = facts.logged
+        for label, table in (("logged weights", logged.weights), ("logged KV cache", logged.kv_cache)):
+            rows.append((label, ", ".join(f"{d} {_size(b)}" for d, b in table.items()) or None))
+        rows.append(
+            ("logged compute", ", ".join(f"{d} {_size(b)}" for d, b in logged.compute.items()) or None)
+        )
+        rows.append(("logged KV tokens", logged.kv_cache_tokens))
+    if facts.measured:
+        rows.append(("held now", ", ".join(f"{d} {_size(b)}" for d, b in facts.measured.items())))
+    rows += [("problem", problem) for problem in facts.problems]
+    rows += [("file", name) for name in facts.files]
+    return [literal(f"{key:<28} {value}") for key, value in rows if value is not None]
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    target: str = args.target
+    try:
+        if target.isascii() and target.isdigit() and not os.path.exists(target):
+            engine, facts = engine_model(int(target))
+            if args.log:
+                from enginespec.modelfacts import read_capped
+                from enginespec.processmodels import beside_log
+
+                text = read_capped(args.log, 64 << 20).decode(errors="replace")
+                facts = beside_log(facts, engine, text)
+        else:
+            engine, facts = "", model_facts(target)
+    except ModelError as e:
+        print(literal(f"enginespec model: {e}"), file=sys.stderr)
+        return 1
+    if args.json:
+        document = {
+            "engine": engine or None,
+            "facts": facts.model_dump(mode="json"),
+            "kv_bytes_per_token": facts.kv_bytes_per_token(),
+        }
+        print(json.dumps(document, indent=2))
+        return 0
+    print("\n".join(_text(facts)))
+    return 0
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from enginespec import fit
+    from enginespec.engines import get_engine_spec
+    from enginespec.errors import CommandError, RecipeFileError
+    from enginespec.recipe import Recipe
+
+    try:
+        recipe = Recipe.from_file(args.recipe)
+        command = get_engine_spec(recipe.engine).plan(recipe)
+    except (RecipeFileError, CommandError) as e:
+        print(literal(f"enginespec fit: {e}"), file=sys.stderr)
+        return 2
+    try:
+        devices = fit.read_ledger(args.ledger) if args.ledger else fit.live_ledger()
+        devices = fit.devices_wanted(devices, args.gpus)
+        result = fit.fit(command.argv, recipe.engine, recipe.model_path, devices)
+    except ModelError as e:
+        print(literal(f"enginespec fit: {e}"), file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.model_dump(mode="json"), indent=2))
+    else:
+        print("\n".join(literal(line) for line in fit.text(result)))
+    return 0 if result.fits else 1
+
+
+def add_parser(commands: Any) -> None:
+    model = commands.add_parser(
+        "model",
+        help="the facts of a model file (GGUF), a Hugging Face folder, or a running engine's model (PID)",
+    )
+    model.add_argument("target", help="a .gguf file, a model folder, or an engine server's pid")
+    model.add_argument("--json", action="store_true", help="print a JSON document instead")
+    model.add_argument(
+        "--log", help="the engine's start-up log: its printed memory figures beside the estimate"
+    )
+    model.set_defaults(handler=cmd_model)
+    fit = commands.add_parser(
+        "fit",
+        help="whether a recipe fits on the GPUs as they are held now, with which settings, or why not",
+        description="Advice only: exit 0 when it fits somewhere, 1 when refused, 2 on bad input.",
+    )
+    fit.add_argument("recipe", help="recipe file (.toml, .yaml, .yml or .json)")
+    fit.add_argument("--gpus", help="devices to consider, by index or name (comma list); default all")
+    fit.add_argument(
+        "--ledger", help="a recorded GPU ledger (enginespec gpus --json) instead of the live one"
+    )
+    fit.add_argument("--json", action="store_true", help="print a JSON document instead")
+    fit.set_defaults(handler=cmd_fit)

@@ -1,0 +1,163 @@
+"""The model a running engine serves: its model as its argv names it, resolved inside the
+process's root (relative paths from its working directory; a Hugging Face id through its owner's
+cache; an Ollama blob named through Ollama's manifests), read as ``modelfacts`` reads files, with
+the memory its engine allocates for it by the engine's own rule.
+
+Computed on request only (``EngineProcess.model_facts``, ``enginespec model PID``), never by a
+scan: reading a header costs file reads a poll of hundreds of processes a second must not pay.
+The result is cached by the process's identity (pid, start time) and the argv it was computed
+from, so a ``watch`` that asks again each refresh reads each model once."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+from enginespec.modelfacts import ModelError, ModelFacts, hf_cache_folder, model_facts
+
+#: Processes whose facts are kept (the least recently asked for go first).
+CACHE_SIZE = 256
+#: How long reading one engine's model may take (a file on a FUSE mount whose daemon never
+#: answers blocks in the kernel); a read that misses it is abandoned in its thread, and after
+#: MAX_STUCK abandoned reads none is begun until one of them ends.
+DEADLINE_SECONDS = 2.0
+MAX_STUCK = 4
+_stuck = 0
+_cache: OrderedDict[tuple[int, float, tuple[str, ...]], ModelFacts | str] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read(1 << 20)
+    except OSError:
+        return {}
+    pairs = (item.partition(b"=") for item in data.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, _eq, v in pairs}
+
+
+def _home(pid: int) -> str | None:
+    try:
+        return pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_dir
+    except (OSError, KeyError):
+        return None
+
+
+def _resolve(pid: int, model: str) -> str:
+    root = f"/proc/{pid}/root"
+    path = model
+    if not os.path.isabs(path):
+        try:
+            path = os.path.join(os.readlink(f"/proc/{pid}/cwd"), path)
+        except OSError as e:
+            raise ModelError(f"pid {pid}: working directory: {e.strerror}") from None
+    if os.path.lexists(root + path):
+        return root + path
+    cached = hf_cache_folder(model, _environ(pid), _home(pid))
+    if cached is None:
+        raise ModelError(
+            f"pid {pid}: model {model!r} is neither a path nor in its owner's Hugging Face cache"
+        )
+    return root + cached
+
+
+def compute(pid: int, engine: str, model: str | None, argv: Sequence[str]) -> ModelFacts:
+    """The facts of the model of engine server ``pid`` with its memory estimate; raises
+    ``ModelError`` naming what could not be read."""
+    import enginespec.engines.llamacpp as llamacpp
+    import enginespec.engines.ollama as ollama
+    import enginespec.engines.vllm as vllm
+
+    if not model:
+        raise ModelError(f"pid {pid}: its argv names no model")
+    facts = model_facts(_resolve(pid, model))
+    if engine == "ollama":
+        facts = facts.model_copy(update={"registry_name": ollama.model_name(facts.files[0])})
+    estimate = None
+    if engine == "llamacpp":
+        estimate = llamacpp.estimate_memory(facts, argv)
+    elif engine == "vllm":
+        estimate = vllm.estimate_memory(facts, argv)
+    return facts.model_copy(update={"estimate": estimate})
+
+
+def cached(
+    pid: int, start_time: float, engine: str, model: str | None, argv: Sequence[str]
+) -> ModelFacts | str:
+    """:func:`compute`'s facts, or the reason they are not known, cached per process identity."""
+    key = (pid, start_time, tuple(argv))
+    with _lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    result = _with_deadline(lambda: compute(pid, engine, model, argv))
+    with _lock:
+        _cache[key] = result
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return result
+
+
+def peek(pid: int, start_time: float, argv: Sequence[str]) -> ModelFacts | None:
+    """The facts already cached for this process, never reading anything (for a scrape)."""
+    with _lock:
+        found = _cache.get((pid, start_time, tuple(argv)))
+    return found if isinstance(found, ModelFacts) else None
+
+
+def _with_deadline(action: Callable[[], ModelFacts]) -> ModelFacts | str:
+    """``action``'s facts, or why not: its error, or that it missed the deadline. Never raises
+    because of a process's files (a polling loop must not die of one odd engine)."""
+    global _stuck
+    with _lock:
+        if _stuck >= MAX_STUCK:
+            return f"not read: {_stuck} earlier reads of model files are still blocked"
+    box: list[ModelFacts | str] = []
+    late = threading.Event()
+
+    def run() -> None:
+        global _stuck
+        try:
+            box.append(action())
+        except ModelError as e:
+            box.append(str(e))
+        except (OSError, ValueError, RecursionError, MemoryError) as e:
+            box.append(f"model files unreadable: {type(e).__name__}: {e}")
+        finally:
+            if late.is_set():
+                with _lock:
+                    _stuck -= 1
+
+    thread = threading.Thread(target=run, name="enginespec-model-facts", daemon=True)
+    thread.start()
+    thread.join(DEADLINE_SECONDS)
+    with _lock:
+        if not box and thread.is_alive():
+            late.set()
+            _stuck += 1
+            return f"reading its model took longer than {DEADLINE_SECONDS:g} s (abandoned)"
+    return box[0]
+
+
+def beside_log(facts: ModelFacts, engine: str, log: str) -> ModelFacts:
+    """``facts`` with what the engine printed about its memory in ``log`` (its start-up output)."""
+    import enginespec.engines.llamacpp as llamacpp
+    import enginespec.engines.vllm as vllm
+
+    parsers = {"llamacpp": llamacpp.logged_memory, "vllm": vllm.logged_memory}
+    parser = parsers.get(engine)
+    return facts.model_copy(update={"logged": parser(log)}) if parser else facts
+
+
+def measured(gpus: object) -> dict[str, int]:
+    """Bytes by device from ``EngineProcess.gpus`` (entries with ``device`` and ``memory_bytes``)."""
+    held: dict[str, int] = {}
+    for use in gpus if isinstance(gpus, tuple | list) else ():
+        device, nbytes = getattr(use, "device", None), getattr(use, "memory_bytes", None)
+        if isinstance(device, str) and isinstance(nbytes, int):
+            held[device] = held.get(device, 0) + nbytes
+    return held
