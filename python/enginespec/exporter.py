@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import get_args
 
@@ -19,6 +19,7 @@ from prometheus_client import start_http_server, write_to_textfile
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from enginespec.errors import ExporterError
 from enginespec.health import check_all
 from enginespec.scanning import EngineProcess, Scanner
 from enginespec.status import Health, HealthState
@@ -48,6 +49,11 @@ class Snapshot:
     #: processes that could not be read, summed over every scan so far.
     scan_errors: int = 0
     scans: int = 0
+    #: engine_id -> when (wall clock) it was last seen running, for engines no longer running: kept
+    #: as ``enginespec_engine_up 0`` for a while, so ``== 0`` alerts can fire.
+    stopped: dict[str, float] = field(default_factory=dict)
+    #: when the last refresh completed (wall clock); 0 before the first.
+    refreshed_at: float = 0.0
 
 
 def _label(value: str) -> str:
@@ -137,6 +143,8 @@ class EngineCollector(Collector):
                 ready.add_metric(engine_id, 1 if health.ready else 0)
                 for name in _STATES:
                     state.add_metric([unique_id, name], 1 if health.state == name else 0)
+        for engine_id_ in sorted(snapshot.stopped):
+            up.add_metric([engine_id_], 0)
         yield from (info, up, ready, state, started, workers, conflict)
         duration = GaugeMetricFamily("enginespec_scan_duration_seconds", "How long the last scan took")
         duration.add_metric([], snapshot.scan_seconds)
@@ -144,21 +152,55 @@ class EngineCollector(Collector):
         errors = CounterMetricFamily("enginespec_scan_errors", "Processes a scan could not read")
         errors.add_metric([], snapshot.scan_errors)
         yield errors
+        refreshed = GaugeMetricFamily(
+            "enginespec_last_refresh_timestamp_seconds",
+            "When the exporter last completed a scan and its health checks (Unix time): alert on "
+            "time() - this, for an exporter that stalled",
+        )
+        if snapshot.refreshed_at:
+            refreshed.add_metric([], snapshot.refreshed_at)
+        yield refreshed
 
 
-def _refresh(scanner: Scanner, collector: EngineCollector, health: bool, timeout: float) -> None:
+def _refresh(
+    scanner: Scanner, collector: EngineCollector, health: bool, deadline: float, keep_stopped: float
+) -> None:
+    """One scan and its health checks, all within ``deadline`` seconds: a hung engine costs at
+    most what is left of it (and is reported ``unknown``), never the next interval."""
     started = time.perf_counter()
     processes = scanner.scan()
     seconds = time.perf_counter() - started
     previous = collector.snapshot
-    healths = check_all(processes, timeout=timeout) if health else None
+    healths = None
+    if health:
+        timeout = max(deadline - seconds, 0.05)
+        healths = check_all(processes, timeout=timeout)
+    now = time.time()
+    running = set(_unique_ids(processes))
+    stopped = {
+        engine_id: since
+        for engine_id, since in previous.stopped.items()
+        if engine_id not in running and now - since < keep_stopped
+    }
+    for engine_id in set(_unique_ids(previous.processes)) - running:
+        stopped[engine_id] = now
     collector.snapshot = Snapshot(
         processes=processes,
         healths=healths,
         scan_seconds=seconds,
         scan_errors=previous.scan_errors + scanner.stats.unreadable,
         scans=previous.scans + 1,
+        stopped=stopped,
+        refreshed_at=now,
     )
+
+
+def _write_textfile(textfile: str, registry: CollectorRegistry) -> None:
+    try:
+        write_to_textfile(textfile, registry)  # a temporary file beside it, then a rename: atomic
+    except OSError as err:
+        # prometheus-client's message names its temporary file: name the one asked for
+        raise ExporterError(f"--textfile {textfile}: cannot write: {err.strerror or err}") from None
 
 
 def run(
@@ -168,21 +210,43 @@ def run(
     interval: float = 2.0,
     textfile: str | None = None,
     health: bool = True,
+    keep_stopped: float = 300.0,
     stop: threading.Event | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> None:
     """Serves ``/metrics`` on ``host:port`` (``port=None``: no server) and writes ``textfile``
-    atomically after every refresh, until ``stop`` is set."""
+    atomically after every refresh, until ``stop`` is set. Refreshes start every ``interval``
+    (a slow one is cut at 80% of it: health checks not answered by then are ``unknown``); an
+    engine that stops stays as ``up 0`` for ``keep_stopped`` seconds. ``log`` gets a line when
+    the server listens (node_exporter's ``Listening on address=...``).
+
+    Raises :class:`ExporterError` naming the address or file when it cannot listen or write."""
+    if port is None and not textfile:
+        raise ExporterError("--port 0 serves no HTTP and no --textfile is given: nothing would be exported")
     stop = stop or threading.Event()
     registry = CollectorRegistry()
     collector = EngineCollector()
     registry.register(collector)
     scanner = Scanner()
-    _refresh(scanner, collector, health, min(2.0, interval))
+    deadline = min(2.0, interval * 0.8)
+    next_at = time.monotonic()
+    _refresh(scanner, collector, health, deadline, keep_stopped)  # the first scrape has data
     if port is not None:
-        start_http_server(port, addr=host, registry=registry)
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            server, _thread = start_http_server(port, addr=host, registry=registry)
+        except OSError as err:
+            raise ExporterError(f"cannot listen on {shown} (--host, --port): {err.strerror or err}") from None
+        bound = server.server_address[1]
+        if log is not None:
+            log(f"enginespec exporter: Listening on address={shown.rsplit(':', 1)[0]}:{bound} (/metrics)")
+    if textfile and log is not None:
+        log(f"enginespec exporter: writing textfile={textfile}")
     while True:
         if textfile:
-            write_to_textfile(textfile, registry)  # a temporary file, then a rename: atomic
-        if stop.wait(interval):
+            _write_textfile(textfile, registry)
+        # a fixed schedule: a slow refresh shortens the wait rather than stretching the period
+        next_at = max(next_at + interval, time.monotonic())
+        if stop.wait(next_at - time.monotonic()):
             return
-        _refresh(scanner, collector, health, min(2.0, interval))
+        _refresh(scanner, collector, health, deadline, keep_stopped)

@@ -58,6 +58,9 @@ def _load_plugins(known: set[str]) -> list[EngineDefinition]:
 def all_engines() -> tuple[EngineDefinition, ...]:
     """Built-in engines followed by plugins (loaded once, on first use)."""
     global _all
+    if not _builtin:
+        # `import enginespec` is lazy: the built-in engines register themselves when first asked for.
+        import enginespec.engines  # noqa: F401
     if _all is None:
         _all = _builtin + tuple(_load_plugins({engine.id for engine in _builtin}))
     return _all
