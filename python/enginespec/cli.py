@@ -14,7 +14,6 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from enginespec.display import age, compact_url, literal, literal_lines
@@ -193,13 +192,15 @@ def _ps_row(p: EngineProcess, health: Health | None, state: str | None, wide: bo
     ]
 
 
-@dataclass
 class Shown:
     """A row of the table: the process, its last health check, and the state shown."""
 
-    process: EngineProcess
-    health: Health | None = None
-    state: str | None = None
+    __slots__ = ("health", "process", "state")
+
+    def __init__(
+        self, process: EngineProcess, health: Health | None = None, state: str | None = None
+    ) -> None:
+        self.process, self.health, self.state = process, health, state
 
 
 def _sort_key(row: Shown) -> tuple[str, int, int]:
@@ -230,13 +231,13 @@ def _table_lines(rows: Sequence[Shown], health: bool, width: int | None, *, wide
     return [line if cell_len(line) <= width else set_cell_size(line, width - 1) + ELLIPSIS for line in text]
 
 
-@dataclass
 class _Filters:
     """What ``ps`` keeps: a row passes when it matches one of the terms (if any) and every key of
     ``--filter`` (one of its values: ``engine=vllm,engine=sglang`` is either)."""
 
-    terms: list[str] = field(default_factory=list)
-    keys: dict[str, set[str]] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self.terms: list[str] = []
+        self.keys: dict[str, set[str]] = {}
 
     def keeps(self, row: Shown) -> bool:
         p = row.process
@@ -851,8 +852,24 @@ def _cmd_exporter(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------ parser
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Descriptions and examples as written; every option's default shown (when it has one)."""
+class _Formatter(argparse.HelpFormatter):
+    """Prose paragraphs wrapped to the terminal, examples as written, and every option's default
+    shown (when it has one)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        paragraphs = []
+        for paragraph in text.split("\n\n"):
+            if paragraph.startswith("examples:"):
+                paragraphs.append(textwrap.indent(paragraph, indent))
+            else:
+                paragraphs.append(
+                    textwrap.fill(
+                        " ".join(paragraph.split()), width, initial_indent=indent, subsequent_indent=indent
+                    )
+                )
+        return "\n\n".join(paragraphs)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""

@@ -7,7 +7,6 @@ escapes them). Also the short forms a table shows: ages (``3h12m``) and addresse
 from __future__ import annotations
 
 import re
-from urllib.parse import unquote
 
 # C0 and C1 controls, DEL, bidirectional overrides and isolates, zero-width and line/paragraph
 # separators, the BOM, and lone surrogates (os.fsdecode's escapes for bytes that are not UTF-8).
@@ -64,5 +63,7 @@ def compact_url(url: str) -> str:
     if url.startswith("http://"):
         return url[len("http://") :]
     if url.startswith("http+unix://"):
+        from urllib.parse import unquote
+
         return "unix:" + unquote(url[len("http+unix://") :])
     return url

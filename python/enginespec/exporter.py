@@ -216,7 +216,7 @@ def run(
 ) -> None:
     """Serves ``/metrics`` on ``host:port`` (``port=None``: no server) and writes ``textfile``
     atomically after every refresh, until ``stop`` is set. Refreshes start every ``interval``
-    (a slow one is cut at 80% of it: health checks not answered by then are ``unknown``); an
+    (a slow one is cut at 80% of it: a health check not answered by then is not ready); an
     engine that stops stays as ``up 0`` for ``keep_stopped`` seconds. ``log`` gets a line when
     the server listens (node_exporter's ``Listening on address=...``).
 
