@@ -8,12 +8,14 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from procs import Procs
@@ -153,35 +155,53 @@ HF_SNAPSHOT = (
 
 @pytest.mark.parametrize("width", [60, 80, 120, 200])
 def test_what_is_kept_as_the_width_shrinks(procs: Procs, tmux: list[str], width: int) -> None:
-    """The issue's table: a Hugging Face cache path, served names and engines not ready, listed by
-    pid so the host's other engines do not change the layout."""
+    """The issue's table: a Hugging Face cache path, served names, an orphan (the ROLE column) and
+    engines not ready, listed by pid so the host's other engines do not change the layout."""
     vllm = procs.start(["vllm", "serve", HF_SNAPSHOT, "--served-model-name", "llama-70b", "--port", "18195"])
     llama = procs.start(
         ["llama-server", "-m", "/m/Qwen3-8B-Q4_K_M.gguf", "--port", "18196", "--alias", "qwen3-8b"]
     )
-    pids = [vllm.pid, llama.pid]
+    server = procs.start(
+        ["vllm", "serve", "/models/gone"], HELPER_CHILD_TITLES="VLLM::EngineCore", HELPER_OUTLIVE="1"
+    )
+    deadline = time.monotonic() + 30
+    while not (children := psutil.Process(server.pid).children()) or children[0].cmdline()[:1] != [
+        "VLLM::EngineCore"
+    ]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    core = children[0].pid
+    os.kill(server.pid, signal.SIGKILL)  # its worker lives on: an orphan
+    server.wait()
+    pids = [vllm.pid, llama.pid, core]
     command = [sys.executable, "-m", "enginespec.cli", "ps", "--timeout", "0.5", *map(str, pids)]
     lines = _screen(tmux, width, command, wrapped=True)
     header = lines[0].split("  ")
     header = [cell.strip() for cell in header if cell.strip()]
     rows = [line for line in lines[1:] if line.split()[0].isdigit()]
-    assert len(rows) == 2, lines  # one screen line each: nothing wrapped
+    assert len(rows) == 3, lines  # one screen line each: nothing wrapped
     for line in lines:
         assert len(line) <= width, line
     assert {"PID", "ENGINE", "MODEL", "AGE", "HEALTH"} <= set(header), header
     text = "\n".join(rows)
     (vllm_row,) = (line for line in rows if line.startswith(str(vllm.pid)))
+    # the name clients send outlives ROLE, NOTE and the other optional columns
+    if "SERVED AS" not in header:
+        assert not {"ROLE", "NOTE", "WORKERS", "LISTENING"} & set(header), header
     if width >= 80:
-        assert "SERVED AS" in header  # the name clients send outlives NOTE
+        assert "127.0.0.1:18195" in vllm_row
+        assert "snapshots" not in text
+    if width >= 120:
+        assert "SERVED AS" in header
         assert "llama-70b" in vllm_row
         assert "qwen3-8b" in text
-        assert "meta-llama/Llama-3.3-70B-Instruct" in vllm_row or "…" in vllm_row
-        assert "127.0.0.1:18195" in vllm_row
-    if width >= 120:
+        # the model whole, before ROLE and NOTE
         assert "meta-llama/Llama-3.3-70B-Instruct" in vllm_row
-        assert "snapshots" not in text
     if width >= 200:
-        assert "NOTE" in header
+        assert {"ROLE", "NOTE"} <= set(header)
+        (orphan_row,) = (line for line in rows if line.startswith(str(core)))
+        assert "orphan" in orphan_row
+        assert "is gone" in orphan_row
         assert "process is up, not accepting connections yet" in vllm_row  # why it is starting
 
 

@@ -135,9 +135,7 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     # ALL_ENGINE_SPECS includes plugins, which are loaded on first use rather than at import.
     if name == "ALL_ENGINE_SPECS":
-        from enginespec.engines import all_engine_specs
-
-        return all_engine_specs()
+        return importlib.import_module("enginespec.engines").all_engine_specs()
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'enginespec' has no attribute {name!r}")

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
@@ -53,15 +54,15 @@ def __getattr__(name: str) -> Any:
             "proxy_flags": _native.proxy_flags,
         }
     else:
-        import enginespec._pycontainers as _pycontainers
-        import enginespec._pymatcher as _pymatcher
-        import enginespec._pyscanner as _pyscanner
-
+        twins = {
+            name: importlib.import_module(f"enginespec._py{name}")
+            for name in ("containers", "matcher", "scanner")
+        }
         implementations = {
-            "MatcherType": _pymatcher.Matcher,
-            "ScannerType": _pyscanner.Scanner,
-            "parse_cgroup": _pycontainers.parse_cgroup,
-            "proxy_flags": _pycontainers.proxy_flags,
+            "MatcherType": twins["matcher"].Matcher,
+            "ScannerType": twins["scanner"].Scanner,
+            "parse_cgroup": twins["containers"].parse_cgroup,
+            "proxy_flags": twins["containers"].proxy_flags,
         }
     globals().update(implementations)
     return implementations[name]

@@ -115,7 +115,8 @@ def _ps_columns() -> tuple[Column, ...]:
         Column("ENGINE"),
         # Empty for a server, so left out when every row is one.
         Column("ROLE", drop=5),
-        Column("MODEL", shorten="middle", minimum=12, comfortable=20),
+        # whole while there are cheaper columns to leave out (NOTE and those before it)
+        Column("MODEL", shorten="middle", minimum=12, comfortable=20, whole_over=8),
         Column("SERVED AS", shorten="end", minimum=10, comfortable=14, drop=10),
         Column("URL", drop=11),
         Column("CONTAINER", shorten="end", minimum=12, drop=7),
