@@ -117,11 +117,13 @@ class Recipe(BaseModel):
     binary_path: str | None = Field(default=None, min_length=1)
     runtime: Runtime = Field(default_factory=NativeRuntime)
 
-    def __init__(self, /, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as err:
-            raise _refused(err) from None
+    if not TYPE_CHECKING:  # type checkers keep the fields' signature
+
+        def __init__(self, /, **data: Any) -> None:
+            try:
+                super().__init__(**data)
+            except ValidationError as err:
+                raise _refused(err) from None
 
     @classmethod
     def model_validate(cls, obj: Any, **kwargs: Any) -> Recipe:
