@@ -28,7 +28,17 @@ def _no_controls(data: bytes) -> None:
 
 def test_ps_shows_argv_literally(procs: Procs) -> None:
     started = [procs.start(["llama-server", "-m", model]) for model in EVIL_MODELS]
-    out = enginespec("ps", "--no-health")
+    # the default table shows GGUF file names (see test_cli_table), the wide one whole paths:
+    # both literally, one row each
+    short = enginespec("ps", "--no-health")
+    assert short.returncode == 0, short.stderr
+    _no_controls(short.stdout)
+    short_rows = [line for line in short.stdout.decode().splitlines() if line.split()[:1] != ["PID"]]
+    assert len([row for row in short_rows if int(row.split()[0]) in {p.pid for p in started}]) == len(
+        EVIL_MODELS
+    )
+    assert "paint\\x1b[41mred.gguf" in short.stdout.decode()
+    out = enginespec("ps", "--no-health", "--wide")
     assert out.returncode == 0, out.stderr
     _no_controls(out.stdout)
     text = out.stdout.decode()

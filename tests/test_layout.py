@@ -112,9 +112,19 @@ def test_the_cycle_finder_finds_cycles() -> None:
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
+#: The command's module imports inside its commands what each needs (`enginespec --version` starts
+#: without pydantic): a leaf of the graph, imported by no module, so it can hide no cycle.
+LAZY_LEAVES = {"enginespec.cli"}
+
+
 def test_no_function_imports_an_enginespec_module() -> None:
+    graph = _graph()
+    for leaf in LAZY_LEAVES:
+        assert not [name for name, edges in graph.items() if leaf in edges], leaf
     offenders = []
     for name, path in MODULES.items():
+        if name in LAZY_LEAVES:
+            continue
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
@@ -180,7 +190,8 @@ def test_spec_argv_methods_agree_with_parse_argv_on_the_corpus() -> None:
 
 
 def test_import_stays_light() -> None:
-    """`import enginespec` loads none of the CLI's extras (rich, prometheus_client) nor httpx."""
+    """`import enginespec` loads none of the CLI's extras (rich, prometheus_client), nor httpx, nor
+    pydantic: its names are imported on first use."""
     out = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", "import enginespec"],
         capture_output=True,
@@ -191,5 +202,5 @@ def test_import_stays_light() -> None:
     imported = {
         line.rsplit("|", 1)[-1].strip().split(".")[0] for line in out.stderr.splitlines() if "|" in line
     }
-    assert "pydantic" in imported  # the list was read
-    assert not imported & {"rich", "prometheus_client", "httpx"}
+    assert "enginespec" in imported  # the list was read
+    assert not imported & {"rich", "prometheus_client", "httpx", "pydantic"}

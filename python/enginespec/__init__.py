@@ -6,82 +6,196 @@ fallback (forced with ``ENGINESPEC_BACKEND=python``); both give the same results
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
+# The backend is chosen at import (an unusable ENGINESPEC_BACKEND fails here, not later).
 from enginespec._backend import BACKEND
-from enginespec.argv import Invocation, detect_engine, parse_argv, redact_argv
-from enginespec.commands import Command
-from enginespec.config import Config
-from enginespec.containers import Container, PublishedPort
-from enginespec.definition import FamilyDefault, Flags, Launch, LoadMetrics, Package, Serving, SourceBuild
-from enginespec.engines import (
-    BUILTIN_ENGINE_SPECS,
-    all_engine_specs,
-    all_signatures,
-    engine_ids,
-    get_engine_spec,
-)
-from enginespec.errors import (
-    CommandError,
-    EngineExited,
-    EngineSpecError,
-    HelpError,
-    InstallCancelled,
-    InstallError,
-    InstallOptionsError,
-    InstallTimeout,
-    InvalidInputError,
-    NotReady,
-    RecipeFileError,
-    UnknownEngineError,
-)
-from enginespec.failures import Failure, FailureKind, FailurePattern, Failures
-from enginespec.gpus import GpuDevice, GpuProcess, GpuUse
-from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
-from enginespec.lifecycle import (
-    LaunchFailed,
-    LogSource,
-    RestartRefused,
-    RunningEngine,
-    Signalled,
-    StopResult,
-    Supervision,
-    adopt,
-    classify_failure,
-    launch,
-)
-from enginespec.logbook import LogLine
-from enginespec.load import EngineLoad, check_load, check_load_all, check_load_all_async, check_load_async
-from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
-from enginespec.recipe import DockerRuntime, NativeRuntime, Recipe
-from enginespec.scanning import EngineProcess, ScanStats, gpu_ledger, scan, with_gpus
-from enginespec.signature import Evidence, LaunchForm, Signature
-from enginespec.spec import EngineSpec
-from enginespec.status import Health, HealthState
 from enginespec.version import __version__
-from enginespec.vitals import EngineMonitor, Vitals, WorkerExit
-from enginespec.watching import (
-    Changed,
-    EngineIdentity,
-    HealthChanged,
-    Recovered,
-    Scanner,
-    Started,
-    Stopped,
-    Watch,
-    WatchEvent,
-    WorkerLost,
-    event_json,
-    event_schema,
-    parse_event,
-)
+
+if TYPE_CHECKING:
+    from enginespec.argv import Invocation, detect_engine, parse_argv, redact_argv
+    from enginespec.commands import Command
+    from enginespec.config import Config
+    from enginespec.containers import Container, PublishedPort
+    from enginespec.definition import FamilyDefault, Flags, Launch, LoadMetrics, Package, Serving, SourceBuild
+    from enginespec.engines import (
+        BUILTIN_ENGINE_SPECS,
+        all_engine_specs,
+        all_signatures,
+        engine_ids,
+        get_engine_spec,
+    )
+    from enginespec.errors import (
+        CommandError,
+        EngineExited,
+        EngineSpecError,
+        ExporterError,
+        HelpError,
+        InstallCancelled,
+        InstallError,
+        InstallOptionsError,
+        InstallTimeout,
+        InvalidInputError,
+        NotReady,
+        RecipeFileError,
+        RecipeValidationError,
+        UnknownEngineError,
+    )
+    from enginespec.failures import Failure, FailureKind, FailurePattern, Failures
+    from enginespec.gpus import GpuDevice, GpuProcess, GpuUse
+    from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
+    from enginespec.lifecycle import (
+        LaunchFailed,
+        LogSource,
+        RestartRefused,
+        RunningEngine,
+        Signalled,
+        StopResult,
+        Supervision,
+        adopt,
+        classify_failure,
+        launch,
+    )
+    from enginespec.load import EngineLoad, check_load, check_load_all, check_load_all_async, check_load_async
+    from enginespec.logbook import LogLine
+    from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
+    from enginespec.recipe import DockerRuntime, NativeRuntime, Recipe
+    from enginespec.scanning import EngineProcess, ScanStats, gpu_ledger, scan, with_gpus
+    from enginespec.signature import Evidence, LaunchForm, Signature
+    from enginespec.spec import EngineSpec
+    from enginespec.status import Health, HealthState
+    from enginespec.vitals import EngineMonitor, Vitals, WorkerExit
+    from enginespec.watching import (
+        Changed,
+        EngineIdentity,
+        HealthChanged,
+        Recovered,
+        Scanner,
+        Started,
+        Stopped,
+        Watch,
+        WatchEvent,
+        WorkerLost,
+        event_json,
+        event_schema,
+        parse_event,
+    )
+
+#: Where each public name lives: imported on first use, so that ``import enginespec`` (and the
+#: ``enginespec`` command's start) costs only what is used.
+_LAZY = {
+    "Invocation": "enginespec.argv",
+    "detect_engine": "enginespec.argv",
+    "parse_argv": "enginespec.argv",
+    "redact_argv": "enginespec.argv",
+    "Command": "enginespec.commands",
+    "Config": "enginespec.config",
+    "Container": "enginespec.containers",
+    "PublishedPort": "enginespec.containers",
+    "FamilyDefault": "enginespec.definition",
+    "Flags": "enginespec.definition",
+    "Launch": "enginespec.definition",
+    "LoadMetrics": "enginespec.definition",
+    "Package": "enginespec.definition",
+    "Serving": "enginespec.definition",
+    "SourceBuild": "enginespec.definition",
+    "BUILTIN_ENGINE_SPECS": "enginespec.engines",
+    "all_engine_specs": "enginespec.engines",
+    "all_signatures": "enginespec.engines",
+    "engine_ids": "enginespec.engines",
+    "get_engine_spec": "enginespec.engines",
+    "CommandError": "enginespec.errors",
+    "EngineExited": "enginespec.errors",
+    "EngineSpecError": "enginespec.errors",
+    "ExporterError": "enginespec.errors",
+    "HelpError": "enginespec.errors",
+    "InstallCancelled": "enginespec.errors",
+    "InstallError": "enginespec.errors",
+    "InstallOptionsError": "enginespec.errors",
+    "InstallTimeout": "enginespec.errors",
+    "InvalidInputError": "enginespec.errors",
+    "NotReady": "enginespec.errors",
+    "RecipeFileError": "enginespec.errors",
+    "RecipeValidationError": "enginespec.errors",
+    "UnknownEngineError": "enginespec.errors",
+    "Failure": "enginespec.failures",
+    "FailureKind": "enginespec.failures",
+    "FailurePattern": "enginespec.failures",
+    "Failures": "enginespec.failures",
+    "GpuDevice": "enginespec.gpus",
+    "GpuProcess": "enginespec.gpus",
+    "GpuUse": "enginespec.gpus",
+    "InstallOptions": "enginespec.installing",
+    "InstallResult": "enginespec.installing",
+    "ProgressEvent": "enginespec.installing",
+    "LaunchFailed": "enginespec.lifecycle",
+    "LogSource": "enginespec.lifecycle",
+    "RestartRefused": "enginespec.lifecycle",
+    "RunningEngine": "enginespec.lifecycle",
+    "Signalled": "enginespec.lifecycle",
+    "StopResult": "enginespec.lifecycle",
+    "Supervision": "enginespec.lifecycle",
+    "adopt": "enginespec.lifecycle",
+    "classify_failure": "enginespec.lifecycle",
+    "launch": "enginespec.lifecycle",
+    "EngineLoad": "enginespec.load",
+    "check_load": "enginespec.load",
+    "check_load_all": "enginespec.load",
+    "check_load_all_async": "enginespec.load",
+    "check_load_async": "enginespec.load",
+    "LogLine": "enginespec.logbook",
+    "BinaryProbeResult": "enginespec.probing",
+    "EngineHelp": "enginespec.probing",
+    "RuntimeInfo": "enginespec.probing",
+    "DockerRuntime": "enginespec.recipe",
+    "NativeRuntime": "enginespec.recipe",
+    "Recipe": "enginespec.recipe",
+    "EngineProcess": "enginespec.scanning",
+    "ScanStats": "enginespec.scanning",
+    "gpu_ledger": "enginespec.scanning",
+    "scan": "enginespec.scanning",
+    "with_gpus": "enginespec.scanning",
+    "Evidence": "enginespec.signature",
+    "LaunchForm": "enginespec.signature",
+    "Signature": "enginespec.signature",
+    "EngineSpec": "enginespec.spec",
+    "Health": "enginespec.status",
+    "HealthState": "enginespec.status",
+    "EngineMonitor": "enginespec.vitals",
+    "Vitals": "enginespec.vitals",
+    "WorkerExit": "enginespec.vitals",
+    "Changed": "enginespec.watching",
+    "EngineIdentity": "enginespec.watching",
+    "HealthChanged": "enginespec.watching",
+    "Recovered": "enginespec.watching",
+    "Scanner": "enginespec.watching",
+    "Started": "enginespec.watching",
+    "Stopped": "enginespec.watching",
+    "Watch": "enginespec.watching",
+    "WatchEvent": "enginespec.watching",
+    "WorkerLost": "enginespec.watching",
+    "event_json": "enginespec.watching",
+    "event_schema": "enginespec.watching",
+    "parse_event": "enginespec.watching",
+    "__version__": "enginespec.version",
+}
 
 
 def __getattr__(name: str) -> Any:
     # ALL_ENGINE_SPECS includes plugins, which are loaded on first use rather than at import.
     if name == "ALL_ENGINE_SPECS":
-        return all_engine_specs()
-    raise AttributeError(f"module 'enginespec' has no attribute {name!r}")
+        return importlib.import_module("enginespec.engines").all_engine_specs()
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'enginespec' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
 
 
 __all__ = [
@@ -104,6 +218,7 @@ __all__ = [
     "EngineSpec",
     "EngineSpecError",
     "Evidence",
+    "ExporterError",
     "Failure",
     "FailureKind",
     "FailurePattern",
@@ -128,9 +243,9 @@ __all__ = [
     "Launch",
     "LaunchFailed",
     "LaunchForm",
+    "LoadMetrics",
     "LogLine",
     "LogSource",
-    "LoadMetrics",
     "NativeRuntime",
     "NotReady",
     "Package",
@@ -138,9 +253,10 @@ __all__ = [
     "PublishedPort",
     "Recipe",
     "RecipeFileError",
+    "RecipeValidationError",
+    "Recovered",
     "RestartRefused",
     "RunningEngine",
-    "Recovered",
     "RuntimeInfo",
     "ScanStats",
     "Scanner",
@@ -162,11 +278,11 @@ __all__ = [
     "adopt",
     "all_engine_specs",
     "all_signatures",
-    "classify_failure",
     "check_load",
     "check_load_all",
     "check_load_all_async",
     "check_load_async",
+    "classify_failure",
     "detect_engine",
     "engine_ids",
     "event_json",

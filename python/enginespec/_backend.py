@@ -6,14 +6,16 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import enginespec._pycontainers as _pycontainers
-import enginespec._pygguf as _pygguf
-import enginespec._pymatcher as _pymatcher
-import enginespec._pyscanner as _pyscanner
+if TYPE_CHECKING:
+    import enginespec._pycontainers as _pycontainers
+    import enginespec._pygguf as _pygguf
+    import enginespec._pymatcher as _pymatcher
+    import enginespec._pyscanner as _pyscanner
 
 Backend = Literal["native", "python"]
 
@@ -22,13 +24,6 @@ if _WANTED not in ("", "native", "python"):
     raise ImportError(f"ENGINESPEC_BACKEND={_WANTED!r}: expected 'native' or 'python'")
 
 BACKEND: Backend = "python"
-MatcherType: type[_pymatcher.Matcher] = _pymatcher.Matcher
-ScannerType: type[_pyscanner.Scanner] = _pyscanner.Scanner
-parse_cgroup: Callable[[bytes], tuple[_pycontainers.Runtime, str, str | None] | None] = (
-    _pycontainers.parse_cgroup
-)
-proxy_flags: Callable[[list[str]], tuple[str, int, str, int] | None] = _pycontainers.proxy_flags
-read_gguf: Callable[[int, int, int, int], _pygguf.RawHeader] = _pygguf.read_gguf
 if _WANTED != "python":
     try:
         import enginespec._native as _native
@@ -36,11 +31,42 @@ if _WANTED != "python":
         if _WANTED == "native":
             raise
     else:
-        # Same interfaces as the Python twins (see _native.pyi). The native scanner reads /proc on
-        # Linux and goes through the sysinfo crate elsewhere.
         BACKEND = "native"
-        MatcherType = _native.Matcher  # type: ignore[assignment]
-        ScannerType = _native.Scanner  # type: ignore[assignment]
-        parse_cgroup = _native.parse_cgroup
-        proxy_flags = _native.proxy_flags
-        read_gguf = _native.read_gguf
+
+if TYPE_CHECKING:
+    MatcherType: type[_pymatcher.Matcher]
+    ScannerType: type[_pyscanner.Scanner]
+    parse_cgroup: Callable[[bytes], tuple[_pycontainers.Runtime, str, str | None] | None]
+    proxy_flags: Callable[[list[str]], tuple[str, int, str, int] | None]
+    read_gguf: Callable[[int, int, int, int], _pygguf.RawHeader]
+
+
+def __getattr__(name: str) -> Any:
+    """The implementations, looked up on first use (the Python twins import pydantic: a command
+    that needs none of them, ``enginespec --version``, starts without it). The native ones have
+    the same interfaces as the Python twins (see _native.pyi); the native scanner reads /proc on
+    Linux and goes through the sysinfo crate elsewhere."""
+    if name not in ("MatcherType", "ScannerType", "parse_cgroup", "proxy_flags", "read_gguf"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if BACKEND == "native":
+        implementations: dict[str, Any] = {
+            "MatcherType": _native.Matcher,
+            "ScannerType": _native.Scanner,
+            "parse_cgroup": _native.parse_cgroup,
+            "proxy_flags": _native.proxy_flags,
+            "read_gguf": _native.read_gguf,
+        }
+    else:
+        twins = {
+            name: importlib.import_module(f"enginespec._py{name}")
+            for name in ("containers", "gguf", "matcher", "scanner")
+        }
+        implementations = {
+            "MatcherType": twins["matcher"].Matcher,
+            "ScannerType": twins["scanner"].Scanner,
+            "parse_cgroup": twins["containers"].parse_cgroup,
+            "proxy_flags": twins["containers"].proxy_flags,
+            "read_gguf": twins["gguf"].read_gguf,
+        }
+    globals().update(implementations)
+    return implementations[name]

@@ -1,60 +1,47 @@
-"""The ``enginespec`` command."""
+"""The ``enginespec`` command.
+
+Each command imports what it needs when it runs (the scanner, httpx, rich, prometheus-client), so
+``enginespec --version`` and ``ps --no-health`` start in a fraction of the time that importing
+everything takes. Exit codes: 0 done, 1 the answer is "no" (not ready, install failed), 2 bad input
+or a refusal before anything ran, 130 interrupted (Ctrl-C).
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shlex
-import shutil
-import signal
+import re
 import sys
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-from rich.console import Console, ConsoleOptions
-from rich.live import Live
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.text import Text
-
-import enginespec.exporter as exporter
-import enginespec.modelcli as modelcli
-from enginespec._backend import BACKEND
-from enginespec.argv import parse_argv, redact_argv
-from enginespec.cli_lifecycle import add_lifecycle_commands
-from enginespec.config import Config
-from enginespec.containers import PublishedPort
-from enginespec.display import literal, literal_lines
-from enginespec.engines import all_engine_specs, engine_ids, get_engine_spec
-from enginespec.errors import (
-    CommandError,
-    HelpError,
-    InstallError,
-    InvalidInputError,
-    RecipeFileError,
-    UnknownEngineError,
-)
-from enginespec.gpus import GpuDevice, GpuUse
-from enginespec.health import check_all, check_health
-from enginespec.installing import InstallOptions, ProgressEvent
-from enginespec.layout import EMPTY, Column, fit, lines
-from enginespec.load import EngineLoad, check_load_all
-from enginespec.recipe import Recipe
-from enginespec.scanning import EngineProcess, gpu_ledger, unique_engine_ids
-from enginespec.spec import EngineSpec
+from enginespec.display import age, compact_url, literal, literal_lines
 from enginespec.version import __version__
-from enginespec.watching import (
-    Changed,
-    HealthChanged,
-    Scanner,
-    Stopped,
-    Watch,
-    WatchEvent,
-    WorkerLost,
-    event_json,
-)
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+    from rich.console import Console, ConsoleOptions
+    from rich.text import Text
+
+    from enginespec.config import Config
+    from enginespec.containers import PublishedPort
+    from enginespec.gpus import GpuDevice, GpuUse
+    from enginespec.layout import Column
+    from enginespec.load import EngineLoad
+    from enginespec.scanning import EngineProcess
+    from enginespec.spec import EngineSpec
+    from enginespec.status import Health
+    from enginespec.watching import Watch, WatchEvent
+
+#: How an engine's id reads in exporter labels and alerts: ``vllm-8002-1b690e57``, and with
+#: ``-pid1234`` for a second engine with the same id (the exporter's ``engine_id`` label).
+ENGINE_ID = re.compile(r"[a-z0-9][a-z0-9_.-]*-(?:\d+|noport)-[0-9a-f]{8}(?:-pid\d+)?", re.ASCII)
+FORMATS = ("table", "wide", "json", "name")
+FILTER_KEYS = ("engine", "id", "pid", "health", "role", "port", "model")
+#: what a table shows for a model argv does not name, and for a health check not answered yet.
+MODEL_UNKNOWN = "<unknown>"
+HEALTH_PENDING = "checking"
 
 
 def _fail(command: str, message: object) -> None:
@@ -73,10 +60,10 @@ def _positive_seconds(text: str) -> float:
 
 
 def _duration(text: str) -> float:
-    """Seconds from ``2``, ``2s``, ``500ms`` or ``1m``."""
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0}
+    """Seconds from ``2``, ``2s``, ``500ms``, ``1m`` or ``1h``."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
     number, unit = text, "s"
-    for suffix in ("ms", "s", "m"):
+    for suffix in ("ms", "s", "m", "h"):
         if text.endswith(suffix):
             number, unit = text[: -len(suffix)], suffix
             break
@@ -89,91 +76,78 @@ def _port(text: str) -> int:
     return int(text)
 
 
-def _cmd_exporter(args: argparse.Namespace) -> int:
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    try:
-        exporter.run(
-            host=args.host,
-            port=args.port or None,
-            interval=args.interval,
-            textfile=args.textfile,
-            health=not args.no_health,
-            load=args.load,
-            stall_after=args.stall_after,
-            stop=stop,
-        )
-    except OSError as err:  # the address is taken, or the textfile's directory is not writable
-        _fail("exporter", err)
-        return 1
-    return 0
+def _did_you_mean(word: str, choices: Sequence[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def _cmd_parse(args: argparse.Namespace) -> int:
-    invocation = parse_argv(args.argv)
-    if invocation is None:
-        _fail("parse", f"not a server of a known engine: {shlex.join(redact_argv(args.argv))}")
-        return 1
-    print(_json(invocation))
-    return 0
+def _engine_ids() -> tuple[str, ...]:
+    from enginespec.registry import engine_ids
 
-
-def _cmd_command(args: argparse.Namespace) -> int:
-    try:
-        recipe = Recipe.from_file(args.recipe)
-        command = get_engine_spec(recipe.engine).plan(recipe, strict=args.strict)
-    except (RecipeFileError, CommandError) as err:
-        _fail("command", err)
-        return 2
-    if args.json:  # the dump masks secrets (argv values, env_vars whose names say secret)
-        print(_json(command))
-        return 0
-    for name, value in command.redacted_env().items():
-        print(literal(f"export {name}={shlex.quote(value)}"))
-    print(literal(command.shell()))
-    for warning in command.warnings:
-        print(f"warning: {literal(warning)}", file=sys.stderr)
-    if command.injected_flags:
-        print(f"note: injected by defaults: {literal(' '.join(command.injected_flags))}", file=sys.stderr)
-    return 0
+    return engine_ids()
 
 
 def _json(model: BaseModel) -> str:
     """A model as indented ASCII JSON: argv bytes that are not UTF-8 (surrogate escapes from
     /proc) become ``\\udcXX`` escapes, where pydantic's own JSON would fail."""
+    import json
+
     return json.dumps(model.model_dump(mode="json"), indent=2)
 
 
-PS_COLUMNS = (
-    Column("PID"),
-    Column("ENGINE"),
-    # Empty for a server, so left out when every row is one.
-    Column("ROLE"),
-    Column("MODEL", shorten="middle", minimum=16, comfortable=40),
-    Column("SERVED AS", shorten="end", minimum=10, drop=5),
-    # architecture, quantization, context as started (from the model's files, see docs/models.md)
-    Column("MODEL FACTS", shorten="end", minimum=10, drop=2),
-    Column("URL"),
-    Column("CONTAINER", shorten="end", minimum=12, drop=6),
-    Column("PUBLISHED", shorten="end", minimum=12, drop=4),
-    Column("WORKERS", drop=3),
-    Column("SUPERVISOR", drop=2),
-    Column("LISTENING", shorten="end", minimum=9, drop=1),
-    # other processes on the server's own address and port (SO_REUSEPORT)
-    Column("PORT SHARED WITH", shorten="end", minimum=9, drop=1),
-    # the GPUs the tree holds and the bytes (`0,1 38.2G`): left out when no engine holds one
-    Column("GPU", shorten="end", minimum=5, drop=7),
-    Column("HEALTH"),
-)
+def _out(lines: Sequence[str]) -> None:
+    """Lines on stdout, as plain text: a reader that goes away (``| head``) ends the command
+    quietly (see main)."""
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    sys.stdout.flush()
 
 
-#: ``ps --load``: requests running and waiting, KV-cache use, generated tokens per second.
-LOAD_COLUMNS = (Column("RUN"), Column("WAIT"), Column("KV%"), Column("TOK/S"))
+# ---------------------------------------------------------------------------------------- ps
+
+
+def _ps_columns() -> tuple[Column, ...]:
+    from enginespec.layout import Column
+
+    # ``drop``: left out, lowest first, when the table does not fit; SERVED AS (the name clients
+    # send), URL and AGE go last.
+    return (
+        Column("PID"),
+        Column("ENGINE"),
+        # Empty for a server, so left out when every row is one.
+        Column("ROLE", drop=5),
+        # whole while there are cheaper columns to leave out (NOTE and those before it)
+        Column("MODEL", shorten="middle", minimum=12, comfortable=20, whole_over=8),
+        Column("SERVED AS", shorten="end", minimum=10, comfortable=14, drop=10),
+        # architecture, quantization, context as started (from the model's files, see docs/models.md)
+        Column("MODEL FACTS", shorten="end", minimum=10, drop=2),
+        Column("URL", drop=11),
+        Column("CONTAINER", shorten="end", minimum=12, drop=7),
+        Column("PUBLISHED", shorten="end", minimum=12, drop=6),
+        Column("WORKERS", drop=4),
+        Column("SUPERVISOR", drop=3),
+        Column("LISTENING", shorten="end", minimum=9, drop=1),
+        # other processes on the server's own address and port (SO_REUSEPORT)
+        Column("PORT SHARED WITH", shorten="end", minimum=9, drop=2),
+        # the GPUs the tree holds and the bytes (`0,1 38.2G`): left out when no engine holds one
+        Column("GPU", shorten="end", minimum=5, drop=9),
+        Column("AGE"),
+        Column("HEALTH"),
+        # why: the health check's reason, or what argv got wrong
+        Column("NOTE", shorten="end", minimum=12, comfortable=16, drop=8),
+    )
+
+
+def _load_columns() -> tuple[Column, ...]:
+    """``ps --load``: requests running and waiting, KV-cache use, generated tokens per second."""
+    from enginespec.layout import Column
+
+    return (Column("RUN"), Column("WAIT"), Column("KV%"), Column("TOK/S"))
 
 
 def _load_cells(load: EngineLoad | None) -> list[str]:
-    """A reading under LOAD_COLUMNS: ``-`` for a figure the engine does not report."""
+    """A reading under the load columns: ``-`` for a figure the engine does not report."""
     if load is None or not load.available:
         return ["-"] * 4
 
@@ -190,15 +164,11 @@ def _load_cells(load: EngineLoad | None) -> list[str]:
 
 def _two_readings(processes: Sequence[EngineProcess], interval: float, timeout: float) -> list[EngineLoad]:
     """Each engine's load from two readings ``interval`` apart (a rate needs two)."""
+    from enginespec.load import check_load_all
+
     first = check_load_all(processes, timeout=timeout)
     time.sleep(interval)
     return check_load_all(processes, previous=first, timeout=timeout)
-
-
-def _published(port: PublishedPort) -> str:
-    """``0.0.0.0:8001->8000``, ``[::]:8001->8000``: as ``docker ps`` shows a published port."""
-    address = f"[{port.host_address}]" if ":" in port.host_address else port.host_address
-    return f"{address}:{port.host_port}->{port.container_port}"
 
 
 def _size(size: int | None) -> str:
@@ -216,14 +186,20 @@ def _gpu_name(index: int | None, mig_index: int | None, device: str) -> str:
 
 def _gpu_cell(uses: Sequence[GpuUse]) -> str:
     """``0,1 38.2G``: the GPUs a tree holds and the bytes summed (``?`` if a GPU's are unknown)."""
+    from enginespec.layout import EMPTY
+
     if not uses:
         return EMPTY
     names = ",".join(_gpu_name(u.index, u.mig_index, u.device) for u in uses)
     known = [u.memory_bytes for u in uses]
     return f"{names} {_size(None if None in known else sum(b or 0 for b in known))}"
+
+
 def _facts_cell(p: EngineProcess) -> str:
     """``llama Q4_K_M 4096``: the model's architecture and quantization, and the context the
     engine was started with (else the trained one)."""
+    from enginespec.layout import EMPTY
+
     facts = p.model_facts
     if facts is None:
         return EMPTY
@@ -232,16 +208,56 @@ def _facts_cell(p: EngineProcess) -> str:
     return " ".join(part for part in parts if part) or EMPTY
 
 
-def _ps_row(p: EngineProcess, state: str | None) -> list[str]:
-    """A process's cells under PS_COLUMNS (the HEALTH cell only with a ``state``)."""
+def _published(port: PublishedPort) -> str:
+    """``0.0.0.0:8001->8000``, ``[::]:8001->8000``: as ``docker ps`` shows a published port."""
+    address = f"[{port.host_address}]" if ":" in port.host_address else port.host_address
+    return f"{address}:{port.host_port}->{port.container_port}"
+
+
+def _model_cell(p: EngineProcess, wide: bool) -> str:
+    from enginespec.naming import model_name
+
+    if p.model is None:
+        return MODEL_UNKNOWN
+    return p.model if wide else model_name(p.model, p.pid) or p.model
+
+
+def _served_cell(p: EngineProcess, wide: bool) -> str:
+    from enginespec.layout import EMPTY
+
+    names = p.served_model_names
+    # The model's own name, served as itself, is said once (in MODEL) unless MODEL shows a
+    # shorter name than what clients must send.
+    if not wide and names == (p.model,) and _model_cell(p, wide) == p.model:
+        return EMPTY
+    return ", ".join(names) or EMPTY
+
+
+def _note(p: EngineProcess, health: Health | None) -> str:
+    from enginespec.layout import EMPTY
+
+    notes = []
+    if health is not None and health.state != "ready" and health.reason:
+        notes.append(health.reason)
+    if p.role == "orphan":
+        notes.append(f"its server ({p.server_pid}) is gone" if p.server_pid else "its server is gone")
+    notes.extend(p.problems)
+    return "; ".join(notes) or EMPTY
+
+
+def _ps_row(p: EngineProcess, health: Health | None, state: str | None, wide: bool, now: float) -> list[str]:
+    """A process's cells under the ps columns (HEALTH and NOTE only with a ``state``)."""
+    from enginespec.layout import EMPTY
+
+    url = p.base_url if wide or p.base_url is None else compact_url(p.base_url)
     return [
         str(p.pid),
         p.engine,
         p.role if p.role != "server" else EMPTY,
-        p.model or "?",
-        ", ".join(p.served_model_names) or EMPTY,
+        _model_cell(p, wide),
+        _served_cell(p, wide),
         _facts_cell(p),
-        p.base_url or EMPTY,
+        url or EMPTY,
         p.container.label if p.container else EMPTY,
         ", ".join(_published(q) for q in p.published) or EMPTY,
         str(len(p.worker_pids)) if p.worker_pids else EMPTY,
@@ -249,99 +265,246 @@ def _ps_row(p: EngineProcess, state: str | None) -> list[str]:
         ", ".join(map(str, p.listen_ports)) or EMPTY,
         ", ".join(map(str, p.port_conflicts)) or EMPTY,
         _gpu_cell(p.gpus),
-        *([state] if state is not None else []),
+        age(now - p.start_time),
+        *([state, _note(p, health)] if state is not None else []),
     ]
+
+
+class Shown:
+    """A row of the table: the process, its last health check, the state shown, and its load
+    (``ps --load``)."""
+
+    __slots__ = ("health", "load", "process", "state")
+
+    def __init__(
+        self, process: EngineProcess, health: Health | None = None, state: str | None = None
+    ) -> None:
+        self.process, self.health, self.state = process, health, state
+        self.load: EngineLoad | None = None
+
+
+def _sort_key(row: Shown) -> tuple[str, int, int]:
+    """Rows by engine, then port, then pid: stable while health changes, so nothing jumps."""
+    p = row.process
+    return (p.engine, p.effective_port or 0, p.pid)
 
 
 def _table_lines(
-    processes: Sequence[tuple[EngineProcess, str | None]],
-    health: bool,
-    width: int | None,
-    loads: Sequence[EngineLoad] | None = None,
+    rows: Sequence[Shown], health: bool, width: int | None, *, wide: bool = False, load: bool = False
 ) -> list[str]:
-    """The ps table as literal text lines fitted to ``width`` (no cell split); with ``loads``
-    (one per process) also the LOAD_COLUMNS."""
-    columns = (PS_COLUMNS if health else PS_COLUMNS[:-1]) + (LOAD_COLUMNS if loads is not None else ())
-    rows = [
+    """The ps table as literal text lines fitted to ``width`` (no cell split; a line still too
+    wide is cut with an ellipsis rather than wrapped); with ``load`` also the load columns."""
+    from rich.cells import cell_len, set_cell_size
+
+    from enginespec.layout import ELLIPSIS, fit, lines
+
+    columns = _ps_columns()
+    if not health:
+        columns = columns[:-2]
+    if load:
+        columns += _load_columns()
+    now = time.time()
+    cells = [
         [
             literal(cell)
-            for cell in (
-                _ps_row(p, (state or "?") if health else None)
-                + (_load_cells(loads[index]) if loads is not None else [])
-            )
+            for cell in _ps_row(r.process, r.health, r.state if health else None, wide, now)
+            + (_load_cells(r.load) if load else [])
         ]
-        for index, (p, state) in enumerate(processes)
+        for r in rows
     ]
-    headers, shown = fit(columns, rows, width)
-    return lines(headers, shown)
+    headers, shown = fit(columns, cells, width)
+    text = lines(headers, shown)
+    if width is None:
+        return text
+    return [line if cell_len(line) <= width else set_cell_size(line, width - 1) + ELLIPSIS for line in text]
+
+
+class _Filters:
+    """What ``ps`` keeps: a row passes when it matches one of the terms (if any) and every key of
+    ``--filter`` (one of its values: ``engine=vllm,engine=sglang`` is either)."""
+
+    def __init__(self) -> None:
+        self.terms: list[str] = []
+        self.keys: dict[str, set[str]] = {}
+
+    def keeps(self, row: Shown) -> bool:
+        p = row.process
+        if self.terms and not any(_names(term, p) for term in self.terms):
+            return False
+        return all(any(_matches(key, value, row) for value in values) for key, values in self.keys.items())
+
+
+def _names(term: str, p: EngineProcess) -> bool:
+    """Whether ``term`` (an engine, an engine id, or a pid) names process ``p``."""
+    if term.isdigit():
+        return int(term) == p.pid or int(term) in p.worker_pids
+    return term in (p.engine, p.engine_id) or term == f"{p.engine_id}-pid{p.pid}"
+
+
+def _matches(key: str, value: str, row: Shown) -> bool:
+    from enginespec.naming import model_name
+
+    p = row.process
+    if key == "model":
+        names = (p.model or "", model_name(p.model, p.pid) or "", *p.served_model_names)
+        return any(value in name for name in names)
+    if key == "health":
+        return row.state == value
+    if key == "port":
+        return str(p.effective_port) == value
+    if key == "role":
+        return p.role == value
+    return _names(value, p)  # engine, id, pid
+
+
+def _parse_filters(args: argparse.Namespace) -> _Filters:
+    """The terms and ``--filter`` of ``ps``; ``InvalidInputError`` naming the bad one."""
+    from enginespec.errors import InvalidInputError
+
+    ids = _engine_ids()
+    filters = _Filters()
+    for term in args.terms:
+        if not (term.isdigit() or term in ids or ENGINE_ID.fullmatch(term)):
+            raise InvalidInputError(
+                f"{term!r} is not an engine, an engine id or a pid "
+                f"(engines: {', '.join(ids)}){_did_you_mean(term, ids)}"
+            )
+        filters.terms.append(term)
+    for text in args.filter:
+        for item in text.split(","):
+            key, eq, value = item.partition("=")
+            if not eq or key not in FILTER_KEYS or not value:
+                raise InvalidInputError(
+                    f"--filter: {item!r} is not KEY=VALUE with KEY one of {', '.join(FILTER_KEYS)}"
+                    + (_did_you_mean(key, FILTER_KEYS) if eq else "")
+                )
+            if key == "engine" and value not in ids:
+                raise InvalidInputError(f"--filter: engine {value!r} is not one of {', '.join(ids)}")
+            filters.keys.setdefault(key, set()).add(value)
+    return filters
 
 
 def _cmd_ps(args: argparse.Namespace) -> int:
-    processes = Scanner(listen_ports=True).scan()
-    healths = None
-    if not args.no_health:
+    from enginespec.errors import InvalidInputError
+
+    fmt = args.format or ("json" if args.json else "wide" if args.wide else "table")
+    try:
+        filters = _parse_filters(args)
+    except InvalidInputError as err:
+        _fail("ps", err)
+        return 2
+    listing = args.quiet or fmt == "name"
+    if "health" in filters.keys and args.no_health:
+        _fail("ps", "--filter health=... needs the health checks: drop --no-health")
+        return 2
+    checked = not args.no_health and (not listing or "health" in filters.keys)
+    from enginespec.scanning import Scanner
+
+    processes = Scanner(listen_ports=not listing).scan()
+    rows = [Shown(p) for p in processes]
+    if checked:
+        from enginespec.health import check_all
+
         # --timeout is the deadline of all the checks together, not of each (1,024 hung servers
         # are not 16 rounds of it): those not done by then are `unknown`, saying so.
         healths = check_all(processes, timeout=args.timeout, deadline=args.timeout)
-    # Load is read only when asked: it costs two more requests per engine.
-    loads = _two_readings(processes, args.load_interval, args.timeout) if args.load else None
-    if args.json:
-        documents = [p.model_dump(mode="json") for p in processes]
-        for document, health in zip(documents, healths or [], strict=False):
-            document["health"] = health.model_dump(mode="json")
-        for document, load in zip(documents, loads or [], strict=False):
-            document["load"] = load.model_dump(mode="json")
-        print(json.dumps(documents, indent=2))
+        for row, health in zip(rows, healths, strict=True):
+            row.health, row.state = health, health.state
+    if args.load and not listing:
+        # Load is read only when asked: it costs two more requests per engine.
+        for row, load in zip(rows, _two_readings(processes, args.load_interval, args.timeout), strict=True):
+            row.load = load
+    rows = sorted((row for row in rows if filters.keeps(row)), key=_sort_key)
+    if args.quiet:
+        _out([str(row.process.pid) for row in rows])
         return 0
+    if fmt == "name":
+        _out([row.process.engine_id for row in rows])
+        return 0
+    if fmt == "json":
+        import json
 
-    if not processes:
-        print("no engine servers found on this host")
+        documents = []
+        for row in rows:
+            document = row.process.model_dump(mode="json")
+            if row.health is not None:
+                document["health"] = row.health.model_dump(mode="json")
+            if row.load is not None:
+                document["load"] = row.load.model_dump(mode="json")
+            documents.append(document)
+        _out([json.dumps(documents, indent=2)])
+        return 0
+    if not rows:
+        # on stderr: `enginespec ps | wc -l` counts engines
+        print(
+            "no engine servers found on this host" if not processes else "no engine server matches",
+            file=sys.stderr,
+        )
         return 0
     # Every cell is shown literally: argv can carry rich markup and terminal escapes. On a terminal
-    # the table fits its width (no cell split); piped or with --wide, nothing is shortened.
-    width = shutil.get_terminal_size().columns if sys.stdout.isatty() and not args.wide else None
-    shown = [(p, None if healths is None else healths[index].state) for index, p in enumerate(processes)]
-    console = Console(markup=False, highlight=False, emoji=False, soft_wrap=True)
-    header, *body = _table_lines(shown, healths is not None, width, loads)
-    console.print(Text(header, style="bold"))
-    for line in body:
-        console.print(Text(line))
+    # the table fits its width (no cell split); piped or wide, nothing is shortened.
+    import shutil
+
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() and fmt == "table" else None
+    text = _table_lines(rows, checked, width, wide=fmt == "wide", load=args.load)
+    _out(text[1:] if args.no_headers else text)
     return 0
+
+
+# ------------------------------------------------------------------------------------- watch
 
 
 class _LiveTable:
     """What ``enginespec watch`` shows: the engines now running, fitted to the terminal's width
-    each time it is drawn (so a resize is followed)."""
+    and height each time it is drawn (so a resize is followed); rows that do not fit are counted
+    (``+22 more``)."""
 
     def __init__(self, watch: Watch, health: bool) -> None:
         self.watch = watch
         self.health = health
-        self.engines: dict[tuple[int, float], tuple[EngineProcess, str | None]] = {}
+        self.engines: dict[tuple[int, float], Shown] = {}
 
     def apply(self, event: WatchEvent) -> None:
+        from enginespec.watching import HealthChanged, Stopped
+
         if isinstance(event, Stopped):
             self.engines.pop((event.identity.pid, event.identity.start_time), None)
             return
         key = (event.process.pid, event.process.start_time)
-        state = event.type if isinstance(event, HealthChanged) else self.engines.get(key, (None, None))[1]
-        self.engines[key] = (event.process, state)
+        row = self.engines.get(key) or Shown(event.process, state=HEALTH_PENDING)
+        row.process = event.process
+        if isinstance(event, HealthChanged):
+            row.health, row.state = event.health, event.type
+        self.engines[key] = row
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
+        from rich.text import Text
+
         width = options.max_width
-        shown = sorted(self.engines.values(), key=lambda item: item[0].pid)
+        height = options.height or console.size.height
+        shown = sorted(self.engines.values(), key=_sort_key)
         how = "process events" if self.watch.mode == "events" else "polling"
         title = f"{len(shown)} engine server(s), {how}; Ctrl-C to stop"
         yield Text(title if len(title) <= width else title[: max(width - 1, 0)] + "…", style="dim")
         if not shown:
             return
+        room = max(height - 3, 1)  # the title, the header, and the line the cursor rests on
+        hidden = 0
+        if len(shown) > room:
+            hidden = len(shown) - (room - 1)  # one line says how many more
+            shown = shown[: room - 1]
         header, *body = _table_lines(shown, self.health, width)
         yield Text(header, style="bold", no_wrap=True, overflow="ellipsis")
         for line in body:
             yield Text(line, no_wrap=True, overflow="ellipsis")
+        if hidden:
+            yield Text(f"+{hidden} more (enginespec ps lists them all)", style="dim", no_wrap=True)
 
 
 def _event_line(event: WatchEvent) -> str:
     """One event as a literal text line (``watch`` when stdout is not a terminal)."""
+    from enginespec.watching import Changed, Stopped, WorkerLost
+
     if isinstance(event, Stopped):
         who = event.identity
         return literal(f"stopped {who.pid} {who.engine} {who.engine_id}")
@@ -349,10 +512,12 @@ def _event_line(event: WatchEvent) -> str:
     detail = " ".join(event.fields) if isinstance(event, Changed) else p.base_url or "-"
     if isinstance(event, WorkerLost):
         detail = event.worker.describe()
-    return literal(f"{event.type} {p.pid} {p.engine} {p.engine_id} {p.model or '?'} {detail}")
+    return literal(f"{event.type} {p.pid} {p.engine} {p.engine_id} {p.model or MODEL_UNKNOWN} {detail}")
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
+    from enginespec.watching import Scanner, event_json
+
     watch = Scanner().watch(
         args.interval,
         health=args.health,
@@ -375,20 +540,175 @@ def _cmd_watch(args: argparse.Namespace) -> int:
             for event in watch:
                 print(_event_line(event), flush=True)
         else:
+            from rich.console import Console
+            from rich.live import Live
+
             console = Console(markup=False, highlight=False, emoji=False)
             table = _LiveTable(watch, args.health)
             with Live(table, console=console, refresh_per_second=4, transient=False):
                 for event in watch:
                     table.apply(event)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # how a watch is stopped: not an interruption
         pass
     finally:
         watch.close()
     return 0
 
 
+# ----------------------------------------------------------------------- describe and health
+
+
+def _find(command: str, target: str, *, listen_ports: bool = True) -> EngineProcess | None:
+    """The running engine a pid (its server's or a worker's) or an engine id names; None (said
+    on stderr) when there is none."""
+    from enginespec.scanning import Scanner
+
+    found = [p for p in Scanner(listen_ports=listen_ports).scan() if _names(target, p)]
+    if not found:
+        what = f"pid {target}" if target.isdigit() else f"engine id {target!r}"
+        _fail(command, f"{what} is not an engine server on this host (enginespec ps lists them)")
+        return None
+    return found[0]
+
+
+def _describe_lines(p: EngineProcess, health: Health | None) -> list[str]:
+    from enginespec.naming import model_name
+
+    now = time.time()
+    started = time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(p.start_time))
+    sources = dict(p.sources)
+    fields: list[tuple[str, str]] = [
+        ("Engine", p.engine),
+        ("Engine id", p.engine_id),
+        ("PID", str(p.pid)),
+        ("Role", p.role + (f" (of server {p.server_pid})" if p.server_pid else "")),
+        ("Model", p.model or MODEL_UNKNOWN),
+    ]
+    name = model_name(p.model, p.pid)
+    if name and name != p.model:
+        fields.append(("Model name", name))
+    fields += [
+        ("Served as", ", ".join(p.served_model_names) or "-"),
+        ("URL", p.base_url or "- (no usable address)"),
+        ("Host", f"{p.effective_host}" + (f" (from {sources['host']})" if "host" in sources else "")),
+        ("Port", f"{p.effective_port or '-'}" + (f" (from {sources['port']})" if "port" in sources else "")),
+        ("Started", f"{started} ({age(now - p.start_time)} ago)"),
+        ("Workers", ", ".join(map(str, p.worker_pids)) or "-"),
+        ("Supervisor", p.supervisor or "-"),
+        ("Listening", ", ".join(map(str, p.listen_ports)) or "-"),
+        ("Port shared with", ", ".join(map(str, p.port_conflicts)) or "-"),
+        ("Container", p.container.label if p.container else "-"),
+        ("Published", ", ".join(_published(q) for q in p.published) or "-"),
+        ("Executable", p.exe or "-"),
+        ("Command", " ".join(_shell_quote(a) for a in p.argv)),
+    ]
+    fields += [("Problem", problem) for problem in p.problems]
+    if health is not None:
+        latency = f" in {health.latency * 1000:.0f} ms" if health.latency is not None else ""
+        status = f", HTTP {health.http_status}" if health.http_status is not None else ""
+        fields.append(("Health", f"{health.state}{status}{latency}"))
+        fields.append(("Reason", health.reason or "-"))
+    width = max(len(key) for key, _ in fields) + 2
+    return [literal(f"{key + ':':<{width}}{value}") for key, value in fields]
+
+
+def _shell_quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
+
+
+def _cmd_describe(args: argparse.Namespace) -> int:
+    process = _find("describe", args.target)
+    if process is None:
+        return 2
+    health = None
+    if not args.no_health:
+        from enginespec.health import check_health
+
+        health = check_health(process, timeout=args.timeout)
+    if args.json:
+        import json
+
+        document = process.model_dump(mode="json")
+        if health is not None:
+            document["health"] = health.model_dump(mode="json")
+        _out([json.dumps(document, indent=2)])
+    else:
+        _out(_describe_lines(process, health))
+    return 0
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    from enginespec.errors import EngineExited, InvalidInputError, NotReady
+    from enginespec.health import check_health, wait_ready
+
+    target: EngineProcess | str
+    ids = _engine_ids()
+    if args.target in ids:
+        if not args.url:
+            _fail("health", f"give the URL of the {args.target} server")
+            return 2
+        target = args.target
+    elif args.target.isdigit() or ENGINE_ID.fullmatch(args.target):
+        if args.url:
+            _fail(
+                "health", f"a URL is given with an engine name ({', '.join(ids)}), not with {args.target!r}"
+            )
+            return 2
+        found = _find("health", args.target, listen_ports=False)
+        if found is None:
+            return 2
+        target = found
+    else:
+        _fail(
+            "health",
+            f"{args.target!r} is neither a pid, an engine id (vllm-8000-1a2b3c4d) nor an engine "
+            f"({', '.join(ids)}){_did_you_mean(args.target, ids)}",
+        )
+        return 2
+    try:
+        if args.wait:
+            health = wait_ready(
+                target,
+                args.url,
+                timeout=args.wait_timeout,
+                request_timeout=args.timeout,
+                verify_identity=args.verify_identity,
+            )
+        else:
+            health = check_health(
+                target,
+                args.url,
+                timeout=args.timeout,
+                verify_identity=args.verify_identity,
+                deep=args.deep,
+                deadline=args.timeout,
+            )
+    except InvalidInputError as err:
+        _fail("health", err)
+        return 2
+    except (NotReady, EngineExited) as err:
+        _fail("health", err)
+        if err.last is None:
+            return 1
+        health = err.last
+    if args.json:
+        _out([_json(health)])
+    else:
+        latency = f" in {health.latency * 1000:.0f} ms" if health.latency is not None else ""
+        reason = f": {health.reason}" if health.reason else ""
+        _out([literal(f"{health.engine} {health.base_url or '-'} {health.state}{reason}{latency}")])
+    return 0 if health.ready else 1
+
+
+# ------------------------------------------------------------------------------ gpus and load
+
+
 def gpu_lines(devices: Sequence[GpuDevice], processes: Sequence[EngineProcess]) -> list[str]:
     """The ledger as text lines: per GPU its figures, then who holds how much of it."""
+    from enginespec.scanning import unique_engine_ids
+
     models = {engine_id: p for engine_id, p in zip(unique_engine_ids(processes), processes, strict=True)}
     out = []
     for device in devices:
@@ -398,7 +718,7 @@ def gpu_lines(devices: Sequence[GpuDevice], processes: Sequence[EngineProcess]) 
         out.append(literal(f"GPU {name}  {device.name or '?'}  {where}  {used}"))
         for engine_id, size in device.engines.items():
             process = models.get(engine_id)
-            what = f" pid {process.pid} {process.model or '?'}" if process else ""
+            what = f" pid {process.pid} {process.model or MODEL_UNKNOWN}" if process else ""
             orphan = "  orphan: reclaimable" if engine_id in device.reclaimable else ""
             out.append(literal(f"  {_size(size):>7}  {engine_id}{what}{orphan}"))
         for other in device.other_processes:
@@ -416,67 +736,29 @@ def gpu_lines(devices: Sequence[GpuDevice], processes: Sequence[EngineProcess]) 
 
 
 def _cmd_gpus(args: argparse.Namespace) -> int:
+    import json
+
+    from enginespec.scanning import gpu_ledger
+    from enginespec.watching import Scanner
+
     processes = Scanner(listen_ports=False).scan()
     devices = gpu_ledger(processes)
     if args.json:
-        print(json.dumps([device.model_dump(mode="json") for device in devices], indent=2))
+        _out([json.dumps([device.model_dump(mode="json") for device in devices], indent=2)])
         return 0
     if not devices:
-        print("no GPUs found on this host")
-    for line in gpu_lines(devices, processes):
-        print(line)
+        print("no GPUs found on this host", file=sys.stderr)
+    _out(gpu_lines(devices, processes))
     return 0
 
 
-def _cmd_health(args: argparse.Namespace) -> int:
-    target: EngineProcess | str
-    if args.target.isdigit():
-        pid = int(args.target)
-        found = [p for p in Scanner(listen_ports=False).scan() if p.pid == pid or pid in p.worker_pids]
-        if not found:
-            _fail("health", f"pid {pid} is not an engine server on this host")
-            return 2
-        target = found[0]
-    elif args.target in engine_ids():
-        if not args.url:
-            _fail("health", f"give the URL of the {args.target} server")
-            return 2
-        target = args.target
-    else:
-        _fail("health", f"{args.target!r} is neither a pid nor an engine ({', '.join(engine_ids())})")
-        return 2
-    try:
-        health = check_health(
-            target,
-            args.url,
-            timeout=args.timeout,
-            verify_identity=args.verify_identity,
-            deep=args.deep,
-            deadline=args.timeout,
-        )
-    except InvalidInputError as err:
-        _fail("health", err)
-        return 2
-    if args.json:
-        print(_json(health))
-    else:
-        latency = f" in {health.latency * 1000:.0f} ms" if health.latency is not None else ""
-        reason = f": {health.reason}" if health.reason else ""
-        print(literal(f"{health.engine} {health.base_url or '-'} {health.state}{reason}{latency}"))
-    return 0 if health.ready else 1
-
-
 def _cmd_load(args: argparse.Namespace) -> int:
-    target = args.target
-    processes = Scanner(listen_ports=False).scan()
-    if target.isdigit():
-        found = [p for p in processes if p.pid == int(target) or int(target) in p.worker_pids]
-    else:
-        found = [p for p in processes if p.engine_id == target]
-    if not found:
-        _fail("load", f"{target!r} is neither the pid nor the engine id of an engine server on this host")
+    from enginespec.errors import InvalidInputError
+    from enginespec.load import check_load_all
+
+    process = _find("load", args.target, listen_ports=False)
+    if process is None:
         return 2
-    process = found[0]
     try:
         first = check_load_all([process], timeout=args.timeout, stall_after=args.stall_after)
         time.sleep(args.interval)
@@ -485,11 +767,11 @@ def _cmd_load(args: argparse.Namespace) -> int:
         _fail("load", err)
         return 2
     if args.json:
-        print(_json(load))
+        _out([_json(load)])
     elif not load.available:
-        print(literal(f"{process.engine_id} pid {process.pid}: no load reading: {load.reason}"))
+        _out([literal(f"{process.engine_id} pid {process.pid}: no load reading: {load.reason}")])
     else:
-        cells = dict(zip((c.header for c in LOAD_COLUMNS), _load_cells(load), strict=True))
+        cells = dict(zip((c.header for c in _load_columns()), _load_cells(load), strict=True))
         figures = [
             f"running {cells['RUN']}",
             f"waiting {cells['WAIT']}",
@@ -500,39 +782,84 @@ def _cmd_load(args: argparse.Namespace) -> int:
             figures.append(f"{load.models_loaded} model(s) loaded")
         if load.stalled:
             figures.append(f"stalled (no token counter moved for {load.stall_after:g}s)")
-        print(literal(f"{process.engine_id} pid {process.pid} {load.source}: {', '.join(figures)}"))
+        _out([literal(f"{process.engine_id} pid {process.pid} {load.source}: {', '.join(figures)}")])
     return 0 if load.available else 1
 
 
+# ----------------------------------------------------------------- install, info, help, command
+
+
 def _config(args: argparse.Namespace) -> Config:
+    from enginespec.config import Config
+
     return Config(data_dir=args.data_dir) if args.data_dir else Config()
 
 
 def _engine(command: str, name: str) -> EngineSpec | None:
+    from enginespec.engines import get_engine_spec
+    from enginespec.errors import UnknownEngineError
+
     try:
         return get_engine_spec(name)
     except UnknownEngineError as err:
-        _fail(command, err)
+        _fail(command, f"{err}{_did_you_mean(name, _engine_ids())}")
         return None
 
 
+class _InstallProgress:
+    """Install progress: on a terminal, a spinner, the phase, the installer's last line and the
+    time taken; otherwise one line on stderr per phase."""
+
+    def __init__(self, engine: str) -> None:
+        self.phase = ""
+        self.bar: Any = None
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(
+                SpinnerColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.description}", markup=False),
+                console=Console(stderr=True, markup=False, highlight=False),
+                transient=True,
+            )
+            self.task = self.bar.add_task(f"installing {engine}", total=None)
+
+    def __enter__(self) -> _InstallProgress:
+        if self.bar is not None:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+    def __call__(self, event: Any) -> None:
+        phase = event.phase.replace("_", " ")
+        last = next((line.strip() for line in reversed(event.new_output) if line.strip()), event.message)
+        if self.bar is None:
+            if phase != self.phase:
+                print(literal(f"{phase}: {event.message}"), file=sys.stderr, flush=True)
+            self.phase = phase
+            return
+        self.phase = phase
+        import shutil
+
+        room = max(shutil.get_terminal_size().columns - 16, 20)
+        self.bar.update(self.task, description=literal(f"{phase}: {last}")[:room])
+
+
 def _cmd_install(args: argparse.Namespace) -> int:
+    import shlex
+
+    from enginespec.errors import InstallError, InvalidInputError
+    from enginespec.installing import InstallOptions
+
     spec = _engine(args.command, args.engine)
     if spec is None:
         return 2
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}", markup=False),
-        BarColumn(),
-        TimeElapsedColumn(),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(f"installing {spec.id}", total=None)
-
-        def progress(event: ProgressEvent) -> None:
-            text = literal(f"{event.phase.replace('_', ' ')}: {event.message}")[:100]
-            bar.update(task, description=text, completed=event.fraction, total=1 if event.fraction else None)
-
+    with _InstallProgress(spec.id) as progress:
         try:
             options = InstallOptions(
                 version=args.version,
@@ -550,73 +877,274 @@ def _cmd_install(args: argparse.Namespace) -> int:
             return 2
         except InstallError as err:
             _fail("install", err)
-            if err.command:
-                print(f"command: {literal(shlex.join(err.command))}", file=sys.stderr)
+            if not err.command:  # refused before anything ran (no GPU for it, no installer)
+                return 2
+            print(f"command: {literal(shlex.join(err.command))}", file=sys.stderr)
             for line in err.output_tail[-15:]:
                 print(f"  {literal(line)}", file=sys.stderr)
             return 1
     state = "already installed" if result.already_installed else "installed"
     where = result.python_path or result.binary_path
-    print(literal(f"{spec.id} {result.version} {state} ({result.location}: {where})"))
+    _out([literal(f"{spec.id} {result.version} {state} ({result.location}: {where})")])
     return 0
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
+    from enginespec.engines import all_engine_specs
+
     specs = all_engine_specs()
     if args.engine:
         spec = _engine(args.command, args.engine)
         if spec is None:
             return 2
         specs = (spec,)
-    infos = [spec.get_runtime_info(_config(args)) for spec in specs]
+    config = _config(args)
+    infos = [spec.get_runtime_info(config) for spec in specs]
     if args.json:
-        print(json.dumps([info.model_dump(mode="json") for info in infos], indent=2))
+        import json
+
+        _out([json.dumps([info.model_dump(mode="json") for info in infos], indent=2)])
         return 0
-    for info in infos:
-        where = info.python_path or info.binary_path or "-"
-        print(literal(f"{info.engine:<10} {info.version or 'not installed':<18} {info.location:<8} {where}"))
+    rows = [
+        [
+            info.engine,
+            info.version or "not installed",
+            info.location,
+            info.python_path or info.binary_path or "-",
+        ]
+        for info in infos
+    ]
+    from enginespec.layout import lines
+
+    _out(lines(["ENGINE", "VERSION", "LOCATION", "PATH"], [[literal(cell) for cell in row] for row in rows]))
     return 0
 
 
 def _cmd_help(args: argparse.Namespace) -> int:
-    spec = _engine(args.command, args.engine)
+    from enginespec.errors import HelpError, InvalidInputError
+
+    commands = args.parser_commands
+    if args.topic is None:
+        args.parser.print_help()
+        return 0
+    if args.topic in commands:
+        commands[args.topic].print_help()
+        return 0
+    if args.topic not in _engine_ids():
+        _fail(
+            "help",
+            f"{args.topic!r} is neither a command ({', '.join(commands)}) nor an engine "
+            f"({', '.join(_engine_ids())}){_did_you_mean(args.topic, [*commands, *_engine_ids()])}",
+        )
+        return 2
+    spec = _engine(args.command, args.topic)
     if spec is None:
         return 2
+    config = _config(args)
     try:
-        print(literal_lines(spec.get_config_help(_config(args)).text))
+        _out([literal_lines(spec.get_config_help(config).text)])
     except InvalidInputError as err:
         _fail("help", err)
         return 2
     except HelpError as err:
-        _fail("help", err)
+        if spec.get_runtime_info(config).version is None:
+            _fail("help", f"{spec.id} is not installed; run: enginespec install {spec.id}")
+        else:
+            _fail("help", err)
         return 1
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def _export_line(name: str, value: str) -> str:
+    """``export NAME=value``; a PATH that is a directory put before the current PATH is written
+    with ``$PATH``, so the line is right wherever it runs."""
+    import shlex
+
+    current = os.environ.get("PATH", os.defpath)
+    if name == "PATH" and value.endswith(os.pathsep + current) and value != current:
+        head = value[: -len(os.pathsep + current)]
+        return f'export PATH={shlex.quote(head)}{os.pathsep}"$PATH"'
+    return f"export {name}={shlex.quote(value)}"
+
+
+def _cmd_command(args: argparse.Namespace) -> int:
+    from enginespec.engines import get_engine_spec
+    from enginespec.errors import CommandError, RecipeFileError
+    from enginespec.recipe import Recipe
+
+    try:
+        recipe = Recipe.from_file(args.recipe)
+        command = get_engine_spec(recipe.engine).plan(recipe, strict=args.strict)
+    except (RecipeFileError, CommandError) as err:
+        _fail("command", err)
+        return 2
+    if args.json:  # the dump masks secrets (argv values, env_vars whose names say secret)
+        import json
+
+        document = command.model_dump(mode="json")
+        if args.show_secrets:
+            document.update(argv=list(command.argv), env=dict(command.env))
+        _out([json.dumps(document, indent=2)])
+        return 0
+    env = dict(command.env) if args.show_secrets else command.redacted_env()
+    lines = [literal(_export_line(name, value)) for name, value in env.items()]
+    _out([*lines, literal(command.shell(redact=not args.show_secrets))])
+    for warning in command.warnings:
+        print(f"warning: {literal(warning)}", file=sys.stderr)
+    if command.injected_flags:
+        print(f"note: injected by defaults: {literal(' '.join(command.injected_flags))}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------- parse, exporter
+
+
+def _cmd_parse(args: argparse.Namespace) -> int:
+    import shlex
+
+    from enginespec.argv import parse_argv, redact_argv
+
+    invocation = parse_argv(args.argv)
+    if invocation is None:
+        _fail("parse", f"not a server of a known engine: {shlex.join(redact_argv(args.argv))}")
+        return 1
+    _out([_json(invocation)])
+    return 0
+
+
+def _cmd_exporter(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    import enginespec.exporter as exporter
+    from enginespec.errors import ExporterError
+
+    if args.port == 0 and not args.textfile:
+        _fail("exporter", "--port 0 serves no HTTP: give --textfile FILE, or a port")
+        return 2
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        exporter.run(
+            host=args.host,
+            port=args.port or None,
+            interval=args.interval,
+            textfile=args.textfile,
+            health=not args.no_health,
+            keep_stopped=args.keep_stopped,
+            load=args.load,
+            stall_after=args.stall_after,
+            stop=stop,
+            log=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    except ExporterError as err:  # the address is taken, the textfile cannot be written
+        _fail("exporter", err)
+        return 1
+    return 0
+
+
+# ------------------------------------------------------------------------------------ parser
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Prose paragraphs wrapped to the terminal, examples as written, and every option's default
+    shown (when it has one)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        paragraphs = []
+        for paragraph in text.split("\n\n"):
+            if paragraph.startswith("examples:"):
+                paragraphs.append(textwrap.indent(paragraph, indent))
+            else:
+                paragraphs.append(
+                    textwrap.fill(
+                        " ".join(paragraph.split()), width, initial_indent=indent, subsequent_indent=indent
+                    )
+                )
+        return "\n\n".join(paragraphs)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" not in text
+            and action.option_strings
+            and default not in (None, False, [], argparse.SUPPRESS)
+            and not isinstance(action, argparse._VersionAction)
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
+def _examples(*lines: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    ids = ", ".join(_engine_ids())
     parser = argparse.ArgumentParser(
-        prog="enginespec", description="Know, find and probe local LLM inference engines."
+        prog="enginespec",
+        description=f"Know, find and probe local LLM inference engines.\n\nengines: {ids}",
+        epilog=_examples(
+            "enginespec ps                      # the engine servers on this host",
+            "enginespec watch                   # the same, live",
+            "enginespec describe 1234           # everything about one (pid or engine id)",
+            "enginespec health --wait 1234      # wait until it serves",
+            "enginespec command recipe.toml     # the serve command a recipe builds",
+            "enginespec help ps                 # help on a command",
+        ),
+        formatter_class=_Formatter,
     )
-    parser.add_argument("--version", action="version", version=f"enginespec {__version__} ({BACKEND})")
-    commands = parser.add_subparsers(dest="command", required=True)
-    parse = commands.add_parser(
-        "parse",
-        help="recognise an engine server from its argv and print it as JSON",
-        description="Prints the recognised invocation as JSON; exits 1 when argv is not an engine server.",
-    )
-    parse.add_argument("argv", nargs=argparse.REMAINDER, help="the command line, after --")
-    parse.set_defaults(handler=_cmd_parse)
-    ps = commands.add_parser(
+    parser.add_argument("--version", action="version", version=f"enginespec {__version__} ({_backend()})")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subs: dict[str, argparse.ArgumentParser] = {}
+
+    def command(name: str, summary: str, description: str, *examples: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(
+            name,
+            help=summary,
+            description=f"{summary[0].upper()}{summary[1:]}.\n\n{description}",
+            epilog=_examples(*examples) if examples else None,
+            formatter_class=_Formatter,
+        )
+        subs[name] = sub
+        return sub
+
+    ps = command(
         "ps",
-        help="list the engine servers running on this host",
-        description="Lists every vLLM, SGLang, llama-server and mlx_lm.server process on this host "
-        "(workers folded into their server, secrets redacted).",
+        "list the engine servers running on this host",
+        f"Every engine server process ({ids}), workers folded into their server, secrets "
+        "redacted, sorted by engine, port and pid. TERMS (engines, engine ids or pids) keep the "
+        "rows any of them names. AGE is the process's age; HEALTH is checked unless --no-health "
+        "and NOTE says why it is not ready. MODEL is the name people use (a Hugging Face cache "
+        "path is its repo id, a GGUF file its file name); -o wide shows every value whole.",
+        "enginespec ps",
+        "enginespec ps vllm                          # only vLLM servers",
+        "enginespec ps --filter engine=vllm,health=ready",
+        "enginespec ps -q                            # pids only",
+        "enginespec ps -o name                       # engine ids only",
+        "enginespec ps -o json | jq '.[].base_url'",
     )
-    ps.add_argument("--json", action="store_true", help="print a JSON list of EngineProcess objects")
-    ps.add_argument("--no-health", action="store_true", help="skip the health checks")
-    ps.add_argument("--wide", action="store_true", help="show every cell whole, whatever the width")
+    ps.add_argument("terms", nargs="*", metavar="TERM", help="an engine, an engine id or a pid")
     ps.add_argument(
-        "--timeout", type=_positive_seconds, default=2.0, help="deadline of all health checks (seconds)"
+        "--filter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"keep matching rows; KEY: {', '.join(FILTER_KEYS)} (model: contains); comma-separated "
+        "or repeated; one key several times: any of its values",
+    )
+    ps.add_argument("-o", "--format", choices=FORMATS, help="output format (default: table)")
+    ps.add_argument("-q", "--quiet", action="store_true", help="print the pids only")
+    ps.add_argument("--no-headers", action="store_true", help="no header line")
+    ps.add_argument("--json", action="store_true", help="same as -o json: a JSON list of EngineProcess")
+    ps.add_argument("--wide", action="store_true", help="same as -o wide: every column, every cell whole")
+    ps.add_argument("--no-health", action="store_true", help="skip the health checks")
+    ps.add_argument(
+        "--timeout", type=_positive_seconds, default=2.0, help="deadline of all health checks, seconds"
     )
     ps.add_argument(
         "--load", action="store_true", help="also read each engine's load (RUN, WAIT, KV%%, TOK/S columns)"
@@ -625,39 +1153,31 @@ def _parser() -> argparse.ArgumentParser:
         "--load-interval", type=_duration, default=1.0, help="time between the two load readings (1s)"
     )
     ps.set_defaults(handler=_cmd_ps)
-    gpus = commands.add_parser(
+
+    gpus = command(
         "gpus",
-        help="which engine holds which GPU, and how much of it",
-        description="Lists the host's GPUs (from the drivers' own files; bytes for NVIDIA from NVML "
-        "when its library loads), the engines holding each, the other processes on it and what is "
+        "which engine holds which GPU, and how much of it",
+        "Lists the host's GPUs (from the drivers' own files; bytes for NVIDIA from NVML when its "
+        "library loads), the engines holding each, the other processes on it and what is "
         "unattributed. Lists every process's open files to find those others (more than ps reads).",
+        "enginespec gpus",
+        "enginespec gpus --json",
     )
     gpus.add_argument("--json", action="store_true", help="print a JSON list of GpuDevice objects")
     gpus.set_defaults(handler=_cmd_gpus)
-    health = commands.add_parser(
-        "health",
-        help="check an engine server's health; exit 0 only when ready",
-        description="TARGET is a pid (a server or one of its workers) or an engine id followed by the "
-        "server's URL. Prints the state; exits 0 when ready, 1 otherwise, 2 on bad input.",
-    )
-    health.add_argument("target", help="pid, or engine id (vllm, sglang, llamacpp, mlx, ...)")
-    health.add_argument("url", nargs="?", help="base URL when TARGET is an engine id")
-    health.add_argument(
-        "--timeout", type=_positive_seconds, default=2.0, help="deadline of the whole check (seconds)"
-    )
-    health.add_argument("--verify-identity", action="store_true", help="check /v1/models serves the model")
-    health.add_argument("--deep", action="store_true", help="also ask for a one-token completion")
-    health.add_argument("--json", action="store_true", help="print the Health as JSON")
-    health.set_defaults(handler=_cmd_health)
-    load = commands.add_parser(
+
+    load = command(
         "load",
-        help="what an engine server is doing now: requests, KV cache, tokens per second",
-        description="Reads the engine's own metrics twice, --interval apart, and prints the "
-        "normalized load (see docs/load.md); exits 1 when the engine reports none.",
+        "what an engine server is doing now: requests, KV cache, tokens per second",
+        "Reads the engine's own metrics twice, --interval apart, and prints the normalized load "
+        "(see docs/load.md); exits 1 when the engine reports none. TARGET is a pid (the server's "
+        "or a worker's) or an engine id.",
+        "enginespec load 1234",
+        "enginespec load --json vllm-8002-1b690e57",
     )
-    load.add_argument("target", help="pid (of the server or a worker), or engine id (from ps --json)")
-    load.add_argument("--interval", type=_duration, default=1.0, help="time between the two readings (1s)")
-    load.add_argument("--timeout", type=_positive_seconds, default=2.0, help="request timeout (seconds)")
+    load.add_argument("target", metavar="TARGET", help="pid or engine id")
+    load.add_argument("--interval", type=_duration, default=1.0, help="time between the two readings")
+    load.add_argument("--timeout", type=_positive_seconds, default=2.0, help="request timeout, seconds")
     load.add_argument(
         "--stall-after",
         type=_duration,
@@ -667,8 +1187,106 @@ def _parser() -> argparse.ArgumentParser:
     )
     load.add_argument("--json", action="store_true", help="print the EngineLoad as JSON")
     load.set_defaults(handler=_cmd_load)
-    install = commands.add_parser("install", help="install an engine into its managed runtime (idempotent)")
-    install.add_argument("engine")
+
+    watch = command(
+        "watch",
+        "a live view of the engine servers on this host",
+        "Shows the engines as they start, become ready, change and stop, in a table updated in "
+        "place (rows that do not fit the terminal are counted); with --json, one JSON object per "
+        "event (JSON Lines); piped, one line per event. Uses the kernel's process events when it "
+        "may (root), else polls every --interval. Ctrl-C stops it (exit 0).",
+        "enginespec watch",
+        "enginespec watch --json | jq -c 'select(.type == \"stopped\")'",
+    )
+    watch.add_argument("--json", action="store_true", help="stream events as JSON Lines")
+    watch.add_argument(
+        "--interval", type=_duration, default=1.0, help="re-check period, and polling period (1s, 500ms)"
+    )
+    watch.add_argument("--health", action=argparse.BooleanOptionalAction, default=True, help="check health")
+    watch.add_argument("--health-interval", type=_duration, default=2.0, help="health check period")
+    watch.add_argument("--poll", action="store_true", help="poll even where process events are available")
+    watch.add_argument(
+        "--load",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="read each engine's load with its health: tells busy and stalled engines",
+    )
+    watch.add_argument(
+        "--stall-after",
+        type=_duration,
+        default=None,
+        help="seconds with requests pending and no token before 'stalled' (default: "
+        "$ENGINESPEC_STALL_AFTER, else the engine's own, 60s)",
+    )
+    watch.set_defaults(handler=_cmd_watch)
+
+    describe = command(
+        "describe",
+        "everything known about one engine server",
+        "TARGET is a pid (the server's or a worker's) or an engine id as `ps -o name`, the "
+        "exporter's engine_id label and alerts show it (vllm-8002-1b690e57): model, names, "
+        "address and where each came from, age, workers, container, command line (secrets "
+        "redacted), problems, health and its reason.",
+        "enginespec describe 1234",
+        "enginespec describe vllm-8002-1b690e57",
+    )
+    describe.add_argument("target", metavar="TARGET", help="pid or engine id")
+    describe.add_argument("--json", action="store_true", help="print the EngineProcess (and health) as JSON")
+    describe.add_argument("--no-health", action="store_true", help="skip the health check")
+    describe.add_argument(
+        "--timeout", type=_positive_seconds, default=2.0, help="health request timeout, seconds"
+    )
+    describe.set_defaults(handler=_cmd_describe)
+
+    health = command(
+        "health",
+        "check an engine server's health; exit 0 only when ready",
+        "TARGET is a pid (a server or one of its workers), an engine id (vllm-8002-1b690e57), or "
+        f"an engine ({ids}) followed by the server's URL. Prints the state; exits 0 when ready, "
+        "1 otherwise, 2 on bad input. --wait checks again (with backoff) until ready, the "
+        "process exits, or --wait-timeout.",
+        "enginespec health 1234",
+        "enginespec health --wait --wait-timeout 10m vllm-8002-1b690e57",
+        "enginespec health llamacpp http://127.0.0.1:8080",
+    )
+    health.add_argument("target", metavar="TARGET", help="pid, engine id, or engine")
+    health.add_argument("url", nargs="?", metavar="URL", help="base URL when TARGET is an engine")
+    health.add_argument("--wait", action="store_true", help="wait until ready")
+    health.add_argument(
+        "--wait-timeout", type=_duration, default=600.0, help="with --wait: give up after this (10m, 90s)"
+    )
+    health.add_argument("--timeout", type=_positive_seconds, default=2.0, help="request timeout, seconds")
+    health.add_argument("--verify-identity", action="store_true", help="check /v1/models serves the model")
+    health.add_argument("--deep", action="store_true", help="also ask for a one-token completion")
+    health.add_argument("--json", action="store_true", help="print the Health as JSON")
+    health.set_defaults(handler=_cmd_health)
+
+    command_ = command(
+        "command",
+        "print the serve command (and environment) a recipe file builds",
+        "Prints the environment delta as `export` lines and the shell-quoted argv, ready to run "
+        "(`$PATH` stays a reference); secrets are redacted unless --show-secrets. A bad recipe "
+        "exits 2 with a one-line error naming the field.",
+        "enginespec command recipe.toml",
+        "enginespec command --show-secrets recipe.toml > run.sh",
+    )
+    command_.add_argument("recipe", metavar="RECIPE", help="recipe file (.toml, .yaml, .yml or .json)")
+    command_.add_argument("--json", action="store_true", help="print a JSON document instead")
+    command_.add_argument("--strict", action="store_true", help="fail on fields the engine has no flag for")
+    command_.add_argument("--show-secrets", action="store_true", help="print API keys and tokens as they are")
+    command_.set_defaults(handler=_cmd_command)
+
+    install = command(
+        "install",
+        "install an engine into its managed runtime (idempotent)",
+        f"ENGINE is one of {ids}. Python engines go into a managed venv (or --python); binary "
+        "engines are built from --source. Shows the phase and the installer's last line. Exits 0 "
+        "when installed, 1 when the installer failed, 2 when refused before anything ran.",
+        "enginespec install vllm",
+        "enginespec install mlx --version '>=0.28'",
+        "enginespec install llamacpp --source https://github.com/ggml-org/llama.cpp --ref b6000",
+    )
+    install.add_argument("engine", metavar="ENGINE", help="the engine to install")
     install.add_argument("--version", help="PEP 440 version or specifier (e.g. 0.10.2, '>=0.10,<0.12')")
     install.add_argument("--python", help="install into this interpreter instead of the managed venv")
     install.add_argument("--source", help="binary engines: a source tree, archive or git URL to build from")
@@ -684,58 +1302,52 @@ def _parser() -> argparse.ArgumentParser:
         help="the build to install (auto: this host's GPU, or the CPU build without one)",
     )
     install.set_defaults(handler=_cmd_install)
-    info = commands.add_parser("info", help="what is installed, where, and which version")
-    info.add_argument("engine", nargs="?")
-    info.add_argument("--json", action="store_true")
+
+    info = command(
+        "info",
+        "what is installed, where, and which version",
+        f"One line per engine ({ids}), or for ENGINE only.",
+        "enginespec info",
+        "enginespec info vllm --json",
+    )
+    info.add_argument("engine", nargs="?", metavar="ENGINE", help="one engine only")
+    info.add_argument("--json", action="store_true", help="print a JSON list of RuntimeInfo")
     info.set_defaults(handler=_cmd_info)
-    help_ = commands.add_parser("help", help="print the installed engine's own full --help")
-    help_.add_argument("engine")
+
+    help_ = command(
+        "help",
+        "help on a command, or an installed engine's own full --help",
+        f"TOPIC is a command (ps, watch, ...) or an engine ({ids}).",
+        "enginespec help ps",
+        "enginespec help vllm",
+    )
+    help_.add_argument("topic", nargs="?", metavar="TOPIC", help="a command or an engine")
     help_.set_defaults(handler=_cmd_help)
     for sub in (install, info, help_):
         sub.add_argument(
             "--data-dir", help="data directory (default: $ENGINESPEC_DATA_DIR or the user data dir)"
         )
-    watch = commands.add_parser(
-        "watch",
-        help="a live view of the engine servers on this host",
-        description="Shows the engines as they start, become ready, change and stop, in a table "
-        "updated in place; with --json, one JSON object per event (JSON Lines). Uses the kernel's "
-        "process events when it may (root), else polls every --interval.",
-    )
-    watch.add_argument("--json", action="store_true", help="stream events as JSON Lines")
-    watch.add_argument(
-        "--interval", type=_duration, default=1.0, help="re-check period, and polling period (1s, 500ms)"
-    )
-    watch.add_argument(
-        "--health", action=argparse.BooleanOptionalAction, default=True, help="check health (default: on)"
-    )
-    watch.add_argument("--health-interval", type=_duration, default=2.0, help="health check period (2s)")
-    watch.add_argument("--poll", action="store_true", help="poll even where process events are available")
-    watch.add_argument(
-        "--load",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="read each engine's load with its health: tells busy and stalled engines (default: on)",
-    )
-    watch.add_argument(
-        "--stall-after",
-        type=_duration,
-        default=None,
-        help="seconds with requests pending and no token before 'stalled' (default: "
-        "$ENGINESPEC_STALL_AFTER, else the engine's own, 60s)",
-    )
-    watch.set_defaults(handler=_cmd_watch)
-    exporter_ = commands.add_parser(
+
+    exporter_ = command(
         "exporter",
-        help="serve Prometheus metrics about the engines on this host",
-        description="Scans (and health-checks) every --interval and serves the results at /metrics; "
-        "with --textfile, also writes them for node_exporter's textfile collector (atomically).",
+        "serve Prometheus metrics about the engines on this host",
+        "Scans (and health-checks) every --interval and serves the results at /metrics; with "
+        "--textfile, also writes them for node_exporter's textfile collector (atomically). An "
+        "engine that stops stays as enginespec_engine_up 0 for --keep-stopped, so "
+        "`enginespec_engine_up == 0` alerts fire; enginespec_last_refresh_timestamp_seconds says "
+        "when the exporter last refreshed.",
+        "enginespec exporter",
+        "enginespec exporter --host 0.0.0.0 --port 9464 --interval 5s",
+        "enginespec exporter --port 0 --textfile /var/lib/node_exporter/enginespec.prom",
     )
-    exporter_.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    exporter_.add_argument("--host", default="127.0.0.1", help="address to listen on")
     exporter_.add_argument("--port", type=_port, default=9464, help="port to listen on; 0: no HTTP server")
     exporter_.add_argument("--interval", type=_duration, default=2.0, help="refresh period (2s, 500ms, 1m)")
     exporter_.add_argument("--textfile", help="also write the series to this file after every refresh")
     exporter_.add_argument("--no-health", action="store_true", help="skip the health checks")
+    exporter_.add_argument(
+        "--keep-stopped", type=_duration, default=300.0, help="how long a stopped engine stays, as up 0 (5m)"
+    )
     exporter_.add_argument(
         "--load",
         action="store_true",
@@ -746,38 +1358,63 @@ def _parser() -> argparse.ArgumentParser:
         "--stall-after", type=_duration, default=None, help="with --load: seconds before 'stalled'"
     )
     exporter_.set_defaults(handler=_cmd_exporter)
-    command = commands.add_parser(
-        "command",
-        help="print the serve command (and environment) a recipe file builds",
-        description="Prints the environment delta as `export` lines and the shell-quoted argv "
-        "(secrets redacted); bad recipes exit 2 with a one-line error.",
+
+    parse = command(
+        "parse",
+        "recognise an engine server from its argv and print it as JSON",
+        "Prints the recognised invocation as JSON; exits 1 when argv is not an engine server.",
+        "enginespec parse -- vllm serve Qwen/Qwen3-8B --port 8001",
     )
-    command.add_argument("recipe", help="recipe file (.toml, .yaml, .yml or .json)")
-    command.add_argument("--json", action="store_true", help="print a JSON document instead")
-    command.add_argument("--strict", action="store_true", help="fail on fields the engine has no flag for")
-    command.set_defaults(handler=_cmd_command)
+    parse.add_argument("--json", action="store_true", help="JSON output (the only output)")
+    parse.add_argument("argv", nargs=argparse.REMAINDER, help="the command line, after --")
+    parse.set_defaults(handler=_cmd_parse)
+    from enginespec.cli_lifecycle import add_lifecycle_commands
+    from enginespec.modelcli import add_parser as add_model_commands
+
     add_lifecycle_commands(commands)
-    modelcli.add_parser(commands)
-    return parser
+    add_model_commands(commands)
+    subs.update(commands.choices)  # their own usage for their own bad flags
+    return parser, subs
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def _backend() -> str:
+    from enginespec._backend import BACKEND
+
+    return BACKEND
+
+
+def _run(argv: list[str]) -> int:
+    if argv == ["--version"]:  # answered before the parser is built: it lists the engines
+        _out([f"enginespec {__version__} ({_backend()})"])
+        return 0
+    parser, subs = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # the usage of the command that got it, not the top-level one
+        subs[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "parse":
         if args.argv[:1] == ["--"]:
             args.argv = args.argv[1:]
         if not args.argv:
             print("enginespec parse: give the command line after --", file=sys.stderr)
             return 2
-    handler = args.handler
+    args.parser, args.parser_commands = parser, subs
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     try:
-        result: int = handler(args)
+        return _run(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:
         # The reader went away (`enginespec ps | head`): stop quietly, as Unix tools do, and keep
         # Python from complaining about the unflushed stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    return result
+    except KeyboardInterrupt:
+        # Ctrl-C: the shell's convention (128 + SIGINT), no traceback.
+        print(file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Showing untrusted text literally: what came from a process or a server (argv, paths, health
 reasons, error messages) reaches a terminal with its control characters made visible, so it cannot
 paint rows, set the window title, forge lines or hide itself. JSON output needs none of this (JSON
-escapes them)."""
+escapes them). Also the short forms a table shows: ages (``3h12m``) and addresses (``127.0.0.1:8000``).
+"""
 
 from __future__ import annotations
 
@@ -34,3 +35,35 @@ def literal(text: str) -> str:
 def literal_lines(text: str) -> str:
     """As :func:`literal`, keeping the line breaks of a multi-line text (an engine's ``--help``)."""
     return "\n".join(literal(line) for line in text.split("\n"))
+
+
+def age(seconds: float) -> str:
+    """A duration as ``kubectl get`` shows an AGE: ``45s``, ``3m12s``, ``40m``, ``5h3m``, ``2d4h``."""
+    s = max(int(seconds), 0)
+    minutes, hours, days = s // 60, s // 3600, s // 86400
+    if s < 120:
+        return f"{s}s"
+    if minutes < 10:
+        return f"{minutes}m{s % 60}s" if s % 60 else f"{minutes}m"
+    if hours < 3:
+        return f"{minutes}m"
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if days < 8:
+        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
+    return f"{days}d"
+
+
+def compact_url(url: str) -> str:
+    """An engine's base URL as ``docker ps`` shows an address: ``127.0.0.1:8000``, ``[::1]:8000``
+    (plain HTTP is the rule, so its scheme goes); ``https://`` stays; a unix socket is
+    ``unix:/path``."""
+    if url.startswith("http://"):
+        return url[len("http://") :]
+    if url.startswith("http+unix://"):
+        from urllib.parse import unquote
+
+        return "unix:" + unquote(url[len("http+unix://") :])
+    return url

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
 from enginespec.status import Health
 
 
@@ -32,6 +34,11 @@ class CommandError(InvalidInputError):
 
 class RecipeFileError(InvalidInputError):
     """A recipe file that cannot be read, parsed or validated."""
+
+
+class RecipeValidationError(ValidationError, InvalidInputError):
+    """A :class:`~enginespec.Recipe` built from values it refuses: pydantic's ``ValidationError``
+    (same ``errors()``, inputs hidden) that is also an :class:`InvalidInputError`."""
 
 
 class InstallOptionsError(InvalidInputError):
@@ -77,3 +84,7 @@ class NotReady(EngineSpecError, TimeoutError):
         super().__init__(message)
         #: the last health check seen, if any.
         self.last = last
+
+
+class ExporterError(EngineSpecError, OSError):
+    """The exporter cannot serve or write: the message names the address or file and the flag."""

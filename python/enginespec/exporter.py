@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import get_args
 
@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from enginespec.gpus import GpuDevice
+from enginespec.errors import ExporterError
 from enginespec.health import check_all
 from enginespec.load import EngineLoad
 from enginespec.modelfacts import ModelFacts
@@ -59,6 +60,11 @@ class Snapshot:
     scans: int = 0
     #: the host's GPUs, when it has any.
     gpus: tuple[GpuDevice, ...] = ()
+    #: engine_id -> when (wall clock) it was last seen running, for engines no longer running: kept
+    #: as ``enginespec_engine_up 0`` for a while, so ``== 0`` alerts can fire.
+    stopped: dict[str, float] = field(default_factory=dict)
+    #: when the last refresh completed (wall clock); 0 before the first.
+    refreshed_at: float = 0.0
 
 
 #: How long one refresh may spend reading models' files (new engines only; see processmodels).
@@ -161,6 +167,8 @@ class EngineCollector(Collector):
                 ready.add_metric(engine_id, 1 if health.ready else 0)
                 for name in _STATES:
                     state.add_metric([unique_id, name], 1 if health.state == name else 0)
+        for engine_id_ in sorted(snapshot.stopped):
+            up.add_metric([engine_id_], 0)
         yield from (info, up, ready, state, started, workers, conflict, weights, kv_cache)
         yield from _gpu_metrics(snapshot)
         if snapshot.loads is not None:
@@ -171,6 +179,14 @@ class EngineCollector(Collector):
         errors = CounterMetricFamily("enginespec_scan_errors", "Processes a scan could not read")
         errors.add_metric([], snapshot.scan_errors)
         yield errors
+        refreshed = GaugeMetricFamily(
+            "enginespec_last_refresh_timestamp_seconds",
+            "When the exporter last completed a scan and its health checks (Unix time): alert on "
+            "time() - this, for an exporter that stalled",
+        )
+        if snapshot.refreshed_at:
+            refreshed.add_metric([], snapshot.refreshed_at)
+        yield refreshed
 
 
 def _gpu_label(device: GpuDevice) -> str:
@@ -255,11 +271,12 @@ def _refresh(
     scanner: Scanner,
     collector: EngineCollector,
     health: bool,
-    interval: float,
+    deadline: float,
+    keep_stopped: float,
     monitor: EngineMonitor | None = None,
 ) -> None:
-    """One scan and its checks: each request within ``min(2, interval)`` seconds and all of them
-    within ``interval`` (the refresh budget: engines not checked in time are ``unknown``)."""
+    """One scan and its health checks, all within ``deadline`` seconds: a hung engine costs at
+    most what is left of it (and is reported ``unknown``), never the next interval."""
     started = time.perf_counter()
     processes = scanner.scan()
     seconds = time.perf_counter() - started
@@ -271,14 +288,25 @@ def _refresh(
             break
         cached(process.pid, process.start_time, process.engine, process.model, process.argv)
     previous = collector.snapshot
+    healths: list[Health] | None = None
     loads = None
+    budget = max(deadline - seconds, 0.05)
     if monitor is not None:
         monitor.forget(processes)
-        vitals = monitor.check(processes, deadline=interval)
-        healths: list[Health] | None = [v.health for v in vitals]
+        vitals = monitor.check(processes, deadline=budget)
+        healths = [v.health for v in vitals]
         loads = [v.load for v in vitals]
-    else:
-        healths = check_all(processes, timeout=min(2.0, interval), deadline=interval) if health else None
+    elif health:
+        healths = check_all(processes, timeout=budget, deadline=budget)
+    now = time.time()
+    running = set(unique_engine_ids(processes))
+    stopped = {
+        engine_id: since
+        for engine_id, since in previous.stopped.items()
+        if engine_id not in running and now - since < keep_stopped
+    }
+    for engine_id in set(unique_engine_ids(previous.processes)) - running:
+        stopped[engine_id] = now
     collector.snapshot = Snapshot(
         processes=processes,
         healths=healths,
@@ -287,7 +315,17 @@ def _refresh(
         scan_errors=previous.scan_errors + scanner.stats.unreadable,
         scans=previous.scans + 1,
         gpus=gpu_ledger(processes, all_processes=False, reread=False),
+        stopped=stopped,
+        refreshed_at=now,
     )
+
+
+def _write_textfile(textfile: str, registry: CollectorRegistry) -> None:
+    try:
+        write_to_textfile(textfile, registry)  # a temporary file beside it, then a rename: atomic
+    except OSError as err:
+        # prometheus-client's message names its temporary file: name the one asked for
+        raise ExporterError(f"--textfile {textfile}: cannot write: {err.strerror or err}") from None
 
 
 def run(
@@ -297,27 +335,49 @@ def run(
     interval: float = 2.0,
     textfile: str | None = None,
     health: bool = True,
+    keep_stopped: float = 300.0,
     load: bool = False,
     stall_after: float | None = None,
     stop: threading.Event | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> None:
     """Serves ``/metrics`` on ``host:port`` (``port=None``: no server) and writes ``textfile``
-    atomically after every refresh, until ``stop`` is set. ``load``: health checks through an
-    :class:`enginespec.vitals.EngineMonitor` that also reads each engine's load (one more
-    request per engine and refresh): the ``enginespec_engine_requests_*`` series, and the
-    ``busy`` and ``stalled`` states (after ``stall_after`` seconds)."""
+    atomically after every refresh, until ``stop`` is set. Refreshes start every ``interval``
+    (a slow one is cut at 80% of it: a health check not answered by then is not ready); an
+    engine that stops stays as ``up 0`` for ``keep_stopped`` seconds. ``load``: health checks
+    through an :class:`enginespec.vitals.EngineMonitor` that also reads each engine's load (one
+    more request per engine and refresh): the ``enginespec_engine_requests_*`` series, and the
+    ``busy`` and ``stalled`` states (after ``stall_after`` seconds). ``log`` gets a line when
+    the server listens (node_exporter's ``Listening on address=...``).
+
+    Raises :class:`ExporterError` naming the address or file when it cannot listen or write."""
+    if port is None and not textfile:
+        raise ExporterError("--port 0 serves no HTTP and no --textfile is given: nothing would be exported")
     stop = stop or threading.Event()
     registry = CollectorRegistry()
     collector = EngineCollector()
     registry.register(collector)
     scanner = Scanner()
-    monitor = EngineMonitor(timeout=min(2.0, interval), stall_after=stall_after) if load else None
-    _refresh(scanner, collector, health, interval, monitor)
+    deadline = min(2.0, interval * 0.8)
+    next_at = time.monotonic()
+    monitor = EngineMonitor(timeout=deadline, stall_after=stall_after) if load else None
+    _refresh(scanner, collector, health, deadline, keep_stopped, monitor)  # the first scrape has data
     if port is not None:
-        start_http_server(port, addr=host, registry=registry)
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            server, _thread = start_http_server(port, addr=host, registry=registry)
+        except OSError as err:
+            raise ExporterError(f"cannot listen on {shown} (--host, --port): {err.strerror or err}") from None
+        bound = server.server_address[1]
+        if log is not None:
+            log(f"enginespec exporter: Listening on address={shown.rsplit(':', 1)[0]}:{bound} (/metrics)")
+    if textfile and log is not None:
+        log(f"enginespec exporter: writing textfile={textfile}")
     while True:
         if textfile:
-            write_to_textfile(textfile, registry)  # a temporary file, then a rename: atomic
-        if stop.wait(interval):
+            _write_textfile(textfile, registry)
+        # a fixed schedule: a slow refresh shortens the wait rather than stretching the period
+        next_at = max(next_at + interval, time.monotonic())
+        if stop.wait(next_at - time.monotonic()):
             return
-        _refresh(scanner, collector, health, interval, monitor)
+        _refresh(scanner, collector, health, deadline, keep_stopped, monitor)

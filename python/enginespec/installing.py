@@ -185,7 +185,7 @@ def run_streaming(
                 break
             deadline.check(command, tail)
             time.sleep(0.05)
-    except InstallError:
+    except BaseException:  # a failure, or Ctrl-C: the installer (its own session) goes too
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

@@ -27,6 +27,8 @@ class Column:
     comfortable: int = 8
     #: left out, in order of ``drop`` (lowest first), when the table does not fit; 0: never.
     drop: int = 0
+    #: kept whole while a column whose ``drop`` is at most this is still shown: those go first.
+    whole_over: int = 0
 
 
 def shorten(value: str, width: int, where: Literal["never", "middle", "end"]) -> str:
@@ -63,15 +65,21 @@ def fit(
         natural = {i: max(cell_len(columns[i].header), *(cell_len(row[i]) for row in rows)) for i in keep}
         if width is None or _total(natural) <= width:
             return _render(columns, rows, keep, natural)
-        widths = _shrink(columns, natural, width, comfortable=True)
         droppable = [i for i in keep if columns[i].drop]
+        cheapest = min((columns[i].drop for i in droppable), default=0)
+        comfortable = {
+            i: natural[i] if droppable and cheapest <= columns[i].whole_over else columns[i].comfortable
+            for i in keep
+        }
+        widths = _shrink(columns, natural, width, comfortable)
         if _total(widths) <= width or not droppable:
-            return _render(columns, rows, keep, _shrink(columns, natural, width, comfortable=False))
+            minimum = {i: columns[i].minimum for i in keep}
+            return _render(columns, rows, keep, _shrink(columns, natural, width, minimum))
         keep.remove(min(droppable, key=lambda i: columns[i].drop))
 
 
 def _shrink(
-    columns: Sequence[Column], natural: dict[int, int], width: int, comfortable: bool
+    columns: Sequence[Column], natural: dict[int, int], width: int, floors: dict[int, int]
 ) -> dict[int, int]:
     widths = dict(natural)
     excess = _total(widths) - width
@@ -80,7 +88,7 @@ def _shrink(
             column = columns[i]
             if column.shorten != where or excess <= 0:
                 continue
-            floor = max(column.comfortable if comfortable else column.minimum, cell_len(column.header))
+            floor = max(floors[i], cell_len(column.header))
             cut = min(excess, widths[i] - floor)
             if cut > 0:
                 widths[i] -= cut

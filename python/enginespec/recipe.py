@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     SecretStr,
+    StrictBool,
     ValidationError,
     ValidationInfo,
     field_serializer,
@@ -22,9 +24,12 @@ from pydantic import (
 )
 
 from enginespec._pymatcher import looks_like_flag
-from enginespec.errors import RecipeFileError
+from enginespec.errors import RecipeFileError, RecipeValidationError
 from enginespec.masking import REDACTED, is_secret_name, mask_mapping
 from enginespec.registry import engine_ids
+
+if TYPE_CHECKING:
+    from pydantic_core import InitErrorDetails
 
 #: A value of ``extra_args``: scalars, lists of scalars, or a JSON object.
 ExtraScalar = str | int | float | bool | None
@@ -63,9 +68,9 @@ class DockerRuntime(BaseModel):
     #: container name; ``None`` lets docker pick one.
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     #: share the host's network namespace instead of publishing the port.
-    host_network: bool = False
+    host_network: StrictBool = False
     #: mount the Hugging Face cache of the user running the command.
-    mount_hf_cache: bool = True
+    mount_hf_cache: StrictBool = True
 
 
 Runtime = Annotated[NativeRuntime | DockerRuntime, Field(discriminator="kind")]
@@ -96,7 +101,8 @@ class Recipe(BaseModel):
     kv_cache_dtype: str | None = Field(default=None, min_length=1)
     dtype: str | None = Field(default=None, min_length=1)
     quantization: str | None = Field(default=None, min_length=1)
-    trust_remote_code: bool | None = None
+    #: strictly a boolean: "yes" or 1 in a recipe is refused, not taken for true.
+    trust_remote_code: StrictBool | None = None
     tool_call_parser: str | None = Field(default=None, min_length=1)
     reasoning_parser: str | None = Field(default=None, min_length=1)
     chat_template: str | None = Field(default=None, min_length=1)
@@ -110,6 +116,28 @@ class Recipe(BaseModel):
     python_path: str | None = Field(default=None, min_length=1)
     binary_path: str | None = Field(default=None, min_length=1)
     runtime: Runtime = Field(default_factory=NativeRuntime)
+
+    if not TYPE_CHECKING:  # type checkers keep the fields' signature
+
+        def __init__(self, /, **data: Any) -> None:
+            try:
+                super().__init__(**data)
+            except ValidationError as err:
+                raise _refused(err) from None
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> Recipe:
+        try:
+            return super().model_validate(obj, **kwargs)
+        except ValidationError as err:
+            raise _refused(err) from None
+
+    @classmethod
+    def model_validate_json(cls, json_data: str | bytes | bytearray, **kwargs: Any) -> Recipe:
+        try:
+            return super().model_validate_json(json_data, **kwargs)
+        except ValidationError as err:
+            raise _refused(err) from None
 
     @field_validator(*_FLAG_VALUE_FIELDS)
     @classmethod
@@ -128,7 +156,8 @@ class Recipe(BaseModel):
     @classmethod
     def _known_engine(cls, value: str) -> str:
         if value not in engine_ids():
-            raise ValueError(f"engine {value!r} is not one of {', '.join(engine_ids())}")
+            ids = engine_ids()
+            raise ValueError(f"engine {value!r} is not one of {', '.join(ids)}{did_you_mean(value, ids)}")
         return value
 
     @field_validator("runtime", mode="before")
@@ -193,6 +222,10 @@ class Recipe(BaseModel):
             text = file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             raise RecipeFileError(f"{file}: cannot read: {err}") from None
+        if not text.strip():
+            raise RecipeFileError(
+                f"{file}: the file is empty (a recipe needs at least engine and model_path)"
+            )
         data = _load_document(file, text)
         if not isinstance(data, dict):
             raise RecipeFileError(f"{file}: expected a table of recipe fields, got {type(data).__name__}")
@@ -218,8 +251,9 @@ def _load_document(file: Path, text: str) -> Any:
         if suffix == ".json":
             return json.loads(text)
     except Exception as err:  # each parser has its own error type; all mean "not valid <format>"
-        # Say where, never what: the parsers' messages may quote the line (and a secret on it).
-        raise RecipeFileError(f"{file}: invalid {suffix[1:].upper()}{_where(err)}") from None
+        # Where, and the parser's reason ("Illegal trailing comma"), never the line itself: it
+        # may hold a secret.
+        raise RecipeFileError(f"{file}: invalid {suffix[1:].upper()}{_where(err)}: {_reason(err)}") from None
     raise RecipeFileError(f"{file}: unknown recipe format {suffix!r} (use .toml, .yaml, .yml or .json)")
 
 
@@ -234,6 +268,28 @@ def _where(err: Exception) -> str:
     return f" at line {found.group(1)}, column {found.group(2)}" if found else ""
 
 
+def _reason(err: Exception) -> str:
+    """A parser's reason without its location (said apart) or any quoted text longer than one
+    character (it could be a piece of the document)."""
+    problem = getattr(err, "problem", None)  # PyYAML
+    text = problem if isinstance(problem, str) else getattr(err, "msg", None) or str(err)
+    first = str(text).strip().splitlines()[0] if str(text).strip() else ""
+    first = re.sub(r"\s*\(at line \d+, column \d+\)|:?\s*line \d+ column \d+ \(char \d+\)", "", first)
+    first = re.sub(r"'[^']{2,}'|\"[^\"]{2,}\"", "'...'", first)
+    return first[:120] or "not valid"
+
+
+def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    """``; did you mean 'vllm'?`` when one of ``choices`` is close to ``word``, else empty."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _refused(err: ValidationError) -> RecipeValidationError:
+    details = cast("list[InitErrorDetails]", err.errors())  # the same keys, ctx kept
+    return RecipeValidationError.from_exception_data(err.title, details, hide_input=True)
+
+
 def describe_validation_error(err: ValidationError) -> str:
     """One line per problem: ``field: message (got value)``. Only a scalar value is shown, and
     never one of a secret field (``api_key``, a secret ``extra_args`` flag or ``env_vars`` name) or
@@ -243,6 +299,10 @@ def describe_validation_error(err: ValidationError) -> str:
         parts = [str(part) for part in problem["loc"]]
         field = ".".join(parts) or "recipe"
         message = problem["msg"].removeprefix("Value error, ")
+        # TOML, YAML and JSON have lists, not tuples
+        message = message.replace("a valid tuple", "a valid list")
+        if problem["type"] == "extra_forbidden" and len(parts) == 1:
+            message += did_you_mean(parts[0], list(Recipe.model_fields))
         value = problem.get("input")
         secret = any(part == "api_key" or is_secret_name(part) for part in parts)
         if secret or problem["type"] == "extra_forbidden":

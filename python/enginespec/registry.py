@@ -11,6 +11,7 @@ which engines exist without importing the engine modules.
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from collections.abc import Iterable
 from importlib.metadata import entry_points
@@ -20,6 +21,8 @@ from enginespec.errors import UnknownEngineError
 from enginespec.signature import Signature
 
 ENTRY_POINT_GROUP = "enginespec.engines"
+#: the package whose import registers the built-in engines.
+BUILTIN_PACKAGE = "enginespec.engines"
 
 _builtin: tuple[EngineDefinition, ...] = ()
 _all: tuple[EngineDefinition, ...] | None = None
@@ -58,6 +61,10 @@ def _load_plugins(known: set[str]) -> list[EngineDefinition]:
 def all_engines() -> tuple[EngineDefinition, ...]:
     """Built-in engines followed by plugins (loaded once, on first use)."""
     global _all
+    if not _builtin:
+        # Built-in engines load on first use, like plugins (`import enginespec` stays light): their
+        # package registers them (register_builtin) when imported.
+        importlib.import_module(BUILTIN_PACKAGE)
     if _all is None:
         _all = _builtin + tuple(_load_plugins({engine.id for engine in _builtin}))
     return _all
