@@ -304,7 +304,7 @@ class Matcher:
                 else:
                     port = argv[i]
                 i += 1
-        return index, None, [], host or None, _parse_port(port) if port else None, form.role
+        return index, None, [], host or None, parse_port(port) if port else None, form.role
 
     def _parse_form(
         self, argv: Sequence[str], index: int, form: LaunchForm, i: int, program: str

@@ -19,8 +19,8 @@ from prometheus_client import start_http_server, write_to_textfile
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from enginespec.gpus import GpuDevice
 from enginespec.errors import ExporterError
+from enginespec.gpus import GpuDevice
 from enginespec.health import check_all
 from enginespec.load import EngineLoad
 from enginespec.modelfacts import ModelFacts

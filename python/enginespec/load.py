@@ -27,7 +27,18 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from enginespec.definition import EngineDefinition, LoadMetrics
 from enginespec.errors import InvalidInputError
-from enginespec.health import _blocking, _headers, _Request, _resolve, _Target, _tls, _tree, ownership_problem
+from enginespec.health import (
+    _blocking,
+    _endpoint,
+    _headers,
+    _PeerMismatch,
+    _Request,
+    _resolve,
+    _Target,
+    _transport,
+    _tree,
+    ownership_problem,
+)
 from enginespec.scanning import EngineProcess, process_alive
 from enginespec.signature import NOT_SERVING_ROLES
 
@@ -215,15 +226,21 @@ def _ratio(found: dict[str, list[float]], names: Sequence[str]) -> float | None:
 
 async def _get(t: _Target, path: str, timeout: float) -> tuple[int | None, bytes, str]:
     """(status, body up to MAX_ANSWER_BYTES, failure detail) of one GET, the whole request
-    bounded by ``timeout`` (a server that trickles cannot hold it longer)."""
+    bounded by ``timeout`` (a server that trickles cannot hold it longer). Sent only to a socket
+    the engine's own tree holds, found as a health check finds it (``health._endpoint``): an
+    address from a process is never contacted on its word."""
     import httpx
 
-    url, socket = t.endpoint()
-    transport = httpx.AsyncHTTPTransport(uds=socket, verify=_tls())
-    headers = _headers(t, _Request("GET", path, authorized=True))
+    if t.base_url is None:
+        return None, b"", "no usable listen address: not contacted"
+    where, (_state, why) = await asyncio.to_thread(_endpoint, t)
+    if where is None:
+        return None, b"", why
+    request = _Request("GET", path, where, authorized=True)
+    headers = {**_headers(t, request), "Accept-Encoding": "identity"}
 
     async def read(client: httpx.AsyncClient) -> tuple[int, bytes]:
-        async with client.stream("GET", url + path, headers=headers) as response:
+        async with client.stream("GET", where.url + path, headers=headers) as response:
             chunks, size = [], 0
             async for chunk in response.aiter_raw():
                 chunks.append(chunk)
@@ -233,14 +250,16 @@ async def _get(t: _Target, path: str, timeout: float) -> tuple[int | None, bytes
             return response.status_code, b"".join(chunks)
 
     try:
-        async with httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(timeout)) as client:
+        async with httpx.AsyncClient(transport=_transport(where), timeout=httpx.Timeout(timeout)) as client:
             status, body = await asyncio.wait_for(read(client), timeout)
             return status, body, ""
     except _TooLarge:
         return None, b"", f"answer larger than {MAX_ANSWER_BYTES} bytes"
     except (asyncio.TimeoutError, httpx.TimeoutException):
         return None, b"", f"no answer within {timeout:g}s"
-    except httpx.HTTPError as err:
+    except _PeerMismatch as err:
+        return None, b"", str(err)
+    except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, ValueError) as err:
         return None, b"", f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
 
 

@@ -7,11 +7,9 @@ and ``ps --wide``; these names are only what a table shows.
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 
-from enginespec.settings import _owner_may_read, config_location
+from enginespec._procfiles import list_named, read_named
 
 # huggingface_hub's cache layout (file_download.py, repo_folder_name): the repo id with "/"
 # written "--" under "models--", then "snapshots/<revision hash>/" and the repo's files. Hub ids
@@ -52,42 +50,34 @@ def model_name(model: str | None, pid: int | None = None) -> str | None:
 
 
 def _ollama_name(pid: int, root: str, digest: str) -> str | None:
-    manifests = config_location(pid, f"{root}/manifests")
-    seen = 0
-    for directory, subdirectories, files in os.walk(manifests):
-        subdirectories.sort()
-        for file in sorted(files):
-            seen += 1
-            if seen > _MAX_MANIFESTS:
+    """The ``host/namespace/model/tag`` manifest under ``root/manifests`` whose model layer is
+    ``digest``, listed and read as process ``pid``'s owner would, inside its root."""
+    budget = [_MAX_MANIFESTS]
+
+    def walk(path: str, parts: list[str]) -> str | None:
+        if len(parts) == 4:
+            budget[0] -= 1
+            return _short_name(parts) if budget[0] >= 0 and _names_digest(pid, path, digest) else None
+        for name in sorted(list_named(pid, path, _MAX_MANIFESTS) or ()):
+            if budget[0] <= 0:
                 return None
-            path = os.path.join(directory, file)
-            if _names_digest(pid, path, digest):
-                parts = os.path.relpath(path, manifests).split(os.sep)
-                return _short_name(parts) if len(parts) == 4 else None
-    return None
+            found = walk(f"{path}/{name}", [*parts, name])
+            if found:
+                return found
+        return None
+
+    return walk(f"{root}/manifests", [])
 
 
 def _names_digest(pid: int, path: str, digest: str) -> bool:
     """Whether the manifest at ``path`` (a regular file the process's owner may read, small)
     has ``digest`` as its model layer."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode) or not _owner_may_read(pid, status):
-            return False
-        data = os.read(fd, _MAX_MANIFEST_BYTES + 1)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    if len(data) > _MAX_MANIFEST_BYTES:
+    data = read_named(pid, path, _MAX_MANIFEST_BYTES).data
+    if data is None:
         return False
     try:
         layers = json.loads(data).get("layers")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return False
     return isinstance(layers, list) and any(
         isinstance(layer, dict)

@@ -224,17 +224,17 @@ def target(tree: Sequence[int], host: str, port: int) -> Target:
         listener
         for listener in found
         if listener.inode in held
-        and (wanted is None or any(_overlap(listener.address, address) for address in wanted))
+        and (wanted is None or any(overlap(listener.address, address) for address in wanted))
     ]
     relevant = [
         listener
         for listener in found
-        if wanted is None or any(_overlap(listener.address, address) for address in wanted)
+        if wanted is None or any(overlap(listener.address, address) for address in wanted)
     ]
     shared = [
         listener.inode
         for listener in relevant
-        if listener.inode not in held and any(_overlap(listener.address, own.address) for own in mine)
+        if listener.inode not in held and any(overlap(listener.address, own.address) for own in mine)
     ]
     foreign = [listener.inode for listener in relevant if listener.inode not in held]
     if not mine:

@@ -7,10 +7,10 @@ import re
 from collections.abc import Sequence
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import Flags, Launch, LoadMetrics, Package, Serving, Settings, SourceBuild
-from enginespec.failures import FailurePattern, Failures
 from enginespec._pygguf import TYPE_SIZES
 from enginespec.argv import flag_value
+from enginespec.definition import Flags, Launch, LoadMetrics, Package, Serving, Settings, SourceBuild
+from enginespec.failures import FailurePattern, Failures
 from enginespec.modelfacts import LoggedMemory, MemoryEstimate, ModelError, ModelFacts
 from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec

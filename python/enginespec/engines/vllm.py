@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import enginespec.engines._libraries as _libraries
-from enginespec.definition import FamilyDefault, Flags, Launch, LoadMetrics, Package, Serving, Settings
-from enginespec.failures import FailurePattern, Failures
 import re
 from collections.abc import Sequence
 
+import enginespec.engines._libraries as _libraries
 from enginespec.argv import flag_value
+from enginespec.definition import FamilyDefault, Flags, Launch, LoadMetrics, Package, Serving, Settings
+from enginespec.failures import FailurePattern, Failures
 from enginespec.modelfacts import LoggedMemory, MemoryEstimate, ModelError, ModelFacts
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
