@@ -1,6 +1,6 @@
 """NVIDIA's NVML, loaded at run time with ctypes (``libnvidia-ml.so.1``, or the file named by
-``ENGINESPEC_NVML_LIBRARY``): the devices, their memory and the processes on them. Imported only
-when NVML is to be tried, so ``import enginespec`` does not load ctypes."""
+``ENGINESPEC_NVML_LIBRARY``): the devices, their memory and the processes on them. The library
+is loaded only when NVML is to be tried."""
 
 from __future__ import annotations
 

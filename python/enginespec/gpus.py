@@ -15,14 +15,12 @@ import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from enginespec._gpuids import UUID, normal_pci
-
-if TYPE_CHECKING:
-    from enginespec._nvml import NvmlDevice
+from enginespec._nvml import NvmlDevice, query
 
 Vendor = Literal["nvidia", "amd", "intel", "other"]
 GpuSource = Literal["nvml", "fdinfo", "kfd", "fd"]
@@ -323,14 +321,12 @@ def nvml_devices(
 ) -> tuple[tuple[NvmlDevice, ...] | None, str | None]:
     """NVML's devices and their processes, or ``None`` and why. NVML is tried when
     ``ENGINESPEC_NVML_LIBRARY`` names a library, or on a live host (``root`` ``/``) whose NVIDIA
-    driver lists a GPU (``enginespec._nvml``, and ctypes, are imported only then)."""
+    driver lists a GPU."""
     path = os.environ.get(NVML_LIBRARY_ENV)
     if not path:
         if os.path.realpath(root) != "/" or not nvidia_listed:
             return None, None
         path = "libnvidia-ml.so.1"
-    from enginespec._nvml import query
-
     return query(path)
 
 
