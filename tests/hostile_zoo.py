@@ -2,6 +2,7 @@
 this host while the test suite runs (`.ci/run`'s hostile-host step). Run as root:
 
     python tests/hostile_zoo.py start DIR   # starts the zoo; DIR/pids lists exactly its processes
+    python tests/hostile_zoo.py start DIR --without-files   # no attacks through config files
     python tests/hostile_zoo.py stop DIR    # kills exactly those (pid and start time), cleans up
 
 Everything stays on 127.0.0.0/8 and in this process's own cgroup (the one delegated cgroup made for
@@ -97,8 +98,10 @@ def _as_nobody() -> dict[str, object]:
 
 
 class Zoo:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, files: bool = True) -> None:
         self.dir = directory
+        #: whether the attacks through files a process names (configs) are started too
+        self.files = files
         self.pids: list[int] = []
         self.cgroups: list[Path] = []
 
@@ -136,8 +139,6 @@ class Zoo:
             ["gcc", "-O1", "-o", str(self.idle), str(HERE / "helpers" / "idle.c")], check=True, timeout=120
         )
         self.idle.chmod(0o755)
-        n = str(own)
-
         # The victim (root): a ready server on 127.0.0.1 and on a root-only unix socket.
         private = d / "root-only"
         private.mkdir(mode=0o700, exist_ok=True)
@@ -153,6 +154,13 @@ class Zoo:
         victim.stdout.readline()
         port = str(victim_port)
 
+        if self.files:
+            self._file_attacks(own, private)
+        self._network_attacks(victim_sock, port)
+        time.sleep(0.5)
+
+    def _file_attacks(self, own: Path, private: Path) -> None:
+        n = str(own)
         # 1. configs that block on read
         os.mkfifo(f"{n}/fifo.yaml")
         self.engine("vllm", "serve", "--config", f"{n}/fifo.yaml")
@@ -199,6 +207,9 @@ class Zoo:
             self._spawn([SYSTEM_PYTHON, "-c", _FLIPPER, *args], executable=SYSTEM_PYTHON)
         (own / "abs.yaml").symlink_to("/etc/shadow")
         self.engine("vllm", "serve", "--config", f"{n}/abs.yaml")
+
+    def _network_attacks(self, victim_sock: str, port: str) -> None:
+        d = self.dir
         # 9: a root-only socket named by --host and by LLAMA_ARG_HOST
         self.engine("llama-server", "-m", "m.gguf", "--host", victim_sock)
         self.engine("llama-server", "-m", "m.gguf", env={"LLAMA_ARG_HOST": victim_sock})
@@ -248,7 +259,6 @@ class Zoo:
             self.engine(*huge)
         # 18: a delegated cgroup named as a real container's scope
         self._cgroup_claim()
-        time.sleep(0.5)
 
     def _cgroup_claim(self) -> None:
         line = next(
@@ -317,7 +327,7 @@ def stop(directory: Path) -> None:
 def main() -> int:
     command, directory = sys.argv[1], Path(sys.argv[2])
     if command == "start":
-        zoo = Zoo(directory)
+        zoo = Zoo(directory, files="--without-files" not in sys.argv[3:])
         try:
             zoo.start()
         finally:

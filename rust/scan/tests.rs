@@ -409,7 +409,8 @@ fn an_engine_that_rewrites_its_argv_is_reported_anew_at_the_next_scan() {
 fn a_huge_argv_is_compared_at_both_ends_and_read_whole_only_when_they_differ() {
     let proc = FakeProc::new();
     proc.spawn(1, &["/sbin/init"]);
-    let filler = vec!["--flag"; 5000];
+    // 13,500 bytes, past both ends compared; 905 arguments, within what a scan keeps.
+    let filler = vec!["--flag-padding"; 900];
     let argv = |port: &'static str| {
         [&["demo", "serve", "/m/big"][..], &filler, &["--port", port]].concat()
     };
@@ -417,7 +418,7 @@ fn a_huge_argv_is_compared_at_both_ends_and_read_whole_only_when_they_differ() {
     let mut scanner = scanner(&proc);
     let t0 = Instant::now();
     let first = scanner.scan_at(t0);
-    assert!(first[0].argv.len() > 5000);
+    assert!(first[0].argv.len() > 900);
     scanner.scan_at(t0 + secs(1));
     assert_eq!(scanner.stats().reread, 0);
 
@@ -436,7 +437,7 @@ fn a_huge_argv_is_compared_at_both_ends_and_read_whole_only_when_they_differ() {
     // A change in the middle that keeps the length, the command name and argv's place goes
     // unseen: the price of a scan whose cost does not grow with argv ...
     let mut middle = longer.clone();
-    middle[2500] = "--flaw";
+    middle[450] = "--flag-paddinx";
     proc.exec(100, &middle);
     let found = scanner.scan_at(t0 + secs(4));
     assert_eq!(found[0].argv, bytes(&longer));
@@ -1199,4 +1200,26 @@ fn near_cursor_is_cyclic_and_bounded() {
     assert!(near_cursor(32767, 2, 32768)); // just before the wrap
     assert!(!near_cursor(20000, 1000, 32768));
     assert!(!near_cursor(1000 + 5000, 1000, 32768));
+}
+
+#[test]
+fn an_argv_beyond_the_cap_is_kept_only_to_it_and_marked_cut() {
+    use crate::procfs::{ARGV_CUT, MAX_ARGV_ARGS};
+    let proc = FakeProc::new();
+    proc.spawn(1, &["/sbin/init"]);
+    let huge = [
+        &["demo", "serve", "/m/first"][..],
+        &vec!["x"; 3000],
+        &["--port", "8009"],
+    ]
+    .concat();
+    proc.spawn(100, &huge);
+    let mut scanner = scanner(&proc);
+    let found = scanner.scan_at(Instant::now());
+    let kept = &found[0].argv;
+    assert_eq!(kept.len(), MAX_ARGV_ARGS + 1);
+    assert_eq!(kept.last().map(Vec::as_slice), Some(ARGV_CUT));
+    assert_eq!(kept[..MAX_ARGV_ARGS], bytes(&huge[..MAX_ARGV_ARGS])[..]);
+    // The port sits beyond the cap: not examined, so not known.
+    assert_eq!(found[0].facts.port, None);
 }
