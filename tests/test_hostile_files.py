@@ -279,10 +279,11 @@ def test_paths_stay_inside_a_chroot(strangers: Strangers, shared: Path, resolver
 
 
 def test_a_symlink_flipped_under_the_scanner_never_leaks(
-    strangers: Strangers, shared: Path, resolver: str
+    strangers: Strangers, shared: Path, resolver: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The owner flips a symlink between its own file and a root-only one while root reads it:
     what is read is checked as opened, so the root-only file is never read."""
+    monkeypatch.setattr(procfiles, "STEP_SECONDS", 60.0)  # a loaded host is slow, not hostile
     private = Path(tempfile.mkdtemp(prefix="enginespec-private-"))
     try:
         _write(private / "secret.yaml", "model: root-secret\n", 0o600)
@@ -432,3 +433,22 @@ def test_the_version_of_a_running_engine_is_read_as_its_owner(
     spec = get_engine_spec("vllm")
     for pid, version in pids.items():
         assert spec.get_runtime_info(running=found[pid]).version == version
+
+
+def test_a_config_that_is_not_read_is_not_read_again_each_scan(strangers: Strangers, shared: Path) -> None:
+    """A refused file (unreadable by its owner, too large) is looked at again only when it
+    changes: the engine's model is the very same object scan after scan, until an edit."""
+    _write(shared / "root-only.yaml", "model: root-only\n", 0o600)
+    _write(shared / "large.yaml", "model: x\n" + "#" * (1 << 19))
+    pids = [
+        strangers.start(["vllm", "serve", "--config", name], shared)
+        for name in ("root-only.yaml", "large.yaml")
+    ]
+    scanner = Scanner()
+    first = _by_pid(scanner.scan(), pids)
+    second = _by_pid(scanner.scan(), pids)
+    assert all(first[pid] is second[pid] for pid in pids)
+    assert "not readable by the process's owner" in first[pids[0]].problems[0]
+    assert "is larger than" in first[pids[1]].problems[0]
+    _write(shared / "large.yaml", "model: org/small-now\n")
+    assert _by_pid(scanner.scan(), pids)[pids[1]].model == "org/small-now"

@@ -362,6 +362,15 @@ _stuck = 0
 _busy = threading.Lock()  # one step at a time
 
 
+def _forget_workers() -> None:
+    """In a forked child, which has none of its parent's threads (nor their locks' owners)."""
+    global _lock, _worker, _stuck, _busy
+    _lock, _worker, _stuck, _busy = threading.Lock(), None, 0, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_workers)
+
+
 def _in_thread(action: Callable[[], _T]) -> _T:
     """``action()`` in the worker thread, waited for at most :data:`STEP_SECONDS`."""
     global _stuck, _worker
@@ -452,15 +461,15 @@ def read_named(pid: int, path: str, limit: int, *, whole: bool = True) -> NamedF
                 return NamedFile(None, missing=True)
             raise _fail(err) from None
         try:
-            status = _regular(handle)
-            if whole and status.st_size > limit:
-                raise Refused(f"is larger than {limit} bytes; not read")
+            identity = _identity(_regular(handle))
+            if whole and identity[2] > limit:
+                return NamedFile(None, identity, f"is larger than {limit} bytes; not read")
             # Opened again through the very fd that was checked: the file, not what its name
             # may have become meanwhile; with the owner's read permission checked now.
             flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
             reader = os.open(f"{PROC}/self/fd/{handle}", flags)
-        except OSError as err:
-            raise _fail(err) from None
+        except OSError as err:  # from here on, the identity is known: an edit is noticed
+            return NamedFile(None, identity, str(_fail(err)))
         finally:
             os.close(handle)
         try:
@@ -469,13 +478,14 @@ def read_named(pid: int, path: str, limit: int, *, whole: bool = True) -> NamedF
             while size <= limit and (chunk := os.read(reader, limit + 1 - size)):
                 chunks.append(chunk)
                 size += len(chunk)
-            if size > limit and whole:
-                raise Refused(f"is larger than {limit} bytes; not read")
-            return NamedFile(b"".join(chunks)[:limit], _identity(os.fstat(reader)))
+            identity = _identity(os.fstat(reader))
         except OSError as err:
-            raise _fail(err) from None
+            return NamedFile(None, identity, str(_fail(err)))
         finally:
             os.close(reader)
+        if size > limit and whole:
+            return NamedFile(None, identity, f"is larger than {limit} bytes; not read")
+        return NamedFile(b"".join(chunks)[:limit], identity)
 
     try:
         return _with_root(pid, [path], read)
