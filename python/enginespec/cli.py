@@ -118,7 +118,7 @@ def _ps_columns() -> tuple[Column, ...]:
         # whole while there are cheaper columns to leave out (NOTE and those before it)
         Column("MODEL", shorten="middle", minimum=12, comfortable=20, whole_over=8),
         Column("SERVED AS", shorten="end", minimum=10, comfortable=14, drop=10),
-        Column("URL", drop=11),
+        Column("URL", drop=11, last_resort=True),
         Column("CONTAINER", shorten="end", minimum=12, drop=7),
         Column("PUBLISHED", shorten="end", minimum=12, drop=6),
         Column("WORKERS", drop=4),
