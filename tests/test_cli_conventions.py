@@ -121,7 +121,7 @@ def test_ps_quiet_name_json_filters_and_headers(procs: Procs) -> None:
     table = enginespec("ps", "--no-health", "--no-headers", str(vllm.pid))
     assert _text(table).splitlines()[0].split()[:2] == [str(vllm.pid), "vllm"]
     # nothing matches: nothing on stdout (counted by wc -l), the reason on stderr
-    none = enginespec("ps", "--no-health", "--filter", "port=1")
+    none = enginespec("ps", "--no-health", "--filter", "pid=999999999")  # above any pid_max
     assert (none.returncode, none.stdout) == (0, b"")
     assert b"no engine server" in none.stderr
 
