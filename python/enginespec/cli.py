@@ -122,7 +122,7 @@ def _ps_columns() -> tuple[Column, ...]:
         Column("SERVED AS", shorten="end", minimum=10, comfortable=14, drop=10),
         # architecture, quantization, context as started (from the model's files, see docs/models.md)
         Column("MODEL FACTS", shorten="end", minimum=10, drop=2),
-        Column("URL", drop=11),
+        Column("URL", drop=11, last_resort=True),
         Column("CONTAINER", shorten="end", minimum=12, drop=7),
         Column("PUBLISHED", shorten="end", minimum=12, drop=6),
         Column("WORKERS", drop=4),

@@ -29,6 +29,8 @@ class Column:
     drop: int = 0
     #: kept whole while a column whose ``drop`` is at most this is still shown: those go first.
     whole_over: int = 0
+    #: left out only when the table does not fit even with every value at its ``minimum``.
+    last_resort: bool = False
 
 
 def shorten(value: str, width: int, where: Literal["never", "middle", "end"]) -> str:
@@ -72,10 +74,15 @@ def fit(
             for i in keep
         }
         widths = _shrink(columns, natural, width, comfortable)
-        if _total(widths) <= width or not droppable:
-            minimum = {i: columns[i].minimum for i in keep}
-            return _render(columns, rows, keep, _shrink(columns, natural, width, minimum))
-        keep.remove(min(droppable, key=lambda i: columns[i].drop))
+        minimum = _shrink(columns, natural, width, {i: columns[i].minimum for i in keep})
+        first = min(droppable, key=lambda i: columns[i].drop, default=None)
+        if (
+            _total(widths) <= width
+            or first is None
+            or (columns[first].last_resort and _total(minimum) <= width)
+        ):
+            return _render(columns, rows, keep, minimum)
+        keep.remove(first)
 
 
 def _shrink(
