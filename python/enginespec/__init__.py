@@ -31,16 +31,16 @@ from enginespec.errors import (
     InstallOptionsError,
     InstallTimeout,
     InvalidInputError,
+    LaunchFailed,
     NotReady,
     RecipeFileError,
+    RestartRefused,
     UnknownEngineError,
 )
 from enginespec.failures import Failure, FailureKind, FailurePattern, Failures
 from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
 from enginespec.lifecycle import (
-    LaunchFailed,
     LogSource,
-    RestartRefused,
     RunningEngine,
     Signalled,
     StopResult,
