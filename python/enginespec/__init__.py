@@ -37,18 +37,18 @@ if TYPE_CHECKING:
         InstallOptionsError,
         InstallTimeout,
         InvalidInputError,
+        LaunchFailed,
         NotReady,
         RecipeFileError,
         RecipeValidationError,
+        RestartRefused,
         UnknownEngineError,
     )
     from enginespec.failures import Failure, FailureKind, FailurePattern, Failures
     from enginespec.gpus import GpuDevice, GpuProcess, GpuUse
     from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
     from enginespec.lifecycle import (
-        LaunchFailed,
         LogSource,
-        RestartRefused,
         RunningEngine,
         Signalled,
         StopResult,
@@ -129,9 +129,9 @@ _LAZY = {
     "InstallOptions": "enginespec.installing",
     "InstallResult": "enginespec.installing",
     "ProgressEvent": "enginespec.installing",
-    "LaunchFailed": "enginespec.lifecycle",
+    "LaunchFailed": "enginespec.errors",
     "LogSource": "enginespec.lifecycle",
-    "RestartRefused": "enginespec.lifecycle",
+    "RestartRefused": "enginespec.errors",
     "RunningEngine": "enginespec.lifecycle",
     "Signalled": "enginespec.lifecycle",
     "StopResult": "enginespec.lifecycle",

@@ -14,9 +14,9 @@ from pydantic import BaseModel
 
 from enginespec.config import Config
 from enginespec.display import literal
-from enginespec.errors import EngineSpecError, NotReady
+from enginespec.errors import EngineSpecError, LaunchFailed, NotReady
 from enginespec.failures import Failure
-from enginespec.lifecycle import LaunchFailed, RunningEngine, adopt, launch
+from enginespec.lifecycle import RunningEngine, adopt, launch
 from enginespec.logbook import follow_file, tail_file
 from enginespec.recipe import Recipe
 from enginespec.scanning import EngineProcess

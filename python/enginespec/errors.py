@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
+from enginespec.display import literal
+from enginespec.failures import Failure
 from enginespec.status import Health
 
 
@@ -88,3 +90,19 @@ class NotReady(EngineSpecError, TimeoutError):
 
 class ExporterError(EngineSpecError, OSError):
     """The exporter cannot serve or write: the message names the address or file and the flag."""
+
+
+class LaunchFailed(EngineSpecError, RuntimeError):
+    """An engine that could not start: its port is held, or it exited before becoming ready.
+    ``failure`` says why (the class, the cause lines, a hint)."""
+
+    def __init__(self, failure: Failure) -> None:
+        lines = "".join(f"\n  {literal(line)}" for line in failure.cause_lines)
+        hint = f"\n  hint: {failure.hint}" if failure.hint else ""
+        super().__init__(f"{failure.engine}: {failure.summary()}{lines}{hint}")
+        self.failure = failure
+
+
+class RestartRefused(EngineSpecError, RuntimeError):
+    """An adopted engine that cannot be restarted: its command line, environment or working
+    directory could not be read (the message says which and why)."""

@@ -30,7 +30,7 @@ from enginespec.argv import parse_argv, redact_argv
 from enginespec.config import Config
 from enginespec.definition import EngineDefinition
 from enginespec.display import literal
-from enginespec.errors import EngineSpecError, InvalidInputError, NotReady
+from enginespec.errors import InvalidInputError, LaunchFailed, NotReady, RestartRefused
 from enginespec.failures import Failure, ended
 from enginespec.health import check_health, ownership_problem
 from enginespec.logbook import LogBook, LogLine, follow_file, tail_file, timestamp
@@ -47,22 +47,6 @@ RUN_ID_VARIABLE = "ENGINESPEC_RUN_ID"
 #: Seconds a stop waits for SIGKILL to take effect before it reports what is left.
 KILL_WAIT = 5.0
 _START_TOLERANCE = 0.05
-
-
-class LaunchFailed(EngineSpecError, RuntimeError):
-    """An engine that could not start: its port is held, or it exited before becoming ready.
-    ``failure`` says why (the class, the cause lines, a hint)."""
-
-    def __init__(self, failure: Failure) -> None:
-        lines = "".join(f"\n  {literal(line)}" for line in failure.cause_lines)
-        hint = f"\n  hint: {failure.hint}" if failure.hint else ""
-        super().__init__(f"{failure.engine}: {failure.summary()}{lines}{hint}")
-        self.failure = failure
-
-
-class RestartRefused(EngineSpecError, RuntimeError):
-    """An adopted engine that cannot be restarted: its command line, environment or working
-    directory could not be read (the message says which and why)."""
 
 
 class Supervision(BaseModel):
