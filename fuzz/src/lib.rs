@@ -331,7 +331,11 @@ pub fn gguf(data: &[u8]) {
     }
     let claimed = gguf::read_header(data, size + (20 << 30), &limits);
     if let Ok(header) = header {
-        assert_eq!(claimed, Ok(header));
+        // compared as printed: a NaN float value is equal to itself there
+        assert_eq!(
+            format!("{claimed:?}"),
+            format!("{:?}", Ok::<_, String>(header))
+        );
     }
 }
 
