@@ -132,6 +132,8 @@ SERVERS: list[tuple[list[str], tuple[Any, ...]]] = [
         ("trtllm", None, (), None, None, "follower"),
     ),
     (["python3", "-m", "tensorrt_llm.llmapi.mgmn_worker_node"], ("trtllm", None, (), None, None, "follower")),
+    # rank 0's MPI comm server beside the HTTP server (tensorrt_llm/llmapi/trtllm-llmapi-launch)
+    (["python3", "-m", "tensorrt_llm.llmapi.mgmn_leader_node"], ("trtllm", None, (), None, None, "follower")),
     # Aphrodite
     (
         [VENV_PY, "/srv/venv/bin/aphrodite", "run", "m/a", "--port", "2243"],
@@ -207,7 +209,8 @@ LOOK_ALIKES: list[list[str]] = [
     ["trtllm-serve", "m/a", "--help"],
     ["trtllm-build", "--checkpoint_dir", "/c", "--output_dir", "/e"],
     ["trtllm-bench", "--model", "m", "throughput"],
-    ["python3", "-m", "tensorrt_llm.llmapi.mgmn_leader_node"],
+    # the comm server asked to stop (trtllm-llmapi-launch, after its task ends)
+    ["python3", "-m", "tensorrt_llm.llmapi.mgmn_leader_node", "--action", "stop"],
     ["aphrodite", "--version"],
     ["aphrodite", "run", "m", "-h"],
     ["aphrodite", "run-batch", "-i", "in.jsonl", "-o", "out.jsonl", "--model", "m"],
