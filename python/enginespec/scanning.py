@@ -33,6 +33,7 @@ from enginespec.containers import (
     published_ports,
 )
 from enginespec.definition import EngineDefinition, Fact
+from enginespec.processmodels import cached, measured
 from enginespec.registry import all_engines
 from enginespec.settings import Source, config_location, merge, read_outside
 from enginespec.signature import signatures_json
@@ -100,8 +101,6 @@ class EngineProcess(Invocation):
         it with its actual arguments (``ModelFacts.estimate``); ``None`` when they cannot be
         known (``model_facts_problem`` says why). Read on first access, never by the scan, and
         cached by (pid, start time, argv) across scans (``enginespec.processmodels``)."""
-        from enginespec.processmodels import cached, measured
-
         result = cached(self.pid, self.start_time, self.engine, self.model, self.argv)
         if isinstance(result, str):
             return None
@@ -111,8 +110,6 @@ class EngineProcess(Invocation):
     @property
     def model_facts_problem(self) -> str | None:
         """Why ``model_facts`` is ``None`` (the model's file that could not be read, and how)."""
-        from enginespec.processmodels import cached
-
         result = cached(self.pid, self.start_time, self.engine, self.model, self.argv)
         return result if isinstance(result, str) else None
 
