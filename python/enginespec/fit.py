@@ -15,6 +15,9 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+import enginespec
+import enginespec.engines.llamacpp as llamacpp
+import enginespec.engines.vllm as vllm
 from enginespec.modelfacts import ModelError, ModelFacts, hf_cache_folder, model_facts, read_capped
 
 _GIB = 1 << 30
@@ -103,8 +106,6 @@ def read_ledger(path: str) -> list[LedgerDevice]:
 
 def live_ledger() -> list[LedgerDevice]:
     """The live ledger (``enginespec.gpu_ledger()``), where this build has one."""
-    import enginespec
-
     ledger = getattr(enginespec, "gpu_ledger", None)
     if ledger is None:
         raise ModelError("this build has no live GPU ledger: give a recorded one with --ledger FILE")
@@ -158,8 +159,6 @@ def _replace(argv: Sequence[str], flag: str, value: str, spellings: Sequence[str
 def _fit_llamacpp(
     facts: ModelFacts, argv: Sequence[str], model: str, devices: Sequence[LedgerDevice], refusals: list[str]
 ) -> FitResult:
-    import enginespec.engines.llamacpp as llamacpp
-
     placements = []
     ctx_flags = ("-c", "--ctx-size")
     for device in devices:
@@ -211,8 +210,6 @@ def _fit_llamacpp(
 def _fit_vllm(
     facts: ModelFacts, argv: Sequence[str], model: str, devices: Sequence[LedgerDevice], refusals: list[str]
 ) -> FitResult:
-    import enginespec.engines.vllm as vllm
-
     base = vllm.estimate_memory(facts, argv)
     count = max(len(base.weights), len(base.kv_cache), 1)
     util_text = next((argv[i + 1] for i, t in enumerate(argv[:-1]) if t == "--gpu-memory-utilization"), None)

@@ -9,17 +9,20 @@ import os
 import sys
 from typing import Any
 
+import enginespec.fit as fit
 from enginespec.display import literal
-from enginespec.modelfacts import ModelError, ModelFacts, model_facts
+from enginespec.engines import get_engine_spec
+from enginespec.errors import CommandError, RecipeFileError
+from enginespec.modelfacts import ModelError, ModelFacts, model_facts, read_capped
+from enginespec.processmodels import beside_log, compute
+from enginespec.recipe import Recipe
+from enginespec.scanning import Scanner
 
 _GIB = 1 << 30
 
 
 def engine_model(pid: int) -> tuple[str, ModelFacts]:
     """(engine, facts with the estimate) of the engine server ``pid``."""
-    from enginespec.processmodels import compute
-    from enginespec.scanning import Scanner
-
     found = [p for p in Scanner().scan() if p.pid == pid]
     if not found:
         raise ModelError(f"pid {pid}: not an engine server")
@@ -81,9 +84,6 @@ def cmd_model(args: argparse.Namespace) -> int:
         if target.isascii() and target.isdigit() and not os.path.exists(target):
             engine, facts = engine_model(int(target))
             if args.log:
-                from enginespec.modelfacts import read_capped
-                from enginespec.processmodels import beside_log
-
                 text = read_capped(args.log, 64 << 20).decode(errors="replace")
                 facts = beside_log(facts, engine, text)
         else:
@@ -104,11 +104,6 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from enginespec import fit
-    from enginespec.engines import get_engine_spec
-    from enginespec.errors import CommandError, RecipeFileError
-    from enginespec.recipe import Recipe
-
     try:
         recipe = Recipe.from_file(args.recipe)
         command = get_engine_spec(recipe.engine).plan(recipe)

@@ -10,11 +10,13 @@ from, so a ``watch`` that asks again each refresh reads each model once."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import pwd
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from enginespec.modelfacts import ModelError, ModelFacts, hf_cache_folder, model_facts
 
@@ -68,21 +70,29 @@ def _resolve(pid: int, model: str) -> str:
 def compute(pid: int, engine: str, model: str | None, argv: Sequence[str]) -> ModelFacts:
     """The facts of the model of engine server ``pid`` with its memory estimate; raises
     ``ModelError`` naming what could not be read."""
-    import enginespec.engines.llamacpp as llamacpp
-    import enginespec.engines.ollama as ollama
-    import enginespec.engines.vllm as vllm
-
     if not model:
         raise ModelError(f"pid {pid}: its argv names no model")
     facts = model_facts(_resolve(pid, model))
-    if engine == "ollama":
-        facts = facts.model_copy(update={"registry_name": ollama.model_name(facts.files[0])})
-    estimate = None
-    if engine == "llamacpp":
-        estimate = llamacpp.estimate_memory(facts, argv)
-    elif engine == "vllm":
-        estimate = vllm.estimate_memory(facts, argv)
+    name_of = _rule(engine, "model_name")
+    if name_of is not None:
+        facts = facts.model_copy(update={"registry_name": name_of(facts.files[0])})
+    estimate_of = _rule(engine, "estimate_memory")
+    estimate = estimate_of(facts, argv) if estimate_of is not None else None
     return facts.model_copy(update={"estimate": estimate})
+
+
+def _rule(engine: str, name: str) -> Callable[..., Any] | None:
+    """The engine module's own function ``name`` (``estimate_memory``, ``logged_memory``,
+    ``model_name``), looked up by engine id at call time (the engine modules import the scan's
+    models, so they cannot be imported here first), or ``None`` when it has none."""
+    if not engine.isidentifier():
+        return None
+    try:
+        module = importlib.import_module(f"enginespec.engines.{engine}")
+    except ImportError:
+        return None
+    rule = getattr(module, name, None)
+    return rule if callable(rule) else None
 
 
 def cached(
@@ -145,12 +155,8 @@ def _with_deadline(action: Callable[[], ModelFacts]) -> ModelFacts | str:
 
 def beside_log(facts: ModelFacts, engine: str, log: str) -> ModelFacts:
     """``facts`` with what the engine printed about its memory in ``log`` (its start-up output)."""
-    import enginespec.engines.llamacpp as llamacpp
-    import enginespec.engines.vllm as vllm
-
-    parsers = {"llamacpp": llamacpp.logged_memory, "vllm": vllm.logged_memory}
-    parser = parsers.get(engine)
-    return facts.model_copy(update={"logged": parser(log)}) if parser else facts
+    parser = _rule(engine, "logged_memory")
+    return facts.model_copy(update={"logged": parser(log)}) if parser is not None else facts
 
 
 def measured(gpus: object) -> dict[str, int]:

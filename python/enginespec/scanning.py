@@ -37,6 +37,7 @@ from enginespec.containers import (
 from enginespec.definition import EngineDefinition, Fact
 from enginespec.errors import InvalidInputError
 from enginespec.gpus import EngineTree, GpuDevice, GpuReader, GpuUse, Held, ledger
+from enginespec.processmodels import cached, measured
 from enginespec.registry import all_engines
 from enginespec.settings import MAX_ENVIRON_BYTES, Source, merge, read_outside, serves_by_environment
 from enginespec.signature import signatures_json
@@ -116,8 +117,6 @@ class EngineProcess(Invocation):
         it with its actual arguments (``ModelFacts.estimate``); ``None`` when they cannot be
         known (``model_facts_problem`` says why). Read on first access, never by the scan, and
         cached by (pid, start time, argv) across scans (``enginespec.processmodels``)."""
-        from enginespec.processmodels import cached, measured
-
         result = cached(self.pid, self.start_time, self.engine, self.model, self.argv)
         if isinstance(result, str):
             return None
@@ -127,8 +126,6 @@ class EngineProcess(Invocation):
     @property
     def model_facts_problem(self) -> str | None:
         """Why ``model_facts`` is ``None`` (the model's file that could not be read, and how)."""
-        from enginespec.processmodels import cached
-
         result = cached(self.pid, self.start_time, self.engine, self.model, self.argv)
         return result if isinstance(result, str) else None
 

@@ -568,8 +568,11 @@ const ISSUE_27: &str = r#"[
    "exit_values": {"--action": ["stop"]}}
 ]"#;
 
+/// (model, host, port, role) of an argv.
+type Facts = (Option<String>, Option<String>, Option<u16>, Role);
+
 /// (model, host, port, role) of argv against [`ISSUE_27`].
-fn issue_27(argv: &[&str]) -> Option<(Option<String>, Option<String>, Option<u16>, Role)> {
+fn issue_27(argv: &[&str]) -> Option<Facts> {
     let matcher = Matcher::from_json(ISSUE_27).expect("valid");
     let text = |v: Option<&[u8]>| v.map(|b| String::from_utf8_lossy(b).into_owned());
     matcher

@@ -13,6 +13,7 @@ import re
 import enginespec.engines._libraries as _libraries
 from enginespec.definition import Launch, LoadMetrics, Serving, Settings
 from enginespec.failures import FailurePattern, Failures
+from enginespec.modelfacts import ModelError, read_capped
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -168,8 +169,6 @@ def model_name(blob: str) -> str | None:
     manifest's model layer is the blob at ``blob``: the manifests sit beside the blobs,
     ``<models>/manifests/<host>/<namespace>/<name>/<tag>`` (JSON with ``layers`` of
     ``mediaType`` and ``digest``). Bounded: at most 10 000 manifests of 1 MiB each."""
-    from enginespec.modelfacts import ModelError, read_capped
-
     match = _BLOB.match(os.path.basename(blob))
     if match is None:
         return None
