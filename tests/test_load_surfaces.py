@@ -114,8 +114,8 @@ def test_exporter_load_series_and_new_states(procs: Procs) -> None:
     with serving({"/health": [Answer(200)], "/metrics": _advancing()}, sock=sock):
         process = _vllm(procs, sock)
         scanner, collector, monitor = Scanner(), EngineCollector(), EngineMonitor(timeout=2)
-        _refresh(scanner, collector, True, 2.0, monitor)
-        _refresh(scanner, collector, True, 2.0, monitor)
+        _refresh(scanner, collector, True, 2.0, 300.0, monitor)
+        _refresh(scanner, collector, True, 2.0, 300.0, monitor)
         series = _scrape(collector)
     mine = {"engine_id": process.engine_id, "engine": "vllm", "model": "/models/m"}
     assert (mine, 4.0) in series["enginespec_engine_requests_running"]
@@ -139,7 +139,7 @@ def test_exporter_without_load_has_no_load_series(procs: Procs) -> None:
     with serving({"/health": [Answer(200)], "/metrics": _advancing()}, sock=sock) as server:
         _vllm(procs, sock)
         collector = EngineCollector()
-        _refresh(Scanner(), collector, True, 2.0)
+        _refresh(Scanner(), collector, True, 2.0, 300.0)
         asked = [path for _, path, _ in server.script.seen]
     assert "/metrics" not in asked
     assert "enginespec_engine_requests_running" not in _scrape(collector)

@@ -1154,40 +1154,6 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     )
     ps.set_defaults(handler=_cmd_ps)
 
-    gpus = command(
-        "gpus",
-        "which engine holds which GPU, and how much of it",
-        "Lists the host's GPUs (from the drivers' own files; bytes for NVIDIA from NVML when its "
-        "library loads), the engines holding each, the other processes on it and what is "
-        "unattributed. Lists every process's open files to find those others (more than ps reads).",
-        "enginespec gpus",
-        "enginespec gpus --json",
-    )
-    gpus.add_argument("--json", action="store_true", help="print a JSON list of GpuDevice objects")
-    gpus.set_defaults(handler=_cmd_gpus)
-
-    load = command(
-        "load",
-        "what an engine server is doing now: requests, KV cache, tokens per second",
-        "Reads the engine's own metrics twice, --interval apart, and prints the normalized load "
-        "(see docs/load.md); exits 1 when the engine reports none. TARGET is a pid (the server's "
-        "or a worker's) or an engine id.",
-        "enginespec load 1234",
-        "enginespec load --json vllm-8002-1b690e57",
-    )
-    load.add_argument("target", metavar="TARGET", help="pid or engine id")
-    load.add_argument("--interval", type=_duration, default=1.0, help="time between the two readings")
-    load.add_argument("--timeout", type=_positive_seconds, default=2.0, help="request timeout, seconds")
-    load.add_argument(
-        "--stall-after",
-        type=_duration,
-        default=None,
-        help="seconds with requests pending and no token before 'stalled' (default: "
-        "$ENGINESPEC_STALL_AFTER, else the engine's own, 60s)",
-    )
-    load.add_argument("--json", action="store_true", help="print the EngineLoad as JSON")
-    load.set_defaults(handler=_cmd_load)
-
     watch = command(
         "watch",
         "a live view of the engine servers on this host",
@@ -1260,6 +1226,40 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     health.add_argument("--deep", action="store_true", help="also ask for a one-token completion")
     health.add_argument("--json", action="store_true", help="print the Health as JSON")
     health.set_defaults(handler=_cmd_health)
+
+    gpus = command(
+        "gpus",
+        "which engine holds which GPU, and how much of it",
+        "Lists the host's GPUs (from the drivers' own files; bytes for NVIDIA from NVML when its "
+        "library loads), the engines holding each, the other processes on it and what is "
+        "unattributed. Lists every process's open files to find those others (more than ps reads).",
+        "enginespec gpus",
+        "enginespec gpus --json",
+    )
+    gpus.add_argument("--json", action="store_true", help="print a JSON list of GpuDevice objects")
+    gpus.set_defaults(handler=_cmd_gpus)
+
+    load = command(
+        "load",
+        "what an engine server is doing now: requests, KV cache, tokens per second",
+        "Reads the engine's own metrics twice, --interval apart, and prints the normalized load "
+        "(see docs/load.md); exits 1 when the engine reports none. TARGET is a pid (the server's "
+        "or a worker's) or an engine id.",
+        "enginespec load 1234",
+        "enginespec load --json vllm-8002-1b690e57",
+    )
+    load.add_argument("target", metavar="TARGET", help="pid or engine id")
+    load.add_argument("--interval", type=_duration, default=1.0, help="time between the two readings")
+    load.add_argument("--timeout", type=_positive_seconds, default=2.0, help="request timeout, seconds")
+    load.add_argument(
+        "--stall-after",
+        type=_duration,
+        default=None,
+        help="seconds with requests pending and no token before 'stalled' (default: "
+        "$ENGINESPEC_STALL_AFTER, else the engine's own, 60s)",
+    )
+    load.add_argument("--json", action="store_true", help="print the EngineLoad as JSON")
+    load.set_defaults(handler=_cmd_load)
 
     command_ = command(
         "command",
@@ -1359,6 +1359,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     )
     exporter_.set_defaults(handler=_cmd_exporter)
 
+    from enginespec.cli_lifecycle import add_lifecycle_commands
+    from enginespec.modelcli import add_parser as add_model_commands
+
+    add_lifecycle_commands(commands)
+    add_model_commands(commands)
+
     parse = command(
         "parse",
         "recognise an engine server from its argv and print it as JSON",
@@ -1368,11 +1374,6 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     parse.add_argument("--json", action="store_true", help="JSON output (the only output)")
     parse.add_argument("argv", nargs=argparse.REMAINDER, help="the command line, after --")
     parse.set_defaults(handler=_cmd_parse)
-    from enginespec.cli_lifecycle import add_lifecycle_commands
-    from enginespec.modelcli import add_parser as add_model_commands
-
-    add_lifecycle_commands(commands)
-    add_model_commands(commands)
     subs.update(commands.choices)  # their own usage for their own bad flags
     return parser, subs
 
