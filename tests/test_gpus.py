@@ -651,14 +651,15 @@ def tp2_with_orphan(
 def test_ps_shows_the_gpus_and_bytes_only_when_an_engine_holds_one(
     tp2_with_orphan: list[EngineProcess],
 ) -> None:
-    from enginespec.cli import _table_lines
+    from enginespec.cli import Shown, _table_lines
 
-    header, *rows = _table_lines([(p, None) for p in tp2_with_orphan], False, None)
-    assert header.split()[-1] == "GPU"
-    assert rows[0].endswith("0,1 76.2G")
-    assert rows[1].endswith("1 20.0G")
-    assert rows[2].rstrip().endswith("-")
-    alone, *_ = _table_lines([(tp2_with_orphan[2], None)], False, None)
+    header, *rows = _table_lines([Shown(p) for p in tp2_with_orphan], False, None)
+    assert header.split()[-2:] == ["GPU", "AGE"]  # AGE is always the last without health
+    column = header.index("GPU")
+    assert rows[0][column:].startswith("0,1 76.2G")
+    assert rows[1][column:].startswith("1 20.0G")
+    assert rows[2][column:].split()[0] == "-"
+    alone, *_ = _table_lines([Shown(tp2_with_orphan[2])], False, None)
     assert "GPU" not in alone.split()
 
 
@@ -729,8 +730,8 @@ def test_the_gpus_command_on_this_host(tmp_path: Path) -> None:
     listed = subprocess.run([sys.executable, "-m", "enginespec.cli", "gpus", "--json"], capture_output=True,
                             text=True, timeout=120, check=True)  # fmt: skip
     if json.loads(listed.stdout) == []:
-        first, *rest = text.stdout.splitlines()
-        assert first == "no GPUs found on this host"
-        assert all("GPUs unknown" in line for line in rest)  # another session's engine, maybe
+        # said on stderr, as `ps` says it finds nothing: stdout holds only what was found
+        assert text.stderr.splitlines() == ["no GPUs found on this host"]
+        assert all("GPUs unknown" in line for line in text.stdout.splitlines())  # another session's engine
     else:  # a host with a GPU: one GPU line per device
         assert text.stdout.startswith("GPU ")
