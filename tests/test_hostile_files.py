@@ -23,9 +23,11 @@ import enginespec._documents as documents
 import enginespec._procfiles as procfiles
 from cli import enginespec
 from enginespec import EngineProcess, Scanner, get_engine_spec
+from enginespec.naming import model_name
 from enginespec.settings import read_outside
 from procs import HELPER_SOURCE, wait_for
 from test_exporter import _scrape_until, exporter  # noqa: F401  (a fixture)
+from test_modelfacts import write_gguf
 from test_watch import _pid_of, _Stream
 
 NOBODY = 65534
@@ -326,6 +328,7 @@ def test_a_config_that_hangs_is_given_up_after_the_step_deadline(
 ) -> None:
     """A read that blocks in the kernel (a FUSE daemon that never answers; here a step made to
     block) is abandoned at the deadline, and a few abandoned ones stop further attempts."""
+    wait_for(lambda: procfiles._stuck == 0)  # reads a loaded host gave up on earlier have ended
     monkeypatch.setattr(procfiles, "STEP_SECONDS", 0.2)
     release = threading.Event()
     real = procfiles._regular
@@ -452,3 +455,132 @@ def test_a_config_that_is_not_read_is_not_read_again_each_scan(strangers: Strang
     assert "is larger than" in first[pids[1]].problems[0]
     _write(shared / "large.yaml", "model: org/small-now\n")
     assert _by_pid(scanner.scan(), pids)[pids[1]].model == "org/small-now"
+
+
+# -- model files (EngineProcess.model_facts, the names a table shows) ------------------------
+
+
+@pytest.fixture
+def private_models() -> Iterator[Path]:
+    """A directory only root may enter, holding a readable model."""
+    path = Path(tempfile.mkdtemp(prefix="enginespec-private-models-"))
+    try:
+        write_gguf(path / "secret.gguf", arch="qwen2")
+        (path / "secret.gguf").chmod(0o644)
+        path.chmod(0o700)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _engine_of(pid: int) -> EngineProcess:
+    found = [p for p in Scanner().scan() if p.pid == pid]
+    assert found, f"pid {pid} was not found as an engine"
+    return found[0]
+
+
+def test_a_model_its_owner_cannot_read_is_not_read(
+    strangers: Strangers, private_models: Path, resolver: str
+) -> None:
+    engine = _engine_of(
+        strangers.start(["llama-server", "-m", str(private_models / "secret.gguf"), "--port", "18731"])
+    )
+    assert engine.model_facts is None
+    assert "not readable by the process's owner" in (engine.model_facts_problem or "")
+
+
+def test_a_fifo_named_as_the_model_is_never_opened(strangers: Strangers, shared: Path, resolver: str) -> None:
+    os.mkfifo(shared / "fifo.gguf", 0o666)
+    engine = _engine_of(strangers.start(["llama-server", "-m", "fifo.gguf", "--port", "18732"], cwd=shared))
+    assert engine.model_facts is None
+    assert "is not a regular file (a FIFO)" in (engine.model_facts_problem or "")
+
+
+def test_model_paths_are_resolved_inside_a_chroot(strangers: Strangers, shared: Path, resolver: str) -> None:
+    """An absolute symlink inside a chroot points inside it; a relative model path is read from
+    the working directory inside it; a host path outside the jail is not reached."""
+    host_model = write_gguf(shared / "host.gguf", arch="gemma")
+    host_model.chmod(0o644)
+    jail = shared / "jail"
+    (jail / "models").mkdir(parents=True)
+    shutil.copy(strangers.idle, jail / "idle")
+    write_gguf(jail / "models" / "inner.gguf", arch="phi3")
+    os.symlink("/models/inner.gguf", jail / "models" / "link.gguf")  # absolute, as the jail sees it
+    os.symlink(host_model, jail / "models" / "escape.gguf")  # the host's path: not in the jail
+    inner = _engine_of(
+        strangers.start(["llama-server", "-m", "/models/link.gguf", "--port", "18733"], chroot=jail)
+    )
+    relative = _engine_of(
+        strangers.start(["llama-server", "-m", "inner.gguf", "--port", "18734"], cwd="/models", chroot=jail)
+    )
+    escape = _engine_of(
+        strangers.start(["llama-server", "-m", "/models/escape.gguf", "--port", "18735"], chroot=jail)
+    )
+    for engine in (inner, relative):
+        assert engine.model_facts is not None, engine.model_facts_problem
+        assert engine.model_facts.architecture == "phi3"
+    assert inner.model_facts.files == ("/models/link.gguf",)  # type: ignore[union-attr]
+    assert relative.model_facts.files == ("/models/inner.gguf",)  # type: ignore[union-attr]
+    assert escape.model_facts is None
+    assert "No such file or directory" in (escape.model_facts_problem or "")
+
+
+def _hf_cache(hub: Path, repo: str, layers: int) -> None:
+    org, name = repo.split("/")
+    revision = "1" * 40
+    folder = hub / f"models--{org}--{name}"
+    snapshot = folder / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text(revision)
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "num_hidden_layers": layers,
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 2048,
+    }
+    (snapshot / "config.json").write_text(json.dumps(config))
+
+
+def test_a_hugging_face_id_is_found_in_the_cache_its_environment_names(
+    strangers: Strangers, shared: Path, private_models: Path, resolver: str
+) -> None:
+    """HF_HOME from the process's own environment; a cache only root can read is not read."""
+    _hf_cache(shared / "hf" / "hub", "org/tiny", layers=3)
+    _hf_cache(private_models / "hf" / "hub", "org/tiny", layers=5)
+    own = _engine_of(
+        strangers.start(["vllm", "serve", "org/tiny", "--port", "18736"], HF_HOME=str(shared / "hf"))
+    )
+    assert own.model_facts is not None, own.model_facts_problem
+    assert own.model_facts.layers == 3
+    assert own.model_facts.files[0].startswith(str(shared / "hf" / "hub"))
+    root_only = _engine_of(
+        strangers.start(["vllm", "serve", "org/tiny", "--port", "18737"], HF_HOME=str(private_models / "hf"))
+    )
+    assert root_only.model_facts is None
+    assert "Hugging Face cache" in (root_only.model_facts_problem or "")
+
+
+def test_an_ollama_blob_is_named_only_by_manifests_its_owner_can_read(
+    strangers: Strangers, shared: Path, resolver: str
+) -> None:
+    models = shared / "models"
+    digest = "ab" * 32
+    (models / "blobs").mkdir(parents=True)
+    blob = write_gguf(models / "blobs" / "tmp.gguf").rename(models / "blobs" / f"sha256-{digest}")
+    manifest = models / "manifests" / "registry.ollama.ai" / "library" / "qwen3" / "8b"
+    manifest.parent.mkdir(parents=True)
+    layer = {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}"}
+    manifest.write_text(json.dumps({"layers": [layer]}))
+    pid = strangers.start(["ollama", "runner", "--model", str(blob), "--port", "18738"])
+    assert model_name(str(blob), pid, "ollama") == "qwen3:8b"
+    engine = _engine_of(pid)
+    assert engine.model_facts is not None, engine.model_facts_problem
+    assert engine.model_facts.registry_name == "qwen3:8b"
+    manifest.chmod(0o600)  # root's alone now: not the runner's owner's to read
+    other = strangers.start(["ollama", "runner", "--model", str(blob), "--port", "18739"])
+    assert model_name(str(blob), other, "ollama") == str(blob)
+    assert model_name(str(blob)) == str(blob)  # no process: no files are read at all

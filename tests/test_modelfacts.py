@@ -440,7 +440,9 @@ def test_engine_process_model_facts_are_read_on_request_and_cached(tmp_path: Pat
     gone = found[missing.pid]
     assert gone.model_facts is None
     assert gone.model_facts_problem is not None
-    assert "neither a path nor in its owner's Hugging Face cache" in gone.model_facts_problem
+    assert (
+        "No such file or directory, and is not in its owner's Hugging Face cache" in gone.model_facts_problem
+    )
     assert len(processmodels._cache) <= processmodels.CACHE_SIZE
 
 

@@ -36,10 +36,11 @@ import platform
 import queue
 import stat
 import struct
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 #: Where the kernel's process files are.
 PROC = "/proc"
@@ -81,11 +82,14 @@ _SYSCALLS = {
     "armv7l": (437, 206),
 }
 _libc = ctypes.CDLL(None, use_errno=True)
-for _name in ("setfsuid", "setfsgid"):
-    getattr(_libc, _name).argtypes = (ctypes.c_uint,)
-    getattr(_libc, _name).restype = ctypes.c_uint
-_libc.syscall.restype = ctypes.c_long
-_NUMBERS = _SYSCALLS.get(platform.machine())
+# Linux's syscall numbers and thread credentials; elsewhere (macOS: "arm64" too) none of them,
+# and nothing is read as another user.
+_NUMBERS = _SYSCALLS.get(platform.machine()) if sys.platform.startswith("linux") else None
+if _NUMBERS is not None:
+    for _name in ("setfsuid", "setfsgid"):
+        getattr(_libc, _name).argtypes = (ctypes.c_uint,)
+        getattr(_libc, _name).restype = ctypes.c_uint
+    _libc.syscall.restype = ctypes.c_long
 #: Whether openat2 is used (``None``: not found out yet; tests set ``False`` to exercise the walk).
 use_openat2: bool | None = None if _NUMBERS is not None else False
 
@@ -397,7 +401,7 @@ def _in_thread(action: Callable[[], _T]) -> _T:
     return job.outcome  # type: ignore[return-value]
 
 
-def _in_root(pid: int, path: str) -> str:
+def in_root(pid: int, path: str) -> str:
     """``path`` as an absolute path inside the process's root: a relative one from its working
     directory (``/proc/PID/cwd`` as seen from ``/proc/PID/root``)."""
     if path.startswith("/"):
@@ -419,7 +423,7 @@ def _with_root(pid: int, paths: Sequence[str], action: Callable[[int, list[str]]
     who = owner(pid)
     if who is None:
         raise Refused("cannot be read: the process's owner is unknown")
-    inside = [_in_root(pid, path) for path in paths]
+    inside = [in_root(pid, path) for path in paths]
     try:
         root = os.open(f"{PROC}/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as err:
@@ -567,3 +571,48 @@ def first_missing(pid: int, paths: Sequence[str]) -> str | None:
         return _with_root(pid, paths, check)
     except Refused:
         return paths[0] if paths else None
+
+
+def open_named(pid: int, path: str) -> int:
+    """An fd for reading the regular file ``path`` as process ``pid`` names it (for a reader of
+    many files, such as a model's folder); raises :class:`Refused`."""
+
+    def opened(root: int, inside: list[str]) -> int:
+        try:
+            handle = _resolve(root, inside[0])
+        except OSError as err:
+            raise _fail(err) from None
+        try:
+            _regular(handle)
+            flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+            return os.open(f"{PROC}/self/fd/{handle}", flags)
+        except OSError as err:
+            raise _fail(err) from None
+        finally:
+            os.close(handle)
+
+    return _with_root(pid, [path], opened)
+
+
+FileKind = Literal["file", "directory", "other"]
+
+
+def named_kind(pid: int, path: str) -> FileKind | None:
+    """What ``path`` is as process ``pid`` names it (its symlinks followed inside its root);
+    ``None`` when its owner can see nothing there."""
+
+    def look(root: int, inside: list[str]) -> FileKind | None:
+        try:
+            handle = _resolve(root, inside[0])
+        except OSError:
+            return None
+        try:
+            mode = os.fstat(handle).st_mode
+        finally:
+            os.close(handle)
+        return "directory" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
+
+    try:
+        return _with_root(pid, [path], look)
+    except Refused:
+        return None

@@ -219,7 +219,7 @@ def _model_cell(p: EngineProcess, wide: bool) -> str:
 
     if p.model is None:
         return MODEL_UNKNOWN
-    return p.model if wide else model_name(p.model, p.pid) or p.model
+    return p.model if wide else model_name(p.model, p.pid, p.engine) or p.model
 
 
 def _served_cell(p: EngineProcess, wide: bool) -> str:
@@ -346,7 +346,7 @@ def _matches(key: str, value: str, row: Shown) -> bool:
 
     p = row.process
     if key == "model":
-        names = (p.model or "", model_name(p.model, p.pid) or "", *p.served_model_names)
+        names = (p.model or "", model_name(p.model, p.pid, p.engine) or "", *p.served_model_names)
         return any(value in name for name in names)
     if key == "health":
         return row.state == value
@@ -584,7 +584,7 @@ def _describe_lines(p: EngineProcess, health: Health | None) -> list[str]:
         ("Role", p.role + (f" (of server {p.server_pid})" if p.server_pid else "")),
         ("Model", p.model or MODEL_UNKNOWN),
     ]
-    name = model_name(p.model, p.pid)
+    name = model_name(p.model, p.pid, p.engine)
     if name and name != p.model:
         fields.append(("Model name", name))
     fields += [

@@ -15,7 +15,7 @@ import os
 import re
 import stat
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -188,37 +188,75 @@ class ModelFacts(BaseModel):
 # -- files -------------------------------------------------------------------------------------
 
 
-def open_regular(path: str) -> int:
-    """An fd for reading ``path``, which must be a regular file: checked on an ``O_PATH`` fd
-    before anything is opened for reading (a FIFO or a device is never opened); where there is
-    no ``O_PATH``, by ``stat`` first and opened non-blocking, then checked again on the fd."""
-    readonly = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-    o_path = getattr(os, "O_PATH", 0)
-    try:
-        if not o_path:
-            if not stat.S_ISREG(os.stat(path).st_mode):
-                raise ModelError(f"{path}: not a regular file")
-            fd = os.open(path, readonly)
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                os.close(fd)
-                raise ModelError(f"{path}: not a regular file")
-            return fd
-        probe = os.open(path, o_path | os.O_CLOEXEC)
-    except OSError as e:
-        raise ModelError(f"{path}: {e.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(probe).st_mode):
-            raise ModelError(f"{path}: not a regular file")
+class Files(Protocol):
+    """Where a model's files are read from: :data:`HOST` (this process's own view, for a path a
+    user gives), or a running process's view (``_procfiles.ProcessFiles``: inside its root, as
+    its owner). Failures raise :class:`ModelError` naming the path."""
+
+    def open(self, path: str) -> int:
+        """An fd for reading ``path``, which must be a regular file (never a FIFO or a device)."""
+        ...
+
+    def kind(self, path: str) -> Literal["file", "directory", "other"] | None:
+        """What ``path`` is (its symlinks followed); ``None`` when nothing can be seen there."""
+        ...
+
+    def names(self, path: str, limit: int) -> list[str] | None:
+        """At most ``limit`` names in directory ``path``; ``None`` when it cannot be listed."""
+        ...
+
+
+class HostFiles:
+    """Files as this process itself may read them."""
+
+    def open(self, path: str) -> int:
+        """Checked on an ``O_PATH`` fd before anything is opened for reading; where there is no
+        ``O_PATH`` (macOS), by ``stat`` first, opened non-blocking, then checked on the fd."""
+        readonly = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+        o_path = getattr(os, "O_PATH", 0)
         try:
-            return os.open(f"/proc/self/fd/{probe}", readonly)
+            if not o_path:
+                if not stat.S_ISREG(os.stat(path).st_mode):
+                    raise ModelError(f"{path}: not a regular file")
+                fd = os.open(path, readonly)
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.close(fd)
+                    raise ModelError(f"{path}: not a regular file")
+                return fd
+            probe = os.open(path, o_path | os.O_CLOEXEC)
         except OSError as e:
             raise ModelError(f"{path}: {e.strerror}") from None
-    finally:
-        os.close(probe)
+        try:
+            if not stat.S_ISREG(os.fstat(probe).st_mode):
+                raise ModelError(f"{path}: not a regular file")
+            try:
+                return os.open(f"/proc/self/fd/{probe}", readonly)
+            except OSError as e:
+                raise ModelError(f"{path}: {e.strerror}") from None
+        finally:
+            os.close(probe)
+
+    def kind(self, path: str) -> Literal["file", "directory", "other"] | None:
+        try:
+            mode = os.stat(path).st_mode
+        except (OSError, ValueError):
+            return None
+        return "directory" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
+
+    def names(self, path: str, limit: int) -> list[str] | None:
+        try:
+            with os.scandir(path) as entries:
+                return [entry.name for _, entry in zip(range(limit), entries, strict=False)]
+        except (OSError, ValueError):
+            return None
 
 
-def read_capped(path: str, limit: int) -> bytes:
-    fd = open_regular(path)
+#: This process's own view of the filesystem.
+HOST: Files = HostFiles()
+
+
+def read_capped(path: str, limit: int, fs: Files = HOST) -> bytes:
+    fd = fs.open(path)
     try:
         data = os.pread(fd, limit + 1, 0)
     finally:
@@ -228,9 +266,9 @@ def read_capped(path: str, limit: int) -> bytes:
     return data
 
 
-def read_json(path: str, limit: int = MAX_JSON_BYTES) -> dict[str, Any]:
+def read_json(path: str, fs: Files, limit: int = MAX_JSON_BYTES) -> dict[str, Any]:
     try:
-        value = json.loads(read_capped(path, limit))
+        value = json.loads(read_capped(path, limit, fs))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise ModelError(f"{path}: not JSON ({e})") from None
     if not isinstance(value, dict):
@@ -244,10 +282,10 @@ def read_json(path: str, limit: int = MAX_JSON_BYTES) -> dict[str, Any]:
 _TensorRow = tuple[str, int, list[int], "int | None"]
 
 
-def read_gguf(path: str) -> tuple[dict[str, Any], list[_TensorRow], bool]:
+def read_gguf(path: str, fs: Files) -> tuple[dict[str, Any], list[_TensorRow], bool]:
     """(metadata by key, tensors, whether the file is shorter than its tensors) of one GGUF
     file; arrays as lists when kept, strings too long to keep as ``None``."""
-    fd = open_regular(path)
+    fd = fs.open(path)
     try:
         size = os.fstat(fd).st_size
         try:
@@ -296,21 +334,21 @@ def _split_files(path: str, metadata: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def gguf_facts(path: str) -> ModelFacts:
+def gguf_facts(path: str, fs: Files = HOST) -> ModelFacts:
     """The facts of a GGUF model file (with every split file, when ``path`` is one of them)."""
-    metadata, tensors, short = read_gguf(path)
+    metadata, tensors, short = read_gguf(path, fs)
     problems: list[str] = []
     if short:
         problems.append(f"{path}: shorter than its tensors (truncated or still downloading)")
     files = _split_files(path, metadata)
     if files[0] != path and _int(metadata.get("split.no")) != 0:
         # a later split names the first: read from there
-        metadata, tensors, _short = read_gguf(files[0])
+        metadata, tensors, _short = read_gguf(files[0], fs)
     else:
         files[0] = path
     for other in files[1:]:
         try:
-            _meta, more_tensors, short = read_gguf(other)
+            _meta, more_tensors, short = read_gguf(other, fs)
         except ModelError as e:
             problems.append(str(e))
             continue
@@ -504,9 +542,9 @@ def _quantization(config: Mapping[str, Any]) -> str | None:
     return dtype if isinstance(dtype, str) else None
 
 
-def safetensors_header(path: str) -> dict[str, Any]:
+def safetensors_header(path: str, fs: Files = HOST) -> dict[str, Any]:
     """The JSON header of a safetensors file (8-byte little-endian length, then JSON), capped."""
-    fd = open_regular(path)
+    fd = fs.open(path)
     try:
         size = os.fstat(fd).st_size
         head = os.pread(fd, 8, 0)
@@ -527,24 +565,24 @@ def safetensors_header(path: str) -> dict[str, Any]:
     return header
 
 
-def hf_facts(folder: str) -> ModelFacts:
+def hf_facts(folder: str, fs: Files = HOST) -> ModelFacts:
     """The facts of a Hugging Face model folder: its configs and its weights' headers only."""
     config_path = os.path.join(folder, "config.json")
-    config = read_json(config_path)
+    config = read_json(config_path, fs)
     files = [config_path]
     problems: list[str] = []
     generation: dict[str, Any] = {}
     gen_path = os.path.join(folder, "generation_config.json")
-    if os.path.lexists(gen_path):
+    if fs.kind(gen_path) is not None:
         try:
-            generation = read_json(gen_path)
+            generation = read_json(gen_path, fs)
             files.append(gen_path)
         except ModelError as e:
             problems.append(str(e))
     text = config.get("text_config")
     merged = {**config, **text} if isinstance(text, dict) else config
     attention = hf_attention(config)
-    weight_bytes, parameters, by_type = _hf_weights(folder, files, problems)
+    weight_bytes, parameters, by_type = _hf_weights(folder, fs, files, problems)
     archs = config.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
     model_type = config.get("model_type")
@@ -574,22 +612,22 @@ def hf_facts(folder: str) -> ModelFacts:
 
 
 def _hf_weights(
-    folder: str, files: list[str], problems: list[str]
+    folder: str, fs: Files, files: list[str], problems: list[str]
 ) -> tuple[int | None, int | None, dict[str, int]]:
     """(bytes, parameters, bytes by dtype) from the safetensors headers (the index's
     ``total_size`` when a shard cannot be read)."""
     index_path = os.path.join(folder, "model.safetensors.index.json")
     shards: list[str] = []
     total: int | None = None
-    if os.path.lexists(index_path):
-        index = read_json(index_path, 64 << 20)
+    if fs.kind(index_path) is not None:
+        index = read_json(index_path, fs, 64 << 20)
         files.append(index_path)
         meta = index.get("metadata")
         total = _int(meta.get("total_size")) if isinstance(meta, dict) else None
         weight_map = index.get("weight_map")
         if isinstance(weight_map, dict):
             shards = sorted({v for v in weight_map.values() if isinstance(v, str) and "/" not in v})
-    elif os.path.lexists(os.path.join(folder, "model.safetensors")):
+    elif fs.kind(os.path.join(folder, "model.safetensors")) is not None:
         shards = ["model.safetensors"]
     if len(shards) > MAX_SHARDS:
         problems.append(f"{index_path}: {len(shards)} shards, more than {MAX_SHARDS}: not read")
@@ -599,7 +637,7 @@ def _hf_weights(
     for shard in shards:
         path = os.path.join(folder, shard)
         try:
-            header = safetensors_header(path)
+            header = safetensors_header(path, fs)
         except ModelError as e:
             problems.append(str(e))
             return total, None, {}
@@ -627,7 +665,9 @@ def _hf_weights(
 # -- where a model is ---------------------------------------------------------------------------
 
 
-def hf_cache_folder(model_id: str, environ: Mapping[str, str], home: str | None) -> str | None:
+def hf_cache_folder(
+    model_id: str, environ: Mapping[str, str], home: str | None, fs: Files = HOST
+) -> str | None:
     """The snapshot folder of ``org/name`` in the Hugging Face cache that ``environ`` (the
     process's environment) and ``home`` (its owner's) point at: ``HF_HUB_CACHE``, else
     ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``; the revision ``refs/main`` names."""
@@ -642,25 +682,29 @@ def hf_cache_folder(model_id: str, environ: Mapping[str, str], home: str | None)
         return None
     repo = os.path.join(hub, f"models--{parts[0]}--{parts[1]}")
     try:
-        revision = read_capped(os.path.join(repo, "refs", "main"), 256).decode("ascii").strip()
+        revision = read_capped(os.path.join(repo, "refs", "main"), 256, fs).decode("ascii").strip()
     except (ModelError, UnicodeDecodeError):
         return None
     if not re.fullmatch(r"[0-9a-f]{40}", revision):
         return None
     snapshot = os.path.join(repo, "snapshots", revision)
-    return snapshot if os.path.isdir(snapshot) else None
+    return snapshot if fs.kind(snapshot) == "directory" else None
 
 
-def model_facts(path: str) -> ModelFacts:
-    """The facts of a model file or folder: a GGUF file, or a Hugging Face folder."""
-    if os.path.isdir(path):
-        return hf_facts(path)
-    return gguf_facts(path)
+def model_facts(path: str, fs: Files = HOST) -> ModelFacts:
+    """The facts of a model file or folder (a GGUF file, or a Hugging Face folder), read as
+    ``fs`` sees them."""
+    if fs.kind(path) == "directory":
+        return hf_facts(path, fs)
+    return gguf_facts(path, fs)
 
 
 __all__ = [
     "FILE_TYPES",
+    "HOST",
     "Attention",
+    "Files",
+    "HostFiles",
     "ModelError",
     "ModelFacts",
     "gguf_facts",

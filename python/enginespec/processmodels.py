@@ -16,8 +16,9 @@ import pwd
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
+from enginespec import _procfiles
 from enginespec.modelfacts import ModelError, ModelFacts, hf_cache_folder, model_facts
 
 #: Processes whose facts are kept (the least recently asked for go first).
@@ -32,39 +33,66 @@ _cache: OrderedDict[tuple[int, float, tuple[str, ...]], ModelFacts | str] = Orde
 _lock = threading.Lock()
 
 
+#: Bytes of a process's environment read for the Hugging Face cache variables.
+_ENVIRON_BYTES = 1 << 20
+
+
+class ProcessFiles:
+    """A running process's files as ``modelfacts`` reads them: resolved inside its root (a
+    relative path from its working directory) and opened as its owner, one bounded step each
+    (``_procfiles``): a model path any user names (``-m /root/secret``, a FIFO, a symlink out of
+    a container) is read only as far as its owner could read it."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def open(self, path: str) -> int:
+        try:
+            return _procfiles.open_named(self.pid, path)
+        except _procfiles.Refused as why:
+            raise ModelError(f"{path}: {why}") from None
+
+    def kind(self, path: str) -> Literal["file", "directory", "other"] | None:
+        return _procfiles.named_kind(self.pid, path)
+
+    def names(self, path: str, limit: int) -> list[str] | None:
+        return _procfiles.list_named(self.pid, path, limit)
+
+
 def _environ(pid: int) -> dict[str, str]:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            data = f.read(1 << 20)
-    except OSError:
-        return {}
-    pairs = (item.partition(b"=") for item in data.split(b"\0") if b"=" in item)
+    found = _procfiles.read_environ(pid, _ENVIRON_BYTES)
+    pairs = (item.partition(b"=") for item in (found[0] if found else ()) if b"=" in item)
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, _eq, v in pairs}
 
 
 def _home(pid: int) -> str | None:
+    who = _procfiles.owner(pid)
     try:
-        return pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_dir
-    except (OSError, KeyError):
+        return pwd.getpwuid(who.uid).pw_dir if who is not None else None
+    except KeyError:
         return None
 
 
-def _resolve(pid: int, model: str) -> str:
-    root = f"/proc/{pid}/root"
-    path = model
-    if not os.path.isabs(path):
-        try:
-            path = os.path.join(os.readlink(f"/proc/{pid}/cwd"), path)
-        except OSError as e:
-            raise ModelError(f"pid {pid}: working directory: {e.strerror}") from None
-    if os.path.lexists(root + path):
-        return root + path
-    cached = hf_cache_folder(model, _environ(pid), _home(pid))
+def _locate(pid: int, model: str, fs: ProcessFiles) -> str:
+    """Where ``model`` (as the argv names it) is inside the process's root: the path itself, or
+    the snapshot of a Hugging Face id in its owner's cache."""
+    try:
+        path = _procfiles.in_root(pid, model)
+    except _procfiles.Refused as refused:
+        raise ModelError(f"pid {pid}: model {model!r} {refused}") from None
+    if fs.kind(path) is not None:
+        return path
+    cached = hf_cache_folder(model, _environ(pid), _home(pid), fs)
     if cached is None:
-        raise ModelError(
-            f"pid {pid}: model {model!r} is neither a path nor in its owner's Hugging Face cache"
-        )
-    return root + cached
+        try:  # to say why the path is not read (or read it, if it has just appeared)
+            os.close(fs.open(path))
+        except ModelError as e:
+            reason = str(e).removeprefix(f"{path}: ")
+            raise ModelError(
+                f"pid {pid}: model {model!r} {reason}, and is not in its owner's Hugging Face cache"
+            ) from None
+        return path
+    return cached
 
 
 def compute(pid: int, engine: str, model: str | None, argv: Sequence[str]) -> ModelFacts:
@@ -72,16 +100,17 @@ def compute(pid: int, engine: str, model: str | None, argv: Sequence[str]) -> Mo
     ``ModelError`` naming what could not be read."""
     if not model:
         raise ModelError(f"pid {pid}: its argv names no model")
-    facts = model_facts(_resolve(pid, model))
-    name_of = _rule(engine, "model_name")
+    fs = ProcessFiles(pid)
+    facts = model_facts(_locate(pid, model, fs), fs)
+    name_of = engine_rule(engine, "model_name")
     if name_of is not None:
-        facts = facts.model_copy(update={"registry_name": name_of(facts.files[0])})
-    estimate_of = _rule(engine, "estimate_memory")
+        facts = facts.model_copy(update={"registry_name": name_of(facts.files[0], fs)})
+    estimate_of = engine_rule(engine, "estimate_memory")
     estimate = estimate_of(facts, argv) if estimate_of is not None else None
     return facts.model_copy(update={"estimate": estimate})
 
 
-def _rule(engine: str, name: str) -> Callable[..., Any] | None:
+def engine_rule(engine: str, name: str) -> Callable[..., Any] | None:
     """The engine module's own function ``name`` (``estimate_memory``, ``logged_memory``,
     ``model_name``), looked up by engine id at call time (the engine modules import the scan's
     models, so they cannot be imported here first), or ``None`` when it has none."""
@@ -155,7 +184,7 @@ def _with_deadline(action: Callable[[], ModelFacts]) -> ModelFacts | str:
 
 def beside_log(facts: ModelFacts, engine: str, log: str) -> ModelFacts:
     """``facts`` with what the engine printed about its memory in ``log`` (its start-up output)."""
-    parser = _rule(engine, "logged_memory")
+    parser = engine_rule(engine, "logged_memory")
     return facts.model_copy(update={"logged": parser(log)}) if parser is not None else facts
 
 

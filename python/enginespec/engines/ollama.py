@@ -13,7 +13,7 @@ import re
 import enginespec.engines._libraries as _libraries
 from enginespec.definition import Launch, LoadMetrics, Serving, Settings
 from enginespec.failures import FailurePattern, Failures
-from enginespec.modelfacts import ModelError, read_capped
+from enginespec.modelfacts import HOST, Files, ModelError, read_capped
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -159,51 +159,55 @@ SPEC = OllamaSpec(
 _BLOB = re.compile(r"^sha256[-:](?P<hex>[0-9a-f]{64})$")
 #: The media type of the layer that holds the weights (server/images.go).
 _MODEL_LAYER = "application/vnd.ollama.image.model"
-#: What is read of the manifests tree: files, bytes of one manifest, depth.
+#: What is read of the manifests tree: manifests, bytes of one.
 _MAX_MANIFESTS = 10_000
 _MAX_MANIFEST_BYTES = 1 << 20
+#: Where `ollama list` leaves a name short (types/model/name.go, DisplayShortest).
+_DEFAULT_HOST, _DEFAULT_NAMESPACE = "registry.ollama.ai", "library"
 
 
-def model_name(blob: str) -> str | None:
-    """The model (``name:tag``, with ``host/namespace/`` unless it is the library's) whose
-    manifest's model layer is the blob at ``blob``: the manifests sit beside the blobs,
-    ``<models>/manifests/<host>/<namespace>/<name>/<tag>`` (JSON with ``layers`` of
-    ``mediaType`` and ``digest``). Bounded: at most 10 000 manifests of 1 MiB each."""
+def model_name(blob: str, fs: Files = HOST) -> str | None:
+    """The model whose manifest's model layer is the blob at ``blob``, as `ollama list` shows it
+    (``qwen3:8b``; ``namespace/`` before it off the library, ``host/namespace/`` off the
+    registry): the manifests sit beside the blobs, ``<models>/manifests/<host>/<namespace>/
+    <name>/<tag>`` (JSON with ``layers`` of ``mediaType`` and ``digest``), listed and read as
+    ``fs`` sees them (a running runner's: as its owner, inside its root). Bounded: at most
+    10 000 manifests of 1 MiB each."""
     match = _BLOB.match(os.path.basename(blob))
     if match is None:
         return None
     digest = f"sha256:{match['hex']}"
-    manifests = os.path.join(os.path.dirname(os.path.dirname(blob)), "manifests")
-    seen = 0
-    for folder, dirs, files in os.walk(manifests):
-        depth = os.path.relpath(folder, manifests).count(os.sep)
-        if depth >= 3:
-            dirs[:] = []
-        dirs.sort()
-        for tag in sorted(files):
-            seen += 1
-            if seen > _MAX_MANIFESTS:
+    budget = [_MAX_MANIFESTS]
+
+    def walk(path: str, parts: list[str]) -> str | None:
+        if len(parts) == 4:
+            budget[0] -= 1
+            return _short_name(parts) if budget[0] >= 0 and _names_digest(path, digest, fs) else None
+        for name in sorted(fs.names(path, _MAX_MANIFESTS) or ()):
+            if budget[0] <= 0:
                 return None
-            path = os.path.join(folder, tag)
-            try:
-                manifest = json.loads(read_capped(path, _MAX_MANIFEST_BYTES))
-            except (ModelError, ValueError, RecursionError):
-                continue
-            layers = manifest.get("layers") if isinstance(manifest, dict) else None
-            if not isinstance(layers, list):
-                continue
-            if any(
-                isinstance(layer, dict)
-                and layer.get("mediaType") == _MODEL_LAYER
-                and layer.get("digest") == digest
-                for layer in layers
-            ):
-                parts = os.path.relpath(path, manifests).split(os.sep)
-                if len(parts) != 4:
-                    continue
-                host, namespace, name, tag_name = parts
-                prefix = (
-                    "" if (host, namespace) == ("registry.ollama.ai", "library") else f"{host}/{namespace}/"
-                )
-                return f"{prefix}{name}:{tag_name}"
-    return None
+            found = walk(f"{path}/{name}", [*parts, name])
+            if found:
+                return found
+        return None
+
+    return walk(os.path.join(os.path.dirname(os.path.dirname(blob)), "manifests"), [])
+
+
+def _names_digest(path: str, digest: str, fs: Files) -> bool:
+    try:
+        manifest = json.loads(read_capped(path, _MAX_MANIFEST_BYTES, fs))
+    except (ModelError, ValueError, RecursionError):
+        return False
+    layers = manifest.get("layers") if isinstance(manifest, dict) else None
+    return isinstance(layers, list) and any(
+        isinstance(layer, dict) and layer.get("mediaType") == _MODEL_LAYER and layer.get("digest") == digest
+        for layer in layers
+    )
+
+
+def _short_name(parts: list[str]) -> str:
+    host, namespace, model, tag = parts
+    if host != _DEFAULT_HOST:
+        return f"{host}/{namespace}/{model}:{tag}"
+    return f"{model}:{tag}" if namespace == _DEFAULT_NAMESPACE else f"{namespace}/{model}:{tag}"
