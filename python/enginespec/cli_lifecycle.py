@@ -8,19 +8,16 @@ import json
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
-from enginespec.config import Config
 from enginespec.display import literal
-from enginespec.errors import EngineSpecError, LaunchFailed, NotReady
-from enginespec.failures import Failure
-from enginespec.lifecycle import RunningEngine, adopt, launch
-from enginespec.logbook import follow_file, tail_file
-from enginespec.recipe import Recipe
-from enginespec.scanning import EngineProcess
-from enginespec.watching import Scanner
+
+# What the commands do is imported when one runs (the CLI starts without pydantic or a scanner).
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from enginespec.failures import Failure
+    from enginespec.scanning import EngineProcess
 
 #: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
@@ -46,6 +43,8 @@ def _print_failure(failure: Failure, as_json: bool) -> None:
 
 
 def _log_dir(args: argparse.Namespace) -> Path:
+    from enginespec.config import Config
+
     if args.log_dir:
         return Path(args.log_dir)
     config = Config(data_dir=args.data_dir) if args.data_dir else Config()
@@ -53,6 +52,10 @@ def _log_dir(args: argparse.Namespace) -> Path:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from enginespec.errors import EngineSpecError, LaunchFailed, NotReady
+    from enginespec.lifecycle import launch
+    from enginespec.recipe import Recipe
+
     try:
         recipe = Recipe.from_file(args.recipe)
         engine = launch(recipe, log_dir=_log_dir(args))
@@ -102,6 +105,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _find(target: str, command: str) -> EngineProcess | None:
     """The engine a scan finds by pid (the server or one of its workers) or engine id."""
+    from enginespec.watching import Scanner
+
     engines = Scanner().scan()
     for process in engines:
         if target.isdigit() and (int(target) == process.pid or int(target) in process.worker_pids):
@@ -112,6 +117,9 @@ def _find(target: str, command: str) -> EngineProcess | None:
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:
+    from enginespec.errors import EngineSpecError
+    from enginespec.lifecycle import adopt
+
     process = _find(args.target, "stop")
     if process is None:
         _say("stop", f"no running engine {args.target!r} (give a pid or an engine id from `enginespec ps`)")
@@ -145,6 +153,9 @@ def _newest_log(log_dir: Path, engine_id: str) -> Path | None:
 
 
 def _cmd_logs(args: argparse.Namespace) -> int:
+    from enginespec.lifecycle import adopt
+    from enginespec.logbook import follow_file, tail_file
+
     process = _find(args.target, "logs")
     engine_id = process.engine_id if process is not None else args.target
     kept = _newest_log(_log_dir(args), engine_id)
@@ -158,7 +169,7 @@ def _cmd_logs(args: argparse.Namespace) -> int:
     if process is None:
         _say("logs", f"no running engine and no kept log for {args.target!r}")
         return 2
-    engine: RunningEngine = adopt(process)
+    engine = adopt(process)
     source = engine.log_source
     if source.kind in ("terminal", "pipe", "none"):
         _say("logs", f"pid {process.pid}: no log to read: {source.reason}")

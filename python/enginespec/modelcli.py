@@ -7,22 +7,23 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import enginespec.fit as fit
 from enginespec.display import literal
-from enginespec.engines import get_engine_spec
-from enginespec.errors import CommandError, RecipeFileError
-from enginespec.modelfacts import ModelError, ModelFacts, model_facts, read_capped
-from enginespec.processmodels import beside_log, compute
-from enginespec.recipe import Recipe
-from enginespec.scanning import Scanner
+
+# What the commands do is imported when one runs (the CLI starts without pydantic or a scanner).
+if TYPE_CHECKING:
+    from enginespec.modelfacts import ModelFacts
 
 _GIB = 1 << 30
 
 
 def engine_model(pid: int) -> tuple[str, ModelFacts]:
     """(engine, facts with the estimate) of the engine server ``pid``."""
+    from enginespec.modelfacts import ModelError
+    from enginespec.processmodels import compute
+    from enginespec.scanning import Scanner
+
     found = [p for p in Scanner().scan() if p.pid == pid]
     if not found:
         raise ModelError(f"pid {pid}: not an engine server")
@@ -79,6 +80,9 @@ def _text(facts: ModelFacts) -> list[str]:
 
 
 def cmd_model(args: argparse.Namespace) -> int:
+    from enginespec.modelfacts import ModelError, model_facts, read_capped
+    from enginespec.processmodels import beside_log
+
     target: str = args.target
     try:
         if target.isascii() and target.isdigit() and not os.path.exists(target):
@@ -104,6 +108,12 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
+    import enginespec.fit as fit
+    from enginespec.engines import get_engine_spec
+    from enginespec.errors import CommandError, RecipeFileError
+    from enginespec.modelfacts import ModelError
+    from enginespec.recipe import Recipe
+
     try:
         recipe = Recipe.from_file(args.recipe)
         command = get_engine_spec(recipe.engine).plan(recipe)

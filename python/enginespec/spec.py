@@ -3,25 +3,26 @@ caller expects on it, as thin delegations to the machinery modules that take a s
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import enginespec.commands as commands
-import enginespec.installing as installing
-import enginespec.lifecycle as lifecycle
-import enginespec.probing as probing
 from enginespec.argv import parse_argv
-from enginespec.commands import Command
-from enginespec.config import Config
 from enginespec.definition import EngineDefinition
 from enginespec.errors import CommandError
-from enginespec.installing import InstallOptions, InstallResult
-from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
-from enginespec.recipe import Recipe
-from enginespec.scanning import EngineProcess
 from enginespec.urls import base_url
+
+# The machinery is imported by the methods that use it: importing the engines (which every
+# scan does) then costs only their data, not the command builder, installer and probes.
+if TYPE_CHECKING:
+    from enginespec.commands import Command
+    from enginespec.config import Config
+    from enginespec.installing import InstallOptions, InstallResult
+    from enginespec.lifecycle import RunningEngine, Supervision
+    from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
+    from enginespec.recipe import Recipe
+    from enginespec.scanning import EngineProcess
 
 
 class EngineSpec(EngineDefinition):
@@ -64,6 +65,9 @@ class EngineSpec(EngineDefinition):
         self, recipe: Recipe, config: Config | None = None, *, strict: bool = False, validate: bool = False
     ) -> Command:
         """The full command: argv, environment delta, injected flags, warnings, launcher."""
+        from enginespec import commands
+        from enginespec.config import Config
+
         return commands.plan(self, recipe, config or Config(), strict=strict, validate=validate)
 
     def build_command(
@@ -74,6 +78,9 @@ class EngineSpec(EngineDefinition):
 
     def build_environment(self, recipe: Recipe, config: Config | None = None) -> dict[str, str]:
         """The environment delta for a recipe (visible devices, the venv first on PATH, env_vars)."""
+        from enginespec import commands
+        from enginespec.config import Config
+
         return commands.build_environment(self, recipe, config or Config())
 
     # -- running (enginespec.lifecycle) ---------------------------------------------------------
@@ -85,9 +92,11 @@ class EngineSpec(EngineDefinition):
         *,
         log_dir: str | os.PathLike[str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
-        supervise: lifecycle.Supervision | None = None,
-    ) -> lifecycle.RunningEngine:
+        supervise: Supervision | None = None,
+    ) -> RunningEngine:
         """Launches the recipe on this engine (see :func:`enginespec.launch`)."""
+        from enginespec import lifecycle
+
         if recipe.engine != self.id:
             raise CommandError(f"engine: the recipe is for {recipe.engine!r}, not {self.id!r}")
         return lifecycle.launch(recipe, config, log_dir=log_dir, cwd=cwd, supervise=supervise)
@@ -100,32 +109,48 @@ class EngineSpec(EngineDefinition):
 
     def install(self, options: InstallOptions | None = None, config: Config | None = None) -> InstallResult:
         """Installs the engine idempotently into the managed runtime or ``options.python_path``."""
+        from enginespec import installing
+        from enginespec.config import Config
+        from enginespec.installing import InstallOptions
+
         return installing.install(self, options or InstallOptions(), config or Config())
 
     async def install_async(
         self, options: InstallOptions | None = None, config: Config | None = None
     ) -> InstallResult:
+        import asyncio
+
         return await asyncio.to_thread(self.install, options, config)
 
     # -- probing (enginespec.probing) ------------------------------------------------------------
 
     def probe_binary(self, path: str | os.PathLike[str], timeout: float = 10.0) -> BinaryProbeResult:
         """Whether ``path`` is this engine's installed binary or console script, and its version."""
+        from enginespec import probing
+
         return probing.probe_binary(self, path, timeout)
 
     async def probe_binary_async(
         self, path: str | os.PathLike[str], timeout: float = 10.0
     ) -> BinaryProbeResult:
+        import asyncio
+
         return await asyncio.to_thread(self.probe_binary, path, timeout)
 
     def resolve_python_path(self, config: Config | None = None) -> Path | None:
         """The engine's interpreter (``None`` for binaries), in the launcher's order."""
+        from enginespec import probing
+        from enginespec.config import Config
+
         return probing.resolve_python_path(self, config or Config())
 
     def get_runtime_info(
         self, config: Config | None = None, running: EngineProcess | None = None
     ) -> RuntimeInfo:
         """What is installed (or, given a running process, what that process runs)."""
+        from enginespec import probing
+        from enginespec.config import Config
+
         if running is not None:
             return probing.running_info(self, running)
         return probing.runtime_info(self, config or Config())
@@ -133,8 +158,13 @@ class EngineSpec(EngineDefinition):
     async def get_runtime_info_async(
         self, config: Config | None = None, running: EngineProcess | None = None
     ) -> RuntimeInfo:
+        import asyncio
+
         return await asyncio.to_thread(self.get_runtime_info, config, running)
 
     def get_config_help(self, config: Config | None = None, timeout: float | None = None) -> EngineHelp:
         """The engine's own full ``--help`` and the flags it accepts, cached per (command, version)."""
+        from enginespec import probing
+        from enginespec.config import Config
+
         return probing.read_help(self, config or Config(), timeout)
