@@ -4,6 +4,7 @@ suite once with `native` and once with `python`."""
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,12 @@ import pytest
 
 import enginespec
 from procs import Procs, build_helper, running
+
+# A suite started as a background job of a non-interactive shell (`.ci/run &`, nohup) inherits
+# SIGINT ignored, and so would every CLI it starts: the Ctrl-C tests need the default, as a
+# terminal gives it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_report_header() -> str:

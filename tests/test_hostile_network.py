@@ -371,6 +371,40 @@ def test_engines_behind_a_port_that_never_answers_are_unknown_by_the_deadline(pr
         sock.close()
 
 
+def test_one_users_hung_engines_cannot_starve_another_users(procs: Procs, idle: Path) -> None:
+    """100 engines of `nobody` behind a port that never answers, more than the checks in flight
+    (64): root's engine that answers, started after them, is still checked before the deadline."""
+    hung = bound_socket()
+    hung.listen(4096)
+    try:
+        port = str(hung.getsockname()[1])
+        strangers = [
+            procs.start(
+                ["llama-server", "-m", f"m{n}", "--port", port],
+                (hung.fileno(),),
+                executable=idle,
+                user="nobody",
+            )
+            for n in range(100)
+        ]
+        with serving({"/health": [Answer(200, OK)]}, sock=(own := bound_socket())) as _server:
+            mine = procs.start(
+                ["llama-server", "-m", "mine", "--port", str(own.getsockname()[1])], (own.fileno(),)
+            )
+            pids = {p.pid for p in strangers} | {mine.pid}
+            scanned = {p.pid: p for p in Scanner().scan() if p.pid in pids}
+            assert len(scanned) == 101
+            found = [scanned[p.pid] for p in [*strangers, mine]]  # root's last
+            healths = check_all(found, timeout=60, deadline=3.0)
+            assert healths[-1].state == "ready", healths[-1]
+            assert {h.state for h in healths[:-1]} == {"unknown"}
+            listed = enginespec("ps", "--json", "--timeout", "3")
+            states = {d["pid"]: d["health"]["state"] for d in json.loads(listed.stdout) if d["pid"] in pids}
+            assert states[mine.pid] == "ready"
+    finally:
+        hung.close()
+
+
 def test_a_deadline_must_be_positive() -> None:
     with pytest.raises(ValueError, match="deadline: must be a positive number of seconds, got 0"):
         check_all([], deadline=0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
+import enginespec._procfiles as _procfiles
 import enginespec.sockets as sockets
 from enginespec.definition import EngineDefinition
 from enginespec.errors import EngineExited, InvalidInputError, NotReady
@@ -661,7 +663,8 @@ async def check_all_async(
     deadline: float | None = None,
 ) -> list[Health]:
     """Checks many engines at once, at most ``concurrency`` in flight, each request bounded by
-    ``timeout``: one hung server cannot stall the others. With ``deadline`` (seconds), the whole
+    ``timeout``: one hung server cannot stall the others, nor one user's hung servers another
+    user's engines (the slots go to each owner's engines in turn). With ``deadline`` (seconds), the whole
     run ends by then: engines not checked in time (still waiting, or still in flight) are
     ``unknown`` with that reason. Results are in the order of ``processes``."""
     if concurrency < 1:
@@ -697,7 +700,21 @@ async def _check_all(
             except asyncio.TimeoutError:
                 return _late(proc.engine, proc.base_url, deadline)
 
-    return list(await asyncio.gather(*(one(p) for p in processes)))
+    order = _owners_in_turn(processes)
+    found = dict(zip(order, await asyncio.gather(*(one(processes[at]) for at in order)), strict=True))
+    return [found[at] for at in range(len(processes))]
+
+
+def _owners_in_turn(processes: Sequence[EngineProcess]) -> list[int]:
+    """The indexes of ``processes``, each owner's next in turn: the checks take the ``concurrency``
+    slots in this order, so one user's engines that accept and never answer (each holding a
+    slot until its timeout) cannot keep every other user's engines waiting past the deadline."""
+    queues: dict[int | None, list[int]] = {}
+    for at, process in enumerate(processes):
+        who = _procfiles.owner(process.pid)
+        queues.setdefault(who.uid if who is not None else None, []).append(at)
+    rounds = itertools.zip_longest(*queues.values())
+    return [at for taken in rounds for at in taken if at is not None]
 
 
 def check_all(
