@@ -204,3 +204,109 @@ def test_import_stays_light() -> None:
     }
     assert "enginespec" in imported  # the list was read
     assert not imported & {"rich", "prometheus_client", "httpx", "pydantic"}
+
+
+# --- the suite's own children ------------------------------------------------------------------
+
+#: Calls that end a child (or hand it to what ends it: a fixture's stop, a stream's interrupt).
+_ENDS = ("kill", "killpg", "terminate", "stop", "stop_all", "interrupt", "send_signal")
+
+
+def _ends_a_child(nodes: list[ast.stmt]) -> bool:
+    return any(
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute | ast.Name)
+        and any(
+            end in (call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id) for end in _ENDS
+        )
+        for node in nodes
+        for call in ast.walk(node)
+    )
+
+
+def _unowned_children(source: str) -> list[int]:
+    """The lines of ``subprocess.Popen`` calls whose child nothing is sure to end: not inside, or
+    followed in the same function by, a ``try`` whose ``finally`` ends children; not appended to a
+    list a fixture ends (``procs.started.append(proc)``); not returned to a caller that owns it;
+    not kept by an object with a method that ends it."""
+    tree = ast.parse(source)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "Popen"
+    ]
+    return [call.lineno for call in calls if not _owned(call, parents)]
+
+
+def _owned(call: ast.Call, parents: dict[ast.AST, ast.AST]) -> bool:
+    node: ast.AST = call
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.Return) or (isinstance(node, ast.Try) and _ends_a_child(node.finalbody)):
+            return True
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Attribute):  # self.proc = ...
+            owner = next(n for n in _ancestors(node, parents) if isinstance(n, ast.ClassDef))
+            return _ends_a_child(owner.body)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            return _ended_later(call, node)
+    return False
+
+
+def _ended_later(call: ast.Call, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether, after ``call``, ``function`` ends children in a ``finally``, or hands the child
+    (by the name it was assigned to) to a list or to its caller."""
+    names = {
+        target.id
+        for node in ast.walk(function)
+        if isinstance(node, ast.Assign) and node.value is call
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    for node in ast.walk(function):
+        if getattr(node, "lineno", 0) <= call.lineno:
+            continue
+        if isinstance(node, ast.Try) and _ends_a_child(node.finalbody):
+            return True
+        handed = (
+            node.args
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "append"
+            else [node.value]
+            if isinstance(node, ast.Return) and node.value is not None
+            else []
+        )
+        if any(isinstance(arg, ast.Name) and arg.id in names for arg in handed):
+            return True
+    return False
+
+
+def _ancestors(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> list[ast.AST]:
+    found = []
+    while node in parents:
+        node = parents[node]
+        found.append(node)
+    return found
+
+
+def test_every_child_the_suite_starts_is_ended_in_a_finally() -> None:
+    """A child that outlives its test (holding a pipe, a port) hangs or breaks the rest of the
+    suite: every one is ended in a ``finally`` or by a fixture's."""
+    tests = Path(__file__).resolve().parent
+    offenders = {
+        str(path.relative_to(tests)): lines
+        for path in sorted(tests.rglob("*.py"))
+        if (lines := _unowned_children(path.read_text()))
+    }
+    assert offenders == {}
+
+
+def test_the_child_check_finds_a_child_left_running() -> None:
+    left = "import subprocess\ndef test_x():\n    p = subprocess.Popen(['sleep', '9'])\n"
+    left += "    assert p.wait(1) == 0\n"
+    ended = left.replace(
+        "    assert p.wait(1) == 0\n", "    try:\n        p.wait(1)\n    finally:\n        p.kill()\n"
+    )
+    fixture = left.replace("    assert p.wait(1) == 0\n", "    procs.started.append(p)\n")
+    assert (_unowned_children(left), _unowned_children(ended), _unowned_children(fixture)) == ([3], [], [])

@@ -169,7 +169,13 @@ def test_concurrent_installs_in_processes_are_serialised(wheelhouse: Path, tmp_p
     runs = [
         subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)
     ]
-    outputs = [json.loads(run.communicate(timeout=300)[0]) for run in runs]
+    try:
+        outputs = [json.loads(run.communicate(timeout=300)[0]) for run in runs]
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+                run.wait(timeout=30)
     assert sorted(outputs) == [False, True]
 
 

@@ -5,6 +5,7 @@ health transitions of a real loopback server. Every JSON line is checked against
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -352,15 +353,21 @@ def test_watch_piped_into_head_exits_quietly(procs: Procs) -> None:
         shell=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        start_new_session=True,
     )
-    proc = procs.start(["vllm", "serve", "m", "--port", str(free_port())])
-    # head leaves after one line; the watch learns it at its next write: more events
-    deadline = time.monotonic() + 30
-    while head.poll() is None and time.monotonic() < deadline:
-        procs.stop(proc)
+    try:
         proc = procs.start(["vllm", "serve", "m", "--port", str(free_port())])
-        time.sleep(0.3)
-    out, err = head.communicate(timeout=30)
+        # head leaves after one line; the watch learns it at its next write: more events
+        deadline = time.monotonic() + 30
+        while head.poll() is None and time.monotonic() < deadline:
+            procs.stop(proc)
+            proc = procs.start(["vllm", "serve", "m", "--port", str(free_port())])
+            time.sleep(0.3)
+        out, err = head.communicate(timeout=30)
+    finally:  # the shell, head and the watch: the pipeline's own process group
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)
+        head.wait(timeout=30)
     assert head.returncode == 0
     assert len(out.splitlines()) == 1
     json.loads(out)
