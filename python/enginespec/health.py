@@ -11,76 +11,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import json
-import os
-import re
-import socket
-import ssl
-import struct
 import subprocess
 import time
 from collections.abc import Coroutine, Generator, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import unquote, urlsplit
+from typing import TYPE_CHECKING, Any
 
 import enginespec._procfiles as _procfiles
 import enginespec.sockets as sockets
-from enginespec.definition import EngineDefinition
-from enginespec.errors import EngineExited, InvalidInputError, NotReady
-from enginespec.registry import find_engine
+from enginespec.errors import EngineExited, NotReady
+from enginespec.reaching import (
+    PeerMismatch,
+    Request,
+    Target,
+    auth_headers,
+    blocking,
+    endpoint_of,
+    engine_tree,
+    ownership_problem,
+    target_of,
+    transport,
+)
 from enginespec.scanning import EngineProcess, process_alive
 from enginespec.signature import NOT_SERVING_ROLES
 from enginespec.status import Health, HealthState
-from enginespec.urls import UNIX_SCHEME, checked_url
 
 if TYPE_CHECKING:
     import httpx
-
-
-@dataclass(frozen=True)
-class _Target:
-    spec: EngineDefinition
-    base_url: str | None
-    process: EngineProcess | None
-    api_key: str | None
-    expected_names: tuple[str, ...]
-    #: an API key was found but cannot be sent in a header (control or non-ASCII characters).
-    unusable_key: bool = False
-    #: the caller gave the URL (it is theirs to choose); else it comes from the process and is
-    #: only connected to through a socket the process's own tree holds.
-    given_url: bool = True
-
-    def endpoint(self) -> tuple[str, str | None]:
-        """(http base URL, unix socket path or None); the probe asks for no request without one."""
-        url = self.base_url or ""
-        if url.startswith(UNIX_SCHEME):
-            return "http://localhost", unquote(urlsplit(url).netloc)
-        return url.rstrip("/"), None
-
-
-@dataclass(frozen=True)
-class _Endpoint:
-    """Where the requests of one check go: an http(s) base URL, or a unix socket path (with the
-    pids one of which must be the peer of the connection, ``()`` for a caller's own socket)."""
-
-    url: str
-    socket: str | None = None
-    peers: tuple[int, ...] = ()
-    #: the tree's listening sockets at that path
-    inodes: frozenset[int] = frozenset()
-
-
-@dataclass(frozen=True)
-class _Request:
-    method: str
-    path: str
-    endpoint: _Endpoint
-    authorized: bool = False
-    body: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -93,52 +52,10 @@ class _Reply:
     detail: str = ""
 
 
-_Probe = Generator[_Request, _Reply, Health]
+_Probe = Generator[Request, _Reply, Health]
 #: The most bytes of one answer read (a health answer is a few bytes, /v1/models a few KB): a
 #: larger one is not read further, so no server can make a check allocate what it sends.
 MAX_ANSWER_BYTES = 1 << 20
-# What an Authorization header value may hold (visible ASCII, RFC 9110 field-vchar).
-_HEADER_VALUE = re.compile(r"[\x21-\x7e]+")
-_Result = TypeVar("_Result")
-
-
-def _resolve(target: EngineProcess | str, base_url: str | None, api_key: str | None) -> _Target:
-    if isinstance(target, EngineProcess):
-        spec = find_engine(target.engine)
-        expected = target.served_model_names or _model_names(target)
-        key = api_key or target.secret_api_key() or target.environ_api_key(spec.serving.api_key_env)
-        url = checked_url(base_url) if base_url is not None else target.base_url
-    else:
-        if base_url is None:
-            raise InvalidInputError(f"base_url: needed to check engine {target!r} without a process")
-        spec, url, key, expected = find_engine(target), checked_url(base_url), api_key, ()
-    # A key with a newline or non-ASCII characters is never put in a header: httpx would raise
-    # with the header (and so the key) in its message.
-    usable = key is None or _HEADER_VALUE.fullmatch(key) is not None
-    process = target if isinstance(target, EngineProcess) else None
-    given = process is None or base_url is not None
-    return _Target(spec, url, process, key if usable else None, expected, not usable, given)
-
-
-def _model_names(process: EngineProcess) -> tuple[str, ...]:
-    """The names a server may list its model under: as argv gives it, a relative path also
-    resolved against the process's working directory (mlx_lm.server lists the absolute path), and
-    a path's last component (TensorRT-LLM lists a model directory by its name: openai_server.py
-    OpenAIServer.__init__ at 00057725)."""
-    if not process.model:
-        return ()
-    model = process.model
-    names = [model]
-    # A repository id (`org/name`) gets candidates too: harmless, they only widen the match.
-    if "/" in model or model.startswith("."):
-        leaf = model.rstrip("/").rsplit("/", 1)[-1]
-        if not model.startswith("/"):
-            with contextlib.suppress(OSError):
-                cwd = os.readlink(f"/proc/{process.pid}/cwd")
-                names.append(os.path.normpath(os.path.join(cwd, model)))
-        if leaf not in ("", ".", ".."):
-            names.append(leaf)
-    return tuple(dict.fromkeys(names))
 
 
 def _model_ids(body: bytes) -> tuple[str, ...] | None:
@@ -149,7 +66,7 @@ def _model_ids(body: bytes) -> tuple[str, ...] | None:
         return None
 
 
-def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Probe:
+def _probe(t: Target, verify_identity: bool, deep: bool, timeout: float) -> _Probe:
     def health(
         state: HealthState, reason: str, reply: _Reply | None = None, ids: Sequence[str] = ()
     ) -> Health:
@@ -172,14 +89,14 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
     if t.base_url is None:
         problems = "; ".join(t.process.problems) if t.process else "no address"
         return health("unknown", f"no usable listen address: {problems}")
-    where, verdict = _endpoint(t)
+    where, verdict = endpoint_of(t)
     if where is None:
         return health(*verdict)
     path = t.spec.serving.health_path
     # A runner answers as the server it is, not as its supervisor (Ollama's are llama-servers).
     if t.process is not None and t.process.role == "runner" and t.spec.serving.runner_health_path:
         path = t.spec.serving.runner_health_path
-    reply = yield _Request("GET", path, where, authorized=t.spec.serving.health_authorized)
+    reply = yield Request("GET", path, where, authorized=t.spec.serving.health_authorized)
     if reply.failure is not None or reply.status is None:
         return health(*_unanswered(t, reply, timeout, path))
     if t.process is not None and not t.process.private_network:
@@ -187,7 +104,7 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
         # own network namespace the port is another table's; a published port is the proxy's.)
         # Of the address connected to (the tree's own, for a URL from the process).
         connected = t.base_url if t.given_url else where.url
-        problem = ownership_problem(_tree(t.process.pid, t.process.worker_pids), connected)
+        problem = ownership_problem(engine_tree(t.process.pid, t.process.worker_pids), connected)
         if problem is not None:
             return health("unhealthy", problem, reply)
         # Gone since the check began, its fds cannot show who held the port: the answer may be
@@ -199,12 +116,12 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
     loaded = t.spec.serving.loaded_models_path
     if state == "ready" and loaded and path == t.spec.serving.health_path and not (verify_identity or deep):
         # Which models a ready server has loaded (Ollama's names): what it says, or nothing.
-        listed = yield _Request("GET", loaded, where, authorized=True)
+        listed = yield Request("GET", loaded, where, authorized=True)
         names = t.spec.loaded_models(listed.body) if listed.status == 200 else None
         return health(state, reason, first, names or ())
     if state != "ready" or not (verify_identity or deep):
         return health(state, reason, first)
-    models = yield _Request("GET", "/v1/models", where, authorized=True)
+    models = yield Request("GET", "/v1/models", where, authorized=True)
     ids = _model_ids(models.body) if models.status == 200 else None
     if ids is None:
         if models.status in (401, 403):
@@ -218,130 +135,14 @@ def _probe(t: _Target, verify_identity: bool, deep: bool, timeout: float) -> _Pr
     if deep:
         model = t.expected_names[0] if t.expected_names else (ids[0] if ids else "")
         body = {"model": model, "prompt": "1", "max_tokens": 1}
-        answer = yield _Request("POST", "/v1/completions", where, authorized=True, body=body)
+        answer = yield Request("POST", "/v1/completions", where, authorized=True, body=body)
         if answer.status != 200:
             detail = answer.detail or f"HTTP {answer.status}"
             return health("unhealthy", f"a one-token completion failed ({detail})", first, ids)
     return health("ready", reason, first, ids)
 
 
-def _endpoint(t: _Target) -> tuple[_Endpoint | None, tuple[HealthState, str]]:
-    """Where to send the check's requests, decided before any is sent; or, when there is no
-    socket of the engine's own process tree to send them to, its state and why it is not
-    contacted. An address from a process is only ever a hint: the connection goes to a LISTEN
-    socket the tree holds (by a canonical literal address of this host), to a unix socket it
-    has bound and listens on, or to the root-run proxy that publishes its port."""
-    assert t.base_url is not None
-    if t.given_url or t.process is None:
-        url, path = t.endpoint()
-        return _Endpoint(url, path), ("unknown", "")
-    process = t.process
-    tree = tuple(_tree(process.pid, process.worker_pids))
-    if t.base_url.startswith(UNIX_SCHEME):
-        return _unix_endpoint(tree, unquote(urlsplit(t.base_url).netloc))
-    if process.private_network and not process.published:
-        return None, (
-            "unknown",
-            f"it runs in a private network namespace with no published port, so {t.base_url} may be"
-            " unreachable from this host: not contacted",
-        )
-    parts = urlsplit(t.base_url)
-    host, port = parts.hostname or "", parts.port
-    if process.published:
-        # Its own socket is in its own namespace, on the port the proxy forwards to.
-        host, port = process.effective_host or "", process.published[0].container_port
-    if port is None:
-        return None, ("unknown", "no usable listen address: no port")
-    found = sockets.target(tree, host, port)
-    if not found.readable or found.problem is not None:
-        return None, ("unknown", f"{found.problem}: not contacted")
-    if found.address is None:
-        if found.held_by:
-            others = ", ".join(map(str, found.held_by))
-            return None, (
-                "unhealthy",
-                f"port {port} is held by pid {others}, not by this server (pid {tree[0]}),"
-                " which listens on nothing there",
-            )
-        return None, ("starting", "process is up, not accepting connections yet")
-    if found.held_by:
-        others = ", ".join(map(str, found.held_by))
-        return None, (
-            "unhealthy",
-            f"port {port} is shared with pid {others} (SO_REUSEPORT): requests are split between them",
-        )
-    if process.published:
-        # Its own socket is in its own namespace; the host reaches it through root's proxy.
-        return _Endpoint(t.base_url.rstrip("/")), ("unknown", "")
-    literal = f"[{found.address}]" if found.address.version == 6 else str(found.address)
-    return _Endpoint(f"{parts.scheme}://{literal}:{port}"), ("unknown", "")
-
-
-def _unix_endpoint(tree: tuple[int, ...], path: str) -> tuple[_Endpoint | None, tuple[HealthState, str]]:
-    """A unix socket the tree listens on, reached as seen from the server's root."""
-    held = sockets.unix_listeners(tree, path)
-    if held is None:
-        return None, ("unknown", "its sockets cannot be read (another user's process?): not contacted")
-    if not held:
-        return None, ("starting", f"process is up, holds no listening socket at {path}: not contacted")
-    where = path
-    with contextlib.suppress(OSError):
-        if os.stat(f"/proc/{tree[0]}/root") != os.stat("/"):
-            where = f"/proc/{tree[0]}/root{path}"
-    if len(os.fsencode(where)) > 107:
-        return None, ("unknown", f"{where} is too long a socket path to connect to: not contacted")
-    return _Endpoint("http://localhost", where, tree, held), ("unknown", "")
-
-
-def _tree(pid: int, workers: Sequence[int] = ()) -> list[int]:
-    """A server and its descendants now (workers may have been forked since the scan), found
-    through the kernel's lists of each task's children: the cost is the tree's, not the host's
-    (a walk of every process per engine made 1,024 engines cost minutes)."""
-    found: dict[int, None] = {}
-    queue = [pid]
-    while queue and len(found) < 4096:
-        current = queue.pop()
-        if current in found:
-            continue
-        found[current] = None
-        try:
-            tasks = os.listdir(f"/proc/{current}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{current}/task/{task}/children", "rb") as file:
-                    queue.extend(int(child) for child in file.read().split())
-            except (OSError, ValueError):
-                continue
-    found.pop(pid, None)
-    return [pid, *dict.fromkeys([*workers, *found])]
-
-
-def ownership_problem(tree: Sequence[int], base_url: str | None) -> str | None:
-    """Why the server answering at ``base_url`` is not (only) the process tree ``tree`` (the
-    server first): another process holds the port and the tree listens on nothing there, or
-    others share its address and port (SO_REUSEPORT). ``None`` when the tree alone listens there,
-    or when it cannot be told (a unix socket, a host name, fds that cannot be read)."""
-    if base_url is None or base_url.startswith(UNIX_SCHEME):
-        return None
-    parts = urlsplit(base_url)
-    addresses = sockets.connect_addresses(parts.hostname or "")
-    if not addresses or parts.port is None:
-        return None
-    owner = sockets.ownership(tree, addresses, parts.port)
-    if owner.ours is None or not owner.others:
-        return None
-    others = ", ".join(map(str, owner.others))
-    if not owner.ours:
-        return (
-            f"port {parts.port} is held by pid {others}, not by this server (pid {tree[0]}),"
-            " which listens on nothing there"
-        )
-    return f"port {parts.port} is shared with pid {others} (SO_REUSEPORT): requests are split between them"
-
-
-def _unanswered(t: _Target, reply: _Reply, timeout: float, path: str) -> tuple[HealthState, str]:
+def _unanswered(t: Target, reply: _Reply, timeout: float, path: str) -> tuple[HealthState, str]:
     """The state and reason of a health request that got no answer."""
     if reply.failure == "refused":
         if t.process is not None:
@@ -364,20 +165,7 @@ def _failure(err: httpx.HTTPError) -> tuple[str, str]:
     return "broken", f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
 
 
-def _headers(t: _Target, request: _Request) -> dict[str, str]:
-    if request.authorized and t.api_key:
-        return {"Authorization": f"Bearer {t.api_key}"}
-    return {}
-
-
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    # Built once: loading the CA bundle for every client costs tens of milliseconds of CPU, which
-    # would serialise `check_all` behind the event loop.
-    return ssl.create_default_context()
-
-
-def _advance(probe: _Probe, reply: _Reply | None) -> _Request | Health:
+def _advance(probe: _Probe, reply: _Reply | None) -> Request | Health:
     """The probe's next request, or its verdict."""
     try:
         return next(probe) if reply is None else probe.send(reply)
@@ -386,47 +174,11 @@ def _advance(probe: _Probe, reply: _Reply | None) -> _Request | Health:
         return result
 
 
-class _PeerMismatch(Exception):
-    """The unix socket connected to is not the engine tree's (its file was replaced)."""
-
-
-def _backend(where: _Endpoint) -> Any:
-    """An httpcore network backend that, for a unix socket, checks before any byte is sent that
-    the listening end is the tree's (SO_PEERCRED: the pid that listens, see sockets.is_peer), so
-    a socket file swapped for another service's (a root-only one) is never sent a request."""
-    import httpcore
-
-    class Checked(httpcore.AnyIOBackend):
-        async def connect_unix_socket(self, path: str, *args: Any, **kwargs: Any) -> Any:
-            stream = await super().connect_unix_socket(path, *args, **kwargs)
-            sock = stream.get_extra_info("socket")
-            pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
-            if not sockets.is_peer(pid, where.peers, where.inodes):
-                await stream.aclose()
-                raise _PeerMismatch(f"the socket at {path} is held by pid {pid}, not by this server's tree")
-            return stream
-
-    return Checked()
-
-
-def _transport(where: _Endpoint) -> httpx.AsyncHTTPTransport:
-    import httpcore
-    import httpx
-
-    transport = httpx.AsyncHTTPTransport(uds=where.socket, verify=_tls())
-    if where.peers:
-        # httpx takes no network backend: its pool is rebuilt with one that checks the peer.
-        transport._pool = httpcore.AsyncConnectionPool(
-            ssl_context=_tls(), uds=where.socket, network_backend=_backend(where)
-        )
-    return transport
-
-
-async def _fetch(client: httpx.AsyncClient, t: _Target, step: _Request) -> _Reply:
+async def _fetch(client: httpx.AsyncClient, t: Target, step: Request) -> _Reply:
     """One request, its answer read up to MAX_ANSWER_BYTES (streamed: never allocated whole)."""
     started = time.perf_counter()
     # Not compressed: what is counted is what is kept (a small gzip can inflate to gigabytes).
-    headers = {**_headers(t, step), "Accept-Encoding": "identity"}
+    headers = {**auth_headers(t, step), "Accept-Encoding": "identity"}
     url = step.endpoint.url + step.path
     async with client.stream(step.method, url, headers=headers, json=step.body) as response:
         body = bytearray()
@@ -439,7 +191,7 @@ async def _fetch(client: httpx.AsyncClient, t: _Target, step: _Request) -> _Repl
         return _Reply(response.status_code, bytes(body), time.perf_counter() - started)
 
 
-async def _run(t: _Target, probe: _Probe, timeout: float) -> Health:
+async def _run(t: Target, probe: _Probe, timeout: float) -> Health:
     # The first step finds the socket to use, reading /proc: in a thread, so the event loop (and
     # the overall deadline) never waits for it.
     step = await asyncio.to_thread(_advance, probe, None)
@@ -450,9 +202,9 @@ async def _run(t: _Target, probe: _Probe, timeout: float) -> Health:
     import httpx
 
     async with httpx.AsyncClient(
-        transport=_transport(step.endpoint), timeout=httpx.Timeout(timeout)
+        transport=transport(step.endpoint), timeout=httpx.Timeout(timeout)
     ) as client:
-        while isinstance(step, _Request):
+        while isinstance(step, Request):
             try:
                 # httpx's timeouts are per phase; also bound the whole request (a trickling server).
                 reply = await asyncio.wait_for(_fetch(client, t, step), timeout * 2)
@@ -461,7 +213,7 @@ async def _run(t: _Target, probe: _Probe, timeout: float) -> Health:
                 reply = _Reply(failure=failure, detail=detail)
             except (httpx.InvalidURL, httpx.StreamError, ValueError) as err:
                 reply = _Reply(failure="broken", detail=f"{type(err).__name__}: {err}")
-            except _PeerMismatch as err:
+            except PeerMismatch as err:
                 reply = _Reply(failure="foreign", detail=str(err))
             except asyncio.TimeoutError:
                 reply = _Reply(failure="timeout", detail="timed out")
@@ -469,17 +221,17 @@ async def _run(t: _Target, probe: _Probe, timeout: float) -> Health:
     return step
 
 
-async def _within(t: _Target, job: Coroutine[Any, Any, Health], deadline: float | None) -> Health:
+async def _within(t: Target, job: Coroutine[Any, Any, Health], deadline: float | None) -> Health:
     """The check, or ``unknown`` when it is not done within ``deadline`` seconds."""
     if deadline is None:
         return await job
     try:
         return await asyncio.wait_for(job, deadline)
     except asyncio.TimeoutError:
-        return _late(t.spec.id, t.base_url, deadline)
+        return not_checked_in_time(t.spec.id, t.base_url, deadline)
 
 
-def _late(engine: str, base_url: str | None, deadline: float) -> Health:
+def not_checked_in_time(engine: str, base_url: str | None, deadline: float) -> Health:
     reason = f"not checked within the overall deadline of {deadline:g}s"
     return Health(engine=engine, base_url=base_url, state="unknown", reason=reason)
 
@@ -506,8 +258,8 @@ def check_health(
     holds, found before any request (see docs/health.md); a ``base_url`` given here is the
     caller's to choose and is used as given.
     """
-    t = _resolve(target, base_url, api_key)
-    return _blocking(_within(t, _run(t, _probe(t, verify_identity, deep, timeout), timeout), deadline))
+    t = target_of(target, base_url, api_key)
+    return blocking(_within(t, _run(t, _probe(t, verify_identity, deep, timeout), timeout), deadline))
 
 
 async def check_health_async(
@@ -521,7 +273,7 @@ async def check_health_async(
     deadline: float | None = None,
 ) -> Health:
     """Async twin of :func:`check_health`."""
-    t = _resolve(target, base_url, api_key)
+    t = target_of(target, base_url, api_key)
     return await _within(t, _run(t, _probe(t, verify_identity, deep, timeout), timeout), deadline)
 
 
@@ -563,7 +315,7 @@ class _Waiter:
             and self.process is not None
             and not isinstance(self.target, EngineProcess)
         ):
-            problem = ownership_problem(_tree(self.process.pid), health.base_url)
+            problem = ownership_problem(engine_tree(self.process.pid), health.base_url)
             # Its sockets cannot be read once it is gone: an exit during the check is an exit.
             returncode = self.process.poll()
             if returncode is not None:
@@ -694,11 +446,11 @@ async def _check_all(
             left = end - loop.time()
             if left <= 0:
                 check.close()
-                return _late(proc.engine, proc.base_url, deadline)
+                return not_checked_in_time(proc.engine, proc.base_url, deadline)
             try:
                 return await asyncio.wait_for(check, left)
             except asyncio.TimeoutError:
-                return _late(proc.engine, proc.base_url, deadline)
+                return not_checked_in_time(proc.engine, proc.base_url, deadline)
 
     order = _owners_in_turn(processes)
     found = dict(zip(order, await asyncio.gather(*(one(processes[at]) for at in order)), strict=True))
@@ -733,15 +485,4 @@ def check_all(
         verify_identity=verify_identity,
         deadline=deadline,
     )
-    return _blocking(job)
-
-
-def _blocking(job: Coroutine[Any, Any, _Result]) -> _Result:
-    """Runs a coroutine to completion from sync code (in a worker thread if this thread already
-    runs an event loop)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(job)
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, job).result()
+    return blocking(job)

@@ -32,9 +32,10 @@ from enginespec.definition import EngineDefinition
 from enginespec.display import literal
 from enginespec.errors import InvalidInputError, LaunchFailed, NotReady, RestartRefused
 from enginespec.failures import Failure, ended
-from enginespec.health import check_health, ownership_problem
+from enginespec.health import check_health
 from enginespec.logbook import LogBook, LogLine, follow_file, tail_file, timestamp
 from enginespec.masking import REDACTED, is_secret_name
+from enginespec.reaching import ownership_problem
 from enginespec.recipe import Recipe
 from enginespec.registry import find_engine
 from enginespec.scanning import EngineProcess, Scanner, make_engine_id

@@ -24,8 +24,9 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict
 
-from enginespec.health import _blocking, _late, _resolve, check_health_async
+from enginespec.health import check_health_async, not_checked_in_time
 from enginespec.load import EngineLoad, _read, checked_stall_after, not_owned, tree_cpu_seconds
+from enginespec.reaching import blocking, target_of
 from enginespec.registry import find_engine
 from enginespec.scanning import EngineProcess
 from enginespec.status import Health, HealthState
@@ -231,7 +232,7 @@ class EngineMonitor:
                 health = await check_health_async(process, timeout=self.timeout)
                 return self._judge(process, engine, health, None, cpu)
             # The health check verifies who holds the port; the load reading need not again.
-            target = _resolve(process, None, None)
+            target = target_of(process, None, None)
             health, load = await asyncio.gather(
                 check_health_async(process, timeout=self.timeout),
                 _read(target, self.timeout, engine.load, self.stall_after, owner=False),
@@ -320,10 +321,10 @@ class EngineMonitor:
             try:
                 return await asyncio.wait_for(self._one(process, gate), max(end - loop.time(), 0.0))
             except asyncio.TimeoutError:
-                return Vitals(health=_late(process.engine, process.base_url, deadline))
+                return Vitals(health=not_checked_in_time(process.engine, process.base_url, deadline))
 
         return list(await asyncio.gather(*(one(p) for p in listed)))
 
     def check(self, processes: Iterable[EngineProcess], *, deadline: float | None = None) -> list[Vitals]:
         """Sync form of :meth:`check_async`."""
-        return _blocking(self.check_async(list(processes), deadline=deadline))
+        return blocking(self.check_async(list(processes), deadline=deadline))
