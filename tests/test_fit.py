@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from enginespec import Scanner
 from enginespec.cli import main
+from fakeserver import free_port
+from gpuhost import Host, build_nvml
+from procs import Procs
 
 gguf = pytest.importorskip("gguf")
 np = pytest.importorskip("numpy")
@@ -143,15 +147,32 @@ def test_bad_ledgers_and_devices_are_named(tmp_path: Path, capsys: pytest.Captur
     assert "--gpus '7': no device 7 in the ledger" in capsys.readouterr().err
 
 
-def test_without_a_live_ledger_a_recorded_one_is_asked_for(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_fit_reads_the_live_ledger_of_this_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], procs: Procs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import enginespec
-
-    if hasattr(enginespec, "gpu_ledger"):
-        pytest.skip("this build has the live ledger")  # merged with the GPU ledger: nothing to refuse
+    """Without ``--ledger``, the GPUs as they are held now (here through the test NVML library):
+    a running vLLM engine of this host holds most of GPU0, GPU1 is idle."""
+    library = build_nvml(tmp_path, 3)
+    host = Host(tmp_path / "host")
+    engine = procs.start(["vllm", "serve", "Qwen/Qwen3-8B", "--port", str(free_port())])
+    engine_id = next(p.engine_id for p in Scanner().scan() if p.pid == engine.pid)
+    host.nvml_gpu("GPU-0", "0000:17:00.0", "NVIDIA H100 80GB HBM3", 80 * GIB, 79 * GIB)
+    host.nvml_gpu("GPU-1", "0000:65:00.0", "NVIDIA H100 80GB HBM3", 80 * GIB, 0)
+    host.nvml_process("GPU-0", engine.pid, 79 * GIB)
+    monkeypatch.setenv("ENGINESPEC_NVML_LIBRARY", str(library))
+    monkeypatch.setenv("ENGINESPEC_TEST_NVML_HOST", str(host.nvml_file()))
     model = big_gguf(tmp_path / "m.gguf")
     recipe = tmp_path / "r.toml"
-    recipe.write_text(f'engine = "llamacpp"\nmodel_path = "{model}"\n')
-    assert main(["fit", str(recipe)]) == 2
-    assert "no live GPU ledger: give a recorded one with --ledger FILE" in capsys.readouterr().err
+    recipe.write_text(
+        f'engine = "llamacpp"\nmodel_path = "{model}"\nmax_model_len = 8192\nmax_num_seqs = 1\n'
+    )
+    code, result = run(capsys, str(recipe))
+    assert code == 0
+    (placement,) = result["placements"]  # type: ignore[misc]
+    assert placement["devices"] == ["GPU-1"]
+    assert placement["environment"] == {"CUDA_VISIBLE_DEVICES": "1"}
+    (refusal,) = result["refusals"]  # type: ignore[misc]
+    assert refusal.startswith(f"GPU-0 has 1.00 of 80.00 GiB free: 79.00 GiB held by engine {engine_id}")
+    code, result = run(capsys, str(recipe), "--gpus", "0")
+    assert code == 1
+    assert result["fits"] is False

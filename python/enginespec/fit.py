@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-import enginespec
 import enginespec.engines.llamacpp as llamacpp
 import enginespec.engines.vllm as vllm
 from enginespec.modelfacts import ModelError, ModelFacts, hf_cache_folder, model_facts, read_capped
+from enginespec.scanning import gpu_ledger
 
 _GIB = 1 << 30
 #: What llama.cpp needs beyond weights and KV cache on a device (its compute buffer), and what
@@ -105,11 +105,9 @@ def read_ledger(path: str) -> list[LedgerDevice]:
 
 
 def live_ledger() -> list[LedgerDevice]:
-    """The live ledger (``enginespec.gpu_ledger()``), where this build has one."""
-    ledger = getattr(enginespec, "gpu_ledger", None)
-    if ledger is None:
-        raise ModelError("this build has no live GPU ledger: give a recorded one with --ledger FILE")
-    return [LedgerDevice.model_validate(device.model_dump(mode="json")) for device in ledger()]
+    """This host's GPUs as they are held now (``enginespec.gpu_ledger()``: engines, other
+    processes, what no process accounts for)."""
+    return [LedgerDevice.model_validate(device.model_dump(mode="json")) for device in gpu_ledger()]
 
 
 def _facts(model: str) -> ModelFacts:
