@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from enginespec import _backend, _pygguf
+from enginespec._common import TYPE_SIZES
 
 gguf = pytest.importorskip("gguf")
 np = pytest.importorskip("numpy")
@@ -163,7 +164,7 @@ def test_reads_what_the_gguf_package_reads_on_random_files(tmp_path: Path) -> No
 def test_type_sizes_are_ggmls() -> None:
     theirs = {int(t): size for t, size in gguf.GGML_QUANT_SIZES.items()}
     assert theirs.pop(int(QT.Q8_1)) == (32, 40)  # gguf-py's stale figure; ggml-common.h: 36
-    ours = dict(_pygguf.TYPE_SIZES)
+    ours = dict(TYPE_SIZES)
     assert ours.pop(int(QT.Q8_1)) == (32, 36)
     assert ours == theirs
 

@@ -310,3 +310,24 @@ def test_the_child_check_finds_a_child_left_running() -> None:
     )
     fixture = left.replace("    assert p.wait(1) == 0\n", "    procs.started.append(p)\n")
     assert (_unowned_children(left), _unowned_children(ended), _unowned_children(fixture)) == ([3], [], [])
+
+
+def test_only_the_backend_selector_imports_a_twin() -> None:
+    """The pure-Python twins (``_py*``) are the fallback backend, chosen in ``_backend`` alone:
+    what the facade shares with them lives in ``_common``, so the native path never loads them
+    and a change to a twin cannot break it."""
+    top = _graph()
+    graph = {name: top[name] | _function_imports(name, path) for name, path in MODULES.items()}
+    twins = {name for name in MODULES if name.rpartition(".")[2].startswith("_py")}
+    assert len(twins) == 4
+    importers = {name for name, edges in graph.items() if edges & twins and name not in twins}
+    assert importers == {"enginespec._backend"}
+
+
+@pytest.mark.skipif(enginespec.BACKEND != "native", reason="the fallback backend is the twins")
+def test_the_native_path_loads_no_twin() -> None:
+    code = "import sys, enginespec; enginespec.Scanner().scan(); print(*sys.modules)"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert not [name for name in loaded.stdout.split() if name.startswith("enginespec._py")]

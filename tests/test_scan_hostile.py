@@ -18,7 +18,8 @@ import pytest
 
 from enginespec import EngineProcess, Scanner
 from enginespec._backend import ScannerType
-from enginespec._pyscanner import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess, _reuse
+from enginespec._common import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess
+from enginespec._pyscanner import _reuse
 from enginespec.engines import all_signatures
 from enginespec.scanning import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
 from enginespec.signature import signatures_json

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    import enginespec._pycontainers as _pycontainers
     import enginespec._pygguf as _pygguf
     import enginespec._pymatcher as _pymatcher
     import enginespec._pyscanner as _pyscanner
+    from enginespec._common import Runtime
 
 Backend = Literal["native", "python"]
 
@@ -34,9 +34,11 @@ if _WANTED != "python":
         BACKEND = "native"
 
 if TYPE_CHECKING:
+    from enginespec._common import Runtime
+
     MatcherType: type[_pymatcher.Matcher]
     ScannerType: type[_pyscanner.Scanner]
-    parse_cgroup: Callable[[bytes], tuple[_pycontainers.Runtime, str, str | None] | None]
+    parse_cgroup: Callable[[bytes], tuple[Runtime, str, str | None] | None]
     proxy_flags: Callable[[list[str]], tuple[str, int, str, int] | None]
     read_gguf: Callable[[int, int, int, int], _pygguf.RawHeader]
 

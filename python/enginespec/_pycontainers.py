@@ -12,9 +12,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from typing import Literal
 
-Runtime = Literal["docker", "podman", "containerd", "cri-o", "kubernetes"]
+from enginespec._common import Runtime
 
 _ID = r"[0-9a-f]{64}"
 # A pod uid is a UUID (dashes in cgroupfs paths, underscores in systemd slice names), or 32 hex

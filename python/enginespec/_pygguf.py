@@ -14,6 +14,8 @@ import stat
 import struct
 from typing import TypeAlias
 
+from enginespec._common import TYPE_SIZES
+
 #: A metadata value: int, float, bool, str; a string too long to keep as ``("long", length)``;
 #: an array as ``(element type, length, items or None when not kept)``.
 Value: TypeAlias = "int | float | bool | str | tuple[str, int] | tuple[int, int, list[Value] | None]"
@@ -27,17 +29,6 @@ TYPE_ARRAY = 9
 _CHUNK = 64 << 10
 _MAX_DEPTH = 8
 _MAX_DIMS = 4
-
-#: (block size, bytes per block) by ggml type id (``ggml_type_traits`` in ggml/src/ggml.c and
-#: ggml-common.h of ggml-org/llama.cpp 004eaba; NVFP4 and Q1_0 from gguf-py 0.19 constants.py).
-TYPE_SIZES: dict[int, tuple[int, int]] = {
-    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
-    9: (32, 36), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210),
-    15: (256, 292), 16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18),
-    21: (256, 110), 22: (256, 82), 23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8),
-    28: (1, 8), 29: (256, 56), 30: (1, 2), 34: (256, 54), 35: (256, 66), 39: (32, 17),
-    40: (64, 36), 41: (128, 18),
-}  # fmt: skip
 
 _MIN_SIZE = {0: 1, 1: 1, 7: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, TYPE_ARRAY: 12}
 _U64 = (1 << 64) - 1

@@ -10,35 +10,13 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
+from enginespec._common import RawInvocation, basename, is_python, looks_like_flag, parse_port, python_target
 from enginespec.signature import LaunchForm, Role, Signature
 
-#: (engine index, model, served names, host, port, role); the native module returns the same shape.
-RawInvocation = tuple[int, "str | None", list[str], "str | None", "int | None", Role]
-
-# `python`, `python3`, `python3.11`, `python3.13t`, macOS framework `Python`, Windows `pythonw`.
-_PYTHON = re.compile(r"(?:python)[0-9.]*[a-z]?", re.IGNORECASE | re.ASCII)
-# argparse's own test for "this dash token is a negative number, not a flag".
-_NEGATIVE_NUMBER = re.compile(r"-[0-9]+|-[0-9]*\.[0-9]+", re.ASCII)
-# CPython options that take no value / a value (`python -u -X dev -m module`).
-_PY_SWITCHES = frozenset("bBdEhiIOPqsSuvVx")
-_PY_VALUED = frozenset("WX")
 # What may follow an executable prefix (`llama-server-` + `b5678`), and a trailing file extension
 # of letters only (`.sh`, `.log`) that makes it a script or a file rather than a renamed build.
 _PREFIX_SUFFIX = re.compile(r"[A-Za-z0-9._-]+", re.ASCII)
 _LETTERS_EXTENSION = re.compile(r".*\.[A-Za-z]+", re.ASCII | re.DOTALL)
-
-
-def is_python(name: str) -> bool:
-    """Whether a basename is a Python interpreter's (as ``is_python`` in Rust)."""
-    return bool(_PYTHON.fullmatch(name))
-
-
-def basename(path: str) -> str:
-    """Last path component, `/` or `\\` separated, without a trailing `.exe` (as `basename` in Rust)."""
-    name = path[max(path.rfind("/"), path.rfind("\\")) + 1 :]
-    if len(name) > 4 and name[-4:].lower() == ".exe" and name[-4:].isascii():
-        name = name[:-4]
-    return name
 
 
 def prefixed(name: str, prefix: str) -> bool:
@@ -57,56 +35,6 @@ def _ascii_endswith_ignore_case(value: str, suffix: str) -> bool:
 def _nonzero_rank(value: str) -> bool:
     """A decimal rank other than 0 (``1``, ``01``); anything else (``0``, ``$RANK``) is none."""
     return value.isascii() and value.isdigit() and value.strip("0") != ""
-
-
-def looks_like_flag(token: str) -> bool:
-    """A flag, not a value: a leading dash, but not argparse's negative numbers (``-1``, ``-.5``)."""
-    return len(token) > 1 and token[0] == "-" and not _NEGATIVE_NUMBER.fullmatch(token)
-
-
-def parse_port(value: str) -> int | None:
-    """A port of ASCII digits, 0-65535 (``"²".isdigit()`` is true, and so it is for fullwidth
-    digits)."""
-    if not (1 <= len(value) <= 5) or not all("0" <= c <= "9" for c in value):
-        return None
-    port = int(value)
-    return port if port <= 65535 else None
-
-
-def python_target(argv: Sequence[str]) -> tuple[str, str, int] | None:
-    """For an interpreter argv: ("module", name, next index) or ("script", path, next index)."""
-    i = 1
-    while i < len(argv):
-        token = argv[i]
-        if token.startswith("--"):
-            if token == "--check-hash-based-pycs":
-                i += 2
-                continue
-            return None  # --help, --version, ... : not running anything
-        if token.startswith("-") and len(token) > 1:
-            for pos in range(1, len(token)):
-                switch = token[pos]
-                if switch in _PY_SWITCHES:
-                    continue
-                if switch == "m" or switch in _PY_VALUED:
-                    rest = token[pos + 1 :]
-                    if rest:
-                        value, i = rest, i + 1
-                    elif i + 1 < len(argv):
-                        value, i = argv[i + 1], i + 2
-                    else:
-                        return None
-                    if switch == "m":
-                        return ("module", value, i)
-                    break
-                return None  # -c code, unknown switch
-            else:
-                i += 1
-            continue
-        if token == "-":
-            return None  # program from stdin
-        return ("script", token, i + 1)
-    return None
 
 
 def in_directory(path: str, directories: tuple[str, ...]) -> bool:
@@ -230,7 +158,7 @@ class Matcher:
         program: str = argv[0]
         loader: str | None = None
         candidates: _Candidates | None
-        if _PYTHON.fullmatch(exe):
+        if is_python(exe):
             target = python_target(argv)
             if target is None:
                 return None

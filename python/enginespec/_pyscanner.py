@@ -17,32 +17,28 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple, TypeAlias
 
 import psutil
 
-from enginespec._pymatcher import Matcher, RawInvocation, basename
+from enginespec._common import (
+    ARGV_CUT,
+    MAX_ARGV_ARGS,
+    MAX_ARGV_BYTES,
+    RawInvocation,
+    RawProcess,
+    basename,
+    tcp_listen,
+)
+from enginespec._pymatcher import Matcher
 from enginespec.signature import Signature
-
-#: (pid, start time, ppid, argv, facts, exe, descendants, parent argv, listen ports).
-RawProcess = tuple[int, float, int, list[str], RawInvocation, "str | None", list[int], list[str], list[int]]
 
 _LINUX = sys.platform.startswith("linux")
 
 #: How much of each end of an engine's cmdline is compared on every scan (``CMDLINE_PEEK``).
 CMDLINE_PEEK = 4096
-
-
-#: At most this many arguments of a process's argv are examined and kept by a scan (as
-#: MAX_ARGV_ARGS in procfs.rs): what one process costs must not grow with a 100,000-argument argv.
-MAX_ARGV_ARGS = 1024
-#: At most this many bytes of argv (each argument with its NUL) are examined and kept.
-MAX_ARGV_BYTES = 256 * 1024
-#: The last element of a kept argv that the process's goes on beyond (a NUL, which no argument
-#: read from ``cmdline`` can hold).
-ARGV_CUT = "\0"
 
 
 def capped_argv(data: bytes) -> tuple[list[str], bool]:
@@ -122,23 +118,6 @@ def _pread_all(fd: int, size: int, offset: int) -> bytes:
         size -= len(part)
         offset += len(part)
     return b"".join(parts)
-
-
-def tcp_listen(table: bytes) -> Iterator[tuple[int, bytes, int]]:
-    """(socket inode, local address as hex, local port) of each LISTEN row of
-    ``/proc/PID/net/tcp{,6}``."""
-    for line in table.split(b"\n")[1:]:
-        fields = line.split()
-        if len(fields) < 10 or fields[3] != b"0A":
-            continue
-        local = fields[1]
-        colon = local.rfind(b":")
-        try:
-            port, inode = int(local[colon + 1 :], 16), int(fields[9])
-        except ValueError:
-            continue
-        if colon >= 0 and port <= 0xFFFF:
-            yield inode, local[:colon], port
 
 
 class _Procfs:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from enginespec._backend import MatcherType
-from enginespec._pymatcher import basename, is_python, looks_like_flag, python_target
+from enginespec._common import basename, is_python, looks_like_flag, python_target
 from enginespec.definition import EngineDefinition, Fact
 from enginespec.display import literal
 from enginespec.masking import REDACTED, is_secret_name

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from enginespec._backend import parse_cgroup, proxy_flags
-from enginespec._pycontainers import Runtime
+from enginespec._common import Runtime
 from enginespec.urls import base_url
 
 

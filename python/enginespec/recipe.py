@@ -23,7 +23,7 @@ from pydantic import (
     field_validator,
 )
 
-from enginespec._pymatcher import looks_like_flag
+from enginespec._common import looks_like_flag
 from enginespec.errors import RecipeFileError, RecipeValidationError
 from enginespec.masking import REDACTED, is_secret_name, mask_mapping
 from enginespec.registry import engine_ids

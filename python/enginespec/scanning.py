@@ -16,10 +16,8 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
 
 import enginespec.sockets as sockets
 from enginespec._backend import ScannerType
+from enginespec._common import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess, Runtime, basename
 from enginespec._procfiles import Identity, first_missing, named_identity, read_environ
-from enginespec._pycontainers import Runtime
-from enginespec._pymatcher import basename
-from enginespec._pyscanner import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess
 from enginespec.argv import Invocation, argv_port, checkout, endpoint, flag_value, redact_argv, served_names
 from enginespec.config import Config
 from enginespec.containers import (

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from enginespec._common import parse_port
 from enginespec._documents import DocumentError, parse_json, parse_yaml
 from enginespec._procfiles import Identity, read_environ, read_named
-from enginespec._pymatcher import parse_port
 from enginespec.argv import flag_value
 from enginespec.definition import EngineDefinition, Fact
 from enginespec.display import literal

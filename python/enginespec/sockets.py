@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from enginespec._pyscanner import tcp_listen
+from enginespec._common import tcp_listen
 from enginespec.containers import netns_addresses
 from enginespec.urls import connect_host
 

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 
 import enginespec.engines._libraries as _libraries
-from enginespec._pygguf import TYPE_SIZES
+from enginespec._common import TYPE_SIZES
 from enginespec.argv import flag_value
 from enginespec.definition import Flags, Launch, LoadMetrics, Package, Serving, Settings, SourceBuild
 from enginespec.failures import FailurePattern, Failures
