@@ -66,7 +66,8 @@ def test_ps_fits_the_terminal(procs: Procs, tmux: list[str], width: int) -> None
         procs.start(["vllm", "serve", "Qwen/Qwen3-8B", "--port", "18182", "--host", "::1"]).pid,
         procs.start(["python3", "-m", "sglang.launch_server", "--model-path", "m", "--port", "30000"]).pid,
     }
-    lines = _screen(tmux, width, [sys.executable, "-m", "enginespec.cli", "ps"])
+    # listed by pid, so that the host's other engines do not change the layout
+    lines = _screen(tmux, width, [sys.executable, "-m", "enginespec.cli", "ps", *map(str, started)])
     assert lines[0].split()[:2] == ["PID", "ENGINE"]
     ours = [line for line in lines if line.split()[0].isdigit() and int(line.split()[0]) in started]
     assert len(ours) == len(started)  # one line each
@@ -105,7 +106,8 @@ def test_watch_fits_the_terminal_and_ctrl_c_exits_0(procs: Procs, tmux: list[str
         procs.start(["vllm", "serve", "Qwen/Qwen3-8B", "--port", "18192", "--host", "::1"]).pid,
     }
     done = f"/tmp/enginespec-tmux-watch-{os.getpid()}-{width}"
-    command = [sys.executable, "-m", "enginespec.cli", "watch", "--interval", "200ms"]
+    # watched by pid, so that the host's other engines do not change the layout
+    command = [sys.executable, "-m", "enginespec.cli", "watch", "--interval", "200ms", *map(str, started)]
     shell = f"{shlex.join(command)}; echo $? > {done}; sleep 600"
     session = f"watch{width}"
     subprocess.run(

@@ -260,6 +260,49 @@ def _pid_of(document: dict[str, Any]) -> int:
     return int(who["pid"])
 
 
+def test_watch_keeps_the_engines_its_terms_and_filters_name(procs: Procs) -> None:
+    """As `ps` does: `watch PID` and `watch --filter engine=...` stream only those engines'
+    events (their stop too); the host's other engines are not shown."""
+    mine = procs.start(["vllm", "serve", "mine", "--port", str(free_port())])
+    stream = _Stream("--json", "--no-health", "--interval", "200ms", str(mine.pid))
+    try:
+        other = procs.start(["vllm", "serve", "other", "--port", str(free_port())])
+        started = stream.until(lambda d: d["type"] == "started")
+        assert _pid_of(started) == mine.pid
+        procs.stop(other)
+        procs.stop(mine)
+        stopped = stream.until(lambda d: d["type"] == "stopped")
+        assert _pid_of(stopped) == mine.pid
+    finally:
+        code, _err = stream.interrupt()
+    assert code == 0
+    stream = _Stream("--json", "--no-health", "--interval", "200ms", "--filter", "engine=sglang")
+    try:
+        procs.start(["vllm", "serve", "m", "--port", str(free_port())])
+        sglang = procs.start(
+            ["python3", "-m", "sglang.launch_server", "--model-path", "m", "--port", "30125"]
+        )
+        seen: list[dict[str, Any]] = []
+
+        def ours_seen(document: dict[str, Any]) -> bool:
+            seen.append(document)
+            return _pid_of(document) == sglang.pid
+
+        stream.until(ours_seen)
+        assert {d["process"]["engine"] for d in seen} == {"sglang"}  # the host's own sglang too
+    finally:
+        stream.interrupt()
+    refused = subprocess.run(
+        [sys.executable, "-m", "enginespec.cli", "watch", "--filter", "colour=red"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert refused.returncode == 2
+    assert "--filter: 'colour=red' is not KEY=VALUE" in refused.stderr
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_watch_json_streams_a_start_and_a_stop(procs: Procs, mode: str) -> None:
     stream = _Stream("--json", "--no-health", "--interval", "200ms", *(["--poll"] if mode == "poll" else []))

@@ -384,6 +384,19 @@ def _parse_filters(args: argparse.Namespace) -> _Filters:
     return filters
 
 
+def _add_filters(command: argparse.ArgumentParser) -> None:
+    """The terms and ``--filter`` of ``ps`` and ``watch`` (see :class:`_Filters`)."""
+    command.add_argument("terms", nargs="*", metavar="TERM", help="an engine, an engine id or a pid")
+    command.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"keep matching rows; KEY: {', '.join(FILTER_KEYS)} (model: contains); comma-separated "
+        "or repeated; one key several times: any of its values",
+    )
+
+
 def _cmd_ps(args: argparse.Namespace) -> int:
     from enginespec.errors import InvalidInputError
 
@@ -459,9 +472,10 @@ class _LiveTable:
     and height each time it is drawn (so a resize is followed); rows that do not fit are counted
     (``+22 more``)."""
 
-    def __init__(self, watch: Watch, health: bool) -> None:
+    def __init__(self, watch: Watch, health: bool, filters: _Filters) -> None:
         self.watch = watch
         self.health = health
+        self.filters = filters
         self.engines: dict[tuple[int, float], Shown] = {}
 
     def apply(self, event: WatchEvent) -> None:
@@ -482,7 +496,7 @@ class _LiveTable:
 
         width = options.max_width
         height = options.height or console.size.height
-        shown = sorted(self.engines.values(), key=_sort_key)
+        shown = sorted((row for row in self.engines.values() if self.filters.keeps(row)), key=_sort_key)
         how = "process events" if self.watch.mode == "events" else "polling"
         title = f"{len(shown)} engine server(s), {how}; Ctrl-C to stop"
         yield Text(title if len(title) <= width else title[: max(width - 1, 0)] + "…", style="dim")
@@ -515,9 +529,49 @@ def _event_line(event: WatchEvent) -> str:
     return literal(f"{event.type} {p.pid} {p.engine} {p.engine_id} {p.model or MODEL_UNKNOWN} {detail}")
 
 
+class _EventFilter:
+    """The events of the engines a watch's terms and ``--filter`` keep: judged on each event's
+    process, with the health state last seen for it; an engine's ``stopped`` passes when its
+    earlier events did."""
+
+    def __init__(self, filters: _Filters) -> None:
+        self.filters = filters
+        self.rows: dict[tuple[int, float], Shown] = {}
+        self.kept: set[tuple[int, float]] = set()
+
+    def keeps(self, event: WatchEvent) -> bool:
+        from enginespec.watching import HealthChanged, Stopped
+
+        if isinstance(event, Stopped):
+            key = (event.identity.pid, event.identity.start_time)
+            self.rows.pop(key, None)
+            if key in self.kept:
+                self.kept.discard(key)
+                return True
+            return False
+        key = (event.process.pid, event.process.start_time)
+        row = self.rows.setdefault(key, Shown(event.process))
+        row.process = event.process
+        if isinstance(event, HealthChanged):
+            row.health, row.state = event.health, event.type
+        if self.filters.keeps(row):
+            self.kept.add(key)
+            return True
+        return False
+
+
 def _cmd_watch(args: argparse.Namespace) -> int:
+    from enginespec.errors import InvalidInputError
     from enginespec.watching import Scanner, event_json
 
+    try:
+        chosen = _EventFilter(_parse_filters(args))
+    except InvalidInputError as err:
+        _fail("watch", err)
+        return 2
+    if "health" in chosen.filters.keys and not args.health:
+        _fail("watch", "--filter health=... needs the health checks: drop --no-health")
+        return 2
     watch = Scanner().watch(
         args.interval,
         health=args.health,
@@ -532,19 +586,20 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     try:
         if args.json or not sys.stdout.isatty():
             print(f"enginespec watch: {how}{reason}", file=sys.stderr, flush=True)
+        events = (event for event in watch if chosen.keeps(event))
         if args.json:
-            for event in watch:
+            for event in events:
                 sys.stdout.write(event_json(event) + "\n")
                 sys.stdout.flush()
         elif not sys.stdout.isatty():
-            for event in watch:
+            for event in events:
                 print(_event_line(event), flush=True)
         else:
             from rich.console import Console
             from rich.live import Live
 
             console = Console(markup=False, highlight=False, emoji=False)
-            table = _LiveTable(watch, args.health)
+            table = _LiveTable(watch, args.health, chosen.filters)
             with Live(table, console=console, refresh_per_second=4, transient=False):
                 for event in watch:
                     table.apply(event)
@@ -1128,15 +1183,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "enginespec ps -o name                       # engine ids only",
         "enginespec ps -o json | jq '.[].base_url'",
     )
-    ps.add_argument("terms", nargs="*", metavar="TERM", help="an engine, an engine id or a pid")
-    ps.add_argument(
-        "--filter",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help=f"keep matching rows; KEY: {', '.join(FILTER_KEYS)} (model: contains); comma-separated "
-        "or repeated; one key several times: any of its values",
-    )
+    _add_filters(ps)
     ps.add_argument("-o", "--format", choices=FORMATS, help="output format (default: table)")
     ps.add_argument("-q", "--quiet", action="store_true", help="print the pids only")
     ps.add_argument("--no-headers", action="store_true", help="no header line")
@@ -1162,8 +1209,10 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "event (JSON Lines); piped, one line per event. Uses the kernel's process events when it "
         "may (root), else polls every --interval. Ctrl-C stops it (exit 0).",
         "enginespec watch",
+        "enginespec watch vllm --filter port=8000",
         "enginespec watch --json | jq -c 'select(.type == \"stopped\")'",
     )
+    _add_filters(watch)
     watch.add_argument("--json", action="store_true", help="stream events as JSON Lines")
     watch.add_argument(
         "--interval", type=_duration, default=1.0, help="re-check period, and polling period (1s, 500ms)"
