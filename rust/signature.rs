@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 /// What a process is to its engine (`enginespec.signature.Role`).
@@ -32,6 +33,7 @@ impl Role {
 
 /// What argv must also show before a launch form counts (`enginespec.signature.Evidence`).
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Evidence {
     #[serde(default)]
     pub model_suffixes: Vec<String>,
@@ -43,6 +45,7 @@ pub struct Evidence {
 
 /// One way an engine's server is launched (executables or `python -m` modules + subcommand).
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LaunchForm {
     #[serde(default)]
     pub executables: Vec<String>,
@@ -86,6 +89,9 @@ pub struct LaunchForm {
     pub evidence: Option<Evidence>,
     #[serde(default)]
     pub role: Role,
+    /// Read by the facade (its checkout test), not by the matcher.
+    #[serde(default, rename = "checkout_files")]
+    _checkout_files: IgnoredAny,
 }
 
 fn yes() -> bool {
@@ -93,7 +99,10 @@ fn yes() -> bool {
 }
 
 /// Where one engine's facts sit in argv. Field meanings are documented on the Python model.
+/// Every field the Python model writes is named here (a field added there and forgotten here is
+/// an error, not a silent difference between the two matchers).
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Signature {
     pub engine: String,
     pub launch_forms: Vec<LaunchForm>,
@@ -137,6 +146,17 @@ pub struct Signature {
     pub worker_titles: Vec<String>,
     #[serde(default)]
     pub values_required: bool,
+    /// Read by the facade (`argv.py`: secrets, abbreviations, defaults), not by the matcher.
+    #[serde(default, rename = "abbreviations")]
+    _abbreviations: IgnoredAny,
+    #[serde(default, rename = "secret_flags")]
+    _secret_flags: IgnoredAny,
+    #[serde(default, rename = "default_host")]
+    _default_host: IgnoredAny,
+    #[serde(default, rename = "default_port")]
+    _default_port: IgnoredAny,
+    #[serde(default, rename = "model_is_served_name")]
+    _model_is_served_name: IgnoredAny,
 }
 
 impl Signature {

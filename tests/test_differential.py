@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from enginespec import _pycontainers, _pymatcher
-from enginespec.engines import all_signatures
+from enginespec.engines import all_signatures, get_engine_spec
 from enginespec.signature import Evidence, LaunchForm, Signature, signatures_json
 
 # Compares the Rust matcher with the Python twin: nothing to compare where the extension is absent.
@@ -146,9 +146,10 @@ _BUCKETS = ("model", "served", "host", "port", "address", "rank", "follower", "a
 def _evidence(draw: st.DrawFn) -> Evidence | None:
     suffixes = draw(st.lists(st.sampled_from((".bin", ".GGUF", "x")), max_size=2, unique=True))
     flags = draw(st.lists(st.sampled_from(_FLAGS + _ALIASES), max_size=3, unique=True))
-    if not suffixes and not flags:
+    positionals = draw(st.lists(st.sampled_from(("app:create", "m.bin", "serve")), max_size=2, unique=True))
+    if not suffixes and not flags and not positionals:
         return None
-    return Evidence(model_suffixes=tuple(suffixes), any_flags=tuple(flags))
+    return Evidence(model_suffixes=tuple(suffixes), any_flags=tuple(flags), positionals=tuple(positionals))
 
 
 @st.composite
@@ -224,6 +225,7 @@ def _signature(draw: st.DrawFn, engine: str) -> Signature:
         },
         "worker_titles": tuple(draw(st.lists(st.sampled_from(_TITLES), max_size=2, unique=True))),
         "values_required": draw(st.booleans()),
+        "fold_workers": draw(st.booleans()),
         "default_host": "127.0.0.1",
         "default_port": 7000,
     }
@@ -453,3 +455,39 @@ def test_proxy_argv_parsers_agree(program: str, args: list[str]) -> None:
     full = [program, "-proto", "tcp", "-host-ip", "0.0.0.0", "-host-port", "8001", *args]
     full += ["-container-ip", "172.17.0.2", "-container-port", "8000"]
     assert _native.proxy_flags(full) == _pycontainers.proxy_flags(full)
+
+
+def test_every_field_of_a_signature_is_drawn() -> None:
+    """The made-up signatures set every field the models have, so a field one matcher reads and
+    the other ignores cannot hide from the comparison."""
+    drawn: dict[type, set[str]] = {Signature: set(), LaunchForm: set(), Evidence: set()}
+
+    @given(_signature("e"))
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    def collect(signature: Signature) -> None:
+        drawn[Signature] |= signature.model_fields_set
+        for form in signature.launch_forms:
+            drawn[LaunchForm] |= form.model_fields_set
+            if form.evidence is not None:
+                drawn[Evidence] |= form.evidence.model_fields_set
+
+    collect()
+    facade_only = {"abbreviations", "secret_flags", "model_is_served_name", "checkout_files"}
+    for model, fields in drawn.items():
+        assert set(model.model_fields) - facade_only <= fields, model
+
+
+def _evidence_of(document: dict[str, Any]) -> dict[str, Any]:
+    form = document["launch_forms"][0]
+    form["evidence"] = form["evidence"] or {"any_flags": ["--x"]}
+    return form["evidence"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("where", [lambda s: s, lambda s: s["launch_forms"][0], _evidence_of])
+def test_a_field_neither_matcher_knows_is_refused_by_both(where: Any) -> None:
+    document = json.loads(signatures_json([get_engine_spec("vllm").signature]))
+    where(document[0])["made_up_field"] = 1
+    data = json.dumps(document)
+    for matcher in (_native.Matcher, _pymatcher.Matcher):
+        with pytest.raises(ValueError, match="made_up_field"):
+            matcher(data)
