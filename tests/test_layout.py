@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -331,3 +332,18 @@ def test_the_native_path_loads_no_twin() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert not [name for name in loaded.stdout.split() if name.startswith("enginespec._py")]
+
+
+def test_the_docs_link_only_to_files_in_the_repository() -> None:
+    """README is the front door and docs/ the reference: every relative link resolves."""
+    repository = Path(__file__).resolve().parent.parent
+    pages = [repository / "README.md", *sorted((repository / "docs").glob("*.md"))]
+    assert len(pages) > 10
+    broken = [
+        (page.name, target)
+        for page in pages
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text())
+        if not target.startswith(("http://", "https://")) and not (page.parent / target).exists()
+    ]
+    assert broken == []
+    assert len((repository / "README.md").read_text().splitlines()) <= 250
