@@ -25,20 +25,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
+import enginespec.reaching as reaching
 from enginespec.definition import EngineDefinition, LoadMetrics
 from enginespec.errors import InvalidInputError
-from enginespec.reaching import (
-    PeerMismatch,
-    Request,
-    Target,
-    auth_headers,
-    blocking,
-    endpoint_of,
-    engine_tree,
-    ownership_problem,
-    target_of,
-    transport,
-)
 from enginespec.scanning import EngineProcess, process_alive
 from enginespec.signature import NOT_SERVING_ROLES
 
@@ -224,7 +213,7 @@ def _ratio(found: dict[str, list[float]], names: Sequence[str]) -> float | None:
     return sum(values) / len(values)
 
 
-async def _get(t: Target, path: str, timeout: float) -> tuple[int | None, bytes, str]:
+async def _get(t: reaching.Target, path: str, timeout: float) -> tuple[int | None, bytes, str]:
     """(status, body up to MAX_ANSWER_BYTES, failure detail) of one GET, the whole request
     bounded by ``timeout`` (a server that trickles cannot hold it longer). Sent only to a socket
     the engine's own tree holds, found as a health check finds it (``reaching.endpoint_of``): an
@@ -233,11 +222,11 @@ async def _get(t: Target, path: str, timeout: float) -> tuple[int | None, bytes,
 
     if t.base_url is None:
         return None, b"", "no usable listen address: not contacted"
-    where, (_state, why) = await asyncio.to_thread(endpoint_of, t)
+    where, (_state, why) = await asyncio.to_thread(reaching.endpoint_of, t)
     if where is None:
         return None, b"", why
-    request = Request("GET", path, where, authorized=True)
-    headers = {**auth_headers(t, request), "Accept-Encoding": "identity"}
+    request = reaching.Request("GET", path, where, authorized=True)
+    headers = {**reaching.auth_headers(t, request), "Accept-Encoding": "identity"}
 
     async def read(client: httpx.AsyncClient) -> tuple[int, bytes]:
         async with client.stream("GET", where.url + path, headers=headers) as response:
@@ -250,14 +239,16 @@ async def _get(t: Target, path: str, timeout: float) -> tuple[int | None, bytes,
             return response.status_code, b"".join(chunks)
 
     try:
-        async with httpx.AsyncClient(transport=transport(where), timeout=httpx.Timeout(timeout)) as client:
+        async with httpx.AsyncClient(
+            transport=reaching.transport(where), timeout=httpx.Timeout(timeout)
+        ) as client:
             status, body = await asyncio.wait_for(read(client), timeout)
             return status, body, ""
     except _TooLarge:
         return None, b"", f"answer larger than {MAX_ANSWER_BYTES} bytes"
     except (asyncio.TimeoutError, httpx.TimeoutException):
         return None, b"", f"no answer within {timeout:g}s"
-    except PeerMismatch as err:
+    except reaching.PeerMismatch as err:
         return None, b"", str(err)
     except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, ValueError) as err:
         return None, b"", f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
@@ -273,13 +264,13 @@ def not_owned(process: EngineProcess, base_url: str | None) -> str | None:
     forked since the scan) only when that is not enough."""
     if process.private_network:
         return None
-    problem = ownership_problem((process.pid, *process.worker_pids), base_url)
+    problem = reaching.ownership_problem((process.pid, *process.worker_pids), base_url)
     if problem is not None:
-        problem = ownership_problem(engine_tree(process.pid, process.worker_pids), base_url)
+        problem = reaching.ownership_problem(reaching.engine_tree(process.pid, process.worker_pids), base_url)
     return problem
 
 
-def _missing_reason(t: Target, status: int | None, detail: str) -> str:
+def _missing_reason(t: reaching.Target, status: int | None, detail: str) -> str:
     metrics = t.spec.load
     path = metrics.path
     if status is None:
@@ -296,7 +287,11 @@ def _missing_reason(t: Target, status: int | None, detail: str) -> str:
 
 
 async def _read(
-    t: Target, timeout: float, previous: EngineLoad | None, stall_after: float | None, owner: bool = True
+    t: reaching.Target,
+    timeout: float,
+    previous: EngineLoad | None,
+    stall_after: float | None,
+    owner: bool = True,
 ) -> EngineLoad:
     """One reading; ``owner``: check that the engine's tree holds the port (a caller that just
     checked it for the same engine, as a monitor's health check does, skips it)."""
@@ -417,7 +412,7 @@ async def check_load_async(
     api_key: str | None = None,
 ) -> EngineLoad:
     """Async twin of :func:`check_load`."""
-    t = target_of(target, base_url, api_key)
+    t = reaching.target_of(target, base_url, api_key)
     return await _read(t, timeout, previous, stall_after)
 
 
@@ -434,8 +429,8 @@ def check_load(
     "http://127.0.0.1:8000")`` (one request to its metrics endpoint, bounded by ``timeout``).
     With ``previous`` (an earlier reading of the same engine) it has ``tokens_per_second`` and
     the stall clock. Never raises for what the server does."""
-    t = target_of(target, base_url, api_key)
-    return blocking(_read(t, timeout, previous, stall_after))
+    t = reaching.target_of(target, base_url, api_key)
+    return reaching.blocking(_read(t, timeout, previous, stall_after))
 
 
 async def check_load_all_async(
@@ -475,4 +470,4 @@ def check_load_all(
     job = check_load_all_async(
         list(processes), previous=previous, concurrency=concurrency, timeout=timeout, stall_after=stall_after
     )
-    return blocking(job)
+    return reaching.blocking(job)
