@@ -89,9 +89,11 @@ pub struct LaunchForm {
     pub evidence: Option<Evidence>,
     #[serde(default)]
     pub role: Role,
-    /// Read by the facade (its checkout test), not by the matcher.
+    /// Read by the facade (its checkout test, a follower's default address), not by the matcher.
     #[serde(default, rename = "checkout_files")]
     _checkout_files: IgnoredAny,
+    #[serde(default, rename = "listen_default")]
+    _listen_default: IgnoredAny,
 }
 
 fn yes() -> bool {

@@ -156,10 +156,15 @@ def test_read(argv: list[str], facts: tuple[Any, ...] | None) -> None:
 
 def test_a_scanned_rpc_server_shows_its_address_and_is_not_probed(procs: Procs) -> None:
     proc = procs.start(["rpc-server", "-H", "127.0.0.1", "-p", "50052"])
-    (found,) = [p for p in Scanner().scan() if p.pid == proc.pid]
-    assert (found.engine, found.role, found.host, found.port) == ("llamacpp", "follower", "127.0.0.1", 50052)
-    assert found.base_url is None
-    assert check_health(found).state == "not_serving"
+    bare = procs.start(["rpc-server", "-d", "CUDA0"])
+    found = {p.pid: p for p in Scanner().scan() if p.pid in (proc.pid, bare.pid)}
+    given, defaults = found[proc.pid], found[bare.pid]
+    assert (given.engine, given.role, given.host, given.port) == ("llamacpp", "follower", "127.0.0.1", 50052)
+    assert given.base_url is None
+    assert check_health(given).state == "not_serving"
+    # no -H/-p: where rpc-server listens by default, not llama-server's 8080
+    assert (defaults.host, defaults.port) == (None, None)
+    assert (defaults.effective_host, defaults.effective_port, defaults.base_url) == ("127.0.0.1", 50052, None)
 
 
 def test_a_scanned_renamed_llamafile_and_tgis(procs: Procs) -> None:

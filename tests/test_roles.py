@@ -222,6 +222,8 @@ def test_llama_cpps_rpc_server_is_a_follower_with_its_own_address(
     assert inv is not None
     # its -H/-p are its RPC socket's: reported as its address, never as an HTTP server's
     assert (inv.engine, inv.role, inv.model, inv.host, inv.port) == ("llamacpp", "follower", None, *facts)
+    # where it listens: rpc-server's own defaults (127.0.0.1:50052), not llama-server's 8080
+    assert (inv.effective_host, inv.effective_port) == (facts[0] or "127.0.0.1", facts[1] or 50052)
 
 
 def test_an_rpc_server_is_scanned_as_a_follower_and_not_checked(procs: Procs) -> None:

@@ -148,6 +148,16 @@ def checkout(signature: Signature, argv: Sequence[str]) -> Checkout | None:
     return None
 
 
+def _listen_default(signature: Signature, argv: Sequence[str]) -> tuple[str, int] | None:
+    """Where a program of one of ``signature``'s forms with its own address flags listens when
+    argv gives none (``LaunchForm.listen_default``), found by its executable's name."""
+    name = basename(argv[0]) if argv else ""
+    for form in signature.launch_forms:
+        if form.listen_default is not None and name in form.executables:
+            return form.listen_default
+    return None
+
+
 def parse_argv(argv: Sequence[str], cwd: str | os.PathLike[str] | None = None) -> Invocation | None:
     """Recognises a serving process of a known engine from its argv, else returns ``None``.
 
@@ -238,6 +248,9 @@ def endpoint(
     if role in ("worker", "orphan"):
         return Endpoint(host or signature.default_host, port, None, ())
     if role in NOT_SERVING_ROLES:
+        own = _listen_default(signature, argv)
+        if own is not None and port_text is None:  # a follower listening on its own address
+            return Endpoint(host or own[0], own[1] if port is None else port, None, ())
         where = endpoint(engine, argv, host, port, port_text)
         return Endpoint(where.effective_host, where.effective_port, None, where.problems)
     problems: list[str] = []

@@ -130,6 +130,9 @@ class LaunchForm(BaseModel):
     ``host_flags`` and ``port_flags``, only with ``facts=False``: the program's own flags for its
     listen address (exact spellings; each takes the next argument, which must be there, else the
     program exits): a follower's own address (``rpc-server -H 0.0.0.0 -p 50052``).
+    ``listen_default``, with them: the (host, port) the program listens on when they are not given
+    (rpc-server's ``127.0.0.1:50052``); read by the facade for the effective address, not by
+    the matchers.
     ``checkout_files`` are files that must exist next to the program (relative to its directory,
     seen from the process's working directory) for a scanned process to count: ``main.py`` is a
     TabbyAPI server only inside a TabbyAPI checkout. The matcher cannot look at files; the scanner
@@ -159,6 +162,7 @@ class LaunchForm(BaseModel):
     facts: bool = True
     host_flags: tuple[str, ...] = ()
     port_flags: tuple[str, ...] = ()
+    listen_default: tuple[str, int] | None = None
     evidence: Evidence | None = None
     checkout_files: tuple[str, ...] = Field(default=(), max_length=_MAX_CHECKOUT_FILES)
     role: FormRole = "server"
@@ -199,6 +203,8 @@ class LaunchForm(BaseModel):
             for value in values:
                 if not pattern.fullmatch(value) or ".." in value.split("/"):
                     raise ValueError(f"{field}: {value!r} is not a plain name or relative path")
+        if self.listen_default is not None and not (self.host_flags or self.port_flags):
+            raise ValueError("listen_default: the address of a form's own host_flags or port_flags")
         if self.checkout_files and not self.executables:
             raise ValueError("checkout_files: the files lie next to a program named in executables")
         return self

@@ -49,6 +49,8 @@ SIGNATURE = Signature(
             facts=False,
             host_flags=("-H", "--host"),
             port_flags=("-p", "--port"),
+            # rpc_server_params' defaults (tools/rpc/rpc-server.cpp lines 173-174, same release)
+            listen_default=("127.0.0.1", 50052),
         ),
     ),
     # Short and long spellings of the same option (llama.cpp 0c1e57098, common/arg.cpp).
