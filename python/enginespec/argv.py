@@ -133,13 +133,20 @@ class Checkout:
         return None
 
 
-def checkout(signature: Signature, argv: Sequence[str]) -> Checkout | None:
-    """The checkout argv's program must be in, when a launch form of ``signature`` names its
-    program with ``checkout_files``."""
+def _program(argv: Sequence[str]) -> str:
+    """The program argv runs: its first word, or the script an interpreter runs (a console
+    script: ``[python3, /venv/bin/vllm, ...]``); ``""`` for none."""
     program = argv[0] if argv else ""
     if is_python(basename(program)):
         target = python_target(argv)
         program = target[1] if target is not None and target[0] == "script" else ""
+    return program
+
+
+def checkout(signature: Signature, argv: Sequence[str]) -> Checkout | None:
+    """The checkout argv's program must be in, when a launch form of ``signature`` names its
+    program with ``checkout_files``."""
+    program = _program(argv)
     name = basename(program)
     for form in signature.launch_forms:
         if form.checkout_files and name in form.executables:
@@ -151,7 +158,7 @@ def checkout(signature: Signature, argv: Sequence[str]) -> Checkout | None:
 def _listen_default(signature: Signature, argv: Sequence[str]) -> tuple[str, int] | None:
     """Where a program of one of ``signature``'s forms with its own address flags listens when
     argv gives none (``LaunchForm.listen_default``), found by its executable's name."""
-    name = basename(argv[0]) if argv else ""
+    name = basename(_program(argv))
     for form in signature.launch_forms:
         if form.listen_default is not None and name in form.executables:
             return form.listen_default
