@@ -162,7 +162,10 @@ GGML = Failures(
             pattern=r"data is not within the file bounds|model is corrupted or incomplete",
         ),
         P(kind="corrupt_model", pattern=r"has wrong size in model file|tensor '[^']*' has wrong shape"),
-        P(kind="corrupt_model", pattern=r"failed to read (?:key-value pairs|tensor info|the header)"),
+        # gguf_init_from_reader (ggml/src/gguf.cpp of the llama.cpp llama-cpp-python 0.3.35 vendors)
+        # says "failed to read header" and "number of tensors is N but must be in [0, M]".
+        P(kind="corrupt_model", pattern=r"failed to read (?:key-value pairs|tensor info|(?:the )?header)"),
+        P(kind="corrupt_model", pattern=r"number of tensors is -?\d+ but must be in \["),
         P(kind="model_not_found", pattern=r"failed to open GGUF file|failed to open '[^']*': No such file"),
         P(kind="model_not_found", pattern=r"(?:model|file) (?:'[^']*' )?(?:does not exist|not found)\b"),
     )
