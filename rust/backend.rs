@@ -160,6 +160,15 @@ impl ProcessScanner {
         }
     }
 
+    /// The boot time the start times are computed from (see `Scanner::boot_time`); `None` for
+    /// the sysinfo source, whose start times are whole epoch seconds with no ticks behind them.
+    pub fn boot_time(&self) -> Option<f64> {
+        match &self.source {
+            Source::Procfs(s) => Some(s.boot_time()),
+            Source::Sysinfo(_) => None,
+        }
+    }
+
     /// Number of processes the scanner currently remembers.
     pub fn known_len(&self) -> usize {
         match &self.source {

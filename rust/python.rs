@@ -112,6 +112,8 @@ struct Scanner {
     /// engine costs no conversion whatever the size of its argv, and callers can tell it is
     /// unchanged by identity. An engine that is gone is dropped at the next scan.
     built: Mutex<FxHashMap<i32, (u64, Py<PyTuple>)>>,
+    /// See `ProcessScanner::boot_time`: fixed for the scanner's life, so read without the lock.
+    boot_time: Option<f64>,
 }
 
 #[pymethods]
@@ -142,9 +144,17 @@ impl Scanner {
         let inner =
             ProcessScanner::new(&signatures, options, source).map_err(PyValueError::new_err)?;
         Ok(Scanner {
+            boot_time: inner.boot_time(),
             inner: Mutex::new(inner),
             built: Mutex::new(FxHashMap::default()),
         })
+    }
+
+    /// The boot time (epoch seconds) every start time is computed from, `None` when start times
+    /// have no clock ticks behind them (the sysinfo source).
+    #[getter]
+    fn boot_time(&self) -> Option<f64> {
+        self.boot_time
     }
 
     fn scan(&self, py: Python<'_>) -> PyResult<Vec<Py<PyTuple>>> {

@@ -416,6 +416,13 @@ impl Scanner {
         self.stats
     }
 
+    /// The boot time (`btime`, epoch seconds) read when the scanner was made: every start time
+    /// it reports is `start ticks / CLK_TCK + boot_time`, so start ticks can be had back exactly
+    /// (the kernel's `btime` moves when the clock is stepped; the ticks never do).
+    pub fn boot_time(&self) -> f64 {
+        self.host.boot_time
+    }
+
     /// Number of processes the scanner currently remembers (bounded by the live processes).
     pub fn known_len(&self) -> usize {
         self.known.len()

@@ -19,7 +19,9 @@ from pydantic import SecretStr
 
 import enginespec
 from enginespec import LaunchFailed, RunningEngine, launch
+from enginespec.scanning import process_alive
 from lifecycle_fakes import HOST, fake_recipe, free_port, install_fake, kill_quietly, pid_alive
+from procs import Procs
 
 CORPUS = Path(__file__).parent / "data" / "failures-public.jsonl"
 LLAMACPP_RECORDS = [
@@ -378,6 +380,30 @@ def test_adopt_refuses_a_gone_process(binary: Path, tmp_path: Path) -> None:
         popen.wait()
     with pytest.raises(enginespec.InvalidInputError, match="gone"):
         enginespec.adopt(process)
+
+
+def test_identity_is_the_start_ticks_the_scan_read(procs: Procs) -> None:
+    """A scanner's record is told from a process that took its pid by the start ticks it read,
+    not by epoch seconds computed from the kernel's boot time, which moves when the clock is
+    stepped: a record whose ``start_time`` is 7 s off (the boot time the scanner read then) is
+    still its process; the same record made from JSON (no ticks) is not, and never is another's."""
+    pid = procs.start(["llama-server", "-m", "/models/ticks.gguf", "--port", "18790"]).pid
+    process = _scanned(pid)
+    stepped = process.model_copy(update={"start_time": process.start_time + 7})
+    assert process_alive(stepped)
+    adopted = enginespec.adopt(stepped)
+    try:
+        assert adopted.pid == pid
+    finally:
+        adopted.close()
+    from_json = enginespec.EngineProcess.model_validate_json(process.model_dump_json())
+    assert process_alive(from_json)
+    assert not process_alive(from_json.model_copy(update={"start_time": process.start_time + 7}))
+    other = procs.start(["llama-server", "-m", "/models/other.gguf", "--port", "18791"]).pid
+    impostor = process.model_copy(update={"pid": other})
+    assert not process_alive(impostor)
+    with pytest.raises(enginespec.InvalidInputError, match="gone"):
+        enginespec.adopt(impostor)
 
 
 def _scanned(pid: int) -> enginespec.EngineProcess:

@@ -60,6 +60,11 @@ class Scanner:
         listen_ports: bool,
         source: Literal["procfs", "sysinfo"] | None = None,
     ) -> Scanner: ...
+    @property
+    def boot_time(self) -> float | None:
+        """The boot time (epoch seconds) every start time is computed from (start ticks /
+        CLK_TCK + boot time), fixed for the scanner's life; ``None`` when start times have no
+        clock ticks behind them (the ``sysinfo`` source)."""
     def scan(self) -> list[_RawProcess]:
         """Every engine server now running, by pid. Never raises because of a process.
 

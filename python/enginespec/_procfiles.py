@@ -127,6 +127,25 @@ def owner(pid: int) -> Owner | None:
         return None
 
 
+def process_state(pid: int) -> tuple[str, int] | None:
+    """(state, start time in clock ticks since boot) from ``/proc/PID/stat``, after the
+    parenthesised command name (which the process chooses: spaces, parentheses). The ticks are
+    the exact start: epoch seconds computed from them move with the kernel's boot time, which is
+    stepped with the clock."""
+    try:
+        with open(f"{PROC}/{pid}/stat", "rb") as file:
+            fields = file.read(4096).rsplit(b")", 1)[1].split()
+        return fields[0].decode("ascii", "replace"), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def start_ticks(pid: int) -> int | None:
+    """The start of ``pid`` in clock ticks since boot (see :func:`process_state`)."""
+    state = process_state(pid)
+    return None if state is None else state[1]
+
+
 def read_environ(pid: int, limit: int) -> tuple[list[bytes], bool] | None:
     """The ``NAME=value`` entries of ``pid``'s environment, at most ``limit`` bytes of them, and
     whether there was more (the entry cut there is left out); ``None`` when unreadable."""

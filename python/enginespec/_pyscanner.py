@@ -124,7 +124,7 @@ class _Procfs:
     """Linux: every process file read where and as scan.rs reads it."""
 
     def __init__(self) -> None:
-        self._boot_time = float(_proc_stat_value(b"btime") or 0)
+        self.boot_time = float(_proc_stat_value(b"btime") or 0)
         self._clock_ticks = float(os.sysconf("SC_CLK_TCK"))
         self.pid_max = _read_int("/proc/sys/kernel/pid_max") or 4_194_304
 
@@ -162,7 +162,7 @@ class _Procfs:
             args: tuple[int, int] | None = (int(fields[45]), int(fields[46]))
         except (IndexError, ValueError):
             args = None
-        start_time = start_ticks / self._clock_ticks + self._boot_time
+        start_time = start_ticks / self._clock_ticks + self.boot_time
         return _Stat(state, ppid, start_time, data[open_ + 1 : close], args)
 
     def cmdline(self, pid: int) -> bytes:
@@ -279,6 +279,7 @@ class _Psutil:
     """Elsewhere: psutil stands in for procfs, with no pid cursor, inode or argv place."""
 
     pid_max = 0
+    boot_time: float | None = None
 
     def list_pids(self) -> list[tuple[int, int]]:
         return [(pid, 0) for pid in psutil.pids()]
@@ -499,6 +500,11 @@ class Scanner:
         #: whether this scan classified a process as an engine for the first time
         self._engine_appeared = False
         self._stats: tuple[int, int, int, int, int, int, bool, int] = (0, 0, 0, 0, 0, 0, False, 0)
+
+    @property
+    def boot_time(self) -> float | None:
+        """The boot time every start time is computed from (``None`` with psutil)."""
+        return self._source.boot_time
 
     def stats(self) -> tuple[int, int, int, int, int, int, bool, int]:
         """(scanned, new, vanished, unreadable, restricted, reread, full_recheck, known)."""

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from enginespec._backend import parse_cgroup, proxy_flags
 from enginespec._common import Runtime
+from enginespec._procfiles import start_ticks
 from enginespec.urls import base_url
 
 
@@ -170,15 +171,6 @@ def _argv(pid: str) -> list[str]:
     return [os.fsdecode(part) for part in data.rstrip(b"\0").split(b"\0")] if data else []
 
 
-def _start_ticks(pid: str) -> int | None:
-    """Field 22 of ``/proc/PID/stat`` (after the parenthesised comm, which may hold spaces)."""
-    stat = _read_text(f"/proc/{pid}/stat", 4096)
-    if stat is None:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
-
-
 def _proxy_rule(pid: str) -> ProxyRule | None:
     """The forward of a ``docker-proxy`` run by root, as dockerd runs them: any user can start a
     process of that name, and one must not redirect health checks to a port of its own."""
@@ -213,7 +205,7 @@ class ProxyFinder:
         for pid, inode in listing:
             entry = self._known.get(pid)
             if entry is None or entry[0] != inode:
-                start = _start_ticks(pid)
+                start = start_ticks(int(pid))
                 if start is None:
                     continue
                 entry = (inode, start, _proxy_rule(pid))

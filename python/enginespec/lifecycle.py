@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from enginespec import commands, sockets
 from enginespec._backend import parse_cgroup
+from enginespec._procfiles import process_state, start_ticks
 from enginespec.argv import parse_argv, redact_argv
 from enginespec.config import Config
 from enginespec.definition import EngineDefinition
@@ -38,7 +39,7 @@ from enginespec.masking import REDACTED, is_secret_name
 from enginespec.reaching import ownership_problem
 from enginespec.recipe import Recipe
 from enginespec.registry import find_engine
-from enginespec.scanning import EngineProcess, Scanner, make_engine_id
+from enginespec.scanning import EngineProcess, Scanner, make_engine_id, scanned_ticks
 from enginespec.status import Health
 from enginespec.urls import base_url
 
@@ -47,7 +48,6 @@ from enginespec.urls import base_url
 RUN_ID_VARIABLE = "ENGINESPEC_RUN_ID"
 #: Seconds a stop waits for SIGKILL to take effect before it reports what is left.
 KILL_WAIT = 5.0
-_START_TOLERANCE = 0.05
 
 
 class Supervision(BaseModel):
@@ -129,41 +129,10 @@ def classify_failure(
 # -- processes --------------------------------------------------------------------------------
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, start time in clock ticks since boot) from ``/proc/PID/stat``: the exact start
-    time (epoch seconds move with the kernel's boot time, which drifts by a second)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            fields = file.read().rsplit(b")", 1)[1].split()
-        return fields[0].decode("ascii", "replace"), int(fields[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _start_ticks(pid: int) -> int | None:
-    stat = _stat(pid)
-    return None if stat is None else stat[1]
-
-
 def _alive(pid: int, ticks: int) -> bool:
     """Whether the process with this identity (pid, start ticks) still runs (a zombie does not)."""
-    stat = _stat(pid)
-    return stat is not None and stat[1] == ticks and stat[0] not in ("Z", "X")
-
-
-def same_start(scanned: float, pid: int) -> int | None:
-    """The start ticks of ``pid`` when it is the process a scan saw start at ``scanned`` (epoch
-    seconds): equal within 50 ms, or one second apart exactly (the kernel's boot time, from
-    which both are computed, moves by whole seconds between reads)."""
-    ticks = _start_ticks(pid)
-    try:
-        now = float(psutil.Process(pid).create_time())
-    except psutil.Error:
-        return None
-    delta = abs(now - scanned)
-    if ticks is None or not (delta < _START_TOLERANCE or abs(delta - 1.0) < _START_TOLERANCE):
-        return None
-    return ticks
+    state = process_state(pid)
+    return state is not None and state[1] == ticks and state[0] not in ("Z", "X")
 
 
 def open_pidfd(pid: int, ticks: int) -> int | None:
@@ -221,7 +190,7 @@ def _marked(run_id: str, born_after: int) -> list[int]:
     found = []
     for pid in psutil.pids():
         # the start time first: the environments of the (many) older processes are not read
-        start = _start_ticks(pid)
+        start = start_ticks(pid)
         if start is None or start < born_after:
             continue
         try:
@@ -229,7 +198,7 @@ def _marked(run_id: str, born_after: int) -> list[int]:
                 environ = file.read(1 << 20)
         except OSError:
             continue
-        if needle in environ.split(b"\0") and _start_ticks(pid) == start:
+        if needle in environ.split(b"\0") and start_ticks(pid) == start:
             found.append(pid)
     return found
 
@@ -432,7 +401,7 @@ class RunningEngine:
         opener = getattr(os, "pidfd_open", None)
         self._pidfd = opener(self.pid) if opener is not None else -1
         self.start_time = started
-        self._ticks = _start_ticks(self.pid) or 0
+        self._ticks = start_ticks(self.pid) or 0
         self._known = {}
         self._oom_before = _oom_kills(self.pid)
         assert self._popen.stdout is not None
@@ -607,7 +576,7 @@ class RunningEngine:
             found += [pid for pid in psutil.pids() if _in_group(pid, self.pid)]
         for pid in found:
             if pid != self.pid and pid not in self._known:
-                start = _start_ticks(pid)
+                start = start_ticks(pid)
                 if start is not None and start >= self._ticks:
                     self._known[pid] = start
         return [pid for pid in self._known if pid != self.pid]
@@ -619,7 +588,7 @@ class RunningEngine:
         if marked and self.run_id:
             for pid in _marked(self.run_id, self._ticks):
                 if pid != self.pid and pid not in self._known:
-                    start = _start_ticks(pid)
+                    start = start_ticks(pid)
                     if start is not None:
                         self._known[pid] = start
         return {pid: start for pid, start in self._known.items() if _alive(pid, start)}
@@ -995,7 +964,7 @@ def adopt(process: EngineProcess) -> RunningEngine:
     time, pinned by a pidfd: stop and restart never signal a process that took its pid since.
     Raises :class:`InvalidInputError` when that process is gone already."""
     spec = find_engine(process.engine)
-    ticks = same_start(process.start_time, process.pid)
+    ticks = scanned_ticks(process)
     pidfd = None if ticks is None else open_pidfd(process.pid, ticks)
     if ticks is None or pidfd is None:
         raise InvalidInputError(
@@ -1019,7 +988,7 @@ def adopt(process: EngineProcess) -> RunningEngine:
         pidfd,
     )
     engine.adopted = True
-    engine._known = {pid: start for pid in process.worker_pids if (start := _start_ticks(pid)) is not None}
+    engine._known = {pid: start for pid in process.worker_pids if (start := start_ticks(pid)) is not None}
     engine.log_source = find_log_source(process.pid)
     try:
         plan = _read_plan(process.pid)

@@ -7,6 +7,7 @@ import functools
 import hashlib
 import math
 import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
 import enginespec.sockets as sockets
 from enginespec._backend import ScannerType
 from enginespec._common import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess, Runtime, basename
-from enginespec._procfiles import Identity, first_missing, named_identity, read_environ
+from enginespec._procfiles import Identity, first_missing, named_identity, process_state, read_environ
 from enginespec.argv import Invocation, argv_port, checkout, endpoint, flag_value, redact_argv, served_names
 from enginespec.config import Config
 from enginespec.containers import (
@@ -108,6 +109,9 @@ class EngineProcess(Invocation):
     gpus_unknown: str | None = None
     #: the engine's API key from its argv: used by health checks, never shown or serialised.
     _api_key: str | None = PrivateAttr(default=None)
+    #: the start in clock ticks since boot, as the scanner read it (``None`` in a record built
+    #: elsewhere): the exact identity, where ``start_time`` moves with the kernel's boot time.
+    _start_ticks: int | None = PrivateAttr(default=None)
 
     @functools.cached_property
     def model_facts(self) -> ModelFacts | None:
@@ -156,12 +160,42 @@ class EngineProcess(Invocation):
         return None
 
 
+#: How far a record's epoch start time may be from the process's when it has no start ticks.
+_START_TOLERANCE = 0.05
+
+
+def _scanned_state(proc: EngineProcess) -> tuple[str, int] | None:
+    """(state, start ticks) of the process now at ``proc.pid`` when it is the process scanned.
+    A scanner's record carries the very ticks it read, compared exactly; a record built
+    elsewhere (from JSON) only its epoch start time, which must be within 50 ms of the
+    process's or a whole second off (both are computed from the kernel's boot time, read at
+    different moments)."""
+    state = process_state(proc.pid)
+    if state is None:
+        return None
+    if proc._start_ticks is not None:
+        return state if state[1] == proc._start_ticks else None
+    delta = abs(state[1] / os.sysconf("SC_CLK_TCK") + psutil.boot_time() - proc.start_time)
+    return state if delta < _START_TOLERANCE or abs(delta - 1.0) < _START_TOLERANCE else None
+
+
+def scanned_ticks(proc: EngineProcess) -> int | None:
+    """The start ticks of the process now at ``proc.pid`` when it is the process scanned (a
+    zombie too), else ``None`` (Linux)."""
+    state = _scanned_state(proc)
+    return None if state is None else state[1]
+
+
 def process_alive(proc: EngineProcess) -> bool:
-    """Whether the process with this identity (pid, start time) still runs (zombies do not)."""
+    """Whether the process with this identity (pid, start) still runs (zombies do not)."""
+    if sys.platform.startswith("linux"):
+        state = _scanned_state(proc)
+        return state is not None and state[0] not in ("Z", "X")
     try:
         current = psutil.Process(proc.pid)
         return (
-            abs(current.create_time() - proc.start_time) < 0.05 and current.status() != psutil.STATUS_ZOMBIE
+            abs(current.create_time() - proc.start_time) < _START_TOLERANCE
+            and current.status() != psutil.STATUS_ZOMBIE
         )
     except psutil.Error:
         return False
@@ -219,6 +253,9 @@ class Scanner:
             TREE_REFRESH_SECONDS,
             listen_ports,
         )
+        #: what the backend's start times count from, to have each engine's start ticks back
+        self._boot_time = self._backend.boot_time
+        self._clock_ticks = os.sysconf("SC_CLK_TCK") if self._boot_time is not None else 0
         self._built: dict[int, tuple[RawProcess, str | None, EngineProcess]] = {}
         self._listen_ports = listen_ports
         #: when port conflicts were last looked for (they change without the engine changing).
@@ -505,6 +542,8 @@ class Scanner:
         )
         if spec.serving.api_key_flag:
             process._api_key = flag_value(argv, spec.signature, spec.serving.api_key_flag)
+        if self._boot_time is not None:
+            process._start_ticks = round((start_time - self._boot_time) * self._clock_ticks)
         return process
 
 
