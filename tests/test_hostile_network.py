@@ -22,6 +22,7 @@ import pytest
 from cli import enginespec
 from enginespec import Config, EngineProcess, Scanner, get_engine_spec, parse_argv
 from enginespec.health import MAX_ANSWER_BYTES, check_all, check_health
+from enginespec.vitals import EngineMonitor
 from fakeserver import Answer, FakeEngine, bound_socket, free_port, serving
 from procs import Procs, children_of, wait_for
 
@@ -398,6 +399,11 @@ def test_one_users_hung_engines_cannot_starve_another_users(procs: Procs, idle: 
             healths = check_all(found, timeout=60, deadline=3.0)
             assert healths[-1].state == "ready", healths[-1]
             assert {h.state for h in healths[:-1]} == {"unknown"}
+            # the watch's and the exporter's rounds (health and load) share the slots alike
+            for load in (False, True):
+                vitals = EngineMonitor(timeout=60, load=load).check(found, deadline=3.0)
+                assert vitals[-1].health.state == "ready", (load, vitals[-1])
+                assert {v.health.state for v in vitals[:-1]} == {"unknown"}
             listed = enginespec("ps", "--json", "--timeout", "3")
             states = {d["pid"]: d["health"]["state"] for d in json.loads(listed.stdout) if d["pid"] in pids}
             assert states[mine.pid] == "ready"

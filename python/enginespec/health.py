@@ -15,9 +15,9 @@ import itertools
 import json
 import subprocess
 import time
-from collections.abc import Coroutine, Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import enginespec._procfiles as _procfiles
 import enginespec.sockets as sockets
@@ -37,6 +37,9 @@ from enginespec.reaching import (
 from enginespec.scanning import EngineProcess, process_alive
 from enginespec.signature import NOT_SERVING_ROLES
 from enginespec.status import Health, HealthState
+
+#: What a round of checks gives for each engine (its Health, or the watch's Vitals).
+_Checked = TypeVar("_Checked")
 
 if TYPE_CHECKING:
     import httpx
@@ -423,37 +426,48 @@ async def check_all_async(
         raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
     if deadline is not None and not deadline > 0:
         raise ValueError(f"deadline: must be a positive number of seconds, got {deadline!r}")
-    with sockets.shared_tables():
-        return await _check_all(list(processes), concurrency, timeout, verify_identity, deadline)
+    listed = list(processes)
+
+    def check(proc: EngineProcess) -> Awaitable[Health]:
+        return check_health_async(proc, timeout=timeout, verify_identity=verify_identity)
+
+    def late(proc: EngineProcess) -> Health:
+        return not_checked_in_time(proc.engine, proc.base_url, deadline or 0.0)
+
+    return await in_turn(listed, check, late, concurrency=concurrency, deadline=deadline)
 
 
-async def _check_all(
-    processes: list[EngineProcess],
+async def in_turn(
+    processes: Sequence[EngineProcess],
+    check: Callable[[EngineProcess], Awaitable[_Checked]],
+    late: Callable[[EngineProcess], _Checked],
+    *,
     concurrency: int,
-    timeout: float,
-    verify_identity: bool,
     deadline: float | None,
-) -> list[Health]:
+) -> list[_Checked]:
+    """``check`` of every process, at most ``concurrency`` in flight, the slots going to each
+    owner's engines in turn (see :func:`_owners_in_turn`); with ``deadline`` (seconds) the round
+    ends by then and processes still waiting or in flight get ``late``. Each network namespace's
+    socket table is read once for the round. Results are in the order of ``processes``."""
     gate = asyncio.Semaphore(concurrency)
     loop = asyncio.get_running_loop()
     end = None if deadline is None else loop.time() + deadline
 
-    async def one(proc: EngineProcess) -> Health:
+    async def gated(proc: EngineProcess) -> _Checked:
         async with gate:
-            check = check_health_async(proc, timeout=timeout, verify_identity=verify_identity)
-            if end is None or deadline is None:
-                return await check
-            left = end - loop.time()
-            if left <= 0:
-                check.close()
-                return not_checked_in_time(proc.engine, proc.base_url, deadline)
-            try:
-                return await asyncio.wait_for(check, left)
-            except asyncio.TimeoutError:
-                return not_checked_in_time(proc.engine, proc.base_url, deadline)
+            return await check(proc)
 
-    order = _owners_in_turn(processes)
-    found = dict(zip(order, await asyncio.gather(*(one(processes[at]) for at in order)), strict=True))
+    async def one(proc: EngineProcess) -> _Checked:
+        if end is None:
+            return await gated(proc)
+        try:
+            return await asyncio.wait_for(gated(proc), max(end - loop.time(), 0.0))
+        except asyncio.TimeoutError:
+            return late(proc)
+
+    with sockets.shared_tables():
+        order = _owners_in_turn(processes)
+        found = dict(zip(order, await asyncio.gather(*(one(processes[at]) for at in order)), strict=True))
     return [found[at] for at in range(len(processes))]
 
 

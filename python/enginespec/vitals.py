@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict
 
-from enginespec.health import check_health_async, not_checked_in_time
+from enginespec.health import check_health_async, in_turn, not_checked_in_time
 from enginespec.load import EngineLoad, _read, checked_stall_after, not_owned, tree_cpu_seconds
 from enginespec.reaching import blocking, target_of
 from enginespec.registry import find_engine
@@ -222,30 +222,27 @@ class EngineMonitor:
                 engine.lost.append(gone)
         engine.workers = running
 
-    async def _one(self, process: EngineProcess, gate: asyncio.Semaphore) -> Vitals:
+    async def _one(self, process: EngineProcess) -> Vitals:
         engine = self._engine(process)
-        async with gate:
-            # The tree's CPU time over the check: the weaker sign of work of an engine whose
-            # health request times out and that reports no load.
-            cpu = (time.monotonic(), tree_cpu_seconds(process.pid, process.worker_pids))
-            if not self.load:
-                health = await check_health_async(process, timeout=self.timeout)
-                return self._judge(process, engine, health, None, cpu)
-            # The health check verifies who holds the port; the load reading need not again.
-            target = target_of(process, None, None)
-            health, load = await asyncio.gather(
-                check_health_async(process, timeout=self.timeout),
-                _read(target, self.timeout, engine.load, self.stall_after, owner=False),
-            )
-            # A ready verdict checked who holds the port; any other one may not have.
-            problem = (
-                not_owned(process, load.base_url) if load.available and health.state != "ready" else None
-            )
-            if problem is not None:
-                load = load.model_copy(update={"available": False, "reason": problem})
-            elif _timed_out(health) and load.available and load.moved is None:
-                # No earlier reading to tell movement by: a second one, a health timeout later.
-                load = await _read(target, self.timeout, load, self.stall_after, owner=False)
+        # The tree's CPU time over the check: the weaker sign of work of an engine whose
+        # health request times out and that reports no load.
+        cpu = (time.monotonic(), tree_cpu_seconds(process.pid, process.worker_pids))
+        if not self.load:
+            health = await check_health_async(process, timeout=self.timeout)
+            return self._judge(process, engine, health, None, cpu)
+        # The health check verifies who holds the port; the load reading need not again.
+        target = target_of(process, None, None)
+        health, load = await asyncio.gather(
+            check_health_async(process, timeout=self.timeout),
+            _read(target, self.timeout, engine.load, self.stall_after, owner=False),
+        )
+        # A ready verdict checked who holds the port; any other one may not have.
+        problem = not_owned(process, load.base_url) if load.available and health.state != "ready" else None
+        if problem is not None:
+            load = load.model_copy(update={"available": False, "reason": problem})
+        elif _timed_out(health) and load.available and load.moved is None:
+            # No earlier reading to tell movement by: a second one, a health timeout later.
+            load = await _read(target, self.timeout, load, self.stall_after, owner=False)
         return self._judge(process, engine, health, load, cpu)
 
     def _judge(
@@ -310,20 +307,12 @@ class EngineMonitor:
         are ``unknown`` with that reason."""
         if deadline is not None and not deadline > 0:
             raise ValueError(f"deadline: must be a positive number of seconds, got {deadline!r}")
+
+        def late(process: EngineProcess) -> Vitals:
+            return Vitals(health=not_checked_in_time(process.engine, process.base_url, deadline or 0.0))
+
         listed = list(processes)
-        gate = asyncio.Semaphore(self.concurrency)
-        loop = asyncio.get_running_loop()
-        end = None if deadline is None else loop.time() + deadline
-
-        async def one(process: EngineProcess) -> Vitals:
-            if end is None or deadline is None:
-                return await self._one(process, gate)
-            try:
-                return await asyncio.wait_for(self._one(process, gate), max(end - loop.time(), 0.0))
-            except asyncio.TimeoutError:
-                return Vitals(health=not_checked_in_time(process.engine, process.base_url, deadline))
-
-        return list(await asyncio.gather(*(one(p) for p in listed)))
+        return await in_turn(listed, self._one, late, concurrency=self.concurrency, deadline=deadline)
 
     def check(self, processes: Iterable[EngineProcess], *, deadline: float | None = None) -> list[Vitals]:
         """Sync form of :meth:`check_async`."""
