@@ -5,7 +5,6 @@ the address, the file and the flag."""
 
 from __future__ import annotations
 
-import shutil
 import signal
 import socket
 import subprocess
@@ -19,6 +18,7 @@ import pytest
 
 from fakeserver import Answer, bound_socket, free_port, serving
 from procs import Procs
+from prometheus import needs_prometheus, query, running_prometheus, until
 from test_exporter import _samples, _scrape_until
 
 Series = dict[str, list[tuple[dict[str, str], float]]]
@@ -211,65 +211,33 @@ groups:
 """
 
 
-@pytest.mark.skipif(shutil.which("prometheus") is None, reason="Debian's prometheus is installed by .ci/run")
+@needs_prometheus
 def test_a_real_prometheus_alert_fires_when_an_engine_stops(procs: Procs, tmp_path: Path) -> None:
-    exporter_port, prometheus_port = free_port(), free_port()
-    (tmp_path / "prometheus.yml").write_text(PROMETHEUS_CONFIG.format(port=exporter_port))
+    exporter_port = free_port()
     (tmp_path / "rules.yml").write_text(RULES)
     engine = procs.start(["vllm", "serve", "/models/alerted", "--port", str(free_port())])
     exporter = _exporter("--port", str(exporter_port), "--interval", "500ms", "--no-health")
-    prometheus = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{prometheus_port}",
-        ],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    api = f"http://127.0.0.1:{prometheus_port}/api/v1"
-
-    def query(expression: str) -> list[dict[str, object]]:
-        answer = httpx.get(f"{api}/query", params={"query": expression}, timeout=5).json()
-        return answer["data"]["result"]  # type: ignore[no-any-return]
-
-    def until(what: str, predicate: object, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if predicate():  # type: ignore[operator]
-                    return
-            except (httpx.HTTPError, KeyError, ValueError):
-                pass
-            assert time.monotonic() < deadline, what
-            time.sleep(0.25)
-
     try:
-        series = _scrape_until(
-            f"http://127.0.0.1:{exporter_port}/metrics", lambda s: _engine_id(s, engine.pid) is not None
-        )
-        engine_id = _engine_id(series, engine.pid)
-        until(
-            "prometheus scrapes the engine as up",
-            lambda: query(f'enginespec_engine_up{{engine_id="{engine_id}"}} == 1'),
-        )
+        with running_prometheus(tmp_path, PROMETHEUS_CONFIG.format(port=exporter_port)) as api:
+            series = _scrape_until(
+                f"http://127.0.0.1:{exporter_port}/metrics", lambda s: _engine_id(s, engine.pid) is not None
+            )
+            engine_id = _engine_id(series, engine.pid)
+            until(
+                "prometheus scrapes the engine as up",
+                lambda: query(api, f'enginespec_engine_up{{engine_id="{engine_id}"}} == 1'),
+            )
 
-        def firing() -> list[dict[str, object]]:
-            alerts = httpx.get(f"{api}/alerts", timeout=5).json()["data"]["alerts"]
-            return [a for a in alerts if a["labels"].get("engine_id") == engine_id and a["state"] == "firing"]
+            def firing() -> list[dict[str, object]]:
+                alerts = httpx.get(f"{api}/alerts", timeout=5).json()["data"]["alerts"]
+                return [
+                    a for a in alerts if a["labels"].get("engine_id") == engine_id and a["state"] == "firing"
+                ]
 
-        assert not firing()
-        procs.stop(engine)
-        until("the EngineDown alert fires", firing)
-        (alert,) = firing()
-        assert alert["labels"]["alertname"] == "EngineDown"  # type: ignore[index]
+            assert not firing()
+            procs.stop(engine)
+            until("the EngineDown alert fires", firing)
+            (alert,) = firing()
+            assert alert["labels"]["alertname"] == "EngineDown"  # type: ignore[index]
     finally:
-        prometheus.send_signal(signal.SIGTERM)
-        try:
-            prometheus.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            prometheus.kill()
-            prometheus.wait()
         _stop(exporter)

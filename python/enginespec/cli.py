@@ -1099,6 +1099,37 @@ def _cmd_exporter(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    import enginespec.feeds as feeds
+    from enginespec.errors import InvalidInputError
+
+    try:
+        writer = feeds.FeedWriter(args.format, args.out, advertise=args.advertise)
+        if not args.watch:
+            listed = feeds.export_once(writer, timeout=args.timeout, deadline=args.timeout)
+            if args.out != "-":
+                print(f"enginespec export: {listed} engine(s) written to {args.out}", file=sys.stderr)
+            return 0
+        print(
+            f"enginespec export: keeping {args.out} up to date ({args.format}); Ctrl-C stops",
+            file=sys.stderr,
+            flush=True,
+        )
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM ends it as Ctrl-C does
+        try:
+            feeds.export_watch(
+                writer, interval=args.interval, health_interval=args.health_interval, timeout=args.timeout
+            )
+        except KeyboardInterrupt:
+            return 0
+    except InvalidInputError as err:  # --out cannot be written, a bad --advertise
+        _fail("export", err)
+        return 1
+    return 0
+
+
 # ------------------------------------------------------------------------------------ parser
 
 
@@ -1408,6 +1439,37 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     )
     exporter_.set_defaults(handler=_cmd_exporter)
 
+    export = command(
+        "export",
+        "write the serving engines as a discovery file other systems read",
+        "Scans, checks every engine's health with its identity verified (the answering server is "
+        "its own and serves the model its argv names), and writes the ready servers as a "
+        "Prometheus file_sd target list (each engine's own metrics endpoint, where its argv "
+        "turns one on), an llm-d endpoints file or vLLM production-stack's static backends. The "
+        "file is replaced atomically, so a reader never sees part of one. With --watch it is "
+        "kept up to date from the event watch: an engine is listed when it turns ready and "
+        "removed when it stops. A wildcard listen address is given as --advertise.",
+        "enginespec export --format file-sd --out /etc/prometheus/engines.json",
+        "enginespec export --format file-sd --out engines.json --watch",
+        "enginespec export --format production-stack --out - | jq",
+    )
+    export.add_argument("--format", choices=_feed_formats(), required=True, help="the feed to write")
+    export.add_argument("--out", required=True, help="the file to write (replaced atomically); -: stdout")
+    export.add_argument("--watch", action="store_true", help="keep the file up to date until stopped")
+    export.add_argument(
+        "--advertise", help="the address given for engines listening on 0.0.0.0 or :: (default: hostname)"
+    )
+    export.add_argument(
+        "--timeout", type=_positive_seconds, default=2.0, help="health check timeout, seconds"
+    )
+    export.add_argument(
+        "--interval", type=_duration, default=1.0, help="with --watch: engine re-check period"
+    )
+    export.add_argument(
+        "--health-interval", type=_duration, default=1.0, help="with --watch: time between health checks"
+    )
+    export.set_defaults(handler=_cmd_export)
+
     from enginespec.cli_lifecycle import add_lifecycle_commands
     from enginespec.modelcli import add_parser as add_model_commands
 
@@ -1425,6 +1487,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     parse.set_defaults(handler=_cmd_parse)
     subs.update(commands.choices)  # their own usage for their own bad flags
     return parser, subs
+
+
+def _feed_formats() -> tuple[str, ...]:
+    # the feed module's list, without importing the scanner for every command's parser
+    return ("file-sd", "llm-d", "production-stack")
 
 
 def _backend() -> str:

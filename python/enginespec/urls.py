@@ -34,6 +34,11 @@ def is_socket_path(host: str) -> bool:
     return host.startswith("/") or host.endswith(".sock")
 
 
+def is_wildcard(host: str) -> bool:
+    """A listen address that means every address of the host (``0.0.0.0``, ``::``, empty)."""
+    return host in _WILDCARDS
+
+
 def usable_socket_path(path: str) -> bool:
     """Whether a socket path can be connected to: absolute, printable, short enough."""
     return (

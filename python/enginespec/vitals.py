@@ -158,7 +158,8 @@ class EngineMonitor:
     ``stall_after``: seconds with requests pending and no counter moving before an engine is
     ``stalled`` (default: ``$ENGINESPEC_STALL_AFTER``, else each engine's own, 60 s). ``load``:
     also read each engine's load (one more request per engine and check); without it there is
-    no ``busy`` or ``stalled`` from token counters, only from CPU time."""
+    no ``busy`` or ``stalled`` from token counters, only from CPU time. ``verify_identity``: a
+    ``ready`` server must also serve the model its argv names (see :func:`check_health`)."""
 
     def __init__(
         self,
@@ -167,6 +168,7 @@ class EngineMonitor:
         stall_after: float | None = None,
         load: bool = True,
         concurrency: int = 64,
+        verify_identity: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
@@ -176,6 +178,7 @@ class EngineMonitor:
         self.stall_after = stall_after
         self.load = load
         self.concurrency = concurrency
+        self.verify_identity = verify_identity
         self._engines: dict[_Key, _Engine] = {}
         self._lock = threading.Lock()
 
@@ -228,12 +231,14 @@ class EngineMonitor:
         # health request times out and that reports no load.
         cpu = (time.monotonic(), tree_cpu_seconds(process.pid, process.worker_pids))
         if not self.load:
-            health = await check_health_async(process, timeout=self.timeout)
+            health = await check_health_async(
+                process, timeout=self.timeout, verify_identity=self.verify_identity
+            )
             return self._judge(process, engine, health, None, cpu)
         # The health check verifies who holds the port; the load reading need not again.
         target = target_of(process, None, None)
         health, load = await asyncio.gather(
-            check_health_async(process, timeout=self.timeout),
+            check_health_async(process, timeout=self.timeout, verify_identity=self.verify_identity),
             _read(target, self.timeout, engine.load, self.stall_after, owner=False),
         )
         # A ready verdict checked who holds the port; any other one may not have.

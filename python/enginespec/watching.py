@@ -224,6 +224,7 @@ class Watch:
         poll: bool,
         load: bool = True,
         stall_after: float | None = None,
+        verify_identity: bool = False,
     ) -> None:
         if not interval > 0:
             raise InvalidInputError(f"interval: must be a positive number of seconds, not {interval!r}")
@@ -236,7 +237,9 @@ class Watch:
         self._health_interval = health_interval
         self._health_timeout = health_timeout
         #: remembers each engine's workers and load between checks (worker loss, busy, stalled)
-        self._monitor = EngineMonitor(timeout=health_timeout, stall_after=stall_after, load=load)
+        self._monitor = EngineMonitor(
+            timeout=health_timeout, stall_after=stall_after, load=load, verify_identity=verify_identity
+        )
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._current: dict[_Key, EngineProcess] = {}
@@ -405,6 +408,7 @@ class Scanner(_Scanner):
         poll: bool = False,
         load: bool = True,
         stall_after: float | None = None,
+        verify_identity: bool = False,
     ) -> Watch:
         """A blocking iterator of events (see the module's docstring). ``interval``: how often the
         engines are re-checked (workers, ports, argv rewrites) and, when polling, how often
@@ -414,7 +418,8 @@ class Scanner(_Scanner):
         the health checks also read each engine's load (one more request per engine and check),
         which tells ``busy`` and ``stalled`` engines (``stall_after`` seconds; see
         :mod:`enginespec.vitals`). The remembered workers of ready servers are looked at every
-        ``WORKER_POLL_SECONDS`` (50 ms): their exit is a ``worker_lost`` event."""
+        ``WORKER_POLL_SECONDS`` (50 ms): their exit is a ``worker_lost`` event. ``verify_identity``:
+        ``ready`` also means the server serves the model its argv names (see :func:`check_health`)."""
         return Watch(
             self,
             interval=interval,
@@ -424,6 +429,7 @@ class Scanner(_Scanner):
             poll=poll,
             load=load,
             stall_after=stall_after,
+            verify_identity=verify_identity,
         )
 
     def watch_async(
@@ -436,6 +442,7 @@ class Scanner(_Scanner):
         poll: bool = False,
         load: bool = True,
         stall_after: float | None = None,
+        verify_identity: bool = False,
     ) -> AsyncIterator[WatchEvent]:
         """:meth:`watch` as an async iterator (the scanning runs on threads, never in the loop)."""
         return self.watch(
@@ -446,4 +453,5 @@ class Scanner(_Scanner):
             poll=poll,
             load=load,
             stall_after=stall_after,
+            verify_identity=verify_identity,
         )._aiter()

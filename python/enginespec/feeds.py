@@ -1,0 +1,242 @@
+"""Discovery feeds: the engines of this host that serve, written as the files other systems read
+(Prometheus ``file_sd``, an LLM router's endpoint list), so a fleet's scrapers and routers find
+whatever enginespec finds instead of lists typed by hand.
+
+An engine is listed only while its health is ``ready`` with its identity verified (the server
+answering is its own process tree's and serves the model its argv names: ``check_all(...,
+verify_identity=True)``), at an address another host can use: a wildcard listen address
+(``0.0.0.0``, ``::``) is given as ``advertise`` (this host's name by default), a container's as the
+host address its port is published on; an engine on a unix socket is not listed. Files are
+replaced whole (a temporary file beside them, fsync, rename), so a reader never sees a torn one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, get_args
+
+from enginespec.errors import InvalidInputError
+from enginespec.registry import find_engine
+from enginespec.scanning import EngineProcess
+from enginespec.status import Health
+from enginespec.urls import connect_host, is_wildcard
+
+FeedFormat = Literal["file-sd", "llm-d", "production-stack"]
+FEED_FORMATS: tuple[FeedFormat, ...] = get_args(FeedFormat)
+
+
+def advertised_host(host: str | None = None) -> str:
+    """The address a feed gives for engines listening on a wildcard address: ``host``, checked to
+    be an IP literal or a hostname, else this host's name."""
+    name = host if host is not None else socket.gethostname()
+    connect = connect_host(name)
+    if connect is None or is_wildcard(name):
+        raise InvalidInputError(f"advertise: {name!r} is not an IP address or hostname others can reach")
+    return connect
+
+
+def address(process: EngineProcess, advertise: str) -> str | None:
+    """``host:port`` where other hosts reach ``process``'s API, or ``None`` (a unix socket, no port,
+    no usable address)."""
+    port: int | None
+    if process.published:
+        host, port = process.published[0].host_address, process.published[0].host_port
+    elif process.base_url is None or not process.base_url.startswith("http://"):
+        return None
+    else:
+        host, port = process.effective_host, process.effective_port
+    if port is None:
+        return None
+    connect = advertise if is_wildcard(host) else connect_host(host)
+    return None if connect is None else f"{connect}:{port}"
+
+
+def metrics_path(process: EngineProcess) -> str | None:
+    """The path of the engine's own Prometheus metrics on its API port, when its argv turns them
+    on (or leaves them on): ``None`` for an engine that has none or was started without them."""
+    spec = find_engine(process.engine)
+    metrics = spec.load
+    if metrics.kind != "prometheus":
+        return None
+    given = set(process.argv)
+    signature = spec.signature
+    flags = {signature.canonical(token.partition("=")[0]) for token in given if token.startswith("-")}
+    if metrics.enable_flag is not None and signature.canonical(metrics.enable_flag) not in flags:
+        return None
+    if metrics.disable_flag is not None and signature.canonical(metrics.disable_flag) in flags:
+        return None
+    path: str = metrics.path
+    return path
+
+
+def serving(processes: Sequence[EngineProcess], healths: Sequence[Health]) -> list[EngineProcess]:
+    """The engines a feed lists: health ``ready`` (checked with ``verify_identity``)."""
+    return [p for p, h in zip(processes, healths, strict=True) if h.state == "ready" and p.role == "server"]
+
+
+def _label(value: str) -> str:
+    """A label value any reader can parse: argv bytes that are not UTF-8 as ``\\xNN`` escapes."""
+    return os.fsencode(value).decode("utf-8", "backslashreplace")
+
+
+def _labels(process: EngineProcess) -> dict[str, str]:
+    labels = {
+        "engine": process.engine,
+        "engine_id": process.engine_id,
+        "model": process.model or "",
+        # what clients send as "model", and what vLLM labels its own series with (model_name)
+        "served_model_name": process.served_model_name or process.model or "",
+    }
+    if process.container is not None:
+        labels["container_id"] = process.container.id
+        if process.container.name:
+            labels["container"] = process.container.name
+    if process.gpus:
+        labels["gpus"] = ",".join(use.device for use in process.gpus)
+    return {name: _label(value) for name, value in labels.items()}
+
+
+def file_sd(processes: Sequence[EngineProcess], advertise: str) -> list[dict[str, Any]]:
+    """Prometheus ``file_sd`` target groups: one per engine with its own metrics endpoint, at
+    its API address (``__metrics_path__`` where the engine's path is not ``/metrics``)."""
+    groups = []
+    for process in processes:
+        where, path = address(process, advertise), metrics_path(process)
+        if where is None or path is None:
+            continue
+        labels = _labels(process)
+        if path != "/metrics":
+            labels["__metrics_path__"] = path
+        groups.append({"targets": [where], "labels": labels})
+    return groups
+
+
+_Render = Callable[[Sequence[EngineProcess], str], Any]
+_RENDERERS: dict[FeedFormat, _Render] = {"file-sd": file_sd}
+
+
+def render(feed: FeedFormat, processes: Sequence[EngineProcess], *, advertise: str) -> bytes:
+    """The feed's file for these (already checked) serving engines, as bytes."""
+    document = _RENDERERS[feed](processes, advertise)
+    return (json.dumps(document, indent=2, sort_keys=False, ensure_ascii=True) + "\n").encode("ascii")
+
+
+def write_atomic(path: str, data: bytes, *, mode: int = 0o644) -> None:
+    """Replaces ``path`` by a file holding ``data``: written beside it, synced, renamed over it,
+    and the directory synced, so a reader sees the old file or the new one, never part of one.
+    Raises :class:`InvalidInputError` naming the path when it cannot be written."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=".enginespec-", suffix=".tmp", dir=directory)
+    except OSError as err:
+        raise InvalidInputError(f"--out {path}: cannot write in {directory}: {err.strerror or err}") from None
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fchmod(file.fileno(), mode)
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise InvalidInputError(f"--out {path}: cannot write: {err.strerror or err}") from None
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+class FeedWriter:
+    """Writes a feed's file (``-``: stdout) whenever what it lists changes, atomically."""
+
+    def __init__(self, feed: FeedFormat, out: str, *, advertise: str | None = None) -> None:
+        if feed not in FEED_FORMATS:
+            raise InvalidInputError(f"format: {feed!r} is not one of {', '.join(FEED_FORMATS)}")
+        self.feed = feed
+        self.out = out
+        self.advertise = advertised_host(advertise)
+        self._last: bytes | None = None
+        #: how many times the file was written
+        self.writes = 0
+
+    def write(self, processes: Sequence[EngineProcess]) -> bool:
+        """Writes the feed for these serving engines unless the file already says so."""
+        data = render(
+            self.feed, sorted(processes, key=lambda p: (p.engine_id, p.pid)), advertise=self.advertise
+        )
+        if data == self._last:
+            return False
+        if self.out == "-":
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        else:
+            write_atomic(self.out, data)
+        self._last = data
+        self.writes += 1
+        return True
+
+
+def export_once(writer: FeedWriter, *, timeout: float = 2.0, deadline: float | None = None) -> int:
+    """Scans, checks every engine (``verify_identity``) and writes the feed: the engines listed."""
+    from enginespec.health import check_all
+    from enginespec.scanning import Scanner
+
+    processes = Scanner().scan()
+    healths = check_all(processes, timeout=timeout, verify_identity=True, deadline=deadline)
+    listed = serving(processes, healths)
+    writer.write(listed)
+    return len(listed)
+
+
+def export_watch(
+    writer: FeedWriter,
+    *,
+    interval: float = 1.0,
+    health_interval: float = 2.0,
+    timeout: float = 2.0,
+) -> None:
+    """Keeps the feed up to date from the event watch: an engine is listed as soon as its health
+    turns ``ready`` (identity verified) and removed as soon as it stops or is ready no more
+    (a ``stopped`` event comes within milliseconds of the exit where the kernel's process events
+    drive the watch). A ``changed`` engine stays listed with its new facts until its next check
+    says otherwise. Runs until interrupted."""
+    from enginespec.watching import Changed, HealthChanged, Recovered, Scanner, Stopped, WorkerLost
+
+    listed: dict[tuple[int, float], EngineProcess] = {}
+    writer.write([])  # the file exists from the start, listing what is known to serve: nothing yet
+    watch = Scanner().watch(
+        interval,
+        health=True,
+        health_interval=health_interval,
+        health_timeout=timeout,
+        load=False,
+        verify_identity=True,
+    )
+    try:
+        for event in watch:
+            if isinstance(event, Stopped):
+                listed.pop((event.identity.pid, event.identity.start_time), None)
+            elif isinstance(event, HealthChanged | Recovered):
+                key = (event.process.pid, event.process.start_time)
+                if event.health.state == "ready" and event.process.role == "server":
+                    listed[key] = event.process
+                else:
+                    listed.pop(key, None)
+            elif isinstance(event, WorkerLost):
+                listed.pop((event.process.pid, event.process.start_time), None)
+            elif isinstance(event, Changed):
+                key = (event.process.pid, event.process.start_time)
+                if key in listed:
+                    listed[key] = event.process
+            writer.write(list(listed.values()))
+    finally:
+        watch.close()
