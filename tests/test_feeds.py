@@ -19,6 +19,7 @@ import pytest
 
 import enginespec.cli as cli
 import enginespec.feeds as feeds
+from enginespec import EngineProcess
 from fakeserver import Answer, bound_socket, free_port, models, serving
 from procs import Procs
 from prometheus import needs_prometheus, query, running_prometheus, until
@@ -314,3 +315,76 @@ def test_a_real_prometheus_scrapes_the_engines_the_feed_lists(procs: Procs, tmp_
     finally:
         _stop_watching(watcher)
         _stop_watching(exporter)
+
+
+def test_router_feeds_list_each_name_clients_send(procs: Procs) -> None:
+    """llm-d's endpoints file (IPv4 literal, port as a string, model as a label) and
+    production-stack's index-aligned lists (a backend once per served name); what a format
+    cannot carry (a hostname for llm-d, a single-label one for the router) is left out, said."""
+    ready = {"/health": [Answer(200)], "/v1/models": [models("a", "b")], "/metrics": [METRICS]}
+    argv = ["vllm", "serve", "/models/x", "--served-model-name", "a", "b", "--port", "{port}"]
+    with (
+        fake_engine(procs, [*argv, "--host", "127.0.0.1"], ready) as local,
+        fake_engine(procs, [*argv, "--host", "0.0.0.0"], ready) as wildcard,
+    ):
+        by_ip = {
+            f: _export("--format", f, "--out", "-", "--advertise", "10.1.2.3")
+            for f in ("llm-d", "production-stack")
+        }
+        by_name = {
+            f: _export("--format", f, "--out", "-", "--advertise", "gpu7")
+            for f in ("llm-d", "production-stack")
+        }
+    for done in [*by_ip.values(), *by_name.values()]:
+        assert done.returncode == 0, done.stderr
+    endpoints = {e["port"]: e for e in json.loads(by_ip["llm-d"].stdout)["endpoints"]}
+    assert endpoints[str(local)]["address"] == "127.0.0.1"
+    assert endpoints[str(wildcard)]["address"] == "10.1.2.3"
+    entry = endpoints[str(local)]
+    assert set(entry) == {"name", "namespace", "address", "port", "labels"}
+    assert entry["namespace"] == "default"
+    assert entry["name"].startswith(f"vllm-{local}-")
+    assert entry["labels"]["served_model_name"] == "a"
+    assert str(wildcard) not in {e["port"] for e in json.loads(by_name["llm-d"].stdout)["endpoints"]}
+    assert "llm-d takes only IPv4 addresses, not gpu7:" in by_name["llm-d"].stderr
+    config = json.loads(by_ip["production-stack"].stdout)
+    assert config["service_discovery"] == "static"
+    pairs = list(zip(config["static_backends"].split(","), config["static_models"].split(","), strict=True))
+    for port, host in ((local, "127.0.0.1"), (wildcard, "10.1.2.3")):
+        assert [m for u, m in pairs if u == f"http://{host}:{port}"] == ["a", "b"]
+    named = json.loads(by_name["production-stack"].stdout)["static_backends"]
+    assert f"http://gpu7:{wildcard}" not in named
+    assert f"the router refuses the URL http://gpu7:{wildcard}" in by_name["production-stack"].stderr
+
+
+def test_the_llm_d_file_stays_under_its_size_cap() -> None:
+    engines = [_made_engine(port) for port in range(20000, 26000)]
+    document, notes = feeds.llm_d(engines, "10.0.0.1")
+    assert len(feeds._encode(document)) <= feeds.LLM_D_MAX_BYTES
+    assert len(feeds._encode(document)) > feeds.LLM_D_MAX_BYTES - 1000  # as many as fit (an entry: ~400 B)
+    assert len(document["endpoints"]) + len(notes) == 6000
+    assert notes
+    assert all("llm-d reads at most 1048576 bytes" in note for note in notes)
+
+
+def _made_engine(port: int) -> EngineProcess:
+    """An engine as a scan of another host reports it (no process of this host behind it)."""
+    return EngineProcess(
+        pid=port,
+        start_time=0.0,
+        ppid=1,
+        engine="vllm",
+        model="/models/" + "m" * 100,
+        served_model_names=("m",),
+        host="127.0.0.1",
+        port=port,
+        effective_host="127.0.0.1",
+        effective_port=port,
+        role="server",
+        base_url=f"http://127.0.0.1:{port}",
+        argv=("vllm", "serve"),
+        exe=None,
+        worker_pids=(),
+        supervisor=None,
+        listen_ports=(port,),
+    )

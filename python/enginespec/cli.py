@@ -1104,7 +1104,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from enginespec.errors import InvalidInputError
 
     try:
-        writer = feeds.FeedWriter(args.format, args.out, advertise=args.advertise)
+        writer = feeds.FeedWriter(
+            args.format,
+            args.out,
+            advertise=args.advertise,
+            log=lambda line: print(f"enginespec export: {line}", file=sys.stderr, flush=True),
+        )
         if not args.watch:
             listed = feeds.export_once(writer, timeout=args.timeout, deadline=args.timeout)
             if args.out != "-":

@@ -13,8 +13,10 @@ replaced whole (a temporary file beside them, fsync, rename), so a reader never 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -23,7 +25,7 @@ from typing import Any, Literal, get_args
 
 from enginespec.errors import InvalidInputError
 from enginespec.registry import find_engine
-from enginespec.scanning import EngineProcess
+from enginespec.scanning import EngineProcess, unique_engine_ids
 from enginespec.status import Health
 from enginespec.urls import connect_host, is_wildcard
 
@@ -102,9 +104,15 @@ def _labels(process: EngineProcess) -> dict[str, str]:
     return {name: _label(value) for name, value in labels.items()}
 
 
-def file_sd(processes: Sequence[EngineProcess], advertise: str) -> list[dict[str, Any]]:
-    """Prometheus ``file_sd`` target groups: one per engine with its own metrics endpoint, at
-    its API address (``__metrics_path__`` where the engine's path is not ``/metrics``)."""
+#: What a renderer gives: the document, and a note for each engine it had to leave out.
+_Rendered = tuple[Any, list[str]]
+
+
+def file_sd(processes: Sequence[EngineProcess], advertise: str) -> _Rendered:
+    """Prometheus ``file_sd`` target groups: one per engine with its own metrics endpoint, at its
+    API address (``__metrics_path__`` where the engine's path is not ``/metrics``), with label
+    names Prometheus 2.x accepts too (``[a-zA-Z_][a-zA-Z0-9_]*``). Prometheus keeps a file's
+    previous targets while a new one does not parse, and notices a rename in the directory."""
     groups = []
     for process in processes:
         where, path = address(process, advertise), metrics_path(process)
@@ -114,17 +122,112 @@ def file_sd(processes: Sequence[EngineProcess], advertise: str) -> list[dict[str
         if path != "/metrics":
             labels["__metrics_path__"] = path
         groups.append({"targets": [where], "labels": labels})
-    return groups
+    return groups, []
 
 
-_Render = Callable[[Sequence[EngineProcess], str], Any]
-_RENDERERS: dict[FeedFormat, _Render] = {"file-sd": file_sd}
+#: llm-d's file-discovery refuses a larger file (llm-d-router v0.10.0, pkg/epp/framework/plugins/
+#: datalayer/discovery/file/plugin.go: maxEndpointsFileSize = 1 << 20).
+LLM_D_MAX_BYTES = 1 << 20
 
 
-def render(feed: FeedFormat, processes: Sequence[EngineProcess], *, advertise: str) -> bytes:
-    """The feed's file for these (already checked) serving engines, as bytes."""
-    document = _RENDERERS[feed](processes, advertise)
-    return (json.dumps(document, indent=2, sort_keys=False, ensure_ascii=True) + "\n").encode("ascii")
+def llm_d(processes: Sequence[EngineProcess], advertise: str) -> _Rendered:
+    """llm-d's ``file-discovery`` endpoints file (llm-d-router v0.10.0, plugin.go EndpointEntry):
+    ``{"endpoints": [{name, namespace, address, port, labels}]}``, ``address`` an IPv4 literal
+    and ``port`` a string, as it requires (one invalid entry fails its first load); the model is
+    a label, and llm-d scrapes the engine's metrics on the same port."""
+    entries: list[dict[str, Any]] = []
+    notes = []
+    for process, name in zip(processes, unique_engine_ids(processes), strict=True):
+        where = address(process, advertise)
+        host, _, port = (where or "").rpartition(":")
+        if where is None or not _is_ipv4(host):
+            notes.append(
+                f"{process.engine_id}: llm-d takes only IPv4 addresses, not {where or 'a unix socket'}"
+            )
+            continue
+        entries.append(
+            {"name": name, "namespace": "default", "address": host, "port": port, "labels": _labels(process)}
+        )
+    # the most entries that fit, found in a few encodings
+    fit, over = 0, len(entries) + 1
+    while over - fit > 1:
+        middle = (fit + over) // 2
+        fit, over = (
+            (middle, over)
+            if len(_encode({"endpoints": entries[:middle]})) <= LLM_D_MAX_BYTES
+            else (fit, middle)
+        )
+    notes += [
+        f"{entry['name']}: llm-d reads at most {LLM_D_MAX_BYTES} bytes: left out" for entry in entries[fit:]
+    ]
+    return {"endpoints": entries[:fit]}, notes
+
+
+# production-stack's router drops a backend URL its pattern refuses (only logging it), which puts
+# its lists out of step (vllm-stack-0.1.12, src/vllm_router/utils.py validate_url): dotted names
+# with a top-level domain of 2+ letters, localhost, or dotted IPv4, then a port.
+_ROUTER_URL = re.compile(
+    r"https?://(?:(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,}|localhost|"
+    r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}):\d+",
+    re.ASCII,
+)
+
+
+def production_stack(processes: Sequence[EngineProcess], advertise: str) -> _Rendered:
+    """vLLM production-stack's router dynamic config (``--dynamic-config-json``; vllm-stack-0.1.12
+    src/vllm_router/dynamic_config.py DynamicRouterConfig): static service discovery with
+    ``static_backends`` and ``static_models``, comma-separated and index-aligned, one entry per
+    name a client may send (a backend serving two names is listed twice). The router re-reads the
+    file every 10 s and keeps its config while the file does not parse."""
+    backends, names, notes = [], [], []
+    for process in processes:
+        where = address(process, advertise)
+        url = None if where is None else f"http://{where}"
+        if url is None or not _ROUTER_URL.fullmatch(url):
+            notes.append(f"{process.engine_id}: the router refuses the URL {url or '(a unix socket)'}")
+            continue
+        for served in process.served_model_names or ((process.model,) if process.model else ()):
+            if "," in served or not served.isprintable():
+                notes.append(
+                    f"{process.engine_id}: the router's comma-separated lists cannot hold {served!r}"
+                )
+                continue
+            backends.append(url)
+            names.append(_label(served))
+    document = {
+        "service_discovery": "static",
+        "routing_logic": "roundrobin",
+        "static_backends": ",".join(backends),
+        "static_models": ",".join(names),
+    }
+    return document, notes
+
+
+def _is_ipv4(host: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(host), ipaddress.IPv4Address)
+    except ValueError:
+        return False
+
+
+_RENDERERS: dict[FeedFormat, Callable[[Sequence[EngineProcess], str], _Rendered]] = {
+    "file-sd": file_sd,
+    "llm-d": llm_d,
+    "production-stack": production_stack,
+}
+
+
+def render(
+    feed: FeedFormat, processes: Sequence[EngineProcess], *, advertise: str
+) -> tuple[bytes, list[str]]:
+    """The feed's file for these (already checked) serving engines, as bytes, and a note for each
+    engine the format cannot carry."""
+    document, notes = _RENDERERS[feed](processes, advertise)
+    return _encode(document), notes
+
+
+def _encode(document: Any) -> bytes:
+    return (json.dumps(document, indent=2, ensure_ascii=True) + "\n").encode("ascii")
 
 
 def write_atomic(path: str, data: bytes, *, mode: int = 0o644) -> None:
@@ -158,21 +261,33 @@ def write_atomic(path: str, data: bytes, *, mode: int = 0o644) -> None:
 class FeedWriter:
     """Writes a feed's file (``-``: stdout) whenever what it lists changes, atomically."""
 
-    def __init__(self, feed: FeedFormat, out: str, *, advertise: str | None = None) -> None:
+    def __init__(
+        self,
+        feed: FeedFormat,
+        out: str,
+        *,
+        advertise: str | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         if feed not in FEED_FORMATS:
             raise InvalidInputError(f"format: {feed!r} is not one of {', '.join(FEED_FORMATS)}")
         self.feed = feed
         self.out = out
         self.advertise = advertised_host(advertise)
         self._last: bytes | None = None
+        self._log = log
+        self._noted: set[str] = set()
         #: how many times the file was written
         self.writes = 0
 
     def write(self, processes: Sequence[EngineProcess]) -> bool:
         """Writes the feed for these serving engines unless the file already says so."""
-        data = render(
-            self.feed, sorted(processes, key=lambda p: (p.engine_id, p.pid)), advertise=self.advertise
-        )
+        ordered = sorted(processes, key=lambda p: (p.engine_id, p.pid))
+        data, notes = render(self.feed, ordered, advertise=self.advertise)
+        for note in notes:
+            if self._log is not None and note not in self._noted:
+                self._log(f"left out {note}")
+        self._noted = set(notes)
         if data == self._last:
             return False
         if self.out == "-":
