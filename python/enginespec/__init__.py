@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         UnknownEngineError,
     )
     from enginespec.failures import Failure, FailureKind, FailurePattern, Failures
+    from enginespec.feeds import FeedFormat, FeedWriter
     from enginespec.gpus import GpuDevice, GpuProcess, GpuUse
     from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
     from enginespec.lifecycle import (
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from enginespec.logbook import LogLine
     from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
     from enginespec.recipe import DockerRuntime, NativeRuntime, Recipe
+    from enginespec.remote import HostReport, RemoteEngine, fetch_remote, fetch_remote_async
     from enginespec.scanning import EngineProcess, ScanStats, gpu_ledger, scan, with_gpus
     from enginespec.signature import Evidence, LaunchForm, Signature
     from enginespec.spec import EngineSpec
@@ -165,6 +167,12 @@ _LAZY = {
     "EngineMonitor": "enginespec.vitals",
     "Vitals": "enginespec.vitals",
     "WorkerExit": "enginespec.vitals",
+    "FeedFormat": "enginespec.feeds",
+    "FeedWriter": "enginespec.feeds",
+    "HostReport": "enginespec.remote",
+    "RemoteEngine": "enginespec.remote",
+    "fetch_remote": "enginespec.remote",
+    "fetch_remote_async": "enginespec.remote",
     "Changed": "enginespec.watching",
     "EngineIdentity": "enginespec.watching",
     "HealthChanged": "enginespec.watching",
@@ -224,6 +232,8 @@ __all__ = [
     "FailurePattern",
     "Failures",
     "FamilyDefault",
+    "FeedFormat",
+    "FeedWriter",
     "Flags",
     "GpuDevice",
     "GpuProcess",
@@ -232,6 +242,7 @@ __all__ = [
     "HealthChanged",
     "HealthState",
     "HelpError",
+    "HostReport",
     "InstallCancelled",
     "InstallError",
     "InstallOptions",
@@ -255,6 +266,7 @@ __all__ = [
     "RecipeFileError",
     "RecipeValidationError",
     "Recovered",
+    "RemoteEngine",
     "RestartRefused",
     "RunningEngine",
     "RuntimeInfo",
@@ -287,6 +299,8 @@ __all__ = [
     "engine_ids",
     "event_json",
     "event_schema",
+    "fetch_remote",
+    "fetch_remote_async",
     "get_engine_spec",
     "gpu_ledger",
     "launch",

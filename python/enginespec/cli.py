@@ -219,7 +219,8 @@ def _model_cell(p: EngineProcess, wide: bool) -> str:
 
     if p.model is None:
         return MODEL_UNKNOWN
-    return p.model if wide else model_name(p.model, p.pid, p.engine) or p.model
+    # another host's pid names no process here: its files are not read for its model's name
+    return p.model if wide else model_name(p.model, p.pid if p._local else None, p.engine) or p.model
 
 
 def _served_cell(p: EngineProcess, wide: bool) -> str:
@@ -274,19 +275,25 @@ class Shown:
     """A row of the table: the process, its last health check, the state shown, and its load
     (``ps --load``)."""
 
-    __slots__ = ("health", "load", "process", "state")
+    __slots__ = ("health", "host", "load", "process", "state")
 
     def __init__(
-        self, process: EngineProcess, health: Health | None = None, state: str | None = None
+        self,
+        process: EngineProcess,
+        health: Health | None = None,
+        state: str | None = None,
+        host: str | None = None,
     ) -> None:
         self.process, self.health, self.state = process, health, state
         self.load: EngineLoad | None = None
+        #: the agent that reported it (``ps --remote``); ``None``: this host
+        self.host = host
 
 
-def _sort_key(row: Shown) -> tuple[str, int, int]:
-    """Rows by engine, then port, then pid: stable while health changes, so nothing jumps."""
+def _sort_key(row: Shown) -> tuple[str, str, int, int]:
+    """Rows by host, engine, then port, then pid: stable while health changes, so nothing jumps."""
     p = row.process
-    return (p.engine, p.effective_port or 0, p.pid)
+    return (row.host or "", p.engine, p.effective_port or 0, p.pid)
 
 
 def _table_lines(
@@ -296,18 +303,22 @@ def _table_lines(
     wide is cut with an ellipsis rather than wrapped); with ``load`` also the load columns."""
     from rich.cells import cell_len, set_cell_size
 
-    from enginespec.layout import ELLIPSIS, fit, lines
+    from enginespec.layout import ELLIPSIS, Column, fit, lines
 
     columns = _ps_columns()
     if not health:
         columns = columns[:-2]
     if load:
         columns += _load_columns()
+    remote = any(r.host is not None for r in rows)
+    if remote:
+        columns = (Column("HOST", shorten="middle", minimum=10), *columns)
     now = time.time()
     cells = [
         [
             literal(cell)
-            for cell in _ps_row(r.process, r.health, r.state if health else None, wide, now)
+            for cell in ([r.host or "-"] if remote else [])
+            + _ps_row(r.process, r.health, r.state if health else None, wide, now)
             + (_load_cells(r.load) if load else [])
         ]
         for r in rows
@@ -346,7 +357,11 @@ def _matches(key: str, value: str, row: Shown) -> bool:
 
     p = row.process
     if key == "model":
-        names = (p.model or "", model_name(p.model, p.pid, p.engine) or "", *p.served_model_names)
+        names = (
+            p.model or "",
+            model_name(p.model, p.pid if p._local else None, p.engine) or "",
+            *p.served_model_names,
+        )
         return any(value in name for name in names)
     if key == "health":
         return row.state == value
@@ -411,11 +426,21 @@ def _cmd_ps(args: argparse.Namespace) -> int:
         _fail("ps", "--filter health=... needs the health checks: drop --no-health")
         return 2
     checked = not args.no_health and (not listing or "health" in filters.keys)
-    from enginespec.scanning import Scanner
+    failed = False
+    if args.remote:
+        try:
+            rows, failed = _remote_rows(args)
+        except InvalidInputError as err:  # a --remote that is no agent's address, a bad --token-file
+            _fail("ps", err)
+            return 2
+        processes = [row.process for row in rows]
+        checked = not args.no_health and any(row.health is not None for row in rows)
+    else:
+        from enginespec.scanning import Scanner
 
-    processes = Scanner(listen_ports=not listing).scan()
-    rows = [Shown(p) for p in processes]
-    if checked:
+        processes = Scanner(listen_ports=not listing).scan()
+        rows = [Shown(p) for p in processes]
+    if checked and not args.remote:
         from enginespec.health import check_all
 
         # --timeout is the deadline of all the checks together, not of each (1,024 hung servers
@@ -423,45 +448,68 @@ def _cmd_ps(args: argparse.Namespace) -> int:
         healths = check_all(processes, timeout=args.timeout, deadline=args.timeout)
         for row, health in zip(rows, healths, strict=True):
             row.health, row.state = health, health.state
-    if args.load and not listing:
+    if args.load and not listing and not args.remote:
         # Load is read only when asked: it costs two more requests per engine.
         for row, load in zip(rows, _two_readings(processes, args.load_interval, args.timeout), strict=True):
             row.load = load
     rows = sorted((row for row in rows if filters.keeps(row)), key=_sort_key)
+    code = 1 if failed else 0
     if args.quiet:
         _out([str(row.process.pid) for row in rows])
-        return 0
+        return code
     if fmt == "name":
         _out([row.process.engine_id for row in rows])
-        return 0
+        return code
     if fmt == "json":
         import json
 
+        from enginespec.scanning import engine_document
+
         documents = []
         for row in rows:
-            document = row.process.model_dump(mode="json")
-            if row.health is not None:
-                document["health"] = row.health.model_dump(mode="json")
-            if row.load is not None:
-                document["load"] = row.load.model_dump(mode="json")
+            document = engine_document(row.process, row.health, row.load)
+            if row.host is not None:
+                document["host"] = row.host
             documents.append(document)
         _out([json.dumps(documents, indent=2)])
-        return 0
+        return code
     if not rows:
         # on stderr: `enginespec ps | wc -l` counts engines
+        where = "on these hosts" if args.remote else "on this host"
         print(
-            "no engine servers found on this host" if not processes else "no engine server matches",
+            f"no engine servers found {where}" if not processes else "no engine server matches",
             file=sys.stderr,
         )
-        return 0
+        return code
     # Every cell is shown literally: argv can carry rich markup and terminal escapes. On a terminal
     # the table fits its width (no cell split); piped or wide, nothing is shortened.
     import shutil
 
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() and fmt == "table" else None
-    text = _table_lines(rows, checked, width, wide=fmt == "wide", load=args.load)
+    text = _table_lines(rows, checked, width, wide=fmt == "wide", load=args.load and not args.remote)
     _out(text[1:] if args.no_headers else text)
-    return 0
+    return code
+
+
+def _remote_rows(args: argparse.Namespace) -> tuple[list[Shown], bool]:
+    """The rows the agents of ``--remote`` report, and whether any host failed (each failure is
+    said on its own line, on stderr)."""
+    from enginespec.agent import read_token
+    from enginespec.remote import fetch_remote
+
+    urls = [url for text in args.remote for url in text.split(",") if url]
+    token = read_token(args.token_file) if args.token_file else None
+    rows, failed = [], False
+    for report in fetch_remote(urls, timeout=args.timeout, token=token):
+        if report.error is not None:
+            failed = True
+            print(f"enginespec ps: {literal(report.host)}: {literal(report.error)}", file=sys.stderr)
+        for engine in report.engines:
+            state = engine.health.state if engine.health is not None else None
+            row = Shown(engine.process, engine.health, state, host=engine.host)
+            row.load = engine.load
+            rows.append(row)
+    return rows, failed
 
 
 # ------------------------------------------------------------------------------------- watch
@@ -685,10 +733,9 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        document = process.model_dump(mode="json")
-        if health is not None:
-            document["health"] = health.model_dump(mode="json")
-        _out([json.dumps(document, indent=2)])
+        from enginespec.scanning import engine_document
+
+        _out([json.dumps(engine_document(process, health), indent=2)])
     else:
         _out(_describe_lines(process, health))
     return 0
@@ -1135,6 +1182,25 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from enginespec.agent import serve
+    from enginespec.errors import InvalidInputError
+
+    try:
+        serve(
+            args.listen,
+            token_file=args.token_file,
+            certfile=args.certfile,
+            keyfile=args.keyfile,
+            interval=args.interval,
+            log=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    except InvalidInputError as err:
+        _fail("serve", err)
+        return 1
+    return 0
+
+
 # ------------------------------------------------------------------------------------ parser
 
 
@@ -1226,6 +1292,15 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     ps.add_argument("--json", action="store_true", help="same as -o json: a JSON list of EngineProcess")
     ps.add_argument("--wide", action="store_true", help="same as -o wide: every column, every cell whole")
     ps.add_argument("--no-health", action="store_true", help="skip the health checks")
+    ps.add_argument(
+        "--remote",
+        action="append",
+        default=[],
+        metavar="URL[,URL...]",
+        help="the engines that agents (enginespec serve) report instead of this host's, with a HOST "
+        "column: http://HOST:PORT, https://HOST:PORT or unix:PATH; --timeout is each host's",
+    )
+    ps.add_argument("--token-file", help="with --remote: the token the agents require")
     ps.add_argument(
         "--timeout", type=_positive_seconds, default=2.0, help="deadline of all health checks, seconds"
     )
@@ -1474,6 +1549,27 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "--health-interval", type=_duration, default=1.0, help="with --watch: time between health checks"
     )
     export.set_defaults(handler=_cmd_export)
+
+    serve = command(
+        "serve",
+        "serve what enginespec knows of this host to other hosts, read-only",
+        "GET /v1/engines (the ps --json objects, with health), /v1/gpus, /metrics (the "
+        "exporter's series) and /v1/events (the watch's events, as server-sent events). Listens "
+        "on loopback or a unix socket by default; any other address requires --token-file "
+        "(clients send Authorization: Bearer TOKEN). Nothing it serves changes anything.",
+        "enginespec serve",
+        "enginespec serve --listen unix:/run/enginespec.sock",
+        "enginespec serve --listen 0.0.0.0:9465 --token-file /etc/enginespec/token",
+        "enginespec ps --remote http://gpu1:9465,http://gpu2:9465 --token-file token",
+    )
+    serve.add_argument("--listen", default="127.0.0.1:9465", help="ADDRESS:PORT or unix:PATH to listen on")
+    serve.add_argument("--token-file", help="a file holding the token clients must send")
+    serve.add_argument("--certfile", help="TLS certificate (PEM), with --keyfile")
+    serve.add_argument("--keyfile", help="TLS private key (PEM), with --certfile")
+    serve.add_argument(
+        "--interval", type=_duration, default=2.0, help="refresh period of engines and metrics"
+    )
+    serve.set_defaults(handler=_cmd_serve)
 
     from enginespec.cli_lifecycle import add_lifecycle_commands
     from enginespec.modelcli import add_parser as add_model_commands

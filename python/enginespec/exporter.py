@@ -328,6 +328,51 @@ def _write_textfile(textfile: str, registry: CollectorRegistry) -> None:
         raise ExporterError(f"--textfile {textfile}: cannot write: {err.strerror or err}") from None
 
 
+class Refresher:
+    """The exporter's refreshing half, for whoever serves its results (the exporter, the agent):
+    a scan and health checks (with ``load``, through an :class:`EngineMonitor` that also reads
+    each engine's load) every ``interval`` seconds on a fixed schedule, each cut at 80% of it,
+    into ``collector.snapshot``; ``registry`` holds the collector. The first refresh is done at
+    construction, so the first request has data."""
+
+    def __init__(
+        self,
+        *,
+        interval: float = 2.0,
+        health: bool = True,
+        keep_stopped: float = 300.0,
+        load: bool = False,
+        stall_after: float | None = None,
+    ) -> None:
+        self.interval = interval
+        self.registry = CollectorRegistry()
+        self.collector = EngineCollector()
+        self.registry.register(self.collector)
+        self._scanner = Scanner()
+        self._health = health
+        self._keep_stopped = keep_stopped
+        self._deadline = min(2.0, interval * 0.8)
+        self._monitor = EngineMonitor(timeout=self._deadline, stall_after=stall_after) if load else None
+        self.refresh()
+
+    def refresh(self) -> None:
+        _refresh(
+            self._scanner, self.collector, self._health, self._deadline, self._keep_stopped, self._monitor
+        )
+
+    def run(self, stop: threading.Event, after: Callable[[], None] | None = None) -> None:
+        """Refreshes until ``stop`` is set, calling ``after`` once now and after each refresh."""
+        next_at = time.monotonic()
+        while True:
+            if after is not None:
+                after()
+            # a fixed schedule: a slow refresh shortens the wait rather than stretching the period
+            next_at = max(next_at + self.interval, time.monotonic())
+            if stop.wait(next_at - time.monotonic()):
+                return
+            self.refresh()
+
+
 def run(
     *,
     host: str = "127.0.0.1",
@@ -354,18 +399,13 @@ def run(
     if port is None and not textfile:
         raise ExporterError("--port 0 serves no HTTP and no --textfile is given: nothing would be exported")
     stop = stop or threading.Event()
-    registry = CollectorRegistry()
-    collector = EngineCollector()
-    registry.register(collector)
-    scanner = Scanner()
-    deadline = min(2.0, interval * 0.8)
-    next_at = time.monotonic()
-    monitor = EngineMonitor(timeout=deadline, stall_after=stall_after) if load else None
-    _refresh(scanner, collector, health, deadline, keep_stopped, monitor)  # the first scrape has data
+    refresher = Refresher(
+        interval=interval, health=health, keep_stopped=keep_stopped, load=load, stall_after=stall_after
+    )
     if port is not None:
         shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            server, _thread = start_http_server(port, addr=host, registry=registry)
+            server, _thread = start_http_server(port, addr=host, registry=refresher.registry)
         except OSError as err:
             raise ExporterError(f"cannot listen on {shown} (--host, --port): {err.strerror or err}") from None
         bound = server.server_address[1]
@@ -373,11 +413,5 @@ def run(
             log(f"enginespec exporter: Listening on address={shown.rsplit(':', 1)[0]}:{bound} (/metrics)")
     if textfile and log is not None:
         log(f"enginespec exporter: writing textfile={textfile}")
-    while True:
-        if textfile:
-            _write_textfile(textfile, registry)
-        # a fixed schedule: a slow refresh shortens the wait rather than stretching the period
-        next_at = max(next_at + interval, time.monotonic())
-        if stop.wait(next_at - time.monotonic()):
-            return
-        _refresh(scanner, collector, health, deadline, keep_stopped, monitor)
+    write = (lambda: _write_textfile(textfile, refresher.registry)) if textfile else None
+    refresher.run(stop, write)

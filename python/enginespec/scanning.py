@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
@@ -112,6 +112,9 @@ class EngineProcess(Invocation):
     #: the start in clock ticks since boot, as the scanner read it (``None`` in a record built
     #: elsewhere): the exact identity, where ``start_time`` moves with the kernel's boot time.
     _start_ticks: int | None = PrivateAttr(default=None)
+    #: ``False`` for an engine another host reported (enginespec.remote): nothing of this host's
+    #: ``/proc`` or files is read for it.
+    _local: bool = PrivateAttr(default=True)
 
     @functools.cached_property
     def model_facts(self) -> ModelFacts | None:
@@ -119,6 +122,8 @@ class EngineProcess(Invocation):
         it with its actual arguments (``ModelFacts.estimate``); ``None`` when they cannot be
         known (``model_facts_problem`` says why). Read on first access, never by the scan, and
         cached by (pid, start time, argv) across scans (``enginespec.processmodels``)."""
+        if not self._local:
+            return None
         result = cached(self.pid, self.start_time, self.engine, self.model, self.argv)
         if isinstance(result, str):
             return None
@@ -128,6 +133,8 @@ class EngineProcess(Invocation):
     @property
     def model_facts_problem(self) -> str | None:
         """Why ``model_facts`` is ``None`` (the model's file that could not be read, and how)."""
+        if not self._local:
+            return "an engine of another host: its model's files are not read from here"
         result = cached(self.pid, self.start_time, self.engine, self.model, self.argv)
         return result if isinstance(result, str) else None
 
@@ -545,6 +552,20 @@ class Scanner:
         if self._boot_time is not None:
             process._start_ticks = round((start_time - self._boot_time) * self._clock_ticks)
         return process
+
+
+def engine_document(
+    process: EngineProcess, health: BaseModel | None = None, load: BaseModel | None = None
+) -> dict[str, Any]:
+    """The JSON object of an engine, as ``ps --json`` and the agent's ``/v1/engines`` give it:
+    the :class:`EngineProcess`, with its ``health`` (a :class:`Health`) and ``load`` (an
+    :class:`EngineLoad`) when they were read."""
+    document = process.model_dump(mode="json")
+    if health is not None:
+        document["health"] = health.model_dump(mode="json")
+    if load is not None:
+        document["load"] = load.model_dump(mode="json")
+    return document
 
 
 def scan(*, listen_ports: bool = True, config: Config | None = None) -> list[EngineProcess]:

@@ -1,0 +1,397 @@
+"""A read-only host agent: what enginespec knows of this host, over HTTP, for other hosts
+(``enginespec ps --remote``), dashboards and scrapers.
+
+``GET /v1/engines``: the ``ps --json`` objects, with health; ``GET /v1/gpus``: the host's GPUs and
+what each engine holds; ``GET /metrics``: the exporter's series; ``GET /v1/events``: the watch's
+events as server-sent events, in order (each ``id`` one more than the last; a client that
+connects first gets a ``started`` event, and the last health event, of every engine running).
+Nothing changes anything: there is no control endpoint.
+
+It listens on loopback or a unix socket (mode 0600) unless told otherwise; any other address
+needs a token (``Authorization: Bearer TOKEN``, compared in constant time), and says so at start.
+Served by uvicorn (a maintained ASGI server): headers are capped at 16 KiB, connections at
+:data:`MAX_CONNECTIONS` (503 beyond), event streams at :data:`MAX_EVENT_CLIENTS`, and a client
+that reads events too slowly to keep :data:`EVENT_QUEUE` in hand is disconnected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import json
+import os
+import signal
+import socket
+import threading
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from enginespec.errors import InvalidInputError
+from enginespec.exporter import Refresher
+from enginespec.load import EngineLoad
+from enginespec.scanning import engine_document
+from enginespec.status import Health
+from enginespec.watching import (
+    Changed,
+    HealthChanged,
+    Recovered,
+    Scanner,
+    Started,
+    Stopped,
+    WatchEvent,
+    event_json,
+)
+
+MAX_CONNECTIONS = 64
+MAX_EVENT_CLIENTS = 32
+#: events held for one client before it counts as too slow and is disconnected.
+EVENT_QUEUE = 4096
+#: seconds between comments on an idle event stream (proxies close silent connections).
+KEEPALIVE_SECONDS = 15.0
+MAX_HEADER_BYTES = 16 * 1024
+
+_Scope = MutableMapping[str, Any]
+_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Where the agent listens: ``host`` and ``port``, or a unix socket ``path``."""
+
+    host: str | None = None
+    port: int | None = None
+    path: str | None = None
+
+    @property
+    def loopback(self) -> bool:
+        """Only this host can connect (a loopback address, or a unix socket)."""
+        return self.path is not None or ipaddress.ip_address(self.host or "").is_loopback
+
+    def __str__(self) -> str:
+        if self.path is not None:
+            return f"unix:{self.path}"
+        return f"[{self.host}]:{self.port}" if ":" in (self.host or "") else f"{self.host}:{self.port}"
+
+
+def parse_listen(text: str) -> Listen:
+    """``127.0.0.1:9465``, ``[::1]:9465``, ``0.0.0.0:9465`` or ``unix:/run/enginespec.sock``;
+    :class:`InvalidInputError` naming ``--listen`` otherwise (host names are refused: an agent
+    listens on an address, not on whatever a name resolves to)."""
+    if text.startswith("unix:"):
+        path = text[len("unix:") :]
+        if not path.startswith("/") or not path.isprintable() or len(os.fsencode(path)) > 107:
+            raise InvalidInputError(f"--listen: {text!r}: a unix socket is unix:/absolute/path")
+        return Listen(path=path)
+    host, colon, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        address = ipaddress.ip_address(host)
+        number = int(port)
+    except ValueError:
+        raise InvalidInputError(
+            f"--listen: {text!r} is not ADDRESS:PORT (an IP address) or unix:PATH"
+        ) from None
+    if not colon or not port.isascii() or not 0 <= number <= 65535:
+        raise InvalidInputError(f"--listen: {text!r}: the port must be 0-65535")
+    return Listen(host=str(address), port=number)
+
+
+def read_token(path: str) -> str:
+    """The token in ``path`` (surrounding whitespace dropped); refused when empty or unreadable."""
+    try:
+        with open(path, "rb") as file:
+            token = file.read(4096).strip()
+    except OSError as err:
+        raise InvalidInputError(f"--token-file {path}: cannot read: {err.strerror or err}") from None
+    if not token or not token.isascii() or not token.decode().isprintable():
+        raise InvalidInputError(f"--token-file {path}: holds no printable ASCII token")
+    return token.decode()
+
+
+class _Client:
+    """One event stream: its queue lives in the server's event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue(EVENT_QUEUE)
+
+    def offer(self, item: bytes | None) -> None:
+        """In the loop: queue ``item``; a client with a full queue gets ``None`` (disconnect)."""
+        if self.queue.full():
+            with contextlib.suppress(asyncio.QueueEmpty):
+                while True:
+                    self.queue.get_nowait()
+            item = None
+        self.queue.put_nowait(item)
+
+
+class EventHub:
+    """The watch's events, numbered, to every event stream; remembers each running engine's
+    ``started`` (with its latest facts) and last health event, for clients that connect later."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clients: set[_Client] = set()
+        self._sequence = 0
+        #: (pid, start time) -> [started or changed event, last health event]
+        self._running: dict[tuple[int, float], list[WatchEvent]] = {}
+
+    def publish(self, event: WatchEvent) -> None:
+        """From the watch's thread."""
+        with self._lock:
+            self._remember(event)
+            self._sequence += 1
+            frame = _frame(self._sequence, event)
+            for client in self._clients:
+                client.loop.call_soon_threadsafe(client.offer, frame)
+
+    def _remember(self, event: WatchEvent) -> None:
+        if isinstance(event, Stopped):
+            self._running.pop((event.identity.pid, event.identity.start_time), None)
+            return
+        key = (event.process.pid, event.process.start_time)
+        if isinstance(event, Started):
+            self._running[key] = [event]
+        elif isinstance(event, Changed) and key in self._running:
+            self._running[key][0] = Started(monotonic=event.monotonic, process=event.process)
+        elif isinstance(event, HealthChanged | Recovered) and key in self._running:
+            self._running[key][1:] = [event]
+
+    def subscribe(self) -> _Client | None:
+        """In the loop: a new stream, its queue holding what is running now; ``None`` when
+        :data:`MAX_EVENT_CLIENTS` streams are open."""
+        client = _Client(asyncio.get_running_loop())
+        with self._lock:
+            if len(self._clients) >= MAX_EVENT_CLIENTS:
+                return None
+            for remembered in self._running.values():
+                for event in remembered:
+                    self._sequence += 1
+                    client.offer(_frame(self._sequence, event))
+            self._clients.add(client)
+        return client
+
+    def unsubscribe(self, client: _Client) -> None:
+        with self._lock:
+            self._clients.discard(client)
+
+    def close(self) -> None:
+        """Ends every stream (the agent stops)."""
+        with self._lock:
+            for client in self._clients:
+                client.loop.call_soon_threadsafe(client.offer, None)
+
+
+def _frame(sequence: int, event: WatchEvent) -> bytes:
+    return f"id: {sequence}\nevent: {event.type}\ndata: {event_json(event)}\n\n".encode()
+
+
+class Agent:
+    """The ASGI application: the refresher's latest results, and the hub's events."""
+
+    def __init__(self, refresher: Refresher, hub: EventHub, token: str | None) -> None:
+        self._refresher = refresher
+        self._hub = hub
+        self._token = None if token is None else f"Bearer {token}".encode()
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        if scope["type"] != "http":
+            return
+        # h11 caps an incomplete head at MAX_HEADER_BYTES; one that came whole is checked here
+        if sum(len(name) + len(value) for name, value in scope["headers"]) > MAX_HEADER_BYTES:
+            await _respond(send, 431, b"request headers too large\n", "text/plain")
+            return
+        if scope["method"] not in ("GET", "HEAD"):
+            await _respond(send, 405, b"only GET\n", "text/plain", [(b"allow", b"GET, HEAD")])
+            return
+        if self._token is not None:
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self._token):
+                await _respond(
+                    send, 401, b"a token is required\n", "text/plain", [(b"www-authenticate", b"Bearer")]
+                )
+                return
+        path = scope["path"]
+        snapshot = self._refresher.collector.snapshot
+        if path == "/v1/engines":
+            count = len(snapshot.processes)
+            healths: list[Health | None] = [*snapshot.healths] if snapshot.healths else [None] * count
+            loads: list[EngineLoad | None] = [*snapshot.loads] if snapshot.loads else [None] * count
+            documents = [
+                engine_document(p, h, load)
+                for p, h, load in zip(snapshot.processes, healths, loads, strict=True)
+            ]
+            await _respond(send, 200, _json(documents), "application/json")
+        elif path == "/v1/gpus":
+            await _respond(
+                send, 200, _json([d.model_dump(mode="json") for d in snapshot.gpus]), "application/json"
+            )
+        elif path == "/metrics":
+            from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+            await _respond(send, 200, generate_latest(self._refresher.registry), CONTENT_TYPE_LATEST)
+        elif path == "/v1/events":
+            await self._events(receive, send)
+        else:
+            body = b"not found: GET /v1/engines, /v1/events, /v1/gpus or /metrics\n"
+            await _respond(send, 404, body, "text/plain")
+
+    async def _events(self, receive: _Receive, send: _Send) -> None:
+        client = self._hub.subscribe()
+        if client is None:
+            await _respond(send, 503, b"too many event streams\n", "text/plain")
+            return
+        headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            while True:
+                taken = asyncio.ensure_future(client.queue.get())
+                done, _ = await asyncio.wait(
+                    {taken, gone}, timeout=KEEPALIVE_SECONDS, return_when="FIRST_COMPLETED"
+                )
+                if gone in done:
+                    taken.cancel()
+                    return
+                if taken not in done:
+                    taken.cancel()
+                    await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
+                    continue
+                frame = taken.result()
+                if frame is None:  # too slow, or the agent stops
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    return
+                await send({"type": "http.response.body", "body": frame, "more_body": True})
+        finally:
+            gone.cancel()
+            self._hub.unsubscribe(client)
+
+
+async def _disconnected(receive: _Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _respond(
+    send: _Send, status: int, body: bytes, content_type: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    start = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": start + (headers or [])})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _json(document: object) -> bytes:
+    return json.dumps(document, indent=None, ensure_ascii=True).encode("ascii")
+
+
+def _bind(where: Listen) -> socket.socket:
+    """The listening socket, made here so its address (a port 0 chosen) is known before serving and a
+    unix socket is 0600 from the start."""
+    if where.path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            if not _is_socket(where.path):
+                raise InvalidInputError(f"--listen unix:{where.path}: exists and is not a socket")
+            os.unlink(where.path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(where.path)
+        finally:
+            os.umask(old)
+    else:
+        family = socket.AF_INET6 if ":" in (where.host or "") else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((where.host, where.port))
+    sock.listen(128)
+    return sock
+
+
+def _is_socket(path: str) -> bool:
+    import stat
+
+    return stat.S_ISSOCK(os.lstat(path).st_mode)
+
+
+def serve(
+    listen: str = "127.0.0.1:9465",
+    *,
+    token_file: str | None = None,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    interval: float = 2.0,
+    log: Callable[[str], None] | None = None,
+) -> None:
+    """Runs the agent until SIGINT or SIGTERM. Raises :class:`InvalidInputError` naming the flag
+    for a bad ``listen``, a missing token off loopback, an unreadable token, certificate or key,
+    or an address that cannot be listened on."""
+    import uvicorn
+
+    where = parse_listen(listen)
+    token = read_token(token_file) if token_file is not None else None
+    if token is None and not where.loopback:
+        raise InvalidInputError(f"--listen {where}: not loopback, so a token is required: give --token-file")
+    if (certfile is None) != (keyfile is None):
+        raise InvalidInputError("--certfile and --keyfile go together")
+    for flag, path in (("--certfile", certfile), ("--keyfile", keyfile)):
+        if path is not None and not os.access(path, os.R_OK):
+            raise InvalidInputError(f"{flag} {path}: cannot read")
+    try:
+        sock = _bind(where)
+    except OSError as err:
+        raise InvalidInputError(f"--listen {where}: cannot listen: {err.strerror or err}") from None
+    if where.port == 0:
+        where = Listen(host=where.host, port=sock.getsockname()[1])
+    refresher = Refresher(interval=interval)
+    hub = EventHub()
+    stop = threading.Event()
+    watch = Scanner().watch(health=True)
+
+    def relay() -> None:
+        with contextlib.suppress(Exception):  # the watch ends when closed
+            for event in watch:
+                hub.publish(event)
+
+    threads = [
+        threading.Thread(target=refresher.run, args=(stop,), name="enginespec-refresh", daemon=True),
+        threading.Thread(target=relay, name="enginespec-events", daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    config = uvicorn.Config(
+        Agent(refresher, hub, token),
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+        server_header=False,
+        limit_concurrency=MAX_CONNECTIONS,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        timeout_keep_alive=5,
+        timeout_graceful_shutdown=1,
+        ssl_certfile=certfile,
+        ssl_keyfile=keyfile,
+    )
+    if log is not None:
+        scheme = "https" if certfile else "http"
+        guard = "token required" if token is not None else "no token: loopback only"
+        log(f"enginespec serve: Listening on address={where} ({scheme}; {guard})")
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn re-raises the signal that stopped it once it has: end by an exception, so the
+        # socket is removed below, rather than by the default action
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.default_int_handler)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        stop.set()
+        hub.close()
+        watch.close()
+        sock.close()
+        if where.path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(where.path)

@@ -1,0 +1,351 @@
+"""`enginespec serve` (the read-only agent) and `enginespec ps --remote` (one view over many hosts),
+run as operators run them: real agents on loopback and on a unix socket, fake engines that are
+real processes, a fake agent of another host that is slow or gone."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import ssl
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from enginespec import EngineProcess, Health, remote
+from enginespec.errors import InvalidInputError
+from enginespec.scanning import engine_document
+from fakeserver import Answer, free_port, models, serving
+from procs import Procs
+from test_feeds import METRICS, SECRET, fake_engine
+
+READY = {"/health": [Answer(200)], "/v1/models": [models("/models/agent")], "/metrics": [METRICS]}
+ARGV = ["vllm", "serve", "/models/agent", "--host", "127.0.0.1", "--port", "{port}", "--api-key", SECRET]
+
+
+def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "enginespec.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@contextmanager
+def agent(*args: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A running `enginespec serve ARGS`, and the line it said at start."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "enginespec.cli", "serve", "--interval", "200ms", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline().decode().strip()
+        yield proc, first
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _until(what: str, predicate: object, timeout: float = 60) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            found = predicate()  # type: ignore[operator]
+            if found:
+                return found
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def _mine(documents: list[dict[str, object]], port: int) -> dict[str, object] | None:
+    return next((d for d in documents if d["effective_port"] == port), None)
+
+
+def test_it_serves_engines_gpus_metrics_and_nothing_else(procs: Procs) -> None:
+    port = free_port()
+    with fake_engine(procs, ARGV, READY) as engine_port, agent("--listen", f"127.0.0.1:{port}") as (_, said):
+        assert (
+            said == f"enginespec serve: Listening on address=127.0.0.1:{port} (http; no token: loopback only)"
+        )
+        base = f"http://127.0.0.1:{port}"
+
+        def ready() -> dict[str, object] | None:
+            found = _mine(httpx.get(f"{base}/v1/engines", timeout=5).json(), engine_port)
+            return found if found and found["health"]["state"] == "ready" else None  # type: ignore[index]
+
+        document = _until("the agent reports the engine ready", ready)
+        assert isinstance(document, dict)
+        assert document["engine"] == "vllm"
+        assert document["model"] == "/models/agent"
+        assert httpx.get(f"{base}/v1/gpus", timeout=5).json() == []  # this host has none
+        metrics = httpx.get(f"{base}/metrics", timeout=5)
+        assert f'engine_id="{document["engine_id"]}"' in metrics.text
+        assert metrics.headers["content-type"].startswith("text/plain")
+        for path in ("/v1/engines", "/metrics", "/v1/gpus"):
+            assert SECRET not in httpx.get(f"{base}{path}", timeout=5).text
+        assert httpx.get(f"{base}/nothing", timeout=5).status_code == 404
+        refused = httpx.post(f"{base}/v1/engines", content=b"{}", timeout=5)
+        assert refused.status_code == 405
+        assert refused.headers["allow"] == "GET, HEAD"
+        # headers beyond the cap are refused, and the agent goes on
+        assert httpx.get(f"{base}/v1/engines", headers={"x-big": "a" * 20_000}, timeout=5).status_code == 431
+        assert httpx.get(f"{base}/v1/engines", timeout=5).status_code == 200
+
+
+def _events(url: str, stop: threading.Event, found: list[tuple[int, str, dict[str, object]]]) -> None:
+    with (
+        contextlib.suppress(httpx.HTTPError),
+        httpx.stream("GET", url, timeout=httpx.Timeout(5, read=60)) as answer,
+    ):
+        frame: dict[str, str] = {}
+        for line in answer.iter_lines():
+            if stop.is_set():
+                return
+            if not line:
+                if "data" in frame:
+                    found.append((int(frame["id"]), frame["event"], json.loads(frame["data"])))
+                frame = {}
+            elif not line.startswith(":"):
+                key, _, value = line.partition(": ")
+                frame[key] = value
+
+
+def test_events_stream_in_order_from_what_runs(procs: Procs) -> None:
+    port = free_port()
+    with fake_engine(procs, ARGV, READY) as first, agent("--listen", f"127.0.0.1:{port}"):
+        url = f"http://127.0.0.1:{port}/v1/events"
+        _until(
+            "the agent sees the first engine",
+            lambda: _mine(httpx.get(f"http://127.0.0.1:{port}/v1/engines", timeout=5).json(), first),
+        )
+        found: list[tuple[int, str, dict[str, object]]] = []
+        stop = threading.Event()
+        reader = threading.Thread(target=_events, args=(url, stop, found), daemon=True)
+        reader.start()
+        try:
+
+            def port_of(event: dict[str, object]) -> object:
+                return event.get("process", {}).get("effective_port")  # type: ignore[union-attr]
+
+            _until("the running engine is told first", lambda: any(port_of(e) == first for _, _, e in found))
+            with fake_engine(procs, ARGV, READY) as second:
+                _until(
+                    "a new engine is started, then ready",
+                    lambda: any(t == "ready" and port_of(e) == second for _, t, e in found),
+                )
+            _until("it is stopped", lambda: any(t == "stopped" for _, t, _e in found))
+        finally:
+            stop.set()
+        ids = [n for n, _, _ in found]
+        assert ids == list(range(ids[0], ids[0] + len(ids)))  # in order, none lost
+        types = [t for _, t, e in found if port_of(e) == second or t == "stopped"]
+        assert types.index("started") < types.index("ready") < types.index("stopped")
+        assert all(SECRET not in json.dumps(e) for _, _, e in found)
+
+
+def test_off_loopback_a_token_is_required_and_compared(tmp_path: Path, procs: Procs) -> None:
+    done = _cli("serve", "--listen", "0.0.0.0:0")
+    assert done.returncode == 1
+    assert "--listen 0.0.0.0:0: not loopback, so a token is required: give --token-file" in done.stderr
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    port = free_port()
+    with agent("--listen", f"0.0.0.0:{port}", "--token-file", str(token)) as (_, said):
+        assert said == f"enginespec serve: Listening on address=0.0.0.0:{port} (http; token required)"
+        base = f"http://127.0.0.1:{port}/v1/engines"
+        _until("the agent answers", lambda: httpx.get(base, timeout=5).status_code == 401)
+        assert httpx.get(base, headers={"authorization": "Bearer wrong"}, timeout=5).status_code == 401
+        good = httpx.get(base, headers={"authorization": "Bearer s3cret-token"}, timeout=5)
+        assert good.status_code == 200
+        listed = _cli("ps", "--remote", f"http://127.0.0.1:{port}", "--token-file", str(token))
+        assert listed.returncode == 0, listed.stderr
+        refused = _cli("ps", "--remote", f"http://127.0.0.1:{port}")
+        assert refused.returncode == 1
+        assert f"enginespec ps: http://127.0.0.1:{port}: HTTP 401: a token is required" in refused.stderr
+
+
+def test_a_unix_socket_is_its_owners_only(tmp_path: Path, procs: Procs) -> None:
+    path = tmp_path / "agent.sock"
+    with fake_engine(procs, ARGV, READY) as engine_port, agent("--listen", f"unix:{path}") as (_, said):
+        assert said == f"enginespec serve: Listening on address=unix:{path} (http; no token: loopback only)"
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+        def listed() -> bool:
+            done = _cli("ps", "--remote", f"unix:{path}", "--json")
+            return done.returncode == 0 and _mine(json.loads(done.stdout), engine_port) is not None
+
+        _until("ps --remote reads the agent on its socket", listed)
+    assert not path.exists()  # removed when the agent stops
+
+
+def test_tls_with_a_certificate_and_key(tmp_path: Path) -> None:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        [
+            *(
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=127.0.0.1",
+            ),
+            *("-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    port = free_port()
+    with agent("--listen", f"127.0.0.1:{port}", "--certfile", str(cert), "--keyfile", str(key)) as (_, said):
+        assert said.endswith("(https; no token: loopback only)")
+        answer = _until(
+            "the agent answers over TLS",
+            lambda: httpx.get(
+                f"https://127.0.0.1:{port}/v1/engines",
+                verify=ssl.create_default_context(cafile=str(cert)),
+                timeout=5,
+            ),
+        )
+        assert answer.status_code == 200  # type: ignore[attr-defined]
+    done = _cli("serve", "--listen", "127.0.0.1:0", "--certfile", str(cert))
+    assert done.returncode == 1
+    assert "--certfile and --keyfile go together" in done.stderr
+
+
+def _other_host(engine_port: int) -> bytes:
+    """/v1/engines as another host's agent answers it: an engine there (pid 4242), ready."""
+    process = EngineProcess(
+        pid=4242,
+        start_time=1_700_000_000.0,
+        ppid=1,
+        engine="llamacpp",
+        model="/srv/models/other-host.gguf",
+        served_model_names=("other-host.gguf",),
+        host="0.0.0.0",
+        port=engine_port,
+        effective_host="0.0.0.0",
+        effective_port=engine_port,
+        role="server",
+        base_url=f"http://127.0.0.1:{engine_port}",
+        argv=("llama-server", "-m", "/srv/models/other-host.gguf"),
+        exe=None,
+        worker_pids=(),
+        supervisor=None,
+        listen_ports=(engine_port,),
+    )
+    health = Health(engine="llamacpp", base_url=process.base_url, state="ready", http_status=200)
+    return json.dumps([engine_document(process, health)]).encode()
+
+
+def test_ps_remote_merges_hosts_and_no_slow_or_dead_host_holds_the_others(procs: Procs) -> None:
+    port = free_port()
+    dead = free_port()  # nothing listens there
+    with (
+        fake_engine(procs, ARGV, READY) as engine_port,
+        agent("--listen", f"127.0.0.1:{port}"),
+        serving({"/v1/engines": [Answer(200, _other_host(18123))]}) as other,
+        serving({"/v1/engines": [Answer(hang=True)]}) as slow,
+    ):
+        here = f"http://127.0.0.1:{port}"
+        _until(
+            "the agent sees the engine",
+            lambda: _mine(httpx.get(f"{here}/v1/engines", timeout=5).json(), engine_port),
+        )
+        hosts = [here, other.url, slow.url, f"http://127.0.0.1:{dead}"]
+        started = time.monotonic()
+        done = _cli("ps", "--remote", ",".join(hosts), "--timeout", "2")
+        took = time.monotonic() - started
+        assert done.returncode == 1  # some hosts failed
+        lines = done.stdout.splitlines()
+        assert lines[0].split()[:3] == ["HOST", "PID", "ENGINE"]
+        assert any(line.startswith(f"127.0.0.1:{port}") or here in line for line in lines[1:])
+        assert any("other-host.gguf" in line and "4242" in line for line in lines[1:])
+        errors = done.stderr.splitlines()
+        assert f"enginespec ps: {slow.url}: no answer within 2s" in errors
+        assert any(
+            line.startswith(f"enginespec ps: http://127.0.0.1:{dead}: cannot reach it") for line in errors
+        )
+        assert SECRET not in done.stdout + done.stderr
+        print(f"\nps --remote over 4 hosts, one hung: {took:.2f}s")
+        as_json = json.loads(_cli("ps", "--remote", other.url, "--json").stdout)
+        assert [(d["host"], d["pid"]) for d in as_json] == [(other.url, 4242)]
+
+
+def test_remote_engines_are_never_read_against_this_hosts_proc() -> None:
+    with serving({"/v1/engines": [Answer(200, _other_host(18124))]}) as other:
+        (report,) = remote.fetch_remote([other.url])
+    (engine,) = report.engines
+    assert engine.host == other.url
+    assert engine.health is not None
+    assert engine.health.state == "ready"
+    assert engine.process.model_facts is None
+    assert (
+        engine.process.model_facts_problem
+        == "an engine of another host: its model's files are not read from here"
+    )
+
+
+@pytest.mark.parametrize("url", ["ftp://h:1", "http://h", "unix:relative", "http://h:99999", "gpu1:9465"])
+def test_a_remote_that_is_no_agents_address_is_refused(url: str) -> None:
+    with pytest.raises(InvalidInputError, match="--remote"):
+        remote.agent_url(url)
+    done = _cli("ps", "--remote", url)
+    assert done.returncode == 2
+    assert "--remote" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "answer", [b"not json", b'{"engines": 1}', b"[1]", b'[{"pid": "x"}]', b"[" * 100_000]
+)
+def test_an_answer_that_is_no_agents_is_that_hosts_error(answer: bytes) -> None:
+    with serving({"/v1/engines": [Answer(200, answer)]}) as other:
+        (report,) = remote.fetch_remote([other.url])
+    assert report.engines == ()
+    assert report.error is not None
+    assert report.error.startswith("not an agent's answer")
+
+
+def test_bad_listen_addresses_name_the_flag() -> None:
+    for text, message in (
+        ("localhost:9465", "is not ADDRESS:PORT (an IP address) or unix:PATH"),
+        ("127.0.0.1:70000", "the port must be 0-65535"),
+        ("unix:relative.sock", "a unix socket is unix:/absolute/path"),
+    ):
+        done = _cli("serve", "--listen", text)
+        assert done.returncode == 1
+        assert f"--listen: {text!r}" in done.stderr
+        assert message in done.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        done = _cli("serve", "--listen", f"127.0.0.1:{busy}")
+    assert done.returncode == 1
+    assert f"--listen 127.0.0.1:{busy}: cannot listen: Address already in use" in done.stderr
