@@ -25,6 +25,7 @@ import pytest
 from enginespec import EngineProcess, Health, remote
 from enginespec.errors import InvalidInputError
 from enginespec.scanning import engine_document
+from enginespec.watching import Started, event_json
 from fakeserver import Answer, free_port, models, serving
 from procs import Procs
 from test_feeds import METRICS, SECRET, fake_engine
@@ -349,3 +350,66 @@ def test_bad_listen_addresses_name_the_flag() -> None:
         done = _cli("serve", "--listen", f"127.0.0.1:{busy}")
     assert done.returncode == 1
     assert f"--listen 127.0.0.1:{busy}: cannot listen: Address already in use" in done.stderr
+
+
+def test_watch_remote_merges_the_agents_events_and_says_a_lost_host(procs: Procs) -> None:
+    port, dead = free_port(), free_port()
+    other_process = EngineProcess.model_validate(json.loads(_other_host(18125))[0])
+    started = Started(monotonic=1.0, process=other_process)
+    stream = f"id: 1\nevent: started\ndata: {event_json(started)}\n\n".encode()
+    with (
+        agent("--listen", f"127.0.0.1:{port}"),
+        serving({"/v1/events": [Answer(200, stream, content_type="text/event-stream")]}) as other,
+    ):
+        here = f"http://127.0.0.1:{port}"
+        watcher = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "enginespec.cli", "watch", "--json", "--timeout", "2"),
+                *("--remote", f"{here},{other.url},http://127.0.0.1:{dead}"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        seen: list[dict[str, object]] = []
+        reader = threading.Thread(
+            target=lambda: seen.extend(json.loads(line) for line in watcher.stdout or ()), daemon=True
+        )
+        reader.start()
+        try:
+            with fake_engine(procs, ARGV, READY) as engine_port:
+
+                def ours(kind: str) -> bool:
+                    return any(
+                        e["type"] == kind
+                        and e["host"] == here
+                        and e["process"]["effective_port"] == engine_port  # type: ignore[index]
+                        for e in list(seen)
+                        if "process" in e
+                    )
+
+                _until("the agent's engine is started and ready", lambda: ours("started") and ours("ready"))
+            _until(
+                "and stopped", lambda: any(e["type"] == "stopped" and e["host"] == here for e in list(seen))
+            )
+            _until(
+                "the other host's engine, and the dead host's loss",
+                lambda: (
+                    any(e["host"] == other.url and e["type"] == "started" for e in list(seen))
+                    and any(
+                        e["type"] == "host_lost" and e["host"] == f"http://127.0.0.1:{dead}"
+                        for e in list(seen)
+                    )
+                ),
+            )
+        finally:
+            watcher.send_signal(signal.SIGINT)
+            try:
+                watcher.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                watcher.kill()
+                watcher.wait()
+        assert watcher.returncode == 0
+        lost = next(e for e in seen if e["type"] == "host_lost" and e["host"] == f"http://127.0.0.1:{dead}")
+        assert str(lost["error"]).startswith("cannot reach it")
+        assert all(SECRET not in json.dumps(e) for e in seen)

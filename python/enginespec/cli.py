@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from enginespec.scanning import EngineProcess
     from enginespec.spec import EngineSpec
     from enginespec.status import Health
-    from enginespec.watching import Watch, WatchEvent
+    from enginespec.watching import WatchEvent
 
 #: How an engine's id reads in exporter labels and alerts: ``vllm-8002-1b690e57``, and with
 #: ``-pid1234`` for a second engine with the same id (the exporter's ``engine_id`` label).
@@ -399,6 +399,19 @@ def _parse_filters(args: argparse.Namespace) -> _Filters:
     return filters
 
 
+def _add_remote(command: argparse.ArgumentParser) -> None:
+    """``--remote`` and ``--token-file`` of ``ps`` and ``watch`` (see :mod:`enginespec.remote`)."""
+    command.add_argument(
+        "--remote",
+        action="append",
+        default=[],
+        metavar="URL[,URL...]",
+        help="the engines that agents (enginespec serve) report instead of this host's, with a HOST "
+        "column: http://HOST:PORT, https://HOST:PORT or unix:PATH; --timeout is each host's",
+    )
+    command.add_argument("--token-file", help="with --remote: the token the agents require")
+
+
 def _add_filters(command: argparse.ArgumentParser) -> None:
     """The terms and ``--filter`` of ``ps`` and ``watch`` (see :class:`_Filters`)."""
     command.add_argument("terms", nargs="*", metavar="TERM", help="an engine, an engine id or a pid")
@@ -518,26 +531,34 @@ def _remote_rows(args: argparse.Namespace) -> tuple[list[Shown], bool]:
 class _LiveTable:
     """What ``enginespec watch`` shows: the engines now running, fitted to the terminal's width
     and height each time it is drawn (so a resize is followed); rows that do not fit are counted
-    (``+22 more``)."""
+    (``+22 more``). With ``--remote``, rows carry their host and each lost host is said below."""
 
-    def __init__(self, watch: Watch, health: bool, filters: _Filters) -> None:
-        self.watch = watch
+    def __init__(self, how: str, health: bool, filters: _Filters) -> None:
+        self.how = how
         self.health = health
         self.filters = filters
-        self.engines: dict[tuple[int, float], Shown] = {}
+        self.engines: dict[tuple[str | None, int, float], Shown] = {}
+        #: host -> why it is not reached (``--remote``)
+        self.lost: dict[str, str] = {}
 
-    def apply(self, event: WatchEvent) -> None:
+    def apply(self, event: WatchEvent, host: str | None = None) -> None:
         from enginespec.watching import HealthChanged, Stopped
 
+        self.lost.pop(host or "", None)
         if isinstance(event, Stopped):
-            self.engines.pop((event.identity.pid, event.identity.start_time), None)
+            self.engines.pop((host, event.identity.pid, event.identity.start_time), None)
             return
-        key = (event.process.pid, event.process.start_time)
-        row = self.engines.get(key) or Shown(event.process, state=HEALTH_PENDING)
+        key = (host, event.process.pid, event.process.start_time)
+        row = self.engines.get(key) or Shown(event.process, state=HEALTH_PENDING, host=host)
         row.process = event.process
         if isinstance(event, HealthChanged):
             row.health, row.state = event.health, event.type
         self.engines[key] = row
+
+    def lose(self, host: str, error: str) -> None:
+        """A host's stream is gone: its rows are stale until it tells them again."""
+        self.engines = {key: row for key, row in self.engines.items() if key[0] != host}
+        self.lost[host] = error
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
         from rich.text import Text
@@ -545,22 +566,23 @@ class _LiveTable:
         width = options.max_width
         height = options.height or console.size.height
         shown = sorted((row for row in self.engines.values() if self.filters.keeps(row)), key=_sort_key)
-        how = "process events" if self.watch.mode == "events" else "polling"
-        title = f"{len(shown)} engine server(s), {how}; Ctrl-C to stop"
+        title = f"{len(shown)} engine server(s), {self.how}; Ctrl-C to stop"
         yield Text(title if len(title) <= width else title[: max(width - 1, 0)] + "…", style="dim")
-        if not shown:
-            return
-        room = max(height - 3, 1)  # the title, the header, and the line the cursor rests on
-        hidden = 0
-        if len(shown) > room:
-            hidden = len(shown) - (room - 1)  # one line says how many more
-            shown = shown[: room - 1]
-        header, *body = _table_lines(shown, self.health, width)
-        yield Text(header, style="bold", no_wrap=True, overflow="ellipsis")
-        for line in body:
-            yield Text(line, no_wrap=True, overflow="ellipsis")
-        if hidden:
-            yield Text(f"+{hidden} more (enginespec ps lists them all)", style="dim", no_wrap=True)
+        lost = [literal(f"{host}: {error}") for host, error in sorted(self.lost.items())]
+        room = max(height - 3 - len(lost), 1)  # the title, the header, the lost hosts, the cursor's line
+        if shown:
+            hidden = 0
+            if len(shown) > room:
+                hidden = len(shown) - (room - 1)  # one line says how many more
+                shown = shown[: room - 1]
+            header, *body = _table_lines(shown, self.health, width)
+            yield Text(header, style="bold", no_wrap=True, overflow="ellipsis")
+            for line in body:
+                yield Text(line, no_wrap=True, overflow="ellipsis")
+            if hidden:
+                yield Text(f"+{hidden} more (enginespec ps lists them all)", style="dim", no_wrap=True)
+        for line in lost:
+            yield Text(line, style="red", no_wrap=True, overflow="ellipsis")
 
 
 def _event_line(event: WatchEvent) -> str:
@@ -620,6 +642,12 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     if "health" in chosen.filters.keys and not args.health:
         _fail("watch", "--filter health=... needs the health checks: drop --no-health")
         return 2
+    if args.remote:
+        try:
+            return _watch_remote(args, chosen)
+        except InvalidInputError as err:
+            _fail("watch", err)
+            return 2
     watch = Scanner().watch(
         args.interval,
         health=args.health,
@@ -647,7 +675,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
             from rich.live import Live
 
             console = Console(markup=False, highlight=False, emoji=False)
-            table = _LiveTable(watch, args.health, chosen.filters)
+            table = _LiveTable(how, args.health, chosen.filters)
             with Live(table, console=console, refresh_per_second=4, transient=False):
                 for event in watch:
                     table.apply(event)
@@ -655,6 +683,57 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         pass
     finally:
         watch.close()
+    return 0
+
+
+def _watch_remote(args: argparse.Namespace, chosen: _EventFilter) -> int:
+    """``watch --remote``: the agents' events, merged (JSON objects carry their ``host``; a lost
+    host is a ``host_lost`` object, a line on stderr, or a red line under the table)."""
+    import json
+
+    from enginespec.agent import read_token
+    from enginespec.remote import HostLost, watch_remote
+    from enginespec.watching import event_json
+
+    urls = [url for text in args.remote for url in text.split(",") if url]
+    token = read_token(args.token_file) if args.token_file else None
+    items = watch_remote(urls, timeout=args.timeout, token=token)
+    try:
+        if args.json or not sys.stdout.isatty():
+            print(f"enginespec watch: events of {len(urls)} agent(s)", file=sys.stderr, flush=True)
+        if args.json or not sys.stdout.isatty():
+            for item in items:
+                if isinstance(item, HostLost):
+                    lost = {"type": "host_lost", "host": item.host, "error": item.error}
+                    if args.json:
+                        sys.stdout.write(json.dumps(lost) + "\n")
+                    print(
+                        literal(f"enginespec watch: {item.host}: {item.error}"), file=sys.stderr, flush=True
+                    )
+                elif chosen.keeps(item.event):
+                    if args.json:
+                        sys.stdout.write(
+                            json.dumps({"host": item.host, **json.loads(event_json(item.event))}) + "\n"
+                        )
+                    else:
+                        print(literal(item.host) + " " + _event_line(item.event), flush=True)
+                sys.stdout.flush()
+        else:
+            from rich.console import Console
+            from rich.live import Live
+
+            console = Console(markup=False, highlight=False, emoji=False)
+            table = _LiveTable(f"events of {len(urls)} agent(s)", args.health, chosen.filters)
+            with Live(table, console=console, refresh_per_second=4, transient=False):
+                for item in items:
+                    if isinstance(item, HostLost):
+                        table.lose(item.host, item.error)
+                    else:
+                        table.apply(item.event, item.host)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        items.close()
     return 0
 
 
@@ -1292,15 +1371,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     ps.add_argument("--json", action="store_true", help="same as -o json: a JSON list of EngineProcess")
     ps.add_argument("--wide", action="store_true", help="same as -o wide: every column, every cell whole")
     ps.add_argument("--no-health", action="store_true", help="skip the health checks")
-    ps.add_argument(
-        "--remote",
-        action="append",
-        default=[],
-        metavar="URL[,URL...]",
-        help="the engines that agents (enginespec serve) report instead of this host's, with a HOST "
-        "column: http://HOST:PORT, https://HOST:PORT or unix:PATH; --timeout is each host's",
-    )
-    ps.add_argument("--token-file", help="with --remote: the token the agents require")
+    _add_remote(ps)
     ps.add_argument(
         "--timeout", type=_positive_seconds, default=2.0, help="deadline of all health checks, seconds"
     )
@@ -1343,6 +1414,10 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         default=None,
         help="seconds with requests pending and no token before 'stalled' (default: "
         "$ENGINESPEC_STALL_AFTER, else the engine's own, 60s)",
+    )
+    _add_remote(watch)
+    watch.add_argument(
+        "--timeout", type=_positive_seconds, default=2.0, help="with --remote: each agent's connect timeout"
     )
     watch.set_defaults(handler=_cmd_watch)
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Iterator, Sequence
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -21,6 +23,7 @@ from enginespec.load import EngineLoad
 from enginespec.reaching import blocking
 from enginespec.scanning import EngineProcess
 from enginespec.status import Health
+from enginespec.watching import Stopped, WatchEvent, parse_event
 
 #: The most an agent's answer may be (100,000 engines of a few KB each would be a lot of hosts).
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
@@ -154,3 +157,123 @@ async def fetch_remote_async(
 def fetch_remote(urls: Sequence[str], *, timeout: float = 2.0, token: str | None = None) -> list[HostReport]:
     """Sync form of :func:`fetch_remote_async`."""
     return blocking(fetch_remote_async(urls, timeout=timeout, token=token))
+
+
+#: The most one event of an agent may be (an engine's JSON is a few KB).
+MAX_EVENT_BYTES = 1024 * 1024
+#: Seconds between tries to reach an agent again after it was lost (doubled up to the last).
+RECONNECT_SECONDS = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+
+
+class RemoteEvent(BaseModel):
+    """A watch event an agent streamed (``GET /v1/events``); ``host`` is the agent, as given."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str
+    event: WatchEvent
+
+
+class HostLost(BaseModel):
+    """An agent could not be reached, or its stream ended: what was known of its engines is
+    stale until it is reached again (it then tells every engine it runs anew)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str
+    error: str
+
+
+def watch_remote(
+    urls: Sequence[str], *, timeout: float = 2.0, token: str | None = None
+) -> Generator[RemoteEvent | HostLost, None, None]:
+    """The events of every agent, merged as they come, each host on its own thread: one that is
+    slow or gone never holds the others. A host that cannot be reached (within ``timeout``, or
+    silent for longer than its keep-alive) is a :class:`HostLost`, then tried again. Runs until
+    the iterator is closed."""
+    if not timeout > 0:
+        raise InvalidInputError(f"timeout: must be a positive number of seconds, got {timeout!r}")
+    checked = [agent_url(url) for url in urls]
+    merged: queue.Queue[RemoteEvent | HostLost] = queue.Queue(maxsize=10_000)
+    stop = threading.Event()
+    for url in checked:
+        threading.Thread(
+            target=_follow,
+            args=(url, token, timeout, merged, stop),
+            name=f"enginespec-remote {url}",
+            daemon=True,
+        ).start()
+    try:
+        while True:
+            yield merged.get()
+    finally:
+        stop.set()
+
+
+def _follow(
+    url: str,
+    token: str | None,
+    timeout: float,
+    merged: queue.Queue[RemoteEvent | HostLost],
+    stop: threading.Event,
+) -> None:
+    import httpx
+
+    attempt = 0
+    while not stop.is_set():
+        try:
+            for event in _stream(url, token, timeout):
+                attempt = 0
+                merged.put(RemoteEvent(host=url, event=event))
+                if stop.is_set():
+                    return
+            error = "the event stream ended"
+        except httpx.TimeoutException:
+            error = f"no answer within {timeout:g}s"
+        except _Refused as err:
+            error = str(err)
+        except httpx.HTTPError as err:
+            error = f"cannot reach it: {err or type(err).__name__}"
+        except (ValueError, ValidationError) as err:
+            error = f"not an agent's event: {str(err).splitlines()[0][:200]}"
+        merged.put(HostLost(host=url, error=error))
+        stop.wait(RECONNECT_SECONDS[min(attempt, len(RECONNECT_SECONDS) - 1)])
+        attempt += 1
+
+
+def _stream(url: str, token: str | None, timeout: float) -> Iterator[WatchEvent]:
+    import httpx
+
+    from enginespec.agent import KEEPALIVE_SECONDS
+
+    if url.startswith("unix:"):
+        transport, base = httpx.HTTPTransport(uds=url[len("unix:") :]), "http://agent"
+    else:
+        transport, base = httpx.HTTPTransport(), url
+    headers = {"authorization": f"Bearer {token}"} if token is not None else {}
+    # the agent says something at least every KEEPALIVE_SECONDS: silence beyond that is a lost host
+    limits = httpx.Timeout(timeout, read=KEEPALIVE_SECONDS + timeout)
+    with (
+        httpx.Client(transport=transport, timeout=limits, trust_env=False) as client,
+        client.stream("GET", f"{base}/v1/events", headers=headers) as answer,
+    ):
+        if answer.status_code != 200:
+            raise _Refused(
+                f"HTTP {answer.status_code}: {answer.read()[:200].decode('utf-8', 'replace').strip()}"
+            )
+        data: list[str] = []
+        size = 0
+        for line in answer.iter_lines():
+            size += len(line)
+            if size > MAX_EVENT_BYTES:
+                raise ValueError(f"an event is over {MAX_EVENT_BYTES} bytes")
+            if line.startswith("data: "):
+                data.append(line[len("data: ") :])
+            elif not line and data:
+                event = parse_event("\n".join(data))
+                if not isinstance(event, Stopped):
+                    event.process._local = False
+                yield event
+                data, size = [], 0
+            elif not line:
+                size = 0
