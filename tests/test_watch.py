@@ -142,6 +142,29 @@ def test_health_transitions_of_a_real_server(procs: Procs) -> None:
     _check_against_schema(json.loads(event_json(ready)), event_schema())
 
 
+def test_a_new_engine_is_checked_at_once_not_a_health_interval_later(procs: Procs) -> None:
+    """With a 5-minute health interval, an engine that starts after the watch's first round gets
+    its health when it is seen (its `started` wakes the health thread)."""
+    routes = {"/health": [Answer(200, b'{"status":"ok"}')]}
+    sock = bound_socket()
+    with serving(routes, sock=sock):
+        anchor = procs.start(["llama-server", "-m", "/m/anchor.gguf", "--port", str(free_port())])
+        watch = enginespec.Scanner().watch(0.2, health=True, health_interval=300, health_timeout=1)
+        events = iter(watch)
+        try:
+            # the first round has run once the anchor's health is told (nothing listens on its port)
+            _until(events, lambda e: isinstance(e, HealthChanged) and e.process.pid == anchor.pid)
+            proc = procs.start(
+                ["llama-server", "-m", "/m/late.gguf", "--port", str(sock.getsockname()[1])],
+                pass_fds=(sock.fileno(),),
+            )
+            ready = _until(events, lambda e: isinstance(e, HealthChanged) and e.process.pid == proc.pid)
+        finally:
+            watch.close()
+    assert isinstance(ready, HealthChanged)
+    assert ready.type == "ready"
+
+
 def test_watch_async_yields_the_same_events(procs: Procs) -> None:
     proc = procs.start(["mlx_lm.server", "--model", "m", "--port", str(free_port())])
 

@@ -241,6 +241,8 @@ class Watch:
             timeout=health_timeout, stall_after=stall_after, load=load, verify_identity=verify_identity
         )
         self._stop = threading.Event()
+        #: set by a new engine (checked at once rather than a health interval later) and by close
+        self._wake_health = threading.Event()
         self._lock = threading.Lock()
         self._current: dict[_Key, EngineProcess] = {}
         self._states: dict[_Key, HealthState] = {}
@@ -281,6 +283,8 @@ class Watch:
             self._states = {key: state for key, state in self._states.items() if key in self._current}
             for event in events:
                 self._sink(event)
+                if isinstance(event, Started):
+                    self._wake_health.set()
             self._monitor.forget(processes)
 
     def _scan_loop(self) -> None:
@@ -312,6 +316,7 @@ class Watch:
     def _health_loop(self) -> None:
         try:
             while True:
+                self._wake_health.clear()  # before the round: an engine started during it wakes the next
                 with self._lock:
                     current = dict(self._current)
                 processes = list(current.values())
@@ -346,7 +351,8 @@ class Watch:
                                     previous=previous,
                                 )
                             )
-                if self._stop.wait(self._health_interval):
+                self._wake_health.wait(self._health_interval)
+                if self._stop.is_set():
                     return
         except BaseException as err:
             self._sink(err)
@@ -357,6 +363,7 @@ class Watch:
         interpreter shuts down (a thread coming back into a finalizing interpreter from Rust
         crashed `enginespec watch` on Ctrl-C)."""
         self._stop.set()
+        self._wake_health.set()
         if not self._started:
             return
         bound = max(self._interval, self._health_timeout, self._health_interval) + 5.0
