@@ -413,3 +413,55 @@ def test_watch_remote_merges_the_agents_events_and_says_a_lost_host(procs: Procs
         lost = next(e for e in seen if e["type"] == "host_lost" and e["host"] == f"http://127.0.0.1:{dead}")
         assert str(lost["error"]).startswith("cannot reach it")
         assert all(SECRET not in json.dumps(e) for e in seen)
+
+
+def test_control_needs_the_flag_and_a_token_and_stops_and_restarts(tmp_path: Path, procs: Procs) -> None:
+    done = _cli("serve", "--listen", "127.0.0.1:0", "--allow-control")
+    assert done.returncode == 1
+    assert "--allow-control: stopping and restarting engines requires --token-file" in done.stderr
+    token = tmp_path / "token"
+    token.write_text("control-token")
+    auth = {"authorization": "Bearer control-token"}
+    plain, port = free_port(), free_port()
+    restarted_pid = None
+    with (
+        agent("--listen", f"127.0.0.1:{plain}"),
+        agent("--listen", f"127.0.0.1:{port}", "--token-file", str(token), "--allow-control") as (_, said),
+    ):
+        assert said.endswith("(http; token required; control: stop and restart allowed)")
+        base = f"http://127.0.0.1:{port}"
+        stopped = procs.start(["vllm", "serve", "/models/stop-me", "--port", str(free_port())])
+        kept = procs.start(["vllm", "serve", "/models/restart-me", "--port", str(free_port())])
+
+        def listed(pid: int, at: str) -> bool:
+            documents = httpx.get(f"{at}/v1/engines", headers=auth, timeout=5).json()
+            return any(d["pid"] == pid for d in documents)
+
+        _until("the agents see both engines", lambda: listed(stopped.pid, base) and listed(kept.pid, base))
+        _until("and the plain one", lambda: listed(stopped.pid, f"http://127.0.0.1:{plain}"))
+        # the agent without --allow-control changes nothing
+        assert (
+            httpx.post(f"http://127.0.0.1:{plain}/v1/engines/{stopped.pid}/stop", timeout=5).status_code
+            == 405
+        )
+        assert httpx.post(f"{base}/v1/engines/{stopped.pid}/stop", timeout=5).status_code == 401
+        assert httpx.post(f"{base}/v1/engines/99999999/stop", headers=auth, timeout=5).status_code == 404
+        assert (
+            httpx.post(f"{base}/v1/engines/{stopped.pid}/stop?grace=x", headers=auth, timeout=5).status_code
+            == 400
+        )
+        answer = httpx.post(f"{base}/v1/engines/{stopped.pid}/stop?grace=1", headers=auth, timeout=30)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["action"] == "stop"
+        assert stopped.wait(timeout=10) is not None  # it is gone
+        answer = httpx.post(f"{base}/v1/engines/{kept.pid}/restart?grace=1", headers=auth, timeout=30)
+        try:
+            assert answer.status_code == 200, answer.text
+            restarted_pid = answer.json()["pid"]
+            assert restarted_pid != kept.pid
+            with open(f"/proc/{restarted_pid}/cmdline", "rb") as file:
+                assert file.read().split(b"\0")[:3] == [b"vllm", b"serve", b"/models/restart-me"]
+        finally:
+            if restarted_pid is not None:  # the agent started it for this test: end it
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(restarted_pid, signal.SIGKILL)

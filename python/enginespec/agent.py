@@ -5,7 +5,9 @@
 what each engine holds; ``GET /metrics``: the exporter's series; ``GET /v1/events``: the watch's
 events as server-sent events, in order (each ``id`` one more than the last; a client that
 connects first gets a ``started`` event, and the last health event, of every engine running).
-Nothing changes anything: there is no control endpoint.
+Nothing changes anything, unless started with ``allow_control`` (and a token): then
+``POST /v1/engines/TARGET/stop`` and ``/restart`` stop or restart an engine (see :meth:`Agent._act`);
+an engine restarted so is the agent's child, and stops with it.
 
 It listens on loopback or a unix socket (mode 0600) unless told otherwise; any other address
 needs a token (``Authorization: Bearer TOKEN``, compared in constant time), and says so at start.
@@ -22,18 +24,22 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import signal
 import socket
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from enginespec.errors import InvalidInputError
 from enginespec.exporter import Refresher
 from enginespec.load import EngineLoad
-from enginespec.scanning import engine_document
+from enginespec.scanning import EngineProcess, engine_document, unique_engine_ids
 from enginespec.status import Health
+
+if TYPE_CHECKING:
+    from enginespec.lifecycle import RunningEngine
 from enginespec.watching import (
     Changed,
     HealthChanged,
@@ -191,12 +197,18 @@ def _frame(sequence: int, event: WatchEvent) -> bytes:
 
 
 class Agent:
-    """The ASGI application: the refresher's latest results, and the hub's events."""
+    """The ASGI application: the refresher's latest results, and the hub's events; with
+    ``control``, ``POST /v1/engines/TARGET/stop`` and ``/restart`` too."""
 
-    def __init__(self, refresher: Refresher, hub: EventHub, token: str | None) -> None:
+    def __init__(
+        self, refresher: Refresher, hub: EventHub, token: str | None, *, control: bool = False
+    ) -> None:
         self._refresher = refresher
         self._hub = hub
         self._token = None if token is None else f"Bearer {token}".encode()
+        self._control = control
+        #: engines restarted through the agent: its children, stopped with it (see ``close``)
+        self._children: list[RunningEngine] = []
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         if scope["type"] != "http":
@@ -205,7 +217,8 @@ class Agent:
         if sum(len(name) + len(value) for name, value in scope["headers"]) > MAX_HEADER_BYTES:
             await _respond(send, 431, b"request headers too large\n", "text/plain")
             return
-        if scope["method"] not in ("GET", "HEAD"):
+        controlled = self._control and scope["method"] == "POST" and _CONTROL.fullmatch(scope["path"])
+        if scope["method"] not in ("GET", "HEAD") and not controlled:
             await _respond(send, 405, b"only GET\n", "text/plain", [(b"allow", b"GET, HEAD")])
             return
         if self._token is not None:
@@ -217,7 +230,9 @@ class Agent:
                 return
         path = scope["path"]
         snapshot = self._refresher.collector.snapshot
-        if path == "/v1/engines":
+        if controlled:
+            await self._act(scope, send)
+        elif path == "/v1/engines":
             count = len(snapshot.processes)
             healths: list[Health | None] = [*snapshot.healths] if snapshot.healths else [None] * count
             loads: list[EngineLoad | None] = [*snapshot.loads] if snapshot.loads else [None] * count
@@ -239,6 +254,46 @@ class Agent:
         else:
             body = b"not found: GET /v1/engines, /v1/events, /v1/gpus or /metrics\n"
             await _respond(send, 404, body, "text/plain")
+
+    async def _act(self, scope: _Scope, send: _Send) -> None:
+        """``POST /v1/engines/TARGET/stop|restart[?grace=SECONDS]``: TARGET is an engine id (as
+        ``/v1/engines`` and the exporter name it) or a pid of the latest refresh. The engine is
+        adopted (pinned by its pid and start time: a process that took its pid since is never
+        signalled) and stopped, or restarted with the command, environment and owner it ran with."""
+        from urllib.parse import parse_qs
+
+        match = _CONTROL.fullmatch(scope["path"])
+        assert match is not None
+        target, action = match["target"], match["action"]
+        query = parse_qs(scope.get("query_string", b"").decode("ascii", "replace"))
+        try:
+            grace = float(query.get("grace", ["10"])[0])
+        except ValueError:
+            grace = -1.0
+        if not 0 <= grace <= MAX_GRACE:
+            await _respond(send, 400, f"grace: 0 to {MAX_GRACE:g} seconds\n".encode(), "text/plain")
+            return
+        snapshot = self._refresher.collector.snapshot
+        found = [
+            p
+            for p, name in zip(snapshot.processes, unique_engine_ids(snapshot.processes), strict=True)
+            if target in (name, str(p.pid))
+        ]
+        if not found:
+            await _respond(
+                send, 404, f"no engine {target!r} (GET /v1/engines lists them)\n".encode(), "text/plain"
+            )
+            return
+        status, document, child = await asyncio.to_thread(_control, found[0], action, grace)
+        if child is not None:
+            self._children.append(child)
+        await _respond(send, status, _json(document), "application/json")
+
+    def close(self) -> None:
+        """Stops the engines restarted through the agent: they are its children, their output
+        read through pipes it holds."""
+        for child in self._children:
+            child.close()
 
     async def _events(self, receive: _Receive, send: _Send) -> None:
         client = self._hub.subscribe()
@@ -269,6 +324,38 @@ class Agent:
         finally:
             gone.cancel()
             self._hub.unsubscribe(client)
+
+
+#: The control paths (``--allow-control``).
+_CONTROL = re.compile(r"/v1/engines/(?P<target>[A-Za-z0-9._-]{1,200})/(?P<action>stop|restart)")
+#: The longest grace a control request may give between SIGTERM and SIGKILL.
+MAX_GRACE = 300.0
+
+
+def _control(
+    process: EngineProcess, action: str, grace: float
+) -> tuple[int, dict[str, Any], RunningEngine | None]:
+    """Stops or restarts ``process`` (on a worker thread): the HTTP status, what was done, and
+    the engine restarted (now the agent's child)."""
+    from enginespec.errors import RestartRefused
+    from enginespec.lifecycle import adopt
+
+    try:
+        engine = adopt(process)
+    except InvalidInputError as err:
+        return 409, {"error": str(err)}, None
+    if action == "stop":
+        try:
+            result = engine.stop(grace).model_dump(mode="json")
+        finally:
+            engine.close()
+        return 200, {"action": "stop", "pid": process.pid, "result": result}, None
+    try:
+        result = engine.restart(grace).model_dump(mode="json")
+    except RestartRefused as err:
+        engine.close()
+        return 409, {"error": str(err)}, None
+    return 200, {"action": "restart", "pid": engine.pid, "result": result}, engine
 
 
 async def _disconnected(receive: _Receive) -> None:
@@ -324,17 +411,22 @@ def serve(
     certfile: str | None = None,
     keyfile: str | None = None,
     interval: float = 2.0,
+    allow_control: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> None:
-    """Runs the agent until SIGINT or SIGTERM. Raises :class:`InvalidInputError` naming the flag
-    for a bad ``listen``, a missing token off loopback, an unreadable token, certificate or key,
-    or an address that cannot be listened on."""
+    """Runs the agent until SIGINT or SIGTERM; ``allow_control`` (which needs a token, even on
+    loopback) adds ``POST /v1/engines/TARGET/stop`` and ``/restart``. Raises
+    :class:`InvalidInputError` naming the flag for a bad ``listen``, a missing token off loopback
+    or with control, an unreadable token, certificate or key, or an address that cannot be
+    listened on."""
     import uvicorn
 
     where = parse_listen(listen)
     token = read_token(token_file) if token_file is not None else None
     if token is None and not where.loopback:
         raise InvalidInputError(f"--listen {where}: not loopback, so a token is required: give --token-file")
+    if allow_control and token is None:
+        raise InvalidInputError("--allow-control: stopping and restarting engines requires --token-file")
     if (certfile is None) != (keyfile is None):
         raise InvalidInputError("--certfile and --keyfile go together")
     for flag, path in (("--certfile", certfile), ("--keyfile", keyfile)):
@@ -362,8 +454,9 @@ def serve(
     ]
     for thread in threads:
         thread.start()
+    app = Agent(refresher, hub, token, control=allow_control)
     config = uvicorn.Config(
-        Agent(refresher, hub, token),
+        app,
         lifespan="off",
         access_log=False,
         log_level="warning",
@@ -378,6 +471,7 @@ def serve(
     if log is not None:
         scheme = "https" if certfile else "http"
         guard = "token required" if token is not None else "no token: loopback only"
+        guard += "; control: stop and restart allowed" if allow_control else ""
         log(f"enginespec serve: Listening on address={where} ({scheme}; {guard})")
     if threading.current_thread() is threading.main_thread():
         # uvicorn re-raises the signal that stopped it once it has: end by an exception, so the
@@ -390,6 +484,7 @@ def serve(
     finally:
         stop.set()
         hub.close()
+        app.close()
         watch.close()
         sock.close()
         if where.path is not None:

@@ -1272,6 +1272,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             certfile=args.certfile,
             keyfile=args.keyfile,
             interval=args.interval,
+            allow_control=args.allow_control,
             log=lambda line: print(line, file=sys.stderr, flush=True),
         )
     except InvalidInputError as err:
@@ -1631,7 +1632,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "GET /v1/engines (the ps --json objects, with health), /v1/gpus, /metrics (the "
         "exporter's series) and /v1/events (the watch's events, as server-sent events). Listens "
         "on loopback or a unix socket by default; any other address requires --token-file "
-        "(clients send Authorization: Bearer TOKEN). Nothing it serves changes anything.",
+        "(clients send Authorization: Bearer TOKEN). Nothing it serves changes anything, unless "
+        "--allow-control (with a token) adds stop and restart.",
         "enginespec serve",
         "enginespec serve --listen unix:/run/enginespec.sock",
         "enginespec serve --listen 0.0.0.0:9465 --token-file /etc/enginespec/token",
@@ -1643,6 +1645,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     serve.add_argument("--keyfile", help="TLS private key (PEM), with --certfile")
     serve.add_argument(
         "--interval", type=_duration, default=2.0, help="refresh period of engines and metrics"
+    )
+    serve.add_argument(
+        "--allow-control",
+        action="store_true",
+        help="also POST /v1/engines/TARGET/stop and /restart (needs --token-file, even on loopback)",
     )
     serve.set_defaults(handler=_cmd_serve)
 
