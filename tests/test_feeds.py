@@ -388,3 +388,28 @@ def _made_engine(port: int) -> EngineProcess:
         supervisor=None,
         listen_ports=(port,),
     )
+
+
+@pytest.mark.parametrize(
+    ("engine", "argv", "path"),
+    [
+        ("vllm", ("vllm", "serve", "m"), "/metrics"),
+        ("sglang", ("python", "-m", "sglang.launch_server", "--model-path", "m"), None),
+        (
+            "sglang",
+            ("python", "-m", "sglang.launch_server", "--model-path", "m", "--enable-metrics"),
+            "/metrics",
+        ),
+        ("llamacpp", ("llama-server", "-m", "m.gguf"), None),
+        ("llamacpp", ("llama-server", "-m", "m.gguf", "--metrics"), "/metrics"),
+        ("tgi", ("text-generation-launcher", "--model-id", "m"), "/metrics"),
+        ("lmdeploy", ("lmdeploy", "serve", "api_server", "m"), "/metrics"),
+        ("lmdeploy", ("lmdeploy", "serve", "api_server", "m", "--disable-metrics"), None),
+        ("ollama", ("ollama", "serve"), None),
+    ],
+)
+def test_each_engines_own_metrics_endpoint_follows_its_argv(
+    engine: str, argv: tuple[str, ...], path: str | None
+) -> None:
+    process = _made_engine(8000).model_copy(update={"engine": engine, "argv": argv})
+    assert feeds.metrics_path(process) == path
