@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from fakeserver import Answer, bound_socket, models, serving  # noqa: E402
-from procs import build_helper, running  # noqa: E402
+from procs import build_helper, running, stop_child  # noqa: E402
 
 READY = {"/health": [Answer(200)], "/v1/models": [models("/models/bench")], "/metrics": [Answer(200, b"")]}
 
@@ -88,15 +87,7 @@ def _feeder(mode: str, out: Path) -> Callable[[], None]:
         stderr=subprocess.DEVNULL,
     )
 
-    def end_watch() -> None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    return end_watch
+    return lambda: stop_child(proc)
 
 
 def measure(mode: str, cycles: int, helper: Path) -> tuple[list[float], list[float]]:

@@ -14,6 +14,18 @@ from pathlib import Path
 HELPER_SOURCE = Path(__file__).parent / "helpers" / "idle.c"
 
 
+def stop_child(proc: subprocess.Popen[bytes], signum: int = signal.SIGTERM, timeout: float = 20.0) -> None:
+    """Ends a child the way its users end it (``signum``), killing it if it has not gone within
+    ``timeout`` seconds, and reaps it."""
+    if proc.poll() is None:
+        proc.send_signal(signum)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def build_helper(directory: Path) -> Path:
     binary = directory / "idle"
     subprocess.run(["gcc", "-O1", "-o", str(binary), str(HELPER_SOURCE)], check=True, timeout=120)

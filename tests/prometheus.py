@@ -4,7 +4,6 @@ its HTTP API's queries."""
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +14,7 @@ import httpx
 import pytest
 
 from fakeserver import free_port
+from procs import stop_child
 
 needs_prometheus = pytest.mark.skipif(
     shutil.which("prometheus") is None, reason="Debian's prometheus is installed by .ci/run"
@@ -41,12 +41,7 @@ def running_prometheus(directory: Path, config: str) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{port}/api/v1"
     finally:
-        prometheus.send_signal(signal.SIGTERM)
-        try:
-            prometheus.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            prometheus.kill()
-            prometheus.wait()
+        stop_child(prometheus, timeout=30)
 
 
 def query(api: str, expression: str) -> list[dict[str, object]]:

@@ -27,8 +27,8 @@ from enginespec.errors import InvalidInputError
 from enginespec.scanning import engine_document
 from enginespec.watching import Started, event_json
 from fakeserver import Answer, free_port, models, serving
-from procs import Procs
-from test_feeds import METRICS, SECRET, fake_engine
+from procs import Procs, stop_child
+from test_feeds import METRICS, SECRET, fake_engine, made_engine
 
 READY = {"/health": [Answer(200)], "/v1/models": [models("/models/agent")], "/metrics": [METRICS]}
 ARGV = ["vllm", "serve", "/models/agent", "--host", "127.0.0.1", "--port", "{port}", "--api-key", SECRET]
@@ -58,13 +58,7 @@ def agent(*args: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
         first = proc.stderr.readline().decode().strip()
         yield proc, first
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_child(proc)
 
 
 def _until(what: str, predicate: object, timeout: float = 60) -> object:
@@ -156,12 +150,17 @@ def test_events_stream_in_order_from_what_runs(procs: Procs) -> None:
                     "a new engine is started, then ready",
                     lambda: any(t == "ready" and port_of(e) == second for _, t, e in found),
                 )
-            _until("it is stopped", lambda: any(t == "stopped" for _, t, _e in found))
+                pid = next(e["process"]["pid"] for _, _, e in found if port_of(e) == second)  # type: ignore[index]
+
+            def ours(event: dict[str, object]) -> bool:  # other engines start and stop on this host
+                return port_of(event) == second or event.get("identity", {}).get("pid") == pid  # type: ignore[attr-defined]
+
+            _until("it is stopped", lambda: any(t == "stopped" and ours(e) for _, t, e in found))
         finally:
             stop.set()
         ids = [n for n, _, _ in found]
         assert ids == list(range(ids[0], ids[0] + len(ids)))  # in order, none lost
-        types = [t for _, t, e in found if port_of(e) == second or t == "stopped"]
+        types = [t for _, t, e in found if ours(e)]
         assert types.index("started") < types.index("ready") < types.index("stopped")
         assert all(SECRET not in json.dumps(e) for _, _, e in found)
 
@@ -242,24 +241,17 @@ def test_tls_with_a_certificate_and_key(tmp_path: Path) -> None:
 
 def _other_host(engine_port: int) -> bytes:
     """/v1/engines as another host's agent answers it: an engine there (pid 4242), ready."""
-    process = EngineProcess(
-        pid=4242,
-        start_time=1_700_000_000.0,
-        ppid=1,
-        engine="llamacpp",
-        model="/srv/models/other-host.gguf",
-        served_model_names=("other-host.gguf",),
-        host="0.0.0.0",
-        port=engine_port,
-        effective_host="0.0.0.0",
-        effective_port=engine_port,
-        role="server",
-        base_url=f"http://127.0.0.1:{engine_port}",
-        argv=("llama-server", "-m", "/srv/models/other-host.gguf"),
-        exe=None,
-        worker_pids=(),
-        supervisor=None,
-        listen_ports=(engine_port,),
+    process = made_engine(engine_port).model_copy(
+        update={
+            "pid": 4242,
+            "start_time": 1_700_000_000.0,
+            "engine": "llamacpp",
+            "model": "/srv/models/other-host.gguf",
+            "served_model_names": ("other-host.gguf",),
+            "host": "0.0.0.0",
+            "effective_host": "0.0.0.0",
+            "argv": ("llama-server", "-m", "/srv/models/other-host.gguf"),
+        }
     )
     health = Health(engine="llamacpp", base_url=process.base_url, state="ready", http_status=200)
     return json.dumps([engine_document(process, health)]).encode()
@@ -389,8 +381,17 @@ def test_watch_remote_merges_the_agents_events_and_says_a_lost_host(procs: Procs
                     )
 
                 _until("the agent's engine is started and ready", lambda: ours("started") and ours("ready"))
+                pid = next(
+                    e["process"]["pid"]  # type: ignore[index]
+                    for e in list(seen)
+                    if "process" in e and e["host"] == here and e["process"]["effective_port"] == engine_port  # type: ignore[index]
+                )
             _until(
-                "and stopped", lambda: any(e["type"] == "stopped" and e["host"] == here for e in list(seen))
+                "and stopped",
+                lambda: any(
+                    e["type"] == "stopped" and e["host"] == here and e["identity"]["pid"] == pid  # type: ignore[index]
+                    for e in list(seen)
+                ),
             )
             _until(
                 "the other host's engine, and the dead host's loss",
@@ -403,12 +404,7 @@ def test_watch_remote_merges_the_agents_events_and_says_a_lost_host(procs: Procs
                 ),
             )
         finally:
-            watcher.send_signal(signal.SIGINT)
-            try:
-                watcher.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                watcher.kill()
-                watcher.wait()
+            stop_child(watcher, signal.SIGINT)
         assert watcher.returncode == 0
         lost = next(e for e in seen if e["type"] == "host_lost" and e["host"] == f"http://127.0.0.1:{dead}")
         assert str(lost["error"]).startswith("cannot reach it")

@@ -5,7 +5,6 @@ the address, the file and the flag."""
 
 from __future__ import annotations
 
-import signal
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import httpx
 import pytest
 
 from fakeserver import Answer, bound_socket, free_port, serving
-from procs import Procs
+from procs import Procs, stop_child
 from prometheus import needs_prometheus, query, running_prometheus, until
 from test_exporter import _samples, _scrape_until
 
@@ -32,16 +31,6 @@ def _exporter(*args: str) -> subprocess.Popen[bytes]:
     )
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.fixture
 def running_exporter() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
@@ -49,7 +38,7 @@ def running_exporter() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     try:
         yield f"http://127.0.0.1:{port}/metrics", proc
     finally:
-        _stop(proc)
+        stop_child(proc)
 
 
 def _up(series: Series, engine_id: str) -> float | None:
@@ -107,7 +96,7 @@ def test_a_stopped_engine_goes_after_keep_stopped(procs: Procs) -> None:
         _scrape_until(url, lambda s: _up(s, engine_id) == 0)
         _scrape_until(url, lambda s: _up(s, engine_id) is None)
     finally:
-        _stop(proc)
+        stop_child(proc)
 
 
 def test_a_hung_engine_is_reported_and_refreshes_go_on(procs: Procs) -> None:
@@ -141,7 +130,7 @@ def test_a_hung_engine_is_reported_and_refreshes_go_on(procs: Procs) -> None:
                 )
                 time.sleep(0.1)
         finally:
-            _stop(proc)
+            stop_child(proc)
 
 
 def test_port_0_needs_a_textfile() -> None:
@@ -240,4 +229,4 @@ def test_a_real_prometheus_alert_fires_when_an_engine_stops(procs: Procs, tmp_pa
             (alert,) = firing()
             assert alert["labels"]["alertname"] == "EngineDown"  # type: ignore[index]
     finally:
-        _stop(exporter)
+        stop_child(exporter)

@@ -5,7 +5,6 @@ the ownership check sees their own socket); the CLI runs as users run it."""
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import enginespec.cli as cli
 import enginespec.feeds as feeds
 from enginespec import EngineProcess
 from fakeserver import Answer, bound_socket, free_port, models, serving
-from procs import Procs
+from procs import Procs, stop_child
 from prometheus import needs_prometheus, query, running_prometheus, until
 
 METRICS = Answer(
@@ -186,16 +185,6 @@ def _watching(out: Path, feed: str = "file-sd") -> subprocess.Popen[bytes]:
     )
 
 
-def _stop_watching(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def _ports_in(out: Path) -> set[int]:
     return {int(str(t).rsplit(":", 1)[1]) for group in json.loads(out.read_bytes()) for t in group["targets"]}
 
@@ -252,7 +241,7 @@ def test_watch_keeps_the_file_whole_and_lists_only_ready_engines(procs: Procs, t
         assert not reader.is_alive()
     finally:
         finished.set()
-        _stop_watching(watcher)
+        stop_child(watcher)
     assert reads["parsed"] >= 10_000
     assert reads["invalid"] == 0
     assert not never_ready & seen
@@ -313,8 +302,8 @@ def test_a_real_prometheus_scrapes_the_engines_the_feed_lists(procs: Procs, tmp_
             ours = f'enginespec_engine_up{{job="enginespec",engine_id="{engine_id}"}} == 1'
             until("prometheus scrapes the exporter's series of the engine", lambda: query(api, ours))
     finally:
-        _stop_watching(watcher)
-        _stop_watching(exporter)
+        stop_child(watcher)
+        stop_child(exporter)
 
 
 def test_router_feeds_list_each_name_clients_send(procs: Procs) -> None:
@@ -358,7 +347,7 @@ def test_router_feeds_list_each_name_clients_send(procs: Procs) -> None:
 
 
 def test_the_llm_d_file_stays_under_its_size_cap() -> None:
-    engines = [_made_engine(port) for port in range(20000, 26000)]
+    engines = [made_engine(port) for port in range(20000, 26000)]
     document, notes = feeds.llm_d(engines, "10.0.0.1")
     assert len(feeds._encode(document)) <= feeds.LLM_D_MAX_BYTES
     assert len(feeds._encode(document)) > feeds.LLM_D_MAX_BYTES - 1000  # as many as fit (an entry: ~400 B)
@@ -367,7 +356,7 @@ def test_the_llm_d_file_stays_under_its_size_cap() -> None:
     assert all("llm-d reads at most 1048576 bytes" in note for note in notes)
 
 
-def _made_engine(port: int) -> EngineProcess:
+def made_engine(port: int) -> EngineProcess:
     """An engine as a scan of another host reports it (no process of this host behind it)."""
     return EngineProcess(
         pid=port,
@@ -411,5 +400,5 @@ def _made_engine(port: int) -> EngineProcess:
 def test_each_engines_own_metrics_endpoint_follows_its_argv(
     engine: str, argv: tuple[str, ...], path: str | None
 ) -> None:
-    process = _made_engine(8000).model_copy(update={"engine": engine, "argv": argv})
+    process = made_engine(8000).model_copy(update={"engine": engine, "argv": argv})
     assert feeds.metrics_path(process) == path
