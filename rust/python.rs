@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::sync::MutexExt;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::sync::{MutexExt, PyOnceLock};
+use pyo3::types::{PyList, PyTuple, PyType};
 use rustc_hash::FxHashMap;
 
 use crate::backend::{ProcessScanner, Woke};
@@ -35,19 +35,26 @@ fn strings<'py>(py: Python<'py>, items: &[Vec<u8>]) -> PyResult<Bound<'py, PyLis
     PyList::new(py, items.iter().map(|item| os(item)))
 }
 
-/// (engine index, model, served names, host, port, role), the shape `_pymatcher.Matcher.parse`
-/// returns, and the facts inside each scanned process. The role is `"server"`, `"runner"` or
-/// `"follower"`.
-fn raw_invocation<'py>(py: Python<'py>, facts: &matcher::Facts) -> PyResult<Bound<'py, PyTuple>> {
-    (
+/// The records the boundary carries are the named tuples of `enginespec._common`, declared once
+/// there, so both backends give the same records, read by name.
+static RAW_INVOCATION: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static RAW_PROCESS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// A `_common.RawInvocation` (engine index, model, served names, host, port, role), as
+/// `_pymatcher.Matcher.parse` returns it, and the facts inside each scanned process. The role is
+/// `"server"`, `"runner"` or `"follower"`.
+fn raw_invocation<'py>(py: Python<'py>, facts: &matcher::Facts) -> PyResult<Bound<'py, PyAny>> {
+    let fields = (
         facts.engine,
         facts.model.as_deref().map(os),
         strings(py, &facts.served_names)?,
         facts.host.as_deref().map(os),
         facts.port,
         facts.role.as_str(),
-    )
-        .into_pyobject(py)
+    );
+    RAW_INVOCATION
+        .import(py, "enginespec._common", "RawInvocation")?
+        .call1(fields)
 }
 
 /// Engine signatures compiled once; classifies argv.
@@ -71,7 +78,7 @@ impl Matcher {
         &self,
         py: Python<'py>,
         argv: Vec<OsString>,
-    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let tokens: Vec<&[u8]> = argv.iter().map(|a| a.as_encoded_bytes()).collect();
         self.inner
             .parse(&tokens)
@@ -80,10 +87,10 @@ impl Matcher {
     }
 }
 
-/// (pid, start time, ppid, argv, facts, exe, descendants, parent argv, listen ports): the shape
-/// `_pyscanner.Scanner.scan` returns.
-fn raw_process<'py>(py: Python<'py>, p: &scan::EngineProc) -> PyResult<Bound<'py, PyTuple>> {
-    (
+/// A `_common.RawProcess` (pid, start time, ppid, argv, facts, exe, descendants, parent argv,
+/// listen ports), as `_pyscanner.Scanner.scan` returns it.
+fn raw_process<'py>(py: Python<'py>, p: &scan::EngineProc) -> PyResult<Bound<'py, PyAny>> {
+    let fields = (
         p.pid,
         p.start_time,
         p.ppid,
@@ -93,8 +100,10 @@ fn raw_process<'py>(py: Python<'py>, p: &scan::EngineProc) -> PyResult<Bound<'py
         p.descendants.as_slice(),
         strings(py, &p.parent_argv)?,
         p.listen_ports.as_slice(),
-    )
-        .into_pyobject(py)
+    );
+    RAW_PROCESS
+        .import(py, "enginespec._common", "RawProcess")?
+        .call1(fields)
 }
 
 /// A duration given in seconds; negative, NaN and infinite values are refused, naming the field.
@@ -111,7 +120,7 @@ struct Scanner {
     /// built from. While the revision stays, the very same object is returned again: an unchanged
     /// engine costs no conversion whatever the size of its argv, and callers can tell it is
     /// unchanged by identity. An engine that is gone is dropped at the next scan.
-    built: Mutex<FxHashMap<i32, (u64, Py<PyTuple>)>>,
+    built: Mutex<FxHashMap<i32, (u64, Py<PyAny>)>>,
     /// See `ProcessScanner::boot_time`: fixed for the scanner's life, so read without the lock.
     boot_time: Option<f64>,
 }
@@ -157,7 +166,7 @@ impl Scanner {
         self.boot_time
     }
 
-    fn scan(&self, py: Python<'_>) -> PyResult<Vec<Py<PyTuple>>> {
+    fn scan(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
         let found = py.detach(|| {
             self.inner
                 .lock()
@@ -191,7 +200,7 @@ impl Scanner {
 
     /// The engines after waiting up to `timeout` seconds (see `ProcessScanner::wait`), and what
     /// woke the scanner: `"polled"`, `"events"`, `"tick"`, `"rescan"` or `"fallback"`.
-    fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<(Vec<Py<PyTuple>>, &'static str)> {
+    fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<(Vec<Py<PyAny>>, &'static str)> {
         let timeout = seconds("timeout", timeout)?;
         let found = py.detach(|| {
             self.inner
@@ -235,12 +244,13 @@ impl Scanner {
 }
 
 impl Scanner {
-    /// The records as tuples; an engine whose record is unchanged gets the very same tuple.
+    /// The records as `RawProcess` tuples; an engine whose record is unchanged gets the very
+    /// same object.
     fn convert(
         &self,
         py: Python<'_>,
         found: Vec<std::sync::Arc<scan::EngineProc>>,
-    ) -> PyResult<Vec<Py<PyTuple>>> {
+    ) -> PyResult<Vec<Py<PyAny>>> {
         // Waits with the GIL released, so a thread holding the lock can always take the GIL.
         let mut built = self
             .built

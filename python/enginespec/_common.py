@@ -7,15 +7,38 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from enginespec.signature import Role
 
-#: (engine index, model, served names, host, port, role); the native module returns the same shape.
-RawInvocation = tuple[int, "str | None", list[str], "str | None", "int | None", Role]
 
-#: (pid, start time, ppid, argv, facts, exe, descendants, parent argv, listen ports).
-RawProcess = tuple[int, float, int, list[str], RawInvocation, "str | None", list[int], list[str], list[int]]
+class RawInvocation(NamedTuple):
+    """What a matcher read from an argv (both backends build this very type)."""
+
+    #: the index of the engine's signature, in the order the matcher was given them
+    engine: int
+    model: str | None
+    served_names: list[str]
+    host: str | None
+    port: int | None
+    role: Role
+
+
+class RawProcess(NamedTuple):
+    """An engine process a scanner found (both backends build this very type); treat its lists
+    as read-only: an unchanged engine comes back as the same object."""
+
+    pid: int
+    #: epoch seconds: start ticks / CLK_TCK + the boot time the scanner read
+    start_time: float
+    ppid: int
+    argv: list[str]
+    facts: RawInvocation
+    exe: str | None
+    descendants: list[int]
+    parent_argv: list[str]
+    listen_ports: list[int]
+
 
 #: What a cgroup path says runs a container (``enginespec.containers.Runtime``).
 Runtime = Literal["docker", "podman", "containerd", "cri-o", "kubernetes"]

@@ -8,25 +8,16 @@ Strings cross the boundary through the filesystem encoding (surrogateescape), so
 from collections.abc import Sequence
 from typing import Literal, TypeAlias, final
 
+from enginespec._common import RawInvocation, RawProcess
 from enginespec._pygguf import RawHeader
 
 __all__ = ["Matcher", "Scanner", "parse_cgroup", "proxy_flags", "read_gguf"]
 
 # The aliases are the stub's alone (private names: the module has no such attributes).
 
-#: (engine index, model, served names, host, port, role): what argv says about one engine server.
-#: The engine index is the position of its signature in the JSON the object was built from; the
-#: role is what the process is to its engine (``enginespec.signature.Role``).
-_RawInvocation: TypeAlias = tuple[
-    int, str | None, list[str], str | None, int | None, Literal["server", "runner", "follower"]
-]
-
-#: (pid, start time, ppid, argv, facts, exe, descendants, parent argv, listen ports) of one
-#: engine server process. The start time is in epoch seconds; descendants (for engines that fold
-#: their workers) and listen ports are sorted.
-_RawProcess: TypeAlias = tuple[
-    int, float, int, list[str], _RawInvocation, str | None, list[int], list[str], list[int]
-]
+# The records are the named tuples of enginespec._common, built there for both backends.
+_RawInvocation: TypeAlias = RawInvocation
+_RawProcess: TypeAlias = RawProcess
 
 #: What a cgroup path says runs a container (``enginespec.containers.Runtime``).
 _Runtime: TypeAlias = Literal["docker", "podman", "containerd", "cri-o", "kubernetes"]

@@ -208,7 +208,7 @@ class Matcher:
         title = argv[0]
         for prefix, index in self._worker_titles:
             if len(title) > len(prefix) and title.startswith(prefix):
-                return index, None, [], None, None, "worker"
+                return RawInvocation(index, None, [], None, None, "worker")
         return None
 
     def _own_flags(self, argv: Sequence[str], index: int, form: LaunchForm, i: int) -> RawInvocation | None:
@@ -232,7 +232,7 @@ class Matcher:
                 else:
                     port = argv[i]
                 i += 1
-        return index, None, [], host or None, parse_port(port) if port else None, form.role
+        return RawInvocation(index, None, [], host or None, parse_port(port) if port else None, form.role)
 
     def _parse_form(
         self, argv: Sequence[str], index: int, form: LaunchForm, i: int, program: str
@@ -356,4 +356,4 @@ class Matcher:
             rank = last(sig.follower_rank_flags)
             if (rank is not None and _nonzero_rank(rank)) or not seen.keys().isdisjoint(sig.follower_flags):
                 role = "follower"
-        return index, model, served, last(sig.host_flags) or address_host, port, role
+        return RawInvocation(index, model, served, last(sig.host_flags) or address_host, port, role)

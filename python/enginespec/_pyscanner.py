@@ -429,7 +429,7 @@ class _Engine:
     def record(self) -> RawProcess:
         if self.built is None:
             s = self.stat
-            self.built = (
+            self.built = RawProcess(
                 self.pid,
                 s.start_time,
                 s.ppid,
@@ -733,7 +733,7 @@ class Scanner:
             # The tree is re-read when a new engine appeared (a forked child keeping the server's
             # argv must be folded at once) and otherwise at most once per refresh period.
             if self._engine_appeared or engine.tree_read is None or now - engine.tree_read >= self._refresh:
-                descendants = _descendants(self._source, pid) if self._fold[engine.facts[0]] else []
+                descendants = _descendants(self._source, pid) if self._fold[engine.facts.engine] else []
                 ports: list[int] = []
                 denied = False
                 if self._listen_ports:

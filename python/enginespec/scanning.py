@@ -313,8 +313,8 @@ class Scanner:
         ``main.py``) runs in one, seen through its own root and working directory; a process
         whose directories cannot be read (another user's, for a scan that is not root) does not
         count: the program's name alone says nothing."""
-        pid, argv = item[0], item[3]
-        needed = checkout(self._specs[item[4][0]].signature, argv)
+        pid = item.pid
+        needed = checkout(self._specs[item.facts.engine].signature, item.argv)
         if needed is None:
             return True
         known = self._checkouts.get(pid)
@@ -334,25 +334,25 @@ class Scanner:
         raw = [item for item in everything if self._in_checkout(item)]
         # Followers that their environment makes servers stand on their own, with their own
         # workers, even inside another process's tree.
-        serving = {item[0] for item in raw if self._serves(item)}
+        serving = {item.pid for item in raw if self._serves(item)}
         folded: dict[int, int] = {}
-        for pid, _start, _ppid, _argv, facts, _exe, descendants, _parent, _ports in raw:
-            if self._specs[facts[0]].signature.fold_workers:
-                folded.update((d, pid) for d in descendants if d != pid and d not in serving)
+        for item in raw:
+            if self._specs[item.facts.engine].signature.fold_workers:
+                folded.update((d, item.pid) for d in item.descendants if d != item.pid and d not in serving)
         # ... and neither they nor their workers are workers of the process that started them.
         self._detached = {pid: pid for pid in serving}
-        for pid, _start, _ppid, _argv, facts, _exe, descendants, _parent, _ports in raw:
-            if pid in serving and self._specs[facts[0]].signature.fold_workers:
-                folded.update((d, pid) for d in descendants if d != pid and d not in serving)
-                self._detached.update((d, pid) for d in descendants if d not in serving)
-        engines_by_pid = {item[0]: self._specs[item[4][0]].id for item in raw}
+        for item in raw:
+            if item.pid in serving and self._specs[item.facts.engine].signature.fold_workers:
+                folded.update((d, item.pid) for d in item.descendants if d != item.pid and d not in serving)
+                self._detached.update((d, item.pid) for d in item.descendants if d not in serving)
+        engines_by_pid = {item.pid: self._specs[item.facts.engine].id for item in raw}
         result = []
         built: dict[int, tuple[RawProcess, str | None, EngineProcess]] = {}
         for item in raw:
-            pid, _start, ppid, _argv, _facts, _exe, _descendants, _parent_argv, _ports = item
+            pid = item.pid
             if pid in folded:
                 continue
-            parent_engine = engines_by_pid.get(ppid)
+            parent_engine = engines_by_pid.get(item.ppid)
             # An unchanged process keeps its (frozen) model: polling costs no validation.
             previous = self._built.get(pid)
             # The backends hand back the very same record while nothing changed: an identity check.
@@ -374,7 +374,7 @@ class Scanner:
         self._configs = {pid: config for pid, config in self._configs.items() if pid in built}
         self._remember_servers(raw, folded, built)
         if self._checkouts:
-            pids = {item[0] for item in everything}
+            pids = {item.pid for item in everything}
             self._checkouts = {pid: known for pid, known in self._checkouts.items() if pid in pids}
         alive = {(p.pid, p.start_time) for p in result}
         self._places = {key: place for key, place in self._places.items() if key in alive}
@@ -386,13 +386,12 @@ class Scanner:
 
     def _serves(self, item: RawProcess) -> bool:
         """Whether a follower is its deployment's server by its environment (read once)."""
-        pid, start_time, _ppid, _argv, facts, *_ = item
-        spec = self._specs[facts[0]]
-        if facts[5] != "follower" or not spec.settings.server_environment:
+        spec = self._specs[item.facts.engine]
+        if item.facts.role != "follower" or not spec.settings.server_environment:
             return False
-        key = (pid, start_time)
+        key = (item.pid, item.start_time)
         if key not in self._serving:
-            self._serving[key] = serves_by_environment(spec, pid)
+            self._serving[key] = serves_by_environment(spec, item.pid)
         return self._serving[key]
 
     def _place(self, pid: int, start_time: float) -> tuple[Container | None, bool]:
