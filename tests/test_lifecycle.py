@@ -335,7 +335,7 @@ def test_adopt_a_server_it_did_not_start(binary: Path, tmp_path: Path) -> None:
     adopted = None
     try:
         process = _scanned(popen.pid)
-        adopted = enginespec.adopt(process)
+        adopted = enginespec.adopt(process, log_dir=tmp_path / "logs")
         assert adopted.adopted
         assert adopted.log_source.kind == "file"
         assert adopted.wait_ready(timeout=30).state == "ready"
@@ -350,6 +350,10 @@ def test_adopt_a_server_it_did_not_start(binary: Path, tmp_path: Path) -> None:
         assert not adopted.adopted
         assert adopted.pid != popen.pid
         assert adopted.wait_ready(timeout=30).state == "ready"
+        # from the restart on, its output is kept as a launched engine's
+        assert adopted.log_path is not None
+        assert adopted.log_path.parent == tmp_path / "logs" / process.engine_id
+        assert "fake llama-server" in adopted.log_path.read_text()
         result = adopted.stop(grace=5)
         assert result.leftover == ()
         assert result.port_holders == ()

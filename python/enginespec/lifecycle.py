@@ -959,9 +959,13 @@ def _source_lines(source: LogSource, n: int) -> list[LogLine]:
     return [LogLine(time=now, stream="log", text=text) for text in texts]
 
 
-def adopt(process: EngineProcess) -> RunningEngine:
+def adopt(
+    process: EngineProcess, *, log_dir: str | os.PathLike[str] | None = None, config: Config | None = None
+) -> RunningEngine:
     """A :class:`RunningEngine` for an engine a scan found. Its identity is the pid and start
     time, pinned by a pidfd: stop and restart never signal a process that took its pid since.
+    Once restarted, its output is kept as a launched engine's is, in
+    ``<log_dir>/<engine_id>/<start time>.log`` (``log_dir`` defaults to the data dir's ``logs``).
     Raises :class:`InvalidInputError` when that process is gone already."""
     spec = find_engine(process.engine)
     ticks = scanned_ticks(process)
@@ -973,7 +977,7 @@ def adopt(process: EngineProcess) -> RunningEngine:
     engine = RunningEngine(
         spec,
         None,
-        log_dir=None,
+        log_dir=Path(log_dir) if log_dir is not None else (config or Config()).data_dir / "logs",
         api_key=process.secret_api_key(),
         port=process.effective_port,
         host=process.effective_host,
