@@ -386,6 +386,24 @@ def test_adopt_refuses_a_gone_process(binary: Path, tmp_path: Path) -> None:
         enginespec.adopt(process)
 
 
+def test_a_restart_that_cannot_read_the_command_back_is_refused_and_stops_nothing(
+    procs: Procs, tmp_path: Path
+) -> None:
+    """The working directory an adopted engine ran in is gone: restart is refused, naming it,
+    before anything is signalled."""
+    where = tmp_path / "gone"
+    where.mkdir()
+    proc = procs.start(["llama-server", "-m", "/models/refused.gguf", "--port", "18792"], cwd=where)
+    where.rmdir()
+    engine = enginespec.adopt(_scanned(proc.pid))
+    try:
+        with pytest.raises(enginespec.RestartRefused, match=f"pid {proc.pid}: its cwd .*gone.* was deleted"):
+            engine.restart(grace=1)
+        assert proc.poll() is None  # still running: nothing was stopped
+    finally:
+        engine.close()
+
+
 def test_identity_is_the_start_ticks_the_scan_read(procs: Procs) -> None:
     """A scanner's record is told from a process that took its pid by the start ticks it read,
     not by epoch seconds computed from the kernel's boot time, which moves when the clock is
