@@ -443,20 +443,24 @@ class Scanner:
         return result
 
     def _remember_servers(
-        self, raw: list[RawProcess], folded: Mapping[int, int], built: Mapping[int, tuple[object, ...]]
+        self,
+        raw: list[RawProcess],
+        folded: Mapping[int, int],
+        built: Mapping[int, tuple[RawProcess, str | None, EngineProcess]],
     ) -> None:
         """Which server each folded worker works for, kept while the worker lives."""
         servers: dict[tuple[int, float], EngineProcess] = {}
-        for pid, start, *_ in raw:
-            server = folded.get(pid)
-            known = self._servers.get((pid, start))
+        for item in raw:
+            key = (item.pid, item.start_time)
+            server = folded.get(item.pid)
+            known = self._servers.get(key)
             if server is not None and server in built:
                 # Only the outermost server: a folded worker's own workers belong to it too.
                 while folded.get(server) in built:
                     server = folded[server]
-                servers[(pid, start)] = built[server][2]  # type: ignore[assignment]
+                servers[key] = built[server][2]
             elif known is not None:
-                servers[(pid, start)] = known
+                servers[key] = known
         self._servers = servers
 
     @staticmethod
@@ -482,11 +486,9 @@ class Scanner:
         return config is not None and named_identity(pid, config[0]) != config[1]
 
     def _model(self, item: RawProcess, parent_engine: str | None, serving: bool = False) -> EngineProcess:
-        pid, start_time, ppid, argv, facts, exe, descendants, parent_argv, ports = item
-        index, model, served, host, port, role = facts
-        if serving:
-            role = "server"
-        spec = self._specs[index]
+        pid, start_time, argv, facts = item.pid, item.start_time, item.argv, item.facts
+        role = "server" if serving else facts.role
+        spec = self._specs[facts.engine]
         cut: tuple[str, ...] = ()
         if argv and argv[-1] == ARGV_CUT:
             # The backend examined and kept only the start of a huge argv (its cost is capped).
@@ -500,9 +502,9 @@ class Scanner:
             self._configs[pid] = (outside.config_file, outside.config_identity)
         # A port argv gives elsewhere than in a port flag (a follower's own flag, a positional port,
         # an address) is argv's too.
-        port_text = argv_port(spec.signature, argv) or (str(port) if port is not None else None)
-        merged = merge(spec, outside, model, served, host, port, port_text)
-        supervisor = _supervisor(spec, parent_argv, parent_engine)
+        port_text = argv_port(spec.signature, argv) or (str(facts.port) if facts.port is not None else None)
+        merged = merge(spec, outside, facts.model, facts.served_names, facts.host, facts.port, port_text)
+        supervisor = _supervisor(spec, item.parent_argv, parent_engine)
         container, private_network = self._place(pid, start_time)
         # A server another server started for one model (Ollama's, llama-swap's, a router's) is
         # that supervisor's runner.
@@ -525,7 +527,7 @@ class Scanner:
         process = EngineProcess(
             pid=pid,
             start_time=start_time,
-            ppid=ppid,
+            ppid=item.ppid,
             engine=spec.id,
             model=merged.model,
             served_model_names=served_names(spec.signature, merged.model, merged.served_model_names),
@@ -538,10 +540,10 @@ class Scanner:
             sources=merged.sources,
             base_url=where.base_url,
             argv=tuple(redact_argv(argv, spec.id)),
-            exe=exe,
-            worker_pids=tuple(d for d in descendants if self._detached.get(d, pid) == pid),
+            exe=item.exe,
+            worker_pids=tuple(d for d in item.descendants if self._detached.get(d, pid) == pid),
             supervisor=supervisor,
-            listen_ports=tuple(ports),
+            listen_ports=tuple(item.listen_ports),
             server_pid=server.pid if server is not None else None,
             container=container,
             private_network=private_network,
