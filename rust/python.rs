@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 #[cfg(unix)]
 use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -129,7 +130,7 @@ struct Scanner {
 impl Scanner {
     /// `source` is `"procfs"` (Linux's default), or `"sysinfo"` (the default elsewhere).
     #[new]
-    #[pyo3(signature = (signatures_json, wrappers, young_seconds, refresh_seconds, listen_ports, source=None))]
+    #[pyo3(signature = (signatures_json, wrappers, young_seconds, refresh_seconds, listen_ports, source=None, root=None))]
     fn new(
         signatures_json: &str,
         wrappers: Vec<OsString>,
@@ -137,9 +138,15 @@ impl Scanner {
         refresh_seconds: f64,
         listen_ports: bool,
         source: Option<&str>,
+        root: Option<PathBuf>,
     ) -> PyResult<Self> {
         let signatures = crate::signature::signatures_from_json(signatures_json)
             .map_err(PyValueError::new_err)?;
+        if root.is_some() && source == Some("sysinfo") {
+            return Err(PyValueError::new_err(
+                "root: the sysinfo source reads the live host only",
+            ));
+        }
         let options = scan::ScanOptions {
             wrappers: wrappers
                 .into_iter()
@@ -148,7 +155,7 @@ impl Scanner {
             young: seconds("young_seconds", young_seconds)?,
             refresh: seconds("refresh_seconds", refresh_seconds)?,
             listen_ports,
-            ..scan::ScanOptions::default()
+            proc_root: root.map_or_else(|| PathBuf::from("/proc"), |root| root.join("proc")),
         };
         let inner =
             ProcessScanner::new(&signatures, options, source).map_err(PyValueError::new_err)?;

@@ -6,6 +6,7 @@ Strings cross the boundary through the filesystem encoding (surrogateescape), so
 """
 
 from collections.abc import Sequence
+from os import PathLike
 from typing import Literal, TypeAlias, final
 
 from enginespec._common import RawInvocation, RawProcess
@@ -38,7 +39,8 @@ class Scanner:
     """Incremental scanner of every engine server on the host; the GIL is released during ``scan``.
 
     ``source`` is ``"procfs"`` (Linux's default: the incremental ``/proc`` reader) or
-    ``"sysinfo"`` (the default elsewhere). Raises ``ValueError`` for invalid signatures, a
+    ``"sysinfo"`` (the default elsewhere). ``root``: read ``ROOT/proc`` instead of ``/proc`` (a
+    fixture host laid out in the kernel's formats; procfs source only). Raises ``ValueError`` for invalid signatures, a
     negative or non-finite duration, or an unknown source.
     """
 
@@ -50,6 +52,7 @@ class Scanner:
         refresh_seconds: float,
         listen_ports: bool,
         source: Literal["procfs", "sysinfo"] | None = None,
+        root: str | PathLike[str] | None = None,
     ) -> Scanner: ...
     @property
     def boot_time(self) -> float | None:

@@ -94,10 +94,10 @@ def _read_int(path: str) -> int | None:
         return None
 
 
-def _proc_stat_value(key: bytes) -> int | None:
+def _proc_stat_value(proc: str, key: bytes) -> int | None:
     """The value of the ``key`` line of ``/proc/stat`` (``btime``, ``processes``)."""
     try:
-        with open("/proc/stat", "rb") as file:
+        with open(f"{proc}/stat", "rb") as file:
             for line in file:
                 name, _, value = line.partition(b" ")
                 if name == key:
@@ -121,31 +121,33 @@ def _pread_all(fd: int, size: int, offset: int) -> bytes:
 
 
 class _Procfs:
-    """Linux: every process file read where and as scan.rs reads it."""
+    """Linux: every process file read where and as scan.rs reads it, below ``proc`` (``/proc``,
+    or a fixture host's ``ROOT/proc``)."""
 
-    def __init__(self) -> None:
-        self.boot_time = float(_proc_stat_value(b"btime") or 0)
+    def __init__(self, proc: str = "/proc") -> None:
+        self._proc = proc
+        self.boot_time = float(_proc_stat_value(proc, b"btime") or 0)
         self._clock_ticks = float(os.sysconf("SC_CLK_TCK"))
-        self.pid_max = _read_int("/proc/sys/kernel/pid_max") or 4_194_304
+        self.pid_max = _read_int(f"{proc}/sys/kernel/pid_max") or 4_194_304
 
     def list_pids(self) -> list[tuple[int, int]]:
         """(pid, inode of /proc/PID): the inode changes when a pid is handed to a new process."""
         try:
-            with os.scandir("/proc") as entries:
+            with os.scandir(self._proc) as entries:
                 return [(int(e.name), e.inode()) for e in entries if e.name.isdigit()]
         except OSError:
             return []
 
     def cursor(self) -> tuple[int, int] | None:
         """(last allocated pid, forks since boot)."""
-        last_pid = _read_int("/proc/sys/kernel/ns_last_pid")
-        forks = _proc_stat_value(b"processes")
+        last_pid = _read_int(f"{self._proc}/sys/kernel/ns_last_pid")
+        forks = _proc_stat_value(self._proc, b"processes")
         return None if last_pid is None or forks is None else (last_pid, forks)
 
     def stat(self, pid: int) -> _Stat | None:
         """``None`` when the process is gone or its stat cannot be read or parsed."""
         try:
-            with open(f"/proc/{pid}/stat", "rb") as file:
+            with open(f"{self._proc}/{pid}/stat", "rb") as file:
                 data = file.read()
         except OSError:
             return None
@@ -167,7 +169,7 @@ class _Procfs:
 
     def cmdline(self, pid: int) -> bytes:
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as file:
+            with open(f"{self._proc}/{pid}/cmdline", "rb") as file:
                 return file.read()
         except PermissionError:
             raise _Denied from None
@@ -178,7 +180,7 @@ class _Procfs:
         """Whether cmdline still holds ``known``, from its first and last ``CMDLINE_PEEK`` bytes
         and its length (``ends_match`` in scan.rs); any failure answers False."""
         try:
-            fd = os.open(f"/proc/{pid}/cmdline", os.O_RDONLY)
+            fd = os.open(f"{self._proc}/{pid}/cmdline", os.O_RDONLY)
         except OSError:
             return False
         try:
@@ -199,7 +201,7 @@ class _Procfs:
         """The executable, and whether reading it was denied. readlink as scan.rs does (psutil
         strips " (deleted)")."""
         try:
-            return os.readlink(f"/proc/{pid}/exe"), False
+            return os.readlink(f"{self._proc}/{pid}/exe"), False
         except PermissionError:
             return None, True
         except OSError:
@@ -209,12 +211,12 @@ class _Procfs:
         """From /proc/PID/task/TID/children (zombies included)."""
         found: list[int] = []
         try:
-            tasks = os.listdir(f"/proc/{pid}/task")
+            tasks = os.listdir(f"{self._proc}/{pid}/task")
         except OSError:
             return found
         for task in tasks:
             try:
-                with open(f"/proc/{pid}/task/{task}/children", "rb") as file:
+                with open(f"{self._proc}/{pid}/task/{task}/children", "rb") as file:
                     tokens = file.read().split()
             except OSError:
                 continue
@@ -222,7 +224,7 @@ class _Procfs:
         return found
 
     def exists(self, pid: int) -> bool:
-        return os.path.exists(f"/proc/{pid}")
+        return os.path.exists(f"{self._proc}/{pid}")
 
     def listen_ports(
         self, pids: list[int], tables: dict[int, list[tuple[int, int]]] | None = None
@@ -235,7 +237,7 @@ class _Procfs:
         inodes: set[int] = set()
         for pid in pids:
             try:
-                fds = os.listdir(f"/proc/{pid}/fd")
+                fds = os.listdir(f"{self._proc}/{pid}/fd")
             except PermissionError:
                 denied = True
                 continue
@@ -243,7 +245,7 @@ class _Procfs:
                 continue
             for fd in fds:
                 try:
-                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    target = os.readlink(f"{self._proc}/{pid}/fd/{fd}")
                 except PermissionError:
                     denied = True
                     continue
@@ -254,7 +256,7 @@ class _Procfs:
         if not inodes:
             return [], denied
         try:
-            netns: int | None = os.stat(f"/proc/{pids[0]}/ns/net").st_ino
+            netns: int | None = os.stat(f"{self._proc}/{pids[0]}/ns/net").st_ino
         except OSError:
             netns = None
         found = tables.get(netns) if tables is not None and netns is not None else None
@@ -262,7 +264,7 @@ class _Procfs:
             found = []
             for table in ("tcp", "tcp6"):
                 try:
-                    with open(f"/proc/{pids[0]}/net/{table}", "rb") as file:
+                    with open(f"{self._proc}/{pids[0]}/net/{table}", "rb") as file:
                         data = file.read()
                 except PermissionError:
                     denied = True
@@ -475,6 +477,7 @@ class Scanner:
         young_seconds: float,
         refresh_seconds: float,
         listen_ports: bool,
+        root: str = "/",
     ) -> None:
         self._matcher = Matcher(signatures_json)
         self._fold = [Signature.model_validate(doc).fold_workers for doc in json.loads(signatures_json)]
@@ -482,7 +485,8 @@ class Scanner:
         self._young = young_seconds
         self._refresh = refresh_seconds
         self._listen_ports = listen_ports
-        self._source: _Source = _Procfs() if _LINUX else _Psutil()
+        # ``root``: a fixture host (ROOT/proc laid out as the kernel's), read on any system
+        self._source: _Source = _Procfs(os.path.join(root, "proc")) if _LINUX or root != "/" else _Psutil()
         #: pid -> (inode of /proc/PID at the last listing, class)
         self._known: dict[int, tuple[int, _Class]] = {}
         #: the kernel's cursor read after the last listing: bounds the pids reused since

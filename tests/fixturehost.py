@@ -1,0 +1,126 @@
+"""A fixture host: a directory laid out as ``ROOT/proc`` in the kernel's own formats (as
+``rust/scan/fixture.rs`` lays out its fake procfs), read by both backends' scanners through their
+``root`` (``Scanner(..., root=ROOT)``). The kernel's counters (``processes`` in ``stat``,
+``sys/kernel/ns_last_pid``) move as forks would move them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+#: Two made-up engines, fixture.rs's: ``demo`` folds its workers, ``solo`` does not (with the
+#: facade's fields the Python model requires and Rust ignores).
+SIGNATURES = """[
+  {"engine": "demo", "default_host": "127.0.0.1", "default_port": 8000,
+   "launch_forms": [{"executables": ["demo"], "subcommand": ["serve"], "positional_model": true}],
+   "model_flags": ["--model"], "port_flags": ["--port"], "fold_workers": true},
+  {"engine": "solo", "default_host": "127.0.0.1", "default_port": 8080,
+   "launch_forms": [{"executables": ["solo-server"]}],
+   "model_flags": ["-m"]}
+]"""
+BOOT_TIME = 1_700_000_000
+#: A command name that trips a parser splitting ``stat`` at the first ``)``.
+COMM = "x) R 9 (y"
+
+
+@dataclass(frozen=True)
+class Stat:
+    """A process's ``stat`` as written: a sleeping child of pid 1 started at boot by default."""
+
+    state: str = "S"
+    ppid: int = 1
+    start_ticks: int = 0
+    comm: str = COMM
+    args: tuple[int, int] = (0x7FFC00001000, 0x7FFC00001040)
+
+
+class FixtureHost:
+    """``ROOT/proc`` of made-up processes; ``root`` is what a scanner is given."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.proc = root / "proc"
+        (self.proc / "sys" / "kernel").mkdir(parents=True)
+        (self.proc / "sys" / "kernel" / "pid_max").write_text("32768\n")
+        self.forks, self.last_pid, self.clock = 1000, 1, 5000
+        self._write_cursor()
+
+    def _write_cursor(self) -> None:
+        (self.proc / "stat").write_text(
+            f"cpu  10 0 10 1000 0 0 0 0 0 0\nintr 1 1\nctxt 99\nbtime {BOOT_TIME}\n"
+            f"processes {self.forks}\nprocs_running 1\nprocs_blocked 0\n"
+        )
+        (self.proc / "sys" / "kernel" / "ns_last_pid").write_text(f"{self.last_pid}\n")
+
+    def spawn(self, pid: int, argv: Sequence[str], ppid: int = 1) -> Stat:
+        """A process forked (the counters move) that runs ``argv``."""
+        self.forks += 1
+        self.last_pid = pid
+        self._write_cursor()
+        self.clock += 1
+        stat = Stat(ppid=ppid, start_ticks=self.clock)
+        self.create(pid, argv, stat)
+        return stat
+
+    def create(self, pid: int, argv: Sequence[str], stat: Stat) -> None:
+        """A process directory, the counters left alone."""
+        base = self.proc / str(pid)
+        (base / "task" / str(pid)).mkdir(parents=True)
+        (base / "fd").mkdir()
+        (base / "net").mkdir()
+        (base / "task" / str(pid) / "children").write_text("")
+        self.exec(pid, argv)
+        self.set_stat(pid, stat)
+        os.symlink(f"/usr/bin/{argv[0] if argv else 'true'}", base / "exe")
+
+    def exec(self, pid: int, argv: Sequence[str]) -> None:
+        """The argv replaced in place (``execve``, or a process rewriting its own argv)."""
+        (self.proc / str(pid) / "cmdline").write_bytes(b"".join(os.fsencode(a) + b"\0" for a in argv))
+
+    def set_stat(self, pid: int, stat: Stat) -> None:
+        start, end = stat.args
+        # all 52 fields of Linux 6
+        fields = (
+            f"{pid} ({stat.comm}) {stat.state} {stat.ppid} {pid} {pid} 0 -1 4194560 100 0 0 0 10 5 0 0 20 0 "
+            f"1 0 {stat.start_ticks} 1000000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 "
+            f"0 0 0 {start} {end} {end} {end} 0\n"
+        )
+        (self.proc / str(pid) / "stat").write_text(fields)
+
+    def kill(self, pid: int) -> None:
+        """The process exited and was reaped."""
+        shutil.rmtree(self.proc / str(pid))
+
+    def replace(self, pid: int, argv: Sequence[str], stat: Stat) -> None:
+        """The pid now belongs to another process: a new ``/proc/PID`` directory (a new inode)."""
+        old = self.proc / f"{pid}.old"
+        (self.proc / str(pid)).rename(old)
+        self.create(pid, argv, stat)
+        shutil.rmtree(old)
+
+    def set_children(self, pid: int, tid: int, children: Sequence[int]) -> None:
+        task = self.proc / str(pid) / "task" / str(tid)
+        task.mkdir(parents=True, exist_ok=True)
+        (task / "children").write_text("".join(f"{child} " for child in children))
+
+    def add_socket(self, pid: int, fd: int, inode: int) -> None:
+        os.symlink(f"socket:[{inode}]", self.proc / str(pid) / "fd" / str(fd))
+
+    def set_tcp(self, pid: int, table: str, rows: Sequence[tuple[int, int, str]]) -> None:
+        """``/proc/PID/net/tcp`` (or ``tcp6``): one row per (inode, port, state hex)."""
+        text = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid"
+        text += "  timeout inode\n"
+        for sl, (inode, port, state) in enumerate(rows):
+            text += (
+                f"{sl:4}: 0100007F:{port:04X} 00000000:0000 {state} 00000000:00000000 00:00000000 00000000"
+                f"     0        0 {inode} 1 0000000000000000 100 0 0 10 0\n"
+            )
+        (self.proc / str(pid) / "net" / table).write_text(text)
+
+
+def later(stat: Stat, ticks: int) -> Stat:
+    """The same stat, started ``ticks`` later (another process, if the pid is the same)."""
+    return replace(stat, start_ticks=stat.start_ticks + ticks)
