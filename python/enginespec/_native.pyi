@@ -40,8 +40,8 @@ class Scanner:
 
     ``source`` is ``"procfs"`` (Linux's default: the incremental ``/proc`` reader) or
     ``"sysinfo"`` (the default elsewhere). ``root``: read ``ROOT/proc`` instead of ``/proc`` (a
-    fixture host laid out in the kernel's formats; procfs source only). Raises ``ValueError`` for invalid signatures, a
-    negative or non-finite duration, or an unknown source.
+    fixture host laid out in the kernel's formats; procfs source only). Raises ``ValueError``
+    for invalid signatures, a negative or non-finite duration, or an unknown source.
     """
 
     def __new__(

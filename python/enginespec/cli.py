@@ -13,7 +13,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from enginespec.display import age, compact_url, literal, literal_lines
@@ -139,11 +139,13 @@ def _ps_columns() -> tuple[Column, ...]:
     )
 
 
-def _load_columns() -> tuple[Column, ...]:
-    """``ps --load``: requests running and waiting, KV-cache use, generated tokens per second."""
+def _load_columns(droppable: bool = False) -> tuple[Column, ...]:
+    """``ps --load``: requests running and waiting, KV-cache use, generated tokens per second;
+    ``droppable`` (``watch``, which shows them unasked): the first left out when narrow."""
     from enginespec.layout import Column
 
-    return (Column("RUN"), Column("WAIT"), Column("KV%"), Column("TOK/S"))
+    drop = 1 if droppable else 0
+    return tuple(Column(header, drop=drop) for header in ("RUN", "WAIT", "KV%", "TOK/S"))
 
 
 def _load_cells(load: EngineLoad | None) -> list[str]:
@@ -297,7 +299,13 @@ def _sort_key(row: Shown) -> tuple[str, str, int, int]:
 
 
 def _table_lines(
-    rows: Sequence[Shown], health: bool, width: int | None, *, wide: bool = False, load: bool = False
+    rows: Sequence[Shown],
+    health: bool,
+    width: int | None,
+    *,
+    wide: bool = False,
+    load: bool = False,
+    load_droppable: bool = False,
 ) -> list[str]:
     """The ps table as literal text lines fitted to ``width`` (no cell split; a line still too
     wide is cut with an ellipsis rather than wrapped); with ``load`` also the load columns."""
@@ -309,7 +317,7 @@ def _table_lines(
     if not health:
         columns = columns[:-2]
     if load:
-        columns += _load_columns()
+        columns += _load_columns(load_droppable)
     remote = any(r.host is not None for r in rows)
     if remote:
         columns = (Column("HOST", shorten="middle", minimum=10), *columns)
@@ -533,10 +541,18 @@ class _LiveTable:
     and height each time it is drawn (so a resize is followed); rows that do not fit are counted
     (``+22 more``). With ``--remote``, rows carry their host and each lost host is said below."""
 
-    def __init__(self, how: str, health: bool, filters: _Filters) -> None:
+    def __init__(
+        self,
+        how: str,
+        health: bool,
+        filters: _Filters,
+        loads: Callable[[], Mapping[tuple[int, float], EngineLoad | None]] | None = None,
+    ) -> None:
         self.how = how
         self.health = health
         self.filters = filters
+        #: the watch's latest load readings (a local watch with load): RUN, WAIT, KV%, TOK/S
+        self.loads = loads
         self.engines: dict[tuple[str | None, int, float], Shown] = {}
         #: host -> why it is not reached (``--remote``)
         self.lost: dict[str, str] = {}
@@ -566,6 +582,12 @@ class _LiveTable:
         width = options.max_width
         height = options.height or console.size.height
         shown = sorted((row for row in self.engines.values() if self.filters.keeps(row)), key=_sort_key)
+        if self.loads is not None:
+            readings = self.loads()
+            for row in shown:
+                row.load = readings.get((row.process.pid, row.process.start_time))
+        # the load columns only when some engine reports its load
+        load = any(row.load is not None and row.load.available for row in shown)
         title = f"{len(shown)} engine server(s), {self.how}; Ctrl-C to stop"
         yield Text(title if len(title) <= width else title[: max(width - 1, 0)] + "…", style="dim")
         lost = [literal(f"{host}: {error}") for host, error in sorted(self.lost.items())]
@@ -575,7 +597,7 @@ class _LiveTable:
             if len(shown) > room:
                 hidden = len(shown) - (room - 1)  # one line says how many more
                 shown = shown[: room - 1]
-            header, *body = _table_lines(shown, self.health, width)
+            header, *body = _table_lines(shown, self.health, width, load=load, load_droppable=True)
             yield Text(header, style="bold", no_wrap=True, overflow="ellipsis")
             for line in body:
                 yield Text(line, no_wrap=True, overflow="ellipsis")
@@ -675,7 +697,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
             from rich.live import Live
 
             console = Console(markup=False, highlight=False, emoji=False)
-            table = _LiveTable(how, args.health, chosen.filters)
+            table = _LiveTable(how, args.health, chosen.filters, (lambda: watch.loads) if args.load else None)
             with Live(table, console=console, refresh_per_second=4, transient=False):
                 for event in watch:
                     table.apply(event)

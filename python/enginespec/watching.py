@@ -30,6 +30,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from enginespec.errors import InvalidInputError
+from enginespec.load import EngineLoad
 from enginespec.scanning import EngineProcess
 from enginespec.scanning import Scanner as _Scanner
 from enginespec.status import Health, HealthState
@@ -246,6 +247,8 @@ class Watch:
         self._lock = threading.Lock()
         self._current: dict[_Key, EngineProcess] = {}
         self._states: dict[_Key, HealthState] = {}
+        #: each engine's last load reading (with ``load``), for whoever shows the engines
+        self.loads: dict[_Key, EngineLoad | None] = {}
         self._queue: queue.Queue[WatchEvent | BaseException] = queue.Queue()
         self._sink: Callable[[WatchEvent | BaseException], None] = self._queue.put
         backend = scanner._backend
@@ -281,6 +284,7 @@ class Watch:
             events = diff(self._current, processes, time.monotonic())
             self._current = {(p.pid, p.start_time): p for p in processes}
             self._states = {key: state for key, state in self._states.items() if key in self._current}
+            self.loads = {key: load for key, load in self.loads.items() if key in self._current}
             for event in events:
                 self._sink(event)
                 if isinstance(event, Started):
@@ -328,6 +332,8 @@ class Watch:
                     for process, found in zip(processes, vitals, strict=True):
                         health = found.health
                         key = (process.pid, process.start_time)
+                        if key in self._current:
+                            self.loads[key] = found.load
                         previous = self._states.get(key)
                         if key not in self._current or previous == health.state:
                             continue
