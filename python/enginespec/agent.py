@@ -13,7 +13,8 @@ It listens on loopback or a unix socket (mode 0600) unless told otherwise; any o
 needs a token (``Authorization: Bearer TOKEN``, compared in constant time), and says so at start.
 Served by uvicorn (a maintained ASGI server): headers are capped at 16 KiB, connections at
 :data:`MAX_CONNECTIONS` (503 beyond), event streams at :data:`MAX_EVENT_CLIENTS`, and a client
-that reads events too slowly to keep :data:`EVENT_QUEUE` in hand is disconnected.
+that lets more than :data:`MAX_QUEUED_BYTES` of events pile up, or takes more than
+:data:`SEND_SECONDS` to take one, is disconnected.
 """
 
 from __future__ import annotations
@@ -53,8 +54,10 @@ from enginespec.watching import (
 
 MAX_CONNECTIONS = 64
 MAX_EVENT_CLIENTS = 32
-#: events held for one client before it counts as too slow and is disconnected.
-EVENT_QUEUE = 4096
+#: bytes of events held for one client before it counts as too slow and is disconnected.
+MAX_QUEUED_BYTES = 16 * 1024 * 1024
+#: seconds one write to a client may take before it counts as gone.
+SEND_SECONDS = 10.0
 #: seconds between comments on an idle event stream (proxies close silent connections).
 KEEPALIVE_SECONDS = 15.0
 MAX_HEADER_BYTES = 16 * 1024
@@ -119,53 +122,72 @@ def read_token(path: str) -> str:
 
 
 class _Client:
-    """One event stream: its queue lives in the server's event loop."""
+    """One event stream: its queue lives in the server's event loop, and its ids are its own
+    (each one more than the last it was sent)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue(EVENT_QUEUE)
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        #: bytes queued and not yet sent: a client that lets them pile up is disconnected
+        self.queued = 0
+        self._next_id = 0
+        self._closed = False
 
-    def offer(self, item: bytes | None) -> None:
-        """In the loop: queue ``item``; a client with a full queue gets ``None`` (disconnect)."""
-        if self.queue.full():
-            with contextlib.suppress(asyncio.QueueEmpty):
-                while True:
-                    self.queue.get_nowait()
-            item = None
-        self.queue.put_nowait(item)
+    def offer(self, kind: str, data: str, *, replay: bool = False) -> None:
+        """In the loop: queue one event (``replay``: of what runs, when it connects, never
+        counted against it); one over :data:`MAX_QUEUED_BYTES` ends the stream instead."""
+        if self._closed:
+            return
+        self._next_id += 1
+        frame = f"id: {self._next_id}\nevent: {kind}\ndata: {data}\n\n".encode()
+        if not replay and self.queued + len(frame) > MAX_QUEUED_BYTES:
+            self.end()
+            return
+        self.queued += len(frame)
+        self.queue.put_nowait(frame)
+
+    def end(self) -> None:
+        """In the loop: nothing more is queued; the stream ends after what is (dropped: too slow)."""
+        if not self._closed:
+            self._closed = True
+            while not self.queue.empty():
+                self.queue.get_nowait()
+            self.queue.put_nowait(None)
 
 
 class EventHub:
-    """The watch's events, numbered, to every event stream; remembers each running engine's
-    ``started`` (with its latest facts) and last health event, for clients that connect later."""
+    """The watch's events to every event stream; remembers each running engine's ``started``
+    (with its latest facts) and last health event, serialised once, for clients that connect
+    later."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._clients: set[_Client] = set()
-        self._sequence = 0
-        #: (pid, start time) -> [started or changed event, last health event]
-        self._running: dict[tuple[int, float], list[WatchEvent]] = {}
+        #: (pid, start time) -> [(type, JSON) of its started or changed event, of its last health event]
+        self._running: dict[tuple[int, float], list[tuple[str, str]]] = {}
+        #: why the watch ended, when it failed: no stream is served then
+        self.failed: str | None = None
 
     def publish(self, event: WatchEvent) -> None:
         """From the watch's thread."""
+        kind, data = event.type, event_json(event)
         with self._lock:
-            self._remember(event)
-            self._sequence += 1
-            frame = _frame(self._sequence, event)
+            self._remember(event, data)
             for client in self._clients:
-                client.loop.call_soon_threadsafe(client.offer, frame)
+                client.loop.call_soon_threadsafe(client.offer, kind, data)
 
-    def _remember(self, event: WatchEvent) -> None:
+    def _remember(self, event: WatchEvent, data: str) -> None:
         if isinstance(event, Stopped):
             self._running.pop((event.identity.pid, event.identity.start_time), None)
             return
         key = (event.process.pid, event.process.start_time)
         if isinstance(event, Started):
-            self._running[key] = [event]
+            self._running[key] = [("started", data)]
         elif isinstance(event, Changed) and key in self._running:
-            self._running[key][0] = Started(monotonic=event.monotonic, process=event.process)
+            started = Started(monotonic=event.monotonic, process=event.process)
+            self._running[key][0] = ("started", event_json(started))
         elif isinstance(event, HealthChanged | Recovered) and key in self._running:
-            self._running[key][1:] = [event]
+            self._running[key][1:] = [(event.type, data)]
 
     def subscribe(self) -> _Client | None:
         """In the loop: a new stream, its queue holding what is running now; ``None`` when
@@ -175,9 +197,8 @@ class EventHub:
             if len(self._clients) >= MAX_EVENT_CLIENTS:
                 return None
             for remembered in self._running.values():
-                for event in remembered:
-                    self._sequence += 1
-                    client.offer(_frame(self._sequence, event))
+                for kind, data in remembered:
+                    client.offer(kind, data, replay=True)
             self._clients.add(client)
         return client
 
@@ -185,15 +206,12 @@ class EventHub:
         with self._lock:
             self._clients.discard(client)
 
-    def close(self) -> None:
-        """Ends every stream (the agent stops)."""
+    def close(self, failed: str | None = None) -> None:
+        """Ends every stream (the agent stops, or the watch failed: ``failed`` says why)."""
         with self._lock:
+            self.failed = failed
             for client in self._clients:
-                client.loop.call_soon_threadsafe(client.offer, None)
-
-
-def _frame(sequence: int, event: WatchEvent) -> bytes:
-    return f"id: {sequence}\nevent: {event.type}\ndata: {event_json(event)}\n\n".encode()
+                client.loop.call_soon_threadsafe(client.end)
 
 
 class Agent:
@@ -209,6 +227,7 @@ class Agent:
         self._control = control
         #: engines restarted through the agent: its children, stopped with it (see ``close``)
         self._children: list[RunningEngine] = []
+        self._acting = asyncio.Lock()
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         if scope["type"] != "http":
@@ -249,6 +268,8 @@ class Agent:
             from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
             await _respond(send, 200, generate_latest(self._refresher.registry), CONTENT_TYPE_LATEST)
+        elif path == "/v1/events" and scope["method"] == "HEAD":
+            await _respond(send, 200, b"", "text/event-stream")
         elif path == "/v1/events":
             await self._events(receive, send)
         else:
@@ -284,7 +305,8 @@ class Agent:
                 send, 404, f"no engine {target!r} (GET /v1/engines lists them)\n".encode(), "text/plain"
             )
             return
-        status, document, child = await asyncio.to_thread(_control, found[0], action, grace)
+        async with self._acting:  # one at a time: two restarts never start two copies
+            status, document, child = await asyncio.to_thread(_control, found[0], action, grace)
         if child is not None:
             self._children.append(child)
         await _respond(send, status, _json(document), "application/json")
@@ -296,12 +318,26 @@ class Agent:
             child.close()
 
     async def _events(self, receive: _Receive, send: _Send) -> None:
+        if self._hub.failed is not None:
+            await _respond(send, 503, f"the watch failed: {self._hub.failed}\n".encode(), "text/plain")
+            return
         client = self._hub.subscribe()
         if client is None:
             await _respond(send, 503, b"too many event streams\n", "text/plain")
             return
         headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
         gone = asyncio.ensure_future(_disconnected(receive))
+
+        async def write(body: bytes, more: bool = True) -> bool:
+            """Sends a part; ``False`` when the client took longer than SEND_SECONDS (gone)."""
+            try:
+                await asyncio.wait_for(
+                    send({"type": "http.response.body", "body": body, "more_body": more}), SEND_SECONDS
+                )
+            except asyncio.TimeoutError:
+                return False
+            return True
+
         try:
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             while True:
@@ -314,13 +350,16 @@ class Agent:
                     return
                 if taken not in done:
                     taken.cancel()
-                    await send({"type": "http.response.body", "body": b": keepalive\n\n", "more_body": True})
+                    if not await write(b": keepalive\n\n"):
+                        return
                     continue
                 frame = taken.result()
                 if frame is None:  # too slow, or the agent stops
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    await write(b"", more=False)
                     return
-                await send({"type": "http.response.body", "body": frame, "more_body": True})
+                client.queued -= len(frame)
+                if not await write(frame):
+                    return
         finally:
             gone.cancel()
             self._hub.unsubscribe(client)
@@ -336,26 +375,24 @@ def _control(
     process: EngineProcess, action: str, grace: float
 ) -> tuple[int, dict[str, Any], RunningEngine | None]:
     """Stops or restarts ``process`` (on a worker thread): the HTTP status, what was done, and
-    the engine restarted (now the agent's child)."""
-    from enginespec.errors import RestartRefused
+    the engine restarted (now the agent's child). A failure is the answer, never an exception."""
+    from enginespec.errors import EngineSpecError
     from enginespec.lifecycle import adopt
 
     try:
         engine = adopt(process)
-    except InvalidInputError as err:
+    except EngineSpecError as err:  # gone since the refresh
         return 409, {"error": str(err)}, None
-    if action == "stop":
-        try:
-            result = engine.stop(grace).model_dump(mode="json")
-        finally:
-            engine.close()
-        return 200, {"action": "stop", "pid": process.pid, "result": result}, None
     try:
-        result = engine.restart(grace).model_dump(mode="json")
-    except RestartRefused as err:
+        if action == "stop":
+            stopped = engine.stop(grace).model_dump(mode="json")
+            engine.close()
+            return 200, {"action": "stop", "pid": process.pid, "result": stopped}, None
+        restarted = engine.restart(grace).model_dump(mode="json")
+    except (EngineSpecError, OSError) as err:  # its command unreadable, or it failed to start again
         engine.close()
         return 409, {"error": str(err)}, None
-    return 200, {"action": "restart", "pid": engine.pid, "result": result}, engine
+    return 200, {"action": "restart", "pid": engine.pid, "result": restarted}, engine
 
 
 async def _disconnected(receive: _Receive) -> None:
@@ -382,7 +419,9 @@ def _bind(where: Listen) -> socket.socket:
         with contextlib.suppress(FileNotFoundError):
             if not _is_socket(where.path):
                 raise InvalidInputError(f"--listen unix:{where.path}: exists and is not a socket")
-            os.unlink(where.path)
+            if _answers(where.path):
+                raise InvalidInputError(f"--listen unix:{where.path}: another process listens there")
+            os.unlink(where.path)  # a socket left by an agent that is gone
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
@@ -396,6 +435,17 @@ def _bind(where: Listen) -> socket.socket:
         sock.bind((where.host, where.port))
     sock.listen(128)
     return sock
+
+
+def _answers(path: str) -> bool:
+    """Whether something accepts connections on the unix socket ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+    return True
 
 
 def _is_socket(path: str) -> bool:
@@ -444,9 +494,14 @@ def serve(
     watch = Scanner().watch(health=True)
 
     def relay() -> None:
-        with contextlib.suppress(Exception):  # the watch ends when closed
+        try:
             for event in watch:
                 hub.publish(event)
+        except Exception as err:  # said, and every stream ends: remote watchers see the host lost
+            if not stop.is_set():
+                if log is not None:
+                    log(f"enginespec serve: the watch failed: {err}")
+                hub.close(failed=str(err) or type(err).__name__)
 
     threads = [
         threading.Thread(target=refresher.run, args=(stop,), name="enginespec-refresh", daemon=True),
@@ -486,6 +541,8 @@ def serve(
         hub.close()
         app.close()
         watch.close()
+        # none may still be in the native scanner (without the GIL) when the interpreter ends
+        threads[0].join(timeout=interval + 5.0)
         sock.close()
         if where.path is not None:
             with contextlib.suppress(OSError):

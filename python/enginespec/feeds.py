@@ -4,9 +4,10 @@ whatever enginespec finds instead of lists typed by hand.
 
 An engine is listed only while its health is ``ready`` with its identity verified (the server
 answering is its own process tree's and serves the model its argv names: ``check_all(...,
-verify_identity=True)``), at an address another host can use: a wildcard listen address
-(``0.0.0.0``, ``::``) is given as ``advertise`` (this host's name by default), a container's as the
-host address its port is published on; an engine on a unix socket is not listed. Files are
+verify_identity=True)``), at an IP address: a wildcard listen address (``0.0.0.0``, ``::``) is
+given as ``advertise`` (this host's name by default), a container's as the host address its port
+is published on, a loopback one as it is (for readers on this host); an engine on a unix socket,
+or whose argv names its host by a name, is not listed (see :func:`address`). Files are
 replaced whole (a temporary file beside them, fsync, rename), so a reader never sees a torn one.
 """
 
@@ -44,8 +45,11 @@ def advertised_host(host: str | None = None) -> str:
 
 
 def address(process: EngineProcess, advertise: str) -> str | None:
-    """``host:port`` where other hosts reach ``process``'s API, or ``None`` (a unix socket, no port,
-    no usable address)."""
+    """``host:port`` where ``process``'s API is reached, or ``None`` (a unix socket, no port, or a
+    host *name* its argv or environment gives: the answering socket was checked to be its own,
+    but not that a name leads to it, so a name would let any user point a fleet's routers and
+    scrapers at any host). A wildcard address is ``advertise``; an IP literal is itself (a
+    loopback one serves readers on this host)."""
     port: int | None
     if process.published:
         host, port = process.published[0].host_address, process.published[0].host_port
@@ -55,7 +59,13 @@ def address(process: EngineProcess, advertise: str) -> str | None:
         host, port = process.effective_host, process.effective_port
     if port is None:
         return None
-    connect = advertise if is_wildcard(host) else connect_host(host)
+    if is_wildcard(host):
+        return f"{advertise}:{port}"
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    connect = connect_host(host)
     return None if connect is None else f"{connect}:{port}"
 
 
@@ -113,16 +123,22 @@ def file_sd(processes: Sequence[EngineProcess], advertise: str) -> _Rendered:
     API address (``__metrics_path__`` where the engine's path is not ``/metrics``), with label
     names Prometheus 2.x accepts too (``[a-zA-Z_][a-zA-Z0-9_]*``). Prometheus keeps a file's
     previous targets while a new one does not parse, and notices a rename in the directory."""
-    groups = []
+    groups, notes = [], []
     for process in processes:
         where, path = address(process, advertise), metrics_path(process)
+        if where is None:
+            notes.append(f"{process.engine_id}: {_NO_ADDRESS}")
         if where is None or path is None:
             continue
         labels = _labels(process)
         if path != "/metrics":
             labels["__metrics_path__"] = path
         groups.append({"targets": [where], "labels": labels})
-    return groups, []
+    return groups, notes
+
+
+#: Why an engine has no address in a feed (see :func:`address`).
+_NO_ADDRESS = "no address other hosts can use (a unix socket, no port, or a host name, not an IP address)"
 
 
 #: llm-d's file-discovery refuses a larger file (llm-d-router v0.10.0, pkg/epp/framework/plugins/
@@ -140,10 +156,11 @@ def llm_d(processes: Sequence[EngineProcess], advertise: str) -> _Rendered:
     for process, name in zip(processes, unique_engine_ids(processes), strict=True):
         where = address(process, advertise)
         host, _, port = (where or "").rpartition(":")
-        if where is None or not _is_ipv4(host):
-            notes.append(
-                f"{process.engine_id}: llm-d takes only IPv4 addresses, not {where or 'a unix socket'}"
-            )
+        if where is None:
+            notes.append(f"{process.engine_id}: {_NO_ADDRESS}")
+            continue
+        if not _is_ipv4(host):
+            notes.append(f"{process.engine_id}: llm-d takes only IPv4 addresses, not {where}")
             continue
         entries.append(
             {"name": name, "namespace": "default", "address": host, "port": port, "labels": _labels(process)}
@@ -182,9 +199,12 @@ def production_stack(processes: Sequence[EngineProcess], advertise: str) -> _Ren
     backends, names, notes = [], [], []
     for process in processes:
         where = address(process, advertise)
-        url = None if where is None else f"http://{where}"
-        if url is None or not _ROUTER_URL.fullmatch(url):
-            notes.append(f"{process.engine_id}: the router refuses the URL {url or '(a unix socket)'}")
+        if where is None:
+            notes.append(f"{process.engine_id}: {_NO_ADDRESS}")
+            continue
+        url = f"http://{where}"
+        if not _ROUTER_URL.fullmatch(url):
+            notes.append(f"{process.engine_id}: the router refuses the URL {url}")
             continue
         for served in process.served_model_names or ((process.model,) if process.model else ()):
             if "," in served or not served.isprintable():
@@ -352,6 +372,10 @@ def export_watch(
                 key = (event.process.pid, event.process.start_time)
                 if key in listed:
                     listed[key] = event.process
-            writer.write(list(listed.values()))
+            try:
+                writer.write(list(listed.values()))
+            except InvalidInputError as err:  # a full disk, a broken pipe: said, tried again next time
+                if writer._log is not None:
+                    writer._log(str(err))
     finally:
         watch.close()

@@ -67,6 +67,8 @@ def agent_url(text: str) -> str:
         raise InvalidInputError(
             f"--remote: {text!r} is not http://HOST:PORT, https://HOST:PORT or unix:/path"
         )
+    if parts.username is not None or parts.password is not None:
+        raise InvalidInputError("--remote: credentials in the URL are refused: give --token-file")
     return f"{parts.scheme}://{parts.netloc}"
 
 
@@ -92,6 +94,23 @@ def _engines(host: str, data: bytes) -> tuple[RemoteEngine, ...]:
     return tuple(found)
 
 
+def _headers(token: str | None) -> dict[str, str]:
+    # identity: a compressed answer would be inflated before any cap could apply
+    headers = {"accept-encoding": "identity"}
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
+    return headers
+
+
+#: How much of a refusal's body is read, for its reason.
+_REASON_BYTES = 200
+
+
+def _refused(status: int, start: bytes) -> _Refused:
+    reason = start[:_REASON_BYTES].decode("utf-8", "replace").strip()
+    return _Refused(f"HTTP {status}" + (f": {reason}" if reason else ""))
+
+
 async def _fetch_one(url: str, token: str | None) -> bytes:
     import httpx
 
@@ -100,20 +119,20 @@ async def _fetch_one(url: str, token: str | None) -> bytes:
         base = "http://agent"
     else:
         transport, base = httpx.AsyncHTTPTransport(), url
-    headers = {"authorization": f"Bearer {token}"} if token is not None else {}
     async with (
         httpx.AsyncClient(transport=transport, timeout=None, trust_env=False) as client,
-        client.stream("GET", f"{base}/v1/engines", headers=headers) as answer,
+        client.stream("GET", f"{base}/v1/engines", headers=_headers(token)) as answer,
     ):
-        if answer.status_code != 200:
-            reason = (await answer.aread())[:200].decode("utf-8", "replace").strip()
-            raise _Refused(f"HTTP {answer.status_code}" + (f": {reason}" if reason else ""))
         chunks, size = [], 0
-        async for chunk in answer.aiter_bytes():
+        async for chunk in answer.aiter_raw():
+            if answer.status_code != 200:
+                raise _refused(answer.status_code, chunk)
             size += len(chunk)
             if size > MAX_ANSWER_BYTES:
                 raise _Refused(f"the answer is over {MAX_ANSWER_BYTES} bytes")
             chunks.append(chunk)
+        if answer.status_code != 200:
+            raise _refused(answer.status_code, b"")
         return b"".join(chunks)
 
 
@@ -131,7 +150,8 @@ async def _report(url: str, token: str | None, timeout: float) -> HostReport:
 
     try:
         data = await asyncio.wait_for(_fetch_one(url, token), timeout)
-        return report(engines=_engines(url, data))
+        # parsed on a thread: a large answer never delays the other hosts' reports
+        return report(engines=await asyncio.to_thread(_engines, url, data))
     except asyncio.TimeoutError:
         return report(f"no answer within {timeout:g}s")
     except _Refused as err:
@@ -159,8 +179,9 @@ def fetch_remote(urls: Sequence[str], *, timeout: float = 2.0, token: str | None
     return blocking(fetch_remote_async(urls, timeout=timeout, token=token))
 
 
-#: The most one event of an agent may be (an engine's JSON is a few KB).
-MAX_EVENT_BYTES = 1024 * 1024
+#: The most one event of an agent may be (an engine's JSON is a few KB; one whose argv is at the
+#: scan's cap, all control bytes shown as escapes, about 1.6 MB).
+MAX_EVENT_BYTES = 8 * 1024 * 1024
 #: Seconds between tries to reach an agent again after it was lost (doubled up to the last).
 RECONNECT_SECONDS = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 
@@ -190,13 +211,18 @@ def watch_remote(
     """The events of every agent, merged as they come, each host on its own thread: one that is
     slow or gone never holds the others. A host that cannot be reached (within ``timeout``, or
     silent for longer than its keep-alive) is a :class:`HostLost`, then tried again. Runs until
-    the iterator is closed."""
+    the iterator is closed. Bad ``urls`` or ``timeout`` raise :class:`InvalidInputError` here."""
     if not timeout > 0:
         raise InvalidInputError(f"timeout: must be a positive number of seconds, got {timeout!r}")
-    checked = [agent_url(url) for url in urls]
+    return _merged([agent_url(url) for url in urls], timeout, token)
+
+
+def _merged(
+    urls: list[str], timeout: float, token: str | None
+) -> Generator[RemoteEvent | HostLost, None, None]:
     merged: queue.Queue[RemoteEvent | HostLost] = queue.Queue(maxsize=10_000)
     stop = threading.Event()
-    for url in checked:
+    for url in urls:
         threading.Thread(
             target=_follow,
             args=(url, token, timeout, merged, stop),
@@ -208,6 +234,19 @@ def watch_remote(
             yield merged.get()
     finally:
         stop.set()
+
+
+def _put(
+    merged: queue.Queue[RemoteEvent | HostLost], item: RemoteEvent | HostLost, stop: threading.Event
+) -> bool:
+    """Hands ``item`` on, waiting while the reader is behind; ``False`` once it has stopped."""
+    while not stop.is_set():
+        try:
+            merged.put(item, timeout=0.5)
+            return True
+        except queue.Full:
+            continue
+    return False
 
 
 def _follow(
@@ -224,8 +263,7 @@ def _follow(
         try:
             for event in _stream(url, token, timeout):
                 attempt = 0
-                merged.put(RemoteEvent(host=url, event=event))
-                if stop.is_set():
+                if not _put(merged, RemoteEvent(host=url, event=event), stop):
                     return
             error = "the event stream ended"
         except httpx.TimeoutException:
@@ -234,11 +272,33 @@ def _follow(
             error = str(err)
         except httpx.HTTPError as err:
             error = f"cannot reach it: {err or type(err).__name__}"
-        except (ValueError, ValidationError) as err:
-            error = f"not an agent's event: {str(err).splitlines()[0][:200]}"
-        merged.put(HostLost(host=url, error=error))
+        except (ValueError, ValidationError, RecursionError) as err:
+            error = (
+                f"not an agent's event: {str(err).splitlines()[0][:200] if str(err) else type(err).__name__}"
+            )
+        if not _put(merged, HostLost(host=url, error=error), stop):
+            return
         stop.wait(RECONNECT_SECONDS[min(attempt, len(RECONNECT_SECONDS) - 1)])
         attempt += 1
+
+
+def _lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """The lines of a byte stream, each refused once it passes MAX_EVENT_BYTES (before it is whole)."""
+    partial: list[bytes] = []
+    size = 0
+    for chunk in chunks:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            partial.append(chunk[start:end])
+            yield b"".join(partial).rstrip(b"\r")
+            partial, size, start = [], 0, end + 1
+        if start < len(chunk):
+            partial.append(chunk[start:])
+            size += len(chunk) - start
+        if size > MAX_EVENT_BYTES:
+            raise ValueError(f"an event is over {MAX_EVENT_BYTES} bytes")
+    if partial:
+        yield b"".join(partial)
 
 
 def _stream(url: str, token: str | None, timeout: float) -> Iterator[WatchEvent]:
@@ -250,27 +310,24 @@ def _stream(url: str, token: str | None, timeout: float) -> Iterator[WatchEvent]
         transport, base = httpx.HTTPTransport(uds=url[len("unix:") :]), "http://agent"
     else:
         transport, base = httpx.HTTPTransport(), url
-    headers = {"authorization": f"Bearer {token}"} if token is not None else {}
     # the agent says something at least every KEEPALIVE_SECONDS: silence beyond that is a lost host
     limits = httpx.Timeout(timeout, read=KEEPALIVE_SECONDS + timeout)
     with (
         httpx.Client(transport=transport, timeout=limits, trust_env=False) as client,
-        client.stream("GET", f"{base}/v1/events", headers=headers) as answer,
+        client.stream("GET", f"{base}/v1/events", headers=_headers(token)) as answer,
     ):
         if answer.status_code != 200:
-            raise _Refused(
-                f"HTTP {answer.status_code}: {answer.read()[:200].decode('utf-8', 'replace').strip()}"
-            )
-        data: list[str] = []
+            raise _refused(answer.status_code, next(answer.iter_raw(_REASON_BYTES), b""))
+        data: list[bytes] = []
         size = 0
-        for line in answer.iter_lines():
+        for line in _lines(answer.iter_raw()):
             size += len(line)
             if size > MAX_EVENT_BYTES:
                 raise ValueError(f"an event is over {MAX_EVENT_BYTES} bytes")
-            if line.startswith("data: "):
-                data.append(line[len("data: ") :])
+            if line.startswith(b"data: "):
+                data.append(line[len(b"data: ") :])
             elif not line and data:
-                event = parse_event("\n".join(data))
+                event = parse_event(b"\n".join(data))
                 if not isinstance(event, Stopped):
                     event.process._local = False
                 yield event
