@@ -6,6 +6,7 @@ be slow, hang, close the socket mid-response or send garbage.
 
 from __future__ import annotations
 
+import os
 import socket
 import socketserver
 import threading
@@ -41,26 +42,64 @@ class Script:
     routes: dict[str, list[Answer]]
     seen: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: with ``FakeEngine(origins=True)``: the requests this test process made itself. Only they
+    #: move a route's script on: on a busy host other watchers and exporters ask the same engines
+    #: (they get the answer in turn without using it up).
+    ours: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
 
-    def next_answer(self, method: str, path: str, headers: dict[str, str]) -> Answer:
+    def next_answer(
+        self, method: str, path: str, headers: dict[str, str], ours: bool | None = None
+    ) -> Answer:
+        """``ours``: ``None`` when origins are not told apart (every request moves the script)."""
         with self.lock:
             self.seen.append((method, path, headers))
+            if ours:
+                self.ours.append((method, path, headers))
             answers = self.routes.get(path)
             if not answers:
                 return Answer(404, b'{"error":"not found"}')
-            return answers.pop(0) if len(answers) > 1 else answers[0]
+            moves = ours is None or ours
+            return answers.pop(0) if len(answers) > 1 and moves else answers[0]
+
+
+def _from_this_process(client: object) -> bool:
+    """Whether the connecting socket (its ``(host, port)``) is one of this process's own: the
+    kernel's TCP table names the socket's inode, this process's fds say whether it holds it."""
+    if not isinstance(client, tuple) or len(client) < 2:
+        return False
+    wanted = f":{int(client[1]):04X} "
+    inodes = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        try:
+            with open(table) as rows:
+                for row in rows:
+                    fields = row.split()
+                    if len(fields) > 9 and (fields[1] + " ").endswith(wanted):
+                        inodes.add(fields[9])
+        except OSError:
+            continue
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     script: Script
     stop: threading.Event
+    origins: bool = False
 
     def _serve(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         if length:
             self.rfile.read(length)
-        answer = self.script.next_answer(self.command, self.path, dict(self.headers))
+        ours = _from_this_process(self.client_address) if self.origins else None
+        answer = self.script.next_answer(self.command, self.path, dict(self.headers), ours)
         if answer.hang:
             self.stop.wait(60)
             return
@@ -117,12 +156,14 @@ class FakeEngine:
         port: int = 0,
         unix_path: str | None = None,
         sock: socket.socket | None = None,
+        origins: bool = False,
     ) -> None:
         """``sock``: a bound socket (see :func:`bound_socket`) to listen on, which a process
-        standing for the engine may hold too (then the answering socket is that process's)."""
+        standing for the engine may hold too (then the answering socket is that process's).
+        ``origins``: note which requests this test process made (``script.ours``)."""
         self.script = Script({path: list(answers) for path, answers in routes.items()})
         self.stop = threading.Event()
-        handler = type("Handler", (_Handler,), {"script": self.script, "stop": self.stop})
+        handler = type("Handler", (_Handler,), {"script": self.script, "stop": self.stop, "origins": origins})
         self.server: socketserver.BaseServer
         if unix_path:
             self.server = _UnixServer(unix_path, handler)

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import enginespec.agent as agent_module
 from enginespec import EngineProcess, Health, remote
 from enginespec.errors import InvalidInputError
 from enginespec.scanning import engine_document
@@ -461,3 +462,52 @@ def test_control_needs_the_flag_and_a_token_and_stops_and_restarts(tmp_path: Pat
             if restarted_pid is not None:  # the agent started it for this test: end it
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(restarted_pid, signal.SIGKILL)
+
+
+def test_credentials_in_a_remote_url_are_refused() -> None:
+    with pytest.raises(InvalidInputError, match="credentials in the URL are refused: give --token-file"):
+        remote.agent_url("http://user:secret@127.0.0.1:9465")
+
+
+def test_an_event_line_beyond_the_cap_loses_the_host_before_it_is_whole() -> None:
+    """A stream that never ends its line is refused once the line passes the cap (not buffered
+    whole), and the host is said lost."""
+    endless = b"data: " + b"x" * (remote.MAX_EVENT_BYTES + 4096)
+    with serving({"/v1/events": [Answer(200, endless, content_type="text/event-stream")]}) as other:
+        items = remote.watch_remote([other.url], timeout=5)
+        try:
+            lost = next(items)
+        finally:
+            items.close()
+    assert isinstance(lost, remote.HostLost)
+    assert lost.error == f"not an agent's event: an event is over {remote.MAX_EVENT_BYTES} bytes"
+
+
+def test_a_client_that_stops_reading_events_is_let_go(procs: Procs) -> None:
+    """A client that never reads its stream is disconnected once its events pile up or a write
+    stalls: it does not hold its slot forever (the agent serves the next client)."""
+    port = free_port()
+    with agent("--listen", f"127.0.0.1:{port}"):
+        _until("the agent answers", lambda: httpx.get(f"http://127.0.0.1:{port}/v1/engines", timeout=5))
+        stuck = []
+        try:
+            for _ in range(agent_module.MAX_EVENT_CLIENTS):
+                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.sendall(b"GET /v1/events HTTP/1.1\r\nhost: x\r\n\r\n")
+                stuck.append(sock)
+            # every slot is taken: the next stream is refused ...
+            _until(
+                "the slots are full",
+                lambda: httpx.get(f"http://127.0.0.1:{port}/v1/events", timeout=5).status_code == 503,
+            )
+        finally:
+            for sock in stuck:
+                sock.close()
+
+        # ... and once those clients are gone, their slots are free again
+        def streams() -> bool:
+            with httpx.stream("GET", f"http://127.0.0.1:{port}/v1/events", timeout=5) as answer:
+                return answer.status_code == 200
+
+        _until("a slot is free again", streams)

@@ -411,10 +411,10 @@ def test_mlx_vlm_health_is_asked_with_the_servers_key(procs: Procs) -> None:
     sock = bound_socket()
     port = sock.getsockname()[1]
     proc = _scanned(procs, ["mlx_vlm.server", "--port", str(port), "--api-key", "sk-vlm"], sock)
-    with serving({"/health": [Answer(200, b'{"status":"healthy"}')]}, sock=sock) as server:
+    with serving({"/health": [Answer(200, b'{"status":"healthy"}')]}, sock=sock, origins=True) as server:
         health = check_health(proc)
     assert health.state == "ready"
-    assert [h.get("Authorization") for _, path, h in server.script.seen if path == "/health"] == [
+    assert [h.get("Authorization") for _, path, h in server.script.ours if path == "/health"] == [
         "Bearer sk-vlm"
     ]
     assert "sk-vlm" not in proc.model_dump_json()

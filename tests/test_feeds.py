@@ -402,3 +402,19 @@ def test_each_engines_own_metrics_endpoint_follows_its_argv(
 ) -> None:
     process = made_engine(8000).model_copy(update={"engine": engine, "argv": argv})
     assert feeds.metrics_path(process) == path
+
+
+def test_a_host_name_an_engine_names_is_never_advertised(procs: Procs, tmp_path: Path) -> None:
+    """The answering socket is checked to be the engine's own, not that a name leads to it: an
+    engine whose argv says `--host attacker.example` is left out, said, in every format."""
+    ready = {"/health": [Answer(200)], "/v1/models": [models("/models/a")], "/metrics": [METRICS]}
+    argv = ["vllm", "serve", "/models/a", "--host", "attacker.example", "--port", "{port}"]
+    with fake_engine(procs, argv, ready) as port:
+        outputs = {
+            f: _export("--format", f, "--out", "-", "--advertise", "10.1.2.3") for f in feeds.FEED_FORMATS
+        }
+    for feed, done in outputs.items():
+        assert done.returncode == 0, done.stderr
+        assert "attacker.example" not in done.stdout, feed
+        assert str(port) not in done.stdout, feed
+        assert "no address other hosts can use" in done.stderr, feed

@@ -118,7 +118,7 @@ def test_a_name_is_never_resolved_the_trees_own_loopback_is_used(procs: Procs) -
     sock.bind(("::1", port))
     sock.set_inheritable(True)
     with serving({"/health": [Answer(200, OK)]}, port=port) as other, sock:
-        server = FakeEngine({"/health": [Answer(200, OK)]}, sock=sock)
+        server = FakeEngine({"/health": [Answer(200, OK)]}, sock=sock, origins=True)
         try:
             for host in ("localhost", "my-server.example"):
                 proc = procs.start(
@@ -126,7 +126,7 @@ def test_a_name_is_never_resolved_the_trees_own_loopback_is_used(procs: Procs) -
                 )
                 health = check_health(_scanned(proc.pid))
                 assert (health.state, health.http_status) == ("ready", 200), health
-            assert len(server.script.seen) == 2
+            assert len(server.script.ours) == 2
             assert other.script.seen == []
         finally:
             server.close()

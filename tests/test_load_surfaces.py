@@ -32,10 +32,10 @@ def _vllm(procs: Procs, sock: socket.socket) -> EngineProcess:
 
 def test_load_command_prints_two_readings_as_json(procs: Procs, capsys: pytest.CaptureFixture[str]) -> None:
     sock = bound_socket()
-    with serving({"/metrics": _advancing()}, sock=sock) as server:
+    with serving({"/metrics": _advancing()}, sock=sock, origins=True) as server:
         process = _vllm(procs, sock)
         code = cli.main(["load", str(process.pid), "--json", "--interval", "100ms"])
-        asked = [path for _, path, _ in server.script.seen]
+        asked = [path for _, path, _ in server.script.ours]
     document = json.loads(capsys.readouterr().out)
     assert code == 0
     assert asked == ["/metrics", "/metrics"]
@@ -70,13 +70,14 @@ def test_load_command_says_why_there_is_no_reading(procs: Procs, capsys: pytest.
 
 def test_ps_asks_for_no_load_unless_told(procs: Procs, capsys: pytest.CaptureFixture[str]) -> None:
     sock = bound_socket()
-    with serving({"/health": [Answer(200)], "/metrics": _advancing()}, sock=sock) as server:
+    # only this process's requests count: other watchers on the host may check the engine too
+    with serving({"/health": [Answer(200)], "/metrics": _advancing()}, sock=sock, origins=True) as server:
         process = _vllm(procs, sock)
         assert cli.main(["ps", "--json"]) == 0
-        plain = [path for _, path, _ in server.script.seen]
-        server.script.seen.clear()
+        plain = [path for _, path, _ in server.script.ours]
+        server.script.ours.clear()
         assert cli.main(["ps", "--json", "--load", "--load-interval", "100ms"]) == 0
-        loaded = [path for _, path, _ in server.script.seen]
+        loaded = [path for _, path, _ in server.script.ours]
     outputs = capsys.readouterr().out
     assert "/metrics" not in plain
     assert loaded.count("/metrics") == 2
@@ -136,10 +137,10 @@ def test_exporter_load_series_and_new_states(procs: Procs) -> None:
 
 def test_exporter_without_load_has_no_load_series(procs: Procs) -> None:
     sock = bound_socket()
-    with serving({"/health": [Answer(200)], "/metrics": _advancing()}, sock=sock) as server:
+    with serving({"/health": [Answer(200)], "/metrics": _advancing()}, sock=sock, origins=True) as server:
         _vllm(procs, sock)
         collector = EngineCollector()
         _refresh(Scanner(), collector, True, 2.0, 300.0)
-        asked = [path for _, path, _ in server.script.seen]
+        asked = [path for _, path, _ in server.script.ours]
     assert "/metrics" not in asked
     assert "enginespec_engine_requests_running" not in _scrape(collector)
