@@ -4,6 +4,7 @@ real processes, a fake agent of another host that is slow or gone."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -483,9 +484,9 @@ def test_an_event_line_beyond_the_cap_loses_the_host_before_it_is_whole() -> Non
     assert lost.error == f"not an agent's event: an event is over {remote.MAX_EVENT_BYTES} bytes"
 
 
-def test_a_client_that_stops_reading_events_is_let_go(procs: Procs) -> None:
-    """A client that never reads its stream is disconnected once its events pile up or a write
-    stalls: it does not hold its slot forever (the agent serves the next client)."""
+def test_event_slots_are_capped_and_freed_when_clients_go(procs: Procs) -> None:
+    """With every event-stream slot held by clients that never read, the next stream is refused
+    (503); once they go, their slots are free again."""
     port = free_port()
     with agent("--listen", f"127.0.0.1:{port}"):
         _until("the agent answers", lambda: httpx.get(f"http://127.0.0.1:{port}/v1/engines", timeout=5))
@@ -511,3 +512,24 @@ def test_a_client_that_stops_reading_events_is_let_go(procs: Procs) -> None:
                 return answer.status_code == 200
 
         _until("a slot is free again", streams)
+
+
+def test_a_stream_whose_events_pile_up_is_ended_but_its_replay_never_counts() -> None:
+    async def main() -> tuple[int, list[bytes | None]]:
+        client = agent_module._Client(asyncio.get_running_loop())
+        big = "x" * (1024 * 1024)
+        for _ in range(40):  # a replay far over the cap (a host with many engines)
+            client.offer("started", big, replay=True)
+        replayed = client.queue.qsize()
+        while not client.queue.empty():  # sent
+            frame = client.queue.get_nowait()
+            assert frame is not None
+            client.queued -= len(frame)
+        for _ in range(agent_module.MAX_QUEUED_BYTES // len(big) + 2):  # not read: they pile up
+            client.offer("changed", big)
+        client.offer("changed", "late")  # nothing more once it is ended
+        return replayed, [client.queue.get_nowait() for _ in range(client.queue.qsize())]
+
+    replayed, left = asyncio.run(main())
+    assert replayed == 40
+    assert left == [None]  # what piled up is dropped, the stream ends
