@@ -19,6 +19,7 @@ from pydantic import SecretStr
 
 import enginespec
 from enginespec import LaunchFailed, RunningEngine, launch
+from enginespec.lifecycle import extra_ports
 from enginespec.scanning import process_alive
 from lifecycle_fakes import HOST, fake_recipe, free_port, install_fake, kill_quietly, pid_alive
 from procs import Procs
@@ -454,3 +455,54 @@ def test_terminal_and_discarded_output_are_said_so() -> None:
     finally:
         popen.kill()
         popen.wait()
+
+
+def test_the_ports_an_engine_binds_besides_its_api_port_come_from_its_data() -> None:
+    tgi = enginespec.get_engine_spec("tgi")
+    argv = ["text-generation-launcher", "--model-id", "m", "--port", "3000"]
+    assert extra_ports(tgi, argv, {}) == [("--prometheus-port", 9000)]
+    assert extra_ports(tgi, argv, {"PROMETHEUS_PORT": "9100"}) == [("--prometheus-port", 9100)]
+    # the flag wins over the environment, as clap reads them
+    assert extra_ports(tgi, [*argv, "--prometheus-port=9200"], {"PROMETHEUS_PORT": "9100"}) == [
+        ("--prometheus-port", 9200)
+    ]
+    assert extra_ports(enginespec.get_engine_spec("llamacpp"), ["llama-server", "--port", "1"], {}) == []
+
+
+@pytest.mark.parametrize("given_by", ["flag", "environment"])
+def test_a_held_prometheus_port_refuses_the_launch_naming_its_flag(
+    given_by: str, procs: Procs, tmp_path: Path
+) -> None:
+    """TGI also binds --prometheus-port: a launch is refused while another process holds it,
+    before anything is started, as for the API port."""
+    taken = free_port()
+    holder = procs.start(["holder", "--port", str(taken)], HELPER_LISTEN=f"{HOST}:{taken}")
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == str(taken).encode()  # listening
+    launcher = tmp_path / "bin" / "text-generation-launcher"
+    launcher.parent.mkdir(parents=True)
+    launcher.write_text("#!/bin/sh\nexit 3\n")
+    launcher.chmod(0o755)
+    recipe = enginespec.Recipe(
+        engine="tgi",
+        model_path="bigscience/bloom-560m",
+        host=HOST,
+        port=free_port(),
+        binary_path=str(launcher),
+        **(
+            {"extra_args": {"--prometheus-port": str(taken)}}
+            if given_by == "flag"
+            else {"env_vars": {"PROMETHEUS_PORT": str(taken)}}
+        ),
+    )
+    with pytest.raises(LaunchFailed) as raised:
+        launch(recipe, log_dir=tmp_path / "logs")
+    failure = raised.value.failure
+    assert (failure.kind, failure.numbers) == ("port_in_use", {"port": taken, "pid": holder.pid})
+    # the process's name (comm): no engine holds it
+    assert failure.cause_lines == (f"port {taken} is held by pid {holder.pid}: idle",)
+    assert failure.hint == (
+        f"port {taken} (--prometheus-port) is taken: give --prometheus-port another port or stop the"
+        " process holding it"
+    )
+    assert not (tmp_path / "logs").exists()  # nothing was started

@@ -121,6 +121,63 @@ def test_every_worker_kill_is_reported_once(procs: Procs, healthy: tuple[socket.
     assert monitor.lost_workers([process]) == []
 
 
+def _argv(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def test_tgis_shards_and_router_are_its_workers_by_their_program(
+    procs: Procs, healthy: tuple[socket.socket, FakeEngine]
+) -> None:
+    """TGI's workers keep their argv (no retitling): the launcher's shards, a console script run
+    by its interpreter, and its router are remembered by program; another child is not."""
+    sock, _ = healthy
+    port = str(sock.getsockname()[1])
+    model = "bigscience/bloom-560m"
+    # as launcher/src/main.rs (v3.3.7) spawns them: `shard_manager`, `spawn_webserver`
+    shard = ["/usr/src/.venv/bin/python3", "/usr/src/.venv/bin/text-generation-server", "serve", model]
+    shard += ["--uds-path", "/tmp/text-generation-server", "--logger-level", "INFO", "--json-output"]
+    router = ["text-generation-router", "--hostname", "127.0.0.1", "--port", port]
+    sidecar = ["/usr/bin/python3", "/opt/tools/sidecar.py", "serve"]
+    launcher = ["text-generation-launcher", "--model-id", model, "--hostname", "127.0.0.1", "--port", port]
+    proc = procs.start(
+        launcher,
+        pass_fds=(sock.fileno(),),
+        HELPER_SPAWN="\x1e".join("\x1f".join(argv) for argv in (shard, router, sidecar)),
+    )
+    found: list[EngineProcess] = []
+
+    def spawned() -> bool:
+        found[:] = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
+        return bool(found) and len(found[0].worker_pids) == 3
+
+    wait_for(spawned)
+    process = found[0]
+    pids = {_argv(pid)[1] if len(_argv(pid)) > 1 else "": pid for pid in process.worker_pids}
+    shard_pid, router_pid, sidecar_pid = (pids[shard[1]], pids["--hostname"], pids[sidecar[1]])
+    monitor = EngineMonitor(timeout=2)
+    assert monitor.check([process])[0].health.state == "ready"
+    os.kill(sidecar_pid, signal.SIGKILL)
+    wait_for(lambda: _zombie(sidecar_pid))
+    assert monitor.lost_workers([process]) == []
+    assert monitor.check([process])[0].health.state == "ready"
+    os.kill(shard_pid, signal.SIGKILL)
+    wait_for(lambda: _zombie(shard_pid))
+    [after] = monitor.check([process])
+    assert (after.health.state, after.health.reason) == (
+        "unhealthy",
+        f"text-generation-server serve pid {shard_pid} exited (SIGKILL) while the API server still answers",
+    )
+    os.kill(router_pid, signal.SIGTERM)
+    wait_for(lambda: _zombie(router_pid))
+    assert [(w.pid, w.title, w.signal) for _, w in monitor.lost_workers([process])] == [
+        (shard_pid, "text-generation-server serve", signal.SIGKILL),
+        (router_pid, "text-generation-router", signal.SIGTERM),
+    ]
+
+
 def test_workers_are_remembered_only_once_the_server_is_ready(procs: Procs) -> None:
     sock = bound_socket()
     with serving(

@@ -157,6 +157,18 @@ class Package(_Record):
     checkout: str | None = Field(default=None, pattern=r"^https://[A-Za-z0-9./_-]+$")
 
 
+class ExtraPort(_Record):
+    """A port the server binds besides its API port, on its own host: checked before a launch
+    as the API port is."""
+
+    #: the flag that sets it (``--prometheus-port``)
+    flag: str = Field(pattern=r"^--?[A-Za-z0-9][A-Za-z0-9_-]*$")
+    #: the environment variable that sets it when the flag is not given
+    environment: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    #: the port it binds when neither sets it; ``None``: only when one of them does
+    default: int | None = Field(default=None, ge=1, le=65535)
+
+
 class Serving(_Record):
     """How the server serves and is related to other processes."""
 
@@ -180,6 +192,12 @@ class Serving(_Record):
     supervisors: Mapping[str, str] = Field(default_factory=dict)
     #: label for a server started by another server of the same engine (llama-server router).
     nested_supervisor: str | None = None
+    #: the ports it binds besides its API port (TGI's Prometheus listener).
+    extra_ports: tuple[ExtraPort, ...] = ()
+    #: the programs (argv's, or the script an interpreter runs) of the descendants that are its
+    #: workers, for engines whose workers keep their argv: remembered once the server is ready,
+    #: as the ones whose title is in ``Signature.worker_titles`` are (TGI's shards and router).
+    worker_programs: frozenset[str] = frozenset()
 
 
 class LoadMetrics(_Record):

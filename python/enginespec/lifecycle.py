@@ -26,8 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from enginespec import commands, sockets
 from enginespec._backend import parse_cgroup
+from enginespec._common import parse_port
 from enginespec._procfiles import process_state, start_ticks
-from enginespec.argv import parse_argv, redact_argv
+from enginespec.argv import flag_value, parse_argv, redact_argv
 from enginespec.config import Config
 from enginespec.definition import EngineDefinition
 from enginespec.display import literal
@@ -252,9 +253,24 @@ def holder_text(port: int, pids: Sequence[int]) -> str:
     return f"port {port} is held by " + ", ".join(parts)
 
 
-def port_preflight(engine: str, host: str, port: int) -> Failure | None:
+def extra_ports(spec: EngineDefinition, argv: Sequence[str], env: Mapping[str, str]) -> list[tuple[str, int]]:
+    """(flag, port) of each port the engine's data says it binds besides its API port, as this
+    argv and environment set it (the flag first, as the engine reads them)."""
+    found = []
+    for extra in spec.serving.extra_ports:
+        text = flag_value(argv, spec.signature, extra.flag)
+        if text is None and extra.environment is not None:
+            text = env.get(extra.environment)
+        port = parse_port(text) if text is not None else extra.default
+        if port is not None:
+            found.append((extra.flag, port))
+    return found
+
+
+def port_preflight(engine: str, host: str, port: int, flag: str | None = None) -> Failure | None:
     """A ``port_in_use`` failure when another process listens where the engine would (its
-    holders named), else ``None``."""
+    holders named), else ``None``. ``flag``: the flag that sets this port, when it is not the
+    API port."""
     addresses = sockets.connect_addresses(host)
     taken = [
         listener
@@ -270,7 +286,9 @@ def port_preflight(engine: str, host: str, port: int) -> Failure | None:
         kind="port_in_use",
         cause_lines=(line,),
         numbers={"port": port, **({"pid": pids[0]} if pids else {})},
-        hint=f"port {port} is taken: choose another port or stop the process holding it",
+        hint=f"port {port} is taken: choose another port or stop the process holding it"
+        if flag is None
+        else f"port {port} ({flag}) is taken: give {flag} another port or stop the process holding it",
     )
 
 
@@ -369,10 +387,12 @@ class RunningEngine:
     def _start(self) -> None:
         plan = self._plan
         assert plan is not None
-        if self.port is not None and self.host is not None:
-            taken = port_preflight(self.engine, self.host, self.port)
-            if taken is not None:
-                raise LaunchFailed(taken)
+        if self.host is not None:
+            ports = [(None, self.port)] if self.port is not None else []
+            for flag, port in [*ports, *extra_ports(self.spec, plan.argv, plan.env)]:
+                taken = port_preflight(self.engine, self.host, port, flag)
+                if taken is not None:
+                    raise LaunchFailed(taken)
         self.run_id = uuid.uuid4().hex
         started = time.time()
         if self._log_dir is not None:

@@ -5,9 +5,10 @@ One health check sees one answer. A monitor keeps what earlier checks saw, per e
 
 - **worker-tree integrity**: once a server is ready, its workers (the children that retitle
   themselves as the engine's workers: ``VLLM::EngineCore``, ``VLLM::Worker_TP0``,
-  ``sglang::scheduler_TP0``) are remembered; when one of them exits, the server is ``unhealthy``
-  with the reason (``VLLM::EngineCore pid 4300 exited (SIGKILL) while the API server still
-  answers``) whatever ``/health`` says, until that server is gone;
+  ``sglang::scheduler_TP0``; or that run a program the engine's data names: TGI's
+  ``text-generation-server serve`` shards and ``text-generation-router``) are remembered; when
+  one of them exits, the server is ``unhealthy`` with the reason (``VLLM::EngineCore pid 4300
+  exited (SIGKILL) while the API server still answers``) whatever ``/health`` says, until that server is gone;
 - **busy**: the health request timed out, but the engine's token counters advanced since the
   previous reading (or, when it reports no load, its tree's CPU time did: a weaker signal, said
   in the reason): saturated, never ``unhealthy`` for that;
@@ -20,10 +21,11 @@ import asyncio
 import signal
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from enginespec._common import basename, is_python, looks_like_flag, python_target
 from enginespec.health import check_health_async, in_turn, not_checked_in_time
 from enginespec.load import EngineLoad, _read, checked_stall_after, not_owned, tree_cpu_seconds
 from enginespec.reaching import blocking, target_of
@@ -87,13 +89,37 @@ def _stat(pid: int) -> list[bytes] | None:
         return None
 
 
-def _title(pid: int) -> str | None:
+def _argv(pid: int) -> list[str] | None:
+    """The start of a process's argv (its title, for a worker that retitled itself)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as file:
-            argv0 = file.read(4096).split(b"\0", 1)[0]
+            data = file.read(4096)
     except OSError:
         return None
-    return argv0.decode("utf-8", "backslashreplace")[:_TITLE_CHARS] if argv0 else None
+    argv = [arg.decode("utf-8", "backslashreplace") for arg in data.split(b"\0")]
+    return argv[:-1] if argv and argv[-1] == "" else argv
+
+
+def _worker_title(argv: Sequence[str], titles: tuple[str, ...], programs: frozenset[str]) -> str | None:
+    """How a worker is named (``VLLM::EngineCore``, ``text-generation-server serve``), or
+    ``None`` for a descendant that is none of the engine's workers."""
+    if not argv or not argv[0]:
+        return None
+    if titles and argv[0].startswith(titles):
+        return argv[0][:_TITLE_CHARS]
+    if programs:
+        program = argv[0]
+        at = 1
+        if is_python(basename(program)):
+            target = python_target(argv)
+            if target is None or target[0] != "script":
+                return None
+            program, at = target[1], target[2]
+        if basename(program) in programs:
+            # with its subcommand (`serve`), when one follows
+            words = [basename(program), *(arg for arg in argv[at : at + 1] if not looks_like_flag(arg))]
+            return " ".join(words)[:_TITLE_CHARS]
+    return None
 
 
 class _Worker:
@@ -133,15 +159,18 @@ class _Engine:
 
 
 def _remember(process: EngineProcess) -> list[_Worker]:
-    titles = find_engine(process.engine).signature.worker_titles
+    spec = find_engine(process.engine)
+    titles, programs = spec.signature.worker_titles, spec.serving.worker_programs
+    if not titles and not programs:
+        return []
     workers = []
     for pid in process.worker_pids:
-        title = _title(pid)
+        argv = _argv(pid)
+        title = _worker_title(argv, titles, programs) if argv is not None else None
         fields = _stat(pid)
         if title is None or fields is None or len(fields) <= 19 or fields[0] == b"Z":
             continue
-        if titles and title.startswith(titles):
-            workers.append(_Worker(pid, fields[19], title))
+        workers.append(_Worker(pid, fields[19], title))
     return workers
 
 

@@ -160,16 +160,18 @@ def gguf_model(
     layers: int = LAYERS,
     heads: int = HEADS,
     kv_heads: int = HEADS,
+    context: int = CONTEXT,
 ) -> Path:
     """The same network as a GGUF file (F32 tensors, GPT-2 style byte-level BPE vocabulary);
-    the sizes can be changed (the memory tests want buffers far above the logs' 0.01 MiB)."""
+    the sizes can be changed (the memory tests want buffers far above the logs' 0.01 MiB, the
+    load test long generations)."""
     import gguf
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tokens = vocabulary()
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("enginespec-tiny")
-    writer.add_context_length(CONTEXT)
+    writer.add_context_length(context)
     writer.add_embedding_length(hidden)
     writer.add_block_count(layers)
     writer.add_feed_forward_length(FF)

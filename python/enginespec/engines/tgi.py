@@ -9,7 +9,7 @@ keeps the launcher's name and TGI v0.1's ``--model-name``.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import Flags, Launch, LoadMetrics, Serving, Settings
+from enginespec.definition import ExtraPort, Flags, Launch, LoadMetrics, Serving, Settings
 from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -149,7 +149,18 @@ SPEC = TgiSpec(
     # it, or the ghcr.io/huggingface/text-generation-inference image runs it.
     # --api-key guards the generation routes only; /health, /info and /v1/models stay open
     # (router/src/server.rs).
-    serving=Serving(api_key_flag="--api-key", api_key_env=("API_KEY",)),
+    serving=Serving(
+        api_key_flag="--api-key",
+        api_key_env=("API_KEY",),
+        # Since v3.3.0 (02715dc5) the router also serves Prometheus on the API host at
+        # --prometheus-port, default 9000, env PROMETHEUS_PORT (launcher/src/main.rs `Args`,
+        # router/src/server.rs `p_addr.set_port(prometheus_port)`, v3.3.7): it cannot start
+        # while that port is held either.
+        extra_ports=(ExtraPort(flag="--prometheus-port", environment="PROMETHEUS_PORT", default=9000),),
+        # The launcher's shards (`text-generation-server serve`, a console script) and its router
+        # serve for it and keep their argv (launcher/src/main.rs `shard_manager`, `spawn_webserver`).
+        worker_programs=frozenset({"text-generation-server", "text-generation-router"}),
+    ),
     # Every option has a clap `env` twin named after its field (MODEL_ID, HOSTNAME, PORT, ...); the
     # command line wins. The CUDA image sets PORT=80 (Dockerfile), and Docker sets HOSTNAME to the
     # container id in every container, which the launcher then binds unless --hostname is given.

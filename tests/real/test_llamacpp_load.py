@@ -1,0 +1,105 @@
+"""llama-server's own load figures (`--metrics`), read through check_load, against its `/slots` and
+the completions this test keeps in flight: more requests than slots, so some wait."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from lifecycle import HOST, free_port, launched, scanned, walk
+from models import gguf_model
+
+from enginespec import Config, InstallOptions, Recipe, get_engine_spec
+from enginespec.load import EngineLoad, check_load
+
+SLOTS = 2
+REQUESTS = 4
+#: long generations (EOS ignored), so that the requests are still running while they are read
+PREDICT = 6000
+
+
+def _slots(url: str) -> list[dict[str, object]]:
+    answer = httpx.get(f"{url}/slots", timeout=30)
+    assert answer.status_code == 200, answer.text
+    slots: list[dict[str, object]] = answer.json()
+    return slots
+
+
+def _processing(url: str) -> int:
+    return sum(1 for slot in _slots(url) if slot.get("is_processing"))
+
+
+def test_llama_server_load_agrees_with_its_slots_and_the_requests_in_flight(
+    config: Config, sdist: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    spec = get_engine_spec("llamacpp")
+    spec.install(InstallOptions(source=str(sdist), timeout=5400), config)
+    model = gguf_model(models_dir / "tiny-load.gguf", hidden=128, layers=4, context=2 * PREDICT * SLOTS)
+    recipe = Recipe(
+        engine="llamacpp",
+        model_path=str(model),
+        served_model_name="tiny",
+        host=HOST,
+        port=free_port(),
+        max_model_len=2 * PREDICT * SLOTS,
+        extra_args={"--metrics": True, "--parallel": str(SLOTS), "--threads": "1"},
+    )
+    with launched(recipe, config, tmp_path / "llama-load.log") as running:
+        process = scanned(running.popen.pid)
+        assert walk(process, running.popen, timeout=300).states[-1] == "ready", running.output()
+        idle = check_load(process, timeout=10)
+        assert idle.available, idle
+        assert (idle.source, idle.requests_running, idle.requests_waiting) == (f"{running.url}/metrics", 0, 0)
+        answers: list[dict[str, object]] = []
+        errors: list[BaseException] = []
+
+        def complete() -> None:
+            try:
+                answer = httpx.post(
+                    f"{running.url}/completion",
+                    json={"prompt": "hello", "n_predict": PREDICT, "ignore_eos": True, "cache_prompt": False},
+                    timeout=600,
+                )
+                assert answer.status_code == 200, answer.text
+                answers.append(answer.json())
+            except BaseException as error:  # reported by the test's own thread below
+                errors.append(error)
+
+        workers = [threading.Thread(target=complete, daemon=True) for _ in range(REQUESTS)]
+        for worker in workers:
+            worker.start()
+        deadline = time.monotonic() + 120
+        readings: list[tuple[int, EngineLoad, int]] = []
+        previous: EngineLoad | None = None
+        # every slot busy and the rest deferred; read between two /slots answers that agree
+        while len(readings) < 3:
+            assert time.monotonic() < deadline, (readings, running.output())
+            assert not answers, ("a request ended before the readings", readings, answers)
+            before = _processing(running.url)
+            load = check_load(process, previous=previous, timeout=10)
+            after = _processing(running.url)
+            if before == after == SLOTS and not answers:
+                readings.append((before, load, after))
+                previous = load
+            time.sleep(0.2)
+        for slots, load, _ in readings:
+            assert load.available, load
+            assert (load.requests_running, load.requests_waiting) == (slots, REQUESTS - SLOTS), load
+            assert load.kv_cache_usage is not None, load
+            assert 0 < load.kv_cache_usage <= 1, load
+        rates = [load.tokens_per_second for _, load, _ in readings[1:]]
+        assert all(rate is not None and rate > 0 for rate in rates), rates
+        print(f"llama-server: {SLOTS} of {REQUESTS} running, {rates} tok/s")
+        for worker in workers:
+            worker.join(timeout=600)
+        assert not errors, errors
+        done = check_load(process, timeout=10)
+        assert (done.requests_running, done.requests_waiting) == (0, 0), done
+        # the counter is the tokens the answers say were predicted, exactly
+        predicted = sum(int(str(answer["tokens_predicted"])) for answer in answers)
+        assert (len(answers), predicted) == (REQUESTS, REQUESTS * PREDICT), answers
+        assert idle.generated_tokens_total is not None
+        assert done.generated_tokens_total is not None
+        assert done.generated_tokens_total - idle.generated_tokens_total == predicted, (idle, done)
