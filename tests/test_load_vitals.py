@@ -149,9 +149,10 @@ def test_tgis_shards_and_router_are_its_workers_by_their_program(
     )
     found: list[EngineProcess] = []
 
-    def spawned() -> bool:
+    def spawned() -> bool:  # each child exec'd: a forked one shows the launcher's argv until then
         found[:] = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
-        return bool(found) and len(found[0].worker_pids) == 3
+        programs = {tuple(_argv(pid)[:2]) for pid in found[0].worker_pids} if found else set()
+        return programs == {tuple(shard[:2]), tuple(router[:2]), tuple(sidecar[:2])}
 
     wait_for(spawned)
     process = found[0]
@@ -176,6 +177,73 @@ def test_tgis_shards_and_router_are_its_workers_by_their_program(
         (shard_pid, "text-generation-server serve", signal.SIGKILL),
         (router_pid, "text-generation-router", signal.SIGTERM),
     ]
+
+
+def _ps(*names: str) -> list[Answer]:
+    return [Answer(200, ('{"models":[' + ",".join(f'{{"name":"{n}"}}' for n in names) + "]}").encode())]
+
+
+def test_an_ollama_runner_is_lost_only_when_ollama_still_lists_its_model(procs: Procs) -> None:
+    """Ollama ends a runner with SIGKILL itself to unload its model, after taking the model off
+    /api/ps: that exit is no loss. A runner that dies while its model is still listed is."""
+    sock = bound_socket()
+    blobs = ["/root/.ollama/models/blobs/sha256-" + c * 64 for c in "ab"]
+    # as Ollama since v0.30.0 starts them (llm/llama_server.go startLlamaServer)
+    runners = [
+        ["/usr/lib/ollama/llama-server", "--model", blob, "--port", str(40000 + i), "--host", "127.0.0.1"]
+        for i, blob in enumerate(blobs)
+    ]
+    routes = {"/": [Answer(200, b"Ollama is running")], "/api/ps": _ps("llama3:8b", "qwen3:0.6b")}
+    with serving(routes, sock=sock) as server:
+        proc = procs.start(
+            ["ollama", "serve"],
+            pass_fds=(sock.fileno(),),
+            HELPER_SPAWN="\x1e".join("\x1f".join(argv) for argv in runners),
+            OLLAMA_HOST=f"127.0.0.1:{sock.getsockname()[1]}",
+        )
+        found: dict[int, EngineProcess] = {}
+
+        def started() -> bool:
+            found.clear()
+            found.update(
+                {p.pid: p for p in Scanner(listen_ports=False).scan() if proc.pid in (p.pid, p.ppid)}
+            )
+            return {p.model for p in found.values() if p.role == "runner"} == set(blobs)
+
+        wait_for(started)
+        process = found[proc.pid]
+        pid_of = {p.model: p.pid for p in found.values() if p.role == "runner"}
+        monitor = EngineMonitor(timeout=2, load=False)
+        [first] = monitor.check([process])
+        assert (first.health.state, first.health.model_ids) == ("ready", ("llama3:8b", "qwen3:0.6b"))
+
+        # an unload: off the list, then SIGKILL
+        with server.script.lock:
+            server.script.routes["/api/ps"] = _ps("qwen3:0.6b")
+        os.kill(pid_of[blobs[0]], signal.SIGKILL)
+        wait_for(lambda: _zombie(pid_of[blobs[0]]))
+        assert monitor.lost_workers([process]) == []
+        [unloaded] = monitor.check([process])
+        assert unloaded.health.state == "ready", unloaded.health
+        assert monitor.lost_workers([process]) == []
+
+        # a crash: still listed
+        crashed = pid_of[blobs[1]]
+        os.kill(crashed, signal.SIGKILL)
+        wait_for(lambda: _zombie(crashed))
+        assert monitor.lost_workers([process]) == []  # seen; judged by the next answer
+        [after] = monitor.check([process])
+        assert (after.health.state, after.health.reason) == (
+            "unhealthy",
+            f"runner of sha256-{'b' * 47} pid {crashed} exited (SIGKILL) while the server still lists"
+            " 1 loaded model(s) and runs 0 runner(s)",
+        )
+        assert [(w.pid, w.signal) for _, w in monitor.lost_workers([process])] == [(crashed, signal.SIGKILL)]
+        assert monitor.check([process])[0].health.state == "unhealthy"  # while it is listed
+        # the model expires from the list (keep_alive): nothing is missing any more
+        with server.script.lock:
+            server.script.routes["/api/ps"] = _ps()
+        assert monitor.check([process])[0].health.state == "ready"
 
 
 def test_workers_are_remembered_only_once_the_server_is_ready(procs: Procs) -> None:

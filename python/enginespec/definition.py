@@ -198,6 +198,11 @@ class Serving(_Record):
     #: workers, for engines whose workers keep their argv: remembered once the server is ready,
     #: as the ones whose title is in ``Signature.worker_titles`` are (TGI's shards and router).
     worker_programs: frozenset[str] = frozenset()
+    #: its runners (its children of role ``runner``, one per loaded model) are its workers. It
+    #: ends them itself to unload a model, so an exit alone says nothing: one counts as lost
+    #: only while the server still lists (``loaded_models_path``) more loaded models than it
+    #: runs runners (Ollama).
+    runners_are_workers: bool = False
 
 
 class LoadMetrics(_Record):

@@ -26,9 +26,10 @@ from collections.abc import Iterable, Sequence
 from pydantic import BaseModel, ConfigDict
 
 from enginespec._common import basename, is_python, looks_like_flag, python_target
+from enginespec.argv import parse_argv
 from enginespec.health import check_health_async, in_turn, not_checked_in_time
 from enginespec.load import EngineLoad, _read, checked_stall_after, not_owned, tree_cpu_seconds
-from enginespec.reaching import blocking, target_of
+from enginespec.reaching import blocking, engine_tree, target_of
 from enginespec.registry import find_engine
 from enginespec.scanning import EngineProcess
 from enginespec.status import Health, HealthState
@@ -154,6 +155,10 @@ class _Engine:
     def __init__(self) -> None:
         self.workers: list[_Worker] | None = None
         self.lost: list[WorkerExit] = []
+        #: exits of runners (``Serving.runners_are_workers``) not yet judged by the server's list
+        self.pending: list[WorkerExit] = []
+        #: why a runner's loss makes the server unhealthy, while its list still says so
+        self.missing: str | None = None
         self.reported = 0
         self.load: EngineLoad | None = None
 
@@ -171,6 +176,27 @@ def _remember(process: EngineProcess) -> list[_Worker]:
         if title is None or fields is None or len(fields) <= 19 or fields[0] == b"Z":
             continue
         workers.append(_Worker(pid, fields[19], title))
+    return workers
+
+
+def _runners(process: EngineProcess) -> list[_Worker]:
+    """The runners a server runs now: its children whose argv is its engine's runner's."""
+    workers = []
+    for pid in engine_tree(process.pid)[1:]:
+        argv = _argv(pid)
+        invocation = parse_argv(argv) if argv else None
+        fields = _stat(pid)
+        if (
+            invocation is None
+            or (invocation.engine, invocation.role) != (process.engine, "runner")
+            or fields is None
+            or len(fields) <= 19
+            or fields[0] == b"Z"
+            or fields[1] != str(process.pid).encode()
+        ):
+            continue
+        model = basename(invocation.model) if invocation.model else "(model unknown)"
+        workers.append(_Worker(pid, fields[19], f"runner of {model}"[:_TITLE_CHARS]))
     return workers
 
 
@@ -233,15 +259,16 @@ class EngineMonitor:
         for process in processes:
             engine = self._engine(process)
             with self._lock:
-                self._look(engine)
+                self._look(engine, find_engine(process.engine).serving.runners_are_workers)
                 fresh = engine.lost[engine.reported :]
                 engine.reported = len(engine.lost)
             found.extend((process, gone) for gone in fresh)
         return found
 
     @staticmethod
-    def _look(engine: _Engine) -> None:
-        """Moves the remembered workers that exited to ``engine.lost`` (lock held)."""
+    def _look(engine: _Engine, runners: bool = False) -> None:
+        """Moves the remembered workers that exited to ``engine.lost`` (lock held); with
+        ``runners``, to ``engine.pending``, for the server's own list to judge."""
         if not engine.workers:
             return
         now = time.monotonic()
@@ -251,8 +278,28 @@ class EngineMonitor:
             if gone is None:
                 running.append(worker)
             else:
-                engine.lost.append(gone)
+                (engine.pending if runners else engine.lost).append(gone)
         engine.workers = running
+
+    @staticmethod
+    def _judge_runners(engine: _Engine, health: Health, asked: float) -> None:
+        """Which runner exits were losses (lock held): those seen before the server was asked,
+        when its answer still lists more loaded models than it runs runners (an unload takes the
+        model off the list before it ends the runner). A loss lasts while the list says so."""
+        running = len(engine.workers or ())
+        short = health.state == "ready" and len(health.model_ids) > running
+        due = [gone for gone in engine.pending if gone.seen_at < asked]
+        if due:
+            engine.pending = [gone for gone in engine.pending if gone.seen_at >= asked]
+            if short:
+                engine.lost.extend(due)
+                engine.missing = (
+                    "; ".join(gone.describe() for gone in due)
+                    + f" while the server still lists {len(health.model_ids)} loaded model(s)"
+                    + f" and runs {running} runner(s)"
+                )
+        if not short:
+            engine.missing = None
 
     async def _one(self, process: EngineProcess) -> Vitals:
         engine = self._engine(process)
@@ -288,24 +335,28 @@ class EngineMonitor:
         cpu: tuple[float, float | None],
     ) -> Vitals:
         now = time.monotonic()
+        runners = find_engine(process.engine).serving.runners_are_workers
         with self._lock:
-            self._look(engine)
+            self._look(engine, runners)
             if load is not None:
                 engine.load = load
-            if health.state == "ready" and not engine.lost:
+            if health.state == "ready" and (runners or not engine.lost):
                 # remembered at the first ready check; workers seen later join (a tree re-read)
                 known = {worker.pid for worker in engine.workers or ()}
-                engine.workers = [
-                    *(engine.workers or ()),
-                    *(w for w in _remember(process) if w.pid not in known),
-                ]
+                seen = _runners(process) if runners else _remember(process)
+                engine.workers = [*(engine.workers or ()), *(w for w in seen if w.pid not in known)]
+            if runners:
+                self._judge_runners(engine, health, cpu[0])
+            missing = engine.missing
             lost = tuple(engine.lost)
 
         def verdict(state: HealthState, reason: str) -> Vitals:
             update = {"state": state, "reason": reason}
             return Vitals(health=health.model_copy(update=update), load=load, lost_workers=lost)
 
-        if lost and health.state not in ("down", "not_serving"):
+        if missing is not None:
+            return verdict("unhealthy", missing)
+        if lost and not runners and health.state not in ("down", "not_serving"):
             answering = " while the API server still answers" if health.http_status is not None else ""
             return verdict("unhealthy", "; ".join(gone.describe() for gone in lost) + answering)
         if load is not None and load.stalled:

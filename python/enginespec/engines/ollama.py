@@ -139,6 +139,11 @@ SPEC = OllamaSpec(
         # A runner is started by `ollama serve` (its parent, named ollama).
         supervisors={"ollama": "ollama"},
         nested_supervisor="ollama",
+        # Every unload (keep_alive, `ollama stop`, eviction) ends a runner with SIGKILL after
+        # taking its model off the list /api/ps serves, under the scheduler's lock; a runner that
+        # dies otherwise stays listed until the next request starts a new one (v0.32.15
+        # server/sched.go runnerRef.unload, llm/server.go Close/stopProcess).
+        runners_are_workers=True,
     ),
     # OLLAMA_HOST is `host:port`, `:port`, `host`, or a URL `http://host:port` (envconfig/config.go
     # Host(): scheme cut at `://`, a path after `/` dropped, net.SplitHostPort).
