@@ -4,14 +4,19 @@
 from __future__ import annotations
 
 import contextlib
+import http.server
 import ipaddress
 import json
 import os
 import secrets
 import shutil
+import signal
+import socketserver
 import subprocess
 import tempfile
+import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,8 +28,9 @@ from cli import enginespec
 from enginespec import Config, Container, EngineProcess, PublishedPort, Scanner
 from enginespec.containers import ProxyRule, parse_cgroup, parse_proxy_argv, pid_in_namespace
 from enginespec.health import check_health
+from enginespec.lifecycle import adopt as enginespec_adopt
 from fakeserver import Answer, FakeEngine, free_port, models
-from procs import Procs, children_of, rewrites, wait_for
+from procs import Procs, children_of, rewrites, stop_child, wait_for
 
 ID = "4f3c2b1a" * 8
 OUTER = "0123456789abcdef" * 4
@@ -614,3 +620,106 @@ def test_proxy_argv_parser_takes_anything(argv: list[str]) -> None:
         assert any(arg.endswith(str(rule.host_port)) for arg in argv)  # given, not made up
         for address in (rule.host_ip, rule.container_ip):
             assert ipaddress.ip_address(address)
+
+
+# --- stopping through the runtime ---------------------------------------------------------------
+
+
+class _RuntimeApi:
+    """Docker's API on a unix socket for one container, the cgroup ``directory``, whose first
+    process is ``init`` (a child of this test): inspect answers with ``pid`` (settable); stop
+    sends SIGTERM to ``init`` as dockerd does, SIGKILL after ``t`` seconds, then kills what is
+    left in the cgroup, as the end of a container's pid namespace does, and answers 204. Every
+    request is kept in ``seen``."""
+
+    def __init__(self, path: Path, container_id: str, init: subprocess.Popen[bytes], directory: Path) -> None:
+        self.seen: list[tuple[str, str]] = []
+        self.pid = init.pid
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def address_string(self) -> str:  # a unix peer has no host
+                return "local"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                api.seen.append(("GET", self.path))
+                if self.path == f"/containers/{container_id}/json":
+                    body = json.dumps({"Id": container_id, "Name": "/vllm-q", "State": {"Pid": api.pid}})
+                    self._answer(200, body.encode())
+                else:
+                    self._answer(404, b"{}")
+
+            def do_POST(self) -> None:
+                api.seen.append(("POST", self.path))
+                where = urllib.parse.urlsplit(self.path)
+                if where.path != f"/containers/{container_id}/stop":
+                    self._answer(404, b"{}")
+                    return
+                stop_child(init, signal.SIGTERM, timeout=int(urllib.parse.parse_qs(where.query)["t"][0]))
+                for left in (directory / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(left), signal.SIGKILL)
+                self._answer(204, b"")
+
+            def _answer(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = socketserver.ThreadingUnixStreamServer(str(path), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or "" not in HIERARCHIES, reason="needs root and cgroup v2")
+@pytest.mark.parametrize("vouched", [True, False])
+def test_an_adopted_engine_in_a_container_is_stopped_through_its_runtime(
+    vouched: bool, tmp_path: Path, procs: Procs
+) -> None:
+    """`stop` of an engine in a Docker container asks Docker to stop the container (so that its
+    restart policy does not start it again) once Docker's API says the engine runs in it; an API
+    that says otherwise is not used, and the engine's processes are signalled instead."""
+    container_id = secrets.token_hex(32)
+    config = Config(data_dir=tmp_path, docker_socket=tmp_path / "d.sock")
+    with cgroup("", f"system.slice/docker-{container_id}.scope") as directory:
+        argv = ["vllm", "serve", "/models/q", "--port", str(free_port())]
+        init = procs.start(["init"], cgroup=directory, HELPER_SPAWN=rewrites(argv))
+        api = _RuntimeApi(tmp_path / "d.sock", container_id, init, directory)
+        try:
+            wait_for(lambda: len(children_of(init.pid)) == 1)
+            (pid,) = children_of(init.pid)
+            wait_for(lambda: Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"vllm"))
+            process = _scanned(pid, config)
+            assert process.container is not None
+            assert process.container.id == container_id
+            engine = enginespec_adopt(process, log_dir=tmp_path / "logs", config=config)
+            if not vouched:
+                api.pid = 1  # another container took the id since, or the API says otherwise now
+            result = engine.stop(grace=5)
+        finally:
+            api.close()
+            procs.stop(init)
+    assert result.container is not None
+    assert (result.container.runtime, result.container.container) == ("docker", container_id)
+    assert result.leftover == ()
+    if vouched:
+        assert result.container.detail == "docker stopped vllm-q (HTTP 204)"
+        assert result.container.stopped
+        assert ("POST", f"/containers/{container_id}/stop?t=5") in api.seen
+        assert result.signals == ()  # the runtime ended it: nothing of ours was needed
+    else:
+        assert not result.container.stopped
+        assert result.container.detail == (
+            f"docker's API ({tmp_path / 'd.sock'}) does not say this engine runs in vllm-q: its"
+            " processes were signalled"
+        )
+        assert all(method == "GET" for method, _ in api.seen)
+        assert [s.signal for s in result.signals][:1] == ["SIGTERM"]

@@ -18,7 +18,16 @@ if TYPE_CHECKING:
     from enginespec.commands import Command
     from enginespec.config import Config
     from enginespec.containers import Container, PublishedPort
-    from enginespec.definition import FamilyDefault, Flags, Launch, LoadMetrics, Package, Serving, SourceBuild
+    from enginespec.definition import (
+        ExtraPort,
+        FamilyDefault,
+        Flags,
+        Launch,
+        LoadMetrics,
+        Package,
+        Serving,
+        SourceBuild,
+    )
     from enginespec.engines import (
         BUILTIN_ENGINE_SPECS,
         all_engine_specs,
@@ -49,6 +58,7 @@ if TYPE_CHECKING:
     from enginespec.gpus import GpuDevice, GpuProcess, GpuUse
     from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
     from enginespec.lifecycle import (
+        ContainerStop,
         LogSource,
         RunningEngine,
         Signalled,
@@ -95,6 +105,7 @@ _LAZY = {
     "Config": "enginespec.config",
     "Container": "enginespec.containers",
     "PublishedPort": "enginespec.containers",
+    "ExtraPort": "enginespec.definition",
     "FamilyDefault": "enginespec.definition",
     "Flags": "enginespec.definition",
     "Launch": "enginespec.definition",
@@ -133,6 +144,7 @@ _LAZY = {
     "ProgressEvent": "enginespec.installing",
     "LaunchFailed": "enginespec.errors",
     "LogSource": "enginespec.lifecycle",
+    "ContainerStop": "enginespec.lifecycle",
     "RestartRefused": "enginespec.errors",
     "RunningEngine": "enginespec.lifecycle",
     "Signalled": "enginespec.lifecycle",
@@ -216,6 +228,7 @@ __all__ = [
     "CommandError",
     "Config",
     "Container",
+    "ContainerStop",
     "DockerRuntime",
     "EngineExited",
     "EngineHelp",
@@ -227,6 +240,7 @@ __all__ = [
     "EngineSpecError",
     "Evidence",
     "ExporterError",
+    "ExtraPort",
     "Failure",
     "FailureKind",
     "FailurePattern",

@@ -134,11 +134,10 @@ def _cmd_stop(args: argparse.Namespace) -> int:
     if args.json:
         print(_dump(result))
     else:
-        sent = (
-            ", ".join(f"{s.signal} to {s.target} {s.pid}" for s in result.signals)
-            or "no signal (already gone)"
-        )
-        print(f"stopped {process.engine_id} (pid {process.pid}): {sent}")
+        sent = ", ".join(f"{s.signal} to {s.target} {s.pid}" for s in result.signals)
+        said = [result.container.detail] if result.container is not None else []
+        done = "; ".join([*said, *([sent] if sent else [])]) or "no signal (already gone)"
+        print(f"stopped {process.engine_id} (pid {process.pid}): {done}")
         if result.leftover:
             print(f"still alive: {', '.join(map(str, result.leftover))}")
     return 0 if not result.leftover else 1

@@ -278,6 +278,29 @@ def api_inspect(socket_path: str, container_id: str, timeout: float) -> Inspecte
     return Inspected(shown, pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None)
 
 
+def api_stop(socket_path: str, container_id: str, grace: int, timeout: float) -> int | str:
+    """Asks a Docker-compatible API to stop a container (``POST /containers/<id>/stop?t=grace``:
+    the image's stop signal, ``grace`` seconds, then SIGKILL; the container stays stopped, which
+    no restart policy undoes). The HTTP status (204 stopped, 304 already stopped), or why there
+    is none."""
+    connection = _UnixConnection(socket_path, timeout)
+    try:
+        connection.request("POST", f"/containers/{container_id}/stop?t={grace}")
+        response = connection.getresponse()
+        response.read(_ANSWER_LIMIT)
+        return response.status
+    except (OSError, http.client.HTTPException) as error:
+        return f"no answer ({type(error).__name__}: {error})"
+    finally:
+        connection.close()
+
+
+def runs_in_lineage(pid: int, first: int | None) -> bool:
+    """Whether ``first`` (a container's first process, as its runtime says) is ``pid`` or one of
+    its parents."""
+    return first is not None and (first == pid or any(first == parent for parent, _, _ in _ancestors(pid)))
+
+
 #: Programs a container runtime runs, as root, as the parent of a container's first process
 #: (containerd's shims, podman/CRI-O's conmon): one above a process is the runtime's own evidence
 #: that it runs in a container, which a cgroup name alone is not (any user with a delegated
@@ -336,10 +359,7 @@ class ContainerReader:
             return None
         runtime, container_id, pod = found
         inspected = self._inspect(runtime, container_id)
-        lineage = None
-        if inspected is not None and inspected.pid is not None:
-            lineage = {pid, *(ancestor for ancestor, _uid, _exe in _ancestors(pid))}
-        if lineage is not None and inspected is not None and inspected.pid in lineage:
+        if inspected is not None and runs_in_lineage(pid, inspected.pid):
             name = inspected.name
         elif shim_parent(pid):
             # The shim vouches for a container, not for the id a cgroup name gives it: the name the

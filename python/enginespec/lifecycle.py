@@ -9,6 +9,7 @@ process since is never signalled. See ``docs/lifecycle.md``.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import select
@@ -30,6 +31,7 @@ from enginespec._common import parse_port
 from enginespec._procfiles import process_state, start_ticks
 from enginespec.argv import flag_value, parse_argv, redact_argv
 from enginespec.config import Config
+from enginespec.containers import Container, api_inspect, api_stop, runs_in_lineage
 from enginespec.definition import EngineDefinition
 from enginespec.display import literal
 from enginespec.errors import InvalidInputError, LaunchFailed, NotReady, RestartRefused
@@ -77,10 +79,24 @@ class Signalled(BaseModel):
     signal: str
 
 
+class ContainerStop(BaseModel):
+    """How a stop went through the engine's container runtime (an adopted engine in a Docker or
+    Podman container): ``stopped`` when its API stopped the container; otherwise ``detail`` says
+    why not, and the processes were signalled from the host."""
+
+    model_config = ConfigDict(frozen=True)
+
+    runtime: str
+    container: str
+    stopped: bool
+    detail: str
+
+
 class StopResult(BaseModel):
     """What a stop did and found: the signals sent, the processes that had to be killed, the
     engine's exit, and the scan at the end (``leftover``: pids of the tree still alive;
-    ``port_holders``: pids still listening on the port, ``None`` when no port is known)."""
+    ``port_holders``: pids still listening on the port, ``None`` when no port is known);
+    ``container``: the stop through the container's runtime, for an engine in a container."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -91,6 +107,7 @@ class StopResult(BaseModel):
     leftover: tuple[int, ...]
     port: int | None
     port_holders: tuple[int, ...] | None
+    container: ContainerStop | None = None
 
 
 LogSourceKind = Literal["enginespec", "file", "journald", "docker", "terminal", "pipe", "none"]
@@ -361,6 +378,10 @@ class RunningEngine:
         self.log_source = LogSource(kind="enginespec")
         #: why an adopted engine cannot be restarted, when its command could not be read.
         self._unrestartable: str | None = None
+        #: an adopted engine's container, and the runtimes' API sockets: stopped through them.
+        self._container: Container | None = None
+        self._runtime_sockets: Mapping[str, str] = {}
+        self._runtime_timeout = 2.0
 
     # -- what is shown ---------------------------------------------------------------------------
 
@@ -622,6 +643,9 @@ class RunningEngine:
             self._stopped.set()
             sent: list[Signalled] = []
             killed: list[int] = []
+            in_container = None
+            if self._container is not None and self.exit_status() is None:
+                in_container = self._stop_container(self._container, grace)
             members = self._members(marked=True)
             leader_alive = self.exit_status() is None
             # nothing left (the engine ended and took its tree along): this scan is the last one
@@ -658,7 +682,33 @@ class RunningEngine:
                 leftover=leftover,
                 port=self.port,
                 port_holders=holders,
+                container=in_container,
             )
+
+    def _stop_container(self, container: Container, grace: float) -> ContainerStop:
+        """Stops the container through its runtime's API, once that API vouches that the
+        container's first process is this engine or one of its parents (a cgroup's name alone
+        is anyone's to choose). Docker and Podman speak the same API; other runtimes do not."""
+
+        runtime = container.runtime
+        signalled = "its processes were signalled"
+
+        def result(stopped: bool, detail: str) -> ContainerStop:
+            return ContainerStop(runtime=runtime, container=container.id, stopped=stopped, detail=detail)
+
+        label = literal(container.label)
+        socket_path = self._runtime_sockets.get(runtime)
+        if socket_path is None:
+            return result(False, f"{runtime} has no API enginespec speaks: {signalled}")
+        inspected = api_inspect(socket_path, container.id, self._runtime_timeout)
+        if inspected is None or not runs_in_lineage(self.pid, inspected.pid):
+            said = "does not answer for" if inspected is None else "does not say this engine runs in"
+            return result(False, f"{runtime}'s API ({literal(socket_path)}) {said} {label}: {signalled}")
+        status = api_stop(socket_path, container.id, max(0, math.ceil(grace)), grace + KILL_WAIT + 30)
+        if status in (204, 304):
+            return result(True, f"{runtime} stopped {label} (HTTP {status})")
+        answer = f"HTTP {status}" if isinstance(status, int) else status
+        return result(False, f"{runtime} did not stop {label} ({answer}): {signalled}")
 
     def _signal_all(
         self, sig: int, members: Mapping[int, int], leader_alive: bool, sent: list[Signalled]
@@ -1012,6 +1062,10 @@ def adopt(
         pidfd,
     )
     engine.adopted = True
+    settings = config or Config()
+    engine._container = process.container if process._local else None
+    engine._runtime_sockets = {"docker": str(settings.docker_socket), "podman": str(settings.podman_socket)}
+    engine._runtime_timeout = settings.container_api_timeout
     engine._known = {pid: start for pid in process.worker_pids if (start := start_ticks(pid)) is not None}
     engine.log_source = find_log_source(process.pid)
     try:
