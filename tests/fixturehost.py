@@ -66,11 +66,14 @@ class FixtureHost:
         return stat
 
     def create(self, pid: int, argv: Sequence[str], stat: Stat) -> None:
-        """A process directory, the counters left alone."""
+        """A process directory, the counters left alone (``fd/`` and ``status`` another fixture
+        wrote first, a GPU host's, are kept)."""
         base = self.proc / str(pid)
         (base / "task" / str(pid)).mkdir(parents=True)
-        (base / "fd").mkdir()
+        (base / "fd").mkdir(exist_ok=True)
         (base / "net").mkdir()
+        if not (base / "status").exists():
+            self.set_status(pid, stat.ppid)
         (base / "task" / str(pid) / "children").write_text("")
         self.exec(pid, argv)
         self.set_stat(pid, stat)
@@ -89,6 +92,33 @@ class FixtureHost:
             f"0 0 0 {start} {end} {end} {end} 0\n"
         )
         (self.proc / str(pid) / "stat").write_text(fields)
+
+    def set_status(self, pid: int, ppid: int, uid: int | None = None, nspid: Sequence[int] = ()) -> None:
+        """``status`` with the fields read from it: the owner (this test's user by default, so
+        that reads as the owner work without root), the parent, the pids in nested namespaces."""
+        uid = os.getuid() if uid is None else uid
+        gid = os.getgid()
+        (self.proc / str(pid) / "status").write_text(
+            f"Name:\tx\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t{pid}\nPid:\t{pid}\nPPid:\t{ppid}\n"
+            f"Uid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{gid}\t{gid}\t{gid}\t{gid}\nGroups:\t\n"
+            f"NSpid:\t{' '.join(map(str, (pid, *nspid)))}\n"
+        )
+
+    def set_environ(self, pid: int, environment: dict[str, str]) -> None:
+        (self.proc / str(pid) / "environ").write_bytes(
+            b"".join(os.fsencode(f"{name}={value}") + b"\0" for name, value in environment.items())
+        )
+
+    def link(self, pid: int, name: str, target: str | Path) -> None:
+        """A link of ``/proc/PID`` (``root``, ``cwd``, ``exe``, ``ns/net``), as a symlink."""
+        path = self.proc / str(pid) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_symlink():
+            path.unlink()
+        os.symlink(target, path)
+
+    def set_cgroup(self, pid: int, text: str) -> None:
+        (self.proc / str(pid) / "cgroup").write_text(text)
 
     def kill(self, pid: int) -> None:
         """The process exited and was reaped."""

@@ -18,6 +18,7 @@ import pytest
 
 import enginespec.gpus as gpus_module
 from enginespec import (
+    Config,
     EngineProcess,
     GpuDevice,
     GpuProcess,
@@ -28,6 +29,7 @@ from enginespec import (
     with_gpus,
 )
 from enginespec.watching import changed_fields
+from fixturehost import FixtureHost, Stat
 from gpuhost import GIB, MIB, Host, build_nvml, engine, fdinfo_new, fdinfo_old
 from procs import Procs
 
@@ -110,6 +112,43 @@ def test_vllm_tensor_parallel_2_api_enginecore_and_two_workers(
     assert devices[UUID0].unattributed_bytes == 32 * GIB
     assert [(p.pid, p.memory_bytes) for p in devices[UUID1].other_processes] == [(999, 1 * GIB)]
     assert devices[UUID1].unattributed_bytes == 32 * GIB
+
+
+@pytest.mark.parametrize("api", [3, 1])
+def test_the_engine_tree_scanned_from_the_fixture_host_holds_its_gpus(
+    host: Host, nvml_libraries: dict[int, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, api: int
+) -> None:
+    """The same vLLM TP2 tree, now found by ``Scanner(root=ROOT)`` in the fixture's own ``proc``
+    (argv, stat, children) rather than given: the scan's records carry the GPUs."""
+    gpu0, gpu1 = two_nvidia(host)
+    table = FixtureHost(host.root)
+    tree = [
+        (100, 1, ["vllm", "serve", "/models/m", "--port", "8000"], {}),
+        (101, 100, ["VLLM::EngineCore"], {10: host.root / "dev" / "nvidiactl"}),
+        (102, 101, ["VLLM::Worker_TP0"], cuda_fds(host, gpu0)),
+        (103, 101, ["VLLM::Worker_TP1"], cuda_fds(host, gpu1)),
+    ]
+    for pid, ppid, argv, fds in tree:
+        host.process(pid, argv[0][:15], fds)
+        table.create(pid, argv, Stat(ppid=ppid))
+    table.set_children(100, 100, [101])
+    table.set_children(101, 101, [102, 103])
+    host.nvml_process("0", 102, 38 * GIB)
+    host.nvml_process("1", 103, 37 * GIB)
+    use_nvml(monkeypatch, host, nvml_libraries[api])
+    config = Config(
+        data_dir=tmp_path, docker_socket=tmp_path / "none.sock", podman_socket=tmp_path / "none.sock"
+    )
+    (found,) = Scanner(root=host.root, config=config).scan()
+    assert (found.pid, found.engine, found.model, sorted(found.worker_pids)) == (
+        100,
+        "vllm",
+        "/models/m",
+        [101, 102, 103],
+    )
+    assert summary(found) == [(UUID0, 0, 38 * GIB, (102,), "nvml"), (UUID1, 1, 37 * GIB, (103,), "nvml")]
+    devices = by_key(gpu_ledger([found], root=str(host.root)))
+    assert devices[UUID1].engines == {found.engine_id: 37 * GIB}
 
 
 def test_without_nvml_the_set_is_known_and_the_bytes_are_not(host: Host, no_nvml: None) -> None:

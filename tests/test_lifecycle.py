@@ -422,6 +422,9 @@ def test_identity_is_the_start_ticks_the_scan_read(procs: Procs) -> None:
     from_json = enginespec.EngineProcess.model_validate_json(process.model_dump_json())
     assert process_alive(from_json)
     assert not process_alive(from_json.model_copy(update={"start_time": process.start_time + 7}))
+    # Start ticks tell processes apart at the kernel's tick (10 ms at 100 Hz): the other process
+    # starts at least two ticks later, as a process that took the pid would.
+    threading.Event().wait(2 / os.sysconf("SC_CLK_TCK"))
     other = procs.start(["llama-server", "-m", "/models/other.gguf", "--port", "18791"]).pid
     impostor = process.model_copy(update={"pid": other})
     assert not process_alive(impostor)

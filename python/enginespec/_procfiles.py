@@ -42,8 +42,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-#: Where the kernel's process files are.
+#: Where the kernel's process files are (a scanner given a fixture host's root reads ROOT/proc:
+#: every reader here takes that as ``proc``).
 PROC = "/proc"
+#: This process's own fds: always the real ones.
+_SELF_FD = "/proc/self/fd"
 #: How long one step (resolve, open, read, for one process) may take.
 STEP_SECONDS = 2.0
 #: Steps abandoned after missing their deadline (still blocked in the kernel) before no more begin.
@@ -113,10 +116,10 @@ class Owner:
 Identity = tuple[int, int, int, int, int]
 
 
-def owner(pid: int) -> Owner | None:
+def owner(pid: int, proc: str = PROC) -> Owner | None:
     """The owner of ``pid``, ``None`` when gone or unreadable."""
     try:
-        with open(f"{PROC}/{pid}/status", "rb") as file:
+        with open(f"{proc}/{pid}/status", "rb") as file:
             status = file.read(1 << 16)
         fields = []
         for key in (b"\nUid:", b"\nGid:", b"\nGroups:"):
@@ -127,30 +130,30 @@ def owner(pid: int) -> Owner | None:
         return None
 
 
-def process_state(pid: int) -> tuple[str, int] | None:
+def process_state(pid: int, proc: str = PROC) -> tuple[str, int] | None:
     """(state, start time in clock ticks since boot) from ``/proc/PID/stat``, after the
     parenthesised command name (which the process chooses: spaces, parentheses). The ticks are
     the exact start: epoch seconds computed from them move with the kernel's boot time, which is
     stepped with the clock."""
     try:
-        with open(f"{PROC}/{pid}/stat", "rb") as file:
+        with open(f"{proc}/{pid}/stat", "rb") as file:
             fields = file.read(4096).rsplit(b")", 1)[1].split()
         return fields[0].decode("ascii", "replace"), int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
 
 
-def start_ticks(pid: int) -> int | None:
+def start_ticks(pid: int, proc: str = PROC) -> int | None:
     """The start of ``pid`` in clock ticks since boot (see :func:`process_state`)."""
-    state = process_state(pid)
+    state = process_state(pid, proc)
     return None if state is None else state[1]
 
 
-def read_environ(pid: int, limit: int) -> tuple[list[bytes], bool] | None:
+def read_environ(pid: int, limit: int, proc: str = PROC) -> tuple[list[bytes], bool] | None:
     """The ``NAME=value`` entries of ``pid``'s environment, at most ``limit`` bytes of them, and
     whether there was more (the entry cut there is left out); ``None`` when unreadable."""
     try:
-        with open(f"{PROC}/{pid}/environ", "rb") as file:
+        with open(f"{proc}/{pid}/environ", "rb") as file:
             data = file.read(limit + 1)
     except OSError:  # another user's process, for a scan that is not root; gone
         return None
@@ -420,14 +423,14 @@ def _in_thread(action: Callable[[], _T]) -> _T:
     return job.outcome  # type: ignore[return-value]
 
 
-def in_root(pid: int, path: str) -> str:
+def in_root(pid: int, path: str, proc: str = PROC) -> str:
     """``path`` as an absolute path inside the process's root: a relative one from its working
     directory (``/proc/PID/cwd`` as seen from ``/proc/PID/root``)."""
     if path.startswith("/"):
         return path
     try:
-        root = os.readlink(f"{PROC}/{pid}/root")
-        cwd = os.readlink(f"{PROC}/{pid}/cwd")
+        root = os.readlink(f"{proc}/{pid}/root")
+        cwd = os.readlink(f"{proc}/{pid}/cwd")
     except OSError as err:
         raise _fail(err) from None
     if root == "/":
@@ -437,14 +440,14 @@ def in_root(pid: int, path: str) -> str:
     raise Refused("is relative to a working directory outside the process's root; not read")
 
 
-def _with_root(pid: int, paths: Sequence[str], action: Callable[[int, list[str]], _T]) -> _T:
+def _with_root(pid: int, paths: Sequence[str], action: Callable[[int, list[str]], _T], proc: str) -> _T:
     """``action(root fd, paths inside the root)`` as ``pid``'s owner, in the worker thread."""
-    who = owner(pid)
+    who = owner(pid, proc)
     if who is None:
         raise Refused("cannot be read: the process's owner is unknown")
-    inside = [in_root(pid, path) for path in paths]
+    inside = [in_root(pid, path, proc) for path in paths]
     try:
-        root = os.open(f"{PROC}/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        root = os.open(f"{proc}/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as err:
         raise _fail(err) from None
 
@@ -472,7 +475,7 @@ class NamedFile:
     missing: bool = False
 
 
-def read_named(pid: int, path: str, limit: int, *, whole: bool = True) -> NamedFile:
+def read_named(pid: int, path: str, limit: int, *, whole: bool = True, proc: str = PROC) -> NamedFile:
     """The contents of ``path`` as process ``pid`` names it: at most ``limit`` bytes, a larger
     file refused (or, not ``whole``, its first ``limit`` bytes)."""
 
@@ -490,7 +493,7 @@ def read_named(pid: int, path: str, limit: int, *, whole: bool = True) -> NamedF
             # Opened again through the very fd that was checked: the file, not what its name
             # may have become meanwhile; with the owner's read permission checked now.
             flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-            reader = os.open(f"{PROC}/self/fd/{handle}", flags)
+            reader = os.open(f"{_SELF_FD}/{handle}", flags)
         except OSError as err:  # from here on, the identity is known: an edit is noticed
             return NamedFile(None, identity, str(_fail(err)))
         finally:
@@ -511,12 +514,12 @@ def read_named(pid: int, path: str, limit: int, *, whole: bool = True) -> NamedF
         return NamedFile(b"".join(chunks)[:limit], identity)
 
     try:
-        return _with_root(pid, [path], read)
+        return _with_root(pid, [path], read, proc)
     except Refused as why:
         return NamedFile(None, problem=str(why))
 
 
-def list_named(pid: int, path: str, limit: int) -> list[str] | None:
+def list_named(pid: int, path: str, limit: int, proc: str = PROC) -> list[str] | None:
     """The names in directory ``path`` as process ``pid`` names it (at most ``limit`` of them),
     ``None`` when it cannot be listed by the process's owner."""
 
@@ -528,7 +531,7 @@ def list_named(pid: int, path: str, limit: int) -> list[str] | None:
         try:
             if not stat.S_ISDIR(os.fstat(handle).st_mode):
                 return None
-            directory = os.open(f"{PROC}/self/fd/{handle}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            directory = os.open(f"{_SELF_FD}/{handle}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             return None
         finally:
@@ -542,12 +545,12 @@ def list_named(pid: int, path: str, limit: int) -> list[str] | None:
             os.close(directory)
 
     try:
-        return _with_root(pid, [path], listing)
+        return _with_root(pid, [path], listing, proc)
     except Refused:
         return None
 
 
-def named_identity(pid: int, path: str) -> Identity | None:
+def named_identity(pid: int, path: str, proc: str = PROC) -> Identity | None:
     """The identity of ``path`` as process ``pid`` names it, without reading it (to notice an
     edit); ``None`` when it is not there or not a file that would be read."""
 
@@ -564,12 +567,12 @@ def named_identity(pid: int, path: str) -> Identity | None:
             os.close(handle)
 
     try:
-        return _with_root(pid, [path], identify)
+        return _with_root(pid, [path], identify, proc)
     except Refused:
         return None
 
 
-def first_missing(pid: int, paths: Sequence[str]) -> str | None:
+def first_missing(pid: int, paths: Sequence[str], proc: str = PROC) -> str | None:
     """The first of ``paths`` (as process ``pid`` names them) that is not a regular file to its
     owner, its last component not followed; ``None`` when all are."""
 
@@ -587,12 +590,12 @@ def first_missing(pid: int, paths: Sequence[str]) -> str | None:
         return None
 
     try:
-        return _with_root(pid, paths, check)
+        return _with_root(pid, paths, check, proc)
     except Refused:
         return paths[0] if paths else None
 
 
-def open_named(pid: int, path: str) -> int:
+def open_named(pid: int, path: str, proc: str = PROC) -> int:
     """An fd for reading the regular file ``path`` as process ``pid`` names it (for a reader of
     many files, such as a model's folder); raises :class:`Refused`."""
 
@@ -604,19 +607,19 @@ def open_named(pid: int, path: str) -> int:
         try:
             _regular(handle)
             flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-            return os.open(f"{PROC}/self/fd/{handle}", flags)
+            return os.open(f"{_SELF_FD}/{handle}", flags)
         except OSError as err:
             raise _fail(err) from None
         finally:
             os.close(handle)
 
-    return _with_root(pid, [path], opened)
+    return _with_root(pid, [path], opened, proc)
 
 
 FileKind = Literal["file", "directory", "other"]
 
 
-def named_kind(pid: int, path: str) -> FileKind | None:
+def named_kind(pid: int, path: str, proc: str = PROC) -> FileKind | None:
     """What ``path`` is as process ``pid`` names it (its symlinks followed inside its root);
     ``None`` when its owner can see nothing there."""
 
@@ -632,6 +635,6 @@ def named_kind(pid: int, path: str) -> FileKind | None:
         return "directory" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
 
     try:
-        return _with_root(pid, [path], look)
+        return _with_root(pid, [path], look, proc)
     except Refused:
         return None

@@ -477,7 +477,7 @@ class Scanner:
         young_seconds: float,
         refresh_seconds: float,
         listen_ports: bool,
-        root: str = "/",
+        root: str | os.PathLike[str] | None = None,
     ) -> None:
         self._matcher = Matcher(signatures_json)
         self._fold = [Signature.model_validate(doc).fold_workers for doc in json.loads(signatures_json)]
@@ -486,7 +486,9 @@ class Scanner:
         self._refresh = refresh_seconds
         self._listen_ports = listen_ports
         # ``root``: a fixture host (ROOT/proc laid out as the kernel's), read on any system
-        self._source: _Source = _Procfs(os.path.join(root, "proc")) if _LINUX or root != "/" else _Psutil()
+        self._source: _Source = (
+            _Procfs(os.path.join(root or "/", "proc")) if _LINUX or root is not None else _Psutil()
+        )
         #: pid -> (inode of /proc/PID at the last listing, class)
         self._known: dict[int, tuple[int, _Class]] = {}
         #: the kernel's cursor read after the last listing: bounds the pids reused since

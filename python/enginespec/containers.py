@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from enginespec._backend import parse_cgroup, proxy_flags
 from enginespec._common import Runtime
-from enginespec._procfiles import start_ticks
+from enginespec._procfiles import PROC, start_ticks
 from enginespec.urls import base_url
 
 
@@ -89,32 +89,35 @@ def _read_text(path: str, limit: int = 1 << 16) -> str | None:
     return data.decode("utf-8", "replace") if data is not None else None
 
 
-def netns_inode(pid: int | str) -> int | None:
-    """The inode of a process's network namespace, ``None`` when it cannot be read."""
+def netns_inode(pid: int | str, proc: str = PROC) -> int | None:
+    """The inode of a process's network namespace, ``None`` when it cannot be read: the number
+    its link names (``net:[4026531840]``, the nsfs inode), which a fixture host's link can too."""
     try:
-        return os.stat(f"/proc/{pid}/ns/net").st_ino
+        target = os.readlink(f"{proc}/{pid}/ns/net")
     except OSError:
         return None
+    number = target.removeprefix("net:[").removesuffix("]")
+    return int(number) if target.startswith("net:[") and number.isdigit() else None
 
 
-def host_netns() -> int | None:
+def host_netns(proc: str = PROC) -> int | None:
     """The host's network namespace: pid 1's, or this process's when pid 1's is hidden."""
-    return netns_inode(1) or netns_inode("self")
+    return netns_inode(1, proc) or netns_inode("self", proc)
 
 
-def netns_addresses(pid: int) -> frozenset[str]:
+def netns_addresses(pid: int, proc: str = PROC) -> frozenset[str]:
     """The local addresses of the network namespace ``pid`` is in: IPv4 from
     ``/proc/PID/net/fib_trie`` (``/32 host LOCAL`` leaves), IPv6 from ``/proc/PID/net/if_inet6``."""
     found: set[str] = set()
     leaf = None
-    for line in (_read_text(f"/proc/{pid}/net/fib_trie", 1 << 22) or "").splitlines():
+    for line in (_read_text(f"{proc}/{pid}/net/fib_trie", 1 << 22) or "").splitlines():
         text = line.strip()
         if text.startswith("|-- "):
             leaf = text[4:]
         elif text == "/32 host LOCAL" and leaf is not None:
             with contextlib.suppress(ValueError):
                 found.add(str(ipaddress.IPv4Address(leaf)))
-    for line in (_read_text(f"/proc/{pid}/net/if_inet6", 1 << 20) or "").splitlines():
+    for line in (_read_text(f"{proc}/{pid}/net/if_inet6", 1 << 20) or "").splitlines():
         fields = line.split()
         if fields and len(fields[0]) == 32 and all(c in "0123456789abcdef" for c in fields[0]):
             with contextlib.suppress(ValueError):
@@ -162,23 +165,23 @@ def published_ports(
     return tuple(sorted(found, key=lambda p: (":" in p.host_address, p.host_address, p.host_port)))
 
 
-def _argv(pid: str) -> list[str]:
+def _argv(pid: str, proc: str) -> list[str]:
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as file:
+        with open(f"{proc}/{pid}/cmdline", "rb") as file:
             data = file.read(1 << 16)
     except OSError:
         return []
     return [os.fsdecode(part) for part in data.rstrip(b"\0").split(b"\0")] if data else []
 
 
-def _proxy_rule(pid: str) -> ProxyRule | None:
+def _proxy_rule(pid: str, proc: str) -> ProxyRule | None:
     """The forward of a ``docker-proxy`` run by root, as dockerd runs them: any user can start a
     process of that name, and one must not redirect health checks to a port of its own."""
-    rule = parse_proxy_argv(_argv(pid))
+    rule = parse_proxy_argv(_argv(pid, proc))
     if rule is None:
         return None
     # The real uid from `Uid:` (the owner of /proc/PID is root for any non-dumpable process).
-    for line in (_read_text(f"/proc/{pid}/status") or "").splitlines():
+    for line in (_read_text(f"{proc}/{pid}/status") or "").splitlines():
         if line.startswith("Uid:"):
             return rule if line.split()[1:2] == ["0"] else None
     return None
@@ -189,14 +192,15 @@ class ProxyFinder:
     ``/proc/PID`` inode stays the same (it changes when the pid goes to a new process), except
     one young enough to be between the fork and the exec that makes it a proxy."""
 
-    def __init__(self, young_seconds: float) -> None:
+    def __init__(self, young_seconds: float, proc: str = PROC) -> None:
+        self._proc = proc
         self._young_ticks = int(young_seconds * os.sysconf("SC_CLK_TCK"))
         #: pid -> (inode of /proc/PID, start ticks, its forward or None)
         self._known: dict[str, tuple[int, int, ProxyRule | None]] = {}
 
     def rules(self) -> list[ProxyRule]:
         try:
-            with os.scandir("/proc") as entries:
+            with os.scandir(self._proc) as entries:
                 listing = [(entry.name, entry.inode()) for entry in entries if entry.name.isdigit()]
         except OSError:
             return []
@@ -205,13 +209,13 @@ class ProxyFinder:
         for pid, inode in listing:
             entry = self._known.get(pid)
             if entry is None or entry[0] != inode:
-                start = start_ticks(int(pid))
+                start = start_ticks(int(pid), self._proc)
                 if start is None:
                     continue
-                entry = (inode, start, _proxy_rule(pid))
+                entry = (inode, start, _proxy_rule(pid, self._proc))
             elif entry[2] is None and now - entry[1] < self._young_ticks:
                 # The same process (same inode), maybe past its exec now: its argv is enough.
-                entry = (inode, entry[1], _proxy_rule(pid))
+                entry = (inode, entry[1], _proxy_rule(pid, self._proc))
             known[pid] = entry
         self._known = known
         return [rule for _inode, _start, rule in known.values() if rule is not None]
@@ -295,10 +299,12 @@ def api_stop(socket_path: str, container_id: str, grace: int, timeout: float) ->
         connection.close()
 
 
-def runs_in_lineage(pid: int, first: int | None) -> bool:
+def runs_in_lineage(pid: int, first: int | None, proc: str = PROC) -> bool:
     """Whether ``first`` (a container's first process, as its runtime says) is ``pid`` or one of
     its parents."""
-    return first is not None and (first == pid or any(first == parent for parent, _, _ in _ancestors(pid)))
+    return first is not None and (
+        first == pid or any(first == parent for parent, _, _ in _ancestors(pid, proc))
+    )
 
 
 #: Programs a container runtime runs, as root, as the parent of a container's first process
@@ -319,15 +325,15 @@ def _status_field(status: str, name: str) -> str | None:
     return None
 
 
-def _ancestors(pid: int) -> list[tuple[int, int | None, str | None]]:
+def _ancestors(pid: int, proc: str = PROC) -> list[tuple[int, int | None, str | None]]:
     """(pid, real uid, executable basename) of ``pid``'s parents below pid 1, nearest first."""
     found: list[tuple[int, int | None, str | None]] = []
-    parent = _status_field(_read_text(f"/proc/{pid}/status", 8192) or "", "PPid")
+    parent = _status_field(_read_text(f"{proc}/{pid}/status", 8192) or "", "PPid")
     while parent is not None and parent.isdigit() and int(parent) > 1 and len(found) < _MAX_ANCESTORS:
-        status = _read_text(f"/proc/{parent}/status", 8192) or ""
+        status = _read_text(f"{proc}/{parent}/status", 8192) or ""
         uid = _status_field(status, "Uid")
         try:
-            exe: str | None = os.path.basename(os.readlink(f"/proc/{parent}/exe"))
+            exe: str | None = os.path.basename(os.readlink(f"{proc}/{parent}/exe"))
         except OSError:
             exe = None
         found.append((int(parent), int(uid) if uid is not None and uid.isdigit() else None, exe))
@@ -335,9 +341,9 @@ def _ancestors(pid: int) -> list[tuple[int, int | None, str | None]]:
     return found
 
 
-def shim_parent(pid: int) -> bool:
+def shim_parent(pid: int, proc: str = PROC) -> bool:
     """Whether a container runtime's shim, run by root, is among ``pid``'s parents."""
-    return any(uid == 0 and exe in SHIMS for _pid, uid, exe in _ancestors(pid))
+    return any(uid == 0 and exe in SHIMS for _pid, uid, exe in _ancestors(pid, proc))
 
 
 class ContainerReader:
@@ -348,26 +354,27 @@ class ContainerReader:
     cgroup names with a first process that is this one or one of its parents, or a shim of the
     runtime run by root is among its parents."""
 
-    def __init__(self, sockets: dict[Runtime, str], timeout: float) -> None:
+    def __init__(self, sockets: dict[Runtime, str], timeout: float, proc: str = PROC) -> None:
+        self._proc = proc
         self._sockets = sockets
         self._timeout = timeout
         self._inspected: dict[str, Inspected | None] = {}
 
     def read(self, pid: int) -> Container | None:
-        found = parse_cgroup(_read_bytes(f"/proc/{pid}/cgroup") or b"")
+        found = parse_cgroup(_read_bytes(f"{self._proc}/{pid}/cgroup") or b"")
         if found is None:
             return None
         runtime, container_id, pod = found
         inspected = self._inspect(runtime, container_id)
-        if inspected is not None and runs_in_lineage(pid, inspected.pid):
+        if inspected is not None and runs_in_lineage(pid, inspected.pid, self._proc):
             name = inspected.name
-        elif shim_parent(pid):
+        elif shim_parent(pid, self._proc):
             # The shim vouches for a container, not for the id a cgroup name gives it: the name the
             # API gives that id is only believed with the API's own pid (above).
             name = None
         else:
             return None
-        status = _read_text(f"/proc/{pid}/status")
+        status = _read_text(f"{self._proc}/{pid}/status")
         return Container(
             runtime=runtime,
             id=container_id,
@@ -386,19 +393,19 @@ class ContainerReader:
 _NS_GET_USERNS = 0xB701  # linux/nsfs.h: _IO(0xb7, 0x1)
 
 
-def netns_of_host_users(pid: int) -> bool:
+def netns_of_host_users(pid: int, proc: str = PROC) -> bool:
     """Whether the network namespace of ``pid`` belongs to the host's user namespace (made by
     root: a runtime's container), not to a user namespace of some user (``unshare -rn``), in
     which that user can give its loopback any address, a container's too."""
     try:
-        host = os.stat("/proc/1/ns/user").st_ino
+        host = os.stat(f"{proc}/1/ns/user").st_ino
     except OSError:
         try:
-            host = os.stat("/proc/self/ns/user").st_ino
+            host = os.stat(f"{proc}/self/ns/user").st_ino
         except OSError:
             return False
     try:
-        fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(f"{proc}/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return False
     try:

@@ -81,7 +81,7 @@ def target_of(target: EngineProcess | str, base_url: str | None, api_key: str | 
     if isinstance(target, EngineProcess):
         spec = find_engine(target.engine)
         expected = target.served_model_names or _model_names(target)
-        key = api_key or target.secret_api_key() or target.environ_api_key(spec.serving.api_key_env)
+        key = api_key or target.secret_api_key()
         url = checked_url(base_url) if base_url is not None else target.base_url
     else:
         if base_url is None:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
 import enginespec.sockets as sockets
 from enginespec._backend import ScannerType
 from enginespec._common import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess, Runtime, basename
-from enginespec._procfiles import Identity, first_missing, named_identity, process_state, read_environ
+from enginespec._procfiles import Identity, first_missing, named_identity, process_state
 from enginespec.argv import Invocation, argv_port, checkout, endpoint, flag_value, redact_argv, served_names
 from enginespec.config import Config
 from enginespec.containers import (
@@ -38,7 +38,7 @@ from enginespec.errors import InvalidInputError
 from enginespec.gpus import EngineTree, GpuDevice, GpuReader, GpuUse, Held, ledger
 from enginespec.processmodels import cached, measured
 from enginespec.registry import all_engines
-from enginespec.settings import MAX_ENVIRON_BYTES, Source, merge, read_outside, serves_by_environment
+from enginespec.settings import Source, merge, read_outside, serves_by_environment
 from enginespec.signature import signatures_json
 
 if TYPE_CHECKING:
@@ -151,21 +151,6 @@ class EngineProcess(Invocation):
     def secret_api_key(self) -> str | None:
         return self._api_key
 
-    def environ_api_key(self, names: Sequence[str]) -> str | None:
-        """An API key from the process's environment (``VLLM_API_KEY``...), when readable."""
-        if not names:
-            return None
-        read = read_environ(self.pid, MAX_ENVIRON_BYTES)
-        if read is None:
-            return None
-        entries = read[0]
-        wanted = {os.fsencode(name) + b"=" for name in names}
-        for entry in entries:
-            for prefix in wanted:
-                if entry.startswith(prefix) and len(entry) > len(prefix):
-                    return os.fsdecode(entry[len(prefix) :])
-        return None
-
 
 #: How far a record's epoch start time may be from the process's when it has no start ticks.
 _START_TOLERANCE = 0.05
@@ -250,8 +235,20 @@ class Scanner:
     ``gpus=False``: leave ``EngineProcess.gpus`` empty (nothing of the GPUs is read).
     """
 
-    def __init__(self, *, listen_ports: bool = True, config: Config | None = None, gpus: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        listen_ports: bool = True,
+        config: Config | None = None,
+        gpus: bool = True,
+        root: str | os.PathLike[str] = "/",
+    ) -> None:
         config = config or Config()
+        root = os.fspath(root)
+        if not root.startswith("/") or not os.path.isdir(root):
+            raise InvalidInputError(f"root: {root!r} is not an absolute path of a directory")
+        #: where every file of a process is read: ``ROOT/proc`` (a fixture host's, or ``/proc``)
+        self._proc = os.path.join(root, "proc")
         self._specs = all_engines()
         self._backend = ScannerType(
             signatures_json(spec.signature for spec in self._specs),
@@ -259,6 +256,7 @@ class Scanner:
             YOUNG_SECONDS,
             TREE_REFRESH_SECONDS,
             listen_ports,
+            root=None if os.path.realpath(root) == "/" else root,
         )
         #: what the backend's start times count from, to have each engine's start ticks back
         self._boot_time = self._backend.boot_time
@@ -278,8 +276,8 @@ class Scanner:
             "docker": str(config.docker_socket),
             "podman": str(config.podman_socket),
         }
-        self._containers = ContainerReader(sockets, config.container_api_timeout)
-        self._host_netns = host_netns()
+        self._containers = ContainerReader(sockets, config.container_api_timeout, self._proc)
+        self._host_netns = host_netns(self._proc)
         #: (pid, start time) -> (its container, whether its network namespace is not the host's)
         self._places: dict[tuple[int, float], tuple[Container | None, bool]] = {}
         #: (pid, start time) of a follower -> whether its environment makes it a server
@@ -287,11 +285,11 @@ class Scanner:
         self._serving: dict[tuple[int, float], bool] = {}
         #: a server by its environment, or one of its workers -> that server (see _engines)
         self._detached: dict[int, int] = {}
-        self._proxies = ProxyFinder(YOUNG_SECONDS)
+        self._proxies = ProxyFinder(YOUNG_SECONDS, self._proc)
         self._rules: list[ProxyRule] = []
         self._proxies_due = -math.inf
         self._shown: dict[int, _Shown] = {}
-        self._gpus = GpuReader("/") if gpus else None
+        self._gpus = GpuReader(root) if gpus else None
         self._gpu_views: dict[int, tuple[EngineProcess, EngineProcess]] = {}
 
     @property
@@ -321,7 +319,7 @@ class Scanner:
         if known is not None and known[0] is item:
             return known[1]
         paths = needed.paths()
-        found = paths is not None and first_missing(pid, paths) is None
+        found = paths is not None and first_missing(pid, paths, self._proc) is None
         self._checkouts[pid] = (item, found)
         return found
 
@@ -391,7 +389,7 @@ class Scanner:
             return False
         key = (item.pid, item.start_time)
         if key not in self._serving:
-            self._serving[key] = serves_by_environment(spec, item.pid)
+            self._serving[key] = serves_by_environment(spec, item.pid, self._proc)
         return self._serving[key]
 
     def _place(self, pid: int, start_time: float) -> tuple[Container | None, bool]:
@@ -399,7 +397,7 @@ class Scanner:
         per (pid, start time)."""
         key = (pid, start_time)
         if key not in self._places:
-            netns = netns_inode(pid)
+            netns = netns_inode(pid, self._proc)
             private = netns is not None and self._host_netns is not None and netns != self._host_netns
             self._places[key] = (self._containers.read(pid), private)
         return self._places[key]
@@ -425,8 +423,8 @@ class Scanner:
                 if entry is None or entry[0] is not process or entry[1] is not rules:
                     # A namespace of a user's own (unshare -rn) may hold any address on its
                     # loopback: what a proxy forwards to that address is not its port.
-                    trusted = bool(rules) and netns_of_host_users(process.pid)
-                    addresses = netns_addresses(process.pid) if trusted else frozenset()
+                    trusted = bool(rules) and netns_of_host_users(process.pid, self._proc)
+                    addresses = netns_addresses(process.pid, self._proc) if trusted else frozenset()
                     ports = published_ports(rules, addresses, process.effective_port)
                     if entry is not None and entry[0] is process and entry[2] == ports:
                         view = entry[3]  # the same model as before: unchanged for callers
@@ -463,15 +461,14 @@ class Scanner:
                 servers[key] = known
         self._servers = servers
 
-    @staticmethod
     def _with_conflicts(
-        process: EngineProcess, built: dict[int, tuple[RawProcess, str | None, EngineProcess]]
+        self, process: EngineProcess, built: dict[int, tuple[RawProcess, str | None, EngineProcess]]
     ) -> EngineProcess:
         """The process with its current port conflicts (the same object while they are unchanged)."""
         port = process.effective_port
         found: tuple[int, ...] = ()
         if port is not None and port in process.listen_ports:
-            found = sockets.conflicts((process.pid, *process.worker_pids), port)
+            found = sockets.conflicts((process.pid, *process.worker_pids), port, self._proc)
         if found == process.port_conflicts:
             return process
         updated = process.model_copy(update={"port_conflicts": found})
@@ -483,7 +480,7 @@ class Scanner:
     def _config_changed(self, pid: int) -> bool:
         """Whether the engine's config file was edited (or replaced) since its facts were read."""
         config = self._configs.get(pid)
-        return config is not None and named_identity(pid, config[0]) != config[1]
+        return config is not None and named_identity(pid, config[0], self._proc) != config[1]
 
     def _model(self, item: RawProcess, parent_engine: str | None, serving: bool = False) -> EngineProcess:
         pid, start_time, argv, facts = item.pid, item.start_time, item.argv, item.facts
@@ -497,7 +494,7 @@ class Scanner:
                 f"argv goes on beyond {MAX_ARGV_ARGS} arguments or {MAX_ARGV_BYTES} bytes: only its"
                 f" first {len(argv)} arguments are examined and shown",
             )
-        outside = read_outside(spec, pid, argv, runner=role == "runner")
+        outside = read_outside(spec, pid, argv, runner=role == "runner", proc=self._proc)
         if outside.config_file is not None:
             self._configs[pid] = (outside.config_file, outside.config_identity)
         # A port argv gives elsewhere than in a port flag (a follower's own flag, a positional port,
@@ -548,8 +545,10 @@ class Scanner:
             container=container,
             private_network=private_network,
         )
-        if spec.serving.api_key_flag:
-            process._api_key = flag_value(argv, spec.signature, spec.serving.api_key_flag)
+        flagged = (
+            flag_value(argv, spec.signature, spec.serving.api_key_flag) if spec.serving.api_key_flag else None
+        )
+        process._api_key = flagged or outside.api_key
         if self._boot_time is not None:
             process._start_ticks = round((start_time - self._boot_time) * self._clock_ticks)
         return process

@@ -13,7 +13,7 @@ from typing import Literal
 
 from enginespec._common import parse_port
 from enginespec._documents import DocumentError, parse_json, parse_yaml
-from enginespec._procfiles import Identity, read_environ, read_named
+from enginespec._procfiles import PROC, Identity, read_environ, read_named
 from enginespec.argv import flag_value
 from enginespec.definition import EngineDefinition, Fact
 from enginespec.display import literal
@@ -36,6 +36,8 @@ class Outside:
     config_file: str | None = None
     config_identity: Identity | None = None
     problems: tuple[str, ...] = ()
+    #: the API key its environment gives (``Serving.api_key_env``), never shown
+    api_key: str | None = field(default=None, repr=False)
 
 
 def split_address(value: str) -> tuple[str | None, str | None]:
@@ -63,13 +65,13 @@ def split_address(value: str) -> tuple[str | None, str | None]:
     return host or None, port or None
 
 
-def serves_by_environment(engine: EngineDefinition, pid: int) -> bool:
+def serves_by_environment(engine: EngineDefinition, pid: int, proc: str = PROC) -> bool:
     """Whether ``pid``'s environment sets one of the engine's ``server_environment`` variables to
     its value (a follower's argv that is its deployment's HTTP server)."""
     wanted = engine.settings.server_environment
     if not wanted:
         return False
-    read = read_environ(pid, MAX_ENVIRON_BYTES)
+    read = read_environ(pid, MAX_ENVIRON_BYTES, proc)
     for entry in read[0] if read is not None else ():
         name, eq, value = os.fsdecode(entry).partition("=")
         if eq and wanted.get(name) == value:
@@ -77,17 +79,24 @@ def serves_by_environment(engine: EngineDefinition, pid: int) -> bool:
     return False
 
 
-def _environment(engine: EngineDefinition, pid: int) -> tuple[dict[Fact, str], tuple[str, ...]]:
+def _environment(
+    engine: EngineDefinition, pid: int, proc: str
+) -> tuple[dict[Fact, str], tuple[str, ...], str | None]:
+    """The facts the environment gives, the problems reading it, and the API key it holds."""
     wanted = engine.settings.environment
-    if not wanted:
-        return {}, ()
-    read = read_environ(pid, MAX_ENVIRON_BYTES)
+    keys = engine.serving.api_key_env
+    if not wanted and not keys:
+        return {}, (), None
+    read = read_environ(pid, MAX_ENVIRON_BYTES, proc)
     if read is None:  # another user's process, for a scan that is not root: nothing is known
-        return {}, ()
+        return {}, (), None
     entries, cut = read
     found: dict[Fact, str] = {}
+    secrets: dict[str, str] = {}
     for entry in entries:
         name, eq, value = os.fsdecode(entry).partition("=")
+        if eq and value and name in keys:
+            secrets.setdefault(name, value)
         if not (eq and name in wanted and value):
             continue
         kind = wanted[name]
@@ -99,9 +108,14 @@ def _environment(engine: EngineDefinition, pid: int) -> tuple[dict[Fact, str], t
                 found["port"] = port
         else:
             found[kind] = value
+    api_key = next((secrets[name] for name in keys if name in secrets), None)
     if cut:
-        return found, (f"environment is larger than {MAX_ENVIRON_BYTES} bytes; only that much is read",)
-    return found, ()
+        return (
+            found,
+            (f"environment is larger than {MAX_ENVIRON_BYTES} bytes; only that much is read",),
+            api_key,
+        )
+    return found, (), api_key
 
 
 def _fact_of_key(signature: Signature, key: str) -> Fact | None:
@@ -174,28 +188,33 @@ def _lookup(document: Mapping[object, object], path: str) -> object:
     return value
 
 
-def read_outside(engine: EngineDefinition, pid: int, argv: Sequence[str], *, runner: bool = False) -> Outside:
+def read_outside(
+    engine: EngineDefinition, pid: int, argv: Sequence[str], *, runner: bool = False, proc: str = PROC
+) -> Outside:
     """What ``pid``'s environment and config file say, for the engine's declared settings (a
-    runner's environment only where the engine's runners read it)."""
-    environment, problems = (
-        _environment(engine, pid) if engine.settings.runner_environment or not runner else ({}, ())
+    runner's environment only where the engine's runners read it), read from ``proc``."""
+    environment, problems, api_key = (
+        _environment(engine, pid, proc)
+        if engine.settings.runner_environment or not runner
+        else ({}, (), None)
     )
     flag = engine.settings.config_flag
     path = flag_value(argv, engine.signature, flag) if flag else None
     default = path is None and engine.settings.config_file is not None
     path = path if path is not None else engine.settings.config_file
     if path is None:
-        return Outside(environment=environment, problems=problems)
-    read = read_named(pid, path, MAX_CONFIG_BYTES)
+        return Outside(environment=environment, problems=problems, api_key=api_key)
+    read = read_named(pid, path, MAX_CONFIG_BYTES, proc=proc)
     if read.missing and default:  # the engine goes on without its usual file, and so does the scan
-        return Outside(environment=environment, problems=problems)
+        return Outside(environment=environment, problems=problems, api_key=api_key)
     if read.data is None:
         problem = (
             f"config file '{literal(path)}' {read.problem or 'cannot be read: No such file or directory'}"
         )
-        return Outside(environment, {}, path, read.identity, (*problems, problem))
+        return Outside(environment, {}, path, read.identity, (*problems, problem), api_key)
     config, trouble = _config(engine, path, read.data)
-    return Outside(environment, config, path, read.identity, (*problems, trouble) if trouble else problems)
+    problems = (*problems, trouble) if trouble else problems
+    return Outside(environment, config, path, read.identity, problems, api_key)
 
 
 #: Where a fact came from; ``server``: an orphan's, from the server it worked for while this

@@ -19,7 +19,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from enginespec._common import tcp_listen
-from enginespec.containers import netns_addresses
+from enginespec._procfiles import PROC
+from enginespec.containers import netns_addresses, netns_inode
 from enginespec.urls import connect_host
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -84,17 +85,12 @@ def _table(where: str) -> list[Listener]:
     return found
 
 
-def listeners(port: int, netns_pid: int | None = None) -> list[Listener]:
+def listeners(port: int, netns_pid: int | None = None, proc: str = PROC) -> list[Listener]:
     """The LISTEN sockets on ``port`` in the network namespace of ``netns_pid`` (this process's
-    when ``None``)."""
-    where = f"/proc/{netns_pid}/net" if netns_pid is not None else "/proc/self/net"
+    when ``None``), read from ``proc``."""
+    where = f"{proc}/{netns_pid if netns_pid is not None else 'self'}/net"
     tables = _TABLES.get()
-    netns = None
-    if tables is not None:
-        try:
-            netns = os.stat(f"/proc/{netns_pid or 'self'}/ns/net").st_ino
-        except OSError:
-            netns = None
+    netns = netns_inode(netns_pid or "self", proc) if tables is not None else None
     if tables is None or netns is None:
         return [listener for listener in _table(where) if listener.port == port]
     if netns not in tables:
@@ -102,17 +98,17 @@ def listeners(port: int, netns_pid: int | None = None) -> list[Listener]:
     return [listener for listener in tables[netns] if listener.port == port]
 
 
-def socket_inodes(pid: int) -> set[int] | None:
+def socket_inodes(pid: int, proc: str = PROC) -> set[int] | None:
     """The socket inodes a process holds; ``None`` when its fds cannot be read (gone, or another
     user's process)."""
     try:
-        fds = os.listdir(f"/proc/{pid}/fd")
+        fds = os.listdir(f"{proc}/{pid}/fd")
     except OSError:
         return None
     inodes = set()
     for fd in fds:
         try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            target = os.readlink(f"{proc}/{pid}/fd/{fd}")
         except OSError:
             continue
         if target.startswith("socket:[") and target.endswith("]") and target[8:-1].isdigit():
@@ -120,20 +116,20 @@ def socket_inodes(pid: int) -> set[int] | None:
     return inodes
 
 
-def holders(inodes: Collection[int], exclude: Collection[int] = ()) -> tuple[int, ...]:
+def holders(inodes: Collection[int], exclude: Collection[int] = (), proc: str = PROC) -> tuple[int, ...]:
     """The pids (sorted) of processes other than ``exclude`` that hold one of ``inodes``; those
     whose fds cannot be read are not found."""
     wanted, found = set(inodes), set()
     if not wanted:
         return ()
     try:
-        pids = sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
+        pids = sorted(int(name) for name in os.listdir(proc) if name.isdigit())
     except OSError:
         return ()
     for pid in pids[:MAX_HOLDER_WALK]:
         if pid in exclude:
             continue
-        held = socket_inodes(pid)
+        held = socket_inodes(pid, proc)
         if held and not held.isdisjoint(wanted):
             found.add(pid)
     return tuple(sorted(found))
@@ -310,18 +306,18 @@ def ownership(tree: Iterable[int], addresses: Collection[IPAddress], port: int) 
     return Ownership(any(listener.inode in held for listener in relevant), holders(foreign, pids))
 
 
-def conflicts(tree: Iterable[int], port: int) -> tuple[int, ...]:
+def conflicts(tree: Iterable[int], port: int, proc: str = PROC) -> tuple[int, ...]:
     """Pids of other processes listening on the same address and port as the tree ``tree`` (the
     server first): SO_REUSEPORT sharing, or a more specific address bound next to a wildcard."""
     pids = list(tree)
-    found = listeners(port, pids[0])
+    found = listeners(port, pids[0], proc)
     held: set[int] = set()
     for pid in pids:
-        held |= socket_inodes(pid) or set()
+        held |= socket_inodes(pid, proc) or set()
     ours = [listener for listener in found if listener.inode in held]
     foreign = [
         listener.inode
         for listener in found
         if listener.inode not in held and any(overlap(listener.address, own.address) for own in ours)
     ]
-    return holders(foreign, pids)
+    return holders(foreign, pids, proc)
