@@ -9,6 +9,7 @@ import os
 import queue
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from enginespec import vitals
 from enginespec.scanning import EngineProcess, Scanner
 from enginespec.vitals import EngineMonitor
 from enginespec.watching import HealthChanged, Recovered, Watch, WatchEvent, WorkerLost
@@ -29,15 +31,17 @@ from procs import Procs, wait_for
 WORKERS = 20
 
 
-def _server(procs: Procs, sock: socket.socket, titles: list[str]) -> EngineProcess:
+def _server(procs: Procs, sock: socket.socket, titles: list[str], **env: str) -> EngineProcess:
     """A process that stands for `vllm serve` on ``sock``'s port, with children retitled as
-    ``titles`` (see helpers/idle.c), as scanned once every child shows its title."""
+    ``titles`` (see helpers/idle.c; ``env``: more of its switches), as scanned once every child
+    shows its title."""
     port = sock.getsockname()[1]
     proc = procs.start(
         ["vllm", "serve", "/models/m", "--port", str(port)],
         pass_fds=(sock.fileno(),),
         # the first child also forks a grandchild of its title: let it keep the server's argv
         HELPER_CHILD_TITLES=",".join(["=", *titles]),
+        **env,
     )
     found: list[EngineProcess] = []
 
@@ -262,9 +266,99 @@ def test_workers_are_remembered_only_once_the_server_is_ready(procs: Procs) -> N
     assert after.health.reason == "HTTP 503"
 
 
-def test_a_worker_reaped_before_the_check_is_still_reported(
+def _kernel_keeps_exit_statuses() -> bool:
+    """Whether this kernel gives a reaped process's exit status to a pidfd holder (6.15+)."""
+    if not hasattr(os, "pidfd_open"):
+        return False
+    child = subprocess.Popen(["sleep", "60"])
+    pidfd = os.pidfd_open(child.pid)
+    try:
+        child.kill()
+        child.wait(timeout=10)
+        return vitals._reaped_status(pidfd) == (None, signal.SIGKILL)
+    finally:
+        os.close(pidfd)
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(
+    not _kernel_keeps_exit_statuses(), reason="the kernel keeps no exit status for pidfds (6.15+)"
+)
+def test_a_reaped_workers_exit_status_is_read_from_its_pidfd(
     procs: Procs, healthy: tuple[socket.socket, FakeEngine]
 ) -> None:
+    """A server that reaps its workers at once (as vLLM's API server does its engine core)
+    leaves no zombie: the pidfd the monitor keeps still tells the signal, and is closed after."""
+    sock, _ = healthy
+    before = _open_fds()
+    process = _server(procs, sock, ["VLLM::EngineCore", "VLLM::Worker_TP0"], HELPER_REAP="1")
+    monitor = EngineMonitor(timeout=2)
+    assert monitor.check([process])[0].health.state == "ready"
+    core = _pid_titled(process, "VLLM::EngineCore")
+    worker = _pid_titled(process, "VLLM::Worker_TP0")
+    assert vitals._PIDFDS.left == vitals.MAX_PIDFDS - 2
+    os.kill(core, signal.SIGKILL)
+    # reaped by the server, not by this test: no /proc entry left to read a status from
+    wait_for(lambda: not os.path.exists(f"/proc/{core}"))
+    [(_, gone)] = monitor.lost_workers([process])
+    assert (gone.pid, gone.signal, gone.status) == (core, signal.SIGKILL, None)
+    [after] = monitor.check([process])
+    assert (
+        after.health.reason
+        == f"VLLM::EngineCore pid {core} exited (SIGKILL) while the API server still answers"
+    )
+    # an exit status, likewise: the worker ends itself (SIGTERM's default) and is reaped
+    os.kill(worker, signal.SIGTERM)
+    wait_for(lambda: not os.path.exists(f"/proc/{worker}"))
+    [(_, ended)] = monitor.lost_workers([process])
+    assert (ended.pid, ended.signal) == (worker, signal.SIGTERM)
+    # each pidfd was closed with its worker's exit; none stays open
+    assert vitals._PIDFDS.left == vitals.MAX_PIDFDS
+    monitor.forget([])
+    assert _open_fds() <= before
+
+
+def test_forget_closes_the_remembered_workers_pidfds(
+    procs: Procs, healthy: tuple[socket.socket, FakeEngine]
+) -> None:
+    sock, _ = healthy
+    process = _server(procs, sock, ["VLLM::EngineCore", "VLLM::Worker_TP0"])
+    monitor = EngineMonitor(timeout=2)
+    before = _open_fds()
+    assert monitor.check([process])[0].health.state == "ready"
+    held = 2 if hasattr(os, "pidfd_open") else 0
+    assert vitals._PIDFDS.left == vitals.MAX_PIDFDS - held
+    monitor.forget([])
+    assert vitals._PIDFDS.left == vitals.MAX_PIDFDS
+    assert _open_fds() <= before
+
+
+def _no_pidfds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(os, "pidfd_open", raising=False)
+
+
+def _budget_spent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vitals, "_PIDFDS", vitals._PidfdBudget(0))
+
+
+def _kernel_without_pidfd_info(monkeypatch: pytest.MonkeyPatch) -> None:
+    # an ioctl number pidfds do not know: ENOTTY, as before Linux 6.13
+    monkeypatch.setattr(vitals, "_PIDFD_GET_INFO", vitals._PIDFD_GET_INFO + 0x40)
+
+
+@pytest.mark.parametrize("without", [_no_pidfds, _budget_spent, _kernel_without_pidfd_info])
+def test_a_worker_reaped_before_the_check_is_still_reported(
+    procs: Procs,
+    healthy: tuple[socket.socket, FakeEngine],
+    monkeypatch: pytest.MonkeyPatch,
+    without: Callable[[pytest.MonkeyPatch], None],
+) -> None:
+    """Without a pidfd that keeps its status, a worker reaped before it was looked at has
+    exited, nothing more is known."""
+    without(monkeypatch)
     sock, _ = healthy
     process = _server(procs, sock, ["VLLM::EngineCore"])
     monitor = EngineMonitor(timeout=2)

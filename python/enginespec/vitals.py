@@ -8,7 +8,10 @@ One health check sees one answer. A monitor keeps what earlier checks saw, per e
   ``sglang::scheduler_TP0``; or that run a program the engine's data names: TGI's
   ``text-generation-server serve`` shards and ``text-generation-router``) are remembered; when
   one of them exits, the server is ``unhealthy`` with the reason (``VLLM::EngineCore pid 4300
-  exited (SIGKILL) while the API server still answers``) whatever ``/health`` says, until that server is gone;
+  exited (SIGKILL) while the API server still answers``) whatever ``/health`` says, until that server is gone.
+  How it exited is read from its zombie while its parent has not reaped it, and after that from
+  the pidfd kept for each remembered worker (Linux 6.15+: ``PIDFD_GET_INFO`` with
+  ``PIDFD_INFO_EXIT``), so a server that reaps its workers at once still shows the signal;
 - **busy**: the health request timed out, but the engine's token counters advanced since the
   previous reading (or, when it reports no load, its tree's CPU time did: a weaker signal, said
   in the reason): saturated, never ``unhealthy`` for that;
@@ -18,7 +21,11 @@ One health check sees one answer. A monitor keeps what earlier checks saw, per e
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import os
 import signal
+import struct
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -40,6 +47,65 @@ CPU_BUSY_SHARE = 0.1
 _TITLE_CHARS = 64
 
 _Key = tuple[int, float]
+
+#: ``PIDFD_GET_INFO``: ``_IOWR(0xFF, 11, struct pidfd_info)`` with the first published struct's
+#: 64 bytes (Linux 6.13+; the kernel takes any size from that one up, include/uapi/linux/pidfd.h).
+_PIDFD_GET_INFO = 0xC040FF0B
+#: Asks for (and, in the answer's mask, says there is) the exit status (Linux 6.15+): the kernel
+#: keeps it for holders of a pidfd once the process is reaped (fs/pidfs.c pidfs_exit).
+_PIDFD_INFO_EXIT = 1 << 3
+_PIDFD_INFO_SIZE = 64
+#: Where ``struct pidfd_info`` holds ``exit_code`` (a wait status, as waitpid gives).
+_EXIT_CODE_AT = 60
+#: The most pidfds this process keeps for remembered workers (each is an open file; beyond
+#: this many, workers are remembered without one and only a zombie shows how they exited).
+MAX_PIDFDS = 256
+
+
+class _PidfdBudget:
+    """How many pidfds the monitors of this process may still hold."""
+
+    def __init__(self, most: int) -> None:
+        self.left = most
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.left <= 0:
+                return False
+            self.left -= 1
+            return True
+
+    def give(self) -> None:
+        with self._lock:
+            self.left += 1
+
+
+_PIDFDS = _PidfdBudget(MAX_PIDFDS)
+
+
+def _wait_status(raw: int) -> tuple[int | None, int | None]:
+    """(exit status, signal) of a wait status."""
+    if raw & 0x7F:
+        return None, raw & 0x7F
+    return (raw >> 8) & 0xFF, None
+
+
+def _reaped_status(pidfd: int) -> tuple[int | None, int | None] | None:
+    """(exit status, signal) of the reaped process of ``pidfd``, from the kernel's pidfd info;
+    ``None`` while it is not reaped or when this kernel does not keep exit statuses."""
+    buffer = bytearray(_PIDFD_INFO_SIZE)
+    struct.pack_into("=Q", buffer, 0, _PIDFD_INFO_EXIT)
+    try:
+        fcntl.ioctl(pidfd, _PIDFD_GET_INFO, buffer, True)
+    except OSError:
+        # ENOTTY or EINVAL: no PIDFD_GET_INFO here; ESRCH: reaped, and no exit info kept
+        return None
+    (mask,) = struct.unpack_from("=Q", buffer, 0)
+    if not mask & _PIDFD_INFO_EXIT:
+        return None
+    (raw,) = struct.unpack_from("=i", buffer, _EXIT_CODE_AT)
+    return _wait_status(raw)
 
 
 class WorkerExit(BaseModel):
@@ -124,10 +190,41 @@ def _worker_title(argv: Sequence[str], titles: tuple[str, ...], programs: frozen
 
 
 class _Worker:
-    __slots__ = ("pid", "started", "title")
+    __slots__ = ("pid", "pidfd", "started", "title")
 
     def __init__(self, pid: int, started: bytes, title: str) -> None:
         self.pid, self.started, self.title = pid, started, title
+        self.pidfd = -1
+
+    def hold(self) -> None:
+        """Opens a pidfd of this very worker (its start checked after the open), when the
+        budget allows and the kernel has them; without one, only a zombie shows its exit."""
+        opener = getattr(os, "pidfd_open", None)
+        if self.pidfd >= 0 or opener is None or not _PIDFDS.take():
+            return
+        try:
+            fd: int = opener(self.pid)
+        except OSError:
+            _PIDFDS.give()
+            return
+        fields = _stat(self.pid)
+        if fields is None or len(fields) <= 19 or fields[19] != self.started:
+            # not this worker's any more: the pid was handed to another process
+            os.close(fd)
+            _PIDFDS.give()
+            return
+        self.pidfd = fd
+
+    def release(self) -> None:
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+            _PIDFDS.give()
+
+    def __del__(self) -> None:
+        # a monitor dropped without forget(): its workers' pidfds close with them
+        with contextlib.suppress(Exception):
+            self.release()
 
     def exit(self, now: float) -> WorkerExit | None:
         """How it exited, or ``None`` while it runs (a zombie has exited)."""
@@ -137,15 +234,14 @@ class _Worker:
         status = code = None
         # A zombie of this very worker still holds its wait status (field 52, Linux 3.5+).
         if fields is not None and len(fields) > 49 and fields[19] == self.started and fields[0] == b"Z":
-            try:
-                raw = int(fields[49])
-            except ValueError:
-                raw = None
-            if raw is not None:
-                if raw & 0x7F:
-                    code = raw & 0x7F
-                else:
-                    status = (raw >> 8) & 0xFF
+            with contextlib.suppress(ValueError):
+                status, code = _wait_status(int(fields[49]))
+        elif self.pidfd >= 0:
+            # reaped by its parent: the kernel kept its status for the pidfd held
+            found = _reaped_status(self.pidfd)
+            if found is not None:
+                status, code = found
+        self.release()
         return WorkerExit(pid=self.pid, title=self.title, status=status, signal=code, seen_at=now)
 
 
@@ -249,7 +345,11 @@ class EngineMonitor:
         """Drops what is remembered of engines not in ``alive``."""
         keep = {(p.pid, p.start_time) for p in alive}
         with self._lock:
+            dropped = [engine for key, engine in self._engines.items() if key not in keep]
             self._engines = {key: engine for key, engine in self._engines.items() if key in keep}
+            for engine in dropped:
+                for worker in engine.workers or ():
+                    worker.release()
 
     def lost_workers(self, processes: Iterable[EngineProcess]) -> list[tuple[EngineProcess, WorkerExit]]:
         """The remembered workers that exited since the previous call, with their server (a
@@ -344,7 +444,10 @@ class EngineMonitor:
                 # remembered at the first ready check; workers seen later join (a tree re-read)
                 known = {worker.pid for worker in engine.workers or ()}
                 seen = _runners(process) if runners else _remember(process)
-                engine.workers = [*(engine.workers or ()), *(w for w in seen if w.pid not in known)]
+                added = [worker for worker in seen if worker.pid not in known]
+                for worker in added:
+                    worker.hold()
+                engine.workers = [*(engine.workers or ()), *added]
             if runners:
                 self._judge_runners(engine, health, cpu[0])
             missing = engine.missing

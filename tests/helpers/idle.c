@@ -5,6 +5,8 @@
  *                        The first child also forks a grandchild with the same title.
  *   HELPER_OUTLIVE       if set, those children outlive this process (orphans; by default they
  *                        die with it).
+ *   HELPER_REAP          if set, this process reaps each child as soon as it ends (as a server
+ *                        that waits for its workers does): no zombie is left to show its status.
  *   HELPER_SPAWN         argvs separated by \x1e, arguments by \x1f: one child per argv that execs
  *                        this helper with that argv (a supervisor starting engines).
  *   HELPER_SPAWN_ENV     NAME=VALUE set in those children's environment only.
@@ -18,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -25,6 +28,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void idle(void) {
@@ -75,6 +79,24 @@ static void rewrite_on_signal(int argc, char **argv, char *rewrites) {
         overwrite_argv(argc, argv, r);
     }
     sigprocmask(SIG_SETMASK, &others, NULL);
+}
+
+static void reap_children(int sig) {
+    (void)sig;
+    int saved = errno;
+    while (waitpid(-1, NULL, WNOHANG) > 0) {
+    }
+    errno = saved;
+}
+
+/* From now on this process reaps its children as they end (its children do not: the handler is
+ * reset in each child before it does anything else). */
+static void reap_on_exit(void) {
+    struct sigaction action = {0};
+    action.sa_handler = reap_children;
+    action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGCHLD, &action, NULL);
 }
 
 static char *spawn_env;
@@ -130,6 +152,7 @@ int main(int argc, char **argv) {
     char *listen_on = getenv("HELPER_LISTEN");
     char *rewrites = getenv("HELPER_REWRITE");
     int outlive = getenv("HELPER_OUTLIVE") != NULL;
+    int reap = getenv("HELPER_REAP") != NULL;
     char *answer = getenv("HELPER_ANSWER");
     spawn_env = getenv("HELPER_SPAWN_ENV");
     spawn_env = spawn_env ? strdup(spawn_env) : NULL;
@@ -144,6 +167,7 @@ int main(int argc, char **argv) {
     unsetenv("HELPER_LISTEN");
     unsetenv("HELPER_REWRITE");
     unsetenv("HELPER_OUTLIVE");
+    unsetenv("HELPER_REAP");
     unsetenv("HELPER_ANSWER");
     int listening = -1;
     if (listen_on) {
@@ -166,10 +190,12 @@ int main(int argc, char **argv) {
         listening = fd;
     }
     if (answer && listening >= 0) serve_answer(listening, answer);
+    if (reap) reap_on_exit();
     if (titles) {
         int first = 1;
         for (char *save = NULL, *t = strtok_r(titles, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
             if (fork() == 0) {
+                signal(SIGCHLD, SIG_DFL);
                 if (!outlive) prctl(PR_SET_PDEATHSIG, SIGKILL);
                 if (strcmp(t, "=") != 0) retitle(argc, argv, t);
                 if (first && fork() == 0) {
