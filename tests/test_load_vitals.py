@@ -271,13 +271,17 @@ def _kernel_keeps_exit_statuses() -> bool:
     if not hasattr(os, "pidfd_open"):
         return False
     child = subprocess.Popen(["sleep", "60"])
-    pidfd = os.pidfd_open(child.pid)
     try:
-        child.kill()
-        child.wait(timeout=10)
-        return vitals._reaped_status(pidfd) == (None, signal.SIGKILL)
+        pidfd = os.pidfd_open(child.pid)
+        try:
+            child.kill()
+            child.wait(timeout=10)
+            return vitals._reaped_status(pidfd) == (None, signal.SIGKILL)
+        finally:
+            os.close(pidfd)
     finally:
-        os.close(pidfd)
+        child.kill()
+        child.wait()
 
 
 def _open_fds() -> int:
