@@ -82,10 +82,11 @@ def _weights(
     return weights
 
 
-def hf_model(folder: Path, seed: int = 0, heads: int = HEADS) -> Path:
+def hf_model(folder: Path, seed: int = 0, heads: int = HEADS, context: int = CONTEXT) -> Path:
     """A Hugging Face Llama folder: config.json, model.safetensors, tokenizer files. ``heads``
     sets the head size (HIDDEN // heads; the weights' shapes do not change): vLLM's CPU attention
-    takes 64, not the default's 32."""
+    takes 64, not the default's 32. ``context``: the model's length (max_position_embeddings,
+    which vLLM takes as its max_model_len when not given one)."""
     from safetensors.numpy import save_file
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
@@ -102,7 +103,7 @@ def hf_model(folder: Path, seed: int = 0, heads: int = HEADS) -> Path:
         "num_attention_heads": heads,
         "num_key_value_heads": heads,
         "vocab_size": len(tokens),
-        "max_position_embeddings": CONTEXT,
+        "max_position_embeddings": context,
         "rms_norm_eps": 1e-5,
         "rope_theta": 10000.0,
         "tie_word_embeddings": False,
@@ -123,7 +124,7 @@ def hf_model(folder: Path, seed: int = 0, heads: int = HEADS) -> Path:
         "bos_token": "<s>",
         "eos_token": "<|im_end|>",
         "chat_template": CHAT_TEMPLATE,
-        "model_max_length": CONTEXT,
+        "model_max_length": context,
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=1))
     return folder

