@@ -110,6 +110,13 @@ def alive(pids: set[int]) -> set[int]:
     return running
 
 
+def _tiny(model: Path, **fields: Any) -> Recipe:
+    """The recipe serving the tiny model ``model`` as ``tiny`` on a free port of the loopback."""
+    return Recipe(
+        engine="vllm", model_path=str(model), served_model_name="tiny", host=HOST, port=free_port(), **fields
+    )
+
+
 def orphans_of(scan: list[EngineProcess], pids: set[int]) -> dict[int, EngineProcess]:
     return {p.pid: p for p in scan if p.pid in pids}
 
@@ -166,15 +173,7 @@ def test_vllm_help_launch_find_wait_chat_clash_orphans(
     model = hf_model(models_dir / "vllm-tiny", heads=1)
     # On the CPU backend --gpu-memory-utilization is the share of the host's memory vLLM reserves
     # (0.32.0 vllm/v1/worker/cpu_worker.py); VLLM_CPU_KVCACHE_SPACE is its legacy override.
-    recipe = Recipe(
-        engine="vllm",
-        model_path=str(model),
-        served_model_name="tiny",
-        host=HOST,
-        port=free_port(),
-        max_model_len=256,
-        gpu_memory_utilization=0.15,
-    )
+    recipe = _tiny(model, max_model_len=256, gpu_memory_utilization=0.15)
     command = spec.plan(recipe, config)
     # only vllm-cpu is installed: its `vllm` script cannot start, the module form can (item 8)
     assert command.launcher == "module"
@@ -390,15 +389,7 @@ def test_vllm_load_under_real_requests_and_its_engine_core_killed(
     monkeypatch.setenv("ENGINESPEC_VLLM_PYTHON", str(vllm_python))
     config = Config(data_dir=config.data_dir)
     model = hf_model(models_dir / "vllm-load", heads=1, context=CONTEXT)
-    recipe = Recipe(
-        engine="vllm",
-        model_path=str(model),
-        served_model_name="tiny",
-        host=HOST,
-        port=free_port(),
-        max_model_len=CONTEXT,
-        extra_args={"--kv-cache-memory-bytes": str(KV_BYTES)},
-    )
+    recipe = _tiny(model, max_model_len=CONTEXT, extra_args={"--kv-cache-memory-bytes": str(KV_BYTES)})
     url = f"http://{HOST}:{recipe.port}"
     engine = launch(recipe, config, log_dir=tmp_path / "logs")
     watch: Watch | None = None
@@ -541,14 +532,7 @@ def test_vllm_refusing_a_context_its_kv_cache_cannot_hold_is_classified(
     monkeypatch.setenv("ENGINESPEC_VLLM_PYTHON", str(vllm_python))
     config = Config(data_dir=config.data_dir)
     model = hf_model(models_dir / "vllm-long", heads=1, context=262144)
-    recipe = Recipe(
-        engine="vllm",
-        model_path=str(model),
-        served_model_name="tiny",
-        host=HOST,
-        port=free_port(),
-        extra_args={"--kv-cache-memory-bytes": str(KV_BYTES)},
-    )
+    recipe = _tiny(model, extra_args={"--kv-cache-memory-bytes": str(KV_BYTES)})
     engine = launch(recipe, config, log_dir=tmp_path / "logs")
     started = time.monotonic()
     try:
