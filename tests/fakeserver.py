@@ -95,6 +95,13 @@ class _Handler(BaseHTTPRequestHandler):
     origins: bool = False
 
     def _serve(self) -> None:
+        try:
+            self._answer()
+        except (BrokenPipeError, ConnectionResetError):
+            # the client gave up (its timeout passed while the answer was delayed): nothing to say
+            self.close_connection = True
+
+    def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         if length:
             self.rfile.read(length)

@@ -86,6 +86,25 @@ def test_llamacpp_reading_and_a_metric_not_exposed_is_none_not_zero() -> None:
     assert load.kv_cache_usage is None
 
 
+def test_llama_server_decode_calls_count_as_progress_and_the_reading_says_how_it_counts() -> None:
+    """llama-server adds a request's tokens when the request ends: during a long generation its
+    token counters stand still while ``n_decode_total`` moves, which is progress, not a stall."""
+
+    def llamacpp(decodes: int) -> Answer:
+        return metrics(
+            LLAMACPP + f"# TYPE llamacpp:n_decode_total counter\nllamacpp:n_decode_total {decodes}\n".encode()
+        )
+
+    with serving({"/metrics": [metrics(LLAMACPP), llamacpp(10), llamacpp(90), llamacpp(90)]}) as server:
+        old_build = check_load("llamacpp", server.url)  # no n_decode_total: moved is unknown
+        first = check_load("llamacpp", server.url, previous=old_build)
+        second = check_load("llamacpp", server.url, previous=first)
+        frozen = check_load("llamacpp", server.url, previous=second, stall_after=0.001)
+    assert "when it ends" in first.reason
+    assert (second.tokens_per_second, second.moved, second.progress_at) == (0.0, True, second.monotonic)
+    assert (frozen.moved, frozen.stalled) == (False, True)
+
+
 def test_llama_server_without_metrics_says_which_flag_it_needs() -> None:
     body = (
         b'{"error":{"code":501,"message":"This server does not support metrics endpoint.",'

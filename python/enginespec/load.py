@@ -44,7 +44,8 @@ STALL_ENV = "ENGINESPEC_STALL_AFTER"
 
 class EngineLoad(BaseModel):
     """One reading of one engine's load. ``source`` is where it came from (the URL read, or
-    ``none``); ``available`` says a reading came, else ``reason`` says why not. Counters are as
+    ``none``); ``available`` says a reading came, else ``reason`` says why not (for a reading, it
+    notes how the engine counts, where that matters: Ollama's, llama-server's). Counters are as
     the engine reports them (since it started); ``kv_cache_usage`` is a fraction 0..1.
     ``progress_at`` is the ``time.monotonic()`` since which the engine had requests pending and
     no counter moved (``None`` when unknown); ``stalled`` is set when that lasted ``stall_after``."""
@@ -350,6 +351,7 @@ async def _read(
         update={
             "source": source,
             "available": True,
+            "reason": metrics.note,
             "requests_running": _count(found, metrics.requests_running),
             "requests_waiting": _count(found, metrics.requests_waiting),
             "kv_cache_usage": _ratio(found, metrics.kv_cache_usage),

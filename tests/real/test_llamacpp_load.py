@@ -87,11 +87,17 @@ def test_llama_server_load_agrees_with_its_slots_and_the_requests_in_flight(
         for slots, load, _ in readings:
             assert load.available, load
             assert (load.requests_running, load.requests_waiting) == (slots, REQUESTS - SLOTS), load
-            assert load.kv_cache_usage is not None, load
-            assert 0 < load.kv_cache_usage <= 1, load
+            # The llama.cpp that llama-cpp-python 0.3.35 vendors has no KV-cache gauge (its metrics
+            # are listed in tools/server/server-task.cpp): unexposed is None, never 0.
+            assert load.kv_cache_usage is None, load
+        # llama-server adds a request's tokens to its counter when the request ends: none ended, so
+        # the rate is 0 and said so, and its decode calls are what shows it works (never stalled)
         rates = [load.tokens_per_second for _, load, _ in readings[1:]]
-        assert all(rate is not None and rate > 0 for rate in rates), rates
-        print(f"llama-server: {SLOTS} of {REQUESTS} running, {rates} tok/s")
+        assert rates == [0.0] * len(rates), rates
+        for _, load, _ in readings:
+            assert "when it ends" in load.reason, load
+            assert (load.progress_at, load.stalled) == (load.monotonic, False), load
+        print(f"llama-server: {SLOTS} of {REQUESTS} running, {rates} tok/s between readings")
         for worker in workers:
             worker.join(timeout=600)
         assert not errors, errors

@@ -223,6 +223,10 @@ SPEC = LlamaCppSpec(
     # metrics handler, and README "GET /metrics"): `requests_processing` and `requests_deferred`
     # gauges, `prompt_tokens_total` and `tokens_predicted_total` counters. Older builds (2024)
     # also had `llamacpp:kv_cache_usage_ratio`; current ones have no KV gauge (`/slots` then).
+    # A request's generated tokens are added when its slot is reset, at its end
+    # (server-context.cpp, `callback_on_reset` -> `metrics_on_prediction`, in the llama.cpp that
+    # llama-cpp-python 0.3.35 vendors), so a long generation moves no token counter:
+    # `n_decode_total` (one per `llama_decode`, `metrics_post_decode`) shows that it works.
     load=LoadMetrics(
         kind="prometheus",
         enable_flag="--metrics",
@@ -231,6 +235,9 @@ SPEC = LlamaCppSpec(
         kv_cache_usage=("llamacpp:kv_cache_usage_ratio",),
         prompt_tokens=("llamacpp:prompt_tokens_total",),
         generated_tokens=("llamacpp:tokens_predicted_total",),
+        progress=("llamacpp:n_decode_total",),
+        note="llama-server counts a request's generated tokens when it ends: tokens per second is "
+        "of the requests finished between two readings",
     ),
 )
 
