@@ -122,7 +122,8 @@ def fixture(engines: int, warm_rescan: float) -> None:
 
         memory = statistics.median(_timed(refresh) for _ in range(10))
         polls_per_memory = gpus_module.MEMORY_REFRESH_SECONDS * 10
-        polls_per_fds = gpus_module.FD_REFRESH_SECONDS * 10
+        # the fixture's workers hold only NVIDIA devices and NVML answers
+        polls_per_fds = gpus_module.NVML_HOLDER_FD_REFRESH_SECONDS * 10
         amortized = idle + memory / polls_per_memory + (cold - memory) / polls_per_fds
         print(f"fixture host: {engines} engine trees (server + 2 workers, 203 fds each worker), 8 GPUs, NVML")
         print(f"  cold read (new engines):          {cold * 1e3:7.2f} ms")

@@ -584,6 +584,38 @@ def test_an_unchanged_tree_gives_the_same_record_and_a_change_names_gpus(
     assert changed_fields(before, after) == ("gpus",)
 
 
+@pytest.mark.parametrize("nvml", [True, False])
+def test_an_nvidia_holders_files_are_listed_again_less_often_while_nvml_answers(
+    nvml: bool, host: Host, monkeypatch: pytest.MonkeyPatch, nvml_libraries: dict[int, Path], tmp_path: Path
+) -> None:
+    """A pid holding NVIDIA's devices has its open files listed again every 30 s, or every 120 s
+    while NVML answers (its process lists say which GPUs the tree uses); memory every 2 s."""
+    gpu0, _ = two_nvidia(host)
+    host.process(102, "vllm", cuda_fds(host, gpu0))
+    host.nvml_process("0", 102, 5 * GIB)
+    if nvml:
+        use_nvml(monkeypatch, host, nvml_libraries[3])
+    else:
+        monkeypatch.setenv("ENGINESPEC_NVML_LIBRARY", str(tmp_path / "absent" / "libnvidia-ml.so.1"))
+    clock = [1000.0]
+    monkeypatch.setattr(gpus_module, "time", type("Clock", (), {"monotonic": staticmethod(lambda: clock[0])}))
+    listed: list[int] = []
+    real = gpus_module._open_devices
+
+    def listing(root: str, pid: int) -> object:
+        listed.append(pid)
+        return real(root, pid)
+
+    monkeypatch.setattr(gpus_module, "_open_devices", listing)
+    reader = gpus_module.GpuReader(str(host.root))
+    for seconds in (0, 31, 61, 91, 121):
+        clock[0] = 1000.0 + seconds
+        [(uses, _problem)] = reader.read([(102,)])
+        assert [use.device for use in uses] == [UUID0]
+        assert [use.memory_bytes for use in uses] == ([5 * GIB] if nvml else [None])
+    assert len(listed) == (2 if nvml else 5), listed
+
+
 def test_a_ledger_of_a_fixture_host_needs_its_engines(host: Host) -> None:
     with pytest.raises(InvalidInputError, match="processes"):
         gpu_ledger(root=str(host.root))

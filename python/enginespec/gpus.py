@@ -34,6 +34,9 @@ MEMORY_REFRESH_SECONDS = 2.0
 #: one (a worker initialising CUDA). A tree that changes is listed again at once.
 FD_REFRESH_SECONDS = 30.0
 NO_GPU_FD_REFRESH_SECONDS = 10.0
+#: ... and of one holding only NVIDIA devices while NVML answers: NVML's process lists, read with
+#: the memory, say which NVIDIA GPUs a tree uses (a GPU it starts using included), not its fds.
+NVML_HOLDER_FD_REFRESH_SECONDS = 120.0
 #: Character device majors that are no GPU driver's: mem (/dev/null), tty, /dev/tty, pts.
 _NOT_GPU_MAJORS = (1, 4, 5, 136)
 
@@ -473,7 +476,8 @@ def _sort_key(use: GpuUse) -> tuple[int, int, int, str]:
 class GpuReader:
     """Reads what engine trees hold on a host under ``root``, remembering between polls: an
     unchanged tree's open files are listed again every :data:`FD_REFRESH_SECONDS` (every
-    :data:`NO_GPU_FD_REFRESH_SECONDS` for a pid holding no GPU yet), memory and
+    :data:`NO_GPU_FD_REFRESH_SECONDS` for a pid holding no GPU yet, every
+    :data:`NVML_HOLDER_FD_REFRESH_SECONDS` for one holding only NVIDIA's while NVML answers), memory and
     devices every :data:`MEMORY_REFRESH_SECONDS`. Nothing is read for a tree that holds no
     character device of a GPU driver beyond listing its open files."""
 
@@ -497,17 +501,29 @@ class GpuReader:
         known = self._fds.get(pid)
         if known is None or fresh or now >= known[0]:
             fds = _open_devices(self.root, pid)
-            holds = fds is not None and any(d[1] not in _NOT_GPU_MAJORS for d in fds.devices)
-            known = (now + (FD_REFRESH_SECONDS if holds else NO_GPU_FD_REFRESH_SECONDS), fds)
+            known = (now + self._fd_refresh(fds), fds)
             self._fds[pid] = known
         return known[1]
+
+    def _fd_refresh(self, fds: _Fds | None) -> float:
+        """Seconds until a pid's open files are listed again."""
+        majors = {d[1] for d in fds.devices if d[1] not in _NOT_GPU_MAJORS} if fds is not None else set()
+        if not majors:
+            return NO_GPU_FD_REFRESH_SECONDS
+        host = self._host
+        nvidia = {_NVIDIA_MAJOR} | (host.majors.get("nvidia-uvm", set()) if host is not None else set())
+        if host is not None and host.nvml is not None and majors <= nvidia:
+            return NVML_HOLDER_FD_REFRESH_SECONDS
+        return FD_REFRESH_SECONDS
 
     def read(self, trees: Sequence[Sequence[int]]) -> list[Held]:
         """What each tree (its pids, the server first) holds, in order."""
         now = time.monotonic()
         wanted = {tuple(tree) for tree in trees}
         fresh = {pid for tree in wanted if tree not in self._held for pid in tree}
-        self._fds = {pid: v for pid, v in self._fds.items() if any(pid in t for t in wanted)}
+        if fresh or len(wanted) != len(self._held):  # else the same trees as before: same pids
+            alive = {pid for tree in wanted for pid in tree}
+            self._fds = {pid: v for pid, v in self._fds.items() if pid in alive}
         result = []
         for tree in trees:
             key = tuple(tree)
@@ -517,7 +533,8 @@ class GpuReader:
                 known = (now + MEMORY_REFRESH_SECONDS, held)
                 self._held[key] = known
             result.append(known[1])
-        self._held = {key: value for key, value in self._held.items() if key in wanted}
+        if len(self._held) != len(wanted):
+            self._held = {key: value for key, value in self._held.items() if key in wanted}
         return result
 
     def _read_tree(self, pids: tuple[int, ...], now: float, fresh: set[int]) -> Held:
