@@ -244,6 +244,9 @@ class Watch:
         self._stop = threading.Event()
         #: set by a new engine (checked at once rather than a health interval later) and by close
         self._wake_health = threading.Event()
+        #: set when the kernel's process events woke the scanner (a worker's exit among them) and by
+        #: close: the remembered workers are looked at then, not a poll period later
+        self._wake_workers = threading.Event()
         self._lock = threading.Lock()
         self._current: dict[_Key, EngineProcess] = {}
         self._states: dict[_Key, HealthState] = {}
@@ -298,6 +301,8 @@ class Watch:
             while not self._stop.is_set():
                 raw, woke = backend.wait(self._interval)
                 self.wakes[woke] = self.wakes.get(woke, 0) + 1
+                if woke == "events":
+                    self._wake_workers.set()
                 if woke == "fallback":
                     self.mode = "polling"
                     self.polling_reason = "process events: the subscription failed"
@@ -309,7 +314,11 @@ class Watch:
     def _worker_loop(self) -> None:
         """Reports each remembered worker's exit (see :mod:`enginespec.vitals`) as it happens."""
         try:
-            while not self._stop.wait(WORKER_POLL_SECONDS):
+            while True:
+                self._wake_workers.wait(WORKER_POLL_SECONDS)
+                self._wake_workers.clear()
+                if self._stop.is_set():
+                    return
                 with self._lock:
                     processes = list(self._current.values())
                     for process, worker in self._monitor.lost_workers(processes):
@@ -370,6 +379,7 @@ class Watch:
         crashed `enginespec watch` on Ctrl-C)."""
         self._stop.set()
         self._wake_health.set()
+        self._wake_workers.set()
         if not self._started:
             return
         bound = max(self._interval, self._health_timeout, self._health_interval) + 5.0
@@ -431,7 +441,8 @@ class Scanner(_Scanner):
         the health checks also read each engine's load (one more request per engine and check),
         which tells ``busy`` and ``stalled`` engines (``stall_after`` seconds; see
         :mod:`enginespec.vitals`). The remembered workers of ready servers are looked at every
-        ``WORKER_POLL_SECONDS`` (50 ms): their exit is a ``worker_lost`` event. ``verify_identity``:
+        ``WORKER_POLL_SECONDS`` (50 ms), and at once when process events woke the scanner: their
+        exit is a ``worker_lost`` event. ``verify_identity``:
         ``ready`` also means the server serves the model its argv names (see :func:`check_health`)."""
         return Watch(
             self,
