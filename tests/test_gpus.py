@@ -59,6 +59,20 @@ def use_nvml(monkeypatch: pytest.MonkeyPatch, host: Host, library: Path) -> None
     monkeypatch.setenv("ENGINESPEC_TEST_NVML_HOST", str(host.nvml_file()))
 
 
+@pytest.fixture
+def listed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The pids whose open files the GPU reading lists, in order."""
+    pids: list[int] = []
+    original = gpus_module._open_devices
+
+    def recording(root: str, pid: int) -> object:
+        pids.append(pid)
+        return original(root, pid)
+
+    monkeypatch.setattr(gpus_module, "_open_devices", recording)
+    return pids
+
+
 def two_nvidia(host: Host) -> tuple[Path, Path]:
     gpu0 = host.nvidia(BUS0, 0, "NVIDIA H100 80GB HBM3", UUID0)
     gpu1 = host.nvidia(BUS1, 1, "NVIDIA H100 80GB HBM3", UUID1)
@@ -586,7 +600,12 @@ def test_an_unchanged_tree_gives_the_same_record_and_a_change_names_gpus(
 
 @pytest.mark.parametrize("nvml", [True, False])
 def test_an_nvidia_holders_files_are_listed_again_less_often_while_nvml_answers(
-    nvml: bool, host: Host, monkeypatch: pytest.MonkeyPatch, nvml_libraries: dict[int, Path], tmp_path: Path
+    nvml: bool,
+    host: Host,
+    monkeypatch: pytest.MonkeyPatch,
+    nvml_libraries: dict[int, Path],
+    tmp_path: Path,
+    listed: list[int],
 ) -> None:
     """A pid holding NVIDIA's devices has its open files listed again every 30 s, or every 120 s
     while NVML answers (its process lists say which GPUs the tree uses); memory every 2 s."""
@@ -599,14 +618,6 @@ def test_an_nvidia_holders_files_are_listed_again_less_often_while_nvml_answers(
         monkeypatch.setenv("ENGINESPEC_NVML_LIBRARY", str(tmp_path / "absent" / "libnvidia-ml.so.1"))
     clock = [1000.0]
     monkeypatch.setattr(gpus_module, "time", type("Clock", (), {"monotonic": staticmethod(lambda: clock[0])}))
-    listed: list[int] = []
-    real = gpus_module._open_devices
-
-    def listing(root: str, pid: int) -> object:
-        listed.append(pid)
-        return real(root, pid)
-
-    monkeypatch.setattr(gpus_module, "_open_devices", listing)
     reader = gpus_module.GpuReader(str(host.root))
     for seconds in (0, 31, 61, 91, 121):
         clock[0] = 1000.0 + seconds
@@ -633,19 +644,9 @@ def test_models_are_frozen_and_typed() -> None:
 # -- the live host ------------------------------------------------------------------------------
 
 
-def test_a_scan_reads_only_engine_trees_and_fills_no_gpus_here(
-    procs: Procs, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_scan_reads_only_engine_trees_and_fills_no_gpus_here(procs: Procs, listed: list[int]) -> None:
     """Real processes on this host (which has no GPU): an engine's record says it holds none;
     only engine trees have their open files listed, never another process."""
-    read: list[int] = []
-    original = gpus_module._open_devices
-
-    def recording(root: str, pid: int) -> object:
-        read.append(pid)
-        return original(root, pid)
-
-    monkeypatch.setattr(gpus_module, "_open_devices", recording)
     server = procs.start(["llama-server", "-m", "/m/gpus.gguf", "--port", "8131"])
     bystander = procs.start(["python3", "train.py", "--gpus", "0"])
     scanner = Scanner()
@@ -653,13 +654,13 @@ def test_a_scan_reads_only_engine_trees_and_fills_no_gpus_here(
     mine = found[server.pid]
     assert (mine.gpus, mine.gpus_unknown) == ((), None)
     trees = {pid for p in found.values() for pid in (p.pid, *p.worker_pids)}
-    assert server.pid in read
-    assert bystander.pid not in read
-    assert set(read) <= trees
+    assert server.pid in listed
+    assert bystander.pid not in listed
+    assert set(listed) <= trees
     # A poll soon after lists nothing again for an unchanged engine.
-    read.clear()
+    listed.clear()
     assert scanner.scan()
-    assert server.pid not in read
+    assert server.pid not in listed
 
 
 #: Imports everything, becomes nobody for good, then scans and prints the engine's GPU facts.

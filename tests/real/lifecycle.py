@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -31,6 +32,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
+
+
+def tiny_recipe(engine: str, model: Path, **fields: Any) -> Recipe:
+    """The recipe serving a test's tiny model as ``tiny`` on a free port of the loopback."""
+    return Recipe(
+        engine=engine, model_path=str(model), served_model_name="tiny", host=HOST, port=free_port(), **fields
+    )
 
 
 @dataclass

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from lifecycle import HOST, chat, flags_in, free_port, launched, scanned, stop, walk
+from lifecycle import HOST, chat, flags_in, free_port, launched, scanned, stop, tiny_recipe, walk
 from models import broken_gguf, gguf_model
 
-from enginespec import Config, EngineExited, InstallOptions, Recipe, get_engine_spec
+from enginespec import Config, EngineExited, InstallOptions, get_engine_spec
 from enginespec.health import check_health, wait_ready
 from enginespec.installing import source_stamp
 
@@ -29,14 +29,7 @@ def test_llama_server_install_launch_find_wait_chat_clash_stop(
     info = spec.get_runtime_info(config)
     assert (info.installed, info.location, info.version) == (True, "managed", installed.version)
     model = gguf_model(models_dir / "tiny.gguf")
-    recipe = Recipe(
-        engine="llamacpp",
-        model_path=str(model),
-        served_model_name="tiny",
-        host=HOST,
-        port=free_port(),
-        max_model_len=256,
-    )
+    recipe = tiny_recipe("llamacpp", model, max_model_len=256)
     command = spec.plan(recipe, config)
     assert flags_in(command) <= spec.get_config_help(config).flags
     with launched(recipe, config, tmp_path / "llama.log") as running:

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 import httpx
-from lifecycle import HOST, free_port, launched, scanned, walk
+from lifecycle import launched, scanned, tiny_recipe, walk
 from models import gguf_model
 
-from enginespec import Config, InstallOptions, Recipe, get_engine_spec
+from enginespec import Config, InstallOptions, get_engine_spec
 from enginespec.load import EngineLoad, check_load
 
 SLOTS = 2
@@ -37,12 +37,9 @@ def test_llama_server_load_agrees_with_its_slots_and_the_requests_in_flight(
     spec = get_engine_spec("llamacpp")
     spec.install(InstallOptions(source=str(sdist), timeout=5400), config)
     model = gguf_model(models_dir / "tiny-load.gguf", hidden=128, layers=4, context=2 * PREDICT * SLOTS)
-    recipe = Recipe(
-        engine="llamacpp",
-        model_path=str(model),
-        served_model_name="tiny",
-        host=HOST,
-        port=free_port(),
+    recipe = tiny_recipe(
+        "llamacpp",
+        model,
         max_model_len=2 * PREDICT * SLOTS,
         extra_args={"--metrics": True, "--parallel": str(SLOTS), "--threads": "1"},
     )

@@ -6,10 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from lifecycle import HOST, LLAMA_CPP_PYTHON, chat, flags_in, free_port, launched, scanned, stop, walk
+from lifecycle import (
+    HOST,
+    LLAMA_CPP_PYTHON,
+    chat,
+    flags_in,
+    free_port,
+    launched,
+    scanned,
+    stop,
+    tiny_recipe,
+    walk,
+)
 from models import broken_gguf, gguf_model
 
-from enginespec import Config, EngineExited, InstallOptions, Recipe, get_engine_spec
+from enginespec import Config, EngineExited, InstallOptions, get_engine_spec
 from enginespec.health import check_health, wait_ready
 
 
@@ -28,14 +39,7 @@ def test_llama_cpp_python_install_launch_find_wait_chat_clash_stop(
     info = spec.get_runtime_info(config)
     assert (info.installed, info.location, info.version) == (True, "managed", LLAMA_CPP_PYTHON)
     model = gguf_model(models_dir / "lcp-tiny.gguf")
-    recipe = Recipe(
-        engine="llamacpp-python",
-        model_path=str(model),
-        served_model_name="tiny",
-        host=HOST,
-        port=free_port(),
-        max_model_len=256,
-    )
+    recipe = tiny_recipe("llamacpp-python", model, max_model_len=256)
     command = spec.plan(recipe, config)
     assert command.launcher == "module"
     assert flags_in(command) <= spec.get_config_help(config, timeout=120).flags

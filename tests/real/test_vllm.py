@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from lifecycle import HOST, VLLM_CPU, chat, flags_in, free_port, launched, scanned, walk
+from lifecycle import HOST, VLLM_CPU, chat, flags_in, free_port, launched, scanned, tiny_recipe, walk
 from models import hf_model
 
 from enginespec import (
@@ -34,7 +34,6 @@ from enginespec import (
     EngineProcess,
     HealthChanged,
     LaunchFailed,
-    Recipe,
     Scanner,
     WorkerLost,
     check_load,
@@ -110,13 +109,6 @@ def alive(pids: set[int]) -> set[int]:
     return running
 
 
-def _tiny(model: Path, **fields: Any) -> Recipe:
-    """The recipe serving the tiny model ``model`` as ``tiny`` on a free port of the loopback."""
-    return Recipe(
-        engine="vllm", model_path=str(model), served_model_name="tiny", host=HOST, port=free_port(), **fields
-    )
-
-
 def orphans_of(scan: list[EngineProcess], pids: set[int]) -> dict[int, EngineProcess]:
     return {p.pid: p for p in scan if p.pid in pids}
 
@@ -173,7 +165,7 @@ def test_vllm_help_launch_find_wait_chat_clash_orphans(
     model = hf_model(models_dir / "vllm-tiny", heads=1)
     # On the CPU backend --gpu-memory-utilization is the share of the host's memory vLLM reserves
     # (0.32.0 vllm/v1/worker/cpu_worker.py); VLLM_CPU_KVCACHE_SPACE is its legacy override.
-    recipe = _tiny(model, max_model_len=256, gpu_memory_utilization=0.15)
+    recipe = tiny_recipe("vllm", model, max_model_len=256, gpu_memory_utilization=0.15)
     command = spec.plan(recipe, config)
     # only vllm-cpu is installed: its `vllm` script cannot start, the module form can (item 8)
     assert command.launcher == "module"
@@ -389,7 +381,9 @@ def test_vllm_load_under_real_requests_and_its_engine_core_killed(
     monkeypatch.setenv("ENGINESPEC_VLLM_PYTHON", str(vllm_python))
     config = Config(data_dir=config.data_dir)
     model = hf_model(models_dir / "vllm-load", heads=1, context=CONTEXT)
-    recipe = _tiny(model, max_model_len=CONTEXT, extra_args={"--kv-cache-memory-bytes": str(KV_BYTES)})
+    recipe = tiny_recipe(
+        "vllm", model, max_model_len=CONTEXT, extra_args={"--kv-cache-memory-bytes": str(KV_BYTES)}
+    )
     url = f"http://{HOST}:{recipe.port}"
     engine = launch(recipe, config, log_dir=tmp_path / "logs")
     watch: Watch | None = None
@@ -532,7 +526,7 @@ def test_vllm_refusing_a_context_its_kv_cache_cannot_hold_is_classified(
     monkeypatch.setenv("ENGINESPEC_VLLM_PYTHON", str(vllm_python))
     config = Config(data_dir=config.data_dir)
     model = hf_model(models_dir / "vllm-long", heads=1, context=262144)
-    recipe = _tiny(model, extra_args={"--kv-cache-memory-bytes": str(KV_BYTES)})
+    recipe = tiny_recipe("vllm", model, extra_args={"--kv-cache-memory-bytes": str(KV_BYTES)})
     engine = launch(recipe, config, log_dir=tmp_path / "logs")
     started = time.monotonic()
     try:
