@@ -89,7 +89,7 @@ impl Matcher {
 }
 
 /// A `_common.RawProcess` (pid, start time, ppid, argv, facts, exe, descendants, parent argv,
-/// listen ports), as `_pyscanner.Scanner.scan` returns it.
+/// listen ports), as `_pyscanner.ProcessScanner.scan` returns it.
 fn raw_process<'py>(py: Python<'py>, p: &scan::EngineProc) -> PyResult<Bound<'py, PyAny>> {
     let fields = (
         p.pid,
@@ -114,8 +114,8 @@ fn seconds(field: &str, value: f64) -> PyResult<Duration> {
 }
 
 /// The incremental process scanner; the GIL is released for the whole walk.
-#[pyclass(frozen, module = "enginespec._native")]
-struct Scanner {
+#[pyclass(frozen, name = "ProcessScanner", module = "enginespec._native")]
+struct PyProcessScanner {
     inner: Mutex<ProcessScanner>,
     /// The tuple last returned for each engine, by pid, with the revision of the record it was
     /// built from. While the revision stays, the very same object is returned again: an unchanged
@@ -127,7 +127,7 @@ struct Scanner {
 }
 
 #[pymethods]
-impl Scanner {
+impl PyProcessScanner {
     /// `source` is `"procfs"` (Linux's default), or `"sysinfo"` (the default elsewhere).
     #[new]
     #[pyo3(signature = (signatures_json, wrappers, young_seconds, refresh_seconds, listen_ports, source=None, root=None))]
@@ -159,7 +159,7 @@ impl Scanner {
         };
         let inner =
             ProcessScanner::new(&signatures, options, source).map_err(PyValueError::new_err)?;
-        Ok(Scanner {
+        Ok(PyProcessScanner {
             boot_time: inner.boot_time(),
             inner: Mutex::new(inner),
             built: Mutex::new(FxHashMap::default()),
@@ -250,7 +250,7 @@ impl Scanner {
     }
 }
 
-impl Scanner {
+impl PyProcessScanner {
     /// The records as `RawProcess` tuples; an engine whose record is unchanged gets the very
     /// same object.
     fn convert(
@@ -386,7 +386,7 @@ fn read_fd(_fd: i32, _limits: &gguf::Limits) -> Result<gguf::Header, String> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Matcher>()?;
-    m.add_class::<Scanner>()?;
+    m.add_class::<PyProcessScanner>()?;
     m.add_function(wrap_pyfunction!(parse_cgroup, m)?)?;
     m.add_function(wrap_pyfunction!(proxy_flags, m)?)?;
     m.add_function(wrap_pyfunction!(read_gguf, m)?)?;

@@ -8,7 +8,7 @@ import os
 
 import psutil
 
-from enginespec.scanning import EngineProcess
+from enginespec.engineprocess import EngineProcess
 
 
 def engine_for(engine: str, url: str) -> EngineProcess:

@@ -709,6 +709,24 @@ def test_config_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert explicit.pythons["vllm"] == Path("/x/python")
 
 
+def test_config_scalars_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENGINESPEC_DOCKER_SOCKET", str(tmp_path / "docker.sock"))
+    monkeypatch.setenv("ENGINESPEC_CONTAINER_API_TIMEOUT", "1.5")
+    monkeypatch.setenv("ENGINESPEC_PODMAN_SOCKET", "")  # empty: unset, the default stays
+    config = Config()
+    assert config.docker_socket == tmp_path / "docker.sock"
+    assert config.container_api_timeout == 1.5
+    assert config.podman_socket == Path("/run/podman/podman.sock")
+    assert Config(container_api_timeout=3).container_api_timeout == 3  # given beats the environment
+    monkeypatch.setenv("ENGINESPEC_CONTAINER_API_TIMEOUT", "-1")
+    with pytest.raises(ValidationError, match="container_api_timeout"):
+        Config()
+    with pytest.raises(ValidationError, match="data_dri"):
+        Config(data_dri=tmp_path)  # type: ignore[call-arg]
+    with pytest.raises(ValidationError):
+        Config().data_dir = tmp_path  # type: ignore[misc]
+
+
 def test_engine_registry() -> None:
     import enginespec
 

@@ -21,9 +21,9 @@ except ImportError:  # the fallback as users meet it: the extension deleted
     _native = None  # type: ignore[assignment]
 
 Make = Callable[..., Any]
-BACKENDS: dict[str, Make] = {"python": _pyscanner.Scanner}
+BACKENDS: dict[str, Make] = {"python": _pyscanner.ProcessScanner}
 if _native is not None:
-    BACKENDS["native"] = _native.Scanner
+    BACKENDS["native"] = _native.ProcessScanner
 
 
 @pytest.fixture(params=sorted(BACKENDS))

@@ -14,8 +14,17 @@ from pathlib import Path
 
 import psutil
 import pytest
+from pydantic import ValidationError
 
-from enginespec import EngineProcess, Scanner, get_engine_spec
+from enginespec import (
+    EngineProcess,
+    EngineSpec,
+    HealthRule,
+    Scanner,
+    Serving,
+    all_engine_specs,
+    get_engine_spec,
+)
 from enginespec.health import (
     EngineExited,
     NotReady,
@@ -69,6 +78,12 @@ def _me(engine: str, url: str, model: str = "m", served: tuple[str, ...] = ()) -
         ("sglang", {"/health": [Answer(503, b"")]}, "starting"),
         ("sglang", {"/health": [Answer(200, b"")]}, "ready"),
         ("llamacpp", {"/health": [Answer(503, LOADING)]}, "loading"),
+        # older llama-server builds, which Ollama's runners still answer like
+        ("llamacpp", {"/health": [Answer(503, b'{"status":"loading model"}')]}, "loading"),
+        ("ollama", {"/": [Answer(200, b"Ollama is running")]}, "ready"),
+        ("ollama", {"/": [Answer(200, b'{"status":"ok"}')]}, "ready"),
+        ("ollama", {"/": [Answer(503, LOADING)]}, "loading"),
+        ("ollama", {"/": [Answer(200, b"Ollama is not running")]}, "unknown"),
         ("llamacpp", {"/health": [Answer(200, OK)]}, "ready"),
         ("llamacpp", {"/health": [Answer(200, b"<html>garbage")]}, "unknown"),
         ("llamacpp", {"/health": [Answer(500, b"")]}, "unknown"),
@@ -210,6 +225,57 @@ def test_unix_socket_servers(procs: Procs, tmp_path: Path) -> None:
         proc = _scanned(procs, ["vllm", "serve", "m", "--uds", uds], held)
         assert proc.base_url == server.url
         assert check_health(proc).state == "ready"
+
+
+def _ruled(*rules: HealthRule) -> EngineSpec:
+    return get_engine_spec("vllm").model_copy(update={"serving": Serving(health_rules=rules)})
+
+
+def test_health_rules_are_read_in_order_and_the_first_that_matches_gives_the_state() -> None:
+    spec = _ruled(
+        HealthRule(status=200, field="status", equals="ok", state="ready", reason="said ok"),
+        HealthRule(status=200, field="status", contains="load", state="loading", reason="a load"),
+        HealthRule(status=503, equals="Warming up", state="starting", reason="warm"),
+        HealthRule(status=503, contains="shard", state="unhealthy", reason="a shard"),
+        HealthRule(status=200, field="status", equals="ok", state="unknown", reason="never reached"),
+        HealthRule(status=429, state="busy", reason="any 429"),
+    )
+    answers = {
+        (200, b'{"status": "ok"}'): ("ready", "said ok"),
+        (200, b'{"status": "loading the model"}'): ("loading", "a load"),
+        # a member that is no string, a body that is no JSON object: no field rule matches
+        (200, b'{"status": ["ok"]}'): ("ready", ""),
+        (200, b'["status", "ok"]'): ("ready", ""),
+        (200, b"\xff\xfe not UTF-8"): ("ready", ""),
+        (503, b"  Warming up\n"): ("starting", "warm"),
+        (503, b"Warming up, please wait"): ("unhealthy", "HTTP 503"),
+        (503, b'{"error": "a shard died"}'): ("unhealthy", "a shard"),
+        (429, b""): ("busy", "any 429"),
+        (500, b'{"status": "ok"}'): ("unknown", "unexpected HTTP 500"),
+    }
+    for (status, body), expected in answers.items():
+        assert spec.classify_health(status, body) == expected, (status, body)
+
+
+def test_a_health_rule_that_cannot_be_read_one_way_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValidationError, match="equals and contains"):
+        HealthRule(status=200, equals="a", contains="b", state="ready")
+    with pytest.raises(ValidationError, match="field: 'status' needs equals or contains"):
+        HealthRule(status=200, field="status", state="ready")
+    with pytest.raises(ValidationError, match="status"):
+        HealthRule(status=42, state="ready")
+    with pytest.raises(ValidationError, match="state"):
+        HealthRule(status=200, state="fine")  # type: ignore[arg-type]
+
+
+def test_only_engines_whose_answers_need_more_than_rules_have_a_health_hook() -> None:
+    """Health is data (``Serving.health_rules``) but where an answer needs real logic: a count
+    in the reason (TabbyAPI), two members together (KoboldCpp), a member's JSON type
+    (llama-cpp-python's model list)."""
+    hooked = {
+        spec.id for spec in all_engine_specs() if type(spec).classify_health is not EngineSpec.classify_health
+    }
+    assert hooked == {"tabbyapi", "koboldcpp", "llamacpp-python"}
 
 
 def test_spec_health_url() -> None:

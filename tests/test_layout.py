@@ -325,6 +325,48 @@ def test_only_the_backend_selector_imports_a_twin() -> None:
     assert importers == {"enginespec._backend"}
 
 
+def _classes_named_twice(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Public class names defined in more than one module (module name -> its source), but for
+    a twin: a class of a ``_py*`` module named as a class of the native stub (``_native``) it
+    mirrors."""
+    defined: dict[str, list[str]] = {}
+    for module, source in sorted(sources.items()):
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                defined.setdefault(node.name, []).append(module)
+    native = {name for name, modules in defined.items() if "enginespec._native" in modules}
+
+    def twin(module: str, name: str) -> bool:
+        return name in native and module.rpartition(".")[2].startswith("_py")
+
+    shared = {name: [m for m in modules if not twin(m, name)] for name, modules in defined.items()}
+    return {name: modules for name, modules in shared.items() if len(modules) > 1}
+
+
+def test_one_class_per_name() -> None:
+    """A class name means one class: following ``Scanner`` or ``Target`` through the code never
+    lands on another of the same name (the fallback's twins of the native classes aside)."""
+    sources = {name: path.read_text() for name, path in MODULES.items()}
+    sources["enginespec._native"] = (PACKAGE / "_native.pyi").read_text()
+    assert {"Scanner", "ProcessScanner", "Watch", "EngineProcess"} <= {
+        node.name
+        for source in sources.values()
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ClassDef)
+    }
+    assert _classes_named_twice(sources) == {}
+
+
+def test_the_class_name_check_finds_a_name_used_twice() -> None:
+    sources = {
+        "enginespec._native": "class Matcher: ...",
+        "enginespec._pymatcher": "class Matcher: ...",
+        "enginespec.argv": "class Matcher: ...\nclass _Private: ...",
+        "enginespec.health": "class _Private: ...",
+    }
+    assert _classes_named_twice(sources) == {"Matcher": ["enginespec._native", "enginespec.argv"]}
+
+
 @pytest.mark.skipif(enginespec.BACKEND != "native", reason="the fallback backend is the twins")
 def test_the_native_path_loads_no_twin() -> None:
     code = "import sys, enginespec; enginespec.Scanner().scan(); print(*sys.modules)"
@@ -332,6 +374,62 @@ def test_the_native_path_loads_no_twin() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert not [name for name in loaded.stdout.split() if name.startswith("enginespec._py")]
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """The ids of the docstring nodes of a module, its classes and functions."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def test_only_the_reading_layer_names_proc() -> None:
+    """The paths of process files are made in one module (its ``proc`` root is how a scanner
+    reads a fixture host): no other module's code holds a ``/proc`` path."""
+    naming = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        texts = [
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+        ]
+        if any("/proc" in text for text in texts):
+            naming[name] = path
+    assert "enginespec._procfiles" in naming  # the search finds what it looks for
+    # installing's refusal names the file the host lacks, in a message (hardware.py reads it
+    # under a root)
+    assert set(naming) == {"enginespec._procfiles", "enginespec.installing"}
+
+
+def _loaded(code: str) -> list[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    return out.stdout.split()
+
+
+@pytest.mark.skipif(enginespec.BACKEND != "native", reason="the fallback scanner is psutil")
+def test_ps_loads_only_what_it_uses() -> None:
+    """`enginespec ps --no-health` starts without what only other paths use: psutil (the
+    fallback's), httpx (health), pydantic-settings; the scanner's modules without http.client and
+    ssl (a container's name: a host's containerised engine would load them in ps). Its table may
+    use rich: engines of the host, such as other tests', may be found."""
+    loaded = _loaded(
+        "import sys, io, contextlib; from enginespec.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()): main(['ps', '--no-health'])\n"
+        "print(*sys.modules)"
+    )
+    assert "enginespec.scanning" in loaded  # the list was read
+    assert not {"psutil", "httpx", "pydantic_settings", "asyncio"}.intersection(loaded)
+    loaded = _loaded("import sys, enginespec.cli, enginespec.scanning; print(*sys.modules)")
+    assert "enginespec.containers" in loaded
+    assert not {"http.client", "ssl"}.intersection(loaded)
 
 
 def test_the_docs_link_only_to_files_in_the_repository() -> None:

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,8 +20,9 @@ from pydantic import SecretStr
 
 import enginespec
 from enginespec import LaunchFailed, RunningEngine, launch
+from enginespec.engineprocess import process_alive
 from enginespec.lifecycle import extra_ports
-from enginespec.scanning import process_alive
+from enginespec.logbook import LogBook, follow_file
 from lifecycle_fakes import HOST, fake_recipe, free_port, install_fake, kill_quietly, pid_alive
 from procs import Procs
 
@@ -205,6 +207,57 @@ def test_sigterm_ignored_is_killed_after_grace(
     assert [s.signal for s in result.signals if s.target == "group"] == ["SIGTERM", "SIGKILL"]
     assert result.leftover == ()
     assert result.port_holders == ()
+
+
+def test_an_ended_writers_last_lines_are_given_however_slow_the_reader() -> None:
+    """A process writes its lines and exits while a descendant (here: this test) keeps the pipe
+    open, and the reader is slow (masking thousands of secrets takes it about a second a read):
+    follow and settle wait for the bytes the pipe and the reader still hold, not for a quiet
+    moment, which a busy host's reader can leave at any time (CI lost the last 800 of 50,000)."""
+    count = 12_000
+    read_end, write_end = os.pipe()
+    book = LogBook(None, secrets=[f"secret-{n:05d}" for n in range(4000)], ring_lines=count)
+    book.attach("stdout", os.fdopen(read_end, "rb", buffering=0))
+    script = f"import sys; sys.stdout.write(''.join(f'line {{n}}\\n' for n in range({count})))"
+    writer = subprocess.Popen([sys.executable, "-c", script], stdout=write_end, stdin=subprocess.DEVNULL)
+    try:
+        given = [line.text for line in book.follow(ended=lambda: writer.poll() is not None)]
+        assert given == [f"line {n}" for n in range(count)]
+        assert book.settle(0)  # the pipe is still open, and all it held is stored
+    finally:
+        os.close(write_end)
+        kill_quietly(writer.pid)
+        writer.wait(timeout=10)
+
+
+def test_a_followed_log_file_is_read_to_its_end_once_the_engine_is_gone(tmp_path: Path) -> None:
+    """An adopted engine's log file: what it wrote just before it ended (several reads' worth,
+    and a last line without its newline) is all given after ``until`` is set, then it ends."""
+    log = tmp_path / "engine.log"
+    log.write_text("written before the following began\n")
+    gone = threading.Event()
+    given: list[str] = []
+    follower = threading.Thread(
+        target=lambda: given.extend(follow_file(log, until=gone, poll=0.2)), daemon=True
+    )
+    follower.start()
+    try:
+        with open(log, "a") as file:
+            while not given:  # the follower is at the end of the file once it gives a line
+                file.write("ping\n")
+                file.flush()
+                time.sleep(0.05)
+            last = [f"line {n}" for n in range(20_000)]
+            file.write("\n".join(last) + "\n" + "no newline")
+            file.flush()
+        gone.set()
+        follower.join(timeout=30)
+        assert not follower.is_alive()
+    finally:
+        gone.set()
+    assert "written before the following began" not in given
+    assert given[-20_001:] == [*last, "no newline"]
+    assert set(given[:-20_001]) == {"ping"}
 
 
 def test_flood_loses_no_line(binary: Path, tmp_path: Path, started: list[RunningEngine]) -> None:

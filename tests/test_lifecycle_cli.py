@@ -12,6 +12,7 @@ from pathlib import Path
 
 import enginespec as es
 from cli import enginespec
+from enginespec.engineprocess import make_engine_id
 from lifecycle_fakes import fake_recipe, free_port, install_fake, kill_quietly, pid_alive
 
 
@@ -116,7 +117,7 @@ def test_logs_of_a_run_by_engine_id_survive_it(tmp_path: Path) -> None:
     log.write_text("error: invalid argument: --bogus\n")
     path, recipe = _recipe_file(tmp_path, "replay", FAKE_LOG=str(log), FAKE_EXIT="1")
     enginespec("run", str(path), "--quiet", "--log-dir", str(tmp_path / "logs"), timeout=60)
-    engine_id = es.scanning.make_engine_id("llamacpp", recipe.model_path, recipe.port)
+    engine_id = make_engine_id("llamacpp", recipe.model_path, recipe.port)
     logs = enginespec("logs", engine_id, "--log-dir", str(tmp_path / "logs"))
     assert logs.returncode == 0
     assert b"error: invalid argument: --bogus" in logs.stdout

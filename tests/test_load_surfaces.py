@@ -12,8 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 import enginespec.cli as cli
+from enginespec.engineprocess import EngineProcess
 from enginespec.exporter import EngineCollector, _refresh
-from enginespec.scanning import EngineProcess, Scanner
+from enginespec.scanning import Scanner
 from enginespec.vitals import EngineMonitor
 from fakeserver import Answer, bound_socket, serving
 from loadkit import TEXT, vllm_metrics

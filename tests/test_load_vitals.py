@@ -20,10 +20,10 @@ import pytest
 from pydantic import BaseModel
 
 from enginespec import vitals
-from enginespec.scanning import EngineProcess, Scanner
+from enginespec.engineprocess import EngineProcess
+from enginespec.scanning import Scanner
 from enginespec.vitals import EngineMonitor
 from enginespec.watching import HealthChanged, Recovered, Watch, WatchEvent, WorkerLost
-from enginespec.watching import Scanner as WatchingScanner
 from fakeserver import Answer, FakeEngine, bound_socket, serving
 from loadkit import TEXT, vllm_metrics
 from procs import Procs, wait_for
@@ -477,7 +477,7 @@ def test_watch_emits_worker_lost_then_unhealthy(
 ) -> None:
     sock, _ = healthy
     process = _server(procs, sock, ["VLLM::EngineCore", "VLLM::Worker_TP0"])
-    watch = WatchingScanner().watch(0.1, health=True, health_interval=0.1, health_timeout=2, poll=True)
+    watch = Scanner().watch(0.1, health=True, health_interval=0.1, health_timeout=2, poll=True)
     events = _Events(watch)
     try:
         events.until(_about(process, HealthChanged, "ready"))
@@ -498,7 +498,7 @@ def test_watch_emits_stalled_then_recovered(procs: Procs) -> None:
     frozen = [Answer(200, vllm_metrics(10.0), content_type=TEXT)]
     with serving({"/health": [Answer(200)], "/metrics": frozen}, sock=sock) as server:
         process = _server(procs, sock, ["VLLM::EngineCore"])
-        watch = WatchingScanner().watch(
+        watch = Scanner().watch(
             0.2, health=True, health_interval=0.1, health_timeout=2, poll=True, stall_after=0.4
         )
         events = _Events(watch)

@@ -277,8 +277,8 @@ def test_both_backends_return_the_same_processes(procs: Procs) -> None:
     time.sleep(0.2)
     args = (signatures_json(all_signatures()), list(EXEC_WRAPPERS), YOUNG_SECONDS, TREE_REFRESH_SECONDS, True)
     pids = {p.pid for p in procs.started}
-    native = [r for r in _native.Scanner(*args).scan() if r[0] in pids]
-    python = [r for r in _pyscanner.Scanner(*args).scan() if r[0] in pids]
+    native = [r for r in _native.ProcessScanner(*args).scan() if r[0] in pids]
+    python = [r for r in _pyscanner.ProcessScanner(*args).scan() if r[0] in pids]
     assert len(native) > 40
     assert native == python
 
@@ -339,8 +339,8 @@ def test_sysinfo_source_finds_the_same_engines(procs: Procs) -> None:
         False,
     )
     pids = {p.pid for p in procs.started}
-    procfs = {r[0]: r for r in _native.Scanner(*args, "procfs").scan() if r[0] in pids}
-    sysinfo = {r[0]: r for r in _native.Scanner(*args, "sysinfo").scan() if r[0] in pids}
+    procfs = {r[0]: r for r in _native.ProcessScanner(*args, "procfs").scan() if r[0] in pids}
+    sysinfo = {r[0]: r for r in _native.ProcessScanner(*args, "sysinfo").scan() if r[0] in pids}
     assert len(procfs) > 30
     assert procfs.keys() == sysinfo.keys()
     for pid, ours in procfs.items():
@@ -355,7 +355,7 @@ def test_sysinfo_source_finds_the_same_engines(procs: Procs) -> None:
         )
         assert abs(ours[1] - theirs[1]) <= 1
     with pytest.raises(ValueError, match="source"):
-        _native.Scanner(*args, "kvm")
+        _native.ProcessScanner(*args, "kvm")
 
 
 def test_unchanged_engines_keep_their_model_between_scans(procs: Procs) -> None:

@@ -172,9 +172,9 @@ SCAN_AS_NOBODY = textwrap.dedent(
         found = {p.pid: [p.exe, list(p.listen_ports)] for p in scanner.scan()}
         scans.append([found.get(pid), scanner.stats.model_dump()])
     args = (signatures_json(all_signatures()), list(EXEC_WRAPPERS), YOUNG_SECONDS, TREE_REFRESH_SECONDS, True)
-    backends = {"python": _pyscanner.Scanner(*args)}
+    backends = {"python": _pyscanner.ProcessScanner(*args)}
     if _native is not None:
-        backends["native"] = _native.Scanner(*args)
+        backends["native"] = _native.ProcessScanner(*args)
     raw = {}
     for name, backend in backends.items():
         record = next((r for r in backend.scan() if r[0] == pid), None)

@@ -22,12 +22,14 @@ if TYPE_CHECKING:
         ExtraPort,
         FamilyDefault,
         Flags,
+        HealthRule,
         Launch,
         LoadMetrics,
         Package,
         Serving,
         SourceBuild,
     )
+    from enginespec.engineprocess import EngineProcess
     from enginespec.engines import (
         BUILTIN_ENGINE_SPECS,
         all_engine_specs,
@@ -73,7 +75,7 @@ if TYPE_CHECKING:
     from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
     from enginespec.recipe import DockerRuntime, NativeRuntime, Recipe
     from enginespec.remote import HostReport, RemoteEngine, fetch_remote, fetch_remote_async
-    from enginespec.scanning import EngineProcess, ScanStats, gpu_ledger, scan, with_gpus
+    from enginespec.scanning import Scanner, ScanStats, gpu_ledger, scan, with_gpus
     from enginespec.signature import Evidence, LaunchForm, Signature
     from enginespec.spec import EngineSpec
     from enginespec.status import Health, HealthState
@@ -83,11 +85,11 @@ if TYPE_CHECKING:
         EngineIdentity,
         HealthChanged,
         Recovered,
-        Scanner,
         Started,
         Stopped,
         Watch,
         WatchEvent,
+        WatchOptions,
         WorkerLost,
         event_json,
         event_schema,
@@ -108,6 +110,7 @@ _LAZY = {
     "ExtraPort": "enginespec.definition",
     "FamilyDefault": "enginespec.definition",
     "Flags": "enginespec.definition",
+    "HealthRule": "enginespec.definition",
     "Launch": "enginespec.definition",
     "LoadMetrics": "enginespec.definition",
     "Package": "enginespec.definition",
@@ -165,7 +168,7 @@ _LAZY = {
     "DockerRuntime": "enginespec.recipe",
     "NativeRuntime": "enginespec.recipe",
     "Recipe": "enginespec.recipe",
-    "EngineProcess": "enginespec.scanning",
+    "EngineProcess": "enginespec.engineprocess",
     "ScanStats": "enginespec.scanning",
     "gpu_ledger": "enginespec.scanning",
     "scan": "enginespec.scanning",
@@ -189,10 +192,11 @@ _LAZY = {
     "EngineIdentity": "enginespec.watching",
     "HealthChanged": "enginespec.watching",
     "Recovered": "enginespec.watching",
-    "Scanner": "enginespec.watching",
+    "Scanner": "enginespec.scanning",
     "Started": "enginespec.watching",
     "Stopped": "enginespec.watching",
     "Watch": "enginespec.watching",
+    "WatchOptions": "enginespec.watching",
     "WatchEvent": "enginespec.watching",
     "WorkerLost": "enginespec.watching",
     "event_json": "enginespec.watching",
@@ -254,6 +258,7 @@ __all__ = [
     "GpuUse",
     "Health",
     "HealthChanged",
+    "HealthRule",
     "HealthState",
     "HelpError",
     "HostReport",
@@ -298,6 +303,7 @@ __all__ = [
     "Vitals",
     "Watch",
     "WatchEvent",
+    "WatchOptions",
     "WorkerExit",
     "WorkerLost",
     "__version__",

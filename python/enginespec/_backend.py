@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from enginespec._common import Runtime
 
     MatcherType: type[_pymatcher.Matcher]
-    ScannerType: type[_pyscanner.Scanner]
+    ScannerType: type[_pyscanner.ProcessScanner]
     parse_cgroup: Callable[[bytes], tuple[Runtime, str, str | None] | None]
     proxy_flags: Callable[[list[str]], tuple[str, int, str, int] | None]
     read_gguf: Callable[[int, int, int, int], _pygguf.RawHeader]
@@ -53,7 +53,7 @@ def __getattr__(name: str) -> Any:
     if BACKEND == "native":
         implementations: dict[str, Any] = {
             "MatcherType": _native.Matcher,
-            "ScannerType": _native.Scanner,
+            "ScannerType": _native.ProcessScanner,
             "parse_cgroup": _native.parse_cgroup,
             "proxy_flags": _native.proxy_flags,
             "read_gguf": _native.read_gguf,
@@ -65,7 +65,7 @@ def __getattr__(name: str) -> Any:
         }
         implementations = {
             "MatcherType": twins["matcher"].Matcher,
-            "ScannerType": twins["scanner"].Scanner,
+            "ScannerType": twins["scanner"].ProcessScanner,
             "parse_cgroup": twins["containers"].parse_cgroup,
             "proxy_flags": twins["containers"].proxy_flags,
             "read_gguf": twins["gguf"].read_gguf,

@@ -42,6 +42,8 @@ class RawProcess(NamedTuple):
 
 #: What a cgroup path says runs a container (``enginespec.containers.Runtime``).
 Runtime = Literal["docker", "podman", "containerd", "cri-o", "kubernetes"]
+#: what woke a scanner that waited (``Scanner.wait`` of either backend)
+Woke = Literal["polled", "events", "tick", "rescan", "fallback"]
 
 #: At most this many arguments of a process's argv are examined and kept by a scan (as
 #: MAX_ARGV_ARGS in procfs.rs): what one process costs must not grow with a 100,000-argument argv.

@@ -12,7 +12,7 @@ from typing import Literal, TypeAlias, final
 from enginespec._common import RawInvocation, RawProcess
 from enginespec._pygguf import RawHeader
 
-__all__ = ["Matcher", "Scanner", "parse_cgroup", "proxy_flags", "read_gguf"]
+__all__ = ["Matcher", "ProcessScanner", "parse_cgroup", "proxy_flags", "read_gguf"]
 
 # The aliases are the stub's alone (private names: the module has no such attributes).
 
@@ -35,7 +35,7 @@ class Matcher:
         """The facts of a server's argv, or None when argv launches no known engine server."""
 
 @final
-class Scanner:
+class ProcessScanner:
     """Incremental scanner of every engine server on the host; the GIL is released during ``scan``.
 
     ``source`` is ``"procfs"`` (Linux's default: the incremental ``/proc`` reader) or
@@ -53,7 +53,7 @@ class Scanner:
         listen_ports: bool,
         source: Literal["procfs", "sysinfo"] | None = None,
         root: str | PathLike[str] | None = None,
-    ) -> Scanner: ...
+    ) -> ProcessScanner: ...
     @property
     def boot_time(self) -> float | None:
         """The boot time (epoch seconds) every start time is computed from (start ticks /

@@ -116,11 +116,43 @@ class Owner:
 Identity = tuple[int, int, int, int, int]
 
 
+def proc_path(pid: int | str, name: str, proc: str = PROC) -> str:
+    """``PROC/PID/NAME``: where a file of a process is (``pid`` may be ``self``)."""
+    return f"{proc}/{pid}/{name}"
+
+
+def read_proc(pid: int | str, name: str, limit: int, proc: str = PROC) -> bytes:
+    """At most ``limit`` bytes of ``PROC/PID/NAME`` (``-1``: all of a file the kernel writes, such
+    as ``net/unix``); ``OSError`` as :func:`open` raises it."""
+    with open(proc_path(pid, name, proc), "rb") as file:
+        return file.read(limit)
+
+
+def proc_link(pid: int | str, name: str, proc: str = PROC) -> str:
+    """Where the link ``PROC/PID/NAME`` points (``exe``, ``cwd``, ``fd/1``); ``OSError`` as
+    :func:`os.readlink` raises it."""
+    return os.readlink(proc_path(pid, name, proc))
+
+
+def reopen(handle: int, flags: int) -> int:
+    """A new fd on the file an ``O_PATH`` fd of this process holds, opened with ``flags``
+    (through ``/proc/self/fd``: the file itself, not whatever its name now points at)."""
+    return os.open(f"{_SELF_FD}/{handle}", flags)
+
+
+def stat_fields(pid: int, proc: str = PROC) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the parenthesised command name (which the process
+    chooses: spaces, parentheses), the state first; ``None`` when gone or unreadable."""
+    try:
+        return read_proc(pid, "stat", 4096, proc).rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def owner(pid: int, proc: str = PROC) -> Owner | None:
     """The owner of ``pid``, ``None`` when gone or unreadable."""
     try:
-        with open(f"{proc}/{pid}/status", "rb") as file:
-            status = file.read(1 << 16)
+        status = read_proc(pid, "status", 1 << 16, proc)
         fields = []
         for key in (b"\nUid:", b"\nGid:", b"\nGroups:"):
             at = status.index(key) + len(key)
@@ -131,15 +163,13 @@ def owner(pid: int, proc: str = PROC) -> Owner | None:
 
 
 def process_state(pid: int, proc: str = PROC) -> tuple[str, int] | None:
-    """(state, start time in clock ticks since boot) from ``/proc/PID/stat``, after the
-    parenthesised command name (which the process chooses: spaces, parentheses). The ticks are
-    the exact start: epoch seconds computed from them move with the kernel's boot time, which is
+    """(state, start time in clock ticks since boot) from ``/proc/PID/stat``. The ticks are the
+    exact start: epoch seconds computed from them move with the kernel's boot time, which is
     stepped with the clock."""
+    fields = stat_fields(pid, proc)
     try:
-        with open(f"{proc}/{pid}/stat", "rb") as file:
-            fields = file.read(4096).rsplit(b")", 1)[1].split()
-        return fields[0].decode("ascii", "replace"), int(fields[19])
-    except (OSError, IndexError, ValueError):
+        return (fields[0].decode("ascii", "replace"), int(fields[19])) if fields else None
+    except (IndexError, ValueError):
         return None
 
 
@@ -153,8 +183,7 @@ def read_environ(pid: int, limit: int, proc: str = PROC) -> tuple[list[bytes], b
     """The ``NAME=value`` entries of ``pid``'s environment, at most ``limit`` bytes of them, and
     whether there was more (the entry cut there is left out); ``None`` when unreadable."""
     try:
-        with open(f"{proc}/{pid}/environ", "rb") as file:
-            data = file.read(limit + 1)
+        data = read_proc(pid, "environ", limit + 1, proc)
     except OSError:  # another user's process, for a scan that is not root; gone
         return None
     if len(data) <= limit:
@@ -493,7 +522,7 @@ def read_named(pid: int, path: str, limit: int, *, whole: bool = True, proc: str
             # Opened again through the very fd that was checked: the file, not what its name
             # may have become meanwhile; with the owner's read permission checked now.
             flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-            reader = os.open(f"{_SELF_FD}/{handle}", flags)
+            reader = reopen(handle, flags)
         except OSError as err:  # from here on, the identity is known: an edit is noticed
             return NamedFile(None, identity, str(_fail(err)))
         finally:
@@ -531,7 +560,7 @@ def list_named(pid: int, path: str, limit: int, proc: str = PROC) -> list[str] |
         try:
             if not stat.S_ISDIR(os.fstat(handle).st_mode):
                 return None
-            directory = os.open(f"{_SELF_FD}/{handle}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            directory = reopen(handle, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             return None
         finally:

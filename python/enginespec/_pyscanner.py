@@ -29,9 +29,11 @@ from enginespec._common import (
     MAX_ARGV_BYTES,
     RawInvocation,
     RawProcess,
+    Woke,
     basename,
     tcp_listen,
 )
+from enginespec._procfiles import PROC
 from enginespec._pymatcher import Matcher
 from enginespec.signature import Signature
 
@@ -124,7 +126,7 @@ class _Procfs:
     """Linux: every process file read where and as scan.rs reads it, below ``proc`` (``/proc``,
     or a fixture host's ``ROOT/proc``)."""
 
-    def __init__(self, proc: str = "/proc") -> None:
+    def __init__(self, proc: str = PROC) -> None:
         self._proc = proc
         self.boot_time = float(_proc_stat_value(proc, b"btime") or 0)
         self._clock_ticks = float(os.sysconf("SC_CLK_TCK"))
@@ -467,8 +469,9 @@ def _near_cursor(pid: int, last: int, pid_max: int) -> bool:
     return (last - pid) % span < RECENT_PIDS or (pid - last) % span < RECENT_PIDS
 
 
-class Scanner:
-    """The incremental scanner (``Scanner`` in scan.rs). Keep one per polling loop."""
+class ProcessScanner:
+    """The incremental scanner (``ProcessScanner`` in backend.rs, over ``Scanner`` in scan.rs).
+    Keep one per polling loop."""
 
     def __init__(
         self,
@@ -520,7 +523,7 @@ class Scanner:
         """The kernel's process events need the native backend: this scanner always polls."""
         return "process events: the pure-Python backend polls"
 
-    def wait(self, timeout: float) -> tuple[list[RawProcess], str]:
+    def wait(self, timeout: float) -> tuple[list[RawProcess], Woke]:
         """Sleeps ``timeout`` seconds, then scans (``ProcessScanner::wait`` when polling)."""
         time.sleep(timeout)
         return self.scan(), "polled"

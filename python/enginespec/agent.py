@@ -33,10 +33,11 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
 from enginespec.exporter import Refresher
 from enginespec.load import EngineLoad
-from enginespec.scanning import EngineProcess, engine_document, unique_engine_ids
+from enginespec.scanning import Scanner, engine_document, unique_engine_ids
 from enginespec.status import Health
 
 if TYPE_CHECKING:
@@ -45,7 +46,6 @@ from enginespec.watching import (
     Changed,
     HealthChanged,
     Recovered,
-    Scanner,
     Started,
     Stopped,
     WatchEvent,

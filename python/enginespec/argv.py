@@ -221,7 +221,7 @@ def replaced_by_config(engine: EngineDefinition, argv: Sequence[str]) -> frozens
 
 
 @dataclass(frozen=True)
-class Endpoint:
+class ArgvAddress:
     """Where a server listens, as its argv and its engine's defaults say, and the URL that
     reaches it (``None`` when argv gives no usable address)."""
 
@@ -246,20 +246,20 @@ def endpoint(
     port: int | None,
     port_text: str | None,
     role: Role = "server",
-) -> Endpoint:
+) -> ArgvAddress:
     """The endpoint of a server of ``engine`` listening on ``host`` and ``port`` (``None``: not
     given). ``port_text`` is what its settings say the port is, when they say so: a text that is
     no port leaves the port unknown, not the default. A process of a role that serves no HTTP API
     has no URL; a retitled worker has not even the engine's default port."""
     signature = engine.signature
     if role in ("worker", "orphan"):
-        return Endpoint(host or signature.default_host, port, None, ())
+        return ArgvAddress(host or signature.default_host, port, None, ())
     if role in NOT_SERVING_ROLES:
         own = _listen_default(signature, argv)
         if own is not None and port_text is None:  # a follower listening on its own address
-            return Endpoint(host or own[0], own[1] if port is None else port, None, ())
+            return ArgvAddress(host or own[0], own[1] if port is None else port, None, ())
         where = endpoint(engine, argv, host, port, port_text)
-        return Endpoint(where.effective_host, where.effective_port, None, where.problems)
+        return ArgvAddress(where.effective_host, where.effective_port, None, where.problems)
     problems: list[str] = []
     effective_host = host or signature.default_host
     effective_port: int | None = port
@@ -280,7 +280,7 @@ def endpoint(
         url = base_url(effective_host, effective_port, sockets=engine.serving.socket_host)
         if url is None and effective_port is not None:
             problems.append(f"host '{literal(effective_host)}' is not an address")
-    return Endpoint(effective_host, effective_port, url, tuple(problems))
+    return ArgvAddress(effective_host, effective_port, url, tuple(problems))
 
 
 def _secret_flag(signature: Signature, name: str) -> bool:

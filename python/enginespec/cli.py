@@ -26,10 +26,10 @@ if TYPE_CHECKING:
 
     from enginespec.config import Config
     from enginespec.containers import PublishedPort
+    from enginespec.engineprocess import EngineProcess
     from enginespec.gpus import GpuDevice, GpuUse
     from enginespec.layout import Column
     from enginespec.load import EngineLoad
-    from enginespec.scanning import EngineProcess
     from enginespec.spec import EngineSpec
     from enginespec.status import Health
     from enginespec.watching import WatchEvent
@@ -654,7 +654,8 @@ class _EventFilter:
 
 def _cmd_watch(args: argparse.Namespace) -> int:
     from enginespec.errors import InvalidInputError
-    from enginespec.watching import Scanner, event_json
+    from enginespec.scanning import Scanner
+    from enginespec.watching import event_json
 
     try:
         chosen = _EventFilter(_parse_filters(args))
@@ -941,8 +942,7 @@ def gpu_lines(devices: Sequence[GpuDevice], processes: Sequence[EngineProcess]) 
 def _cmd_gpus(args: argparse.Namespace) -> int:
     import json
 
-    from enginespec.scanning import gpu_ledger
-    from enginespec.watching import Scanner
+    from enginespec.scanning import Scanner, gpu_ledger
 
     processes = Scanner(listen_ports=False).scan()
     devices = gpu_ledger(processes)
@@ -1306,6 +1306,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------ parser
 
 
+#: Stands for the list of engine ids in a help text, filled in only when help is printed: the
+#: list needs every engine record (and plugin) loaded, which most commands never need.
+_ENGINE_LIST = "\x00engines\x00"
+
+
 class _Formatter(argparse.HelpFormatter):
     """Prose paragraphs wrapped to the terminal, examples as written, and every option's default
     shown (when it has one)."""
@@ -1313,6 +1318,7 @@ class _Formatter(argparse.HelpFormatter):
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         import textwrap
 
+        text = text.replace(_ENGINE_LIST, ", ".join(_engine_ids()))
         paragraphs = []
         for paragraph in text.split("\n\n"):
             if paragraph.startswith("examples:"):
@@ -1343,7 +1349,7 @@ def _examples(*lines: str) -> str:
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    ids = ", ".join(_engine_ids())
+    ids = _ENGINE_LIST
     parser = argparse.ArgumentParser(
         prog="enginespec",
         description=f"Know, find and probe local LLM inference engines.\n\nengines: {ids}",
@@ -1706,7 +1712,7 @@ def _backend() -> str:
 
 
 def _run(argv: list[str]) -> int:
-    if argv == ["--version"]:  # answered before the parser is built: it lists the engines
+    if argv == ["--version"]:  # answered before the parser (and argparse) is built
         _out([f"enginespec {__version__} ({_backend()})"])
         return 0
     parser, subs = _parser()

@@ -16,8 +16,8 @@ from enginespec.display import literal
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from enginespec.engineprocess import EngineProcess
     from enginespec.failures import Failure
-    from enginespec.scanning import EngineProcess
 
 #: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
@@ -105,7 +105,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _find(target: str, command: str) -> EngineProcess | None:
     """The engine a scan finds by pid (the server or one of its workers) or engine id."""
-    from enginespec.watching import Scanner
+    from enginespec.scanning import Scanner
 
     engines = Scanner().scan()
     for process in engines:

@@ -7,8 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 _OVERRIDE_ENV = re.compile(r"ENGINESPEC_([A-Z0-9_]+)_(PYTHON|BIN)")
 
@@ -20,7 +19,7 @@ def _default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("enginespec", appauthor=False))
 
 
-class Config(BaseSettings):
+class Config(BaseModel):
     """Process-wide settings, from ``ENGINESPEC_*`` environment variables.
 
     ``ENGINESPEC_DATA_DIR`` sets the data directory (managed runtimes live under it);
@@ -31,7 +30,7 @@ class Config(BaseSettings):
     runtimes' APIs are asked for a container's name.
     """
 
-    model_config = SettingsConfigDict(env_prefix="ENGINESPEC_", frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     data_dir: Path = Field(default_factory=_default_data_dir)
     #: engine id -> interpreter; filled from ENGINESPEC_<ENGINE>_PYTHON when not given.
@@ -46,10 +45,17 @@ class Config(BaseSettings):
 
     @model_validator(mode="before")
     @classmethod
-    def _engine_overrides(cls, data: Any) -> Any:
+    def _from_environment(cls, data: Any) -> Any:
+        # A field not given is read from ENGINESPEC_<FIELD> (an empty value counts as unset).
+        # Read here rather than with pydantic-settings, whose import (asyncio, dotenv, its CLI
+        # parser) cost every command about 50 ms before the first line of output.
         if not isinstance(data, dict):
             return data
         data = dict(data)
+        for field in _SCALAR_FIELDS:
+            value = os.environ.get("ENGINESPEC_" + field.upper())
+            if field not in data and value:
+                data[field] = value
         pythons = dict(data.get("pythons") or {})
         binaries = dict(data.get("binaries") or {})
         for name, value in os.environ.items():
@@ -86,3 +92,8 @@ class Config(BaseSettings):
     def lock_dir(self) -> Path:
         """Where install locks live."""
         return self.data_dir / "locks"
+
+
+#: the fields read from ``ENGINESPEC_<FIELD>`` when not given (``pythons``/``binaries`` come from
+#: the per-engine variables).
+_SCALAR_FIELDS = ("data_dir", "docker_socket", "podman_socket", "container_api_timeout")

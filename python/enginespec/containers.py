@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import http.client
 import ipaddress
 import json
 import os
@@ -19,6 +18,7 @@ import socket
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
@@ -26,6 +26,9 @@ from enginespec._backend import parse_cgroup, proxy_flags
 from enginespec._common import Runtime
 from enginespec._procfiles import PROC, start_ticks
 from enginespec.urls import base_url
+
+if TYPE_CHECKING:
+    import http.client
 
 
 class Container(BaseModel):
@@ -232,20 +235,21 @@ _NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")
 _ANSWER_LIMIT = 1 << 20
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
+def _unix_connection(path: str, timeout: float) -> http.client.HTTPConnection:
+    """An HTTP connection over a unix socket, already connected (``request`` keeps a socket it
+    finds)."""
+    import http.client
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+    connection = http.client.HTTPConnection("localhost", timeout=timeout)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        raise
+    connection.sock = sock
+    return connection
 
 
 @dataclass(frozen=True)
@@ -261,7 +265,13 @@ def api_inspect(socket_path: str, container_id: str, timeout: float) -> Inspecte
     """What a Docker-compatible API on a unix socket says of a container (``GET
     /containers/<id>/json``: ``"Name": "/name"``, ``"State": {"Pid": N}``), ``None`` when it
     does not answer, or answers for another id or something that is not a container."""
-    connection = _UnixConnection(socket_path, timeout)
+    # Imported here: only a container's name needs it (http.client and ssl cost every start).
+    import http.client
+
+    try:
+        connection = _unix_connection(socket_path, timeout)
+    except OSError:
+        return None
     try:
         connection.request("GET", f"/containers/{container_id}/json")
         response = connection.getresponse()
@@ -287,7 +297,12 @@ def api_stop(socket_path: str, container_id: str, grace: int, timeout: float) ->
     the image's stop signal, ``grace`` seconds, then SIGKILL; the container stays stopped, which
     no restart policy undoes). The HTTP status (204 stopped, 304 already stopped), or why there
     is none."""
-    connection = _UnixConnection(socket_path, timeout)
+    import http.client
+
+    try:
+        connection = _unix_connection(socket_path, timeout)
+    except OSError as error:
+        return f"no answer ({type(error).__name__}: {error})"
     try:
         connection.request("POST", f"/containers/{container_id}/stop?t={grace}")
         response = connection.getresponse()

@@ -7,6 +7,8 @@ takes an :class:`EngineDefinition` and never asks which engine it is.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 import sys
 from collections.abc import Mapping
@@ -169,10 +171,69 @@ class ExtraPort(_Record):
     default: int | None = Field(default=None, ge=1, le=65535)
 
 
+class HealthRule(_Record):
+    """One kind of answer of the health endpoint, and what it means for the engine.
+
+    A rule matches an answer of HTTP ``status`` (any body), narrowed by a body test when it has
+    one: with ``field``, the body is a JSON object whose member ``field`` is a string equal to
+    ``equals`` or holding ``contains``; without it, the body with surrounding whitespace removed
+    is ``equals``, or the body holds ``contains`` (bytes, as UTF-8). The first rule of
+    ``Serving.health_rules`` that matches gives ``(state, reason)``."""
+
+    status: int = Field(ge=100, le=599)
+    field: str | None = Field(default=None, min_length=1)
+    equals: str | None = None
+    contains: str | None = Field(default=None, min_length=1)
+    state: HealthState
+    reason: str = ""
+
+    @model_validator(mode="after")
+    def _one_test(self) -> HealthRule:
+        if self.equals is not None and self.contains is not None:
+            raise ValueError(
+                f"equals and contains: a rule tests the body one way ({self.equals!r} or {self.contains!r})"
+            )
+        if self.field is not None and self.equals is None and self.contains is None:
+            raise ValueError(f"field: {self.field!r} needs equals or contains")
+        return self
+
+    def matches(self, answer: HealthAnswer) -> bool:
+        if answer.status != self.status:
+            return False
+        if self.field is not None:
+            member = answer.document.get(self.field) if answer.document is not None else None
+            if not isinstance(member, str):
+                return False
+            return member == self.equals if self.equals is not None else str(self.contains) in member
+        if self.equals is not None:
+            return answer.body.strip() == self.equals.encode()
+        return self.contains is None or self.contains.encode() in answer.body
+
+
+class HealthAnswer:
+    """An answer of a health endpoint, its body parsed as JSON once, when a rule asks."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status = status
+        self.body = body
+
+    @functools.cached_property
+    def document(self) -> dict[str, object] | None:
+        """The body when it is a JSON object, else ``None`` (not JSON, not UTF-8, another type)."""
+        try:
+            parsed = json.loads(self.body)
+        except ValueError:  # UnicodeDecodeError included
+            return None
+        return parsed if isinstance(parsed, dict) else None
+
+
 class Serving(_Record):
     """How the server serves and is related to other processes."""
 
     health_path: str = Field(default="/health", pattern=r"^/")
+    #: what the health endpoint's answers mean, the first rule that matches (see
+    #: :meth:`EngineDefinition.classify_health`); then 200 is ready and 503 unhealthy.
+    health_rules: tuple[HealthRule, ...] = ()
     #: the health endpoint wants the API key too (llama-cpp-python guards every route).
     health_authorized: bool = False
     #: where a ready server lists the models it has loaded (Ollama ``/api/ps``), read by a health
@@ -336,7 +397,13 @@ class EngineDefinition(BaseModel):
     # -- hooks ------------------------------------------------------------------------------------
 
     def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
-        """What an answer of the health endpoint means for this engine: (state, reason)."""
+        """What an answer of the health endpoint means for this engine: (state, reason), by the
+        first of ``Serving.health_rules`` that matches, else 200 is ready, 503 unhealthy and any
+        other status unknown. A hook only for what rules cannot say."""
+        answer = HealthAnswer(status, body)
+        for rule in self.serving.health_rules:
+            if rule.matches(answer):
+                return rule.state, rule.reason
         if status == 200:
             return "ready", ""
         if status == 503:

@@ -19,13 +19,14 @@ from prometheus_client import start_http_server, write_to_textfile
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from enginespec.engineprocess import EngineProcess
 from enginespec.errors import ExporterError
 from enginespec.gpus import GpuDevice
 from enginespec.health import check_all
 from enginespec.load import EngineLoad
 from enginespec.modelfacts import ModelFacts
 from enginespec.processmodels import cached, peek
-from enginespec.scanning import EngineProcess, Scanner, gpu_ledger, unique_engine_ids
+from enginespec.scanning import Scanner, gpu_ledger, unique_engine_ids
 from enginespec.status import Health, HealthState
 from enginespec.vitals import EngineMonitor
 

@@ -24,9 +24,10 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, get_args
 
+from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
 from enginespec.registry import find_engine
-from enginespec.scanning import EngineProcess, unique_engine_ids
+from enginespec.scanning import unique_engine_ids
 from enginespec.status import Health
 from enginespec.urls import connect_host, is_wildcard
 
@@ -344,7 +345,8 @@ def export_watch(
     (a ``stopped`` event comes within milliseconds of the exit where the kernel's process events
     drive the watch). A ``changed`` engine stays listed with its new facts until its next check
     says otherwise. Runs until interrupted."""
-    from enginespec.watching import Changed, HealthChanged, Recovered, Scanner, Stopped, WorkerLost
+    from enginespec.scanning import Scanner
+    from enginespec.watching import Changed, HealthChanged, Recovered, Stopped, WorkerLost
 
     listed: dict[tuple[int, float], EngineProcess] = {}
     writer.write([])  # the file exists from the start, listing what is known to serve: nothing yet

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from enginespec._gpuids import UUID, normal_pci
 from enginespec._nvml import NvmlDevice, query
+from enginespec._procfiles import proc_path
 
 Vendor = Literal["nvidia", "amd", "intel", "other"]
 GpuSource = Literal["nvml", "fdinfo", "kfd", "fd"]
@@ -377,7 +378,7 @@ def _open_devices(root: str, pid: int) -> _Fds | None:
         return None
     except OSError as err:
         reason = err.strerror.lower() if err.strerror else type(err).__name__
-        return _Fds((), f"cannot read /proc/{pid}/fd: {reason}")
+        return _Fds((), f"cannot read {proc_path(pid, 'fd')}: {reason}")
     return _Fds(tuple(sorted(found)))
 
 

@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import enginespec._procfiles as _procfiles
 import enginespec.sockets as sockets
+from enginespec.engineprocess import EngineProcess, process_alive
 from enginespec.errors import EngineExited, NotReady
 from enginespec.reaching import (
+    CheckTarget,
     PeerMismatch,
     Request,
-    Target,
     auth_headers,
     blocking,
     endpoint_of,
@@ -34,7 +35,6 @@ from enginespec.reaching import (
     target_of,
     transport,
 )
-from enginespec.scanning import EngineProcess, process_alive
 from enginespec.signature import NOT_SERVING_ROLES
 from enginespec.status import Health, HealthState
 
@@ -69,7 +69,7 @@ def _model_ids(body: bytes) -> tuple[str, ...] | None:
         return None
 
 
-def _probe(t: Target, verify_identity: bool, deep: bool, timeout: float) -> _Probe:
+def _probe(t: CheckTarget, verify_identity: bool, deep: bool, timeout: float) -> _Probe:
     def health(
         state: HealthState, reason: str, reply: _Reply | None = None, ids: Sequence[str] = ()
     ) -> Health:
@@ -145,7 +145,7 @@ def _probe(t: Target, verify_identity: bool, deep: bool, timeout: float) -> _Pro
     return health("ready", reason, first, ids)
 
 
-def _unanswered(t: Target, reply: _Reply, timeout: float, path: str) -> tuple[HealthState, str]:
+def _unanswered(t: CheckTarget, reply: _Reply, timeout: float, path: str) -> tuple[HealthState, str]:
     """The state and reason of a health request that got no answer."""
     if reply.failure == "refused":
         if t.process is not None:
@@ -177,7 +177,7 @@ def _advance(probe: _Probe, reply: _Reply | None) -> Request | Health:
         return result
 
 
-async def _fetch(client: httpx.AsyncClient, t: Target, step: Request) -> _Reply:
+async def _fetch(client: httpx.AsyncClient, t: CheckTarget, step: Request) -> _Reply:
     """One request, its answer read up to MAX_ANSWER_BYTES (streamed: never allocated whole)."""
     started = time.perf_counter()
     # Not compressed: what is counted is what is kept (a small gzip can inflate to gigabytes).
@@ -194,7 +194,7 @@ async def _fetch(client: httpx.AsyncClient, t: Target, step: Request) -> _Reply:
         return _Reply(response.status_code, bytes(body), time.perf_counter() - started)
 
 
-async def _run(t: Target, probe: _Probe, timeout: float) -> Health:
+async def _run(t: CheckTarget, probe: _Probe, timeout: float) -> Health:
     # The first step finds the socket to use, reading /proc: in a thread, so the event loop (and
     # the overall deadline) never waits for it.
     step = await asyncio.to_thread(_advance, probe, None)
@@ -224,7 +224,7 @@ async def _run(t: Target, probe: _Probe, timeout: float) -> Health:
     return step
 
 
-async def _within(t: Target, job: Coroutine[Any, Any, Health], deadline: float | None) -> Health:
+async def _within(t: CheckTarget, job: Coroutine[Any, Any, Health], deadline: float | None) -> Health:
     """The check, or ``unknown`` when it is not done within ``deadline`` seconds."""
     if deadline is None:
         return await job

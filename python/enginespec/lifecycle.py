@@ -28,12 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from enginespec import commands, sockets
 from enginespec._backend import parse_cgroup
 from enginespec._common import parse_port
-from enginespec._procfiles import process_state, start_ticks
+from enginespec._procfiles import PROC, proc_link, proc_path, process_state, read_proc, start_ticks
 from enginespec.argv import flag_value, parse_argv, redact_argv
 from enginespec.config import Config
 from enginespec.containers import Container, api_inspect, api_stop, runs_in_lineage
 from enginespec.definition import EngineDefinition
 from enginespec.display import literal
+from enginespec.engineprocess import EngineProcess, make_engine_id, scanned_ticks
 from enginespec.errors import InvalidInputError, LaunchFailed, NotReady, RestartRefused
 from enginespec.failures import Failure, ended
 from enginespec.health import check_health
@@ -42,7 +43,7 @@ from enginespec.masking import REDACTED, is_secret_name
 from enginespec.reaching import ownership_problem
 from enginespec.recipe import Recipe
 from enginespec.registry import find_engine
-from enginespec.scanning import EngineProcess, Scanner, make_engine_id, scanned_ticks
+from enginespec.scanning import Scanner
 from enginespec.status import Health
 from enginespec.urls import base_url
 
@@ -51,6 +52,9 @@ from enginespec.urls import base_url
 RUN_ID_VARIABLE = "ENGINESPEC_RUN_ID"
 #: Seconds a stop waits for SIGKILL to take effect before it reports what is left.
 KILL_WAIT = 5.0
+#: Seconds an ended engine's readers get to store what its pipes still hold (they need it only
+#: when the host is too busy to run them; a pipe holds at most its capacity, 64 KiB by default).
+SETTLE_SECONDS = 10.0
 
 
 class Supervision(BaseModel):
@@ -212,8 +216,7 @@ def _marked(run_id: str, born_after: int) -> list[int]:
         if start is None or start < born_after:
             continue
         try:
-            with open(f"/proc/{pid}/environ", "rb") as file:
-                environ = file.read(1 << 20)
+            environ = read_proc(pid, "environ", 1 << 20)
         except OSError:
             continue
         if needle in environ.split(b"\0") and start_ticks(pid) == start:
@@ -225,10 +228,10 @@ def _oom_kills(pid: int) -> int | None:
     """The OOM kills counted in the process's memory cgroup (v2 ``memory.events``, v1
     ``memory.oom_control``), ``None`` when unreadable."""
     try:
-        with open(f"/proc/{pid}/cgroup") as file:
-            entries = [line.rstrip("\n").split(":", 2) for line in file]
+        lines = os.fsdecode(read_proc(pid, "cgroup", 1 << 16)).splitlines()
     except OSError:
         return None
+    entries = [line.split(":", 2) for line in lines]
     for entry in entries:
         if len(entry) != 3:
             continue
@@ -530,8 +533,9 @@ class RunningEngine:
         code, sig = status
         text = ""
         if self._book is not None:
-            # a descendant may hold the pipes open: what arrived within a moment is enough
-            self._book.wait_drained(0.3)
+            # every byte it wrote, however slowly this host runs the readers (a descendant may
+            # hold the pipes open: not waited for)
+            self._book.settle(SETTLE_SECONDS)
             text = self._book.text()
         oom = False
         if sig == signals.SIGKILL and self._oom_before is not None:
@@ -672,7 +676,7 @@ class RunningEngine:
             leftover = tuple(sorted(self._members(marked=True))) if rounds else ()
             holders = self._port_holders() if check_port else None
             if self._book is not None:
-                self._book.wait_drained(1.0)
+                self._book.settle(SETTLE_SECONDS)
                 self._book.note(f"enginespec: stopped ({ended(*status)})")
             return StopResult(
                 signals=tuple(sent),
@@ -900,16 +904,15 @@ def _read_plan(pid: int) -> _Plan:
     raw: dict[str, bytes] = {}
     for what in ("cmdline", "environ"):
         try:
-            with open(f"/proc/{pid}/{what}", "rb") as file:
-                raw[what] = file.read(4 << 20)
+            raw[what] = read_proc(pid, what, 4 << 20)
         except OSError as error:
-            raise RestartRefused(f"pid {pid}: cannot read /proc/{pid}/{what}: {error.strerror}") from None
+            raise RestartRefused(f"pid {pid}: cannot read {proc_path(pid, what)}: {error.strerror}") from None
     links: dict[str, str] = {}
     for what in ("cwd", "exe"):
         try:
-            links[what] = os.readlink(f"/proc/{pid}/{what}")
+            links[what] = proc_link(pid, what)
         except OSError as error:
-            raise RestartRefused(f"pid {pid}: cannot read /proc/{pid}/{what}: {error.strerror}") from None
+            raise RestartRefused(f"pid {pid}: cannot read {proc_path(pid, what)}: {error.strerror}") from None
     argv = tuple(os.fsdecode(part) for part in raw["cmdline"].split(b"\0") if part)
     if not argv:
         raise RestartRefused(f"pid {pid}: its command line is empty (a zombie, or it hides it)")
@@ -942,13 +945,12 @@ def _owner(pid: int) -> tuple[int, int, tuple[int, ...]]:
     """The real uid, gid and supplementary groups of a process (``/proc/PID/status``)."""
     fields: dict[str, list[str]] = {}
     try:
-        with open(f"/proc/{pid}/status") as file:
-            for line in file:
-                name, _, value = line.partition(":")
-                fields[name] = value.split()
+        for line in os.fsdecode(read_proc(pid, "status", 1 << 16)).splitlines():
+            name, _, value = line.partition(":")
+            fields[name] = value.split()
         return int(fields["Uid"][0]), int(fields["Gid"][0]), tuple(int(g) for g in fields.get("Groups", []))
     except (OSError, KeyError, IndexError, ValueError):
-        raise RestartRefused(f"pid {pid}: cannot read its owner from /proc/{pid}/status") from None
+        raise RestartRefused(f"pid {pid}: cannot read its owner from {proc_path(pid, 'status')}") from None
 
 
 def find_log_source(pid: int) -> LogSource:
@@ -956,12 +958,12 @@ def find_log_source(pid: int) -> LogSource:
     targets = []
     for fd in (1, 2):
         try:
-            targets.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            targets.append(proc_link(pid, f"fd/{fd}"))
         except OSError:
             targets.append("")
     for target in targets:
-        if target.startswith("/") and not target.startswith(("/dev/", "/proc/")):
-            path = f"/proc/{pid}/fd/{1 + targets.index(target)}"
+        if target.startswith("/") and not target.startswith(("/dev/", PROC + "/")):
+            path = proc_path(pid, f"fd/{1 + targets.index(target)}")
             with contextlib.suppress(OSError):
                 if Path(path).is_file():
                     return LogSource(kind="file", path=path)
@@ -982,8 +984,7 @@ def find_log_source(pid: int) -> LogSource:
 
 def _container_of(pid: int) -> str | None:
     try:
-        with open(f"/proc/{pid}/cgroup", "rb") as file:
-            found = parse_cgroup(file.read(1 << 16))
+        found = parse_cgroup(read_proc(pid, "cgroup", 1 << 16))
     except OSError:
         return None
     if found is None or found[0] not in ("docker", "podman"):
@@ -997,10 +998,10 @@ _UNIT = re.compile(r"[A-Za-z0-9:_.@\\-]+\.(?:service|scope)")
 def _unit_of(pid: int) -> str | None:
     """The systemd unit a process runs in, from its cgroup path (``.../ollama.service``)."""
     try:
-        with open(f"/proc/{pid}/cgroup") as file:
-            paths = [line.rstrip("\n").split(":", 2)[-1] for line in file]
+        lines = os.fsdecode(read_proc(pid, "cgroup", 1 << 16)).splitlines()
     except OSError:
         return None
+    paths = [line.split(":", 2)[-1] for line in lines]
     for path in paths:
         for part in reversed(path.split("/")):
             if _UNIT.fullmatch(part):

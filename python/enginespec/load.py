@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 import enginespec.reaching as reaching
+from enginespec._procfiles import stat_fields
 from enginespec.definition import EngineDefinition, LoadMetrics
+from enginespec.engineprocess import EngineProcess, process_alive
 from enginespec.errors import InvalidInputError
-from enginespec.scanning import EngineProcess, process_alive
 from enginespec.signature import NOT_SERVING_ROLES
 
 if TYPE_CHECKING:
@@ -127,15 +128,12 @@ def tree_cpu_seconds(pid: int, workers: Sequence[int] = ()) -> float | None:
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for index, member in enumerate((pid, *workers)):
-        try:
-            with open(f"/proc/{member}/stat", "rb") as file:
-                data = file.read(4096)
-            # after the command's closing parenthesis: state, ppid, ... utime (14th), stime (15th)
-            fields = data[data.rindex(b")") + 2 :].split()
+        # state first, then ppid, ... utime (the stat file's 14th field), stime (15th)
+        fields = stat_fields(member) or []
+        if len(fields) > 12 and fields[11].isdigit() and fields[12].isdigit():
             total += (int(fields[11]) + int(fields[12])) / ticks
-        except (OSError, ValueError, IndexError):
-            if index == 0:
-                return None
+        elif index == 0:
+            return None
     return total
 
 
@@ -214,7 +212,7 @@ def _ratio(found: dict[str, list[float]], names: Sequence[str]) -> float | None:
     return sum(values) / len(values)
 
 
-async def _get(t: reaching.Target, path: str, timeout: float) -> tuple[int | None, bytes, str]:
+async def _get(t: reaching.CheckTarget, path: str, timeout: float) -> tuple[int | None, bytes, str]:
     """(status, body up to MAX_ANSWER_BYTES, failure detail) of one GET, the whole request
     bounded by ``timeout`` (a server that trickles cannot hold it longer). Sent only to a socket
     the engine's own tree holds, found as a health check finds it (``reaching.endpoint_of``): an
@@ -271,7 +269,7 @@ def not_owned(process: EngineProcess, base_url: str | None) -> str | None:
     return problem
 
 
-def _missing_reason(t: reaching.Target, status: int | None, detail: str) -> str:
+def _missing_reason(t: reaching.CheckTarget, status: int | None, detail: str) -> str:
     metrics = t.spec.load
     path = metrics.path
     if status is None:
@@ -288,7 +286,7 @@ def _missing_reason(t: reaching.Target, status: int | None, detail: str) -> str:
 
 
 async def _read(
-    t: reaching.Target,
+    t: reaching.CheckTarget,
     timeout: float,
     previous: EngineLoad | None,
     stall_after: float | None,

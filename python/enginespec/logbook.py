@@ -3,14 +3,20 @@ bounded ring (the last lines, for ``logs(n)`` and ``follow()``) and in a file pe
 
 Reader threads drain the pipes in large reads as fast as the engine writes, so a pipe never fills
 and stalls the engine; a line is stored once it is complete (a partial line at exit is stored
-too). Values known to be secret are masked before a line is kept.
+too). Values known to be secret are masked before a line is kept. Whether every byte written so far
+is stored is known exactly (:meth:`LogBook.settle`): a pipe holds no unread byte and its reader none
+it took, so the end of an engine's output is never cut off by a reader that the host was slow to run.
 """
 
 from __future__ import annotations
 
 import collections
 import datetime
+import fcntl
 import os
+import select
+import struct
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -44,6 +50,29 @@ class LogLine(BaseModel):
         return f"{timestamp(self.time)} {self.stream} {self.text}"
 
 
+class _Pipe:
+    """One pipe being drained. Its reader holds ``lock`` from taking bytes until they are stored
+    (and while closing), so under the lock "no unread byte in the pipe" means "all stored"."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self.file = file
+        self.fd = file.fileno()
+        self.lock = threading.Lock()
+        self.open = True
+
+    def unread(self) -> int:
+        """Bytes written to the pipe and not yet taken (the caller holds ``lock``)."""
+        if not self.open:
+            return 0
+        answer = fcntl.ioctl(self.fd, termios.FIONREAD, b"\0\0\0\0")
+        return int(struct.unpack("i", answer)[0])
+
+
+def _text(raw: bytes) -> str:
+    """A line's text: without a CR before its newline, undecodable bytes replaced."""
+    return raw.rstrip(b"\r").decode("utf-8", errors="replace")
+
+
 def timestamp(seconds: float) -> str:
     moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -63,6 +92,7 @@ class LogBook:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "a", encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
         self._readers: list[threading.Thread] = []
+        self._pipes: list[_Pipe] = []
         #: monotonic time of the last bytes read (progress for a stall timer).
         self.last_activity = time.monotonic()
         self._open = 0
@@ -71,38 +101,54 @@ class LogBook:
 
     def attach(self, stream: Stream, pipe: IO[bytes]) -> None:
         """Starts a daemon thread draining ``pipe`` into the book until end of file."""
+        source = _Pipe(pipe)
         with self._changed:
             self._open += 1
-        reader = threading.Thread(target=self._drain, args=(stream, pipe), daemon=True, name=f"log-{stream}")
+            self._pipes.append(source)
+        reader = threading.Thread(
+            target=self._drain, args=(stream, source), name=f"log-{stream}", daemon=True
+        )
         self._readers.append(reader)
         reader.start()
 
-    def _drain(self, stream: Stream, pipe: IO[bytes]) -> None:
-        fd = pipe.fileno()
+    def _drain(self, stream: Stream, source: _Pipe) -> None:
+        # poll, not select: a process with many files has descriptors beyond select's 1024
+        readable = select.poll()
+        readable.register(source.fd, select.POLLIN)
         pending = b""
         try:
             while True:
-                try:
-                    chunk = os.read(fd, _READ_SIZE)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                self.last_activity = time.monotonic()
-                pending += chunk
-                *complete, pending = pending.split(b"\n")
-                while len(pending) > MAX_LINE_BYTES:
-                    complete.append(pending[:MAX_LINE_BYTES])
-                    pending = pending[MAX_LINE_BYTES:]
-                if complete:
-                    self.add(stream, complete)
-            if pending:
-                self.add(stream, [pending])
+                readable.poll()  # waits for bytes without taking any (see settle)
+                with source.lock:
+                    try:
+                        chunk = os.read(source.fd, _READ_SIZE)
+                    except OSError:
+                        chunk = b""
+                    if not chunk:
+                        if pending:
+                            self.add(stream, [pending])
+                        self._close(source)
+                        return
+                    self.last_activity = time.monotonic()
+                    pending += chunk
+                    *complete, pending = pending.split(b"\n")
+                    while len(pending) > MAX_LINE_BYTES:
+                        complete.append(pending[:MAX_LINE_BYTES])
+                        pending = pending[MAX_LINE_BYTES:]
+                    if complete:
+                        self.add(stream, complete)
         finally:
-            pipe.close()
+            with source.lock:
+                self._close(source)
             with self._changed:
                 self._open -= 1
                 self._changed.notify_all()
+
+    @staticmethod
+    def _close(source: _Pipe) -> None:
+        if source.open:
+            source.open = False
+            source.file.close()
 
     def _mask(self, text: str) -> str:
         for secret in self._secrets:
@@ -117,7 +163,7 @@ class LogBook:
             LogLine(
                 time=now,
                 stream=stream,
-                text=self._mask(raw.rstrip(b"\r").decode("utf-8", errors="replace")),
+                text=self._mask(_text(raw)),
             )
             for raw in raw_lines
         ]
@@ -142,15 +188,28 @@ class LogBook:
         with self._changed:
             return self._open > 0
 
-    def wait_drained(self, timeout: float) -> bool:
-        """Waits until every pipe reached end of file (a descendant may keep one open)."""
+    def settled(self) -> bool:
+        """Whether every byte written to the pipes so far is stored (each pipe is closed, or holds
+        no unread byte while its reader holds none it took)."""
+        for source in list(self._pipes):
+            with source.lock:
+                try:
+                    if source.unread() > 0:
+                        return False
+                except OSError:  # closed meanwhile: its reader stored what it took
+                    continue
+        return True
+
+    def settle(self, timeout: float) -> bool:
+        """Waits, at most ``timeout`` seconds, until :meth:`settled` (once the engine is gone
+        that is soon: a descendant that keeps a pipe open does not hold it up unless it writes)."""
         deadline = time.monotonic() + timeout
-        with self._changed:
-            while self._open > 0:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(left)
+        while not self.settled():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with self._changed:
+                self._changed.wait(min(left, 0.05))
         return True
 
     def lines(self, n: int | None = None) -> list[LogLine]:
@@ -172,21 +231,31 @@ class LogBook:
     ) -> Iterator[LogLine]:
         """The last ``n`` lines, then every new line as it arrives; ends once the pipes are closed
         and everything was given, when ``until`` is set, or when ``ended()`` says the process is
-        gone and a poll brought nothing (a descendant may hold the pipes open). Lines that fell
-        out of the ring before a slow consumer got to them are skipped (the file has them all)."""
+        gone and every byte it wrote was stored and given (a descendant may hold the pipes open).
+        Lines that fell out of the ring before a slow consumer got to them are skipped (the file
+        has them all)."""
         with self._changed:
             kept = list(self._ring)
             after = self._seq if n <= 0 or not kept else kept[-min(n, len(kept))][0] - 1
         while True:
+            gone = False
             with self._changed:
                 fresh = [(seq, line) for seq, line in self._ring if seq > after]
                 if not fresh:
                     if (self._open == 0 and self._readers) or (until is not None and until.is_set()):
                         return
                     gone = ended is not None and ended()
-                    if not self._changed.wait(poll) and gone:
-                        return
+            if not fresh:
+                # settled after the process was seen gone: all it wrote is in the ring by now
+                if gone and self.settled():
+                    with self._changed:
+                        if self._seq == after:
+                            return
                     continue
+                with self._changed:
+                    if self._seq == after:
+                        self._changed.wait(poll)
+                continue
             for seq, line in fresh:
                 after = seq
                 yield line
@@ -223,13 +292,19 @@ def tail_file(path: Path, n: int, max_bytes: int = 4 << 20) -> list[str]:
 
 def follow_file(path: Path, *, until: threading.Event | None = None, poll: float = 0.25) -> Iterator[str]:
     """New lines appended to a file from now on (``tail -f``); a truncated file is read again
-    from its start."""
+    from its start. Once ``until`` is set, what the file holds by then is still given (a last
+    line without its newline too), however far behind the reading was, and nothing after."""
     with open(path, "rb") as file:
         file.seek(0, os.SEEK_END)
         pending = b""
-        while until is None or not until.is_set():
-            chunk = file.read(_READ_SIZE)
+        end: int | None = None
+        while True:
+            if end is None and until is not None and until.is_set():
+                end = os.fstat(file.fileno()).st_size
+            chunk = file.read(_READ_SIZE if end is None else max(0, min(_READ_SIZE, end - file.tell())))
             if not chunk:
+                if end is not None:
+                    break
                 if os.fstat(file.fileno()).st_size < file.tell():
                     file.seek(0)
                 time.sleep(poll)
@@ -237,4 +312,6 @@ def follow_file(path: Path, *, until: threading.Event | None = None, poll: float
             pending += chunk
             *complete, pending = pending.split(b"\n")
             for raw in complete:
-                yield raw.rstrip(b"\r").decode("utf-8", errors="replace")
+                yield _text(raw)
+        if pending:
+            yield _text(pending)

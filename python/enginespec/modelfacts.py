@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from enginespec import _backend
+from enginespec._procfiles import reopen
 
 #: Caps on what is read of a model's files.
 MAX_HEADER_BYTES = 64 << 20
@@ -230,7 +231,7 @@ class HostFiles:
             if not stat.S_ISREG(os.fstat(probe).st_mode):
                 raise ModelError(f"{path}: not a regular file")
             try:
-                return os.open(f"/proc/self/fd/{probe}", readonly)
+                return reopen(probe, readonly)
             except OSError as e:
                 raise ModelError(f"{path}: {e.strerror}") from None
         finally:

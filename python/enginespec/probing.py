@@ -17,12 +17,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from enginespec._procfiles import list_named, read_named
+from enginespec._procfiles import list_named, proc_link, read_named, read_proc
 from enginespec.config import Config
 from enginespec.definition import EngineDefinition
+from enginespec.engineprocess import EngineProcess
 from enginespec.errors import HelpError
 from enginespec.launching import PYTHON_NAME, Launcher, resolve_launcher
-from enginespec.scanning import EngineProcess
 
 # pip writes this /bin/sh trampoline instead of a shebang when the interpreter path is too long.
 _TRAMPOLINE = re.compile(r"""^'''exec' "?([^"\s]+)"? "\$0" "\$@"$""", re.MULTILINE)
@@ -135,7 +135,7 @@ def python_of_process(pid: int) -> Path | None:
     """The interpreter a running process executes: its ``/proc/PID/exe`` when that is a Python,
     never argv[0] (any user can make argv[0] name any file)."""
     try:
-        exe = Path(os.readlink(f"/proc/{pid}/exe"))
+        exe = Path(proc_link(pid, "exe"))
     except OSError:
         return None
     return exe if PYTHON_NAME.fullmatch(exe.name) else None
@@ -153,8 +153,7 @@ def _mapped_site_dirs(pid: int) -> list[str]:
     """The site-packages directories a running Python loaded extension modules from (as paths
     inside the process's root), from the kernel's ``/proc/PID/maps``."""
     try:
-        with open(f"/proc/{pid}/maps", "rb") as file:
-            lines = file.read(_MAX_MAPS_BYTES).split(b"\n")
+        lines = read_proc(pid, "maps", _MAX_MAPS_BYTES).split(b"\n")
     except OSError:
         return []
     found: dict[str, None] = {}

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import enginespec.sockets as sockets
+from enginespec._procfiles import proc_link, proc_path, read_proc
 from enginespec.definition import EngineDefinition
+from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
 from enginespec.registry import find_engine
-from enginespec.scanning import EngineProcess
 from enginespec.status import HealthState
 from enginespec.urls import UNIX_SCHEME, checked_url
 
@@ -36,7 +37,7 @@ _Result = TypeVar("_Result")
 
 
 @dataclass(frozen=True)
-class Target:
+class CheckTarget:
     spec: EngineDefinition
     base_url: str | None
     process: EngineProcess | None
@@ -77,7 +78,7 @@ class Request:
     body: dict[str, Any] | None = None
 
 
-def target_of(target: EngineProcess | str, base_url: str | None, api_key: str | None) -> Target:
+def target_of(target: EngineProcess | str, base_url: str | None, api_key: str | None) -> CheckTarget:
     if isinstance(target, EngineProcess):
         spec = find_engine(target.engine)
         expected = target.served_model_names or _model_names(target)
@@ -92,7 +93,7 @@ def target_of(target: EngineProcess | str, base_url: str | None, api_key: str | 
     usable = key is None or HEADER_VALUE.fullmatch(key) is not None
     process = target if isinstance(target, EngineProcess) else None
     given = process is None or base_url is not None
-    return Target(spec, url, process, key if usable else None, expected, not usable, given)
+    return CheckTarget(spec, url, process, key if usable else None, expected, not usable, given)
 
 
 def _model_names(process: EngineProcess) -> tuple[str, ...]:
@@ -109,14 +110,14 @@ def _model_names(process: EngineProcess) -> tuple[str, ...]:
         leaf = model.rstrip("/").rsplit("/", 1)[-1]
         if not model.startswith("/"):
             with contextlib.suppress(OSError):
-                cwd = os.readlink(f"/proc/{process.pid}/cwd")
+                cwd = proc_link(process.pid, "cwd")
                 names.append(os.path.normpath(os.path.join(cwd, model)))
         if leaf not in ("", ".", ".."):
             names.append(leaf)
     return tuple(dict.fromkeys(names))
 
 
-def endpoint_of(t: Target) -> tuple[Endpoint | None, tuple[HealthState, str]]:
+def endpoint_of(t: CheckTarget) -> tuple[Endpoint | None, tuple[HealthState, str]]:
     """Where to send the check's requests, decided before any is sent; or, when there is no
     socket of the engine's own process tree to send them to, its state and why it is not
     contacted. An address from a process is only ever a hint: the connection goes to a LISTEN
@@ -177,8 +178,8 @@ def _unix_endpoint(tree: tuple[int, ...], path: str) -> tuple[Endpoint | None, t
         return None, ("starting", f"process is up, holds no listening socket at {path}: not contacted")
     where = path
     with contextlib.suppress(OSError):
-        if os.stat(f"/proc/{tree[0]}/root") != os.stat("/"):
-            where = f"/proc/{tree[0]}/root{path}"
+        if os.stat(proc_path(tree[0], "root")) != os.stat("/"):
+            where = proc_path(tree[0], "root") + path
     if len(os.fsencode(where)) > 107:
         return None, ("unknown", f"{where} is too long a socket path to connect to: not contacted")
     return Endpoint("http://localhost", where, tree, held), ("unknown", "")
@@ -196,13 +197,13 @@ def engine_tree(pid: int, workers: Sequence[int] = ()) -> list[int]:
             continue
         found[current] = None
         try:
-            tasks = os.listdir(f"/proc/{current}/task")
+            tasks = os.listdir(proc_path(current, "task"))
         except OSError:
             continue
         for task in tasks:
             try:
-                with open(f"/proc/{current}/task/{task}/children", "rb") as file:
-                    queue.extend(int(child) for child in file.read().split())
+                children = read_proc(current, f"task/{task}/children", 1 << 20)
+                queue.extend(int(child) for child in children.split())
             except (OSError, ValueError):
                 continue
     found.pop(pid, None)
@@ -232,7 +233,7 @@ def ownership_problem(tree: Sequence[int], base_url: str | None) -> str | None:
     return f"port {parts.port} is shared with pid {others} (SO_REUSEPORT): requests are split between them"
 
 
-def auth_headers(t: Target, request: Request) -> dict[str, str]:
+def auth_headers(t: CheckTarget, request: Request) -> dict[str, str]:
     if request.authorized and t.api_key:
         return {"Authorization": f"Bearer {t.api_key}"}
     return {}

@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
 from enginespec.load import EngineLoad
 from enginespec.reaching import blocking
-from enginespec.scanning import EngineProcess
 from enginespec.status import Health
 from enginespec.watching import Stopped, WatchEvent, parse_event
 

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import math
 import os
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import psutil
-from pydantic import BaseModel, ConfigDict, PrivateAttr, computed_field
+from pydantic import BaseModel, ConfigDict
 
 import enginespec.sockets as sockets
 from enginespec._backend import ScannerType
-from enginespec._common import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess, Runtime, basename
-from enginespec._procfiles import Identity, first_missing, named_identity, process_state
-from enginespec.argv import Invocation, argv_port, checkout, endpoint, flag_value, redact_argv, served_names
+from enginespec._common import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess, Runtime, Woke, basename
+from enginespec._procfiles import Identity, first_missing, named_identity
+from enginespec.argv import argv_port, checkout, endpoint, flag_value, redact_argv, served_names
 from enginespec.config import Config
 from enginespec.containers import (
     Container,
@@ -33,16 +29,20 @@ from enginespec.containers import (
     netns_of_host_users,
     published_ports,
 )
-from enginespec.definition import EngineDefinition, Fact
+from enginespec.definition import EngineDefinition
+from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
-from enginespec.gpus import EngineTree, GpuDevice, GpuReader, GpuUse, Held, ledger
-from enginespec.processmodels import cached, measured
+from enginespec.gpus import EngineTree, GpuDevice, GpuReader, Held, ledger
 from enginespec.registry import all_engines
-from enginespec.settings import Source, merge, read_outside, serves_by_environment
+from enginespec.settings import merge, read_outside, serves_by_environment
 from enginespec.signature import signatures_json
 
 if TYPE_CHECKING:
-    from enginespec.modelfacts import ModelFacts
+    from collections.abc import AsyncIterator
+
+    from typing_extensions import Unpack
+
+    from enginespec.watching import Watch, WatchEvent, WatchOptions
 
 #: Programs that commonly replace themselves with another program (`exec`): shells running a
 #: launch script, `env`, `nohup`, privilege and scheduling wrappers, container inits. A process
@@ -56,141 +56,6 @@ EXEC_WRAPPERS: tuple[str, ...] = (
 YOUNG_SECONDS = 5.0
 #: How often an engine's workers and listening sockets are re-read (at once when an engine appears).
 TREE_REFRESH_SECONDS = 2.0
-
-
-def make_engine_id(engine: str, model: str | None, port: int | None) -> str:
-    """The name of an engine serving ``model`` on ``port`` (see ``EngineProcess.engine_id``)."""
-    identity = "\0".join((engine, model or "", str(port)))
-    digest = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    return f"{engine}-{port or 'noport'}-{digest}"
-
-
-class EngineProcess(Invocation):
-    """A running engine server: what its argv says (see Invocation), plus the process facts.
-    ``(pid, start_time)`` is its identity (pids are reused).
-
-    ``argv`` has secret values (``--api-key``, ``--hf-token``) replaced by ``***``. ``worker_pids``
-    are the server's descendants (vLLM/SGLang workers), folded into it. ``supervisor`` names who
-    started it (``ollama``, ``llama-swap``, ``llama-server`` router) or is ``None``.
-    ``listen_ports`` are the TCP ports the process tree listens on (empty when unknown).
-    ``port_conflicts`` are the pids of other processes listening on the same address and port as
-    the server (SO_REUSEPORT: the kernel splits its connections between them), Linux.
-
-    ``container`` is the container it runs in (``None`` on the host). ``private_network`` says
-    it runs in a network namespace other than the host's, where its own address may not be
-    reachable from here; ``published`` are the host addresses Docker's proxy forwards to its port,
-    and ``base_url`` is then the first of them.
-    """
-
-    pid: int
-    start_time: float
-    ppid: int
-    #: ``None`` when argv gives no usable address (see ``problems``).
-    base_url: str | None
-    #: where each fact came from: ``argv``, ``config`` (the engine's config file), ``environment``
-    #: (``/proc/PID/environ``, readable by root or the same user), ``default``, or for an
-    #: ``orphan`` ``server`` (what the server it worked for said, while this scanner saw it).
-    sources: Mapping[Fact, Source] = {}
-    argv: tuple[str, ...]
-    exe: str | None
-    worker_pids: tuple[int, ...]
-    supervisor: str | None
-    listen_ports: tuple[int, ...]
-    #: for an ``orphan``: the pid of the server it worked for, when this scanner saw that server.
-    server_pid: int | None = None
-    port_conflicts: tuple[int, ...] = ()
-    container: Container | None = None
-    private_network: bool = False
-    published: tuple[PublishedPort, ...] = ()
-    #: the GPUs the tree (server and workers) holds, each counted once (see ``enginespec.gpus``).
-    gpus: tuple[GpuUse, ...] = ()
-    #: why the tree's GPU set is not (wholly) known (fds another user's, a CUDA device the driver
-    #: does not list), or ``None``.
-    gpus_unknown: str | None = None
-    #: the engine's API key from its argv: used by health checks, never shown or serialised.
-    _api_key: str | None = PrivateAttr(default=None)
-    #: the start in clock ticks since boot, as the scanner read it (``None`` in a record built
-    #: elsewhere): the exact identity, where ``start_time`` moves with the kernel's boot time.
-    _start_ticks: int | None = PrivateAttr(default=None)
-    #: ``False`` for an engine another host reported (enginespec.remote): nothing of this host's
-    #: ``/proc`` or files is read for it.
-    _local: bool = PrivateAttr(default=True)
-
-    @functools.cached_property
-    def model_facts(self) -> ModelFacts | None:
-        """The facts of the model this engine serves, with the memory its engine allocates for
-        it with its actual arguments (``ModelFacts.estimate``); ``None`` when they cannot be
-        known (``model_facts_problem`` says why). Read on first access, never by the scan, and
-        cached by (pid, start time, argv) across scans (``enginespec.processmodels``)."""
-        if not self._local:
-            return None
-        result = cached(self.pid, self.start_time, self.engine, self.model, self.argv)
-        if isinstance(result, str):
-            return None
-        held = measured(getattr(self, "gpus", ()))  # the GPU ledger's field, where this build has it
-        return result.model_copy(update={"measured": held}) if held else result
-
-    @property
-    def model_facts_problem(self) -> str | None:
-        """Why ``model_facts`` is ``None`` (the model's file that could not be read, and how)."""
-        if not self._local:
-            return "an engine of another host: its model's files are not read from here"
-        result = cached(self.pid, self.start_time, self.engine, self.model, self.argv)
-        return result if isinstance(result, str) else None
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def engine_id(self) -> str:
-        """A name for this engine that survives restarts of the same engine, model and port (pids
-        and start times change): ``vllm-8000-1a2b3c4d``. For a container with a published port
-        the port is the host's: two containers serving one model on port 8000 inside are told
-        apart by the host ports they are published on."""
-        port = self.published[0].host_port if self.published else self.effective_port
-        return make_engine_id(self.engine, self.model, port)
-
-    def secret_api_key(self) -> str | None:
-        return self._api_key
-
-
-#: How far a record's epoch start time may be from the process's when it has no start ticks.
-_START_TOLERANCE = 0.05
-
-
-def _scanned_state(proc: EngineProcess) -> tuple[str, int] | None:
-    """(state, start ticks) of the process now at ``proc.pid`` when it is the process scanned.
-    A scanner's record carries the very ticks it read, compared exactly; a record built
-    elsewhere (from JSON) only its epoch start time, which must be within 50 ms of the
-    process's or a whole second off (both are computed from the kernel's boot time, read at
-    different moments)."""
-    state = process_state(proc.pid)
-    if state is None:
-        return None
-    if proc._start_ticks is not None:
-        return state if state[1] == proc._start_ticks else None
-    delta = abs(state[1] / os.sysconf("SC_CLK_TCK") + psutil.boot_time() - proc.start_time)
-    return state if delta < _START_TOLERANCE or abs(delta - 1.0) < _START_TOLERANCE else None
-
-
-def scanned_ticks(proc: EngineProcess) -> int | None:
-    """The start ticks of the process now at ``proc.pid`` when it is the process scanned (a
-    zombie too), else ``None`` (Linux)."""
-    state = _scanned_state(proc)
-    return None if state is None else state[1]
-
-
-def process_alive(proc: EngineProcess) -> bool:
-    """Whether the process with this identity (pid, start) still runs (zombies do not)."""
-    if sys.platform.startswith("linux"):
-        state = _scanned_state(proc)
-        return state is not None and state[0] not in ("Z", "X")
-    try:
-        current = psutil.Process(proc.pid)
-        return (
-            abs(current.create_time() - proc.start_time) < _START_TOLERANCE
-            and current.status() != psutil.STATUS_ZOMBIE
-        )
-    except psutil.Error:
-        return False
 
 
 class ScanStats(BaseModel):
@@ -325,6 +190,38 @@ class Scanner:
 
     def scan(self) -> list[EngineProcess]:
         return self._engines(self._backend.scan())
+
+    def _wait(self, timeout: float) -> tuple[list[EngineProcess], Woke]:
+        raw, woke = self._backend.wait(timeout)
+        return self._engines(raw), woke
+
+    def watch(self, interval: float = 1.0, **options: Unpack[WatchOptions]) -> Watch:
+        """A blocking iterator of events (see :mod:`enginespec.watching`). ``interval``: how often
+        the engines are re-checked (workers, ports, argv rewrites) and, when polling, how often
+        ``/proc`` is scanned. The options (:class:`~enginespec.watching.WatchOptions`, by keyword):
+
+        - ``health`` (``False``): also check every engine's health every ``health_interval``
+          seconds (2), each check within ``health_timeout`` seconds (2), on its own thread (a slow
+          engine never delays a scan), and report each change of state.
+        - ``poll`` (``False``): do not use the kernel's process events.
+        - ``load`` (``True``): the health checks also read each engine's load (one more request
+          per engine and check), which tells ``busy`` and ``stalled`` engines (``stall_after``
+          seconds; see :mod:`enginespec.vitals`).
+        - ``verify_identity`` (``False``): ``ready`` also means the server serves the model its
+          argv names (see :func:`check_health`).
+
+        The remembered workers of ready servers are looked at every ``WORKER_POLL_SECONDS``
+        (50 ms), and at once when process events woke the scanner: their exit is a
+        ``worker_lost`` event."""
+        from enginespec.watching import Watch, WatchSource  # a scan alone does not load it
+
+        return Watch(WatchSource(self.scan, self._backend.subscribe_events, self._wait), interval, **options)
+
+    def watch_async(
+        self, interval: float = 1.0, **options: Unpack[WatchOptions]
+    ) -> AsyncIterator[WatchEvent]:
+        """:meth:`watch` as an async iterator (the scanning runs on threads, never in the loop)."""
+        return self.watch(interval, **options)._aiter()
 
     def _engines(self, everything: list[RawProcess]) -> list[EngineProcess]:
         """The models of a scan's records (those a checkout check keeps), workers folded into

@@ -19,7 +19,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from enginespec._common import tcp_listen
-from enginespec._procfiles import PROC
+from enginespec._procfiles import PROC, read_proc
 from enginespec.containers import netns_addresses, netns_inode
 from enginespec.urls import connect_host
 
@@ -181,7 +181,7 @@ def _local(address: IPAddress) -> bool:
 
 
 @dataclass(frozen=True)
-class Target:
+class TreeAddress:
     """Where a server's own process tree can be connected to on a port, found before any request:
     ``address`` is a canonical loopback or local literal of a LISTEN socket the tree holds
     (a wildcard socket is reached through loopback), ``None`` with ``problem`` saying why not;
@@ -200,7 +200,7 @@ def _reach(address: IPAddress) -> IPAddress:
     return address
 
 
-def target(tree: Sequence[int], host: str, port: int) -> Target:
+def target(tree: Sequence[int], host: str, port: int) -> TreeAddress:
     """The address to connect to a server of the process tree ``tree`` (the server first) told
     to listen on ``host:port``: one of the LISTEN sockets on ``port`` that the tree holds, in the
     socket table of its network namespace, matching ``host`` (a name matches any: it is never
@@ -209,9 +209,9 @@ def target(tree: Sequence[int], host: str, port: int) -> Target:
     pids = list(tree)
     wanted = listen_addresses(host)
     if wanted == ():
-        return Target(None, f"host '{host}' is not an address")
+        return TreeAddress(None, f"host '{host}' is not an address")
     if socket_inodes(pids[0]) is None:
-        return Target(None, "its sockets cannot be read (another user's process?)", readable=False)
+        return TreeAddress(None, "its sockets cannot be read (another user's process?)", readable=False)
     held: set[int] = set()
     for pid in pids:
         held |= socket_inodes(pid) or set()
@@ -234,13 +234,13 @@ def target(tree: Sequence[int], host: str, port: int) -> Target:
     ]
     foreign = [listener.inode for listener in relevant if listener.inode not in held]
     if not mine:
-        return Target(None, None, holders(foreign, pids))
+        return TreeAddress(None, None, holders(foreign, pids))
     # Loopback first: the same server, without leaving the loopback interface.
     mine.sort(key=lambda listener: (not _reach(listener.address).is_loopback, listener.address.version))
     address = _reach(mine[0].address)
     if not _local(address):
-        return Target(None, f"it listens on {address}, which is no address of this host: not contacted")
-    return Target(address, None, holders(shared, pids))
+        return TreeAddress(None, f"it listens on {address}, which is no address of this host: not contacted")
+    return TreeAddress(address, None, holders(shared, pids))
 
 
 def unix_listeners(tree: Sequence[int], path: str) -> frozenset[int] | None:
@@ -254,8 +254,7 @@ def unix_listeners(tree: Sequence[int], path: str) -> frozenset[int] | None:
     for pid in pids:
         held |= socket_inodes(pid) or set()
     try:
-        with open(f"/proc/{pids[0]}/net/unix", "rb") as file:
-            lines = file.read().splitlines()[1:]
+        lines = read_proc(pids[0], "net/unix", -1).splitlines()[1:]
     except OSError:
         return frozenset()
     wanted = os.fsencode(path)

@@ -18,11 +18,11 @@ from enginespec.urls import base_url
 if TYPE_CHECKING:
     from enginespec.commands import Command
     from enginespec.config import Config
+    from enginespec.engineprocess import EngineProcess
     from enginespec.installing import InstallOptions, InstallResult
     from enginespec.lifecycle import RunningEngine, Supervision
     from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
     from enginespec.recipe import Recipe
-    from enginespec.scanning import EngineProcess
 
 
 class EngineSpec(EngineDefinition):

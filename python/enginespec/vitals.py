@@ -33,12 +33,13 @@ from collections.abc import Iterable, Sequence
 from pydantic import BaseModel, ConfigDict
 
 from enginespec._common import basename, is_python, looks_like_flag, python_target
+from enginespec._procfiles import read_proc, stat_fields
 from enginespec.argv import parse_argv
+from enginespec.engineprocess import EngineProcess
 from enginespec.health import check_health_async, in_turn, not_checked_in_time
 from enginespec.load import EngineLoad, _read, checked_stall_after, not_owned, tree_cpu_seconds
 from enginespec.reaching import blocking, engine_tree, target_of
 from enginespec.registry import find_engine
-from enginespec.scanning import EngineProcess
 from enginespec.status import Health, HealthState
 
 #: Below this share of one CPU, a tree's CPU time is not taken as a sign of work.
@@ -146,21 +147,10 @@ class Vitals(BaseModel):
     lost_workers: tuple[WorkerExit, ...] = ()
 
 
-def _stat(pid: int) -> list[bytes] | None:
-    """The fields of ``/proc/PID/stat`` after the command (state first), or ``None``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            data = file.read(4096)
-        return data[data.rindex(b")") + 2 :].split()
-    except (OSError, ValueError):
-        return None
-
-
 def _argv(pid: int) -> list[str] | None:
     """The start of a process's argv (its title, for a worker that retitled itself)."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as file:
-            data = file.read(4096)
+        data = read_proc(pid, "cmdline", 4096)
     except OSError:
         return None
     argv = [arg.decode("utf-8", "backslashreplace") for arg in data.split(b"\0")]
@@ -207,7 +197,7 @@ class _Worker:
         except OSError:
             _PIDFDS.give()
             return
-        fields = _stat(self.pid)
+        fields = stat_fields(self.pid)
         if fields is None or len(fields) <= 19 or fields[19] != self.started:
             # not this worker's any more: the pid was handed to another process
             os.close(fd)
@@ -228,7 +218,7 @@ class _Worker:
 
     def exit(self, now: float) -> WorkerExit | None:
         """How it exited, or ``None`` while it runs (a zombie has exited)."""
-        fields = _stat(self.pid)
+        fields = stat_fields(self.pid)
         if fields is not None and len(fields) > 19 and fields[19] == self.started and fields[0] != b"Z":
             return None
         status = code = None
@@ -268,7 +258,7 @@ def _remember(process: EngineProcess) -> list[_Worker]:
     for pid in process.worker_pids:
         argv = _argv(pid)
         title = _worker_title(argv, titles, programs) if argv is not None else None
-        fields = _stat(pid)
+        fields = stat_fields(pid)
         if title is None or fields is None or len(fields) <= 19 or fields[0] == b"Z":
             continue
         workers.append(_Worker(pid, fields[19], title))
@@ -281,7 +271,7 @@ def _runners(process: EngineProcess) -> list[_Worker]:
     for pid in engine_tree(process.pid)[1:]:
         argv = _argv(pid)
         invocation = parse_argv(argv) if argv else None
-        fields = _stat(pid)
+        fields = stat_fields(pid)
         if (
             invocation is None
             or (invocation.engine, invocation.role) != (process.engine, "runner")

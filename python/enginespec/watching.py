@@ -19,20 +19,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from enginespec._common import Woke
+from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
 from enginespec.load import EngineLoad
-from enginespec.scanning import EngineProcess
-from enginespec.scanning import Scanner as _Scanner
 from enginespec.status import Health, HealthState
 from enginespec.vitals import EngineMonitor, WorkerExit
 
@@ -207,6 +208,30 @@ def diff(
     return events
 
 
+class WatchOptions(TypedDict, total=False):
+    """The options of ``Scanner.watch`` and ``Scanner.watch_async`` (see there), given by keyword;
+    their defaults are :class:`Watch`'s."""
+
+    health: bool
+    health_interval: float
+    health_timeout: float
+    poll: bool
+    load: bool
+    stall_after: float | None
+    verify_identity: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchSource:
+    """What a watch needs of its scanner (``Scanner.watch`` gives it): a scan, the subscription to
+    the kernel's process events (the reason they cannot be used, or ``None``), and a wait that
+    gives the engines after what woke the scanner."""
+
+    scan: Callable[[], list[EngineProcess]]
+    subscribe: Callable[[float, float], str | None]
+    wait: Callable[[float], tuple[list[EngineProcess], Woke]]
+
+
 class Watch:
     """The events of one watch (iterate it, or ``async for`` over :meth:`Scanner.watch_async`).
 
@@ -216,13 +241,13 @@ class Watch:
 
     def __init__(
         self,
-        scanner: Scanner,
+        source: WatchSource,
+        interval: float = 1.0,
         *,
-        interval: float,
-        health: bool,
-        health_interval: float,
-        health_timeout: float,
-        poll: bool,
+        health: bool = False,
+        health_interval: float = 2.0,
+        health_timeout: float = 2.0,
+        poll: bool = False,
         load: bool = True,
         stall_after: float | None = None,
         verify_identity: bool = False,
@@ -233,7 +258,7 @@ class Watch:
             raise InvalidInputError(
                 f"health_interval: must be a positive number of seconds, not {health_interval!r}"
             )
-        self._scanner = scanner
+        self._source = source
         self._interval = interval
         self._health_interval = health_interval
         self._health_timeout = health_timeout
@@ -254,11 +279,10 @@ class Watch:
         self.loads: dict[_Key, EngineLoad | None] = {}
         self._queue: queue.Queue[WatchEvent | BaseException] = queue.Queue()
         self._sink: Callable[[WatchEvent | BaseException], None] = self._queue.put
-        backend = scanner._backend
         reason = (
             f"process events: polling asked for ({POLL_ENV}=1 or poll=True)"
             if poll or os.environ.get(POLL_ENV) == "1"
-            else backend.subscribe_events(ACK_TIMEOUT, FULL_RESCAN_SECONDS)
+            else source.subscribe(ACK_TIMEOUT, FULL_RESCAN_SECONDS)
         )
         self.polling_reason: str | None = reason
         self.mode: Literal["events", "polling"] = "polling" if reason else "events"
@@ -296,10 +320,9 @@ class Watch:
 
     def _scan_loop(self) -> None:
         try:
-            self._publish(self._scanner.scan())
-            backend = self._scanner._backend
+            self._publish(self._source.scan())
             while not self._stop.is_set():
-                raw, woke = backend.wait(self._interval)
+                engines, woke = self._source.wait(self._interval)
                 self.wakes[woke] = self.wakes.get(woke, 0) + 1
                 if woke == "events":
                     self._wake_workers.set()
@@ -307,7 +330,7 @@ class Watch:
                     self.mode = "polling"
                     self.polling_reason = "process events: the subscription failed"
                 if not self._stop.is_set():
-                    self._publish(self._scanner._engines(raw))
+                    self._publish(engines)
         except BaseException as err:  # handed to the consumer, who raises it
             self._sink(err)
 
@@ -416,66 +439,3 @@ class Watch:
                 yield item
         finally:
             self.close()
-
-
-class Scanner(_Scanner):
-    """:class:`enginespec.scanning.Scanner` that can also watch (``enginespec.Scanner``)."""
-
-    def watch(
-        self,
-        interval: float = 1.0,
-        *,
-        health: bool = False,
-        health_interval: float = 2.0,
-        health_timeout: float = 2.0,
-        poll: bool = False,
-        load: bool = True,
-        stall_after: float | None = None,
-        verify_identity: bool = False,
-    ) -> Watch:
-        """A blocking iterator of events (see the module's docstring). ``interval``: how often the
-        engines are re-checked (workers, ports, argv rewrites) and, when polling, how often
-        ``/proc`` is scanned. ``health``: also check every engine's health every
-        ``health_interval`` seconds, on its own thread (a slow engine never delays a scan), and
-        report each change of state. ``poll``: do not use the kernel's process events. ``load``:
-        the health checks also read each engine's load (one more request per engine and check),
-        which tells ``busy`` and ``stalled`` engines (``stall_after`` seconds; see
-        :mod:`enginespec.vitals`). The remembered workers of ready servers are looked at every
-        ``WORKER_POLL_SECONDS`` (50 ms), and at once when process events woke the scanner: their
-        exit is a ``worker_lost`` event. ``verify_identity``:
-        ``ready`` also means the server serves the model its argv names (see :func:`check_health`)."""
-        return Watch(
-            self,
-            interval=interval,
-            health=health,
-            health_interval=health_interval,
-            health_timeout=health_timeout,
-            poll=poll,
-            load=load,
-            stall_after=stall_after,
-            verify_identity=verify_identity,
-        )
-
-    def watch_async(
-        self,
-        interval: float = 1.0,
-        *,
-        health: bool = False,
-        health_interval: float = 2.0,
-        health_timeout: float = 2.0,
-        poll: bool = False,
-        load: bool = True,
-        stall_after: float | None = None,
-        verify_identity: bool = False,
-    ) -> AsyncIterator[WatchEvent]:
-        """:meth:`watch` as an async iterator (the scanning runs on threads, never in the loop)."""
-        return self.watch(
-            interval,
-            health=health,
-            health_interval=health_interval,
-            health_timeout=health_timeout,
-            poll=poll,
-            load=load,
-            stall_after=stall_after,
-            verify_identity=verify_identity,
-        )._aiter()

@@ -3,9 +3,12 @@ the completions this test keeps in flight: more requests than slots, so some wai
 
 from __future__ import annotations
 
+import http.client
+import json
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 from lifecycle import launched, scanned, tiny_recipe, walk
@@ -52,21 +55,38 @@ def test_llama_server_load_agrees_with_its_slots_and_the_requests_in_flight(
         answers: list[dict[str, object]] = []
         errors: list[BaseException] = []
 
+        sent = threading.Semaphore(0)
+        address = urlsplit(running.url)
+        request = {"prompt": "hello", "n_predict": PREDICT, "ignore_eos": True, "cache_prompt": False}
+        body = json.dumps(request)
+
         def complete() -> None:
+            # http.client, not httpx: its request() returns once the whole request is written, so the
+            # test knows when every request has reached the server (on a busy host, a thread that
+            # had not yet sent its request once made CI read one waiting request of two)
+            connection = http.client.HTTPConnection(str(address.hostname), address.port, timeout=600)
             try:
-                answer = httpx.post(
-                    f"{running.url}/completion",
-                    json={"prompt": "hello", "n_predict": PREDICT, "ignore_eos": True, "cache_prompt": False},
-                    timeout=600,
-                )
-                assert answer.status_code == 200, answer.text
-                answers.append(answer.json())
+                try:
+                    connection.request("POST", "/completion", body, {"Content-Type": "application/json"})
+                finally:
+                    sent.release()
+                answer = connection.getresponse()
+                text = answer.read()
+                assert answer.status == 200, text
+                answers.append(json.loads(text))
             except BaseException as error:  # reported by the test's own thread below
                 errors.append(error)
+            finally:
+                connection.close()
 
         workers = [threading.Thread(target=complete, daemon=True) for _ in range(REQUESTS)]
         for worker in workers:
             worker.start()
+        for _ in workers:
+            assert sent.acquire(timeout=120), "a request was not sent in 120 s"
+        assert not errors, errors
+        # the server reads a request and queues its task in one of its HTTP threads: let them run
+        time.sleep(1.0)
         deadline = time.monotonic() + 120
         readings: list[tuple[int, EngineLoad, int]] = []
         previous: EngineLoad | None = None

@@ -1,10 +1,12 @@
 """Failure messages of the libraries the engines are built on, as :class:`Failures` an engine's
 file adds after its own: Python's argparse and importer, PyTorch/CUDA, Hugging Face's hub and
 transformers, uvicorn, and llama.cpp's GGML/GGUF loader (llama-server, llama-cpp-python, Ollama's
-runner, KoboldCpp and llamafile all print it). Each regex is searched in one log line."""
+runner, KoboldCpp and llamafile all print it). Each regex is searched in one log line. And the
+answers of llama-server's /health, which Ollama's runners give too."""
 
 from __future__ import annotations
 
+from enginespec.definition import HealthRule
 from enginespec.failures import FailurePattern, Failures
 
 P = FailurePattern
@@ -189,3 +191,14 @@ SYSTEM = Failures(
 PYTHON_SERVER = ARGPARSE + SOCKETS + TORCH + HUGGINGFACE + SYSTEM + PYTHON
 #: The vocabulary of an engine built on llama.cpp, after its own patterns.
 LLAMA_CPP = SOCKETS + GGML + SYSTEM
+
+#: llama-server's /health while the model loads: 503 {"error": {"message": "Loading model", ...}}
+#: (every endpoint, llama.cpp 0c1e57098 tools/server/server-http.cpp middleware_server_state), in
+#: older builds 503 {"status": "loading model"}; once ready 200 {"status": "ok"}
+#: (tools/server/server-context.cpp get_health). Ollama reads exactly these of its runners
+#: (v0.32.15 llm/llama_server.go getServerStatus).
+LLAMA_SERVER_HEALTH = (
+    HealthRule(status=503, contains="Loading model", state="loading", reason="loading model"),
+    HealthRule(status=503, field="status", equals="loading model", state="loading", reason="loading model"),
+    HealthRule(status=200, field="status", equals="ok", state="ready"),
+)

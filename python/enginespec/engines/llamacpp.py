@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 
 import enginespec.engines._libraries as _libraries
 from enginespec._common import TYPE_SIZES
 from enginespec.argv import flag_value
-from enginespec.definition import Flags, Launch, LoadMetrics, Package, Serving, Settings, SourceBuild
+from enginespec.definition import (
+    Flags,
+    HealthRule,
+    Launch,
+    LoadMetrics,
+    Package,
+    Serving,
+    Settings,
+    SourceBuild,
+)
 from enginespec.failures import FailurePattern, Failures
 from enginespec.modelfacts import LoggedMemory, MemoryEstimate, ModelError, ModelFacts
 from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
-from enginespec.status import HealthState
 
 SIGNATURE = Signature(
     engine="llamacpp",
@@ -111,20 +118,6 @@ def pep440_version(release: str, build: str | None, commit: str | None) -> str:
 
 
 class LlamaCppSpec(EngineSpec):
-    # While the model loads every endpoint answers 503 {"error": {"message": "Loading model", ...}};
-    # once ready /health is 200 {"status": "ok"} (llama.cpp 0c1e57098, tools/server/server-http.cpp
-    # middleware_server_state and tools/server/server-context.cpp get_health).
-    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
-        if status == 503 and b"Loading model" in body:
-            return "loading", "loading model"
-        if status == 200:
-            try:
-                ok = json.loads(body).get("status") == "ok"
-            except (ValueError, AttributeError):
-                ok = False
-            return ("ready", "") if ok else ("unknown", "unexpected /health body")
-        return super().classify_health(status, body)
-
     def parse_version(self, output: str) -> str | None:
         match = _VERSION_LINE.search(output)
         if not match:
@@ -204,6 +197,10 @@ SPEC = LlamaCppSpec(
         # one per model.
         supervisors={"ollama": "ollama", "llama-swap": "llama-swap"},
         nested_supervisor="llama-server",
+        health_rules=(
+            *_libraries.LLAMA_SERVER_HEALTH,
+            HealthRule(status=200, state="unknown", reason="unexpected /health body"),
+        ),
     ),
     # Every option has an environment twin; the command line wins (llama.cpp 0c1e57098,
     # common/arg.cpp set_env and common_params_parse_ex).

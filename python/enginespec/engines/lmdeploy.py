@@ -6,13 +6,10 @@ lmdeploy/serve/openai/endpoints/management.py.
 
 from __future__ import annotations
 
-import json
-
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import Flags, Launch, LoadMetrics, Package, Serving
+from enginespec.definition import Flags, HealthRule, Launch, LoadMetrics, Package, Serving
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
-from enginespec.status import HealthState
 
 SIGNATURE = Signature(
     engine="lmdeploy",
@@ -76,35 +73,10 @@ SIGNATURE = Signature(
 )
 
 
-class LmdeploySpec(EngineSpec):
-    # The engine is built (and the model downloaded) before uvicorn binds, so the port refuses
-    # connections while loading (lmdeploy/serve/openai/api_server.py serve()). Then GET /health is
-    # 200 {"status": "healthy"|"sleeping", ...} or 503 {"status": "unhealthy"|"initializing", ...};
-    # 503 "Engine health monitor is not initialized." before the monitor runs (management.py
-    # `health`, lmdeploy/serve/core/health.py EngineHealthMonitor).
-    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
-        try:
-            document = json.loads(body)
-            state = document.get("status") if isinstance(document, dict) else None
-            message = document.get("message") if isinstance(document, dict) else None
-        except ValueError:
-            state = message = None
-        if status == 200 and state == "healthy":
-            return "ready", ""
-        if status == 200 and state == "sleeping":
-            return "unhealthy", "the engine is asleep (weights released; POST /wakeup)"
-        if status == 503 and (state == "initializing" or "not initialized" in str(message)):
-            return "starting", "the engine's health monitor has not reported yet (HTTP 503)"
-        if status == 503 and state == "unhealthy":
-            return "unhealthy", "the engine reports itself unhealthy (HTTP 503)"
-        if status in (200, 503):
-            return "unknown", f"unexpected /health body (HTTP {status})"
-        return super().classify_health(status, body)
-
-
 FAILURES = _libraries.PYTHON_SERVER
+_NO_MONITOR = "the engine's health monitor has not reported yet (HTTP 503)"
 
-SPEC = LmdeploySpec(
+SPEC = EngineSpec(
     id="lmdeploy",
     signature=SIGNATURE,
     launch=Launch(
@@ -133,7 +105,39 @@ SPEC = LmdeploySpec(
     # PyPI's lmdeploy wheels are CUDA builds (setup.py: target device `cuda` unless
     # LMDEPLOY_TARGET_DEVICE says otherwise at build time).
     package=Package(distributions=("lmdeploy",), accelerator="cuda"),
-    serving=Serving(api_key_flag="--api-keys"),
+    # The engine is built (and the model downloaded) before uvicorn binds, so the port refuses
+    # connections while loading (lmdeploy/serve/openai/api_server.py serve()). Then GET /health is
+    # 200 {"status": "healthy"|"sleeping", ...} or 503 {"status": "unhealthy"|"initializing", ...};
+    # 503 "Engine health monitor is not initialized." before the monitor runs (management.py
+    # `health`, lmdeploy/serve/core/health.py EngineHealthMonitor).
+    serving=Serving(
+        api_key_flag="--api-keys",
+        health_rules=(
+            HealthRule(status=200, field="status", equals="healthy", state="ready"),
+            HealthRule(
+                status=200,
+                field="status",
+                equals="sleeping",
+                state="unhealthy",
+                reason="the engine is asleep (weights released; POST /wakeup)",
+            ),
+            HealthRule(
+                status=503, field="status", equals="initializing", state="starting", reason=_NO_MONITOR
+            ),
+            HealthRule(
+                status=503, field="message", contains="not initialized", state="starting", reason=_NO_MONITOR
+            ),
+            HealthRule(
+                status=503,
+                field="status",
+                equals="unhealthy",
+                state="unhealthy",
+                reason="the engine reports itself unhealthy (HTTP 503)",
+            ),
+            HealthRule(status=200, state="unknown", reason="unexpected /health body (HTTP 200)"),
+            HealthRule(status=503, state="unknown", reason="unexpected /health body (HTTP 503)"),
+        ),
+    ),
     failures=FAILURES,
     # `/metrics` on the API port unless `--disable-metrics` (v0.16.0 1263d5cd:
     # lmdeploy/metrics/loggers.py, lmdeploy/serve/openai/api_server.py; metrics since v0.10.0).

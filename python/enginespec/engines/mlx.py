@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import Flags, Launch, Package, Serving
+from enginespec.definition import Flags, HealthRule, Launch, Package, Serving
 from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
-from enginespec.status import HealthState
 
 SIGNATURE = Signature(
     engine="mlx",
@@ -26,13 +25,6 @@ SIGNATURE = Signature(
     default_host="127.0.0.1",
     default_port=8080,
 )
-
-
-class MlxSpec(EngineSpec):
-    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
-        if status == 503:
-            return "unhealthy", "the model failed to load or the generation thread stopped (HTTP 503)"
-        return super().classify_health(status, body)
 
 
 # Why a start failed: mlx-lm's and MLX's own messages (mlx-lm 0.26: mlx_lm/utils.py `Model type X
@@ -66,7 +58,7 @@ FAILURES = (
     + _libraries.PYTHON
 )
 
-SPEC = MlxSpec(
+SPEC = EngineSpec(
     id="mlx",
     signature=SIGNATURE,
     launch=Launch(kind="console_script", executable="mlx_lm.server", module_args=("-m", "mlx_lm.server")),
@@ -85,6 +77,14 @@ SPEC = MlxSpec(
     # 503 {"status": "unavailable"} once loading failed or that thread died, the process staying up
     # (mlx-lm 0.32.0 to 0.32.2, mlx_lm/server.py handle_health_check). /v1/models lists the Hugging
     # Face cache, not the loaded model, so it says nothing about readiness.
-    serving=Serving(),
+    serving=Serving(
+        health_rules=(
+            HealthRule(
+                status=503,
+                state="unhealthy",
+                reason="the model failed to load or the generation thread stopped (HTTP 503)",
+            ),
+        )
+    ),
     failures=FAILURES,
 )

@@ -6,13 +6,10 @@ Facts are from mlx-vlm v0.6.15 (``d734bd28``): mlx_vlm/server/cli.py and mlx_vlm
 
 from __future__ import annotations
 
-import json
-
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import Flags, Launch, Package, Serving, Settings
+from enginespec.definition import Flags, HealthRule, Launch, Package, Serving, Settings
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
-from enginespec.status import HealthState
 
 SIGNATURE = Signature(
     engine="mlx-vlm",
@@ -38,29 +35,11 @@ SIGNATURE = Signature(
 )
 
 
-class MlxVlmSpec(EngineSpec):
-    # A --model is preloaded in the FastAPI lifespan, which uvicorn runs before it binds: the port
-    # refuses connections while it loads. Then GET /health is always 200 {"status": "healthy",
-    # "loaded_model": ...}, or 401 "Invalid API key" when the server has a key and the request
-    # lacks it (app.py health_check, _require_management_api_key).
-    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
-        if status == 200:
-            try:
-                document = json.loads(body)
-                healthy = isinstance(document, dict) and document.get("status") == "healthy"
-            except ValueError:
-                healthy = False
-            return ("ready", "") if healthy else ("unknown", "unexpected /health body")
-        if status == 401:
-            return "unknown", "/health needs the server's API key, which enginespec does not have"
-        return super().classify_health(status, body)
-
-
 FAILURES = (
     _libraries.ARGPARSE + _libraries.SOCKETS + _libraries.HUGGINGFACE + _libraries.SYSTEM + _libraries.PYTHON
 )
 
-SPEC = MlxVlmSpec(
+SPEC = EngineSpec(
     id="mlx-vlm",
     signature=SIGNATURE,
     launch=Launch(kind="console_script", executable="mlx_vlm.server", module_args=("-m", "mlx_vlm.server")),
@@ -74,7 +53,22 @@ SPEC = MlxVlmSpec(
     # mlx-vlm 0.7.10 pyproject.toml; earlier releases have no such extra and pip ignores it).
     package=Package(distributions=("mlx-vlm",), linux_extra="cpu"),
     serving=Serving(
-        api_key_flag="--api-key", api_key_env=("MLX_VLM_SERVER_API_KEY",), health_authorized=True
+        api_key_flag="--api-key",
+        api_key_env=("MLX_VLM_SERVER_API_KEY",),
+        health_authorized=True,
+        # A --model is preloaded in the FastAPI lifespan, which uvicorn runs before it binds: the
+        # port refuses connections while it loads. Then GET /health is always 200 {"status":
+        # "healthy", "loaded_model": ...}, or 401 "Invalid API key" when the server has a key and
+        # the request lacks it (app.py health_check, _require_management_api_key).
+        health_rules=(
+            HealthRule(status=200, field="status", equals="healthy", state="ready"),
+            HealthRule(status=200, state="unknown", reason="unexpected /health body"),
+            HealthRule(
+                status=401,
+                state="unknown",
+                reason="/health needs the server's API key, which enginespec does not have",
+            ),
+        ),
     ),
     # The CLI hands its options to the app through the environment and sets MLX_VLM_PRELOAD_MODEL
     # only when --model is given, so one set in the server's environment is what it preloads.

@@ -11,15 +11,11 @@ import os
 import re
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import Launch, LoadMetrics, Serving, Settings
+from enginespec.definition import HealthRule, Launch, LoadMetrics, Serving, Settings
 from enginespec.failures import FailurePattern, Failures
 from enginespec.modelfacts import HOST, Files, ModelError, read_capped
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
-from enginespec.status import HealthState
-
-# The server's own answer to `GET /` (server/routes.go, `c.String(http.StatusOK, "Ollama is running")`).
-_RUNNING = b"Ollama is running"
 
 SIGNATURE = Signature(
     engine="ollama",
@@ -61,24 +57,6 @@ SIGNATURE = Signature(
 
 
 class OllamaSpec(EngineSpec):
-    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
-        # The server: `GET /` answers 200 "Ollama is running" as soon as it listens; models load
-        # on request, so that is ready (server/routes.go). A runner (a llama-server since v0.30.0)
-        # answers its /health as llama.cpp does: 503 while loading ({"status": "loading model"},
-        # newer builds an error "Loading model"), then 200 {"status": "ok"} (llm/llama_server.go
-        # getServerStatus reads exactly these).
-        if status == 200 and body.strip() == _RUNNING:
-            return "ready", ""
-        if status == 503 and b"loading model" in body.lower():
-            return "loading", "loading model"
-        if status == 200:
-            try:
-                ok = json.loads(body).get("status") == "ok"
-            except (ValueError, AttributeError):
-                ok = False
-            return ("ready", "") if ok else ("unknown", "neither Ollama's nor a runner's answer")
-        return super().classify_health(status, body)
-
     def loaded_models(self, body: bytes) -> tuple[str, ...] | None:
         # `GET /api/ps` -> {"models": [{"name": "llama3:8b", "model": ..., "digest": ...}, ...]}
         # (api/types.go ProcessResponse): the names people use, never the blob paths runners get.
@@ -144,6 +122,15 @@ SPEC = OllamaSpec(
         # dies otherwise stays listed until the next request starts a new one (v0.32.15
         # server/sched.go runnerRef.unload, llm/server.go Close/stopProcess).
         runners_are_workers=True,
+        # The server: `GET /` answers 200 "Ollama is running" as soon as it listens; models load
+        # on request, so that is ready (server/routes.go `c.String(http.StatusOK, "Ollama is
+        # running")`). A runner (a llama-server since
+        # v0.30.0) answers its /health as llama-server does.
+        health_rules=(
+            HealthRule(status=200, equals="Ollama is running", state="ready"),
+            *_libraries.LLAMA_SERVER_HEALTH,
+            HealthRule(status=200, state="unknown", reason="neither Ollama's nor a runner's answer"),
+        ),
     ),
     # OLLAMA_HOST is `host:port`, `:port`, `host`, or a URL `http://host:port` (envconfig/config.go
     # Host(): scheme cut at `://`, a path after `/` dropped, net.SplitHostPort).

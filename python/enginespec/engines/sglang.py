@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import FamilyDefault, Flags, Launch, LoadMetrics, Package, Serving, Settings
+from enginespec.definition import (
+    FamilyDefault,
+    Flags,
+    HealthRule,
+    Launch,
+    LoadMetrics,
+    Package,
+    Serving,
+    Settings,
+)
 from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
-from enginespec.status import HealthState
 
 SIGNATURE = Signature(
     engine="sglang",
@@ -47,16 +55,6 @@ SIGNATURE = Signature(
 )
 
 
-class SglangSpec(EngineSpec):
-    # The port stays closed while the weights load (starting); then /health answers 503 until the
-    # warm-up request went through, and 200 after (SGLang 0.5.1 to 0.5.23; 0.5.23:
-    # python/sglang/srt/entrypoints/http_server.py health_generate()).
-    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
-        if status == 503:
-            return "starting", "server is warming up (HTTP 503)"
-        return super().classify_health(status, body)
-
-
 # Why a start failed: SGLang's own messages (v0.4: python/sglang/srt/mem_cache/memory_pool.py
 # `Not enough memory. Please try to increase --mem-fraction-static.`, srt/entrypoints/http_server.py
 # `Initialization failed. warmup error:`), then its libraries'.
@@ -78,7 +76,7 @@ FAILURES = (
     + _libraries.PYTHON_SERVER
 ).model_copy(update={"wrappers": (r"Rank \d+ scheduler is dead", r"Received sigquit from a child")})
 
-SPEC = SglangSpec(
+SPEC = EngineSpec(
     id="sglang",
     signature=SIGNATURE,
     # `sglang serve` exists from SGLang 0.5.5 (python/sglang/cli/main.py); the module works in
@@ -121,7 +119,13 @@ SPEC = SglangSpec(
         ),
     ),
     package=Package(distributions=("sglang",)),
-    serving=Serving(api_key_flag="--api-key"),
+    # The port stays closed while the weights load (starting); then /health answers 503 until the
+    # warm-up request went through, and 200 after (SGLang 0.5.1 to 0.5.23; 0.5.23:
+    # python/sglang/srt/entrypoints/http_server.py health_generate()).
+    serving=Serving(
+        api_key_flag="--api-key",
+        health_rules=(HealthRule(status=503, state="starting", reason="server is warming up (HTTP 503)"),),
+    ),
     # `--config FILE.yaml`: keys are flag names; the command line wins (SGLang 0.5.23,
     # python/sglang/srt/utils/server_args_config_parser.py).
     settings=Settings(config_flag="--config"),

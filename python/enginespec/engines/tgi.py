@@ -9,11 +9,10 @@ keeps the launcher's name and TGI v0.1's ``--model-name``.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import ExtraPort, Flags, Launch, LoadMetrics, Serving, Settings
+from enginespec.definition import ExtraPort, Flags, HealthRule, Launch, LoadMetrics, Serving, Settings
 from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
-from enginespec.status import HealthState
 
 # Every clap `bool` option, which takes no value (clap derive: ArgAction::SetTrue), of the
 # launcher at any tag from v0.1 to v3.3.7 (launcher/src/main.rs `struct Args`), and of the llama.cpp
@@ -80,18 +79,6 @@ SIGNATURE = Signature(
 )
 
 
-class TgiSpec(EngineSpec):
-    # The router, which serves HTTP, starts only after every shard reported ready ("All shard
-    # started" -> "Starting Webserver", launcher/src/main.rs), so the port refuses connections
-    # while weights download and load (starting). Then GET /health runs infer.health(): 200 with an
-    # empty body, or 503 {"error":"unhealthy","error_type":"healthcheck"} when the shards fail
-    # their check (router/src/server.rs `health`).
-    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
-        if status == 503 and b'"healthcheck"' in body:
-            return "unhealthy", "the shards failed their health check (HTTP 503)"
-        return super().classify_health(status, body)
-
-
 # Why a start failed: TGI's launcher is a clap CLI (clap 4: `error: invalid value 'X' for '--f'`,
 # `error: unexpected argument '--f' found`); its Python shards raise the sharding constraints
 # (v1.4: server/text_generation_server/layers/tensor_parallel.py `is not compatible with sharding
@@ -124,7 +111,7 @@ FAILURES = (
     update={"wrappers": (r"Shard \d+ failed to start", r"ShardCannotStart", r"Shutting down shards")}
 )
 
-SPEC = TgiSpec(
+SPEC = EngineSpec(
     id="tgi",
     signature=SIGNATURE,
     # `text-generation-launcher --version` prints clap's `text-generation-launcher 3.3.6-dev0`: the
@@ -152,6 +139,20 @@ SPEC = TgiSpec(
     serving=Serving(
         api_key_flag="--api-key",
         api_key_env=("API_KEY",),
+        # The router, which serves HTTP, starts only after every shard reported ready ("All shard
+        # started" -> "Starting Webserver", launcher/src/main.rs), so the port refuses connections
+        # while weights download and load (starting). Then GET /health runs infer.health(): 200
+        # with an empty body, or 503 {"error":"unhealthy","error_type":"healthcheck"} when the
+        # shards fail their check (router/src/server.rs `health`).
+        health_rules=(
+            HealthRule(
+                status=503,
+                field="error_type",
+                equals="healthcheck",
+                state="unhealthy",
+                reason="the shards failed their health check (HTTP 503)",
+            ),
+        ),
         # Since v3.3.0 (02715dc5) the router also serves Prometheus on the API host at
         # --prometheus-port, default 9000, env PROMETHEUS_PORT (launcher/src/main.rs `Args`,
         # router/src/server.rs `p_addr.set_port(prometheus_port)`, v3.3.7): it cannot start

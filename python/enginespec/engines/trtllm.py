@@ -7,10 +7,9 @@ No release could be pinned: the facts are from tensorrt_llm/commands/serve.py at
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import Flags, Launch, Package, Serving, Settings
+from enginespec.definition import Flags, HealthRule, Launch, Package, Serving, Settings
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
-from enginespec.status import HealthState
 
 # Commands of the `trtllm-serve` click group (`main = DefaultGroup(..., default="serve")`).
 _COMMANDS = ("serve", "grpc", "disaggregated", "disaggregated_mpi_worker", "mm_embedding_serve")
@@ -98,19 +97,9 @@ SIGNATURE = Signature(
 )
 
 
-class TrtllmSpec(EngineSpec):
-    # launch_server binds the socket (without listening), builds the LLM, then serves on it, so
-    # connections are refused while loading. GET /health is 200 with an empty body, or 503 with
-    # the text "LLM is unavailable. ..." once the executor died (openai_server.py `health`).
-    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
-        if status == 503:
-            return "unhealthy", "the LLM executor is unavailable (HTTP 503)"
-        return super().classify_health(status, body)
-
-
 FAILURES = _libraries.PYTHON_SERVER
 
-SPEC = TrtllmSpec(
+SPEC = EngineSpec(
     id="trtllm",
     signature=SIGNATURE,
     launch=Launch(
@@ -139,7 +128,14 @@ SPEC = TrtllmSpec(
     package=Package(distributions=("tensorrt-llm",), accelerator="cuda"),
     # `--config FILE.yaml` (alias --extra_llm_api_options) holds LLM API arguments, not flag names,
     # so it is not read as a flag file (Settings.config_flag).
-    serving=Serving(),
+    # launch_server binds the socket (without listening), builds the LLM, then serves on it, so
+    # connections are refused while loading. GET /health is 200 with an empty body, or 503 with
+    # the text "LLM is unavailable. ..." once the executor died (openai_server.py `health`).
+    serving=Serving(
+        health_rules=(
+            HealthRule(status=503, state="unhealthy", reason="the LLM executor is unavailable (HTTP 503)"),
+        )
+    ),
     settings=Settings(server_environment={"TLLM_DISAGG_RUN_REMOTE_MPI_SESSION_CLIENT": "1"}),
     failures=FAILURES,
 )
