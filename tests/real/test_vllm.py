@@ -113,6 +113,18 @@ def orphans_of(scan: list[EngineProcess], pids: set[int]) -> dict[int, EnginePro
     return {p.pid: p for p in scan if p.pid in pids}
 
 
+#: writes vllm_boolean_flags.txt (the signature's no-value flags) from vLLM's own parser
+FLAGS_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "vllm_boolean_flags.py"
+
+
+def test_the_no_value_flag_file_lists_every_no_value_flag_of_this_vllm(vllm_python: Path) -> None:
+    out = subprocess.run(
+        [str(vllm_python), str(FLAGS_SCRIPT), "--check"], capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"vLLM {VLLM_CPU}: every no-value flag is listed" in out.stderr
+
+
 def test_vllm_help_launch_find_wait_chat_clash_orphans(
     config: Config, vllm_python: Path, models_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,6 +6,8 @@ answers of llama-server's /health, which Ollama's runners give too."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from enginespec.definition import HealthRule
 from enginespec.failures import FailurePattern, Failures
 
@@ -202,3 +204,9 @@ LLAMA_SERVER_HEALTH = (
     HealthRule(status=503, field="status", equals="loading model", state="loading", reason="loading model"),
     HealthRule(status=200, field="status", equals="ok", state="ready"),
 )
+
+
+def listed_flags(file_name: str) -> frozenset[str]:
+    """The flags of a data file beside this module: one per line, ``#`` starting a comment."""
+    text = Path(__file__).with_name(file_name).read_text(encoding="utf-8")
+    return frozenset(flag for line in text.splitlines() if (flag := line.partition("#")[0].strip()))
