@@ -149,6 +149,13 @@ SERVERS: list[tuple[list[str], tuple[Any, ...]]] = [
         ("aphrodite", "/m/a", (), None, None, "server"),
     ),
     (["aphrodite", "run", "pos", "--model", "flag"], ("aphrodite", "pos", (), None, None, "server")),
+    # its no-value flags are vLLM's: a short spelling, an EnableDisableAction inverse, a dropped flag
+    (["aphrodite", "run", "-ep", "/m/a"], ("aphrodite", "/m/a", (), None, None, "server")),
+    (
+        ["aphrodite", "run", "--disable-chunked-prefill", "/m/a"],
+        ("aphrodite", "/m/a", (), None, None, "server"),
+    ),
+    (["aphrodite", "run", "--enable-lora-bias", "/m/a"], ("aphrodite", "/m/a", (), None, None, "server")),
     (["aphrodite", "run", "m", "--headless", "-dp", "2"], ("aphrodite", "m", (), None, None, "follower")),
     (
         ["python3", "-m", "aphrodite.entrypoints.openai.api_server", "--model", "m", "--host", "::1"],

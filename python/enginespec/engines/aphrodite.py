@@ -7,88 +7,18 @@ Facts are from Aphrodite v0.20.0 (``c0178f1d``), a vLLM derivative: aphrodite/en
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
+import enginespec.engines.vllm as vllm
 from enginespec.definition import Flags, Launch, Package, Serving, Settings
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
-# The `bool` fields of EngineArgs and FrontendArgs (argparse BooleanOptionalAction, so `--no-X`
-# too) and the store_true options of `serve` (aphrodite/engine/arg_utils.py,
-# aphrodite/entrypoints/openai/cli_args.py), plus flags of releases before v0.10 still seen in
-# scripts (`--launch-kobold-api`, `--disable-log-requests`).
-_BOOLEAN_FLAGS = frozenset(
+# Aphrodite's EngineArgs and FrontendArgs are vLLM's (argparse BooleanOptionalAction, so `--no-X`
+# too; aphrodite/engine/arg_utils.py, aphrodite/entrypoints/openai/cli_args.py), so its no-value
+# flags are vLLM's: every one it has is among them. Its own are a processor-stats switch and, before
+# v0.10, the Kobold API. A vLLM flag Aphrodite lacks is an argparse error there, never a value.
+_BOOLEAN_FLAGS = vllm.BOOLEAN_FLAGS | frozenset(
     {
-        "--aggregate-engine-logging",
-        "--allow-credentials",
-        "--allow-deprecated-quantization",
-        "--async-scheduling",
-        "--calculate-kv-scales",
-        "--cudagraph-metrics",
-        "--data-parallel-external-lb",
-        "--data-parallel-hybrid-lb",
-        "--disable-cascade-attn",
-        "--disable-chunked-mm-input",
-        "--disable-custom-all-reduce",
-        "--disable-fastapi-docs",
-        "--disable-hybrid-kv-cache-manager",
-        "--disable-log-stats",
-        "--disable-nccl-for-dp-synchronization",
-        "--disable-sliding-window",
-        "--disable-uvicorn-access-log",
-        "--enable-auto-tool-choice",
-        "--enable-chunked-prefill",
-        "--enable-dbo",
-        "--enable-elastic-ep",
-        "--enable-ep-weight-filter",
-        "--enable-eplb",
-        "--enable-expert-parallel",
-        "--enable-flash-late-interaction",
-        "--enable-flashinfer-autotune",
-        "--enable-force-include-usage",
-        "--enable-layerwise-nvtx-tracing",
-        "--enable-log-deltas",
-        "--enable-log-outputs",
-        "--enable-log-requests",
-        "--enable-logging-iteration-details",
-        "--enable-lora",
-        "--enable-mamba-cache-stochastic-rounding",
-        "--enable-mfu-metrics",
-        "--enable-mm-embeds",
         "--enable-mm-processor-stats",
-        "--enable-offline-docs",
-        "--enable-prefix-caching",
-        "--enable-prompt-embeds",
-        "--enable-prompt-tokens-details",
-        "--enable-request-id-headers",
-        "--enable-return-routed-experts",
-        "--enable-server-load-tracking",
-        "--enable-sleep-mode",
-        "--enable-ssl-refresh",
-        "--enable-tokenizer-info-endpoint",
-        "--enable-tower-connector-lora",
-        "--enforce-eager",
-        "--exclude-tools-when-tool-choice-none",
-        "--fail-on-environ-validation",
-        "--fully-sharded-loras",
-        "--grpc",
-        "--headless",
-        "--interleave-mm-strings",
-        "--kv-cache-metrics",
-        "--kv-sharing-fast-prefill",
-        "--language-model-only",
-        "--log-error-stack",
-        "--mm-encoder-only",
-        "--numa-bind",
-        "--ray-workers-use-nsight",
-        "--return-tokens-as-token-ids",
-        "--scheduler-reserve-full-isl",
-        "--skip-mm-profiling",
-        "--skip-tokenizer-init",
-        "--specialize-active-lora",
-        "--tokens-only",
-        "--trust-remote-code",
-        "--trust-request-chat-template",
-        "--use-tqdm-on-load",
-        "--disable-log-requests",  # before v0.10
         "--launch-kobold-api",  # before v0.10
     }
 )
