@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 
 def enginespec(
@@ -15,6 +16,24 @@ def enginespec(
         [sys.executable, "-m", "enginespec.cli", *args],
         env={**os.environ, **(env or {})},
         capture_output=True,
+        stdin=subprocess.DEVNULL,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def run(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``enginespec ARGS...`` as a user runs it: the console script beside this Python (``-m
+    enginespec.cli`` where there is none), output as text."""
+    script = Path(sys.executable).with_name("enginespec")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "enginespec.cli"]
+    return subprocess.run(
+        [*command, *args],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
         stdin=subprocess.DEVNULL,
         timeout=timeout,
         check=False,

@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 import enginespec.agent as agent_module
+from cli import run
 from enginespec import EngineProcess, Health, remote
 from enginespec.errors import InvalidInputError
 from enginespec.scanning import engine_document
@@ -34,16 +35,6 @@ from test_feeds import METRICS, SECRET, fake_engine, made_engine
 
 READY = {"/health": [Answer(200)], "/v1/models": [models("/models/agent")], "/metrics": [METRICS]}
 ARGV = ["vllm", "serve", "/models/agent", "--host", "127.0.0.1", "--port", "{port}", "--api-key", SECRET]
-
-
-def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "enginespec.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 @contextmanager
@@ -168,7 +159,7 @@ def test_events_stream_in_order_from_what_runs(procs: Procs) -> None:
 
 
 def test_off_loopback_a_token_is_required_and_compared(tmp_path: Path, procs: Procs) -> None:
-    done = _cli("serve", "--listen", "0.0.0.0:0")
+    done = run("serve", "--listen", "0.0.0.0:0")
     assert done.returncode == 1
     assert "--listen 0.0.0.0:0: not loopback, so a token is required: give --token-file" in done.stderr
     token = tmp_path / "token"
@@ -181,9 +172,9 @@ def test_off_loopback_a_token_is_required_and_compared(tmp_path: Path, procs: Pr
         assert httpx.get(base, headers={"authorization": "Bearer wrong"}, timeout=5).status_code == 401
         good = httpx.get(base, headers={"authorization": "Bearer s3cret-token"}, timeout=5)
         assert good.status_code == 200
-        listed = _cli("ps", "--remote", f"http://127.0.0.1:{port}", "--token-file", str(token))
+        listed = run("ps", "--remote", f"http://127.0.0.1:{port}", "--token-file", str(token))
         assert listed.returncode == 0, listed.stderr
-        refused = _cli("ps", "--remote", f"http://127.0.0.1:{port}")
+        refused = run("ps", "--remote", f"http://127.0.0.1:{port}")
         assert refused.returncode == 1
         assert f"enginespec ps: http://127.0.0.1:{port}: HTTP 401: a token is required" in refused.stderr
 
@@ -195,7 +186,7 @@ def test_a_unix_socket_is_its_owners_only(tmp_path: Path, procs: Procs) -> None:
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
 
         def listed() -> bool:
-            done = _cli("ps", "--remote", f"unix:{path}", "--json")
+            done = run("ps", "--remote", f"unix:{path}", "--json")
             return done.returncode == 0 and _mine(json.loads(done.stdout), engine_port) is not None
 
         _until("ps --remote reads the agent on its socket", listed)
@@ -236,7 +227,7 @@ def test_tls_with_a_certificate_and_key(tmp_path: Path) -> None:
             ),
         )
         assert answer.status_code == 200  # type: ignore[attr-defined]
-    done = _cli("serve", "--listen", "127.0.0.1:0", "--certfile", str(cert))
+    done = run("serve", "--listen", "127.0.0.1:0", "--certfile", str(cert))
     assert done.returncode == 1
     assert "--certfile and --keyfile go together" in done.stderr
 
@@ -275,7 +266,7 @@ def test_ps_remote_merges_hosts_and_no_slow_or_dead_host_holds_the_others(procs:
         )
         hosts = [here, other.url, slow.url, f"http://127.0.0.1:{dead}"]
         started = time.monotonic()
-        done = _cli("ps", "--remote", ",".join(hosts), "--timeout", "2")
+        done = run("ps", "--remote", ",".join(hosts), "--timeout", "2")
         took = time.monotonic() - started
         assert done.returncode == 1  # some hosts failed
         lines = done.stdout.splitlines()
@@ -289,7 +280,7 @@ def test_ps_remote_merges_hosts_and_no_slow_or_dead_host_holds_the_others(procs:
         )
         assert SECRET not in done.stdout + done.stderr
         print(f"\nps --remote over 4 hosts, one hung: {took:.2f}s")
-        as_json = json.loads(_cli("ps", "--remote", other.url, "--json").stdout)
+        as_json = json.loads(run("ps", "--remote", other.url, "--json").stdout)
         assert [(d["host"], d["pid"]) for d in as_json] == [(other.url, 4242)]
 
 
@@ -311,7 +302,7 @@ def test_remote_engines_are_never_read_against_this_hosts_proc() -> None:
 def test_a_remote_that_is_no_agents_address_is_refused(url: str) -> None:
     with pytest.raises(InvalidInputError, match="--remote"):
         remote.agent_url(url)
-    done = _cli("ps", "--remote", url)
+    done = run("ps", "--remote", url)
     assert done.returncode == 2
     assert "--remote" in done.stderr
 
@@ -333,7 +324,7 @@ def test_bad_listen_addresses_name_the_flag() -> None:
         ("127.0.0.1:70000", "the port must be 0-65535"),
         ("unix:relative.sock", "a unix socket is unix:/absolute/path"),
     ):
-        done = _cli("serve", "--listen", text)
+        done = run("serve", "--listen", text)
         assert done.returncode == 1
         assert f"--listen: {text!r}" in done.stderr
         assert message in done.stderr
@@ -341,7 +332,7 @@ def test_bad_listen_addresses_name_the_flag() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         busy = taken.getsockname()[1]
-        done = _cli("serve", "--listen", f"127.0.0.1:{busy}")
+        done = run("serve", "--listen", f"127.0.0.1:{busy}")
     assert done.returncode == 1
     assert f"--listen 127.0.0.1:{busy}: cannot listen: Address already in use" in done.stderr
 
@@ -414,7 +405,7 @@ def test_watch_remote_merges_the_agents_events_and_says_a_lost_host(procs: Procs
 
 
 def test_control_needs_the_flag_and_a_token_and_stops_and_restarts(tmp_path: Path, procs: Procs) -> None:
-    done = _cli("serve", "--listen", "127.0.0.1:0", "--allow-control")
+    done = run("serve", "--listen", "127.0.0.1:0", "--allow-control")
     assert done.returncode == 1
     assert "--allow-control: stopping and restarting engines requires --token-file" in done.stderr
     token = tmp_path / "token"

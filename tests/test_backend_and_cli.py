@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from cli import run
+
 ARGV = ["python3", "/v/bin/vllm", "serve", "--host", "0.0.0.0", "/models/a", "--served-model-name", "a", "b"]
 PROBE = f"import enginespec; print(enginespec.BACKEND, enginespec.parse_argv({ARGV!r}).model_dump_json())"
 
@@ -70,14 +72,8 @@ def test_unknown_backend_name_is_a_clear_error() -> None:
     assert "ENGINESPEC_BACKEND='rust'" in out.stderr
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    script = Path(sys.executable).with_name("enginespec")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "enginespec.cli"]
-    return subprocess.run([*command, *args], capture_output=True, text=True, check=False, timeout=120)
-
-
 def test_cli_parse_prints_json() -> None:
-    out = _cli("parse", "--", *ARGV)
+    out = run("parse", "--", *ARGV)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["engine"] == "vllm"
@@ -100,18 +96,18 @@ def test_cli_json_of_argv_that_is_not_utf8() -> None:
 
 
 def test_cli_parse_not_an_engine() -> None:
-    out = _cli("parse", "--", "grep", "llama-server")
+    out = run("parse", "--", "grep", "llama-server")
     assert out.returncode == 1
     assert "not a server of a known engine" in out.stderr
     assert out.stdout == ""
-    secret = _cli("parse", "--", "vllm", "bench", "serve", "--api-key", "sk-hush")
+    secret = run("parse", "--", "vllm", "bench", "serve", "--api-key", "sk-hush")
     assert secret.returncode == 1
     assert "sk-hush" not in secret.stderr
 
 
 @pytest.mark.parametrize("args", [["parse"], ["parse", "--"], ["frobnicate"], []])
 def test_cli_usage_errors_exit_2(args: list[str]) -> None:
-    assert _cli(*args).returncode == 2
+    assert run(*args).returncode == 2
 
 
 def test_cli_command_prints_argv_and_env(tmp_path: Path) -> None:
@@ -120,14 +116,14 @@ def test_cli_command_prints_argv_and_env(tmp_path: Path) -> None:
         'engine = "vllm"\nmodel_path = "/models/my model"\napi_key = "sk-topsecret"\n'
         "visible_devices = [0, 1]\n[env_vars]\nHF_HOME = '/c ache'\n"
     )
-    out = _cli("command", str(recipe))
+    out = run("command", str(recipe))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert "export CUDA_VISIBLE_DEVICES=0,1" in lines
     assert "export HF_HOME='/c ache'" in lines
     assert "'/models/my model'" in lines[-1]
     assert "sk-topsecret" not in out.stdout
-    data = json.loads(_cli("command", str(recipe), "--json").stdout)
+    data = json.loads(run("command", str(recipe), "--json").stdout)
     assert data["argv"][data["argv"].index("--api-key") + 1] == "***"
     assert data["env"]["HF_HOME"] == "/c ache"
 
@@ -146,7 +142,7 @@ def test_cli_command_prints_argv_and_env(tmp_path: Path) -> None:
 def test_cli_command_bad_recipe_exits_2_with_one_line(tmp_path: Path, text: str, message: str) -> None:
     recipe = tmp_path / "bad.toml"
     recipe.write_text(text)
-    out = _cli("command", str(recipe))
+    out = run("command", str(recipe))
     assert out.returncode == 2
     assert out.stdout == ""
     assert len(out.stderr.strip().splitlines()) == 1

@@ -28,6 +28,7 @@ from enginespec import (
 from enginespec.errors import InstallOptionsError
 from enginespec.health import check_health
 from enginespec.installing import host_accelerator
+from facts import argv_facts
 from fakeserver import Answer, bound_socket, models, serving
 from procs import Procs, children_of, wait_for
 
@@ -42,13 +43,6 @@ def _no_settings_inherited(monkeypatch: pytest.MonkeyPatch) -> None:
     # in every container): processes started here must not inherit the test runner's.
     for name in ("MODEL_ID", "HOSTNAME", "PORT", "API_KEY", "MLX_VLM_PRELOAD_MODEL"):
         monkeypatch.delenv(name, raising=False)
-
-
-def _facts(argv: list[str]) -> tuple[Any, ...] | None:
-    inv = parse_argv(argv)
-    if inv is None:
-        return None
-    return (inv.engine, inv.model, inv.served_model_names, inv.host, inv.port, inv.role)
 
 
 SERVERS: list[tuple[list[str], tuple[Any, ...]]] = [
@@ -233,7 +227,7 @@ LOOK_ALIKES: list[list[str]] = [
     ("argv", "facts"), SERVERS, ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else ""
 )
 def test_launch_forms(argv: list[str], facts: tuple[Any, ...]) -> None:
-    assert _facts(argv) == facts
+    assert argv_facts(argv) == facts
 
 
 @pytest.mark.parametrize("argv", LOOK_ALIKES, ids=lambda v: " ".join(v)[:60])
@@ -584,7 +578,7 @@ def test_mlx_vlm_model_from_its_environment(procs: Procs) -> None:
 
 def test_scan_and_ps_show_every_engine(procs: Procs) -> None:
     argvs = [argv for argv, facts in SERVERS if facts[5] == "server"]
-    started = {procs.start(argv).pid: _facts(argv) for argv in argvs}
+    started = {procs.start(argv).pid: argv_facts(argv) for argv in argvs}
     found = {p.pid: p for p in Scanner().scan() if p.pid in started}
     assert {
         pid: (p.engine, p.model, p.served_model_names, p.host, p.port, p.role) for pid, p in found.items()

@@ -16,6 +16,7 @@ from enginespec.errors import InstallOptionsError
 from enginespec.health import check_health
 from enginespec.installing import InstallOptions
 from enginespec.settings import split_address
+from facts import argv_facts
 from fakeserver import Answer, bound_socket, models, serving
 from procs import Procs, wait_for
 
@@ -153,16 +154,9 @@ NOT_SERVERS: list[list[str]] = [
 ]
 
 
-def _facts(argv: list[str]) -> tuple[Any, ...] | None:
-    inv = parse_argv(argv)
-    if inv is None:
-        return None
-    return (inv.engine, inv.model, inv.served_model_name, inv.host, inv.port, inv.role)
-
-
 @pytest.mark.parametrize(("argv", "facts"), GOLDEN, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
 def test_golden_forms(argv: list[str], facts: tuple[Any, ...]) -> None:
-    assert _facts(argv) == facts
+    assert argv_facts(argv, first_name=True) == facts
 
 
 @pytest.mark.parametrize("argv", NOT_SERVERS, ids=lambda v: " ".join(v))

@@ -6,15 +6,9 @@ import pytest
 
 import enginespec
 from enginespec import Invocation, parse_argv
+from facts import argv_facts
 
 VENV_PY = "/srv/venv/bin/python3"
-
-
-def _facts(argv: list[str]) -> tuple[object, ...] | None:
-    inv = parse_argv(argv)
-    if inv is None:
-        return None
-    return (inv.engine, inv.model, inv.served_model_names, inv.host, inv.port)
 
 
 SERVERS: list[tuple[list[str], tuple[object, ...]]] = [
@@ -133,7 +127,7 @@ NOT_SERVERS: list[list[str]] = [
     ("argv", "expected"), SERVERS, ids=lambda v: " ".join(v) if isinstance(v, list) else ""
 )
 def test_servers(argv: list[str], expected: tuple[object, ...]) -> None:
-    assert _facts(argv) == expected
+    assert argv_facts(argv, role=False) == expected
 
 
 @pytest.mark.parametrize("argv", NOT_SERVERS, ids=lambda v: " ".join(v) or "<empty>")

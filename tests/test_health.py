@@ -7,7 +7,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ import psutil
 import pytest
 from pydantic import ValidationError
 
+from cli import run
 from enginespec import (
     EngineProcess,
     EngineSpec,
@@ -366,27 +366,21 @@ def test_check_all_fifty_servers_ten_hung() -> None:
             server.close()
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    script = Path(sys.executable).with_name("enginespec")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "enginespec.cli"]
-    return subprocess.run([*command, *args], capture_output=True, text=True, check=False, timeout=120)
-
-
 def test_cli_health(procs: Procs) -> None:
     sock = bound_socket()
     with serving({"/health": [Answer(200, OK)]}, sock=sock) as server:
-        out = _cli("health", "llamacpp", server.url)
+        out = run("health", "llamacpp", server.url)
         assert (out.returncode, out.stdout.split()[2]) == (0, "ready"), out.stderr
         proc = procs.start(["llama-server", "-m", "m", "--port", str(server.port)], pass_fds=(sock.fileno(),))
-        assert _cli("health", str(proc.pid)).returncode == 0
-        data = json.loads(_cli("health", str(proc.pid), "--json").stdout)
+        assert run("health", str(proc.pid)).returncode == 0
+        data = json.loads(run("health", str(proc.pid), "--json").stdout)
         assert data["state"] == "ready"
     with serving({"/health": [Answer(503, LOADING)]}) as server:
-        out = _cli("health", "llamacpp", server.url)
+        out = run("health", "llamacpp", server.url)
         assert out.returncode == 1
         assert "loading" in out.stdout
     for bad in (["nope", "http://x"], ["vllm"], ["999999999"], ["vllm", "ftp://x"]):
-        out = _cli("health", *bad)
+        out = run("health", *bad)
         assert out.returncode == 2, bad
         assert out.stderr.count("\n") == 1
 

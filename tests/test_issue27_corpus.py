@@ -13,6 +13,7 @@ import pytest
 
 from enginespec import Scanner, parse_argv
 from enginespec.health import check_health
+from facts import argv_facts
 from procs import Procs, children_of, wait_for
 
 CORPUS = Path(__file__).parent / "data" / "argv-issue27-public.jsonl"
@@ -20,13 +21,6 @@ CORPUS = Path(__file__).parent / "data" / "argv-issue27-public.jsonl"
 
 def _records() -> list[dict[str, Any]]:
     return [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-
-
-def _facts(argv: list[str]) -> tuple[Any, ...] | None:
-    inv = parse_argv(argv)
-    if inv is None:
-        return None
-    return (inv.engine, inv.model, inv.served_model_name, inv.host, inv.port, inv.role)
 
 
 def test_every_class_has_real_records() -> None:
@@ -58,7 +52,7 @@ def test_record(record: dict[str, Any]) -> None:
             record["role"],
         )
     )
-    assert _facts(record["argv"]) == expected
+    assert argv_facts(record["argv"], first_name=True) == expected
 
 
 TGIS = ["text-generation-launcher", "--model-name=/mnt/models/", "--port=3000"]
@@ -151,7 +145,7 @@ def test_refused(argv: list[str]) -> None:
     ids=lambda v: " ".join(v) if isinstance(v, list) else "",
 )
 def test_read(argv: list[str], facts: tuple[Any, ...] | None) -> None:
-    assert _facts(argv) == facts
+    assert argv_facts(argv, first_name=True) == facts
 
 
 def test_a_scanned_rpc_server_shows_its_address_and_is_not_probed(procs: Procs) -> None:
@@ -201,7 +195,7 @@ def test_the_disaggregated_leaders_child_is_the_server(procs: Procs) -> None:
     ]
     child_argv = ["python3", "/usr/local/bin/trtllm-serve", "disaggregated_mpi_worker", "-c", "d.yaml"]
     child_argv += ["--log_level", "info"]
-    assert _facts(child_argv) == ("trtllm", None, None, None, None, "follower")
+    assert argv_facts(child_argv, first_name=True) == ("trtllm", None, None, None, None, "follower")
     leader = procs.start(
         leader_argv,
         HELPER_SPAWN="\x1f".join(child_argv),

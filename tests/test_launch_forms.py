@@ -12,16 +12,10 @@ from enginespec import Scanner, parse_argv
 from enginespec._backend import MatcherType
 from enginespec.engines import all_signatures
 from enginespec.signature import Evidence, LaunchForm, Signature, signatures_json
+from facts import argv_facts
 from procs import Procs
 
 GGUF = "/models/qwen2.5-7b-instruct-q4_k_m.gguf"
-
-
-def _facts(argv: list[str]) -> tuple[Any, ...] | None:
-    inv = parse_argv(argv)
-    if inv is None:
-        return None
-    return (inv.engine, inv.model, inv.served_model_names, inv.host, inv.port, inv.role)
 
 
 APP = "llama_cpp.server.app:create_app"
@@ -158,7 +152,7 @@ NOT_SERVERS: list[list[str]] = [
     ("argv", "expected"), SERVERS, ids=lambda v: " ".join(v) if isinstance(v, list) else ""
 )
 def test_servers(argv: list[str], expected: tuple[Any, ...] | None) -> None:
-    assert _facts(argv) == expected
+    assert argv_facts(argv) == expected
 
 
 @pytest.mark.parametrize("argv", NOT_SERVERS, ids=lambda v: " ".join(v) or "<empty>")

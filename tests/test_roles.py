@@ -14,6 +14,7 @@ from enginespec import Scanner, parse_argv
 from enginespec._backend import MatcherType
 from enginespec.health import check_health
 from enginespec.signature import LaunchForm, Signature, signatures_json
+from facts import argv_facts
 from procs import Procs
 
 NEW_CORPUS = Path(__file__).parent / "data" / "argv-new-public.jsonl"
@@ -23,13 +24,6 @@ VENV_PY = "/srv/venv/bin/python3"
 
 def _records() -> list[dict[str, Any]]:
     return [json.loads(line) for line in NEW_CORPUS.read_text().splitlines() if line.strip()]
-
-
-def _facts(argv: list[str]) -> tuple[Any, ...] | None:
-    inv = parse_argv(argv)
-    if inv is None:
-        return None
-    return (inv.engine, inv.model, inv.served_model_name, inv.host, inv.port, inv.role)
 
 
 def test_new_corpus_is_the_shared_one() -> None:
@@ -57,7 +51,7 @@ def test_new_corpus_built_in_and_null_records(record: dict[str, Any]) -> None:
         if record["engine"] is not None
         else None
     )
-    assert _facts(record["argv"]) == expected
+    assert argv_facts(record["argv"], first_name=True) == expected
 
 
 ROLES: list[tuple[list[str], str]] = [

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cli import run
 from demo_spec import PACKAGE, SPEC, build_demo_wheels
 from enginespec import (
     CommandError,
@@ -371,28 +372,20 @@ def test_managed_package_specs_are_platform_aware() -> None:
     assert get_engine_spec("sglang").managed_package_spec(">=0.5") == "sglang>=0.5"
 
 
-def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    script = Path(sys.executable).with_name("enginespec")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "enginespec.cli"]
-    return subprocess.run(
-        [*command, *args], capture_output=True, text=True, check=False, env={**os.environ, **env}, timeout=120
-    )
-
-
 def test_cli_install_info_help(tmp_path: Path) -> None:
     data = tmp_path / "data"
     for bad in (["install", "nope"], ["install", "vllm", "--version", "1.0 --index-url http://x"]):
-        out = _cli(*bad, ENGINESPEC_DATA_DIR=str(data))
+        out = run(*bad, env={"ENGINESPEC_DATA_DIR": str(data)})
         assert out.returncode == 2, out
         assert len(out.stderr.strip().splitlines()) == 1
     assert not data.exists()
     python = _fake_mlx_venv(tmp_path / "venv", HELP)
-    out = _cli("help", "mlx", ENGINESPEC_DATA_DIR=str(data), ENGINESPEC_MLX_PYTHON=str(python))
+    out = run("help", "mlx", env={"ENGINESPEC_DATA_DIR": str(data), "ENGINESPEC_MLX_PYTHON": str(python)})
     assert out.returncode == 0
     assert "--adapter-path" in out.stdout
-    info = json.loads(_cli("info", "mlx", "--json", ENGINESPEC_DATA_DIR=str(data)).stdout)
+    info = json.loads(run("info", "mlx", "--json", env={"ENGINESPEC_DATA_DIR": str(data)}).stdout)
     assert info[0]["engine"] == "mlx"
-    out = _cli("install", "llamacpp", "--data-dir", str(data))
+    out = run("install", "llamacpp", "--data-dir", str(data))
     assert out.returncode == 2
     assert "ships no wheel" in out.stderr
 

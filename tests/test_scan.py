@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import enginespec
+from cli import run
 from enginespec import Config, EngineProcess, Recipe, Scanner, get_engine_spec
 from enginespec.urls import base_url
 from procs import Procs, children_of, wait_for
@@ -283,16 +284,10 @@ def test_both_backends_return_the_same_processes(procs: Procs) -> None:
     assert native == python
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    script = Path(sys.executable).with_name("enginespec")
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "enginespec.cli"]
-    return subprocess.run([*command, *args], capture_output=True, text=True, check=False, timeout=120)
-
-
 def test_cli_ps(procs: Procs) -> None:
     vllm = procs.start(["vllm", "serve", "/models/ps-a", "--served-model-name", "psa", "--api-key", "sk-ps"])
     llama = procs.start(["llama-server", "-m", "/models/ps-b.gguf", "--host", "::", "--port", "9123"])
-    out = _cli("ps", "--json")
+    out = run("ps", "--json")
     assert out.returncode == 0, out.stderr
     rows = {row["pid"]: row for row in json.loads(out.stdout)}
     assert rows[vllm.pid]["model"] == "/models/ps-a"
@@ -309,11 +304,11 @@ def test_cli_ps(procs: Procs) -> None:
         "supervisor",
         "listen_ports",
     }
-    table = _cli("ps")
+    table = run("ps")
     assert table.returncode == 0
     assert "/models/ps-a" in table.stdout
     assert "[::1]:9123" in table.stdout  # addresses as docker shows them
-    assert "http://[::1]:9123" in _cli("ps", "-o", "wide").stdout  # whole in wide
+    assert "http://[::1]:9123" in run("ps", "-o", "wide").stdout  # whole in wide
     assert "sk-ps" not in table.stdout
 
 

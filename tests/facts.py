@@ -1,0 +1,19 @@
+"""What the active backend reads off an argv, as one tuple the tests compare against a label."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from enginespec import parse_argv
+
+
+def argv_facts(argv: list[str], *, first_name: bool = False, role: bool = True) -> tuple[Any, ...] | None:
+    """(engine, model, served names, host, port, role) of the invocation ``argv`` parses to, or None
+    when it is no engine's server; ``first_name`` gives the first served name alone, ``role=False``
+    leaves the role out."""
+    inv = parse_argv(argv)
+    if inv is None:
+        return None
+    names = inv.served_model_name if first_name else inv.served_model_names
+    facts = (inv.engine, inv.model, names, inv.host, inv.port, inv.role)
+    return facts if role else facts[:5]
