@@ -34,8 +34,8 @@ from tempfile import TemporaryDirectory
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fakeserver import Answer, bound_socket, models, serving  # noqa: E402
-from procs import build_helper, running, stop_child  # noqa: E402
+from helpers.fakeserver import Answer, bound_socket, models, serving  # noqa: E402
+from helpers.procs import build_helper, running, stop_child  # noqa: E402
 
 READY = {"/health": [Answer(200)], "/v1/models": [models("/models/bench")], "/metrics": [Answer(200, b"")]}
 

@@ -9,7 +9,7 @@ Run as root from the repository root with the package installed:
    Prints the median and mean warm rescan of each and their ratio (the mean carries the periodic
    re-reads: memory every 2 s, open files every 10 s or, for a pid holding a GPU, 30 s). This
    host has no GPU: the engines hold none.
-2. Fixture host with GPUs (tests/gpuhost.py): 20 engine trees of a server and two workers, each
+2. Fixture host with GPUs (tests/helpers/gpuhost.py): 20 engine trees of a server and two workers, each
    worker holding its GPU, nvidiactl, nvidia-uvm and 200 other files, NVML from the test
    library. Prints the cost of reading them cold (a new engine), of a memory refresh, of a poll
    with nothing due, and the amortized cost per scan at 10 Hz next to the warm rescan of part 1.
@@ -33,8 +33,8 @@ from enginespec import gpus as gpus_module
 from enginespec.scanning import YOUNG_SECONDS
 
 sys.path.insert(0, str(ROOT / "tests"))
-from gpuhost import GIB, build_nvml
-from gpuhost import Host as FixtureHost
+from helpers.gpuhost import GIB, build_nvml
+from helpers.gpuhost import Host as FixtureHost
 
 
 def _timed(fn: Callable[[], object]) -> float:

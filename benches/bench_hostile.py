@@ -34,7 +34,7 @@ from _mix import Host, build_helper, reap, spawn
 
 BACKENDS = ("native", "python")
 HUGE_ENGINES = 20
-#: 100,002 arguments, as tests/test_robustness.py's, within the kernel's 2 MiB for argv + env.
+#: 100,002 arguments, as tests/scanning/test_robustness.py's, within the kernel's 2 MiB for argv + env.
 HUGE_ARGV = ["vllm", "serve", *(["--enforce-eager"] * 50_000), *(["x"] * 49_998), "--port"]
 
 

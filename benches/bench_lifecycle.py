@@ -4,7 +4,7 @@ Run from the repository root with the package installed:
 
     python benches/bench_lifecycle.py [--runs 20] [--lines 200000]
 
-- exit -> LaunchFailed: a fake llama-server (tests/fake_engine.py) replays a failure log, writes
+- exit -> LaunchFailed: a fake llama-server (tests/helpers/fake_engine.py) replays a failure log, writes
   the time just before it exits, and exits 1; the time from there to ``wait_ready`` raising the
   classified ``LaunchFailed`` is measured ``--runs`` times (median and worst), against the
   ``poll`` interval of the waiter (0.25 s), the figure a sleep-based waiter would average half of.
@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from enginespec import LaunchFailed, launch
-from lifecycle_fakes import fake_recipe, free_port, install_fake
+from helpers.lifecycle_fakes import fake_recipe, free_port, install_fake
 
 
 def exit_latency(binary: Path, folder: Path, runs: int) -> list[float]:

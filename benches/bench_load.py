@@ -44,9 +44,9 @@ import enginespec
 from enginespec.health import check_all
 from enginespec.load import check_load_all
 from enginespec.vitals import EngineMonitor
-from fakeserver import Answer, bound_socket, serving
-from loadkit import TEXT, engine_for, vllm_metrics
-from procs import build_helper, running, wait_for
+from helpers.fakeserver import Answer, bound_socket, serving
+from helpers.loadkit import TEXT, engine_for, vllm_metrics
+from helpers.procs import build_helper, running, wait_for
 
 
 def _realistic(generated: float) -> bytes:

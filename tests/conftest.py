@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import enginespec
-from procs import Procs, build_helper, running
+from helpers.procs import Procs, build_helper, running
 
 # A suite started as a background job of a non-interactive shell (`.ci/run &`, nohup) inherits
 # SIGINT ignored, and so would every CLI it starts: the Ctrl-C tests need the default, as a

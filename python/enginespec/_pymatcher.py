@@ -1,7 +1,7 @@
 """Pure-Python twin of the Rust matcher (``rust/matcher.rs``): same algorithm, same results.
 
 Both interpret the JSON form of the engines' signatures. Keep the two in step: the differential
-property test in ``tests/test_differential.py`` runs them side by side.
+property test in ``tests/engines/test_differential.py`` runs them side by side.
 """
 
 from __future__ import annotations

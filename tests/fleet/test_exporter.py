@@ -1,0 +1,254 @@
+"""`enginespec exporter` scraped over HTTP and parsed with prometheus_client's own parser; the
+textfile is written atomically."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from helpers.fakeserver import free_port
+from helpers.procs import Procs
+from scanning.test_containers import HIERARCHIES, cgroup, shim_program, under_shim
+from scanning.test_ports import _free_port as free_port_on
+from scanning.test_ports import _start as start_fake
+
+
+@pytest.fixture
+def exporter(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    port = free_port()
+    textfile = tmp_path / "enginespec.prom"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "enginespec.cli",
+            "exporter",
+            "--port",
+            str(port),
+            "--interval",
+            "200ms",
+            "--textfile",
+            str(textfile),
+            "--no-health",
+        ],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}/metrics", textfile
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0, proc.stderr.read() if proc.stderr else ""
+
+
+def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    series: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            series.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return series
+
+
+def _scrape_until(
+    url: str, predicate: object, timeout: float = 30
+) -> dict[str, list[tuple[dict[str, str], float]]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            series = _samples(httpx.get(url, timeout=2).text)
+            if predicate(series):  # type: ignore[operator]
+                return series
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(url)
+        time.sleep(0.1)
+
+
+def test_series_and_labels_for_engines_started_by_the_test(procs: Procs, exporter: tuple[str, Path]) -> None:
+    url, textfile = exporter
+    odd = '/models/quote"and\nnewline\\back.gguf'
+    vllm = procs.start(
+        ["vllm", "serve", "/models/llama", "--served-model-name", "llama-8b", "--port", "18001"]
+    )
+    llama = procs.start(["llama-server", "-m", odd, "--port", "18002", "--api-key", "sk-exporter-secret"])
+    pids = {str(vllm.pid), str(llama.pid)}
+
+    def ours(series: dict[str, list[tuple[dict[str, str], float]]]) -> bool:
+        return pids <= {labels["pid"] for labels, _ in series.get("enginespec_engine_info", [])}
+
+    series = _scrape_until(url, ours)
+    info = {labels["pid"]: labels for labels, value in series["enginespec_engine_info"] if value == 1}
+    first = info[str(vllm.pid)]
+    assert (first["engine"], first["model"], first["served_model_name"], first["port"], first["role"]) == (
+        "vllm",
+        "/models/llama",
+        "llama-8b",
+        "18001",
+        "server",
+    )
+    second = info[str(llama.pid)]
+    assert second["model"] == odd  # escaped on the wire, whole when parsed
+    assert second["served_model_name"] == odd  # no alias: vLLM-style model_name is the model
+    ids = {first["engine_id"], second["engine_id"]}
+    for name in (
+        "enginespec_engine_up",
+        "enginespec_engine_start_time_seconds",
+        "enginespec_engine_workers",
+        "enginespec_engine_port_conflict",
+    ):
+        assert ids <= {labels["engine_id"] for labels, _ in series[name]}
+        assert all("pid" not in labels for labels, _ in series[name])  # pid only on _info
+    assert series["enginespec_scan_duration_seconds"][0][1] >= 0
+    assert "enginespec_scan_errors_total" in series
+    # the textfile holds the same series, and is only ever seen whole
+    for _ in range(30):
+        text = textfile.read_text()
+        assert ours(_samples(text))
+        time.sleep(0.02)
+    assert [p.name for p in textfile.parent.iterdir()] == [textfile.name]  # no temporary left over
+    assert "sk-exporter-secret" not in httpx.get(url).text
+    # a restart of the same engine, model and port keeps its engine_id
+    procs.stop(vllm)
+    again = procs.start(
+        ["vllm", "serve", "/models/llama", "--served-model-name", "llama-8b", "--port", "18001"]
+    )
+
+    def restarted(series: dict[str, list[tuple[dict[str, str], float]]]) -> bool:
+        shown = {labels["pid"] for labels, _ in series.get("enginespec_engine_info", [])}
+        return str(again.pid) in shown and str(vllm.pid) not in shown
+
+    series = _scrape_until(url, restarted)
+    relabelled = {labels["pid"]: labels["engine_id"] for labels, _ in series["enginespec_engine_info"]}
+    assert relabelled[str(again.pid)] == first["engine_id"]
+    assert str(vllm.pid) not in relabelled
+
+
+def test_it_binds_loopback_unless_told_otherwise() -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "enginespec.cli", "exporter", "--port", str(port)])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            bound = [c.laddr.ip for c in psutil.Process(proc.pid).net_connections() if c.status == "LISTEN"]
+            if bound or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert bound == ["127.0.0.1"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0  # Ctrl-C stops it cleanly
+    bad = subprocess.run(
+        [sys.executable, "-m", "enginespec.cli", "exporter", "--port", "99999"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or "" not in HIERARCHIES, reason="needs root and cgroup v2")
+def test_container_id_label(procs: Procs, exporter: tuple[str, Path], helper: Path, tmp_path: Path) -> None:
+    url, _textfile = exporter
+    container_id = secrets.token_hex(32)
+    host = procs.start(["vllm", "serve", "/models/host", "--port", "18011"])
+    shim = shim_program(helper, tmp_path / "shim")
+    with cgroup("", f"system.slice/docker-{container_id}.scope") as directory:
+        argv = ["vllm", "serve", "/models/boxed", "--port", "18012"]
+        parent, (boxed,) = under_shim(procs, shim, [argv], directory)
+        try:
+            pids = {str(host.pid), str(boxed)}
+            series = _scrape_until(
+                url, lambda s: pids <= {labels["pid"] for labels, _ in s.get("enginespec_engine_info", [])}
+            )
+        finally:
+            procs.stop(parent)
+    labels = {labels["pid"]: labels["container_id"] for labels, _ in series["enginespec_engine_info"]}
+    assert (labels[str(host.pid)], labels[str(boxed)]) == ("", container_id)
+
+
+@pytest.fixture
+def servers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_port_conflicts_are_a_gauge(
+    exporter: tuple[str, Path], servers: list[subprocess.Popen[bytes]]
+) -> None:
+    url, _textfile = exporter
+    port = free_port_on()
+    pair = [start_fake(servers, port, alias, FAKE_REUSEPORT="1") for alias in ("one", "two")]
+    alone = start_fake(servers, free_port_on(), "alone")
+    pids = {str(p.pid) for p in (*pair, alone)}
+
+    def ours(series: dict[str, list[tuple[dict[str, str], float]]]) -> bool:
+        return pids <= {labels["pid"] for labels, _ in series.get("enginespec_engine_info", [])}
+
+    series = _scrape_until(url, ours)
+    ids = {labels["pid"]: labels["engine_id"] for labels, _ in series["enginespec_engine_info"]}
+    conflicts = dict(
+        (labels["engine_id"], value) for labels, value in series["enginespec_engine_port_conflict"]
+    )
+    # the two sharing a port would share one engine_id (same engine, model and port): the second
+    # gets its pid appended, so no two series have the same labels
+    first, second = sorted(pair, key=lambda p: p.pid)
+    assert ids[str(second.pid)] == f"{ids[str(first.pid)]}-pid{second.pid}"
+    assert len(conflicts) == len(series["enginespec_engine_port_conflict"])
+    assert {conflicts[ids[str(p.pid)]] for p in pair} == {1.0}
+    assert conflicts[ids[str(alone.pid)]] == 0.0
+
+
+def test_argv_that_is_not_utf8_is_escaped_not_fatal(procs: Procs, exporter: tuple[str, Path]) -> None:
+    url, textfile = exporter
+    model = os.fsdecode(b"/models/caf\xe9-\xff.gguf")  # surrogate escapes, as read from /proc
+    odd = procs.start(["llama-server", "-m", model, "--port", str(free_port())])
+
+    def shown(series: dict[str, list[tuple[dict[str, str], float]]]) -> bool:
+        return str(odd.pid) in {labels["pid"] for labels, _ in series.get("enginespec_engine_info", [])}
+
+    series = _scrape_until(url, shown)
+    (labels,) = [labels for labels, _ in series["enginespec_engine_info"] if labels["pid"] == str(odd.pid)]
+    assert labels["model"] == "/models/caf\\xe9-\\xff.gguf"
+    assert shown(_samples(textfile.read_text()))  # the textfile writer lives on too
+
+
+def test_model_facts_label_the_info_series_and_give_memory_series(
+    procs: Procs, exporter: tuple[str, Path], tmp_path: Path
+) -> None:
+    gguf = pytest.importorskip("gguf")
+    from modelfacts.test_modelfacts import write_gguf
+
+    model = write_gguf(tmp_path / "m.gguf", ftype=int(gguf.LlamaFileType.MOSTLY_Q4_K_M))
+    llama = procs.start(
+        ["llama-server", "-m", str(model), "-c", "512", "-np", "1", "--port", str(free_port())]
+    )
+    url, _textfile = exporter
+
+    def ours(series: dict[str, list[tuple[dict[str, str], float]]]) -> bool:
+        return str(llama.pid) in {labels["pid"] for labels, _ in series.get("enginespec_engine_info", [])}
+
+    series = _scrape_until(url, ours)
+    (labels,) = [labels for labels, _ in series["enginespec_engine_info"] if labels["pid"] == str(llama.pid)]
+    assert (labels["architecture"], labels["quantization"]) == ("llama", "Q4_K_M")
+    weights = {labels["engine_id"]: value for labels, value in series["enginespec_engine_model_weight_bytes"]}
+    kv = {
+        labels["engine_id"]: value for labels, value in series["enginespec_engine_kv_cache_bytes_estimated"]
+    }
+    # 4 layers x 512 cells x (256 + 256) bytes (f16 K and V rows of 2 heads x 64)
+    assert kv[labels["engine_id"]] == 4 * 512 * 512
+    # 4 layers of a 256 x 256 and a 128 x 256 F32 matrix, two 100 x 256 embeddings
+    assert weights[labels["engine_id"]] == 4 * (256 * 256 + 128 * 256) * 4 + 2 * 100 * 256 * 4

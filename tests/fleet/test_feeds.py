@@ -1,0 +1,420 @@
+"""`enginespec export`: the serving engines as the files Prometheus (file_sd) and LLM routers read.
+Fake engines are real processes holding the listening socket a scripted server answers on (so
+the ownership check sees their own socket); the CLI runs as users run it."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import pytest
+
+import enginespec.cli as cli
+import enginespec.feeds as feeds
+from enginespec import EngineProcess
+from helpers.fakeserver import Answer, bound_socket, free_port, models, serving
+from helpers.procs import Procs, stop_child
+from helpers.prometheus import needs_prometheus, query, running_prometheus, until
+
+METRICS = Answer(
+    200,
+    b'# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} 3\n',
+    content_type="text/plain",
+)
+SECRET = "sk-feed-secret-1234"
+
+
+def _export(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "enginespec.cli", "export", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@contextmanager
+def fake_engine(procs: Procs, argv: Sequence[str], routes: dict[str, list[Answer]]) -> Iterator[int]:
+    """A process with ``argv`` (its ``{port}`` filled in) holding the socket ``routes`` answer on:
+    its port."""
+    sock = bound_socket()
+    port = sock.getsockname()[1]
+    try:
+        with serving(routes, sock=sock):
+            proc = procs.start([a.format(port=port) for a in argv], (sock.fileno(),))
+            try:
+                yield port
+            finally:
+                procs.stop(proc)
+    finally:
+        sock.close()
+
+
+def _groups_at(document: list[dict[str, object]], ports: set[int]) -> dict[int, dict[str, object]]:
+    """The target groups of our engines (the host may run others), by port."""
+    found = {}
+    for group in document:
+        (target,) = group["targets"]  # type: ignore[misc]
+        port = int(str(target).rsplit(":", 1)[1])
+        if port in ports:
+            found[port] = group
+    return found
+
+
+def test_file_sd_lists_ready_verified_engines_at_their_own_metrics(procs: Procs, tmp_path: Path) -> None:
+    ready = {"/health": [Answer(200)], "/v1/models": [models("/models/a")], "/metrics": [METRICS]}
+    out = tmp_path / "engines.json"
+    with ExitStack() as stack:
+        own_port = stack.enter_context(
+            fake_engine(
+                procs,
+                [
+                    "vllm",
+                    "serve",
+                    "/models/a",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "{port}",
+                    "--api-key",
+                    SECRET,
+                ],
+                ready,
+            )
+        )
+        wildcard = stack.enter_context(
+            fake_engine(procs, ["vllm", "serve", "/models/a", "--host", "0.0.0.0", "--port", "{port}"], ready)
+        )
+        impostor = stack.enter_context(  # answers, but serves another model than its argv names
+            fake_engine(
+                procs,
+                ["vllm", "serve", "/models/a", "--port", "{port}"],
+                {"/health": [Answer(200)], "/v1/models": [models("other")], "/metrics": [METRICS]},
+            )
+        )
+        sick = stack.enter_context(
+            fake_engine(procs, ["vllm", "serve", "/models/a", "--port", "{port}"], {"/health": [Answer(503)]})
+        )
+        llama = {"/health": [Answer(200, b'{"status":"ok"}')], "/v1/models": [models("m.gguf")]}
+        no_metrics = stack.enter_context(
+            fake_engine(procs, ["llama-server", "-m", "/models/m.gguf", "--port", "{port}"], llama)
+        )
+        with_metrics = stack.enter_context(
+            fake_engine(
+                procs, ["llama-server", "-m", "/models/m.gguf", "--port", "{port}", "--metrics"], llama
+            )
+        )
+        done = _export("--format", "file-sd", "--out", str(out), "--advertise", "gpu-host-7")
+        assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert SECRET not in text
+    assert SECRET not in done.stderr
+    ports = {own_port, wildcard, impostor, sick, no_metrics, with_metrics}
+    groups = _groups_at(json.loads(text), ports)
+    assert set(groups) == {own_port, wildcard, with_metrics}
+    assert groups[own_port]["targets"] == [f"127.0.0.1:{own_port}"]
+    assert groups[wildcard]["targets"] == [f"gpu-host-7:{wildcard}"]
+    # vLLM listens on every address unless --host says otherwise (as llama-server does not)
+    assert groups[with_metrics]["targets"] == [f"127.0.0.1:{with_metrics}"]
+    labels = groups[own_port]["labels"]
+    assert isinstance(labels, dict)
+    assert labels["engine"] == "vllm"
+    assert labels["model"] == labels["served_model_name"] == "/models/a"
+    assert labels["engine_id"].startswith(f"vllm-{own_port}-")
+    assert "__metrics_path__" not in labels  # /metrics is Prometheus's default
+    assert groups[with_metrics]["labels"]["engine"] == "llamacpp"  # type: ignore[index]
+
+
+def test_errors_name_the_flag_and_the_value(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-dir" / "engines.json"
+    done = _export("--format", "file-sd", "--out", str(missing))
+    assert done.returncode == 1
+    assert f"--out {missing}: cannot write in {missing.parent}" in done.stderr
+    done = _export("--format", "file-sd", "--out", str(tmp_path / "x.json"), "--advertise", "0.0.0.0")
+    assert done.returncode == 1
+    assert "advertise: '0.0.0.0' is not an IP address or hostname others can reach" in done.stderr
+    assert not (tmp_path / "x.json").exists()
+    done = _export("--format", "csv", "--out", "-")
+    assert done.returncode == 2
+    assert "invalid choice: 'csv'" in done.stderr
+
+
+def test_write_atomic_replaces_the_file_whole_and_leaves_no_temporary(tmp_path: Path) -> None:
+    out = tmp_path / "feed.json"
+    out.write_text("old")
+    keep = out.open()  # a reader that opened the old file goes on reading the old file
+    feeds.write_atomic(str(out), b"new\n")
+    assert out.read_text() == "new\n"
+    assert keep.read() == "old"
+    keep.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["feed.json"]
+    assert out.stat().st_mode & 0o777 == 0o644
+
+
+def test_the_cli_offers_every_feed_format() -> None:
+    assert cli._feed_formats() == feeds.FEED_FORMATS
+
+
+@pytest.mark.parametrize("host", ["::", "0.0.0.0", ""])
+def test_an_unusable_advertised_host_is_refused(host: str) -> None:
+    with pytest.raises(feeds.InvalidInputError, match="advertise"):
+        feeds.advertised_host(host)
+
+
+def test_the_default_advertised_host_is_this_hosts_name() -> None:
+    assert feeds.advertised_host() == socket.gethostname()
+
+
+def _watching(out: Path, feed: str = "file-sd") -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            *(sys.executable, "-m", "enginespec.cli", "export", "--format", feed, "--out", str(out)),
+            *("--watch", "--interval", "100ms", "--health-interval", "100ms", "--timeout", "1"),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _ports_in(out: Path) -> set[int]:
+    return {int(str(t).rsplit(":", 1)[1]) for group in json.loads(out.read_bytes()) for t in group["targets"]}
+
+
+def _wait_for(what: str, predicate: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_watch_keeps_the_file_whole_and_lists_only_ready_engines(procs: Procs, tmp_path: Path) -> None:
+    """Three engines that serve, and churn at 10 starts a second (one in three never ready),
+    while a reader parses the file 10,000 times: no read is torn or invalid, no engine that never
+    was ready is ever listed, and every engine is listed while it serves and gone once stopped."""
+    out = tmp_path / "engines.json"
+    ready = {"/health": [Answer(200)], "/v1/models": [models("/models/a")], "/metrics": [METRICS]}
+    sick = {"/health": [Answer(503)], "/v1/models": [models("/models/a")], "/metrics": [METRICS]}
+    argv = ["vllm", "serve", "/models/a", "--host", "127.0.0.1", "--port", "{port}"]
+    watcher = _watching(out)
+    reads = {"parsed": 0, "invalid": 0}
+    seen: set[int] = set()
+    finished = threading.Event()
+
+    def read() -> None:
+        while reads["parsed"] < 10_000 or not finished.is_set():
+            try:
+                seen.update(_ports_in(out))
+                reads["parsed"] += 1
+            except FileNotFoundError:
+                pass
+            except (ValueError, KeyError, IndexError):
+                reads["invalid"] += 1
+            time.sleep(0.0002)
+
+    reader = threading.Thread(target=read, daemon=True)
+    never_ready: set[int] = set()
+    try:
+        _wait_for("the watch writes its file", out.exists)
+        reader.start()
+        with ExitStack() as stack:
+            steady = [stack.enter_context(fake_engine(procs, argv, ready)) for _ in range(3)]
+            _wait_for("the three serving engines are listed", lambda: set(steady) <= _ports_in(out))
+            for cycle in range(30):  # 10 starts a second, each engine living 0.5 s
+                with ExitStack() as churn:
+                    port = churn.enter_context(fake_engine(procs, argv, sick if cycle % 3 == 0 else ready))
+                    if cycle % 3 == 0:
+                        never_ready.add(port)
+                    time.sleep(0.1)
+            stack.close()
+            _wait_for("stopped engines are removed", lambda: not set(steady) & _ports_in(out))
+        finished.set()
+        reader.join(timeout=120)
+        assert not reader.is_alive()
+    finally:
+        finished.set()
+        stop_child(watcher)
+    assert reads["parsed"] >= 10_000
+    assert reads["invalid"] == 0
+    assert not never_ready & seen
+    assert set(steady) <= seen
+
+
+FILE_SD_CONFIG = """\
+global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: engines
+    file_sd_configs:
+      - files: [engines.json]
+        refresh_interval: 1s
+  - job_name: enginespec
+    static_configs:
+      - targets: ['127.0.0.1:{exporter}']
+"""
+
+
+@needs_prometheus
+def test_a_real_prometheus_scrapes_the_engines_the_feed_lists(procs: Procs, tmp_path: Path) -> None:
+    """Prometheus reads the file_sd feed that `export --watch` keeps, and the exporter: its API shows
+    the fake engine's own series, labelled with the feed's labels, and enginespec's."""
+    out = tmp_path / "engines.json"
+    ready = {"/health": [Answer(200)], "/v1/models": [models("/models/a")], "/metrics": [METRICS]}
+    argv = ["vllm", "serve", "/models/a", "--host", "127.0.0.1", "--port", "{port}"]
+    exporter_port = free_port()
+    exporter = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "enginespec.cli",
+            "exporter",
+            "--port",
+            str(exporter_port),
+            "--interval",
+            "500ms",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    watcher = _watching(out)
+    try:
+        with (
+            fake_engine(procs, argv, ready) as port,
+            running_prometheus(tmp_path, FILE_SD_CONFIG.format(exporter=exporter_port)) as api,
+        ):
+            _wait_for("the engine is listed", lambda: out.exists() and port in _ports_in(out))
+            (group,) = _groups_at(json.loads(out.read_bytes()), {port}).values()
+            engine_id = group["labels"]["engine_id"]  # type: ignore[index]
+            own = f'vllm:num_requests_running{{job="engines",engine_id="{engine_id}",model="/models/a"}}'
+            until("prometheus scrapes the engine's own metrics", lambda: query(api, own))
+            (sample,) = query(api, own)
+            assert sample["value"][1] == "3"  # type: ignore[index]
+            assert sample["metric"]["instance"] == f"127.0.0.1:{port}"  # type: ignore[index]
+            ours = f'enginespec_engine_up{{job="enginespec",engine_id="{engine_id}"}} == 1'
+            until("prometheus scrapes the exporter's series of the engine", lambda: query(api, ours))
+    finally:
+        stop_child(watcher)
+        stop_child(exporter)
+
+
+def test_router_feeds_list_each_name_clients_send(procs: Procs) -> None:
+    """llm-d's endpoints file (IPv4 literal, port as a string, model as a label) and
+    production-stack's index-aligned lists (a backend once per served name); what a format
+    cannot carry (a hostname for llm-d, a single-label one for the router) is left out, said."""
+    ready = {"/health": [Answer(200)], "/v1/models": [models("a", "b")], "/metrics": [METRICS]}
+    argv = ["vllm", "serve", "/models/x", "--served-model-name", "a", "b", "--port", "{port}"]
+    with (
+        fake_engine(procs, [*argv, "--host", "127.0.0.1"], ready) as local,
+        fake_engine(procs, [*argv, "--host", "0.0.0.0"], ready) as wildcard,
+    ):
+        by_ip = {
+            f: _export("--format", f, "--out", "-", "--advertise", "10.1.2.3")
+            for f in ("llm-d", "production-stack")
+        }
+        by_name = {
+            f: _export("--format", f, "--out", "-", "--advertise", "gpu7")
+            for f in ("llm-d", "production-stack")
+        }
+    for done in [*by_ip.values(), *by_name.values()]:
+        assert done.returncode == 0, done.stderr
+    endpoints = {e["port"]: e for e in json.loads(by_ip["llm-d"].stdout)["endpoints"]}
+    assert endpoints[str(local)]["address"] == "127.0.0.1"
+    assert endpoints[str(wildcard)]["address"] == "10.1.2.3"
+    entry = endpoints[str(local)]
+    assert set(entry) == {"name", "namespace", "address", "port", "labels"}
+    assert entry["namespace"] == "default"
+    assert entry["name"].startswith(f"vllm-{local}-")
+    assert entry["labels"]["served_model_name"] == "a"
+    assert str(wildcard) not in {e["port"] for e in json.loads(by_name["llm-d"].stdout)["endpoints"]}
+    assert "llm-d takes only IPv4 addresses, not gpu7:" in by_name["llm-d"].stderr
+    config = json.loads(by_ip["production-stack"].stdout)
+    assert config["service_discovery"] == "static"
+    pairs = list(zip(config["static_backends"].split(","), config["static_models"].split(","), strict=True))
+    for port, host in ((local, "127.0.0.1"), (wildcard, "10.1.2.3")):
+        assert [m for u, m in pairs if u == f"http://{host}:{port}"] == ["a", "b"]
+    named = json.loads(by_name["production-stack"].stdout)["static_backends"]
+    assert f"http://gpu7:{wildcard}" not in named
+    assert f"the router refuses the URL http://gpu7:{wildcard}" in by_name["production-stack"].stderr
+
+
+def test_the_llm_d_file_stays_under_its_size_cap() -> None:
+    engines = [made_engine(port) for port in range(20000, 26000)]
+    document, notes = feeds.llm_d(engines, "10.0.0.1")
+    assert len(feeds._encode(document)) <= feeds.LLM_D_MAX_BYTES
+    assert len(feeds._encode(document)) > feeds.LLM_D_MAX_BYTES - 1000  # as many as fit (an entry: ~400 B)
+    assert len(document["endpoints"]) + len(notes) == 6000
+    assert notes
+    assert all("llm-d reads at most 1048576 bytes" in note for note in notes)
+
+
+def made_engine(port: int) -> EngineProcess:
+    """An engine as a scan of another host reports it (no process of this host behind it)."""
+    return EngineProcess(
+        pid=port,
+        start_time=0.0,
+        ppid=1,
+        engine="vllm",
+        model="/models/" + "m" * 100,
+        served_model_names=("m",),
+        host="127.0.0.1",
+        port=port,
+        effective_host="127.0.0.1",
+        effective_port=port,
+        role="server",
+        base_url=f"http://127.0.0.1:{port}",
+        argv=("vllm", "serve"),
+        exe=None,
+        worker_pids=(),
+        supervisor=None,
+        listen_ports=(port,),
+    )
+
+
+@pytest.mark.parametrize(
+    ("engine", "argv", "path"),
+    [
+        ("vllm", ("vllm", "serve", "m"), "/metrics"),
+        ("sglang", ("python", "-m", "sglang.launch_server", "--model-path", "m"), None),
+        (
+            "sglang",
+            ("python", "-m", "sglang.launch_server", "--model-path", "m", "--enable-metrics"),
+            "/metrics",
+        ),
+        ("llamacpp", ("llama-server", "-m", "m.gguf"), None),
+        ("llamacpp", ("llama-server", "-m", "m.gguf", "--metrics"), "/metrics"),
+        ("tgi", ("text-generation-launcher", "--model-id", "m"), "/metrics"),
+        ("lmdeploy", ("lmdeploy", "serve", "api_server", "m"), "/metrics"),
+        ("lmdeploy", ("lmdeploy", "serve", "api_server", "m", "--disable-metrics"), None),
+        ("ollama", ("ollama", "serve"), None),
+    ],
+)
+def test_each_engines_own_metrics_endpoint_follows_its_argv(
+    engine: str, argv: tuple[str, ...], path: str | None
+) -> None:
+    process = made_engine(8000).model_copy(update={"engine": engine, "argv": argv})
+    assert feeds.metrics_path(process) == path
+
+
+def test_a_host_name_an_engine_names_is_never_advertised(procs: Procs, tmp_path: Path) -> None:
+    """The answering socket is checked to be the engine's own, not that a name leads to it: an
+    engine whose argv says `--host attacker.example` is left out, said, in every format."""
+    ready = {"/health": [Answer(200)], "/v1/models": [models("/models/a")], "/metrics": [METRICS]}
+    argv = ["vllm", "serve", "/models/a", "--host", "attacker.example", "--port", "{port}"]
+    with fake_engine(procs, argv, ready) as port:
+        outputs = {
+            f: _export("--format", f, "--out", "-", "--advertise", "10.1.2.3") for f in feeds.FEED_FORMATS
+        }
+    for feed, done in outputs.items():
+        assert done.returncode == 0, done.stderr
+        assert "attacker.example" not in done.stdout, feed
+        assert str(port) not in done.stdout, feed
+        assert "no address other hosts can use" in done.stderr, feed

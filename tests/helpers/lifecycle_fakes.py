@@ -1,0 +1,57 @@
+"""Fake engines for the lifecycle tests: tests/helpers/fake_engine.py installed as an executable named
+``llama-server`` (so argv is a llama-server's and a scan finds it), and recipes that run it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import stat
+import sys
+from pathlib import Path
+
+from enginespec import Recipe
+
+FAKE_SOURCE = Path(__file__).parent / "fake_engine.py"
+HOST = "127.0.0.1"
+
+
+def install_fake(directory: Path) -> Path:
+    """``directory/bin/llama-server``: the fake engine, run by this interpreter."""
+    binary = directory / "bin" / "llama-server"
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    binary.write_text(f"#!{sys.executable}\n" + FAKE_SOURCE.read_text())
+    binary.chmod(binary.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return binary
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def fake_recipe(binary: Path, port: int, mode: str, **env: str) -> Recipe:
+    return Recipe(
+        engine="llamacpp",
+        model_path=str(binary.parent / "model.gguf"),
+        host=HOST,
+        port=port,
+        binary_path=str(binary),
+        env_vars={"FAKE_MODE": mode, "FAKE_LIFETIME": "60", **env},
+    )
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie is not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            state = file.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
+def kill_quietly(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, 9)

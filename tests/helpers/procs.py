@@ -1,0 +1,139 @@
+"""Real processes for scanner tests: the compiled `helpers/idle.c`, started with an exact argv."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+HELPER_SOURCE = Path(__file__).parent / "idle.c"
+
+
+def stop_child(proc: subprocess.Popen[bytes], signum: int = signal.SIGTERM, timeout: float = 20.0) -> None:
+    """Ends a child the way its users end it (``signum``), killing it if it has not gone within
+    ``timeout`` seconds, and reaps it."""
+    if proc.poll() is None:
+        proc.send_signal(signum)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def build_helper(directory: Path) -> Path:
+    binary = directory / "idle"
+    subprocess.run(["gcc", "-O1", "-o", str(binary), str(HELPER_SOURCE)], check=True, timeout=120)
+    return binary
+
+
+class Procs:
+    """Starts helpers whose /proc/PID/cmdline is exactly the given argv; kills them all at exit."""
+
+    def __init__(self, helper: Path) -> None:
+        self.helper = helper
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        self,
+        argv: Sequence[str],
+        pass_fds: Sequence[int] = (),
+        cwd: Path | None = None,
+        executable: Path | None = None,
+        cgroup: Path | None = None,
+        user: str | None = None,
+        **env: str,
+    ) -> subprocess.Popen[bytes]:
+        """Runs the helper (or ``executable``, e.g. a link to it named as a real program) as
+        ``argv``. ``pass_fds``: descriptors the process holds too (a server socket, see
+        fakeserver); ``cwd``: its working directory; with ``cgroup`` (a cgroup directory), in that
+        cgroup from before its exec on, as a container runtime starts a container's process;
+        ``user``: the user it runs as (with that user's group only), e.g. ``nobody``."""
+
+        def enter() -> None:
+            if cgroup is not None:
+                (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+
+        proc = subprocess.Popen(
+            [os.fsencode(a) for a in argv],
+            executable=executable or self.helper,
+            pass_fds=tuple(pass_fds),
+            cwd=cwd,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if "HELPER_LISTEN" in env else subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=enter if cgroup is not None else None,
+            user=user,
+            group=None if user is None else _group_of(user),
+            extra_groups=None if user is None else [],
+        )
+        self.started.append(proc)
+        # execve has returned to Popen before the kernel publishes the new argv: wait for it, as
+        # a real host shows it a moment later (the scanner watches such processes meanwhile).
+        wait_for(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes() != b"")
+        return proc
+
+    def stop(self, proc: subprocess.Popen[bytes]) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def stop_all(self) -> None:
+        for proc in self.started:
+            self.stop(proc)
+        self.started.clear()
+
+
+def _group_of(user: str) -> int:
+    import pwd
+
+    return pwd.getpwnam(user).pw_gid
+
+
+def wait_for(predicate: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        time.sleep(0.02)
+
+
+def rewrites(*argvs: Sequence[str]) -> str:
+    """The value of the helper's HELPER_REWRITE: one argv per SIGUSR1 (see helpers/idle.c)."""
+    return "\x1e".join("\x1f".join(argv) for argv in argvs)
+
+
+def send_when_handled(proc: subprocess.Popen[bytes], signum: int) -> None:
+    """Sends ``signum`` once the process handles it (``SigCgt`` in /proc/PID/status): sent
+    earlier, its default action (for SIGUSR1: exit) would run instead."""
+    bit = 1 << (signum - 1)
+
+    def handled() -> bool:
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+        return bool(int(caught.split()[1], 16) & bit)
+
+    wait_for(handled)
+    os.kill(proc.pid, signum)
+
+
+def children_of(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found.update(int(p) for p in (task / "children").read_text().split())
+    return found
+
+
+@contextmanager
+def running(helper: Path) -> Iterator[Procs]:
+    procs = Procs(helper)
+    try:
+        yield procs
+    finally:
+        procs.stop_all()

@@ -1,0 +1,125 @@
+"""`enginespec run`, `stop` and `logs`, run as the real command with fake engines."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import enginespec as es
+from enginespec.engineprocess import make_engine_id
+from helpers.cli import enginespec
+from helpers.lifecycle_fakes import fake_recipe, free_port, install_fake, kill_quietly, pid_alive
+
+
+def _recipe_file(tmp_path: Path, mode: str, **env: str) -> tuple[Path, es.Recipe]:
+    recipe = fake_recipe(install_fake(tmp_path), free_port(), mode, **env)
+    path = tmp_path / "recipe.json"
+    path.write_text(recipe.model_dump_json())
+    return path, recipe
+
+
+def test_run_failed_start_prints_class_cause_and_hint(tmp_path: Path) -> None:
+    log = tmp_path / "replay.log"
+    cause = "gguf_init_from_file: failed to open GGUF file '/models/nope.gguf'"
+    log.write_text(f"llama_model_load: loading\n{cause}\nmain: exiting due to model loading error\n")
+    path, _recipe = _recipe_file(tmp_path, "replay", FAKE_LOG=str(log), FAKE_EXIT="1")
+    done = enginespec("run", str(path), "--log-dir", str(tmp_path / "logs"), timeout=60)
+    assert done.returncode == 1
+    err = done.stderr.decode()
+    assert "model_not_found (exit status 1)" in err
+    assert f"  {cause}" in err
+    assert "hint: " in err
+    # the engine's output was shown, and kept
+    assert cause in done.stdout.decode()
+    kept = list((tmp_path / "logs").rglob("*.log"))
+    assert len(kept) == 1
+    assert cause in kept[0].read_text()
+    as_json = enginespec(
+        "run", str(path), "--json", "--quiet", "--log-dir", str(tmp_path / "logs"), timeout=60
+    )
+    assert as_json.returncode == 1
+    assert json.loads(as_json.stdout)["kind"] == "model_not_found"
+
+
+def test_run_ctrl_c_stops_the_group_and_exits_130(tmp_path: Path) -> None:
+    pidfile = tmp_path / "gc.pid"
+    path, _recipe = _recipe_file(tmp_path, "grandchild", FAKE_PIDFILE=str(pidfile))
+    run = subprocess.Popen(
+        [sys.executable, "-m", "enginespec.cli", "run", str(path), "--log-dir", str(tmp_path / "logs")],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    grandchild = None
+    try:
+        assert run.stderr is not None
+        seen = b""
+        while b"ready at" not in seen:
+            line = run.stderr.readline()
+            assert line, seen.decode()
+            seen += line
+        grandchild = int(pidfile.read_text())
+        engine_pid = int(seen.split(b" pid ")[1].split(b";")[0])
+        run.send_signal(signal.SIGINT)
+        assert run.wait(timeout=60) == 130
+        assert not pid_alive(engine_pid)
+        assert not pid_alive(grandchild)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.wait()
+        if grandchild is not None and pid_alive(grandchild):
+            kill_quietly(grandchild)
+
+
+def test_stop_and_logs_of_an_engine_it_did_not_start(tmp_path: Path) -> None:
+    binary = install_fake(tmp_path)
+    recipe = fake_recipe(binary, free_port(), "serve")
+    out = tmp_path / "server.out"
+    with open(out, "wb") as file:
+        popen = subprocess.Popen(
+            es.get_engine_spec("llamacpp").build_command(recipe),
+            stdout=file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "FAKE_MODE": "serve", "FAKE_LIFETIME": "60"},
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while b"listening" not in out.read_bytes():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        logs = enginespec("logs", str(popen.pid), "-n", "5", "--log-dir", str(tmp_path / "none"))
+        assert logs.returncode == 0, logs.stderr
+        assert b"server is listening" in logs.stdout
+        stopped = enginespec("stop", str(popen.pid), "--grace", "5", "--json")
+        assert stopped.returncode == 0, stopped.stderr
+        result = json.loads(stopped.stdout)
+        assert result["leftover"] == []
+        assert result["signals"][0]["signal"] == "SIGTERM"
+        assert popen.wait(timeout=10) == -signal.SIGTERM
+        gone = enginespec("stop", str(popen.pid))
+        assert gone.returncode == 2
+    finally:
+        if popen.poll() is None:
+            popen.kill()
+        popen.wait()
+
+
+def test_logs_of_a_run_by_engine_id_survive_it(tmp_path: Path) -> None:
+    log = tmp_path / "replay.log"
+    log.write_text("error: invalid argument: --bogus\n")
+    path, recipe = _recipe_file(tmp_path, "replay", FAKE_LOG=str(log), FAKE_EXIT="1")
+    enginespec("run", str(path), "--quiet", "--log-dir", str(tmp_path / "logs"), timeout=60)
+    engine_id = make_engine_id("llamacpp", recipe.model_path, recipe.port)
+    logs = enginespec("logs", engine_id, "--log-dir", str(tmp_path / "logs"))
+    assert logs.returncode == 0
+    assert b"error: invalid argument: --bogus" in logs.stdout
+    unknown = enginespec("logs", "llamacpp-1-deadbeef", "--log-dir", str(tmp_path / "logs"))
+    assert unknown.returncode == 2

@@ -1,0 +1,447 @@
+"""The package's layout holds: an acyclic module-level import graph, no function importing an
+enginespec module, one exception family exported at the top level, and the spec's argv methods
+agreeing with parse_argv on every corpus record."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import enginespec
+import enginespec.errors
+from enginespec import EngineSpecError, UnknownEngineError, all_engine_specs, get_engine_spec, parse_argv
+
+PACKAGE = Path(enginespec.__file__).parent
+CORPORA = [
+    Path(__file__).parents[1] / "data" / name
+    for name in ("argv-public.jsonl", "argv-new-public.jsonl", "argv-issue27-public.jsonl")
+]
+
+
+def _module_name(path: Path) -> str:
+    parts = ["enginespec", *path.relative_to(PACKAGE).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _targets(node: ast.Import | ast.ImportFrom, importer: str) -> list[str]:
+    """The enginespec modules an import statement names (``from enginespec import x`` names the
+    submodule ``enginespec.x`` when there is one, else the package itself)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names if alias.name.split(".")[0] == "enginespec"]
+    base = node.module or ""
+    if node.level:
+        package = importer if MODULES[importer].name == "__init__.py" else importer.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = f"{package}.{base}" if base else package
+    if base.split(".")[0] != "enginespec":
+        return []
+    return [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+
+
+def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Imports outside functions and classes, including those under ``if``/``try`` (and so under
+    ``if TYPE_CHECKING:``, which counts: a type-only cycle is still a cycle)."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        elif isinstance(node, (ast.If, ast.Try)):
+            pending.extend(node.body)
+            pending.extend(node.orelse)
+            if isinstance(node, ast.Try):
+                pending.extend(node.finalbody)
+                for handler in node.handlers:
+                    pending.extend(handler.body)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        edges = {t for node in _module_level_imports(tree) for t in _targets(node, name)}
+        graph[name] = {t for t in edges if t in MODULES and t != name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for successor in sorted(graph[node]):
+            if state.get(successor) == 1:
+                return [*path[path.index(successor) :], successor]
+            if successor not in state and (found := visit(successor)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_module_level_import_graph_is_acyclic() -> None:
+    graph = _graph()
+    assert len(graph) > 20  # the whole package was read
+    # every import form is seen: `import a.b as c`, `from a.b import x`, `from a import module`
+    assert {"enginespec.commands", "enginespec.definition"} <= graph["enginespec.spec"]
+    assert "enginespec.engines.vllm" in graph["enginespec.engines"]
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def _function_imports(name: str, path: Path) -> set[str]:
+    """The package modules ``name`` imports inside its functions (to start without them)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for inner in ast.walk(node):
+                if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                    found |= {t for t in _targets(inner, name) if t in MODULES and t != name}
+    return found
+
+
+def test_imports_inside_functions_hide_no_cycle() -> None:
+    """A function may import what it alone needs (the CLI's commands, an engine's machinery:
+    `enginespec --version` and a scan start without them), but only where that import, taken as
+    if it were at module level, closes no cycle."""
+    graph = _graph()
+    lazy = {name: _function_imports(name, path) for name, path in MODULES.items()}
+    assert lazy["enginespec.spec"] >= {"enginespec.commands", "enginespec.installing"}  # they are seen
+    whole = {name: graph[name] | lazy[name] for name in graph}
+    assert _cycle(whole) is None, " -> ".join(_cycle(whole) or [])
+
+
+def _family() -> list[type[BaseException]]:
+    return [
+        member
+        for _, member in inspect.getmembers(enginespec.errors, inspect.isclass)
+        if issubclass(member, BaseException) and member.__module__ == "enginespec.errors"
+    ]
+
+
+def test_one_error_family_exported_at_the_top_level() -> None:
+    family = _family()
+    assert len(family) >= 10
+    for error in family:
+        assert issubclass(error, EngineSpecError), error
+        assert getattr(enginespec, error.__name__) is error
+        assert error.__name__ in enginespec.__all__
+        if error is not EngineSpecError:  # each also resembles a builtin
+            builtins = [b for b in error.__mro__ if b.__module__ == "builtins"]
+            assert builtins[0] not in (Exception, BaseException), error
+    for name in enginespec.__all__:  # and nothing raised on purpose lives elsewhere
+        value = getattr(enginespec, name)
+        if isinstance(value, type) and issubclass(value, BaseException):
+            assert value in family, name
+
+
+def test_unknown_engine_is_a_family_member_and_a_value_error() -> None:
+    with pytest.raises(UnknownEngineError, match="unknown engine 'nope'; known engines: vllm") as info:
+        get_engine_spec("nope")
+    assert isinstance(info.value, ValueError)
+    assert isinstance(info.value, EngineSpecError)
+
+
+def _records() -> list[list[str]]:
+    records = [
+        json.loads(line)["argv"]
+        for corpus in CORPORA
+        for line in corpus.read_text().splitlines()
+        if line.strip()
+    ]
+    assert len(records) > 300
+    return records
+
+
+def test_spec_argv_methods_agree_with_parse_argv_on_the_corpus() -> None:
+    specs = all_engine_specs()
+    for argv in _records():
+        invocation = parse_argv(argv)
+        for spec in specs:
+            mine = invocation is not None and invocation.engine == spec.id
+            assert spec.detect_invocation(argv) is mine, (spec.id, argv)
+            assert spec.extract_model_path(argv) == (invocation.model if mine and invocation else None)
+            served = invocation.served_model_name if mine and invocation else None
+            assert spec.extract_served_model_name(argv) == served
+        assert sum(spec.detect_invocation(argv) for spec in specs) == (invocation is not None)
+
+
+def test_import_stays_light() -> None:
+    """`import enginespec` loads none of the CLI's extras (rich, prometheus_client), nor httpx, nor
+    pydantic: its names are imported on first use."""
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import enginespec"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    imported = {
+        line.rsplit("|", 1)[-1].strip().split(".")[0] for line in out.stderr.splitlines() if "|" in line
+    }
+    assert "enginespec" in imported  # the list was read
+    assert not imported & {"rich", "prometheus_client", "httpx", "pydantic"}
+
+
+# --- the suite's own children ------------------------------------------------------------------
+
+#: Calls that end a child (or hand it to what ends it: a fixture's stop, a stream's interrupt).
+_ENDS = ("kill", "killpg", "terminate", "stop", "stop_all", "interrupt", "send_signal")
+
+
+def _ends_a_child(nodes: list[ast.stmt]) -> bool:
+    return any(
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute | ast.Name)
+        and any(
+            end in (call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id) for end in _ENDS
+        )
+        for node in nodes
+        for call in ast.walk(node)
+    )
+
+
+def _unowned_children(source: str) -> list[int]:
+    """The lines of ``subprocess.Popen`` calls whose child nothing is sure to end: not inside, or
+    followed in the same function by, a ``try`` whose ``finally`` ends children; not appended to a
+    list a fixture ends (``procs.started.append(proc)``); not returned to a caller that owns it;
+    not kept by an object with a method that ends it."""
+    tree = ast.parse(source)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "Popen"
+    ]
+    return [call.lineno for call in calls if not _owned(call, parents)]
+
+
+def _owned(call: ast.Call, parents: dict[ast.AST, ast.AST]) -> bool:
+    node: ast.AST = call
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.Return) or (isinstance(node, ast.Try) and _ends_a_child(node.finalbody)):
+            return True
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Attribute):  # self.proc = ...
+            owner = next(n for n in _ancestors(node, parents) if isinstance(n, ast.ClassDef))
+            return _ends_a_child(owner.body)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            return _ended_later(call, node)
+    return False
+
+
+def _ended_later(call: ast.Call, function: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether, after ``call``, ``function`` ends children in a ``finally``, or hands the child
+    (by the name it was assigned to) to a list or to its caller."""
+    names = {
+        target.id
+        for node in ast.walk(function)
+        if isinstance(node, ast.Assign) and node.value is call
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    for node in ast.walk(function):
+        if getattr(node, "lineno", 0) <= call.lineno:
+            continue
+        if isinstance(node, ast.Try) and _ends_a_child(node.finalbody):
+            return True
+        handed = (
+            node.args
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "append"
+            else [node.value]
+            if isinstance(node, ast.Return) and node.value is not None
+            else []
+        )
+        if any(isinstance(arg, ast.Name) and arg.id in names for arg in handed):
+            return True
+    return False
+
+
+def _ancestors(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> list[ast.AST]:
+    found = []
+    while node in parents:
+        node = parents[node]
+        found.append(node)
+    return found
+
+
+def test_every_child_the_suite_starts_is_ended_in_a_finally() -> None:
+    """A child that outlives its test (holding a pipe, a port) hangs or breaks the rest of the
+    suite: every one is ended in a ``finally`` or by a fixture's."""
+    tests = Path(__file__).resolve().parents[1]
+    offenders = {
+        str(path.relative_to(tests)): lines
+        for path in sorted(tests.rglob("*.py"))
+        if (lines := _unowned_children(path.read_text()))
+    }
+    assert offenders == {}
+
+
+def test_the_child_check_finds_a_child_left_running() -> None:
+    left = "import subprocess\ndef test_x():\n    p = subprocess.Popen(['sleep', '9'])\n"
+    left += "    assert p.wait(1) == 0\n"
+    ended = left.replace(
+        "    assert p.wait(1) == 0\n", "    try:\n        p.wait(1)\n    finally:\n        p.kill()\n"
+    )
+    fixture = left.replace("    assert p.wait(1) == 0\n", "    procs.started.append(p)\n")
+    assert (_unowned_children(left), _unowned_children(ended), _unowned_children(fixture)) == ([3], [], [])
+
+
+def test_only_the_backend_selector_imports_a_twin() -> None:
+    """The pure-Python twins (``_py*``) are the fallback backend, chosen in ``_backend`` alone:
+    what the facade shares with them lives in ``_common``, so the native path never loads them
+    and a change to a twin cannot break it."""
+    top = _graph()
+    graph = {name: top[name] | _function_imports(name, path) for name, path in MODULES.items()}
+    twins = {name for name in MODULES if name.rpartition(".")[2].startswith("_py")}
+    assert len(twins) == 4
+    importers = {name for name, edges in graph.items() if edges & twins and name not in twins}
+    assert importers == {"enginespec._backend"}
+
+
+def _classes_named_twice(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Public class names defined in more than one module (module name -> its source), but for
+    a twin: a class of a ``_py*`` module named as a class of the native stub (``_native``) it
+    mirrors."""
+    defined: dict[str, list[str]] = {}
+    for module, source in sorted(sources.items()):
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                defined.setdefault(node.name, []).append(module)
+    native = {name for name, modules in defined.items() if "enginespec._native" in modules}
+
+    def twin(module: str, name: str) -> bool:
+        return name in native and module.rpartition(".")[2].startswith("_py")
+
+    shared = {name: [m for m in modules if not twin(m, name)] for name, modules in defined.items()}
+    return {name: modules for name, modules in shared.items() if len(modules) > 1}
+
+
+def test_one_class_per_name() -> None:
+    """A class name means one class: following ``Scanner`` or ``Target`` through the code never
+    lands on another of the same name (the fallback's twins of the native classes aside)."""
+    sources = {name: path.read_text() for name, path in MODULES.items()}
+    sources["enginespec._native"] = (PACKAGE / "_native.pyi").read_text()
+    assert {"Scanner", "ProcessScanner", "Watch", "EngineProcess"} <= {
+        node.name
+        for source in sources.values()
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ClassDef)
+    }
+    assert _classes_named_twice(sources) == {}
+
+
+def test_the_class_name_check_finds_a_name_used_twice() -> None:
+    sources = {
+        "enginespec._native": "class Matcher: ...",
+        "enginespec._pymatcher": "class Matcher: ...",
+        "enginespec.argv": "class Matcher: ...\nclass _Private: ...",
+        "enginespec.health": "class _Private: ...",
+    }
+    assert _classes_named_twice(sources) == {"Matcher": ["enginespec._native", "enginespec.argv"]}
+
+
+@pytest.mark.skipif(enginespec.BACKEND != "native", reason="the fallback backend is the twins")
+def test_the_native_path_loads_no_twin() -> None:
+    code = "import sys, enginespec; enginespec.Scanner().scan(); print(*sys.modules)"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert not [name for name in loaded.stdout.split() if name.startswith("enginespec._py")]
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    """The ids of the docstring nodes of a module, its classes and functions."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def test_only_the_reading_layer_names_proc() -> None:
+    """The paths of process files are made in one module (its ``proc`` root is how a scanner
+    reads a fixture host): no other module's code holds a ``/proc`` path."""
+    naming = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        texts = [
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+        ]
+        if any("/proc" in text for text in texts):
+            naming[name] = path
+    assert "enginespec._procfiles" in naming  # the search finds what it looks for
+    # installing's refusal names the file the host lacks, in a message (hardware.py reads it
+    # under a root)
+    assert set(naming) == {"enginespec._procfiles", "enginespec.installing"}
+
+
+def _loaded(code: str) -> list[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    return out.stdout.split()
+
+
+@pytest.mark.skipif(enginespec.BACKEND != "native", reason="the fallback scanner is psutil")
+def test_ps_loads_only_what_it_uses() -> None:
+    """`enginespec ps --no-health` starts without what only other paths use: psutil (the
+    fallback's), httpx (health), pydantic-settings; the scanner's modules without http.client and
+    ssl (a container's name: a host's containerised engine would load them in ps). Its table may
+    use rich: engines of the host, such as other tests', may be found."""
+    loaded = _loaded(
+        "import sys, io, contextlib; from enginespec.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()): main(['ps', '--no-health'])\n"
+        "print(*sys.modules)"
+    )
+    assert "enginespec.scanning" in loaded  # the list was read
+    assert not {"psutil", "httpx", "pydantic_settings", "asyncio"}.intersection(loaded)
+    loaded = _loaded("import sys, enginespec.cli, enginespec.scanning; print(*sys.modules)")
+    assert "enginespec.containers" in loaded
+    assert not {"http.client", "ssl"}.intersection(loaded)
+
+
+def test_the_docs_link_only_to_files_in_the_repository() -> None:
+    """README is the front door and docs/ the reference: every relative link resolves."""
+    repository = Path(__file__).resolve().parents[2]
+    pages = [repository / "README.md", *sorted((repository / "docs").glob("*.md"))]
+    assert len(pages) > 10
+    broken = [
+        (page.name, target)
+        for page in pages
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text())
+        if not target.startswith(("http://", "https://")) and not (page.parent / target).exists()
+    ]
+    assert broken == []
+    assert len((repository / "README.md").read_text().splitlines()) <= 250
