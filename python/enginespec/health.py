@@ -444,11 +444,14 @@ async def in_turn(
     *,
     concurrency: int,
     deadline: float | None,
+    on_result: Callable[[int, _Checked], None] | None = None,
 ) -> list[_Checked]:
     """``check`` of every process, at most ``concurrency`` in flight, the slots going to each
     owner's engines in turn (see :func:`_owners_in_turn`); with ``deadline`` (seconds) the round
     ends by then and processes still waiting or in flight get ``late``. Each network namespace's
-    socket table is read once for the round. Results are in the order of ``processes``."""
+    socket table is read once for the round. Results are in the order of ``processes``;
+    ``on_result(index, result)`` is told each one as it comes (a hung server's timeout does not
+    hold back the others' results)."""
     gate = asyncio.Semaphore(concurrency)
     loop = asyncio.get_running_loop()
     end = None if deadline is None else loop.time() + deadline
@@ -457,7 +460,7 @@ async def in_turn(
         async with gate:
             return await check(proc)
 
-    async def one(proc: EngineProcess) -> _Checked:
+    async def timed(proc: EngineProcess) -> _Checked:
         if end is None:
             return await gated(proc)
         try:
@@ -465,9 +468,15 @@ async def in_turn(
         except asyncio.TimeoutError:
             return late(proc)
 
+    async def one(at: int) -> _Checked:
+        result = await timed(processes[at])
+        if on_result is not None:
+            on_result(at, result)
+        return result
+
     with sockets.shared_tables():
         order = _owners_in_turn(processes)
-        found = dict(zip(order, await asyncio.gather(*(one(processes[at]) for at in order)), strict=True))
+        found = dict(zip(order, await asyncio.gather(*(one(at) for at in order)), strict=True))
     return [found[at] for at in range(len(processes))]
 
 

@@ -28,7 +28,7 @@ import signal
 import struct
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -478,11 +478,16 @@ class EngineMonitor:
         return Vitals(health=health, load=load)
 
     async def check_async(
-        self, processes: Iterable[EngineProcess], *, deadline: float | None = None
+        self,
+        processes: Iterable[EngineProcess],
+        *,
+        deadline: float | None = None,
+        on_result: Callable[[EngineProcess, Vitals], None] | None = None,
     ) -> list[Vitals]:
         """Checks every engine at once (at most ``concurrency`` in flight), in the order given.
         With ``deadline`` (seconds) the whole round ends by then: engines not checked in time
-        are ``unknown`` with that reason."""
+        are ``unknown`` with that reason. ``on_result(process, vitals)`` is told each engine's as
+        it comes."""
         if deadline is not None and not deadline > 0:
             raise ValueError(f"deadline: must be a positive number of seconds, got {deadline!r}")
 
@@ -490,7 +495,10 @@ class EngineMonitor:
             return Vitals(health=not_checked_in_time(process.engine, process.base_url, deadline or 0.0))
 
         listed = list(processes)
-        return await in_turn(listed, self._one, late, concurrency=self.concurrency, deadline=deadline)
+        told = None if on_result is None else (lambda at, found: on_result(listed[at], found))
+        return await in_turn(
+            listed, self._one, late, concurrency=self.concurrency, deadline=deadline, on_result=told
+        )
 
     def check(self, processes: Iterable[EngineProcess], *, deadline: float | None = None) -> list[Vitals]:
         """Sync form of :meth:`check_async`."""

@@ -35,7 +35,7 @@ from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
 from enginespec.load import EngineLoad
 from enginespec.status import Health, HealthState
-from enginespec.vitals import EngineMonitor, WorkerExit
+from enginespec.vitals import EngineMonitor, Vitals, WorkerExit
 
 #: What a ``changed`` event can name, in this order.
 ChangedField = Literal[
@@ -351,49 +351,83 @@ class Watch:
 
     def _health_loop(self) -> None:
         try:
-            while True:
-                self._wake_health.clear()  # before the round: an engine started during it wakes the next
-                with self._lock:
-                    current = dict(self._current)
-                processes = list(current.values())
-                # A refresh budget: one round of checks ends within it, however many engines hang
-                # (those not checked in time are `unknown`, saying so).
-                budget = max(self._health_timeout, self._health_interval)
-                vitals = self._monitor.check(processes, deadline=budget) if processes else []
-                with self._lock:
-                    for process, found in zip(processes, vitals, strict=True):
-                        health = found.health
-                        key = (process.pid, process.start_time)
-                        if key in self._current:
-                            self.loads[key] = found.load
-                        previous = self._states.get(key)
-                        if key not in self._current or previous == health.state:
-                            continue
-                        self._states[key] = health.state
-                        now = time.monotonic()
-                        self._sink(
-                            HealthChanged(
-                                type=health.state,
-                                monotonic=now,
-                                process=self._current[key],
-                                health=health,
-                                previous=previous,
-                            )
-                        )
-                        if previous == "stalled" and health.state in ("ready", "busy"):
-                            self._sink(
-                                Recovered(
-                                    monotonic=now,
-                                    process=self._current[key],
-                                    health=health,
-                                    previous=previous,
-                                )
-                            )
-                self._wake_health.wait(self._health_interval)
-                if self._stop.is_set():
-                    return
+            asyncio.run(self._health_checks())
         except BaseException as err:
             self._sink(err)
+
+    async def _health_checks(self) -> None:
+        """Checks each engine when it is first seen, then every health interval. A batch of
+        checks runs beside the batches still in flight, and each engine's result is told as it
+        comes: servers that accept and never answer (another user's, say) hold only their own
+        checks until the timeout, never a new engine's."""
+        # A refresh budget: one batch ends within it, however many engines hang (those not
+        # checked in time are `unknown`, saying so).
+        budget = max(self._health_timeout, self._health_interval)
+        checked_at: dict[_Key, float] = {}
+        in_flight: set[_Key] = set()
+        batches: set[asyncio.Task[None]] = set()
+
+        async def batch(due: dict[_Key, EngineProcess]) -> None:
+            try:
+                await self._monitor.check_async(due.values(), deadline=budget, on_result=self._tell_health)
+            except Exception as err:  # handed to the consumer, who raises it
+                self._sink(err)
+            finally:
+                in_flight.difference_update(due)
+                self._wake_health.set()  # what is due next is counted again
+
+        try:
+            while not self._stop.is_set():
+                self._wake_health.clear()  # before looking: an engine started meanwhile wakes the next look
+                with self._lock:
+                    current = dict(self._current)
+                now = time.monotonic()
+                for key in checked_at.keys() - current.keys():
+                    del checked_at[key]
+                # never checked, or checked an interval ago and not in flight still
+                due = {
+                    key: process
+                    for key, process in current.items()
+                    if key not in checked_at
+                    or (key not in in_flight and now >= checked_at[key] + self._health_interval)
+                }
+                if due:
+                    checked_at.update(dict.fromkeys(due, now))
+                    in_flight.update(due)
+                    task = asyncio.create_task(batch(due))
+                    batches.add(task)
+                    task.add_done_callback(batches.discard)
+                waiting = [
+                    at + self._health_interval for key, at in checked_at.items() if key not in in_flight
+                ]
+                pause = min([self._health_interval, *(at - now for at in waiting)])
+                await asyncio.to_thread(self._wake_health.wait, max(pause, 0.0))
+        finally:
+            for task in batches:
+                task.cancel()
+            await asyncio.gather(*batches, return_exceptions=True)
+
+    def _tell_health(self, process: EngineProcess, found: Vitals) -> None:
+        """One engine's check: its load kept, a new state told (a stall's end as Recovered too)."""
+        health = found.health
+        key = (process.pid, process.start_time)
+        with self._lock:
+            if key not in self._current:
+                return
+            self.loads[key] = found.load
+            previous = self._states.get(key)
+            if previous == health.state:
+                return
+            self._states[key] = health.state
+            now = time.monotonic()
+            current = self._current[key]
+            self._sink(
+                HealthChanged(
+                    type=health.state, monotonic=now, process=current, health=health, previous=previous
+                )
+            )
+            if previous == "stalled" and health.state in ("ready", "busy"):
+                self._sink(Recovered(monotonic=now, process=current, health=health, previous=previous))
 
     def close(self) -> None:
         """Stops the watch and waits for its threads (at most about one interval or one health

@@ -167,6 +167,35 @@ def test_a_new_engine_is_checked_at_once_not_a_health_interval_later(procs: Proc
     assert ready.type == "ready"
 
 
+def test_a_new_engine_is_told_while_a_hung_servers_check_still_waits(procs: Procs) -> None:
+    """A server that accepts and never answers (its socket listens, no one accepts) holds its own
+    check until the timeout; an engine started meanwhile is checked beside it and told first."""
+    hung = bound_socket()
+    hung.listen(8)
+    answering = bound_socket()
+    with serving({"/health": [Answer(200, b'{"status":"ok"}')]}, sock=answering):
+        stuck = procs.start(
+            ["llama-server", "-m", "/m/stuck.gguf", "--port", str(hung.getsockname()[1])],
+            pass_fds=(hung.fileno(),),
+        )
+        watch = enginespec.Scanner().watch(0.2, health=True, health_interval=300, health_timeout=30)
+        events = iter(watch)
+        try:
+            _until(events, lambda e: isinstance(e, Started) and e.process.pid == stuck.pid)
+            late = procs.start(
+                ["llama-server", "-m", "/m/late.gguf", "--port", str(answering.getsockname()[1])],
+                pass_fds=(answering.fileno(),),
+            )
+            told = _until(
+                events, lambda e: isinstance(e, HealthChanged) and e.process.pid in (stuck.pid, late.pid)
+            )
+        finally:
+            watch.close()
+            hung.close()
+    assert isinstance(told, HealthChanged)
+    assert (told.process.pid, told.type) == (late.pid, "ready"), told
+
+
 def test_watch_async_yields_the_same_events(procs: Procs) -> None:
     proc = procs.start(["mlx_lm.server", "--model", "m", "--port", str(free_port())])
 
