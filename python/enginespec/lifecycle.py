@@ -650,16 +650,18 @@ class RunningEngine:
             in_container = None
             if self._container is not None and self.exit_status() is None:
                 in_container = self._stop_container(self._container, grace)
+                if in_container.stopped:
+                    # the runtime answers once it has killed the container; the kernel ends the
+                    # killed processes a moment later, and a busy host makes that moment long
+                    self._wait_tree_ended(KILL_WAIT)
             members = self._members(marked=True)
             leader_alive = self.exit_status() is None
             # nothing left (the engine ended and took its tree along): this scan is the last one
             rounds = range(3) if members or leader_alive else range(0)
             if rounds:
                 self._signal_all(signals.SIGTERM, members, leader_alive, sent)
-            deadline = time.monotonic() + grace
-            while rounds and time.monotonic() < deadline and (self.exit_status() is None or self._members()):
-                self._sleep(0.05)
-                time.sleep(0.01)
+            if rounds:
+                self._wait_tree_ended(grace)
             for round_ in rounds:
                 members = self._members(marked=round_ == 0)
                 leader_alive = self.exit_status() is None
@@ -713,6 +715,13 @@ class RunningEngine:
             return result(True, f"{runtime} stopped {label} (HTTP {status})")
         answer = f"HTTP {status}" if isinstance(status, int) else status
         return result(False, f"{runtime} did not stop {label} ({answer}): {signalled}")
+
+    def _wait_tree_ended(self, seconds: float) -> None:
+        """Waits up to ``seconds`` for the engine and every member of its tree to end."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and (self.exit_status() is None or self._members()):
+            self._sleep(0.05)
+            time.sleep(0.01)
 
     def _signal_all(
         self, sig: int, members: Mapping[int, int], leader_alive: bool, sent: list[Signalled]
