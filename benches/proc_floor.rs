@@ -13,14 +13,15 @@
 use std::io::Read;
 use std::time::Instant;
 
-use enginespec::scan::{list_proc, ScanOptions, Scanner};
+use enginespec::procread::ProcRoot;
+use enginespec::scan::{ScanOptions, Scanner};
 use enginespec::signature::signatures_from_json;
 use sysinfo::{ProcessRefreshKind, ProcessesToUpdate, System, UpdateKind};
 
 /// The fastest listing we know (raw getdents64, no allocation per entry), shared with the scanner.
 fn list_pids() -> Vec<(i32, u64)> {
     let mut pids = Vec::new();
-    list_proc(std::path::Path::new("/proc"), &mut pids);
+    ProcRoot::new("/proc".into()).list(&mut pids);
     pids
 }
 

@@ -8,7 +8,8 @@
 //! - `cgroup`: the container `/proc/PID/cgroup` places a process in (a pure parser); `proxy`:
 //!   the forward a `docker-proxy` argv sets up;
 //! - `procfs`: pure parsers of what procfs gives (`cmdline`, `stat`, `children`, `net/tcp`, the
-//!   listing's records);
+//!   listing's records); `procread`: every read of procfs, under one root (`/proc`, or a fixture
+//!   host's), whose bytes `procfs` parses;
 //! - `gguf`: the header of a GGUF model file (metadata and tensor infos), bounded reads;
 //! - `proc_events`: the kernel's process events (netlink proc connector), parsed and read as
 //!   hints of what to re-read;
@@ -22,6 +23,7 @@ pub mod gguf;
 pub mod matcher;
 pub mod proc_events;
 pub mod procfs;
+pub mod procread;
 pub mod proxy;
 pub mod scan;
 pub mod scan_sysinfo;

@@ -68,6 +68,13 @@ pub struct ProcStat {
     pub args: Option<(u64, u64)>,
 }
 
+impl ProcStat {
+    /// A zombie (`Z`) or dead (`X`) process: whatever its argv says, it serves nothing.
+    pub fn is_dead(&self) -> bool {
+        self.state == b'Z' || self.state == b'X'
+    }
+}
+
 /// Parses `/proc/PID/stat`. The command name between the parentheses is chosen by the process
 /// (`prctl(PR_SET_NAME)`) and may contain spaces and `)`, so fields are counted from the last `)`.
 pub fn parse_stat(data: &[u8]) -> Option<ProcStat> {

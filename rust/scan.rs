@@ -11,7 +11,7 @@
 //! - engines, whose `stat` is re-read to confirm their identity (pid, start time) and liveness,
 //!   and whose argv is checked for a rewrite in place (setproctitle) at a cost bounded whatever its
 //!   size: `comm` and argv's address range from that `stat`, and the first and last
-//!   [`CMDLINE_PEEK`] bytes of `cmdline`; it is re-read whole and parsed again only when one differs;
+//!   [`CMDLINE_PEEK`](crate::procread::CMDLINE_PEEK) bytes of `cmdline`; it is re-read whole and parsed again only when one differs;
 //! - processes that may still `exec` an engine: exec wrappers (shells, `env`, `nohup`, ... given by
 //!   the caller) and processes born since the previous scan, for a short while (on the first
 //!   scan, those born shortly before it: caught between fork and exec, they show their parent's
@@ -32,13 +32,8 @@
 //!
 //! Nothing here panics or fails on a process that vanishes, is a zombie, or hides its files.
 
-use std::fs::File;
-use std::io::{ErrorKind, Read};
-#[cfg(unix)]
-use std::os::unix::fs::FileExt;
-#[cfg(windows)]
-use std::os::windows::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::io::ErrorKind;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,12 +41,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::matcher::{basename, Facts, Matcher};
 use crate::proc_events::Change;
-#[cfg(target_os = "linux")]
-use crate::procfs::parse_pid_dirents;
-use crate::procfs::{
-    capped_argv, parse_children, parse_socket_link, parse_stat, parse_tcp_listen, parse_u64,
-    proc_stat_value, ProcStat, ARGV_CUT,
-};
+use crate::procfs::{capped_argv, parse_u64, proc_stat_value, ProcStat, ARGV_CUT};
+use crate::procread::{ProcRoot, ReadError, Tables};
 use crate::signature::Signature;
 
 /// Caller-supplied knobs (the wrapper list is data owned by the Python package).
@@ -205,87 +196,6 @@ impl Reuse {
     }
 }
 
-enum ReadError {
-    Gone,
-    Denied,
-}
-
-/// How much of each end of an engine's `cmdline` is compared on every scan to notice a rewrite.
-pub const CMDLINE_PEEK: usize = 4096;
-
-fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<(), ReadError> {
-    buf.clear();
-    let mut file = File::open(path).map_err(classify_io)?;
-    file.read_to_end(buf).map_err(classify_io)?;
-    Ok(())
-}
-
-fn classify_io(err: std::io::Error) -> ReadError {
-    match err.kind() {
-        ErrorKind::PermissionDenied => ReadError::Denied,
-        // ENOENT, ESRCH (process exited while being read), anything else: treat as gone.
-        _ => ReadError::Gone,
-    }
-}
-
-fn read_small(path: &Path) -> Option<Vec<u8>> {
-    let mut buf = Vec::new();
-    read_into(path, &mut buf).ok()?;
-    Some(buf)
-}
-
-/// Fills `buf` from `offset` on, as far as the file goes; the number of bytes read.
-fn read_at_most(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        let Some(rest) = buf.get_mut(filled..) else {
-            break;
-        };
-        #[cfg(unix)]
-        let read = file.read_at(rest, offset + filled as u64)?;
-        // The scanner reads no procfs off Linux; this only keeps the crate building there.
-        #[cfg(windows)]
-        let read = file.seek_read(rest, offset + filled as u64)?;
-        match read {
-            0 => break,
-            n => filled += n,
-        }
-    }
-    Ok(filled)
-}
-
-/// Whether the file at `path` (a `cmdline`, which procfs reads from any offset) still holds
-/// `known`, judged from its first and last [`CMDLINE_PEEK`] bytes and its length: at most about
-/// twice that is read, whatever the size of `known`. Any failure answers `false`, so the caller
-/// reads the whole file and counts what went wrong.
-fn ends_match(path: &Path, known: &[u8]) -> bool {
-    let Ok(file) = File::open(path) else {
-        return false;
-    };
-    // `expected` at `offset`; at the end of the file one byte more is asked for, so that a file
-    // that grew does not match.
-    let holds = |offset: usize, expected: &[u8], last: bool| {
-        let mut buf = [0u8; 2 * CMDLINE_PEEK + 1];
-        let Some(window) = buf.get_mut(..expected.len() + usize::from(last)) else {
-            return false;
-        };
-        read_at_most(&file, offset as u64, window).is_ok_and(|n| window.get(..n) == Some(expected))
-    };
-    if known.len() <= 2 * CMDLINE_PEEK {
-        return holds(0, known, true);
-    }
-    let tail_at = known.len() - CMDLINE_PEEK;
-    match (known.get(..CMDLINE_PEEK), known.get(tail_at..)) {
-        (Some(head), Some(tail)) => holds(0, head, false) && holds(tail_at, tail, true),
-        _ => false,
-    }
-}
-
-/// A zombie (`Z`) or dead (`X`) process: whatever its argv says, it serves nothing.
-fn is_dead(state: u8) -> bool {
-    state == b'Z' || state == b'X'
-}
-
 #[cfg(not(unix))]
 fn clock_ticks() -> f64 {
     100.0
@@ -340,6 +250,8 @@ pub struct Scanner {
     matcher: Matcher,
     fold: Vec<bool>,
     options: ScanOptions,
+    /// Every file is read through it, under `options.proc_root`.
+    proc: ProcRoot,
     wrappers: FxHashSet<Vec<u8>>,
     known: FxHashMap<i32, Known>,
     /// The kernel's cursor read after the last listing: bounds the pids reused since.
@@ -380,9 +292,11 @@ impl Scanner {
     pub fn new(signatures: &[Signature], options: ScanOptions) -> Result<Self, String> {
         let matcher = Matcher::new(signatures)?;
         let fold = signatures.iter().map(|s| s.fold_workers).collect();
-        let stat = read_small(&options.proc_root.join("stat")).unwrap_or_default();
+        let proc = ProcRoot::new(options.proc_root.clone());
+        let stat = proc.host_file("stat").unwrap_or_default();
         let boot_time = proc_stat_value(&stat, b"btime").unwrap_or(0) as f64;
-        let pid_max = read_small(&options.proc_root.join("sys/kernel/pid_max"))
+        let pid_max = proc
+            .host_file("sys/kernel/pid_max")
             .and_then(|d| parse_u64(&d))
             .unwrap_or(4_194_304);
         Ok(Scanner {
@@ -390,6 +304,7 @@ impl Scanner {
             fold,
             wrappers: options.wrappers.iter().cloned().collect(),
             options,
+            proc,
             known: FxHashMap::default(),
             cursor: None,
             forks_listed: None,
@@ -429,28 +344,13 @@ impl Scanner {
     }
 
     fn read_cursor(&self) -> Option<Cursor> {
-        let root = &self.options.proc_root;
-        let last_pid = parse_u64(&read_small(&root.join("sys/kernel/ns_last_pid"))?)?;
-        let forks = proc_stat_value(&read_small(&root.join("stat"))?, b"processes")?;
+        let last_pid = parse_u64(&self.proc.host_file("sys/kernel/ns_last_pid")?)?;
+        let forks = proc_stat_value(&self.proc.host_file("stat")?, b"processes")?;
         Some(Cursor { last_pid, forks })
     }
 
     fn list_pids(&mut self) {
-        list_proc(&self.options.proc_root, &mut self.pids);
-    }
-
-    fn proc_path(&self, pid: i32, file: &str) -> PathBuf {
-        use std::io::Write;
-        // One allocation; std opens short paths through a stack buffer. Built from the root's
-        // bytes, not its `display()`, which would replace non-UTF-8 bytes.
-        let root = self.options.proc_root.as_os_str().as_encoded_bytes();
-        let mut path = Vec::with_capacity(root.len() + 32);
-        path.extend_from_slice(root);
-        // Writing into a Vec cannot fail.
-        let _ = write!(path, "/{pid}/{file}");
-        // SAFETY: the root's own encoded bytes followed by ASCII, as from_encoded_bytes_unchecked
-        // requires.
-        PathBuf::from(unsafe { std::ffi::OsString::from_encoded_bytes_unchecked(path) })
+        self.proc.list(&mut self.pids);
     }
 
     /// A wrapper that is running a command (`sh -c ...`, `bash run.sh`, `env X=1 vllm ...`), as
@@ -467,7 +367,7 @@ impl Scanner {
     /// Reads a process's `cmdline` into `buf`. A failure is counted, and gives what the process
     /// is then: gone (`None`) or unreadable.
     fn read_cmdline(&mut self, pid: i32, buf: &mut Vec<u8>) -> Result<(), Option<Class>> {
-        match read_into(&self.proc_path(pid, "cmdline"), buf) {
+        match self.proc.read_into(pid, "cmdline", buf) {
             Ok(()) => Ok(()),
             Err(ReadError::Gone) => {
                 self.stats.vanished += 1;
@@ -532,14 +432,10 @@ impl Scanner {
                 return false;
             }
         }
-        self.read_stat(pid).is_some_and(|stat| {
+        self.proc.stat(pid).is_some_and(|stat| {
             uptime - stat.start_ticks as f64 / self.host.clock_ticks
                 < self.options.young.as_secs_f64()
         })
-    }
-
-    fn read_stat(&self, pid: i32) -> Option<ProcStat> {
-        parse_stat(&read_small(&self.proc_path(pid, "stat"))?)
     }
 
     /// A process whose argv says it is an engine: its record, built once here.
@@ -550,18 +446,18 @@ impl Scanner {
         argv: Vec<Vec<u8>>,
         facts: Facts,
     ) -> Option<Class> {
-        let Some(stat) = self.read_stat(pid) else {
+        let Some(stat) = self.proc.stat(pid) else {
             self.stats.vanished += 1;
             return None;
         };
-        if is_dead(stat.state) {
+        if stat.is_dead() {
             return Some(Class::Other { watch: None });
         }
         self.engine_appeared = true;
         if self.event_driven {
             self.appeared_parents.push(stat.ppid);
         }
-        let exe = std::fs::read_link(self.proc_path(pid, "exe"));
+        let exe = self.proc.exe(pid);
         let exe_denied = exe
             .as_ref()
             .is_err_and(|e| e.kind() == ErrorKind::PermissionDenied);
@@ -574,7 +470,7 @@ impl Scanner {
             facts,
             exe: exe.ok().map(|p| p.into_os_string().into_encoded_bytes()),
             descendants: Vec::new(),
-            parent_argv: self.read_argv(stat.ppid),
+            parent_argv: self.proc.argv(stat.ppid),
             listen_ports: Vec::new(),
         };
         Some(Class::Engine(Box::new(EngineState {
@@ -585,18 +481,6 @@ impl Scanner {
             tree_denied: false,
             tree_read: None,
         })))
-    }
-
-    fn read_argv(&self, pid: i32) -> Vec<Vec<u8>> {
-        read_small(&self.proc_path(pid, "cmdline"))
-            .map(|data| {
-                capped_argv(&data)
-                    .0
-                    .into_iter()
-                    .map(<[u8]>::to_vec)
-                    .collect()
-            })
-            .unwrap_or_default()
     }
 
     /// Re-checks a known engine: same start time, alive, and the same argv. `None` when it is
@@ -610,11 +494,11 @@ impl Scanner {
         maybe_reused: bool,
         now: Instant,
     ) -> Option<Class> {
-        let Some(stat) = self.read_stat(pid) else {
+        let Some(stat) = self.proc.stat(pid) else {
             self.stats.vanished += 1;
             return None;
         };
-        if is_dead(stat.state) {
+        if stat.is_dead() {
             return Some(Class::Other { watch: None });
         }
         if stat.start_ticks != state.stat.start_ticks {
@@ -625,7 +509,7 @@ impl Scanner {
         let reread = maybe_reused
             || stat.comm != state.stat.comm
             || stat.args != state.stat.args
-            || !ends_match(&self.proc_path(pid, "cmdline"), &state.cmdline);
+            || !self.proc.cmdline_holds(pid, &state.cmdline);
         if reread {
             self.stats.reread += 1;
             let mut buf = std::mem::take(&mut self.buf);
@@ -645,7 +529,7 @@ impl Scanner {
             }
         }
         if stat.ppid != state.stat.ppid {
-            let parent_argv = self.read_argv(stat.ppid);
+            let parent_argv = self.proc.argv(stat.ppid);
             let record = self.revisions.change(&mut state.record);
             record.ppid = stat.ppid;
             record.parent_argv = parent_argv;
@@ -707,7 +591,7 @@ impl Scanner {
             // A fork gives the pid a new /proc/PID (and inode); an exec or rename keeps it.
             let inode = match (&previous, change) {
                 (Some(known), Change::Exec | Change::Comm) => Some(known.inode),
-                _ => proc_inode(&self.proc_path(pid, "")),
+                _ => self.proc.inode(pid),
             };
             let class = match previous {
                 Some(known) => {
@@ -774,8 +658,7 @@ impl Scanner {
         self.forks_listed = before.map(|c| c.forks);
         self.generation += 1;
         if first {
-            self.cold_uptime =
-                read_small(&self.options.proc_root.join("uptime")).and_then(|d| parse_uptime(&d));
+            self.cold_uptime = self.proc.host_file("uptime").and_then(|d| parse_uptime(&d));
             self.cold_cursor = before.map(|c| c.last_pid);
         }
         self.list_pids();
@@ -934,16 +817,15 @@ impl Scanner {
         }
     }
 
-    /// An engine's process tree and its sockets, read now (`tables`: see [`listen_ports`]).
+    /// An engine's process tree and its sockets, read now (`tables`: see [`ProcRoot::listen_ports`]).
     fn read_tree(&self, pid: i32, engine: usize, tables: &mut Tables) -> Tree {
-        let root = &self.options.proc_root;
         let descendants = if self.fold.get(engine).copied().unwrap_or(false) {
-            descendants(root, pid)
+            self.proc.descendants(pid)
         } else {
             Vec::new()
         };
         let (listen_ports, denied) = if self.options.listen_ports {
-            listen_ports(root, pid, &descendants, tables)
+            self.proc.listen_ports(pid, &descendants, tables)
         } else {
             (Vec::new(), false)
         };
@@ -972,7 +854,7 @@ impl Scanner {
                 {
                     found.insert(pid);
                 }
-                let Some(stat) = self.read_stat(pid) else {
+                let Some(stat) = self.proc.stat(pid) else {
                     break;
                 };
                 pid = stat.ppid;
@@ -1019,14 +901,13 @@ impl Scanner {
                 TreeUpdate::Read(self.read_tree(pid, state.record.facts.engine, &mut tables))
             } else {
                 // Between refreshes, workers that exited are dropped at once.
-                let root = &self.options.proc_root;
                 let alive: Vec<i32> = state
                     .record
                     .descendants
                     .iter()
                     .copied()
                     .filter(|d| self.known.contains_key(d))
-                    .filter(|d| !quiet || root.join(d.to_string()).exists())
+                    .filter(|&d| !quiet || self.proc.exists(d))
                     .collect();
                 if alive.len() == state.record.descendants.len() {
                     TreeUpdate::Keep
@@ -1068,19 +949,6 @@ impl Scanner {
     }
 }
 
-/// The inode of `/proc/PID` (as the listing gives it), `None` when the process is gone.
-#[cfg(unix)]
-fn proc_inode(path: &Path) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| m.ino())
-}
-
-/// Without inodes (Windows, where this scanner only builds): whether the entry exists.
-#[cfg(not(unix))]
-fn proc_inode(path: &Path) -> Option<u64> {
-    std::fs::metadata(path).ok().map(|_| 0)
-}
-
 /// An engine's process tree as read at one refresh.
 struct Tree {
     descendants: Vec<i32>,
@@ -1095,183 +963,6 @@ enum TreeUpdate {
     /// Between refreshes: the workers still alive.
     Workers(Vec<i32>),
     Read(Tree),
-}
-
-/// Lists the numeric entries of procfs as (pid, inode of `/proc/PID`). Portable version for
-/// systems whose procfs is not Linux's (the native backend uses `scan_sysinfo` there; without
-/// inodes, on Windows, a reused pid is told by the cursor alone).
-#[cfg(not(target_os = "linux"))]
-pub fn list_proc(proc_root: &Path, out: &mut Vec<(i32, u64)>) {
-    #[cfg(unix)]
-    use std::os::unix::fs::DirEntryExt;
-    #[cfg(not(unix))]
-    let inode = |_: &std::fs::DirEntry| 0;
-    #[cfg(unix)]
-    let inode = |entry: &std::fs::DirEntry| entry.ino();
-
-    out.clear();
-    let Ok(entries) = std::fs::read_dir(proc_root) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) {
-            out.push((pid, inode(&entry)));
-        }
-    }
-}
-
-/// Lists the numeric entries of procfs as (pid, inode of `/proc/PID`), with raw `getdents64`
-/// calls into one buffer: no allocation per entry. Leaves `out` empty if procfs cannot be read.
-#[cfg(target_os = "linux")]
-pub fn list_proc(proc_root: &Path, out: &mut Vec<(i32, u64)>) {
-    use std::os::fd::AsRawFd;
-
-    out.clear();
-    let Ok(dir) = File::open(proc_root) else {
-        return;
-    };
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        // SAFETY: the fd is open for the whole loop and `buf` is writable for `buf.len()` bytes.
-        let read = unsafe {
-            libc::syscall(
-                libc::SYS_getdents64,
-                dir.as_raw_fd(),
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        };
-        let Ok(read) = usize::try_from(read) else {
-            return;
-        };
-        if read == 0 || !parse_pid_dirents(buf.get(..read).unwrap_or_default(), out) {
-            return;
-        }
-    }
-}
-
-/// Every live descendant of `pid`, from `/proc/PID/task/TID/children`. Those lists include
-/// zombies (exited, not yet reaped), which serve nothing and have no children left: each child's
-/// `stat` is read to leave them out.
-pub fn descendants(proc_root: &Path, pid: i32) -> Vec<i32> {
-    let mut seen: FxHashSet<i32> = FxHashSet::default();
-    let mut queue = vec![pid];
-    while let Some(parent) = queue.pop() {
-        let Ok(tasks) = std::fs::read_dir(proc_root.join(parent.to_string()).join("task")) else {
-            continue;
-        };
-        for task in tasks.flatten() {
-            let Some(children) = read_small(&task.path().join("children")) else {
-                continue;
-            };
-            for child in parse_children(&children) {
-                if child != pid && !seen.contains(&child) && is_alive(proc_root, child) {
-                    seen.insert(child);
-                    queue.push(child);
-                }
-            }
-        }
-    }
-    let mut out: Vec<i32> = seen.into_iter().collect();
-    out.sort_unstable();
-    out
-}
-
-/// Whether `pid` exists and is neither a zombie nor dead.
-fn is_alive(proc_root: &Path, pid: i32) -> bool {
-    read_small(&proc_root.join(pid.to_string()).join("stat"))
-        .and_then(|data| parse_stat(&data))
-        .is_some_and(|stat| !is_dead(stat.state))
-}
-
-/// The (inode, port) LISTEN sockets of each network namespace (by its inode) read so far in one
-/// scan: a socket table can take 10 ms to read, and 1,024 engines of one namespace need it once.
-pub type Tables = FxHashMap<u64, Vec<(u64, u16)>>;
-
-/// The inode of `pid`'s network namespace, `None` when it cannot be told (a fixture root).
-fn netns_of(proc_root: &Path, pid: i32) -> Option<u64> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(proc_root.join(pid.to_string()).join("ns/net"))
-            .ok()
-            .map(|m| m.ino())
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = (proc_root, pid);
-        None
-    }
-}
-
-/// TCP ports in LISTEN state whose sockets are held by `pid` or `others`, sorted; and whether
-/// some fd directory, fd link or socket table could not be read for lack of permission (the
-/// ports found are then only those that could be seen). `tables` keeps each namespace's table
-/// for the rest of the scan.
-pub fn listen_ports(
-    proc_root: &Path,
-    pid: i32,
-    others: &[i32],
-    tables: &mut Tables,
-) -> (Vec<u16>, bool) {
-    let denied = |err: &std::io::Error| err.kind() == ErrorKind::PermissionDenied;
-    let mut any_denied = false;
-    let mut inodes: FxHashSet<u64> = FxHashSet::default();
-    for p in std::iter::once(pid).chain(others.iter().copied()) {
-        let fds = match std::fs::read_dir(proc_root.join(p.to_string()).join("fd")) {
-            Ok(fds) => fds,
-            Err(err) => {
-                any_denied |= denied(&err);
-                continue;
-            }
-        };
-        for fd in fds.flatten() {
-            match std::fs::read_link(fd.path()) {
-                Ok(target) => {
-                    inodes.extend(parse_socket_link(target.as_os_str().as_encoded_bytes()));
-                }
-                Err(err) => any_denied |= denied(&err),
-            }
-        }
-    }
-    let mut ports: Vec<u16> = Vec::new();
-    if inodes.is_empty() {
-        return (ports, any_denied);
-    }
-    let netns = netns_of(proc_root, pid);
-    let cached = netns.and_then(|ns| tables.get(&ns));
-    let read;
-    let listening: &[(u64, u16)] = if let Some(found) = cached {
-        found
-    } else {
-        let mut found = Vec::new();
-        let mut data = Vec::new();
-        let mut denied_here = false;
-        for table in ["net/tcp", "net/tcp6"] {
-            match read_into(&proc_root.join(pid.to_string()).join(table), &mut data) {
-                Ok(()) => found.extend(parse_tcp_listen(&data)),
-                Err(ReadError::Denied) => denied_here = true,
-                Err(ReadError::Gone) => {}
-            }
-        }
-        any_denied |= denied_here;
-        match netns {
-            Some(ns) if !denied_here => tables.entry(ns).or_insert(found),
-            _ => {
-                read = found;
-                &read
-            }
-        }
-    };
-    ports.extend(
-        listening
-            .iter()
-            .filter(|(inode, _)| inodes.contains(inode))
-            .map(|&(_, port)| port),
-    );
-    ports.sort_unstable();
-    ports.dedup();
-    (ports, any_denied)
 }
 
 // Fixture /proc trees are made of Unix symlinks (fds, exe).

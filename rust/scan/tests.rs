@@ -2,6 +2,7 @@
 //! what later scans re-read and trust, and how pid reuse, exec, zombies and unreadable files are
 //! handled. Time is passed in (`scan_at`), so the young and refresh windows are stepped, not slept.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::fixture::{signatures, FakeProc, Stat, BOOT_TIME};

@@ -1,0 +1,353 @@
+//! Reads of procfs under one root: `/proc`, or a fixture host's `ROOT/proc`. Every file the
+//! scanner opens is opened here, and what it holds is parsed by `procfs` (reading kept apart
+//! from parsing, as the `procfs` and `procfs-core` crates do), so the whole scan follows the root
+//! it is given and the parsers stay pure functions a fuzzer can call.
+//!
+//! Nothing here panics or fails on a process that vanishes, is a zombie, or hides its files: a
+//! read that fails says whether the file was gone or denied, and the caller decides.
+
+use std::fs::File;
+use std::io::{ErrorKind, Read};
+#[cfg(unix)]
+use std::os::unix::fs::FileExt;
+#[cfg(windows)]
+use std::os::windows::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+#[cfg(target_os = "linux")]
+use crate::procfs::parse_pid_dirents;
+use crate::procfs::{
+    capped_argv, parse_children, parse_socket_link, parse_stat, parse_tcp_listen, ProcStat,
+};
+
+/// How much of each end of an engine's `cmdline` is compared on every scan to notice a rewrite.
+pub const CMDLINE_PEEK: usize = 4096;
+
+/// Why a file could not be read.
+pub enum ReadError {
+    /// ENOENT, ESRCH (the process exited while being read), anything but a refusal.
+    Gone,
+    /// EACCES or EPERM: another user's process.
+    Denied,
+}
+
+/// The (inode, port) LISTEN sockets of each network namespace (by its inode) read so far in one
+/// scan: a socket table can take 10 ms to read, and 1,024 engines of one namespace need it once.
+pub type Tables = FxHashMap<u64, Vec<(u64, u16)>>;
+
+/// The procfs root every read goes through.
+#[derive(Debug, Clone)]
+pub struct ProcRoot {
+    root: PathBuf,
+}
+
+impl ProcRoot {
+    pub fn new(root: PathBuf) -> Self {
+        ProcRoot { root }
+    }
+
+    /// `ROOT/PID/FILE`, in one allocation (std opens short paths through a stack buffer). Built
+    /// from the root's bytes, not its `display()`, which would replace non-UTF-8 bytes.
+    fn pid_path(&self, pid: i32, file: &str) -> PathBuf {
+        use std::io::Write;
+        let root = self.root.as_os_str().as_encoded_bytes();
+        let mut path = Vec::with_capacity(root.len() + 32);
+        path.extend_from_slice(root);
+        // Writing into a Vec cannot fail.
+        let _ = write!(path, "/{pid}/{file}");
+        // SAFETY: the root's own encoded bytes followed by ASCII, as from_encoded_bytes_unchecked
+        // requires.
+        PathBuf::from(unsafe { std::ffi::OsString::from_encoded_bytes_unchecked(path) })
+    }
+
+    /// A file of the host, not of one process: `stat`, `uptime`, `sys/kernel/pid_max`, ...
+    pub fn host_file(&self, name: &str) -> Option<Vec<u8>> {
+        read_small(&self.root.join(name))
+    }
+
+    /// Reads `ROOT/PID/FILE` into `buf` (cleared first).
+    pub fn read_into(&self, pid: i32, file: &str, buf: &mut Vec<u8>) -> Result<(), ReadError> {
+        read_into(&self.pid_path(pid, file), buf)
+    }
+
+    /// The process's `stat`, parsed; `None` when it is gone or unreadable.
+    pub fn stat(&self, pid: i32) -> Option<ProcStat> {
+        parse_stat(&read_small(&self.pid_path(pid, "stat"))?)
+    }
+
+    /// The process's argv (capped as the scanner caps it); empty when it cannot be read.
+    pub fn argv(&self, pid: i32) -> Vec<Vec<u8>> {
+        read_small(&self.pid_path(pid, "cmdline"))
+            .map(|data| {
+                capped_argv(&data)
+                    .0
+                    .into_iter()
+                    .map(<[u8]>::to_vec)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Where the process's `exe` link points.
+    pub fn exe(&self, pid: i32) -> std::io::Result<PathBuf> {
+        std::fs::read_link(self.pid_path(pid, "exe"))
+    }
+
+    /// Whether `ROOT/PID` exists (a zombie's does).
+    pub fn exists(&self, pid: i32) -> bool {
+        self.pid_path(pid, "").exists()
+    }
+
+    /// The inode of `ROOT/PID` (as the listing gives it), `None` when the process is gone.
+    pub fn inode(&self, pid: i32) -> Option<u64> {
+        let metadata = std::fs::metadata(self.pid_path(pid, "")).ok()?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            Some(metadata.ino())
+        }
+        // Without inodes (Windows, where this scanner only builds): whether the entry exists.
+        #[cfg(not(unix))]
+        {
+            let _ = metadata;
+            Some(0)
+        }
+    }
+
+    /// Whether the process's `cmdline` (which procfs reads from any offset) still holds `known`,
+    /// judged from its first and last [`CMDLINE_PEEK`] bytes and its length: at most about twice
+    /// that is read, whatever the size of `known`. Any failure answers `false`, so the caller
+    /// reads the whole file and counts what went wrong.
+    pub fn cmdline_holds(&self, pid: i32, known: &[u8]) -> bool {
+        let Ok(file) = File::open(self.pid_path(pid, "cmdline")) else {
+            return false;
+        };
+        // `expected` at `offset`; at the end of the file one byte more is asked for, so that a
+        // file that grew does not match.
+        let holds = |offset: usize, expected: &[u8], last: bool| {
+            let mut buf = [0u8; 2 * CMDLINE_PEEK + 1];
+            let Some(window) = buf.get_mut(..expected.len() + usize::from(last)) else {
+                return false;
+            };
+            read_at_most(&file, offset as u64, window)
+                .is_ok_and(|n| window.get(..n) == Some(expected))
+        };
+        if known.len() <= 2 * CMDLINE_PEEK {
+            return holds(0, known, true);
+        }
+        let tail_at = known.len() - CMDLINE_PEEK;
+        match (known.get(..CMDLINE_PEEK), known.get(tail_at..)) {
+            (Some(head), Some(tail)) => holds(0, head, false) && holds(tail_at, tail, true),
+            _ => false,
+        }
+    }
+
+    /// Lists the numeric entries of procfs as (pid, inode of `ROOT/PID`), with raw `getdents64`
+    /// calls into one buffer: no allocation per entry. Leaves `out` empty if it cannot be read.
+    #[cfg(target_os = "linux")]
+    pub fn list(&self, out: &mut Vec<(i32, u64)>) {
+        use std::os::fd::AsRawFd;
+
+        out.clear();
+        let Ok(dir) = File::open(&self.root) else {
+            return;
+        };
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            // SAFETY: the fd is open for the whole loop and `buf` is writable for `buf.len()`
+            // bytes.
+            let read = unsafe {
+                libc::syscall(
+                    libc::SYS_getdents64,
+                    dir.as_raw_fd(),
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                )
+            };
+            let Ok(read) = usize::try_from(read) else {
+                return;
+            };
+            if read == 0 || !parse_pid_dirents(buf.get(..read).unwrap_or_default(), out) {
+                return;
+            }
+        }
+    }
+
+    /// The same for systems whose procfs is not Linux's (the native backend uses `scan_sysinfo`
+    /// there; without inodes, on Windows, a reused pid is told by the cursor alone).
+    #[cfg(not(target_os = "linux"))]
+    pub fn list(&self, out: &mut Vec<(i32, u64)>) {
+        #[cfg(unix)]
+        use std::os::unix::fs::DirEntryExt;
+        #[cfg(not(unix))]
+        let inode = |_: &std::fs::DirEntry| 0;
+        #[cfg(unix)]
+        let inode = |entry: &std::fs::DirEntry| entry.ino();
+
+        out.clear();
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) {
+                out.push((pid, inode(&entry)));
+            }
+        }
+    }
+
+    /// Every live descendant of `pid`, from `ROOT/PID/task/TID/children`. Those lists include
+    /// zombies (exited, not yet reaped), which serve nothing and have no children left: each
+    /// child's `stat` is read to leave them out.
+    pub fn descendants(&self, pid: i32) -> Vec<i32> {
+        let mut seen: FxHashSet<i32> = FxHashSet::default();
+        let mut queue = vec![pid];
+        while let Some(parent) = queue.pop() {
+            let Ok(tasks) = std::fs::read_dir(self.pid_path(parent, "task")) else {
+                continue;
+            };
+            for task in tasks.flatten() {
+                let Some(children) = read_small(&task.path().join("children")) else {
+                    continue;
+                };
+                for child in parse_children(&children) {
+                    if child != pid && !seen.contains(&child) && self.is_alive(child) {
+                        seen.insert(child);
+                        queue.push(child);
+                    }
+                }
+            }
+        }
+        let mut out: Vec<i32> = seen.into_iter().collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Whether `pid` exists and is neither a zombie nor dead.
+    fn is_alive(&self, pid: i32) -> bool {
+        self.stat(pid).is_some_and(|stat| !stat.is_dead())
+    }
+
+    /// The inode of `pid`'s network namespace, `None` when it cannot be told (a fixture root).
+    fn netns(&self, pid: i32) -> Option<u64> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(self.pid_path(pid, "ns/net"))
+                .ok()
+                .map(|m| m.ino())
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = pid;
+            None
+        }
+    }
+
+    /// TCP ports in LISTEN state whose sockets are held by `pid` or `others`, sorted; and whether
+    /// some fd directory, fd link or socket table could not be read for lack of permission (the
+    /// ports found are then only those that could be seen). `tables` keeps each namespace's table
+    /// for the rest of the scan.
+    pub fn listen_ports(&self, pid: i32, others: &[i32], tables: &mut Tables) -> (Vec<u16>, bool) {
+        let denied = |err: &std::io::Error| err.kind() == ErrorKind::PermissionDenied;
+        let mut any_denied = false;
+        let mut inodes: FxHashSet<u64> = FxHashSet::default();
+        for p in std::iter::once(pid).chain(others.iter().copied()) {
+            let fds = match std::fs::read_dir(self.pid_path(p, "fd")) {
+                Ok(fds) => fds,
+                Err(err) => {
+                    any_denied |= denied(&err);
+                    continue;
+                }
+            };
+            for fd in fds.flatten() {
+                match std::fs::read_link(fd.path()) {
+                    Ok(target) => {
+                        inodes.extend(parse_socket_link(target.as_os_str().as_encoded_bytes()));
+                    }
+                    Err(err) => any_denied |= denied(&err),
+                }
+            }
+        }
+        let mut ports: Vec<u16> = Vec::new();
+        if inodes.is_empty() {
+            return (ports, any_denied);
+        }
+        let netns = self.netns(pid);
+        let cached = netns.and_then(|ns| tables.get(&ns));
+        let read;
+        let listening: &[(u64, u16)] = if let Some(found) = cached {
+            found
+        } else {
+            let mut found = Vec::new();
+            let mut data = Vec::new();
+            let mut denied_here = false;
+            for table in ["net/tcp", "net/tcp6"] {
+                match self.read_into(pid, table, &mut data) {
+                    Ok(()) => found.extend(parse_tcp_listen(&data)),
+                    Err(ReadError::Denied) => denied_here = true,
+                    Err(ReadError::Gone) => {}
+                }
+            }
+            any_denied |= denied_here;
+            match netns {
+                Some(ns) if !denied_here => tables.entry(ns).or_insert(found),
+                _ => {
+                    read = found;
+                    &read
+                }
+            }
+        };
+        ports.extend(
+            listening
+                .iter()
+                .filter(|(inode, _)| inodes.contains(inode))
+                .map(|&(_, port)| port),
+        );
+        ports.sort_unstable();
+        ports.dedup();
+        (ports, any_denied)
+    }
+}
+
+fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<(), ReadError> {
+    buf.clear();
+    let mut file = File::open(path).map_err(classify_io)?;
+    file.read_to_end(buf).map_err(classify_io)?;
+    Ok(())
+}
+
+fn classify_io(err: std::io::Error) -> ReadError {
+    match err.kind() {
+        ErrorKind::PermissionDenied => ReadError::Denied,
+        // ENOENT, ESRCH (process exited while being read), anything else: treat as gone.
+        _ => ReadError::Gone,
+    }
+}
+
+fn read_small(path: &Path) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    read_into(path, &mut buf).ok()?;
+    Some(buf)
+}
+
+/// Fills `buf` from `offset` on, as far as the file goes; the number of bytes read.
+fn read_at_most(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let Some(rest) = buf.get_mut(filled..) else {
+            break;
+        };
+        #[cfg(unix)]
+        let read = file.read_at(rest, offset + filled as u64)?;
+        // The scanner reads no procfs off Linux; this only keeps the crate building there.
+        #[cfg(windows)]
+        let read = file.seek_read(rest, offset + filled as u64)?;
+        match read {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    Ok(filled)
+}
