@@ -1,5 +1,7 @@
-"""Pure-Python twin of the Rust scanner (``rust/scan.rs``): the same state machine, the same
-results and the same counts.
+"""Pure-Python twin of the Rust scanner (``rust/scan.rs``, and ``ProcessScanner`` of
+``rust/backend.rs``): the same state machine, the same results and the same counts. Its reads are
+``_pyprocread``'s (procread.rs), their parsers ``_pyprocfs``'s (procfs.rs), and off Linux
+``_pysysinfo``'s (scan_sysinfo.rs).
 
 On Linux it reads procfs as the Rust one does: the listing with each ``/proc/PID`` inode, the
 kernel's pid cursor and fork counter (to bound pid reuse, and to skip the listing when nothing
@@ -19,341 +21,18 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final, NamedTuple, TypeAlias
+from typing import Final, TypeAlias
 
-import psutil
-
-from enginespec._common import (
-    ARGV_CUT,
-    MAX_ARGV_ARGS,
-    MAX_ARGV_BYTES,
-    RawInvocation,
-    RawProcess,
-    Woke,
-    basename,
-    tcp_listen,
-)
-from enginespec._procfiles import PROC
+from enginespec._common import ARGV_CUT, RawInvocation, RawProcess, Woke, basename
 from enginespec._pymatcher import Matcher
+from enginespec._pyprocfs import capped_argv, is_dead
+from enginespec._pyprocread import Denied, Gone, ProcRoot, Stat
+from enginespec._pysysinfo import PsutilSource
 from enginespec.signature import Signature
 
 _LINUX = sys.platform.startswith("linux")
 
-#: How much of each end of an engine's cmdline is compared on every scan (``CMDLINE_PEEK``).
-CMDLINE_PEEK = 4096
-
-
-def capped_argv(data: bytes) -> tuple[list[str], bool]:
-    """The argv a scan examines (``capped_argv`` in procfs.rs): ``cmdline`` split on NUL (one
-    trailing NUL dropped, empty -> []), only its first MAX_ARGV_ARGS arguments within
-    MAX_ARGV_BYTES; and whether it was cut. The rest is not split or decoded."""
-    if not data:
-        return [], False
-    if data.endswith(b"\0"):
-        data = data[:-1]
-    parts = data.split(b"\0", MAX_ARGV_ARGS)
-    cut = len(parts) > MAX_ARGV_ARGS
-    kept: list[str] = []
-    size = 0
-    for part in parts[:MAX_ARGV_ARGS]:
-        size += len(part) + 1
-        if size > MAX_ARGV_BYTES:
-            return kept, True
-        kept.append(os.fsdecode(part))
-    return kept, cut
-
-
-class _Gone(Exception):
-    """The process exited while being read."""
-
-
-class _Denied(Exception):
-    """The process's file may not be read (another user's process, hidepid)."""
-
-
-class _Stat(NamedTuple):
-    """What the scanner needs from ``/proc/PID/stat`` (``ProcStat`` in procfs.rs)."""
-
-    state: str
-    ppid: int
-    #: epoch seconds, computed as scan.rs and psutil do (start ticks / CLK_TCK + btime)
-    start_time: float
-    comm: bytes
-    #: where argv lies in memory (arg_start, arg_end); None when unknown
-    args: tuple[int, int] | None
-
-
-def _is_dead(state: str) -> bool:
-    """A zombie or dead process: whatever its argv says, it serves nothing."""
-    return state in ("Z", "X")
-
-
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path) as file:
-            return int(file.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _proc_stat_value(proc: str, key: bytes) -> int | None:
-    """The value of the ``key`` line of ``/proc/stat`` (``btime``, ``processes``)."""
-    try:
-        with open(f"{proc}/stat", "rb") as file:
-            for line in file:
-                name, _, value = line.partition(b" ")
-                if name == key:
-                    return int(value)
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-def _pread_all(fd: int, size: int, offset: int) -> bytes:
-    """Up to ``size`` bytes from ``offset`` on, as far as the file goes."""
-    parts = []
-    while size > 0:
-        part = os.pread(fd, size, offset)
-        if not part:
-            break
-        parts.append(part)
-        size -= len(part)
-        offset += len(part)
-    return b"".join(parts)
-
-
-class _Procfs:
-    """Linux: every process file read where and as scan.rs reads it, below ``proc`` (``/proc``,
-    or a fixture host's ``ROOT/proc``)."""
-
-    def __init__(self, proc: str = PROC) -> None:
-        self._proc = proc
-        self.boot_time = float(_proc_stat_value(proc, b"btime") or 0)
-        self._clock_ticks = float(os.sysconf("SC_CLK_TCK"))
-        self.pid_max = _read_int(f"{proc}/sys/kernel/pid_max") or 4_194_304
-
-    def list_pids(self) -> list[tuple[int, int]]:
-        """(pid, inode of /proc/PID): the inode changes when a pid is handed to a new process."""
-        try:
-            with os.scandir(self._proc) as entries:
-                return [(int(e.name), e.inode()) for e in entries if e.name.isdigit()]
-        except OSError:
-            return []
-
-    def cursor(self) -> tuple[int, int] | None:
-        """(last allocated pid, forks since boot)."""
-        last_pid = _read_int(f"{self._proc}/sys/kernel/ns_last_pid")
-        forks = _proc_stat_value(self._proc, b"processes")
-        return None if last_pid is None or forks is None else (last_pid, forks)
-
-    def stat(self, pid: int) -> _Stat | None:
-        """``None`` when the process is gone or its stat cannot be read or parsed."""
-        try:
-            with open(f"{self._proc}/{pid}/stat", "rb") as file:
-                data = file.read()
-        except OSError:
-            return None
-        # The command name is chosen by the process and may hold spaces and parentheses.
-        open_, close = data.find(b"("), data.rfind(b")")
-        if open_ < 0 or close <= open_:
-            return None
-        fields = data[close + 1 :].split()
-        try:
-            state, ppid, start_ticks = chr(fields[0][0]), int(fields[1]), int(fields[19])
-        except (IndexError, ValueError):
-            return None
-        try:
-            args: tuple[int, int] | None = (int(fields[45]), int(fields[46]))
-        except (IndexError, ValueError):
-            args = None
-        start_time = start_ticks / self._clock_ticks + self.boot_time
-        return _Stat(state, ppid, start_time, data[open_ + 1 : close], args)
-
-    def cmdline(self, pid: int) -> bytes:
-        try:
-            with open(f"{self._proc}/{pid}/cmdline", "rb") as file:
-                return file.read()
-        except PermissionError:
-            raise _Denied from None
-        except OSError:
-            raise _Gone from None
-
-    def ends_match(self, pid: int, known: bytes) -> bool:
-        """Whether cmdline still holds ``known``, from its first and last ``CMDLINE_PEEK`` bytes
-        and its length (``ends_match`` in scan.rs); any failure answers False."""
-        try:
-            fd = os.open(f"{self._proc}/{pid}/cmdline", os.O_RDONLY)
-        except OSError:
-            return False
-        try:
-            # At the end one byte more is asked for, so that a cmdline that grew does not match.
-            if len(known) <= 2 * CMDLINE_PEEK:
-                return _pread_all(fd, len(known) + 1, 0) == known
-            tail_at = len(known) - CMDLINE_PEEK
-            return (
-                _pread_all(fd, CMDLINE_PEEK, 0) == known[:CMDLINE_PEEK]
-                and _pread_all(fd, CMDLINE_PEEK + 1, tail_at) == known[tail_at:]
-            )
-        except OSError:
-            return False
-        finally:
-            os.close(fd)
-
-    def exe(self, pid: int) -> tuple[str | None, bool]:
-        """The executable, and whether reading it was denied. readlink as scan.rs does (psutil
-        strips " (deleted)")."""
-        try:
-            return os.readlink(f"{self._proc}/{pid}/exe"), False
-        except PermissionError:
-            return None, True
-        except OSError:
-            return None, False
-
-    def children(self, pid: int) -> list[int]:
-        """From /proc/PID/task/TID/children (zombies included)."""
-        found: list[int] = []
-        try:
-            tasks = os.listdir(f"{self._proc}/{pid}/task")
-        except OSError:
-            return found
-        for task in tasks:
-            try:
-                with open(f"{self._proc}/{pid}/task/{task}/children", "rb") as file:
-                    tokens = file.read().split()
-            except OSError:
-                continue
-            found.extend(int(t) for t in tokens if t.isdigit() and 0 < int(t) < 2**31)
-        return found
-
-    def exists(self, pid: int) -> bool:
-        return os.path.exists(f"{self._proc}/{pid}")
-
-    def listen_ports(
-        self, pids: list[int], tables: dict[int, list[tuple[int, int]]] | None = None
-    ) -> tuple[list[int], bool]:
-        """TCP ports in LISTEN state held by ``pids`` (the engine first), sorted, and whether some
-        fd directory, fd link or socket table could not be read for lack of permission.
-        ``tables``: the (inode, port) listeners of each network namespace read so far in this
-        scan (one read per namespace, not per engine: a socket table can take 10 ms to read)."""
-        denied = False
-        inodes: set[int] = set()
-        for pid in pids:
-            try:
-                fds = os.listdir(f"{self._proc}/{pid}/fd")
-            except PermissionError:
-                denied = True
-                continue
-            except OSError:
-                continue
-            for fd in fds:
-                try:
-                    target = os.readlink(f"{self._proc}/{pid}/fd/{fd}")
-                except PermissionError:
-                    denied = True
-                    continue
-                except OSError:
-                    continue
-                if target.startswith("socket:[") and target.endswith("]") and target[8:-1].isdigit():
-                    inodes.add(int(target[8:-1]))
-        if not inodes:
-            return [], denied
-        try:
-            netns: int | None = os.stat(f"{self._proc}/{pids[0]}/ns/net").st_ino
-        except OSError:
-            netns = None
-        found = tables.get(netns) if tables is not None and netns is not None else None
-        if found is None:
-            found = []
-            for table in ("tcp", "tcp6"):
-                try:
-                    with open(f"{self._proc}/{pids[0]}/net/{table}", "rb") as file:
-                        data = file.read()
-                except PermissionError:
-                    denied = True
-                    continue
-                except OSError:
-                    continue
-                found.extend((inode, port) for inode, _address, port in tcp_listen(data))
-            if tables is not None and netns is not None and not denied:
-                tables[netns] = found
-        return sorted({port for inode, port in found if inode in inodes}), denied
-
-
-class _Psutil:
-    """Elsewhere: psutil stands in for procfs, with no pid cursor, inode or argv place."""
-
-    pid_max = 0
-    boot_time: float | None = None
-
-    def list_pids(self) -> list[tuple[int, int]]:
-        return [(pid, 0) for pid in psutil.pids()]
-
-    def cursor(self) -> tuple[int, int] | None:
-        return None
-
-    def stat(self, pid: int) -> _Stat | None:
-        try:
-            proc = psutil.Process(pid)
-            with proc.oneshot():
-                status, ppid, start_time, name = proc.status(), proc.ppid(), proc.create_time(), proc.name()
-        except psutil.Error:
-            return None
-        state = {psutil.STATUS_ZOMBIE: "Z", psutil.STATUS_DEAD: "X"}.get(status, "S")
-        return _Stat(state, ppid, start_time, os.fsencode(name), None)
-
-    def cmdline(self, pid: int) -> bytes:
-        try:
-            argv = psutil.Process(pid).cmdline()
-        except psutil.ZombieProcess:
-            return b""
-        except psutil.AccessDenied:
-            raise _Denied from None
-        except psutil.Error:
-            raise _Gone from None
-        return b"".join(os.fsencode(arg) + b"\0" for arg in argv)
-
-    def ends_match(self, pid: int, known: bytes) -> bool:
-        # No bounded read here: the whole argv is compared.
-        try:
-            return self.cmdline(pid) == known
-        except (_Gone, _Denied):
-            return False
-
-    def exe(self, pid: int) -> tuple[str | None, bool]:
-        try:
-            return psutil.Process(pid).exe() or None, False
-        except psutil.AccessDenied:
-            return None, True
-        except psutil.Error:
-            return None, False
-
-    def children(self, pid: int) -> list[int]:
-        try:
-            return [child.pid for child in psutil.Process(pid).children()]
-        except psutil.Error:
-            return []
-
-    def exists(self, pid: int) -> bool:
-        return psutil.pid_exists(pid)
-
-    def listen_ports(
-        self, pids: list[int], tables: dict[int, list[tuple[int, int]]] | None = None
-    ) -> tuple[list[int], bool]:
-        denied = False
-        ports: set[int] = set()
-        for pid in pids:
-            try:
-                connections = psutil.Process(pid).net_connections(kind="tcp")
-            except psutil.AccessDenied:
-                denied = True
-                continue
-            except psutil.Error:
-                continue
-            ports.update(c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN and c.laddr)
-        return sorted(ports), denied
-
-
-_Source: TypeAlias = "_Procfs | _Psutil"
+_Source: TypeAlias = "ProcRoot | PsutilSource"
 
 
 def _descendants(source: _Source, pid: int) -> list[int]:
@@ -365,7 +44,7 @@ def _descendants(source: _Source, pid: int) -> list[int]:
         for child in source.children(queue.pop()):
             if child != pid and child not in seen:
                 stat = source.stat(child)
-                if stat is not None and not _is_dead(stat.state):
+                if stat is not None and not is_dead(stat.state):
                     seen.add(child)
                     queue.append(child)
     return sorted(seen)
@@ -417,7 +96,7 @@ class _Engine:
     #: the cmdline the argv and facts were parsed from, to tell when the process rewrites it
     cmdline: bytes
     #: the stat last read: identity (start time), parent, and the signs of an argv rewrite
-    stat: _Stat
+    stat: Stat
     argv: list[str]
     facts: RawInvocation
     exe: str | None
@@ -490,7 +169,7 @@ class ProcessScanner:
         self._listen_ports = listen_ports
         # ``root``: a fixture host (ROOT/proc laid out as the kernel's), read on any system
         self._source: _Source = (
-            _Procfs(os.path.join(root or "/", "proc")) if _LINUX or root is not None else _Psutil()
+            ProcRoot(os.path.join(root or "/", "proc")) if _LINUX or root is not None else PsutilSource()
         )
         #: pid -> (inode of /proc/PID at the last listing, class)
         self._known: dict[int, tuple[int, _Class]] = {}
@@ -619,10 +298,10 @@ class ProcessScanner:
         (None) or unreadable."""
         try:
             return self._source.cmdline(pid)
-        except _Denied:
+        except Denied:
             self._counts.unreadable += 1
             return _UNREADABLE
-        except _Gone:
+        except Gone:
             self._counts.vanished += 1
             return None
 
@@ -658,7 +337,7 @@ class ProcessScanner:
         if stat is None:
             self._counts.vanished += 1
             return None
-        if _is_dead(stat.state):
+        if is_dead(stat.state):
             return _SETTLED
         self._engine_appeared = True
         exe, exe_denied = self._source.exe(pid)
@@ -667,7 +346,7 @@ class ProcessScanner:
     def _parent_argv(self, ppid: int) -> list[str]:
         try:
             return capped_argv(self._source.cmdline(ppid))[0]
-        except (_Gone, _Denied):
+        except (Gone, Denied):
             return []
 
     def _revisit(
@@ -706,7 +385,7 @@ class ProcessScanner:
         if stat is None:
             self._counts.vanished += 1
             return None
-        if _is_dead(stat.state):
+        if is_dead(stat.state):
             return _SETTLED
         if stat.start_time != engine.stat.start_time:
             # Same pid, another process: classify it from scratch.

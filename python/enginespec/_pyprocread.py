@@ -1,0 +1,204 @@
+"""Pure-Python twin of ``rust/procread.rs``: every read the scanner makes of procfs, below one
+root (``/proc``, or a fixture host's ``ROOT/proc``), the bytes handed to ``_pyprocfs``'s parsers.
+``Stat`` and the ``Gone``/``Denied`` errors are also what the psutil source (``_pysysinfo``)
+answers, so the scanner reads either the same way."""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+from enginespec._common import tcp_listen
+from enginespec._procfiles import PROC
+from enginespec._pyprocfs import parse_children, parse_socket_link, parse_stat, parse_u64, proc_stat_value
+
+#: How much of each end of an engine's cmdline is compared on every scan (``CMDLINE_PEEK``).
+CMDLINE_PEEK = 4096
+
+
+class Gone(Exception):
+    """The process exited while being read (``ReadError::Gone``)."""
+
+
+class Denied(Exception):
+    """The process's file may not be read: another user's process, hidepid (``ReadError::Denied``)."""
+
+
+class Stat(NamedTuple):
+    """A process's ``stat`` as the scanner uses it: its start time in epoch seconds, computed as
+    scan.rs and psutil do (start ticks / CLK_TCK + btime)."""
+
+    state: str
+    ppid: int
+    start_time: float
+    comm: bytes
+    #: where argv lies in memory (arg_start, arg_end); None when unknown
+    args: tuple[int, int] | None
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError:
+        return None
+
+
+def _pread_all(fd: int, size: int, offset: int) -> bytes:
+    """Up to ``size`` bytes from ``offset`` on, as far as the file goes."""
+    parts = []
+    while size > 0:
+        part = os.pread(fd, size, offset)
+        if not part:
+            break
+        parts.append(part)
+        size -= len(part)
+        offset += len(part)
+    return b"".join(parts)
+
+
+class ProcRoot:
+    """Linux: every process file read where and as procread.rs reads it, below ``proc``
+    (``/proc``, or a fixture host's ``ROOT/proc``)."""
+
+    def __init__(self, proc: str = PROC) -> None:
+        self._proc = proc
+        self.boot_time = float(self._host_value("stat", b"btime") or 0)
+        self._clock_ticks = float(os.sysconf("SC_CLK_TCK"))
+        pid_max = _read(f"{proc}/sys/kernel/pid_max")
+        self.pid_max = (parse_u64(pid_max) if pid_max is not None else None) or 4_194_304
+
+    def _host_value(self, name: str, key: bytes) -> int | None:
+        data = _read(f"{self._proc}/{name}")
+        return None if data is None else proc_stat_value(data, key)
+
+    def list_pids(self) -> list[tuple[int, int]]:
+        """(pid, inode of /proc/PID): the inode changes when a pid is handed to a new process."""
+        try:
+            with os.scandir(self._proc) as entries:
+                return [(int(e.name), e.inode()) for e in entries if e.name.isdigit()]
+        except OSError:
+            return []
+
+    def cursor(self) -> tuple[int, int] | None:
+        """(last allocated pid, forks since boot)."""
+        data = _read(f"{self._proc}/sys/kernel/ns_last_pid")
+        last_pid = None if data is None else parse_u64(data)
+        forks = self._host_value("stat", b"processes")
+        return None if last_pid is None or forks is None else (last_pid, forks)
+
+    def stat(self, pid: int) -> Stat | None:
+        """``None`` when the process is gone or its stat cannot be read or parsed."""
+        data = _read(f"{self._proc}/{pid}/stat")
+        parsed = None if data is None else parse_stat(data)
+        if parsed is None:
+            return None
+        start_time = parsed.start_ticks / self._clock_ticks + self.boot_time
+        return Stat(parsed.state, parsed.ppid, start_time, parsed.comm, parsed.args)
+
+    def cmdline(self, pid: int) -> bytes:
+        try:
+            with open(f"{self._proc}/{pid}/cmdline", "rb") as file:
+                return file.read()
+        except PermissionError:
+            raise Denied from None
+        except OSError:
+            raise Gone from None
+
+    def ends_match(self, pid: int, known: bytes) -> bool:
+        """Whether cmdline still holds ``known``, from its first and last ``CMDLINE_PEEK`` bytes
+        and its length (``cmdline_holds`` in procread.rs); any failure answers False."""
+        try:
+            fd = os.open(f"{self._proc}/{pid}/cmdline", os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            # At the end one byte more is asked for, so that a cmdline that grew does not match.
+            if len(known) <= 2 * CMDLINE_PEEK:
+                return _pread_all(fd, len(known) + 1, 0) == known
+            tail_at = len(known) - CMDLINE_PEEK
+            return (
+                _pread_all(fd, CMDLINE_PEEK, 0) == known[:CMDLINE_PEEK]
+                and _pread_all(fd, CMDLINE_PEEK + 1, tail_at) == known[tail_at:]
+            )
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+
+    def exe(self, pid: int) -> tuple[str | None, bool]:
+        """The executable, and whether reading it was denied. readlink as procread.rs does
+        (psutil strips " (deleted)")."""
+        try:
+            return os.readlink(f"{self._proc}/{pid}/exe"), False
+        except PermissionError:
+            return None, True
+        except OSError:
+            return None, False
+
+    def children(self, pid: int) -> list[int]:
+        """From /proc/PID/task/TID/children (zombies included)."""
+        found: list[int] = []
+        try:
+            tasks = os.listdir(f"{self._proc}/{pid}/task")
+        except OSError:
+            return found
+        for task in tasks:
+            data = _read(f"{self._proc}/{pid}/task/{task}/children")
+            if data is not None:
+                found.extend(parse_children(data))
+        return found
+
+    def exists(self, pid: int) -> bool:
+        return os.path.exists(f"{self._proc}/{pid}")
+
+    def listen_ports(
+        self, pids: list[int], tables: dict[int, list[tuple[int, int]]] | None = None
+    ) -> tuple[list[int], bool]:
+        """TCP ports in LISTEN state held by ``pids`` (the engine first), sorted, and whether some
+        fd directory, fd link or socket table could not be read for lack of permission.
+        ``tables``: the (inode, port) listeners of each network namespace read so far in this
+        scan (one read per namespace, not per engine: a socket table can take 10 ms to read)."""
+        denied = False
+        inodes: set[int] = set()
+        for pid in pids:
+            try:
+                fds = os.listdir(f"{self._proc}/{pid}/fd")
+            except PermissionError:
+                denied = True
+                continue
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    target = os.readlink(f"{self._proc}/{pid}/fd/{fd}")
+                except PermissionError:
+                    denied = True
+                    continue
+                except OSError:
+                    continue
+                inode = parse_socket_link(target)
+                if inode is not None:
+                    inodes.add(inode)
+        if not inodes:
+            return [], denied
+        try:
+            netns: int | None = os.stat(f"{self._proc}/{pids[0]}/ns/net").st_ino
+        except OSError:
+            netns = None
+        found = tables.get(netns) if tables is not None and netns is not None else None
+        if found is None:
+            found = []
+            for table in ("tcp", "tcp6"):
+                try:
+                    with open(f"{self._proc}/{pids[0]}/net/{table}", "rb") as file:
+                        data = file.read()
+                except PermissionError:
+                    denied = True
+                    continue
+                except OSError:
+                    continue
+                found.extend((inode, port) for inode, _address, port in tcp_listen(data))
+            if tables is not None and netns is not None and not denied:
+                tables[netns] = found
+        return sorted({port for inode, port in found if inode in inodes}), denied
