@@ -5,6 +5,7 @@ scanners keep to, the argv words the matchers and the facade both read (as their
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator, Sequence
 from typing import Literal, NamedTuple
@@ -153,3 +154,17 @@ TYPE_SIZES: dict[int, tuple[int, int]] = {
     28: (1, 8), 29: (256, 56), 30: (1, 2), 34: (256, 54), 35: (256, 66), 39: (32, 17),
     40: (64, 36), 41: (128, 18),
 }  # fmt: skip
+
+
+def pread_all(fd: int, size: int, offset: int) -> bytes:
+    """Up to ``size`` bytes from ``offset`` on, as far as the file goes (``pread`` may return
+    less than asked before the end)."""
+    parts = []
+    while size > 0:
+        part = os.pread(fd, size, offset)
+        if not part:
+            break
+        parts.append(part)
+        size -= len(part)
+        offset += len(part)
+    return b"".join(parts)

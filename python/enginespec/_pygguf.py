@@ -14,7 +14,7 @@ import stat
 import struct
 from typing import TypeAlias
 
-from enginespec._common import TYPE_SIZES
+from enginespec._common import TYPE_SIZES, pread_all
 
 #: A metadata value: int, float, bool, str; a string too long to keep as ``("long", length)``;
 #: an array as ``(element type, length, items or None when not kept)``.
@@ -80,7 +80,7 @@ class _Reader:
         if self.pos < self.buf_start or self.pos + n > self.buf_start + len(self.buf):
             want = min(max(n, _CHUNK), self.end - self.pos)
             try:
-                self.buf = _pread_full(self.fd, want, self.pos)
+                self.buf = pread_all(self.fd, want, self.pos)
             except OSError as e:
                 raise ValueError(f"{what} at offset {self.pos}: {e}") from None
             self.buf_start = self.pos
@@ -151,18 +151,6 @@ class _Reader:
 
 
 _FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 10: "Q", 11: "q", 12: "d"}
-
-
-def _pread_full(fd: int, n: int, offset: int) -> bytes:
-    parts = []
-    while n > 0:
-        part = os.pread(fd, n, offset)
-        if not part:
-            break
-        parts.append(part)
-        n -= len(part)
-        offset += len(part)
-    return b"".join(parts)
 
 
 def _tensor_bytes(dims: list[int], ggml_type: int) -> int | None:

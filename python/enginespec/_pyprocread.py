@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from enginespec._common import tcp_listen
+from enginespec._common import pread_all, tcp_listen
 from enginespec._procfiles import PROC
 from enginespec._pyprocfs import parse_children, parse_socket_link, parse_stat, parse_u64, proc_stat_value
 
@@ -42,19 +42,6 @@ def _read(path: str) -> bytes | None:
             return file.read()
     except OSError:
         return None
-
-
-def _pread_all(fd: int, size: int, offset: int) -> bytes:
-    """Up to ``size`` bytes from ``offset`` on, as far as the file goes."""
-    parts = []
-    while size > 0:
-        part = os.pread(fd, size, offset)
-        if not part:
-            break
-        parts.append(part)
-        size -= len(part)
-        offset += len(part)
-    return b"".join(parts)
 
 
 class ProcRoot:
@@ -115,11 +102,11 @@ class ProcRoot:
         try:
             # At the end one byte more is asked for, so that a cmdline that grew does not match.
             if len(known) <= 2 * CMDLINE_PEEK:
-                return _pread_all(fd, len(known) + 1, 0) == known
+                return pread_all(fd, len(known) + 1, 0) == known
             tail_at = len(known) - CMDLINE_PEEK
             return (
-                _pread_all(fd, CMDLINE_PEEK, 0) == known[:CMDLINE_PEEK]
-                and _pread_all(fd, CMDLINE_PEEK + 1, tail_at) == known[tail_at:]
+                pread_all(fd, CMDLINE_PEEK, 0) == known[:CMDLINE_PEEK]
+                and pread_all(fd, CMDLINE_PEEK + 1, tail_at) == known[tail_at:]
             )
         except OSError:
             return False
