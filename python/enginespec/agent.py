@@ -37,7 +37,7 @@ from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
 from enginespec.exporter import Refresher
 from enginespec.load import EngineLoad
-from enginespec.scanning import Scanner, engine_document, unique_engine_ids
+from enginespec.scanning import Scanner, engine_document
 from enginespec.status import Health
 
 if TYPE_CHECKING:
@@ -297,7 +297,7 @@ class Agent:
         snapshot = self._refresher.collector.snapshot
         found = [
             p
-            for p, name in zip(snapshot.processes, unique_engine_ids(snapshot.processes), strict=True)
+            for p, name in zip(snapshot.processes, snapshot.ids, strict=True)
             if target in (name, str(p.pid))
         ]
         if not found:

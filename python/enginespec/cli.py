@@ -346,11 +346,17 @@ class _Filters:
         self.terms: list[str] = []
         self.keys: dict[str, set[str]] = {}
 
-    def keeps(self, row: Shown) -> bool:
+    def keeps(self, row: Shown, *, checked: bool = True) -> bool:
+        """Whether the row passes; before its health is checked (``checked=False``) the
+        ``health`` key is left for later."""
         p = row.process
         if self.terms and not any(_names(term, p) for term in self.terms):
             return False
-        return all(any(_matches(key, value, row) for value in values) for key, values in self.keys.items())
+        return all(
+            any(_matches(key, value, row) for value in values)
+            for key, values in self.keys.items()
+            if checked or key != "health"
+        )
 
 
 def _names(term: str, p: EngineProcess) -> bool:
@@ -460,18 +466,20 @@ def _cmd_ps(args: argparse.Namespace) -> int:
         from enginespec.scanning import Scanner
 
         processes = Scanner(listen_ports=not listing).scan()
-        rows = [Shown(p) for p in processes]
+        # only the engines asked for are checked: an unrelated hung one costs nothing
+        rows = [row for row in (Shown(p) for p in processes) if filters.keeps(row, checked=False)]
     if checked and not args.remote:
         from enginespec.health import check_all
 
         # --timeout is the deadline of all the checks together, not of each (1,024 hung servers
         # are not 16 rounds of it): those not done by then are `unknown`, saying so.
-        healths = check_all(processes, timeout=args.timeout, deadline=args.timeout)
+        healths = check_all([row.process for row in rows], timeout=args.timeout, deadline=args.timeout)
         for row, health in zip(rows, healths, strict=True):
             row.health, row.state = health, health.state
     if args.load and not listing and not args.remote:
         # Load is read only when asked: it costs two more requests per engine.
-        for row, load in zip(rows, _two_readings(processes, args.load_interval, args.timeout), strict=True):
+        readings = _two_readings([row.process for row in rows], args.load_interval, args.timeout)
+        for row, load in zip(rows, readings, strict=True):
             row.load = load
     rows = sorted((row for row in rows if filters.keeps(row)), key=_sort_key)
     code = 1 if failed else 0
@@ -479,7 +487,15 @@ def _cmd_ps(args: argparse.Namespace) -> int:
         _out([str(row.process.pid) for row in rows])
         return code
     if fmt == "name":
-        _out([row.process.engine_id for row in rows])
+        from enginespec.scanning import unique_engine_ids
+
+        # the ids as the exporter's label gives them: two engines sharing one are told apart
+        names = (
+            {}
+            if args.remote
+            else {p.pid: n for p, n in zip(processes, unique_engine_ids(processes), strict=True)}
+        )
+        _out([names.get(row.process.pid, row.process.engine_id) for row in rows])
         return code
     if fmt == "json":
         import json
@@ -766,14 +782,13 @@ def _watch_remote(args: argparse.Namespace, chosen: _EventFilter) -> int:
 def _find(command: str, target: str, *, listen_ports: bool = True) -> EngineProcess | None:
     """The running engine a pid (its server's or a worker's) or an engine id names; None (said
     on stderr) when there is none."""
-    from enginespec.scanning import Scanner
+    from enginespec.scanning import Scanner, find_engine
 
-    found = [p for p in Scanner(listen_ports=listen_ports).scan() if _names(target, p)]
-    if not found:
+    found = find_engine(Scanner(listen_ports=listen_ports).scan(), target)
+    if found is None:
         what = f"pid {target}" if target.isdigit() else f"engine id {target!r}"
         _fail(command, f"{what} is not an engine server on this host (enginespec ps lists them)")
-        return None
-    return found[0]
+    return found
 
 
 def _describe_lines(p: EngineProcess, health: Health | None) -> list[str]:

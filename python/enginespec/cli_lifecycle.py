@@ -103,24 +103,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1
 
 
-def _find(target: str, command: str) -> EngineProcess | None:
+def _find(target: str) -> EngineProcess | None:
     """The engine a scan finds by pid (the server or one of its workers) or engine id."""
-    from enginespec.scanning import Scanner
+    from enginespec.scanning import Scanner, find_engine
 
-    engines = Scanner().scan()
-    for process in engines:
-        if target.isdigit() and (int(target) == process.pid or int(target) in process.worker_pids):
-            return process
-        if target == process.engine_id:
-            return process
-    return None
+    return find_engine(Scanner().scan(), target)
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:
     from enginespec.errors import EngineSpecError
     from enginespec.lifecycle import adopt
 
-    process = _find(args.target, "stop")
+    process = _find(args.target)
     if process is None:
         _say("stop", f"no running engine {args.target!r} (give a pid or an engine id from `enginespec ps`)")
         return 2
@@ -155,7 +149,7 @@ def _cmd_logs(args: argparse.Namespace) -> int:
     from enginespec.lifecycle import adopt
     from enginespec.logbook import follow_file, tail_file
 
-    process = _find(args.target, "logs")
+    process = _find(args.target)
     engine_id = process.engine_id if process is not None else args.target
     kept = _newest_log(_log_dir(args), engine_id)
     if kept is not None:

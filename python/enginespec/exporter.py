@@ -52,6 +52,8 @@ class Snapshot:
     """The latest scan and health checks."""
 
     processes: list[EngineProcess] = field(default_factory=list)
+    #: each process's engine id in the series (see :func:`unique_engine_ids`), kept while it runs.
+    ids: list[str] = field(default_factory=list)
     healths: list[Health] | None = None
     #: each engine's load reading, with ``--load`` (``run(load=True)``).
     loads: list[EngineLoad | None] | None = None
@@ -66,6 +68,10 @@ class Snapshot:
     stopped: dict[str, float] = field(default_factory=dict)
     #: when the last refresh completed (wall clock); 0 before the first.
     refreshed_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.processes):
+            self.ids = unique_engine_ids(self.processes)
 
 
 #: How long one refresh may spend reading models' files (new engines only; see processmodels).
@@ -149,9 +155,7 @@ class EngineCollector(Collector):
             "The KV cache the engine allocates for its arguments, by its own rule (an estimate)",
             labels=["engine_id"],
         )
-        for index, (process, unique_id) in enumerate(
-            zip(snapshot.processes, unique_engine_ids(snapshot.processes), strict=True)
-        ):
+        for index, (process, unique_id) in enumerate(zip(snapshot.processes, snapshot.ids, strict=True)):
             engine_id = [unique_id]
             info.add_metric([unique_id, *_info_labels(process)[1:]], 1)
             up.add_metric(engine_id, 1)
@@ -173,7 +177,7 @@ class EngineCollector(Collector):
         yield from (info, up, ready, state, started, workers, conflict, weights, kv_cache)
         yield from _gpu_metrics(snapshot)
         if snapshot.loads is not None:
-            yield from _load_series(snapshot.processes, snapshot.loads, unique_engine_ids(snapshot.processes))
+            yield from _load_series(snapshot.processes, snapshot.loads, snapshot.ids)
         duration = GaugeMetricFamily("enginespec_scan_duration_seconds", "How long the last scan took")
         duration.add_metric([], snapshot.scan_seconds)
         yield duration
@@ -206,7 +210,7 @@ def _gpu_metrics(snapshot: Snapshot) -> Iterator[Metric]:
         labels=["engine_id", "gpu"],
     )
     labels = {device.device: _gpu_label(device) for device in snapshot.gpus}
-    for process, unique_id in zip(snapshot.processes, unique_engine_ids(snapshot.processes), strict=True):
+    for process, unique_id in zip(snapshot.processes, snapshot.ids, strict=True):
         for use in process.gpus:
             if use.memory_bytes is not None:
                 held.add_metric([unique_id, labels.get(use.device, _label(use.device))], use.memory_bytes)
@@ -300,16 +304,21 @@ def _refresh(
     elif health:
         healths = check_all(processes, timeout=budget, deadline=budget)
     now = time.time()
-    running = set(unique_engine_ids(processes))
+    ids = unique_engine_ids(
+        processes,
+        {(p.pid, p.start_time): name for p, name in zip(previous.processes, previous.ids, strict=True)},
+    )
+    running = set(ids)
     stopped = {
         engine_id: since
         for engine_id, since in previous.stopped.items()
         if engine_id not in running and now - since < keep_stopped
     }
-    for engine_id in set(unique_engine_ids(previous.processes)) - running:
+    for engine_id in set(previous.ids) - running:
         stopped[engine_id] = now
     collector.snapshot = Snapshot(
         processes=processes,
+        ids=ids,
         healths=healths,
         loads=loads,
         scan_seconds=seconds,

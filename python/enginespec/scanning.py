@@ -330,19 +330,49 @@ def with_gpus(
     return with_held(processes, GpuReader(root, nvml=nvml).read(trees(processes)), {})[0]
 
 
-def unique_engine_ids(processes: Sequence[EngineProcess]) -> list[str]:
+def unique_engine_ids(
+    processes: Sequence[EngineProcess], previous: Mapping[tuple[int, float], str] | None = None
+) -> list[str]:
     """Each process's engine_id; when two running engines have the same one (the same engine,
-    model and port: sharing it through SO_REUSEPORT), the later ones get their pid appended, as
-    two series with the same labels would make Prometheus reject the whole scrape."""
-    seen: set[str] = set()
-    ids = []
-    for process in processes:
+    model and port: sharing it through SO_REUSEPORT), the younger ones get their pid appended
+    (``vllm-8000-1b690e57-pid4242``), as two series with the same labels would make Prometheus
+    reject the whole scrape. Whatever the order of ``processes``, the oldest keeps the bare id.
+
+    ``previous``: (pid, start time) -> the id a process was given before (a long-running
+    exporter's last refresh): a process keeps it while it runs, so a series never changes its
+    name under a live engine (the stopped name would read ``up 0`` while it runs)."""
+    previous = previous or {}
+    taken: set[str] = set()
+    given: dict[int, str] = {}
+    for index, process in enumerate(processes):
+        kept = previous.get((process.pid, process.start_time), "")
+        if kept in (process.engine_id, f"{process.engine_id}-pid{process.pid}") and kept not in taken:
+            given[index] = kept
+            taken.add(kept)
+    by_age = sorted(range(len(processes)), key=lambda i: (processes[i].start_time, processes[i].pid))
+    for index in by_age:
+        if index in given:
+            continue
+        process = processes[index]
         engine_id = process.engine_id
-        if engine_id in seen:
+        if engine_id in taken:
             engine_id = f"{engine_id}-pid{process.pid}"
-        seen.add(engine_id)
-        ids.append(engine_id)
-    return ids
+        given[index] = engine_id
+        taken.add(engine_id)
+    return [given[index] for index in range(len(processes))]
+
+
+def find_engine(processes: Sequence[EngineProcess], target: str) -> EngineProcess | None:
+    """The engine a pid (its server's or one of its workers') or an engine id names, as ``ps -o
+    name`` and the exporter's ``engine_id`` label give it: of engines sharing an id the oldest has
+    the bare one, the others ``ID-pidPID`` (which also names the oldest)."""
+    if target.isdigit():
+        pid = int(target)
+        return next((p for p in processes if pid == p.pid or pid in p.worker_pids), None)
+    for process, engine_id in zip(processes, unique_engine_ids(processes), strict=True):
+        if target in (engine_id, f"{process.engine_id}-pid{process.pid}"):
+            return process
+    return None
 
 
 def gpu_ledger(

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from helpers.cli import enginespec
-from helpers.fakeserver import Answer, FakeEngine, bound_socket, serving
+from helpers.fakeserver import Answer, FakeEngine, bound_socket, free_port, serving
 from helpers.procs import Procs
 
 HF_SNAPSHOT = (
@@ -471,3 +471,61 @@ def test_model_unknown_and_health_not_checked_look_different(procs: Procs) -> No
     assert "?" not in _text(out)
     without = enginespec("ps", str(router.pid), "--no-health")
     assert "HEALTH" not in _header(without)  # not checked: no column rather than a marker
+
+
+def test_ps_checks_only_the_engines_it_lists(procs: Procs) -> None:
+    """`ps PID` checks the health of what it shows, not of every engine on the host: an
+    unrelated engine that accepts and never answers gets no request from it."""
+    asked_sock, other_sock = bound_socket(), bound_socket()
+    ok = Answer(200, b'{"status":"ok"}')
+    with (
+        serving({"/health": [ok]}, sock=asked_sock, peers=True) as asked,
+        serving({"/health": [Answer(200, hang=True)]}, sock=other_sock, peers=True) as other,
+    ):
+        wanted = procs.start(
+            ["llama-server", "-m", "/m/a.gguf", "--port", str(asked_sock.getsockname()[1])],
+            pass_fds=(asked_sock.fileno(),),
+        )
+        procs.start(
+            ["llama-server", "-m", "/m/b.gguf", "--port", str(other_sock.getsockname()[1])],
+            pass_fds=(other_sock.fileno(),),
+        )
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "enginespec.cli", "ps", str(wanted.pid), "--timeout", "30"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            out, err = cli.communicate(timeout=120)
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+                cli.wait()
+        assert cli.returncode == 0, err
+        (row,) = out.decode().splitlines()[1:]
+        assert row.split()[0] == str(wanted.pid)
+        assert "ready" in row
+        assert any(cli.pid in pids for pids in asked.script.peers)  # it did check the one it shows
+        assert not any(cli.pid in pids for pids in other.script.peers)
+
+
+def test_engines_sharing_an_id_are_told_apart_by_every_command(procs: Procs) -> None:
+    """Two servers of one model on one port share an engine id: `ps -o name` gives the older the
+    bare id and the younger `ID-pidPID`, as the exporter's label does, and `describe` and `stop`
+    take each to the engine it names."""
+    argv = ["vllm", "serve", "/models/shared", "--port", str(free_port())]
+    older = procs.start(argv)
+    time.sleep(0.05)  # two clock ticks at least: their start times differ
+    younger = procs.start(argv)
+    bare = json.loads(enginespec("describe", str(older.pid), "--json", "--no-health").stdout)["engine_id"]
+    suffixed = f"{bare}-pid{younger.pid}"
+    names = _text(enginespec("ps", str(older.pid), str(younger.pid), "-o", "name")).split()
+    assert sorted(names) == sorted([bare, suffixed])
+    for target, process in ((bare, older), (suffixed, younger), (f"{bare}-pid{older.pid}", older)):
+        described = enginespec("describe", target, "--json", "--no-health")
+        assert described.returncode == 0, described.stderr
+        assert json.loads(described.stdout)["pid"] == process.pid
+    stopped = enginespec("stop", suffixed, "--grace", "5", "--json")
+    assert stopped.returncode == 0, stopped.stderr
+    assert younger.wait(timeout=10) == -signal.SIGTERM
+    assert older.poll() is None

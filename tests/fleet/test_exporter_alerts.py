@@ -230,3 +230,33 @@ def test_a_real_prometheus_alert_fires_when_an_engine_stops(procs: Procs, tmp_pa
             assert alert["labels"]["alertname"] == "EngineDown"  # type: ignore[index]
     finally:
         stop_child(exporter)
+
+
+def test_two_engines_sharing_an_id_keep_their_series_when_one_stops(procs: Procs) -> None:
+    """Two servers of one model on one port (SO_REUSEPORT) share an engine id: the older has
+    the bare one, the younger ``ID-pidPID``. When the older stops, the younger keeps its series:
+    it is not renamed, so no ``up == 0`` fires for an engine that still runs."""
+    port = free_port()
+    proc = _exporter("--port", str(port), "--interval", "200ms", "--keep-stopped", "30s", "--no-health")
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        argv = ["vllm", "serve", "/models/shared", "--port", str(free_port())]
+        older = procs.start(argv)
+        time.sleep(0.05)  # two clock ticks at least: their start times differ
+        younger = procs.start(argv)
+        series = _scrape_until(
+            url, lambda s: None not in (_engine_id(s, older.pid), _engine_id(s, younger.pid))
+        )
+        bare, suffixed = _engine_id(series, older.pid), _engine_id(series, younger.pid)
+        assert bare is not None
+        assert suffixed == f"{bare}-pid{younger.pid}"
+        procs.stop(older)
+        after = _scrape_until(url, lambda s: _up(s, bare) == 0)
+        assert _engine_id(after, younger.pid) == suffixed
+        assert _up(after, suffixed) == 1
+        # and it stays so on the refreshes after
+        refreshed = after["enginespec_last_refresh_timestamp_seconds"][0][1]
+        later = _scrape_until(url, lambda s: s["enginespec_last_refresh_timestamp_seconds"][0][1] > refreshed)
+        assert (_engine_id(later, younger.pid), _up(later, suffixed)) == (suffixed, 1)
+    finally:
+        stop_child(proc)

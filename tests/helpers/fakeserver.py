@@ -46,6 +46,8 @@ class Script:
     #: move a route's script on: on a busy host other watchers and exporters ask the same engines
     #: (they get the answer in turn without using it up).
     ours: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    #: with ``FakeEngine(peers=True)``: the pids holding each request's client socket.
+    peers: list[set[int]] = field(default_factory=list)
 
     def next_answer(
         self, method: str, path: str, headers: dict[str, str], ours: bool | None = None
@@ -62,11 +64,10 @@ class Script:
             return answers.pop(0) if len(answers) > 1 and moves else answers[0]
 
 
-def _from_this_process(client: object) -> bool:
-    """Whether the connecting socket (its ``(host, port)``) is one of this process's own: the
-    kernel's TCP table names the socket's inode, this process's fds say whether it holds it."""
+def _client_inodes(client: object) -> set[str]:
+    """The inodes of the connecting socket (its ``(host, port)``), from the kernel's TCP table."""
     if not isinstance(client, tuple) or len(client) < 2:
-        return False
+        return set()
     wanted = f":{int(client[1]):04X} "
     inodes = set()
     for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
@@ -78,9 +79,17 @@ def _from_this_process(client: object) -> bool:
                         inodes.add(fields[9])
         except OSError:
             continue
-    for fd in os.listdir("/proc/self/fd"):
+    return inodes
+
+
+def _holds(pid: str, inodes: set[str]) -> bool:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
         try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             continue
         if target.startswith("socket:[") and target[8:-1] in inodes:
@@ -88,11 +97,27 @@ def _from_this_process(client: object) -> bool:
     return False
 
 
+def _from_this_process(client: object) -> bool:
+    """Whether the connecting socket is one of this process's own: the kernel's TCP table names
+    the socket's inode, this process's fds say whether it holds it."""
+    inodes = _client_inodes(client)
+    return bool(inodes) and _holds("self", inodes)
+
+
+def client_pids(client: object) -> set[int]:
+    """The processes holding the connecting socket (read while it is connected; as root)."""
+    inodes = _client_inodes(client)
+    if not inodes:
+        return set()
+    return {int(pid) for pid in os.listdir("/proc") if pid.isdigit() and _holds(pid, inodes)}
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     script: Script
     stop: threading.Event
     origins: bool = False
+    peers: bool = False
 
     def _serve(self) -> None:
         try:
@@ -106,6 +131,10 @@ class _Handler(BaseHTTPRequestHandler):
         if length:
             self.rfile.read(length)
         ours = _from_this_process(self.client_address) if self.origins else None
+        if self.peers:
+            pids = client_pids(self.client_address)
+            with self.script.lock:
+                self.script.peers.append(pids)
         answer = self.script.next_answer(self.command, self.path, dict(self.headers), ours)
         if answer.hang:
             self.stop.wait(60)
@@ -164,13 +193,16 @@ class FakeEngine:
         unix_path: str | None = None,
         sock: socket.socket | None = None,
         origins: bool = False,
+        peers: bool = False,
     ) -> None:
         """``sock``: a bound socket (see :func:`bound_socket`) to listen on, which a process
         standing for the engine may hold too (then the answering socket is that process's).
-        ``origins``: note which requests this test process made (``script.ours``)."""
+        ``origins``: note which requests this test process made (``script.ours``); ``peers``:
+        which processes made each request (``script.peers``)."""
         self.script = Script({path: list(answers) for path, answers in routes.items()})
         self.stop = threading.Event()
-        handler = type("Handler", (_Handler,), {"script": self.script, "stop": self.stop, "origins": origins})
+        attributes = {"script": self.script, "stop": self.stop, "origins": origins, "peers": peers}
+        handler = type("Handler", (_Handler,), attributes)
         self.server: socketserver.BaseServer
         if unix_path:
             self.server = _UnixServer(unix_path, handler)
