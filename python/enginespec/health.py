@@ -35,7 +35,7 @@ from enginespec.reaching import (
     target_of,
     transport,
 )
-from enginespec.signature import NOT_SERVING_ROLES
+from enginespec.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
 from enginespec.status import Health, HealthState
 
 #: What a round of checks gives for each engine (its Health, or the watch's Vitals).
@@ -88,7 +88,7 @@ def _probe(t: CheckTarget, verify_identity: bool, deep: bool, timeout: float) ->
     if t.process is not None and not process_alive(t.process):
         return health("down", "process is gone")
     if t.process is not None and t.process.role in NOT_SERVING_ROLES:
-        return health("not_serving", f"a {t.process.role} serves no HTTP API: not checked")
+        return health("not_serving", f"{NOT_SERVING_REASONS[t.process.role]}: not checked")
     if t.base_url is None:
         problems = "; ".join(t.process.problems) if t.process else "no address"
         return health("unknown", f"no usable listen address: {problems}")

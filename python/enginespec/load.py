@@ -30,7 +30,7 @@ from enginespec._procfiles import stat_fields
 from enginespec.definition import EngineDefinition, LoadMetrics
 from enginespec.engineprocess import EngineProcess, process_alive
 from enginespec.errors import InvalidInputError
-from enginespec.signature import NOT_SERVING_ROLES
+from enginespec.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
 
 if TYPE_CHECKING:
     import httpx
@@ -322,7 +322,7 @@ async def _read(
     if process is not None and not process_alive(process):
         return unread("process is gone")
     if process is not None and process.role in NOT_SERVING_ROLES:
-        return unread(f"a {process.role} serves no HTTP API: not read")
+        return unread(f"{NOT_SERVING_REASONS[process.role]}: not read")
     if metrics.kind == "none":
         return unread(metrics.note)
     if t.base_url is None:

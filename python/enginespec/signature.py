@@ -50,6 +50,12 @@ Role = Literal["server", "runner", "follower", "worker", "orphan"]
 
 #: Roles that serve no HTTP API: never health-checked over HTTP.
 NOT_SERVING_ROLES: frozenset[Role] = frozenset({"follower", "worker", "orphan"})
+#: Why such a process is not asked, said first in a health or load reason (a table cuts the end).
+NOT_SERVING_REASONS: dict[Role, str] = {
+    "follower": "a follower (a multi-node or data-parallel worker) serves no HTTP API",
+    "worker": "a worker serves no HTTP API",
+    "orphan": "an orphaned worker (its server is gone) serves no HTTP API",
+}
 
 
 class Evidence(BaseModel):
