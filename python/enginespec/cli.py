@@ -14,7 +14,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from enginespec.display import age, compact_url, literal, literal_lines
 from enginespec.version import __version__
@@ -1341,10 +1341,19 @@ class _Formatter(argparse.HelpFormatter):
             else:
                 paragraphs.append(
                     textwrap.fill(
-                        " ".join(paragraph.split()), width, initial_indent=indent, subsequent_indent=indent
+                        " ".join(paragraph.split()),
+                        width,
+                        initial_indent=indent,
+                        subsequent_indent=indent,
+                        break_on_hyphens=False,  # engine ids (llamacpp-python) stay whole
                     )
                 )
         return "\n\n".join(paragraphs)
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -1357,6 +1366,15 @@ class _Formatter(argparse.HelpFormatter):
         ):
             text += " (default: %(default)s)"
         return text
+
+
+class CommandMaker(Protocol):
+    """Adds a subcommand: its name, a one-line summary (lower case, no full stop), what it does,
+    and example lines (each may end in a ``# comment``)."""
+
+    def __call__(
+        self, name: str, summary: str, description: str, *examples: str
+    ) -> argparse.ArgumentParser: ...
 
 
 def _examples(*lines: str) -> str:
@@ -1699,8 +1717,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     from enginespec.cli_lifecycle import add_lifecycle_commands
     from enginespec.modelcli import add_parser as add_model_commands
 
-    add_lifecycle_commands(commands)
-    add_model_commands(commands)
+    add_lifecycle_commands(command)
+    add_model_commands(command)
 
     parse = command(
         "parse",

@@ -16,6 +16,7 @@ from enginespec.display import literal
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from enginespec.cli import CommandMaker
     from enginespec.engineprocess import EngineProcess
     from enginespec.failures import Failure
 
@@ -176,14 +177,16 @@ def _cmd_logs(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_lifecycle_commands(commands: Any) -> None:
+def add_lifecycle_commands(command: CommandMaker) -> None:
     """Adds ``run``, ``stop`` and ``logs`` to the ``enginespec`` parser's subcommands."""
-    run = commands.add_parser(
+    run = command(
         "run",
-        help="start a recipe in the foreground and print its output",
-        description="Launches the recipe (own process group, output kept under the log dir), prints "
-        "its output and waits for it; Ctrl-C stops it (exit 130). A failed start prints the failure "
-        "class, the lines that show the cause and a hint, and exits 1.",
+        "start a recipe in the foreground and print its output",
+        "Launches the recipe (own process group, output kept under the log dir), prints its output "
+        "and waits for it; Ctrl-C stops it (exit 130). A failed start prints the failure class, the "
+        "lines that show the cause and a hint, and exits 1.",
+        "enginespec run recipe.toml                  # until Ctrl-C",
+        "enginespec run recipe.toml --quiet --timeout 1200",
     )
     run.add_argument("recipe", help="recipe file (.toml, .yaml, .yml or .json)")
     run.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for ready")
@@ -196,25 +199,31 @@ def add_lifecycle_commands(commands: Any) -> None:
     run.add_argument("--quiet", action="store_true", help="do not print the engine's output")
     run.add_argument("--json", action="store_true", help="print a failure as JSON")
     run.set_defaults(handler=_cmd_run)
-    stop = commands.add_parser(
+    stop = command(
         "stop",
-        help="stop a running engine and its whole process tree",
-        description="TARGET is a pid (the server or a worker) or an engine id from `enginespec ps`. "
-        "SIGTERM, then SIGKILL after --grace seconds, through pidfds (never a reused pid).",
+        "stop a running engine and its whole process tree",
+        "TARGET is a pid (the server or a worker) or an engine id from `enginespec ps` (as the "
+        "exporter's engine_id label gives it). SIGTERM, then SIGKILL after --grace seconds, through "
+        "pidfds (never a reused pid); an engine in a Docker or Podman container is stopped through "
+        "the runtime's API.",
+        "enginespec stop 1234",
+        "enginespec stop vllm-8002-1b690e57 --grace 30 --json",
     )
     stop.add_argument("target", help="pid or engine id")
     stop.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     stop.add_argument("--json", action="store_true", help="print the StopResult as JSON")
     stop.set_defaults(handler=_cmd_stop)
-    logs = commands.add_parser(
+    logs = command(
         "logs",
-        help="print an engine's output",
-        description="The newest log kept by `enginespec run` for the engine, else where a running "
-        "engine's output goes (a file its stdout points at, its systemd journal, its container's "
-        "log); says so when the output goes to a terminal or nowhere.",
+        "print an engine's output",
+        "The newest log kept by `enginespec run` for the engine, else where a running engine's "
+        "output goes (a file its stdout points at, its systemd journal, its container's log); says "
+        "so when the output goes to a terminal or nowhere.",
+        "enginespec logs 1234 -n 20",
+        "enginespec logs vllm-8002-1b690e57 -f",
     )
     logs.add_argument("target", help="pid or engine id")
-    logs.add_argument("-n", type=int, default=100, help="lines to show (default 100)")
+    logs.add_argument("-n", type=int, default=100, help="lines to show")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     logs.set_defaults(handler=_cmd_logs)
     for sub in (run, logs):

@@ -13,6 +13,7 @@ from enginespec.display import literal
 
 # What the commands do is imported when one runs (the CLI starts without pydantic or a scanner).
 if TYPE_CHECKING:
+    from enginespec.cli import CommandMaker
     from enginespec.modelfacts import ModelFacts
 
 _GIB = 1 << 30
@@ -134,10 +135,16 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0 if result.fits else 1
 
 
-def add_parser(commands: Any) -> None:
-    model = commands.add_parser(
+def add_parser(command: CommandMaker) -> None:
+    model = command(
         "model",
-        help="the facts of a model file (GGUF), a Hugging Face folder, or a running engine's model (PID)",
+        "the facts of a model file (GGUF), a Hugging Face folder, or a running engine's model (PID)",
+        "Reads only the model's headers and config files (never its weights): architecture, "
+        "parameters, context length, quantization, the weights' size and, for a running engine, "
+        "the memory its arguments make it take (an estimate by the engine's own rule). --log puts "
+        "the figures the engine printed at start-up beside the estimate.",
+        "enginespec model ./Qwen3-8B-Q4_K_M.gguf",
+        "enginespec model 1234 --json",
     )
     model.add_argument("target", help="a .gguf file, a model folder, or an engine server's pid")
     model.add_argument("--json", action="store_true", help="print a JSON document instead")
@@ -145,10 +152,12 @@ def add_parser(commands: Any) -> None:
         "--log", help="the engine's start-up log: its printed memory figures beside the estimate"
     )
     model.set_defaults(handler=cmd_model)
-    fit = commands.add_parser(
+    fit = command(
         "fit",
-        help="whether a recipe fits on the GPUs as they are held now, with which settings, or why not",
-        description="Advice only: exit 0 when it fits somewhere, 1 when refused, 2 on bad input.",
+        "whether a recipe fits on the GPUs as they are held now, with which settings, or why not",
+        "Advice only: exit 0 when it fits somewhere, 1 when refused, 2 on bad input.",
+        "enginespec fit recipe.toml",
+        "enginespec fit recipe.toml --gpus 0,1 --ledger ledger.json",
     )
     fit.add_argument("recipe", help="recipe file (.toml, .yaml, .yml or .json)")
     fit.add_argument("--gpus", help="devices to consider, by index or name (comma list); default all")

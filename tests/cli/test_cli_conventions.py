@@ -184,6 +184,27 @@ def test_help_texts() -> None:
             assert engine in text, (command, engine)
         assert "examples:" in text, command
     assert "(default: 2.0)" in _text(enginespec("ps", "--help"))
+    # the commands added since: a description, examples and their defaults, as every other has
+    for command, default in (
+        ("run", "(default: 600.0)"),
+        ("stop", "(default: 10.0)"),
+        ("logs", "(default: 100)"),
+        ("model", None),
+        ("fit", None),
+    ):
+        text = _text(enginespec(command, "--help"))
+        usage, summary, description = text.split("\n\n")[:3]
+        assert usage.startswith(f"usage: enginespec {command}"), command
+        assert summary[0].isupper(), command
+        assert description, command
+        assert "examples:" in text, command
+        assert default is None or default in text, command
+    # at 60 columns an engine id is never split at its hyphen
+    narrow = _text(enginespec("ps", "--help", env={"COLUMNS": "60"}))
+    prose = narrow.split("examples:")[0]  # examples are printed as written
+    assert max(len(line) for line in prose.splitlines()) <= 60
+    for engine in ALL_ENGINES:
+        assert engine in narrow, engine
     assert "(default: 127.0.0.1)" in _text(enginespec("exporter", "--help"))
     # `help X` is help on command X, as users read it
     assert _text(enginespec("help", "ps")) == _text(enginespec("ps", "--help"))
