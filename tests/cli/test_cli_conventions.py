@@ -550,3 +550,16 @@ def test_engines_sharing_an_id_are_told_apart_by_every_command(procs: Procs) -> 
     assert stopped.returncode == 0, stopped.stderr
     assert younger.wait(timeout=10) == -signal.SIGTERM
     assert older.poll() is None
+
+
+def test_the_cli_reference_covers_every_command() -> None:
+    top = _text(enginespec("--help"))
+    commands = re.findall(r"^    (\w+)\s", top, re.MULTILINE)
+    reference = (Path(__file__).parents[2] / "docs" / "cli.md").read_text()
+    headed = {
+        name
+        for heading in re.findall(r"^## (.*)$", reference, re.MULTILINE)
+        for name in re.findall(r"`(\w+)`", heading)
+    }
+    assert len(commands) >= 19
+    assert sorted(set(commands) - headed) == []
