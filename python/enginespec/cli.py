@@ -782,9 +782,9 @@ def _watch_remote(args: argparse.Namespace, chosen: _EventFilter) -> int:
 def _find(command: str, target: str, *, listen_ports: bool = True) -> EngineProcess | None:
     """The running engine a pid (its server's or a worker's) or an engine id names; None (said
     on stderr) when there is none."""
-    from enginespec.scanning import Scanner, find_engine
+    from enginespec.scanning import Scanner, named_process
 
-    found = find_engine(Scanner(listen_ports=listen_ports).scan(), target)
+    found = named_process(Scanner(listen_ports=listen_ports).scan(), target)
     if found is None:
         what = f"pid {target}" if target.isdigit() else f"engine id {target!r}"
         _fail(command, f"{what} is not an engine server on this host (enginespec ps lists them)")

@@ -106,9 +106,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _find(target: str) -> EngineProcess | None:
     """The engine a scan finds by pid (the server or one of its workers) or engine id."""
-    from enginespec.scanning import Scanner, find_engine
+    from enginespec.scanning import Scanner, named_process
 
-    return find_engine(Scanner().scan(), target)
+    return named_process(Scanner().scan(), target)
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:

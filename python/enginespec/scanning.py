@@ -362,7 +362,7 @@ def unique_engine_ids(
     return [given[index] for index in range(len(processes))]
 
 
-def find_engine(processes: Sequence[EngineProcess], target: str) -> EngineProcess | None:
+def named_process(processes: Sequence[EngineProcess], target: str) -> EngineProcess | None:
     """The engine a pid (its server's or one of its workers') or an engine id names, as ``ps -o
     name`` and the exporter's ``engine_id`` label give it: of engines sharing an id the oldest has
     the bare one, the others ``ID-pidPID`` (which also names the oldest)."""
