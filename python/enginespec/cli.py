@@ -14,7 +14,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from enginespec.display import age, compact_url, literal, literal_lines
 from enginespec.version import __version__
@@ -1366,15 +1366,6 @@ class _Formatter(argparse.HelpFormatter):
         ):
             text += " (default: %(default)s)"
         return text
-
-
-class CommandMaker(Protocol):
-    """Adds a subcommand: its name, a one-line summary (lower case, no full stop), what it does,
-    and example lines (each may end in a ``# comment``)."""
-
-    def __call__(
-        self, name: str, summary: str, description: str, *examples: str
-    ) -> argparse.ArgumentParser: ...
 
 
 def _examples(*lines: str) -> str:

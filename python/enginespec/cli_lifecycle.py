@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,6 @@ from enginespec.display import literal
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from enginespec.cli import CommandMaker
     from enginespec.engineprocess import EngineProcess
     from enginespec.failures import Failure
 
@@ -177,8 +177,9 @@ def _cmd_logs(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_lifecycle_commands(command: CommandMaker) -> None:
-    """Adds ``run``, ``stop`` and ``logs`` to the ``enginespec`` parser's subcommands."""
+def add_lifecycle_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Adds ``run``, ``stop`` and ``logs`` through ``command(name, summary, description,
+    *examples)``, the ``enginespec`` parser's maker of subcommands (so they read as every other)."""
     run = command(
         "run",
         "start a recipe in the foreground and print its output",

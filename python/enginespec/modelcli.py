@@ -7,13 +7,13 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from enginespec.display import literal
 
 # What the commands do is imported when one runs (the CLI starts without pydantic or a scanner).
 if TYPE_CHECKING:
-    from enginespec.cli import CommandMaker
     from enginespec.modelfacts import ModelFacts
 
 _GIB = 1 << 30
@@ -135,7 +135,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0 if result.fits else 1
 
 
-def add_parser(command: CommandMaker) -> None:
+def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Adds ``model`` and ``fit`` through the ``enginespec`` parser's maker of subcommands."""
     model = command(
         "model",
         "the facts of a model file (GGUF), a Hugging Face folder, or a running engine's model (PID)",
