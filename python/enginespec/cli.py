@@ -134,8 +134,10 @@ def _ps_columns() -> tuple[Column, ...]:
         Column("GPU", shorten="end", minimum=5, drop=9),
         Column("AGE"),
         Column("HEALTH"),
-        # why: the health check's reason, or what argv got wrong
-        Column("NOTE", shorten="end", minimum=12, comfortable=16, drop=8),
+        # why: the health check's reason, or what argv got wrong: a common reason ("process is
+        # up, not accepting connections yet") whole before ROLE and WORKERS are shown; a reason
+        # cut to fewer than 20 cells says nothing
+        Column("NOTE", shorten="end", minimum=20, comfortable=44, drop=8),
     )
 
 
@@ -243,7 +245,11 @@ def _note(p: EngineProcess, health: Health | None) -> str:
     if health is not None and health.state != "ready" and health.reason:
         notes.append(health.reason)
     if p.role == "orphan":
-        notes.append(f"its server ({p.server_pid}) is gone" if p.server_pid else "its server is gone")
+        # the health reason already says the server is gone; its pid is news
+        if p.server_pid:
+            notes.append(f"its server was pid {p.server_pid}")
+        elif not notes:
+            notes.append("its server is gone")
     notes.extend(p.problems)
     return "; ".join(notes) or EMPTY
 

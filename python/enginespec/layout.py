@@ -69,13 +69,19 @@ def fit(
             return _render(columns, rows, keep, natural)
         droppable = [i for i in keep if columns[i].drop]
         cheapest = min((columns[i].drop for i in droppable), default=0)
+        first = min(droppable, key=lambda i: columns[i].drop, default=None)
+        # A column is cut below its comfortable width only when it is the next to go: the
+        # columns cheaper than it go first.
         comfortable = {
-            i: natural[i] if droppable and cheapest <= columns[i].whole_over else columns[i].comfortable
+            i: natural[i]
+            if droppable and cheapest <= columns[i].whole_over
+            else columns[i].minimum
+            if i == first
+            else columns[i].comfortable
             for i in keep
         }
         widths = _shrink(columns, natural, width, comfortable)
         minimum = _shrink(columns, natural, width, {i: columns[i].minimum for i in keep})
-        first = min(droppable, key=lambda i: columns[i].drop, default=None)
         if (
             _total(widths) <= width
             or first is None

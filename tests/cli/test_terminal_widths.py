@@ -163,7 +163,7 @@ HF_SNAPSHOT = (
 )
 
 
-@pytest.mark.parametrize("width", [60, 80, 120, 200])
+@pytest.mark.parametrize("width", [60, 80, 120, 160, 200])
 def test_what_is_kept_as_the_width_shrinks(procs: Procs, tmux: list[str], width: int) -> None:
     """The issue's table: a Hugging Face cache path, served names, an orphan (the ROLE column) and
     engines not ready, listed by pid so the host's other engines do not change the layout."""
@@ -171,6 +171,11 @@ def test_what_is_kept_as_the_width_shrinks(procs: Procs, tmux: list[str], width:
     llama = procs.start(
         ["llama-server", "-m", "/m/Qwen3-8B-Q4_K_M.gguf", "--port", "18196", "--alias", "qwen3-8b"]
     )
+    others = [
+        procs.start(["mlx_lm.server", "--model", "mlx-community/Llama-3.2-3B-Instruct-4bit", "--port", "1"]),
+        procs.start(["vllm", "serve", "mistralai/Mistral-7B-Instruct-v0.3", "--port", "18198"]),
+        procs.start(["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen2.5-7B-Instruct"]),
+    ]
     server = procs.start(
         ["vllm", "serve", "/models/gone"], HELPER_CHILD_TITLES="VLLM::EngineCore", HELPER_OUTLIVE="1"
     )
@@ -183,13 +188,13 @@ def test_what_is_kept_as_the_width_shrinks(procs: Procs, tmux: list[str], width:
     core = children[0].pid
     os.kill(server.pid, signal.SIGKILL)  # its worker lives on: an orphan
     server.wait()
-    pids = [vllm.pid, llama.pid, core]
+    pids = [vllm.pid, llama.pid, core, *(p.pid for p in others)]
     command = [sys.executable, "-m", "enginespec.cli", "ps", "--timeout", "0.5", *map(str, pids)]
     lines = _screen(tmux, width, command, wrapped=True)
     header = lines[0].split("  ")
     header = [cell.strip() for cell in header if cell.strip()]
     rows = [line for line in lines[1:] if line.split()[0].isdigit()]
-    assert len(rows) == 3, lines  # one screen line each: nothing wrapped
+    assert len(rows) == len(pids), lines  # one screen line each: nothing wrapped
     for line in lines:
         assert len(line) <= width, line
     assert {"PID", "ENGINE", "MODEL", "AGE", "HEALTH"} <= set(header), header
@@ -207,6 +212,10 @@ def test_what_is_kept_as_the_width_shrinks(procs: Procs, tmux: list[str], width:
         assert "qwen3-8b" in text
         # the model whole, before ROLE and NOTE
         assert "meta-llama/Llama-3.3-70B-Instruct" in vllm_row
+    if width >= 160:
+        # the common reason whole: the mostly empty WORKERS goes before NOTE is cut
+        assert "NOTE" in header, header
+        assert "process is up, not accepting connections yet" in vllm_row
     if width >= 200:
         assert {"ROLE", "NOTE"} <= set(header)
         (orphan_row,) = (line for line in rows if line.startswith(str(core)))
