@@ -74,6 +74,9 @@ class Snapshot:
             self.ids = unique_engine_ids(self.processes)
 
 
+#: How long a scrape waits for the first refresh (which the server listens before): longer than
+#: a refresh's deadline (2 s) and its scan, shorter than Prometheus's default scrape timeout.
+FIRST_REFRESH_WAIT = 8.0
 #: How long one refresh may spend reading models' files (new engines only; see processmodels).
 MODEL_FACTS_SECONDS = 1.0
 
@@ -118,10 +121,23 @@ class EngineCollector(Collector):
     half an update)."""
 
     def __init__(self) -> None:
-        self.snapshot = Snapshot()
+        self._snapshot = Snapshot()
+        self._filled = threading.Event()
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    @snapshot.setter
+    def snapshot(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+        self._filled.set()
 
     def collect(self) -> Iterator[Metric]:
-        snapshot = self.snapshot
+        # A scrape that comes while the first refresh runs (the server listens before it) waits
+        # for it rather than reading an empty host.
+        self._filled.wait(FIRST_REFRESH_WAIT)
+        snapshot = self._snapshot
         info = GaugeMetricFamily(
             "enginespec_engine_info", "An engine server on this host", labels=_INFO_LABELS
         )
@@ -343,7 +359,8 @@ class Refresher:
     a scan and health checks (with ``load``, through an :class:`EngineMonitor` that also reads
     each engine's load) every ``interval`` seconds on a fixed schedule, each cut at 80% of it,
     into ``collector.snapshot``; ``registry`` holds the collector. The first refresh is done at
-    construction, so the first request has data."""
+    construction (unless not ``refresh_now``: then by the first :meth:`run`), and a scrape
+    before it waits for it, so the first request has data."""
 
     def __init__(
         self,
@@ -353,6 +370,7 @@ class Refresher:
         keep_stopped: float = 300.0,
         load: bool = False,
         stall_after: float | None = None,
+        refresh_now: bool = True,
     ) -> None:
         self.interval = interval
         self.registry = CollectorRegistry()
@@ -363,15 +381,20 @@ class Refresher:
         self._keep_stopped = keep_stopped
         self._deadline = min(2.0, interval * 0.8)
         self._monitor = EngineMonitor(timeout=self._deadline, stall_after=stall_after) if load else None
-        self.refresh()
+        self._refreshed = False
+        if refresh_now:
+            self.refresh()
 
     def refresh(self) -> None:
         _refresh(
             self._scanner, self.collector, self._health, self._deadline, self._keep_stopped, self._monitor
         )
+        self._refreshed = True
 
     def run(self, stop: threading.Event, after: Callable[[], None] | None = None) -> None:
         """Refreshes until ``stop`` is set, calling ``after`` once now and after each refresh."""
+        if not self._refreshed:
+            self.refresh()
         next_at = time.monotonic()
         while True:
             if after is not None:
@@ -409,8 +432,15 @@ def run(
     if port is None and not textfile:
         raise ExporterError("--port 0 serves no HTTP and no --textfile is given: nothing would be exported")
     stop = stop or threading.Event()
+    # The server listens (and says so) before the first refresh, which a hung engine can hold
+    # for the refresh's deadline; a scrape meanwhile waits for it.
     refresher = Refresher(
-        interval=interval, health=health, keep_stopped=keep_stopped, load=load, stall_after=stall_after
+        interval=interval,
+        health=health,
+        keep_stopped=keep_stopped,
+        load=load,
+        stall_after=stall_after,
+        refresh_now=False,
     )
     if port is not None:
         shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

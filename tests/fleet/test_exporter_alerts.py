@@ -5,6 +5,7 @@ the address, the file and the flag."""
 
 from __future__ import annotations
 
+import select
 import socket
 import subprocess
 import sys
@@ -129,6 +130,34 @@ def test_a_hung_engine_is_reported_and_refreshes_go_on(procs: Procs) -> None:
                     ]
                 )
                 time.sleep(0.1)
+        finally:
+            stop_child(proc)
+
+
+def test_it_listens_before_a_hung_engine_holds_its_first_refresh(procs: Procs) -> None:
+    """node_exporter says where it listens at once: the line and the bound port come before the
+    first refresh, which waits on a hung engine; the first scrape then has that refresh's data."""
+    sock = bound_socket()
+    with serving({"/health": [Answer(200, hang=True), Answer(200)]}, sock=sock) as fake:
+        engine = procs.start(
+            ["llama-server", "-m", "slow.gguf", "--port", str(sock.getsockname()[1])],
+            pass_fds=(sock.fileno(),),
+        )
+        exporter_port = free_port()
+        proc = _exporter("--port", str(exporter_port), "--interval", "10s")
+        try:
+            deadline = time.monotonic() + 60
+            while not fake.script.seen:  # the first refresh's health check hangs from here on
+                assert time.monotonic() < deadline, "no health check came"
+                time.sleep(0.01)
+            with socket.create_connection(("127.0.0.1", exporter_port), timeout=5):
+                pass  # bound while the refresh still waits
+            assert proc.stderr is not None
+            assert select.select([proc.stderr], [], [], 0)[0], "nothing said yet"
+            said = proc.stderr.readline().decode().strip()
+            assert said == f"enginespec exporter: Listening on address=127.0.0.1:{exporter_port} (/metrics)"
+            series = _samples(httpx.get(f"http://127.0.0.1:{exporter_port}/metrics", timeout=30).text)
+            assert _engine_id(series, engine.pid) is not None
         finally:
             stop_child(proc)
 
