@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 import re
@@ -245,16 +246,57 @@ def _load_document(file: Path, text: str) -> Any:
                 import tomli as tomllib
             return tomllib.loads(text)
         if suffix in (".yaml", ".yml"):
-            import yaml
-
-            return yaml.safe_load(text)
+            return _strict_yaml_loader()(text).get_single_data()
         if suffix == ".json":
-            return json.loads(text)
+            return json.loads(text, object_pairs_hook=_unique_keys)
+    except _RepeatedKey as err:
+        # TOML refuses a repeated key itself; YAML and JSON parsers keep the last value.
+        raise RecipeFileError(f"{file}: invalid {suffix[1:].upper()}{err.where}: {err}") from None
     except Exception as err:  # each parser has its own error type; all mean "not valid <format>"
         # Where, and the parser's reason ("Illegal trailing comma"), never the line itself: it
         # may hold a secret.
         raise RecipeFileError(f"{file}: invalid {suffix[1:].upper()}{_where(err)}: {_reason(err)}") from None
     raise RecipeFileError(f"{file}: unknown recipe format {suffix!r} (use .toml, .yaml, .yml or .json)")
+
+
+class _RepeatedKey(ValueError):
+    """A key given twice in one table of a recipe (the last value would silently win)."""
+
+    def __init__(self, key: object, where: str = "") -> None:
+        super().__init__(f"the key {str(key)[:80]!r} is given more than once")
+        self.where = where
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    table: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in table:
+            raise _RepeatedKey(key)
+        table[key] = value
+    return table
+
+
+@functools.cache
+def _strict_yaml_loader() -> Any:
+    """PyYAML's safe loader, refusing a key given twice in one mapping (merged ``<<`` keys may
+    be overridden, as YAML intends)."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen: set[object] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if isinstance(key, (str, int, float, bool)) or key is None:
+                    if key in seen:
+                        mark = key_node.start_mark
+                        raise _RepeatedKey(key, f" at line {mark.line + 1}, column {mark.column + 1}")
+                    seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return StrictLoader
 
 
 def _where(err: Exception) -> str:

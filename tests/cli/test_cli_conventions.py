@@ -418,6 +418,21 @@ def test_command_reveals_secrets_on_request_and_its_output_runs(tmp_path: Path) 
             "invalid TOML at line 3",
         ),
         ('engine = "vllm"\nmodel_path = "m"\nport = 1\nport = 2\n', ".toml", "Cannot overwrite a value"),
+        (
+            "engine: vllm\nmodel_path: m\nport: 1\nport: 2\n",
+            ".yaml",
+            "invalid YAML at line 4, column 1: the key 'port' is given more than once",
+        ),
+        (
+            "engine: vllm\nmodel_path: m\nenv_vars:\n  HF_HOME: /a\n  HF_HOME: /b\n",
+            ".yaml",
+            "invalid YAML at line 5, column 3: the key 'HF_HOME' is given more than once",
+        ),
+        (
+            '{"engine": "vllm", "model_path": "m", "port": 1, "port": 2}',
+            ".json",
+            "invalid JSON: the key 'port' is given more than once",
+        ),
         ("  \n", ".toml", "the file is empty"),
         ("", ".yaml", "the file is empty"),
         ('{"engine": "vllm", "model_path": "m",}', ".json", "invalid JSON at line 1"),
