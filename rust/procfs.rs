@@ -130,9 +130,18 @@ pub fn parse_socket_link(target: &[u8]) -> Option<u64> {
 /// TCP state `TCP_LISTEN` as `/proc/net/tcp` prints it.
 const TCP_LISTEN: &[u8] = b"0A";
 
-/// The (socket inode, local port) of every LISTEN socket in one `/proc/PID/net/tcp` or `tcp6`
-/// table. The header line and malformed lines are skipped.
-pub fn parse_tcp_listen(table: &[u8]) -> impl Iterator<Item = (u64, u16)> + '_ {
+/// One LISTEN socket of a `/proc/PID/net/tcp` or `tcp6` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpListen {
+    pub inode: u64,
+    /// The local address in network byte order: 4 bytes (tcp) or 16 (tcp6).
+    pub address: Vec<u8>,
+    pub port: u16,
+}
+
+/// Every LISTEN socket of one `/proc/PID/net/tcp` or `tcp6` table. The header line and
+/// malformed lines (an address that is not 8 or 32 hex digits included) are skipped.
+pub fn parse_tcp_listen(table: &[u8]) -> impl Iterator<Item = TcpListen> + '_ {
     table.split(|&b| b == b'\n').skip(1).filter_map(|line| {
         // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
         let mut fields = line
@@ -143,10 +152,31 @@ pub fn parse_tcp_listen(table: &[u8]) -> impl Iterator<Item = (u64, u16)> + '_ {
             return None;
         }
         let inode = parse_u64(fields.nth(5)?)?;
-        let (_, port_hex) = local.split_at(local.iter().rposition(|&b| b == b':')? + 1);
+        let colon = local.iter().rposition(|&b| b == b':')?;
+        let (address_hex, port_hex) = (local.get(..colon)?, local.get(colon + 1..)?);
         let port = u16::from_str_radix(std::str::from_utf8(port_hex).ok()?, 16).ok()?;
-        Some((inode, port))
+        let address = parse_tcp_address(address_hex)?;
+        Some(TcpListen {
+            inode,
+            address,
+            port,
+        })
     })
+}
+
+/// The kernel prints an address as 32-bit words, each `%08X` of the word as it sits in memory
+/// read as a host-order integer (`tcp4_seq_show`, `tcp6_seq_show`): each word's integer, put
+/// back in host order, gives the network-order bytes.
+fn parse_tcp_address(hex: &[u8]) -> Option<Vec<u8>> {
+    if hex.len() != 8 && hex.len() != 32 {
+        return None;
+    }
+    let mut address = Vec::with_capacity(hex.len() / 2);
+    for word in hex.chunks(8) {
+        let value = u32::from_str_radix(std::str::from_utf8(word).ok()?, 16).ok()?;
+        address.extend_from_slice(&value.to_ne_bytes());
+    }
+    Some(address)
 }
 
 /// Appends (pid, inode) for each all-digit name in `records`, a buffer of `linux_dirent64`
@@ -284,17 +314,21 @@ mod tests {
    3: 00000000:0050 00000000:0000 0A
 ";
 
+    fn inode_port(table: &[u8]) -> Vec<(u64, u16)> {
+        parse_tcp_listen(table).map(|l| (l.inode, l.port)).collect()
+    }
+
     #[test]
     fn tcp_tables() {
-        let listen: Vec<(u64, u16)> = parse_tcp_listen(TCP).collect();
-        assert_eq!(listen, vec![(5001, 8080)]);
+        assert_eq!(inode_port(TCP), vec![(5001, 8080)]);
+        let loopback: Vec<Vec<u8>> = parse_tcp_listen(TCP).map(|l| l.address).collect();
+        assert_eq!(loopback, vec![vec![127, 0, 0, 1]]);
         let tcp6 = b"  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 00000000000000000000000000000000:2328 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 6001 1 0000000000000000 100 0 0 10 0
 ";
-        assert_eq!(
-            parse_tcp_listen(tcp6).collect::<Vec<_>>(),
-            vec![(6001, 9000)]
-        );
+        assert_eq!(inode_port(tcp6), vec![(6001, 9000)]);
+        let any: Vec<Vec<u8>> = parse_tcp_listen(tcp6).map(|l| l.address).collect();
+        assert_eq!(any, vec![vec![0; 16]]);
         // a header alone, or nothing
         assert_eq!(parse_tcp_listen(b"  sl  local_address").count(), 0);
         assert_eq!(parse_tcp_listen(b"").count(), 0);
@@ -439,7 +473,7 @@ mod tests {
                 ));
             }
             let expected: Vec<(u64, u16)> = rows.iter().filter(|r| r.1).map(|r| (r.2, r.0)).collect();
-            prop_assert_eq!(parse_tcp_listen(table.as_bytes()).collect::<Vec<_>>(), expected);
+            prop_assert_eq!(inode_port(table.as_bytes()), expected);
         }
     }
 }

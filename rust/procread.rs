@@ -19,7 +19,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 #[cfg(target_os = "linux")]
 use crate::procfs::parse_pid_dirents;
 use crate::procfs::{
-    capped_argv, parse_children, parse_socket_link, parse_stat, parse_tcp_listen, ProcStat,
+    capped_argv, parse_children, parse_socket_link, parse_stat, parse_tcp_listen, parse_u64,
+    ProcStat, TcpListen,
 };
 
 /// How much of each end of an engine's `cmdline` is compared on every scan to notice a rewrite.
@@ -33,9 +34,9 @@ pub enum ReadError {
     Denied,
 }
 
-/// The (inode, port) LISTEN sockets of each network namespace (by its inode) read so far in one
-/// scan: a socket table can take 10 ms to read, and 1,024 engines of one namespace need it once.
-pub type Tables = FxHashMap<u64, Vec<(u64, u16)>>;
+/// The LISTEN sockets of each network namespace (by its inode) read so far in one scan: a
+/// socket table can take 10 ms to read, and 1,024 engines of one namespace need it once.
+pub type Tables = FxHashMap<u64, Vec<TcpListen>>;
 
 /// The procfs root every read goes through.
 #[derive(Debug, Clone)]
@@ -229,20 +230,54 @@ impl ProcRoot {
         self.stat(pid).is_some_and(|stat| !stat.is_dead())
     }
 
-    /// The inode of `pid`'s network namespace, `None` when it cannot be told (a fixture root).
-    fn netns(&self, pid: i32) -> Option<u64> {
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::MetadataExt;
-            std::fs::metadata(self.pid_path(pid, "ns/net"))
-                .ok()
-                .map(|m| m.ino())
+    /// The inode of `pid`'s network namespace, from the number its `ns/net` link names
+    /// (`net:[4026531840]`, the nsfs inode), which a fixture host's link can name too; `None`
+    /// when it cannot be read.
+    pub fn netns(&self, pid: i32) -> Option<u64> {
+        let target = std::fs::read_link(self.pid_path(pid, "ns/net")).ok()?;
+        let number = target
+            .as_os_str()
+            .as_encoded_bytes()
+            .strip_prefix(b"net:[")?
+            .strip_suffix(b"]")?;
+        parse_u64(number)
+    }
+
+    /// The socket inodes `pid` holds (from its `fd/` links), `None` when its fd directory cannot
+    /// be read; and whether some of it was refused (another user's process: then only what could
+    /// be seen).
+    pub fn socket_inodes(&self, pid: i32) -> (Option<FxHashSet<u64>>, bool) {
+        let fds = match std::fs::read_dir(self.pid_path(pid, "fd")) {
+            Ok(fds) => fds,
+            Err(err) => return (None, err.kind() == ErrorKind::PermissionDenied),
+        };
+        let mut denied = false;
+        let mut inodes = FxHashSet::default();
+        for fd in fds.flatten() {
+            match std::fs::read_link(fd.path()) {
+                Ok(target) => {
+                    inodes.extend(parse_socket_link(target.as_os_str().as_encoded_bytes()))
+                }
+                Err(err) => denied |= err.kind() == ErrorKind::PermissionDenied,
+            }
         }
-        #[cfg(not(unix))]
-        {
-            let _ = pid;
-            None
+        (Some(inodes), denied)
+    }
+
+    /// The LISTEN sockets of `pid`'s network namespace (its `net/tcp` and `net/tcp6`), and
+    /// whether a table was refused.
+    pub fn listen_table(&self, pid: i32) -> (Vec<TcpListen>, bool) {
+        let mut found = Vec::new();
+        let mut data = Vec::new();
+        let mut denied = false;
+        for table in ["net/tcp", "net/tcp6"] {
+            match self.read_into(pid, table, &mut data) {
+                Ok(()) => found.extend(parse_tcp_listen(&data)),
+                Err(ReadError::Denied) => denied = true,
+                Err(ReadError::Gone) => {}
+            }
         }
+        (found, denied)
     }
 
     /// TCP ports in LISTEN state whose sockets are held by `pid` or `others`, sorted; and whether
@@ -250,25 +285,12 @@ impl ProcRoot {
     /// ports found are then only those that could be seen). `tables` keeps each namespace's table
     /// for the rest of the scan.
     pub fn listen_ports(&self, pid: i32, others: &[i32], tables: &mut Tables) -> (Vec<u16>, bool) {
-        let denied = |err: &std::io::Error| err.kind() == ErrorKind::PermissionDenied;
         let mut any_denied = false;
         let mut inodes: FxHashSet<u64> = FxHashSet::default();
         for p in std::iter::once(pid).chain(others.iter().copied()) {
-            let fds = match std::fs::read_dir(self.pid_path(p, "fd")) {
-                Ok(fds) => fds,
-                Err(err) => {
-                    any_denied |= denied(&err);
-                    continue;
-                }
-            };
-            for fd in fds.flatten() {
-                match std::fs::read_link(fd.path()) {
-                    Ok(target) => {
-                        inodes.extend(parse_socket_link(target.as_os_str().as_encoded_bytes()));
-                    }
-                    Err(err) => any_denied |= denied(&err),
-                }
-            }
+            let (held, denied) = self.socket_inodes(p);
+            any_denied |= denied;
+            inodes.extend(held.unwrap_or_default());
         }
         let mut ports: Vec<u16> = Vec::new();
         if inodes.is_empty() {
@@ -277,19 +299,10 @@ impl ProcRoot {
         let netns = self.netns(pid);
         let cached = netns.and_then(|ns| tables.get(&ns));
         let read;
-        let listening: &[(u64, u16)] = if let Some(found) = cached {
+        let listening: &[TcpListen] = if let Some(found) = cached {
             found
         } else {
-            let mut found = Vec::new();
-            let mut data = Vec::new();
-            let mut denied_here = false;
-            for table in ["net/tcp", "net/tcp6"] {
-                match self.read_into(pid, table, &mut data) {
-                    Ok(()) => found.extend(parse_tcp_listen(&data)),
-                    Err(ReadError::Denied) => denied_here = true,
-                    Err(ReadError::Gone) => {}
-                }
-            }
+            let (found, denied_here) = self.listen_table(pid);
             any_denied |= denied_here;
             match netns {
                 Some(ns) if !denied_here => tables.entry(ns).or_insert(found),
@@ -302,8 +315,8 @@ impl ProcRoot {
         ports.extend(
             listening
                 .iter()
-                .filter(|(inode, _)| inodes.contains(inode))
-                .map(|&(_, port)| port),
+                .filter(|l| inodes.contains(&l.inode))
+                .map(|l| l.port),
         );
         ports.sort_unstable();
         ports.dedup();

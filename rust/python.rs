@@ -18,6 +18,7 @@ use rustc_hash::FxHashMap;
 use crate::backend::{ProcessScanner, Woke};
 use crate::gguf;
 use crate::matcher;
+use crate::procread::ProcRoot;
 use crate::scan;
 
 /// Bytes as `str` through the filesystem encoding (surrogateescape), as `os.fsdecode` gives them.
@@ -40,6 +41,7 @@ fn strings<'py>(py: Python<'py>, items: &[Vec<u8>]) -> PyResult<Bound<'py, PyLis
 /// there, so both backends give the same records, read by name.
 static RAW_INVOCATION: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static RAW_PROCESS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static LISTENING: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// A `_common.RawInvocation` (engine index, model, served names, host, port, role), as
 /// `_pymatcher.Matcher.parse` returns it, and the facts inside each scanned process. The role is
@@ -105,6 +107,51 @@ fn raw_process<'py>(py: Python<'py>, p: &scan::EngineProc) -> PyResult<Bound<'py
     RAW_PROCESS
         .import(py, "enginespec._common", "RawProcess")?
         .call1(fields)
+}
+
+/// The facade's reads of sockets (who listens where: health checks, port conflicts, launches),
+/// done by the scanner's own reading layer below one procfs root (`/proc`, or a fixture host's
+/// `ROOT/proc`): the shape of `_pyprocread.ProcRoot`'s methods of the same names.
+#[pyclass(name = "ProcRoot", frozen)]
+struct PyProcRoot {
+    root: ProcRoot,
+}
+
+#[pymethods]
+impl PyProcRoot {
+    #[new]
+    fn new(proc: PathBuf) -> Self {
+        PyProcRoot {
+            root: ProcRoot::new(proc),
+        }
+    }
+
+    /// (pid, inode of `ROOT/PID`) of every process.
+    fn list_pids(&self, py: Python<'_>) -> Vec<(i32, u64)> {
+        let mut out = Vec::new();
+        py.detach(|| self.root.list(&mut out));
+        out
+    }
+
+    /// The inode of the process's network namespace, `None` when it cannot be read.
+    fn netns(&self, pid: i32) -> Option<u64> {
+        self.root.netns(pid)
+    }
+
+    /// The socket inodes the process holds, `None` when its fds cannot be read.
+    fn socket_inodes(&self, py: Python<'_>, pid: i32) -> Option<rustc_hash::FxHashSet<u64>> {
+        py.detach(|| self.root.socket_inodes(pid).0)
+    }
+
+    /// The LISTEN sockets of the process's network namespace, as `_common.Listening` records.
+    fn listen_table<'py>(&self, py: Python<'py>, pid: i32) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let (found, _denied) = py.detach(|| self.root.listen_table(pid));
+        let listening = LISTENING.import(py, "enginespec._common", "Listening")?;
+        found
+            .into_iter()
+            .map(|l| listening.call1((l.inode, pyo3::types::PyBytes::new(py, &l.address), l.port)))
+            .collect()
+    }
 }
 
 /// A duration given in seconds; negative, NaN and infinite values are refused, naming the field.
@@ -387,6 +434,7 @@ fn read_fd(_fd: i32, _limits: &gguf::Limits) -> Result<gguf::Header, String> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Matcher>()?;
     m.add_class::<PyProcessScanner>()?;
+    m.add_class::<PyProcRoot>()?;
     m.add_function(wrap_pyfunction!(parse_cgroup, m)?)?;
     m.add_function(wrap_pyfunction!(proxy_flags, m)?)?;
     m.add_function(wrap_pyfunction!(read_gguf, m)?)?;

@@ -372,8 +372,11 @@ pub fn procfs(data: &[u8]) {
             "{inode}"
         );
     }
-    let listening: Vec<(u64, u16)> = procfs::parse_tcp_listen(data).collect();
+    let listening: Vec<procfs::TcpListen> = procfs::parse_tcp_listen(data).collect();
     assert!(listening.len() <= data.iter().filter(|&&b| b == b'\n').count());
+    assert!(listening
+        .iter()
+        .all(|l| l.address.len() == 4 || l.address.len() == 16));
     // cgroup: an id is 64 lowercase hex digits found in the input; a pod uid is a UUID with
     // dashes (underscores given back as dashes) or 32 hex digits, from the input.
     if let Some(found) = cgroup::parse_cgroup(data) {

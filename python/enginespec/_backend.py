@@ -9,11 +9,12 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 if TYPE_CHECKING:
     import enginespec._pygguf as _pygguf
     import enginespec._pymatcher as _pymatcher
+    import enginespec._pyprocread as _pyprocread
     import enginespec._pyscanner as _pyscanner
     from enginespec._common import Runtime
 
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
 
     MatcherType: type[_pymatcher.Matcher]
     ScannerType: type[_pyscanner.ProcessScanner]
+    ProcRootType: type[_pyprocread.ProcRoot]
+    #: what ``ProcRootType`` makes, for annotations (the twins' interfaces are the native ones)
+    ProcRoot: TypeAlias = _pyprocread.ProcRoot
     parse_cgroup: Callable[[bytes], tuple[Runtime, str, str | None] | None]
     proxy_flags: Callable[[list[str]], tuple[str, int, str, int] | None]
     read_gguf: Callable[[int, int, int, int], _pygguf.RawHeader]
@@ -48,12 +52,13 @@ def __getattr__(name: str) -> Any:
     that needs none of them, ``enginespec --version``, starts without it). The native ones have
     the same interfaces as the Python twins (see _native.pyi); the native scanner reads /proc on
     Linux and goes through the sysinfo crate elsewhere."""
-    if name not in ("MatcherType", "ScannerType", "parse_cgroup", "proxy_flags", "read_gguf"):
+    if name not in ("MatcherType", "ScannerType", "ProcRootType", "parse_cgroup", "proxy_flags", "read_gguf"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if BACKEND == "native":
         implementations: dict[str, Any] = {
             "MatcherType": _native.Matcher,
             "ScannerType": _native.ProcessScanner,
+            "ProcRootType": _native.ProcRoot,
             "parse_cgroup": _native.parse_cgroup,
             "proxy_flags": _native.proxy_flags,
             "read_gguf": _native.read_gguf,
@@ -61,11 +66,12 @@ def __getattr__(name: str) -> Any:
     else:
         twins = {
             name: importlib.import_module(f"enginespec._py{name}")
-            for name in ("containers", "gguf", "matcher", "scanner")
+            for name in ("containers", "gguf", "matcher", "procread", "scanner")
         }
         implementations = {
             "MatcherType": twins["matcher"].Matcher,
             "ScannerType": twins["scanner"].ProcessScanner,
+            "ProcRootType": twins["procread"].ProcRoot,
             "parse_cgroup": twins["containers"].parse_cgroup,
             "proxy_flags": twins["containers"].proxy_flags,
             "read_gguf": twins["gguf"].read_gguf,

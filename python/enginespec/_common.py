@@ -1,13 +1,13 @@
 """What both backends and the facade share, so that only the backend selector (``_backend``)
 imports a pure-Python twin: the shapes of the records the scanners give, the argv limits both
 scanners keep to, the argv words the matchers and the facade both read (as their namesakes in
-``rust/matcher.rs``), the kernel's TCP table rows, and GGUF's type sizes."""
+``rust/matcher.rs``), and GGUF's type sizes."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
 from enginespec.signature import Role
@@ -39,6 +39,16 @@ class RawProcess(NamedTuple):
     descendants: list[int]
     parent_argv: list[str]
     listen_ports: list[int]
+
+
+class Listening(NamedTuple):
+    """A LISTEN socket of a network namespace's TCP tables (both backends' ``ProcReader`` build
+    this very type)."""
+
+    inode: int
+    #: the local address in network byte order: 4 bytes, or 16 (``tcp6``)
+    address: bytes
+    port: int
 
 
 #: What a cgroup path says runs a container (``enginespec.containers.Runtime``).
@@ -125,23 +135,6 @@ def python_target(argv: Sequence[str]) -> tuple[str, str, int] | None:
             return None  # program from stdin
         return ("script", token, i + 1)
     return None
-
-
-def tcp_listen(table: bytes) -> Iterator[tuple[int, bytes, int]]:
-    """(socket inode, local address as hex, local port) of each LISTEN row of
-    ``/proc/PID/net/tcp{,6}``."""
-    for line in table.split(b"\n")[1:]:
-        fields = line.split()
-        if len(fields) < 10 or fields[3] != b"0A":
-            continue
-        local = fields[1]
-        colon = local.rfind(b":")
-        try:
-            port, inode = int(local[colon + 1 :], 16), int(fields[9])
-        except ValueError:
-            continue
-        if colon >= 0 and port <= 0xFFFF:
-            yield inode, local[:colon], port
 
 
 #: (block size, bytes per block) by ggml type id (``ggml_type_traits`` in ggml/src/ggml.c and

@@ -9,16 +9,17 @@ from collections.abc import Sequence
 from os import PathLike
 from typing import Literal, TypeAlias, final
 
-from enginespec._common import RawInvocation, RawProcess
+from enginespec._common import Listening, RawInvocation, RawProcess
 from enginespec._pygguf import RawHeader
 
-__all__ = ["Matcher", "ProcessScanner", "parse_cgroup", "proxy_flags", "read_gguf"]
+__all__ = ["Matcher", "ProcRoot", "ProcessScanner", "parse_cgroup", "proxy_flags", "read_gguf"]
 
 # The aliases are the stub's alone (private names: the module has no such attributes).
 
 # The records are the named tuples of enginespec._common, built there for both backends.
 _RawInvocation: TypeAlias = RawInvocation
 _RawProcess: TypeAlias = RawProcess
+_Listening: TypeAlias = Listening
 
 #: What a cgroup path says runs a container (``enginespec.containers.Runtime``).
 _Runtime: TypeAlias = Literal["docker", "podman", "containerd", "cri-o", "kubernetes"]
@@ -85,6 +86,24 @@ class ProcessScanner:
         """(scanned, new, vanished, unreadable, restricted, reread, full_recheck, known) of the
         last scan: ``unreadable`` processes whose argv could not be read, ``restricted`` engines
         whose executable, fds or sockets could not be read."""
+
+@final
+class ProcRoot:
+    """The scanner's reads of sockets below one procfs root (``/proc``, or a fixture host's
+    ``ROOT/proc``), for the facade's questions of who listens where; the GIL is released while
+    it reads."""
+
+    def __new__(cls, proc: str | PathLike[str]) -> ProcRoot: ...
+    def list_pids(self) -> list[tuple[int, int]]:
+        """(pid, inode of ``ROOT/PID``) of every process."""
+    def netns(self, pid: int) -> int | None:
+        """The inode of the process's network namespace (the number its ``ns/net`` link names),
+        ``None`` when it cannot be read."""
+    def socket_inodes(self, pid: int) -> set[int] | None:
+        """The socket inodes the process holds, ``None`` when its fds cannot be read."""
+    def listen_table(self, pid: int) -> list[_Listening]:
+        """The LISTEN sockets of the tables (``net/tcp``, ``net/tcp6``) of the process's network
+        namespace."""
 
 def parse_cgroup(data: bytes) -> tuple[_Runtime, str, str | None] | None:
     """(runtime, full id, pod uid) of the container the text of ``/proc/PID/cgroup`` places a

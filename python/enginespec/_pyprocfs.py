@@ -5,9 +5,11 @@ process chooses its own argv and ``comm``)."""
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 from typing import NamedTuple
 
-from enginespec._common import MAX_ARGV_ARGS, MAX_ARGV_BYTES
+from enginespec._common import MAX_ARGV_ARGS, MAX_ARGV_BYTES, Listening
 
 
 def capped_argv(data: bytes) -> tuple[list[str], bool]:
@@ -97,3 +99,32 @@ def parse_socket_link(target: str) -> int | None:
     if target.startswith("socket:[") and target.endswith("]") and target[8:-1].isdigit():
         return int(target[8:-1])
     return None
+
+
+def parse_tcp_listen(table: bytes) -> Iterator[Listening]:
+    """Every LISTEN socket of one ``/proc/PID/net/tcp`` or ``tcp6`` table (``parse_tcp_listen``
+    in procfs.rs); the header and malformed lines are skipped."""
+    for line in table.split(b"\n")[1:]:
+        fields = line.split()
+        if len(fields) < 10 or fields[3] != b"0A":
+            continue
+        local = fields[1]
+        colon = local.rfind(b":")
+        try:
+            port, inode = int(local[colon + 1 :], 16), int(fields[9])
+        except ValueError:
+            continue
+        address = _tcp_address(local[:colon])
+        if colon >= 0 and port <= 0xFFFF and 0 <= inode < 1 << 64 and address is not None:
+            yield Listening(inode, address, port)
+
+
+def _tcp_address(hex_address: bytes) -> bytes | None:
+    """Network-order bytes of an address the kernel printed as host-order 32-bit words."""
+    if len(hex_address) not in (8, 32):
+        return None
+    try:
+        words = [int(hex_address[i : i + 8], 16) for i in range(0, len(hex_address), 8)]
+    except ValueError:
+        return None
+    return b"".join(word.to_bytes(4, sys.byteorder) for word in words)

@@ -8,9 +8,16 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from enginespec._common import pread_all, tcp_listen
+from enginespec._common import Listening, pread_all
 from enginespec._procfiles import PROC
-from enginespec._pyprocfs import parse_children, parse_socket_link, parse_stat, parse_u64, proc_stat_value
+from enginespec._pyprocfs import (
+    parse_children,
+    parse_socket_link,
+    parse_stat,
+    parse_tcp_listen,
+    parse_u64,
+    proc_stat_value,
+)
 
 #: How much of each end of an engine's cmdline is compared on every scan (``CMDLINE_PEEK``).
 CMDLINE_PEEK = 4096
@@ -139,53 +146,76 @@ class ProcRoot:
     def exists(self, pid: int) -> bool:
         return os.path.exists(f"{self._proc}/{pid}")
 
+    def netns(self, pid: int) -> int | None:
+        """The inode of the process's network namespace, from the number its ``ns/net`` link
+        names (``net:[4026531840]``), which a fixture host's link can name too."""
+        try:
+            target = os.readlink(f"{self._proc}/{pid}/ns/net")
+        except OSError:
+            return None
+        if not (target.startswith("net:[") and target.endswith("]")):
+            return None
+        return parse_u64(target[5:-1].encode())
+
+    def _socket_inodes(self, pid: int) -> tuple[set[int] | None, bool]:
+        try:
+            fds = os.listdir(f"{self._proc}/{pid}/fd")
+        except OSError as err:
+            return None, isinstance(err, PermissionError)
+        denied = False
+        inodes: set[int] = set()
+        for fd in fds:
+            try:
+                target = os.readlink(f"{self._proc}/{pid}/fd/{fd}")
+            except OSError as err:
+                denied |= isinstance(err, PermissionError)
+                continue
+            inode = parse_socket_link(target)
+            if inode is not None:
+                inodes.add(inode)
+        return inodes, denied
+
+    def socket_inodes(self, pid: int) -> set[int] | None:
+        """The socket inodes the process holds, ``None`` when its fds cannot be read."""
+        return self._socket_inodes(pid)[0]
+
+    def _listen_table(self, pid: int) -> tuple[list[Listening], bool]:
+        found: list[Listening] = []
+        denied = False
+        for table in ("tcp", "tcp6"):
+            try:
+                with open(f"{self._proc}/{pid}/net/{table}", "rb") as file:
+                    data = file.read()
+            except OSError as err:
+                denied |= isinstance(err, PermissionError)
+                continue
+            found.extend(parse_tcp_listen(data))
+        return found, denied
+
+    def listen_table(self, pid: int) -> list[Listening]:
+        """The LISTEN sockets of the process's network namespace."""
+        return self._listen_table(pid)[0]
+
     def listen_ports(
-        self, pids: list[int], tables: dict[int, list[tuple[int, int]]] | None = None
+        self, pids: list[int], tables: dict[int, list[Listening]] | None = None
     ) -> tuple[list[int], bool]:
         """TCP ports in LISTEN state held by ``pids`` (the engine first), sorted, and whether some
         fd directory, fd link or socket table could not be read for lack of permission.
-        ``tables``: the (inode, port) listeners of each network namespace read so far in this
-        scan (one read per namespace, not per engine: a socket table can take 10 ms to read)."""
+        ``tables``: the listeners of each network namespace read so far in this scan (one read
+        per namespace, not per engine: a socket table can take 10 ms to read)."""
         denied = False
         inodes: set[int] = set()
         for pid in pids:
-            try:
-                fds = os.listdir(f"{self._proc}/{pid}/fd")
-            except PermissionError:
-                denied = True
-                continue
-            except OSError:
-                continue
-            for fd in fds:
-                try:
-                    target = os.readlink(f"{self._proc}/{pid}/fd/{fd}")
-                except PermissionError:
-                    denied = True
-                    continue
-                except OSError:
-                    continue
-                inode = parse_socket_link(target)
-                if inode is not None:
-                    inodes.add(inode)
+            held, refused = self._socket_inodes(pid)
+            denied |= refused
+            inodes |= held or set()
         if not inodes:
             return [], denied
-        try:
-            netns: int | None = os.stat(f"{self._proc}/{pids[0]}/ns/net").st_ino
-        except OSError:
-            netns = None
+        netns = self.netns(pids[0])
         found = tables.get(netns) if tables is not None and netns is not None else None
         if found is None:
-            found = []
-            for table in ("tcp", "tcp6"):
-                try:
-                    with open(f"{self._proc}/{pids[0]}/net/{table}", "rb") as file:
-                        data = file.read()
-                except PermissionError:
-                    denied = True
-                    continue
-                except OSError:
-                    continue
-                found.extend((inode, port) for inode, _address, port in tcp_listen(data))
-            if tables is not None and netns is not None and not denied:
+            found, refused = self._listen_table(pids[0])
+            denied |= refused
+            if tables is not None and netns is not None and not refused:
                 tables[netns] = found
-        return sorted({port for inode, port in found if inode in inodes}), denied
+        return sorted({listener.port for listener in found if listener.inode in inodes}), denied

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
-from enginespec._common import ARGV_CUT, RawInvocation, RawProcess, Woke, basename
+from enginespec._common import ARGV_CUT, Listening, RawInvocation, RawProcess, Woke, basename
 from enginespec._pymatcher import Matcher
 from enginespec._pyprocfs import capped_argv, is_dead
 from enginespec._pyprocread import Denied, Gone, ProcRoot, Stat
@@ -415,7 +415,7 @@ class ProcessScanner:
         """The engines' records, their trees brought up to date (``Scanner::collect``)."""
         engines = [cls for _inode, cls in self._known.values() if isinstance(cls, _Engine)]
         out: list[RawProcess] = []
-        tables: dict[int, list[tuple[int, int]]] = {}
+        tables: dict[int, list[Listening]] = {}
         for engine in sorted(engines, key=lambda e: e.pid):
             pid = engine.pid
             # The tree is re-read when a new engine appeared (a forked child keeping the server's

@@ -8,6 +8,7 @@ import os
 
 import psutil
 
+from enginespec._common import Listening
 from enginespec._pyprocread import Denied, Gone, Stat
 
 
@@ -69,7 +70,7 @@ class PsutilSource:
         return psutil.pid_exists(pid)
 
     def listen_ports(
-        self, pids: list[int], tables: dict[int, list[tuple[int, int]]] | None = None
+        self, pids: list[int], tables: dict[int, list[Listening]] | None = None
     ) -> tuple[list[int], bool]:
         denied = False
         ports: set[int] = set()

@@ -5,12 +5,15 @@ their ``/proc/PID/fd`` links name.
 It answers what a port number alone cannot: whether the server that answers on an address is the
 process tree that was started or scanned, and which other processes share its address and port
 (vLLM before PR #47529 and llama-server with ``--reuse-port`` set SO_REUSEPORT, so the kernel
-spreads connections between servers of different models). Linux only; every read that fails
-leaves the answer unknown, never raised.
+spreads connections between servers of different models). Every read is the scanner's own (the
+backend's ``ProcRoot``: procread.rs, or its twin), so a scan's listening ports and these answers
+come from one reading of the kernel's tables. Linux only; every read that fails leaves the
+answer unknown, never raised.
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 from collections.abc import Collection, Iterable, Iterator, Sequence
@@ -18,9 +21,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from enginespec._common import tcp_listen
+from enginespec import _backend
 from enginespec._procfiles import PROC, read_proc
-from enginespec.containers import netns_addresses, netns_inode
+from enginespec.containers import netns_addresses
 from enginespec.urls import connect_host
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -39,16 +42,14 @@ class Listener:
     port: int
 
 
-def _address(hex_address: bytes) -> IPAddress | None:
-    """The address of a ``/proc/net/tcp{,6}`` local address column (host-order 32-bit words)."""
-    try:
-        raw = bytes.fromhex(hex_address.decode("ascii"))
-    except (UnicodeDecodeError, ValueError):
-        return None
-    if len(raw) not in (4, 16):
-        return None
-    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-    address = ipaddress.ip_address(words)
+@functools.cache
+def _reader(proc: str) -> _backend.ProcRoot:
+    return _backend.ProcRootType(proc)
+
+
+def _address(raw: bytes) -> IPAddress:
+    """An address of the kernel's tables (an IPv4-mapped IPv6 address is its IPv4 address)."""
+    address = ipaddress.ip_address(raw)
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped
     return address
@@ -70,50 +71,27 @@ def shared_tables() -> Iterator[None]:
         _TABLES.reset(token)
 
 
-def _table(where: str) -> list[Listener]:
-    found = []
-    for table in ("tcp", "tcp6"):
-        try:
-            with open(f"{where}/{table}", "rb") as file:
-                data = file.read()
-        except OSError:
-            continue
-        for inode, local, local_port in tcp_listen(data):
-            address = _address(local)
-            if address is not None:
-                found.append(Listener(inode, address, local_port))
-    return found
+def _table(pid: int, proc: str) -> list[Listener]:
+    return [Listener(row.inode, _address(row.address), row.port) for row in _reader(proc).listen_table(pid)]
 
 
 def listeners(port: int, netns_pid: int | None = None, proc: str = PROC) -> list[Listener]:
     """The LISTEN sockets on ``port`` in the network namespace of ``netns_pid`` (this process's
     when ``None``), read from ``proc``."""
-    where = f"{proc}/{netns_pid if netns_pid is not None else 'self'}/net"
+    pid = os.getpid() if netns_pid is None else netns_pid
     tables = _TABLES.get()
-    netns = netns_inode(netns_pid or "self", proc) if tables is not None else None
+    netns = _reader(proc).netns(pid) if tables is not None else None
     if tables is None or netns is None:
-        return [listener for listener in _table(where) if listener.port == port]
+        return [listener for listener in _table(pid, proc) if listener.port == port]
     if netns not in tables:
-        tables[netns] = _table(where)
+        tables[netns] = _table(pid, proc)
     return [listener for listener in tables[netns] if listener.port == port]
 
 
 def socket_inodes(pid: int, proc: str = PROC) -> set[int] | None:
     """The socket inodes a process holds; ``None`` when its fds cannot be read (gone, or another
     user's process)."""
-    try:
-        fds = os.listdir(f"{proc}/{pid}/fd")
-    except OSError:
-        return None
-    inodes = set()
-    for fd in fds:
-        try:
-            target = os.readlink(f"{proc}/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:[") and target.endswith("]") and target[8:-1].isdigit():
-            inodes.add(int(target[8:-1]))
-    return inodes
+    return _reader(proc).socket_inodes(pid)
 
 
 def holders(inodes: Collection[int], exclude: Collection[int] = (), proc: str = PROC) -> tuple[int, ...]:
@@ -122,14 +100,12 @@ def holders(inodes: Collection[int], exclude: Collection[int] = (), proc: str = 
     wanted, found = set(inodes), set()
     if not wanted:
         return ()
-    try:
-        pids = sorted(int(name) for name in os.listdir(proc) if name.isdigit())
-    except OSError:
-        return ()
+    reader = _reader(proc)
+    pids = sorted(pid for pid, _inode in reader.list_pids())
     for pid in pids[:MAX_HOLDER_WALK]:
         if pid in exclude:
             continue
-        held = socket_inodes(pid, proc)
+        held = reader.socket_inodes(pid)
         if held and not held.isdisjoint(wanted):
             found.add(pid)
     return tuple(sorted(found))

@@ -687,7 +687,7 @@ fn malformed_and_missing_files_never_panic() {
     std::os::unix::fs::symlink("socket:[5001]", proc.path("103/fd/9")).unwrap();
     std::fs::write(
         proc.path("103/net/tcp"),
-        b"\xff\n 0: x:y z 0A\n 1: :1F90 0 0A 0 0 0 0 0 5001\n 2: 0:FFFFF 0 0A 0 0 0 0 0 5001\n\n",
+        b"\xff\n 0: x:y z 0A\n 1: 0100007F:1F90 0 0A 0 0 0 0 0 5001\n 2: 0:FFFFF 0 0A 0 0 0 0 0 5001\n 3: :1F91 0 0A 0 0 0 0 0 5001\n\n",
     )
     .unwrap();
     std::fs::create_dir(proc.path("103/net/tcp6")).unwrap();
@@ -709,6 +709,7 @@ fn malformed_and_missing_files_never_panic() {
     let junk = find(&found, 103);
     assert_eq!(junk.exe, None);
     assert!(junk.descendants.is_empty());
+    // a port beyond 16 bits, an address that is not 8 or 32 hex digits: not rows
     assert_eq!(junk.listen_ports, vec![0x1F90], "the one well-formed row");
     // 100's, 101's and 102's reads failed as if they had exited, and so did 555's and 556's
     assert_eq!(scanner.stats().vanished, 5);
