@@ -78,6 +78,16 @@ def proc_stat_value(data: bytes, key: bytes) -> int | None:
     return None
 
 
+def parse_uptime(data: bytes) -> float | None:
+    """Seconds since boot, the first field of ``/proc/uptime`` (``parse_uptime`` in scan.rs)."""
+    try:
+        first = data.decode().split()[0]
+        # Rust's f64 parser takes no digit separators; Python's float() would
+        return None if "_" in first else float(first)
+    except (UnicodeDecodeError, IndexError, ValueError):
+        return None
+
+
 def parse_u64(data: bytes) -> int | None:
     """A decimal number, surrounding whitespace allowed (procfs files end with a newline)."""
     try:

@@ -10,7 +10,14 @@ from typing import NamedTuple
 
 from enginespec._common import pread_all, tcp_listen
 from enginespec._procfiles import PROC
-from enginespec._pyprocfs import parse_children, parse_socket_link, parse_stat, parse_u64, proc_stat_value
+from enginespec._pyprocfs import (
+    parse_children,
+    parse_socket_link,
+    parse_stat,
+    parse_u64,
+    parse_uptime,
+    proc_stat_value,
+)
 
 #: How much of each end of an engine's cmdline is compared on every scan (``CMDLINE_PEEK``).
 CMDLINE_PEEK = 4096
@@ -34,6 +41,8 @@ class Stat(NamedTuple):
     comm: bytes
     #: where argv lies in memory (arg_start, arg_end); None when unknown
     args: tuple[int, int] | None
+    #: seconds from boot to the process's start (start ticks / CLK_TCK)
+    since_boot: float
 
 
 def _read(path: str) -> bytes | None:
@@ -80,8 +89,14 @@ class ProcRoot:
         parsed = None if data is None else parse_stat(data)
         if parsed is None:
             return None
-        start_time = parsed.start_ticks / self._clock_ticks + self.boot_time
-        return Stat(parsed.state, parsed.ppid, start_time, parsed.comm, parsed.args)
+        since_boot = parsed.start_ticks / self._clock_ticks
+        start_time = since_boot + self.boot_time
+        return Stat(parsed.state, parsed.ppid, start_time, parsed.comm, parsed.args, since_boot)
+
+    def uptime(self) -> float | None:
+        """Seconds since boot (``uptime``), ``None`` when it cannot be read."""
+        data = _read(f"{self._proc}/uptime")
+        return None if data is None else parse_uptime(data)
 
     def cmdline(self, pid: int) -> bytes:
         try:

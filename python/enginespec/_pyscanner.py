@@ -186,8 +186,8 @@ class ProcessScanner:
         self._forks_listed: int | None = None
         #: number of listing scans so far
         self._generation = 0
-        #: during the first listing, the time it began and the pid cursor then (see
-        #: ``cold_uptime`` and ``near_cursor`` in scan.rs)
+        #: during the first listing, seconds since boot when it began (the host's ``uptime``)
+        #: and the pid cursor then (see ``cold_uptime`` and ``near_cursor`` in scan.rs)
         self._cold: float | None = None
         self._cold_cursor: int | None = None
         self._counts = _Counts()
@@ -245,7 +245,7 @@ class ProcessScanner:
             return self._finish(now, quiet=True, scanned=scanned, full_recheck=False)
         self._forks_listed = None if before is None else before[1]
         self._generation += 1
-        self._cold = time.time() if first else None
+        self._cold = self._source.uptime() if first else None
         self._cold_cursor = before[0] if first and before is not None else None
         pids = self._source.list_pids()
         # Read after listing, so any pid reused before the listing falls inside the window.
@@ -344,7 +344,7 @@ class ProcessScanner:
         if self._cold_cursor is not None and not _near_cursor(pid, self._cold_cursor, self._source.pid_max):
             return False
         stat = self._source.stat(pid)
-        return stat is not None and self._cold - stat.start_time < self._young
+        return stat is not None and self._cold - stat.since_boot < self._young
 
     def _engine_state(self, pid: int, cmdline: bytes, argv: list[str], facts: RawInvocation) -> _Class | None:
         stat = self._source.stat(pid)
