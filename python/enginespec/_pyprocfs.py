@@ -5,9 +5,28 @@ process chooses its own argv and ``comm``)."""
 from __future__ import annotations
 
 import os
+import re
 from typing import NamedTuple
 
 from enginespec._common import MAX_ARGV_ARGS, MAX_ARGV_BYTES
+
+#: ASCII whitespace as Rust's ``u8::is_ascii_whitespace`` has it: without the vertical tab, on
+#: which ``bytes.split()`` also splits.
+_WHITESPACE = re.compile(rb"[ \t\n\x0c\r]")
+#: An integer as Rust's ``str::parse`` takes it: a sign, ASCII digits, nothing else (``int()``
+#: would also take ``1_000``, spaces and other scripts' digits).
+_INTEGER = re.compile(rb"[+-]?[0-9]+")
+U64_MAX = 2**64 - 1
+I32_MIN, I32_MAX = -(2**31), 2**31 - 1
+
+
+def _integer(token: bytes, low: int, high: int) -> int | None:
+    """``token`` read as Rust reads an integer of the type spanning [low, high]; ``None`` if it
+    is not one (an unsigned type takes no ``-``)."""
+    if _INTEGER.fullmatch(token) is None or (low == 0 and token.startswith(b"-")):
+        return None
+    value = int(token)
+    return value if low <= value <= high else None
 
 
 def capped_argv(data: bytes) -> tuple[list[str], bool]:
@@ -49,16 +68,16 @@ def parse_stat(data: bytes) -> ProcStat | None:
     open_, close = data.find(b"("), data.rfind(b")")
     if open_ < 0 or close <= open_:
         return None
-    fields = data[close + 1 :].split()
-    try:
-        state, ppid, start_ticks = chr(fields[0][0]), int(fields[1]), int(fields[19])
-    except (IndexError, ValueError):
+    fields = [field for field in _WHITESPACE.split(data[close + 1 :]) if field]
+    if len(fields) < 20:
         return None
-    try:
-        args: tuple[int, int] | None = (int(fields[45]), int(fields[46]))
-    except (IndexError, ValueError):
-        args = None
-    return ProcStat(state, ppid, start_ticks, data[open_ + 1 : close], args)
+    # state is field 3, ppid field 4, starttime field 22, arg_start and arg_end fields 48 and 49
+    ppid, start_ticks = _integer(fields[1], I32_MIN, I32_MAX), parse_u64(fields[19])
+    if ppid is None or start_ticks is None:
+        return None
+    arg_start, arg_end = (parse_u64(fields[i]) if i < len(fields) else None for i in (45, 46))
+    args = None if arg_start is None or arg_end is None else (arg_start, arg_end)
+    return ProcStat(chr(fields[0][0]), ppid, start_ticks, data[open_ + 1 : close], args)
 
 
 def is_dead(state: str) -> bool:
@@ -67,14 +86,13 @@ def is_dead(state: str) -> bool:
 
 
 def proc_stat_value(data: bytes, key: bytes) -> int | None:
-    """The value of the ``key`` line of ``/proc/stat`` (``btime``, ``processes``)."""
-    for line in data.splitlines():
-        name, _, value = line.partition(b" ")
-        if name == key:
-            try:
-                return int(value)
-            except ValueError:
-                return None
+    """The value of the first ``key`` line of ``/proc/stat`` that has one (``btime``,
+    ``processes``)."""
+    for line in data.split(b"\n"):
+        if line.startswith(key) and _WHITESPACE.fullmatch(line[len(key) : len(key) + 1]):
+            value = parse_u64(line[len(key) :])
+            if value is not None:
+                return value
     return None
 
 
@@ -82,24 +100,29 @@ def parse_uptime(data: bytes) -> float | None:
     """Seconds since boot, the first field of ``/proc/uptime`` (``parse_uptime`` in scan.rs)."""
     try:
         first = data.decode().split()[0]
-        # Rust's f64 parser takes no digit separators; Python's float() would
-        return None if "_" in first else float(first)
+        # Rust's f64 parser takes neither digit separators nor other scripts' digits
+        return float(first) if first.isascii() and "_" not in first else None
     except (UnicodeDecodeError, IndexError, ValueError):
         return None
 
 
 def parse_u64(data: bytes) -> int | None:
-    """A decimal number, surrounding whitespace allowed (procfs files end with a newline)."""
-    try:
-        value = int(data.strip())
-    except ValueError:
+    """A decimal ``u64``, surrounding whitespace allowed (procfs files end with a newline)."""
+    return _integer(data.strip(), 0, U64_MAX)
+
+
+def parse_pid_name(name: str) -> int | None:
+    """The pid an entry of the ``/proc`` listing names (``parse_pid_dirents`` in procfs.rs):
+    ASCII digits within an ``i32``, ``None`` for any other name."""
+    if not (name.isascii() and name.isdigit()):
         return None
-    return value if value >= 0 else None
+    pid = int(name)
+    return pid if pid < 2**31 else None
 
 
 def parse_children(data: bytes) -> list[int]:
     """``/proc/PID/task/TID/children``: the pids, separated by spaces."""
-    return [int(token) for token in data.split() if token.isdigit() and 0 < int(token) < 2**31]
+    return [int(token) for token in _WHITESPACE.split(data) if token.isdigit() and 0 < int(token) < 2**31]
 
 
 def parse_socket_link(target: str) -> int | None:

@@ -12,6 +12,7 @@ from enginespec._common import pread_all, tcp_listen
 from enginespec._procfiles import PROC
 from enginespec._pyprocfs import (
     parse_children,
+    parse_pid_name,
     parse_socket_link,
     parse_stat,
     parse_u64,
@@ -62,7 +63,8 @@ class ProcRoot:
         self.boot_time = float(self._host_value("stat", b"btime") or 0)
         self._clock_ticks = float(os.sysconf("SC_CLK_TCK"))
         pid_max = _read(f"{proc}/sys/kernel/pid_max")
-        self.pid_max = (parse_u64(pid_max) if pid_max is not None else None) or 4_194_304
+        parsed = None if pid_max is None else parse_u64(pid_max)
+        self.pid_max = 4_194_304 if parsed is None else parsed
 
     def _host_value(self, name: str, key: bytes) -> int | None:
         data = _read(f"{self._proc}/{name}")
@@ -72,7 +74,7 @@ class ProcRoot:
         """(pid, inode of /proc/PID): the inode changes when a pid is handed to a new process."""
         try:
             with os.scandir(self._proc) as entries:
-                return [(int(e.name), e.inode()) for e in entries if e.name.isdigit()]
+                return [(pid, e.inode()) for e in entries if (pid := parse_pid_name(e.name)) is not None]
         except OSError:
             return []
 

@@ -547,6 +547,43 @@ def test_missing_kernel_counters_make_every_listing_a_full_recheck(make: tuple[F
     assert stats.full_recheck
 
 
+def test_numbers_in_the_kernel_files_are_read_as_the_kernel_writes_them(
+    make: tuple[FixtureHost, Make],
+) -> None:
+    """Numbers are ASCII digits (a sign only where the field can be negative), fields are split
+    at spaces and tabs (not at a vertical tab), and a nonsense ``pid_max`` is taken as given:
+    what ``int()`` and ``bytes.split()`` would also accept is no number (not in rust/scan/tests.rs:
+    the Python twin's parsers differed on these)."""
+    host, scanner = make
+    host.spawn(1, ["/sbin/init"])
+    host.spawn(100, ["demo", "serve", "/m/separator"])
+    host.spawn(101, ["demo", "serve", "/m/negative"])
+    host.spawn(102, ["demo", "serve", "/m/vertical-tab"])
+    host.spawn(103, ["solo-server", "-m", "/m/fine"])
+    stat = host.proc / "100" / "stat"
+    stat.write_bytes(stat.read_bytes().replace(b") S 1 ", b") S 1_0 "))
+    host.set_stat(101, Stat(start_ticks=-5))
+    stat = host.proc / "102" / "stat"
+    stat.write_bytes(stat.read_bytes().replace(b" 20 0 1 0 ", b" 20 0 1 0\x0b"))  # start ticks
+    # the fork counter after a tab, as a kernel may align it
+    (host.proc / "stat").write_text(stat_text(host.forks).replace("processes ", "processes\t"))
+    s = scanner()
+    found = s.scan_at(0)
+    assert _pids(found) == [102, 103]
+    assert _find(found, 102).start_time == pytest.approx(_start_time(Stat(start_ticks=1000000)), abs=1e-6)
+    assert _stats(s).vanished == 2  # 100 and 101: stat unreadable, as if they had exited
+    # The counter was read: nothing forked, so nothing is listed.
+    s.scan_at(1)
+    assert (_stats(s).new, _stats(s).full_recheck) == (0, False)
+    # A pid_max of 0 bounds nothing: every listing re-checks everything.
+    (host.proc / "sys" / "kernel" / "pid_max").write_text("0\n")
+    s = scanner()
+    s.scan_at(0)
+    host.spawn(300, ["sleep", "1"])
+    s.scan_at(1)
+    assert _stats(s).full_recheck
+
+
 def test_same_pid_with_a_new_start_time_is_another_process(make: tuple[FixtureHost, Make]) -> None:
     host, scanner = make
     host.spawn(1, ["/sbin/init"])
@@ -596,7 +633,8 @@ def test_malformed_and_missing_files_never_raise(make: tuple[FixtureHost, Make])
     # an engine with junk everywhere else
     host.spawn(103, ["demo", "serve", "/m/junk"])
     (proc / "103" / "exe").unlink()
-    (proc / "103" / "task" / "103" / "children").write_bytes(b"\xff\xfe 12x -5 \0 99999999999")
+    # (a vertical tab is no separator: the kernel writes spaces)
+    (proc / "103" / "task" / "103" / "children").write_bytes(b"\xff\xfe 12x -5 \0 99999999999 104\x0b104")
     (proc / "103" / "fd" / "7").write_bytes(b"a regular file")
     os.symlink("socket:[", proc / "103" / "fd" / "8")
     os.symlink("socket:[5001]", proc / "103" / "fd" / "9")
@@ -613,6 +651,10 @@ def test_malformed_and_missing_files_never_raise(make: tuple[FixtureHost, Make])
     (proc / "123abc").mkdir()
     os.symlink("1", proc / "self")
     os.symlink("/nonexistent", proc / "556")
+    # names of digits that are no pid: past the largest, or digits of another script
+    host.create(2**31, ["demo", "serve", "/m/past-pid-max"], Stat())
+    host.create(400, ["demo", "serve", "/m/arabic-indic"], Stat())
+    (proc / "400").rename(proc / "\u0664\u0660\u0660")
     s = scanner()
     found = s.scan_at(0)
     assert _pids(found) == [103, 104]
