@@ -127,20 +127,39 @@ def python_target(argv: Sequence[str]) -> tuple[str, str, int] | None:
     return None
 
 
+#: ASCII whitespace as Rust's ``u8::is_ascii_whitespace`` has it: no vertical tab, on which
+#: ``bytes.split()`` also splits.
+_KERNEL_SPACE = re.compile(rb"[ \t\n\x0c\r]")
+_DIGITS = {10: re.compile(rb"[+-]?[0-9]+"), 16: re.compile(rb"[+-]?[0-9A-Fa-f]+")}
+U64_MAX = 2**64 - 1
+
+
+def kernel_fields(data: bytes) -> list[bytes]:
+    """``data`` split at runs of whitespace, as procfs.rs splits the lines of a kernel file."""
+    return [field for field in _KERNEL_SPACE.split(data) if field]
+
+
+def kernel_int(token: bytes, high: int, low: int = 0, base: int = 10) -> int | None:
+    """``token`` as Rust's ``parse`` (or ``from_str_radix``) reads an integer of the type spanning
+    [low, high]: a sign (``-`` only for a signed type) and ASCII digits, nothing else (``int()``
+    would also take ``1_000``, ``0x``, spaces and other scripts' digits); ``None`` if not one."""
+    if _DIGITS[base].fullmatch(token) is None or (low == 0 and token.startswith(b"-")):
+        return None
+    value = int(token, base)
+    return value if low <= value <= high else None
+
+
 def tcp_listen(table: bytes) -> Iterator[tuple[int, bytes, int]]:
     """(socket inode, local address as hex, local port) of each LISTEN row of
-    ``/proc/PID/net/tcp{,6}``."""
+    ``/proc/PID/net/tcp{,6}``, read as ``parse_tcp_listen`` in procfs.rs reads them."""
     for line in table.split(b"\n")[1:]:
-        fields = line.split()
+        fields = kernel_fields(line)
         if len(fields) < 10 or fields[3] != b"0A":
             continue
         local = fields[1]
         colon = local.rfind(b":")
-        try:
-            port, inode = int(local[colon + 1 :], 16), int(fields[9])
-        except ValueError:
-            continue
-        if colon >= 0 and port <= 0xFFFF:
+        port, inode = kernel_int(local[colon + 1 :], 0xFFFF, base=16), kernel_int(fields[9], U64_MAX)
+        if colon >= 0 and port is not None and inode is not None:
             yield inode, local[:colon], port
 
 

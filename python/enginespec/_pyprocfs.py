@@ -5,28 +5,11 @@ process chooses its own argv and ``comm``)."""
 from __future__ import annotations
 
 import os
-import re
 from typing import NamedTuple
 
-from enginespec._common import MAX_ARGV_ARGS, MAX_ARGV_BYTES
+from enginespec._common import MAX_ARGV_ARGS, MAX_ARGV_BYTES, U64_MAX, kernel_fields, kernel_int
 
-#: ASCII whitespace as Rust's ``u8::is_ascii_whitespace`` has it: without the vertical tab, on
-#: which ``bytes.split()`` also splits.
-_WHITESPACE = re.compile(rb"[ \t\n\x0c\r]")
-#: An integer as Rust's ``str::parse`` takes it: a sign, ASCII digits, nothing else (``int()``
-#: would also take ``1_000``, spaces and other scripts' digits).
-_INTEGER = re.compile(rb"[+-]?[0-9]+")
-U64_MAX = 2**64 - 1
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
-
-
-def _integer(token: bytes, low: int, high: int) -> int | None:
-    """``token`` read as Rust reads an integer of the type spanning [low, high]; ``None`` if it
-    is not one (an unsigned type takes no ``-``)."""
-    if _INTEGER.fullmatch(token) is None or (low == 0 and token.startswith(b"-")):
-        return None
-    value = int(token)
-    return value if low <= value <= high else None
 
 
 def capped_argv(data: bytes) -> tuple[list[str], bool]:
@@ -68,11 +51,11 @@ def parse_stat(data: bytes) -> ProcStat | None:
     open_, close = data.find(b"("), data.rfind(b")")
     if open_ < 0 or close <= open_:
         return None
-    fields = [field for field in _WHITESPACE.split(data[close + 1 :]) if field]
+    fields = kernel_fields(data[close + 1 :])
     if len(fields) < 20:
         return None
     # state is field 3, ppid field 4, starttime field 22, arg_start and arg_end fields 48 and 49
-    ppid, start_ticks = _integer(fields[1], I32_MIN, I32_MAX), parse_u64(fields[19])
+    ppid, start_ticks = kernel_int(fields[1], I32_MAX, I32_MIN), parse_u64(fields[19])
     if ppid is None or start_ticks is None:
         return None
     arg_start, arg_end = (parse_u64(fields[i]) if i < len(fields) else None for i in (45, 46))
@@ -89,8 +72,10 @@ def proc_stat_value(data: bytes, key: bytes) -> int | None:
     """The value of the first ``key`` line of ``/proc/stat`` that has one (``btime``,
     ``processes``)."""
     for line in data.split(b"\n"):
-        if line.startswith(key) and _WHITESPACE.fullmatch(line[len(key) : len(key) + 1]):
-            value = parse_u64(line[len(key) :])
+        rest = line[len(key) :]
+        # the key, then whitespace (kernel_fields of it is empty)
+        if line.startswith(key) and rest and not kernel_fields(rest[:1]):
+            value = parse_u64(rest)
             if value is not None:
                 return value
     return None
@@ -108,7 +93,7 @@ def parse_uptime(data: bytes) -> float | None:
 
 def parse_u64(data: bytes) -> int | None:
     """A decimal ``u64``, surrounding whitespace allowed (procfs files end with a newline)."""
-    return _integer(data.strip(), 0, U64_MAX)
+    return kernel_int(data.strip(), U64_MAX)
 
 
 def parse_pid_name(name: str) -> int | None:
@@ -122,7 +107,7 @@ def parse_pid_name(name: str) -> int | None:
 
 def parse_children(data: bytes) -> list[int]:
     """``/proc/PID/task/TID/children``: the pids, separated by spaces."""
-    return [int(token) for token in _WHITESPACE.split(data) if token.isdigit() and 0 < int(token) < 2**31]
+    return [int(token) for token in kernel_fields(data) if token.isdigit() and 0 < int(token) <= I32_MAX]
 
 
 def parse_socket_link(target: str) -> int | None:

@@ -640,6 +640,8 @@ def test_malformed_and_missing_files_never_raise(make: tuple[FixtureHost, Make])
     os.symlink("socket:[5001]", proc / "103" / "fd" / "9")
     (proc / "103" / "net" / "tcp").write_bytes(
         b"\xff\n 0: x:y z 0A\n 1: :1F90 0 0A 0 0 0 0 0 5001\n 2: 0:FFFFF 0 0A 0 0 0 0 0 5001\n\n"
+        # numbers a kernel never writes: a 0x prefix, a minus sign, digit separators
+        b" 3: :0x1F91 0 0A 0 0 0 0 0 5001\n 4: :-1 0 0A 0 0 0 0 0 5001\n 5: :1F92 0 0A 0 0 0 0 0 5_001\n"
     )
     (proc / "103" / "net" / "tcp6").mkdir()
     # an engine without task/, fd/ or net/
