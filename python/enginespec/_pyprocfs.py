@@ -112,6 +112,6 @@ def parse_children(data: bytes) -> list[int]:
 
 def parse_socket_link(target: str) -> int | None:
     """The inode of an fd link ``socket:[INODE]``, ``None`` for any other link."""
-    if target.startswith("socket:[") and target.endswith("]") and target[8:-1].isdigit():
-        return int(target[8:-1])
+    if target.startswith("socket:[") and target.endswith("]"):
+        return parse_u64(os.fsencode(target[8:-1]))
     return None

@@ -638,10 +638,12 @@ def test_malformed_and_missing_files_never_raise(make: tuple[FixtureHost, Make])
     (proc / "103" / "fd" / "7").write_bytes(b"a regular file")
     os.symlink("socket:[", proc / "103" / "fd" / "8")
     os.symlink("socket:[5001]", proc / "103" / "fd" / "9")
+    os.symlink("socket:[\u0665\u0660\u0660\u0662]", proc / "103" / "fd" / "10")  # 5002, in Arabic-Indic
     (proc / "103" / "net" / "tcp").write_bytes(
         b"\xff\n 0: x:y z 0A\n 1: :1F90 0 0A 0 0 0 0 0 5001\n 2: 0:FFFFF 0 0A 0 0 0 0 0 5001\n\n"
         # numbers a kernel never writes: a 0x prefix, a minus sign, digit separators
         b" 3: :0x1F91 0 0A 0 0 0 0 0 5001\n 4: :-1 0 0A 0 0 0 0 0 5001\n 5: :1F92 0 0A 0 0 0 0 0 5_001\n"
+        b" 6: :1F93 0 0A 0 0 0 0 0 5002\n"
     )
     (proc / "103" / "net" / "tcp6").mkdir()
     # an engine without task/, fd/ or net/
