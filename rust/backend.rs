@@ -3,9 +3,7 @@
 //! `cargo test` covers it and the PyO3 bindings only convert types.
 
 use std::sync::Arc;
-use std::time::Duration;
-#[cfg(target_os = "linux")]
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::proc_events::Unavailable;
 #[cfg(target_os = "linux")]
@@ -39,6 +37,8 @@ struct Events {
 #[derive(Debug)]
 pub struct ProcessScanner {
     source: Source,
+    /// When the scanner was made: the origin of [`ProcessScanner::scan_at`]'s clock.
+    origin: Instant,
     #[cfg(target_os = "linux")]
     events: Option<Events>,
 }
@@ -81,6 +81,7 @@ impl ProcessScanner {
         };
         Ok(ProcessScanner {
             source,
+            origin: Instant::now(),
             #[cfg(target_os = "linux")]
             events: None,
         })
@@ -148,6 +149,16 @@ impl ProcessScanner {
     pub fn scan(&mut self) -> Vec<Arc<EngineProc>> {
         match &mut self.source {
             Source::Procfs(s) => s.scan(),
+            Source::Sysinfo(s) => s.scan(),
+        }
+    }
+
+    /// `scan` as if `elapsed` had passed since the scanner was made (`scan` is `scan_at` of the
+    /// time since then): the clock the young and refresh windows are measured on, for a fixture
+    /// host, whose files cannot say what time it is. The sysinfo source has no such windows.
+    pub fn scan_at(&mut self, elapsed: Duration) -> Vec<Arc<EngineProc>> {
+        match &mut self.source {
+            Source::Procfs(s) => s.scan_at(self.origin + elapsed),
             Source::Sysinfo(s) => s.scan(),
         }
     }

@@ -221,13 +221,14 @@ impl PyProcessScanner {
     }
 
     fn scan(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
-        let found = py.detach(|| {
-            self.inner
-                .lock()
-                .map(|mut scanner| scanner.scan())
-                .map_err(|_| "scanner state poisoned by an earlier panic")
-        });
-        self.convert(py, found.map_err(PyRuntimeError::new_err)?)
+        self.scan_with(py, ProcessScanner::scan)
+    }
+
+    /// `scan` as if `elapsed` seconds had passed since the scanner was made (see
+    /// `ProcessScanner::scan_at`): a fixture host's clock.
+    fn scan_at(&self, py: Python<'_>, elapsed: f64) -> PyResult<Vec<Py<PyAny>>> {
+        let elapsed = seconds("elapsed", elapsed)?;
+        self.scan_with(py, |scanner| scanner.scan_at(elapsed))
     }
 
     /// Subscribes to the kernel's process events (see `ProcessScanner::subscribe_events`):
@@ -298,6 +299,21 @@ impl PyProcessScanner {
 }
 
 impl PyProcessScanner {
+    /// Runs one scan with the GIL released and converts what it found.
+    fn scan_with(
+        &self,
+        py: Python<'_>,
+        run: impl FnOnce(&mut ProcessScanner) -> Vec<std::sync::Arc<scan::EngineProc>> + Send,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        let found = py.detach(|| {
+            self.inner
+                .lock()
+                .map(|mut scanner| run(&mut scanner))
+                .map_err(|_| "scanner state poisoned by an earlier panic")
+        });
+        self.convert(py, found.map_err(PyRuntimeError::new_err)?)
+    }
+
     /// The records as `RawProcess` tuples; an engine whose record is unchanged gets the very
     /// same object.
     fn convert(

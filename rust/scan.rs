@@ -639,8 +639,9 @@ impl Scanner {
         self.collect(now, true)
     }
 
-    /// `scan` at a given time, so tests can step through the young and refresh windows.
-    fn scan_at(&mut self, now: Instant) -> Vec<Arc<EngineProc>> {
+    /// `scan` at a given time, so a fixture host's scenario (these tests, and the Python ones
+    /// through `ProcessScanner::scan_at`) can step through the young and refresh windows.
+    pub fn scan_at(&mut self, now: Instant) -> Vec<Arc<EngineProc>> {
         let first = self.generation == 0;
         self.stats = ScanStats::default();
         self.engine_appeared = false;

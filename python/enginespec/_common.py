@@ -137,6 +137,28 @@ def python_target(argv: Sequence[str]) -> tuple[str, str, int] | None:
     return None
 
 
+#: ASCII whitespace as Rust's ``u8::is_ascii_whitespace`` has it: no vertical tab, on which
+#: ``bytes.split()`` also splits.
+_KERNEL_SPACE = re.compile(rb"[ \t\n\x0c\r]")
+_DIGITS = {10: re.compile(rb"[+-]?[0-9]+"), 16: re.compile(rb"[+-]?[0-9A-Fa-f]+")}
+U64_MAX = 2**64 - 1
+
+
+def kernel_fields(data: bytes) -> list[bytes]:
+    """``data`` split at runs of whitespace, as procfs.rs splits the lines of a kernel file."""
+    return [field for field in _KERNEL_SPACE.split(data) if field]
+
+
+def kernel_int(token: bytes, high: int, low: int = 0, base: int = 10) -> int | None:
+    """``token`` as Rust's ``parse`` (or ``from_str_radix``) reads an integer of the type spanning
+    [low, high]: a sign (``-`` only for a signed type) and ASCII digits, nothing else (``int()``
+    would also take ``1_000``, ``0x``, spaces and other scripts' digits); ``None`` if not one."""
+    if _DIGITS[base].fullmatch(token) is None or (low == 0 and token.startswith(b"-")):
+        return None
+    value = int(token, base)
+    return value if low <= value <= high else None
+
+
 #: (block size, bytes per block) by ggml type id (``ggml_type_traits`` in ggml/src/ggml.c and
 #: ggml-common.h of ggml-org/llama.cpp 004eaba; NVFP4 and Q1_0 from gguf-py 0.19 constants.py).
 TYPE_SIZES: dict[int, tuple[int, int]] = {

@@ -41,7 +41,8 @@ class ProcessScanner:
 
     ``source`` is ``"procfs"`` (Linux's default: the incremental ``/proc`` reader) or
     ``"sysinfo"`` (the default elsewhere). ``root``: read ``ROOT/proc`` instead of ``/proc`` (a
-    fixture host laid out in the kernel's formats; procfs source only). Raises ``ValueError``
+    fixture host laid out in the kernel's formats, its clock given by ``scan_at``; procfs
+    source only). Raises ``ValueError``
     for invalid signatures, a negative or non-finite duration, or an unknown source.
     """
 
@@ -66,6 +67,11 @@ class ProcessScanner:
         An engine unchanged since the previous scan comes back as the very same tuple object (so
         its cost does not grow with its argv, and callers can tell it is unchanged by identity):
         treat the tuples and their lists as read-only."""
+    def scan_at(self, elapsed: float) -> list[_RawProcess]:
+        """``scan`` as if ``elapsed`` seconds had passed since the scanner was made (``scan`` is
+        ``scan_at`` of the time since then): the clock the young and refresh windows are
+        measured on, for a fixture host, whose files cannot say what time it is. Raises
+        ``ValueError`` for a negative or non-finite ``elapsed``."""
     def subscribe_events(self, ack_timeout: float, full_rescan_seconds: float) -> str | None:
         """Subscribes to the kernel's process events (netlink proc connector; root in the initial
         namespaces, or any user on newer kernels), waiting up to ``ack_timeout`` seconds for the

@@ -9,7 +9,9 @@ import sys
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from enginespec._common import MAX_ARGV_ARGS, MAX_ARGV_BYTES, Listening
+from enginespec._common import MAX_ARGV_ARGS, MAX_ARGV_BYTES, U64_MAX, Listening, kernel_fields, kernel_int
+
+I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 
 
 def capped_argv(data: bytes) -> tuple[list[str], bool]:
@@ -51,16 +53,16 @@ def parse_stat(data: bytes) -> ProcStat | None:
     open_, close = data.find(b"("), data.rfind(b")")
     if open_ < 0 or close <= open_:
         return None
-    fields = data[close + 1 :].split()
-    try:
-        state, ppid, start_ticks = chr(fields[0][0]), int(fields[1]), int(fields[19])
-    except (IndexError, ValueError):
+    fields = kernel_fields(data[close + 1 :])
+    if len(fields) < 20:
         return None
-    try:
-        args: tuple[int, int] | None = (int(fields[45]), int(fields[46]))
-    except (IndexError, ValueError):
-        args = None
-    return ProcStat(state, ppid, start_ticks, data[open_ + 1 : close], args)
+    # state is field 3, ppid field 4, starttime field 22, arg_start and arg_end fields 48 and 49
+    ppid, start_ticks = kernel_int(fields[1], I32_MAX, I32_MIN), parse_u64(fields[19])
+    if ppid is None or start_ticks is None:
+        return None
+    arg_start, arg_end = (parse_u64(fields[i]) if i < len(fields) else None for i in (45, 46))
+    args = None if arg_start is None or arg_end is None else (arg_start, arg_end)
+    return ProcStat(chr(fields[0][0]), ppid, start_ticks, data[open_ + 1 : close], args)
 
 
 def is_dead(state: str) -> bool:
@@ -69,53 +71,66 @@ def is_dead(state: str) -> bool:
 
 
 def proc_stat_value(data: bytes, key: bytes) -> int | None:
-    """The value of the ``key`` line of ``/proc/stat`` (``btime``, ``processes``)."""
-    for line in data.splitlines():
-        name, _, value = line.partition(b" ")
-        if name == key:
-            try:
-                return int(value)
-            except ValueError:
-                return None
+    """The value of the first ``key`` line of ``/proc/stat`` that has one (``btime``,
+    ``processes``)."""
+    for line in data.split(b"\n"):
+        rest = line[len(key) :]
+        # the key, then whitespace (kernel_fields of it is empty)
+        if line.startswith(key) and rest and not kernel_fields(rest[:1]):
+            value = parse_u64(rest)
+            if value is not None:
+                return value
     return None
 
 
-def parse_u64(data: bytes) -> int | None:
-    """A decimal number, surrounding whitespace allowed (procfs files end with a newline)."""
+def parse_uptime(data: bytes) -> float | None:
+    """Seconds since boot, the first field of ``/proc/uptime`` (``parse_uptime`` in scan.rs)."""
     try:
-        value = int(data.strip())
-    except ValueError:
+        first = data.decode().split()[0]
+        # Rust's f64 parser takes neither digit separators nor other scripts' digits
+        return float(first) if first.isascii() and "_" not in first else None
+    except (UnicodeDecodeError, IndexError, ValueError):
         return None
-    return value if value >= 0 else None
+
+
+def parse_u64(data: bytes) -> int | None:
+    """A decimal ``u64``, surrounding whitespace allowed (procfs files end with a newline)."""
+    return kernel_int(data.strip(), U64_MAX)
+
+
+def parse_pid_name(name: str) -> int | None:
+    """The pid an entry of the ``/proc`` listing names (``parse_pid_dirents`` in procfs.rs):
+    ASCII digits within an ``i32``, ``None`` for any other name."""
+    if not (name.isascii() and name.isdigit()):
+        return None
+    pid = int(name)
+    return pid if pid < 2**31 else None
 
 
 def parse_children(data: bytes) -> list[int]:
     """``/proc/PID/task/TID/children``: the pids, separated by spaces."""
-    return [int(token) for token in data.split() if token.isdigit() and 0 < int(token) < 2**31]
+    return [int(token) for token in kernel_fields(data) if token.isdigit() and 0 < int(token) <= I32_MAX]
 
 
 def parse_socket_link(target: str) -> int | None:
     """The inode of an fd link ``socket:[INODE]``, ``None`` for any other link."""
-    if target.startswith("socket:[") and target.endswith("]") and target[8:-1].isdigit():
-        return int(target[8:-1])
+    if target.startswith("socket:[") and target.endswith("]"):
+        return parse_u64(os.fsencode(target[8:-1]))
     return None
 
 
 def parse_tcp_listen(table: bytes) -> Iterator[Listening]:
-    """Every LISTEN socket of one ``/proc/PID/net/tcp`` or ``tcp6`` table (``parse_tcp_listen``
-    in procfs.rs); the header and malformed lines are skipped."""
+    """Every LISTEN socket of one ``/proc/PID/net/tcp`` or ``tcp6`` table, read as
+    ``parse_tcp_listen`` in procfs.rs reads them; the header and malformed lines are skipped."""
     for line in table.split(b"\n")[1:]:
-        fields = line.split()
+        fields = kernel_fields(line)
         if len(fields) < 10 or fields[3] != b"0A":
             continue
         local = fields[1]
         colon = local.rfind(b":")
-        try:
-            port, inode = int(local[colon + 1 :], 16), int(fields[9])
-        except ValueError:
-            continue
+        port, inode = kernel_int(local[colon + 1 :], 0xFFFF, base=16), kernel_int(fields[9], U64_MAX)
         address = _tcp_address(local[:colon])
-        if colon >= 0 and port <= 0xFFFF and 0 <= inode < 1 << 64 and address is not None:
+        if colon >= 0 and port is not None and inode is not None and address is not None:
             yield Listening(inode, address, port)
 
 
@@ -123,8 +138,7 @@ def _tcp_address(hex_address: bytes) -> bytes | None:
     """Network-order bytes of an address the kernel printed as host-order 32-bit words."""
     if len(hex_address) not in (8, 32):
         return None
-    try:
-        words = [int(hex_address[i : i + 8], 16) for i in range(0, len(hex_address), 8)]
-    except ValueError:
+    words = [kernel_int(hex_address[i : i + 8], 0xFFFFFFFF, base=16) for i in range(0, len(hex_address), 8)]
+    if any(word is None for word in words):
         return None
-    return b"".join(word.to_bytes(4, sys.byteorder) for word in words)
+    return b"".join(word.to_bytes(4, sys.byteorder) for word in words if word is not None)

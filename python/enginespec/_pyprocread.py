@@ -12,10 +12,12 @@ from enginespec._common import Listening, pread_all
 from enginespec._procfiles import PROC
 from enginespec._pyprocfs import (
     parse_children,
+    parse_pid_name,
     parse_socket_link,
     parse_stat,
     parse_tcp_listen,
     parse_u64,
+    parse_uptime,
     proc_stat_value,
 )
 
@@ -41,6 +43,8 @@ class Stat(NamedTuple):
     comm: bytes
     #: where argv lies in memory (arg_start, arg_end); None when unknown
     args: tuple[int, int] | None
+    #: seconds from boot to the process's start (start ticks / CLK_TCK)
+    since_boot: float
 
 
 def _read(path: str) -> bytes | None:
@@ -60,7 +64,8 @@ class ProcRoot:
         self.boot_time = float(self._host_value("stat", b"btime") or 0)
         self._clock_ticks = float(os.sysconf("SC_CLK_TCK"))
         pid_max = _read(f"{proc}/sys/kernel/pid_max")
-        self.pid_max = (parse_u64(pid_max) if pid_max is not None else None) or 4_194_304
+        parsed = None if pid_max is None else parse_u64(pid_max)
+        self.pid_max = 4_194_304 if parsed is None else parsed
 
     def _host_value(self, name: str, key: bytes) -> int | None:
         data = _read(f"{self._proc}/{name}")
@@ -70,7 +75,7 @@ class ProcRoot:
         """(pid, inode of /proc/PID): the inode changes when a pid is handed to a new process."""
         try:
             with os.scandir(self._proc) as entries:
-                return [(int(e.name), e.inode()) for e in entries if e.name.isdigit()]
+                return [(pid, e.inode()) for e in entries if (pid := parse_pid_name(e.name)) is not None]
         except OSError:
             return []
 
@@ -87,8 +92,14 @@ class ProcRoot:
         parsed = None if data is None else parse_stat(data)
         if parsed is None:
             return None
-        start_time = parsed.start_ticks / self._clock_ticks + self.boot_time
-        return Stat(parsed.state, parsed.ppid, start_time, parsed.comm, parsed.args)
+        since_boot = parsed.start_ticks / self._clock_ticks
+        start_time = since_boot + self.boot_time
+        return Stat(parsed.state, parsed.ppid, start_time, parsed.comm, parsed.args, since_boot)
+
+    def uptime(self) -> float | None:
+        """Seconds since boot (``uptime``), ``None`` when it cannot be read."""
+        data = _read(f"{self._proc}/uptime")
+        return None if data is None else parse_uptime(data)
 
     def cmdline(self, pid: int) -> bytes:
         try:

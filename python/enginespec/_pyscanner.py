@@ -16,6 +16,7 @@ both ends of ``cmdline`` on every scan), exec wrappers and processes born since 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -150,7 +151,10 @@ def _near_cursor(pid: int, last: int, pid_max: int) -> bool:
 
 class ProcessScanner:
     """The incremental scanner (``ProcessScanner`` in backend.rs, over ``Scanner`` in scan.rs).
-    Keep one per polling loop."""
+    Keep one per polling loop.
+
+    ``root``: read ``ROOT/proc`` instead of ``/proc`` (a fixture host laid out in the kernel's
+    formats, on any system); its clock, which no file can give, is ``scan_at``'s."""
 
     def __init__(
         self,
@@ -167,6 +171,8 @@ class ProcessScanner:
         self._young = young_seconds
         self._refresh = refresh_seconds
         self._listen_ports = listen_ports
+        #: the origin of ``scan_at``'s clock: when the scanner was made
+        self._origin = time.monotonic()
         # ``root``: a fixture host (ROOT/proc laid out as the kernel's), read on any system
         self._source: _Source = (
             ProcRoot(os.path.join(root or "/", "proc")) if _LINUX or root is not None else PsutilSource()
@@ -180,8 +186,8 @@ class ProcessScanner:
         self._forks_listed: int | None = None
         #: number of listing scans so far
         self._generation = 0
-        #: during the first listing, the time it began and the pid cursor then (see
-        #: ``cold_uptime`` and ``near_cursor`` in scan.rs)
+        #: during the first listing, seconds since boot when it began (the host's ``uptime``)
+        #: and the pid cursor then (see ``cold_uptime`` and ``near_cursor`` in scan.rs)
         self._cold: float | None = None
         self._cold_cursor: int | None = None
         self._counts = _Counts()
@@ -217,8 +223,16 @@ class ProcessScanner:
         )
 
     def scan(self) -> list[RawProcess]:
-        """Every engine server now running, by pid (``Scanner::scan_at`` in scan.rs)."""
-        now = time.monotonic()
+        """Every engine server now running, by pid (``Scanner::scan`` in scan.rs)."""
+        return self.scan_at(time.monotonic() - self._origin)
+
+    def scan_at(self, elapsed: float) -> list[RawProcess]:
+        """``scan`` as if ``elapsed`` seconds had passed since the scanner was made (``scan`` is
+        ``scan_at`` of the time since then): the clock the young and refresh windows are
+        measured on, for a fixture host (``Scanner::scan_at`` in scan.rs)."""
+        if not (math.isfinite(elapsed) and elapsed >= 0):
+            raise ValueError(f"elapsed: invalid {elapsed}")
+        now = elapsed
         first = self._generation == 0
         self._counts = counts = _Counts()
         self._engine_appeared = False
@@ -231,7 +245,7 @@ class ProcessScanner:
             return self._finish(now, quiet=True, scanned=scanned, full_recheck=False)
         self._forks_listed = None if before is None else before[1]
         self._generation += 1
-        self._cold = time.time() if first else None
+        self._cold = self._source.uptime() if first else None
         self._cold_cursor = before[0] if first and before is not None else None
         pids = self._source.list_pids()
         # Read after listing, so any pid reused before the listing falls inside the window.
@@ -330,7 +344,7 @@ class ProcessScanner:
         if self._cold_cursor is not None and not _near_cursor(pid, self._cold_cursor, self._source.pid_max):
             return False
         stat = self._source.stat(pid)
-        return stat is not None and self._cold - stat.start_time < self._young
+        return stat is not None and self._cold - stat.since_boot < self._young
 
     def _engine_state(self, pid: int, cmdline: bytes, argv: list[str], facts: RawInvocation) -> _Class | None:
         stat = self._source.stat(pid)

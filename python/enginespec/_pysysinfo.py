@@ -5,6 +5,7 @@ listing re-checks every known process. It answers as ``_pyprocread.ProcRoot`` do
 from __future__ import annotations
 
 import os
+import time
 
 import psutil
 
@@ -32,7 +33,10 @@ class PsutilSource:
         except psutil.Error:
             return None
         state = {psutil.STATUS_ZOMBIE: "Z", psutil.STATUS_DEAD: "X"}.get(status, "S")
-        return Stat(state, ppid, start_time, os.fsencode(name), None)
+        return Stat(state, ppid, start_time, os.fsencode(name), None, start_time - psutil.boot_time())
+
+    def uptime(self) -> float:
+        return time.time() - psutil.boot_time()
 
     def cmdline(self, pid: int) -> bytes:
         try:

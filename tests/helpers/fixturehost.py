@@ -1,15 +1,20 @@
 """A fixture host: a directory laid out as ``ROOT/proc`` in the kernel's own formats (as
 ``rust/scan/fixture.rs`` lays out its fake procfs), read by both backends' scanners through their
 ``root`` (``Scanner(..., root=ROOT)``). The kernel's counters (``processes`` in ``stat``,
-``sys/kernel/ns_last_pid``) move as forks would move them."""
+``sys/kernel/ns_last_pid``) move as forks would move them, or are set by hand (``set_cursor``);
+``pid_max`` and ``uptime`` are files too. The one thing no file says, the time, is given to the
+scanners' ``scan_at``."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 #: Two made-up engines, fixture.rs's: ``demo`` folds its workers, ``solo`` does not (with the
 #: facade's fields the Python model requires and Rust ignores).
@@ -49,11 +54,17 @@ class FixtureHost:
         self._write_cursor()
 
     def _write_cursor(self) -> None:
-        (self.proc / "stat").write_text(
-            f"cpu  10 0 10 1000 0 0 0 0 0 0\nintr 1 1\nctxt 99\nbtime {BOOT_TIME}\n"
-            f"processes {self.forks}\nprocs_running 1\nprocs_blocked 0\n"
-        )
+        (self.proc / "stat").write_text(stat_text(self.forks))
         (self.proc / "sys" / "kernel" / "ns_last_pid").write_text(f"{self.last_pid}\n")
+
+    def set_cursor(self, last_pid: int, forks: int) -> None:
+        """The kernel's counters set by hand (as a checkpoint/restore tool may set the cursor)."""
+        self.last_pid, self.forks = last_pid, forks
+        self._write_cursor()
+
+    def set_uptime(self, seconds: float) -> None:
+        """``uptime``: how long the host has run (absent until set)."""
+        (self.proc / "uptime").write_text(f"{seconds:.2f} 0.00\n")
 
     def spawn(self, pid: int, argv: Sequence[str], ppid: int = 1) -> Stat:
         """A process forked (the counters move) that runs ``argv``."""
@@ -149,6 +160,55 @@ class FixtureHost:
                 f"     0        0 {inode} 1 0000000000000000 100 0 0 10 0\n"
             )
         (self.proc / str(pid) / "net" / table).write_text(text)
+
+
+def stat_text(forks: int) -> str:
+    """``/proc/stat`` with ``forks`` processes forked since boot."""
+    return (
+        f"cpu  10 0 10 1000 0 0 0 0 0 0\nintr 1 1\nctxt 99\nbtime {BOOT_TIME}\n"
+        f"processes {forks}\nprocs_running 1\nprocs_blocked 0\n"
+    )
+
+
+def make_unreadable(path: Path) -> None:
+    """Mode 000: unreadable, as another user's process files are (see ``without_read_override``)."""
+    path.chmod(0)
+
+
+T = TypeVar("T")
+
+
+def without_read_override(run: Callable[[], T]) -> T:
+    """``run()`` on a thread without the capabilities that let root read any file
+    (``CAP_DAC_OVERRIDE``, ``CAP_DAC_READ_SEARCH``), so that a mode-000 file is unreadable, as
+    another user's files are under ``hidepid``. Capabilities belong to a thread on Linux: the rest
+    of the test process keeps its own (``without_read_override`` in rust/scan/tests.rs)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+
+    def drop_then_run() -> None:
+        # capget/capset version 3: a (version, pid) header, two (effective, permitted,
+        # inheritable) words; pid 0 is the calling thread. Lowering the effective set needs no
+        # privilege.
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+        data = (ctypes.c_uint32 * 6)()
+        try:
+            if libc.capget(header, data) != 0:
+                raise OSError(ctypes.get_errno(), "capget")
+            data[0] = data[3] = 0
+            if libc.capset(header, data) != 0:
+                raise OSError(ctypes.get_errno(), "capset")
+            outcome.append(run())
+        except BaseException as error:  # handed to the caller's thread
+            failure.append(error)
+
+    thread = threading.Thread(target=drop_then_run)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return outcome[0]
 
 
 def later(stat: Stat, ticks: int) -> Stat:
