@@ -314,8 +314,36 @@ impl ProcRoot {
 fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<(), ReadError> {
     buf.clear();
     let mut file = File::open(path).map_err(classify_io)?;
-    file.read_to_end(buf).map_err(classify_io)?;
-    Ok(())
+    read_to_end(&mut file, buf).map_err(classify_io)
+}
+
+/// The room a read is given at least: a whole `stat`, and most `cmdline`s, in one `read`.
+const READ_CHUNK: usize = 4096;
+
+/// Reads `file` to its end, appending to `buf`, straight into the buffer's spare room. std's
+/// `read_to_end` first asks `statx` and `lseek` for a size hint (procfs files say 0) and then
+/// probes with small reads: twice the system calls of `open`, `read`, the `read` that returns 0,
+/// and `close`, which is all this costs for a file that fits in [`READ_CHUNK`] bytes.
+fn read_to_end(file: &mut File, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    loop {
+        let filled = buf.len();
+        if buf.capacity() - filled < READ_CHUNK {
+            buf.reserve(READ_CHUNK.max(filled));
+        }
+        // Zeroing the spare room costs far less than the system call that fills it.
+        buf.resize(buf.capacity(), 0);
+        let read = match buf.get_mut(filled..) {
+            Some(room) => file.read(room),
+            None => Ok(0),
+        };
+        buf.truncate(filled + *read.as_ref().unwrap_or(&0));
+        match read {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(err) if err.kind() == ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
 }
 
 fn classify_io(err: std::io::Error) -> ReadError {
