@@ -149,6 +149,21 @@ pub fn parse_tcp_listen(table: &[u8]) -> impl Iterator<Item = (u64, u16)> + '_ {
     })
 }
 
+/// The states of the rows the kernel prints first in a `/proc/PID/net/tcp{,6}` table, its
+/// listening sockets: `TCP_LISTEN`, and a listener's pending requests (`SYN_RECV`, kernels before
+/// 4.4) or one being closed (`TCP_CLOSE`), left in for safety. Then comes its walk of every bucket of
+/// the established-connection hash, which prints no listener.
+const LISTENING_PART: [&[u8]; 3] = [TCP_LISTEN, b"03", b"07"];
+
+/// Whether a row of a `/proc/PID/net/tcp{,6}` table is in a state its listening part never
+/// shows: no socket listed from that row on listens. A malformed row says nothing (`false`).
+pub fn tcp_row_after_listening(row: &[u8]) -> bool {
+    row.split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty())
+        .nth(3)
+        .is_some_and(|state| !LISTENING_PART.contains(&state))
+}
+
 /// Appends (pid, inode) for each all-digit name in `records`, a buffer of `linux_dirent64`
 /// records as `getdents64` fills it from `/proc`. Returns `false` at a malformed record (the rest
 /// of the buffer is then ignored), so a listing never loops on a zero record length.
@@ -298,6 +313,22 @@ mod tests {
         // a header alone, or nothing
         assert_eq!(parse_tcp_listen(b"  sl  local_address").count(), 0);
         assert_eq!(parse_tcp_listen(b"").count(), 0);
+    }
+
+    #[test]
+    fn the_listening_part_of_a_tcp_table_ends_at_a_state_it_never_shows() {
+        let rows: Vec<&[u8]> = TCP.split(|&b| b == b'\n').skip(1).collect();
+        let after: Vec<bool> = rows.iter().map(|r| tcp_row_after_listening(r)).collect();
+        // 0A listens, 01 is a connection, a malformed row or an empty one says nothing
+        assert_eq!(after, vec![false, true, false, false, false]);
+        let row =
+            |state: &str| format!("   0: 0100007F:1F90 00000000:0000 {state} 00000000:00000000");
+        for state in ["0A", "03", "07"] {
+            assert!(!tcp_row_after_listening(row(state).as_bytes()), "{state}");
+        }
+        for state in ["01", "02", "06", "08", "0B"] {
+            assert!(tcp_row_after_listening(row(state).as_bytes()), "{state}");
+        }
     }
 
     /// `linux_dirent64` records as the kernel lays them out (8-byte aligned lengths).

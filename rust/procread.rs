@@ -19,7 +19,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 #[cfg(target_os = "linux")]
 use crate::procfs::parse_pid_dirents;
 use crate::procfs::{
-    capped_argv, parse_children, parse_socket_link, parse_stat, parse_tcp_listen, ProcStat,
+    capped_argv, parse_children, parse_socket_link, parse_stat, parse_tcp_listen,
+    tcp_row_after_listening, ProcStat,
 };
 
 /// How much of each end of an engine's `cmdline` is compared on every scan to notice a rewrite.
@@ -141,6 +142,57 @@ impl ProcRoot {
         match (known.get(..CMDLINE_PEEK), known.get(tail_at..)) {
             (Some(head), Some(tail)) => holds(0, head, false) && holds(tail_at, tail, true),
             _ => false,
+        }
+    }
+
+    /// `ROOT/PID/net/TABLE` (`net/tcp` or `net/tcp6`) into `buf` as far as it lists listening
+    /// sockets: the kernel prints those first, then walks every bucket of its established-connection
+    /// hash, a millisecond or more even with few connections (a hash sized for the host's memory).
+    /// That part is read only up to its first row (see `tcp_row_after_listening`), in growing
+    /// chunks so that little of it is walked; `buf` ends with the last listening row.
+    fn read_listening(&self, pid: i32, table: &str, buf: &mut Vec<u8>) -> Result<(), ReadError> {
+        buf.clear();
+        let mut file = File::open(self.pid_path(pid, table)).map_err(classify_io)?;
+        // A row is 150 bytes (178 in tcp6): the first read holds the header and a few rows.
+        let mut chunk = 1024;
+        // Where the first row not yet looked at begins; the header is no row.
+        let mut unchecked = None;
+        loop {
+            let filled = buf.len();
+            buf.resize(filled + chunk, 0);
+            let read = match buf.get_mut(filled..) {
+                Some(room) => file.read(room),
+                None => Ok(0),
+            };
+            buf.truncate(filled + *read.as_ref().unwrap_or(&0));
+            match read {
+                Ok(0) => return Ok(()),
+                Ok(_) => {}
+                Err(err) if err.kind() == ErrorKind::Interrupted => continue,
+                Err(err) => return Err(classify_io(err)),
+            }
+            let mut at = match unchecked {
+                Some(at) => at,
+                None => match buf.iter().position(|&b| b == b'\n') {
+                    Some(header_end) => header_end + 1,
+                    None => continue,
+                },
+            };
+            while let Some(row_len) = buf
+                .get(at..)
+                .and_then(|rest| rest.iter().position(|&b| b == b'\n'))
+            {
+                if buf
+                    .get(at..at + row_len)
+                    .is_some_and(tcp_row_after_listening)
+                {
+                    buf.truncate(at);
+                    return Ok(());
+                }
+                at += row_len + 1;
+            }
+            unchecked = Some(at);
+            chunk = (chunk * 2).min(16 * 1024);
         }
     }
 
@@ -284,7 +336,7 @@ impl ProcRoot {
             let mut data = Vec::new();
             let mut denied_here = false;
             for table in ["net/tcp", "net/tcp6"] {
-                match self.read_into(pid, table, &mut data) {
+                match self.read_listening(pid, table, &mut data) {
                     Ok(()) => found.extend(parse_tcp_listen(&data)),
                     Err(ReadError::Denied) => denied_here = true,
                     Err(ReadError::Gone) => {}
@@ -378,4 +430,44 @@ fn read_at_most(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<usi
         }
     }
     Ok(filled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(sl: usize, state: &str, inode: u64) -> String {
+        format!(
+            "{sl:4}: 0100007F:{:04X} 00000000:0000 {state} 00000000:00000000 00:00000000 00000000     0        0 {inode} 1 0000000000000000 100 0 0 10 0\n",
+            8000 + sl
+        )
+    }
+
+    #[test]
+    fn a_tcp_table_is_read_as_far_as_its_listening_sockets() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("100/net")).unwrap();
+        let header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
+        // Listeners over several reads, then connections; a listener after those is never printed
+        // by the kernel, so its row shows where the reading stopped.
+        let listening: String = (0..300).map(|sl| row(sl, "0A", 5000 + sl as u64)).collect();
+        let rest: String = [row(300, "01", 1), row(301, "06", 2), row(302, "0A", 3)].concat();
+        std::fs::write(
+            dir.path().join("100/net/tcp"),
+            format!("{header}{listening}{rest}"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("100/net/tcp6"),
+            format!("{header}{}", row(0, "0A", 7)),
+        )
+        .unwrap();
+        let proc = ProcRoot::new(dir.path().to_path_buf());
+        let mut buf = Vec::new();
+        assert!(proc.read_listening(100, "net/tcp", &mut buf).is_ok());
+        assert_eq!(buf, format!("{header}{listening}").into_bytes());
+        assert!(proc.read_listening(100, "net/tcp6", &mut buf).is_ok());
+        assert_eq!(parse_tcp_listen(&buf).collect::<Vec<_>>(), vec![(7, 8000)]);
+        assert!(proc.read_listening(101, "net/tcp", &mut buf).is_err());
+    }
 }

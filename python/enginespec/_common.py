@@ -144,6 +144,48 @@ def tcp_listen(table: bytes) -> Iterator[tuple[int, bytes, int]]:
             yield inode, local[:colon], port
 
 
+#: The states of the rows the kernel prints first in a ``/proc/PID/net/tcp{,6}`` table, its
+#: listening sockets (``LISTENING_PART`` in procfs.rs): LISTEN, a listener's pending requests
+#: (SYN_RECV, kernels before 4.4) or one being closed (CLOSE), left in for safety.
+_LISTENING_PART = (b"0A", b"03", b"07")
+
+
+def tcp_row_after_listening(row: bytes) -> bool:
+    """Whether a row of a ``/proc/PID/net/tcp{,6}`` table is in a state its listening part never
+    shows: no socket listed from that row on listens. A malformed row says nothing (False)."""
+    fields = row.split()
+    return len(fields) > 3 and fields[3] not in _LISTENING_PART
+
+
+def read_tcp_listening(path: str) -> bytes:
+    """A ``/proc/PID/net/tcp{,6}`` table as far as it lists listening sockets (``read_listening``
+    in procread.rs): the kernel prints those first, then walks every bucket of its
+    established-connection hash (a millisecond or more even with few connections), which is read
+    only up to its first row, in growing chunks. Raises OSError as ``open`` does."""
+    data = b""
+    chunk = 1024
+    unchecked = None  # where the first row not yet looked at begins; the header is no row
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        while True:
+            part = os.read(fd, chunk)
+            if not part:
+                return data
+            data += part
+            if unchecked is None:
+                header_end = data.find(b"\n")
+                if header_end < 0:
+                    continue
+                unchecked = header_end + 1
+            while (row_end := data.find(b"\n", unchecked)) >= 0:
+                if tcp_row_after_listening(data[unchecked:row_end]):
+                    return data[:unchecked]
+                unchecked = row_end + 1
+            chunk = min(chunk * 2, 16 * 1024)
+    finally:
+        os.close(fd)
+
+
 #: (block size, bytes per block) by ggml type id (``ggml_type_traits`` in ggml/src/ggml.c and
 #: ggml-common.h of ggml-org/llama.cpp 004eaba; NVFP4 and Q1_0 from gguf-py 0.19 constants.py).
 TYPE_SIZES: dict[int, tuple[int, int]] = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from enginespec._common import pread_all, tcp_listen
+from enginespec._common import pread_all, read_tcp_listening, tcp_listen
 from enginespec._procfiles import PROC
 from enginespec._pyprocfs import parse_children, parse_socket_link, parse_stat, parse_u64, proc_stat_value
 
@@ -178,8 +178,7 @@ class ProcRoot:
             found = []
             for table in ("tcp", "tcp6"):
                 try:
-                    with open(f"{self._proc}/{pids[0]}/net/{table}", "rb") as file:
-                        data = file.read()
+                    data = read_tcp_listening(f"{self._proc}/{pids[0]}/net/{table}")
                 except PermissionError:
                     denied = True
                     continue

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from enginespec._common import tcp_listen
+from enginespec._common import read_tcp_listening, tcp_listen
 from enginespec._procfiles import PROC, read_proc
 from enginespec.containers import netns_addresses, netns_inode
 from enginespec.urls import connect_host
@@ -74,8 +74,7 @@ def _table(where: str) -> list[Listener]:
     found = []
     for table in ("tcp", "tcp6"):
         try:
-            with open(f"{where}/{table}", "rb") as file:
-                data = file.read()
+            data = read_tcp_listening(f"{where}/{table}")
         except OSError:
             continue
         for inode, local, local_port in tcp_listen(data):

@@ -121,6 +121,24 @@ def test_workers_are_folded_with_their_listen_ports(make: tuple[FixtureHost, Mak
     assert all(p.listen_ports == [] for p in scanner(listen_ports=False).scan())
 
 
+def test_a_socket_table_is_read_as_far_as_its_listening_sockets(make: tuple[FixtureHost, Make]) -> None:
+    # The kernel prints a table's listeners first, then walks its whole connection hash (costly
+    # however few connections there are): the listeners are read, over several reads, and the
+    # connections only up to the first of them. No kernel prints a listener after a connection;
+    # the one placed there shows where the reading stopped.
+    host, scanner = make
+    host.spawn(1, ["/sbin/init"])
+    host.spawn(100, ["demo", "serve", "/m/a"])
+    host.add_socket(100, 3, 5299)
+    host.add_socket(100, 4, 7001)
+    host.add_socket(100, 5, 7003)
+    others = [(5000 + n, 10000 + n, "0A") for n in range(299)]
+    rows = [*others, (5299, 8001, "0A"), (7001, 40000, "01"), (7002, 40001, "06"), (7003, 8002, "0A")]
+    host.set_tcp(100, "tcp", rows)
+    host.set_tcp(100, "tcp6", [])
+    assert _find(scanner().scan(), 100).listen_ports == [8001]
+
+
 def test_an_engine_that_rewrites_its_argv_is_read_anew(make: tuple[FixtureHost, Make]) -> None:
     host, scanner = make
     host.spawn(1, ["/sbin/init"])
