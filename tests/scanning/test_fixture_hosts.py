@@ -5,6 +5,7 @@ the Rust scanner and on the pure-Python one, which must find the same records.""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,27 @@ def test_a_socket_table_is_read_as_far_as_its_listening_sockets(make: tuple[Fixt
     host.set_tcp(100, "tcp", rows)
     host.set_tcp(100, "tcp6", [])
     assert _find(scanner().scan(), 100).listen_ports == [8001]
+
+
+@pytest.mark.parametrize("settled", [_pyscanner.SETTLED_RUN - 1, _pyscanner.SETTLED_RUN])
+def test_a_first_scan_looks_for_recent_births_back_from_the_cursor(
+    make: tuple[FixtureHost, Make], settled: int
+) -> None:
+    # 200 was born 1 s before the first scan (which watches it for an exec), and long-lived
+    # processes have the pids after it (as when the cursor wrapped around pid_max and skipped
+    # them). Newest first, the first scan reads stats until SETTLED_RUN in a row started earlier.
+    host, scanner = make
+    ticks = os.sysconf("SC_CLK_TCK")
+    now = time.time() - BOOT_TIME  # seconds since the fixture host's boot
+    (host.proc / "uptime").write_text(f"{now:.2f} 0.00\n")
+    host.spawn(1, ["/sbin/init"])
+    host.create(200, ["python3", "-m", "launcher"], Stat(start_ticks=int((now - 1) * ticks)))
+    for n in range(settled):
+        host.spawn(201 + n, ["sleep", "1000"])
+    s = scanner()
+    assert s.scan() == []
+    host.exec(200, ["demo", "serve", "/m/early"])
+    assert _pids(s.scan()) == ([200] if settled < _pyscanner.SETTLED_RUN else [])
 
 
 def test_an_engine_that_rewrites_its_argv_is_read_anew(make: tuple[FixtureHost, Make]) -> None:
