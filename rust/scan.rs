@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::matcher::{basename, Facts, Matcher};
+use crate::matcher::{basename, CompiledSignatures, Facts};
 use crate::proc_events::Change;
 use crate::procfs::{capped_argv, parse_u64, proc_stat_value, ProcStat, ARGV_CUT};
 use crate::procread::{ProcRoot, ReadError, Tables};
@@ -264,8 +264,7 @@ struct Host {
 /// The incremental scanner. Keep one per polling loop.
 #[derive(Debug)]
 pub struct Scanner {
-    matcher: Matcher,
-    fold: Vec<bool>,
+    compiled: Arc<CompiledSignatures>,
     options: ScanOptions,
     /// Every file is read through it, under `options.proc_root`.
     proc: ProcRoot,
@@ -307,8 +306,14 @@ pub struct Scanner {
 impl Scanner {
     /// Compiles the signatures; engines with `fold_workers` get their descendants walked.
     pub fn new(signatures: &[Signature], options: ScanOptions) -> Result<Self, String> {
-        let matcher = Matcher::new(signatures)?;
-        let fold = signatures.iter().map(|s| s.fold_workers).collect();
+        Ok(Self::compiled(
+            CompiledSignatures::new(signatures)?,
+            options,
+        ))
+    }
+
+    /// A scanner of signatures already compiled.
+    pub fn compiled(compiled: Arc<CompiledSignatures>, options: ScanOptions) -> Self {
         let proc = ProcRoot::new(options.proc_root.clone());
         let stat = proc.host_file("stat").unwrap_or_default();
         let boot_time = proc_stat_value(&stat, b"btime").unwrap_or(0) as f64;
@@ -316,9 +321,8 @@ impl Scanner {
             .host_file("sys/kernel/pid_max")
             .and_then(|d| parse_u64(&d))
             .unwrap_or(4_194_304);
-        Ok(Scanner {
-            matcher,
-            fold,
+        Scanner {
+            compiled,
             wrappers: options.wrappers.iter().cloned().collect(),
             options,
             proc,
@@ -341,7 +345,7 @@ impl Scanner {
             revisions: Revisions::default(),
             buf: Vec::with_capacity(4096),
             pids: Vec::new(),
-        })
+        }
     }
 
     pub fn stats(&self) -> ScanStats {
@@ -416,7 +420,7 @@ impl Scanner {
         now: Instant,
     ) -> Option<Class> {
         let (argv, cut) = capped_argv(cmdline);
-        if let Some(parsed) = self.matcher.parse(&argv) {
+        if let Some(parsed) = self.compiled.matcher.parse(&argv) {
             let facts = parsed.to_facts();
             let mut argv: Vec<Vec<u8>> = argv.iter().map(|a| a.to_vec()).collect();
             if cut {
@@ -888,7 +892,7 @@ impl Scanner {
 
     /// An engine's process tree and its sockets, read now (`tables`: see [`ProcRoot::listen_ports`]).
     fn read_tree(&self, pid: i32, engine: usize, tables: &mut Tables) -> Tree {
-        let descendants = if self.fold.get(engine).copied().unwrap_or(false) {
+        let descendants = if self.compiled.fold.get(engine).copied().unwrap_or(false) {
             self.proc.descendants(pid)
         } else {
             Vec::new()

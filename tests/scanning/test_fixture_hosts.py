@@ -4,6 +4,7 @@ the Rust scanner and on the pure-Python one, which must find the same records.""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -68,6 +69,21 @@ def test_a_cold_scan_finds_engines_and_not_look_alikes(make: tuple[FixtureHost, 
     assert a.start_time == pytest.approx(demo.start_ticks / os.sysconf("SC_CLK_TCK") + BOOT_TIME)
     b = _find(found, 105)
     assert (b.facts.engine, b.facts.model) == (1, "/m/b.gguf")
+
+
+def test_scanners_of_other_signatures_classify_by_their_own(make: tuple[FixtureHost, Make]) -> None:
+    # The native backend keeps the last signatures it compiled for the next scanner: one of other
+    # signatures, made in between, must not get them, nor leave its own behind.
+    host, scanner = make
+    host.spawn(1, ["/sbin/init"])
+    host.spawn(100, ["demo", "serve", "/m/a"])
+    host.spawn(101, ["solo-server", "-m", "/m/b"])
+    backend = type(scanner())
+    solo_only = json.dumps([json.loads(SIGNATURES)[1]])
+    assert _pids(scanner().scan()) == [100, 101]
+    solo = backend(solo_only, ["sh"], 5.0, 2.0, True, root=str(host.root)).scan()
+    assert [(p.pid, p.facts.engine) for p in solo] == [(101, 0)]
+    assert _pids(scanner().scan()) == [100, 101]
 
 
 def test_an_unchanged_engine_is_the_very_same_record_and_a_killed_one_goes(
