@@ -22,6 +22,8 @@ use crate::procfs::{
     capped_argv, parse_children, parse_socket_link, parse_stat, parse_tcp_listen,
     tcp_row_after_listening, ProcStat,
 };
+#[cfg(target_os = "linux")]
+use crate::procfs::{diag_listen_request, parse_diag_listen, DiagAnswer};
 
 /// How much of each end of an engine's `cmdline` is compared on every scan to notice a rewrite.
 pub const CMDLINE_PEEK: usize = 4096;
@@ -297,6 +299,21 @@ impl ProcRoot {
         }
     }
 
+    /// The inode of the scanner's own network namespace, when this root is the host's `/proc`
+    /// (`None` for a fixture host: its tables are always read).
+    fn own_netns(&self) -> Option<u64> {
+        if self.root != Path::new("/proc") {
+            return None;
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino())
+        }
+        #[cfg(not(unix))]
+        None
+    }
+
     /// TCP ports in LISTEN state whose sockets are held by `pid` or `others`, sorted; and whether
     /// some fd directory, fd link or socket table could not be read for lack of permission (the
     /// ports found are then only those that could be seen). `tables` keeps each namespace's table
@@ -335,7 +352,12 @@ impl ProcRoot {
             let mut found = Vec::new();
             let mut data = Vec::new();
             let mut denied_here = false;
-            for table in ["net/tcp", "net/tcp6"] {
+            let own = netns.is_some() && netns == self.own_netns();
+            for (table, family) in [("net/tcp", AF_INET), ("net/tcp6", AF_INET6)] {
+                if let Some(sockets) = own.then(|| diag_listening(family)).flatten() {
+                    found.extend(sockets);
+                    continue;
+                }
                 match self.read_listening(pid, table, &mut data) {
                     Ok(()) => found.extend(parse_tcp_listen(&data)),
                     Err(ReadError::Denied) => denied_here = true,
@@ -361,6 +383,77 @@ impl ProcRoot {
         ports.dedup();
         (ports, any_denied)
     }
+}
+
+const AF_INET: u8 = 2;
+const AF_INET6: u8 = 10;
+
+/// The (socket inode, local port) of every TCP socket of `family` listening in the scanner's own
+/// network namespace, asked of the kernel through `NETLINK_SOCK_DIAG` as `ss -lt` asks: it walks
+/// its listening sockets only, where reading `net/tcp{,6}` walks every bucket of the
+/// established-connection hash too (a millisecond or more per table, whatever the connections).
+/// `None` when it cannot be asked: the table is read instead.
+#[cfg(target_os = "linux")]
+fn diag_listening(family: u8) -> Option<Vec<(u64, u16)>> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    // SAFETY: plain socket(2); the fd is owned at once.
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            libc::NETLINK_SOCK_DIAG,
+        )
+    };
+    if raw < 0 {
+        return None;
+    }
+    // SAFETY: `raw` is a fresh fd nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // The kernel makes a dump as it is received; a bound keeps a scan from ever waiting long.
+    let timeout = libc::timeval {
+        tv_sec: 1,
+        tv_usec: 0,
+    };
+    // SAFETY: `timeout` is a valid timeval of the size passed.
+    let set = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&timeout as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    let seq = 0x5eed;
+    let request = diag_listen_request(family, seq);
+    // SAFETY: `request` is valid for its length.
+    if set != 0
+        || unsafe { libc::send(fd.as_raw_fd(), request.as_ptr().cast(), request.len(), 0) }
+            != request.len() as isize
+    {
+        return None;
+    }
+    let mut buf = vec![0u8; 32 * 1024];
+    let mut found = Vec::new();
+    loop {
+        // SAFETY: `buf` is writable for its length.
+        let got = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if got < 0 && std::io::Error::last_os_error().kind() == ErrorKind::Interrupted {
+            continue;
+        }
+        let datagram = buf.get(..usize::try_from(got).ok()?)?;
+        match parse_diag_listen(datagram, seq, &mut found) {
+            DiagAnswer::Done => return Some(found),
+            DiagAnswer::More if !datagram.is_empty() => {}
+            _ => return None,
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn diag_listening(_family: u8) -> Option<Vec<(u64, u16)>> {
+    None
 }
 
 fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<(), ReadError> {
@@ -441,6 +534,28 @@ mod tests {
             "{sl:4}: 0100007F:{:04X} 00000000:0000 {state} 00000000:00000000 00:00000000 00000000     0        0 {inode} 1 0000000000000000 100 0 0 10 0\n",
             8000 + sl
         )
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_kernel_tells_the_listening_sockets_of_our_own_namespace() {
+        use std::os::fd::AsRawFd;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", listener.as_raw_fd())).unwrap();
+        let inode = crate::procfs::parse_socket_link(link.as_os_str().as_encoded_bytes()).unwrap();
+        let found = diag_listening(AF_INET).expect("NETLINK_SOCK_DIAG answers");
+        assert!(found.contains(&(inode, port)), "{found:?}");
+        let connection = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let local = connection.local_addr().unwrap().port();
+        assert!(diag_listening(AF_INET)
+            .unwrap()
+            .iter()
+            .all(|&(_, p)| p != local));
+        assert!(diag_listening(AF_INET6).is_some());
+        // The host's /proc asks the kernel for our own namespace; a fixture root never does.
+        assert!(ProcRoot::new("/proc".into()).own_netns().is_some());
+        assert!(ProcRoot::new("/tmp/proc".into()).own_netns().is_none());
     }
 
     #[test]

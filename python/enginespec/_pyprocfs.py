@@ -5,6 +5,7 @@ process chooses its own argv and ``comm``)."""
 from __future__ import annotations
 
 import os
+import struct
 from typing import NamedTuple
 
 from enginespec._common import MAX_ARGV_ARGS, MAX_ARGV_BYTES
@@ -97,3 +98,39 @@ def parse_socket_link(target: str) -> int | None:
     if target.startswith("socket:[") and target.endswith("]") and target[8:-1].isdigit():
         return int(target[8:-1])
     return None
+
+
+#: SOCK_DIAG_BY_FAMILY and NLMSG_DONE (netlink), TCP_LISTEN (tcp_states.h)
+_SOCK_DIAG_BY_FAMILY, _NLMSG_DONE, _TCP_LISTEN = 20, 3, 10
+
+
+def diag_listen_request(family: int, seq: int) -> bytes:
+    """The NETLINK_SOCK_DIAG dump request for every TCP socket of ``family`` in LISTEN state (an
+    nlmsghdr, then an inet_diag_req_v2 asking for that state alone: the kernel walks its
+    listening sockets only)."""
+    header = struct.pack("=IHHII", 16 + 56, _SOCK_DIAG_BY_FAMILY, 0x1 | 0x300, seq, 0)
+    return header + struct.pack("=BBBBI", family, 6, 0, 0, 1 << _TCP_LISTEN) + bytes(48)
+
+
+def parse_diag_listen(datagram: bytes, seq: int, out: list[tuple[int, int]]) -> str:
+    """Appends the (socket inode, local port) of each LISTEN socket in one datagram answering
+    ``diag_listen_request``; ``"more"``, ``"done"`` (NLMSG_DONE) or ``"failed"`` (an error, a
+    malformed message, another request's answer), as ``parse_diag_listen`` in procfs.rs."""
+    at = 0
+    while at < len(datagram):
+        if len(datagram) - at < 16:
+            return "failed"
+        length, kind, _flags, got_seq, _pid = struct.unpack_from("=IHHII", datagram, at)
+        if length < 16 or at + length > len(datagram) or got_seq != seq:
+            return "failed"
+        if kind == _NLMSG_DONE:
+            return "done"
+        if kind != _SOCK_DIAG_BY_FAMILY or length < 16 + 72:
+            return "failed"
+        state = datagram[at + 17]
+        (port,) = struct.unpack_from(">H", datagram, at + 20)
+        (inode,) = struct.unpack_from("=I", datagram, at + 16 + 68)
+        if state == _TCP_LISTEN:
+            out.append((inode, port))
+        at += (length + 3) & ~3
+    return "more"

@@ -6,12 +6,23 @@ answers, so the scanner reads either the same way."""
 from __future__ import annotations
 
 import os
+import socket
 from typing import NamedTuple
 
 from enginespec._common import pread_all, read_tcp_listening, tcp_listen
 from enginespec._procfiles import PROC
-from enginespec._pyprocfs import parse_children, parse_socket_link, parse_stat, parse_u64, proc_stat_value
+from enginespec._pyprocfs import (
+    diag_listen_request,
+    parse_children,
+    parse_diag_listen,
+    parse_socket_link,
+    parse_stat,
+    parse_u64,
+    proc_stat_value,
+)
 
+#: NETLINK_SOCK_DIAG (the socket module names it on some Pythons only)
+_NETLINK_SOCK_DIAG = 4
 #: How much of each end of an engine's cmdline is compared on every scan (``CMDLINE_PEEK``).
 CMDLINE_PEEK = 4096
 
@@ -40,6 +51,26 @@ def _read(path: str) -> bytes | None:
     try:
         with open(path, "rb") as file:
             return file.read()
+    except OSError:
+        return None
+
+
+def _diag_listening(family: int) -> list[tuple[int, int]] | None:
+    """The (socket inode, local port) of every TCP socket of ``family`` listening in this process's
+    network namespace, asked of the kernel through NETLINK_SOCK_DIAG as ``ss -lt`` asks (it walks
+    the listening sockets only; reading ``net/tcp{,6}`` walks every bucket of the connection hash
+    too); None when it cannot be asked (``diag_listening`` in procread.rs)."""
+    seq = 0x5EED
+    found: list[tuple[int, int]] = []
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as diag:
+            diag.settimeout(1.0)
+            diag.send(diag_listen_request(family, seq))
+            while True:
+                datagram = diag.recv(32 * 1024)
+                answer = parse_diag_listen(datagram, seq, found) if datagram else "failed"
+                if answer != "more":
+                    return found if answer == "done" else None
     except OSError:
         return None
 
@@ -139,6 +170,16 @@ class ProcRoot:
     def exists(self, pid: int) -> bool:
         return os.path.exists(f"{self._proc}/{pid}")
 
+    def _own_netns(self) -> int | None:
+        """The inode of this process's network namespace when this root is the host's ``/proc``
+        (``None`` for a fixture host: its tables are always read)."""
+        if self._proc != PROC:
+            return None
+        try:
+            return os.stat(f"{PROC}/self/ns/net").st_ino
+        except OSError:
+            return None
+
     def listen_ports(
         self, pids: list[int], tables: dict[int, list[tuple[int, int]]] | None = None
     ) -> tuple[list[int], bool]:
@@ -176,7 +217,12 @@ class ProcRoot:
         found = tables.get(netns) if tables is not None and netns is not None else None
         if found is None:
             found = []
-            for table in ("tcp", "tcp6"):
+            own = netns is not None and netns == self._own_netns()
+            for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+                sockets = _diag_listening(family) if own else None
+                if sockets is not None:
+                    found.extend(sockets)
+                    continue
                 try:
                     data = read_tcp_listening(f"{self._proc}/{pids[0]}/net/{table}")
                 except PermissionError:

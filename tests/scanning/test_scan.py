@@ -362,3 +362,24 @@ def test_unchanged_engines_keep_their_model_between_scans(procs: Procs) -> None:
     found = _mine(scanner.scan(), procs)
     assert found[proc.pid] is first
     assert found[other.pid].model == "/m/other.gguf"
+
+
+def test_the_kernel_tells_the_listening_sockets_of_our_own_namespace() -> None:
+    # The fallback's twin of procread.rs's NETLINK_SOCK_DIAG query (the native one has its Rust
+    # test): our listener is among the LISTEN sockets, a connection is not.
+    import socket
+
+    from enginespec._pyprocread import _diag_listening
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        inode = os.stat(f"/proc/self/fd/{listener.fileno()}").st_ino
+        found = _diag_listening(socket.AF_INET)
+        assert found is not None
+        assert (inode, port) in found
+        with socket.create_connection(("127.0.0.1", port)) as connection:
+            local = connection.getsockname()[1]
+            assert all(p != local for _inode, p in _diag_listening(socket.AF_INET) or [])
+        assert _diag_listening(socket.AF_INET6) is not None
