@@ -475,13 +475,7 @@ fn read_to_end(file: &mut File, buf: &mut Vec<u8>) -> std::io::Result<()> {
         if buf.capacity() - filled < READ_CHUNK {
             buf.reserve(READ_CHUNK.max(filled));
         }
-        // Zeroing the spare room costs far less than the system call that fills it.
-        buf.resize(buf.capacity(), 0);
-        let read = match buf.get_mut(filled..) {
-            Some(room) => file.read(room),
-            None => Ok(0),
-        };
-        buf.truncate(filled + *read.as_ref().unwrap_or(&0));
+        let read = read_spare(file, buf);
         match read {
             Ok(0) => return Ok(()),
             Ok(_) => {}
@@ -489,6 +483,34 @@ fn read_to_end(file: &mut File, buf: &mut Vec<u8>) -> std::io::Result<()> {
             Err(err) => return Err(err),
         }
     }
+}
+
+/// One `read` into `buf`'s spare room, which it then holds; the number of bytes read.
+#[cfg(unix)]
+fn read_spare(file: &File, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let room = buf.spare_capacity_mut();
+    // SAFETY: `room` is writable for its length; read(2) initialises the bytes it reports.
+    let read = unsafe { libc::read(file.as_raw_fd(), room.as_mut_ptr().cast(), room.len()) };
+    let Ok(read) = usize::try_from(read) else {
+        return Err(std::io::Error::last_os_error());
+    };
+    // SAFETY: the first `read` bytes of the spare room were just initialised (read <= room).
+    unsafe { buf.set_len(buf.len() + read) };
+    Ok(read)
+}
+
+/// The same without libc: the spare room is zeroed first.
+#[cfg(not(unix))]
+fn read_spare(mut file: &File, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    let filled = buf.len();
+    buf.resize(buf.capacity(), 0);
+    let read = match buf.get_mut(filled..) {
+        Some(room) => file.read(room),
+        None => Ok(0),
+    };
+    buf.truncate(filled + *read.as_ref().unwrap_or(&0));
+    read
 }
 
 fn classify_io(err: std::io::Error) -> ReadError {
