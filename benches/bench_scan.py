@@ -101,17 +101,27 @@ def _row(name: str, seconds: float, processes: int, ours: float) -> str:
 YOUNG_WINDOW = 5.0
 
 
-def _native_first_scan(reps: int) -> float:
-    """The first scan of the extension's scanner alone (made untimed, as a Scanner makes it): no
-    Python models of the engines, no stages."""
+def _cold_parts(reps: int) -> tuple[float, float, float, float]:
+    """Medians of a new Scanner's construction plus first scan, of the construction, of the first
+    scan, and of the first scan of the extension's scanner alone (made untimed; no Python models
+    of the engines, no stages), measured in turn in each repetition so all see the same host."""
     json = signatures_json(all_signatures())
-    times = []
+    totals, constructions, scans, natives = [], [], [], []
     for _ in range(reps):
-        scanner = ScannerType(json, list(EXEC_WRAPPERS), YOUNG_SECONDS, TREE_REFRESH_SECONDS, True)
         start = time.perf_counter()
+        scanner = Scanner()
+        built = time.perf_counter()
         scanner.scan()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        done = time.perf_counter()
+        native = ScannerType(json, list(EXEC_WRAPPERS), YOUNG_SECONDS, TREE_REFRESH_SECONDS, True)
+        native_start = time.perf_counter()
+        native.scan()
+        natives.append(time.perf_counter() - native_start)
+        totals.append(done - start)
+        constructions.append(built - start)
+        scans.append(done - built)
+    median = statistics.median
+    return median(totals), median(constructions), median(scans), median(natives)
 
 
 def _cold(label: str, processes: int, reps: int) -> None:
@@ -119,16 +129,14 @@ def _cold(label: str, processes: int, reps: int) -> None:
     of: the Scanner's construction (the signatures are serialised and compiled once per process:
     the first construction pays for them, not these), the extension's scan, and the facade's
     models of the engines found (a cost per engine, which the floors do not have)."""
-    cold = _median(lambda: Scanner().scan(), reps)
-    construct = _median(Scanner, reps)
-    native = _native_first_scan(reps)
+    cold, construct, first_scan, native = _cold_parts(reps)
     engines = len(Scanner().scan())
     floor_cmdline = _rust("cmdline", reps)
     print(f" cold scan (first call), {label}")
     print(_row("enginespec native Scanner().scan()", cold, processes, cold))
     print(_row("  of which Scanner() (construction)", construct, processes, cold))
     print(_row("  of which the extension's first scan", native, processes, cold))
-    models = cold - construct - native
+    models = first_scan - native
     print(
         _row(f"  of which the facade: models of {engines} engines", models, processes, cold)
         + f" ({models / max(engines, 1) * 1e6:.0f} us each)"
