@@ -151,6 +151,12 @@ def _cold(label: str, processes: int, reps: int) -> None:
     print(_row("sysinfo refresh (cmd only), new System", _rust("sysinfo-cold", reps), processes, cold))
     pair = _rust_run("cold-pair", reps * 2)
     paired = statistics.median(pair["seconds"]) / statistics.median(pair["floor"])
+    scan_only = [total - built for total, built in zip(pair["seconds"], pair["construct"], strict=True)]
+    print(
+        f"  (alternated: the scanner from Rust {statistics.median(pair['seconds']) * 1e3:.2f} ms, of which "
+        f"{statistics.median(pair['construct']) * 1e3:.2f} ms compiling the signatures from JSON; "
+        f"{statistics.median(scan_only) / statistics.median(pair['floor']):.2f}x the floor without it)"
+    )
     print(
         f"  -> native / raw floor = {cold / floor_cmdline:.2f} (Scanner().scan(), models included; separate "
         f"runs); {native / floor_cmdline:.2f} the extension's first scan alone; {paired:.2f} the "
