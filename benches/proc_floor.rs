@@ -6,7 +6,8 @@
 //!   lines only, from a new `System` / an already filled one;
 //! - `native-cold` / `native-warm`: enginespec's scanner from Rust (no Python), first / later scan;
 //! - `cold-pair`: `native-cold` and `cmdline` alternated in one process, so both see the same
-//!   machine state (prints two lists).
+//!   machine state (prints three lists: the scanner's, of which its construction from the
+//!   signatures' JSON, and the floor's).
 //!
 //! Usage: `cargo bench --bench proc_floor -- MODE REPS`; prints one JSON line of seconds per run.
 
@@ -77,10 +78,12 @@ fn main() {
         scanner.scan();
     }
     if mode == "cold-pair" {
-        let (mut ours, mut floor) = (Vec::new(), Vec::new());
+        let (mut ours, mut built, mut floor) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..reps {
             let start = Instant::now();
-            std::hint::black_box(native_scanner().scan().len());
+            let mut scanner = native_scanner();
+            built.push(start.elapsed().as_secs_f64());
+            std::hint::black_box(scanner.scan().len());
             ours.push(start.elapsed().as_secs_f64());
             let start = Instant::now();
             std::hint::black_box(read_all_cmdlines());
@@ -93,8 +96,9 @@ fn main() {
                 .join(", ")
         };
         println!(
-            "{{\"mode\": \"cold-pair\", \"seconds\": [{}], \"floor\": [{}]}}",
+            "{{\"mode\": \"cold-pair\", \"seconds\": [{}], \"construct\": [{}], \"floor\": [{}]}}",
             show(&ours),
+            show(&built),
             show(&floor)
         );
         return;

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::matcher::CompiledSignatures;
 use crate::proc_events::Unavailable;
 #[cfg(target_os = "linux")]
 use crate::proc_events::{Hints, Listener};
@@ -74,9 +75,18 @@ impl ProcessScanner {
         options: ScanOptions,
         source: Option<&str>,
     ) -> Result<Self, String> {
+        Self::compiled(CompiledSignatures::new(signatures)?, options, source)
+    }
+
+    /// The same, of signatures already compiled.
+    pub fn compiled(
+        compiled: Arc<CompiledSignatures>,
+        options: ScanOptions,
+        source: Option<&str>,
+    ) -> Result<Self, String> {
         let source = match source.unwrap_or(DEFAULT_SOURCE) {
-            "procfs" => Source::Procfs(Box::new(Scanner::new(signatures, options)?)),
-            "sysinfo" => Source::Sysinfo(Box::new(SysinfoScanner::new(signatures)?)),
+            "procfs" => Source::Procfs(Box::new(Scanner::compiled(compiled, options))),
+            "sysinfo" => Source::Sysinfo(Box::new(SysinfoScanner::compiled(compiled))),
             other => return Err(format!("source: {other:?} is not 'procfs' or 'sysinfo'")),
         };
         Ok(ProcessScanner {

@@ -7,6 +7,7 @@
 
 use std::borrow::Cow;
 use std::collections::hash_map::Entry;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
@@ -546,6 +547,23 @@ fn python_target<A: AsRef<[u8]>>(argv: &[A]) -> Option<PythonTarget<'_>> {
         return Some(PythonTarget::Script(token, i + 1));
     }
     None
+}
+
+/// Signatures compiled once for scanning: the matcher, and which engines fold their workers (by
+/// engine index). Scanners made from the same signatures share one (`Arc`).
+#[derive(Debug)]
+pub struct CompiledSignatures {
+    pub matcher: Matcher,
+    pub fold: Vec<bool>,
+}
+
+impl CompiledSignatures {
+    pub fn new(signatures: &[Signature]) -> Result<Arc<Self>, String> {
+        Ok(Arc::new(CompiledSignatures {
+            matcher: Matcher::new(signatures)?,
+            fold: signatures.iter().map(|s| s.fold_workers).collect(),
+        }))
+    }
 }
 
 impl Matcher {

@@ -179,6 +179,125 @@ fn parse_tcp_address(hex: &[u8]) -> Option<Vec<u8>> {
     Some(address)
 }
 
+/// The states of the rows the kernel prints first in a `/proc/PID/net/tcp{,6}` table, its
+/// listening sockets: `TCP_LISTEN`, and a listener's pending requests (`SYN_RECV`, kernels before
+/// 4.4) or one being closed (`TCP_CLOSE`), left in for safety. Then comes its walk of every bucket of
+/// the established-connection hash, which prints no listener.
+const LISTENING_PART: [&[u8]; 3] = [TCP_LISTEN, b"03", b"07"];
+
+/// Whether a row of a `/proc/PID/net/tcp{,6}` table is in a state its listening part never
+/// shows: no socket listed from that row on listens. A malformed row says nothing (`false`).
+pub fn tcp_row_after_listening(row: &[u8]) -> bool {
+    row.split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty())
+        .nth(3)
+        .is_some_and(|state| !LISTENING_PART.contains(&state))
+}
+
+/// The address families a `NETLINK_SOCK_DIAG` request names.
+pub const AF_INET: u8 = 2;
+pub const AF_INET6: u8 = 10;
+
+/// `SOCK_DIAG_BY_FAMILY`, the netlink message type of `NETLINK_SOCK_DIAG` requests and answers.
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const NLMSG_DONE: u16 = 3;
+/// `TCP_LISTEN` as `tcp_states.h` numbers it.
+const TCP_STATE_LISTEN: u8 = 10;
+
+/// The `NETLINK_SOCK_DIAG` request for every TCP socket of `family` (`AF_INET`, `AF_INET6`) in
+/// LISTEN state, as `ss -lt` makes it: an `nlmsghdr` (a dump request) then an
+/// `inet_diag_req_v2` asking for that state alone, so the kernel walks its listening sockets
+/// only, never the established-connection hash.
+pub fn diag_listen_request(family: u8, seq: u32) -> Vec<u8> {
+    const LEN: u32 = 16 + 56;
+    let mut out = Vec::with_capacity(LEN as usize);
+    out.extend_from_slice(&LEN.to_ne_bytes());
+    out.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    // NLM_F_REQUEST | NLM_F_DUMP
+    out.extend_from_slice(&(0x1u16 | 0x300).to_ne_bytes());
+    out.extend_from_slice(&seq.to_ne_bytes());
+    out.extend_from_slice(&0u32.to_ne_bytes());
+    // family, IPPROTO_TCP, no extensions, padding, the states (a bit mask), a zeroed socket id
+    out.extend_from_slice(&[family, 6, 0, 0]);
+    out.extend_from_slice(&(1u32 << TCP_STATE_LISTEN).to_ne_bytes());
+    out.resize(LEN as usize, 0);
+    out
+}
+
+/// How one datagram of a `NETLINK_SOCK_DIAG` answer ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiagAnswer {
+    /// More datagrams follow.
+    More,
+    /// `NLMSG_DONE`: the dump is complete.
+    Done,
+    /// An error message, a malformed message, or one of another request (`seq`).
+    Failed,
+}
+
+/// Appends each LISTEN socket in one datagram answering [`diag_listen_request`]
+/// (`inet_diag_msg` records: the family at 0, the port big-endian at 4, the address in network
+/// order at 8, 4 or 16 bytes by family, the inode at 68).
+pub fn parse_diag_listen(datagram: &[u8], seq: u32, out: &mut Vec<TcpListen>) -> DiagAnswer {
+    let u32_at = |data: &[u8], at: usize| {
+        data.get(at..at + 4)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map(u32::from_ne_bytes)
+    };
+    let mut rest = datagram;
+    while !rest.is_empty() {
+        let (Some(len), Some(kind), Some(got_seq)) = (
+            u32_at(rest, 0),
+            rest.get(4..6)
+                .and_then(|b| <[u8; 2]>::try_from(b).ok())
+                .map(u16::from_ne_bytes),
+            u32_at(rest, 8),
+        ) else {
+            return DiagAnswer::Failed;
+        };
+        let len = len as usize;
+        let Some(message) = rest.get(16..len).filter(|_| len >= 16) else {
+            return DiagAnswer::Failed;
+        };
+        if got_seq != seq {
+            return DiagAnswer::Failed;
+        }
+        match kind {
+            NLMSG_DONE => return DiagAnswer::Done,
+            SOCK_DIAG_BY_FAMILY => {
+                let address_len = if message.first() == Some(&AF_INET6) {
+                    16
+                } else {
+                    4
+                };
+                let (Some(&state), Some(port), Some(address), Some(inode)) = (
+                    message.get(1),
+                    message
+                        .get(4..6)
+                        .and_then(|b| <[u8; 2]>::try_from(b).ok())
+                        .map(u16::from_be_bytes),
+                    message.get(8..8 + address_len),
+                    u32_at(message, 68),
+                ) else {
+                    return DiagAnswer::Failed;
+                };
+                if state == TCP_STATE_LISTEN {
+                    out.push(TcpListen {
+                        inode: u64::from(inode),
+                        address: address.to_vec(),
+                        port,
+                    });
+                }
+            }
+            // NLMSG_ERROR (2), or anything unexpected
+            _ => return DiagAnswer::Failed,
+        }
+        // Messages are aligned to 4 bytes.
+        rest = rest.get((len + 3) & !3..).unwrap_or_default();
+    }
+    DiagAnswer::More
+}
+
 /// Appends (pid, inode) for each all-digit name in `records`, a buffer of `linux_dirent64`
 /// records as `getdents64` fills it from `/proc`. Returns `false` at a malformed record (the rest
 /// of the buffer is then ignored), so a listing never loops on a zero record length.
@@ -332,6 +451,85 @@ mod tests {
         // a header alone, or nothing
         assert_eq!(parse_tcp_listen(b"  sl  local_address").count(), 0);
         assert_eq!(parse_tcp_listen(b"").count(), 0);
+    }
+
+    #[test]
+    fn the_listening_part_of_a_tcp_table_ends_at_a_state_it_never_shows() {
+        let rows: Vec<&[u8]> = TCP.split(|&b| b == b'\n').skip(1).collect();
+        let after: Vec<bool> = rows.iter().map(|r| tcp_row_after_listening(r)).collect();
+        // 0A listens, 01 is a connection, a malformed row or an empty one says nothing
+        assert_eq!(after, vec![false, true, false, false, false]);
+        let row =
+            |state: &str| format!("   0: 0100007F:1F90 00000000:0000 {state} 00000000:00000000");
+        for state in ["0A", "03", "07"] {
+            assert!(!tcp_row_after_listening(row(state).as_bytes()), "{state}");
+        }
+        for state in ["01", "02", "06", "08", "0B"] {
+            assert!(tcp_row_after_listening(row(state).as_bytes()), "{state}");
+        }
+    }
+
+    /// One `inet_diag_msg` answer message: a socket of `state` on `port` with `inode`.
+    fn diag_message(seq: u32, state: u8, port: u16, inode: u32) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&(16u32 + 72).to_ne_bytes());
+        out.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        out.extend_from_slice(&2u16.to_ne_bytes()); // NLM_F_MULTI
+        out.extend_from_slice(&seq.to_ne_bytes());
+        out.extend_from_slice(&0u32.to_ne_bytes());
+        out.extend_from_slice(&[2, state, 0, 0]);
+        out.extend_from_slice(&port.to_be_bytes());
+        out.extend_from_slice(&[0, 0, 127, 0, 0, 1]); // the peer's port, then 127.0.0.1
+        out.resize(16 + 68, 0);
+        out.extend_from_slice(&inode.to_ne_bytes());
+        out
+    }
+
+    #[test]
+    fn sock_diag_answers() {
+        let request = diag_listen_request(10, 7);
+        assert_eq!(request.len(), 72);
+        assert_eq!(request.get(16..18), Some(&[10u8, 6][..])); // AF_INET6, TCP
+        assert_eq!(request.get(20..24), Some(&(1u32 << 10).to_ne_bytes()[..]));
+        let mut found = Vec::new();
+        let datagram = [
+            diag_message(7, 10, 8080, 501),
+            diag_message(7, 1, 40000, 502),
+        ]
+        .concat();
+        assert_eq!(
+            parse_diag_listen(&datagram, 7, &mut found),
+            DiagAnswer::More
+        );
+        let inode_port = |found: &[TcpListen]| -> Vec<(u64, u16)> {
+            found.iter().map(|l| (l.inode, l.port)).collect()
+        };
+        assert_eq!(inode_port(&found), vec![(501, 8080)]);
+        assert_eq!(found[0].address, vec![127, 0, 0, 1]);
+        let mut done = diag_message(7, 10, 0, 0);
+        done.truncate(16);
+        done[..4].copy_from_slice(&16u32.to_ne_bytes());
+        done[4..6].copy_from_slice(&NLMSG_DONE.to_ne_bytes());
+        let datagram = [diag_message(7, 10, 9000, 503), done.clone()].concat();
+        assert_eq!(
+            parse_diag_listen(&datagram, 7, &mut found),
+            DiagAnswer::Done
+        );
+        assert_eq!(inode_port(&found), vec![(501, 8080), (503, 9000)]);
+        // another request's answer, an error, a truncated message, a length below the header
+        assert_eq!(parse_diag_listen(&done, 8, &mut found), DiagAnswer::Failed);
+        let mut error = done.clone();
+        error[4..6].copy_from_slice(&2u16.to_ne_bytes());
+        assert_eq!(parse_diag_listen(&error, 7, &mut found), DiagAnswer::Failed);
+        let message = diag_message(7, 10, 1, 1);
+        assert_eq!(
+            parse_diag_listen(&message[..80], 7, &mut found),
+            DiagAnswer::Failed
+        );
+        let mut short = done;
+        short[..4].copy_from_slice(&4u32.to_ne_bytes());
+        assert_eq!(parse_diag_listen(&short, 7, &mut found), DiagAnswer::Failed);
+        assert_eq!(found.len(), 2);
     }
 
     /// `linux_dirent64` records as the kernel lays them out (8-byte aligned lengths).

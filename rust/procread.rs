@@ -20,8 +20,11 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::procfs::parse_pid_dirents;
 use crate::procfs::{
     capped_argv, parse_children, parse_socket_link, parse_stat, parse_tcp_listen, parse_u64,
-    ProcStat, TcpListen,
+    tcp_row_after_listening, ProcStat, TcpListen,
 };
+#[cfg(target_os = "linux")]
+use crate::procfs::{diag_listen_request, parse_diag_listen, DiagAnswer};
+use crate::procfs::{AF_INET, AF_INET6};
 
 /// How much of each end of an engine's `cmdline` is compared on every scan to notice a rewrite.
 pub const CMDLINE_PEEK: usize = 4096;
@@ -145,6 +148,57 @@ impl ProcRoot {
         }
     }
 
+    /// `ROOT/PID/net/TABLE` (`net/tcp` or `net/tcp6`) into `buf` as far as it lists listening
+    /// sockets: the kernel prints those first, then walks every bucket of its established-connection
+    /// hash, a millisecond or more even with few connections (a hash sized for the host's memory).
+    /// That part is read only up to its first row (see `tcp_row_after_listening`), in growing
+    /// chunks so that little of it is walked; `buf` ends with the last listening row.
+    fn read_listening(&self, pid: i32, table: &str, buf: &mut Vec<u8>) -> Result<(), ReadError> {
+        buf.clear();
+        let mut file = File::open(self.pid_path(pid, table)).map_err(classify_io)?;
+        // A row is 150 bytes (178 in tcp6): the first read holds the header and a few rows.
+        let mut chunk = 1024;
+        // Where the first row not yet looked at begins; the header is no row.
+        let mut unchecked = None;
+        loop {
+            let filled = buf.len();
+            buf.resize(filled + chunk, 0);
+            let read = match buf.get_mut(filled..) {
+                Some(room) => file.read(room),
+                None => Ok(0),
+            };
+            buf.truncate(filled + *read.as_ref().unwrap_or(&0));
+            match read {
+                Ok(0) => return Ok(()),
+                Ok(_) => {}
+                Err(err) if err.kind() == ErrorKind::Interrupted => continue,
+                Err(err) => return Err(classify_io(err)),
+            }
+            let mut at = match unchecked {
+                Some(at) => at,
+                None => match buf.iter().position(|&b| b == b'\n') {
+                    Some(header_end) => header_end + 1,
+                    None => continue,
+                },
+            };
+            while let Some(row_len) = buf
+                .get(at..)
+                .and_then(|rest| rest.iter().position(|&b| b == b'\n'))
+            {
+                if buf
+                    .get(at..at + row_len)
+                    .is_some_and(tcp_row_after_listening)
+                {
+                    buf.truncate(at);
+                    return Ok(());
+                }
+                at += row_len + 1;
+            }
+            unchecked = Some(at);
+            chunk = (chunk * 2).min(16 * 1024);
+        }
+    }
+
     /// Lists the numeric entries of procfs as (pid, inode of `ROOT/PID`), with raw `getdents64`
     /// calls into one buffer: no allocation per entry. Leaves `out` empty if it cannot be read.
     #[cfg(target_os = "linux")]
@@ -264,20 +318,43 @@ impl ProcRoot {
         (Some(inodes), denied)
     }
 
-    /// The LISTEN sockets of `pid`'s network namespace (its `net/tcp` and `net/tcp6`), and
-    /// whether a table was refused.
+    /// The LISTEN sockets of `pid`'s network namespace, and whether a table was refused: those
+    /// of the scanner's own namespace asked of the kernel (`NETLINK_SOCK_DIAG`), others read from
+    /// its `net/tcp` and `net/tcp6` (as far as their listening part goes).
     pub fn listen_table(&self, pid: i32) -> (Vec<TcpListen>, bool) {
+        let own = self
+            .own_netns()
+            .is_some_and(|own| self.netns(pid) == Some(own));
         let mut found = Vec::new();
         let mut data = Vec::new();
         let mut denied = false;
-        for table in ["net/tcp", "net/tcp6"] {
-            match self.read_into(pid, table, &mut data) {
+        for (table, family) in [("net/tcp", AF_INET), ("net/tcp6", AF_INET6)] {
+            if let Some(sockets) = own.then(|| diag_listening(family)).flatten() {
+                found.extend(sockets);
+                continue;
+            }
+            match self.read_listening(pid, table, &mut data) {
                 Ok(()) => found.extend(parse_tcp_listen(&data)),
                 Err(ReadError::Denied) => denied = true,
                 Err(ReadError::Gone) => {}
             }
         }
         (found, denied)
+    }
+
+    /// The inode of the scanner's own network namespace, when this root is the host's `/proc`
+    /// (`None` for a fixture host: its tables are always read).
+    fn own_netns(&self) -> Option<u64> {
+        if self.root != Path::new("/proc") {
+            return None;
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata("/proc/self/ns/net").ok().map(|m| m.ino())
+        }
+        #[cfg(not(unix))]
+        None
     }
 
     /// TCP ports in LISTEN state whose sockets are held by `pid` or `others`, sorted; and whether
@@ -324,11 +401,129 @@ impl ProcRoot {
     }
 }
 
+/// The (socket inode, local port) of every TCP socket of `family` listening in the scanner's own
+/// network namespace, asked of the kernel through `NETLINK_SOCK_DIAG` as `ss -lt` asks: it walks
+/// its listening sockets only, where reading `net/tcp{,6}` walks every bucket of the
+/// established-connection hash too (a millisecond or more per table, whatever the connections).
+/// `None` when it cannot be asked: the table is read instead.
+#[cfg(target_os = "linux")]
+fn diag_listening(family: u8) -> Option<Vec<TcpListen>> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    // SAFETY: plain socket(2); the fd is owned at once.
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            libc::NETLINK_SOCK_DIAG,
+        )
+    };
+    if raw < 0 {
+        return None;
+    }
+    // SAFETY: `raw` is a fresh fd nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // The kernel makes a dump as it is received; a bound keeps a scan from ever waiting long.
+    let timeout = libc::timeval {
+        tv_sec: 1,
+        tv_usec: 0,
+    };
+    // SAFETY: `timeout` is a valid timeval of the size passed.
+    let set = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&timeout as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    let seq = 0x5eed;
+    let request = diag_listen_request(family, seq);
+    // SAFETY: `request` is valid for its length.
+    if set != 0
+        || unsafe { libc::send(fd.as_raw_fd(), request.as_ptr().cast(), request.len(), 0) }
+            != request.len() as isize
+    {
+        return None;
+    }
+    let mut buf = vec![0u8; 32 * 1024];
+    let mut found = Vec::new();
+    loop {
+        // SAFETY: `buf` is writable for its length.
+        let got = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if got < 0 && std::io::Error::last_os_error().kind() == ErrorKind::Interrupted {
+            continue;
+        }
+        let datagram = buf.get(..usize::try_from(got).ok()?)?;
+        match parse_diag_listen(datagram, seq, &mut found) {
+            DiagAnswer::Done => return Some(found),
+            DiagAnswer::More if !datagram.is_empty() => {}
+            _ => return None,
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn diag_listening(_family: u8) -> Option<Vec<TcpListen>> {
+    None
+}
+
 fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<(), ReadError> {
     buf.clear();
     let mut file = File::open(path).map_err(classify_io)?;
-    file.read_to_end(buf).map_err(classify_io)?;
-    Ok(())
+    read_to_end(&mut file, buf).map_err(classify_io)
+}
+
+/// The room a read is given at least: a whole `stat`, and most `cmdline`s, in one `read`.
+const READ_CHUNK: usize = 4096;
+
+/// Reads `file` to its end, appending to `buf`, straight into the buffer's spare room. std's
+/// `read_to_end` first asks `statx` and `lseek` for a size hint (procfs files say 0) and then
+/// probes with small reads: twice the system calls of `open`, `read`, the `read` that returns 0,
+/// and `close`, which is all this costs for a file that fits in [`READ_CHUNK`] bytes.
+fn read_to_end(file: &mut File, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    loop {
+        let filled = buf.len();
+        if buf.capacity() - filled < READ_CHUNK {
+            buf.reserve(READ_CHUNK.max(filled));
+        }
+        let read = read_spare(file, buf);
+        match read {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(err) if err.kind() == ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// One `read` into `buf`'s spare room, which it then holds; the number of bytes read.
+#[cfg(unix)]
+fn read_spare(file: &File, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let room = buf.spare_capacity_mut();
+    // SAFETY: `room` is writable for its length; read(2) initialises the bytes it reports.
+    let read = unsafe { libc::read(file.as_raw_fd(), room.as_mut_ptr().cast(), room.len()) };
+    let Ok(read) = usize::try_from(read) else {
+        return Err(std::io::Error::last_os_error());
+    };
+    // SAFETY: the first `read` bytes of the spare room were just initialised (read <= room).
+    unsafe { buf.set_len(buf.len() + read) };
+    Ok(read)
+}
+
+/// The same without libc: the spare room is zeroed first.
+#[cfg(not(unix))]
+fn read_spare(mut file: &File, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    let filled = buf.len();
+    buf.resize(buf.capacity(), 0);
+    let read = match buf.get_mut(filled..) {
+        Some(room) => file.read(room),
+        None => Ok(0),
+    };
+    buf.truncate(filled + *read.as_ref().unwrap_or(&0));
+    read
 }
 
 fn classify_io(err: std::io::Error) -> ReadError {
@@ -363,4 +558,72 @@ fn read_at_most(file: &File, offset: u64, buf: &mut [u8]) -> std::io::Result<usi
         }
     }
     Ok(filled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(sl: usize, state: &str, inode: u64) -> String {
+        format!(
+            "{sl:4}: 0100007F:{:04X} 00000000:0000 {state} 00000000:00000000 00:00000000 00000000     0        0 {inode} 1 0000000000000000 100 0 0 10 0\n",
+            8000 + sl
+        )
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_kernel_tells_the_listening_sockets_of_our_own_namespace() {
+        use std::os::fd::AsRawFd;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", listener.as_raw_fd())).unwrap();
+        let inode = crate::procfs::parse_socket_link(link.as_os_str().as_encoded_bytes()).unwrap();
+        let found = diag_listening(AF_INET).expect("NETLINK_SOCK_DIAG answers");
+        let loopback = TcpListen {
+            inode,
+            address: vec![127, 0, 0, 1],
+            port,
+        };
+        assert!(found.contains(&loopback), "{found:?}");
+        let connection = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let local = connection.local_addr().unwrap().port();
+        assert!(diag_listening(AF_INET)
+            .unwrap()
+            .iter()
+            .all(|l| l.port != local));
+        assert!(diag_listening(AF_INET6).is_some());
+        // The host's /proc asks the kernel for our own namespace; a fixture root never does.
+        assert!(ProcRoot::new("/proc".into()).own_netns().is_some());
+        assert!(ProcRoot::new("/tmp/proc".into()).own_netns().is_none());
+    }
+
+    #[test]
+    fn a_tcp_table_is_read_as_far_as_its_listening_sockets() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("100/net")).unwrap();
+        let header = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
+        // Listeners over several reads, then connections; a listener after those is never printed
+        // by the kernel, so its row shows where the reading stopped.
+        let listening: String = (0..300).map(|sl| row(sl, "0A", 5000 + sl as u64)).collect();
+        let rest: String = [row(300, "01", 1), row(301, "06", 2), row(302, "0A", 3)].concat();
+        std::fs::write(
+            dir.path().join("100/net/tcp"),
+            format!("{header}{listening}{rest}"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("100/net/tcp6"),
+            format!("{header}{}", row(0, "0A", 7)),
+        )
+        .unwrap();
+        let proc = ProcRoot::new(dir.path().to_path_buf());
+        let mut buf = Vec::new();
+        assert!(proc.read_listening(100, "net/tcp", &mut buf).is_ok());
+        assert_eq!(buf, format!("{header}{listening}").into_bytes());
+        assert!(proc.read_listening(100, "net/tcp6", &mut buf).is_ok());
+        let found: Vec<(u64, u16)> = parse_tcp_listen(&buf).map(|l| (l.inode, l.port)).collect();
+        assert_eq!(found, vec![(7, 8000)]);
+        assert!(proc.read_listening(101, "net/tcp", &mut buf).is_err());
+    }
 }

@@ -6,7 +6,7 @@ use std::ffi::{OsStr, OsString};
 #[cfg(unix)]
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -160,6 +160,27 @@ fn seconds(field: &str, value: f64) -> PyResult<Duration> {
         .map_err(|_| PyValueError::new_err(format!("{field}: invalid {value}")))
 }
 
+/// The signatures last compiled for a scanner, with the JSON they came from.
+static COMPILED: Mutex<Option<(String, Arc<matcher::CompiledSignatures>)>> = Mutex::new(None);
+
+/// `signatures_json` compiled, or the very same compilation as the scanner made before from the
+/// same JSON (a new scanner of the same engines, as each `scan()` or command makes, skips parsing
+/// and compiling them).
+fn compiled(signatures_json: &str) -> Result<Arc<matcher::CompiledSignatures>, String> {
+    let mut last = COMPILED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((json, compiled)) = last.as_ref() {
+        if json == signatures_json {
+            return Ok(Arc::clone(compiled));
+        }
+    }
+    let signatures = crate::signature::signatures_from_json(signatures_json)?;
+    let compiled = matcher::CompiledSignatures::new(&signatures)?;
+    *last = Some((signatures_json.to_owned(), Arc::clone(&compiled)));
+    Ok(compiled)
+}
+
 /// The incremental process scanner; the GIL is released for the whole walk.
 #[pyclass(frozen, name = "ProcessScanner", module = "enginespec._native")]
 struct PyProcessScanner {
@@ -187,8 +208,7 @@ impl PyProcessScanner {
         source: Option<&str>,
         root: Option<PathBuf>,
     ) -> PyResult<Self> {
-        let signatures = crate::signature::signatures_from_json(signatures_json)
-            .map_err(PyValueError::new_err)?;
+        let compiled = compiled(signatures_json).map_err(PyValueError::new_err)?;
         if root.is_some() && source == Some("sysinfo") {
             return Err(PyValueError::new_err(
                 "root: the sysinfo source reads the live host only",
@@ -205,7 +225,7 @@ impl PyProcessScanner {
             proc_root: root.map_or_else(|| PathBuf::from("/proc"), |root| root.join("proc")),
         };
         let inner =
-            ProcessScanner::new(&signatures, options, source).map_err(PyValueError::new_err)?;
+            ProcessScanner::compiled(compiled, options, source).map_err(PyValueError::new_err)?;
         Ok(PyProcessScanner {
             boot_time: inner.boot_time(),
             inner: Mutex::new(inner),

@@ -1,7 +1,7 @@
 //! Incremental scanner of `/proc` (Linux): finds every engine server on the host.
 //!
 //! Cost model. A cold scan lists `/proc` and reads each process's `cmdline` once, and the `stat`
-//! of those with pids handed out just before it (for their start time: see below); only engine
+//! of the newest (for their start time: see below, and `SETTLED_RUN`); only engine
 //! processes get more reads (`stat`, `exe`, children, sockets). Later scans trust
 //! processes already classified without any per-pid read, except:
 //! - pids the kernel may have handed out again since the last scan: those whose `/proc/PID`
@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::matcher::{basename, Facts, Matcher};
+use crate::matcher::{basename, CompiledSignatures, Facts};
 use crate::proc_events::Change;
 use crate::procfs::{capped_argv, parse_u64, proc_stat_value, ProcStat, ARGV_CUT};
 use crate::procread::{ProcRoot, ReadError, Tables};
@@ -218,6 +218,14 @@ fn clock_ticks() -> f64 {
 /// bound keeps a cold scan to about one read per process.
 const RECENT_PIDS: u64 = 4096;
 
+/// A first scan walks those pids newest first and stops at this many processes in a row that
+/// started before the young window: pids are handed out in increasing order, so the processes
+/// beyond are older still, unless the cursor wrapped around `pid_max` and skipped a run of this
+/// many long-lived processes within the window (a process born below them is then not watched,
+/// as one born more than `RECENT_PIDS` pids back is not). On a settled host a cold scan reads this
+/// many `stat`s, not one per process near the cursor.
+const SETTLED_RUN: usize = 64;
+
 /// Whether `pid` lies within [`RECENT_PIDS`] of the cursor `last`, either side, cyclically.
 fn near_cursor(pid: u64, last: u64, pid_max: u64) -> bool {
     let span = pid_max.max(1);
@@ -236,6 +244,15 @@ fn parse_uptime(data: &[u8]) -> Option<f64> {
         .ok()
 }
 
+/// Which processes of the first listing started less than `young` before it.
+#[derive(Debug)]
+enum ColdBirths {
+    /// Those of the processes near the pid cursor (see `Scanner::recent_births`).
+    Found(FxHashSet<i32>),
+    /// The cursor could not be read: each process's `stat` is read to tell.
+    Unbounded,
+}
+
 /// The kernel's process-wide facts read once per scanner.
 #[derive(Debug)]
 struct Host {
@@ -247,8 +264,7 @@ struct Host {
 /// The incremental scanner. Keep one per polling loop.
 #[derive(Debug)]
 pub struct Scanner {
-    matcher: Matcher,
-    fold: Vec<bool>,
+    compiled: Arc<CompiledSignatures>,
     options: ScanOptions,
     /// Every file is read through it, under `options.proc_root`.
     proc: ProcRoot,
@@ -267,9 +283,9 @@ pub struct Scanner {
     /// engine (caught between its fork and its exec, it shows its parent's argv): those started
     /// less than `young` before are watched as young ones are.
     cold_uptime: Option<f64>,
-    /// During the first listing: the pid cursor when it began, so that only processes whose pids
-    /// were handed out shortly before (or during) it have their `stat` read (see `near_cursor`).
-    cold_cursor: Option<u64>,
+    /// During the first listing: the processes it found started less than `young` before it began
+    /// (see `recent_births`).
+    cold_births: Option<ColdBirths>,
     host: Host,
     stats: ScanStats,
     /// Whether this scan classified a process as an engine for the first time.
@@ -290,8 +306,14 @@ pub struct Scanner {
 impl Scanner {
     /// Compiles the signatures; engines with `fold_workers` get their descendants walked.
     pub fn new(signatures: &[Signature], options: ScanOptions) -> Result<Self, String> {
-        let matcher = Matcher::new(signatures)?;
-        let fold = signatures.iter().map(|s| s.fold_workers).collect();
+        Ok(Self::compiled(
+            CompiledSignatures::new(signatures)?,
+            options,
+        ))
+    }
+
+    /// A scanner of signatures already compiled.
+    pub fn compiled(compiled: Arc<CompiledSignatures>, options: ScanOptions) -> Self {
         let proc = ProcRoot::new(options.proc_root.clone());
         let stat = proc.host_file("stat").unwrap_or_default();
         let boot_time = proc_stat_value(&stat, b"btime").unwrap_or(0) as f64;
@@ -299,9 +321,8 @@ impl Scanner {
             .host_file("sys/kernel/pid_max")
             .and_then(|d| parse_u64(&d))
             .unwrap_or(4_194_304);
-        Ok(Scanner {
-            matcher,
-            fold,
+        Scanner {
+            compiled,
             wrappers: options.wrappers.iter().cloned().collect(),
             options,
             proc,
@@ -310,7 +331,7 @@ impl Scanner {
             forks_listed: None,
             generation: 0,
             cold_uptime: None,
-            cold_cursor: None,
+            cold_births: None,
             host: Host {
                 boot_time,
                 clock_ticks: clock_ticks(),
@@ -324,7 +345,7 @@ impl Scanner {
             revisions: Revisions::default(),
             buf: Vec::with_capacity(4096),
             pids: Vec::new(),
-        })
+        }
     }
 
     pub fn stats(&self) -> ScanStats {
@@ -399,7 +420,7 @@ impl Scanner {
         now: Instant,
     ) -> Option<Class> {
         let (argv, cut) = capped_argv(cmdline);
-        if let Some(parsed) = self.matcher.parse(&argv) {
+        if let Some(parsed) = self.compiled.matcher.parse(&argv) {
             let facts = parsed.to_facts();
             let mut argv: Vec<Vec<u8>> = argv.iter().map(|a| a.to_vec()).collect();
             if cut {
@@ -427,15 +448,57 @@ impl Scanner {
         let Some(uptime) = self.cold_uptime else {
             return false;
         };
-        if let Some(last) = self.cold_cursor {
-            if !near_cursor(pid as u64, last, self.host.pid_max) {
-                return false;
+        match &self.cold_births {
+            Some(ColdBirths::Found(births)) => births.contains(&pid),
+            Some(ColdBirths::Unbounded) => self
+                .proc
+                .stat(pid)
+                .is_some_and(|s| self.born_after(&s, uptime)),
+            None => false,
+        }
+    }
+
+    /// Whether the process started less than `young` before `uptime` (seconds since boot).
+    fn born_after(&self, stat: &ProcStat, uptime: f64) -> bool {
+        uptime - stat.start_ticks as f64 / self.host.clock_ticks < self.options.young.as_secs_f64()
+    }
+
+    /// The processes among `pids` that started less than `young` before `uptime`, found by
+    /// reading the `stat` of those near the pid cursor (see `near_cursor`: `before` is the cursor
+    /// when the listing began), newest first (counting back from `after`, the cursor when it
+    /// ended), until [`SETTLED_RUN`] in a row started earlier.
+    fn recent_births(
+        &self,
+        pids: &[(i32, u64)],
+        before: u64,
+        after: u64,
+        uptime: f64,
+    ) -> FxHashSet<i32> {
+        let span = self.host.pid_max.max(1);
+        let mut near: Vec<(u64, i32)> = pids
+            .iter()
+            .map(|&(pid, _)| (u64::try_from(pid).unwrap_or(0), pid))
+            .filter(|&(n, _)| near_cursor(n, before, span) || near_cursor(n, after, span))
+            .map(|(n, pid)| ((after + span - n % span) % span, pid))
+            .collect();
+        near.sort_unstable();
+        let mut births = FxHashSet::default();
+        let mut settled = 0;
+        for (_, pid) in near {
+            let Some(stat) = self.proc.stat(pid) else {
+                continue;
+            };
+            if self.born_after(&stat, uptime) {
+                births.insert(pid);
+                settled = 0;
+            } else {
+                settled += 1;
+                if settled == SETTLED_RUN {
+                    break;
+                }
             }
         }
-        self.proc.stat(pid).is_some_and(|stat| {
-            uptime - stat.start_ticks as f64 / self.host.clock_ticks
-                < self.options.young.as_secs_f64()
-        })
+        births
     }
 
     /// A process whose argv says it is an engine: its record, built once here.
@@ -660,11 +723,21 @@ impl Scanner {
         self.generation += 1;
         if first {
             self.cold_uptime = self.proc.host_file("uptime").and_then(|d| parse_uptime(&d));
-            self.cold_cursor = before.map(|c| c.last_pid);
         }
         self.list_pids();
         // Read after listing, so any pid reused before the listing falls inside the window.
         let cursor = self.read_cursor();
+        if let (true, Some(uptime)) = (first, self.cold_uptime) {
+            self.cold_births = Some(match (before, cursor) {
+                (Some(before), Some(after)) => ColdBirths::Found(self.recent_births(
+                    &self.pids,
+                    before.last_pid,
+                    after.last_pid,
+                    uptime,
+                )),
+                _ => ColdBirths::Unbounded,
+            });
+        }
         let reuse = match (self.cursor, cursor) {
             (_, None) | (None, _) => Reuse::Everything,
             (Some(old), Some(new)) if new.forks == old.forks => Reuse::Nothing,
@@ -715,7 +788,7 @@ impl Scanner {
         }
         self.pids = pids;
         self.cold_uptime = None;
-        self.cold_cursor = None;
+        self.cold_births = None;
         let before = self.known.len();
         self.known.retain(|_, known| known.generation == generation);
         self.stats.vanished += (before - self.known.len()) as u64;
@@ -820,7 +893,7 @@ impl Scanner {
 
     /// An engine's process tree and its sockets, read now (`tables`: see [`ProcRoot::listen_ports`]).
     fn read_tree(&self, pid: i32, engine: usize, tables: &mut Tables) -> Tree {
-        let descendants = if self.fold.get(engine).copied().unwrap_or(false) {
+        let descendants = if self.compiled.fold.get(engine).copied().unwrap_or(false) {
             self.proc.descendants(pid)
         } else {
             Vec::new()

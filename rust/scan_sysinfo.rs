@@ -11,7 +11,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use sysinfo::{Pid, ProcessRefreshKind, ProcessStatus, ProcessesToUpdate, System, UpdateKind};
 
-use crate::matcher::Matcher;
+use crate::matcher::CompiledSignatures;
 use crate::procfs::{cap_args, ARGV_CUT};
 use crate::scan::{EngineProc, Revisions, ScanStats};
 use crate::signature::Signature;
@@ -22,8 +22,7 @@ fn bytes(value: &OsString) -> Vec<u8> {
 
 #[derive(Debug)]
 pub struct SysinfoScanner {
-    matcher: Matcher,
-    fold: Vec<bool>,
+    compiled: Arc<CompiledSignatures>,
     system: System,
     stats: ScanStats,
     /// The records of the previous scan, by pid: one that comes out the same keeps its revision.
@@ -33,14 +32,18 @@ pub struct SysinfoScanner {
 
 impl SysinfoScanner {
     pub fn new(signatures: &[Signature]) -> Result<Self, String> {
-        Ok(SysinfoScanner {
-            matcher: Matcher::new(signatures)?,
-            fold: signatures.iter().map(|s| s.fold_workers).collect(),
+        Ok(Self::compiled(CompiledSignatures::new(signatures)?))
+    }
+
+    /// A scanner of signatures already compiled.
+    pub fn compiled(compiled: Arc<CompiledSignatures>) -> Self {
+        SysinfoScanner {
+            compiled,
             system: System::new(),
             stats: ScanStats::default(),
             previous: FxHashMap::default(),
             revisions: Revisions::default(),
-        })
+        }
     }
 
     pub fn stats(&self) -> ScanStats {
@@ -87,7 +90,12 @@ impl SysinfoScanner {
             }
             let all: Vec<Vec<u8>> = process.cmd().iter().map(bytes).collect();
             let (kept, cut) = cap_args(all.iter().map(Vec::as_slice));
-            let Some(facts) = self.matcher.parse(&kept).map(|parsed| parsed.to_facts()) else {
+            let Some(facts) = self
+                .compiled
+                .matcher
+                .parse(&kept)
+                .map(|parsed| parsed.to_facts())
+            else {
                 continue;
             };
             let mut argv: Vec<Vec<u8>> = kept.into_iter().map(<[u8]>::to_vec).collect();
@@ -95,7 +103,13 @@ impl SysinfoScanner {
                 argv.push(ARGV_CUT.to_vec());
             }
             let mut descendants = Vec::new();
-            if self.fold.get(facts.engine).copied().unwrap_or(false) {
+            if self
+                .compiled
+                .fold
+                .get(facts.engine)
+                .copied()
+                .unwrap_or(false)
+            {
                 let mut queue = vec![*pid];
                 while let Some(next) = queue.pop() {
                     for child in children.get(&next).into_iter().flatten() {

@@ -5,6 +5,7 @@ process chooses its own argv and ``comm``)."""
 from __future__ import annotations
 
 import os
+import struct
 import sys
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -142,3 +143,56 @@ def _tcp_address(hex_address: bytes) -> bytes | None:
     if any(word is None for word in words):
         return None
     return b"".join(word.to_bytes(4, sys.byteorder) for word in words if word is not None)
+
+
+#: The address families a NETLINK_SOCK_DIAG request names.
+AF_INET, AF_INET6 = 2, 10
+#: SOCK_DIAG_BY_FAMILY and NLMSG_DONE (netlink), TCP_LISTEN (tcp_states.h)
+_SOCK_DIAG_BY_FAMILY, _NLMSG_DONE, _TCP_LISTEN = 20, 3, 10
+
+
+def diag_listen_request(family: int, seq: int) -> bytes:
+    """The NETLINK_SOCK_DIAG dump request for every TCP socket of ``family`` in LISTEN state (an
+    nlmsghdr, then an inet_diag_req_v2 asking for that state alone: the kernel walks its
+    listening sockets only)."""
+    header = struct.pack("=IHHII", 16 + 56, _SOCK_DIAG_BY_FAMILY, 0x1 | 0x300, seq, 0)
+    return header + struct.pack("=BBBBI", family, 6, 0, 0, 1 << _TCP_LISTEN) + bytes(48)
+
+
+def parse_diag_listen(datagram: bytes, seq: int, out: list[Listening]) -> str:
+    """Appends each LISTEN socket in one datagram answering ``diag_listen_request`` (its inode,
+    port and address, 4 or 16 bytes by family); ``"more"``, ``"done"`` (NLMSG_DONE) or
+    ``"failed"`` (an error, a malformed message, another request's answer), as
+    ``parse_diag_listen`` in procfs.rs."""
+    at = 0
+    while at < len(datagram):
+        if len(datagram) - at < 16:
+            return "failed"
+        length, kind, _flags, got_seq, _pid = struct.unpack_from("=IHHII", datagram, at)
+        if length < 16 or at + length > len(datagram) or got_seq != seq:
+            return "failed"
+        if kind == _NLMSG_DONE:
+            return "done"
+        if kind != _SOCK_DIAG_BY_FAMILY or length < 16 + 72:
+            return "failed"
+        state = datagram[at + 17]
+        (port,) = struct.unpack_from(">H", datagram, at + 20)
+        (inode,) = struct.unpack_from("=I", datagram, at + 16 + 68)
+        address_len = 16 if datagram[at + 16] == AF_INET6 else 4
+        if state == _TCP_LISTEN:
+            out.append(Listening(inode, datagram[at + 24 : at + 24 + address_len], port))
+        at += (length + 3) & ~3
+    return "more"
+
+
+#: The states of the rows the kernel prints first in a ``/proc/PID/net/tcp{,6}`` table, its
+#: listening sockets (``LISTENING_PART`` in procfs.rs): LISTEN, a listener's pending requests
+#: (SYN_RECV, kernels before 4.4) or one being closed (CLOSE), left in for safety.
+_LISTENING_PART = (b"0A", b"03", b"07")
+
+
+def tcp_row_after_listening(row: bytes) -> bool:
+    """Whether a row of a ``/proc/PID/net/tcp{,6}`` table is in a state its listening part never
+    shows: no socket listed from that row on listens. A malformed row says nothing (False)."""
+    fields = kernel_fields(row)
+    return len(fields) > 3 and fields[3] not in _LISTENING_PART

@@ -6,12 +6,17 @@ answers, so the scanner reads either the same way."""
 from __future__ import annotations
 
 import os
+import socket
 from typing import NamedTuple
 
 from enginespec._common import Listening, pread_all
 from enginespec._procfiles import PROC
 from enginespec._pyprocfs import (
+    AF_INET,
+    AF_INET6,
+    diag_listen_request,
     parse_children,
+    parse_diag_listen,
     parse_pid_name,
     parse_socket_link,
     parse_stat,
@@ -19,8 +24,11 @@ from enginespec._pyprocfs import (
     parse_u64,
     parse_uptime,
     proc_stat_value,
+    tcp_row_after_listening,
 )
 
+#: NETLINK_SOCK_DIAG (the socket module names it on some Pythons only)
+_NETLINK_SOCK_DIAG = 4
 #: How much of each end of an engine's cmdline is compared on every scan (``CMDLINE_PEEK``).
 CMDLINE_PEEK = 4096
 
@@ -51,6 +59,55 @@ def _read(path: str) -> bytes | None:
     try:
         with open(path, "rb") as file:
             return file.read()
+    except OSError:
+        return None
+
+
+def _read_listening(path: str) -> bytes:
+    """A ``/proc/PID/net/tcp{,6}`` table as far as it lists listening sockets (``read_listening``
+    in procread.rs): the kernel prints those first, then walks every bucket of its
+    established-connection hash (a millisecond or more even with few connections), which is read
+    only up to its first row, in growing chunks. Raises OSError as ``open`` does."""
+    data = b""
+    chunk = 1024
+    unchecked = None  # where the first row not yet looked at begins; the header is no row
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        while True:
+            part = os.read(fd, chunk)
+            if not part:
+                return data
+            data += part
+            if unchecked is None:
+                header_end = data.find(b"\n")
+                if header_end < 0:
+                    continue
+                unchecked = header_end + 1
+            while (row_end := data.find(b"\n", unchecked)) >= 0:
+                if tcp_row_after_listening(data[unchecked:row_end]):
+                    return data[:unchecked]
+                unchecked = row_end + 1
+            chunk = min(chunk * 2, 16 * 1024)
+    finally:
+        os.close(fd)
+
+
+def _diag_listening(family: int) -> list[Listening] | None:
+    """Every TCP socket of ``family`` listening in this process's
+    network namespace, asked of the kernel through NETLINK_SOCK_DIAG as ``ss -lt`` asks (it walks
+    the listening sockets only; reading ``net/tcp{,6}`` walks every bucket of the connection hash
+    too); None when it cannot be asked (``diag_listening`` in procread.rs)."""
+    seq = 0x5EED
+    found: list[Listening] = []
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as diag:
+            diag.settimeout(1.0)
+            diag.send(diag_listen_request(family, seq))
+            while True:
+                datagram = diag.recv(32 * 1024)
+                answer = parse_diag_listen(datagram, seq, found) if datagram else "failed"
+                if answer != "more":
+                    return found if answer == "done" else None
     except OSError:
         return None
 
@@ -157,6 +214,16 @@ class ProcRoot:
     def exists(self, pid: int) -> bool:
         return os.path.exists(f"{self._proc}/{pid}")
 
+    def _own_netns(self) -> int | None:
+        """The inode of this process's network namespace when this root is the host's ``/proc``
+        (``None`` for a fixture host: its tables are always read)."""
+        if self._proc != PROC:
+            return None
+        try:
+            return os.stat(f"{PROC}/self/ns/net").st_ino
+        except OSError:
+            return None
+
     def netns(self, pid: int) -> int | None:
         """The inode of the process's network namespace, from the number its ``ns/net`` link
         names (``net:[4026531840]``), which a fixture host's link can name too."""
@@ -191,12 +258,17 @@ class ProcRoot:
         return self._socket_inodes(pid)[0]
 
     def _listen_table(self, pid: int) -> tuple[list[Listening], bool]:
+        own = self._own_netns()
+        asked = own is not None and self.netns(pid) == own
         found: list[Listening] = []
         denied = False
-        for table in ("tcp", "tcp6"):
+        for table, family in (("tcp", AF_INET), ("tcp6", AF_INET6)):
+            sockets = _diag_listening(family) if asked else None
+            if sockets is not None:
+                found.extend(sockets)
+                continue
             try:
-                with open(f"{self._proc}/{pid}/net/{table}", "rb") as file:
-                    data = file.read()
+                data = _read_listening(f"{self._proc}/{pid}/net/{table}")
             except OSError as err:
                 denied |= isinstance(err, PermissionError)
                 continue
@@ -204,7 +276,8 @@ class ProcRoot:
         return found, denied
 
     def listen_table(self, pid: int) -> list[Listening]:
-        """The LISTEN sockets of the process's network namespace."""
+        """The LISTEN sockets of the process's network namespace: those of this process's own
+        asked of the kernel (NETLINK_SOCK_DIAG), others read from its ``net/tcp{,6}``."""
         return self._listen_table(pid)[0]
 
     def listen_ports(

@@ -143,6 +143,11 @@ class _Counts:
 RECENT_PIDS = 4096
 
 
+#: rust/scan.rs SETTLED_RUN: a first scan walks the pids near the cursor newest first and stops at
+#: this many processes in a row that started before the young window.
+SETTLED_RUN = 64
+
+
 def _near_cursor(pid: int, last: int, pid_max: int) -> bool:
     """Whether ``pid`` lies within RECENT_PIDS of the cursor ``last``, either side, cyclically."""
     span = max(pid_max, 1)
@@ -186,10 +191,12 @@ class ProcessScanner:
         self._forks_listed: int | None = None
         #: number of listing scans so far
         self._generation = 0
-        #: during the first listing, seconds since boot when it began (the host's ``uptime``)
-        #: and the pid cursor then (see ``cold_uptime`` and ``near_cursor`` in scan.rs)
+        #: during the first listing, seconds since boot when it began (the host's ``uptime``),
+        #: and the processes it found started less than ``young`` before (None: the cursor could
+        #: not be read, each stat is read to tell; see ``cold_uptime`` and ``recent_births`` in
+        #: scan.rs)
         self._cold: float | None = None
-        self._cold_cursor: int | None = None
+        self._cold_births: set[int] | None = None
         self._counts = _Counts()
         #: whether this scan classified a process as an engine for the first time
         self._engine_appeared = False
@@ -246,10 +253,11 @@ class ProcessScanner:
         self._forks_listed = None if before is None else before[1]
         self._generation += 1
         self._cold = self._source.uptime() if first else None
-        self._cold_cursor = before[0] if first and before is not None else None
         pids = self._source.list_pids()
         # Read after listing, so any pid reused before the listing falls inside the window.
         cursor = self._source.cursor()
+        if self._cold is not None and before is not None and cursor is not None:
+            self._cold_births = self._recent_births(pids, before[0], cursor[0], self._cold)
         everything, may_reuse = _reuse(self._cursor, cursor, self._source.pid_max)
         old, known = self._known, {}
         listed = 0
@@ -272,6 +280,7 @@ class ProcessScanner:
                 known[pid] = (inode, cls)
         counts.vanished += len(old) - listed
         self._cold = None
+        self._cold_births = None
         self._known = known
         self._cursor = cursor
         return self._finish(now, quiet=False, scanned=len(pids), full_recheck=not first and everything)
@@ -341,10 +350,36 @@ class ProcessScanner:
         before it: caught between its fork and its exec, it may still become an engine."""
         if self._cold is None:
             return False
-        if self._cold_cursor is not None and not _near_cursor(pid, self._cold_cursor, self._source.pid_max):
-            return False
+        if self._cold_births is not None:
+            return pid in self._cold_births
         stat = self._source.stat(pid)
         return stat is not None and self._cold - stat.since_boot < self._young
+
+    def _recent_births(self, pids: list[tuple[int, int]], before: int, after: int, cold: float) -> set[int]:
+        """The processes among ``pids`` that started less than ``young`` before ``cold``: the
+        ``stat`` of those near the pid cursor (``before`` the listing or ``after`` it) read newest
+        first (counting back from ``after``), until SETTLED_RUN in a row started earlier
+        (``recent_births`` in scan.rs)."""
+        span = max(self._source.pid_max, 1)
+        near = sorted(
+            ((after - pid) % span, pid)
+            for pid, _inode in pids
+            if _near_cursor(pid, before, span) or _near_cursor(pid, after, span)
+        )
+        births: set[int] = set()
+        settled = 0
+        for _distance, pid in near:
+            stat = self._source.stat(pid)
+            if stat is None:
+                continue
+            if cold - stat.since_boot < self._young:
+                births.add(pid)
+                settled = 0
+            else:
+                settled += 1
+                if settled == SETTLED_RUN:
+                    break
+        return births
 
     def _engine_state(self, pid: int, cmdline: bytes, argv: list[str], facts: RawInvocation) -> _Class | None:
         stat = self._source.stat(pid)

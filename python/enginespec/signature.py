@@ -8,6 +8,7 @@ source of truth per engine and a plugin gets the native speed for free.
 from __future__ import annotations
 
 import json
+import operator
 import re
 from collections.abc import Iterable, Mapping
 from typing import Literal
@@ -375,8 +376,19 @@ class Signature(BaseModel):
         return self.aliases.get(flag, flag)
 
 
+#: The signatures last serialised, with their JSON: signatures are frozen (tuples, frozensets and
+#: mappings typed read-only), so the very same objects give the same JSON, and a new scanner of
+#: the same engines (each ``scan()``, each command) does not serialise them again.
+_last_json: tuple[tuple[Signature, ...], str] | None = None
+
+
 def signatures_json(signatures: Iterable[Signature]) -> str:
     """The one serialised form the Rust matcher is compiled from (sets sorted for stable output)."""
+    global _last_json
+    signatures = tuple(signatures)
+    last = _last_json
+    if last is not None and len(last[0]) == len(signatures) and all(map(operator.is_, last[0], signatures)):
+        return last[1]
     documents = []
     for signature in signatures:
         document = signature.model_dump(mode="json")
@@ -390,4 +402,6 @@ def signatures_json(signatures: Iterable[Signature]) -> str:
         ):
             document[key] = sorted(document[key])
         documents.append(document)
-    return json.dumps(documents, separators=(",", ":"))
+    text = json.dumps(documents, separators=(",", ":"))
+    _last_json = (signatures, text)
+    return text

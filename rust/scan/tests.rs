@@ -221,6 +221,38 @@ fn a_process_born_just_before_the_first_scan_is_watched_for_its_exec() {
     assert_eq!(scanner.stats().reread, 0);
 }
 
+#[test]
+fn a_first_scan_looks_for_recent_births_back_from_the_cursor_until_a_settled_run() {
+    // 200 was born 1 s before the first scan, and long-lived processes have the pids after it (as
+    // when the cursor wrapped around pid_max and skipped them). Newest first, the first scan reads
+    // `stat`s until SETTLED_RUN of them in a row started before the young window.
+    for (settled, watched) in [(SETTLED_RUN - 1, true), (SETTLED_RUN, false)] {
+        let proc = FakeProc::new();
+        proc.spawn(1, &["/sbin/init"]);
+        let ticks = clock_ticks();
+        let now = proc.spawn(100, &["python3", "old.py"]).start_ticks as f64 / ticks + 60.0;
+        std::fs::write(proc.path("uptime"), format!("{now:.2} 0.00\n")).unwrap();
+        let early = Stat {
+            start_ticks: ((now - 1.0) * ticks) as u64,
+            ..Stat::default()
+        };
+        proc.create(200, &["python3", "-m", "launcher"], early);
+        for n in 0..settled {
+            proc.spawn(201 + n as i32, &["sleep", "1000"]);
+        }
+        let mut scanner = scanner(&proc);
+        let t0 = Instant::now();
+        assert!(scanner.scan_at(t0).is_empty());
+        proc.exec(200, &["demo", "serve", "/m/early"]);
+        let found = pids(&scanner.scan_at(t0 + secs(1)));
+        assert_eq!(
+            found,
+            if watched { vec![200] } else { vec![] },
+            "{settled} settled"
+        );
+    }
+}
+
 /// An engine folding workers (`demo`, pid 100) and one that does not (`solo`, pid 200), each
 /// with children, sockets and an unrelated listener in the same network namespace.
 fn engine_tree(proc: &FakeProc) {

@@ -10,6 +10,7 @@ cursor-window scenarios below exercise."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -839,3 +840,57 @@ def test_scan_at_refuses_a_time_that_is_no_time(make: tuple[FixtureHost, Make], 
     _host, scanner = make
     with pytest.raises(ValueError, match="elapsed: invalid"):
         scanner().scan_at(elapsed)
+
+
+def test_scanners_of_other_signatures_classify_by_their_own(make: tuple[FixtureHost, Make]) -> None:
+    # The native backend keeps the last signatures it compiled for the next scanner: one of other
+    # signatures, made in between, must not get them, nor leave its own behind.
+    host, scanner = make
+    host.spawn(1, ["/sbin/init"])
+    host.spawn(100, ["demo", "serve", "/m/a"])
+    host.spawn(101, ["solo-server", "-m", "/m/b"])
+    backend = type(scanner())
+    solo_only = json.dumps([json.loads(SIGNATURES)[1]])
+    assert _pids(scanner().scan()) == [100, 101]
+    solo = backend(solo_only, ["sh"], 5.0, 2.0, True, root=str(host.root)).scan()
+    assert [(p.pid, p.facts.engine) for p in solo] == [(101, 0)]
+    assert _pids(scanner().scan()) == [100, 101]
+
+
+def test_a_socket_table_is_read_as_far_as_its_listening_sockets(make: tuple[FixtureHost, Make]) -> None:
+    # The kernel prints a table's listeners first, then walks its whole connection hash (costly
+    # however few connections there are): the listeners are read, over several reads, and the
+    # connections only up to the first of them. No kernel prints a listener after a connection;
+    # the one placed there shows where the reading stopped.
+    host, scanner = make
+    host.spawn(1, ["/sbin/init"])
+    host.spawn(100, ["demo", "serve", "/m/a"])
+    host.add_socket(100, 3, 5299)
+    host.add_socket(100, 4, 7001)
+    host.add_socket(100, 5, 7003)
+    others = [(5000 + n, 10000 + n, "0A") for n in range(299)]
+    rows = [*others, (5299, 8001, "0A"), (7001, 40000, "01"), (7002, 40001, "06"), (7003, 8002, "0A")]
+    host.set_tcp(100, "tcp", rows)
+    host.set_tcp(100, "tcp6", [])
+    assert _find(scanner().scan(), 100).listen_ports == [8001]
+
+
+@pytest.mark.parametrize("settled", [_pyscanner.SETTLED_RUN - 1, _pyscanner.SETTLED_RUN])
+def test_a_first_scan_looks_for_recent_births_back_from_the_cursor(
+    make: tuple[FixtureHost, Make], settled: int
+) -> None:
+    # 200 was born 1 s before the first scan (which watches it for an exec), and long-lived
+    # processes have the pids after it (as when the cursor wrapped around pid_max and skipped
+    # them). Newest first, the first scan reads stats until SETTLED_RUN in a row started earlier.
+    host, scanner = make
+    ticks = os.sysconf("SC_CLK_TCK")
+    now = 1000.0  # seconds since the fixture host's boot
+    host.set_uptime(now)
+    host.spawn(1, ["/sbin/init"])
+    host.create(200, ["python3", "-m", "launcher"], Stat(start_ticks=int((now - 1) * ticks)))
+    for n in range(settled):
+        host.spawn(201 + n, ["sleep", "1000"])
+    s = scanner()
+    assert s.scan_at(0) == []
+    host.exec(200, ["demo", "serve", "/m/early"])
+    assert _pids(s.scan_at(1)) == ([200] if settled < _pyscanner.SETTLED_RUN else [])

@@ -362,3 +362,30 @@ def test_unchanged_engines_keep_their_model_between_scans(procs: Procs) -> None:
     found = _mine(scanner.scan(), procs)
     assert found[proc.pid] is first
     assert found[other.pid].model == "/m/other.gguf"
+
+
+def test_the_kernel_tells_the_listening_sockets_of_our_own_namespace() -> None:
+    # Both readers ask the kernel (NETLINK_SOCK_DIAG) for the listeners of their own namespace:
+    # our listener is among them, with its address; a connection is not.
+    import socket
+
+    import enginespec._pyprocread as _pyprocread
+    from enginespec._common import Listening
+
+    readers: list[Any] = [_pyprocread.ProcRoot()]
+    if enginespec.BACKEND == "native":
+        import enginespec._native as _native
+
+        readers.append(_native.ProcRoot("/proc"))
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        inode = os.stat(f"/proc/self/fd/{listener.fileno()}").st_ino
+        for reader in readers:
+            assert Listening(inode, bytes([127, 0, 0, 1]), port) in reader.listen_table(os.getpid())
+        with socket.create_connection(("127.0.0.1", port)) as connection:
+            local = connection.getsockname()[1]
+            for reader in readers:
+                assert all(row.port != local for row in reader.listen_table(os.getpid()))
+    assert _pyprocread._diag_listening(socket.AF_INET6) is not None
