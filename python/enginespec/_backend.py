@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from collections.abc import Callable
@@ -78,3 +79,11 @@ def __getattr__(name: str) -> Any:
         }
     globals().update(implementations)
     return implementations[name]
+
+
+@functools.cache
+def proc_root(proc: str) -> ProcRoot:
+    """The backend's reader of the procfs at ``proc`` (``/proc``, or a fixture host's), made once
+    per root: the facade's reads of sockets and namespaces go through it."""
+    reader: type[ProcRoot] = __getattr__("ProcRootType")
+    return reader(proc)

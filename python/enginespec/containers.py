@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from enginespec._backend import parse_cgroup, proxy_flags
+from enginespec._backend import parse_cgroup, proc_root, proxy_flags
 from enginespec._common import Runtime
 from enginespec._procfiles import PROC, start_ticks
 from enginespec.urls import base_url
@@ -92,20 +92,15 @@ def _read_text(path: str, limit: int = 1 << 16) -> str | None:
     return data.decode("utf-8", "replace") if data is not None else None
 
 
-def netns_inode(pid: int | str, proc: str = PROC) -> int | None:
+def netns_inode(pid: int, proc: str = PROC) -> int | None:
     """The inode of a process's network namespace, ``None`` when it cannot be read: the number
-    its link names (``net:[4026531840]``, the nsfs inode), which a fixture host's link can too."""
-    try:
-        target = os.readlink(f"{proc}/{pid}/ns/net")
-    except OSError:
-        return None
-    number = target.removeprefix("net:[").removesuffix("]")
-    return int(number) if target.startswith("net:[") and number.isdigit() else None
+    its link names (``net:[4026531840]``, the nsfs inode), read by the backend's reader."""
+    return proc_root(proc).netns(pid)
 
 
 def host_netns(proc: str = PROC) -> int | None:
     """The host's network namespace: pid 1's, or this process's when pid 1's is hidden."""
-    return netns_inode(1, proc) or netns_inode("self", proc)
+    return netns_inode(1, proc) or netns_inode(os.getpid(), proc)
 
 
 def netns_addresses(pid: int, proc: str = PROC) -> frozenset[str]:

@@ -133,6 +133,11 @@ class EngineCollector(Collector):
         self._snapshot = snapshot
         self._filled.set()
 
+    @property
+    def filled(self) -> bool:
+        """Whether a refresh has given it a snapshot."""
+        return self._filled.is_set()
+
     def collect(self) -> Iterator[Metric]:
         # A scrape that comes while the first refresh runs (the server listens before it) waits
         # for it rather than reading an empty host.
@@ -381,7 +386,6 @@ class Refresher:
         self._keep_stopped = keep_stopped
         self._deadline = min(2.0, interval * 0.8)
         self._monitor = EngineMonitor(timeout=self._deadline, stall_after=stall_after) if load else None
-        self._refreshed = False
         if refresh_now:
             self.refresh()
 
@@ -389,11 +393,10 @@ class Refresher:
         _refresh(
             self._scanner, self.collector, self._health, self._deadline, self._keep_stopped, self._monitor
         )
-        self._refreshed = True
 
     def run(self, stop: threading.Event, after: Callable[[], None] | None = None) -> None:
         """Refreshes until ``stop`` is set, calling ``after`` once now and after each refresh."""
-        if not self._refreshed:
+        if not self.collector.filled:
             self.refresh()
         next_at = time.monotonic()
         while True:

@@ -70,16 +70,15 @@ def fit(
         droppable = [i for i in keep if columns[i].drop]
         cheapest = min((columns[i].drop for i in droppable), default=0)
         first = min(droppable, key=lambda i: columns[i].drop, default=None)
-        # A column is cut below its comfortable width only when it is the next to go: the
-        # columns cheaper than it go first.
-        comfortable = {
-            i: natural[i]
-            if droppable and cheapest <= columns[i].whole_over
-            else columns[i].minimum
-            if i == first
-            else columns[i].comfortable
-            for i in keep
-        }
+        comfortable: dict[int, int] = {}
+        for i in keep:
+            if droppable and cheapest <= columns[i].whole_over:
+                comfortable[i] = natural[i]
+            elif i == first:
+                # cut below its comfortable width only as the next to go: cheaper columns go first
+                comfortable[i] = columns[i].minimum
+            else:
+                comfortable[i] = columns[i].comfortable
         widths = _shrink(columns, natural, width, comfortable)
         minimum = _shrink(columns, natural, width, {i: columns[i].minimum for i in keep})
         if (

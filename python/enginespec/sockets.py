@@ -13,7 +13,6 @@ answer unknown, never raised.
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import os
 from collections.abc import Collection, Iterable, Iterator, Sequence
@@ -42,11 +41,6 @@ class Listener:
     port: int
 
 
-@functools.cache
-def _reader(proc: str) -> _backend.ProcRoot:
-    return _backend.ProcRootType(proc)
-
-
 def _address(raw: bytes) -> IPAddress:
     """An address of the kernel's tables (an IPv4-mapped IPv6 address is its IPv4 address)."""
     address = ipaddress.ip_address(raw)
@@ -72,7 +66,10 @@ def shared_tables() -> Iterator[None]:
 
 
 def _table(pid: int, proc: str) -> list[Listener]:
-    return [Listener(row.inode, _address(row.address), row.port) for row in _reader(proc).listen_table(pid)]
+    return [
+        Listener(row.inode, _address(row.address), row.port)
+        for row in _backend.proc_root(proc).listen_table(pid)
+    ]
 
 
 def listeners(port: int, netns_pid: int | None = None, proc: str = PROC) -> list[Listener]:
@@ -80,7 +77,7 @@ def listeners(port: int, netns_pid: int | None = None, proc: str = PROC) -> list
     when ``None``), read from ``proc``."""
     pid = os.getpid() if netns_pid is None else netns_pid
     tables = _TABLES.get()
-    netns = _reader(proc).netns(pid) if tables is not None else None
+    netns = _backend.proc_root(proc).netns(pid) if tables is not None else None
     if tables is None or netns is None:
         return [listener for listener in _table(pid, proc) if listener.port == port]
     if netns not in tables:
@@ -91,7 +88,7 @@ def listeners(port: int, netns_pid: int | None = None, proc: str = PROC) -> list
 def socket_inodes(pid: int, proc: str = PROC) -> set[int] | None:
     """The socket inodes a process holds; ``None`` when its fds cannot be read (gone, or another
     user's process)."""
-    return _reader(proc).socket_inodes(pid)
+    return _backend.proc_root(proc).socket_inodes(pid)
 
 
 def holders(inodes: Collection[int], exclude: Collection[int] = (), proc: str = PROC) -> tuple[int, ...]:
@@ -100,7 +97,7 @@ def holders(inodes: Collection[int], exclude: Collection[int] = (), proc: str = 
     wanted, found = set(inodes), set()
     if not wanted:
         return ()
-    reader = _reader(proc)
+    reader = _backend.proc_root(proc)
     pids = sorted(pid for pid, _inode in reader.list_pids())
     for pid in pids[:MAX_HOLDER_WALK]:
         if pid in exclude:
