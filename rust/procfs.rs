@@ -119,6 +119,34 @@ pub fn parse_children(data: &[u8]) -> impl Iterator<Item = i32> + '_ {
         .filter(|&pid| pid > 0)
 }
 
+/// The `NAME=value` entries of a read of `/proc/PID/environ` (NUL separated) whose name is one of
+/// `names`, in their order, repeats kept (a process may hold a name twice; each reader of it
+/// decides which counts). `cut`: the read stopped short of the file's end, so its last entry,
+/// cut there, is left out. Entries without `=` are no variables and are skipped.
+pub fn environ_entries<'a>(
+    data: &'a [u8],
+    cut: bool,
+    names: &[Vec<u8>],
+) -> Vec<(&'a [u8], &'a [u8])> {
+    let whole = if cut {
+        data.iter()
+            .rposition(|&b| b == 0)
+            .and_then(|end| data.get(..end))
+            .unwrap_or_default()
+    } else {
+        data
+    };
+    whole
+        .split(|&b| b == 0)
+        .filter_map(|entry| {
+            let mut parts = entry.splitn(2, |&b| b == b'=');
+            let name = parts.next()?;
+            let value = parts.next()?;
+            names.iter().any(|n| n == name).then_some((name, value))
+        })
+        .collect()
+}
+
 /// The socket inode of a `/proc/PID/fd/N` link target `socket:[INODE]`; `None` for other files.
 pub fn parse_socket_link(target: &[u8]) -> Option<u64> {
     target
@@ -346,6 +374,20 @@ mod tests {
         assert!(!capped_argv(&exact).1);
         let big = [vec![b'a'; MAX_ARGV_BYTES - 2], b"\0b\0".to_vec()].concat();
         assert_eq!(capped_argv(&big), (vec![&big[..MAX_ARGV_BYTES - 2]], true));
+    }
+
+    #[test]
+    fn environ_keeps_the_named_variables_in_order() {
+        let names = [b"PORT".to_vec(), b"KEY".to_vec()];
+        let data = b"PATH=/bin\0PORT=1\0KEY=\0PORT\0PORT=2=3\0PORTS=9\0";
+        let found = environ_entries(data, false, &names);
+        let expected: Vec<(&[u8], &[u8])> = vec![(b"PORT", b"1"), (b"KEY", b""), (b"PORT", b"2=3")];
+        assert_eq!(found, expected);
+        // A read that stopped short leaves out the entry it cut, even one that looks whole.
+        let found = environ_entries(b"PORT=1\0PORT=20", true, &names);
+        assert_eq!(found, vec![(&b"PORT"[..], &b"1"[..])]);
+        assert!(environ_entries(b"PORT=1", true, &names).is_empty());
+        assert!(environ_entries(data, false, &[]).is_empty());
     }
 
     #[test]

@@ -76,6 +76,32 @@ impl ProcRoot {
         read_into(&self.pid_path(pid, file), buf)
     }
 
+    /// Reads at most `limit` bytes of `ROOT/PID/FILE` into `buf` (cleared first); whether the
+    /// file goes on beyond them (a process sets its own environment's size, up to megabytes).
+    pub fn read_capped(
+        &self,
+        pid: i32,
+        file: &str,
+        limit: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<bool, ReadError> {
+        buf.clear();
+        let file = File::open(self.pid_path(pid, file)).map_err(classify_io)?;
+        while buf.len() <= limit {
+            if buf.capacity() - buf.len() < READ_CHUNK {
+                buf.reserve(READ_CHUNK.max(buf.len()));
+            }
+            match read_spare(&file, buf) {
+                Ok(0) => return Ok(false),
+                Ok(_) => {}
+                Err(err) if err.kind() == ErrorKind::Interrupted => {}
+                Err(err) => return Err(classify_io(err)),
+            }
+        }
+        buf.truncate(limit);
+        Ok(true)
+    }
+
     /// The process's `stat`, parsed; `None` when it is gone or unreadable.
     pub fn stat(&self, pid: i32) -> Option<ProcStat> {
         parse_stat(&read_small(&self.pid_path(pid, "stat"))?)

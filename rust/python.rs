@@ -12,7 +12,7 @@ use std::time::Duration;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::{MutexExt, PyOnceLock};
-use pyo3::types::{PyList, PyTuple, PyType};
+use pyo3::types::{PyBytes, PyList, PyTuple, PyType};
 use rustc_hash::FxHashMap;
 
 use crate::backend::{ProcessScanner, Woke};
@@ -42,6 +42,7 @@ fn strings<'py>(py: Python<'py>, items: &[Vec<u8>]) -> PyResult<Bound<'py, PyLis
 static RAW_INVOCATION: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static RAW_PROCESS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static LISTENING: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static ENVIRON: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// A `_common.RawInvocation` (engine index, model, served names, host, port, role), as
 /// `_pymatcher.Matcher.parse` returns it, and the facts inside each scanned process. The role is
@@ -90,8 +91,50 @@ impl Matcher {
     }
 }
 
+/// A `_common.Environ` (the variables as `(name, value)` pairs, whether the read was cut).
+fn environ<'py>(py: Python<'py>, found: &scan::Environ) -> PyResult<Bound<'py, PyAny>> {
+    let vars = PyList::new(
+        py,
+        found.vars.iter().map(|(name, value)| (os(name), os(value))),
+    )?;
+    ENVIRON
+        .import(py, "enginespec._common", "Environ")?
+        .call1((vars, found.cut))
+}
+
+/// A `_common.ReadSet`, read by its fields' names.
+#[derive(FromPyObject)]
+struct ReadSetArg {
+    #[pyo3(attribute)]
+    environ: Vec<Vec<OsString>>,
+    #[pyo3(attribute)]
+    cgroup: bool,
+    #[pyo3(attribute)]
+    netns: bool,
+}
+
+impl ReadSetArg {
+    fn into_read_set(self) -> scan::ReadSet {
+        scan::ReadSet {
+            environ: self
+                .environ
+                .into_iter()
+                .map(|names| {
+                    names
+                        .into_iter()
+                        .map(OsString::into_encoded_bytes)
+                        .collect()
+                })
+                .collect(),
+            cgroup: self.cgroup,
+            netns: self.netns,
+        }
+    }
+}
+
 /// A `_common.RawProcess` (pid, start time, ppid, argv, facts, exe, descendants, parent argv,
-/// listen ports), as `_pyscanner.ProcessScanner.scan` returns it.
+/// listen ports, and its read set's environ, cgroup and netns), as
+/// `_pyscanner.ProcessScanner.scan` returns it.
 fn raw_process<'py>(py: Python<'py>, p: &scan::EngineProc) -> PyResult<Bound<'py, PyAny>> {
     let fields = (
         p.pid,
@@ -103,6 +146,9 @@ fn raw_process<'py>(py: Python<'py>, p: &scan::EngineProc) -> PyResult<Bound<'py
         p.descendants.as_slice(),
         strings(py, &p.parent_argv)?,
         p.listen_ports.as_slice(),
+        p.environ.as_ref().map(|e| environ(py, e)).transpose()?,
+        p.cgroup.as_deref().map(|c| PyBytes::new(py, c)),
+        p.netns,
     );
     RAW_PROCESS
         .import(py, "enginespec._common", "RawProcess")?
@@ -198,7 +244,8 @@ struct PyProcessScanner {
 impl PyProcessScanner {
     /// `source` is `"procfs"` (Linux's default), or `"sysinfo"` (the default elsewhere).
     #[new]
-    #[pyo3(signature = (signatures_json, wrappers, young_seconds, refresh_seconds, listen_ports, source=None, root=None))]
+    #[pyo3(signature = (signatures_json, wrappers, young_seconds, refresh_seconds, listen_ports, source=None, root=None, read_set=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         signatures_json: &str,
         wrappers: Vec<OsString>,
@@ -207,6 +254,7 @@ impl PyProcessScanner {
         listen_ports: bool,
         source: Option<&str>,
         root: Option<PathBuf>,
+        read_set: Option<ReadSetArg>,
     ) -> PyResult<Self> {
         let compiled = compiled(signatures_json).map_err(PyValueError::new_err)?;
         if root.is_some() && source == Some("sysinfo") {
@@ -223,6 +271,7 @@ impl PyProcessScanner {
             refresh: seconds("refresh_seconds", refresh_seconds)?,
             listen_ports,
             proc_root: root.map_or_else(|| PathBuf::from("/proc"), |root| root.join("proc")),
+            read_set: read_set.map(ReadSetArg::into_read_set).unwrap_or_default(),
         };
         let inner =
             ProcessScanner::compiled(compiled, options, source).map_err(PyValueError::new_err)?;

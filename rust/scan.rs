@@ -41,7 +41,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::matcher::{basename, CompiledSignatures, Facts};
 use crate::proc_events::Change;
-use crate::procfs::{capped_argv, parse_u64, proc_stat_value, ProcStat, ARGV_CUT};
+use crate::procfs::{capped_argv, environ_entries, parse_u64, proc_stat_value, ProcStat, ARGV_CUT};
 use crate::procread::{ProcRoot, ReadError, Tables};
 use crate::signature::Signature;
 
@@ -58,6 +58,37 @@ pub struct ScanOptions {
     pub refresh: Duration,
     /// Root of procfs (tests may point elsewhere).
     pub proc_root: PathBuf,
+    /// What else is read of each engine process.
+    pub read_set: ReadSet,
+}
+
+/// What a scan reads of each engine process beyond its identity, argv, `exe`, tree and sockets,
+/// declared by the caller as sysinfo's `ProcessRefreshKind` declares a refresh: read once per
+/// record, for engine processes only, by the same reading layer as everything else.
+#[derive(Debug, Clone, Default)]
+pub struct ReadSet {
+    /// Per engine (by its signature's index), the environment variables whose values are kept;
+    /// `environ` is read only for an engine that names some.
+    pub environ: Vec<Vec<Vec<u8>>>,
+    /// Read the process's `cgroup` (which container it runs in).
+    pub cgroup: bool,
+    /// Read which network namespace the process is in.
+    pub netns: bool,
+}
+
+/// At most this much of a process's environment is read (Linux caps argv and environment together
+/// at 6 MiB); the facade's `settings.MAX_ENVIRON_BYTES`.
+pub const MAX_ENVIRON_BYTES: usize = 1 << 20;
+/// At most this much of a process's `cgroup` is read (a path per hierarchy, a few hundred bytes).
+pub const MAX_CGROUP_BYTES: usize = 1 << 16;
+
+/// The variables of a process's environment its read set names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Environ {
+    /// `(name, value)` in the environment's order, a repeated name as often as it is there.
+    pub vars: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The environment goes on beyond [`MAX_ENVIRON_BYTES`]: only that much was read.
+    pub cut: bool,
 }
 
 impl Default for ScanOptions {
@@ -68,6 +99,7 @@ impl Default for ScanOptions {
             listen_ports: true,
             refresh: Duration::from_secs(2),
             proc_root: PathBuf::from("/proc"),
+            read_set: ReadSet::default(),
         }
     }
 }
@@ -112,6 +144,13 @@ pub struct EngineProc {
     pub parent_argv: Vec<Vec<u8>>,
     /// TCP ports in LISTEN state held by the engine or its descendants, sorted.
     pub listen_ports: Vec<u16>,
+    /// The variables its read set names; `None`: not asked, or the environment is not readable
+    /// (another user's process, for a scanner that is not root).
+    pub environ: Option<Environ>,
+    /// Its `cgroup` (at most [`MAX_CGROUP_BYTES`]); `None`: not asked, or not readable.
+    pub cgroup: Option<Vec<u8>>,
+    /// The inode of its network namespace; `None`: not asked, or not readable.
+    pub netns: Option<u64>,
 }
 
 /// Hands out record revisions, unique within one scanner.
@@ -520,6 +559,7 @@ impl Scanner {
         if self.event_driven {
             self.appeared_parents.push(stat.ppid);
         }
+        let facts_engine = facts.engine;
         let exe = self.proc.exe(pid);
         let exe_denied = exe
             .as_ref()
@@ -535,6 +575,14 @@ impl Scanner {
             descendants: Vec::new(),
             parent_argv: self.proc.argv(stat.ppid),
             listen_ports: Vec::new(),
+            environ: self.environ(pid, facts_engine),
+            cgroup: self.cgroup(pid),
+            netns: self
+                .options
+                .read_set
+                .netns
+                .then(|| self.proc.netns(pid))
+                .flatten(),
         };
         Some(Class::Engine(Box::new(EngineState {
             record: Arc::new(record),
@@ -544,6 +592,36 @@ impl Scanner {
             tree_denied: false,
             tree_read: None,
         })))
+    }
+
+    /// The variables of `pid`'s environment that its engine's read set names.
+    fn environ(&self, pid: i32, engine: usize) -> Option<Environ> {
+        let names = self.options.read_set.environ.get(engine)?;
+        if names.is_empty() {
+            return None;
+        }
+        let mut buf = Vec::new();
+        let cut = self
+            .proc
+            .read_capped(pid, "environ", MAX_ENVIRON_BYTES, &mut buf)
+            .ok()?;
+        let vars = environ_entries(&buf, cut, names)
+            .into_iter()
+            .map(|(name, value)| (name.to_vec(), value.to_vec()))
+            .collect();
+        Some(Environ { vars, cut })
+    }
+
+    /// `pid`'s `cgroup`, when the read set asks for it.
+    fn cgroup(&self, pid: i32) -> Option<Vec<u8>> {
+        if !self.options.read_set.cgroup {
+            return None;
+        }
+        let mut buf = Vec::new();
+        self.proc
+            .read_capped(pid, "cgroup", MAX_CGROUP_BYTES, &mut buf)
+            .ok()?;
+        Some(buf)
     }
 
     /// Re-checks a known engine: same start time, alive, and the same argv. `None` when it is

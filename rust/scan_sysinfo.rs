@@ -143,6 +143,10 @@ impl SysinfoScanner {
                 descendants,
                 parent_argv,
                 listen_ports: Vec::new(),
+                // The read set is procfs's: sysinfo reads no environment or cgroup of its own.
+                environ: None,
+                cgroup: None,
+                netns: None,
                 argv,
             };
             if record.exe.is_none() {

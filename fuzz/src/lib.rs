@@ -21,7 +21,7 @@ use enginespec::matcher::Matcher;
 use enginespec::proc_events::{self, Hints, Message, Sequences};
 use enginespec::procfs;
 use enginespec::proxy;
-use enginespec::scan::{ScanOptions, Scanner};
+use enginespec::scan::{ReadSet, ScanOptions, Scanner};
 use enginespec::signature::{signatures_from_json, Signature};
 use serde::Serialize;
 
@@ -363,6 +363,15 @@ pub fn procfs(data: &[u8]) {
     for key in [&b"btime"[..], b"processes", b"cpu", b""] {
         let _ = procfs::proc_stat_value(data, key);
     }
+    // environ: each entry kept is a NAME=value of the input, with a name asked for.
+    let names = [b"PATH".to_vec(), Vec::new()];
+    for cut in [false, true] {
+        for (name, value) in procfs::environ_entries(data, cut, &names) {
+            assert!(names.iter().any(|n| n == name));
+            let entry = [name, b"=", value].concat();
+            assert!(data.split(|&b| b == 0).any(|e| e == entry.as_slice()));
+        }
+    }
     let children: Vec<i32> = procfs::parse_children(data).collect();
     assert!(children.iter().all(|&pid| pid > 0));
     assert!(children.len() <= data.len() / 2 + 1);
@@ -611,6 +620,12 @@ pub fn scanner(data: &[u8]) {
             Duration::from_secs(3600)
         },
         proc_root: root.to_path_buf(),
+        // Everything a read set can ask, of every engine (the fake host has none of its files).
+        read_set: ReadSet {
+            environ: vec![vec![b"PATH".to_vec()]; real_signatures().len()],
+            cgroup: true,
+            netns: true,
+        },
     };
     let mut scanner =
         Scanner::new(real_signatures(), options).expect("the real signatures compile");

@@ -39,6 +39,40 @@ class RawProcess(NamedTuple):
     descendants: list[int]
     parent_argv: list[str]
     listen_ports: list[int]
+    #: what the scanner's read set asked of the process (``None``: not asked, or not readable)
+    environ: Environ | None
+    cgroup: bytes | None
+    netns: int | None
+
+
+class Environ(NamedTuple):
+    """The variables of a process's environment a read set names."""
+
+    #: (name, value) in the environment's order, a repeated name as often as it is there
+    vars: list[tuple[str, str]]
+    #: the environment goes on beyond ``MAX_ENVIRON_BYTES``: only that much was read
+    cut: bool
+
+
+class ReadSet(NamedTuple):
+    """What a scan reads of each engine process beyond its identity, argv, ``exe``, tree and
+    sockets, declared as sysinfo's ``ProcessRefreshKind`` declares a refresh: read by the backend
+    once per record, for engine processes only (``ReadSet`` in scan.rs)."""
+
+    #: per engine (by its signature's index), the environment variables whose values are kept;
+    #: ``environ`` is read only for an engine that names some
+    environ: list[list[str]]
+    #: read the process's ``cgroup`` (which container it runs in)
+    cgroup: bool
+    #: read which network namespace the process is in
+    netns: bool
+
+
+#: At most this much of a process's environment is read (Linux caps argv and environment together
+#: at 6 MiB); ``MAX_ENVIRON_BYTES`` of scan.rs.
+MAX_ENVIRON_BYTES = 1 << 20
+#: At most this much of a process's ``cgroup`` is read (a path per hierarchy, a few hundred bytes).
+MAX_CGROUP_BYTES = 1 << 16
 
 
 class Listening(NamedTuple):

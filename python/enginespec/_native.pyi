@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from os import PathLike
 from typing import Literal, TypeAlias, final
 
-from enginespec._common import Listening, RawInvocation, RawProcess
+from enginespec._common import Listening, RawInvocation, RawProcess, ReadSet
 from enginespec._pygguf import RawHeader
 
 __all__ = ["Matcher", "ProcRoot", "ProcessScanner", "parse_cgroup", "proxy_flags", "read_gguf"]
@@ -20,6 +20,7 @@ __all__ = ["Matcher", "ProcRoot", "ProcessScanner", "parse_cgroup", "proxy_flags
 _RawInvocation: TypeAlias = RawInvocation
 _RawProcess: TypeAlias = RawProcess
 _Listening: TypeAlias = Listening
+_ReadSet: TypeAlias = ReadSet
 
 #: What a cgroup path says runs a container (``enginespec.containers.Runtime``).
 _Runtime: TypeAlias = Literal["docker", "podman", "containerd", "cri-o", "kubernetes"]
@@ -44,6 +45,7 @@ class ProcessScanner:
     fixture host laid out in the kernel's formats, its clock given by ``scan_at``; procfs
     source only). Raises ``ValueError``
     for invalid signatures, a negative or non-finite duration, or an unknown source.
+    ``read_set``: what else is read of each engine process (``_common.ReadSet``), once per record.
     """
 
     def __new__(
@@ -55,6 +57,7 @@ class ProcessScanner:
         listen_ports: bool,
         source: Literal["procfs", "sysinfo"] | None = None,
         root: str | PathLike[str] | None = None,
+        read_set: _ReadSet | None = None,
     ) -> ProcessScanner: ...
     @property
     def boot_time(self) -> float | None:

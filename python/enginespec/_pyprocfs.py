@@ -113,6 +113,21 @@ def parse_children(data: bytes) -> list[int]:
     return [int(token) for token in kernel_fields(data) if token.isdigit() and 0 < int(token) <= I32_MAX]
 
 
+def environ_entries(data: bytes, cut: bool, names: frozenset[bytes]) -> list[tuple[bytes, bytes]]:
+    """The ``NAME=value`` entries of an ``environ`` read whose name is one of ``names``, in order,
+    repeats kept; ``cut``: the read stopped short, so its last entry is left out
+    (``environ_entries`` in procfs.rs)."""
+    if cut:
+        end = data.rfind(b"\0")
+        data = data[:end] if end >= 0 else b""
+    found = []
+    for entry in data.split(b"\0"):
+        name, eq, value = entry.partition(b"=")
+        if eq and name in names:
+            found.append((name, value))
+    return found
+
+
 def parse_socket_link(target: str) -> int | None:
     """The inode of an fd link ``socket:[INODE]``, ``None`` for any other link."""
     if target.startswith("socket:[") and target.endswith("]"):

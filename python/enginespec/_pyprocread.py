@@ -167,6 +167,18 @@ class ProcRoot:
         except OSError:
             raise Gone from None
 
+    def read_capped(self, pid: int, name: str, limit: int) -> tuple[bytes, bool]:
+        """At most ``limit`` bytes of ``ROOT/PID/NAME``, and whether the file goes on beyond them
+        (``read_capped`` in procread.rs). Raises ``Denied`` or ``Gone``."""
+        try:
+            with open(f"{self._proc}/{pid}/{name}", "rb") as file:
+                data = file.read(limit + 1)
+        except PermissionError:
+            raise Denied from None
+        except OSError:
+            raise Gone from None
+        return data[:limit], len(data) > limit
+
     def ends_match(self, pid: int, known: bytes) -> bool:
         """Whether cmdline still holds ``known``, from its first and last ``CMDLINE_PEEK`` bytes
         and its length (``cmdline_holds`` in procread.rs); any failure answers False."""

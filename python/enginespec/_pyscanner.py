@@ -24,9 +24,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
-from enginespec._common import ARGV_CUT, Listening, RawInvocation, RawProcess, Woke, basename
+from enginespec._common import (
+    ARGV_CUT,
+    MAX_CGROUP_BYTES,
+    MAX_ENVIRON_BYTES,
+    Environ,
+    Listening,
+    RawInvocation,
+    RawProcess,
+    ReadSet,
+    Woke,
+    basename,
+)
 from enginespec._pymatcher import Matcher
-from enginespec._pyprocfs import capped_argv, is_dead
+from enginespec._pyprocfs import capped_argv, environ_entries, is_dead
 from enginespec._pyprocread import Denied, Gone, ProcRoot, Stat
 from enginespec._pysysinfo import PsutilSource
 from enginespec.signature import Signature
@@ -103,6 +114,9 @@ class _Engine:
     exe: str | None
     exe_denied: bool
     parent_argv: list[str]
+    environ: Environ | None
+    cgroup: bytes | None
+    netns: int | None
     descendants: list[int] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
     tree_denied: bool = False
@@ -123,6 +137,9 @@ class _Engine:
                 self.descendants,
                 self.parent_argv,
                 self.ports,
+                self.environ,
+                self.cgroup,
+                self.netns,
             )
         return self.built
 
@@ -169,6 +186,7 @@ class ProcessScanner:
         refresh_seconds: float,
         listen_ports: bool,
         root: str | os.PathLike[str] | None = None,
+        read_set: ReadSet | None = None,
     ) -> None:
         self._matcher = Matcher(signatures_json)
         self._fold = [Signature.model_validate(doc).fold_workers for doc in json.loads(signatures_json)]
@@ -176,6 +194,10 @@ class ProcessScanner:
         self._young = young_seconds
         self._refresh = refresh_seconds
         self._listen_ports = listen_ports
+        read_set = read_set or ReadSet([], cgroup=False, netns=False)
+        #: per engine, the environment variables read (as the bytes ``environ`` holds)
+        self._environ = [frozenset(os.fsencode(name) for name in names) for names in read_set.environ]
+        self._read_set = read_set
         #: the origin of ``scan_at``'s clock: when the scanner was made
         self._origin = time.monotonic()
         # ``root``: a fixture host (ROOT/proc laid out as the kernel's), read on any system
@@ -390,7 +412,35 @@ class ProcessScanner:
             return _SETTLED
         self._engine_appeared = True
         exe, exe_denied = self._source.exe(pid)
-        return _Engine(pid, cmdline, stat, argv, facts, exe, exe_denied, self._parent_argv(stat.ppid))
+        source = self._source
+        if not isinstance(source, ProcRoot):  # the read set is procfs's (as in scan_sysinfo.rs)
+            environ, cgroup, netns = None, None, None
+        else:
+            environ = self._environ_of(source, pid, facts.engine)
+            cgroup = self._cgroup_of(source, pid)
+            netns = source.netns(pid) if self._read_set.netns else None
+        parent_argv = self._parent_argv(stat.ppid)
+        return _Engine(pid, cmdline, stat, argv, facts, exe, exe_denied, parent_argv, environ, cgroup, netns)
+
+    def _environ_of(self, source: ProcRoot, pid: int, engine: int) -> Environ | None:
+        """The variables of ``pid``'s environment its engine's read set names."""
+        names = self._environ[engine] if engine < len(self._environ) else frozenset()
+        if not names:
+            return None
+        try:
+            data, cut = source.read_capped(pid, "environ", MAX_ENVIRON_BYTES)
+        except (Gone, Denied):
+            return None
+        found = environ_entries(data, cut, names)
+        return Environ([(os.fsdecode(name), os.fsdecode(value)) for name, value in found], cut)
+
+    def _cgroup_of(self, source: ProcRoot, pid: int) -> bytes | None:
+        if not self._read_set.cgroup:
+            return None
+        try:
+            return source.read_capped(pid, "cgroup", MAX_CGROUP_BYTES)[0]
+        except (Gone, Denied):
+            return None
 
     def _parent_argv(self, ppid: int) -> list[str]:
         try:

@@ -370,8 +370,9 @@ class ContainerReader:
         self._timeout = timeout
         self._inspected: dict[str, Inspected | None] = {}
 
-    def read(self, pid: int) -> Container | None:
-        found = parse_cgroup(_read_bytes(f"{self._proc}/{pid}/cgroup") or b"")
+    def read(self, pid: int, cgroup: bytes | None) -> Container | None:
+        """The container of ``pid``, whose ``cgroup`` (as its scan read it) is given."""
+        found = parse_cgroup(cgroup or b"")
         if found is None:
             return None
         runtime, container_id, pod = found

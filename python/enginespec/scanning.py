@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from enginespec._backend import ScannerType
-from enginespec._common import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess, Woke, basename
+from enginespec._common import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess, ReadSet, Woke, basename
 from enginespec.argv import argv_port, endpoint, flag_value, redact_argv, served_names
 from enginespec.config import Config
 from enginespec.definition import EngineDefinition
@@ -19,7 +19,7 @@ from enginespec.errors import InvalidInputError
 from enginespec.gpus import EngineTree, GpuDevice, GpuReader, Held, ledger
 from enginespec.registry import all_engines
 from enginespec.scanstages import Built, Folding, NetworkPlacement, OutsideFacts, PortConflicts
-from enginespec.settings import merge
+from enginespec.settings import environment_names, merge
 from enginespec.signature import signatures_json
 
 if TYPE_CHECKING:
@@ -102,6 +102,7 @@ class Scanner:
             TREE_REFRESH_SECONDS,
             listen_ports,
             root=None if os.path.realpath(root) == "/" else root,
+            read_set=ReadSet([environment_names(spec) for spec in self._specs], cgroup=True, netns=True),
         )
         #: what the backend's start times count from, to have each engine's start ticks back
         self._boot_time = self._backend.boot_time
@@ -109,7 +110,7 @@ class Scanner:
         self._built: dict[int, Built] = {}
         self._listen_ports = listen_ports
         # The stages a scan's records go through (see scanstages).
-        self._folding = Folding(self._specs, self._proc)
+        self._folding = Folding(self._specs)
         self._outside = OutsideFacts(self._specs, self._proc)
         self._placement = NetworkPlacement(config, self._proc, TREE_REFRESH_SECONDS, YOUNG_SECONDS)
         self._conflicts = PortConflicts(self._proc, TREE_REFRESH_SECONDS)
@@ -213,13 +214,13 @@ class Scanner:
                 f"argv goes on beyond {MAX_ARGV_ARGS} arguments or {MAX_ARGV_BYTES} bytes: only its"
                 f" first {len(argv)} arguments are examined and shown",
             )
-        outside = self._outside.read(spec, pid, argv, runner=role == "runner")
+        outside = self._outside.read(spec, item, argv, runner=role == "runner")
         # A port argv gives elsewhere than in a port flag (a follower's own flag, a positional port,
         # an address) is argv's too.
         port_text = argv_port(spec.signature, argv) or (str(facts.port) if facts.port is not None else None)
         merged = merge(spec, outside, facts.model, facts.served_names, facts.host, facts.port, port_text)
         supervisor = _supervisor(spec, item.parent_argv, parent_engine)
-        container, private_network = self._placement.place(pid, start_time)
+        container, private_network = self._placement.place(item)
         # A server another server started for one model (Ollama's, llama-swap's, a router's) is
         # that supervisor's runner.
         if supervisor is not None and role == "server":

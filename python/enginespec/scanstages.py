@@ -29,7 +29,6 @@ from enginespec.containers import (
     PublishedPort,
     host_netns,
     netns_addresses,
-    netns_inode,
     netns_of_host_users,
     published_ports,
 )
@@ -48,9 +47,8 @@ class Folding:
     on their own as servers by their environment (``Settings.server_environment``, read once per
     process), and which server each folded worker worked for, kept while the worker lives."""
 
-    def __init__(self, specs: Sequence[EngineDefinition], proc: str) -> None:
+    def __init__(self, specs: Sequence[EngineDefinition]) -> None:
         self._specs = specs
-        self._proc = proc
         #: a follower -> whether its environment makes it a server
         self._serving: dict[Key, bool] = {}
         #: a server by its environment, or one of its workers -> that server
@@ -79,7 +77,7 @@ class Folding:
             return False
         key = (item.pid, item.start_time)
         if key not in self._serving:
-            self._serving[key] = serves_by_environment(spec, item.pid, self._proc)
+            self._serving[key] = serves_by_environment(spec, item.environ)
         return self._serving[key]
 
     def worker_pids(self, item: RawProcess) -> tuple[int, ...]:
@@ -142,10 +140,11 @@ class OutsideFacts:
         self._checkouts[pid] = (item, found)
         return found
 
-    def read(self, spec: EngineDefinition, pid: int, argv: Sequence[str], *, runner: bool) -> Outside:
-        outside = read_outside(spec, pid, argv, runner=runner, proc=self._proc)
+    def read(self, spec: EngineDefinition, item: RawProcess, argv: Sequence[str], *, runner: bool) -> Outside:
+        """The facts of the record's environment (as its scan read it) and config file."""
+        outside = read_outside(spec, item.pid, argv, environ=item.environ, runner=runner, proc=self._proc)
         if outside.config_file is not None:
-            self._configs[pid] = (outside.config_file, outside.config_identity)
+            self._configs[item.pid] = (outside.config_file, outside.config_identity)
         return outside
 
     def changed(self, pid: int) -> bool:
@@ -185,13 +184,14 @@ class NetworkPlacement:
         self._proxies_due = -math.inf
         self._shown: dict[int, _Shown] = {}
 
-    def place(self, pid: int, start_time: float) -> tuple[Container | None, bool]:
-        """The process's container, and whether its network is private."""
-        key = (pid, start_time)
+    def place(self, item: RawProcess) -> tuple[Container | None, bool]:
+        """The record's container, and whether its network is private (from the cgroup and
+        namespace its scan read)."""
+        key = (item.pid, item.start_time)
         if key not in self._places:
-            netns = netns_inode(pid, self._proc)
+            netns = item.netns
             private = netns is not None and self._host_netns is not None and netns != self._host_netns
-            self._places[key] = (self._containers.read(pid), private)
+            self._places[key] = (self._containers.read(item.pid, item.cgroup), private)
         return self._places[key]
 
     def publish(self, processes: list[EngineProcess]) -> list[EngineProcess]:

@@ -6,14 +6,13 @@ spec. Every failure is data, never raised."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from enginespec._common import parse_port
+from enginespec._common import MAX_ENVIRON_BYTES, Environ, parse_port
 from enginespec._documents import DocumentError, parse_json, parse_yaml
-from enginespec._procfiles import PROC, Identity, read_environ, read_named
+from enginespec._procfiles import PROC, Identity, read_named
 from enginespec.argv import flag_value
 from enginespec.definition import EngineDefinition, Fact
 from enginespec.display import literal
@@ -21,8 +20,6 @@ from enginespec.signature import Signature
 
 #: Largest config file read (an engine's own config is a few kilobytes).
 MAX_CONFIG_BYTES = 1 << 18
-#: Most of a process's environment read (Linux caps argv and environment together at 6 MiB).
-MAX_ENVIRON_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -65,39 +62,37 @@ def split_address(value: str) -> tuple[str | None, str | None]:
     return host or None, port or None
 
 
-def serves_by_environment(engine: EngineDefinition, pid: int, proc: str = PROC) -> bool:
-    """Whether ``pid``'s environment sets one of the engine's ``server_environment`` variables to
-    its value (a follower's argv that is its deployment's HTTP server)."""
+def environment_names(engine: EngineDefinition) -> list[str]:
+    """The variables of a process's environment the engine's settings read (its scan's read set,
+    ``_common.ReadSet``): facts, API keys, and what makes a follower a server."""
+    names = dict.fromkeys(
+        [*engine.settings.environment, *engine.serving.api_key_env, *engine.settings.server_environment]
+    )
+    return list(names)
+
+
+def serves_by_environment(engine: EngineDefinition, environ: Environ | None) -> bool:
+    """Whether a process's environment (as its scan read it) sets one of the engine's
+    ``server_environment`` variables to its value (a follower's argv that is its deployment's
+    HTTP server)."""
     wanted = engine.settings.server_environment
-    if not wanted:
-        return False
-    read = read_environ(pid, MAX_ENVIRON_BYTES, proc)
-    for entry in read[0] if read is not None else ():
-        name, eq, value = os.fsdecode(entry).partition("=")
-        if eq and wanted.get(name) == value:
-            return True
-    return False
+    return environ is not None and any(wanted.get(name) == value for name, value in environ.vars)
 
 
 def _environment(
-    engine: EngineDefinition, pid: int, proc: str
+    engine: EngineDefinition, environ: Environ | None
 ) -> tuple[dict[Fact, str], tuple[str, ...], str | None]:
     """The facts the environment gives, the problems reading it, and the API key it holds."""
     wanted = engine.settings.environment
     keys = engine.serving.api_key_env
-    if not wanted and not keys:
+    if environ is None:  # not read: another user's process, for a scan that is not root
         return {}, (), None
-    read = read_environ(pid, MAX_ENVIRON_BYTES, proc)
-    if read is None:  # another user's process, for a scan that is not root: nothing is known
-        return {}, (), None
-    entries, cut = read
     found: dict[Fact, str] = {}
     secrets: dict[str, str] = {}
-    for entry in entries:
-        name, eq, value = os.fsdecode(entry).partition("=")
-        if eq and value and name in keys:
+    for name, value in environ.vars:
+        if value and name in keys:
             secrets.setdefault(name, value)
-        if not (eq and name in wanted and value):
+        if not (name in wanted and value):
             continue
         kind = wanted[name]
         if kind == "address":
@@ -109,7 +104,7 @@ def _environment(
         else:
             found[kind] = value
     api_key = next((secrets[name] for name in keys if name in secrets), None)
-    if cut:
+    if environ.cut:
         return (
             found,
             (f"environment is larger than {MAX_ENVIRON_BYTES} bytes; only that much is read",),
@@ -189,14 +184,19 @@ def _lookup(document: Mapping[object, object], path: str) -> object:
 
 
 def read_outside(
-    engine: EngineDefinition, pid: int, argv: Sequence[str], *, runner: bool = False, proc: str = PROC
+    engine: EngineDefinition,
+    pid: int,
+    argv: Sequence[str],
+    *,
+    environ: Environ | None,
+    runner: bool = False,
+    proc: str = PROC,
 ) -> Outside:
-    """What ``pid``'s environment and config file say, for the engine's declared settings (a
-    runner's environment only where the engine's runners read it), read from ``proc``."""
+    """What ``pid``'s environment (``environ``: the variables its scan read, see
+    :func:`environment_names`) and config file (read from ``proc``) say, for the engine's
+    declared settings (a runner's environment only where the engine's runners read it)."""
     environment, problems, api_key = (
-        _environment(engine, pid, proc)
-        if engine.settings.runner_environment or not runner
-        else ({}, (), None)
+        _environment(engine, environ) if engine.settings.runner_environment or not runner else ({}, (), None)
     )
     flag = engine.settings.config_flag
     path = flag_value(argv, engine.signature, flag) if flag else None

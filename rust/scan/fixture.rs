@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 
-use crate::scan::ScanOptions;
+use crate::scan::{ReadSet, ScanOptions};
 use crate::signature::{signatures_from_json, Signature};
 
 /// Two made-up engines (no real engine knowledge lives in Rust): `demo` folds its workers,
@@ -95,6 +95,7 @@ impl FakeProc {
             listen_ports: true,
             refresh: Duration::from_secs(2),
             proc_root: self.root().to_path_buf(),
+            read_set: ReadSet::default(),
         }
     }
 

@@ -309,6 +309,58 @@ fn collect_folds_descendants_and_their_listen_ports() {
 }
 
 #[test]
+fn the_read_set_is_read_for_engines_once_per_record() {
+    let proc = FakeProc::new();
+    proc.spawn(1, &["/sbin/init"]);
+    proc.spawn(100, &["demo", "serve", "/m/a"]);
+    proc.spawn(200, &["solo-server", "-m", "/m/b"]);
+    proc.spawn(300, &["bash"]);
+    for pid in [100, 200, 300] {
+        std::fs::write(
+            proc.path(&format!("{pid}/environ")),
+            b"PATH=/bin\0DEMO_PORT=1\0DEMO_PORT=2\0",
+        )
+        .unwrap();
+    }
+    std::fs::write(proc.path("100/cgroup"), b"0::/user.slice\n").unwrap();
+    std::fs::create_dir(proc.path("100/ns")).unwrap();
+    std::os::unix::fs::symlink("net:[4026532999]", proc.path("100/ns/net")).unwrap();
+    let options = ScanOptions {
+        read_set: ReadSet {
+            environ: vec![bytes(&["DEMO_PORT"]), Vec::new()],
+            cgroup: true,
+            netns: true,
+        },
+        ..proc.options()
+    };
+    let mut scanner = Scanner::new(&signatures(), options).unwrap();
+    let start = Instant::now();
+    let found = scanner.scan_at(start);
+    assert_eq!(pids(&found), vec![100, 200]);
+    let demo = find(&found, 100);
+    let expected = Environ {
+        vars: vec![
+            (b"DEMO_PORT".to_vec(), b"1".to_vec()),
+            (b"DEMO_PORT".to_vec(), b"2".to_vec()),
+        ],
+        cut: false,
+    };
+    assert_eq!(demo.environ.as_ref(), Some(&expected));
+    assert_eq!(demo.cgroup.as_deref(), Some(&b"0::/user.slice\n"[..]));
+    assert_eq!(demo.netns, Some(4026532999));
+    // solo's read set names no variable; its other facts are not there to read
+    let solo = find(&found, 200);
+    assert_eq!(
+        (&solo.environ, &solo.cgroup, solo.netns),
+        (&None, &None, None)
+    );
+    // kept while the process lives
+    std::fs::write(proc.path("100/environ"), b"DEMO_PORT=9\0").unwrap();
+    let again = scanner.scan_at(start + secs(1));
+    assert!(Arc::ptr_eq(&found[0], &again[0]));
+}
+
+#[test]
 fn listen_ports_off_reads_no_sockets() {
     let proc = FakeProc::new();
     engine_tree(&proc);

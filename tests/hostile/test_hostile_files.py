@@ -309,7 +309,7 @@ def test_a_symlink_flipped_under_the_scanner_never_leaks(
             pid = strangers.start(["vllm", "serve", "--config", str(link)], shared)
             spec = get_engine_spec("vllm")
             argv = ["vllm", "serve", "--config", str(link)]
-            reads = [read_outside(spec, pid, argv) for _ in range(600)]
+            reads = [read_outside(spec, pid, argv, environ=None) for _ in range(600)]
             models = [outside.config.get("model") for outside in reads]
             models += [_by_pid(Scanner().scan(), {pid})[pid].model for _ in range(20)]
         finally:
