@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from enginespec._backend import parse_cgroup, proc_root, proxy_flags
 from enginespec._common import Runtime
-from enginespec._procfiles import PROC, start_ticks
+from enginespec._procfiles import PROC, proc_link, proc_path, read_proc, start_ticks
 from enginespec.urls import base_url
 
 if TYPE_CHECKING:
@@ -79,17 +79,12 @@ def pid_in_namespace(status: str) -> int | None:
     return None
 
 
-def _read_bytes(path: str, limit: int = 1 << 16) -> bytes | None:
+def _proc_text(pid: int | str, name: str, proc: str, limit: int = 1 << 16) -> str | None:
+    """At most ``limit`` bytes of ``PROC/PID/NAME`` as text, ``None`` when it cannot be read."""
     try:
-        with open(path, "rb") as file:
-            return file.read(limit)
+        return read_proc(pid, name, limit, proc).decode("utf-8", "replace")
     except OSError:
         return None
-
-
-def _read_text(path: str, limit: int = 1 << 16) -> str | None:
-    data = _read_bytes(path, limit)
-    return data.decode("utf-8", "replace") if data is not None else None
 
 
 def netns_inode(pid: int, proc: str = PROC) -> int | None:
@@ -108,14 +103,14 @@ def netns_addresses(pid: int, proc: str = PROC) -> frozenset[str]:
     ``/proc/PID/net/fib_trie`` (``/32 host LOCAL`` leaves), IPv6 from ``/proc/PID/net/if_inet6``."""
     found: set[str] = set()
     leaf = None
-    for line in (_read_text(f"{proc}/{pid}/net/fib_trie", 1 << 22) or "").splitlines():
+    for line in (_proc_text(pid, "net/fib_trie", proc, 1 << 22) or "").splitlines():
         text = line.strip()
         if text.startswith("|-- "):
             leaf = text[4:]
         elif text == "/32 host LOCAL" and leaf is not None:
             with contextlib.suppress(ValueError):
                 found.add(str(ipaddress.IPv4Address(leaf)))
-    for line in (_read_text(f"{proc}/{pid}/net/if_inet6", 1 << 20) or "").splitlines():
+    for line in (_proc_text(pid, "net/if_inet6", proc, 1 << 20) or "").splitlines():
         fields = line.split()
         if fields and len(fields[0]) == 32 and all(c in "0123456789abcdef" for c in fields[0]):
             with contextlib.suppress(ValueError):
@@ -163,23 +158,22 @@ def published_ports(
     return tuple(sorted(found, key=lambda p: (":" in p.host_address, p.host_address, p.host_port)))
 
 
-def _argv(pid: str, proc: str) -> list[str]:
+def _argv(pid: int, proc: str) -> list[str]:
     try:
-        with open(f"{proc}/{pid}/cmdline", "rb") as file:
-            data = file.read(1 << 16)
+        data = read_proc(pid, "cmdline", 1 << 16, proc)
     except OSError:
         return []
     return [os.fsdecode(part) for part in data.rstrip(b"\0").split(b"\0")] if data else []
 
 
-def _proxy_rule(pid: str, proc: str) -> ProxyRule | None:
+def _proxy_rule(pid: int, proc: str) -> ProxyRule | None:
     """The forward of a ``docker-proxy`` run by root, as dockerd runs them: any user can start a
     process of that name, and one must not redirect health checks to a port of its own."""
     rule = parse_proxy_argv(_argv(pid, proc))
     if rule is None:
         return None
     # The real uid from `Uid:` (the owner of /proc/PID is root for any non-dumpable process).
-    for line in (_read_text(f"{proc}/{pid}/status") or "").splitlines():
+    for line in (_proc_text(pid, "status", proc) or "").splitlines():
         if line.startswith("Uid:"):
             return rule if line.split()[1:2] == ["0"] else None
     return None
@@ -194,20 +188,17 @@ class ProxyFinder:
         self._proc = proc
         self._young_ticks = int(young_seconds * os.sysconf("SC_CLK_TCK"))
         #: pid -> (inode of /proc/PID, start ticks, its forward or None)
-        self._known: dict[str, tuple[int, int, ProxyRule | None]] = {}
+        self._known: dict[int, tuple[int, int, ProxyRule | None]] = {}
 
     def rules(self) -> list[ProxyRule]:
-        try:
-            with os.scandir(self._proc) as entries:
-                listing = [(entry.name, entry.inode()) for entry in entries if entry.name.isdigit()]
-        except OSError:
-            return []
+        # the scanner's own listing of the root (pid, inode), by the backend's reader
+        listing = proc_root(self._proc).list_pids()
         now = _uptime_ticks()
-        known: dict[str, tuple[int, int, ProxyRule | None]] = {}
+        known: dict[int, tuple[int, int, ProxyRule | None]] = {}
         for pid, inode in listing:
             entry = self._known.get(pid)
             if entry is None or entry[0] != inode:
-                start = start_ticks(int(pid), self._proc)
+                start = start_ticks(pid, self._proc)
                 if start is None:
                     continue
                 entry = (inode, start, _proxy_rule(pid, self._proc))
@@ -338,12 +329,12 @@ def _status_field(status: str, name: str) -> str | None:
 def _ancestors(pid: int, proc: str = PROC) -> list[tuple[int, int | None, str | None]]:
     """(pid, real uid, executable basename) of ``pid``'s parents below pid 1, nearest first."""
     found: list[tuple[int, int | None, str | None]] = []
-    parent = _status_field(_read_text(f"{proc}/{pid}/status", 8192) or "", "PPid")
+    parent = _status_field(_proc_text(pid, "status", proc, 8192) or "", "PPid")
     while parent is not None and parent.isdigit() and int(parent) > 1 and len(found) < _MAX_ANCESTORS:
-        status = _read_text(f"{proc}/{parent}/status", 8192) or ""
+        status = _proc_text(parent, "status", proc, 8192) or ""
         uid = _status_field(status, "Uid")
         try:
-            exe: str | None = os.path.basename(os.readlink(f"{proc}/{parent}/exe"))
+            exe: str | None = os.path.basename(proc_link(parent, "exe", proc))
         except OSError:
             exe = None
         found.append((int(parent), int(uid) if uid is not None and uid.isdigit() else None, exe))
@@ -385,7 +376,7 @@ class ContainerReader:
             name = None
         else:
             return None
-        status = _read_text(f"{self._proc}/{pid}/status")
+        status = _proc_text(pid, "status", self._proc)
         return Container(
             runtime=runtime,
             id=container_id,
@@ -409,14 +400,14 @@ def netns_of_host_users(pid: int, proc: str = PROC) -> bool:
     root: a runtime's container), not to a user namespace of some user (``unshare -rn``), in
     which that user can give its loopback any address, a container's too."""
     try:
-        host = os.stat(f"{proc}/1/ns/user").st_ino
+        host = os.stat(proc_path(1, "ns/user", proc)).st_ino
     except OSError:
         try:
-            host = os.stat(f"{proc}/self/ns/user").st_ino
+            host = os.stat(proc_path("self", "ns/user", proc)).st_ino
         except OSError:
             return False
     try:
-        fd = os.open(f"{proc}/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(proc_path(pid, "ns/net", proc), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return False
     try:
