@@ -190,6 +190,16 @@ impl ProcessScanner {
         }
     }
 
+    /// The procfs scanner, to be given process events by the caller rather than the kernel (a
+    /// fixture host's, which no file can hold); `None` for the sysinfo source, which has no
+    /// event mode.
+    pub fn procfs(&mut self) -> Option<&mut Scanner> {
+        match &mut self.source {
+            Source::Procfs(s) => Some(s),
+            Source::Sysinfo(_) => None,
+        }
+    }
+
     /// Number of processes the scanner currently remembers.
     pub fn known_len(&self) -> usize {
         match &self.source {

@@ -18,6 +18,7 @@ use rustc_hash::FxHashMap;
 use crate::backend::{ProcessScanner, Woke};
 use crate::gguf;
 use crate::matcher;
+use crate::proc_events::Change;
 use crate::procread::ProcRoot;
 use crate::scan;
 
@@ -343,6 +344,50 @@ impl PyProcessScanner {
         Ok((self.convert(py, found)?, woke))
     }
 
+    /// Process events given by the caller instead of the kernel (a fixture host's, which no
+    /// file can hold; see `Scanner::set_event_driven`): nothing is watched for an exec from now
+    /// on. Raises `ValueError` for the sysinfo source.
+    fn set_event_driven(&self, py: Python<'_>) -> PyResult<()> {
+        self.with_procfs(py, |scanner| scanner.set_event_driven())
+    }
+
+    /// Back to polling: everything is forgotten (`Scanner::set_polling`).
+    fn set_polling(&self, py: Python<'_>) -> PyResult<()> {
+        self.with_procfs(py, |scanner| scanner.set_polling())
+    }
+
+    /// Reads again the processes the events name, in order (`Scanner::apply_events`); each
+    /// change is `"forked"`, `"exec"`, `"comm"` or `"exited"`. Whether an engine appeared,
+    /// changed or is gone, or a folded worker exited.
+    fn apply_events(&self, py: Python<'_>, changes: Vec<(i32, String)>) -> PyResult<bool> {
+        let changes = changes
+            .into_iter()
+            .map(|(pid, change)| {
+                let change = match change.as_str() {
+                    "forked" => Change::Forked,
+                    "exec" => Change::Exec,
+                    "comm" => Change::Comm,
+                    "exited" => Change::Exited,
+                    _ => {
+                        return Err(PyValueError::new_err(format!(
+                            "changes: unknown change '{}' of pid {pid}",
+                            change.escape_debug()
+                        )))
+                    }
+                };
+                Ok((pid, change))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        self.with_procfs(py, |scanner| scanner.apply_events(&changes))
+    }
+
+    /// The engines after the events applied since the last call
+    /// (`Scanner::scan_after_events`): with `recheck`, a scan without listing.
+    fn scan_after_events(&self, py: Python<'_>, recheck: bool) -> PyResult<Vec<Py<PyAny>>> {
+        let found = self.with_procfs(py, |scanner| scanner.scan_after_events(recheck))?;
+        self.convert(py, found)
+    }
+
     /// (scanned, new, vanished, unreadable, restricted, reread, full_recheck, known) of the
     /// last scan.
     #[allow(clippy::type_complexity)]
@@ -381,6 +426,23 @@ impl PyProcessScanner {
                 .map_err(|_| "scanner state poisoned by an earlier panic")
         });
         self.convert(py, found.map_err(PyRuntimeError::new_err)?)
+    }
+
+    /// Runs `run` on the procfs scanner with the GIL released; `ValueError` for the sysinfo
+    /// source, which has no event mode.
+    fn with_procfs<T: Send>(
+        &self,
+        py: Python<'_>,
+        run: impl FnOnce(&mut scan::Scanner) -> T + Send,
+    ) -> PyResult<T> {
+        let done = py.detach(|| {
+            self.inner
+                .lock()
+                .map_err(|_| "scanner state poisoned by an earlier panic")
+                .map(|mut scanner| scanner.procfs().map(run))
+        });
+        done.map_err(PyRuntimeError::new_err)?
+            .ok_or_else(|| PyValueError::new_err("source: the sysinfo source has no event mode"))
     }
 
     /// The records as `RawProcess` tuples; an engine whose record is unchanged gets the very

@@ -21,6 +21,7 @@ _RawInvocation: TypeAlias = RawInvocation
 _RawProcess: TypeAlias = RawProcess
 _Listening: TypeAlias = Listening
 _ReadSet: TypeAlias = ReadSet
+_Change: TypeAlias = Literal["forked", "exec", "comm", "exited"]
 
 #: What a cgroup path says runs a container (``enginespec.containers.Runtime``).
 _Runtime: TypeAlias = Literal["docker", "podman", "containerd", "cri-o", "kubernetes"]
@@ -91,6 +92,20 @@ class ProcessScanner:
         one (``"tick"``: engines re-checked); ``"rescan"``: events were lost or the safety net came
         due, so ``/proc`` was listed; ``"fallback"``: the subscription failed, and the scanner polls
         from now on."""
+    def set_event_driven(self) -> None:
+        """Process events given by the caller instead of the kernel (a fixture host's, which no
+        file can hold): nothing is watched for an exec from now on. Raises ``ValueError`` for
+        the ``sysinfo`` source."""
+    def set_polling(self) -> None:
+        """Back to polling: everything is forgotten, so the next scan is a cold one."""
+    def apply_events(self, changes: Sequence[tuple[int, _Change]]) -> bool:
+        """Reads again the processes the events name, in order: one that exited is forgotten,
+        one that forked, exec'd or renamed itself is classified from what its files say now.
+        Whether an engine appeared, changed or is gone, or one of its folded workers exited.
+        Raises ``ValueError`` for an unknown change."""
+    def scan_after_events(self, recheck: bool) -> list[_RawProcess]:
+        """The engines after the events applied since the last call: with ``recheck``, a scan
+        without listing (engines re-checked); without, the engines as the events left them."""
     def stats(self) -> tuple[int, int, int, int, int, int, bool, int]:
         """(scanned, new, vanished, unreadable, restricted, reread, full_recheck, known) of the
         last scan: ``unreadable`` processes whose argv could not be read, ``restricted`` engines

@@ -143,6 +143,13 @@ class ProcRoot:
         forks = self._host_value("stat", b"processes")
         return None if last_pid is None or forks is None else (last_pid, forks)
 
+    def inode(self, pid: int) -> int | None:
+        """The inode of ``ROOT/PID`` (as the listing gives it), ``None`` when it is gone."""
+        try:
+            return os.stat(f"{self._proc}/{pid}").st_ino
+        except OSError:
+            return None
+
     def stat(self, pid: int) -> Stat | None:
         """``None`` when the process is gone or its stat cannot be read or parsed."""
         data = _read(f"{self._proc}/{pid}/stat")

@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 from enginespec._common import (
     ARGV_CUT,
@@ -145,6 +145,9 @@ class _Engine:
 
 
 _Class: TypeAlias = "_Engine | _Other | _Unreadable"
+#: What one process event says of one process (``proc_events::Change``).
+Change: TypeAlias = Literal["forked", "exec", "comm", "exited"]
+_CHANGES: Final = frozenset(("forked", "exec", "comm", "exited"))
 
 
 @dataclass
@@ -222,6 +225,13 @@ class ProcessScanner:
         self._counts = _Counts()
         #: whether this scan classified a process as an engine for the first time
         self._engine_appeared = False
+        #: the caller reports every process change (``apply_events``): nothing is watched for an
+        #: exec, and a new engine refreshes only the trees above it
+        self._event_driven = False
+        #: events were applied since the last scan, whose counts they started
+        self._events_pending = False
+        #: in event mode, the parents of the engines that appeared since the last scan
+        self._appeared_parents: list[int] = []
         self._stats: tuple[int, int, int, int, int, int, bool, int] = (0, 0, 0, 0, 0, 0, False, 0)
 
     @property
@@ -265,6 +275,7 @@ class ProcessScanner:
         first = self._generation == 0
         self._counts = counts = _Counts()
         self._engine_appeared = False
+        self._events_pending = False
         # No fork anywhere since the last listing began: no process can have appeared and no pid
         # can have been reused, so the listing is skipped.
         before = self._source.cursor()
@@ -360,6 +371,8 @@ class ProcessScanner:
         parsed = self._matcher.parse(argv)
         if parsed is not None:
             return self._engine_state(pid, data, [*argv, ARGV_CUT] if cut else argv, parsed)
+        if self._event_driven and argv:
+            return _SETTLED  # an exec will be reported
         if self._is_wrapper(argv):
             return _Other((data, None))
         # Empty argv: a kernel thread, a zombie, or a process caught inside execve.
@@ -411,6 +424,8 @@ class ProcessScanner:
         if is_dead(stat.state):
             return _SETTLED
         self._engine_appeared = True
+        if self._event_driven:
+            self._appeared_parents.append(stat.ppid)
         exe, exe_denied = self._source.exe(pid)
         source = self._source
         if not isinstance(source, ProcRoot):  # the read set is procfs's (as in scan_sysinfo.rs)
@@ -510,16 +525,122 @@ class ProcessScanner:
         engine.stat = stat
         return engine
 
+    def set_event_driven(self) -> None:
+        """From now on the caller reports every process change through :meth:`apply_events`, so
+        processes are no longer watched for an exec (``Scanner::set_event_driven``). Raises
+        ``ValueError`` for the psutil source, which has no event mode."""
+        self._procfs_only()
+        self._event_driven = True
+
+    def set_polling(self) -> None:
+        """Back to polling: everything is forgotten, so the next scan is a cold one
+        (``Scanner::set_polling``)."""
+        self._procfs_only()
+        self._event_driven = self._events_pending = False
+        self._known = {}
+        self._cursor = self._forks_listed = None
+        self._generation = 0
+
+    def apply_events(self, changes: list[tuple[int, Change]]) -> bool:
+        """Reads again the processes the events name, in order (``Scanner::apply_events``):
+        whether an engine appeared, changed or is gone, or a folded worker exited."""
+        self._procfs_only()
+        for pid, change in changes:  # all checked before any is applied, as in python.rs
+            if change not in _CHANGES:
+                raise ValueError(f"changes: unknown change {change!r} of pid {pid}")
+        return self._apply_events_at(changes, time.monotonic() - self._origin)
+
+    def _apply_events_at(self, changes: list[tuple[int, Change]], now: float) -> bool:
+        if not self._events_pending:
+            self._counts = _Counts()
+            self._engine_appeared = False
+            self._events_pending = True
+        changed = False
+        for pid, change in changes:
+            previous = self._known.pop(pid, None)
+            was_engine = previous is not None and isinstance(previous[1], _Engine)
+            if change == "exited":
+                # A folded worker's exit matters at once too (a server that lost its engine core).
+                changed |= was_engine or self._is_folded_worker(pid)
+                self._counts.vanished += previous is not None
+                continue
+            # A fork gives the pid a new ROOT/PID (and inode); an exec or rename keeps it.
+            inode = previous[0] if previous is not None and change in ("exec", "comm") else self._inode(pid)
+            if previous is not None:
+                self._counts.reread += 1
+                cls = self._revisit(pid, previous[1], True, change == "forked", now)
+            else:
+                self._counts.new += 1
+                cls = self._classify(pid, False, now)
+            if cls is None or inode is None:
+                changed |= was_engine
+                continue
+            changed |= was_engine or isinstance(cls, _Engine)
+            self._known[pid] = (inode, cls)
+        c = self._counts
+        self._stats = (0, c.new, c.vanished, c.unreadable, c.restricted, c.reread, False, len(self._known))
+        return changed
+
+    def _procfs_only(self) -> None:
+        if not isinstance(self._source, ProcRoot):
+            raise ValueError("source: the psutil source has no event mode")
+
+    def _inode(self, pid: int) -> int | None:
+        source = self._source
+        return source.inode(pid) if isinstance(source, ProcRoot) else None
+
+    def _is_folded_worker(self, pid: int) -> bool:
+        return any(
+            isinstance(cls, _Engine) and pid in cls.descendants for _inode, cls in self._known.values()
+        )
+
+    def scan_after_events(self, recheck: bool) -> list[RawProcess]:
+        """The engines after the events applied since the last call: with ``recheck``, a scan
+        without listing; without, the engines as the events left them
+        (``Scanner::scan_after_events``)."""
+        self._procfs_only()
+        now = time.monotonic() - self._origin
+        if not self._events_pending:
+            self._counts = _Counts()
+            self._engine_appeared = False
+        self._events_pending = False
+        scanned = 0
+        if recheck:
+            scanned = len(self._known)
+            self._quiet_scan(now)
+        return self._finish(now, quiet=True, scanned=scanned, full_recheck=False)
+
+    def _engines_above(self, pids: list[int]) -> set[int]:
+        """The known engines among ``pids`` and their ancestors (``engines_above`` in scan.rs)."""
+        found: set[int] = set()
+        for start in pids:
+            pid = start
+            for _ in range(64):  # a cycle cannot happen, but a bound costs nothing
+                if pid <= 1:
+                    break
+                entry = self._known.get(pid)
+                if entry is not None and isinstance(entry[1], _Engine):
+                    found.add(pid)
+                stat = self._source.stat(pid)
+                if stat is None:
+                    break
+                pid = stat.ppid
+        return found
+
     def _collect(self, now: float, quiet: bool) -> list[RawProcess]:
         """The engines' records, their trees brought up to date (``Scanner::collect``)."""
+        parents, self._appeared_parents = self._appeared_parents, []
+        folding = self._engines_above(parents)
         engines = [cls for _inode, cls in self._known.values() if isinstance(cls, _Engine)]
         out: list[RawProcess] = []
         tables: dict[int, list[Listening]] = {}
         for engine in sorted(engines, key=lambda e: e.pid):
             pid = engine.pid
             # The tree is re-read when a new engine appeared (a forked child keeping the server's
-            # argv must be folded at once) and otherwise at most once per refresh period.
-            if self._engine_appeared or engine.tree_read is None or now - engine.tree_read >= self._refresh:
+            # argv must be folded at once) and otherwise at most once per refresh period; in event
+            # mode, only the trees above the new engine.
+            appeared = pid in folding if self._event_driven else self._engine_appeared
+            if appeared or engine.tree_read is None or now - engine.tree_read >= self._refresh:
                 descendants = _descendants(self._source, pid) if self._fold[engine.facts.engine] else []
                 ports: list[int] = []
                 denied = False

@@ -4,9 +4,10 @@ here on the Rust scanner and on the pure-Python one, which must find the same re
 the same reads. Time is the one thing a fixture cannot hold: the scanners' ``scan_at(seconds)``
 steps through the young (5 s) and refresh (2 s) windows instead of sleeping.
 
-Not here: the event-driven scenarios (the Python scanner has no process events: it polls) and
-the unit tests of scan.rs's private helpers (``Reuse``, ``near_cursor``), whose behaviour the
-cursor-window scenarios below exercise."""
+The event-driven scenarios run here too: the events a fixture cannot hold are given by the test
+(``set_event_driven``, ``apply_events``, ``scan_after_events``), as the kernel's proc connector
+gives them to the native backend. Not here: the unit tests of scan.rs's private helpers
+(``Reuse``, ``near_cursor``), whose behaviour the cursor-window scenarios below exercise."""
 
 from __future__ import annotations
 
@@ -894,3 +895,159 @@ def test_a_first_scan_looks_for_recent_births_back_from_the_cursor(
     assert s.scan_at(0) == []
     host.exec(200, ["demo", "serve", "/m/early"])
     assert _pids(s.scan_at(1)) == ([200] if settled < _pyscanner.SETTLED_RUN else [])
+
+
+# The event-driven scenarios: process events are what a fixture host cannot hold, so they are
+# given by the test (``apply_events``), as the kernel's proc connector would give them.
+
+
+def _event_scanner(make: Make) -> Any:
+    """A scanner in event-driven mode after its first (listing) scan."""
+    scanner = make()
+    scanner.set_event_driven()
+    scanner.scan()
+    return scanner
+
+
+def test_events_find_an_engine_exec_by_a_forked_shell_without_listing(make: tuple[FixtureHost, Make]) -> None:
+    host, scanner_of = make
+    host.spawn(10, ["bash", "-c", "run"])
+    scanner = _event_scanner(scanner_of)
+    # A fork: the child still runs its parent's program.
+    host.spawn(11, ["bash", "-c", "run"], ppid=10)
+    # Another process appears that no event names: event-driven ticks do not list ROOT/proc.
+    host.spawn(50, ["demo", "serve", "/m/unseen"])
+    assert not scanner.apply_events([(11, "forked")])
+    assert scanner.scan_after_events(True) == []
+    host.exec(11, ["demo", "serve", "/m/a", "--port", "8001"])
+    assert scanner.apply_events([(11, "exec")])
+    found = scanner.scan_after_events(True)
+    assert _pids(found) == [11]
+    assert _find(found, 11).facts.port == 8001
+    assert _stats(scanner).new == 0, "11 was known since its fork"
+    # A listing scan (the safety net) finds what no event named.
+    assert _pids(scanner.scan()) == [11, 50]
+
+
+def test_an_exit_event_forgets_the_process_and_says_an_engine_is_gone(make: tuple[FixtureHost, Make]) -> None:
+    host, scanner_of = make
+    host.spawn(20, ["demo", "serve", "/m/a"])
+    host.spawn(21, ["sleep", "100"])
+    scanner = _event_scanner(scanner_of)
+    known = _stats(scanner).known
+    host.kill(21)
+    assert not scanner.apply_events([(21, "exited")])
+    assert _stats(scanner).known == known - 1
+    host.kill(20)
+    assert scanner.apply_events([(20, "exited")])
+    assert scanner.scan_after_events(True) == []
+    assert _stats(scanner).vanished == 2
+
+
+def test_an_exit_event_of_a_folded_worker_says_the_engine_changed(make: tuple[FixtureHost, Make]) -> None:
+    host, scanner_of = make
+    host.spawn(20, ["demo", "serve", "/m/a"])
+    host.spawn(22, ["demo::EngineCore"], ppid=20)
+    host.set_children(20, 20, [22])
+    host.spawn(23, ["sleep", "100"])
+    scanner = _event_scanner(scanner_of)
+    assert _find(scanner.scan_after_events(True), 20).descendants == [22]
+    host.kill(23)
+    assert not scanner.apply_events([(23, "exited")])
+    host.kill(22)
+    assert scanner.apply_events([(22, "exited")])
+
+
+def test_events_keep_their_order_an_exit_then_a_reused_pid(make: tuple[FixtureHost, Make]) -> None:
+    host, scanner_of = make
+    host.spawn(30, ["demo", "serve", "/m/a"])
+    scanner = _event_scanner(scanner_of)
+    before = scanner.scan_after_events(True)
+    host.replace(30, ["demo", "serve", "/m/b"], Stat(start_ticks=9_999))
+    assert scanner.apply_events([(30, "exited"), (30, "forked")])
+    after = scanner.scan_after_events(True)
+    assert _find(after, 30).facts.model == "/m/b"
+    assert _find(after, 30) is not _find(before, 30)
+
+
+def test_a_comm_change_rereads_the_process_and_a_retitled_engine_changes(
+    make: tuple[FixtureHost, Make],
+) -> None:
+    host, scanner_of = make
+    host.spawn(40, ["python3", "worker.py"])
+    scanner = _event_scanner(scanner_of)
+    # setproctitle: the argv rewritten in place, the comm renamed, the stat left as it was
+    host.exec(40, ["solo-server", "-m", "/m/c.gguf"])
+    assert scanner.apply_events([(40, "comm")])
+    assert _pids(scanner.scan_after_events(True)) == [40]
+
+
+def test_in_event_mode_wrappers_and_young_processes_are_not_watched(make: tuple[FixtureHost, Make]) -> None:
+    host, scanner_of = make
+    scanner = _event_scanner(scanner_of)
+    host.spawn(60, ["sh", "-c", "sleep 1; demo serve /m/a"])
+    host.spawn(61, ["sleep", "1"])
+    scanner.apply_events([(60, "forked"), (61, "forked")])
+    scanner.scan_after_events(True)
+    # The next tick reads neither (an exec would be reported).
+    scanner.scan_after_events(True)
+    assert (_stats(scanner).reread, _stats(scanner).new) == (0, 0)
+
+
+def test_events_for_a_process_already_gone_cost_nothing_and_report_nothing(
+    make: tuple[FixtureHost, Make],
+) -> None:
+    _host, scanner_of = make
+    scanner = _event_scanner(scanner_of)
+    assert not scanner.apply_events([(70, "forked"), (70, "exec")])
+    assert scanner.scan_after_events(True) == []
+    assert _stats(scanner).known == 0
+
+
+def test_back_to_polling_starts_cold_and_watches_wrappers_again(make: tuple[FixtureHost, Make]) -> None:
+    host, scanner_of = make
+    host.spawn(80, ["sh", "-c", "sleep 1; demo serve /m/a"])
+    scanner = _event_scanner(scanner_of)
+    scanner.scan_after_events(True)
+    assert _stats(scanner).reread == 0, "not watched while events tell of execs"
+    scanner.set_polling()
+    scanner.scan()
+    assert _stats(scanner).new == 1, "a cold scan"
+    # polling again: the wrapper is re-read on every scan until it execs
+    host.exec(80, ["demo", "serve", "/m/a"])
+    assert _pids(scanner.scan()) == [80]
+
+
+def test_an_early_wake_reports_the_engines_without_rechecking_them(make: tuple[FixtureHost, Make]) -> None:
+    host, scanner_of = make
+    host.spawn(90, ["demo", "serve", "/m/a"])
+    scanner = _event_scanner(scanner_of)
+    # rewritten in place: only a recheck reads it
+    host.exec(90, ["demo", "serve", "/m/b"])
+    assert _find(scanner.scan_after_events(False), 90).facts.model == "/m/a"
+    assert _find(scanner.scan_after_events(True), 90).facts.model == "/m/b"
+
+
+def test_in_event_mode_a_new_engine_refreshes_only_the_trees_above_it(make: tuple[FixtureHost, Make]) -> None:
+    host, scanner_of = make
+    host.spawn(100, ["demo", "serve", "/m/a"])
+    host.spawn(200, ["demo", "serve", "/m/b"])
+    scanner = _event_scanner(scanner_of)
+    before = scanner.scan_after_events(True)
+    # 100 forks a worker that keeps its argv; 200 gets a child nothing reports yet
+    host.spawn(101, ["demo", "serve", "/m/a"], ppid=100)
+    host.set_children(100, 100, [101])
+    host.spawn(201, ["sleep", "1"], ppid=200)
+    host.set_children(200, 200, [201])
+    assert scanner.apply_events([(101, "forked"), (201, "forked")])
+    after = scanner.scan_after_events(False)
+    assert _find(after, 100).descendants == [101], "folded at once"
+    assert _find(after, 200) is _find(before, 200), "not re-read"
+    assert _find(after, 200).descendants == []
+
+
+def test_an_unknown_change_is_refused_by_name(make: tuple[FixtureHost, Make]) -> None:
+    _host, scanner_of = make
+    scanner = _event_scanner(scanner_of)
+    with pytest.raises(ValueError, match="unknown change 'spawned' of pid 5"):
+        scanner.apply_events([(5, "spawned")])
