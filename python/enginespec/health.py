@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import enginespec._procfiles as _procfiles
 import enginespec.sockets as sockets
-from enginespec.engineprocess import EngineProcess, process_alive
+from enginespec.engineprocess import EngineProcess
 from enginespec.errors import EngineExited, NotReady
+from enginespec.liveness import process_alive
 from enginespec.reaching import (
     CheckTarget,
     PeerMismatch,

@@ -34,10 +34,11 @@ from enginespec.config import Config
 from enginespec.containers import Container, api_inspect, api_stop, runs_in_lineage
 from enginespec.definition import EngineDefinition
 from enginespec.display import literal
-from enginespec.engineprocess import EngineProcess, make_engine_id, scanned_ticks
+from enginespec.engineprocess import EngineProcess, make_engine_id
 from enginespec.errors import InvalidInputError, LaunchFailed, NotReady, RestartRefused
 from enginespec.failures import Failure, ended
 from enginespec.health import check_health
+from enginespec.liveness import scanned_ticks
 from enginespec.logbook import LogBook, LogLine, follow_file, tail_file, timestamp
 from enginespec.masking import REDACTED, is_secret_name
 from enginespec.reaching import ownership_problem

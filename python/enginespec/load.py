@@ -28,8 +28,9 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 import enginespec.reaching as reaching
 from enginespec._procfiles import stat_fields
 from enginespec.definition import EngineDefinition, LoadMetrics
-from enginespec.engineprocess import EngineProcess, process_alive
+from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
+from enginespec.liveness import process_alive
 from enginespec.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from pydantic import SecretStr
 
 import enginespec
 from enginespec import LaunchFailed, RunningEngine, launch
-from enginespec.engineprocess import process_alive
 from enginespec.lifecycle import extra_ports
+from enginespec.liveness import process_alive
 from enginespec.logbook import LogBook, follow_file
 from helpers.lifecycle_fakes import HOST, fake_recipe, free_port, install_fake, kill_quietly, pid_alive
 from helpers.procs import Procs
