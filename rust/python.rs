@@ -12,7 +12,7 @@ use std::time::Duration;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::{MutexExt, PyOnceLock};
-use pyo3::types::{PyBytes, PyList, PyTuple, PyType};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyType};
 use rustc_hash::FxHashMap;
 
 use crate::backend::{ProcessScanner, Woke};
@@ -137,23 +137,25 @@ impl ReadSetArg {
 /// listen ports, and its read set's environ, cgroup and netns), as
 /// `_pyscanner.ProcessScanner.scan` returns it.
 fn raw_process<'py>(py: Python<'py>, p: &scan::EngineProc) -> PyResult<Bound<'py, PyAny>> {
-    let fields = (
-        p.pid,
-        p.start_time,
-        p.ppid,
-        strings(py, &p.argv)?,
-        raw_invocation(py, &p.facts)?,
-        p.exe.as_deref().map(os),
-        p.descendants.as_slice(),
-        strings(py, &p.parent_argv)?,
-        p.listen_ports.as_slice(),
-        p.environ.as_ref().map(|e| environ(py, e)).transpose()?,
-        p.cgroup.as_deref().map(|c| PyBytes::new(py, c)),
-        p.netns,
-    );
+    // By name: a field renamed or reordered on either side is an error, not a value in the
+    // wrong place.
+    let fields = PyDict::new(py);
+    fields.set_item("pid", p.pid)?;
+    fields.set_item("start_time", p.start_time)?;
+    fields.set_item("ppid", p.ppid)?;
+    fields.set_item("argv", strings(py, &p.argv)?)?;
+    fields.set_item("facts", raw_invocation(py, &p.facts)?)?;
+    fields.set_item("exe", p.exe.as_deref().map(os))?;
+    fields.set_item("descendants", p.descendants.as_slice())?;
+    fields.set_item("parent_argv", strings(py, &p.parent_argv)?)?;
+    fields.set_item("listen_ports", p.listen_ports.as_slice())?;
+    let environ = p.environ.as_ref().map(|e| environ(py, e)).transpose()?;
+    fields.set_item("environ", environ)?;
+    fields.set_item("cgroup", p.cgroup.as_deref().map(|c| PyBytes::new(py, c)))?;
+    fields.set_item("netns", p.netns)?;
     RAW_PROCESS
         .import(py, "enginespec._common", "RawProcess")?
-        .call1(fields)
+        .call((), Some(&fields))
 }
 
 /// The facade's reads of sockets (who listens where: health checks, port conflicts, launches),

@@ -128,18 +128,18 @@ class _Engine:
         if self.built is None:
             s = self.stat
             self.built = RawProcess(
-                self.pid,
-                s.start_time,
-                s.ppid,
-                self.argv,
-                self.facts,
-                self.exe,
-                self.descendants,
-                self.parent_argv,
-                self.ports,
-                self.environ,
-                self.cgroup,
-                self.netns,
+                pid=self.pid,
+                start_time=s.start_time,
+                ppid=s.ppid,
+                argv=self.argv,
+                facts=self.facts,
+                exe=self.exe,
+                descendants=self.descendants,
+                parent_argv=self.parent_argv,
+                listen_ports=self.ports,
+                environ=self.environ,
+                cgroup=self.cgroup,
+                netns=self.netns,
             )
         return self.built
 

@@ -246,7 +246,11 @@ def _load_document(file: Path, text: str) -> Any:
                 import tomli as tomllib
             return tomllib.loads(text)
         if suffix in (".yaml", ".yml"):
-            return _strict_yaml_loader()(text).get_single_data()
+            loader = _strict_yaml_loader()(text)
+            try:
+                return loader.get_single_data()
+            finally:
+                loader.dispose()  # as yaml.load does: the loader's state is let go at once
         if suffix == ".json":
             return json.loads(text, object_pairs_hook=_unique_keys)
     except _RepeatedKey as err:

@@ -85,7 +85,7 @@ def _environment(
     """The facts the environment gives, the problems reading it, and the API key it holds."""
     wanted = engine.settings.environment
     keys = engine.serving.api_key_env
-    if environ is None:  # not read: another user's process, for a scan that is not root
+    if environ is None or not (wanted or keys):  # not read (another user's process), or not asked
         return {}, (), None
     found: dict[Fact, str] = {}
     secrets: dict[str, str] = {}
