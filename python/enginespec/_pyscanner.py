@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias, get_args
 
 from enginespec._common import (
     ARGV_CUT,
@@ -147,7 +147,7 @@ class _Engine:
 _Class: TypeAlias = "_Engine | _Other | _Unreadable"
 #: What one process event says of one process (``proc_events::Change``).
 Change: TypeAlias = Literal["forked", "exec", "comm", "exited"]
-_CHANGES: Final = frozenset(("forked", "exec", "comm", "exited"))
+_CHANGES: Final = frozenset(get_args(Change))
 
 
 @dataclass
@@ -529,13 +529,13 @@ class ProcessScanner:
         """From now on the caller reports every process change through :meth:`apply_events`, so
         processes are no longer watched for an exec (``Scanner::set_event_driven``). Raises
         ``ValueError`` for the psutil source, which has no event mode."""
-        self._procfs_only()
+        self._procfs()
         self._event_driven = True
 
     def set_polling(self) -> None:
         """Back to polling: everything is forgotten, so the next scan is a cold one
         (``Scanner::set_polling``)."""
-        self._procfs_only()
+        self._procfs()
         self._event_driven = self._events_pending = False
         self._known = {}
         self._cursor = self._forks_listed = None
@@ -544,13 +544,11 @@ class ProcessScanner:
     def apply_events(self, changes: list[tuple[int, Change]]) -> bool:
         """Reads again the processes the events name, in order (``Scanner::apply_events``):
         whether an engine appeared, changed or is gone, or a folded worker exited."""
-        self._procfs_only()
+        source = self._procfs()
         for pid, change in changes:  # all checked before any is applied, as in python.rs
             if change not in _CHANGES:
                 raise ValueError(f"changes: unknown change {change!r} of pid {pid}")
-        return self._apply_events_at(changes, time.monotonic() - self._origin)
-
-    def _apply_events_at(self, changes: list[tuple[int, Change]], now: float) -> bool:
+        now = time.monotonic() - self._origin
         if not self._events_pending:
             self._counts = _Counts()
             self._engine_appeared = False
@@ -565,7 +563,7 @@ class ProcessScanner:
                 self._counts.vanished += previous is not None
                 continue
             # A fork gives the pid a new ROOT/PID (and inode); an exec or rename keeps it.
-            inode = previous[0] if previous is not None and change in ("exec", "comm") else self._inode(pid)
+            inode = previous[0] if previous is not None and change in ("exec", "comm") else source.inode(pid)
             if previous is not None:
                 self._counts.reread += 1
                 cls = self._revisit(pid, previous[1], True, change == "forked", now)
@@ -581,13 +579,11 @@ class ProcessScanner:
         self._stats = (0, c.new, c.vanished, c.unreadable, c.restricted, c.reread, False, len(self._known))
         return changed
 
-    def _procfs_only(self) -> None:
+    def _procfs(self) -> ProcRoot:
+        """The procfs source; ``ValueError`` for the psutil source, which has no event mode."""
         if not isinstance(self._source, ProcRoot):
             raise ValueError("source: the psutil source has no event mode")
-
-    def _inode(self, pid: int) -> int | None:
-        source = self._source
-        return source.inode(pid) if isinstance(source, ProcRoot) else None
+        return self._source
 
     def _is_folded_worker(self, pid: int) -> bool:
         return any(
@@ -598,7 +594,7 @@ class ProcessScanner:
         """The engines after the events applied since the last call: with ``recheck``, a scan
         without listing; without, the engines as the events left them
         (``Scanner::scan_after_events``)."""
-        self._procfs_only()
+        self._procfs()
         now = time.monotonic() - self._origin
         if not self._events_pending:
             self._counts = _Counts()
