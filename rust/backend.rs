@@ -68,8 +68,8 @@ pub const DEFAULT_SOURCE: &str = if cfg!(target_os = "linux") {
 
 impl ProcessScanner {
     /// `source` is `"procfs"` or `"sysinfo"`, `None` for [`DEFAULT_SOURCE`]. The `sysinfo`
-    /// source reads the live host and ignores `options` (it has no exec watching, pid cursor or
-    /// socket reading to tune).
+    /// source reads the live host and ignores `options` but its read set's checkouts (it has no
+    /// exec watching, pid cursor or socket reading to tune).
     pub fn new(
         signatures: &[Signature],
         options: ScanOptions,
@@ -86,7 +86,10 @@ impl ProcessScanner {
     ) -> Result<Self, String> {
         let source = match source.unwrap_or(DEFAULT_SOURCE) {
             "procfs" => Source::Procfs(Box::new(Scanner::compiled(compiled, options))),
-            "sysinfo" => Source::Sysinfo(Box::new(SysinfoScanner::compiled(compiled))),
+            "sysinfo" => Source::Sysinfo(Box::new(SysinfoScanner::compiled(
+                compiled,
+                options.read_set,
+            ))),
             other => return Err(format!("source: {other:?} is not 'procfs' or 'sysinfo'")),
         };
         Ok(ProcessScanner {

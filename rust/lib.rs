@@ -10,6 +10,8 @@
 //! - `procfs`: pure parsers of what procfs gives (`cmdline`, `stat`, `children`, `net/tcp`, the
 //!   listing's records); `procread`: every read of procfs, under one root (`/proc`, or a fixture
 //!   host's), whose bytes `procfs` parses;
+//! - `namedfiles`: files a process names (its checkout), looked at as its owner, inside its
+//!   root, under a deadline;
 //! - `gguf`: the header of a GGUF model file (metadata and tensor infos), bounded reads;
 //! - `proc_events`: the kernel's process events (netlink proc connector), parsed and read as
 //!   hints of what to re-read;
@@ -21,6 +23,8 @@ pub mod backend;
 pub mod cgroup;
 pub mod gguf;
 pub mod matcher;
+#[cfg(target_os = "linux")]
+pub mod namedfiles;
 pub mod proc_events;
 pub mod procfs;
 pub mod procread;

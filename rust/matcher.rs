@@ -498,6 +498,21 @@ enum PythonTarget<'a> {
 const PY_SWITCHES: &[u8] = b"bBdEhiIOPqsSuvVx";
 const PY_VALUED: &[u8] = b"WX";
 
+/// The program argv runs: its first word, or the script an interpreter runs (a console script:
+/// `[python3, /venv/bin/vllm, ...]`); empty for none. The facade's `_common.program_path`.
+pub fn program_path<A: AsRef<[u8]>>(argv: &[A]) -> &[u8] {
+    let Some(first) = argv.first().map(AsRef::as_ref) else {
+        return b"";
+    };
+    if !is_python(basename(first)) {
+        return first;
+    }
+    match python_target(argv) {
+        Some(PythonTarget::Script(script, _)) => script,
+        _ => b"",
+    }
+}
+
 /// Finds what an interpreter runs: `-m module` (also `-um module`, `-mmodule`) or a script path.
 fn python_target<A: AsRef<[u8]>>(argv: &[A]) -> Option<PythonTarget<'_>> {
     let mut i = 1;

@@ -147,6 +147,43 @@ pub fn environ_entries<'a>(
         .collect()
 }
 
+/// The credentials the kernel checks a process's file accesses with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// Filesystem uid and gid.
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+/// The owner `/proc/PID/status` gives: the filesystem uid and gid (the fourth of the `Uid:` and
+/// `Gid:` fields: real, effective, saved, filesystem) and the `Groups:` line; `None` when a line
+/// is missing or malformed.
+pub fn parse_owner(status: &[u8]) -> Option<Owner> {
+    let line = |key: &[u8]| {
+        status
+            .split(|&b| b == b'\n')
+            .find_map(|line| line.strip_prefix(key))
+            .map(|rest| {
+                rest.split(|b| b.is_ascii_whitespace())
+                    .filter(|field| !field.is_empty())
+            })
+    };
+    let id = |key: &[u8]| {
+        let value = line(key)?.nth(3)?;
+        u32::try_from(parse_u64(value)?).ok()
+    };
+    let groups = line(b"Groups:")?
+        .map(|group| u32::try_from(parse_u64(group)?).ok())
+        .collect::<Option<Vec<u32>>>()?;
+    Some(Owner {
+        uid: id(b"Uid:")?,
+        gid: id(b"Gid:")?,
+        groups,
+    })
+}
+
 /// The socket inode of a `/proc/PID/fd/N` link target `socket:[INODE]`; `None` for other files.
 pub fn parse_socket_link(target: &[u8]) -> Option<u64> {
     target
@@ -359,6 +396,29 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn the_owner_is_the_filesystem_ids_and_the_groups() {
+        let status =
+            b"Name:\tx\nUid:\t1000\t1001\t1002\t1003\nGid:\t20\t21\t22\t23\nGroups:\t4 24 27 \n";
+        let owner = parse_owner(status).unwrap();
+        assert_eq!(
+            (owner.uid, owner.gid, owner.groups),
+            (1003, 23, vec![4, 24, 27])
+        );
+        let none = b"Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nGroups:\t\n";
+        assert_eq!(parse_owner(none).unwrap().groups, Vec::<u32>::new());
+        // A missing line or field, or a number that is no gid: not known.
+        assert_eq!(parse_owner(b"Uid:\t0\t0\t0\t0\nGroups:\t\n"), None);
+        assert_eq!(
+            parse_owner(b"Uid:\t0\t0\t0\nGid:\t0\t0\t0\t0\nGroups:\t\n"),
+            None
+        );
+        assert_eq!(
+            parse_owner(b"Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nGroups:\t99999999999\n"),
+            None
+        );
+    }
 
     #[test]
     fn argv_is_capped() {

@@ -125,6 +125,24 @@ impl ProcRoot {
         std::fs::read_link(self.pid_path(pid, "exe"))
     }
 
+    /// Where the process's link `name` (`root`, `cwd`) points, as bytes.
+    pub fn link(&self, pid: i32, name: &str) -> std::io::Result<Vec<u8>> {
+        std::fs::read_link(self.pid_path(pid, name))
+            .map(|p| p.into_os_string().into_encoded_bytes())
+    }
+
+    /// An `O_PATH` fd of the directory the process's link `name` leads to (its `root`), to
+    /// resolve paths it names inside it.
+    #[cfg(target_os = "linux")]
+    pub fn open_directory(&self, pid: i32, name: &str) -> std::io::Result<std::os::fd::OwnedFd> {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(self.pid_path(pid, name))
+            .map(std::os::fd::OwnedFd::from)
+    }
+
     /// Whether `ROOT/PID` exists (a zombie's does).
     pub fn exists(&self, pid: i32) -> bool {
         self.pid_path(pid, "").exists()

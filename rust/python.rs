@@ -112,6 +112,8 @@ struct ReadSetArg {
     cgroup: bool,
     #[pyo3(attribute)]
     netns: bool,
+    #[pyo3(attribute)]
+    checkouts: Vec<FxHashMap<OsString, Vec<OsString>>>,
 }
 
 impl ReadSetArg {
@@ -129,12 +131,25 @@ impl ReadSetArg {
                 .collect(),
             cgroup: self.cgroup,
             netns: self.netns,
+            checkouts: self
+                .checkouts
+                .into_iter()
+                .map(|programs| {
+                    programs
+                        .into_iter()
+                        .map(|(program, files)| {
+                            let files = files.into_iter().map(OsString::into_encoded_bytes);
+                            (program.into_encoded_bytes(), files.collect())
+                        })
+                        .collect()
+                })
+                .collect(),
         }
     }
 }
 
 /// A `_common.RawProcess` (pid, start time, ppid, argv, facts, exe, descendants, parent argv,
-/// listen ports, and its read set's environ, cgroup and netns), as
+/// listen ports, and its read set's environ, cgroup, netns and checkout), as
 /// `_pyscanner.ProcessScanner.scan` returns it.
 fn raw_process<'py>(py: Python<'py>, p: &scan::EngineProc) -> PyResult<Bound<'py, PyAny>> {
     // By name: a field renamed or reordered on either side is an error, not a value in the
@@ -153,6 +168,7 @@ fn raw_process<'py>(py: Python<'py>, p: &scan::EngineProc) -> PyResult<Bound<'py
     fields.set_item("environ", environ)?;
     fields.set_item("cgroup", p.cgroup.as_deref().map(|c| PyBytes::new(py, c)))?;
     fields.set_item("netns", p.netns)?;
+    fields.set_item("in_checkout", p.in_checkout)?;
     RAW_PROCESS
         .import(py, "enginespec._common", "RawProcess")?
         .call((), Some(&fields))
@@ -183,6 +199,10 @@ impl PyProcRoot {
     }
 
     /// The inode of the process's network namespace, `None` when it cannot be read.
+    fn descendants(&self, py: Python<'_>, pid: i32) -> Vec<i32> {
+        py.detach(|| self.root.descendants(pid))
+    }
+
     fn netns(&self, pid: i32) -> Option<u64> {
         self.root.netns(pid)
     }

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::matcher::{basename, CompiledSignatures, Facts};
+use crate::matcher::{basename, program_path, CompiledSignatures, Facts};
 use crate::proc_events::Change;
 use crate::procfs::{capped_argv, environ_entries, parse_u64, proc_stat_value, ProcStat, ARGV_CUT};
 use crate::procread::{ProcRoot, ReadError, Tables};
@@ -74,6 +74,41 @@ pub struct ReadSet {
     pub cgroup: bool,
     /// Read which network namespace the process is in.
     pub netns: bool,
+    /// Per engine, the programs that are that engine only inside its checkout (TabbyAPI's
+    /// `main.py`), by name, with the files that must lie next to them (`LaunchForm.
+    /// checkout_files`): whether they do is looked at as the process's owner, inside its root.
+    pub checkouts: Vec<FxHashMap<Vec<u8>, Vec<Vec<u8>>>>,
+}
+
+/// Longest program directory a checkout is looked for in (a path, as argv gives it).
+pub const MAX_CHECKOUT_DIRECTORY: usize = 4096;
+
+impl ReadSet {
+    /// The files of the checkout `argv`'s program must be in, as the process names them (from
+    /// its working directory when argv names the program without a directory), when its
+    /// engine's read set names that program; `Some(None)` for a directory never looked into (one
+    /// with a `..` component, or longer than a path). The facade's `_common.checkout_paths`.
+    pub fn checkout_paths(&self, engine: usize, argv: &[Vec<u8>]) -> Option<Option<Vec<Vec<u8>>>> {
+        let program = program_path(argv);
+        let files = self.checkouts.get(engine)?.get(basename(program))?;
+        let cut = program
+            .iter()
+            .rposition(|&b| b == b'/' || b == b'\\')
+            .map_or(0, |at| at + 1);
+        let directory = &program[..cut];
+        let climbs = directory
+            .split(|&b| b == b'/' || b == b'\\')
+            .any(|part| part == b"..");
+        if directory.len() > MAX_CHECKOUT_DIRECTORY || climbs {
+            return Some(None);
+        }
+        Some(Some(
+            files
+                .iter()
+                .map(|name| [directory, name].concat())
+                .collect(),
+        ))
+    }
 }
 
 /// At most this much of a process's environment is read (Linux caps argv and environment together
@@ -151,6 +186,19 @@ pub struct EngineProc {
     pub cgroup: Option<Vec<u8>>,
     /// The inode of its network namespace; `None`: not asked, or not readable.
     pub netns: Option<u64>,
+    /// Whether it runs inside its engine's checkout; `None`: its program needs none.
+    pub in_checkout: Option<bool>,
+}
+
+#[cfg(target_os = "linux")]
+fn all_regular_files(proc: &ProcRoot, pid: i32, paths: &[Vec<u8>]) -> bool {
+    crate::namedfiles::first_missing(proc, pid, paths) == Ok(None)
+}
+
+/// Without Linux's per-thread credentials nothing is looked at as another user.
+#[cfg(not(target_os = "linux"))]
+fn all_regular_files(_proc: &ProcRoot, _pid: i32, _paths: &[Vec<u8>]) -> bool {
+    false
 }
 
 /// Hands out record revisions, unique within one scanner.
@@ -564,6 +612,7 @@ impl Scanner {
         let exe_denied = exe
             .as_ref()
             .is_err_and(|e| e.kind() == ErrorKind::PermissionDenied);
+        let in_checkout = self.in_checkout(pid, facts_engine, &argv);
         let record = EngineProc {
             pid,
             revision: self.revisions.next(),
@@ -583,6 +632,7 @@ impl Scanner {
                 .netns
                 .then(|| self.proc.netns(pid))
                 .flatten(),
+            in_checkout,
         };
         Some(Class::Engine(Box::new(EngineState {
             record: Arc::new(record),
@@ -610,6 +660,14 @@ impl Scanner {
             .map(|(name, value)| (name.to_vec(), value.to_vec()))
             .collect();
         Some(Environ { vars, cut })
+    }
+
+    /// Whether `pid` runs inside the checkout its program needs (see [`crate::namedfiles`]); one
+    /// whose files cannot be looked at (another user's, for a scan that is not root) does not:
+    /// the program's name alone says nothing.
+    fn in_checkout(&self, pid: i32, engine: usize, argv: &[Vec<u8>]) -> Option<bool> {
+        let paths = self.options.read_set.checkout_paths(engine, argv)?;
+        Some(paths.is_some_and(|paths| all_regular_files(&self.proc, pid, &paths)))
     }
 
     /// `pid`'s `cgroup`, when the read set asks for it.

@@ -13,7 +13,7 @@ use sysinfo::{Pid, ProcessRefreshKind, ProcessStatus, ProcessesToUpdate, System,
 
 use crate::matcher::CompiledSignatures;
 use crate::procfs::{cap_args, ARGV_CUT};
-use crate::scan::{EngineProc, Revisions, ScanStats};
+use crate::scan::{EngineProc, ReadSet, Revisions, ScanStats};
 use crate::signature::Signature;
 
 fn bytes(value: &OsString) -> Vec<u8> {
@@ -28,21 +28,27 @@ pub struct SysinfoScanner {
     /// The records of the previous scan, by pid: one that comes out the same keeps its revision.
     previous: FxHashMap<i32, Arc<EngineProc>>,
     revisions: Revisions,
+    /// Only its checkouts are used: which programs need one (and never find it here).
+    read_set: ReadSet,
 }
 
 impl SysinfoScanner {
     pub fn new(signatures: &[Signature]) -> Result<Self, String> {
-        Ok(Self::compiled(CompiledSignatures::new(signatures)?))
+        Ok(Self::compiled(
+            CompiledSignatures::new(signatures)?,
+            ReadSet::default(),
+        ))
     }
 
     /// A scanner of signatures already compiled.
-    pub fn compiled(compiled: Arc<CompiledSignatures>) -> Self {
+    pub fn compiled(compiled: Arc<CompiledSignatures>, read_set: ReadSet) -> Self {
         SysinfoScanner {
             compiled,
             system: System::new(),
             stats: ScanStats::default(),
             previous: FxHashMap::default(),
             revisions: Revisions::default(),
+            read_set,
         }
     }
 
@@ -131,6 +137,7 @@ impl SysinfoScanner {
                 })
                 .unwrap_or_default();
             let pid = pid.as_u32() as i32;
+            let engine = facts.engine;
             let mut record = EngineProc {
                 pid,
                 revision: 0,
@@ -147,6 +154,8 @@ impl SysinfoScanner {
                 environ: None,
                 cgroup: None,
                 netns: None,
+                // Nothing is looked at as another user here: a checkout is never found.
+                in_checkout: self.read_set.checkout_paths(engine, &argv).map(|_| false),
                 argv,
             };
             if record.exe.is_none() {

@@ -625,6 +625,12 @@ pub fn scanner(data: &[u8]) {
             environ: vec![vec![b"PATH".to_vec()]; real_signatures().len()],
             cgroup: true,
             netns: true,
+            checkouts: vec![
+                [(b"main.py".to_vec(), vec![b"common/args.py".to_vec()])]
+                    .into_iter()
+                    .collect();
+                real_signatures().len()
+            ],
         },
     };
     let mut scanner =

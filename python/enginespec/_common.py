@@ -43,6 +43,8 @@ class RawProcess(NamedTuple):
     environ: Environ | None
     cgroup: bytes | None
     netns: int | None
+    #: whether it runs inside its engine's checkout (``None``: its program needs none)
+    in_checkout: bool | None
 
 
 class Environ(NamedTuple):
@@ -66,6 +68,35 @@ class ReadSet(NamedTuple):
     cgroup: bool
     #: read which network namespace the process is in
     netns: bool
+    #: per engine, the programs that are that engine only inside its checkout (TabbyAPI's
+    #: ``main.py``), by name, with the files that must lie next to them
+    #: (``LaunchForm.checkout_files``): whether they do is looked at as the process's owner,
+    #: inside its root
+    checkouts: Sequence[dict[str, tuple[str, ...]]] = ()
+
+    def checkout_paths(self, engine: int, argv: Sequence[str]) -> tuple[str, ...] | Literal[False] | None:
+        """The files of the checkout ``argv``'s program must be in, as the process names them,
+        when its engine's read set names that program (``False``: it names none); ``None`` for
+        a directory never looked into (``ReadSet::checkout_paths`` in scan.rs)."""
+        program = program_path(argv)
+        programs = self.checkouts[engine] if engine < len(self.checkouts) else {}
+        files = programs.get(basename(program))
+        return False if files is None else checkout_paths(program, files)
+
+
+#: Longest program directory a checkout is looked for in, in bytes (a path, as argv gives it).
+MAX_CHECKOUT_DIRECTORY = 4096
+
+
+def checkout_paths(program: str, files: Sequence[str]) -> tuple[str, ...] | None:
+    """``files``, which must lie next to ``program`` (as argv names it), as the process would
+    name them (relative ones from its working directory); ``None`` for a directory that is never
+    looked into: one with a ``..`` component, or longer than a path."""
+    directory = program[: max(program.rfind("/"), program.rfind("\\")) + 1]
+    parts = directory.replace("\\", "/").split("/")
+    if len(os.fsencode(directory)) > MAX_CHECKOUT_DIRECTORY or ".." in parts:
+        return None
+    return tuple(directory + name for name in files)
 
 
 #: At most this much of a process's environment is read (Linux caps argv and environment together
@@ -133,6 +164,17 @@ def parse_port(value: str) -> int | None:
         return None
     port = int(value)
     return port if port <= 65535 else None
+
+
+def program_path(argv: Sequence[str]) -> str:
+    """The program argv runs: its first word, or the script an interpreter runs (a console
+    script: ``[python3, /venv/bin/vllm, ...]``); ``""`` for none (``program_path`` of
+    matcher.rs)."""
+    program = argv[0] if argv else ""
+    if is_python(basename(program)):
+        target = python_target(argv)
+        program = target[1] if target is not None and target[0] == "script" else ""
+    return program
 
 
 def python_target(argv: Sequence[str]) -> tuple[str, str, int] | None:

@@ -113,13 +113,16 @@ class ProcessScanner:
 
 @final
 class ProcRoot:
-    """The scanner's reads of sockets below one procfs root (``/proc``, or a fixture host's
-    ``ROOT/proc``), for the facade's questions of who listens where; the GIL is released while
-    it reads."""
+    """The scanner's reads of sockets and process trees below one procfs root (``/proc``, or a
+    fixture host's ``ROOT/proc``), for the facade's questions of who listens where and which
+    processes an engine's tree holds; the GIL is released while it reads."""
 
     def __new__(cls, proc: str | PathLike[str]) -> ProcRoot: ...
     def list_pids(self) -> list[tuple[int, int]]:
         """(pid, inode of ``ROOT/PID``) of every process."""
+    def descendants(self, pid: int) -> list[int]:
+        """Every live descendant of the process (zombies left out), sorted, from the kernel's
+        lists of each task's children."""
     def netns(self, pid: int) -> int | None:
         """The inode of the process's network namespace (the number its ``ns/net`` link names),
         ``None`` when it cannot be read."""

@@ -1,5 +1,8 @@
-"""Files a process names (its config file, its checkout), read as that process's owner would
-read them and resolved inside that process's root; and its environment, size-capped.
+"""The facade's reads of the kernel's files (procfs and sysfs, below a root: ``/``, or a fixture
+host's) and of files a process names (its config file, its checkout), the latter read as that
+process's owner would read them and resolved inside that process's root; and its environment,
+size-capped. Nothing else in the facade opens a kernel file: the scan itself reads through its
+backend's ``ProcRoot``.
 
 Any user on the host can name any path (``--config /root/.ssh/id_rsa``, a FIFO, ``/dev/tty``, a
 symlink into the host from a container, ``/proc/self/...`` which would be this scanner), so:
@@ -45,6 +48,8 @@ from typing import Literal, TypeVar
 #: Where the kernel's process files are (a scanner given a fixture host's root reads ROOT/proc:
 #: every reader here takes that as ``proc``).
 PROC = "/proc"
+#: Where the kernel's system files are.
+SYS = "/sys"
 #: This process's own fds: always the real ones.
 _SELF_FD = "/proc/self/fd"
 #: How long one step (resolve, open, read, for one process) may take.
@@ -132,6 +137,72 @@ def proc_link(pid: int | str, name: str, proc: str = PROC) -> str:
     """Where the link ``PROC/PID/NAME`` points (``exe``, ``cwd``, ``fd/1``); ``OSError`` as
     :func:`os.readlink` raises it."""
     return os.readlink(proc_path(pid, name, proc))
+
+
+def read_kernel_file(path: str, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of a file the kernel writes (``ROOT/proc/devices``,
+    ``ROOT/sys/class/drm/card0/dev``, a cgroup's ``memory.events``), ``None`` when it cannot be
+    read."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(limit)
+    except OSError:
+        return None
+
+
+def list_kernel_directory(path: str) -> list[str]:
+    """The names in a directory the kernel lists (``ROOT/sys/class/drm``, ``ROOT/proc``), sorted;
+    none when it cannot be listed."""
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def kernel_link(path: str) -> str | None:
+    """Where a link of the kernel's points (a device's ``driver``), ``None`` when unreadable."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def _device_link(target: str, root: str) -> bool:
+    """Whether an fd's link names a device node worth a stat: a path in ``/dev`` (the process's
+    own, in a container) but not a terminal, ``/dev/null`` or a ``/dev/shm`` file. Only those are
+    followed: a stat reaches the file's filesystem, which for a file on a FUSE or network mount of
+    the process's could block; reading the link does not."""
+    base = root.rstrip("/")
+    if base and target.startswith(base + "/"):
+        target = target[len(base) :]  # a fixture host's links name its own /dev
+    if not target.startswith("/dev/"):
+        return False  # socket:[...], pipe:[...], anon_inode:..., files elsewhere
+    return not target.startswith(("/dev/shm/", "/dev/pts/", "/dev/mqueue/")) and target != "/dev/null"
+
+
+def open_devices(pid: int, root: str = "/") -> tuple[list[tuple[int, int, int]], str | None] | None:
+    """The character devices among the open files of process ``pid`` of the host at ``root``
+    (``ROOT/proc/PID/fd``), as (fd, major, minor), sorted, with why they could not be listed;
+    ``None`` for a vanished process."""
+    directory = os.path.join(root, "proc", str(pid), "fd")
+    found = []
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                try:
+                    if not _device_link(os.readlink(entry.path), root):
+                        continue
+                    info = os.stat(entry.path)  # follows the link to the device
+                except OSError:
+                    continue  # closed meanwhile, or a link to nothing
+                if stat.S_ISCHR(info.st_mode) and entry.name.isdigit():
+                    found.append((int(entry.name), os.major(info.st_rdev), os.minor(info.st_rdev)))
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        reason = err.strerror.lower() if err.strerror else type(err).__name__
+        return [], f"cannot read {proc_path(pid, 'fd')}: {reason}"
+    return sorted(found), None
 
 
 def reopen(handle: int, flags: int) -> int:

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from enginespec._common import Listening, pread_all
-from enginespec._procfiles import PROC
+from enginespec._procfiles import PROC, first_missing
 from enginespec._pyprocfs import (
     AF_INET,
     AF_INET6,
     diag_listen_request,
+    is_dead,
     parse_children,
     parse_diag_listen,
     parse_pid_name,
@@ -112,6 +113,26 @@ def _diag_listening(family: int) -> list[Listening] | None:
         return None
 
 
+class _Tree(Protocol):
+    def children(self, pid: int) -> list[int]: ...
+    def stat(self, pid: int) -> Stat | None: ...
+
+
+def live_descendants(source: _Tree, pid: int) -> list[int]:
+    """Every live descendant of ``pid``, sorted: zombies (exited, not yet reaped) serve nothing
+    and have no children left, so each child's stat is read to leave them out."""
+    seen: set[int] = set()
+    queue = [pid]
+    while queue:
+        for child in source.children(queue.pop()):
+            if child != pid and child not in seen:
+                stat = source.stat(child)
+                if stat is not None and not is_dead(stat.state):
+                    seen.add(child)
+                    queue.append(child)
+    return sorted(seen)
+
+
 class ProcRoot:
     """Linux: every process file read where and as procread.rs reads it, below ``proc``
     (``/proc``, or a fixture host's ``ROOT/proc``)."""
@@ -127,6 +148,11 @@ class ProcRoot:
     def _host_value(self, name: str, key: bytes) -> int | None:
         data = _read(f"{self._proc}/{name}")
         return None if data is None else proc_stat_value(data, key)
+
+    def all_regular(self, pid: int, paths: tuple[str, ...]) -> bool:
+        """Whether every one of ``paths``, as process ``pid`` names them, is a regular file to its
+        owner, inside its root (``namedfiles::first_missing``)."""
+        return first_missing(pid, paths, self._proc) is None
 
     def list_pids(self) -> list[tuple[int, int]]:
         """(pid, inode of /proc/PID): the inode changes when a pid is handed to a new process."""
@@ -229,6 +255,10 @@ class ProcRoot:
             if data is not None:
                 found.extend(parse_children(data))
         return found
+
+    def descendants(self, pid: int) -> list[int]:
+        """Every live descendant of ``pid``, sorted (``ProcRoot::descendants`` of procread.rs)."""
+        return live_descendants(self, pid)
 
     def exists(self, pid: int) -> bool:
         return os.path.exists(f"{self._proc}/{pid}")

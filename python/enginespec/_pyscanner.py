@@ -47,21 +47,6 @@ _LINUX = sys.platform.startswith("linux")
 _Source: TypeAlias = "ProcRoot | PsutilSource"
 
 
-def _descendants(source: _Source, pid: int) -> list[int]:
-    """Every live descendant of ``pid``, sorted: zombies (exited, not yet reaped) serve nothing
-    and have no children left, so each child's stat is read to leave them out."""
-    seen: set[int] = set()
-    queue = [pid]
-    while queue:
-        for child in source.children(queue.pop()):
-            if child != pid and child not in seen:
-                stat = source.stat(child)
-                if stat is not None and not is_dead(stat.state):
-                    seen.add(child)
-                    queue.append(child)
-    return sorted(seen)
-
-
 def _reuse(
     old: tuple[int, int] | None, new: tuple[int, int] | None, pid_max: int
 ) -> tuple[bool, Callable[[int], bool]]:
@@ -117,6 +102,7 @@ class _Engine:
     environ: Environ | None
     cgroup: bytes | None
     netns: int | None
+    in_checkout: bool | None
     descendants: list[int] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
     tree_denied: bool = False
@@ -140,6 +126,7 @@ class _Engine:
                 environ=self.environ,
                 cgroup=self.cgroup,
                 netns=self.netns,
+                in_checkout=self.in_checkout,
             )
         return self.built
 
@@ -428,14 +415,19 @@ class ProcessScanner:
             self._appeared_parents.append(stat.ppid)
         exe, exe_denied = self._source.exe(pid)
         source = self._source
+        paths = self._read_set.checkout_paths(facts.engine, argv)
         if not isinstance(source, ProcRoot):  # the read set is procfs's (as in scan_sysinfo.rs)
             environ, cgroup, netns = None, None, None
+            in_checkout = None if paths is False else False  # nothing is looked at as another user
         else:
             environ = self._environ_of(source, pid, facts.engine)
             cgroup = self._cgroup_of(source, pid)
             netns = source.netns(pid) if self._read_set.netns else None
+            in_checkout = None if paths is False else paths is not None and source.all_regular(pid, paths)
         parent_argv = self._parent_argv(stat.ppid)
-        return _Engine(pid, cmdline, stat, argv, facts, exe, exe_denied, parent_argv, environ, cgroup, netns)
+        return _Engine(
+            pid, cmdline, stat, argv, facts, exe, exe_denied, parent_argv, environ, cgroup, netns, in_checkout
+        )
 
     def _environ_of(self, source: ProcRoot, pid: int, engine: int) -> Environ | None:
         """The variables of ``pid``'s environment its engine's read set names."""
@@ -637,7 +629,7 @@ class ProcessScanner:
             # mode, only the trees above the new engine.
             appeared = pid in folding if self._event_driven else self._engine_appeared
             if appeared or engine.tree_read is None or now - engine.tree_read >= self._refresh:
-                descendants = _descendants(self._source, pid) if self._fold[engine.facts.engine] else []
+                descendants = self._source.descendants(pid) if self._fold[engine.facts.engine] else []
                 ports: list[int] = []
                 denied = False
                 if self._listen_ports:

@@ -10,7 +10,7 @@ import time
 import psutil
 
 from enginespec._common import Listening
-from enginespec._pyprocread import Denied, Gone, Stat
+from enginespec._pyprocread import Denied, Gone, Stat, live_descendants
 
 
 class PsutilSource:
@@ -69,6 +69,9 @@ class PsutilSource:
             return [child.pid for child in psutil.Process(pid).children()]
         except psutil.Error:
             return []
+
+    def descendants(self, pid: int) -> list[int]:
+        return live_descendants(self, pid)
 
     def exists(self, pid: int) -> bool:
         return psutil.pid_exists(pid)

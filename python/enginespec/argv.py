@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from enginespec._backend import MatcherType
-from enginespec._common import basename, is_python, looks_like_flag, python_target
+from enginespec._common import basename, checkout_paths, looks_like_flag, program_path
 from enginespec.definition import EngineDefinition, Fact
 from enginespec.display import literal
 from enginespec.masking import REDACTED, is_secret_name
@@ -94,34 +94,31 @@ def served_names(signature: Signature, model: str | None, served: Sequence[str])
     return (model,) if model else ()
 
 
-#: Longest program directory a checkout is looked for in (a path, as argv gives it).
-_MAX_CHECKOUT_DIRECTORY = 4096
+def checkout_programs(signature: Signature) -> dict[str, tuple[str, ...]]:
+    """The programs that are ``signature``'s engine only inside its checkout, by name, with the
+    files that must lie next to them (``LaunchForm.checkout_files``; the first form naming a
+    program decides): what a scan's read set asks the backend to look for."""
+    programs: dict[str, tuple[str, ...]] = {}
+    for form in signature.launch_forms:
+        if form.checkout_files:
+            for name in form.executables:
+                programs.setdefault(name, form.checkout_files)
+    return programs
 
 
 @dataclass(frozen=True)
 class Checkout:
     """Files that must lie next to argv's program for it to be this engine (``LaunchForm.
-    checkout_files``): ``directory`` is the program's directory as argv gives it (``""``: the
-    working directory)."""
+    checkout_files``)."""
 
     program: str
-    directory: str
     files: tuple[str, ...]
-
-    def paths(self) -> tuple[str, ...] | None:
-        """The files, as the process would name them (relative ones from its working directory);
-        ``None`` for a directory that is never looked into: one with a ``..`` component, or longer
-        than a path."""
-        parts = self.directory.replace("\\", "/").split("/")
-        if len(self.directory) > _MAX_CHECKOUT_DIRECTORY or ".." in parts:
-            return None
-        return tuple(self.directory + name for name in self.files)
 
     def missing(self, cwd: str) -> str | None:
         """The first file that is not a regular file, seen from ``cwd`` on this host; ``None``
         when all are there. Nothing is followed but the path to the directory: a checkout's own
         files are plain files (``lstat``)."""
-        paths = self.paths()
+        paths = checkout_paths(self.program, self.files)
         if paths is None:
             return self.files[0]
         for name, path in zip(self.files, paths, strict=True):
@@ -133,32 +130,18 @@ class Checkout:
         return None
 
 
-def _program(argv: Sequence[str]) -> str:
-    """The program argv runs: its first word, or the script an interpreter runs (a console
-    script: ``[python3, /venv/bin/vllm, ...]``); ``""`` for none."""
-    program = argv[0] if argv else ""
-    if is_python(basename(program)):
-        target = python_target(argv)
-        program = target[1] if target is not None and target[0] == "script" else ""
-    return program
-
-
 def checkout(signature: Signature, argv: Sequence[str]) -> Checkout | None:
     """The checkout argv's program must be in, when a launch form of ``signature`` names its
     program with ``checkout_files``."""
-    program = _program(argv)
-    name = basename(program)
-    for form in signature.launch_forms:
-        if form.checkout_files and name in form.executables:
-            directory = program[: max(program.rfind("/"), program.rfind("\\")) + 1]
-            return Checkout(program, directory, form.checkout_files)
-    return None
+    program = program_path(argv)
+    files = checkout_programs(signature).get(basename(program))
+    return None if files is None else Checkout(program, files)
 
 
 def _listen_default(signature: Signature, argv: Sequence[str]) -> tuple[str, int] | None:
     """Where a program of one of ``signature``'s forms with its own address flags listens when
     argv gives none (``LaunchForm.listen_default``), found by its executable's name."""
-    name = basename(_program(argv))
+    name = basename(program_path(argv))
     for form in signature.launch_forms:
         if form.listen_default is not None and name in form.executables:
             return form.listen_default

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from enginespec._gpuids import UUID, normal_pci
 from enginespec._nvml import NvmlDevice, query
-from enginespec._procfiles import proc_path
+from enginespec._procfiles import kernel_link, list_kernel_directory, open_devices, read_kernel_file
 
 Vendor = Literal["nvidia", "amd", "intel", "other"]
 GpuSource = Literal["nvml", "fdinfo", "kfd", "fd"]
@@ -123,18 +122,8 @@ def _path(root: str, *parts: str) -> str:
 
 
 def _read(path: str) -> str | None:
-    try:
-        with open(path, "rb") as file:
-            return file.read(_READ_LIMIT).decode("utf-8", "replace")
-    except OSError:
-        return None
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return sorted(os.listdir(path))
-    except OSError:
-        return []
+    data = read_kernel_file(path, _READ_LIMIT)
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def _int(text: str | None, base: int = 10) -> int | None:
@@ -148,10 +137,8 @@ def _int(text: str | None, base: int = 10) -> int | None:
 
 
 def _link_name(path: str) -> str | None:
-    try:
-        return os.path.basename(os.readlink(path))
-    except OSError:
-        return None
+    target = kernel_link(path)
+    return None if target is None else os.path.basename(target)
 
 
 def _char_devices(root: str) -> dict[str, set[int]]:
@@ -211,7 +198,7 @@ def _information(text: str) -> dict[str, str]:
 def _read_nvidia(root: str, host: _Host) -> None:
     base = _path(root, "proc", "driver", "nvidia", "gpus")
     found = []
-    for bus in _listdir(base):
+    for bus in list_kernel_directory(base):
         info = _information(_read(_path(base, bus, "information")) or "")
         pci = normal_pci(info.get("Bus Location", bus))
         minor = _int(info.get("Device Minor"))
@@ -234,7 +221,7 @@ def _read_drm(root: str, host: _Host) -> None:
     """DRM nodes (``card<N>``, ``renderD<N>``) and their PCI devices, from ``/sys/class/drm``."""
     base = _path(root, "sys", "class", "drm")
     cards: list[tuple[int, _Device]] = []
-    for name in _listdir(base):
+    for name in list_kernel_directory(base):
         if not re.fullmatch(r"(card|renderD)\d+", name):
             continue
         major, _, minor = (_read(_path(base, name, "dev")) or "").strip().partition(":")
@@ -268,7 +255,7 @@ def _read_kfd(root: str, host: _Host) -> None:
     """ROCm's GPUs (KFD topology nodes with a ``gpu_id``), numbered as ROCm numbers them."""
     base = _path(root, "sys", "class", "kfd", "kfd", "topology", "nodes")
     index = 0
-    for node in sorted(_listdir(base), key=lambda name: _int(name) or 0):
+    for node in sorted(list_kernel_directory(base), key=lambda name: _int(name) or 0):
         gpu_id = _int(_read(_path(base, node, "gpu_id")))
         if not gpu_id:
             continue  # a CPU node
@@ -345,41 +332,11 @@ class _Fds:
     problem: str | None = None
 
 
-def _maybe_device(target: str, root: str) -> bool:
-    """Whether an fd's link names a device node worth a stat: a path in ``/dev`` (the process's
-    own, in a container) but not a terminal, ``/dev/null`` or a ``/dev/shm`` file. Only those are
-    followed: a stat reaches the file's filesystem, which for a file on a FUSE or network mount of
-    the process's could block; reading the link does not."""
-    base = root.rstrip("/")
-    if base and target.startswith(base + "/"):
-        target = target[len(base) :]  # a fixture host's links name its own /dev
-    if not target.startswith("/dev/"):
-        return False  # socket:[...], pipe:[...], anon_inode:..., files elsewhere
-    return not target.startswith(("/dev/shm/", "/dev/pts/", "/dev/mqueue/")) and target != "/dev/null"
-
-
 def _open_devices(root: str, pid: int) -> _Fds | None:
     """The character devices ``/proc/PID/fd/*`` point at, by ``st_rdev``; ``None`` for a
     vanished process."""
-    directory = _path(root, "proc", str(pid), "fd")
-    found = []
-    try:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                try:
-                    if not _maybe_device(os.readlink(entry.path), root):
-                        continue
-                    info = os.stat(entry.path)  # follows the link to the device
-                except OSError:
-                    continue  # closed meanwhile, or a link to nothing
-                if stat.S_ISCHR(info.st_mode) and entry.name.isdigit():
-                    found.append((int(entry.name), os.major(info.st_rdev), os.minor(info.st_rdev)))
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        reason = err.strerror.lower() if err.strerror else type(err).__name__
-        return _Fds((), f"cannot read {proc_path(pid, 'fd')}: {reason}")
-    return _Fds(tuple(sorted(found)))
+    found = open_devices(pid, root)
+    return None if found is None else _Fds(tuple(found[0]), found[1])
 
 
 @dataclass
@@ -611,7 +568,7 @@ class GpuReader:
     def _read_kfd(self, host: _Host, pid: int, holdings: dict[str, _Holding]) -> None:
         """ROCm compute memory: ``/sys/class/kfd/kfd/proc/<pid>/vram_<gpu_id>`` (bytes)."""
         directory = _path(self.root, "sys", "class", "kfd", "kfd", "proc", str(pid))
-        for name in _listdir(directory):
+        for name in list_kernel_directory(directory):
             gpu_id = _int(name[5:]) if name.startswith("vram_") else None
             key = host.kfd_ids.get(gpu_id) if gpu_id is not None else None
             size = _int(_read(_path(directory, name))) if key is not None else None
@@ -630,7 +587,7 @@ def _other_holders(root: str, skip: set[int], host: _Host) -> Iterable[int]:
     """Pids outside the engine trees holding a GPU driver's character device (every process's
     open files are listed: what ``enginespec gpus`` reads beyond a scan)."""
     gpu_majors = {_NVIDIA_MAJOR, _DRM_MAJOR, *host.majors.get("kfd", ())}
-    for name in _listdir(_path(root, "proc")):
+    for name in list_kernel_directory(_path(root, "proc")):
         if not name.isdigit() or int(name) in skip:
             continue
         fds = _open_devices(root, int(name))

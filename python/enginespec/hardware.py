@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from enginespec._procfiles import list_kernel_directory
+
 Accelerator = Literal["nvidia", "amd"]
 
 
@@ -13,11 +15,7 @@ def accelerators(root: Path = Path("/")) -> frozenset[Accelerator]:
     """``nvidia`` when the NVIDIA driver lists a GPU (``/proc/driver/nvidia/gpus/*``) or a GPU
     device node exists (``/dev/nvidia0``...); ``amd`` when ROCm's ``/dev/kfd`` exists."""
     found: set[Accelerator] = set()
-    gpus = root / "proc" / "driver" / "nvidia" / "gpus"
-    try:
-        listed = gpus.is_dir() and any(gpus.iterdir())
-    except OSError:
-        listed = False
+    listed = list_kernel_directory(str(root / "proc" / "driver" / "nvidia" / "gpus"))
     if listed or any(path.name[6:].isdigit() for path in (root / "dev").glob("nvidia[0-9]*")):
         found.add("nvidia")
     if (root / "dev" / "kfd").exists():

@@ -28,7 +28,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from enginespec import commands, sockets
 from enginespec._backend import parse_cgroup
 from enginespec._common import parse_port
-from enginespec._procfiles import PROC, proc_link, proc_path, process_state, read_proc, start_ticks
+from enginespec._procfiles import (
+    PROC,
+    SYS,
+    proc_link,
+    proc_path,
+    process_state,
+    read_kernel_file,
+    read_proc,
+    start_ticks,
+)
 from enginespec.argv import flag_value, parse_argv, redact_argv
 from enginespec.config import Config
 from enginespec.containers import Container, api_inspect, api_stop, runs_in_lineage
@@ -238,18 +247,15 @@ def _oom_kills(pid: int) -> int | None:
             continue
         hierarchy, controllers, path = entry
         if hierarchy == "0" and controllers == "":
-            candidate = Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events"
+            candidate = os.path.join(SYS, "fs/cgroup", path.lstrip("/"), "memory.events")
         elif "memory" in controllers.split(","):
-            candidate = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.oom_control"
+            candidate = os.path.join(SYS, "fs/cgroup/memory", path.lstrip("/"), "memory.oom_control")
         else:
             continue
-        try:
-            for line in candidate.read_text().splitlines():
-                name, _, value = line.partition(" ")
-                if name == "oom_kill" and value.strip().isdigit():
-                    return int(value)
-        except OSError:
-            continue
+        for line in (read_kernel_file(candidate, 1 << 16) or b"").splitlines():
+            name, _, value = line.partition(b" ")
+            if name == b"oom_kill" and value.strip().isdigit():
+                return int(value)
     return None
 
 

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import enginespec.sockets as sockets
-from enginespec._procfiles import proc_link, proc_path, read_proc
+from enginespec._backend import proc_root
+from enginespec._procfiles import PROC, proc_link, proc_path
 from enginespec.definition import EngineDefinition
 from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
@@ -186,27 +187,11 @@ def _unix_endpoint(tree: tuple[int, ...], path: str) -> tuple[Endpoint | None, t
 
 
 def engine_tree(pid: int, workers: Sequence[int] = ()) -> list[int]:
-    """A server and its descendants now (workers may have been forked since the scan), found
-    through the kernel's lists of each task's children: the cost is the tree's, not the host's
-    (a walk of every process per engine made 1,024 engines cost minutes)."""
-    found: dict[int, None] = {}
-    queue = [pid]
-    while queue and len(found) < 4096:
-        current = queue.pop()
-        if current in found:
-            continue
-        found[current] = None
-        try:
-            tasks = os.listdir(proc_path(current, "task"))
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                children = read_proc(current, f"task/{task}/children", 1 << 20)
-                queue.extend(int(child) for child in children.split())
-            except (OSError, ValueError):
-                continue
-    found.pop(pid, None)
+    """A server and its descendants now (workers may have been forked since the scan), found by
+    the backend's reading layer through the kernel's lists of each task's children: the cost is
+    the tree's, not the host's (a walk of every process per engine made 1,024 engines cost
+    minutes)."""
+    found = proc_root(PROC).descendants(pid)
     return [pid, *dict.fromkeys([*workers, *found])]
 
 

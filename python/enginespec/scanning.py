@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 
 from enginespec._backend import ScannerType
 from enginespec._common import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess, ReadSet, Woke, basename
-from enginespec.argv import argv_port, endpoint, flag_value, redact_argv, served_names
+from enginespec.argv import argv_port, checkout_programs, endpoint, flag_value, redact_argv, served_names
 from enginespec.config import Config
 from enginespec.definition import EngineDefinition
 from enginespec.engineprocess import EngineProcess
@@ -102,7 +102,12 @@ class Scanner:
             TREE_REFRESH_SECONDS,
             listen_ports,
             root=None if os.path.realpath(root) == "/" else root,
-            read_set=ReadSet([environment_names(spec) for spec in self._specs], cgroup=True, netns=True),
+            read_set=ReadSet(
+                [environment_names(spec) for spec in self._specs],
+                cgroup=True,
+                netns=True,
+                checkouts=[checkout_programs(spec.signature) for spec in self._specs],
+            ),
         )
         #: what the backend's start times count from, to have each engine's start ticks back
         self._boot_time = self._backend.boot_time
@@ -111,7 +116,7 @@ class Scanner:
         self._listen_ports = listen_ports
         # The stages a scan's records go through (see scanstages).
         self._folding = Folding(self._specs)
-        self._outside = OutsideFacts(self._specs, self._proc)
+        self._outside = OutsideFacts(self._proc)
         self._placement = NetworkPlacement(config, self._proc, TREE_REFRESH_SECONDS, YOUNG_SECONDS)
         self._conflicts = PortConflicts(self._proc, TREE_REFRESH_SECONDS)
         self._gpus = GpuReader(root) if gpus else None
@@ -169,7 +174,8 @@ class Scanner:
     def _engines(self, everything: list[RawProcess]) -> list[EngineProcess]:
         """The models of a scan's records (those a checkout check keeps), workers folded into
         their servers, placed, published, and with their port conflicts and GPUs."""
-        raw = [item for item in everything if self._outside.in_checkout(item)]
+        # A program that is its engine only inside its checkout counts where the backend found one.
+        raw = [item for item in everything if item.in_checkout is not False]
         serving, folded = self._folding.fold(raw)
         engines_by_pid = {item.pid: self._specs[item.facts.engine].id for item in raw}
         result = []
@@ -192,7 +198,7 @@ class Scanner:
         if self._listen_ports:
             result = self._conflicts.apply(result, built, appeared=not built.keys() <= self._built.keys())
         self._built = built
-        self._outside.forget(built, {item.pid for item in everything})
+        self._outside.forget(built)
         self._folding.remember(raw, folded, built)
         alive = {(p.pid, p.start_time) for p in result}
         self._placement.forget(alive)

@@ -3,8 +3,8 @@ with the state it keeps between scans (see :class:`enginespec.scanning.Scanner`)
 
 - :class:`Folding`: workers folded into their servers, followers that their environment makes
   servers, and what a worker's server served (so an orphan still says what it served);
-- :class:`OutsideFacts`: whether a program that counts only inside its checkout runs in one, and
-  the facts a process takes from its environment and config file (read again when it changes);
+- :class:`OutsideFacts`: the facts a process takes from its environment and config file (read
+  again when that file changes);
 - :class:`NetworkPlacement`: the container each engine runs in, whether its network is private, and the
   host ports Docker's proxies publish for it;
 - :class:`PortConflicts`: other processes listening on an engine's port.
@@ -18,8 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 import enginespec.sockets as sockets
 from enginespec._common import RawProcess, Runtime
-from enginespec._procfiles import Identity, first_missing, named_identity
-from enginespec.argv import checkout
+from enginespec._procfiles import Identity, named_identity
 from enginespec.config import Config
 from enginespec.containers import (
     Container,
@@ -111,34 +110,14 @@ class Folding:
 
 
 class OutsideFacts:
-    """What a record's model takes from outside its argv: whether a program that counts only
-    inside its engine's checkout (TabbyAPI's ``main.py``) runs in one, checked once per record;
-    its environment and config file, read when its model is built and again when that file is
-    edited or replaced."""
+    """What a record's model takes from outside its argv: its environment (as its scan read it)
+    and config file, read when its model is built and again when that file is edited or
+    replaced."""
 
-    def __init__(self, specs: Sequence[EngineDefinition], proc: str) -> None:
-        self._specs = specs
+    def __init__(self, proc: str) -> None:
         self._proc = proc
         #: pid -> (its config file as it names it, the identity of what was read)
         self._configs: dict[int, tuple[str, Identity | None]] = {}
-        #: pid -> (its record, whether its checkout was found)
-        self._checkouts: dict[int, tuple[RawProcess, bool]] = {}
-
-    def in_checkout(self, item: RawProcess) -> bool:
-        """Whether the process runs in its checkout, seen through its own root and working
-        directory; one whose directories cannot be read (another user's, for a scan that is not
-        root) does not count: the program's name alone says nothing."""
-        pid = item.pid
-        needed = checkout(self._specs[item.facts.engine].signature, item.argv)
-        if needed is None:
-            return True
-        known = self._checkouts.get(pid)
-        if known is not None and known[0] is item:
-            return known[1]
-        paths = needed.paths()
-        found = paths is not None and first_missing(pid, paths, self._proc) is None
-        self._checkouts[pid] = (item, found)
-        return found
 
     def read(self, spec: EngineDefinition, item: RawProcess, argv: Sequence[str], *, runner: bool) -> Outside:
         """The facts of the record's environment (as its scan read it) and config file."""
@@ -152,11 +131,9 @@ class OutsideFacts:
         config = self._configs.get(pid)
         return config is not None and named_identity(pid, config[0], self._proc) != config[1]
 
-    def forget(self, built: Collection[int], listed: Collection[int]) -> None:
-        """Keeps config files of the engines built, and checkouts of the processes listed."""
+    def forget(self, built: Collection[int]) -> None:
+        """Keeps config files of the engines built."""
         self._configs = {pid: config for pid, config in self._configs.items() if pid in built}
-        if self._checkouts:
-            self._checkouts = {pid: known for pid, known in self._checkouts.items() if pid in listed}
 
 
 #: An engine in a private network namespace: (its model as built, the proxy rules its ports were

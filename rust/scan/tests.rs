@@ -330,6 +330,7 @@ fn the_read_set_is_read_for_engines_once_per_record() {
             environ: vec![bytes(&["DEMO_PORT"]), Vec::new()],
             cgroup: true,
             netns: true,
+            checkouts: Vec::new(),
         },
         ..proc.options()
     };
@@ -1308,4 +1309,70 @@ fn an_argv_beyond_the_cap_is_kept_only_to_it_and_marked_cut() {
     assert_eq!(kept[..MAX_ARGV_ARGS], bytes(&huge[..MAX_ARGV_ARGS])[..]);
     // The port sits beyond the cap: not examined, so not known.
     assert_eq!(found[0].facts.port, None);
+}
+
+#[test]
+fn a_program_that_needs_a_checkout_is_looked_for_in_it_once_per_record() {
+    let proc = FakeProc::new();
+    let files = tempfile::TempDir::new().unwrap();
+    std::fs::create_dir_all(files.path().join("co/lib")).unwrap();
+    std::fs::write(files.path().join("co/marker.py"), "").unwrap();
+    std::fs::write(files.path().join("co/lib/x.py"), "").unwrap();
+    std::fs::create_dir(files.path().join("empty")).unwrap();
+    proc.spawn(1, &["/sbin/init"]);
+    let placed = [
+        (100, &["demo", "serve", "/m/a"][..], "co"),
+        (101, &["demo", "serve", "/m/b"], "empty"),
+        (102, &["/co/demo", "serve", "/m/c"], "empty"),
+        (103, &["../co/demo", "serve", "/m/d"], "co"),
+        (104, &["python3", "-u", "demo", "serve", "/m/e"], "co"),
+        (200, &["solo-server", "-m", "/m/f"], "empty"),
+    ];
+    // SAFETY: a plain query.
+    let uid = unsafe { libc::geteuid() };
+    for (pid, argv, cwd) in placed {
+        proc.spawn(pid, argv);
+        let ids = format!("{uid}\t{uid}\t{uid}\t{uid}");
+        let status = format!("Name:\tdemo\nUid:\t{ids}\nGid:\t{ids}\nGroups:\t\n");
+        std::fs::write(proc.path(&format!("{pid}/status")), status).unwrap();
+        std::os::unix::fs::symlink(files.path(), proc.path(&format!("{pid}/root"))).unwrap();
+        let cwd = files.path().join(cwd);
+        std::os::unix::fs::symlink(cwd, proc.path(&format!("{pid}/cwd"))).unwrap();
+    }
+    let demo: FxHashMap<Vec<u8>, Vec<Vec<u8>>> =
+        [(b"demo".to_vec(), bytes(&["marker.py", "lib/x.py"]))]
+            .into_iter()
+            .collect();
+    let options = ScanOptions {
+        read_set: ReadSet {
+            checkouts: vec![demo, FxHashMap::default()],
+            ..ReadSet::default()
+        },
+        ..proc.options()
+    };
+    let mut scanner = Scanner::new(&signatures(), options).unwrap();
+    let start = Instant::now();
+    let found = scanner.scan_at(start);
+    let seen = |found: &[Arc<EngineProc>]| -> Vec<(i32, Option<bool>)> {
+        found.iter().map(|p| (p.pid, p.in_checkout)).collect()
+    };
+    assert_eq!(
+        seen(&found),
+        vec![
+            (100, Some(true)),
+            (101, Some(false)),
+            // an absolute program path is looked up inside the process's root
+            (102, Some(true)),
+            // a directory with `..` is never looked into
+            (103, Some(false)),
+            // the script an interpreter runs is the program
+            (104, Some(true)),
+            // a program that needs no checkout
+            (200, None),
+        ]
+    );
+    // Kept while the process lives, as everything the read set asks.
+    std::fs::remove_file(files.path().join("co/marker.py")).unwrap();
+    let again = scanner.scan_at(start + secs(1));
+    assert_eq!(seen(&again), seen(&found));
 }

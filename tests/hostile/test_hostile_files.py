@@ -6,6 +6,7 @@ not read, or one outside its root), and every other engine is scanned as usual; 
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -142,13 +143,17 @@ FILES = {
 }
 
 
+#: The files a TabbyAPI checkout is told by (its signature's checkout files and its program).
+TABBY_FILES = ("common/args.py", "common/tabby_config.py", "endpoints/core/router.py", "main.py")
+
+
 def _hostile_zoo(strangers: Strangers, shared: Path, private: Path) -> dict[int, tuple[str, ...]]:
     """Starts one stranger per attack; returns pid -> the phrases one of its problems holds."""
     for name, text in FILES.items():
         _write(shared / name, text)
     os.mkfifo(shared / "fifo.yaml", 0o666)
     tabby = shared / "tabby"
-    for name in ("common/args.py", "common/tabby_config.py", "endpoints/core/router.py", "main.py"):
+    for name in TABBY_FILES:
         _write(tabby / name, "")
     os.mkfifo(tabby / "config.yml", 0o666)
     _write(private / "in-root-only-dir.yaml", "model: root-only-directory\n")  # 0644 in a 0700 dir
@@ -351,6 +356,62 @@ def test_a_config_that_hangs_is_given_up_after_the_step_deadline(
     wait_for(lambda: procfiles._stuck == 0)
     monkeypatch.setattr(procfiles, "_regular", real)
     assert _by_pid(Scanner().scan(), {pid})[pid].model == "org/good-from-config"
+
+
+@pytest.fixture
+def silent_mount(shared: Path) -> Iterator[Path]:
+    """A FUSE filesystem whose daemon never answers, mounted on a directory of this test: every
+    lookup in it blocks in the kernel until the connection is aborted (closing the device), as
+    on a host whose FUSE daemon is stuck. Aborted and unmounted at the end."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    target = shared / "silent"
+    target.mkdir()
+    device = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
+    options = f"fd={device},rootmode=40000,user_id=0,group_id=0,allow_other".encode()
+    if libc.mount(b"enginespec-silent", os.fsencode(target), b"fuse.enginespec-silent", 0, options) != 0:
+        os.close(device)
+        raise OSError(ctypes.get_errno(), "mounting a FUSE filesystem for the test")
+    try:
+        yield target
+    finally:
+        os.close(device)  # aborts the connection: what blocks in it fails with ENOTCONN
+        libc.umount2(os.fsencode(target), 2)  # MNT_DETACH
+
+
+def test_a_checkout_on_a_filesystem_that_never_answers_is_given_up(
+    strangers: Strangers, silent_mount: Path
+) -> None:
+    """TabbyAPI's `main.py` named on a mount that never answers: the backend gives up looking for
+    its checkout at the step deadline, the process does not count, and the scan and every other
+    engine go on."""
+    hung = strangers.start(["python3", str(silent_mount / "tabby" / "main.py"), "--port", "41391"])
+    good = strangers.start(["vllm", "serve", "org/good", "--port", "41392"])
+    scans: list[list[EngineProcess]] = []
+    scanning = threading.Thread(target=lambda: scans.append(Scanner().scan()), daemon=True)
+    scanning.start()
+    scanning.join(120)  # a liveness bound, not a timing: the deadline is 2 s
+    assert scans, "the scan hung on a filesystem that never answers"
+    found = _by_pid(scans[0], {hung, good})
+    assert set(found) == {good}
+    assert found[good].model == "org/good"
+
+
+def test_a_checkout_its_owner_cannot_reach_does_not_count(strangers: Strangers, shared: Path) -> None:
+    """A TabbyAPI checkout in a directory only root may search: `nobody`'s `main.py` named there
+    is not TabbyAPI, though the root scanner could see the files; the same checkout where
+    `nobody` may look counts."""
+    private = Path(tempfile.mkdtemp(prefix="enginespec-private-"))  # 0700, root's
+    try:
+        for where in (private / "tabby", shared / "tabby"):
+            for name in TABBY_FILES:
+                _write(where / name, "")
+        hidden = strangers.start(["python3", str(private / "tabby" / "main.py"), "--port", "41393"])
+        open_ = strangers.start(["python3", "main.py", "--port", "41394"], shared / "tabby")
+        found = _by_pid(Scanner().scan(), {hidden, open_})
+        assert set(found) == {open_}
+        assert found[open_].engine == "tabbyapi"
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def test_documents_within_limits_are_what_safe_load_gives() -> None:

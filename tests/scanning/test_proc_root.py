@@ -16,7 +16,7 @@ import enginespec._pyprocread as _pyprocread
 import enginespec._pyscanner as _pyscanner
 import enginespec.sockets as sockets
 from enginespec._common import Listening
-from helpers.fixturehost import SIGNATURES, FixtureHost
+from helpers.fixturehost import SIGNATURES, FixtureHost, Stat
 
 try:
     import enginespec._native as _native
@@ -110,6 +110,25 @@ def test_both_readers_read_the_same_sockets(host: FixtureHost, backend: str) -> 
     )
     assert reader.listen_table(12345) == []
     assert {pid for pid, _inode in reader.list_pids()} == {1, 100, 101, 200, 300, 400}
+
+
+@pytest.mark.parametrize("backend", sorted(READERS))
+def test_both_readers_give_the_same_live_descendants(host: FixtureHost, backend: str) -> None:
+    """A tree through two threads' children lists, a zombie left out (with what it lists), a loop
+    in the lists and a child that is gone: what `reaching.engine_tree` asks of the backend."""
+    host.spawn(102, ["demo-worker"], 100)
+    host.spawn(103, ["demo-worker"], 102)
+    host.spawn(104, ["demo-worker"], 100)
+    host.set_stat(104, Stat(state="Z", ppid=100))
+    host.spawn(105, ["demo-worker"], 104)
+    host.set_children(100, 100, [101, 104])
+    host.set_children(100, 777, [102, 99999])  # another thread of 100's; 99999 is gone
+    host.set_children(102, 102, [103, 100])  # a list naming the root again ends nowhere
+    host.set_children(104, 104, [105])
+    reader = READERS[backend](str(host.proc))
+    assert reader.descendants(100) == [101, 102, 103]
+    assert reader.descendants(103) == []
+    assert reader.descendants(12345) == []
 
 
 @pytest.mark.parametrize("backend", sorted(SCANNERS))

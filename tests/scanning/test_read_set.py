@@ -1,7 +1,7 @@
 """The read set: what a scan reads of each engine process beyond its argv (the environment
-variables its engine names, its cgroup, its network namespace), declared by the caller and read by
-the backend, once per record, for engine processes only. Both scanners read the same fixture host
-and must give the same records."""
+variables its engine names, its cgroup, its network namespace, whether it runs in its checkout),
+declared by the caller and read by the backend, once per record, for engine processes only. Both
+scanners read the same fixture host and must give the same records."""
 
 from __future__ import annotations
 
@@ -122,3 +122,50 @@ def test_both_backends_give_the_same_records(host: FixtureHost) -> None:
         pytest.skip("the extension is not built: there is one backend")
     records = [sorted(_scan(name, host).values()) for name in sorted(SCANNERS)]
     assert records[0] == records[1]
+
+
+@pytest.mark.parametrize("name", sorted(SCANNERS))
+def test_a_checkout_is_looked_for_as_the_read_set_names_it(name: str, tmp_path: Path) -> None:
+    """``demo`` counts only next to ``marker.py`` and ``lib/x.py``: each record says whether its
+    files are there, looked at inside the process's root from its working directory; ``solo``
+    needs no checkout. Both scanners must agree."""
+    host = FixtureHost(tmp_path / "host")
+    files = tmp_path / "fs"
+    (files / "co" / "lib").mkdir(parents=True)
+    (files / "co" / "marker.py").write_text("")
+    (files / "co" / "lib" / "x.py").write_text("")
+    (files / "link").mkdir()
+    (files / "link" / "lib").mkdir()
+    (files / "link" / "lib" / "x.py").write_text("")
+    (files / "link" / "marker.py").symlink_to(files / "co" / "marker.py")  # a link is no file
+    (files / "empty").mkdir()
+    host.spawn(1, ["/sbin/init"])
+    placed = {
+        100: (["demo", "serve", "/m/a"], "co", True),
+        101: (["demo", "serve", "/m/b"], "empty", False),
+        102: (["/co/demo", "serve", "/m/c"], "empty", True),  # inside the process's root
+        103: (["../co/demo", "serve", "/m/d"], "co", False),  # `..`: never looked into
+        104: (["python3", "-u", "demo", "serve", "/m/e"], "co", True),  # the script is the program
+        105: (["demo", "serve", "/m/f"], "link", False),
+        106: (["demo", "serve", "/m/g"], "co", False),  # its status cannot be read
+        200: (["solo-server", "-m", "/m/h"], "empty", None),
+    }
+    for pid, (argv, cwd, _expected) in placed.items():
+        host.spawn(pid, argv)
+        host.link(pid, "root", files)
+        host.link(pid, "cwd", files / cwd)
+    make_unreadable(host.proc / "106" / "status")
+    read_set = ReadSet(
+        [[], []], cgroup=False, netns=False, checkouts=[{"demo": ("marker.py", "lib/x.py")}, {}]
+    )
+    found = without_read_override(lambda: _scan(name, host, read_set))
+    assert {pid: item.in_checkout for pid, item in found.items()} == {
+        pid: expected for pid, (_argv, _cwd, expected) in placed.items()
+    }
+    # kept while the process lives, as everything the read set asks
+    (files / "co" / "marker.py").unlink()
+    scanner = SCANNERS[name](SIGNATURES, [], 5.0, 2.0, True, root=str(host.root), read_set=read_set)
+    first = {item.pid: item.in_checkout for item in scanner.scan_at(60.0)}
+    assert first[100] is False
+    (files / "co" / "marker.py").write_text("")
+    assert {item.pid: item.in_checkout for item in scanner.scan_at(61.0)}[100] is False
