@@ -25,7 +25,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -468,8 +468,7 @@ pub fn in_worker<T: Send + 'static>(
         reply,
         late: Arc::clone(&late),
     };
-    let sent = jobs.send(job).is_ok();
-    let outcome = if sent {
+    let waited = if jobs.send(job).is_ok() {
         answer.recv_timeout(STEP)
     } else {
         Err(RecvTimeoutError::Disconnected)
@@ -477,16 +476,18 @@ pub fn in_worker<T: Send + 'static>(
     let mut state = workers();
     state.busy = false;
     FREED.notify_one();
-    let outcome = match outcome {
+    let outcome = match waited {
         Ok(outcome) => outcome,
+        // Sent between the deadline and this lock: answered in time after all.
         Err(_) => match answer.try_recv() {
-            // Sent between the deadline and this lock.
             Ok(outcome) => outcome,
-            Err(_) => {
+            Err(gone) => {
                 if state.current.as_ref().is_some_and(|(n, _)| *n == number) {
                     state.current = None;
                 }
-                if !sent {
+                // A worker that dropped the step (it never does, short of a bug) holds nothing
+                // in the kernel: only a step still running counts as stuck.
+                if gone == TryRecvError::Disconnected {
                     return Err(Refused::Busy);
                 }
                 late.store(true, Ordering::Relaxed);

@@ -198,3 +198,13 @@ fn a_fifo_or_a_device_is_no_file_and_is_never_opened() {
     assert_eq!(host.missing(15, &["null"]), Ok(Some(0)));
     assert!(Path::new(&host.fs("opt/tabby/main.py")).exists());
 }
+
+#[test]
+fn a_worker_that_dies_is_replaced_and_counts_as_no_stuck_step() {
+    let _turn = serial();
+    let before = stuck();
+    let died = in_worker(|| -> u8 { panic!("a step that panics ends its worker") });
+    assert_eq!(died, Err(Refused::Busy));
+    assert_eq!(stuck(), before);
+    assert_eq!(in_worker(|| 3), Ok(3));
+}
