@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 pub use crate::signature::Role;
 use crate::signature::{signatures_from_json, Signature};
@@ -257,23 +257,30 @@ impl CompiledEngine {
         }
         let no_value_prefixes: Vec<Box<[u8]>> =
             sig.no_value_prefixes.iter().map(|p| boxed(p)).collect();
+        // Sets, not list scans: vLLM names hundreds of flags, and the signatures are compiled
+        // on every cold start.
+        fn set(names: &[String]) -> FxHashSet<&str> {
+            names.iter().map(String::as_str).collect()
+        }
+        let (no_value, multi_value) = (set(&sig.no_value_flags), set(&sig.multi_value_flags));
+        let (exits, modeless_exits) = (set(&sig.exit_flags), set(&sig.modeless_exit_flags));
         let info_of = |canonical: &str| FlagInfo {
             fact: facts.get(canonical).copied(),
-            arity: if sig.no_value_flags.iter().any(|f| f == canonical)
+            arity: if no_value.contains(canonical)
                 || sig
                     .no_value_prefixes
                     .iter()
                     .any(|p| canonical.starts_with(p.as_str()))
             {
                 Arity::None
-            } else if sig.multi_value_flags.iter().any(|f| f == canonical) {
+            } else if multi_value.contains(canonical) {
                 Arity::Many
             } else {
                 Arity::One
             },
-            exit: sig.exit_flags.iter().any(|f| f == canonical),
+            exit: exits.contains(canonical),
             mode: sig.mode_flags.get(canonical).copied(),
-            modeless_exit: sig.modeless_exit_flags.iter().any(|f| f == canonical),
+            modeless_exit: modeless_exits.contains(canonical),
             evidence: evidence_bits.get(canonical).copied().unwrap_or(0),
         };
         let mut flags = FxHashMap::default();
