@@ -18,6 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from enginespec._backend import proc_root
 from enginespec._gpuids import UUID, normal_pci
 from enginespec._nvml import NvmlDevice, query
 from enginespec._procfiles import kernel_link, list_kernel_directory, open_devices, read_kernel_file
@@ -587,15 +588,15 @@ def _other_holders(root: str, skip: set[int], host: _Host) -> Iterable[int]:
     """Pids outside the engine trees holding a GPU driver's character device (every process's
     open files are listed: what ``enginespec gpus`` reads beyond a scan)."""
     gpu_majors = {_NVIDIA_MAJOR, _DRM_MAJOR, *host.majors.get("kfd", ())}
-    for name in list_kernel_directory(_path(root, "proc")):
-        if not name.isdigit() or int(name) in skip:
+    for pid, _inode in sorted(proc_root(_path(root, "proc")).list_pids()):  # the backend's lister
+        if pid in skip:
             continue
-        fds = _open_devices(root, int(name))
+        fds = _open_devices(root, pid)
         if fds is not None and any(
             major in gpu_majors and not (major == _NVIDIA_MAJOR and minor in _NVIDIA_CONTROL_MINORS)
             for _fd, major, minor in fds.devices
         ):
-            yield int(name)
+            yield pid
 
 
 @dataclass(frozen=True)
