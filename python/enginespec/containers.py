@@ -304,8 +304,12 @@ def runs_in_lineage(pid: int, first: int | None, proc: str = PROC) -> bool:
     """Whether ``first`` (a container's first process, as its runtime says) is ``pid`` or one of
     its parents."""
     return first is not None and (
-        first == pid or any(first == parent for parent, _, _ in _ancestors(pid, proc))
+        first == pid or _among(first, _ancestors(_proc_text(pid, "status", proc) or "", proc))
     )
+
+
+def _among(first: int, ancestors: list[_Ancestor]) -> bool:
+    return any(first == parent for parent, _, _ in ancestors)
 
 
 #: Programs a container runtime runs, as root, as the parent of a container's first process
@@ -326,10 +330,14 @@ def _status_field(status: str, name: str) -> str | None:
     return None
 
 
-def _ancestors(pid: int, proc: str = PROC) -> list[tuple[int, int | None, str | None]]:
-    """(pid, real uid, executable basename) of ``pid``'s parents below pid 1, nearest first."""
-    found: list[tuple[int, int | None, str | None]] = []
-    parent = _status_field(_proc_text(pid, "status", proc, 8192) or "", "PPid")
+#: A parent of a process: (pid, real uid, executable basename).
+_Ancestor = tuple[int, int | None, str | None]
+
+
+def _ancestors(status: str, proc: str) -> list[_Ancestor]:
+    """The parents below pid 1, nearest first, of the process whose ``status`` text is given."""
+    found: list[_Ancestor] = []
+    parent = _status_field(status, "PPid")
     while parent is not None and parent.isdigit() and int(parent) > 1 and len(found) < _MAX_ANCESTORS:
         status = _proc_text(parent, "status", proc, 8192) or ""
         uid = _status_field(status, "Uid")
@@ -342,9 +350,9 @@ def _ancestors(pid: int, proc: str = PROC) -> list[tuple[int, int | None, str | 
     return found
 
 
-def shim_parent(pid: int, proc: str = PROC) -> bool:
-    """Whether a container runtime's shim, run by root, is among ``pid``'s parents."""
-    return any(uid == 0 and exe in SHIMS for _pid, uid, exe in _ancestors(pid, proc))
+def _shim_among(ancestors: list[_Ancestor]) -> bool:
+    """Whether a container runtime's shim, run by root, is among the parents."""
+    return any(uid == 0 and exe in SHIMS for _pid, uid, exe in ancestors)
 
 
 class ContainerReader:
@@ -368,15 +376,18 @@ class ContainerReader:
             return None
         runtime, container_id, pod = found
         inspected = self._inspect(runtime, container_id)
-        if inspected is not None and runs_in_lineage(pid, inspected.pid, self._proc):
+        # Read once: its parents (when the runtime's first process is not this one) and NSpid.
+        status = _proc_text(pid, "status", self._proc)
+        first = inspected.pid if inspected is not None else None
+        ancestors = [] if first == pid else _ancestors(status or "", self._proc)
+        if inspected is not None and first is not None and (first == pid or _among(first, ancestors)):
             name = inspected.name
-        elif shim_parent(pid, self._proc):
+        elif _shim_among(ancestors):
             # The shim vouches for a container, not for the id a cgroup name gives it: the name the
             # API gives that id is only believed with the API's own pid (above).
             name = None
         else:
             return None
-        status = _proc_text(pid, "status", self._proc)
         return Container(
             runtime=runtime,
             id=container_id,
