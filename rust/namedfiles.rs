@@ -101,7 +101,7 @@ pub fn first_missing(
 
 /// `path` as an absolute path inside a process's root, given where its `root` and `cwd` links
 /// point: a relative one from its working directory; `None` when that lies outside its root.
-pub fn in_root(path: &[u8], root: &[u8], cwd: &[u8]) -> Option<Vec<u8>> {
+fn in_root(path: &[u8], root: &[u8], cwd: &[u8]) -> Option<Vec<u8>> {
     if path.starts_with(b"/") {
         return Some(path.to_vec());
     }
@@ -131,7 +131,8 @@ static USE_OPENAT2: AtomicU8 = AtomicU8::new(0);
 
 /// Makes every later resolution walk (`false`) or find out again whether `openat2` works
 /// (`true`): tests exercise the walk the kernel here does not need.
-pub fn set_use_openat2(allowed: bool) {
+#[cfg(test)]
+fn set_use_openat2(allowed: bool) {
     USE_OPENAT2.store(if allowed { 0 } else { 2 }, Ordering::Relaxed);
 }
 
@@ -431,9 +432,7 @@ fn run_worker(number: u64, inbox: &Receiver<Job>) {
 }
 
 /// `action()` in the worker thread, waited for at most [`STEP`].
-pub fn in_worker<T: Send + 'static>(
-    action: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, Refused> {
+fn in_worker<T: Send + 'static>(action: impl FnOnce() -> T + Send + 'static) -> Result<T, Refused> {
     let deadline = Instant::now() + STEP;
     let mut state = workers();
     while state.busy {
@@ -503,7 +502,8 @@ pub fn in_worker<T: Send + 'static>(
 }
 
 /// Abandoned steps that still hang in the kernel.
-pub fn stuck() -> usize {
+#[cfg(test)]
+fn stuck() -> usize {
     workers().stuck
 }
 

@@ -198,11 +198,12 @@ impl PyProcRoot {
         out
     }
 
-    /// The inode of the process's network namespace, `None` when it cannot be read.
+    /// Every live descendant of the process, sorted.
     fn descendants(&self, py: Python<'_>, pid: i32) -> Vec<i32> {
         py.detach(|| self.root.descendants(pid))
     }
 
+    /// The inode of the process's network namespace, `None` when it cannot be read.
     fn netns(&self, pid: i32) -> Option<u64> {
         self.root.netns(pid)
     }

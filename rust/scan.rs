@@ -89,8 +89,10 @@ impl ReadSet {
     /// engine's read set names that program; `Some(None)` for a directory never looked into (one
     /// with a `..` component, or longer than a path). The facade's `_common.checkout_paths`.
     pub fn checkout_paths(&self, engine: usize, argv: &[Vec<u8>]) -> Option<Option<Vec<Vec<u8>>>> {
+        // Most engines name no such program: their argv is not looked at.
+        let programs = self.checkouts.get(engine).filter(|p| !p.is_empty())?;
         let program = program_path(argv);
-        let files = self.checkouts.get(engine)?.get(basename(program))?;
+        let files = programs.get(basename(program))?;
         let cut = program
             .iter()
             .rposition(|&b| b == b'/' || b == b'\\')

@@ -78,8 +78,10 @@ class ReadSet(NamedTuple):
         """The files of the checkout ``argv``'s program must be in, as the process names them,
         when its engine's read set names that program (``False``: it names none); ``None`` for
         a directory never looked into (``ReadSet::checkout_paths`` in scan.rs)."""
-        program = program_path(argv)
         programs = self.checkouts[engine] if engine < len(self.checkouts) else {}
+        if not programs:  # most engines name no such program: their argv is not looked at
+            return False
+        program = program_path(argv)
         files = programs.get(basename(program))
         return False if files is None else checkout_paths(program, files)
 
