@@ -41,11 +41,30 @@ def _export(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
     )
 
 
+def _socket_on_a_new_port(taken: set[int]) -> socket.socket:
+    """A bound socket whose port is not in ``taken`` (then added to it): the kernel hands a closed
+    port out again, and a test that remembers ports must not take a new engine for an old one."""
+    rejected = []
+    try:
+        while (sock := bound_socket()).getsockname()[1] in taken:
+            rejected.append(sock)  # held open so the next bind gets another port
+    finally:
+        for old in rejected:
+            old.close()
+    taken.add(sock.getsockname()[1])
+    return sock
+
+
 @contextmanager
-def fake_engine(procs: Procs, argv: Sequence[str], routes: dict[str, list[Answer]]) -> Iterator[int]:
+def fake_engine(
+    procs: Procs,
+    argv: Sequence[str],
+    routes: dict[str, list[Answer]],
+    taken: set[int] | None = None,
+) -> Iterator[int]:
     """A process with ``argv`` (its ``{port}`` filled in) holding the socket ``routes`` answer on:
-    its port."""
-    sock = bound_socket()
+    its port, one not in ``taken`` when given."""
+    sock = bound_socket() if taken is None else _socket_on_a_new_port(taken)
     port = sock.getsockname()[1]
     try:
         with serving(routes, sock=sock):
@@ -222,15 +241,18 @@ def test_watch_keeps_the_file_whole_and_lists_only_ready_engines(procs: Procs, t
 
     reader = threading.Thread(target=read, daemon=True)
     never_ready: set[int] = set()
+    taken: set[int] = set()  # every engine on its own port: `seen` remembers ports, not engines
     try:
         _wait_for("the watch writes its file", out.exists)
         reader.start()
         with ExitStack() as stack:
-            steady = [stack.enter_context(fake_engine(procs, argv, ready)) for _ in range(3)]
+            steady = [stack.enter_context(fake_engine(procs, argv, ready, taken)) for _ in range(3)]
             _wait_for("the three serving engines are listed", lambda: set(steady) <= _ports_in(out))
             for cycle in range(30):  # 10 starts a second, each engine living 0.5 s
                 with ExitStack() as churn:
-                    port = churn.enter_context(fake_engine(procs, argv, sick if cycle % 3 == 0 else ready))
+                    port = churn.enter_context(
+                        fake_engine(procs, argv, sick if cycle % 3 == 0 else ready, taken)
+                    )
                     if cycle % 3 == 0:
                         never_ready.add(port)
                     time.sleep(0.1)
