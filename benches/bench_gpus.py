@@ -7,8 +7,8 @@ Run as root from the repository root with the package installed:
 1. Live host: N extra idle processes with host-like argv, 20 of them engines; two scanners poll
    at 10 Hz side by side, one reading GPUs (the default) and one not (``Scanner(gpus=False)``).
    Prints the median and mean warm rescan of each and their ratio (the mean carries the periodic
-   re-reads: memory every 2 s, open files every 10 s or, for a pid holding a GPU, 30 s). This
-   host has no GPU: the engines hold none.
+   re-reads: memory every 2 s; the trees' devices come with the sockets listed at each tree
+   refresh). This host has no GPU: the engines hold none.
 2. Fixture host with GPUs (tests/helpers/gpuhost.py): 20 engine trees of a server and two workers, each
    worker holding its GPU, nvidiactl, nvidia-uvm and 200 other files, NVML from the test
    library. Prints the cost of reading them cold (a new engine), of a memory refresh, of a poll

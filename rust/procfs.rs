@@ -192,6 +192,25 @@ pub fn parse_socket_link(target: &[u8]) -> Option<u64> {
         .and_then(parse_u64)
 }
 
+/// Whether a `/proc/PID/fd/N` link target names a device node worth a stat: a path in `/dev`
+/// (the process's own, in a container; below `host`, a fixture host's directory, when its links
+/// name its own `/dev`) but not a terminal, `/dev/null`, or a `/dev/shm` or `/dev/mqueue` file.
+/// Only those are followed: reading a link never reaches the file's filesystem, a stat does.
+/// `_procfiles.device_link`.
+pub fn is_device_link(target: &[u8], host: &[u8]) -> bool {
+    let target = match target.strip_prefix(host) {
+        Some(inside) if !host.is_empty() && inside.starts_with(b"/") => inside,
+        _ => target,
+    };
+    let Some(name) = target.strip_prefix(b"/dev/") else {
+        return false; // socket:[...], pipe:[...], anon_inode:..., files elsewhere
+    };
+    !(name.starts_with(b"shm/")
+        || name.starts_with(b"pts/")
+        || name.starts_with(b"mqueue/")
+        || name == b"null")
+}
+
 /// TCP state `TCP_LISTEN` as `/proc/net/tcp` prints it.
 const TCP_LISTEN: &[u8] = b"0A";
 
@@ -528,6 +547,28 @@ mod tests {
         assert_eq!(parse_socket_link(b"/dev/null"), None);
     }
 
+    #[test]
+    fn device_links() {
+        assert!(is_device_link(b"/dev/nvidia0", b""));
+        assert!(is_device_link(b"/dev/dri/renderD128", b""));
+        assert!(is_device_link(b"/host/dev/kfd", b"/host"));
+        assert!(is_device_link(b"/dev/kfd", b"/host"));
+        for target in [
+            &b"/dev/null"[..],
+            b"/dev/pts/3",
+            b"/dev/shm/torch_1",
+            b"/dev/mqueue/q",
+            b"/devices/x",
+            b"socket:[5]",
+            b"/home/u/dev/nvidia0",
+            b"/hostdev/kfd",
+            b"/host/dev/null",
+            b"",
+        ] {
+            assert!(!is_device_link(target, b"/host"), "{target:?}");
+        }
+    }
+
     const TCP: &[u8] = b"  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 5001 1 0000000000000000 100 0 0 10 0
    1: 0100007F:1F91 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 5002 1 0000000000000000 20 4 30 10 -1
@@ -683,6 +724,7 @@ mod tests {
             let _ = proc_stat_value(&data, b"processes");
             let _ = parse_children(&data).count();
             let _ = parse_socket_link(&data);
+            let _ = is_device_link(&data, b"/host");
             let _ = parse_tcp_listen(&data).count();
             let _ = parse_pid_dirents(&data, &mut Vec::new());
         }

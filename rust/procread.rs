@@ -19,8 +19,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 #[cfg(target_os = "linux")]
 use crate::procfs::parse_pid_dirents;
 use crate::procfs::{
-    capped_argv, parse_children, parse_socket_link, parse_stat, parse_tcp_listen, parse_u64,
-    tcp_row_after_listening, ProcStat, TcpListen,
+    capped_argv, is_device_link, parse_children, parse_socket_link, parse_stat, parse_tcp_listen,
+    parse_u64, tcp_row_after_listening, ProcStat, TcpListen,
 };
 #[cfg(target_os = "linux")]
 use crate::procfs::{diag_listen_request, parse_diag_listen, DiagAnswer};
@@ -345,21 +345,51 @@ impl ProcRoot {
     /// be read; and whether some of it was refused (another user's process: then only what could
     /// be seen).
     pub fn socket_inodes(&self, pid: i32) -> (Option<FxHashSet<u64>>, bool) {
-        let fds = match std::fs::read_dir(self.pid_path(pid, "fd")) {
+        let (files, denied) = self.open_files(pid, false);
+        (files.map(|f| f.sockets), denied)
+    }
+
+    /// What `pid`'s `fd/` links name: its socket inodes and, with `devices`, the character
+    /// devices it holds (only links into `/dev` are followed, see [`is_device_link`]); `None`
+    /// when the directory cannot be read, and whether some of it was refused.
+    pub fn open_files(&self, pid: i32, devices: bool) -> (Option<OpenFiles>, bool) {
+        let directory = self.pid_path(pid, "fd");
+        let fds = match std::fs::read_dir(&directory) {
             Ok(fds) => fds,
             Err(err) => return (None, err.kind() == ErrorKind::PermissionDenied),
         };
+        let host = self.host_prefix();
         let mut denied = false;
-        let mut inodes = FxHashSet::default();
+        let mut files = OpenFiles::default();
         for fd in fds.flatten() {
-            match std::fs::read_link(fd.path()) {
-                Ok(target) => {
-                    inodes.extend(parse_socket_link(target.as_os_str().as_encoded_bytes()))
+            let target = match std::fs::read_link(fd.path()) {
+                Ok(target) => target,
+                Err(err) => {
+                    denied |= err.kind() == ErrorKind::PermissionDenied;
+                    continue;
                 }
-                Err(err) => denied |= err.kind() == ErrorKind::PermissionDenied,
+            };
+            let target = target.as_os_str().as_encoded_bytes();
+            if let Some(inode) = parse_socket_link(target) {
+                files.sockets.insert(inode);
+            } else if devices && is_device_link(target, host) {
+                let number = fd.file_name().to_str().and_then(|n| n.parse::<i32>().ok());
+                if let (Some(number), Some((major, minor))) = (number, char_device(&fd.path())) {
+                    files.devices.push((number, major, minor));
+                }
             }
         }
-        (Some(inodes), denied)
+        files.devices.sort_unstable();
+        (Some(files), denied)
+    }
+
+    /// The directory a fixture host's links name their `/dev` below (the parent of `ROOT/proc`);
+    /// empty for the host's own `/proc`.
+    fn host_prefix(&self) -> &[u8] {
+        match self.root.parent() {
+            Some(host) if self.root != Path::new("/proc") => host.as_os_str().as_encoded_bytes(),
+            _ => b"",
+        }
     }
 
     /// The LISTEN sockets of `pid`'s network namespace, and whether a table was refused: those
@@ -401,48 +431,140 @@ impl ProcRoot {
         None
     }
 
-    /// TCP ports in LISTEN state whose sockets are held by `pid` or `others`, sorted; and whether
-    /// some fd directory, fd link or socket table could not be read for lack of permission (the
-    /// ports found are then only those that could be seen). `tables` keeps each namespace's table
-    /// for the rest of the scan.
-    pub fn listen_ports(&self, pid: i32, others: &[i32], tables: &mut Tables) -> (Vec<u16>, bool) {
-        let mut any_denied = false;
+    /// What the fds of the tree of `pid` (with `others`, its descendants) hold: with `ports`,
+    /// the TCP ports in LISTEN state whose sockets they hold, sorted; with `devices`, each listed
+    /// pid's character devices. And whether some fd directory, fd link or socket table could not
+    /// be read for lack of permission (what was found is then only what could be seen).
+    /// `tables` keeps each namespace's table for the rest of the scan.
+    pub fn tree_files(
+        &self,
+        pid: i32,
+        others: &[i32],
+        wanted: TreeReads,
+        tables: &mut Tables,
+    ) -> TreeFiles {
+        let mut found = TreeFiles::default();
+        if !wanted.ports && !wanted.devices {
+            return found;
+        }
         let mut inodes: FxHashSet<u64> = FxHashSet::default();
         for p in std::iter::once(pid).chain(others.iter().copied()) {
-            let (held, denied) = self.socket_inodes(p);
-            any_denied |= denied;
-            inodes.extend(held.unwrap_or_default());
+            let (files, denied) = self.open_files(p, wanted.devices);
+            found.denied |= denied;
+            if let Some(files) = files {
+                inodes.extend(files.sockets);
+                if wanted.devices {
+                    found.devices.push((p, files.devices));
+                }
+            }
         }
-        let mut ports: Vec<u16> = Vec::new();
-        if inodes.is_empty() {
-            return (ports, any_denied);
+        if !wanted.ports || inodes.is_empty() {
+            return found;
         }
         let netns = self.netns(pid);
         let cached = netns.and_then(|ns| tables.get(&ns));
         let read;
-        let listening: &[TcpListen] = if let Some(found) = cached {
-            found
+        let listening: &[TcpListen] = if let Some(listening) = cached {
+            listening
         } else {
-            let (found, denied_here) = self.listen_table(pid);
-            any_denied |= denied_here;
+            let (listening, denied_here) = self.listen_table(pid);
+            found.denied |= denied_here;
             match netns {
-                Some(ns) if !denied_here => tables.entry(ns).or_insert(found),
+                Some(ns) if !denied_here => tables.entry(ns).or_insert(listening),
                 _ => {
-                    read = found;
+                    read = listening;
                     &read
                 }
             }
         };
-        ports.extend(
+        found.listen_ports.extend(
             listening
                 .iter()
                 .filter(|l| inodes.contains(&l.inode))
                 .map(|l| l.port),
         );
-        ports.sort_unstable();
-        ports.dedup();
-        (ports, any_denied)
+        found.listen_ports.sort_unstable();
+        found.listen_ports.dedup();
+        found
     }
+}
+
+/// What one process's `fd/` links name.
+#[derive(Debug, Default)]
+pub struct OpenFiles {
+    pub sockets: FxHashSet<u64>,
+    /// (fd, major, minor) of each character device, sorted.
+    pub devices: Vec<(i32, u32, u32)>,
+}
+
+/// A process's character devices: its pid and (fd, major, minor) of each, sorted.
+pub type ProcessDevices = (i32, Vec<(i32, u32, u32)>);
+
+/// Which of a tree's open files [`ProcRoot::tree_files`] reads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TreeReads {
+    pub ports: bool,
+    pub devices: bool,
+}
+
+/// What the fds of a process tree hold, read at one refresh.
+#[derive(Debug, Default)]
+pub struct TreeFiles {
+    pub listen_ports: Vec<u16>,
+    /// Each pid whose `fd/` could be listed, in the tree's order, with its character devices.
+    pub devices: Vec<ProcessDevices>,
+    /// Some fd directory, fd link or socket table could not be read (another user's process).
+    pub denied: bool,
+}
+
+/// The (major, minor) of the character device at `path` (an fd's link, followed), `None` for
+/// anything else. Asked with `AT_STATX_DONT_SYNC`: the attributes as the kernel holds them, so a
+/// FUSE or network filesystem the process mounted over part of its `/dev` is never asked and
+/// cannot keep the scan waiting.
+#[cfg(target_os = "linux")]
+fn char_device(path: &Path) -> Option<(u32, u32)> {
+    let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    let mut found = std::mem::MaybeUninit::<libc::statx>::zeroed();
+    // SAFETY: statx(2) with a NUL-terminated path and a buffer of the kernel's `struct statx`;
+    // a raw syscall because musl gained the wrapper only in 1.2.5.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_statx,
+            libc::AT_FDCWD,
+            name.as_ptr(),
+            libc::AT_STATX_DONT_SYNC,
+            libc::STATX_TYPE,
+            found.as_mut_ptr(),
+        )
+    };
+    if done != 0 {
+        let error = std::io::Error::last_os_error().raw_os_error();
+        // A kernel before 4.11, or a container whose seccomp profile refuses statx: a plain
+        // stat, on a link already known to name a path in `/dev`.
+        return matches!(error, Some(libc::ENOSYS | libc::EPERM))
+            .then(|| plain_char_device(path))
+            .flatten();
+    }
+    // SAFETY: the kernel filled the buffer (and it was zeroed before).
+    let found = unsafe { found.assume_init() };
+    let character = u32::from(found.stx_mode) & libc::S_IFMT == libc::S_IFCHR;
+    character.then_some((found.stx_rdev_major, found.stx_rdev_minor))
+}
+
+#[cfg(target_os = "linux")]
+fn plain_char_device(path: &Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let found = std::fs::metadata(path).ok()?;
+    let rdev = found.rdev();
+    found
+        .file_type()
+        .is_char_device()
+        .then(|| (libc::major(rdev), libc::minor(rdev)))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn char_device(_path: &Path) -> Option<(u32, u32)> {
+    None
 }
 
 /// The (socket inode, local port) of every TCP socket of `family` listening in the scanner's own

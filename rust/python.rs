@@ -114,6 +114,8 @@ struct ReadSetArg {
     netns: bool,
     #[pyo3(attribute)]
     checkouts: Vec<FxHashMap<OsString, Vec<OsString>>>,
+    #[pyo3(attribute)]
+    devices: bool,
 }
 
 impl ReadSetArg {
@@ -144,12 +146,13 @@ impl ReadSetArg {
                         .collect()
                 })
                 .collect(),
+            devices: self.devices,
         }
     }
 }
 
 /// A `_common.RawProcess` (pid, start time, ppid, argv, facts, exe, descendants, parent argv,
-/// listen ports, and its read set's environ, cgroup, netns and checkout), as
+/// listen ports, and its read set's environ, cgroup, netns, checkout and devices), as
 /// `_pyscanner.ProcessScanner.scan` returns it.
 fn raw_process<'py>(py: Python<'py>, p: &scan::EngineProc) -> PyResult<Bound<'py, PyAny>> {
     // By name: a field renamed or reordered on either side is an error, not a value in the
@@ -169,6 +172,13 @@ fn raw_process<'py>(py: Python<'py>, p: &scan::EngineProc) -> PyResult<Bound<'py
     fields.set_item("cgroup", p.cgroup.as_deref().map(|c| PyBytes::new(py, c)))?;
     fields.set_item("netns", p.netns)?;
     fields.set_item("in_checkout", p.in_checkout)?;
+    let devices = p.devices.as_ref().map(|held| {
+        let by_pid = PyDict::new(py);
+        held.iter()
+            .try_for_each(|(pid, fds)| by_pid.set_item(pid, fds.as_slice()))
+            .map(|()| by_pid)
+    });
+    fields.set_item("devices", devices.transpose()?)?;
     RAW_PROCESS
         .import(py, "enginespec._common", "RawProcess")?
         .call((), Some(&fields))

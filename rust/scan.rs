@@ -42,7 +42,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::matcher::{basename, program_path, CompiledSignatures, Facts};
 use crate::proc_events::Change;
 use crate::procfs::{capped_argv, environ_entries, parse_u64, proc_stat_value, ProcStat, ARGV_CUT};
-use crate::procread::{ProcRoot, ReadError, Tables};
+use crate::procread::{ProcRoot, ProcessDevices, ReadError, Tables, TreeReads};
 use crate::signature::Signature;
 
 /// Caller-supplied knobs (the wrapper list is data owned by the Python package).
@@ -78,6 +78,10 @@ pub struct ReadSet {
     /// `main.py`), by name, with the files that must lie next to them (`LaunchForm.
     /// checkout_files`): whether they do is looked at as the process's owner, inside its root.
     pub checkouts: Vec<FxHashMap<Vec<u8>, Vec<Vec<u8>>>>,
+    /// List the character devices the process tree holds open (a GPU driver's nodes), from the
+    /// same listing of `fd/` its sockets come from, at each tree refresh: a process opens its
+    /// devices after it starts, so this one is not read once per record.
+    pub devices: bool,
 }
 
 /// Longest program directory a checkout is looked for in (a path, as argv gives it).
@@ -190,6 +194,10 @@ pub struct EngineProc {
     pub netns: Option<u64>,
     /// Whether it runs inside its engine's checkout; `None`: its program needs none.
     pub in_checkout: Option<bool>,
+    /// The character devices its tree (itself, then its descendants) holds, per pid whose fds
+    /// could be listed at the last tree refresh; `None`: not asked, or no fds are listed by this
+    /// source (sysinfo).
+    pub devices: Option<Vec<ProcessDevices>>,
 }
 
 #[cfg(target_os = "linux")]
@@ -635,6 +643,7 @@ impl Scanner {
                 .then(|| self.proc.netns(pid))
                 .flatten(),
             in_checkout,
+            devices: None,
         };
         Some(Class::Engine(Box::new(EngineState {
             record: Arc::new(record),
@@ -1029,22 +1038,24 @@ impl Scanner {
         }
     }
 
-    /// An engine's process tree and its sockets, read now (`tables`: see [`ProcRoot::listen_ports`]).
+    /// An engine's process tree and what its fds hold, read now (`tables`: see
+    /// [`ProcRoot::tree_files`]).
     fn read_tree(&self, pid: i32, engine: usize, tables: &mut Tables) -> Tree {
         let descendants = if self.compiled.fold.get(engine).copied().unwrap_or(false) {
             self.proc.descendants(pid)
         } else {
             Vec::new()
         };
-        let (listen_ports, denied) = if self.options.listen_ports {
-            self.proc.listen_ports(pid, &descendants, tables)
-        } else {
-            (Vec::new(), false)
+        let wanted = TreeReads {
+            ports: self.options.listen_ports,
+            devices: self.options.read_set.devices,
         };
+        let files = self.proc.tree_files(pid, &descendants, wanted, tables);
         Tree {
             descendants,
-            listen_ports,
-            denied,
+            listen_ports: files.listen_ports,
+            devices: wanted.devices.then_some(files.devices),
+            denied: files.denied,
         }
     }
 
@@ -1137,17 +1148,24 @@ impl Scanner {
             match update {
                 TreeUpdate::Keep => {}
                 TreeUpdate::Workers(alive) => {
-                    self.revisions.change(&mut state.record).descendants = alive;
+                    let record = self.revisions.change(&mut state.record);
+                    if let Some(devices) = &mut record.devices {
+                        // The engine itself, then the workers still alive.
+                        devices.retain(|(p, _)| *p == pid || alive.contains(p));
+                    }
+                    record.descendants = alive;
                 }
                 TreeUpdate::Read(tree) => {
                     state.tree_read = Some(now);
                     state.tree_denied = tree.denied;
                     if tree.descendants != state.record.descendants
                         || tree.listen_ports != state.record.listen_ports
+                        || tree.devices != state.record.devices
                     {
                         let record = self.revisions.change(&mut state.record);
                         record.descendants = tree.descendants;
                         record.listen_ports = tree.listen_ports;
+                        record.devices = tree.devices;
                     }
                 }
             }
@@ -1165,6 +1183,7 @@ impl Scanner {
 struct Tree {
     descendants: Vec<i32>,
     listen_ports: Vec<u16>,
+    devices: Option<Vec<ProcessDevices>>,
     /// Some fd, socket or socket table could not be read (another user's process).
     denied: bool,
 }

@@ -156,6 +156,8 @@ impl SysinfoScanner {
                 netns: None,
                 // Nothing is looked at as another user here: a checkout is never found.
                 in_checkout: self.read_set.checkout_paths(engine, &argv).map(|_| false),
+                // No fds are listed here: what the tree holds is not known.
+                devices: None,
                 argv,
             };
             if record.exe.is_none() {

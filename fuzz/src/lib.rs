@@ -631,6 +631,7 @@ pub fn scanner(data: &[u8]) {
                     .collect();
                 real_signatures().len()
             ],
+            devices: true,
         },
     };
     let mut scanner =

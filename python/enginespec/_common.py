@@ -45,6 +45,9 @@ class RawProcess(NamedTuple):
     netns: int | None
     #: whether it runs inside its engine's checkout (``None``: its program needs none)
     in_checkout: bool | None
+    #: the character devices its tree holds, (fd, major, minor) by pid, for each pid whose fds
+    #: could be listed at the last tree refresh (``None``: not asked, or not listed by this source)
+    devices: dict[int, list[tuple[int, int, int]]] | None
 
 
 class Environ(NamedTuple):
@@ -73,6 +76,10 @@ class ReadSet(NamedTuple):
     #: (``LaunchForm.checkout_files``): whether they do is looked at as the process's owner,
     #: inside its root
     checkouts: Sequence[dict[str, tuple[str, ...]]] = ()
+    #: list the character devices the process tree holds open (a GPU driver's nodes), from the
+    #: listing of ``fd/`` its sockets come from, at each tree refresh (a process opens its
+    #: devices after it starts: this one is not read once per record)
+    devices: bool = False
 
     def checkout_paths(self, engine: int, argv: Sequence[str]) -> tuple[str, ...] | Literal[False] | None:
         """The files of the checkout ``argv``'s program must be in, as the process names them,

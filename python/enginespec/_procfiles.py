@@ -74,20 +74,20 @@ _PSEUDO_FILESYSTEMS = {
     0xDE5E81E4: "efivarfs",
     0xCAFE4A11: "bpf",
 }
-# (openat2, setgroups taking 32-bit gids) by machine; openat2 is 437 wherever the syscall table
-# is shared (arch/*/kernel/syscalls/syscall.tbl, Linux 5.6).
+# (openat2, setgroups taking 32-bit gids, statx) by machine; openat2 is 437 wherever the
+# syscall table is shared (arch/*/kernel/syscalls/syscall.tbl, Linux 5.6; statx since 4.11).
 _SYSCALLS = {
-    "x86_64": (437, 116),
-    "aarch64": (437, 159),
-    "arm64": (437, 159),
-    "riscv64": (437, 159),
-    "loongarch64": (437, 159),
-    "ppc64le": (437, 81),
-    "ppc64": (437, 81),
-    "s390x": (437, 206),
-    "i686": (437, 206),
-    "i386": (437, 206),
-    "armv7l": (437, 206),
+    "x86_64": (437, 116, 332),
+    "aarch64": (437, 159, 291),
+    "arm64": (437, 159, 291),
+    "riscv64": (437, 159, 291),
+    "loongarch64": (437, 159, 291),
+    "ppc64le": (437, 81, 383),
+    "ppc64": (437, 81, 383),
+    "s390x": (437, 206, 379),
+    "i686": (437, 206, 383),
+    "i386": (437, 206, 383),
+    "armv7l": (437, 206, 397),
 }
 _libc = ctypes.CDLL(None, use_errno=True)
 # Linux's syscall numbers and thread credentials; elsewhere (macOS: "arm64" too) none of them,
@@ -167,11 +167,11 @@ def kernel_link(path: str) -> str | None:
         return None
 
 
-def _device_link(target: str, root: str) -> bool:
+def device_link(target: str, root: str) -> bool:
     """Whether an fd's link names a device node worth a stat: a path in ``/dev`` (the process's
-    own, in a container) but not a terminal, ``/dev/null`` or a ``/dev/shm`` file. Only those are
-    followed: a stat reaches the file's filesystem, which for a file on a FUSE or network mount of
-    the process's could block; reading the link does not."""
+    own, in a container) but not a terminal, ``/dev/null`` or a ``/dev/shm`` or ``/dev/mqueue``
+    file. Only those are followed: reading a link never reaches the file's filesystem, a stat
+    does (``is_device_link`` in procfs.rs)."""
     base = root.rstrip("/")
     if base and target.startswith(base + "/"):
         target = target[len(base) :]  # a fixture host's links name its own /dev
@@ -190,19 +190,57 @@ def open_devices(pid: int, root: str = "/") -> tuple[list[tuple[int, int, int]],
         with os.scandir(directory) as entries:
             for entry in entries:
                 try:
-                    if not _device_link(os.readlink(entry.path), root):
+                    if not device_link(os.readlink(entry.path), root):
                         continue
-                    info = os.stat(entry.path)  # follows the link to the device
                 except OSError:
-                    continue  # closed meanwhile, or a link to nothing
-                if stat.S_ISCHR(info.st_mode) and entry.name.isdigit():
-                    found.append((int(entry.name), os.major(info.st_rdev), os.minor(info.st_rdev)))
+                    continue  # closed meanwhile
+                device = char_device(entry.path)
+                if device is not None and entry.name.isdigit():
+                    found.append((int(entry.name), *device))
     except FileNotFoundError:
         return None
     except OSError as err:
         reason = err.strerror.lower() if err.strerror else type(err).__name__
         return [], f"cannot read {proc_path(pid, 'fd')}: {reason}"
     return sorted(found), None
+
+
+_AT_FDCWD = -100
+_AT_STATX_DONT_SYNC = 0x4000
+_STATX_TYPE = 0x1
+#: Where ``struct statx`` (256 bytes) keeps ``stx_mode`` and ``stx_rdev_major``/``_minor``
+#: (include/uapi/linux/stat.h).
+_STATX_SIZE, _STATX_MODE_AT, _STATX_RDEV_AT = 256, 28, 128
+
+
+def char_device(path: str) -> tuple[int, int] | None:
+    """The (major, minor) of the character device at ``path`` (an fd's link, followed), ``None``
+    for anything else. Asked with ``AT_STATX_DONT_SYNC``: the attributes as the kernel holds
+    them, so a FUSE or network filesystem a process mounted over part of its ``/dev`` is never
+    asked and cannot keep a scan waiting (``char_device`` in procread.rs)."""
+    if _NUMBERS is not None:
+        found = ctypes.create_string_buffer(_STATX_SIZE)
+        done = _libc.syscall(
+            ctypes.c_long(_NUMBERS[2]),
+            ctypes.c_int(_AT_FDCWD),
+            os.fsencode(path),
+            ctypes.c_int(_AT_STATX_DONT_SYNC),
+            ctypes.c_uint(_STATX_TYPE),
+            found,
+        )
+        if done == 0:
+            (mode,) = struct.unpack_from("=H", found, _STATX_MODE_AT)
+            major, minor = struct.unpack_from("=II", found, _STATX_RDEV_AT)
+            return (major, minor) if stat.S_ISCHR(mode) else None
+        if ctypes.get_errno() not in (errno.ENOSYS, errno.EPERM):
+            return None
+        # A kernel before 4.11, or a seccomp profile that refuses statx: a plain stat, of a link
+        # already known to name a path in /dev.
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (os.major(info.st_rdev), os.minor(info.st_rdev)) if stat.S_ISCHR(info.st_mode) else None
 
 
 def reopen(handle: int, flags: int) -> int:

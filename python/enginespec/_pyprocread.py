@@ -10,7 +10,7 @@ import socket
 from typing import NamedTuple, Protocol
 
 from enginespec._common import Listening, pread_all
-from enginespec._procfiles import PROC, first_missing
+from enginespec._procfiles import PROC, char_device, device_link, first_missing
 from enginespec._pyprocfs import (
     AF_INET,
     AF_INET6,
@@ -133,12 +133,32 @@ def live_descendants(source: _Tree, pid: int) -> list[int]:
     return sorted(seen)
 
 
+class OpenFiles(NamedTuple):
+    """What one process's ``fd/`` links name (``OpenFiles`` in procread.rs)."""
+
+    sockets: set[int]
+    #: (fd, major, minor) of each character device, sorted
+    devices: list[tuple[int, int, int]]
+
+
+class TreeFiles(NamedTuple):
+    """What the fds of a process tree hold, read at one refresh (``TreeFiles`` in procread.rs)."""
+
+    listen_ports: list[int]
+    #: each pid whose ``fd/`` could be listed, with its character devices (``None``: not asked)
+    devices: dict[int, list[tuple[int, int, int]]] | None
+    #: some fd directory, fd link or socket table could not be read (another user's process)
+    denied: bool
+
+
 class ProcRoot:
     """Linux: every process file read where and as procread.rs reads it, below ``proc``
     (``/proc``, or a fixture host's ``ROOT/proc``)."""
 
     def __init__(self, proc: str = PROC) -> None:
         self._proc = proc
+        #: where a fixture host's fd links name their /dev below (empty for the host's /proc)
+        self._host = os.path.dirname(proc.rstrip("/")) if proc.rstrip("/") != PROC else ""
         self.boot_time = float(self._host_value("stat", b"btime") or 0)
         self._clock_ticks = float(os.sysconf("SC_CLK_TCK"))
         pid_max = _read(f"{proc}/sys/kernel/pid_max")
@@ -284,23 +304,36 @@ class ProcRoot:
             return None
         return parse_u64(target[5:-1].encode())
 
-    def _socket_inodes(self, pid: int) -> tuple[set[int] | None, bool]:
+    def _open_files(self, pid: int, devices: bool) -> tuple[OpenFiles | None, bool]:
+        """What the process's ``fd/`` links name: its socket inodes and, with ``devices``, its
+        character devices (only links into ``/dev`` are followed); ``None`` when the directory
+        cannot be read, and whether some of it was refused (``ProcRoot::open_files``)."""
+        directory = f"{self._proc}/{pid}/fd"
         try:
-            fds = os.listdir(f"{self._proc}/{pid}/fd")
+            fds = os.listdir(directory)
         except OSError as err:
             return None, isinstance(err, PermissionError)
         denied = False
-        inodes: set[int] = set()
+        found = OpenFiles(set(), [])
         for fd in fds:
             try:
-                target = os.readlink(f"{self._proc}/{pid}/fd/{fd}")
+                target = os.readlink(f"{directory}/{fd}")
             except OSError as err:
                 denied |= isinstance(err, PermissionError)
                 continue
             inode = parse_socket_link(target)
             if inode is not None:
-                inodes.add(inode)
-        return inodes, denied
+                found.sockets.add(inode)
+            elif devices and fd.isdigit() and device_link(target, self._host):
+                device = char_device(f"{directory}/{fd}")
+                if device is not None:
+                    found.devices.append((int(fd), *device))
+        found.devices.sort()
+        return found, denied
+
+    def _socket_inodes(self, pid: int) -> tuple[set[int] | None, bool]:
+        files, denied = self._open_files(pid, False)
+        return (None if files is None else files.sockets), denied
 
     def socket_inodes(self, pid: int) -> set[int] | None:
         """The socket inodes the process holds, ``None`` when its fds cannot be read."""
@@ -329,21 +362,29 @@ class ProcRoot:
         asked of the kernel (NETLINK_SOCK_DIAG), others read from its ``net/tcp{,6}``."""
         return self._listen_table(pid)[0]
 
-    def listen_ports(
-        self, pids: list[int], tables: dict[int, list[Listening]] | None = None
-    ) -> tuple[list[int], bool]:
-        """TCP ports in LISTEN state held by ``pids`` (the engine first), sorted, and whether some
-        fd directory, fd link or socket table could not be read for lack of permission.
-        ``tables``: the listeners of each network namespace read so far in this scan (one read
-        per namespace, not per engine: a socket table can take 10 ms to read)."""
+    def tree_files(
+        self, pids: list[int], ports: bool, devices: bool, tables: dict[int, list[Listening]] | None = None
+    ) -> TreeFiles:
+        """What the fds of ``pids`` (the engine first, then its descendants) hold: with ``ports``,
+        the TCP ports in LISTEN state whose sockets they hold, sorted; with ``devices``, each
+        listed pid's character devices (``None`` when not asked). And whether some fd directory,
+        fd link or socket table could not be read for lack of permission. ``tables``: the
+        listeners of each network namespace read so far in this scan (one read per namespace,
+        not per engine: a socket table can take 10 ms to read) (``ProcRoot::tree_files``)."""
         denied = False
         inodes: set[int] = set()
+        held: dict[int, list[tuple[int, int, int]]] | None = {} if devices else None
+        if not ports and not devices:
+            return TreeFiles([], held, denied)
         for pid in pids:
-            held, refused = self._socket_inodes(pid)
+            files, refused = self._open_files(pid, devices)
             denied |= refused
-            inodes |= held or set()
-        if not inodes:
-            return [], denied
+            if files is not None:
+                inodes |= files.sockets
+                if held is not None:
+                    held[pid] = files.devices
+        if not ports or not inodes:
+            return TreeFiles([], held, denied)
         netns = self.netns(pids[0])
         found = tables.get(netns) if tables is not None and netns is not None else None
         if found is None:
@@ -351,4 +392,5 @@ class ProcRoot:
             denied |= refused
             if tables is not None and netns is not None and not refused:
                 tables[netns] = found
-        return sorted({listener.port for listener in found if listener.inode in inodes}), denied
+        listening = sorted({listener.port for listener in found if listener.inode in inodes})
+        return TreeFiles(listening, held, denied)

@@ -105,6 +105,7 @@ class _Engine:
     in_checkout: bool | None
     descendants: list[int] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
+    devices: dict[int, list[tuple[int, int, int]]] | None = None
     tree_denied: bool = False
     tree_read: float | None = None
     #: the tuple returned while nothing above changes; None once something did
@@ -127,6 +128,7 @@ class _Engine:
                 cgroup=self.cgroup,
                 netns=self.netns,
                 in_checkout=self.in_checkout,
+                devices=self.devices,
             )
         return self.built
 
@@ -630,13 +632,14 @@ class ProcessScanner:
             appeared = pid in folding if self._event_driven else self._engine_appeared
             if appeared or engine.tree_read is None or now - engine.tree_read >= self._refresh:
                 descendants = self._source.descendants(pid) if self._fold[engine.facts.engine] else []
-                ports: list[int] = []
-                denied = False
-                if self._listen_ports:
-                    ports, denied = self._source.listen_ports([pid, *descendants], tables)
-                engine.tree_read, engine.tree_denied = now, denied
-                if descendants != engine.descendants or ports != engine.ports:
-                    engine.descendants, engine.ports, engine.built = descendants, ports, None
+                files = self._source.tree_files(
+                    [pid, *descendants], self._listen_ports, self._read_set.devices, tables
+                )
+                engine.tree_read, engine.tree_denied = now, files.denied
+                tree = (descendants, files.listen_ports, files.devices)
+                if tree != (engine.descendants, engine.ports, engine.devices):
+                    engine.descendants, engine.ports, engine.devices = tree
+                    engine.built = None
             else:
                 # Between refreshes, workers that exited are dropped at once.
                 alive = [
@@ -646,6 +649,8 @@ class ProcessScanner:
                 ]
                 if len(alive) != len(engine.descendants):
                     engine.descendants, engine.built = alive, None
+                    if engine.devices is not None:  # the engine itself, then the workers still alive
+                        engine.devices = {p: d for p, d in engine.devices.items() if p == pid or p in alive}
             if engine.exe_denied or engine.tree_denied:
                 self._counts.restricted += 1
             out.append(engine.record())

@@ -10,7 +10,7 @@ import time
 import psutil
 
 from enginespec._common import Listening
-from enginespec._pyprocread import Denied, Gone, Stat, live_descendants
+from enginespec._pyprocread import Denied, Gone, Stat, TreeFiles, live_descendants
 
 
 class PsutilSource:
@@ -76,11 +76,14 @@ class PsutilSource:
     def exists(self, pid: int) -> bool:
         return psutil.pid_exists(pid)
 
-    def listen_ports(
-        self, pids: list[int], tables: dict[int, list[Listening]] | None = None
-    ) -> tuple[list[int], bool]:
+    def tree_files(
+        self, pids: list[int], ports: bool, devices: bool, tables: dict[int, list[Listening]] | None = None
+    ) -> TreeFiles:
+        """The listening ports of ``pids`` from psutil; no fds are listed here, so no devices."""
+        if not ports:
+            return TreeFiles([], None, False)
         denied = False
-        ports: set[int] = set()
+        found: set[int] = set()
         for pid in pids:
             try:
                 connections = psutil.Process(pid).net_connections(kind="tcp")
@@ -89,5 +92,5 @@ class PsutilSource:
                 continue
             except psutil.Error:
                 continue
-            ports.update(c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN and c.laddr)
-        return sorted(ports), denied
+            found.update(c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN and c.laddr)
+        return TreeFiles(sorted(found), None, denied)

@@ -348,6 +348,12 @@ class _Client:
     local: bool = False
 
 
+#: The character devices (fd, major, minor) of the pids whose open files a scan listed.
+_Opened = Mapping[int, Sequence[tuple[int, int, int]]]
+#: The devices handed over for each pid of a tree (``None``: not listed by the scan).
+_Given = tuple[tuple[tuple[int, int, int], ...] | None, ...]
+
+
 def _size(text: str) -> int | None:
     number, _, unit = text.strip().partition(" ")
     value = _int(number)
@@ -433,12 +439,14 @@ def _sort_key(use: GpuUse) -> tuple[int, int, int, str]:
 
 
 class GpuReader:
-    """Reads what engine trees hold on a host under ``root``, remembering between polls: an
-    unchanged tree's open files are listed again every :data:`FD_REFRESH_SECONDS` (every
-    :data:`NO_GPU_FD_REFRESH_SECONDS` for a pid holding no GPU yet, every
-    :data:`NVML_HOLDER_FD_REFRESH_SECONDS` for one holding only NVIDIA's while NVML answers), memory and
-    devices every :data:`MEMORY_REFRESH_SECONDS`. Nothing is read for a tree that holds no
-    character device of a GPU driver beyond listing its open files."""
+    """Reads what engine trees hold on a host under ``root``, remembering between polls. A scan
+    hands over the character devices its backend listed with each tree's sockets (its read set's
+    ``devices``); a pid it did not list has its open files listed here, again every
+    :data:`FD_REFRESH_SECONDS` for an unchanged tree (every :data:`NO_GPU_FD_REFRESH_SECONDS` for
+    a pid holding no GPU yet, every :data:`NVML_HOLDER_FD_REFRESH_SECONDS` for one holding only
+    NVIDIA's while NVML answers). Memory and devices are read every
+    :data:`MEMORY_REFRESH_SECONDS`, and at once when a tree's devices change. Nothing is read for a
+    tree that holds no character device of a GPU driver beyond its open files."""
 
     def __init__(self, root: str = "/", *, nvml: bool = True) -> None:
         self.root = root
@@ -446,7 +454,8 @@ class GpuReader:
         self._fds: dict[int, tuple[float, _Fds | None]] = {}
         self._host: _Host | None = None
         self._host_due = -1.0
-        self._held: dict[tuple[int, ...], tuple[float, Held]] = {}
+        #: per tree: when to read it again, the devices handed over it was read with, and what it holds
+        self._held: dict[tuple[int, ...], tuple[float, _Given, Held]] = {}
 
     @property
     def host(self) -> _Host:
@@ -456,7 +465,10 @@ class GpuReader:
             self._host_due = now + MEMORY_REFRESH_SECONDS
         return self._host
 
-    def _fds_of(self, pid: int, now: float, fresh: bool) -> _Fds | None:
+    def _fds_of(self, pid: int, now: float, fresh: bool, scanned: _Opened) -> _Fds | None:
+        listed = scanned.get(pid)
+        if listed is not None:  # the scan's backend listed them with the tree's sockets
+            return _Fds(tuple(listed))
         known = self._fds.get(pid)
         if known is None or fresh or now >= known[0]:
             fds = _open_devices(self.root, pid)
@@ -475,9 +487,11 @@ class GpuReader:
             return NVML_HOLDER_FD_REFRESH_SECONDS
         return FD_REFRESH_SECONDS
 
-    def read(self, trees: Sequence[Sequence[int]]) -> list[Held]:
-        """What each tree (its pids, the server first) holds, in order."""
+    def read(self, trees: Sequence[Sequence[int]], opened: _Opened | None = None) -> list[Held]:
+        """What each tree (its pids, the server first) holds, in order. ``opened``: the character
+        devices (fd, major, minor) of the pids whose open files were already listed."""
         now = time.monotonic()
+        opened = opened or {}
         wanted = {tuple(tree) for tree in trees}
         fresh = {pid for tree in wanted if tree not in self._held for pid in tree}
         if fresh or len(wanted) != len(self._held):  # else the same trees as before: same pids
@@ -487,20 +501,21 @@ class GpuReader:
         for tree in trees:
             key = tuple(tree)
             known = self._held.get(key)
-            if known is None or now >= known[0] or any(pid in fresh for pid in key):
-                held = self._read_tree(key, now, fresh)
-                known = (now + MEMORY_REFRESH_SECONDS, held)
+            given = tuple(tuple(opened[pid]) if pid in opened else None for pid in key)
+            if known is None or now >= known[0] or known[1] != given or any(pid in fresh for pid in key):
+                held = self._read_tree(key, now, fresh, opened)
+                known = (now + MEMORY_REFRESH_SECONDS, given, held)
                 self._held[key] = known
-            result.append(known[1])
+            result.append(known[2])
         if len(self._held) != len(wanted):
             self._held = {key: value for key, value in self._held.items() if key in wanted}
         return result
 
-    def _read_tree(self, pids: tuple[int, ...], now: float, fresh: set[int]) -> Held:
+    def _read_tree(self, pids: tuple[int, ...], now: float, fresh: set[int], scanned: _Opened) -> Held:
         problems: list[str] = []
         opened: dict[int, tuple[tuple[int, int, int], ...]] = {}
         for pid in dict.fromkeys(pids):
-            fds = self._fds_of(pid, now, pid in fresh)
+            fds = self._fds_of(pid, now, pid in fresh, scanned)
             if fds is None:
                 continue
             if fds.problem:

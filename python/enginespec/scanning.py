@@ -107,6 +107,7 @@ class Scanner:
                 cgroup=True,
                 netns=True,
                 checkouts=[checkout_programs(spec.signature) for spec in self._specs],
+                devices=gpus,
             ),
         )
         #: what the backend's start times count from, to have each engine's start ticks back
@@ -205,7 +206,11 @@ class Scanner:
         self._folding.forget(alive)
         result = self._placement.publish(result)
         if self._gpus is not None:
-            result, self._gpu_views = with_held(result, self._gpus.read(trees(result)), self._gpu_views)
+            # The devices the backend listed with each tree's sockets (what it did not list, the
+            # reader lists itself).
+            opened = {pid: fds for item in raw if item.devices for pid, fds in item.devices.items()}
+            held = self._gpus.read(trees(result), opened)
+            result, self._gpu_views = with_held(result, held, self._gpu_views)
         return result
 
     def _model(self, item: RawProcess, parent_engine: str | None, serving: bool = False) -> EngineProcess:

@@ -331,6 +331,7 @@ fn the_read_set_is_read_for_engines_once_per_record() {
             cgroup: true,
             netns: true,
             checkouts: Vec::new(),
+            devices: false,
         },
         ..proc.options()
     };
@@ -359,6 +360,65 @@ fn the_read_set_is_read_for_engines_once_per_record() {
     std::fs::write(proc.path("100/environ"), b"DEMO_PORT=9\0").unwrap();
     let again = scanner.scan_at(start + secs(1));
     assert!(Arc::ptr_eq(&found[0], &again[0]));
+}
+
+#[test]
+fn the_devices_a_tree_holds_are_listed_with_its_sockets() {
+    use std::os::unix::fs::{symlink, MetadataExt};
+    let device = |name: &str| {
+        let rdev = std::fs::metadata(format!("/dev/{name}")).unwrap().rdev();
+        (libc::major(rdev), libc::minor(rdev))
+    };
+    let ((zero_major, zero_minor), (full_major, full_minor)) = (device("zero"), device("full"));
+    let proc = FakeProc::new();
+    proc.spawn(100, &["demo", "serve", "/m/a"]);
+    proc.spawn_child(101, 100, &["python3", "-c", "worker"]);
+    proc.set_children(100, 100, &[101]);
+    proc.spawn(300, &["bash"]);
+    let hold = |pid: i32, fd: u32, target: &str| {
+        symlink(target, proc.path(&format!("{pid}/fd/{fd}"))).unwrap();
+    };
+    std::fs::write(proc.path("notes"), b"a file").unwrap();
+    hold(100, 3, "/dev/zero");
+    hold(100, 4, "/dev/null");
+    proc.add_socket(100, 5, 77);
+    hold(100, 6, "/dev/pts/0");
+    hold(100, 7, "/dev/gone");
+    hold(100, 8, proc.path("notes").to_str().unwrap());
+    hold(101, 12, "/dev/full");
+    hold(300, 3, "/dev/zero");
+    let options = ScanOptions {
+        read_set: ReadSet {
+            devices: true,
+            ..ReadSet::default()
+        },
+        ..proc.options()
+    };
+    let mut scanner = Scanner::new(&signatures(), options).unwrap();
+    let start = Instant::now();
+    let found = scanner.scan_at(start);
+    assert_eq!(pids(&found), vec![100]);
+    let zero = (3, zero_major, zero_minor);
+    let expected = vec![(100, vec![zero]), (101, vec![(12, full_major, full_minor)])];
+    assert_eq!(found[0].devices.as_ref(), Some(&expected));
+    // Read again at the tree's refresh, not before.
+    hold(100, 9, "/dev/full");
+    let again = scanner.scan_at(start + secs(1));
+    assert!(Arc::ptr_eq(&found[0], &again[0]));
+    let refreshed = scanner.scan_at(start + secs(3));
+    let both = vec![zero, (9, full_major, full_minor)];
+    assert_eq!(
+        refreshed[0].devices.as_ref().unwrap()[0],
+        (100, both.clone())
+    );
+    // A worker that exits takes its devices with it at once.
+    proc.kill(101);
+    proc.set_children(100, 100, &[]);
+    let gone = scanner.scan_at(start + secs(4));
+    assert_eq!(gone[0].devices, Some(vec![(100, both)]));
+    // Not asked: not listed.
+    let mut plain = Scanner::new(&signatures(), proc.options()).unwrap();
+    assert_eq!(plain.scan_at(start)[0].devices, None);
 }
 
 #[test]

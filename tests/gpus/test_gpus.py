@@ -645,22 +645,23 @@ def test_models_are_frozen_and_typed() -> None:
 
 
 def test_a_scan_reads_only_engine_trees_and_fills_no_gpus_here(procs: Procs, listed: list[int]) -> None:
-    """Real processes on this host (which has no GPU): an engine's record says it holds none;
-    only engine trees have their open files listed, never another process."""
-    server = procs.start(["llama-server", "-m", "/m/gpus.gguf", "--port", "8131"])
+    """Real processes on this host (which has no GPU): an engine's record says it holds none.
+    Its open files were listed by the scan's backend, with its sockets (the read set's
+    ``devices``): the GPU reading lists none of its own, and nothing of another process."""
+    with open("/dev/zero", "rb") as zero:  # a character device the engine holds, of no GPU
+        server = procs.start(["llama-server", "-m", "/m/gpus.gguf", "--port", "8131"], (zero.fileno(),))
     bystander = procs.start(["python3", "train.py", "--gpus", "0"])
     scanner = Scanner()
     found = {p.pid: p for p in scanner.scan()}
     mine = found[server.pid]
     assert (mine.gpus, mine.gpus_unknown) == ((), None)
-    trees = {pid for p in found.values() for pid in (p.pid, *p.worker_pids)}
-    assert server.pid in listed
-    assert bystander.pid not in listed
-    assert set(listed) <= trees
-    # A poll soon after lists nothing again for an unchanged engine.
-    listed.clear()
+    assert bystander.pid not in found
+    assert listed == []
     assert scanner.scan()
-    assert server.pid not in listed
+    assert listed == []
+    # Without the scan's listing, the reader lists the trees it is given, and those only.
+    assert gpus_module.GpuReader("/").read([(server.pid,)]) == [((), None)]
+    assert listed == [server.pid]
 
 
 #: Imports everything, becomes nobody for good, then scans and prints the engine's GPU facts.

@@ -169,3 +169,68 @@ def test_a_checkout_is_looked_for_as_the_read_set_names_it(name: str, tmp_path: 
     assert first[100] is False
     (files / "co" / "marker.py").write_text("")
     assert {item.pid: item.in_checkout for item in scanner.scan_at(61.0)}[100] is False
+
+
+def _hold(host: FixtureHost, pid: int, fd: int, target: str | Path) -> None:
+    os.symlink(target, host.proc / str(pid) / "fd" / str(fd))
+
+
+@pytest.mark.parametrize("name", sorted(SCANNERS))
+def test_the_devices_a_tree_holds_are_listed_with_its_sockets(name: str, tmp_path: Path) -> None:
+    """``devices``: each tree's character devices, (fd, major, minor) per pid, from the listing
+    of ``fd/`` its sockets come from; only links into ``/dev`` are followed, and neither a
+    terminal, ``/dev/null`` nor a file is a device. Read again at each tree refresh (a process
+    opens its GPUs after it starts), a worker's dropped as it exits, and nothing of a process
+    that is no engine."""
+    host = FixtureHost(tmp_path / "host")
+    host.spawn(1, ["/sbin/init"])
+    host.spawn(100, ["demo", "serve", "/m/a"])
+    host.spawn(101, ["python3", "-c", "worker"], ppid=100)
+    host.set_children(100, 100, [101])
+    (host.root / "dev").mkdir()
+    (host.root / "dev" / "notes").write_text("a file")
+    zero, full, urandom = (os.stat(f"/dev/{n}").st_rdev for n in ("zero", "full", "urandom"))
+    _hold(host, 100, 3, "/dev/zero")
+    _hold(host, 100, 4, "/dev/null")
+    host.add_socket(100, 5, 77)
+    _hold(host, 100, 6, host.root / "dev" / "notes")  # the fixture's own /dev: a file
+    _hold(host, 100, 7, "/dev/pts/0")
+    _hold(host, 100, 8, "/dev/gone")
+    _hold(host, 100, 9, "/tmp")
+    _hold(host, 101, 12, "/dev/urandom")
+    host.spawn(400, ["solo-server", "-m", "/m/e"])
+    host.spawn(500, ["bash"])
+    _hold(host, 500, 3, "/dev/zero")
+    scanner = SCANNERS[name](
+        SIGNATURES,
+        [],
+        5.0,
+        2.0,
+        True,
+        root=str(host.root),
+        read_set=ReadSet([[], []], False, False, devices=True),
+    )
+    found = {item.pid: item for item in scanner.scan_at(60.0)}
+    assert sorted(found) == [100, 400]
+    assert found[100].devices == {
+        100: [(3, os.major(zero), os.minor(zero))],
+        101: [(12, os.major(urandom), os.minor(urandom))],
+    }
+    assert found[400].devices == {400: []}
+    # before the next refresh the record stands; at it, the new device is there
+    _hold(host, 100, 10, "/dev/full")
+    assert {item.pid: item for item in scanner.scan_at(61.0)}[100] is found[100]
+    again = {item.pid: item for item in scanner.scan_at(62.5)}
+    assert again[100].devices is not None
+    assert again[100].devices[100] == [
+        (3, os.major(zero), os.minor(zero)),
+        (10, os.major(full), os.minor(full)),
+    ]
+    # a worker that exits takes its devices with it at once
+    host.kill(101)
+    host.set_children(100, 100, [])
+    gone = {item.pid: item for item in scanner.scan_at(63.0)}
+    assert gone[100].descendants == []
+    assert gone[100].devices == {100: again[100].devices[100]}
+    # not asked: not listed
+    assert all(item.devices is None for item in _scan(name, host).values())
