@@ -493,12 +493,15 @@ impl ProcRoot {
 #[derive(Debug, Default)]
 pub struct OpenFiles {
     pub sockets: FxHashSet<u64>,
-    /// (fd, major, minor) of each character device, sorted.
-    pub devices: Vec<(i32, u32, u32)>,
+    /// Each character device, sorted.
+    pub devices: Vec<OpenDevice>,
 }
 
-/// A process's character devices: its pid and (fd, major, minor) of each, sorted.
-pub type ProcessDevices = (i32, Vec<(i32, u32, u32)>);
+/// A character device a process holds open: (fd, major, minor).
+pub type OpenDevice = (i32, u32, u32);
+
+/// A process's character devices: its pid and each it holds, sorted.
+pub type ProcessDevices = (i32, Vec<OpenDevice>);
 
 /// Which of a tree's open files [`ProcRoot::tree_files`] reads.
 #[derive(Debug, Clone, Copy, Default)]

@@ -19,7 +19,7 @@ use crate::backend::{ProcessScanner, Woke};
 use crate::gguf;
 use crate::matcher;
 use crate::proc_events::Change;
-use crate::procread::ProcRoot;
+use crate::procread::{OpenDevice, ProcRoot};
 use crate::scan;
 
 /// Bytes as `str` through the filesystem encoding (surrogateescape), as `os.fsdecode` gives them.
@@ -221,6 +221,15 @@ impl PyProcRoot {
     /// The socket inodes the process holds, `None` when its fds cannot be read.
     fn socket_inodes(&self, py: Python<'_>, pid: i32) -> Option<rustc_hash::FxHashSet<u64>> {
         py.detach(|| self.root.socket_inodes(pid).0)
+    }
+
+    /// The character devices among the process's open files as (fd, major, minor), sorted,
+    /// `None` when its `fd/` cannot be listed; and whether some of it was refused.
+    fn open_devices(&self, py: Python<'_>, pid: i32) -> (Option<Vec<OpenDevice>>, bool) {
+        py.detach(|| {
+            let (files, denied) = self.root.open_files(pid, true);
+            (files.map(|files| files.devices), denied)
+        })
     }
 
     /// The LISTEN sockets of the process's network namespace, as `_common.Listening` records.

@@ -128,6 +128,10 @@ class ProcRoot:
         ``None`` when it cannot be read."""
     def socket_inodes(self, pid: int) -> set[int] | None:
         """The socket inodes the process holds, ``None`` when its fds cannot be read."""
+    def open_devices(self, pid: int) -> tuple[list[tuple[int, int, int]] | None, bool]:
+        """The character devices among the process's open files as (fd, major, minor), sorted
+        (only links into ``/dev`` are followed), ``None`` when its ``fd/`` cannot be listed;
+        and whether some of it was refused for lack of permission."""
     def listen_table(self, pid: int) -> list[_Listening]:
         """The LISTEN sockets of the tables (``net/tcp``, ``net/tcp6``) of the process's network
         namespace."""

@@ -180,31 +180,6 @@ def device_link(target: str, root: str) -> bool:
     return not target.startswith(("/dev/shm/", "/dev/pts/", "/dev/mqueue/")) and target != "/dev/null"
 
 
-def open_devices(pid: int, root: str = "/") -> tuple[list[tuple[int, int, int]], str | None] | None:
-    """The character devices among the open files of process ``pid`` of the host at ``root``
-    (``ROOT/proc/PID/fd``), as (fd, major, minor), sorted, with why they could not be listed;
-    ``None`` for a vanished process."""
-    directory = os.path.join(root, "proc", str(pid), "fd")
-    found = []
-    try:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                try:
-                    if not device_link(os.readlink(entry.path), root):
-                        continue
-                except OSError:
-                    continue  # closed meanwhile
-                device = char_device(entry.path)
-                if device is not None and entry.name.isdigit():
-                    found.append((int(entry.name), *device))
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        reason = err.strerror.lower() if err.strerror else type(err).__name__
-        return [], f"cannot read {proc_path(pid, 'fd')}: {reason}"
-    return sorted(found), None
-
-
 _AT_FDCWD = -100
 _AT_STATX_DONT_SYNC = 0x4000
 _STATX_TYPE = 0x1

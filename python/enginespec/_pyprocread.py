@@ -339,6 +339,12 @@ class ProcRoot:
         """The socket inodes the process holds, ``None`` when its fds cannot be read."""
         return self._socket_inodes(pid)[0]
 
+    def open_devices(self, pid: int) -> tuple[list[tuple[int, int, int]] | None, bool]:
+        """The character devices among the process's open files as (fd, major, minor), sorted,
+        ``None`` when its ``fd/`` cannot be listed; and whether some of it was refused."""
+        files, denied = self._open_files(pid, True)
+        return (None if files is None else files.devices), denied
+
     def _listen_table(self, pid: int) -> tuple[list[Listening], bool]:
         own = self._own_netns()
         asked = own is not None and self.netns(pid) == own

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from enginespec._backend import proc_root
 from enginespec._gpuids import UUID, normal_pci
 from enginespec._nvml import NvmlDevice, query
-from enginespec._procfiles import kernel_link, list_kernel_directory, open_devices, read_kernel_file
+from enginespec._procfiles import kernel_link, list_kernel_directory, proc_path, read_kernel_file
 
 Vendor = Literal["nvidia", "amd", "intel", "other"]
 GpuSource = Literal["nvml", "fdinfo", "kfd", "fd"]
@@ -334,10 +334,12 @@ class _Fds:
 
 
 def _open_devices(root: str, pid: int) -> _Fds | None:
-    """The character devices ``/proc/PID/fd/*`` point at, by ``st_rdev``; ``None`` for a
-    vanished process."""
-    found = open_devices(pid, root)
-    return None if found is None else _Fds(tuple(found[0]), found[1])
+    """The character devices ``/proc/PID/fd/*`` point at, by ``st_rdev``, as the backend lists
+    them; ``None`` for a vanished process."""
+    found, denied = proc_root(_path(root, "proc")).open_devices(pid)
+    if found is not None:
+        return _Fds(tuple(found))
+    return _Fds((), f"cannot read {proc_path(pid, 'fd')}: permission denied") if denied else None
 
 
 @dataclass

@@ -5,6 +5,7 @@ launches) answers from them, under the root it is given."""
 from __future__ import annotations
 
 import ipaddress
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,7 @@ import enginespec._pyprocread as _pyprocread
 import enginespec._pyscanner as _pyscanner
 import enginespec.sockets as sockets
 from enginespec._common import Listening
-from helpers.fixturehost import SIGNATURES, FixtureHost, Stat
+from helpers.fixturehost import SIGNATURES, FixtureHost, Stat, make_unreadable, without_read_override
 
 try:
     import enginespec._native as _native
@@ -129,6 +130,27 @@ def test_both_readers_give_the_same_live_descendants(host: FixtureHost, backend:
     assert reader.descendants(100) == [101, 102, 103]
     assert reader.descendants(103) == []
     assert reader.descendants(12345) == []
+
+
+@pytest.mark.parametrize("backend", sorted(READERS))
+def test_both_readers_list_the_same_open_devices(host: FixtureHost, backend: str) -> None:
+    """The character devices among a process's fds, what the GPU reader asks of the backend for a
+    process a scan did not list: only links into ``/dev`` are followed, sockets and
+    ``/dev/null`` are none; an fd directory that cannot be listed is ``None``, and says whether it
+    was refused (another user's process) or is gone."""
+    for fd, target in ((7, "/dev/zero"), (3, "/dev/full"), (8, "/dev/null"), (9, "/tmp")):
+        (host.proc / "300" / "fd" / str(fd)).symlink_to(target)
+    zero, full = (os.stat(f"/dev/{name}").st_rdev for name in ("zero", "full"))
+    reader = READERS[backend](str(host.proc))
+    assert reader.open_devices(300) == (
+        [(3, os.major(full), os.minor(full)), (7, os.major(zero), os.minor(zero))],
+        False,
+    )
+    assert reader.open_devices(100) == ([], False)  # a socket only
+    assert reader.open_devices(400) == (None, False)  # fd/ is not a directory
+    assert reader.open_devices(12345) == (None, False)  # no such process
+    make_unreadable(host.proc / "300" / "fd")
+    assert without_read_override(lambda: reader.open_devices(300)) == (None, True)
 
 
 @pytest.mark.parametrize("backend", sorted(SCANNERS))
