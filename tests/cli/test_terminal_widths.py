@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -57,14 +57,17 @@ def _screen(tmux: list[str], width: int, command: list[str], wrapped: bool = Fal
 
 
 @pytest.mark.parametrize("width", [60, 80, 120, 200])
-def test_ps_fits_the_terminal(procs: Procs, tmux: list[str], width: int) -> None:
+def test_ps_fits_the_terminal(
+    procs: Procs, tmux: list[str], width: int, held_port: Callable[[], int]
+) -> None:
+    first, second, third = held_port(), held_port(), held_port()
     long_model = "/data/models/" + "/".join(["very-long-directory-name"] * 6) + "/Qwen3-30B-A3B-Instruct.gguf"
     started = {
         procs.start(
-            ["llama-server", "-m", long_model, "--port", "18181", "--alias", "a-long-served-name,b"]
+            ["llama-server", "-m", long_model, "--port", str(first), "--alias", "a-long-served-name,b"]
         ).pid,
-        procs.start(["vllm", "serve", "Qwen/Qwen3-8B", "--port", "18182", "--host", "::1"]).pid,
-        procs.start(["python3", "-m", "sglang.launch_server", "--model-path", "m", "--port", "30000"]).pid,
+        procs.start(["vllm", "serve", "Qwen/Qwen3-8B", "--port", str(second), "--host", "::1"]).pid,
+        procs.start(["python3", "-m", "sglang.launch_server", "--model-path", "m", "--port", str(third)]).pid,
     }
     # listed by pid, so that the host's other engines do not change the layout
     lines = _screen(tmux, width, [sys.executable, "-m", "enginespec.cli", "ps", *map(str, started)])
@@ -78,7 +81,7 @@ def test_ps_fits_the_terminal(procs: Procs, tmux: list[str], width: int) -> None
         "llamacpp",
         "vllm",
         "sglang",
-        *((":18181", "[::1]:18182", "127.0.0.1:30000") if width >= 80 else ()),
+        *((f":{first}", f"[::1]:{second}", f"127.0.0.1:{third}") if width >= 80 else ()),
     ):
         assert whole in text
     assert "http://" not in text  # addresses as docker shows them
@@ -97,13 +100,16 @@ def test_ps_fits_the_terminal(procs: Procs, tmux: list[str], width: int) -> None
 
 
 @pytest.mark.parametrize("width", [60, 80, 120, 200])
-def test_watch_fits_the_terminal_and_ctrl_c_exits_0(procs: Procs, tmux: list[str], width: int) -> None:
+def test_watch_fits_the_terminal_and_ctrl_c_exits_0(
+    procs: Procs, tmux: list[str], width: int, held_port: Callable[[], int]
+) -> None:
     long_model = "/data/models/" + "/".join(["very-long-directory-name"] * 6) + "/Qwen3-30B-A3B-Instruct.gguf"
+    first, second = held_port(), held_port()
     started = {
         procs.start(
-            ["llama-server", "-m", long_model, "--port", "18191", "--alias", "a-long-served-name"]
+            ["llama-server", "-m", long_model, "--port", str(first), "--alias", "a-long-served-name"]
         ).pid,
-        procs.start(["vllm", "serve", "Qwen/Qwen3-8B", "--port", "18192", "--host", "::1"]).pid,
+        procs.start(["vllm", "serve", "Qwen/Qwen3-8B", "--port", str(second), "--host", "::1"]).pid,
     }
     done = f"/tmp/enginespec-tmux-watch-{os.getpid()}-{width}"
     # watched by pid, so that the host's other engines do not change the layout
@@ -139,7 +145,7 @@ def test_watch_fits_the_terminal_and_ctrl_c_exits_0(procs: Procs, tmux: list[str
     for line in lines:
         assert len(line) <= width, line
     text = "\n".join(ours(lines))
-    for whole in ("llamacpp", "vllm", *(("127.0.0.1:18191", "[::1]:18192") if width >= 80 else ())):
+    for whole in ("llamacpp", "vllm", *((f"127.0.0.1:{first}", f"[::1]:{second}") if width >= 80 else ())):
         assert whole in text
     (llama_line,) = (line for line in ours(lines) if "llamacpp" in line)
     assert "Qwen3" in llama_line
@@ -164,16 +170,21 @@ HF_SNAPSHOT = (
 
 
 @pytest.mark.parametrize("width", [60, 80, 120, 160, 200])
-def test_what_is_kept_as_the_width_shrinks(procs: Procs, tmux: list[str], width: int) -> None:
+def test_what_is_kept_as_the_width_shrinks(
+    procs: Procs, tmux: list[str], width: int, held_port: Callable[[], int]
+) -> None:
     """The issue's table: a Hugging Face cache path, served names, an orphan (the ROLE column) and
     engines not ready, listed by pid so the host's other engines do not change the layout."""
-    vllm = procs.start(["vllm", "serve", HF_SNAPSHOT, "--served-model-name", "llama-70b", "--port", "18195"])
+    vllm_port = held_port()
+    vllm = procs.start(
+        ["vllm", "serve", HF_SNAPSHOT, "--served-model-name", "llama-70b", "--port", str(vllm_port)]
+    )
     llama = procs.start(
-        ["llama-server", "-m", "/m/Qwen3-8B-Q4_K_M.gguf", "--port", "18196", "--alias", "qwen3-8b"]
+        ["llama-server", "-m", "/m/Qwen3-8B-Q4_K_M.gguf", "--port", str(held_port()), "--alias", "qwen3-8b"]
     )
     others = [
         procs.start(["mlx_lm.server", "--model", "mlx-community/Llama-3.2-3B-Instruct-4bit", "--port", "1"]),
-        procs.start(["vllm", "serve", "mistralai/Mistral-7B-Instruct-v0.3", "--port", "18198"]),
+        procs.start(["vllm", "serve", "mistralai/Mistral-7B-Instruct-v0.3", "--port", str(held_port())]),
         procs.start(["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen2.5-7B-Instruct"]),
     ]
     server = procs.start(
@@ -204,7 +215,7 @@ def test_what_is_kept_as_the_width_shrinks(procs: Procs, tmux: list[str], width:
     if "SERVED AS" not in header:
         assert not {"ROLE", "NOTE", "WORKERS", "LISTENING"} & set(header), header
     if width >= 80:
-        assert "127.0.0.1:18195" in vllm_row
+        assert f"127.0.0.1:{vllm_port}" in vllm_row
         assert "snapshots" not in text
     if width >= 120:
         assert "SERVED AS" in header

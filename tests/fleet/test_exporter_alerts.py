@@ -138,7 +138,9 @@ def test_it_listens_before_a_hung_engine_holds_its_first_refresh(procs: Procs) -
     """node_exporter says where it listens at once: the line and the bound port come before the
     first refresh, which waits on a hung engine; the first scrape then has that refresh's data."""
     sock = bound_socket()
-    with serving({"/health": [Answer(200, hang=True), Answer(200)]}, sock=sock) as fake:
+    # every check hangs (another watcher on the host may ask this engine too): the exporter's
+    # first refresh waits out its health timeout
+    with serving({"/health": [Answer(200, hang=True)]}, sock=sock, peers=True) as fake:
         engine = procs.start(
             ["llama-server", "-m", "slow.gguf", "--port", str(sock.getsockname()[1])],
             pass_fds=(sock.fileno(),),
@@ -147,7 +149,8 @@ def test_it_listens_before_a_hung_engine_holds_its_first_refresh(procs: Procs) -
         proc = _exporter("--port", str(exporter_port), "--interval", "10s")
         try:
             deadline = time.monotonic() + 60
-            while not fake.script.seen:  # the first refresh's health check hangs from here on
+            # the first refresh's health check (the exporter's own) hangs from here on
+            while not any(proc.pid in pids for pids in fake.script.peers):
                 assert time.monotonic() < deadline, "no health check came"
                 time.sleep(0.01)
             with socket.create_connection(("127.0.0.1", exporter_port), timeout=5):

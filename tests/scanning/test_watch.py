@@ -123,7 +123,7 @@ def test_health_transitions_of_a_real_server(procs: Procs) -> None:
     proc = procs.start(
         ["llama-server", "-m", "/m/a.gguf", "--port", str(sock.getsockname()[1])], pass_fds=(sock.fileno(),)
     )
-    with serving(routes, sock=sock):
+    with serving(routes, sock=sock, origins=True):  # only this watch moves the script on
         # a round's budget of 5 s: on a busy host (the hostile zoo's hung engines, a loaded CI) a
         # round of the pure-Python fallback can take over a second, and this is about transitions
         watch = enginespec.Scanner().watch(0.2, health=True, health_interval=0.1, health_timeout=5)
