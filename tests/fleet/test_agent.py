@@ -266,7 +266,7 @@ def test_ps_remote_merges_hosts_and_no_slow_or_dead_host_holds_the_others(procs:
         )
         hosts = [here, other.url, slow.url, f"http://127.0.0.1:{dead}"]
         started = time.monotonic()
-        done = run("ps", "--remote", ",".join(hosts), "--timeout", "2")
+        done = run("ps", "--remote", ",".join(hosts), "--timeout", "5")  # the agent's scan, on a busy host
         took = time.monotonic() - started
         assert done.returncode == 1  # some hosts failed
         lines = done.stdout.splitlines()
@@ -274,7 +274,7 @@ def test_ps_remote_merges_hosts_and_no_slow_or_dead_host_holds_the_others(procs:
         assert any(line.startswith(f"127.0.0.1:{port}") or here in line for line in lines[1:])
         assert any("other-host.gguf" in line and "4242" in line for line in lines[1:])
         errors = done.stderr.splitlines()
-        assert f"enginespec ps: {slow.url}: no answer within 2s" in errors
+        assert f"enginespec ps: {slow.url}: no answer within 5s" in errors
         assert any(
             line.startswith(f"enginespec ps: http://127.0.0.1:{dead}: cannot reach it") for line in errors
         )

@@ -205,7 +205,8 @@ def test_port_conflicts_are_a_gauge(
     )
     # the two sharing a port would share one engine_id (same engine, model and port): the second
     # gets its pid appended, so no two series have the same labels
-    first, second = sorted(pair, key=lambda p: p.pid)
+    # the older keeps the bare id: by start time, then pid (pids wrap, so the lower is not older)
+    first, second = sorted(pair, key=lambda p: (psutil.Process(p.pid).create_time(), p.pid))
     assert ids[str(second.pid)] == f"{ids[str(first.pid)]}-pid{second.pid}"
     assert len(conflicts) == len(series["enginespec_engine_port_conflict"])
     assert {conflicts[ids[str(p.pid)]] for p in pair} == {1.0}

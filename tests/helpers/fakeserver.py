@@ -6,7 +6,9 @@ be slow, hang, close the socket mid-response or send garbage.
 
 from __future__ import annotations
 
+import functools
 import os
+import random
 import socket
 import socketserver
 import threading
@@ -244,10 +246,42 @@ def serving(routes: dict[str, Sequence[Answer]], **kwargs: object) -> Iterator[F
         engine.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+@functools.cache
+def _test_ports() -> list[int]:
+    """Ports below and above the kernel's ephemeral range (``net.ipv4.ip_local_port_range``),
+    which ``bind(0)`` and every outgoing connection draw from: no process is handed one of them
+    by chance between :func:`free_port`'s check and a child's bind. The whole range where a host
+    leaves nothing outside it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as text:
+            low, high = map(int, text.read().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    outside = [port for port in range(10000, 65536) if not low <= port <= high and port != _LMDEPLOY]
+    return outside if len(outside) > 1000 else list(range(low, high + 1))
+
+
+_LMDEPLOY = 23333  # LMDeploy's default port: a real engine on a busy host may hold it
+_handed: set[int] = set()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on at ``host`` now, for a process the test starts: outside the
+    ephemeral range (see :func:`_test_ports`) and never the same twice in a session, so that a
+    port a finished test's child just left is not taken for this one's."""
+    candidates = _test_ports()
+    for _ in range(1000):
+        port = random.choice(candidates)
+        if port in _handed:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _handed.add(port)
+        return port
+    raise RuntimeError(f"no free port at {host} after 1000 tries")
 
 
 def bound_socket() -> socket.socket:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import stat
 import sys
 from pathlib import Path
@@ -23,12 +22,6 @@ def install_fake(directory: Path) -> Path:
     binary.write_text(f"#!{sys.executable}\n" + FAKE_SOURCE.read_text())
     binary.chmod(binary.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return binary
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 def fake_recipe(binary: Path, port: int, mode: str, **env: str) -> Recipe:

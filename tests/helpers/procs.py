@@ -38,6 +38,8 @@ class Procs:
     def __init__(self, helper: Path) -> None:
         self.helper = helper
         self.started: list[subprocess.Popen[bytes]] = []
+        #: each started process's start time (clock ticks after boot): its pid is its group's id
+        self._start_ticks: dict[int, int | None] = {}
 
     def start(
         self,
@@ -74,14 +76,20 @@ class Procs:
             extra_groups=None if user is None else [],
         )
         self.started.append(proc)
+        self._start_ticks[proc.pid] = start_ticks(proc.pid)
         # execve has returned to Popen before the kernel publishes the new argv: wait for it, as
         # a real host shows it a moment later (the scanner watches such processes meanwhile).
         wait_for(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes() != b"")
         return proc
 
     def stop(self, proc: subprocess.Popen[bytes]) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        """Kills the process and what is left of its group (a worker that outlived it). A
+        process the test already waited for has given up its pid: while a member of its group
+        lives, the kernel hands that number to no one, but once the group is gone it may be a
+        stranger's, leading a group of its own, which is left alone."""
+        if proc.returncode is None or start_ticks(proc.pid) in (None, self._start_ticks.get(proc.pid)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
     def stop_all(self) -> None:
@@ -121,6 +129,16 @@ def send_when_handled(proc: subprocess.Popen[bytes], signum: int) -> None:
 
     wait_for(handled)
     os.kill(proc.pid, signum)
+
+
+def start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks after boot (``/proc/PID/stat``); ``None`` when
+    there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return int(stat.rsplit(b")", 1)[1].split()[19])
 
 
 def children_of(pid: int) -> set[int]:

@@ -346,15 +346,21 @@ def test_a_config_that_hangs_is_given_up_after_the_step_deadline(
         return real(fd)
 
     monkeypatch.setattr(procfiles, "_regular", blocking)
-    pid = strangers.start(["vllm", "serve", "--config", "good.yaml"], shared)
+    argv = ["vllm", "serve", "--config", "good.yaml"]
+    pid = strangers.start(argv, shared)
     try:
-        problems = [_by_pid(Scanner().scan(), {pid})[pid].problems for _ in range(procfiles.MAX_STUCK + 1)]
+        # this process's files only: a scan would read the host's other engines' files under the
+        # same 0.2 s deadline, and one slow on a loaded host would count as stuck too
+        spec = get_engine_spec("vllm")
+        problems = [
+            read_outside(spec, pid, argv, environ=None).problems for _ in range(procfiles.MAX_STUCK + 1)
+        ]
         assert all("took longer than 0.2 s" in p[0] for p in problems[:-1]), problems
         assert "earlier reads of files named by processes still hang" in problems[-1][0]
     finally:
         release.set()
     wait_for(lambda: procfiles._stuck == 0)
-    monkeypatch.setattr(procfiles, "_regular", real)
+    monkeypatch.undo()  # the real step and its deadline
     assert _by_pid(Scanner().scan(), {pid})[pid].model == "org/good-from-config"
 
 

