@@ -24,7 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from enginespec import LaunchFailed, launch
-from helpers.lifecycle_fakes import fake_recipe, free_port, install_fake
+from helpers.fakeserver import free_port
+from helpers.lifecycle_fakes import fake_recipe, install_fake
 
 
 def exit_latency(binary: Path, folder: Path, runs: int) -> list[float]:
