@@ -19,7 +19,7 @@ import pytest
 
 from helpers.cli import enginespec
 from helpers.fakeserver import Answer, FakeEngine, bound_socket, free_port, serving
-from helpers.procs import Procs
+from helpers.procs import Procs, started_by
 
 HF_SNAPSHOT = (
     "/data/huggingface/hub/models--meta-llama--Llama-3.3-70B-Instruct/snapshots/"
@@ -298,19 +298,6 @@ def test_health_wait_gives_up_and_says_why(procs: Procs, held_port: Callable[[],
     assert "starting" in _text(out)
 
 
-def _started_by(ancestor: int, pid: int) -> bool:
-    """Whether ``pid`` is ``ancestor`` or one of its descendants (by the parents ``/proc`` gives)."""
-    while pid > 1:
-        if pid == ancestor:
-            return True
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as stat:
-                pid = int(stat.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return False
-    return False
-
-
 def _interrupted(args: list[str], server: FakeEngine) -> tuple[int, str]:
     """Runs ``enginespec ARGS``, sends SIGINT once ``server`` (made with ``peers=True``) has a
     request from it or a process it started in flight, and returns its exit status and stderr.
@@ -320,7 +307,7 @@ def _interrupted(args: list[str], server: FakeEngine) -> tuple[int, str]:
     )
     try:
         deadline = time.monotonic() + 120
-        while not any(_started_by(proc.pid, pid) for pids in list(server.script.peers) for pid in pids):
+        while not any(started_by(proc.pid, pid) for pids in list(server.script.peers) for pid in pids):
             assert time.monotonic() < deadline, args
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.05)

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.fakeserver import free_port
-from helpers.procs import Procs
+from helpers.procs import Procs, start_ticks
 from scanning.test_containers import HIERARCHIES, cgroup, shim_program, under_shim
 from scanning.test_ports import _free_port as free_port_on
 from scanning.test_ports import _start as start_fake
@@ -206,7 +206,7 @@ def test_port_conflicts_are_a_gauge(
     # the two sharing a port would share one engine_id (same engine, model and port): the second
     # gets its pid appended, so no two series have the same labels
     # the older keeps the bare id: by start time, then pid (pids wrap, so the lower is not older)
-    first, second = sorted(pair, key=lambda p: (psutil.Process(p.pid).create_time(), p.pid))
+    first, second = sorted(pair, key=lambda p: (start_ticks(p.pid) or 0, p.pid))
     assert ids[str(second.pid)] == f"{ids[str(first.pid)]}-pid{second.pid}"
     assert len(conflicts) == len(series["enginespec_engine_port_conflict"])
     assert {conflicts[ids[str(p.pid)]] for p in pair} == {1.0}

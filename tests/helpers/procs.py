@@ -131,14 +131,29 @@ def send_when_handled(proc: subprocess.Popen[bytes], signum: int) -> None:
     os.kill(proc.pid, signum)
 
 
-def start_ticks(pid: int) -> int | None:
-    """When the process started, in clock ticks after boot (``/proc/PID/stat``); ``None`` when
-    there is no such process."""
+def _stat_field(pid: int, number: int) -> int | None:
+    """Field ``number`` (as proc(5) counts them) of ``/proc/PID/stat``; ``None`` when there is no
+    such process."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
-    return int(stat.rsplit(b")", 1)[1].split()[19])
+    return int(stat.rsplit(b")", 1)[1].split()[number - 3])  # the fields after (comm) start at 3
+
+
+def start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks after boot; ``None`` when there is no such
+    process."""
+    return _stat_field(pid, 22)
+
+
+def started_by(ancestor: int, pid: int) -> bool:
+    """Whether ``pid`` is ``ancestor`` or one of its descendants (by the parents ``/proc`` gives)."""
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        pid = _stat_field(pid, 4) or 0
+    return False
 
 
 def children_of(pid: int) -> set[int]:

@@ -26,7 +26,8 @@ def test_the_benchmarks_are_found() -> None:
 
 def _needs_the_extension(bench: Path) -> bool:
     """Whether the benchmark compares the Rust extension with its twin (it imports ``_native``)."""
-    return "import _native" in bench.read_text() or "enginespec._native" in bench.read_text()
+    text = bench.read_text()
+    return "import _native" in text or "enginespec._native" in text
 
 
 @pytest.mark.parametrize("bench", BENCHES, ids=lambda path: path.name)

@@ -309,9 +309,14 @@ class _Stream:
 SCHEMA = event_schema()
 
 
+def _who(document: dict[str, Any]) -> dict[str, Any]:
+    """The process an event is about (a stopped one's identity)."""
+    who: dict[str, Any] = document["identity"] if document["type"] == "stopped" else document["process"]
+    return who
+
+
 def _pid_of(document: dict[str, Any]) -> int:
-    who = document["identity"] if document["type"] == "stopped" else document["process"]
-    return int(who["pid"])
+    return int(_who(document)["pid"])
 
 
 def test_watch_keeps_the_engines_its_terms_and_filters_name(procs: Procs) -> None:
@@ -344,8 +349,7 @@ def test_watch_keeps_the_engines_its_terms_and_filters_name(procs: Procs) -> Non
 
         stream.until(ours_seen)
         # the host's own sglang too, its stop among them
-        who = (d["identity"] if d["type"] == "stopped" else d["process"] for d in seen)
-        assert {w["engine"] for w in who} == {"sglang"}
+        assert {_who(d)["engine"] for d in seen} == {"sglang"}
     finally:
         stream.interrupt()
     refused = subprocess.run(
