@@ -55,7 +55,15 @@ if TYPE_CHECKING:
         RestartRefused,
         UnknownEngineError,
     )
-    from enginespec.failures import Failure, FailureKind, FailurePattern, Failures
+    from enginespec.failures import (
+        ArgvHint,
+        Failure,
+        FailureFigures,
+        FailureKind,
+        FailurePattern,
+        Failures,
+        Memory,
+    )
     from enginespec.feeds import FeedFormat, FeedWriter
     from enginespec.gpus import GpuDevice, GpuProcess, GpuUse
     from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
@@ -135,10 +143,13 @@ _LAZY = {
     "RecipeFileError": "enginespec.errors",
     "RecipeValidationError": "enginespec.errors",
     "UnknownEngineError": "enginespec.errors",
+    "ArgvHint": "enginespec.failures",
     "Failure": "enginespec.failures",
+    "FailureFigures": "enginespec.failures",
     "FailureKind": "enginespec.failures",
     "FailurePattern": "enginespec.failures",
     "Failures": "enginespec.failures",
+    "Memory": "enginespec.failures",
     "GpuDevice": "enginespec.gpus",
     "GpuProcess": "enginespec.gpus",
     "GpuUse": "enginespec.gpus",
@@ -224,6 +235,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "ALL_ENGINE_SPECS",
+    "ArgvHint",
     "BACKEND",
     "BUILTIN_ENGINE_SPECS",
     "BinaryProbeResult",
@@ -246,6 +258,7 @@ __all__ = [
     "ExporterError",
     "ExtraPort",
     "Failure",
+    "FailureFigures",
     "FailureKind",
     "FailurePattern",
     "Failures",
@@ -276,6 +289,7 @@ __all__ = [
     "LoadMetrics",
     "LogLine",
     "LogSource",
+    "Memory",
     "NativeRuntime",
     "NotReady",
     "Package",

@@ -11,7 +11,7 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -417,9 +417,11 @@ class EngineDefinition(BaseModel):
         signal: int | None = None,
         *,
         oom_kill: bool = False,
+        argv: Sequence[str] = (),
     ) -> Failure:
-        """Why this engine failed, from its log and how it ended (by :attr:`failures`)."""
-        return match_failure(self.failures, self.id, log_text, exit_code, signal, oom_kill=oom_kill)
+        """Why this engine failed, from its log and how it ended (by :attr:`failures`); ``argv``
+        picks the hints that depend on how it was started."""
+        return match_failure(self.failures, self.id, log_text, exit_code, signal, oom_kill=oom_kill, argv=argv)
 
     def loaded_models(self, body: bytes) -> tuple[str, ...] | None:
         """The names of the loaded models in an answer of ``Serving.loaded_models_path``."""

@@ -3,12 +3,27 @@
 :class:`Failure` with the lines that show the cause, verbatim.
 
 The matcher is engine-agnostic: an engine's patterns (its own messages first, then those of the
-libraries it is built on, see ``enginespec.engines._libraries``) are tried line by line; the first
-pattern, in the engine's order, that some line matches decides the class, and every line that a
-pattern of that class matches is a cause line. Wrapper lines ("Engine core initialization failed.
-See root cause above.") are never a cause. Nothing matched: a Python exception or an error line
-that is no wrapper makes the failure ``other``; no such line leaves ``killed`` (a signal; the
-cgroup's OOM kill makes it ``cpu_oom``) or ``exited``.
+layers it is built on, see ``enginespec.engines._libraries``) are tried line by line. The
+precedence, a cause before its consequence:
+
+1. the first *cause* pattern, in the engine's order, that some line matches decides the class;
+   the layers are ordered so that a cause comes before what it causes (a missing driver library
+   before the import error it raises, an allocation that failed before the load that failed);
+   every line that a cause pattern of that class matches is a cause line;
+2. *context* patterns of that class add the figures of other lines (vLLM's ``# GPU blocks: 0``
+   before its KV-cache refusal) but are no cause and never decide;
+3. wrapper lines ("Engine core initialization failed. See root cause above.") are never a cause;
+4. nothing matched: the cgroup's OOM kill makes it ``cpu_oom``, a signal ``killed``, else the root
+   exception of the last Python traceback chain (the one "the above exception" points back at,
+   not the exceptions raised while handling it) or the last error line that is no wrapper makes
+   it ``other``; else ``exited`` (the exit status says nothing of why).
+
+The figures a cause line states are typed and named the same way for every engine
+(:class:`FailureFigures`: a bind failure's ``port`` and ``address``, memory as :class:`Memory`
+with the unit the log used, the KV cache's blocks, tokens and sizes, a crash's ``signal``, the
+``missing`` library or module, the rejected ``flag``). A pattern's named groups are those fields
+(or ``<field>_<unit>`` for a bare number, ``free_gib``); ``numbers`` keeps every group as parsed,
+as before.
 """
 
 from __future__ import annotations
@@ -19,7 +34,7 @@ import signal as signals
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 #: A class a log pattern can name.
 PatternKind = Literal[
@@ -68,18 +83,32 @@ COMMON_WRAPPERS = (
 )
 
 
+class ArgvHint(BaseModel):
+    """A hint that replaces a pattern's own when the engine's argv has ``flag`` (``--flag`` or
+    ``--flag=value``): the remedy depends on how the engine was started."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    flag: str = Field(min_length=2, pattern=r"^-")
+    hint: str = Field(min_length=1)
+
+
 class FailurePattern(BaseModel):
-    """One message of an engine or of a library it uses: a regular expression searched in each
+    """One message of an engine or of a layer under it: a regular expression searched in each
     log line, the class it shows, and the hint for it.
 
-    Named groups are the figures parsed from the line (``(?P<free_gib>[\\d.]+)``: the unit is in
-    the name); ``hint`` may name them (``--max-model-len <= {estimated_max_model_len}``)."""
+    Named groups are the figures parsed from the line, by the names of :class:`FailureFigures`
+    (``(?P<free>[\\d.]+ GiB)``, or ``(?P<free_gib>[\\d.]+)`` with the unit in the name); ``hint``
+    may name them (``--max-model-len <= {max_model_len_fits}``). ``role="context"``: the line adds
+    figures to a failure of this class but is no cause and decides nothing."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: PatternKind
     pattern: str = Field(min_length=1)
     hint: str | None = None
+    role: Literal["cause", "context"] = "cause"
+    argv_hints: tuple[ArgvHint, ...] = ()
 
     @field_validator("pattern")
     @classmethod
@@ -111,10 +140,72 @@ class Failures(BaseModel):
 Number = int | float | str
 
 
+MemoryUnit = Literal["B", "KiB", "MiB", "GiB", "TiB", "KB", "MB", "GB", "TB"]
+_UNIT_BYTES: Mapping[str, int] = {
+    "B": 1,
+    "KiB": 1 << 10,
+    "MiB": 1 << 20,
+    "GiB": 1 << 30,
+    "TiB": 1 << 40,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+}
+
+
+class Memory(BaseModel):
+    """An amount of memory as the log states it: the value and its unit (``448.0 MiB``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    value: float = Field(ge=0, allow_inf_nan=False)
+    unit: MemoryUnit
+
+    @property
+    def bytes(self) -> int:
+        return round(self.value * _UNIT_BYTES[self.unit])
+
+    def __str__(self) -> str:
+        return f"{self.value:g} {self.unit}"
+
+
+class FailureFigures(BaseModel):
+    """The figures a failure's cause lines state, named the same way for every engine; a figure
+    the log does not state is ``None``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: a bind failure's port and address (``0.0.0.0``, ``::1``, a host name)
+    port: int | None = Field(default=None, ge=0, le=65535)
+    address: str | None = Field(default=None, max_length=255)
+    #: the GPU (or other device) the failure names, as the log numbers it
+    device: str | None = Field(default=None, max_length=64)
+    #: an allocation: what was asked for, what was free, the device's or host's total
+    requested: Memory | None = None
+    free: Memory | None = None
+    total: Memory | None = None
+    #: the KV cache: its blocks and tokens, the memory one request needs and the memory left
+    kv_cache_blocks: int | None = Field(default=None, ge=0)
+    kv_cache_tokens: int | None = Field(default=None, ge=0)
+    kv_cache_needed: Memory | None = None
+    kv_cache_available: Memory | None = None
+    #: the context length asked for and the longest that fits
+    max_model_len: int | None = Field(default=None, ge=0)
+    max_model_len_fits: int | None = Field(default=None, ge=0)
+    #: the signal a crash states, by name (``SIGSEGV``)
+    signal: str | None = Field(default=None, pattern=r"^SIG[A-Z0-9]+$")
+    #: the library or module that is missing (``libcuda.so.1``, ``flashinfer``)
+    missing: str | None = Field(default=None, max_length=255)
+    #: the flag or argument a parser rejected
+    flag: str | None = Field(default=None, max_length=255)
+
+
 class Failure(BaseModel):
     """Why an engine failed: the class, the log lines that show it (verbatim, ANSI colours
-    removed), figures parsed from those lines (``free_gib``, ``max_model_len``, ``port``), what
-    to change, and how the process ended."""
+    removed), the figures they state (``figures``: typed; ``numbers``: every named group as
+    parsed, ``free_gib``, ``max_model_len``, ``port``), what to change, and how the process
+    ended."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -122,6 +213,7 @@ class Failure(BaseModel):
     kind: FailureKind
     cause_lines: tuple[str, ...] = ()
     numbers: Mapping[str, Number] = Field(default_factory=dict)
+    figures: FailureFigures = Field(default_factory=FailureFigures)
     hint: str | None = None
     exit_code: int | None = None
     signal: int | None = None
@@ -172,26 +264,151 @@ def clean_line(line: str) -> str:
     return _ANSI.sub("", line).rstrip("\r")
 
 
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+")
+
+
 def _number(name: str, text: str) -> Number | None:
     if not text:
         return None
     if name.endswith("_hex"):
         return text
+    if _THOUSANDS.fullmatch(text):
+        # vLLM: "GPU KV cache size: 175,856 tokens"
+        text = text.replace(",", "")
     try:
         return int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text)
     except ValueError:
         return text
 
 
-def _hint(pattern: FailurePattern, numbers: Mapping[str, Number]) -> str | None:
-    if pattern.hint is None:
+#: Group names that name a figure another way (the engines' older names).
+_FIGURE_ALIASES: Mapping[str, str] = {
+    "alloc": "requested",
+    "required": "requested",
+    "desired": "requested",
+    "available": "free",
+    "kv_needed": "kv_cache_needed",
+    "kv_available": "kv_cache_available",
+    "kv_tokens": "kv_cache_tokens",
+    "estimated_max_model_len": "max_model_len_fits",
+    "host": "address",
+}
+_UNIT_SUFFIXES: Mapping[str, MemoryUnit] = {"bytes": "B", "kib": "KiB", "mib": "MiB", "gib": "GiB"}
+_MEMORY_FIELDS = frozenset({"requested", "free", "total", "kv_cache_needed", "kv_cache_available"})
+_INT_FIELDS = frozenset({"port", "kv_cache_blocks", "kv_cache_tokens", "max_model_len", "max_model_len_fits"})
+_MEMORY_TEXT = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s*(bytes?|[KMGT]i?B|B)")
+#: How logs name a signal: Go's os/exec ("signal: segmentation fault"), a shell ("Killed",
+#: "Aborted (core dumped)"), Windows' NTSTATUS of a crash (signed, unsigned, hex).
+_SIGNAL_WORDS: Mapping[str, str] = {
+    "killed": "SIGKILL",
+    "segmentation fault": "SIGSEGV",
+    "aborted": "SIGABRT",
+    "illegal instruction": "SIGILL",
+    "illegal hardware instruction": "SIGILL",
+    "bus error": "SIGBUS",
+    "floating point exception": "SIGFPE",
+    "terminated": "SIGTERM",
+    "interrupt": "SIGINT",
+    "hangup": "SIGHUP",
+    "-1073741795": "SIGILL",
+    "3221225501": "SIGILL",
+    "0xc000001d": "SIGILL",
+    "-1073741819": "SIGSEGV",
+    "3221225477": "SIGSEGV",
+    "0xc0000005": "SIGSEGV",
+}
+
+
+def _signal_name(text: str) -> str | None:
+    word = text.strip().lower()
+    if word in _SIGNAL_WORDS:
+        return _SIGNAL_WORDS[word]
+    if word.isdigit():
+        try:
+            return signals.Signals(int(word)).name
+        except ValueError:
+            return None
+    return word.upper() if re.fullmatch(r"sig[a-z0-9]+", word) else None
+
+
+def _memory(text: str, unit: MemoryUnit | None = None) -> dict[str, object] | None:
+    if unit is not None:
+        return {"value": float(text.replace(",", "")), "unit": unit}
+    found = _MEMORY_TEXT.fullmatch(text.strip())
+    if found is None:
         return None
-    try:
-        return pattern.hint.format_map(
-            {k: f"{v:g}" if isinstance(v, float) else v for k, v in numbers.items()}
-        )
-    except (KeyError, IndexError, ValueError):
+    stated = found[2]
+    return {"value": float(found[1].replace(",", "")), "unit": "B" if stated.startswith("byte") else stated}
+
+
+def _figure(name: str, text: str) -> tuple[str, object] | None:
+    """The figure a named group gives: ``(field, value)``, ``None`` for a group that is none."""
+    suffixed = re.fullmatch(r"(.+)_(bytes|kib|mib|gib)", name)
+    if suffixed is not None:
+        field = _FIGURE_ALIASES.get(suffixed[1], suffixed[1])
+        if field not in _MEMORY_FIELDS:
+            return None
+        memory = _memory(text, _UNIT_SUFFIXES[suffixed[2]])
+        return (field, memory) if memory is not None else None
+    field = _FIGURE_ALIASES.get(name, name)
+    if field not in FailureFigures.model_fields:
         return None
+    value: object
+    if field in _MEMORY_FIELDS:
+        value = _memory(text)
+    elif field in _INT_FIELDS:
+        value = int(text.replace(",", ""))
+    elif field == "signal":
+        value = _signal_name(text)
+    elif field == "address":
+        value = text.strip("[]")
+    else:
+        value = text.strip()
+    return (field, value) if value not in (None, "") else None
+
+
+def _figures(groups: Sequence[tuple[str, str]]) -> FailureFigures:
+    """The typed figures of the named groups, in line order (the first statement of a figure
+    wins); a value that is no valid figure (a port of 99999, an overflowing size) is left out."""
+    valid: dict[str, object] = {}
+    for name, text in groups:
+        try:
+            item = _figure(name, text)
+            if item is None or item[0] in valid:
+                continue
+            FailureFigures.model_validate({item[0]: item[1]})
+        except (ValidationError, ValueError, OverflowError):
+            continue
+        valid[item[0]] = item[1]
+    return FailureFigures.model_validate(valid)
+
+
+def _has_flag(argv: Sequence[str], flag: str) -> bool:
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
+
+
+def _hint(
+    pattern: FailurePattern, fields: Mapping[str, object], argv: Sequence[str]
+) -> str | None:
+    """The pattern's hint for this argv (an :class:`ArgvHint` whose flag the argv has, else its
+    own) with the figures filled in; ``None`` when it names a figure the log did not state."""
+    texts = [h.hint for h in pattern.argv_hints if _has_flag(argv, h.flag)]
+    if pattern.hint is not None:
+        texts.append(pattern.hint)
+    for text in texts:
+        try:
+            return text.format_map(fields)
+        except (KeyError, IndexError, ValueError, AttributeError):
+            continue
+    return None
+
+
+def _hint_fields(numbers: Mapping[str, Number], figures: FailureFigures) -> dict[str, object]:
+    fields: dict[str, object] = {k: f"{v:g}" if isinstance(v, float) else v for k, v in numbers.items()}
+    for name, value in figures.model_dump(exclude_none=True).items():
+        figure = getattr(figures, name)
+        fields[name] = str(figure) if isinstance(figure, Memory) else value
+    return fields
 
 
 def _is_source(lines: Sequence[str], index: int) -> bool:
@@ -203,19 +420,46 @@ def _is_source(lines: Sequence[str], index: int) -> bool:
     return follows_file and lines[index][:1].isspace()
 
 
+# "The above exception was the direct cause of the following exception:" / "During handling of
+# the above exception, another exception occurred:" (CPython's traceback module): the exception
+# before it is the cause of the ones after.
+_CHAIN = re.compile(r"The above exception was the direct cause of the following exception|During handling of the above exception")
+# "Exception ignored in: <function Llama.__del__ ...>": an exception of a destructor, after the end.
+_IGNORED = re.compile(r"Exception ignored in\b")
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+
+
+def _in_ignored_block(lines: Sequence[str], index: int) -> bool:
+    for back in range(index - 1, max(index - 200, 0) - 1, -1):
+        if _TRACEBACK.search(lines[back]):
+            return back > 0 and _IGNORED.search(lines[back - 1]) is not None
+        if _IGNORED.search(lines[back]):
+            return True
+    return False
+
+
 def _fallback_cause(lines: Sequence[str], wrappers: Sequence[re.Pattern[str]]) -> str | None:
-    """The most specific error statement when no pattern matched: the last Python exception line
-    that is no wrapper, else the last error-level line that is none."""
+    """The most specific error statement when no pattern matched: the root exception of the
+    last traceback chain that is no wrapper, else the last error-level line that is none."""
     candidates = [
-        line
+        (index, line)
         for index, line in enumerate(lines)
         if line.strip() and not _is_source(lines, index) and not any(w.search(line) for w in wrappers)
     ]
-    for finder in (_EXCEPTION, _ERROR_LINE):
-        found = [line for line in candidates if finder.search(line[:MAX_MATCH_CHARS])]
-        if found:
-            return found[-1]
-    return None
+    exceptions = [
+        (index, line)
+        for index, line in candidates
+        if _EXCEPTION.search(line[:MAX_MATCH_CHARS]) and not _in_ignored_block(lines, index)
+    ]
+    if exceptions:
+        root_index, root = exceptions[-1]
+        for index, line in reversed(exceptions[:-1]):
+            if not any(_CHAIN.search(between) for between in lines[index + 1 : root_index]):
+                break
+            root_index, root = index, line
+        return root
+    errors = [line for _index, line in candidates if _ERROR_LINE.search(line[:MAX_MATCH_CHARS])]
+    return errors[-1] if errors else None
 
 
 def match_failure(
@@ -226,9 +470,11 @@ def match_failure(
     signal: int | None = None,
     *,
     oom_kill: bool = False,
+    argv: Sequence[str] = (),
 ) -> Failure:
     """The failure a log shows, by ``failures`` (see the module's docstring). ``oom_kill``: the
-    kernel's OOM killer killed a process of the engine's cgroup (``memory.events``)."""
+    kernel's OOM killer killed a process of the engine's cgroup (``memory.events``); ``argv``:
+    the engine's argv, for the hints that depend on it."""
     lines = [clean_line(line) for line in log_text[-MAX_LOG_CHARS:].split("\n")]
     wrappers = [_compiled(w) for w in (*failures.wrappers, *COMMON_WRAPPERS)]
     ending = Failure(engine=engine, kind="exited", exit_code=exit_code, signal=signal)
@@ -244,8 +490,9 @@ def match_failure(
                 found = regex.search(head)
                 if found is not None:
                     first[pattern_index] = (line_index, found)
-    if first:
-        kind = failures.patterns[min(first)].kind
+    causes_found = [i for i in first if failures.patterns[i].role == "cause"]
+    if causes_found:
+        kind = failures.patterns[min(causes_found)].kind
         chosen = sorted(
             (line_index, pattern_index, found)
             for pattern_index, (line_index, found) in first.items()
@@ -253,19 +500,28 @@ def match_failure(
         )
         causes: dict[str, None] = {}
         numbers: dict[str, Number] = {}
-        for line_index, _pattern_index, found in chosen:
-            if len(causes) < MAX_CAUSE_LINES:
+        groups: list[tuple[str, str]] = []
+        for line_index, pattern_index, found in chosen:
+            if len(causes) < MAX_CAUSE_LINES and failures.patterns[pattern_index].role == "cause":
                 causes[lines[line_index]] = None
             for name, text in found.groupdict().items():
                 value = None if text is None else _number(name, text)
                 if value is not None:
                     numbers.setdefault(name, value)
+                    groups.append((name, text))
+        figures = _figures(groups)
+        fields = _hint_fields(numbers, figures)
         hint = None
         for pattern_index in sorted(p for _l, p, _m in chosen):
-            hint = _hint(failures.patterns[pattern_index], numbers)
+            hint = _hint(failures.patterns[pattern_index], fields, argv)
             if hint is not None:
                 break
-        update = {"cause_lines": tuple(causes), "numbers": numbers, "hint": hint or _KIND_HINTS.get(kind)}
+        update = {
+            "cause_lines": tuple(causes),
+            "numbers": numbers,
+            "figures": figures,
+            "hint": hint or _KIND_HINTS.get(kind),
+        }
         return ending.model_copy(update={"kind": kind, **update})
     if oom_kill:
         return ending.model_copy(update={"kind": "cpu_oom", "hint": _KIND_HINTS["cpu_oom"]})

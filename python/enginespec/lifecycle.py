@@ -149,13 +149,15 @@ def classify_failure(
     signal: int | None = None,
     *,
     oom_kill: bool = False,
+    argv: Sequence[str] = (),
 ) -> Failure:
     """Why an engine failed to start: its class, the log lines that show the cause (verbatim),
     the figures in them, a hint, and how the process ended. A pure function of its arguments,
     by the engine's failure vocabulary (``EngineSpec.failures``); ``oom_kill`` says the kernel's
-    OOM killer killed a process of the engine's cgroup."""
+    OOM killer killed a process of the engine's cgroup; ``argv`` (the engine's, secrets masked
+    or not) picks the hints that depend on how it was started."""
     spec = find_engine(engine) if isinstance(engine, str) else engine
-    return spec.classify_failure(log_text, exit_code, signal, oom_kill=oom_kill)
+    return spec.classify_failure(log_text, exit_code, signal, oom_kill=oom_kill, argv=argv)
 
 
 # -- processes --------------------------------------------------------------------------------
@@ -548,7 +550,7 @@ class RunningEngine:
         if sig == signals.SIGKILL and self._oom_before is not None:
             after = _oom_kills(os.getpid())
             oom = after is not None and after > self._oom_before
-        return self.spec.classify_failure(text, code, sig, oom_kill=oom)
+        return self.spec.classify_failure(text, code, sig, oom_kill=oom, argv=self.argv)
 
     # -- waiting ---------------------------------------------------------------------------------
 
@@ -603,7 +605,7 @@ class RunningEngine:
         failure is raised and the engine stopped."""
         if health.state not in ("unhealthy", "not_serving") or self._book is None:
             return
-        failure = self.spec.classify_failure(self._book.text())
+        failure = self.spec.classify_failure(self._book.text(), argv=self.argv)
         if failure.kind in ("other", "exited", "killed"):
             return
         with contextlib.suppress(Exception):
