@@ -13,7 +13,9 @@ precedence, a cause before its consequence:
 2. *context* patterns of that class add the figures of other lines (vLLM's ``# GPU blocks: 0``
    before its KV-cache refusal) but are no cause and never decide;
 3. wrapper lines ("Engine core initialization failed. See root cause above.") are never a cause;
-4. nothing matched: the cgroup's OOM kill makes it ``cpu_oom``, a signal ``killed``, else the root
+4. no cause matched: the cgroup's OOM kill makes it ``cpu_oom``; an *ending* pattern (a line
+   that says the process was killed: ``signal: killed``, ``Segmentation fault (core dumped)``)
+   or a signal ending the process makes it ``killed``; else the root
    exception of the last Python traceback chain (the one "the above exception" points back at,
    not the exceptions raised while handling it) or the last error line that is no wrapper makes
    it ``other``; else ``exited`` (the exit status says nothing of why).
@@ -22,8 +24,8 @@ The figures a cause line states are typed and named the same way for every engin
 (:class:`FailureFigures`: a bind failure's ``port`` and ``address``, memory as :class:`Memory`
 with the unit the log used, the KV cache's blocks, tokens and sizes, a crash's ``signal``, the
 ``missing`` library or module, the rejected ``flag``). A pattern's named groups are those fields
-(or ``<field>_<unit>`` for a bare number, ``free_gib``); ``numbers`` keeps every group as parsed,
-as before.
+(or ``<field>_<unit>`` for a bare number, ``free_gib``); ``numbers`` keeps every group that is a
+number (or hex text) as parsed, as before.
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ from __future__ import annotations
 import functools
 import re
 import signal as signals
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 #: A class a log pattern can name.
 PatternKind = Literal[
@@ -100,15 +102,23 @@ class FailurePattern(BaseModel):
     Named groups are the figures parsed from the line, by the names of :class:`FailureFigures`
     (``(?P<free>[\\d.]+ GiB)``, or ``(?P<free_gib>[\\d.]+)`` with the unit in the name); ``hint``
     may name them (``--max-model-len <= {max_model_len_fits}``). ``role="context"``: the line adds
-    figures to a failure of this class but is no cause and decides nothing."""
+    figures to a failure of this class but is no cause and decides nothing. ``role="ending"``: the
+    line states how a process ended (``signal: killed``), the consequence of whatever caused it:
+    with no cause recognised it makes the failure ``killed`` (its ``kind`` is ``other``, unused)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: PatternKind
     pattern: str = Field(min_length=1)
     hint: str | None = None
-    role: Literal["cause", "context"] = "cause"
+    role: Literal["cause", "context", "ending"] = "cause"
     argv_hints: tuple[ArgvHint, ...] = ()
+
+    @model_validator(mode="after")
+    def _ending_has_no_class(self) -> FailurePattern:
+        if self.role == "ending" and self.kind != "other":
+            raise ValueError(f"kind {self.kind!r}: an ending pattern states no class, give kind 'other'")
+        return self
 
     @field_validator("pattern")
     @classmethod
@@ -438,13 +448,19 @@ def _in_ignored_block(lines: Sequence[str], index: int) -> bool:
     return False
 
 
-def _fallback_cause(lines: Sequence[str], wrappers: Sequence[re.Pattern[str]]) -> str | None:
+def _fallback_cause(
+    lines: Sequence[str], wrappers: Sequence[re.Pattern[str]], skip: Set[int] = frozenset()
+) -> str | None:
     """The most specific error statement when no pattern matched: the root exception of the
-    last traceback chain that is no wrapper, else the last error-level line that is none."""
+    last traceback chain that is no wrapper, else the last error-level line that is none
+    (``skip``: the indices of lines that are no candidates)."""
     candidates = [
         (index, line)
         for index, line in enumerate(lines)
-        if line.strip() and not _is_source(lines, index) and not any(w.search(line) for w in wrappers)
+        if index not in skip
+        and line.strip()
+        and not _is_source(lines, index)
+        and not any(w.search(line) for w in wrappers)
     ]
     exceptions = [
         (index, line)
@@ -477,7 +493,7 @@ def match_failure(
     the engine's argv, for the hints that depend on it."""
     lines = [clean_line(line) for line in log_text[-MAX_LOG_CHARS:].split("\n")]
     wrappers = [_compiled(w) for w in (*failures.wrappers, *COMMON_WRAPPERS)]
-    ending = Failure(engine=engine, kind="exited", exit_code=exit_code, signal=signal)
+    ended_as = Failure(engine=engine, kind="exited", exit_code=exit_code, signal=signal)
     compiled = [_compiled(p.pattern) for p in failures.patterns]
     # pattern index -> (line index, match) of the first line it matches
     first: dict[int, tuple[int, re.Match[str]]] = {}
@@ -491,24 +507,34 @@ def match_failure(
                 if found is not None:
                     first[pattern_index] = (line_index, found)
     causes_found = [i for i in first if failures.patterns[i].role == "cause"]
-    if causes_found:
-        kind = failures.patterns[min(causes_found)].kind
+    endings = [i for i in first if failures.patterns[i].role == "ending"]
+    # an exception or error line that is no ending's statement: a cause the vocabulary lacks
+    # beats the statement of its consequence (SGLang kills itself after a failed warm-up)
+    fallback = _fallback_cause(lines, wrappers, skip={first[i][0] for i in endings})
+    ending = bool(endings) and not oom_kill and (signal is not None or fallback is None)
+    if causes_found or ending:
+        role = "cause" if causes_found else "ending"
+        kind: FailureKind = failures.patterns[min(causes_found)].kind if causes_found else "killed"
         chosen = sorted(
             (line_index, pattern_index, found)
             for pattern_index, (line_index, found) in first.items()
-            if failures.patterns[pattern_index].kind == kind
+            if (role == "cause") == (failures.patterns[pattern_index].role != "ending")
+            and (role == "ending" or failures.patterns[pattern_index].kind == kind)
         )
         causes: dict[str, None] = {}
         numbers: dict[str, Number] = {}
         groups: list[tuple[str, str]] = []
         for line_index, pattern_index, found in chosen:
-            if len(causes) < MAX_CAUSE_LINES and failures.patterns[pattern_index].role == "cause":
+            if len(causes) < MAX_CAUSE_LINES and failures.patterns[pattern_index].role == role:
                 causes[lines[line_index]] = None
             for name, text in found.groupdict().items():
-                value = None if text is None else _number(name, text)
+                if text is None:
+                    continue
+                groups.append((name, text))
+                # a memory figure with its unit in the text is a figure only, not a number
+                value = None if name in _MEMORY_FIELDS else _number(name, text)
                 if value is not None:
                     numbers.setdefault(name, value)
-                    groups.append((name, text))
         figures = _figures(groups)
         fields = _hint_fields(numbers, figures)
         hint = None
@@ -522,12 +548,11 @@ def match_failure(
             "figures": figures,
             "hint": hint or _KIND_HINTS.get(kind),
         }
-        return ending.model_copy(update={"kind": kind, **update})
+        return ended_as.model_copy(update={"kind": kind, **update})
     if oom_kill:
-        return ending.model_copy(update={"kind": "cpu_oom", "hint": _KIND_HINTS["cpu_oom"]})
+        return ended_as.model_copy(update={"kind": "cpu_oom", "hint": _KIND_HINTS["cpu_oom"]})
     if signal is not None:
-        return ending.model_copy(update={"kind": "killed", "hint": _KIND_HINTS["killed"]})
-    cause = _fallback_cause(lines, wrappers)
-    if cause is not None:
-        return ending.model_copy(update={"kind": "other", "cause_lines": (cause,)})
-    return ending
+        return ended_as.model_copy(update={"kind": "killed", "hint": _KIND_HINTS["killed"]})
+    if fallback is not None:
+        return ended_as.model_copy(update={"kind": "other", "cause_lines": (fallback,)})
+    return ended_as

@@ -1,8 +1,22 @@
-"""Failure messages of the libraries the engines are built on, as :class:`Failures` an engine's
-file adds after its own: Python's argparse and importer, PyTorch/CUDA, Hugging Face's hub and
-transformers, uvicorn, and llama.cpp's GGML/GGUF loader (llama-server, llama-cpp-python, Ollama's
-runner, KoboldCpp and llamafile all print it). Each regex is searched in one log line. And the
-answers of llama-server's /health, which Ollama's runners give too."""
+"""Failure messages of the layers the engines are built on, as :class:`Failures` an engine's file
+adds after its own. Each regex is searched in one log line; its named groups are the figures
+(``enginespec.failures.FailureFigures``). The layers are engine-agnostic: any engine whose log
+passes through them (including engines not yet described here) is read the same way.
+
+The argument parsers (Python's argparse, Rust's clap, Go's pflag/cobra, llama.cpp's common
+arguments), the sockets layer (CPython's asyncio and socket, uvicorn, Rust's std, Go's net, Node,
+PyTorch's TCPStore, cpp-httplib as llama-server and llamafile report it), CUDA/HIP/PyTorch
+(out of memory, no device, no driver, no kernel for this GPU), the dynamic loader (a driver
+library missing versus a runtime library missing), Hugging Face's hub and transformers,
+llama.cpp's GGML/GGUF loader (llama-server, llama-cpp-python, Ollama's runner, KoboldCpp and
+llamafile all print it), the operating system (the OOM killer, a host allocation, an instruction
+the CPU lacks), Python's importer, and how a process ended (a signal a parent or a shell
+reports). And the answers of llama-server's /health, which Ollama's runners give too.
+
+The order of the composites (``PYTHON_SERVER``, ``LLAMA_CPP``) is the precedence of a cause over
+its consequence: what the hardware and the loader say (out of memory, no driver library) comes
+before the import error or the load failure it causes, and a statement that a process was
+killed comes last (role ``ending``: it decides only when nothing else does)."""
 
 from __future__ import annotations
 
@@ -13,9 +27,15 @@ from enginespec.failures import FailurePattern, Failures
 
 P = FailurePattern
 
-#: argparse (CPython Lib/argparse.py ArgumentParser.error: `prog: error: message` after a usage).
+#: A figure of memory as logs write it: ``448.00 MiB``, ``1.47 GiB``, ``69568823808 bytes``.
+MEM = r"\d[\d,]*(?:\.\d+)? ?(?:[KMGT]i?B|B|bytes)"
+
+#: argparse (CPython Lib/argparse.py ArgumentParser.error: `prog: error: message` after a usage;
+#: `unrecognized arguments: %s`, `argument %s: invalid choice: ...`).
 ARGPARSE = Failures(
     patterns=(
+        P(kind="bad_flag", pattern=r"(?:^|\s)\S+: error: unrecognized arguments: (?P<flag>\S+)"),
+        P(kind="bad_flag", pattern=r"(?:^|\s)\S+: error: argument (?P<flag>-[^\s/:]+)"),
         P(
             kind="bad_flag",
             pattern=r"(?:^|\s)\S+: error: (?:unrecognized arguments|argument \S+|the following arguments "
@@ -24,25 +44,139 @@ ARGPARSE = Failures(
     )
 )
 
-#: uvicorn's bind error (uvicorn/server.py startup: `[Errno 98] error while attempting to bind on
-#: address ('0.0.0.0', 8000): address already in use`) and Python's own OSError.
+#: clap, Rust's argument parser (TGI's launcher, mistral.rs): clap_builder/src/error/format.rs
+#: (clap 4) `error: unexpected argument '--x' found`, `error: invalid value 'v' for '--x <X>'`,
+#: `error: a value is required for '--x <X>' but none was supplied`; clap 2/3
+#: `error: Found argument '--x' which wasn't expected`.
+CLAP = Failures(
+    patterns=(
+        P(kind="bad_flag", pattern=r"error: unexpected argument '(?P<flag>[^'\s]+)[^']*' found"),
+        P(kind="bad_flag", pattern=r"error: invalid value '[^']*' for '(?P<flag>-[^'\s]+)"),
+        P(kind="bad_flag", pattern=r"error: a value is required for '(?P<flag>-[^'\s]+)"),
+        P(kind="bad_flag", pattern=r"error: Found argument '(?P<flag>[^']+)' which wasn't expected"),
+    )
+)
+
+#: Go's pflag under cobra (Ollama's CLI): spf13/pflag flag.go `unknown flag: --%s`,
+#: `unknown shorthand flag: %q in -%s`.
+GO_FLAGS = Failures(
+    patterns=(
+        P(kind="bad_flag", pattern=r"\bunknown (?:shorthand )?flag: ['\"]?(?P<flag>-{0,2}[^'\"\s]+)"),
+    )
+)
+
+#: llama.cpp's common argument parser (common/arg.cpp common_params_parse: `error: invalid
+#: argument: %s`, `error while handling argument "%s": %s`; older builds `error: unknown argument:
+#: %s`), and llamafile's (v0.9 `error: unknown argument: %s`, `error: invalid parameter for
+#: argument: %s`; its v2 server `%s: %s unknown argument`).
+LLAMA_ARGS = Failures(
+    patterns=(
+        P(
+            kind="bad_flag",
+            pattern=r"error: (?:invalid|unknown) argument: (?P<flag>\S+)",
+            hint="{flag} is no argument of this build: remove it, or use a newer build (see --help)",
+        ),
+        P(kind="bad_flag", pattern=r"error while handling argument \"(?P<flag>[^\"]+)\""),
+        P(kind="bad_flag", pattern=r"error: invalid parameter for argument: (?P<flag>\S+)"),
+        P(kind="bad_flag", pattern=r"^\S+: (?P<flag>-{1,2}[\w-]+) unknown argument"),
+    )
+)
+
+_PORT_HINT = "port {port} is taken: choose another port or stop the process holding it"
+_NO_ADDRESS_HINT = "{address} is no address of this host: bind 0.0.0.0, 127.0.0.1 or one of its own"
+_PRIVILEGED_HINT = "binding port {port} is not allowed for this user: use a port above 1023"
+
+#: Binding the engine's port, through every layer that reports it:
+#: CPython's asyncio (Lib/asyncio/base_events.py create_server: `[Errno %d] error while
+#: attempting to bind on address %r: %s`, what uvicorn logs; the strerror is localised on
+#: Windows), CPython's socket (`OSError: [Errno 98] Address already in use`, macOS errno 48,
+#: Windows `[WinError 10048]`), Rust's std (library/std/src/io/error.rs Display: `Address already
+#: in use (os error 98)`), Go's net (src/net/net.go OpError.Error: `listen tcp 127.0.0.1:11434:
+#: bind: address already in use`, the reason localised on Windows: `Only one usage of each socket
+#: address ...`), Node (`listen EADDRINUSE: address already in use :::8080`), PyTorch's TCPStore
+#: (torch/csrc/distributed/c10d/socket.cpp: `The server socket has failed to bind to [::]:29500
+#: (errno: 98 - Address already in use)`), and cpp-httplib as llama-server reports it
+#: (tools/server/server.cpp: `couldn't bind HTTP server socket, hostname: %s, port: %d`; httplib
+#: gives no errno: a port in use is by far the usual cause) and llamafile 0.6 (`couldn't bind to
+#: server socket: hostname=%s port=%d`).
 SOCKETS = Failures(
     patterns=(
         P(
             kind="port_in_use",
-            pattern=r"error while attempting to bind on address \('(?P<host>[^']*)', (?P<port>\d+)\): "
-            r"address already in use",
-            hint="port {port} is taken: choose another port or stop the process holding it",
+            pattern=r"error while attempting to bind on address \('(?P<host>[^']*)', (?P<port>\d+)"
+            r"(?:, \d+, \d+)?\): (?:address already in use|only one usage of each socket address)",
+            hint=_PORT_HINT,
         ),
-        P(kind="port_in_use", pattern=r"\[Errno (?:98|48|10048)\] [Aa]ddress already in use"),
+        P(
+            kind="port_in_use",
+            pattern=r"\[Errno (?:98|48|10048)\] error while attempting to bind on address "
+            r"\('(?P<address>[^']*)', (?P<port>\d+)",
+            hint=_PORT_HINT,
+        ),
+        P(kind="port_in_use", pattern=r"\[(?:Errno|WinError) (?:98|48|10048)\] (?:[Aa]ddress already in use|Only one)"),
+        P(kind="port_in_use", pattern=r"[Aa]ddress already in use \(os error (?:98|48|10048)\)"),
+        P(
+            kind="port_in_use",
+            pattern=r"\blisten (?:tcp[46]?|unix) \[?(?P<address>[^\s\]]*?)\]?:(?P<port>\d+): bind: "
+            r"(?!permission denied|cannot assign requested address|can't assign requested address|An attempt "
+            r"was made)",
+            hint=_PORT_HINT,
+        ),
+        P(
+            kind="port_in_use",
+            pattern=r"listen EADDRINUSE: address already in use \[?(?P<address>[^\s\]]*?)\]?:(?P<port>\d+)",
+            hint=_PORT_HINT,
+        ),
+        P(
+            kind="port_in_use",
+            pattern=r"failed to bind to \[?(?P<address>[^\s\]]*?)\]?:(?P<port>\d+) \(errno: (?:98|48|10048)\b",
+            hint="port {port} (the distributed rendezvous, MASTER_PORT) is taken: choose another one "
+            "or stop the process holding it",
+        ),
+        P(
+            kind="port_in_use",
+            pattern=r"couldn't bind (?:HTTP server socket|to server socket)[,:] hostname[:=] ?(?P<address>[^\s,]+),? "
+            r"port[:=] ?(?P<port>\d+)",
+            hint=_PORT_HINT,
+        ),
         P(kind="port_in_use", pattern=r"\bEADDRINUSE\b|\bAddrInUse\b"),
+        P(
+            kind="other",
+            pattern=r"\[Errno (?:99|49|10049)\] error while attempting to bind on address "
+            r"\('(?P<address>[^']*)', (?P<port>\d+)",
+            hint=_NO_ADDRESS_HINT,
+        ),
+        P(
+            kind="other",
+            pattern=r"\blisten tcp[46]? \[?(?P<address>[^\s\]]*?)\]?:(?P<port>\d+): bind: "
+            r"(?:cannot|can't) assign requested address",
+            hint=_NO_ADDRESS_HINT,
+        ),
+        P(
+            kind="other",
+            pattern=r"\[Errno 13\] error while attempting to bind on address \('(?P<address>[^']*)', (?P<port>\d+)",
+            hint=_PRIVILEGED_HINT,
+        ),
+        P(
+            kind="other",
+            pattern=r"\blisten tcp[46]? \[?(?P<address>[^\s\]]*?)\]?:(?P<port>\d+): bind: permission denied",
+            hint=_PRIVILEGED_HINT,
+        ),
     )
 )
 
-#: PyTorch's allocator (c10/cuda/CUDACachingAllocator.cpp: `CUDA out of memory. Tried to allocate
-#: 896.00 MiB. GPU 0 has a total capacity of 93.09 GiB of which 739.81 MiB is free.`), CUDA and
-#: HIP runtime errors, and the driver checks (torch/cuda/__init__.py: `Found no NVIDIA driver`,
-#: c10/cuda/CUDAFunctions.cpp cudaGetDeviceCount errors 802/804).
+#: PyTorch's allocator (c10/cuda/CUDACachingAllocator.cpp: since 2.1 `CUDA out of memory. Tried
+#: to allocate 896.00 MiB. GPU 0 has a total capacity of 93.09 GiB of which 739.81 MiB is free.`,
+#: 2.0 `... GPU 0 has a total capacty of ...`, before `Tried to allocate 128.00 MiB (GPU 0; 15.77
+#: GiB total capacity; 15.37 GiB already allocated; 13.62 MiB free; ...)`), the CUDA and HIP
+#: runtimes' own words (cudaGetErrorString: `out of memory`, `no CUDA-capable device is
+#: detected`, `CUDA driver version is insufficient for CUDA runtime version`, `API call is not
+#: supported in the installed CUDA driver`, `no kernel image is available for execution on the
+#: device`; the `CUDA runtime error: out of memory` of TurboMind and TensorRT-LLM), ggml-cuda's
+#: error report (`CUDA error: out of memory` then `current device: 0, in function ...`), and the
+#: driver checks (torch/cuda/__init__.py: `Found no NVIDIA driver`, `No CUDA GPUs are
+#: available`, ROCm builds `No HIP GPUs are available`; c10/cuda/CUDAFunctions.cpp
+#: cudaGetDeviceCount errors 802/804).
 TORCH = Failures(
     patterns=(
         P(
@@ -51,18 +185,71 @@ TORCH = Failures(
             r"GPU (?P<device>\d+) has a total capacity of (?P<total_gib>[\d.]+) GiB of which "
             r"(?P<free_mib>[\d.]+) MiB is free",
         ),
+        P(
+            kind="gpu_oom",
+            pattern=rf"out of memory\. Tried to allocate (?P<requested>{MEM})\.? GPU (?P<device>\d+) has a "
+            rf"total capacit?y of (?P<total>{MEM}) of which (?P<free>{MEM}) is free",
+        ),
+        P(
+            kind="gpu_oom",
+            pattern=rf"out of memory\. Tried to allocate (?P<requested>{MEM}) \(GPU (?P<device>\d+); "
+            rf"(?P<total>{MEM}) total capacity; {MEM} already allocated; (?P<free>{MEM}) free",
+        ),
+        P(kind="gpu_oom", pattern=rf"(?:CUDA|HIP|XPU) out of memory\. Tried to allocate (?P<requested>{MEM})"),
         P(kind="gpu_oom", pattern=r"(?:CUDA|HIP|XPU) out of memory"),
         P(kind="gpu_oom", pattern=r"OutOfMemoryError"),
-        P(kind="gpu_oom", pattern=r"CUDA error: out of memory|hipErrorOutOfMemory|cudaErrorMemoryAllocation"),
+        P(
+            kind="gpu_oom",
+            pattern=r"CUDA (?:runtime )?error:? (?:in \S+: )?out of memory|hipErrorOutOfMemory|cudaErrorMemoryAllocation",
+        ),
         P(
             kind="driver_missing",
-            pattern=r"Found no NVIDIA driver on your system|No CUDA GPUs are available|"
+            pattern=r"Found no NVIDIA driver on your system|No (?:CUDA|HIP) GPUs are available|"
             r"NVIDIA driver on your system is too old",
         ),
         P(kind="driver_missing", pattern=r"cudaGetDeviceCount\(\)|Error 80[234]: "),
-        P(kind="driver_missing", pattern=r"\blibcuda\.so(?:\.\d+)*: cannot open shared object file"),
-        P(kind="driver_missing", pattern=r"CUDA driver version is insufficient|no CUDA-capable device"),
+        P(
+            kind="driver_missing",
+            pattern=r"CUDA driver version is insufficient|no CUDA-capable device|API call is not supported in "
+            r"the installed CUDA driver|hipErrorNoDevice|no ROCm-capable device",
+        ),
+        P(
+            kind="dependency_error",
+            pattern=r"no kernel image is available for execution on the device|compiled without support for "
+            r"the current GPU architecture",
+            hint="this build has no kernels for this GPU's architecture: install a build made for it",
+        ),
         P(kind="other", pattern=r"CUDA error: an illegal memory access was encountered"),
+    )
+)
+
+#: The dynamic loader: glibc's dlerror (`libcuda.so.1: cannot open shared object file: No such
+#: file or directory`), Python's ctypes on Windows (`Could not find module '...\\nvcuda.dll'`),
+#: PyInstaller's (`Failed to load dynlib/dll '...'`, KoboldCpp's builds). A library of the GPU
+#: driver (libcuda, libnvidia-ml, nvcuda.dll: installed with the driver, not with any Python
+#: package) missing is ``driver_missing``; any other library (the CUDA runtime libcudart, cuBLAS,
+#: a wheel's own) ``dependency_error``.
+LOADER = Failures(
+    patterns=(
+        P(
+            kind="driver_missing",
+            pattern=r"(?P<missing>\b(?:libcuda|libnvidia-ml)\.so(?:\.\d+)*): cannot open shared object file",
+            hint="{missing} comes with the GPU driver: install the driver, or run where it is visible "
+            "(in a container: the NVIDIA container toolkit)",
+        ),
+        P(
+            kind="driver_missing",
+            pattern=r"Could not find module '(?:[^']*[\\/])?(?P<missing>nvcuda\.dll)'",
+            hint="{missing} comes with the GPU driver: install the NVIDIA driver",
+        ),
+        P(
+            kind="dependency_error",
+            pattern=r"(?P<missing>\blib[\w.+-]*?\.so(?:\.\d+)*): cannot open shared object file",
+            hint="{missing} is missing: install the runtime the build links against, or a build for this "
+            "system",
+        ),
+        P(kind="dependency_error", pattern=r"Failed to load dynlib/dll '(?:[^']*[\\/])?(?P<missing>[^'\\/]+\.dll)'"),
+        P(kind="dependency_error", pattern=r"Could not find module '(?:[^']*[\\/])?(?P<missing>[^'\\/]+\.dll)'"),
     )
 )
 
@@ -104,13 +291,17 @@ HUGGINGFACE = Failures(
     )
 )
 
-#: Python's importer and packaging problems (an ImportError of the engine's own compiled module,
-#: `undefined symbol` of a wheel built against another torch, a CUDA runtime library the wheel
-#: links against, an incompatible pydantic).
+#: Python's importer and packaging problems (CPython Lib/importlib: `ModuleNotFoundError: No
+#: module named 'x'`, `ImportError: cannot import name 'y' from 'x'`; importlib.metadata
+#: `PackageNotFoundError: x`; `undefined symbol` of a wheel built against another torch; an
+#: incompatible pydantic; a requirement the engine checks). After the loader and the model's
+#: own layers: an import error is often the consequence of what they say (mlx-lm imports
+#: `mlx_lm.models.<type>` for a model type it does not know).
 PYTHON = Failures(
     patterns=(
-        P(kind="dependency_error", pattern=r"\blibcudart\.so(?:\.\d+)*: cannot open shared object file"),
-        P(kind="dependency_error", pattern=r"\blib\w+\.so(?:\.\d+)*: cannot open shared object file"),
+        P(kind="dependency_error", pattern=r"ModuleNotFoundError: No module named '(?P<missing>[\w.]+)'"),
+        P(kind="dependency_error", pattern=r"ImportError: cannot import name '[^']+' from '(?P<missing>[\w.]+)'"),
+        P(kind="dependency_error", pattern=r"PackageNotFoundError: (?P<missing>[\w.-]+)"),
         P(kind="dependency_error", pattern=r"(?:ModuleNotFoundError|ImportError): "),
         P(kind="dependency_error", pattern=r"undefined symbol: "),
         P(kind="dependency_error", pattern=r"PydanticImportError|pydantic\.errors\.\w*ImportError"),
@@ -137,6 +328,8 @@ GGML = Failures(
         P(kind="gpu_oom", pattern=r"(?:cuda|hip)Malloc failed: out of memory"),
         # ggml-cuda.cu ggml_cuda_error: `CUDA error: out of memory` (HIP builds say CUDA too).
         P(kind="gpu_oom", pattern=r"CUDA error: out of memory"),
+        # ggml_cuda_error's next line: `  current device: 0, in function ... at ggml-cuda.cu:N`
+        P(kind="gpu_oom", role="context", pattern=r"current device: (?P<device>\d+)"),
         P(kind="gpu_oom", pattern=r"(?:failed|unable) to allocate (?:CUDA|ROCm|Vulkan|Metal|SYCL)\d* buffer"),
         P(kind="gpu_oom", pattern=r"kIOGPUCommandBufferCallbackErrorOutOfMemory|Insufficient Memory \("),
         P(kind="gpu_oom", pattern=r"ggml_metal\w*: error: command buffer \d+ failed with status 5"),
@@ -152,6 +345,13 @@ GGML = Failures(
             hint="the model is of a newer family than this build reads: use a newer llama.cpp",
         ),
         P(kind="unsupported_architecture", pattern=r"unknown pre-tokenizer type|unknown tokenizer: "),
+        # src/llama-model.cpp create_tensor: a tensor this build's graph of the architecture
+        # needs is not in the file: a model of a newer layout than the build (phi-2 on llamafile 0.6)
+        P(
+            kind="unsupported_architecture",
+            pattern=r"create_tensor: tensor '[^']*' not found",
+            hint="the model's layout is newer than this build: use a newer build",
+        ),
         P(
             kind="corrupt_model",
             pattern=r"invalid magic(?: number| characters)?:? (?:'[^']*'|(?P<magic_hex>[0-9a-fA-F]{8})|\S+)",
@@ -171,28 +371,62 @@ GGML = Failures(
         P(kind="corrupt_model", pattern=r"failed to read (?:key-value pairs|tensor info|(?:the )?header)"),
         P(kind="corrupt_model", pattern=r"number of tensors is -?\d+ but must be in \["),
         P(kind="model_not_found", pattern=r"failed to open GGUF file|failed to open '[^']*': No such file"),
+        # llama.cpp before GGUF (llama_file: `failed to open %s: %s`)
+        P(kind="model_not_found", pattern=r"\bfailed to open \S.*: No such file or directory"),
         P(kind="model_not_found", pattern=r"(?:model|file) (?:'[^']*' )?(?:does not exist|not found)\b"),
     )
 )
 
-#: What the operating system says of a native process: the OOM killer, an allocation that failed
-#: on the host, an instruction this CPU lacks (SIGILL; Windows STATUS_ILLEGAL_INSTRUCTION).
+#: What the operating system says of a native process: the kernel's OOM killer (its own
+#: `Out of memory: Killed process`, `invoked oom-killer`; systemd's `Failed with result
+#: 'oom-kill'` and `A process of this unit has been killed by the OOM killer`), an allocation that
+#: failed on the host, an instruction this CPU lacks (SIGILL; a shell's `Illegal instruction`, Go's
+#: `signal: illegal instruction`, Windows' STATUS_ILLEGAL_INSTRUCTION 0xC000001D, which Python
+#: reports as `[WinError -1073741795]`).
 SYSTEM = Failures(
     patterns=(
         P(kind="cpu_oom", pattern=r"Out of memory: Kill(?:ed)? process|invoked oom-killer|\boom-kill:"),
+        P(kind="cpu_oom", pattern=r"Failed with result 'oom-kill'|killed by the OOM killer"),
         P(kind="cpu_oom", pattern=r"std::bad_alloc|(?:^|\s)MemoryError\b|Cannot allocate memory"),
         P(
             kind="other",
-            pattern=r"Illegal instruction|0xc000001d|illegal hardware instruction",
+            pattern=r"(?P<signal>(?i:illegal (?:hardware )?instruction)|0xc000001d|-1073741795|3221225501)",
             hint="this CPU lacks an instruction the build uses (AVX2, AVX-512): use a build for this CPU",
         ),
     )
 )
 
+#: How a process ended, as its parent or a shell states it: Go's os/exec (os.ProcessState.String:
+#: `signal: killed`, `signal: segmentation fault (core dumped)`; Ollama wraps it as `llama runner
+#: process has terminated: signal: ...`), bash's report of a child's death (`Killed`,
+#: `Segmentation fault (core dumped)`, `Aborted (core dumped)`). The consequence of a cause the
+#: log may state above (role ``ending``): it makes the failure ``killed``, with the signal, only
+#: when nothing else is recognised. A SIGKILL is the OOM killer's signal but not only its: the
+#: kernel's own message or the cgroup's count says it was (``cpu_oom``).
+ENDINGS = Failures(
+    patterns=(
+        P(
+            kind="other",
+            role="ending",
+            pattern=r"\bsignal: (?P<signal>killed|segmentation fault|aborted|bus error|floating point exception|"
+            r"terminated|interrupt|hangup)",
+            hint="the process was killed by {signal}: SIGKILL is most often the kernel's OOM killer "
+            "(dmesg), SIGSEGV and SIGABRT a crash (see the lines before)",
+        ),
+        P(
+            kind="other",
+            role="ending",
+            pattern=r"(?:^|: line \d+: +\d+ )(?P<signal>Killed|Segmentation fault|Aborted|Bus error)"
+            r"(?: \(core dumped\))?(?:\s|$)",
+            hint="the process was killed by {signal} (see the lines before)",
+        ),
+    )
+)
+
 #: The vocabulary of a Python engine built on PyTorch and Hugging Face, after its own patterns.
-PYTHON_SERVER = ARGPARSE + SOCKETS + TORCH + HUGGINGFACE + SYSTEM + PYTHON
+PYTHON_SERVER = ARGPARSE + SOCKETS + TORCH + LOADER + HUGGINGFACE + SYSTEM + PYTHON + ENDINGS
 #: The vocabulary of an engine built on llama.cpp, after its own patterns.
-LLAMA_CPP = SOCKETS + GGML + SYSTEM
+LLAMA_CPP = SOCKETS + GGML + LOADER + SYSTEM + ENDINGS
 
 #: llama-server's /health while the model loads: 503 {"error": {"message": "Loading model", ...}}
 #: (every endpoint, llama.cpp 0c1e57098 tools/server/server-http.cpp middleware_server_state), in

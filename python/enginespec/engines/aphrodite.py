@@ -100,7 +100,9 @@ SIGNATURE = Signature(
 )
 
 
-FAILURES = _libraries.PYTHON_SERVER
+# A fork of vLLM (v0.6): the same KV-cache refusal (aphrodite/task_handler/worker.py
+# raise_if_cache_size_invalid), then the Python layers.
+FAILURES = vllm.KV_CACHE + _libraries.PYTHON_SERVER
 
 SPEC = EngineSpec(
     id="aphrodite",

@@ -135,7 +135,8 @@ class LlamaCppSpec(EngineSpec):
 P = FailurePattern
 
 FAILURES = (
-    Failures(
+    _libraries.LLAMA_ARGS
+    + Failures(
         patterns=(
             P(
                 kind="bad_flag",

@@ -88,14 +88,25 @@ class LlamaCppPythonSpec(EngineSpec):
 # uvicorn's and the GGML loader's it embeds.
 P = FailurePattern
 
+# The loader's message before llama-cpp-python's own: `Failed to load shared library '...':
+# libcuda.so.1: cannot open shared object file` is a missing driver, not a broken package
+# (llama_cpp/_ctypes_extensions.py load_shared_library, v0.3: `Failed to load shared library
+# '{lib_path}': {e}`, `Shared library with base name '{name}' not found`; llama_cpp/llama.py
+# Llama.__init__: `Model path does not exist: {model_path}`).
 FAILURES = (
     _libraries.ARGPARSE
+    + _libraries.LOADER
     + Failures(
         patterns=(
             P(
                 kind="dependency_error",
-                pattern=r"Shared library with base name '[^']*' not found|Failed to load shared library",
+                pattern=r"Shared library with base name '(?P<missing>[^']*)' not found|Failed to load shared library",
                 hint="the package's compiled llama library is missing: reinstall llama-cpp-python",
+            ),
+            P(
+                kind="model_not_found",
+                pattern=r"Model path does not exist: ",
+                hint="no file at the model path: check --model (a path to a .gguf file)",
             ),
         )
     )

@@ -96,7 +96,7 @@ SIGNATURE = Signature(
     default_port=8080,
 )
 
-FAILURES = _libraries.LLAMA_CPP
+FAILURES = _libraries.LLAMA_ARGS + _libraries.LLAMA_CPP
 
 SPEC = EngineSpec(
     id="llamafile",

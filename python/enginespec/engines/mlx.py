@@ -56,6 +56,7 @@ FAILURES = (
     + _libraries.HUGGINGFACE
     + _libraries.SYSTEM
     + _libraries.PYTHON
+    + _libraries.ENDINGS
 )
 
 SPEC = EngineSpec(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, HealthRule, Launch, Package, Serving, Settings
+from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
@@ -35,8 +36,25 @@ SIGNATURE = Signature(
 )
 
 
+# mlx_vlm/utils.py get_model_and_args (v0.1 to v0.4): `Model type {model_type} not supported.
+# Error: {e}` when `mlx_vlm.models.<type>` does not import: before Python's import errors, whose
+# ModuleNotFoundError it is the cause of.
 FAILURES = (
-    _libraries.ARGPARSE + _libraries.SOCKETS + _libraries.HUGGINGFACE + _libraries.SYSTEM + _libraries.PYTHON
+    _libraries.ARGPARSE
+    + _libraries.SOCKETS
+    + Failures(
+        patterns=(
+            FailurePattern(
+                kind="unsupported_architecture",
+                pattern=r"Model type \S+ not supported",
+                hint="this mlx-vlm release does not implement the model's architecture: upgrade mlx-vlm",
+            ),
+        )
+    )
+    + _libraries.HUGGINGFACE
+    + _libraries.SYSTEM
+    + _libraries.PYTHON
+    + _libraries.ENDINGS
 )
 
 SPEC = EngineSpec(

@@ -91,13 +91,26 @@ FAILURES = (
                 pattern=r"model request too large for system\S* requested=\S*?(?P<required_gib>[\d.]+) GiB\S*"
                 r"(?:.*free=\S*?(?P<free_gib>[\d.]+) GiB)?(?:.*swap=\S*?(?P<swap_gib>[\d.]+) GiB)?",
             ),
-            P(kind="cpu_oom", pattern=r"process has terminated: signal: killed"),
+            # A runner SIGKILLed while it loads (llm/server.go: `llama runner process has
+            # terminated: %v`, Go's os.ProcessState `signal: killed`): the kernel's OOM killer, or
+            # macOS's memory pressure, in every report this vocabulary was built from (a Jetson's
+            # shared RAM, a model larger than the host); Ollama's own SIGKILL ends an unload, not a load.
+            P(
+                kind="cpu_oom",
+                pattern=r"process has terminated: signal: (?P<signal>killed)",
+                hint="the runner was killed (SIGKILL) while loading, most likely for memory: a smaller "
+                "model or context (OLLAMA_CONTEXT_LENGTH), fewer parallel slots, or more RAM",
+            ),
+            # server/images.go PullModel: `pull model manifest: %w`, the registry's 404 read as
+            # os.ErrNotExist (`file does not exist`) or its own `model not found` (v0.1 to v0.32)
             P(
                 kind="model_not_found",
-                pattern=r"pull model manifest: file does not exist|model '[^']*' not found",
+                pattern=r"pull model manifest: (?:file does not exist|model not found)|model '[^']*' not found",
+                hint="no model of that name: check the name and tag (ollama.com/library), or `ollama list`",
             ),
         )
     )
+    + _libraries.GO_FLAGS
     + _libraries.LLAMA_CPP
 ).model_copy(update={"wrappers": (r"llama runner process has terminated: exit status",)})
 

@@ -65,10 +65,15 @@ FAILURES = (
     + _libraries.SOCKETS
     + Failures(
         patterns=(
+            # The KV pool got no room: raised when max_total_num_tokens <= 0 after the weights
+            # took their share of --mem-fraction-static (python/sglang/srt/model_executor/
+            # model_runner.py init_memory_pool, 0.3 to 0.5; later mem_cache/pool_configurator.py
+            # MemoryPoolConfig, `Current value: mem_fraction_static=...`).
             P(
-                kind="gpu_oom",
+                kind="kv_cache_too_small",
                 pattern=r"Not enough memory\. Please try to increase --mem-fraction-static",
-                hint="raise --mem-fraction-static, or use a smaller model, context or quantization",
+                hint="the KV cache got no memory: raise --mem-fraction-static (the share that holds the "
+                "weights and the KV cache), or use a smaller model or quantization",
             ),
             P(kind="other", pattern=r"Initialization failed\. warmup error"),
         )

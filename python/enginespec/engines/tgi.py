@@ -86,7 +86,8 @@ SIGNATURE = Signature(
 P = FailurePattern
 
 FAILURES = (
-    Failures(
+    _libraries.CLAP
+    + Failures(
         patterns=(
             P(
                 kind="bad_flag",

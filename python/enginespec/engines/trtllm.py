@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, HealthRule, Launch, Package, Serving, Settings
+from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
@@ -97,7 +98,27 @@ SIGNATURE = Signature(
 )
 
 
-FAILURES = _libraries.PYTHON_SERVER
+# TensorRT's and TensorRT-LLM's own words for an allocation that failed, before PyTorch's and
+# the rest: TensorRT's logger (`[TRT] [E] ... Error Code 2: OutOfMemory (Requested size was N
+# bytes.)`, `Error Code 1: Cuda Runtime (out of memory)`, `Requested amount of GPU memory (N bytes)
+# could not be allocated`, as TensorRT-LLM 0.12 to 0.14 print them), then `Failed to deserialize
+# cuda engine` (its consequence, unrecognised) and the C++ stack.
+FAILURES = (
+    Failures(
+        patterns=(
+            FailurePattern(
+                kind="gpu_oom",
+                pattern=r"Error Code \d+: OutOfMemory \(Requested size was (?P<requested>\d+ bytes)\.?\)",
+            ),
+            FailurePattern(
+                kind="gpu_oom",
+                pattern=r"Requested amount of GPU memory \((?P<requested>\d+ bytes)\) could not be allocated",
+            ),
+            FailurePattern(kind="gpu_oom", pattern=r"Error Code \d+: Cuda Runtime \(out of memory\)"),
+        )
+    )
+    + _libraries.PYTHON_SERVER
+)
 
 SPEC = EngineSpec(
     id="trtllm",

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import enginespec.engines._libraries as _libraries
 from enginespec.argv import flag_value
 from enginespec.definition import FamilyDefault, Flags, Launch, LoadMetrics, Package, Serving, Settings
-from enginespec.failures import FailurePattern, Failures
+from enginespec.failures import ArgvHint, FailurePattern, Failures
 from enginespec.modelfacts import LoggedMemory, MemoryEstimate, ModelError, ModelFacts
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -126,39 +126,105 @@ SIGNATURE = Signature(
 # vllm/worker/worker.py raise_if_cache_size_invalid), then its libraries'.
 P = FailurePattern
 
+_KV_FLAG_HINTS = (
+    ArgvHint(
+        flag="--kv-cache-memory-bytes",
+        hint="--max-model-len <= {max_model_len_fits}, or raise --kv-cache-memory-bytes (it sizes the KV "
+        "cache; --gpu-memory-utilization does not)",
+    ),
+    ArgvHint(
+        flag="--kv-cache-memory",
+        hint="--max-model-len <= {max_model_len_fits}, or raise --kv-cache-memory (it sizes the KV cache; "
+        "--gpu-memory-utilization does not)",
+    ),
+    ArgvHint(
+        flag="--kv-cache-memory-bytes",
+        hint="a shorter --max-model-len, or raise --kv-cache-memory-bytes (it sizes the KV cache; "
+        "--gpu-memory-utilization does not)",
+    ),
+    ArgvHint(
+        flag="--kv-cache-memory",
+        hint="a shorter --max-model-len, or raise --kv-cache-memory (it sizes the KV cache; "
+        "--gpu-memory-utilization does not)",
+    ),
+)
+
+#: vLLM's refusal of a KV cache too small for one request of the maximum length, shared with its
+#: forks (Aphrodite): V1 vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory (`To serve
+#: at least one request with the models's max seq len (N), (X GiB KV cache is needed, which is
+#: larger than the available KV cache memory (Y GiB). Based on the available memory, the
+#: estimated maximum model length is M.`; `model's` from 0.11), V0 vllm/worker/worker.py
+#: raise_if_cache_size_invalid (`The model's max seq len (N) is larger than the maximum number of
+#: tokens that can be stored in KV cache (T).`), and, as context, the sizes it logged before:
+#: V0 `# GPU blocks: B, # CPU blocks: C`, V1 `Available KV cache memory: X GiB` (vllm/v1/worker/
+#: gpu_worker.py) and `GPU KV cache size: 175,856 tokens`. A terminal may wrap the V1 message:
+#: its two halves are matched apart.
+KV_CACHE = Failures(
+    patterns=(
+        P(
+            kind="kv_cache_too_small",
+            pattern=r"max seq len \((?P<max_model_len>\d+)\), \((?P<kv_needed_gib>[\d.]+) GiB KV cache "
+            r"is needed, which is larger than the available KV cache memory "
+            r"\((?P<kv_available_gib>[\d.]+) GiB\)"
+            r"(?:.*estimated maximum model length is (?P<estimated_max_model_len>\d+))?",
+            hint="--max-model-len <= {estimated_max_model_len}, or raise --gpu-memory-utilization",
+            argv_hints=_KV_FLAG_HINTS,
+        ),
+        P(
+            kind="kv_cache_too_small",
+            pattern=r"max seq len \((?P<max_model_len>\d+)\) is larger than the maximum number of "
+            r"tokens that can be stored in KV cache \((?P<kv_tokens>\d+)\)",
+            hint="--max-model-len <= {kv_tokens}, or raise --gpu-memory-utilization",
+            argv_hints=_KV_FLAG_HINTS,
+        ),
+        P(
+            kind="kv_cache_too_small",
+            pattern=r"estimated maximum model length is (?P<estimated_max_model_len>\d+)",
+            hint="--max-model-len <= {estimated_max_model_len}, or raise --gpu-memory-utilization",
+            argv_hints=_KV_FLAG_HINTS,
+        ),
+        P(
+            kind="kv_cache_too_small",
+            pattern=r"To serve at least one request with the models?'s max seq len \((?P<max_model_len>\d+)\)"
+            r"(?:, \((?P<kv_cache_needed>[\d.]+ GiB) KV cach)?",
+            hint="a shorter --max-model-len, or raise --gpu-memory-utilization",
+            argv_hints=_KV_FLAG_HINTS,
+        ),
+        P(
+            kind="kv_cache_too_small",
+            pattern=r"larger than the available KV cache memory \((?P<kv_cache_available>[\d.]+ GiB)\)",
+        ),
+        P(kind="kv_cache_too_small", role="context", pattern=r"# GPU blocks: (?P<kv_cache_blocks>\d+)"),
+        P(
+            kind="kv_cache_too_small",
+            role="context",
+            pattern=r"GPU KV cache size: (?P<kv_cache_tokens>[\d,]+) tokens",
+        ),
+        P(
+            kind="kv_cache_too_small",
+            role="context",
+            pattern=r"Available KV cache memory: (?P<kv_cache_available>-?[\d.]+ GiB)",
+        ),
+    )
+)
+
 FAILURES = (
     _libraries.ARGPARSE
     + Failures(
         patterns=(
+            # An error in 0.8 to 0.10 (vllm/entrypoints/cli/serve.py raised ValueError); a
+            # WARNING from 0.11 (vllm/utils/argparse_utils.py), which is no failure: only the error.
             P(
                 kind="bad_flag",
-                pattern=r"With `vllm serve`, you should provide the model as a positional argument",
+                pattern=r"Error: With `vllm serve`, you should provide the model as a positional argument",
                 hint="give the model as `vllm serve MODEL`, not --model",
             ),
         )
     )
     + _libraries.SOCKETS
+    + KV_CACHE
     + Failures(
         patterns=(
-            P(
-                kind="kv_cache_too_small",
-                pattern=r"max seq len \((?P<max_model_len>\d+)\), \((?P<kv_needed_gib>[\d.]+) GiB KV cache "
-                r"is needed, which is larger than the available KV cache memory "
-                r"\((?P<kv_available_gib>[\d.]+) GiB\)"
-                r"(?:.*estimated maximum model length is (?P<estimated_max_model_len>\d+))?",
-                hint="--max-model-len <= {estimated_max_model_len}, or raise --gpu-memory-utilization",
-            ),
-            P(
-                kind="kv_cache_too_small",
-                pattern=r"max seq len \((?P<max_model_len>\d+)\) is larger than the maximum number of "
-                r"tokens that can be stored in KV cache \((?P<kv_tokens>\d+)\)",
-                hint="--max-model-len <= {kv_tokens}, or raise --gpu-memory-utilization",
-            ),
-            P(
-                kind="kv_cache_too_small",
-                pattern=r"estimated maximum model length is (?P<estimated_max_model_len>\d+)",
-                hint="--max-model-len <= {estimated_max_model_len}, or raise --gpu-memory-utilization",
-            ),
             P(
                 kind="gpu_oom",
                 pattern=r"Free memory on device \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on "
@@ -186,9 +252,11 @@ FAILURES = (
         )
     )
     + _libraries.TORCH
+    + _libraries.LOADER
     + _libraries.HUGGINGFACE
     + _libraries.SYSTEM
     + _libraries.PYTHON
+    + _libraries.ENDINGS
 ).model_copy(
     update={
         "wrappers": (
