@@ -72,8 +72,9 @@ _EXCEPTION = re.compile(r"(?:^|[\s|:)\]])(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|E
 # An error-level log line (`ERROR ...`, `level=ERROR`, `error: ...`, `[E] ...`, `panic: `).
 _ERROR_LINE = re.compile(r"\bERROR\b|level=ERROR|^\s*(?:error|Error|panic|fatal|FATAL)\b[:\s]")
 # Log noise that names an error but is none: a traceback header, a `raise` source line.
-_NOT_CAUSE = re.compile(r"Traceback \(most recent call last\)|^\s*raise\b|^\s*File \"")
-_TRACEBACK_FILE = re.compile(r"^\s*File \".*\", line \d+")
+# (rich's tracebacks draw a box: `│   File "...", line 308, in __init__ │`, `│     raise ValueError(`)
+_NOT_CAUSE = re.compile(r"Traceback \(most recent call last\)|^[\s│]*raise\b|^[\s│]*File \"")
+_TRACEBACK_FILE = re.compile(r"^[\s│]*File \".*\", line \d+")
 
 #: Lines no engine's cause is on: generic wrappers of Python servers (a start that failed for a
 #: reason logged above them).
@@ -427,7 +428,7 @@ def _is_source(lines: Sequence[str], index: int) -> bool:
     if _NOT_CAUSE.search(lines[index]):
         return True
     follows_file = index > 0 and _TRACEBACK_FILE.search(lines[index - 1]) is not None
-    return follows_file and lines[index][:1].isspace()
+    return follows_file and lines[index].lstrip("│")[:1].isspace()
 
 
 # "The above exception was the direct cause of the following exception:" / "During handling of

@@ -200,7 +200,7 @@ TORCH = Failures(
         P(kind="gpu_oom", pattern=r"OutOfMemoryError"),
         P(
             kind="gpu_oom",
-            pattern=r"CUDA (?:runtime )?error:? (?:in \S+: )?out of memory|hipErrorOutOfMemory|cudaErrorMemoryAllocation",
+            pattern=r"CUDA (?:runtime )?error:? (?:in .*?: )?out of memory|hipErrorOutOfMemory|cudaErrorMemoryAllocation",
         ),
         P(
             kind="driver_missing",
