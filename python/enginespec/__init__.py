@@ -235,9 +235,9 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "ALL_ENGINE_SPECS",
-    "ArgvHint",
     "BACKEND",
     "BUILTIN_ENGINE_SPECS",
+    "ArgvHint",
     "BinaryProbeResult",
     "Changed",
     "Command",

@@ -421,7 +421,9 @@ class EngineDefinition(BaseModel):
     ) -> Failure:
         """Why this engine failed, from its log and how it ended (by :attr:`failures`); ``argv``
         picks the hints that depend on how it was started."""
-        return match_failure(self.failures, self.id, log_text, exit_code, signal, oom_kill=oom_kill, argv=argv)
+        return match_failure(
+            self.failures, self.id, log_text, exit_code, signal, oom_kill=oom_kill, argv=argv
+        )
 
     def loaded_models(self, body: bytes) -> tuple[str, ...] | None:
         """The names of the loaded models in an answer of ``Serving.loaded_models_path``."""

@@ -12,7 +12,8 @@ precedence, a cause before its consequence:
    every line that a cause pattern of that class matches is a cause line;
 2. *context* patterns of that class add the figures of other lines (vLLM's ``# GPU blocks: 0``
    before its KV-cache refusal) but are no cause and never decide;
-3. wrapper lines ("Engine core initialization failed. See root cause above.") are never a cause;
+3. wrapper lines ("Engine core initialization failed. See root cause above.", a warning the
+   engine survives) are never a cause, of a pattern or of the fallback;
 4. no cause matched: the cgroup's OOM kill makes it ``cpu_oom``; an *ending* pattern (a line
    that says the process was killed: ``signal: killed``, ``Segmentation fault (core dumped)``)
    or a signal ending the process makes it ``killed``; else the root
@@ -398,9 +399,7 @@ def _has_flag(argv: Sequence[str], flag: str) -> bool:
     return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
 
 
-def _hint(
-    pattern: FailurePattern, fields: Mapping[str, object], argv: Sequence[str]
-) -> str | None:
+def _hint(pattern: FailurePattern, fields: Mapping[str, object], argv: Sequence[str]) -> str | None:
     """The pattern's hint for this argv (an :class:`ArgvHint` whose flag the argv has, else its
     own) with the figures filled in; ``None`` when it names a figure the log did not state."""
     texts = [h.hint for h in pattern.argv_hints if _has_flag(argv, h.flag)]
@@ -415,7 +414,14 @@ def _hint(
 
 
 def _hint_fields(numbers: Mapping[str, Number], figures: FailureFigures) -> dict[str, object]:
-    fields: dict[str, object] = {k: f"{v:g}" if isinstance(v, float) else v for k, v in numbers.items()}
+    """What a hint may name: the numbers, and the figures; a number that names a figure the
+    figures left out (a port of 99999999) is left out too, so no hint repeats it."""
+    fields: dict[str, object] = {}
+    for name, number in numbers.items():
+        field = _FIGURE_ALIASES.get(name, name)
+        if field in FailureFigures.model_fields and getattr(figures, field) is None:
+            continue
+        fields[name] = f"{number:g}" if isinstance(number, float) else number
     for name, value in figures.model_dump(exclude_none=True).items():
         figure = getattr(figures, name)
         fields[name] = str(figure) if isinstance(figure, Memory) else value
@@ -434,7 +440,10 @@ def _is_source(lines: Sequence[str], index: int) -> bool:
 # "The above exception was the direct cause of the following exception:" / "During handling of
 # the above exception, another exception occurred:" (CPython's traceback module): the exception
 # before it is the cause of the ones after.
-_CHAIN = re.compile(r"The above exception was the direct cause of the following exception|During handling of the above exception")
+_CHAIN = re.compile(
+    r"The above exception was the direct cause of the following exception|"
+    r"During handling of the above exception"
+)
 # "Exception ignored in: <function Llama.__del__ ...>": an exception of a destructor, after the end.
 _IGNORED = re.compile(r"Exception ignored in\b")
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
@@ -499,9 +508,9 @@ def match_failure(
     # pattern index -> (line index, match) of the first line it matches
     first: dict[int, tuple[int, re.Match[str]]] = {}
     for line_index, line in enumerate(lines):
-        if _is_source(lines, line_index):
-            continue
         head = line[:MAX_MATCH_CHARS]
+        if _is_source(lines, line_index) or any(w.search(head) for w in wrappers):
+            continue
         for pattern_index, regex in enumerate(compiled):
             if pattern_index not in first:
                 found = regex.search(head)

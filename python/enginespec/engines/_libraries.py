@@ -60,9 +60,7 @@ CLAP = Failures(
 #: Go's pflag under cobra (Ollama's CLI): spf13/pflag flag.go `unknown flag: --%s`,
 #: `unknown shorthand flag: %q in -%s`.
 GO_FLAGS = Failures(
-    patterns=(
-        P(kind="bad_flag", pattern=r"\bunknown (?:shorthand )?flag: ['\"]?(?P<flag>-{0,2}[^'\"\s]+)"),
-    )
+    patterns=(P(kind="bad_flag", pattern=r"\bunknown (?:shorthand )?flag: ['\"]?(?P<flag>-{0,2}[^'\"\s]+)"),)
 )
 
 #: llama.cpp's common argument parser (common/arg.cpp common_params_parse: `error: invalid
@@ -113,7 +111,10 @@ SOCKETS = Failures(
             r"\('(?P<address>[^']*)', (?P<port>\d+)",
             hint=_PORT_HINT,
         ),
-        P(kind="port_in_use", pattern=r"\[(?:Errno|WinError) (?:98|48|10048)\] (?:[Aa]ddress already in use|Only one)"),
+        P(
+            kind="port_in_use",
+            pattern=r"\[(?:Errno|WinError) (?:98|48|10048)\] (?:[Aa]ddress already in use|Only one)",
+        ),
         P(kind="port_in_use", pattern=r"[Aa]ddress already in use \(os error (?:98|48|10048)\)"),
         P(
             kind="port_in_use",
@@ -129,13 +130,15 @@ SOCKETS = Failures(
         ),
         P(
             kind="port_in_use",
-            pattern=r"failed to bind to \[?(?P<address>[^\s\]]*?)\]?:(?P<port>\d+) \(errno: (?:98|48|10048)\b",
+            pattern=r"failed to bind to \[?(?P<address>[^\s\]]*?)\]?:(?P<port>\d+) "
+            r"\(errno: (?:98|48|10048)\b",
             hint="port {port} (the distributed rendezvous, MASTER_PORT) is taken: choose another one "
             "or stop the process holding it",
         ),
         P(
             kind="port_in_use",
-            pattern=r"couldn't bind (?:HTTP server socket|to server socket)[,:] hostname[:=] ?(?P<address>[^\s,]+),? "
+            pattern=r"couldn't bind (?:HTTP server socket|to server socket)[,:] "
+            r"hostname[:=] ?(?P<address>[^\s,]+),? "
             r"port[:=] ?(?P<port>\d+)",
             hint=_PORT_HINT,
         ),
@@ -154,7 +157,8 @@ SOCKETS = Failures(
         ),
         P(
             kind="other",
-            pattern=r"\[Errno 13\] error while attempting to bind on address \('(?P<address>[^']*)', (?P<port>\d+)",
+            pattern=r"\[Errno 13\] error while attempting to bind on address "
+            r"\('(?P<address>[^']*)', (?P<port>\d+)",
             hint=_PRIVILEGED_HINT,
         ),
         P(
@@ -167,7 +171,7 @@ SOCKETS = Failures(
 
 #: PyTorch's allocator (c10/cuda/CUDACachingAllocator.cpp: since 2.1 `CUDA out of memory. Tried
 #: to allocate 896.00 MiB. GPU 0 has a total capacity of 93.09 GiB of which 739.81 MiB is free.`,
-#: 2.0 `... GPU 0 has a total capacty of ...`, before `Tried to allocate 128.00 MiB (GPU 0; 15.77
+#: 2.0 `... GPU 0 has a total capacty of ...` (sic), before `Tried to allocate 128.00 MiB (GPU 0; 15.77
 #: GiB total capacity; 15.37 GiB already allocated; 13.62 MiB free; ...)`), the CUDA and HIP
 #: runtimes' own words (cudaGetErrorString: `out of memory`, `no CUDA-capable device is
 #: detected`, `CUDA driver version is insufficient for CUDA runtime version`, `API call is not
@@ -188,19 +192,23 @@ TORCH = Failures(
         P(
             kind="gpu_oom",
             pattern=rf"out of memory\. Tried to allocate (?P<requested>{MEM})\.? GPU (?P<device>\d+) has a "
-            rf"total capacit?y of (?P<total>{MEM}) of which (?P<free>{MEM}) is free",
+            rf"total capaci?ty of (?P<total>{MEM}) of which (?P<free>{MEM}) is free",
         ),
         P(
             kind="gpu_oom",
             pattern=rf"out of memory\. Tried to allocate (?P<requested>{MEM}) \(GPU (?P<device>\d+); "
             rf"(?P<total>{MEM}) total capacity; {MEM} already allocated; (?P<free>{MEM}) free",
         ),
-        P(kind="gpu_oom", pattern=rf"(?:CUDA|HIP|XPU) out of memory\. Tried to allocate (?P<requested>{MEM})"),
+        P(
+            kind="gpu_oom",
+            pattern=rf"(?:CUDA|HIP|XPU) out of memory\. Tried to allocate (?P<requested>{MEM})",
+        ),
         P(kind="gpu_oom", pattern=r"(?:CUDA|HIP|XPU) out of memory"),
         P(kind="gpu_oom", pattern=r"OutOfMemoryError"),
         P(
             kind="gpu_oom",
-            pattern=r"CUDA (?:runtime )?error:? (?:in .*?: )?out of memory|hipErrorOutOfMemory|cudaErrorMemoryAllocation",
+            pattern=r"CUDA (?:runtime )?error:? (?:in .*?: )?out of memory|hipErrorOutOfMemory|"
+            r"cudaErrorMemoryAllocation",
         ),
         P(
             kind="driver_missing",
@@ -210,7 +218,8 @@ TORCH = Failures(
         P(kind="driver_missing", pattern=r"cudaGetDeviceCount\(\)|Error 80[234]: "),
         P(
             kind="driver_missing",
-            pattern=r"CUDA driver version is insufficient|no CUDA-capable device|API call is not supported in "
+            pattern=r"CUDA driver version is insufficient|no CUDA-capable device|"
+            r"API call is not supported in "
             r"the installed CUDA driver|hipErrorNoDevice|no ROCm-capable device",
         ),
         P(
@@ -248,8 +257,14 @@ LOADER = Failures(
             hint="{missing} is missing: install the runtime the build links against, or a build for this "
             "system",
         ),
-        P(kind="dependency_error", pattern=r"Failed to load dynlib/dll '(?:[^']*[\\/])?(?P<missing>[^'\\/]+\.dll)'"),
-        P(kind="dependency_error", pattern=r"Could not find module '(?:[^']*[\\/])?(?P<missing>[^'\\/]+\.dll)'"),
+        P(
+            kind="dependency_error",
+            pattern=r"Failed to load dynlib/dll '(?:[^']*[\\/])?(?P<missing>[^'\\/]+\.dll)'",
+        ),
+        P(
+            kind="dependency_error",
+            pattern=r"Could not find module '(?:[^']*[\\/])?(?P<missing>[^'\\/]+\.dll)'",
+        ),
     )
 )
 
@@ -300,7 +315,10 @@ HUGGINGFACE = Failures(
 PYTHON = Failures(
     patterns=(
         P(kind="dependency_error", pattern=r"ModuleNotFoundError: No module named '(?P<missing>[\w.]+)'"),
-        P(kind="dependency_error", pattern=r"ImportError: cannot import name '[^']+' from '(?P<missing>[\w.]+)'"),
+        P(
+            kind="dependency_error",
+            pattern=r"ImportError: cannot import name '[^']+' from '(?P<missing>[\w.]+)'",
+        ),
         P(kind="dependency_error", pattern=r"PackageNotFoundError: (?P<missing>[\w.-]+)"),
         P(kind="dependency_error", pattern=r"(?:ModuleNotFoundError|ImportError): "),
         P(kind="dependency_error", pattern=r"undefined symbol: "),
@@ -408,7 +426,8 @@ ENDINGS = Failures(
         P(
             kind="other",
             role="ending",
-            pattern=r"\bsignal: (?P<signal>killed|segmentation fault|aborted|bus error|floating point exception|"
+            pattern=r"\bsignal: (?P<signal>killed|segmentation fault|aborted|bus error|"
+            r"floating point exception|"
             r"terminated|interrupt|hangup)",
             hint="the process was killed by {signal}: SIGKILL is most often the kernel's OOM killer "
             "(dmesg), SIGSEGV and SIGABRT a crash (see the lines before)",

@@ -100,7 +100,8 @@ FAILURES = (
         patterns=(
             P(
                 kind="dependency_error",
-                pattern=r"Shared library with base name '(?P<missing>[^']*)' not found|Failed to load shared library",
+                pattern=r"Shared library with base name '(?P<missing>[^']*)' not found|"
+                r"Failed to load shared library",
                 hint="the package's compiled llama library is missing: reinstall llama-cpp-python",
             ),
             P(

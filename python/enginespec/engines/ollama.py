@@ -105,7 +105,8 @@ FAILURES = (
             # os.ErrNotExist (`file does not exist`) or its own `model not found` (v0.1 to v0.32)
             P(
                 kind="model_not_found",
-                pattern=r"pull model manifest: (?:file does not exist|model not found)|model '[^']*' not found",
+                pattern=r"pull model manifest: (?:file does not exist|model not found)|"
+                r"model '[^']*' not found",
                 hint="no model of that name: check the name and tag (ollama.com/library), or `ollama list`",
             ),
         )

@@ -260,6 +260,10 @@ FAILURES = (
 ).model_copy(
     update={
         "wrappers": (
+            # a WARNING of every start without a GPU driver in reach (vllm/_custom_ops.py, 0.5 to
+            # 0.7: `Failed to import from vllm._C with ImportError('libcuda.so.1: ...')`): the
+            # platform is detected after it, and a CPU build starts fine
+            r"WARNING .*Failed to import from vllm\._C with ImportError",
             r"Engine core initialization failed",
             r"EngineCore failed to start",
             r"Engine process failed",

@@ -1,0 +1,144 @@
+"""The failure classifier on logs it was not built from (tests/data/failures-unseen.jsonl: real
+start-up failures from public threads, labelled before any result was seen, split into tune and
+holdout by the hash of the source, see tests/data/README.md), and on real start-ups that went
+fine (tests/data/startup-ok.jsonl): those classify as nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import enginespec
+from enginespec import Failure, Memory, classify_failure
+
+DATA = Path(__file__).parents[1] / "data"
+UNSEEN: list[dict[str, Any]] = [
+    json.loads(line) for line in (DATA / "failures-unseen.jsonl").read_text().splitlines()
+]
+PUBLIC: list[dict[str, Any]] = [
+    json.loads(line) for line in (DATA / "failures-public.jsonl").read_text().splitlines()
+]
+STARTUP_OK: list[dict[str, Any]] = [
+    json.loads(line) for line in (DATA / "startup-ok.jsonl").read_text().splitlines()
+]
+
+#: Labelled before the classifier was changed, and the classifier reads it otherwise: Ollama's
+#: `signal: killed` while a runner loads is `cpu_oom` for the public corpus
+#: (ollama/ollama#9685, where the host is known to be short of memory), `killed` here (nothing in
+#: this log says memory). Kept as labelled; the test flags it the day the two agree.
+KNOWN_MISSES = {"https://github.com/ollama/ollama/issues/8571"}
+
+
+def _split(source: str) -> str:
+    return "holdout" if int(hashlib.sha256(source.encode()).hexdigest()[:8], 16) % 2 == 0 else "tune"
+
+
+def _figures(failure: Failure) -> dict[str, object]:
+    """The failure's figures as the corpus writes them (memory as ``[value, "unit"]``)."""
+    out: dict[str, object] = {}
+    for name in type(failure.figures).model_fields:
+        value = getattr(failure.figures, name)
+        if isinstance(value, Memory):
+            out[name] = [value.value, value.unit]
+        elif value is not None:
+            out[name] = value
+    return out
+
+
+def _same(labelled: object, given: object) -> bool:
+    if isinstance(labelled, list):
+        return (
+            isinstance(given, list)
+            and given[1] == labelled[1]
+            and float(given[0]) == pytest.approx(float(labelled[0]))
+        )
+    if isinstance(labelled, int):
+        return given == labelled
+    return str(given) == str(labelled)
+
+
+def _right(record: dict[str, Any]) -> tuple[bool, int]:
+    """Whether the class and a cause line are right, and how many labelled figures are given."""
+    failure = classify_failure(record["engine"], record["log"])
+    cause = not record["cause_lines"] or bool(set(failure.cause_lines) & set(record["cause_lines"]))
+    given = _figures(failure)
+    figures = sum(_same(v, given.get(k)) for k, v in record["figures"].items())
+    return failure.kind == record["class"] and cause, figures
+
+
+def test_the_corpus_is_what_its_readme_says() -> None:
+    sources = [r["source"] for r in UNSEEN]
+    assert len(UNSEEN) >= 100
+    assert len(set(sources)) == len(sources)
+    assert {r["engine"] for r in UNSEEN} <= set(enginespec.engine_ids())
+    # the split is the stated rule, about half each
+    assert all(r["split"] == _split(r["source"]) for r in UNSEEN)
+    holdout = sum(r["split"] == "holdout" for r in UNSEEN)
+    assert 0.35 < holdout / len(UNSEEN) < 0.65
+    # nothing of the corpus the vocabulary was learnt from: no thread, no log
+    public_threads = {r["source"].split()[0] for r in PUBLIC}
+    for record in UNSEEN:
+        owner, repo, _kind, number = record["source"].split("github.com/")[1].split("/")[:4]
+        assert f"{owner}/{repo}#{number}" not in public_threads
+        assert not any(record["log"] in p["log"] for p in PUBLIC)
+        log_lines = record["log"].split("\n")
+        assert all(line in log_lines for line in record["cause_lines"])
+
+
+def test_holdout_accuracy() -> None:
+    """The figures the closing note reports: on the holdout half, the class with a labelled
+    cause line, and the labelled figures given with their value and unit."""
+    holdout = [r for r in UNSEEN if r["split"] == "holdout"]
+    results = [_right(r) for r in holdout]
+    classes = sum(right for right, _ in results)
+    figures = sum(given for _, given in results)
+    labelled = sum(len(r["figures"]) for r in holdout)
+    print(f"\nholdout: classes {classes}/{len(holdout)}, figures {figures}/{labelled}")
+    assert classes >= 0.95 * len(holdout)
+    assert figures >= 0.90 * labelled
+
+
+@pytest.mark.parametrize("record", UNSEEN, ids=lambda r: f"{r['split']}:{r['class']}:{r['source']}")
+def test_unseen_record(record: dict[str, Any]) -> None:
+    if record["source"] in KNOWN_MISSES:
+        pytest.xfail("labelled `killed`, read as the public corpus reads the same line (cpu_oom)")
+    failure = classify_failure(record["engine"], record["log"], exit_code=1)
+    assert failure.kind == record["class"]
+    log_lines = record["log"].split("\n")
+    assert all(line in log_lines for line in failure.cause_lines)
+    if record["cause_lines"]:
+        assert set(failure.cause_lines) & set(record["cause_lines"])
+    else:
+        assert failure.cause_lines == ()
+    given = _figures(failure)
+    for name, value in record["figures"].items():
+        assert _same(value, given.get(name)), (name, value, given.get(name))
+    assert failure.exit_code == 1
+    assert failure.hint or failure.kind in ("other", "exited")
+
+
+def test_known_misses_still_miss() -> None:
+    """A known miss that starts to pass is no longer one: the list is kept honest."""
+    for source in KNOWN_MISSES:
+        record = next(r for r in UNSEEN if r["source"] == source)
+        assert not _right(record)[0]
+
+
+@pytest.mark.parametrize("record", STARTUP_OK, ids=lambda r: f"{r['engine']}:{r['source']}")
+def test_a_start_that_went_fine_classifies_as_nothing(record: dict[str, Any]) -> None:
+    """Real start-up output of engines that started (their warnings included): no class, no
+    cause line, no figure; what the process ended with is all a failure would say."""
+    failure = classify_failure(record["engine"], record["log"])
+    assert failure.kind == "exited"
+    assert failure.cause_lines == ()
+    assert _figures(failure) == {}
+    assert failure.hint is None
+
+
+def test_startup_corpus_covers_every_engine_family() -> None:
+    assert {r["engine"] for r in STARTUP_OK} <= set(enginespec.engine_ids())
+    assert len({r["engine"] for r in STARTUP_OK}) >= 12
