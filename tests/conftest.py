@@ -4,8 +4,10 @@ suite once with `native` and once with `python`."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -61,3 +63,22 @@ def held_port() -> Iterator[Callable[[], int]]:
     finally:
         for sock in held:
             sock.close()
+
+
+@pytest.fixture
+def nobody_dir() -> Iterator[Path]:
+    """A directory user `nobody` can enter (pytest's tmp_path is private to root)."""
+    path = Path(tempfile.mkdtemp(prefix="enginespec-nobody-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def nobody_idle(helper: Path, nobody_dir: Path) -> Path:
+    """The idle helper where `nobody` can run it (``Procs.start(..., executable=this, user="nobody")``)."""
+    program = Path(shutil.copy(helper, nobody_dir / "idle"))
+    program.chmod(0o755)
+    return program

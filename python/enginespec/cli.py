@@ -1270,14 +1270,15 @@ def _cmd_exporter(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     import enginespec.feeds as feeds
-    from enginespec.errors import InvalidInputError
+    from enginespec.errors import FileWriteError, InvalidInputError
 
     try:
         writer = feeds.FeedWriter(
             args.format,
             args.out,
             advertise=args.advertise,
-            log=lambda line: print(f"enginespec export: {line}", file=sys.stderr, flush=True),
+            log=lambda line: print(literal(f"enginespec export: {line}"), file=sys.stderr, flush=True),
+            allow_owners=args.allow_owner,
         )
         if not args.watch:
             listed = feeds.export_once(writer, timeout=args.timeout, deadline=args.timeout)
@@ -1298,7 +1299,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             )
         except KeyboardInterrupt:
             return 0
-    except InvalidInputError as err:  # --out cannot be written, a bad --advertise
+    except (InvalidInputError, FileWriteError) as err:  # --out cannot be written, a bad --advertise
         _fail("export", err)
         return 1
     return 0
@@ -1662,7 +1663,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "turns one on), an llm-d endpoints file or vLLM production-stack's static backends. The "
         "file is replaced atomically, so a reader never sees part of one. With --watch it is "
         "kept up to date from the event watch: an engine is listed when it turns ready and "
-        "removed when it stops. A wildcard listen address is given as --advertise.",
+        "removed when it stops. A wildcard listen address is given as --advertise. Only the engines "
+        "of root and of the user running it are listed (--allow-owner adds others): any user can "
+        "start a process that claims a model's name; two owners claiming one name are said.",
         "enginespec export --format file-sd --out /etc/prometheus/engines.json",
         "enginespec export --format file-sd --out engines.json --watch",
         "enginespec export --format production-stack --out - | jq",
@@ -1672,6 +1675,14 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     export.add_argument("--watch", action="store_true", help="keep the file up to date until stopped")
     export.add_argument(
         "--advertise", help="the address given for engines listening on 0.0.0.0 or :: (default: hostname)"
+    )
+    export.add_argument(
+        "--allow-owner",
+        action="append",
+        default=[],
+        metavar="USER[,USER...]",
+        help="also list the engines of these users (a name or uid; repeatable); by default only "
+        "root's and yours are listed, and each engine left out is said on stderr",
     )
     export.add_argument(
         "--timeout", type=_positive_seconds, default=2.0, help="health check timeout, seconds"

@@ -92,6 +92,11 @@ class ExporterError(EngineSpecError, OSError):
     """The exporter cannot serve or write: the message names the address or file and the flag."""
 
 
+class FileWriteError(EngineSpecError, OSError):
+    """A file enginespec was asked to write (a feed, a textfile, a log) that cannot be written, or
+    not safely (see :mod:`enginespec.safewrite`): the message names the flag, the file and why."""
+
+
 class LaunchFailed(EngineSpecError, RuntimeError):
     """An engine that could not start: its port is held, or it exited before becoming ready.
     ``failure`` says why (the class, the cause lines, a hint)."""

@@ -15,17 +15,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import get_args
 
-from prometheus_client import start_http_server, write_to_textfile
+from prometheus_client import generate_latest, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from enginespec.engineprocess import EngineProcess
-from enginespec.errors import ExporterError
+from enginespec.errors import ExporterError, FileWriteError
 from enginespec.gpus import GpuDevice
 from enginespec.health import check_all
 from enginespec.load import EngineLoad
 from enginespec.modelfacts import ModelFacts
 from enginespec.processmodels import cached, peek
+from enginespec.safewrite import replace_file
 from enginespec.scanning import Scanner, gpu_ledger, unique_engine_ids
 from enginespec.status import Health, HealthState
 from enginespec.vitals import EngineMonitor
@@ -353,10 +354,9 @@ def _refresh(
 
 def _write_textfile(textfile: str, registry: CollectorRegistry) -> None:
     try:
-        write_to_textfile(textfile, registry)  # a temporary file beside it, then a rename: atomic
-    except OSError as err:
-        # prometheus-client's message names its temporary file: name the one asked for
-        raise ExporterError(f"--textfile {textfile}: cannot write: {err.strerror or err}") from None
+        replace_file(textfile, generate_latest(registry), field="--textfile")
+    except FileWriteError as err:
+        raise ExporterError(str(err)) from None
 
 
 class Refresher:

@@ -8,25 +8,26 @@ verify_identity=True)``), at an IP address: a wildcard listen address (``0.0.0.0
 given as ``advertise`` (this host's name by default), a container's as the host address its port
 is published on, a loopback one as it is (for readers on this host); an engine on a unix socket,
 or whose argv names its host by a name, is not listed (see :func:`address`). Files are
-replaced whole (a temporary file beside them, fsync, rename), so a reader never sees a torn one.
+replaced whole through :mod:`enginespec.safewrite`, so a reader never sees a torn one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import os
 import re
 import socket
 import sys
-import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Literal, get_args
 
+from enginespec._procfiles import owner
 from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
+from enginespec.liveness import scanned_ticks
 from enginespec.registry import find_engine
+from enginespec.safewrite import replace_file
 from enginespec.scanning import unique_engine_ids
 from enginespec.status import Health
 from enginespec.urls import connect_host, is_wildcard
@@ -251,32 +252,80 @@ def _encode(document: Any) -> bytes:
     return (json.dumps(document, indent=2, ensure_ascii=True) + "\n").encode("ascii")
 
 
-def write_atomic(path: str, data: bytes, *, mode: int = 0o644) -> None:
-    """Replaces ``path`` by a file holding ``data``: written beside it, synced, renamed over it,
-    and the directory synced, so a reader sees the old file or the new one, never part of one.
-    Raises :class:`InvalidInputError` naming the path when it cannot be written."""
-    directory = os.path.dirname(os.path.abspath(path))
+def owner_uid(process: EngineProcess) -> int | None:
+    """The uid ``process`` runs as, read now; ``None`` when it is gone or its pid is now another
+    process's (its start is read after its owner, so a pid reused in between is caught)."""
+    found = owner(process.pid)
+    if found is None or scanned_ticks(process) is None:
+        return None
+    return found.uid
+
+
+def user_name(uid: int) -> str:
+    """``uid``'s name, or the number when the system has none."""
+    import pwd
+
     try:
-        fd, temporary = tempfile.mkstemp(prefix=".enginespec-", suffix=".tmp", dir=directory)
-    except OSError as err:
-        raise InvalidInputError(f"--out {path}: cannot write in {directory}: {err.strerror or err}") from None
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fchmod(file.fileno(), mode)
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except OSError as err:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise InvalidInputError(f"--out {path}: cannot write: {err.strerror or err}") from None
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def allowed_owners(names: Sequence[str]) -> frozenset[int]:
+    """The uids whose engines a feed lists: root, the user running it, and ``names`` (user names
+    or uids, each may be a comma-separated list). :class:`InvalidInputError` names
+    ``--allow-owner`` and an unknown user."""
+    import pwd
+
+    allowed = {0, os.geteuid()}
+    for name in (item for text in names for item in text.split(",") if item):
         try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+            allowed.add(int(name) if name.isdigit() else pwd.getpwnam(name).pw_uid)
+        except (KeyError, OverflowError):
+            raise InvalidInputError(f"--allow-owner: {name!r} is not a user of this host") from None
+    return frozenset(allowed)
+
+
+def trusted(
+    processes: Sequence[EngineProcess],
+    allowed: Collection[int],
+    owner_of: Callable[[EngineProcess], int | None] = owner_uid,
+) -> tuple[list[EngineProcess], list[str]]:
+    """The engines whose owner is ``allowed`` (any user can start a process that claims any
+    model's name and answers for it: a feed that listed it would send a fleet's traffic and
+    scrapes to that user), and a line for each engine left out and each served name that
+    engines of different owners claim (all of them are named, the one a router must not get
+    too)."""
+    owners = [owner_of(p) for p in processes]
+    kept, notes = [], []
+    for process, uid in zip(processes, owners, strict=True):
+        if uid is None:
+            notes.append(
+                f"left out {process.engine_id} (pid {process.pid}): its owner cannot be read (gone?)"
+            )
+        elif uid not in allowed:
+            user = user_name(uid)
+            notes.append(
+                f"left out {process.engine_id} (pid {process.pid}): its owner {user} is not an allowed "
+                f"owner (--allow-owner {user} lists its engines)"
+            )
+        else:
+            kept.append(process)
+    claims: dict[str, list[tuple[EngineProcess, int | None]]] = {}
+    for process, uid in zip(processes, owners, strict=True):
+        for name in dict.fromkeys(process.served_model_names or ((process.model,) if process.model else ())):
+            claims.setdefault(name, []).append((process, uid))
+    for name, claimants in claims.items():
+        if len({uid for _, uid in claimants}) > 1:
+            who = ", ".join(
+                f"{p.engine_id} (pid {p.pid}, "
+                + ("owner unknown" if uid is None else user_name(uid))
+                + ("" if uid in allowed else ", left out")
+                + ")"
+                for p, uid in claimants
+            )
+            notes.append(f"served name {_label(name)!r} is claimed by engines of different owners: {who}")
+    return kept, notes
 
 
 class FeedWriter:
@@ -289,12 +338,17 @@ class FeedWriter:
         *,
         advertise: str | None = None,
         log: Callable[[str], None] | None = None,
+        allow_owners: Sequence[str] = (),
     ) -> None:
         if feed not in FEED_FORMATS:
             raise InvalidInputError(f"format: {feed!r} is not one of {', '.join(FEED_FORMATS)}")
         self.feed = feed
         self.out = out
         self.advertise = advertised_host(advertise)
+        #: the uids whose engines are listed (root, the user running it, ``allow_owners``)
+        self.allowed = allowed_owners(allow_owners)
+        #: how many engines the file written last lists
+        self.listed = 0
         self._last: bytes | None = None
         self._log = log
         self._noted: set[str] = set()
@@ -302,20 +356,24 @@ class FeedWriter:
         self.writes = 0
 
     def write(self, processes: Sequence[EngineProcess]) -> bool:
-        """Writes the feed for these serving engines unless the file already says so."""
+        """Writes the feed for these serving engines (those of allowed owners: see :func:`trusted`)
+        unless the file already says so; each reason an engine is left out is logged once."""
         ordered = sorted(processes, key=lambda p: (p.engine_id, p.pid))
-        data, notes = render(self.feed, ordered, advertise=self.advertise)
+        kept, notes = trusted(ordered, self.allowed)
+        data, unfit = render(self.feed, kept, advertise=self.advertise)
+        notes += [f"left out {note}" for note in unfit]
         for note in notes:
             if self._log is not None and note not in self._noted:
-                self._log(f"left out {note}")
+                self._log(note)
         self._noted = set(notes)
+        self.listed = len(kept)
         if data == self._last:
             return False
         if self.out == "-":
             sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
         else:
-            write_atomic(self.out, data)
+            replace_file(self.out, data, field="--out")
         self._last = data
         self.writes += 1
         return True
@@ -328,9 +386,8 @@ def export_once(writer: FeedWriter, *, timeout: float = 2.0, deadline: float | N
 
     processes = Scanner().scan()
     healths = check_all(processes, timeout=timeout, verify_identity=True, deadline=deadline)
-    listed = serving(processes, healths)
-    writer.write(listed)
-    return len(listed)
+    writer.write(serving(processes, healths))
+    return writer.listed
 
 
 def export_watch(
@@ -376,7 +433,7 @@ def export_watch(
                     listed[key] = event.process
             try:
                 writer.write(list(listed.values()))
-            except InvalidInputError as err:  # a full disk, a broken pipe: said, tried again next time
+            except OSError as err:  # a full disk, a broken pipe: said, tried again next time
                 if writer._log is not None:
                     writer._log(str(err))
     finally:

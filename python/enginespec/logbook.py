@@ -26,6 +26,7 @@ from typing import IO, Literal
 from pydantic import BaseModel, ConfigDict
 
 from enginespec.masking import REDACTED
+from enginespec.safewrite import create_file
 
 Stream = Literal["stdout", "stderr", "log"]
 #: Lines kept in memory per engine (the issue asks for at least 2,000).
@@ -89,8 +90,8 @@ class LogBook:
         self._changed = threading.Condition()
         self._file: IO[str] | None = None
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(path, "a", encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
+            fd = create_file(str(path), field="log file", parents=True)
+            self._file = open(fd, "a", encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
         self._readers: list[threading.Thread] = []
         self._pipes: list[_Pipe] = []
         #: monotonic time of the last bytes read (progress for a stall timer).

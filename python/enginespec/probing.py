@@ -23,6 +23,7 @@ from enginespec.definition import EngineDefinition
 from enginespec.engineprocess import EngineProcess
 from enginespec.errors import HelpError
 from enginespec.launching import PYTHON_NAME, Launcher, resolve_launcher
+from enginespec.safewrite import replace_file
 
 # pip writes this /bin/sh trampoline instead of a shebang when the interpreter path is too long.
 _TRAMPOLINE = re.compile(r"""^'''exec' "?([^"\s]+)"? "\$0" "\$@"$""", re.MULTILINE)
@@ -332,10 +333,8 @@ def _cached_help(path: Path) -> EngineHelp | None:
 
 
 def _store_help(path: Path, result: EngineHelp) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(result.model_dump_json())
-    temporary.replace(path)  # atomic: readers never see half a file
+    # replaced whole: readers never see half a file
+    replace_file(str(path), result.model_dump_json().encode(), field="help cache", parents=True)
 
 
 def read_help(engine: EngineDefinition, config: Config, timeout: float | None = None) -> EngineHelp:

@@ -5,6 +5,7 @@ the ownership check sees their own socket); the CLI runs as users run it."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,14 +63,16 @@ def fake_engine(
     argv: Sequence[str],
     routes: dict[str, list[Answer]],
     taken: set[int] | None = None,
+    **started: Any,
 ) -> Iterator[int]:
     """A process with ``argv`` (its ``{port}`` filled in) holding the socket ``routes`` answer on:
-    its port, one not in ``taken`` when given."""
+    its port, one not in ``taken`` when given; ``started``: more of ``Procs.start``'s arguments
+    (``user="nobody"`` with the ``executable`` nobody can run)."""
     sock = bound_socket() if taken is None else _socket_on_a_new_port(taken)
     port = sock.getsockname()[1]
     try:
         with serving(routes, sock=sock):
-            proc = procs.start([a.format(port=port) for a in argv], (sock.fileno(),))
+            proc = procs.start([a.format(port=port) for a in argv], (sock.fileno(),), **started)
             try:
                 yield port
             finally:
@@ -164,18 +168,6 @@ def test_errors_name_the_flag_and_the_value(tmp_path: Path) -> None:
     done = _export("--format", "csv", "--out", "-")
     assert done.returncode == 2
     assert "invalid choice: 'csv'" in done.stderr
-
-
-def test_write_atomic_replaces_the_file_whole_and_leaves_no_temporary(tmp_path: Path) -> None:
-    out = tmp_path / "feed.json"
-    out.write_text("old")
-    keep = out.open()  # a reader that opened the old file goes on reading the old file
-    feeds.write_atomic(str(out), b"new\n")
-    assert out.read_text() == "new\n"
-    assert keep.read() == "old"
-    keep.close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["feed.json"]
-    assert out.stat().st_mode & 0o777 == 0o644
 
 
 def test_the_cli_offers_every_feed_format() -> None:
@@ -440,3 +432,61 @@ def test_a_host_name_an_engine_names_is_never_advertised(procs: Procs, tmp_path:
         assert "attacker.example" not in done.stdout, feed
         assert str(port) not in done.stdout, feed
         assert "no address other hosts can use" in done.stderr, feed
+
+
+def _listed_ports(feed: str, text: str) -> set[int]:
+    """The ports a feed's file lists."""
+    document = json.loads(text)
+    if feed == "file-sd":
+        return {int(target.rsplit(":", 1)[1]) for group in document for target in group["targets"]}
+    if feed == "llm-d":
+        return {int(entry["port"]) for entry in document["endpoints"]}
+    return {int(url.rsplit(":", 1)[1]) for url in document["static_backends"].split(",") if url}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starts an engine as nobody: needs root")
+def test_an_engine_of_another_user_claiming_a_served_name_is_left_out(
+    procs: Procs, nobody_idle: Path
+) -> None:
+    """An impostor of `nobody` serves the production model's name, ready and verified (the socket
+    is its own, it serves the name its argv gives): no feed lists it unless --allow-owner says
+    so, and both engines claiming the name are said on stderr."""
+    ready = {"/health": [Answer(200)], "/v1/models": [models("prod")], "/metrics": [METRICS]}
+    argv = [
+        "vllm",
+        "serve",
+        "/models/x",
+        "--served-model-name",
+        "prod",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+    ]
+    with (
+        fake_engine(procs, argv, ready) as own,
+        fake_engine(procs, argv, ready, user="nobody", executable=nobody_idle) as impostor,
+    ):
+        done = {feed: _export("--format", feed, "--out", "-") for feed in feeds.FEED_FORMATS}
+        allowed = _export("--format", "production-stack", "--out", "-", "--allow-owner", "nobody")
+        impostor_pid = next(p.pid for p in procs.started if p.args[-1] == str(impostor).encode())  # type: ignore[index]
+    for feed, out in done.items():
+        assert out.returncode == 0, out.stderr
+        listed = _listed_ports(feed, out.stdout)
+        assert own in listed, feed
+        assert impostor not in listed, feed
+        said = out.stderr
+        assert f"(pid {impostor_pid}): its owner nobody is not an allowed owner (--allow-owner nobody" in said
+        claimed = next(line for line in said.splitlines() if "served name 'prod' is claimed by" in line)
+        assert f"vllm-{own}-" in claimed
+        assert f"vllm-{impostor}-" in claimed
+        assert f"(pid {impostor_pid}, nobody, left out)" in claimed
+    assert allowed.returncode == 0, allowed.stderr
+    assert {own, impostor} <= _listed_ports("production-stack", allowed.stdout)
+    assert "served name 'prod' is claimed by engines of different owners" in allowed.stderr
+
+
+def test_an_unknown_allowed_owner_is_refused() -> None:
+    done = _export("--format", "file-sd", "--out", "-", "--allow-owner", "no-such-user-xyz")
+    assert done.returncode == 1
+    assert "--allow-owner: 'no-such-user-xyz' is not a user of this host" in done.stderr
