@@ -12,6 +12,7 @@ import argparse
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -283,25 +284,25 @@ class Shown:
     """A row of the table: the process, its last health check, the state shown, and its load
     (``ps --load``)."""
 
-    __slots__ = ("health", "host", "load", "process", "state")
+    __slots__ = ("agent", "health", "load", "process", "state")
 
     def __init__(
         self,
         process: EngineProcess,
         health: Health | None = None,
         state: str | None = None,
-        host: str | None = None,
+        agent: str | None = None,
     ) -> None:
         self.process, self.health, self.state = process, health, state
         self.load: EngineLoad | None = None
-        #: the agent that reported it (``ps --remote``); ``None``: this host
-        self.host = host
+        #: the agent that reported it (``--remote``); ``None``: this host
+        self.agent = agent
 
 
 def _sort_key(row: Shown) -> tuple[str, str, int, int]:
     """Rows by host, engine, then port, then pid: stable while health changes, so nothing jumps."""
     p = row.process
-    return (row.host or "", p.engine, p.effective_port or 0, p.pid)
+    return (row.agent or "", p.engine, p.effective_port or 0, p.pid)
 
 
 def _table_lines(
@@ -324,14 +325,14 @@ def _table_lines(
         columns = columns[:-2]
     if load:
         columns += _load_columns(load_droppable)
-    remote = any(r.host is not None for r in rows)
+    remote = any(r.agent is not None for r in rows)
     if remote:
         columns = (Column("HOST", shorten="middle", minimum=10), *columns)
     now = time.time()
     cells = [
         [
             literal(cell)
-            for cell in ([r.host or "-"] if remote else [])
+            for cell in ([r.agent or "-"] if remote else [])
             + _ps_row(r.process, r.health, r.state if health else None, wide, now)
             + (_load_cells(r.load) if load else [])
         ]
@@ -511,8 +512,8 @@ def _cmd_ps(args: argparse.Namespace) -> int:
         documents = []
         for row in rows:
             document = engine_document(row.process, row.health, row.load)
-            if row.host is not None:
-                document["host"] = row.host
+            if row.agent is not None:  # the engine's own "host" stays its listen address
+                document["agent"] = row.agent
             documents.append(document)
         _out([json.dumps(documents, indent=2)])
         return code
@@ -546,10 +547,10 @@ def _remote_rows(args: argparse.Namespace) -> tuple[list[Shown], bool]:
     for report in fetch_remote(urls, timeout=args.timeout, token=token):
         if report.error is not None:
             failed = True
-            print(f"enginespec ps: {literal(report.host)}: {literal(report.error)}", file=sys.stderr)
+            print(f"enginespec ps: {literal(report.agent)}: {literal(report.error)}", file=sys.stderr)
         for engine in report.engines:
             state = engine.health.state if engine.health is not None else None
-            row = Shown(engine.process, engine.health, state, host=engine.host)
+            row = Shown(engine.process, engine.health, state, agent=engine.agent)
             row.load = engine.load
             rows.append(row)
     return rows, failed
@@ -561,7 +562,9 @@ def _remote_rows(args: argparse.Namespace) -> tuple[list[Shown], bool]:
 class _LiveTable:
     """What ``enginespec watch`` shows: the engines now running, fitted to the terminal's width
     and height each time it is drawn (so a resize is followed); rows that do not fit are counted
-    (``+22 more``). With ``--remote``, rows carry their host and each lost host is said below."""
+    (``+22 more``). With ``--remote``, rows carry their agent and each lost agent is said below.
+    Only rows the filter shows are kept (an agent may announce any number of engines), and rich's
+    refresh thread draws while the watch's thread applies events: both hold ``lock``."""
 
     def __init__(
         self,
@@ -576,34 +579,45 @@ class _LiveTable:
         #: the watch's latest load readings (a local watch with load): RUN, WAIT, KV%, TOK/S
         self.loads = loads
         self.engines: dict[tuple[str | None, int, float], Shown] = {}
-        #: host -> why it is not reached (``--remote``)
+        #: agent -> why it is not reached (``--remote``)
         self.lost: dict[str, str] = {}
+        self.lock = threading.Lock()
 
-    def apply(self, event: WatchEvent, host: str | None = None) -> None:
+    def apply(self, event: WatchEvent, agent: str | None = None) -> None:
         from enginespec.watching import HealthChanged, Stopped
 
-        self.lost.pop(host or "", None)
-        if isinstance(event, Stopped):
-            self.engines.pop((host, event.identity.pid, event.identity.start_time), None)
-            return
-        key = (host, event.process.pid, event.process.start_time)
-        row = self.engines.get(key) or Shown(event.process, state=HEALTH_PENDING, host=host)
-        row.process = event.process
-        if isinstance(event, HealthChanged):
-            row.health, row.state = event.health, event.type
-        self.engines[key] = row
+        with self.lock:
+            self.lost.pop(agent or "", None)
+            if isinstance(event, Stopped):
+                self.engines.pop((agent, event.identity.pid, event.identity.start_time), None)
+                return
+            key = (agent, event.process.pid, event.process.start_time)
+            row = self.engines.get(key) or Shown(event.process, state=HEALTH_PENDING, agent=agent)
+            row.process = event.process
+            if isinstance(event, HealthChanged):
+                row.health, row.state = event.health, event.type
+            if self.filters.keeps(row):
+                self.engines[key] = row
+            else:  # not shown: forgotten (a later event that the filter keeps brings it back)
+                self.engines.pop(key, None)
 
-    def lose(self, host: str, error: str) -> None:
-        """A host's stream is gone: its rows are stale until it tells them again."""
-        self.engines = {key: row for key, row in self.engines.items() if key[0] != host}
-        self.lost[host] = error
+    def lose(self, agent: str, error: str) -> None:
+        """An agent's stream is gone: its rows are stale until it tells them again."""
+        with self.lock:
+            self.engines = {key: row for key, row in self.engines.items() if key[0] != agent}
+            self.lost[agent] = error
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
+        with self.lock:
+            drawn = self._lines(console, options)
+        yield from drawn
+
+    def _lines(self, console: Console, options: ConsoleOptions) -> list[Text]:
         from rich.text import Text
 
         width = options.max_width
         height = options.height or console.size.height
-        shown = sorted((row for row in self.engines.values() if self.filters.keeps(row)), key=_sort_key)
+        shown = sorted(self.engines.values(), key=_sort_key)
         if self.loads is not None:
             readings = self.loads()
             for row in shown:
@@ -611,22 +625,22 @@ class _LiveTable:
         # the load columns only when some engine reports its load
         load = any(row.load is not None and row.load.available for row in shown)
         title = f"{len(shown)} engine server(s), {self.how}; Ctrl-C to stop"
-        yield Text(title if len(title) <= width else title[: max(width - 1, 0)] + "…", style="dim")
-        lost = [literal(f"{host}: {error}") for host, error in sorted(self.lost.items())]
-        room = max(height - 3 - len(lost), 1)  # the title, the header, the lost hosts, the cursor's line
+        drawn = [Text(title if len(title) <= width else title[: max(width - 1, 0)] + "…", style="dim")]
+        lost = [literal(f"{agent}: {error}") for agent, error in sorted(self.lost.items())]
+        room = max(height - 3 - len(lost), 1)  # the title, the header, the lost agents, the cursor's line
         if shown:
             hidden = 0
             if len(shown) > room:
                 hidden = len(shown) - (room - 1)  # one line says how many more
                 shown = shown[: room - 1]
             header, *body = _table_lines(shown, self.health, width, load=load, load_droppable=True)
-            yield Text(header, style="bold", no_wrap=True, overflow="ellipsis")
-            for line in body:
-                yield Text(line, no_wrap=True, overflow="ellipsis")
+            drawn.append(Text(header, style="bold", no_wrap=True, overflow="ellipsis"))
+            drawn += [Text(line, no_wrap=True, overflow="ellipsis") for line in body]
             if hidden:
-                yield Text(f"+{hidden} more (enginespec ps lists them all)", style="dim", no_wrap=True)
-        for line in lost:
-            yield Text(line, style="red", no_wrap=True, overflow="ellipsis")
+                more = f"+{hidden} more (enginespec ps lists them all)"
+                drawn.append(Text(more, style="dim", no_wrap=True))
+        drawn += [Text(line, style="red", no_wrap=True, overflow="ellipsis") for line in lost]
+        return drawn
 
 
 def _event_line(event: WatchEvent) -> str:
@@ -646,31 +660,36 @@ def _event_line(event: WatchEvent) -> str:
 class _EventFilter:
     """The events of the engines a watch's terms and ``--filter`` keep: judged on each event's
     process, with the health state last seen for it; an engine's ``stopped`` passes when its
-    earlier events did."""
+    earlier events did. Only what the filter keeps is remembered (an agent may announce any
+    number of engines): an engine it does not keep is judged on its next event alone."""
 
     def __init__(self, filters: _Filters) -> None:
         self.filters = filters
-        self.rows: dict[tuple[int, float], Shown] = {}
-        self.kept: set[tuple[int, float]] = set()
+        #: the rows the filter keeps now, by (agent, pid, start time)
+        self.rows: dict[tuple[str | None, int, float], Shown] = {}
+        #: the engines some event of which passed, until they stop
+        self.kept: set[tuple[str | None, int, float]] = set()
 
-    def keeps(self, event: WatchEvent) -> bool:
+    def keeps(self, event: WatchEvent, agent: str | None = None) -> bool:
         from enginespec.watching import HealthChanged, Stopped
 
         if isinstance(event, Stopped):
-            key = (event.identity.pid, event.identity.start_time)
+            key = (agent, event.identity.pid, event.identity.start_time)
             self.rows.pop(key, None)
             if key in self.kept:
                 self.kept.discard(key)
                 return True
             return False
-        key = (event.process.pid, event.process.start_time)
-        row = self.rows.setdefault(key, Shown(event.process))
+        key = (agent, event.process.pid, event.process.start_time)
+        row = self.rows.get(key) or Shown(event.process, agent=agent)
         row.process = event.process
         if isinstance(event, HealthChanged):
             row.health, row.state = event.health, event.type
         if self.filters.keeps(row):
+            self.rows[key] = row
             self.kept.add(key)
             return True
+        self.rows.pop(key, None)
         return False
 
 
@@ -732,8 +751,8 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
 
 def _watch_remote(args: argparse.Namespace, chosen: _EventFilter) -> int:
-    """``watch --remote``: the agents' events, merged (JSON objects carry their ``host``; a lost
-    host is a ``host_lost`` object, a line on stderr, or a red line under the table)."""
+    """``watch --remote``: the agents' events, merged (JSON objects carry their ``agent``; a lost
+    agent is a ``host_lost`` object, a line on stderr, or a red line under the table)."""
     import json
 
     from enginespec.agent import read_token
@@ -748,20 +767,20 @@ def _watch_remote(args: argparse.Namespace, chosen: _EventFilter) -> int:
             print(f"enginespec watch: events of {len(urls)} agent(s)", file=sys.stderr, flush=True)
         if args.json or not sys.stdout.isatty():
             for item in items:
+                # "host" is the old name of "agent", kept for readers of the old objects
                 if isinstance(item, HostLost):
-                    lost = {"type": "host_lost", "host": item.host, "error": item.error}
+                    lost = {"type": "host_lost", "agent": item.agent, "host": item.agent, "error": item.error}
                     if args.json:
                         sys.stdout.write(json.dumps(lost) + "\n")
                     print(
-                        literal(f"enginespec watch: {item.host}: {item.error}"), file=sys.stderr, flush=True
+                        literal(f"enginespec watch: {item.agent}: {item.error}"), file=sys.stderr, flush=True
                     )
-                elif chosen.keeps(item.event):
+                elif chosen.keeps(item.event, item.agent):
                     if args.json:
-                        sys.stdout.write(
-                            json.dumps({"host": item.host, **json.loads(event_json(item.event))}) + "\n"
-                        )
+                        said = json.loads(event_json(item.event))
+                        sys.stdout.write(json.dumps({"agent": item.agent, "host": item.agent, **said}) + "\n")
                     else:
-                        print(literal(item.host) + " " + _event_line(item.event), flush=True)
+                        print(literal(item.agent) + " " + _event_line(item.event), flush=True)
                 sys.stdout.flush()
         else:
             from rich.console import Console
@@ -772,9 +791,9 @@ def _watch_remote(args: argparse.Namespace, chosen: _EventFilter) -> int:
             with Live(table, console=console, refresh_per_second=4, transient=False):
                 for item in items:
                     if isinstance(item, HostLost):
-                        table.lose(item.host, item.error)
+                        table.lose(item.agent, item.error)
                     else:
-                        table.apply(item.event, item.host)
+                        table.apply(item.event, item.agent)
     except KeyboardInterrupt:
         pass
     finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import queue
 import threading
 import time
@@ -29,26 +30,70 @@ from enginespec.watching import Stopped, WatchEvent, parse_event
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
 
-class RemoteEngine(BaseModel):
-    """An engine an agent reported: ``host`` is the agent it came from, as given."""
+class _FromAgent(BaseModel):
+    """Something an agent said: ``agent`` is its address, as given. (The engine's own listen
+    host stays ``process.host``; ``host`` was this field's name before, kept as an alias.)"""
 
     model_config = ConfigDict(frozen=True)
 
-    host: str
+    agent: str
+
+    @property
+    def host(self) -> str:
+        """The agent's address: the old name of :attr:`agent`."""
+        return self.agent
+
+
+class RemoteEngine(_FromAgent):
+    """An engine an agent reported."""
+
     process: EngineProcess
     health: Health | None = None
     load: EngineLoad | None = None
 
 
-class HostReport(BaseModel):
-    """What one agent answered: its engines, or why there are none (``error``)."""
+class HostReport(_FromAgent):
+    """What one agent answered: its engines, or why there are none (``error``: it could not be
+    reached, or said something no agent says, such as a number that is not finite or not in
+    range: one host's bad answer is that host's error, never the others')."""
 
-    model_config = ConfigDict(frozen=True)
-
-    host: str
     engines: tuple[RemoteEngine, ...] = ()
     error: str | None = None
     seconds: float
+
+
+#: Where a number an agent sends must lie, by field name (anywhere in an engine's document): pids
+#: (the kernel's pid_max is at most 2**22), ports, a start in epoch seconds (before year 5000).
+#: Every other number must be finite and fit in 64 bits.
+_RANGES: dict[str, tuple[float, float]] = {
+    **dict.fromkeys(("pid", "ppid", "server_pid", "worker_pids"), (0, 1 << 22)),
+    **dict.fromkeys(("port", "effective_port", "listen_ports", "port_conflicts"), (0, 65535)),
+    **dict.fromkeys(("host_port", "container_port"), (0, 65535)),
+    "start_time": (0, 95_617_584_000),
+}
+_LIMIT = 1 << 63
+
+
+def number_problem(document: object, where: str = "") -> str | None:
+    """The first number in ``document`` (parsed JSON or a model's dump) that no agent sends, named
+    with its path (``engines[3].start_time: inf is not a finite number``), or ``None``."""
+    stack: list[tuple[str, str, object]] = [(where, "", document)]
+    while stack:
+        path, name, value = stack.pop()
+        if isinstance(value, dict):
+            named = ((str(key)[:40], item) for key, item in value.items())  # a key is the agent's
+            stack.extend((f"{path}.{key}" if path else key, key, item) for key, item in named)
+        elif isinstance(value, list | tuple):
+            stack.extend((f"{path}[{i}]", name, item) for i, item in enumerate(value))
+        elif isinstance(value, float | int) and not isinstance(value, bool):
+            if isinstance(value, float) and not math.isfinite(value):
+                return f"{path}: {value!r} is not a finite number"
+            low, high = _RANGES.get(name, (-_LIMIT, _LIMIT - 1))
+            if not low <= value <= high:
+                bits = value.bit_length() if isinstance(value, int) else 0
+                shown = f"an integer of {bits} bits" if bits > 64 else repr(value)
+                return f"{path}: {shown} is out of range ({low:g} to {high:g})"
+    return None
 
 
 def agent_url(text: str) -> str:
@@ -76,6 +121,9 @@ def _engines(host: str, data: bytes) -> tuple[RemoteEngine, ...]:
     documents = json.loads(data)
     if not isinstance(documents, list):
         raise ValueError("not a list of engines")
+    problem = number_problem(documents, "engines")
+    if problem is not None:
+        raise ValueError(problem)
     found = []
     for document in documents:
         if not isinstance(document, dict):
@@ -85,7 +133,7 @@ def _engines(host: str, data: bytes) -> tuple[RemoteEngine, ...]:
         process._local = False
         found.append(
             RemoteEngine(
-                host=host,
+                agent=host,
                 process=process,
                 health=None if health is None else Health.model_validate(health),
                 load=None if load is None else EngineLoad.model_validate(load),
@@ -146,7 +194,7 @@ async def _report(url: str, token: str | None, timeout: float) -> HostReport:
     started = time.monotonic()
 
     def report(error: str | None = None, engines: tuple[RemoteEngine, ...] = ()) -> HostReport:
-        return HostReport(host=url, engines=engines, error=error, seconds=time.monotonic() - started)
+        return HostReport(agent=url, engines=engines, error=error, seconds=time.monotonic() - started)
 
     try:
         data = await asyncio.wait_for(_fetch_one(url, token), timeout)
@@ -158,8 +206,8 @@ async def _report(url: str, token: str | None, timeout: float) -> HostReport:
         return report(str(err))
     except httpx.HTTPError as err:
         return report(f"cannot reach it: {err or type(err).__name__}")
-    except (ValueError, ValidationError, RecursionError) as err:
-        summary = str(err).splitlines()[0][:200]
+    except (ValueError, ValidationError, RecursionError, ArithmeticError) as err:
+        summary = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
         return report(f"not an agent's answer: {summary}")
 
 
@@ -186,22 +234,17 @@ MAX_EVENT_BYTES = 8 * 1024 * 1024
 RECONNECT_SECONDS = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 
 
-class RemoteEvent(BaseModel):
-    """A watch event an agent streamed (``GET /v1/events``); ``host`` is the agent, as given."""
+class RemoteEvent(_FromAgent):
+    """A watch event an agent streamed (``GET /v1/events``)."""
 
-    model_config = ConfigDict(frozen=True)
-
-    host: str
     event: WatchEvent
 
 
-class HostLost(BaseModel):
-    """An agent could not be reached, or its stream ended: what was known of its engines is
-    stale until it is reached again (it then tells every engine it runs anew)."""
+class HostLost(_FromAgent):
+    """An agent could not be reached, its stream ended, or it said something no agent says (a
+    number not finite or out of range): what was known of its engines is stale until it is
+    reached again (it then tells every engine it runs anew)."""
 
-    model_config = ConfigDict(frozen=True)
-
-    host: str
     error: str
 
 
@@ -263,7 +306,7 @@ def _follow(
         try:
             for event in _stream(url, token, timeout):
                 attempt = 0
-                if not _put(merged, RemoteEvent(host=url, event=event), stop):
+                if not _put(merged, RemoteEvent(agent=url, event=event), stop):
                     return
             error = "the event stream ended"
         except httpx.TimeoutException:
@@ -272,11 +315,11 @@ def _follow(
             error = str(err)
         except httpx.HTTPError as err:
             error = f"cannot reach it: {err or type(err).__name__}"
-        except (ValueError, ValidationError, RecursionError) as err:
+        except (ValueError, ValidationError, RecursionError, ArithmeticError) as err:
             error = (
                 f"not an agent's event: {str(err).splitlines()[0][:200] if str(err) else type(err).__name__}"
             )
-        if not _put(merged, HostLost(host=url, error=error), stop):
+        if not _put(merged, HostLost(agent=url, error=error), stop):
             return
         stop.wait(RECONNECT_SECONDS[min(attempt, len(RECONNECT_SECONDS) - 1)])
         attempt += 1
@@ -328,6 +371,9 @@ def _stream(url: str, token: str | None, timeout: float) -> Iterator[WatchEvent]
                 data.append(line[len(b"data: ") :])
             elif not line and data:
                 event = parse_event(b"\n".join(data))
+                problem = number_problem(event.model_dump(), "event")
+                if problem is not None:
+                    raise ValueError(problem)
                 if not isinstance(event, Stopped):
                     event.process._local = False
                 yield event

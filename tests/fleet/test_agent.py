@@ -281,14 +281,15 @@ def test_ps_remote_merges_hosts_and_no_slow_or_dead_host_holds_the_others(procs:
         assert SECRET not in done.stdout + done.stderr
         print(f"\nps --remote over 4 hosts, one hung: {took:.2f}s")
         as_json = json.loads(run("ps", "--remote", other.url, "--json").stdout)
-        assert [(d["host"], d["pid"]) for d in as_json] == [(other.url, 4242)]
+        # the engine's own host (where it listens there); the agent's address in a field of its own
+        assert [(d["agent"], d["host"], d["pid"]) for d in as_json] == [(other.url, "0.0.0.0", 4242)]
 
 
 def test_remote_engines_are_never_read_against_this_hosts_proc() -> None:
     with serving({"/v1/engines": [Answer(200, _other_host(18124))]}) as other:
         (report,) = remote.fetch_remote([other.url])
     (engine,) = report.engines
-    assert engine.host == other.url
+    assert engine.agent == other.url
     assert engine.health is not None
     assert engine.health.state == "ready"
     assert engine.process.model_facts is None

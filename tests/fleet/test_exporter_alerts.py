@@ -210,9 +210,8 @@ def test_errors_name_the_address_the_file_and_the_flag(tmp_path: Path) -> None:
     )
     assert out.returncode == 1
     lines = out.stderr.decode().splitlines()
-    assert lines[-1] == (
-        f"enginespec exporter: --textfile {target}: cannot write in {target.parent}: No such file or directory"
-    )
+    reason = f"cannot write in {target.parent}: No such file or directory"
+    assert lines[-1] == f"enginespec exporter: --textfile {target}: {reason}"
 
 
 PROMETHEUS_CONFIG = """\
