@@ -92,7 +92,7 @@ def number_problem(document: object, where: str = "") -> str | None:
             if not low <= value <= high:
                 bits = value.bit_length() if isinstance(value, int) else 0
                 shown = f"an integer of {bits} bits" if bits > 64 else repr(value)
-                return f"{path}: {shown} is out of range ({low:g} to {high:g})"
+                return f"{path}: {shown} is out of range ({int(low)} to {int(high)})"
     return None
 
 
