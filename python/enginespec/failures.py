@@ -76,6 +76,13 @@ _ERROR_LINE = re.compile(r"\bERROR\b|level=ERROR|^\s*(?:error|Error|panic|fatal|
 # (rich's tracebacks draw a box: `│   File "...", line 308, in __init__ │`, `│     raise ValueError(`)
 _NOT_CAUSE = re.compile(r"Traceback \(most recent call last\)|^[\s│]*raise\b|^[\s│]*File \"")
 _TRACEBACK_FILE = re.compile(r"^[\s│]*File \".*\", line \d+")
+# What a log puts before a traceback's lines: a compose service (`vllm-1  | `), a worker
+# (`(VllmWorkerProcess pid=195297) `, `[rank0]: `), a logger's level, date and place (vLLM's
+# `ERROR 11-18 18:07:28 engine.py:366] `, `ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242] `).
+_LOG_PREFIX = re.compile(
+    r"^(?:[\w.-]+\s+\|\s)?(?:\([^)]*\)\s*)?(?:\[rank\d+\]:\s?)?"
+    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[?[\w.]+:\d+\]\s?)?"
+)
 
 #: Lines no engine's cause is on: generic wrappers of Python servers (a start that failed for a
 #: reason logged above them).
@@ -310,7 +317,9 @@ _MEMORY_FIELDS = frozenset({"requested", "free", "total", "kv_cache_needed", "kv
 _INT_FIELDS = frozenset({"port", "kv_cache_blocks", "kv_cache_tokens", "max_model_len", "max_model_len_fits"})
 _MEMORY_TEXT = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s*(bytes?|[KMGT]i?B|B)")
 #: How logs name a signal: Go's os/exec ("signal: segmentation fault"), a shell ("Killed",
-#: "Aborted (core dumped)"), Windows' NTSTATUS of a crash (signed, unsigned, hex).
+#: "Aborted (core dumped)"), Windows' NTSTATUS of a crash (signed, unsigned, hex): an illegal
+#: instruction, an access violation, and the fail-fast status (STATUS_STACK_BUFFER_OVERRUN) that
+#: abort() ends a process with under the Microsoft C runtime.
 _SIGNAL_WORDS: Mapping[str, str] = {
     "killed": "SIGKILL",
     "segmentation fault": "SIGSEGV",
@@ -328,6 +337,9 @@ _SIGNAL_WORDS: Mapping[str, str] = {
     "-1073741819": "SIGSEGV",
     "3221225477": "SIGSEGV",
     "0xc0000005": "SIGSEGV",
+    "-1073740791": "SIGABRT",
+    "3221226505": "SIGABRT",
+    "0xc0000409": "SIGABRT",
 }
 
 
@@ -428,13 +440,19 @@ def _hint_fields(numbers: Mapping[str, Number], figures: FailureFigures) -> dict
     return fields
 
 
+def _unprefixed(line: str) -> str:
+    found = _LOG_PREFIX.match(line)
+    return line[found.end() :] if found is not None else line
+
+
 def _is_source(lines: Sequence[str], index: int) -> bool:
     """Whether a line is source code a Python traceback quotes (the line after ``File "...",
-    line N``, or a ``raise``): it names an error without stating it."""
-    if _NOT_CAUSE.search(lines[index]):
+    line N``, or a ``raise``), also behind a log prefix: it names an error without stating it."""
+    line = _unprefixed(lines[index])
+    if _NOT_CAUSE.search(line):
         return True
-    follows_file = index > 0 and _TRACEBACK_FILE.search(lines[index - 1]) is not None
-    return follows_file and lines[index].lstrip("│")[:1].isspace()
+    follows_file = index > 0 and _TRACEBACK_FILE.search(_unprefixed(lines[index - 1])) is not None
+    return follows_file and line.lstrip("│")[:1].isspace()
 
 
 # "The above exception was the direct cause of the following exception:" / "During handling of

@@ -408,3 +408,131 @@ def test_a_plugin_pattern_names_its_figures_the_shared_way() -> None:
         "1",
         "512 MiB more on card 1",
     )
+
+
+@pytest.mark.parametrize(
+    ("engine", "log", "kind", "cause", "signal"),
+    [
+        # a Windows crash status is how Go's os/exec reports a runner that crashed: no wrapper
+        (
+            "ollama",
+            "Error: llama runner process has terminated: exit status 0xc000001d",
+            "other",
+            "Error: llama runner process has terminated: exit status 0xc000001d",
+            "SIGILL",
+        ),
+        (
+            "ollama",
+            "Error: llama runner process has terminated: exit status 0xc0000409",
+            "killed",
+            "Error: llama runner process has terminated: exit status 0xc0000409",
+            "SIGABRT",
+        ),
+        (
+            "ollama",
+            'msg="error loading llama server" error="llama runner process has terminated: '
+            'exit status 3221225477"',
+            "killed",
+            'msg="error loading llama server" error="llama runner process has terminated: '
+            'exit status 3221225477"',
+            "SIGSEGV",
+        ),
+        # a plain exit status says nothing of why
+        ("ollama", "Error: llama runner process has terminated: exit status 1", "exited", None, None),
+        # TGI's launcher numbers the signal: 4 is SIGILL, 9 a kill whose cause is above (if any)
+        (
+            "tgi",
+            "ERROR shard-manager: text_generation_launcher: Shard process was signaled to shutdown "
+            "with signal 4 rank=0",
+            "other",
+            "ERROR shard-manager: text_generation_launcher: Shard process was signaled to shutdown "
+            "with signal 4 rank=0",
+            "SIGILL",
+        ),
+        (
+            "tgi",
+            "ERROR text_generation_launcher: Shard process was signaled to shutdown with signal 9\n"
+            "Error: ShardCannotStart",
+            "killed",
+            "ERROR text_generation_launcher: Shard process was signaled to shutdown with signal 9",
+            "SIGKILL",
+        ),
+    ],
+)
+def test_a_crash_status_is_its_signal(
+    engine: str, log: str, kind: str, cause: str | None, signal: str | None
+) -> None:
+    failure = classify_failure(engine, log)
+    assert failure.kind == kind
+    assert failure.cause_lines == ((cause,) if cause else ())
+    assert failure.figures.signal == signal
+
+
+@pytest.mark.parametrize(
+    ("engine", "line", "kind"),
+    [
+        # the CUDA runtime's words for a driver too old, through ggml as through PyTorch
+        (
+            "llamacpp",
+            "ggml_cuda_init: failed to initialize CUDA: CUDA driver version is insufficient for CUDA "
+            "runtime version",
+            "driver_missing",
+        ),
+        (
+            "ollama",
+            "ggml_cuda_init: failed to initialize CUDA: no CUDA-capable device is detected",
+            "driver_missing",
+        ),
+        (
+            "vllm",
+            "RuntimeError: CUDA driver version is insufficient for CUDA runtime version",
+            "driver_missing",
+        ),
+        # safetensors' header errors, with or without the exception's name
+        (
+            "vllm",
+            "ERROR 02-26 05:28:06 engine.py:400] Error while deserializing header: "
+            "InvalidHeaderDeserialization",
+            "corrupt_model",
+        ),
+        (
+            "sglang",
+            "safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooSmall",
+            "corrupt_model",
+        ),
+        # vLLM's rewrap of a model it cannot resolve; mlx-vlm's loader; Ollama's model store
+        (
+            "vllm",
+            "ValueError: Invalid repository ID or local directory specified: '/models/x'.",
+            "model_not_found",
+        ),
+        ("mlx-vlm", "ERROR:root:No safetensors found in /models/llava", "model_not_found"),
+        ("ollama", "Error: mkdir /usr/share/ollama/.ollama/models: permission denied", "model_not_found"),
+    ],
+)
+def test_engine_and_runtime_wordings(engine: str, line: str, kind: str) -> None:
+    failure = classify_failure(engine, f"starting\n{line}\n")
+    assert failure.kind == kind
+    assert failure.cause_lines == (line,)
+
+
+def test_a_source_line_behind_a_log_prefix_is_no_cause() -> None:
+    """A traceback quoted through docker compose and vLLM's logger: the `raise` line names the
+    error, the exception line states it."""
+    raised = (
+        'vllm-1  | ERROR 11-18 18:07:28 engine.py:366]     raise ValueError("Model path does not exist: "'
+    )
+    stated = (
+        "vllm-1  | ERROR 11-18 18:07:28 engine.py:366] ValueError: No available memory for the cache blocks."
+    )
+    log = (
+        'vllm-1  | ERROR 11-18 18:07:28 engine.py:366]   File "/x/worker.py", line 493, in check\n'
+        f"{raised}\n{stated}\n"
+    )
+    failure = classify_failure("vllm", log)
+    assert failure.cause_lines == (stated,)
+    prefixed = (
+        "(VllmWorkerProcess pid=7) ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242]     "
+        "raise RuntimeError(x)"
+    )
+    assert classify_failure("vllm", f"{prefixed}\n").cause_lines == ()

@@ -1,7 +1,8 @@
 """The failure classifier on logs it was not built from (tests/data/failures-unseen.jsonl: real
 start-up failures from public threads, labelled before any result was seen, split into tune and
-holdout by the hash of the source, see tests/data/README.md), and on real start-ups that went
-fine (tests/data/startup-ok.jsonl): those classify as nothing."""
+holdout by the hash of the source, and a second holdout collected after all the tuning, see
+tests/data/README.md), and on real start-ups that went fine (tests/data/startup-ok.jsonl): those
+classify as nothing."""
 
 from __future__ import annotations
 
@@ -26,11 +27,24 @@ STARTUP_OK: list[dict[str, Any]] = [
     json.loads(line) for line in (DATA / "startup-ok.jsonl").read_text().splitlines()
 ]
 
-#: Labelled before the classifier was changed, and the classifier reads it otherwise: Ollama's
-#: `signal: killed` while a runner loads is `cpu_oom` for the public corpus
-#: (ollama/ollama#9685, where the host is known to be short of memory), `killed` here (nothing in
-#: this log says memory). Kept as labelled; the test flags it the day the two agree.
-KNOWN_MISSES = {"https://github.com/ollama/ollama/issues/8571"}
+#: Labelled before the classifier was changed, and the classifier reads them otherwise; kept as
+#: labelled, the test flags each the day the two agree.
+KNOWN_MISSES = {
+    # Ollama's `signal: killed` while a runner loads is `cpu_oom` for the public corpus
+    # (ollama/ollama#9685, where the host is known to be short of memory), `killed` here (nothing
+    # in this log says memory)
+    "https://github.com/ollama/ollama/issues/8571": "labelled `killed`, read as the public corpus reads "
+    "the same line (cpu_oom)",
+    # vLLM's `No available memory for the cache blocks` is `gpu_oom` for the public corpus
+    # (intel/llm-scaler#616: the weights left no device memory), `kv_cache_too_small` here
+    "https://github.com/vllm-project/vllm/issues/10439": "labelled kv_cache_too_small, read as the public "
+    "corpus reads the same message (gpu_oom)",
+    # TensorRT-LLM's `CUDA runtime error in ::cudaMallocAsync(...): out of memory` as pasted,
+    # wrapped in the middle of the call: neither half says both the call and out of memory
+    "https://github.com/NVIDIA/TensorRT-LLM/issues/260": "the cause line is wrapped in two as pasted",
+}
+#: The splits that measure: `holdout` by the hash rule, `holdout2` collected after the tuning.
+MEASURED_SPLITS = ("holdout", "holdout2")
 
 
 def _split(source: str) -> str:
@@ -72,13 +86,16 @@ def _right(record: dict[str, Any]) -> tuple[bool, int]:
 
 def test_the_corpus_is_what_its_readme_says() -> None:
     sources = [r["source"] for r in UNSEEN]
-    assert len(UNSEEN) >= 100
+    assert len(UNSEEN) >= 140
     assert len(set(sources)) == len(sources)
     assert {r["engine"] for r in UNSEEN} <= set(enginespec.engine_ids())
-    # the split is the stated rule, about half each
-    assert all(r["split"] == _split(r["source"]) for r in UNSEEN)
-    holdout = sum(r["split"] == "holdout" for r in UNSEEN)
-    assert 0.35 < holdout / len(UNSEEN) < 0.65
+    # the first round's split is the stated rule, about half each; the second holdout is apart
+    first = [r for r in UNSEEN if r["split"] != "holdout2"]
+    assert len(first) >= 100
+    assert len(UNSEEN) - len(first) >= 40
+    assert all(r["split"] == _split(r["source"]) for r in first)
+    holdout = sum(r["split"] == "holdout" for r in first)
+    assert 0.35 < holdout / len(first) < 0.65
     # nothing of the corpus the vocabulary was learnt from: no thread, no log
     public_threads = {r["source"].split()[0] for r in PUBLIC}
     for record in UNSEEN:
@@ -89,15 +106,17 @@ def test_the_corpus_is_what_its_readme_says() -> None:
         assert all(line in log_lines for line in record["cause_lines"])
 
 
-def test_holdout_accuracy() -> None:
-    """The figures the closing note reports: on the holdout half, the class with a labelled
-    cause line, and the labelled figures given with their value and unit."""
-    holdout = [r for r in UNSEEN if r["split"] == "holdout"]
+@pytest.mark.parametrize("split", MEASURED_SPLITS)
+def test_holdout_accuracy(split: str) -> None:
+    """The figures the closing note reports: on each holdout, the class with a labelled cause
+    line, and the labelled figures given with their value and unit."""
+    holdout = [r for r in UNSEEN if r["split"] == split]
+    assert holdout
     results = [_right(r) for r in holdout]
     classes = sum(right for right, _ in results)
     figures = sum(given for _, given in results)
     labelled = sum(len(r["figures"]) for r in holdout)
-    print(f"\nholdout: classes {classes}/{len(holdout)}, figures {figures}/{labelled}")
+    print(f"\n{split}: classes {classes}/{len(holdout)}, figures {figures}/{labelled}")
     assert classes >= 0.95 * len(holdout)
     assert figures >= 0.90 * labelled
 
@@ -105,7 +124,7 @@ def test_holdout_accuracy() -> None:
 @pytest.mark.parametrize("record", UNSEEN, ids=lambda r: f"{r['split']}:{r['class']}:{r['source']}")
 def test_unseen_record(record: dict[str, Any]) -> None:
     if record["source"] in KNOWN_MISSES:
-        pytest.xfail("labelled `killed`, read as the public corpus reads the same line (cpu_oom)")
+        pytest.xfail(KNOWN_MISSES[record["source"]])
     failure = classify_failure(record["engine"], record["log"], exit_code=1)
     assert failure.kind == record["class"]
     log_lines = record["log"].split("\n")

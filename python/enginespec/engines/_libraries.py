@@ -181,6 +181,20 @@ SOCKETS = Failures(
 #: driver checks (torch/cuda/__init__.py: `Found no NVIDIA driver`, `No CUDA GPUs are
 #: available`, ROCm builds `No HIP GPUs are available`; c10/cuda/CUDAFunctions.cpp
 #: cudaGetDeviceCount errors 802/804).
+#: The CUDA runtime's and HIP's own words for a driver that is missing, too old, or sees no
+#: device (cudaGetErrorString of cudaErrorInsufficientDriver `CUDA driver version is insufficient
+#: for CUDA runtime version`, cudaErrorNoDevice `no CUDA-capable device is detected`,
+#: cudaErrorNotSupported's `API call is not supported in the installed CUDA driver`; HIP's
+#: hipErrorNoDevice, `no ROCm-capable device is detected`): whichever program prints them,
+#: PyTorch's c10 or ggml-cuda.cu ggml_cuda_init (`%s: failed to initialize CUDA: %s`, llama.cpp
+#: b4000 to b6000).
+CUDA_NO_DRIVER = (
+    r"CUDA driver version is insufficient|no CUDA-capable device|API call is not supported in "
+    r"the installed CUDA driver|hipErrorNoDevice|no ROCm-capable device"
+)
+#: The same for an engine on ggml, after ggml's own causes (a CPU fallback may follow it).
+CUDA_DRIVER = Failures(patterns=(P(kind="driver_missing", pattern=CUDA_NO_DRIVER),))
+
 TORCH = Failures(
     patterns=(
         P(
@@ -216,12 +230,7 @@ TORCH = Failures(
             r"NVIDIA driver on your system is too old",
         ),
         P(kind="driver_missing", pattern=r"cudaGetDeviceCount\(\)|Error 80[234]: "),
-        P(
-            kind="driver_missing",
-            pattern=r"CUDA driver version is insufficient|no CUDA-capable device|"
-            r"API call is not supported in "
-            r"the installed CUDA driver|hipErrorNoDevice|no ROCm-capable device",
-        ),
+        P(kind="driver_missing", pattern=CUDA_NO_DRIVER),
         P(
             kind="dependency_error",
             pattern=r"no kernel image is available for execution on the device|compiled without support for "
@@ -300,8 +309,11 @@ HUGGINGFACE = Failures(
         ),
         P(
             kind="corrupt_model",
-            pattern=r"SafetensorError: Error while deserializing header|HeaderTooLarge|"
-            r"MetadataIncompleteBuffer|invalid load key",
+            # safetensors bindings/python/src/lib.rs (0.4): `Error while deserializing header:
+            # {e:?}` of SafeTensorError (HeaderTooLarge, InvalidHeaderDeserialization, ...),
+            # with or without the exception's name before it
+            pattern=r"Error while deserializing header: \w+|HeaderTooLarge|MetadataIncompleteBuffer|"
+            r"invalid load key",
         ),
     )
 )
@@ -439,13 +451,22 @@ ENDINGS = Failures(
             r"(?: \(core dumped\))?(?:\s|$)",
             hint="the process was killed by {signal} (see the lines before)",
         ),
+        # Go's os/exec on Windows: a crash's NTSTATUS as the exit status (`exit status
+        # 0xc0000005`: an access violation; 0xc0000409: the fail-fast of abort()), as Ollama
+        # reports its runner's end
+        P(
+            kind="other",
+            role="ending",
+            pattern=r"\bexit status (?P<signal>0xc0000005|0xc0000409|3221225477|3221226505)\b",
+            hint="the process crashed ({signal}): see the lines before",
+        ),
     )
 )
 
 #: The vocabulary of a Python engine built on PyTorch and Hugging Face, after its own patterns.
 PYTHON_SERVER = ARGPARSE + SOCKETS + TORCH + LOADER + HUGGINGFACE + SYSTEM + PYTHON + ENDINGS
 #: The vocabulary of an engine built on llama.cpp, after its own patterns.
-LLAMA_CPP = SOCKETS + GGML + LOADER + SYSTEM + ENDINGS
+LLAMA_CPP = SOCKETS + GGML + LOADER + CUDA_DRIVER + SYSTEM + ENDINGS
 
 #: llama-server's /health while the model loads: 503 {"error": {"message": "Loading model", ...}}
 #: (every endpoint, llama.cpp 0c1e57098 tools/server/server-http.cpp middleware_server_state), in

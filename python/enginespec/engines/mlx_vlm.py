@@ -49,6 +49,8 @@ FAILURES = (
                 pattern=r"Model type \S+ not supported",
                 hint="this mlx-vlm release does not implement the model's architecture: upgrade mlx-vlm",
             ),
+            # mlx_vlm/utils.py load_model (v0.1 to v0.4), logged then raised as FileNotFoundError
+            FailurePattern(kind="model_not_found", pattern=r"No safetensors found in"),
         )
     )
     + _libraries.HUGGINGFACE

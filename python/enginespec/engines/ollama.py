@@ -109,14 +109,25 @@ FAILURES = (
                 r"model '[^']*' not found",
                 hint="no model of that name: check the name and tag (ollama.com/library), or `ollama list`",
             ),
+            # The model store it cannot create or open (server/modelpath.go GetManifestPath /
+            # GetBlobsPath: os.MkdirAll of OLLAMA_MODELS), in Go's os.PathError words
+            # (io/fs/fs.go: `op path: err`), `Error: mkdir /usr/share/ollama/.ollama/models: permission
+            # denied` as cobra prints it
+            P(
+                kind="model_not_found",
+                pattern=r"\b(?:mkdir|open) \S+: permission denied",
+                hint="the server's user cannot write the model directory: give it OLLAMA_MODELS and "
+                "every directory above it (chown -R ollama:ollama, chmod o+x on the parents)",
+            ),
         )
     )
     + _libraries.GO_FLAGS
     + _libraries.LLAMA_CPP
 ).model_copy(
     # the server's report that its runner ended, with the exit status or with nothing: the why
-    # (if any) is in the runner's lines above
-    update={"wrappers": (r"llama runner process has terminated(?:: exit status|\s*$)",)}
+    # (if any) is in the runner's lines above; a Windows crash status (exit status 0xc000001d)
+    # is no wrapper: it says how the runner died
+    update={"wrappers": (r"llama runner process has terminated(?:: exit status (?!0xc0|-10737|32212)|\s*$)",)}
 )
 
 SPEC = OllamaSpec(

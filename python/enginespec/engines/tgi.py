@@ -105,6 +105,20 @@ FAILURES = (
                 pattern=r"size (?P<size>\d+) is not compatible with sharding on (?P<num_shard>\d+) shards",
                 hint="choose a --num-shard that divides the model's dimensions",
             ),
+            # launcher/src/main.rs shard_manager (v1.0 to v3.3): `Shard process was signaled to
+            # shutdown with signal {signal}`, the Unix number: 4 (SIGILL) is an instruction this
+            # CPU lacks, any other the shard's end, whose cause (if any) is in the lines above
+            P(
+                kind="other",
+                pattern=r"process was signaled to shutdown with signal (?P<signal>4)\b",
+                hint="the shard died of SIGILL: this CPU lacks an instruction the build uses (AVX2, AVX-512)",
+            ),
+            P(
+                kind="other",
+                role="ending",
+                pattern=r"process was signaled to shutdown with signal (?P<signal>\d+)",
+                hint="the shard was killed by {signal}: SIGKILL is most often the OOM killer (dmesg)",
+            ),
         )
     )
     + _libraries.PYTHON_SERVER

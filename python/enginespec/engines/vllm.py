@@ -249,6 +249,14 @@ FAILURES = (
                 hint="this vLLM release does not implement the model's architecture: upgrade vLLM",
             ),
             P(kind="other", pattern=r"must be divisible by (?:tensor|pipeline) parallel size"),
+            # vllm/transformers_utils/config.py get_config (v0.7.3 to v0.10): any failure to read
+            # the model's config rewrapped as `Invalid repository ID or local directory specified:
+            # '{model}'.`
+            P(
+                kind="model_not_found",
+                pattern=r"Invalid repository ID or local directory specified: '(?P<model>[^']*)'",
+                hint="'{model}' is neither a Hub repository nor a local directory with config.json",
+            ),
         )
     )
     + _libraries.TORCH
