@@ -508,6 +508,9 @@ def test_a_crash_status_is_its_signal(
         ),
         ("mlx-vlm", "ERROR:root:No safetensors found in /models/llava", "model_not_found"),
         ("ollama", "Error: mkdir /usr/share/ollama/.ollama/models: permission denied", "model_not_found"),
+        # the kernel's OOM killer in 2.6's words (mm/oom_kill.c) as in today's
+        ("llamacpp", "kernel: Out of Memory: Killed process 4242 (llama-server).", "cpu_oom"),
+        ("llamacpp", "kernel: Out of memory: Killed process 4242 (llama-server) total-vm:1kB", "cpu_oom"),
     ],
 )
 def test_engine_and_runtime_wordings(engine: str, line: str, kind: str) -> None:
@@ -536,3 +539,17 @@ def test_a_source_line_behind_a_log_prefix_is_no_cause() -> None:
         "raise RuntimeError(x)"
     )
     assert classify_failure("vllm", f"{prefixed}\n").cause_lines == ()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # CPython 3.10 on (checked with 3.11.7), and 3.8/3.9's bare name
+        "importlib.metadata.PackageNotFoundError: No package metadata was found for flashinfer",
+        "importlib.metadata.PackageNotFoundError: flashinfer",
+    ],
+)
+def test_a_missing_distribution_is_named_in_either_wording(line: str) -> None:
+    failure = classify_failure("sglang", f"{line}\n")
+    assert failure.kind == "dependency_error"
+    assert failure.figures.missing == "flashinfer"

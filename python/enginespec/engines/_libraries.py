@@ -30,8 +30,10 @@ P = FailurePattern
 #: A figure of memory as logs write it: ``448.00 MiB``, ``1.47 GiB``, ``69568823808 bytes``.
 MEM = r"\d[\d,]*(?:\.\d+)? ?(?:[KMGT]i?B|B|bytes)"
 
-#: argparse (CPython Lib/argparse.py ArgumentParser.error: `prog: error: message` after a usage;
-#: `unrecognized arguments: %s`, `argument %s: invalid choice: ...`).
+#: argparse (CPython 3.11 Lib/argparse.py, checked: ArgumentParser.error `%(prog)s: error:
+#: %(message)s` after a usage; `unrecognized arguments: %s`, `the following arguments are required:
+#: %s`, `ambiguous option: %(option)s could match ...`, `invalid choice: %(value)r ...`, `one of the
+#: arguments %s is required`; ArgumentError's `argument %s: ...`).
 ARGPARSE = Failures(
     patterns=(
         P(kind="bad_flag", pattern=r"(?:^|\s)\S+: error: unrecognized arguments: (?P<flag>\S+)"),
@@ -46,8 +48,10 @@ ARGPARSE = Failures(
 
 #: clap, Rust's argument parser (TGI's launcher, mistral.rs): clap_builder/src/error/format.rs
 #: (clap 4) `error: unexpected argument '--x' found`, `error: invalid value 'v' for '--x <X>'`,
-#: `error: a value is required for '--x <X>' but none was supplied`; clap 2/3
-#: `error: Found argument '--x' which wasn't expected`.
+#: `error: a value is required for '--x <X>' but none was supplied` (from memory of clap 4's
+#: source, not checked here; the first is in the unseen corpus's TGI logs); clap 2/3 `error:
+#: Found argument '--x' which wasn't expected, or isn't valid in this context` (found quoted in
+#: clap 2/3 programs' tests by the code search, not in clap's own source).
 CLAP = Failures(
     patterns=(
         P(kind="bad_flag", pattern=r"error: unexpected argument '(?P<flag>[^'\s]+)[^']*' found"),
@@ -58,15 +62,17 @@ CLAP = Failures(
 )
 
 #: Go's pflag under cobra (Ollama's CLI): spf13/pflag flag.go `unknown flag: --%s`,
-#: `unknown shorthand flag: %q in -%s`.
+#: `unknown shorthand flag: %q in -%s` (the latter found in pflag's flag.go by the code search).
 GO_FLAGS = Failures(
     patterns=(P(kind="bad_flag", pattern=r"\bunknown (?:shorthand )?flag: ['\"]?(?P<flag>-{0,2}[^'\"\s]+)"),)
 )
 
-#: llama.cpp's common argument parser (common/arg.cpp common_params_parse: `error: invalid
-#: argument: %s`, `error while handling argument "%s": %s`; older builds `error: unknown argument:
-#: %s`), and llamafile's (v0.9 `error: unknown argument: %s`, `error: invalid parameter for
-#: argument: %s`; its v2 server `%s: %s unknown argument`).
+#: llama.cpp's common argument parser (common/arg.cpp common_params_parse at llama.cpp 4227c9be:
+#: `error: invalid argument: %s`, `error while handling argument "%s": %s`; older builds' `error:
+#: unknown argument: %s`, seen in logs only: https://github.com/meta-llama/llama/issues/308), and
+#: llamafile's, whose source no store here has: seen in logs only (v0.9 `error: unknown argument:
+#: %s`, `error: invalid parameter for argument: %s`, https://github.com/mozilla-ai/llamafile/issues/673;
+#: its v2 server `%s: %s unknown argument`, https://github.com/mozilla-ai/llamafile/issues/759).
 LLAMA_ARGS = Failures(
     patterns=(
         P(
@@ -85,18 +91,21 @@ _NO_ADDRESS_HINT = "{address} is no address of this host: bind 0.0.0.0, 127.0.0.
 _PRIVILEGED_HINT = "binding port {port} is not allowed for this user: use a port above 1023"
 
 #: Binding the engine's port, through every layer that reports it:
-#: CPython's asyncio (Lib/asyncio/base_events.py create_server: `[Errno %d] error while
-#: attempting to bind on address %r: %s`, what uvicorn logs; the strerror is localised on
+#: CPython's asyncio (Lib/asyncio/base_events.py create_server, checked in 3.11: `error while
+#: attempting to bind on address %r: %s` with the errno, what uvicorn 0.35 logs; the strerror is localised on
 #: Windows), CPython's socket (`OSError: [Errno 98] Address already in use`, macOS errno 48,
-#: Windows `[WinError 10048]`), Rust's std (library/std/src/io/error.rs Display: `Address already
-#: in use (os error 98)`), Go's net (src/net/net.go OpError.Error: `listen tcp 127.0.0.1:11434:
+#: Windows `[WinError 10048]`), Rust's std (library/std/src/io/error.rs Display, found by the code
+#: search: `write!(fmt, "{detail} (os error {code})")`, so `Address already in use (os error 98)`), Go's net
+#: (src/net/net.go OpError.Error: `listen tcp 127.0.0.1:11434:
 #: bind: address already in use`, the reason localised on Windows: `Only one usage of each socket
-#: address ...`), Node (`listen EADDRINUSE: address already in use :::8080`), PyTorch's TCPStore
-#: (torch/csrc/distributed/c10d/socket.cpp: `The server socket has failed to bind to [::]:29500
-#: (errno: 98 - Address already in use)`), and cpp-httplib as llama-server reports it
-#: (tools/server/server.cpp: `couldn't bind HTTP server socket, hostname: %s, port: %d`; httplib
-#: gives no errno: a port in use is by far the usual cause) and llamafile 0.6 (`couldn't bind to
-#: server socket: hostname=%s port=%d`).
+#: address ...`; Go's source not checked here), Node (`listen EADDRINUSE: address already in use
+#: :::8080`, seen in logs only), PyTorch's TCPStore (torch/csrc/distributed/c10d/socket.cpp,
+#: found by the code search: `The server socket has failed to bind to {} {}.` with the address
+#: and `(errno: 98 - Address already in use)`), and cpp-httplib as llama-server reports it
+#: (tools/server/server.cpp at llama.cpp 4227c9be: `couldn't bind HTTP server socket, hostname:
+#: %s, port: %d`; httplib gives no errno: a port in use is by far the usual cause) and llamafile
+#: 0.6 (`couldn't bind to server socket: hostname=%s port=%d`, seen in logs only:
+#: https://github.com/mozilla-ai/llamafile/issues/96).
 SOCKETS = Failures(
     patterns=(
         P(
@@ -169,8 +178,10 @@ SOCKETS = Failures(
     )
 )
 
-#: PyTorch's allocator (c10/cuda/CUDACachingAllocator.cpp: since 2.1 `CUDA out of memory. Tried
-#: to allocate 896.00 MiB. GPU 0 has a total capacity of 93.09 GiB of which 739.81 MiB is free.`,
+#: PyTorch's allocator (c10/cuda/CUDACachingAllocator.cpp, found by the code search: since 2.1
+#: `"CUDA out of memory. Tried to allocate ", format_size(alloc_size), ". GPU ", device, " has a
+#: total capacity of ", ..., " of which ", ..., " is free. "`; the XPU allocator says the same with
+#: `XPU`),
 #: 2.0 `... GPU 0 has a total capacty of ...` (sic), before `Tried to allocate 128.00 MiB (GPU 0; 15.77
 #: GiB total capacity; 15.37 GiB already allocated; 13.62 MiB free; ...)`), the CUDA and HIP
 #: runtimes' own words (cudaGetErrorString: `out of memory`, `no CUDA-capable device is
@@ -178,9 +189,11 @@ SOCKETS = Failures(
 #: supported in the installed CUDA driver`, `no kernel image is available for execution on the
 #: device`; the `CUDA runtime error: out of memory` of TurboMind and TensorRT-LLM), ggml-cuda's
 #: error report (`CUDA error: out of memory` then `current device: 0, in function ...`), and the
-#: driver checks (torch/cuda/__init__.py: `Found no NVIDIA driver`, `No CUDA GPUs are
-#: available`, ROCm builds `No HIP GPUs are available`; c10/cuda/CUDAFunctions.cpp
-#: cudaGetDeviceCount errors 802/804).
+#: driver checks (c10/cuda/CUDAFunctions.cpp device_count, found by the code search: `Found no
+#: NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a driver
+#: from http://www.nvidia.com/Download/index.aspx`; torch/cuda/__init__.py `No CUDA GPUs are
+#: available`, ROCm builds `No HIP GPUs are available`, cudaGetDeviceCount errors 802/804: from
+#: memory of PyTorch 2.x, not checked here).
 #: The CUDA runtime's and HIP's own words for a driver that is missing, too old, or sees no
 #: device (cudaGetErrorString of cudaErrorInsufficientDriver `CUDA driver version is insufficient
 #: for CUDA runtime version`, cudaErrorNoDevice `no CUDA-capable device is detected`,
@@ -241,8 +254,10 @@ TORCH = Failures(
     )
 )
 
-#: The dynamic loader: glibc's dlerror (`libcuda.so.1: cannot open shared object file: No such
-#: file or directory`), Python's ctypes on Windows (`Could not find module '...\\nvcuda.dll'`),
+#: The dynamic loader: glibc's dlerror (elf/dl-load.c _dl_map_object, found by the code search:
+#: `_dl_signal_error (errno, name, NULL, N_("cannot open shared object file"))`, read as
+#: `libcuda.so.1: cannot open shared object file: No such file or directory`), Python's ctypes on Windows
+#: (`Could not find module '...\\nvcuda.dll'`),
 #: PyInstaller's (`Failed to load dynlib/dll '...'`, KoboldCpp's builds). A library of the GPU
 #: driver (libcuda, libnvidia-ml, nvcuda.dll: installed with the driver, not with any Python
 #: package) missing is ``driver_missing``; any other library (the CUDA runtime libcudart, cuBLAS,
@@ -277,11 +292,18 @@ LOADER = Failures(
     )
 )
 
-#: huggingface_hub (huggingface_hub/errors.py: GatedRepoError `Cannot access gated repo`,
-#: RepositoryNotFoundError, HFValidationError `Repo id must be in the form ...`, the validator
+#: huggingface_hub (checked in 0.34.0: utils/_http.py hf_raise_for_status `Cannot access gated
+#: repo for url %s.`, `Repository Not Found for url: %s.`; errors.py GatedRepoError,
+#: RepositoryNotFoundError; utils/_validators.py HFValidationError `Repo id must be in the form
+#: 'repo_name' or 'namespace/repo_name'`, `Repo id must use alphanumeric chars ...`, the validator
 #: transformers and the engines hit when a local path that does not exist is taken for a repo
-#: id) and transformers (dynamic_module_utils / configuration_auto: `contains custom code which
-#: must be executed`, `trust_remote_code=True`; `does not recognize this architecture`).
+#: id; hf_api.py `Invalid user token.`) and transformers (checked in 4.55.0:
+#: dynamic_module_utils.py `The repository %s contains custom code which must be executed ...
+#: trust_remote_code=True`; models/auto/configuration_auto.py `... has model type `%s` but
+#: Transformers does not recognize this architecture`; `does not appear to have a file named`).
+#: Seen in logs only, from older releases: transformers' `Loading X requires you to execute the
+#: configuration file in that repo` (https://github.com/vllm-project/vllm/issues/6215) and `is
+#: gated. You must be authenticated` (https://github.com/huggingface/optimum-neuron/issues/535).
 HUGGINGFACE = Failures(
     patterns=(
         P(
@@ -318,9 +340,11 @@ HUGGINGFACE = Failures(
     )
 )
 
-#: Python's importer and packaging problems (CPython Lib/importlib: `ModuleNotFoundError: No
-#: module named 'x'`, `ImportError: cannot import name 'y' from 'x'`; importlib.metadata
-#: `PackageNotFoundError: x`; `undefined symbol` of a wheel built against another torch; an
+#: Python's importer and packaging problems (what CPython 3.11.7 itself prints, checked by running
+#: it: `ModuleNotFoundError: No module named 'x'`, `ImportError: cannot import name 'y' from 'x'
+#: (path)`, `importlib.metadata.PackageNotFoundError: No package metadata was found for x`, which
+#: 3.8 and 3.9 wrote as the name alone; `undefined symbol` (the loader's) of a wheel built against another
+#: torch; an
 #: incompatible pydantic; a requirement the engine checks). After the loader and the model's
 #: own layers: an import error is often the consequence of what they say (mlx-lm imports
 #: `mlx_lm.models.<type>` for a model type it does not know).
@@ -331,7 +355,11 @@ PYTHON = Failures(
             kind="dependency_error",
             pattern=r"ImportError: cannot import name '[^']+' from '(?P<missing>[\w.]+)'",
         ),
-        P(kind="dependency_error", pattern=r"PackageNotFoundError: (?P<missing>[\w.-]+)"),
+        # 3.8 and 3.9 say the name alone; 3.10 on `No package metadata was found for NAME`
+        P(
+            kind="dependency_error",
+            pattern=r"PackageNotFoundError: (?:No package metadata was found for )?(?P<missing>[\w.-]+)",
+        ),
         P(kind="dependency_error", pattern=r"(?:ModuleNotFoundError|ImportError): "),
         P(kind="dependency_error", pattern=r"undefined symbol: "),
         P(kind="dependency_error", pattern=r"PydanticImportError|pydantic\.errors\.\w*ImportError"),
@@ -342,11 +370,30 @@ PYTHON = Failures(
     )
 )
 
-#: llama.cpp's loader and backends (ggml/src/gguf.cpp `failed to open GGUF file`, `invalid magic
-#: characters`; src/llama-model-loader.cpp `wrong number of tensors; expected N, got M`, `data is
-#: not within the file bounds`; src/llama-model.cpp `unknown model architecture`;
-#: ggml-cuda.cu `cudaMalloc failed: out of memory`; ggml-metal `kIOGPUCommandBufferCallbackError
-#: OutOfMemory`), as of llama.cpp b6000; older builds print `error loading model:` before them.
+#: llama.cpp's loader and backends. Checked with git grep: ggml v0.21.0 (ggml-org/ggml, the
+#: upstream of llama.cpp's ggml/): src/gguf.cpp `failed to open GGUF file '%s' (%s)`, `invalid
+#: magic characters: '%c%c%c%c'`, `failed to read header`, `failed to read key-value pairs`,
+#: `failed to read tensor info`, `number of tensors is %d but must be in [0, %zu]`;
+#: src/ggml-cuda/ggml-cuda.cu `allocating %.2f MiB on device %d: cudaMalloc failed: %s`, `CUDA
+#: error: %s` then `  current device: %d, in function %s at %s:%d`; src/ggml-alloc.c `failed to
+#: allocate %s buffer of size %zu`; src/ggml-metal/ggml-metal-context.m `error: command buffer %d
+#: failed with status %d` (5: the command buffer errored); src/ggml-vulkan/ggml-vulkan.cpp
+#: `ggml_vulkan: Device memory allocation of size N failed.`. llama.cpp e54d41be (vendored by
+#: Ollama v0.12.0): src/llama-model.cpp `unknown model architecture: '%s'`, `unable to allocate
+#: %s buffer`; src/llama-model-loader.cpp `wrong number of tensors; expected %d, got %d`,
+#: `tensor '%s' not found`, `tensor '%s' has wrong shape`, `tensor '%s' data is not within the
+#: file bounds, model is corrupted or incomplete`; src/llama-vocab.cpp `unknown tokenizer: '%s'`;
+#: src/llama-mmap.cpp `failed to open %s: %s`; src/llama.cpp `error loading model: %s`. llama.cpp
+#: ba1cb19c (Ollama v0.5.7, whose llama/patches/0002-pretokenizer.patch removes it) `unknown
+#: pre-tokenizer type: '%s'`. Seen in logs only (in no source checked here): macOS Metal's own
+#: `Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)`
+#: (https://github.com/mozilla-ai/llamafile/issues/881), Vulkan-Hpp's `ErrorOutOfDeviceMemory`
+#: (in no log or source here: kept as the exception's name vk::OutOfDeviceMemoryError that
+#: ggml-vulkan.cpp v0.21.0 throws), and the pre-GGUF loader's `unknown (magic, version)
+#: combination: %08x, %08x; is this really a GGML file?`
+#: (https://github.com/abetlen/llama-cpp-python/issues/902), `invalid magic number`
+#: (https://github.com/PromtEngineer/localGPT/issues/438), `has wrong size in model file`
+#: (https://github.com/LostRuins/koboldcpp/issues/98).
 GGML = Failures(
     patterns=(
         P(
@@ -415,7 +462,10 @@ GGML = Failures(
 #: reports as `[WinError -1073741795]`).
 SYSTEM = Failures(
     patterns=(
-        P(kind="cpu_oom", pattern=r"Out of memory: Kill(?:ed)? process|invoked oom-killer|\boom-kill:"),
+        # Linux mm/oom_kill.c: `Out of memory: Killed process %d (%s)` (v5), `Out of memory: Kill
+        # process %d (%s) score %d or sacrifice child` (v3, v4), 2.6's `Out of Memory: Killed
+        # process %d (%s).` (found by the code search): all three
+        P(kind="cpu_oom", pattern=r"Out of [Mm]emory: Kill(?:ed)? process|invoked oom-killer|\boom-kill:"),
         P(kind="cpu_oom", pattern=r"Failed with result 'oom-kill'|killed by the OOM killer"),
         P(kind="cpu_oom", pattern=r"std::bad_alloc|(?:^|\s)MemoryError\b|Cannot allocate memory"),
         P(
@@ -426,8 +476,10 @@ SYSTEM = Failures(
     )
 )
 
-#: How a process ended, as its parent or a shell states it: Go's os/exec (os.ProcessState.String:
-#: `signal: killed`, `signal: segmentation fault (core dumped)`; Ollama wraps it as `llama runner
+#: How a process ended, as its parent or a shell states it: Go's os/exec (os/exec_posix.go
+#: ProcessState.String, found by the code search: `"signal: " + status.Signal().String()`, then
+#: ` (core dumped)`: `signal: killed`, `signal: segmentation fault (core dumped)`; Ollama wraps it as `llama
+#: runner
 #: process has terminated: signal: ...`), bash's report of a child's death (`Killed`,
 #: `Segmentation fault (core dumped)`, `Aborted (core dumped)`). The consequence of a cause the
 #: log may state above (role ``ending``): it makes the failure ``killed``, with the signal, only

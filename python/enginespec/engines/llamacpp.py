@@ -129,9 +129,14 @@ class LlamaCppSpec(EngineSpec):
         return pep440_version(release, None, details if _OLD_DETAILS.fullmatch(details) else None)
 
 
-# Why a start failed: llama-server's own messages (b6000: common/arg.cpp `error: invalid
-# argument: X`; tools/server/server.cpp `couldn't bind HTTP server socket, hostname: H, port: P`),
-# then the GGML loader's.
+# Why a start failed: llama-server's own messages, checked in llama.cpp 4227c9be (the commit
+# llama-cpp-python 0.3.16 vendors): common/arg.cpp common_params_parse `error: invalid argument:
+# %s`, `expected value for argument`, `error while handling argument "%s": %s`, `error while
+# handling environment variable "%s": %s`; tools/server/server.cpp `couldn't bind HTTP server
+# socket, hostname: %s, port: %d`, `exiting due to model loading error`, `failed to load model,
+# '%s'`. The older parser's `error: unknown argument: %s` (gpt_params_parse) is in no source
+# checked here: seen in logs only, https://github.com/meta-llama/llama/issues/308 (./main) and
+# https://github.com/ggml-org/llama.vscode/issues/37. Then the GGML loader's.
 P = FailurePattern
 
 FAILURES = (

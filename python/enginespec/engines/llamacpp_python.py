@@ -83,16 +83,17 @@ class LlamaCppPythonSpec(EngineSpec):
         return super().requirement(version).replace("llama-cpp-python", "llama-cpp-python[server]", 1)
 
 
-# Why a start failed: llama-cpp-python's own messages (0.3: llama_cpp/_ctypes_extensions.py
+# Why a start failed: llama-cpp-python's own messages (checked in the 0.3.16 sdist:
+# llama_cpp/_ctypes_extensions.py
 # load_shared_library `Shared library with base name 'llama' not found`), then argparse,
 # uvicorn's and the GGML loader's it embeds.
 P = FailurePattern
 
 # The loader's message before llama-cpp-python's own: `Failed to load shared library '...':
 # libcuda.so.1: cannot open shared object file` is a missing driver, not a broken package
-# (llama_cpp/_ctypes_extensions.py load_shared_library, v0.3: `Failed to load shared library
-# '{lib_path}': {e}`, `Shared library with base name '{name}' not found`; llama_cpp/llama.py
-# Llama.__init__: `Model path does not exist: {model_path}`).
+# (llama_cpp/_ctypes_extensions.py load_shared_library, v0.3.16: `Failed to load shared library
+# '{lib_path}': {e}`, `Shared library with base name '{lib_base_name}' not found`;
+# llama_cpp/llama.py Llama.__init__ and _internals.py: `Model path does not exist: {model_path}`).
 FAILURES = (
     _libraries.ARGPARSE
     + _libraries.LOADER

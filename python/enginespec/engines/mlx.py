@@ -27,10 +27,12 @@ SIGNATURE = Signature(
 )
 
 
-# Why a start failed: mlx-lm's and MLX's own messages (mlx-lm 0.26: mlx_lm/utils.py `Model type X
-# not supported.`, `No safetensors found in PATH`; MLX 0.26 mlx/backend/metal/allocator.cpp
-# `[metal::malloc] Attempting to allocate N bytes which is greater than the maximum allowed
-# buffer size of M bytes.`), then its libraries'.
+# Why a start failed: mlx-lm's and MLX's own messages (checked in the mlx-lm 0.26.0 wheel:
+# mlx_lm/utils.py _get_classes `Model type {model_type} not supported.`, load_model `No
+# safetensors found in {model_path}`; MLX's C++ (mlx/backend/metal/allocator.cpp `[metal::malloc]
+# Attempting to allocate N bytes which is greater than the maximum allowed buffer size of M
+# bytes.`) and Metal's `[METAL] Command buffer execution failed: Insufficient Memory` are from
+# memory of MLX 0.26, not checked here), then its libraries'.
 P = FailurePattern
 
 FAILURES = (

