@@ -313,6 +313,8 @@ HUGGINGFACE = Failures(
             hint="the model ships its own code: start with --trust-remote-code if you trust it",
         ),
         P(kind="gated_or_auth", pattern=r"GatedRepoError|Cannot access gated repo|is gated\. You must be"),
+        # requests' Response.raise_for_status (`%s Client Error: %s for url: %s`, found by the code
+        # search): `401 Client Error: Unauthorized for url: ...`; huggingface_hub's `Invalid user token.`
         P(
             kind="gated_or_auth",
             pattern=r"(?:401|403) Client Error.*(?:Unauthorized|Forbidden)|Invalid user token",
