@@ -187,7 +187,9 @@ SOCKETS = Failures(
 #: runtimes' own words (cudaGetErrorString: `out of memory`, `no CUDA-capable device is
 #: detected`, `CUDA driver version is insufficient for CUDA runtime version`, `API call is not
 #: supported in the installed CUDA driver`, `no kernel image is available for execution on the
-#: device`; the `CUDA runtime error: out of memory` of TurboMind and TensorRT-LLM), ggml-cuda's
+#: device`: the runtime's own strings, closed source, seen in logs; TensorRT-LLM's
+#: tensorrt_llm/common/cudaUtils.h check (found by the code search: `[TensorRT-LLM][ERROR] CUDA
+#: runtime error in %s: %s`) and TurboMind's `CUDA runtime error: out of memory`), ggml-cuda's
 #: error report (`CUDA error: out of memory` then `current device: 0, in function ...`), and the
 #: driver checks (c10/cuda/CUDAFunctions.cpp device_count, found by the code search: `Found no
 #: NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a driver
@@ -256,9 +258,11 @@ TORCH = Failures(
 
 #: The dynamic loader: glibc's dlerror (elf/dl-load.c _dl_map_object, found by the code search:
 #: `_dl_signal_error (errno, name, NULL, N_("cannot open shared object file"))`, read as
-#: `libcuda.so.1: cannot open shared object file: No such file or directory`), Python's ctypes on Windows
-#: (`Could not find module '...\\nvcuda.dll'`),
-#: PyInstaller's (`Failed to load dynlib/dll '...'`, KoboldCpp's builds). A library of the GPU
+#: `libcuda.so.1: cannot open shared object file: No such file or directory`), Python's ctypes on
+#: Windows (`Could not find module '...\\nvcuda.dll'`: not found by the code search, seen in
+#: logs), PyInstaller's pyimod03_ctypes PyInstallerImportError (found by the code search: `Failed
+#: to load dynlib/dll %r. Most likely this dynlib/dll was not found when the application was
+#: frozen.`, KoboldCpp's builds). A library of the GPU
 #: driver (libcuda, libnvidia-ml, nvcuda.dll: installed with the driver, not with any Python
 #: package) missing is ``driver_missing``; any other library (the CUDA runtime libcudart, cuBLAS,
 #: a wheel's own) ``dependency_error``.
@@ -457,8 +461,9 @@ GGML = Failures(
 )
 
 #: What the operating system says of a native process: the kernel's OOM killer (its own
-#: `Out of memory: Killed process`, `invoked oom-killer`; systemd's `Failed with result
-#: 'oom-kill'` and `A process of this unit has been killed by the OOM killer`), an allocation that
+#: `Out of memory: Killed process`, `invoked oom-killer`; systemd's src/core/service.c, found by
+#: the code search: `Failed with result '%s'.` with service_result_to_string's `oom-kill`, and `A
+#: process of this unit has been killed by the OOM killer`, seen in logs), an allocation that
 #: failed on the host, an instruction this CPU lacks (SIGILL; a shell's `Illegal instruction`, Go's
 #: `signal: illegal instruction`, Windows' STATUS_ILLEGAL_INSTRUCTION 0xC000001D, which Python
 #: reports as `[WinError -1073741795]`).
