@@ -386,12 +386,16 @@ _KINDS = (
 )
 
 
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, by its ``st_mode``: ``a FIFO``, ``a directory`` ..."""
+    return next((name for test, name in _KINDS if test(mode)), "a special file")
+
+
 def _regular(fd: int) -> os.stat_result:
     """The status of ``fd`` if it is a regular file on a disk filesystem, else :class:`Refused`."""
     status = os.fstat(fd)
     if not stat.S_ISREG(status.st_mode):
-        kind = next((name for test, name in _KINDS if test(status.st_mode)), "a special file")
-        raise Refused(f"is not a regular file ({kind}); not read")
+        raise Refused(f"is not a regular file ({file_kind(status.st_mode)}); not read")
     pseudo = _PSEUDO_FILESYSTEMS.get(_filesystem(fd))
     if pseudo is not None:
         raise Refused(f"is on a kernel filesystem ({pseudo}), not a file; not read")
@@ -727,6 +731,44 @@ def open_named(pid: int, path: str, proc: str = PROC) -> int:
             os.close(handle)
 
     return _with_root(pid, [path], opened, proc)
+
+
+#: ``O_PATH`` as the kernel writes it in ``/proc/PID/fdinfo/N`` (octal ``flags:``; x86's value,
+#: which most machines share).
+_O_PATH = getattr(os, "O_PATH", 0o10000000)
+
+
+def open_held(pid: int, fd: int, proc: str = PROC) -> int:
+    """An fd for reading the regular file that process ``pid`` holds open as ``fd`` (where its
+    output goes), opened as its owner could: through ``PROC/PID/fd/N`` with the owner's
+    credentials, so a file the owner cannot read is refused as it would be for them. An
+    ``O_PATH`` fd gives its holder no read access at all, and re-opening its link would: it is
+    refused too. Raises :class:`Refused`."""
+    info = read_kernel_file(proc_path(pid, f"fdinfo/{fd}", proc), 4096)
+    flags = next((line.split()[1:2] for line in (info or b"").splitlines() if line.startswith(b"flags:")), [])
+    if not flags or not flags[0].isdigit():
+        raise Refused("cannot be read: the process's fd is gone or its flags unreadable")
+    if int(flags[0], 8) & _O_PATH:
+        raise Refused("is held as an O_PATH fd, which cannot read it; not read")
+    who = owner(pid, proc)
+    if who is None:
+        raise Refused("cannot be read: the process's owner is unknown")
+
+    def opened() -> int:
+        _as_owner(who)
+        try:
+            handle = os.open(proc_path(pid, f"fd/{fd}", proc), os.O_PATH | os.O_CLOEXEC)
+        except OSError as err:
+            raise _fail(err) from None
+        try:
+            _regular(handle)
+            return reopen(handle, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError as err:
+            raise _fail(err) from None
+        finally:
+            os.close(handle)
+
+    return _in_thread(opened)
 
 
 FileKind = Literal["file", "directory", "other"]

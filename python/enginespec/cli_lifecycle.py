@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +23,7 @@ if TYPE_CHECKING:
 
     from enginespec.engineprocess import EngineProcess
     from enginespec.failures import Failure
+    from enginespec.lifecycle import RunningEngine
 
 #: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
 INTERRUPTED = 130
@@ -52,8 +57,20 @@ def _log_dir(args: argparse.Namespace) -> Path:
     return config.data_dir / "logs"
 
 
+class _Ended(Exception):
+    """``run`` was told to end by a signal (SIGTERM, SIGHUP; SIGINT comes as KeyboardInterrupt)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_ended(signum: int, _frame: object) -> None:
+    raise _Ended(signum)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
-    from enginespec.errors import EngineSpecError, LaunchFailed, NotReady
+    from enginespec.errors import EngineSpecError, LaunchFailed
     from enginespec.lifecycle import launch
     from enginespec.recipe import Recipe
 
@@ -66,6 +83,35 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except (EngineSpecError, OSError) as err:
         _say("run", err)
         return 2
+    # SIGTERM and SIGHUP (a service manager, a closed terminal) end `run` as Ctrl-C does: the
+    # tree it started is stopped, never left writing into pipes nobody reads
+    before = {sig: signal.signal(sig, _raise_ended) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return _follow_run(args, engine)
+    except (KeyboardInterrupt, _Ended, BrokenPipeError) as why:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # the stop is not cut short by a second signal
+        signum = why.signum if isinstance(why, _Ended) else signal.SIGINT
+        said = "Ctrl-C" if isinstance(why, KeyboardInterrupt) else signal.Signals(signum).name
+        if isinstance(why, BrokenPipeError):
+            said = "its output closed"
+            # nothing more reaches the reader that went away (nor Python's flush at exit)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        result = engine.stop(grace=args.grace)
+        with contextlib.suppress(OSError):  # stderr may be the terminal that hung up
+            _say("run", f"stopped on {said}; leftover pids: {list(result.leftover) or 'none'}")
+        engine.close()
+        return INTERRUPTED if isinstance(why, KeyboardInterrupt) else 128 + signum
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _follow_run(args: argparse.Namespace, engine: RunningEngine) -> int:
+    """Prints the engine's output until it ends, or until it never became ready; the exit status."""
+    from enginespec.errors import LaunchFailed, NotReady
+    from enginespec.failures import ended
+
     _say("run", f"started {engine.engine_id} pid {engine.pid}; log {engine.log_path}")
     outcome: dict[str, Any] = {}
     given_up = threading.Event()
@@ -73,6 +119,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     def wait() -> None:
         try:
             outcome["health"] = engine.wait_ready(timeout=args.timeout, stall_timeout=args.stall_timeout)
+            outcome["ready_at"] = time.monotonic()
             _say("run", f"ready at {engine.base_url}")
         except LaunchFailed as failed:
             outcome["error"] = failed
@@ -82,21 +129,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     waiter = threading.Thread(target=wait, daemon=True)
     waiter.start()
-    try:
-        for line in engine.follow(until=given_up):
-            if not args.quiet:
-                print(literal(line.text), flush=True)
-        waiter.join()
-    except KeyboardInterrupt:
-        result = engine.stop(grace=args.grace)
-        _say("run", f"stopped on Ctrl-C; leftover pids: {list(result.leftover) or 'none'}")
-        engine.close()
-        return INTERRUPTED
+    for line in engine.follow(until=given_up):
+        if not args.quiet:
+            print(literal(line.text), flush=True)
+    waiter.join()
     error = outcome.get("error")
     if isinstance(error, NotReady):
         _say("run", error)
         engine.close()
         return 1
+    if "ready_at" in outcome:
+        # it was serving: its end is not a failed start (`enginespec stop`, or it ended itself)
+        status = engine.wait(timeout=10.0) or (None, None)
+        seconds = time.monotonic() - outcome["ready_at"]
+        engine.close()
+        _say("run", f"{engine.engine_id} ended {seconds:.0f} s after it was ready: {ended(*status)}")
+        code, sig = status
+        return 128 + sig if sig is not None else (code if code is not None else 1)
     failure = error.failure if isinstance(error, LaunchFailed) else engine.failure()
     engine.close()
     if failure is not None:
@@ -154,11 +203,15 @@ def _cmd_logs(args: argparse.Namespace) -> int:
     engine_id = process.engine_id if process is not None else args.target
     kept = _newest_log(_log_dir(args), engine_id)
     if kept is not None:
-        for text in tail_file(kept, args.n):
-            print(literal(text))
-        if args.follow:
-            for text in follow_file(kept):
-                print(literal(text), flush=True)
+        try:
+            for text in tail_file(kept, args.n):
+                print(literal(text))
+            if args.follow:
+                for text in follow_file(kept):
+                    print(literal(text), flush=True)
+        except OSError as err:  # a FIFO or a device where a kept log should be
+            _say("logs", f"{kept}: {err.strerror}; not read")
+            return 1
         return 0
     if process is None:
         _say("logs", f"no running engine and no kept log for {args.target!r}")

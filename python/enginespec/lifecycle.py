@@ -9,6 +9,7 @@ process since is never signalled. See ``docs/lifecycle.md``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import re
@@ -31,6 +32,8 @@ from enginespec._common import parse_port
 from enginespec._procfiles import (
     PROC,
     SYS,
+    Refused,
+    open_held,
     proc_link,
     proc_path,
     process_state,
@@ -435,20 +438,33 @@ class RunningEngine:
             self.log_path, plan.secrets, *(() if self._ring_lines is None else (self._ring_lines,))
         )
         self._book.note(f"enginespec: starting {' '.join(map(literal, self.argv))}")
-        self._popen = subprocess.Popen(
-            list(plan.argv),
-            executable=plan.executable,
-            env={**plan.env, RUN_ID_VARIABLE: self.run_id},
-            cwd=plan.cwd,
-            user=plan.user,
-            group=plan.group,
-            extra_groups=plan.groups,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-        )
+        # Run as another user (an adopted engine's owner), the child changes into the directory
+        # the engine named only once it is that user: Popen's own chdir comes before its setuid,
+        # and as root a path swapped for a link would lead where the owner may not go.
+        enter = plan.cwd if plan.user is not None else None
+        try:
+            self._popen = subprocess.Popen(
+                list(plan.argv),
+                executable=plan.executable,
+                env={**plan.env, RUN_ID_VARIABLE: self.run_id},
+                cwd=plan.cwd if enter is None else None,
+                preexec_fn=None if enter is None else functools.partial(os.chdir, enter),
+                user=plan.user,
+                group=plan.group,
+                extra_groups=plan.groups,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except subprocess.SubprocessError:
+            if enter is None:
+                raise
+            # what preexec_fn raised (its chdir: the only thing it does) is not handed over
+            raise RestartRefused(
+                f"its owner (uid {plan.user}) cannot enter its working directory {literal(enter)}"
+            ) from None
         self.pid = self._popen.pid
         # Our unreaped child: its pid cannot be handed out again before we wait for it.
         opener = getattr(os, "pidfd_open", None)
@@ -511,7 +527,7 @@ class RunningEngine:
         """The last ``n`` lines of the engine's output (stdout and stderr, with their times)."""
         if self._book is not None:
             return self._book.lines(n)
-        return _source_lines(self.log_source, n)
+        return _source_lines(self.pid, self.log_source, n)
 
     def follow(self, n: int = 0, *, until: threading.Event | None = None) -> Iterator[LogLine]:
         """The last ``n`` lines, then each new one as it comes, until the engine has ended and
@@ -519,12 +535,17 @@ class RunningEngine:
         if self._book is not None:
             yield from self._book.follow(n, until=until, ended=lambda: self.exit_status() is not None)
             return
-        yield from _source_lines(self.log_source, n)
+        yield from _source_lines(self.pid, self.log_source, n)
         if self.log_source.kind == "file" and self.log_source.path is not None:
+            try:
+                fd = _open_log_file(self.pid, self.log_source.path)
+            except Refused as why:
+                yield LogLine(time=time.time(), stream="log", text=f"enginespec: not read: {why}")
+                return
             until = threading.Event()
             watcher = threading.Thread(target=self._wait_gone, args=(until,), daemon=True)
             watcher.start()
-            for text in follow_file(Path(self.log_source.path), until=until):
+            for text in follow_file(fd, until=until):
                 yield LogLine(time=time.time(), stream="log", text=text)
 
     def _wait_gone(self, event: threading.Event) -> None:
@@ -979,12 +1000,20 @@ def find_log_source(pid: int) -> LogSource:
             targets.append(proc_link(pid, f"fd/{fd}"))
         except OSError:
             targets.append("")
-    for target in targets:
+    refused = None
+    for fd, target in enumerate(targets, 1):
         if target.startswith("/") and not target.startswith(("/dev/", PROC + "/")):
-            path = proc_path(pid, f"fd/{1 + targets.index(target)}")
-            with contextlib.suppress(OSError):
-                if Path(path).is_file():
-                    return LogSource(kind="file", path=path)
+            path = proc_path(pid, f"fd/{fd}")
+            # tried as its owner: a file it holds but could not read (an O_PATH fd of a
+            # root-only file) is not a log anyone reads through enginespec
+            try:
+                os.close(_open_log_file(pid, path))
+            except Refused as why:
+                refused = refused or LogSource(kind="none", path=path, reason=str(why))
+                continue
+            return LogSource(kind="file", path=path)
+    if refused is not None:
+        return refused
     container = _container_of(pid)
     if container is not None:
         return LogSource(kind="docker", container=container)
@@ -1027,13 +1056,29 @@ def _unit_of(pid: int) -> str | None:
     return None
 
 
-def _source_lines(source: LogSource, n: int) -> list[LogLine]:
-    """The last ``n`` lines from where an adopted engine's output goes."""
+def _open_log_file(pid: int, path: str) -> int:
+    """An fd for reading the file a process's output goes to (``path``: ``/proc/PID/fd/N``),
+    opened as the process's owner could (:func:`enginespec._procfiles.open_held`); raises
+    :class:`Refused` with the reason."""
+    fd = int(path.rsplit("/", 1)[1])
+    try:
+        return open_held(pid, fd)
+    except Refused as why:
+        raise Refused(f"the file its output goes to (fd {fd}) {why}") from None
+
+
+def _source_lines(pid: int, source: LogSource, n: int) -> list[LogLine]:
+    """The last ``n`` lines from where an adopted engine's output goes (a file its owner may no
+    longer read gives one line that says so)."""
     now = time.time()
     texts: list[str] = []
     if source.kind == "file" and source.path is not None:
-        with contextlib.suppress(OSError):
-            texts = tail_file(Path(source.path), n)
+        try:
+            texts = tail_file(_open_log_file(pid, source.path), n)
+        except Refused as why:
+            return [LogLine(time=now, stream="log", text=f"enginespec: not read: {why}")]
+        except OSError:
+            texts = []
     elif source.kind in ("journald", "docker") and n > 0:
         argv = (
             ["journalctl", "--no-pager", "-o", "cat", "-n", str(n), "-u", source.unit or ""]

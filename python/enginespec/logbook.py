@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import collections
 import datetime
+import errno
 import fcntl
 import os
 import select
+import stat
 import struct
 import termios
 import threading
@@ -31,9 +33,33 @@ from enginespec.safewrite import create_file
 Stream = Literal["stdout", "stderr", "log"]
 #: Lines kept in memory per engine (the issue asks for at least 2,000).
 RING_LINES = 10_000
-#: A line longer than this is cut into pieces (a progress bar that never prints a newline).
+#: Characters of line text kept in memory per engine: the oldest lines go first beyond this.
+RING_CHARACTERS = 16 << 20
+#: A line is kept up to this many bytes, then :data:`CUT_MARK`; the rest of it, up to its
+#: newline, is dropped (an engine printing 100 MB without a newline costs 64 KiB).
 MAX_LINE_BYTES = 64 * 1024
+CUT_MARK = f" [enginespec: line cut at {MAX_LINE_BYTES} bytes]".encode()
+#: A start's log file is renamed ``NAME.log.1`` (replacing the one before) when lines would take
+#: it past this size, and a new ``NAME.log`` begun: about twice this on disk per start at most.
+MAX_FILE_BYTES = 256 << 20
 _READ_SIZE = 1 << 16
+
+
+def _cut_lines(buffer: bytes, cutting: bool) -> tuple[list[bytes], bytes, bool]:
+    """The complete lines in ``buffer`` (each over :data:`MAX_LINE_BYTES` cut, with
+    :data:`CUT_MARK`), what is left of a line not complete yet, and whether that line was cut
+    (``cutting``: the bytes up to the next newline belong to a line already cut, and are dropped)."""
+    parts = buffer.split(b"\n")
+    rest = parts.pop()
+    if cutting:
+        if not parts:
+            return [], b"", True
+        parts.pop(0)
+    lines = [part if len(part) <= MAX_LINE_BYTES else part[:MAX_LINE_BYTES] + CUT_MARK for part in parts]
+    if len(rest) > MAX_LINE_BYTES:
+        lines.append(rest[:MAX_LINE_BYTES] + CUT_MARK)
+        return lines, b"", True
+    return lines, rest, False
 
 
 class LogLine(BaseModel):
@@ -82,21 +108,55 @@ def timestamp(seconds: float) -> str:
 class LogBook:
     """The ring and the file of one start, fed by reader threads (see :meth:`attach`)."""
 
-    def __init__(self, path: Path | None, secrets: Iterable[str] = (), ring_lines: int = RING_LINES) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        secrets: Iterable[str] = (),
+        ring_lines: int = RING_LINES,
+        *,
+        ring_characters: int = RING_CHARACTERS,
+        file_bytes: int = MAX_FILE_BYTES,
+    ) -> None:
         self.path = path
+        self._ring_limit = ring_characters
+        self._file_limit = file_bytes
         self._secrets = sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True)
-        self._ring: collections.deque[tuple[int, LogLine]] = collections.deque(maxlen=ring_lines)
+        self._ring: collections.deque[tuple[int, LogLine]] = collections.deque()
+        self._ring_lines = ring_lines
+        self._ring_characters = 0
         self._seq = 0
         self._changed = threading.Condition()
         self._file: IO[str] | None = None
+        self._file_bytes = 0
         if path is not None:
-            fd = create_file(str(path), field="log file", parents=True)
-            self._file = open(fd, "a", encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
+            self._open_file(path)
         self._readers: list[threading.Thread] = []
         self._pipes: list[_Pipe] = []
         #: monotonic time of the last bytes read (progress for a stall timer).
         self.last_activity = time.monotonic()
         self._open = 0
+
+    def _open_file(self, path: Path) -> None:
+        fd = create_file(str(path), field="log file", parents=True)
+        self._file = open(fd, "a", encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
+        self._file_bytes = 0
+
+    def _write(self, text: str) -> None:
+        """Appends to the log file, rotating it at :data:`MAX_FILE_BYTES` (the caller holds
+        ``_changed``)."""
+        if self._file is None or self.path is None:
+            return
+        size = len(text.encode("utf-8", errors="surrogateescape"))
+        if self._file_bytes > 0 and self._file_bytes + size > self._file_limit:
+            # the note is the one line past the cap
+            self._file.write(f"{timestamp(time.time())} log enginespec: continued in a new file\n")
+            self._file.close()
+            os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+            self._open_file(self.path)
+            assert self._file is not None
+        self._file.write(text)
+        self._file.flush()
+        self._file_bytes += size
 
     # -- feeding -----------------------------------------------------------------------------
 
@@ -116,7 +176,7 @@ class LogBook:
         # poll, not select: a process with many files has descriptors beyond select's 1024
         readable = select.poll()
         readable.register(source.fd, select.POLLIN)
-        pending = b""
+        pending, cutting = b"", False
         try:
             while True:
                 readable.poll()  # waits for bytes without taking any (see settle)
@@ -131,11 +191,7 @@ class LogBook:
                         self._close(source)
                         return
                     self.last_activity = time.monotonic()
-                    pending += chunk
-                    *complete, pending = pending.split(b"\n")
-                    while len(pending) > MAX_LINE_BYTES:
-                        complete.append(pending[:MAX_LINE_BYTES])
-                        pending = pending[MAX_LINE_BYTES:]
+                    complete, pending, cutting = _cut_lines(pending + chunk, cutting)
                     if complete:
                         self.add(stream, complete)
         finally:
@@ -172,9 +228,11 @@ class LogBook:
             for line in lines:
                 self._seq += 1
                 self._ring.append((self._seq, line))
-            if self._file is not None:
-                self._file.write("".join(line.format() + "\n" for line in lines))
-                self._file.flush()
+                self._ring_characters += len(line.text)
+            ring, limit = self._ring, self._ring_limit
+            while len(ring) > self._ring_lines or (self._ring_characters > limit and len(ring) > 1):
+                self._ring_characters -= len(ring.popleft()[1].text)
+            self._write("".join(line.format() + "\n" for line in lines))
             self._changed.notify_all()
 
     def note(self, text: str) -> None:
@@ -268,9 +326,22 @@ class LogBook:
                 self._file = None
 
 
-def tail_file(path: Path, n: int, max_bytes: int = 4 << 20) -> list[str]:
-    """The last ``n`` lines of a regular file (at most ``max_bytes`` of its end are read)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+def _open_regular(source: Path | int) -> int:
+    """``source`` itself (an fd), or an fd for reading the regular file at the path (a FIFO or a
+    device there is refused: ``OSError``, before a byte is read)."""
+    if isinstance(source, int):
+        return source
+    fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(source))
+    return fd
+
+
+def tail_file(source: Path | int, n: int, max_bytes: int = 4 << 20) -> list[str]:
+    """The last ``n`` lines of a regular file, by path or an fd open for reading (which is
+    closed), at most ``max_bytes`` of its end read."""
+    fd = _open_regular(source)
     try:
         size = os.fstat(fd).st_size
         start = max(0, size - max_bytes)
@@ -291,11 +362,14 @@ def tail_file(path: Path, n: int, max_bytes: int = 4 << 20) -> list[str]:
     return lines[-n:] if n > 0 else []
 
 
-def follow_file(path: Path, *, until: threading.Event | None = None, poll: float = 0.25) -> Iterator[str]:
-    """New lines appended to a file from now on (``tail -f``); a truncated file is read again
-    from its start. Once ``until`` is set, what the file holds by then is still given (a last
-    line without its newline too), however far behind the reading was, and nothing after."""
-    with open(path, "rb") as file:
+def follow_file(
+    source: Path | int, *, until: threading.Event | None = None, poll: float = 0.25
+) -> Iterator[str]:
+    """New lines appended to a file (by path, or an fd open for reading, which is closed) from
+    now on (``tail -f``); a truncated file is read again from its start. Once ``until`` is set,
+    what the file holds by then is still given (a last line without its newline too), however
+    far behind the reading was, and nothing after."""
+    with open(_open_regular(source), "rb") as file:
         file.seek(0, os.SEEK_END)
         pending = b""
         end: int | None = None

@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import re
+import stat
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -32,6 +33,8 @@ from enginespec.registry import engine_ids
 if TYPE_CHECKING:
     from pydantic_core import InitErrorDetails
 
+#: The largest recipe file read (a recipe is a few hundred bytes; this leaves room for comments).
+MAX_RECIPE_BYTES = 1 << 20
 #: A value of ``extra_args``: scalars, lists of scalars, or a JSON object.
 ExtraScalar = str | int | float | bool | None
 ExtraValue = ExtraScalar | list[ExtraScalar] | dict[str, Any]
@@ -220,8 +223,8 @@ class Recipe(BaseModel):
         """
         file = Path(path)
         try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
+            text = _read_recipe(file).decode("utf-8")
+        except UnicodeDecodeError as err:
             raise RecipeFileError(f"{file}: cannot read: {err}") from None
         if not text.strip():
             raise RecipeFileError(
@@ -234,6 +237,35 @@ class Recipe(BaseModel):
             return cls.model_validate(data)
         except ValidationError as err:
             raise RecipeFileError(f"{file}: {describe_validation_error(err)}") from None
+
+
+def _read_recipe(file: Path) -> bytes:
+    """The bytes of a recipe file: a regular file of at most :data:`MAX_RECIPE_BYTES`. Opened
+    without blocking and checked on the opened fd before a byte is read, so a path to a FIFO, a
+    terminal or ``/dev/zero`` (however it is reached) is refused instead of waiting or reading
+    for ever."""
+    from enginespec._procfiles import file_kind  # its ctypes only when a file is read
+
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as err:
+        raise RecipeFileError(f"{file}: cannot read: {err.strerror}") from None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            kind = file_kind(status.st_mode)
+            raise RecipeFileError(f"{file}: not a regular file ({kind}); a recipe is read from a file")
+        chunks, size = [], 0
+        while size <= MAX_RECIPE_BYTES and (chunk := os.read(fd, MAX_RECIPE_BYTES + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as err:
+        raise RecipeFileError(f"{file}: cannot read: {err.strerror}") from None
+    finally:
+        os.close(fd)
+    if size > MAX_RECIPE_BYTES:
+        raise RecipeFileError(f"{file}: larger than {MAX_RECIPE_BYTES} bytes; not read as a recipe")
+    return b"".join(chunks)
 
 
 def _load_document(file: Path, text: str) -> Any:

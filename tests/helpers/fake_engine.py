@@ -11,6 +11,12 @@
 - unavailable: writes FAKE_LOG to stderr, then serves /health 503 `unavailable` for ever (a
   server that stays up after its model failed to load, as mlx_lm.server does).
 - flood: writes FAKE_LINES numbered lines to stdout and stderr as fast as it can, then exits 0.
+- huge: writes FAKE_HUGE lines of FAKE_HUGE_MB MiB each to stdout (no newline but the last
+  byte of each), then serves.
+- held: puts an fd of the file FAKE_HELD on its stdout and stderr, O_PATH (FAKE_HELD_MODE=path,
+  the default) or O_WRONLY (=write), then waits (output that "goes" to a file it may not read).
+- swap: serves; on SIGTERM, renames its working directory away, puts a symlink to FAKE_SWAP_TO
+  in its place, and exits (a working directory swapped between a restart's stop and start).
 Every mode gives up after FAKE_LIFETIME seconds (default 120): no test leaves it running.
 """
 
@@ -89,6 +95,29 @@ def main():
         out.flush()
         err.flush()
         os._exit(0)
+    if mode == "huge":
+        block = b"x" * (1 << 20)
+        for _ in range(int(os.environ.get("FAKE_HUGE", "3"))):
+            for _ in range(int(os.environ.get("FAKE_HUGE_MB", "100")) - 1):
+                sys.stdout.buffer.write(block)
+            sys.stdout.buffer.write(block[:-1] + b"\n")
+        sys.stdout.flush()
+    if mode == "held":
+        flags = os.O_PATH if os.environ.get("FAKE_HELD_MODE", "path") == "path" else os.O_WRONLY
+        held = os.open(os.environ["FAKE_HELD"], flags)
+        os.dup2(held, 1)
+        os.dup2(held, 2)
+        while True:
+            time.sleep(1)
+    if mode == "swap":
+        here = os.getcwd()
+
+        def swap(*_args):
+            os.rename(here, here + ".away")
+            os.symlink(os.environ["FAKE_SWAP_TO"], here)
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, swap)
     if mode == "grandchild":
         child = os.fork()
         if child == 0:

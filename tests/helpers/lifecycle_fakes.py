@@ -15,11 +15,12 @@ FAKE_SOURCE = Path(__file__).parent / "fake_engine.py"
 HOST = "127.0.0.1"
 
 
-def install_fake(directory: Path) -> Path:
-    """``directory/bin/llama-server``: the fake engine, run by this interpreter."""
+def install_fake(directory: Path, interpreter: str = sys.executable) -> Path:
+    """``directory/bin/llama-server``: the fake engine, run by this interpreter (or another
+    one: a fake run as `nobody` needs one that user may run)."""
     binary = directory / "bin" / "llama-server"
     binary.parent.mkdir(parents=True, exist_ok=True)
-    binary.write_text(f"#!{sys.executable}\n" + FAKE_SOURCE.read_text())
+    binary.write_text(f"#!{interpreter}\n" + FAKE_SOURCE.read_text())
     binary.chmod(binary.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return binary
 

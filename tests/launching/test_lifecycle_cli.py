@@ -124,3 +124,34 @@ def test_logs_of_a_run_by_engine_id_survive_it(tmp_path: Path) -> None:
     assert b"error: invalid argument: --bogus" in logs.stdout
     unknown = enginespec("logs", "llamacpp-1-deadbeef", "--log-dir", str(tmp_path / "logs"))
     assert unknown.returncode == 2
+
+
+def test_run_of_an_engine_stopped_after_it_was_ready_is_no_failed_start(tmp_path: Path) -> None:
+    path, _recipe = _recipe_file(tmp_path, "serve")
+    run = subprocess.Popen(
+        [sys.executable, "-m", "enginespec.cli", "run", str(path), "--log-dir", str(tmp_path / "logs")],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    engine_pid = None
+    try:
+        assert run.stderr is not None
+        seen = b""
+        while b"ready at" not in seen:
+            line = run.stderr.readline()
+            assert line, seen.decode()
+            seen += line
+        engine_pid = int(seen.split(b" pid ")[1].split(b";")[0])
+        stopped = enginespec("stop", str(engine_pid), "--grace", "5")
+        assert stopped.returncode == 0, stopped.stderr
+        assert run.wait(timeout=60) == 128 + signal.SIGTERM
+        said = run.stderr.read().decode()
+        assert "failed to start" not in said
+        assert "after it was ready: signal 15 (SIGTERM)" in said
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.wait()
+        if engine_pid is not None and pid_alive(engine_pid):
+            kill_quietly(engine_pid)
