@@ -237,8 +237,9 @@ def add_lifecycle_commands(command: Callable[..., argparse.ArgumentParser]) -> N
         "run",
         "start a recipe in the foreground and print its output",
         "Launches the recipe (own process group, output kept under the log dir), prints its output "
-        "and waits for it; Ctrl-C stops it (exit 130). A failed start prints the failure class, the "
-        "lines that show the cause and a hint, and exits 1.",
+        "and waits for it; lines over 64 KiB are cut. Ctrl-C stops it (exit 130), as do SIGTERM "
+        "(143) and SIGHUP (129). A failed start prints the failure class, the lines that show the "
+        "cause and a hint, and exits 1.",
         "enginespec run recipe.toml                  # until Ctrl-C",
         "enginespec run recipe.toml --quiet --timeout 1200",
     )
