@@ -83,25 +83,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except (EngineSpecError, OSError) as err:
         _say("run", err)
         return 2
-    # SIGTERM and SIGHUP (a service manager, a closed terminal) end `run` as Ctrl-C does: the
-    # tree it started is stopped, never left writing into pipes nobody reads
-    before = {sig: signal.signal(sig, _raise_ended) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # SIGTERM and SIGHUP (a service manager, a closed terminal) end `run` as Ctrl-C does, and so
+    # does a reader of its output that went away: the tree it started is stopped, never left
+    # writing into pipes nobody reads
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_ended)
     try:
         return _follow_run(args, engine)
     except (KeyboardInterrupt, _Ended, BrokenPipeError) as why:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for sig in before:
             signal.signal(sig, signal.SIG_IGN)  # the stop is not cut short by a second signal
-        signum = why.signum if isinstance(why, _Ended) else signal.SIGINT
-        said = "Ctrl-C" if isinstance(why, KeyboardInterrupt) else signal.Signals(signum).name
         if isinstance(why, BrokenPipeError):
-            said = "its output closed"
-            # nothing more reaches the reader that went away (nor Python's flush at exit)
+            # nothing more reaches the reader that went away (nor Python's flush at exit); as
+            # `ps | head`, that is no error
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            said, status = "its output closed", 0
+        elif isinstance(why, _Ended):
+            said, status = signal.Signals(why.signum).name, 128 + why.signum
+        else:
+            said, status = "Ctrl-C", INTERRUPTED
         result = engine.stop(grace=args.grace)
         with contextlib.suppress(OSError):  # stderr may be the terminal that hung up
             _say("run", f"stopped on {said}; leftover pids: {list(result.leftover) or 'none'}")
         engine.close()
-        return INTERRUPTED if isinstance(why, KeyboardInterrupt) else 128 + signum
+        return status
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)

@@ -17,6 +17,7 @@
   the default) or O_WRONLY (=write), then waits (output that "goes" to a file it may not read).
 - swap: serves; on SIGTERM, renames its working directory away, puts a symlink to FAKE_SWAP_TO
   in its place, and exits (a working directory swapped between a restart's stop and start).
+With FAKE_TICK, every mode also prints `tick N` to stdout every FAKE_TICK seconds.
 Every mode gives up after FAKE_LIFETIME seconds (default 120): no test leaves it running.
 """
 
@@ -72,11 +73,19 @@ def serve():
         time.sleep(1)
 
 
+def tick(every):
+    for n in range(1_000_000):
+        print(f"tick {n}", flush=True)
+        time.sleep(every)
+
+
 def main():
     timer = threading.Timer(float(os.environ.get("FAKE_LIFETIME", "120")), lambda: os._exit(3))
     timer.daemon = True
     timer.start()
     mode = os.environ.get("FAKE_MODE", "serve")
+    if "FAKE_TICK" in os.environ:
+        threading.Thread(target=tick, args=(float(os.environ["FAKE_TICK"]),), daemon=True).start()
     print(f"fake llama-server pid {os.getpid()} mode {mode} argv {sys.argv[1:]}", flush=True)
     if mode == "replay":
         with open(os.environ["FAKE_LOG"], "rb") as file:

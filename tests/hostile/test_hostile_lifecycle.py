@@ -352,3 +352,35 @@ def test_the_ring_and_the_file_are_bounded(tmp_path: Path) -> None:
     assert (1 << 20) - 70_000 < older.stat().st_size - note <= 1 << 20
     assert "continued in a new file" in older.read_text().splitlines()[-1]
     assert path.read_text().splitlines()[-1].endswith(" stdout end")
+
+
+def test_run_whose_reader_went_away_stops_its_tree(tmp_path: Path) -> None:
+    recipe = fake_recipe(install_fake(tmp_path), free_port(), "serve", FAKE_TICK="0.1")
+    path = tmp_path / "recipe.json"
+    path.write_text(recipe.model_dump_json())
+    run = subprocess.Popen(
+        [*ENGINESPEC, "run", str(path), "--log-dir", str(tmp_path / "logs")],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_limited,
+    )
+    identity: list[tuple[int, int | None]] = []
+    try:
+        seen = _until_ready(run)
+        engine = int(seen.split(b" pid ")[1].split(b";")[0])
+        identity = [(engine, start_ticks(engine))]
+        assert run.stdout is not None
+        assert run.stdout.readline()
+        run.stdout.close()  # `enginespec run | head -n 1`: the next tick meets a closed pipe
+        assert run.wait(timeout=60) == 0
+        assert _gone(*identity[0]), f"pid {engine} was left running"
+        assert run.stderr is not None
+        assert b"stopped on its output closed" in run.stderr.read()
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.wait()
+        for pid, ticks in identity:
+            if not _gone(pid, ticks):
+                kill_quietly(pid)
