@@ -733,8 +733,8 @@ def open_named(pid: int, path: str, proc: str = PROC) -> int:
     return _with_root(pid, [path], opened, proc)
 
 
-#: ``O_PATH`` as the kernel writes it in ``/proc/PID/fdinfo/N`` (octal ``flags:``; x86's value,
-#: which most machines share).
+#: ``O_PATH`` in the ``flags:`` (octal) of ``/proc/PID/fdinfo/N``: the kernel writes this
+#: machine's own flag values; x86's where Python does not say (most machines share it).
 _O_PATH = getattr(os, "O_PATH", 0o10000000)
 
 

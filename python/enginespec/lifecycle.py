@@ -862,9 +862,13 @@ class RunningEngine:
             with self._lock:
                 if self._stopped.is_set():
                     return
-                with contextlib.suppress(LaunchFailed, OSError):
+                try:
                     self.restart()
                     self._stopped.clear()
+                except RestartRefused:  # will be refused again (its owner may not enter its cwd)
+                    return
+                except (LaunchFailed, OSError):
+                    pass
             restarts, bad = restarts + 1, 0
             backoff = min(max(backoff * 2, policy.backoff), policy.max_backoff)
 
