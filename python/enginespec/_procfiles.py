@@ -733,17 +733,15 @@ def open_named(pid: int, path: str, proc: str = PROC) -> int:
     return _with_root(pid, [path], opened, proc)
 
 
-#: ``O_PATH`` in the ``flags:`` (octal) of ``/proc/PID/fdinfo/N``: the kernel writes this
-#: machine's own flag values; x86's where Python does not say (most machines share it).
+#: ``O_PATH`` in ``flags:`` (octal) of ``/proc/PID/fdinfo/N``, this machine's value (x86's by default).
 _O_PATH = getattr(os, "O_PATH", 0o10000000)
 
 
 def open_held(pid: int, fd: int, proc: str = PROC) -> int:
-    """An fd for reading the regular file that process ``pid`` holds open as ``fd`` (where its
-    output goes), opened as its owner could: through ``PROC/PID/fd/N`` with the owner's
-    credentials, so a file the owner cannot read is refused as it would be for them. An
-    ``O_PATH`` fd gives its holder no read access at all, and re-opening its link would: it is
-    refused too. Raises :class:`Refused`."""
+    """An fd for reading the regular file process ``pid`` holds as ``fd`` (where its output goes),
+    opened through ``PROC/PID/fd/N`` with its owner's credentials, so a file the owner may not read
+    is refused; so is an ``O_PATH`` fd (no read access for its holder; re-opening its link would
+    give one). Raises :class:`Refused`."""
     info = read_kernel_file(proc_path(pid, f"fdinfo/{fd}", proc), 4096)
     flags = next((line.split()[1:2] for line in (info or b"").splitlines() if line.startswith(b"flags:")), [])
     if not flags or not flags[0].isdigit():
@@ -753,20 +751,27 @@ def open_held(pid: int, fd: int, proc: str = PROC) -> int:
     who = owner(pid, proc)
     if who is None:
         raise Refused("cannot be read: the process's owner is unknown")
+    handle = open_as(who, proc_path(pid, f"fd/{fd}", proc), os.O_PATH | os.O_CLOEXEC)
+    try:
+        _regular(handle)
+        return open_as(who, f"{_SELF_FD}/{handle}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as err:
+        raise _fail(err) from None
+    finally:
+        os.close(handle)
+
+
+def open_as(who: Owner, path: str, flags: int) -> int:
+    """``os.open(path, flags)`` with the filesystem credentials of ``who``, in the worker thread:
+    the kernel checks every directory on the way and the file as it would for them. Raises
+    :class:`Refused`."""
 
     def opened() -> int:
         _as_owner(who)
         try:
-            handle = os.open(proc_path(pid, f"fd/{fd}", proc), os.O_PATH | os.O_CLOEXEC)
+            return os.open(path, flags)
         except OSError as err:
             raise _fail(err) from None
-        try:
-            _regular(handle)
-            return reopen(handle, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-        except OSError as err:
-            raise _fail(err) from None
-        finally:
-            os.close(handle)
 
     return _in_thread(opened)
 

@@ -9,7 +9,6 @@ process since is never signalled. See ``docs/lifecycle.md``.
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import os
 import re
@@ -32,7 +31,9 @@ from enginespec._common import parse_port
 from enginespec._procfiles import (
     PROC,
     SYS,
+    Owner,
     Refused,
+    open_as,
     open_held,
     proc_link,
     proc_path,
@@ -438,17 +439,13 @@ class RunningEngine:
             self.log_path, plan.secrets, *(() if self._ring_lines is None else (self._ring_lines,))
         )
         self._book.note(f"enginespec: starting {' '.join(map(literal, self.argv))}")
-        # Run as another user (an adopted engine's owner), the child changes into the directory
-        # the engine named only once it is that user: Popen's own chdir comes before its setuid,
-        # and as root a path swapped for a link would lead where the owner may not go.
-        enter = plan.cwd if plan.user is not None else None
+        held = self._owner_cwd(plan)
         try:
             self._popen = subprocess.Popen(
                 list(plan.argv),
                 executable=plan.executable,
                 env={**plan.env, RUN_ID_VARIABLE: self.run_id},
-                cwd=plan.cwd if enter is None else None,
-                preexec_fn=None if enter is None else functools.partial(os.chdir, enter),
+                cwd=plan.cwd if held is None else f"/proc/self/fd/{held}",
                 user=plan.user,
                 group=plan.group,
                 extra_groups=plan.groups,
@@ -458,13 +455,9 @@ class RunningEngine:
                 start_new_session=True,
                 close_fds=True,
             )
-        except subprocess.SubprocessError:
-            if enter is None:
-                raise
-            # what preexec_fn raised (its chdir: the only thing it does) is not handed over
-            raise RestartRefused(
-                f"its owner (uid {plan.user}) cannot enter its working directory {literal(enter)}"
-            ) from None
+        finally:
+            if held is not None:
+                os.close(held)
         self.pid = self._popen.pid
         # Our unreaped child: its pid cannot be handed out again before we wait for it.
         opener = getattr(os, "pidfd_open", None)
@@ -477,6 +470,23 @@ class RunningEngine:
         assert self._popen.stderr is not None
         self._book.attach("stdout", self._popen.stdout)
         self._book.attach("stderr", self._popen.stderr)
+
+    @staticmethod
+    def _owner_cwd(plan: _Plan) -> int | None:
+        """For a start as another user (an adopted engine's owner), an ``O_PATH`` fd of the
+        working directory the engine named, opened with that user's credentials: the child
+        enters it through ``/proc/self/fd/N``, the very directory the owner reached. Python's
+        own ``cwd=`` changes into a path before its setuid, as root, and a path swapped for a
+        link would lead where the owner may not go (a root-only 0700 directory)."""
+        if plan.user is None or plan.cwd is None:
+            return None
+        who = Owner(plan.user, plan.group if plan.group is not None else -1, plan.groups or ())
+        try:
+            return open_as(who, plan.cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except Refused as why:
+            raise RestartRefused(
+                f"its owner (uid {plan.user}) cannot enter its working directory {literal(plan.cwd)}: {why}"
+            ) from None
 
     # -- state -----------------------------------------------------------------------------------
 

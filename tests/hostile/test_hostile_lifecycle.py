@@ -171,6 +171,32 @@ def test_restart_enters_the_working_directory_as_the_owner(shared: Path) -> None
         _stop(proc)
 
 
+@as_root
+def test_a_restart_as_the_owner_runs_in_its_working_directory(shared: Path) -> None:
+    binary = install_fake(shared, SYSTEM_PYTHON)
+    work = shared / "work"
+    work.mkdir()
+    os.chown(work, NOBODY, NOBODY)
+    argv = [str(binary), "-m", str(shared / "model.gguf"), "--host", HOST, "--port", str(free_port())]
+    proc = _as_nobody(argv, work, FAKE_MODE="serve")
+    engine = None
+    try:
+        wait_for(lambda: any(p.pid == proc.pid for p in Scanner().scan()), timeout=30)
+        process = next(p for p in Scanner().scan() if p.pid == proc.pid)
+        engine = adopt(process, log_dir=shared / "logs")
+        engine.restart(grace=5.0)
+        assert engine.pid != proc.pid
+        assert os.readlink(f"/proc/{engine.pid}/cwd") == str(work)
+        assert os.stat(f"/proc/{engine.pid}").st_uid == NOBODY
+        # the fd the directory was reached through is not the engine's
+        fds = os.listdir(f"/proc/{engine.pid}/fd")
+        assert not any(os.readlink(f"/proc/{engine.pid}/fd/{fd}") == str(work) for fd in fds)
+    finally:
+        if engine is not None:
+            engine.close()
+        _stop(proc)
+
+
 def _pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
