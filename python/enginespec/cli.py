@@ -280,6 +280,24 @@ def _ps_row(p: EngineProcess, health: Health | None, state: str | None, wide: bo
     ]
 
 
+def _row_cells(row: Shown, health: bool, wide: bool, now: float) -> list[str]:
+    """:func:`_ps_row` of a row, or when that fails, its pid and engine with why in NOTE (the
+    error boundary: the other rows are unaffected)."""
+    from enginespec.boundary import contained
+    from enginespec.layout import EMPTY
+
+    p, state = row.process, row.state if health else None
+
+    def unshown(reason: str) -> list[str]:
+        width = len(_ps_columns()) - (0 if state is not None else 2)
+        cells = [str(p.pid), p.engine, *[EMPTY] * (width - 2)]
+        if state is not None:
+            cells[-2:] = [state, reason]
+        return cells
+
+    return contained("table row", lambda: _ps_row(p, row.health, state, wide, now), unshown)
+
+
 class Shown:
     """A row of the table: the process, its last health check, the state shown, and its load
     (``ps --load``)."""
@@ -333,7 +351,7 @@ def _table_lines(
         [
             literal(cell)
             for cell in ([r.agent or "-"] if remote else [])
-            + _ps_row(r.process, r.health, r.state if health else None, wide, now)
+            + _row_cells(r, health, wide, now)
             + (_load_cells(r.load) if load else [])
         ]
         for r in rows
@@ -476,11 +494,14 @@ def _cmd_ps(args: argparse.Namespace) -> int:
         # only the engines asked for are checked: an unrelated hung one costs nothing
         rows = [row for row in (Shown(p) for p in processes) if filters.keeps(row, checked=False)]
     if checked and not args.remote:
-        from enginespec.health import check_all
+        from enginespec.health import check_all, request_timeout
 
         # --timeout is the deadline of all the checks together, not of each (1,024 hung servers
-        # are not 16 rounds of it): those not done by then are `unknown`, saying so.
-        healths = check_all([row.process for row in rows], timeout=args.timeout, deadline=args.timeout)
+        # are not 16 rounds of it): those not done by then are `unknown`, saying so. Each request
+        # times out before it, so a server that never answers is `unhealthy`, as in describe.
+        healths = check_all(
+            [row.process for row in rows], timeout=request_timeout(args.timeout), deadline=args.timeout
+        )
         for row, health in zip(rows, healths, strict=True):
             row.health, row.state = health, health.state
     if args.load and not listing and not args.remote:
@@ -511,7 +532,7 @@ def _cmd_ps(args: argparse.Namespace) -> int:
 
         documents = []
         for row in rows:
-            document = engine_document(row.process, row.health, row.load)
+            document = _document(row, engine_document)
             if row.agent is not None:  # the engine's own "host" stays its listen address
                 document["agent"] = row.agent
             documents.append(document)
@@ -533,6 +554,19 @@ def _cmd_ps(args: argparse.Namespace) -> int:
     text = _table_lines(rows, checked, width, wide=fmt == "wide", load=args.load and not args.remote)
     _out(text[1:] if args.no_headers else text)
     return code
+
+
+def _document(row: Shown, make: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    """The JSON object of a row (``make``: :func:`enginespec.scanning.engine_document`), or when
+    that fails, its pid, engine and why (the error boundary: the other rows are unaffected)."""
+    from enginespec.boundary import contained
+
+    p = row.process
+    return contained(
+        "document",
+        lambda: make(p, row.health, row.load),
+        lambda reason: {"pid": p.pid, "engine": p.engine, "problems": [*p.problems, reason]},
+    )
 
 
 def _remote_rows(args: argparse.Namespace) -> tuple[list[Shown], bool]:
@@ -869,9 +903,9 @@ def _cmd_describe(args: argparse.Namespace) -> int:
         return 2
     health = None
     if not args.no_health:
-        from enginespec.health import check_health
+        from enginespec.health import check_health, request_timeout
 
-        health = check_health(process, timeout=args.timeout)
+        health = check_health(process, timeout=request_timeout(args.timeout), deadline=args.timeout)
     if args.json:
         import json
 
@@ -885,7 +919,7 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
 def _cmd_health(args: argparse.Namespace) -> int:
     from enginespec.errors import EngineExited, InvalidInputError, NotReady
-    from enginespec.health import check_health, wait_ready
+    from enginespec.health import check_health, request_timeout, wait_ready
 
     target: EngineProcess | str
     ids = _engine_ids()
@@ -924,7 +958,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
             health = check_health(
                 target,
                 args.url,
-                timeout=args.timeout,
+                timeout=request_timeout(args.timeout),
                 verify_identity=args.verify_identity,
                 deep=args.deep,
                 deadline=args.timeout,
@@ -1290,6 +1324,7 @@ def _cmd_exporter(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     import enginespec.feeds as feeds
     from enginespec.errors import FileWriteError, InvalidInputError
+    from enginespec.health import request_timeout
 
     try:
         writer = feeds.FeedWriter(
@@ -1300,7 +1335,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             allow_owners=args.allow_owner,
         )
         if not args.watch:
-            listed = feeds.export_once(writer, timeout=args.timeout, deadline=args.timeout)
+            listed = feeds.export_once(writer, timeout=request_timeout(args.timeout), deadline=args.timeout)
             if args.out != "-":
                 print(f"enginespec export: {listed} engine(s) written to {args.out}", file=sys.stderr)
             return 0

@@ -8,6 +8,7 @@ Series follow Prometheus conventions: ``_info`` gauges valued 1, base units, no 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -19,10 +20,12 @@ from prometheus_client import generate_latest, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from enginespec.boundary import contained, failed
+from enginespec.boundary import failures as failures_by_stage
 from enginespec.engineprocess import EngineProcess
 from enginespec.errors import ExporterError, FileWriteError
 from enginespec.gpus import GpuDevice
-from enginespec.health import check_all
+from enginespec.health import check_all, kept, request_timeout
 from enginespec.load import EngineLoad
 from enginespec.modelfacts import ModelFacts
 from enginespec.processmodels import cached, peek
@@ -69,6 +72,15 @@ class Snapshot:
     stopped: dict[str, float] = field(default_factory=dict)
     #: when the last refresh completed (wall clock); 0 before the first.
     refreshed_at: float = 0.0
+    #: refreshes that failed as a whole, summed: each kept the snapshot before it (this one).
+    refresh_failures: int = 0
+    #: why the latest refresh failed, when it did ("" once one succeeds again).
+    refresh_problem: str = ""
+
+    def age(self, now: float | None = None) -> float | None:
+        """Seconds since this snapshot's refresh completed (``now``: ``time.time()``), ``None``
+        before the first: what a server of it says, rather than make a request wait on a refresh."""
+        return None if not self.refreshed_at else max((now or time.time()) - self.refreshed_at, 0.0)
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.processes):
@@ -177,26 +189,25 @@ class EngineCollector(Collector):
             "The KV cache the engine allocates for its arguments, by its own rule (an estimate)",
             labels=["engine_id"],
         )
-        for index, (process, unique_id) in enumerate(zip(snapshot.processes, snapshot.ids, strict=True)):
-            engine_id = [unique_id]
-            info.add_metric([unique_id, *_info_labels(process)[1:]], 1)
-            up.add_metric(engine_id, 1)
-            started.add_metric(engine_id, process.start_time)
-            workers.add_metric(engine_id, len(process.worker_pids))
-            conflict.add_metric(engine_id, 1 if process.port_conflicts else 0)
-            facts = _facts(process)
-            if facts is not None and facts.weight_bytes is not None:
-                weights.add_metric(engine_id, facts.weight_bytes)
-            if facts is not None and facts.estimate is not None and facts.estimate.kv_cache:
-                kv_cache.add_metric(engine_id, facts.estimate.kv_cache_bytes)
-            if snapshot.healths is not None:
-                health = snapshot.healths[index]
-                ready.add_metric(engine_id, 1 if health.ready else 0)
-                for name in _STATES:
-                    state.add_metric([unique_id, name], 1 if health.state == name else 0)
+        stale = GaugeMetricFamily(
+            "enginespec_engine_health_stale",
+            "Whether the engine's health is an earlier refresh's, kept because this one's check did "
+            "not finish in time (a loaded host)",
+            labels=["engine_id"],
+        )
+        checked = GaugeMetricFamily(
+            "enginespec_engine_health_checked_timestamp_seconds",
+            "When (Unix time) the engine's health verdict was reached",
+            labels=["engine_id"],
+        )
+        families = {family.name: family for family in (info, up, ready, state, started, workers, conflict)}
+        families.update({family.name: family for family in (weights, kv_cache, stale, checked)})
+        for index in range(len(snapshot.processes)):
+            for name, labels, value in _samples_of(snapshot, index):
+                families[name].add_metric(labels, value)
         for engine_id_ in sorted(snapshot.stopped):
             up.add_metric([engine_id_], 0)
-        yield from (info, up, ready, state, started, workers, conflict, weights, kv_cache)
+        yield from families.values()
         yield from _gpu_metrics(snapshot)
         if snapshot.loads is not None:
             yield from _load_series(snapshot.processes, snapshot.loads, snapshot.ids)
@@ -214,6 +225,64 @@ class EngineCollector(Collector):
         if snapshot.refreshed_at:
             refreshed.add_metric([], snapshot.refreshed_at)
         yield refreshed
+        failures = CounterMetricFamily(
+            "enginespec_refresh_failures",
+            "Refreshes that failed as a whole (each kept the results of the one before)",
+        )
+        failures.add_metric([], snapshot.refresh_failures)
+        yield failures
+        contained = CounterMetricFamily(
+            "enginespec_engine_failures",
+            "Computations for one engine that failed and were contained (that engine's facts "
+            "unknown, with the reason; the others unaffected), by stage",
+            labels=["stage"],
+        )
+        for stage, count in sorted(failures_by_stage().items()):
+            contained.add_metric([stage], count)
+        yield contained
+
+
+_Sample = tuple[str, list[str], float]
+
+
+def _samples_of(snapshot: Snapshot, index: int) -> list[_Sample]:
+    """The samples of one engine (:func:`_engine_samples`), or none when they cannot be made:
+    one engine's odd facts never fail the whole scrape."""
+    return contained("metrics", lambda: _engine_samples(snapshot, index), lambda _reason: [])
+
+
+def _engine_samples(snapshot: Snapshot, index: int) -> list[_Sample]:
+    """The samples of engine ``index`` of ``snapshot``, by family name, every value a float (a
+    value that is none fails here, not in the exposition)."""
+    process, unique_id = snapshot.processes[index], snapshot.ids[index]
+    engine_id = [unique_id]
+    samples: list[_Sample] = [
+        ("enginespec_engine_info", [unique_id, *_info_labels(process)[1:]], 1.0),
+        ("enginespec_engine_up", engine_id, 1.0),
+        ("enginespec_engine_start_time_seconds", engine_id, float(process.start_time)),
+        ("enginespec_engine_workers", engine_id, float(len(process.worker_pids))),
+        ("enginespec_engine_port_conflict", engine_id, 1.0 if process.port_conflicts else 0.0),
+    ]
+    facts = _facts(process)
+    if facts is not None and facts.weight_bytes is not None:
+        samples.append(("enginespec_engine_model_weight_bytes", engine_id, float(facts.weight_bytes)))
+    if facts is not None and facts.estimate is not None and facts.estimate.kv_cache:
+        samples.append(
+            ("enginespec_engine_kv_cache_bytes_estimated", engine_id, float(facts.estimate.kv_cache_bytes))
+        )
+    if snapshot.healths is not None:
+        health = snapshot.healths[index]
+        samples.append(("enginespec_engine_ready", engine_id, 1.0 if health.ready else 0.0))
+        samples.extend(
+            ("enginespec_engine_state", [unique_id, name], 1.0 if health.state == name else 0.0)
+            for name in _STATES
+        )
+        samples.append(("enginespec_engine_health_stale", engine_id, 1.0 if health.stale else 0.0))
+        if health.checked_at is not None:
+            samples.append(
+                ("enginespec_engine_health_checked_timestamp_seconds", engine_id, float(health.checked_at))
+            )
+    return samples
 
 
 def _gpu_label(device: GpuDevice) -> str:
@@ -278,20 +347,40 @@ def _load_series(
         "Tokens generated per second between two readings",
         labels=labels,
     )
+    families = (running, waiting, kv, generated, rate)
     for process, load, unique_id in zip(processes, loads, ids, strict=True):
+        for family, values, value in _load_samples(families, process, load, unique_id):
+            family.add_metric(values, value)
+    yield from families
+
+
+def _load_samples(
+    families: tuple[GaugeMetricFamily | CounterMetricFamily, ...],
+    process: EngineProcess,
+    load: EngineLoad | None,
+    unique_id: str,
+) -> list[tuple[GaugeMetricFamily | CounterMetricFamily, list[str], float]]:
+    """One engine's load samples (``families``: running, waiting, KV cache, generated, rate);
+    none when its reading's figures cannot be made floats."""
+
+    def samples() -> list[tuple[GaugeMetricFamily | CounterMetricFamily, list[str], float]]:
         if load is None or not load.available:
-            continue
+            return []
         values = [unique_id, _label(process.engine), _label(process.model or "")]
-        for family, value in (
-            (running, load.requests_running),
-            (waiting, load.requests_waiting),
-            (kv, load.kv_cache_usage),
-            (generated, load.generated_tokens_total),
-            (rate, load.tokens_per_second),
-        ):
-            if value is not None:
-                family.add_metric(values, value)
-    yield from (running, waiting, kv, generated, rate)
+        figures = (
+            load.requests_running,
+            load.requests_waiting,
+            load.kv_cache_usage,
+            load.generated_tokens_total,
+            load.tokens_per_second,
+        )
+        return [
+            (family, values, float(value))
+            for family, value in zip(families, figures, strict=True)
+            if value is not None
+        ]
+
+    return contained("load metrics", samples, lambda _reason: [])
 
 
 def _refresh(
@@ -302,8 +391,11 @@ def _refresh(
     keep_stopped: float,
     monitor: EngineMonitor | None = None,
 ) -> None:
-    """One scan and its health checks, all within ``deadline`` seconds: a hung engine costs at
-    most what is left of it (and is reported ``unknown``), never the next interval."""
+    """One scan and its health checks, within ``deadline`` seconds when the scan leaves at least
+    half of it: a hung engine costs at most that (its request times out first: ``unhealthy``),
+    never the next interval. On a loaded host, where even that is not enough, an engine not
+    checked in time keeps its last verdict, marked ``stale`` (see :func:`enginespec.health.kept`);
+    one that needs no request is never "not checked"."""
     started = time.perf_counter()
     processes = scanner.scan()
     seconds = time.perf_counter() - started
@@ -317,14 +409,22 @@ def _refresh(
     previous = collector.snapshot
     healths: list[Health] | None = None
     loads = None
-    budget = max(deadline - seconds, 0.05)
+    # The checks keep at least half the deadline, however long the scan took: a slow scan (a
+    # loaded host) made them 50 ms, and every engine `unknown`.
+    budget = max(deadline - seconds, deadline / 2)
     if monitor is not None:
         monitor.forget(processes)
         vitals = monitor.check(processes, deadline=budget)
         healths = [v.health for v in vitals]
         loads = [v.load for v in vitals]
     elif health:
-        healths = check_all(processes, timeout=budget, deadline=budget)
+        healths = check_all(processes, timeout=request_timeout(budget), deadline=budget)
+    if healths is not None and previous.healths is not None:
+        earlier = zip(previous.processes, previous.healths, strict=True)
+        before = {(p.pid, p.start_time): h for p, h in earlier}
+        healths = [
+            kept(h, before.get((p.pid, p.start_time))) for p, h in zip(processes, healths, strict=True)
+        ]
     now = time.time()
     ids = unique_engine_ids(
         processes,
@@ -346,9 +446,12 @@ def _refresh(
         scan_seconds=seconds,
         scan_errors=previous.scan_errors + scanner.stats.unreadable,
         scans=previous.scans + 1,
-        gpus=gpu_ledger(processes, all_processes=False, reread=False),
+        gpus=contained(
+            "GPU ledger", lambda: gpu_ledger(processes, all_processes=False, reread=False), lambda _reason: ()
+        ),
         stopped=stopped,
         refreshed_at=now,
+        refresh_failures=previous.refresh_failures,
     )
 
 
@@ -385,14 +488,28 @@ class Refresher:
         self._health = health
         self._keep_stopped = keep_stopped
         self._deadline = min(2.0, interval * 0.8)
-        self._monitor = EngineMonitor(timeout=self._deadline, stall_after=stall_after) if load else None
+        self._monitor = (
+            EngineMonitor(timeout=request_timeout(self._deadline), stall_after=stall_after) if load else None
+        )
         if refresh_now:
             self.refresh()
 
-    def refresh(self) -> None:
-        _refresh(
-            self._scanner, self.collector, self._health, self._deadline, self._keep_stopped, self._monitor
-        )
+    def refresh(self) -> bool:
+        """One refresh; whether it succeeded. One that fails keeps the last snapshot (and says
+        so in it: ``refresh_failures``, ``refresh_problem``), the failure logged once per cause
+        (see :mod:`enginespec.boundary`): the loop serving it never ends because of it."""
+        try:
+            _refresh(
+                self._scanner, self.collector, self._health, self._deadline, self._keep_stopped, self._monitor
+            )
+        except Exception as err:  # the loop's boundary: the last good snapshot stays served
+            reason = failed("refresh", err)
+            last = self.collector.snapshot
+            self.collector.snapshot = dataclasses.replace(
+                last, refresh_failures=last.refresh_failures + 1, refresh_problem=reason
+            )
+            return False
+        return True
 
     def run(self, stop: threading.Event, after: Callable[[], None] | None = None) -> None:
         """Refreshes until ``stop`` is set, calling ``after`` once now and after each refresh."""

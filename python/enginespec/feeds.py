@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any, Literal, get_args
 
 from enginespec._procfiles import owner
+from enginespec.boundary import contained, failed
 from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
 from enginespec.liveness import scanned_ticks
@@ -243,9 +244,25 @@ def render(
     feed: FeedFormat, processes: Sequence[EngineProcess], *, advertise: str
 ) -> tuple[bytes, list[str]]:
     """The feed's file for these (already checked) serving engines, as bytes, and a note for each
-    engine the format cannot carry."""
-    document, notes = _RENDERERS[feed](processes, advertise)
-    return _encode(document), notes
+    engine the format cannot carry, or whose entry could not be made (the error boundary: an
+    engine that fails is left out, said, and the others listed)."""
+    renderer = _RENDERERS[feed]
+    failures = [_unrenderable(renderer, process, advertise) for process in processes]
+    usable = [process for process, failure in zip(processes, failures, strict=True) if failure is None]
+    document, notes = renderer(usable, advertise)
+    return _encode(document), [*notes, *(failure for failure in failures if failure is not None)]
+
+
+def _unrenderable(
+    renderer: Callable[[Sequence[EngineProcess], str], _Rendered], process: EngineProcess, advertise: str
+) -> str | None:
+    """Why ``process``'s entry cannot be made, or ``None`` when it can."""
+
+    def entry() -> str | None:
+        _encode(renderer([process], advertise)[0])
+        return None
+
+    return contained("feed entry", entry, lambda reason: f"pid {process.pid} ({process.engine}): {reason}")
 
 
 def _encode(document: Any) -> bytes:
@@ -436,5 +453,7 @@ def export_watch(
             except OSError as err:  # a full disk, a broken pipe: said, tried again next time
                 if writer._log is not None:
                     writer._log(str(err))
+            except Exception as err:  # the loop's boundary: the file keeps what it last said
+                failed("feed", err)
     finally:
         watch.close()

@@ -22,6 +22,7 @@ from enginespec._backend import proc_root
 from enginespec._gpuids import UUID, normal_pci
 from enginespec._nvml import NvmlDevice, query
 from enginespec._procfiles import kernel_link, list_kernel_directory, proc_path, read_kernel_file
+from enginespec.boundary import contained
 
 Vendor = Literal["nvidia", "amd", "intel", "other"]
 GpuSource = Literal["nvml", "fdinfo", "kfd", "fd"]
@@ -505,13 +506,21 @@ class GpuReader:
             known = self._held.get(key)
             given = tuple(tuple(opened[pid]) if pid in opened else None for pid in key)
             if known is None or now >= known[0] or known[1] != given or any(pid in fresh for pid in key):
-                held = self._read_tree(key, now, fresh, opened)
+                held = self._held_by(key, now, fresh, opened)
                 known = (now + MEMORY_REFRESH_SECONDS, given, held)
                 self._held[key] = known
             result.append(known[2])
         if len(self._held) != len(wanted):
             self._held = {key: value for key, value in self._held.items() if key in wanted}
         return result
+
+    def _held_by(self, pids: tuple[int, ...], now: float, fresh: set[int], scanned: _Opened) -> Held:
+        """What the tree holds (:meth:`_read_tree`), or nothing, with why, when that fails."""
+        return contained(
+            "GPU attribution",
+            lambda: self._read_tree(pids, now, fresh, scanned),
+            lambda reason: ((), reason),
+        )
 
     def _read_tree(self, pids: tuple[int, ...], now: float, fresh: set[int], scanned: _Opened) -> Held:
         problems: list[str] = []

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import enginespec._procfiles as _procfiles
 import enginespec.sockets as sockets
+from enginespec.boundary import contained_async
 from enginespec.engineprocess import EngineProcess
 from enginespec.errors import EngineExited, NotReady
 from enginespec.liveness import process_alive
@@ -82,17 +83,17 @@ def _probe(t: CheckTarget, verify_identity: bool, deep: bool, timeout: float) ->
             latency=reply.elapsed if reply else None,
             model_ids=tuple(ids),
             reason=reason,
+            checked_at=time.time(),
         )
         result._answer = hash(reply.body) if reply else 0
         return result
 
     if t.process is not None and not process_alive(t.process):
         return health("down", "process is gone")
-    if t.process is not None and t.process.role in NOT_SERVING_ROLES:
-        return health("not_serving", f"{NOT_SERVING_REASONS[t.process.role]}: not checked")
+    if t.process is not None and (unasked := needs_no_request(t.process, t.base_url)) is not None:
+        return health(*unasked)
     if t.base_url is None:
-        problems = "; ".join(t.process.problems) if t.process else "no address"
-        return health("unknown", f"no usable listen address: {problems}")
+        return health("unknown", "no usable listen address: no address")
     where, verdict = endpoint_of(t)
     if where is None:
         return health(*verdict)
@@ -146,13 +147,30 @@ def _probe(t: CheckTarget, verify_identity: bool, deep: bool, timeout: float) ->
     return health("ready", reason, first, ids)
 
 
+def needs_no_request(process: EngineProcess, base_url: str | None) -> tuple[HealthState, str] | None:
+    """The state and reason of an engine that is asked nothing (a follower, worker or orphan
+    serves no HTTP API; an engine with no usable address cannot be asked), from its record
+    alone: such an engine is never "not checked in time"."""
+    if process.role in NOT_SERVING_ROLES:
+        return "not_serving", f"{NOT_SERVING_REASONS[process.role]}: not checked"
+    if base_url is None:
+        return "unknown", f"no usable listen address: {'; '.join(process.problems)}"
+    return None
+
+
 def _unanswered(t: CheckTarget, reply: _Reply, timeout: float, path: str) -> tuple[HealthState, str]:
-    """The state and reason of a health request that got no answer."""
+    """The state and reason of a health request that got no answer. A request that was made and
+    not answered within its timeout is the server's doing (``unhealthy``), unlike a check the
+    overall deadline cut before it could finish (``unknown``: see :func:`not_checked_in_time`)."""
     if reply.failure == "refused":
         if t.process is not None:
             return "starting", "process is up, not accepting connections yet"
         return "down", f"nothing listening ({reply.detail})"
     if reply.failure == "timeout":
+        if reply.detail == "connect":
+            return "unhealthy", f"did not accept the connection within {timeout:g}s"
+        if reply.detail == "read":
+            return "unhealthy", f"accepted the connection, no answer from {path} within {timeout:g}s"
         return "unhealthy", f"no answer from {path} within {timeout:g}s"
     if reply.failure == "foreign":
         return "unhealthy", reply.detail
@@ -162,6 +180,10 @@ def _unanswered(t: CheckTarget, reply: _Reply, timeout: float, path: str) -> tup
 def _failure(err: httpx.HTTPError) -> tuple[str, str]:
     import httpx
 
+    if isinstance(err, httpx.ConnectTimeout):
+        return "timeout", "connect"
+    if isinstance(err, httpx.ReadTimeout):
+        return "timeout", "read"
     if isinstance(err, httpx.TimeoutException):
         return "timeout", "timed out"
     if isinstance(err, httpx.ConnectError):
@@ -226,18 +248,69 @@ async def _run(t: CheckTarget, probe: _Probe, timeout: float) -> Health:
 
 
 async def _within(t: CheckTarget, job: Coroutine[Any, Any, Health], deadline: float | None) -> Health:
-    """The check, or ``unknown`` when it is not done within ``deadline`` seconds."""
-    if deadline is None:
-        return await job
-    try:
-        return await asyncio.wait_for(job, deadline)
-    except asyncio.TimeoutError:
-        return not_checked_in_time(t.spec.id, t.base_url, deadline)
+    """The check, or ``unknown`` when it is not done within ``deadline`` seconds, or when it
+    failed (the error boundary: see :mod:`enginespec.boundary`)."""
+
+    async def bounded() -> Health:
+        if deadline is None:
+            return await job
+        try:
+            return await asyncio.wait_for(job, deadline)
+        except asyncio.TimeoutError:
+            return not_checked_in_time(t.spec.id, t.base_url, deadline)
+
+    return await contained_async("health", bounded(), lambda reason: broken(t.spec.id, t.base_url, reason))
 
 
 def not_checked_in_time(engine: str, base_url: str | None, deadline: float) -> Health:
+    """The verdict of an engine whose check did not finish within the overall deadline: the
+    deadline ran out (ours), not the engine's request timeout. ``checked_at`` is ``None``: a
+    loop keeps the engine's last verdict instead (see :func:`kept`)."""
     reason = f"not checked within the overall deadline of {deadline:g}s"
     return Health(engine=engine, base_url=base_url, state="unknown", reason=reason)
+
+
+def late_verdict(process: EngineProcess, deadline: float) -> Health:
+    """What an engine not checked within ``deadline`` is: what its record says, for one that
+    needs no request (:func:`needs_no_request`), else :func:`not_checked_in_time`."""
+    unasked = needs_no_request(process, process.base_url)
+    if unasked is None:
+        return not_checked_in_time(process.engine, process.base_url, deadline)
+    state, reason = unasked
+    return Health(
+        engine=process.engine, base_url=process.base_url, state=state, reason=reason, checked_at=time.time()
+    )
+
+
+def broken(engine: str, base_url: str | None, reason: str) -> Health:
+    """The verdict of a check that failed (``reason`` from :func:`enginespec.boundary.failed`)."""
+    return Health(engine=engine, base_url=base_url, state="unknown", reason=reason, checked_at=time.time())
+
+
+#: How long a loop keeps an engine's last verdict, marked ``stale``, while its checks do not
+#: finish in time: past that, it is ``unknown`` (not checked) like any engine.
+STALE_SECONDS = 60.0
+#: The share of an overall deadline a request may take when a caller gives only the deadline
+#: (the CLI's ``--timeout``, the exporter's refresh): a server that accepts and never answers
+#: then times out (``unhealthy``, the server's doing) before the deadline would cut its check
+#: (``unknown``, ours).
+REQUEST_SHARE = 0.75
+
+
+def request_timeout(deadline: float) -> float:
+    """The timeout of each request within an overall ``deadline`` (see :data:`REQUEST_SHARE`)."""
+    return deadline * REQUEST_SHARE
+
+
+def kept(now: Health, before: Health | None) -> Health:
+    """``now``; or, when ``now`` only says the engine was not checked in time and ``before``
+    (the same engine's verdict of an earlier round) was reached within :data:`STALE_SECONDS`,
+    ``before`` marked ``stale``."""
+    if now.checked_at is not None or now.state != "unknown" or before is None or before.checked_at is None:
+        return now
+    if time.time() - before.checked_at > STALE_SECONDS:
+        return now
+    return before if before.stale else before.model_copy(update={"stale": True})
 
 
 def check_health(
@@ -433,15 +506,19 @@ async def check_all_async(
         return check_health_async(proc, timeout=timeout, verify_identity=verify_identity)
 
     def late(proc: EngineProcess) -> Health:
-        return not_checked_in_time(proc.engine, proc.base_url, deadline or 0.0)
+        return late_verdict(proc, deadline or 0.0)
 
-    return await in_turn(listed, check, late, concurrency=concurrency, deadline=deadline)
+    def failed(proc: EngineProcess, reason: str) -> Health:
+        return broken(proc.engine, proc.base_url, reason)
+
+    return await in_turn(listed, check, late, failed, concurrency=concurrency, deadline=deadline)
 
 
 async def in_turn(
     processes: Sequence[EngineProcess],
     check: Callable[[EngineProcess], Awaitable[_Checked]],
     late: Callable[[EngineProcess], _Checked],
+    failed: Callable[[EngineProcess, str], _Checked],
     *,
     concurrency: int,
     deadline: float | None,
@@ -449,10 +526,11 @@ async def in_turn(
 ) -> list[_Checked]:
     """``check`` of every process, at most ``concurrency`` in flight, the slots going to each
     owner's engines in turn (see :func:`_owners_in_turn`); with ``deadline`` (seconds) the round
-    ends by then and processes still waiting or in flight get ``late``. Each network namespace's
-    socket table is read once for the round. Results are in the order of ``processes``;
-    ``on_result(index, result)`` is told each one as it comes (a hung server's timeout does not
-    hold back the others' results)."""
+    ends by then and processes still waiting or in flight get ``late``; a check that raises
+    gives ``failed(process, reason)`` (the error boundary: one engine's failure is its own).
+    Each network namespace's socket table is read once for the round. Results are in the order
+    of ``processes``; ``on_result(index, result)`` is told each one as it comes (a hung server's
+    timeout does not hold back the others' results)."""
     gate = asyncio.Semaphore(concurrency)
     loop = asyncio.get_running_loop()
     end = None if deadline is None else loop.time() + deadline
@@ -470,7 +548,8 @@ async def in_turn(
             return late(proc)
 
     async def one(at: int) -> _Checked:
-        result = await timed(processes[at])
+        process = processes[at]
+        result = await contained_async("health", timed(process), lambda reason: failed(process, reason))
         if on_result is not None:
             on_result(at, result)
         return result

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 import enginespec.reaching as reaching
 from enginespec._procfiles import stat_fields
+from enginespec.boundary import contained_async
 from enginespec.definition import EngineDefinition, LoadMetrics
 from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
@@ -403,6 +404,21 @@ def _with_history(load: EngineLoad, previous: EngineLoad | None) -> EngineLoad:
     return result
 
 
+def not_read(process: EngineProcess, reason: str) -> EngineLoad:
+    """The reading of an engine whose reading failed (the error boundary, see
+    :mod:`enginespec.boundary`): no figures, and why."""
+    return EngineLoad(
+        engine=process.engine,
+        engine_id=process.engine_id,
+        pid=process.pid,
+        base_url=process.base_url,
+        source="none",
+        reason=reason,
+        read_at=time.time(),
+        monotonic=time.monotonic(),
+    )
+
+
 async def check_load_async(
     target: EngineProcess | str,
     base_url: str | None = None,
@@ -454,7 +470,8 @@ async def check_load_all_async(
 
     async def one(process: EngineProcess, before: EngineLoad | None) -> EngineLoad:
         async with gate:
-            return await check_load_async(process, previous=before, timeout=timeout, stall_after=stall_after)
+            reading = check_load_async(process, previous=before, timeout=timeout, stall_after=stall_after)
+            return await contained_async("load", reading, lambda reason: not_read(process, reason))
 
     return list(await asyncio.gather(*(one(p, b) for p, b in zip(listed, earlier, strict=True))))
 

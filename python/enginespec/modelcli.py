@@ -20,16 +20,20 @@ _GIB = 1 << 30
 
 
 def engine_model(pid: int) -> tuple[str, ModelFacts]:
-    """(engine, facts with the estimate) of the engine server ``pid``."""
+    """(engine, facts with the estimate) of the engine server ``pid``; ``ModelError`` with why
+    not (read as a scan's consumers read them: under a deadline, and inside the error boundary)."""
     from enginespec.modelfacts import ModelError
-    from enginespec.processmodels import compute
+    from enginespec.processmodels import cached
     from enginespec.scanning import Scanner
 
     found = [p for p in Scanner().scan() if p.pid == pid]
     if not found:
         raise ModelError(f"pid {pid}: not an engine server")
     process = found[0]
-    return process.engine, compute(pid, process.engine, process.model, process.argv)
+    facts = cached(pid, process.start_time, process.engine, process.model, process.argv)
+    if isinstance(facts, str):
+        raise ModelError(facts)
+    return process.engine, facts
 
 
 def _size(n: int | None) -> str:

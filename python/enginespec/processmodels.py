@@ -16,9 +16,11 @@ import pwd
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any, Literal
 
 from enginespec import _procfiles
+from enginespec.boundary import failed
 from enginespec.modelfacts import ModelError, ModelFacts, hf_cache_folder, model_facts
 
 #: Processes whose facts are kept (the least recently asked for go first).
@@ -150,36 +152,43 @@ def peek(pid: int, start_time: float, argv: Sequence[str]) -> ModelFacts | None:
 
 def _with_deadline(action: Callable[[], ModelFacts]) -> ModelFacts | str:
     """``action``'s facts, or why not: its error, or that it missed the deadline. Never raises
-    because of a process's files (a polling loop must not die of one odd engine)."""
+    because of a process's files (a polling loop must not die of one odd engine): the thread
+    hands back a result or whatever it raised through a future, so there is no outcome the
+    caller cannot read (an exception nobody foresaw is counted by the error boundary)."""
     global _stuck
     with _lock:
         if _stuck >= MAX_STUCK:
             return f"not read: {_stuck} earlier reads of model files are still blocked"
-    box: list[ModelFacts | str] = []
+    done: Future[ModelFacts] = Future()
     late = threading.Event()
 
     def run() -> None:
         global _stuck
         try:
-            box.append(action())
-        except ModelError as e:
-            box.append(str(e))
-        except (OSError, ValueError, RecursionError, MemoryError) as e:
-            box.append(f"model files unreadable: {type(e).__name__}: {e}")
+            done.set_result(action())
+        except BaseException as e:  # handed to the caller, which decides
+            done.set_exception(e)
         finally:
-            if late.is_set():
-                with _lock:
+            with _lock:
+                if late.is_set():
                     _stuck -= 1
 
     thread = threading.Thread(target=run, name="enginespec-model-facts", daemon=True)
     thread.start()
     thread.join(DEADLINE_SECONDS)
     with _lock:
-        if not box and thread.is_alive():
+        if not done.done():
             late.set()
             _stuck += 1
             return f"reading its model took longer than {DEADLINE_SECONDS:g} s (abandoned)"
-    return box[0]
+    try:
+        return done.result()
+    except ModelError as e:
+        return str(e)
+    except (OSError, ValueError, RecursionError, MemoryError) as e:
+        return f"model files unreadable: {type(e).__name__}: {e}"
+    except Exception as e:  # the error boundary of this engine's model facts
+        return failed("model facts", e)
 
 
 def beside_log(facts: ModelFacts, engine: str, log: str) -> ModelFacts:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from enginespec._backend import ScannerType
 from enginespec._common import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess, ReadSet, Woke, basename
 from enginespec.argv import argv_port, checkout_programs, endpoint, flag_value, redact_argv, served_names
+from enginespec.boundary import contained
 from enginespec.config import Config
 from enginespec.definition import EngineDefinition
 from enginespec.engineprocess import EngineProcess
@@ -193,7 +194,7 @@ class Scanner:
             if previous is not None and unchanged and not self._outside.changed(pid):
                 process = previous[2]
             else:
-                process = self._model(item, parent_engine, pid in serving)
+                process = self._record(item, parent_engine, pid in serving)
             built[pid] = (item, parent_engine, process)
             result.append(process)
         if self._listen_ports:
@@ -212,6 +213,44 @@ class Scanner:
             held = self._gpus.read(trees(result), opened)
             result, self._gpu_views = with_held(result, held, self._gpu_views)
         return result
+
+    def _record(self, item: RawProcess, parent_engine: str | None, serving: bool) -> EngineProcess:
+        """The record's model (:meth:`_model`), or when building it fails, what is known of it."""
+        return contained(
+            "engine record",
+            lambda: self._model(item, parent_engine, serving),
+            lambda reason: self._unbuilt(item, reason),
+        )
+
+    def _unbuilt(self, item: RawProcess, reason: str) -> EngineProcess:
+        """The record of a process whose model could not be built (see :mod:`enginespec.boundary`):
+        what the backend read, no address, and why in ``problems``. Its argv is shown only when
+        its secrets could be masked."""
+        spec = self._specs[item.facts.engine]
+        argv = item.argv[:-1] if item.argv and item.argv[-1] == ARGV_CUT else item.argv
+        shown: tuple[str, ...] = contained(
+            "argv redaction", lambda: tuple(redact_argv(argv, spec.id)), lambda _reason: ()
+        )
+        return EngineProcess(
+            pid=item.pid,
+            start_time=item.start_time,
+            ppid=item.ppid,
+            engine=spec.id,
+            model=None,
+            served_model_names=(),
+            host=None,
+            port=None,
+            effective_host="",
+            effective_port=None,
+            role=item.facts.role if item.facts.role != "worker" else "orphan",
+            problems=(reason,),
+            base_url=None,
+            argv=shown,
+            exe=item.exe,
+            worker_pids=(),
+            supervisor=None,
+            listen_ports=tuple(item.listen_ports),
+        )
 
     def _model(self, item: RawProcess, parent_engine: str | None, serving: bool = False) -> EngineProcess:
         pid, start_time, argv, facts = item.pid, item.start_time, item.argv, item.facts

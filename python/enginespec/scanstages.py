@@ -19,6 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 import enginespec.sockets as sockets
 from enginespec._common import RawProcess, Runtime
 from enginespec._procfiles import Identity, named_identity
+from enginespec.boundary import contained
 from enginespec.config import Config
 from enginespec.containers import (
     Container,
@@ -76,7 +77,9 @@ class Folding:
             return False
         key = (item.pid, item.start_time)
         if key not in self._serving:
-            self._serving[key] = serves_by_environment(spec, item.environ)
+            self._serving[key] = contained(
+                "server environment", lambda: serves_by_environment(spec, item.environ), lambda _reason: False
+            )
         return self._serving[key]
 
     def worker_pids(self, item: RawProcess) -> tuple[int, ...]:
@@ -188,26 +191,40 @@ class NetworkPlacement:
         result = []
         for process in processes:
             if process.private_network:
-                entry = self._shown.get(process.pid)
-                if entry is None or entry[0] is not process or entry[1] is not rules:
-                    # A namespace of a user's own (unshare -rn) may hold any address on its
-                    # loopback: what a proxy forwards to that address is not its port.
-                    trusted = bool(rules) and netns_of_host_users(process.pid, self._proc)
-                    addresses = netns_addresses(process.pid, self._proc) if trusted else frozenset()
-                    ports = published_ports(rules, addresses, process.effective_port)
-                    if entry is not None and entry[0] is process and entry[2] == ports:
-                        view = entry[3]  # the same model as before: unchanged for callers
-                    elif ports:
-                        url = next((p.url for p in ports if p.url is not None), process.base_url)
-                        view = process.model_copy(update={"published": ports, "base_url": url})
-                    else:
-                        view = process
-                    entry = (process, rules, ports, view)
+                entry = self._entry(process, rules)
                 shown[process.pid] = entry
                 process = entry[3]
             result.append(process)
         self._shown = shown
         return result
+
+    def _entry(self, process: EngineProcess, rules: list[ProxyRule]) -> _Shown:
+        """What is shown of an engine in a private network namespace: with the host ports
+        Docker's proxies forward to it (the same model while they are unchanged); as it is, when
+        they cannot be found."""
+        return contained(
+            "published ports",
+            lambda: self._published(process, rules),
+            lambda _reason: (process, rules, (), process),
+        )
+
+    def _published(self, process: EngineProcess, rules: list[ProxyRule]) -> _Shown:
+        entry = self._shown.get(process.pid)
+        if entry is not None and entry[0] is process and entry[1] is rules:
+            return entry
+        # A namespace of a user's own (unshare -rn) may hold any address on its loopback: what a
+        # proxy forwards to that address is not its port.
+        trusted = bool(rules) and netns_of_host_users(process.pid, self._proc)
+        addresses = netns_addresses(process.pid, self._proc) if trusted else frozenset()
+        ports = published_ports(rules, addresses, process.effective_port)
+        if entry is not None and entry[0] is process and entry[2] == ports:
+            view = entry[3]  # the same model as before: unchanged for callers
+        elif ports:
+            url = next((p.url for p in ports if p.url is not None), process.base_url)
+            view = process.model_copy(update={"published": ports, "base_url": url})
+        else:
+            view = process
+        return (process, rules, ports, view)
 
     def forget(self, alive: Collection[Key]) -> None:
         self._places = {key: place for key, place in self._places.items() if key in alive}
@@ -234,7 +251,13 @@ class PortConflicts:
             return [self._with_conflicts(process, built) for process in processes]
 
     def _with_conflicts(self, process: EngineProcess, built: dict[int, Built]) -> EngineProcess:
-        """The process with its conflicts (the same object while they are unchanged)."""
+        """The process with its conflicts (the same object while they are unchanged; as it was,
+        when they cannot be found)."""
+        return contained(
+            "port conflicts", lambda: self._conflicts_of(process, built), lambda _reason: process
+        )
+
+    def _conflicts_of(self, process: EngineProcess, built: dict[int, Built]) -> EngineProcess:
         port = process.effective_port
         found: tuple[int, ...] = ()
         if port is not None and port in process.listen_ports:

@@ -34,6 +34,13 @@ class Health(BaseModel):
     #: model ids from ``/v1/models`` when they were asked for.
     model_ids: tuple[str, ...] = ()
     reason: str = ""
+    #: when (Unix time) this verdict was reached; ``None`` when the engine was not checked (its
+    #: check did not finish within the overall deadline) or for a verdict built elsewhere.
+    checked_at: float | None = None
+    #: an earlier round's verdict (reached at ``checked_at``), kept because this round's check of
+    #: the engine did not finish within its deadline: a loop under load (the exporter's, the
+    #: agent's, ``watch``'s) keeps what it last knew rather than turn every engine ``unknown``.
+    stale: bool = False
     #: digest of the health answer's body, so waiting can tell a changing answer (progress).
     _answer: int = PrivateAttr(default=0)
 

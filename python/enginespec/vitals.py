@@ -36,7 +36,7 @@ from enginespec._common import basename, is_python, looks_like_flag, python_targ
 from enginespec._procfiles import read_proc, stat_fields
 from enginespec.argv import parse_argv
 from enginespec.engineprocess import EngineProcess
-from enginespec.health import check_health_async, in_turn, not_checked_in_time
+from enginespec.health import broken, check_health_async, in_turn, late_verdict
 from enginespec.load import EngineLoad, _read, checked_stall_after, not_owned, tree_cpu_seconds
 from enginespec.reaching import blocking, engine_tree, target_of
 from enginespec.registry import find_engine
@@ -492,12 +492,15 @@ class EngineMonitor:
             raise ValueError(f"deadline: must be a positive number of seconds, got {deadline!r}")
 
         def late(process: EngineProcess) -> Vitals:
-            return Vitals(health=not_checked_in_time(process.engine, process.base_url, deadline or 0.0))
+            return Vitals(health=late_verdict(process, deadline or 0.0))
+
+        def failed(process: EngineProcess, reason: str) -> Vitals:
+            return Vitals(health=broken(process.engine, process.base_url, reason))
 
         listed = list(processes)
         told = None if on_result is None else (lambda at, found: on_result(listed[at], found))
         return await in_turn(
-            listed, self._one, late, concurrency=self.concurrency, deadline=deadline, on_result=told
+            listed, self._one, late, failed, concurrency=self.concurrency, deadline=deadline, on_result=told
         )
 
     def check(self, processes: Iterable[EngineProcess], *, deadline: float | None = None) -> list[Vitals]:

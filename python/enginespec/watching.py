@@ -31,8 +31,10 @@ from typing import Annotated, Any, Literal, TypeAlias, TypedDict
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from enginespec._common import Woke
+from enginespec.boundary import contained, failed
 from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
+from enginespec.health import REQUEST_SHARE, kept
 from enginespec.load import EngineLoad
 from enginespec.status import Health, HealthState
 from enginespec.vitals import EngineMonitor, Vitals, WorkerExit
@@ -275,6 +277,8 @@ class Watch:
         self._lock = threading.Lock()
         self._current: dict[_Key, EngineProcess] = {}
         self._states: dict[_Key, HealthState] = {}
+        #: each engine's last verdict, kept (stale) while its checks do not finish in time
+        self._healths: dict[_Key, Health] = {}
         #: each engine's last load reading (with ``load``), for whoever shows the engines
         self.loads: dict[_Key, EngineLoad | None] = {}
         self._queue: queue.Queue[WatchEvent | BaseException] = queue.Queue()
@@ -311,6 +315,7 @@ class Watch:
             events = diff(self._current, processes, time.monotonic())
             self._current = {(p.pid, p.start_time): p for p in processes}
             self._states = {key: state for key, state in self._states.items() if key in self._current}
+            self._healths = {key: found for key, found in self._healths.items() if key in self._current}
             self.loads = {key: load for key, load in self.loads.items() if key in self._current}
             for event in events:
                 self._sink(event)
@@ -320,19 +325,32 @@ class Watch:
 
     def _scan_loop(self) -> None:
         try:
-            self._publish(self._source.scan())
+            self._survive("watch scan", lambda: self._publish(self._source.scan()))
             while not self._stop.is_set():
-                engines, woke = self._source.wait(self._interval)
-                self.wakes[woke] = self.wakes.get(woke, 0) + 1
-                if woke == "events":
-                    self._wake_workers.set()
-                if woke == "fallback":
-                    self.mode = "polling"
-                    self.polling_reason = "process events: the subscription failed"
-                if not self._stop.is_set():
-                    self._publish(engines)
+                self._survive("watch scan", self._scan_once)
         except BaseException as err:  # handed to the consumer, who raises it
             self._sink(err)
+
+    def _scan_once(self) -> None:
+        engines, woke = self._source.wait(self._interval)
+        self.wakes[woke] = self.wakes.get(woke, 0) + 1
+        if woke == "events":
+            self._wake_workers.set()
+        if woke == "fallback":
+            self.mode = "polling"
+            self.polling_reason = "process events: the subscription failed"
+        if not self._stop.is_set():
+            self._publish(engines)
+
+    def _survive(self, stage: str, step: Callable[[], None]) -> None:
+        """``step``; one that fails leaves the watch as it was (what it last published stands),
+        counted and logged once per cause (see :mod:`enginespec.boundary`), and is tried again
+        an interval later: the watch never ends because of one engine."""
+
+        def failed(_reason: str) -> None:
+            self._stop.wait(self._interval)
+
+        contained(stage, step, failed)
 
     def _worker_loop(self) -> None:
         """Reports each remembered worker's exit (see :mod:`enginespec.vitals`) as it happens."""
@@ -342,12 +360,15 @@ class Watch:
                 self._wake_workers.clear()
                 if self._stop.is_set():
                     return
-                with self._lock:
-                    processes = list(self._current.values())
-                    for process, worker in self._monitor.lost_workers(processes):
-                        self._sink(WorkerLost(monotonic=time.monotonic(), process=process, worker=worker))
+                self._survive("watch workers", self._tell_lost_workers)
         except BaseException as err:
             self._sink(err)
+
+    def _tell_lost_workers(self) -> None:
+        with self._lock:
+            processes = list(self._current.values())
+            for process, worker in self._monitor.lost_workers(processes):
+                self._sink(WorkerLost(monotonic=time.monotonic(), process=process, worker=worker))
 
     def _health_loop(self) -> None:
         try:
@@ -361,8 +382,9 @@ class Watch:
         comes: servers that accept and never answer (another user's, say) hold only their own
         checks until the timeout, never a new engine's."""
         # A refresh budget: one batch ends within it, however many engines hang (those not
-        # checked in time are `unknown`, saying so).
-        budget = max(self._health_timeout, self._health_interval)
+        # checked in time keep their last state, or are `unknown`, saying so). A request times
+        # out before it: a server that never answers is `unhealthy`, as in `ps` and `describe`.
+        budget = max(self._health_timeout / REQUEST_SHARE, self._health_interval)
         checked_at: dict[_Key, float] = {}
         in_flight: set[_Key] = set()
         batches: set[asyncio.Task[None]] = set()
@@ -370,8 +392,8 @@ class Watch:
         async def batch(due: dict[_Key, EngineProcess]) -> None:
             try:
                 await self._monitor.check_async(due.values(), deadline=budget, on_result=self._tell_health)
-            except Exception as err:  # handed to the consumer, who raises it
-                self._sink(err)
+            except Exception as err:  # the round's boundary: the states told so far stand
+                failed("watch health", err)
             finally:
                 in_flight.difference_update(due)
                 self._wake_health.set()  # what is due next is counted again
@@ -409,11 +431,13 @@ class Watch:
 
     def _tell_health(self, process: EngineProcess, found: Vitals) -> None:
         """One engine's check: its load kept, a new state told (a stall's end as Recovered too)."""
-        health = found.health
         key = (process.pid, process.start_time)
         with self._lock:
             if key not in self._current:
                 return
+            # not checked in time (a loaded host): its last verdict stands, marked stale
+            health = kept(found.health, self._healths.get(key))
+            self._healths[key] = health
             self.loads[key] = found.load
             previous = self._states.get(key)
             if previous == health.state:
