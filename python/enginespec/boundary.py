@@ -5,9 +5,12 @@ a bug) becomes that engine's ``problems`` entry or ``unknown`` verdict with the 
 other engines, and the loop that serves them all, carry on.
 
 Every failure is counted by stage (:func:`failures`; the exporter's
-``enginespec_engine_failures_total``) and logged (logger ``enginespec``, a warning: on stderr
-unless the program configures logging) once per distinct cause: the stage, the exception's type
-and where it was raised, so a failure that recurs every refresh is said once, not every second.
+``enginespec_engine_failures_total``) and logged (logger ``enginespec``) once per distinct cause:
+the stage, the exception's type and where it was raised, so a failure that recurs every refresh
+is said once, not every second. One engine's failure is logged at ``INFO`` (its reason is shown
+with that engine already, and another user's process must not write on root's terminal); a
+loop's (a refresh, a watch's step: ``loud``) is a ``WARNING``, on stderr unless the program
+configures logging.
 """
 
 from __future__ import annotations
@@ -42,9 +45,9 @@ def _origin(err: BaseException) -> str:
     return f"{last.name} ({last.filename.rsplit('/', 1)[-1]}:{last.lineno})"
 
 
-def failed(stage: str, err: BaseException) -> str:
+def failed(stage: str, err: BaseException, *, loud: bool = False) -> str:
     """Counts a failure of ``stage`` (``"health"``, ``"model facts"``...), logs its cause the
-    first time it is seen, and returns the reason to show for the engine."""
+    first time it is seen (a warning when ``loud``), and returns the reason to show for it."""
     message = str(err)
     if len(message) > MESSAGE_CHARS:
         message = message[:MESSAGE_CHARS] + "..."
@@ -57,7 +60,11 @@ def failed(stage: str, err: BaseException) -> str:
         if first and len(_logged) < MAX_CAUSES:
             _logged.add(cause)
     if first:
-        _log.warning("enginespec: %s (said once for this cause; each failure is counted)", reason)
+        _log.log(
+            logging.WARNING if loud else logging.INFO,
+            "enginespec: %s (said once for this cause; each failure is counted)",
+            reason,
+        )
     return reason
 
 

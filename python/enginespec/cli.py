@@ -911,9 +911,18 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
         from enginespec.scanning import engine_document
 
-        _out([json.dumps(engine_document(process, health), indent=2)])
+        _out([json.dumps(_document(Shown(process, health), engine_document), indent=2)])
     else:
-        _out(_describe_lines(process, health))
+        from enginespec.boundary import contained
+
+        def unshown(reason: str) -> list[str]:
+            return [
+                literal(f"PID: {process.pid}"),
+                literal(f"Engine: {process.engine}"),
+                literal(f"Problem: {reason}"),
+            ]
+
+        _out(contained("describe", lambda: _describe_lines(process, health), unshown))
     return 0
 
 
@@ -1549,7 +1558,10 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     describe.add_argument("--json", action="store_true", help="print the EngineProcess (and health) as JSON")
     describe.add_argument("--no-health", action="store_true", help="skip the health check")
     describe.add_argument(
-        "--timeout", type=_positive_seconds, default=2.0, help="health request timeout, seconds"
+        "--timeout",
+        type=_positive_seconds,
+        default=2.0,
+        help="deadline of the health check, seconds (each request may take 3/4 of it)",
     )
     describe.set_defaults(handler=_cmd_describe)
 
@@ -1570,7 +1582,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     health.add_argument(
         "--wait-timeout", type=_duration, default=600.0, help="with --wait: give up after this (10m, 90s)"
     )
-    health.add_argument("--timeout", type=_positive_seconds, default=2.0, help="request timeout, seconds")
+    health.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=2.0,
+        help="deadline of the check, seconds (each request may take 3/4 of it; with --wait, each request's)",
+    )
     health.add_argument("--verify-identity", action="store_true", help="check /v1/models serves the model")
     health.add_argument("--deep", action="store_true", help="also ask for a one-token completion")
     health.add_argument("--json", action="store_true", help="print the Health as JSON")

@@ -503,7 +503,7 @@ class Refresher:
                 self._scanner, self.collector, self._health, self._deadline, self._keep_stopped, self._monitor
             )
         except Exception as err:  # the loop's boundary: the last good snapshot stays served
-            reason = failed("refresh", err)
+            reason = failed("refresh", err, loud=True)
             last = self.collector.snapshot
             self.collector.snapshot = dataclasses.replace(
                 last, refresh_failures=last.refresh_failures + 1, refresh_problem=reason

@@ -454,6 +454,6 @@ def export_watch(
                 if writer._log is not None:
                     writer._log(str(err))
             except Exception as err:  # the loop's boundary: the file keeps what it last said
-                failed("feed", err)
+                failed("feed", err, loud=True)
     finally:
         watch.close()

@@ -167,11 +167,13 @@ def _unanswered(t: CheckTarget, reply: _Reply, timeout: float, path: str) -> tup
             return "starting", "process is up, not accepting connections yet"
         return "down", f"nothing listening ({reply.detail})"
     if reply.failure == "timeout":
+        # to a hundredth: a timeout derived from what a refresh has left is no round number
+        within = f"{round(timeout, 2):g}s"
         if reply.detail == "connect":
-            return "unhealthy", f"did not accept the connection within {timeout:g}s"
+            return "unhealthy", f"did not accept the connection within {within}"
         if reply.detail == "read":
-            return "unhealthy", f"accepted the connection, no answer from {path} within {timeout:g}s"
-        return "unhealthy", f"no answer from {path} within {timeout:g}s"
+            return "unhealthy", f"accepted the connection, no answer from {path} within {within}"
+        return "unhealthy", f"no answer from {path} within {within}"
     if reply.failure == "foreign":
         return "unhealthy", reply.detail
     return "unknown", f"{path}: {reply.detail}"

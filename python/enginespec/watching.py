@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal, TypeAlias, TypedDict
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from enginespec._common import Woke
-from enginespec.boundary import contained, failed
+from enginespec.boundary import failed
 from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
 from enginespec.health import REQUEST_SHARE, kept
@@ -347,10 +347,11 @@ class Watch:
         counted and logged once per cause (see :mod:`enginespec.boundary`), and is tried again
         an interval later: the watch never ends because of one engine."""
 
-        def failed(_reason: str) -> None:
+        try:
+            step()
+        except Exception as err:  # the loop's boundary
+            failed(stage, err, loud=True)
             self._stop.wait(self._interval)
-
-        contained(stage, step, failed)
 
     def _worker_loop(self) -> None:
         """Reports each remembered worker's exit (see :mod:`enginespec.vitals`) as it happens."""
@@ -393,7 +394,7 @@ class Watch:
             try:
                 await self._monitor.check_async(due.values(), deadline=budget, on_result=self._tell_health)
             except Exception as err:  # the round's boundary: the states told so far stand
-                failed("watch health", err)
+                failed("watch health", err, loud=True)
             finally:
                 in_flight.difference_update(due)
                 self._wake_health.set()  # what is due next is counted again
