@@ -197,6 +197,48 @@ def test_a_context_length_beyond_a_float_spoils_no_other_engine(
         stop_child(agent, signal.SIGTERM)
 
 
+def test_a_health_answer_nested_too_deep_spoils_no_other_engine(procs: Procs) -> None:
+    """A `/health` answer nested 100,000 deep: parsing it raised RecursionError, which ended
+    `ps` and the exporter's refresh. Now that engine is not ready, with a reason, and the engine
+    beside it is checked as usual."""
+    deep_sock, fine_sock = bound_socket(), bound_socket()
+    deep = Answer(200, b"[" * 100_000 + b"]" * 100_000)
+    try:
+        with (
+            serving({"/health": [deep]}, sock=deep_sock),
+            serving({"/health": [Answer(200, b'{"status":"ok"}')]}, sock=fine_sock),
+        ):
+            hostile, fine = (
+                procs.start(
+                    ["llama-server", "-m", f"/models/{name}", "--port", str(sock.getsockname()[1])],
+                    (sock.fileno(),),
+                )
+                for name, sock in (("deep", deep_sock), ("fine", fine_sock))
+            )
+            records = _scanned([hostile.pid, fine.pid])
+            healths = check_all(records)
+            assert (healths[0].state != "ready", healths[1].state) == (True, "ready"), healths
+            assert healths[0].reason
+            listed = enginespec("ps", str(hostile.pid), str(fine.pid), "-o", "json")
+            assert listed.returncode == 0, listed.stderr
+            states = {d["pid"]: d["health"]["state"] for d in json.loads(listed.stdout)}
+            assert states[fine.pid] == "ready"
+            assert states[hostile.pid] != "ready"
+            refresher = Refresher(interval=2.0, refresh_now=False)
+
+            def both_checked() -> bool:
+                refresher.refresh()
+                snapshot = refresher.collector.snapshot
+                found = dict(zip((p.pid for p in snapshot.processes), snapshot.healths or (), strict=False))
+                return found.get(fine.pid) is not None and found[fine.pid].state == "ready"
+
+            wait_for(both_checked, timeout=60)
+            assert refresher.collector.snapshot.refresh_failures == 0
+    finally:
+        deep_sock.close()
+        fine_sock.close()
+
+
 # --- loops that never die -----------------------------------------------------------------------
 
 
@@ -279,6 +321,43 @@ def test_a_refresh_that_overruns_keeps_the_ready_verdict_marked_stale(procs: Pro
             series = _series(generate_latest(refresher.registry))
             assert _value(series, "enginespec_engine_ready", engine_id=engine_id) == 1
             assert _value(series, "enginespec_engine_health_stale", engine_id=engine_id) == 1
+    finally:
+        sock.close()
+
+
+def test_a_watch_whose_checks_overrun_keeps_the_ready_state(procs: Procs) -> None:
+    """The watch's rounds of checks, each cut by its deadline (a trickling answer): the engine
+    stays `ready` (no `unknown` event), its verdict stale, until its checks finish again."""
+    sock = bound_socket()
+    port = sock.getsockname()[1]
+    try:
+        with serving({"/health": [Answer(200), TRICKLED]}, sock=sock, origins=True) as server:
+            engine = procs.start(["vllm", "serve", "/models/watched", "--port", str(port)], (sock.fileno(),))
+            watch = Scanner().watch(0.5, health=True, health_interval=0.5, health_timeout=0.5, load=False)
+            events: queue.Queue[object] = queue.Queue()
+
+            def read() -> None:
+                try:
+                    for event in watch:
+                        events.put(event)
+                except Exception as err:  # said to the test
+                    events.put(err)
+
+            threading.Thread(target=read, daemon=True).start()
+            try:
+                # three more checks asked (each cut at its round's deadline) after the first answer
+                wait_for(lambda: len(server.script.ours) >= 4, timeout=60)
+            finally:
+                watch.close()
+            told = []
+            while not events.empty():
+                event = events.get()
+                assert not isinstance(event, Exception), event
+                if isinstance(event, HealthChanged) and event.process.pid == engine.pid:
+                    told.append(event.type)
+            # (before the first answer a busy host's round may have cut this check too: unknown)
+            assert "ready" in told, told
+            assert told[told.index("ready") :] == ["ready"], told
     finally:
         sock.close()
 
