@@ -761,13 +761,12 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         if args.json or not sys.stdout.isatty():
             print(f"enginespec watch: {how}{reason}", file=sys.stderr, flush=True)
         events = (event for event in watch if chosen.keeps(event))
-        if args.json:
+        if args.json or not sys.stdout.isatty():
+            render = event_json if args.json else _event_line
             for event in events:
-                sys.stdout.write(event_json(event) + "\n")
-                sys.stdout.flush()
-        elif not sys.stdout.isatty():
-            for event in events:
-                print(_event_line(event), flush=True)
+                line = _rendered(event, render)
+                if line is not None:
+                    print(line, flush=True)
         else:
             from rich.console import Console
             from rich.live import Live
@@ -782,6 +781,14 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     finally:
         watch.close()
     return 0
+
+
+def _rendered(event: WatchEvent, render: Callable[[WatchEvent], str]) -> str | None:
+    """An event as a line, or ``None`` when it cannot be made (the error boundary: the watch
+    goes on, the failure counted and logged once)."""
+    from enginespec.boundary import contained
+
+    return contained("watch event", lambda: render(event), lambda _reason: None)
 
 
 def _watch_remote(args: argparse.Namespace, chosen: _EventFilter) -> int:
