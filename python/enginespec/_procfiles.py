@@ -218,10 +218,15 @@ def char_device(path: str) -> tuple[int, int] | None:
     return (os.major(info.st_rdev), os.minor(info.st_rdev)) if stat.S_ISCHR(info.st_mode) else None
 
 
+def held_path(handle: int) -> str:
+    """The path of an fd of this process (``/proc/self/fd/N``): the file or directory itself,
+    not whatever its name now points at."""
+    return f"{_SELF_FD}/{handle}"
+
+
 def reopen(handle: int, flags: int) -> int:
-    """A new fd on the file an ``O_PATH`` fd of this process holds, opened with ``flags``
-    (through ``/proc/self/fd``: the file itself, not whatever its name now points at)."""
-    return os.open(f"{_SELF_FD}/{handle}", flags)
+    """A new fd on the file an ``O_PATH`` fd of this process holds, opened with ``flags``."""
+    return os.open(held_path(handle), flags)
 
 
 def stat_fields(pid: int, proc: str = PROC) -> list[bytes] | None:
@@ -724,7 +729,7 @@ def open_named(pid: int, path: str, proc: str = PROC) -> int:
         try:
             _regular(handle)
             flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-            return os.open(f"{_SELF_FD}/{handle}", flags)
+            return os.open(held_path(handle), flags)
         except OSError as err:
             raise _fail(err) from None
         finally:
@@ -754,7 +759,7 @@ def open_held(pid: int, fd: int, proc: str = PROC) -> int:
     handle = open_as(who, proc_path(pid, f"fd/{fd}", proc), os.O_PATH | os.O_CLOEXEC)
     try:
         _regular(handle)
-        return open_as(who, f"{_SELF_FD}/{handle}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        return open_as(who, held_path(handle), os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as err:
         raise _fail(err) from None
     finally:
