@@ -553,3 +553,148 @@ def test_a_missing_distribution_is_named_in_either_wording(line: str) -> None:
     failure = classify_failure("sglang", f"{line}\n")
     assert failure.kind == "dependency_error"
     assert failure.figures.missing == "flashinfer"
+
+
+_WRAPPED_TORCH_OOM = (
+    "tabbyapi-1  | ERROR:    torch.OutOfMemoryError: CUDA out of memory.\n"
+    "tabbyapi-1  | Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 14.58 GiB of which\n"
+    "tabbyapi-1  | 5.56 MiB is free. Including non-PyTorch memory, this process has 14.57 GiB\n"
+)
+_FRACTION_OOM = (
+    "torch.OutOfMemoryError: Allocation on device 1 would exceed allowed memory. (out of memory)\n"
+    "Currently allocated     : 9.43 GiB\n"
+    "Requested               : 640.00 MiB\n"
+    "Device limit            : 11.59 GiB\n"
+    "Free (according to CUDA): 7.12 MiB\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("engine", "log", "kind", "cause", "figures"),
+    [
+        # SGLang's own registry refusal (python/sglang/srt/models/registry.py)
+        (
+            "sglang",
+            "ValueError: Model architectures ['FooForCausalLM'] are not supported for now. Supported "
+            "architectures: dict_keys(['LlamaForCausalLM'])",
+            "unsupported_architecture",
+            0,
+            {},
+        ),
+        # PyTorch's refusal under a memory fraction: its figures on the lines after it, or on the
+        # one line a Rust panic makes of it
+        (
+            "vllm",
+            _FRACTION_OOM,
+            "gpu_oom",
+            0,
+            {"device": "1", "requested": (640, "MiB"), "free": (7.12, "MiB")},
+        ),
+        (
+            "tgi",
+            "thread 'main' panicked at 'Unable to warmup model: Generation(\"Allocation on device 0 would "
+            "exceed allowed memory. (out of memory)\\nCurrently allocated     : 1.00 GiB\\nRequested"
+            "               : 2.50 GiB\\nDevice limit            : 22.20 GiB\\nFree (according to CUDA): "
+            "1.00 MiB\")', router/src/main.rs:216:18",
+            "gpu_oom",
+            0,
+            {"device": "0", "requested": (2.5, "GiB"), "free": (1, "MiB")},
+        ),
+        # the allocator's message wrapped by a terminal behind a compose prefix
+        (
+            "tabbyapi",
+            _WRAPPED_TORCH_OOM,
+            "gpu_oom",
+            0,
+            {"device": "0", "requested": (20, "MiB"), "total": (14.58, "GiB"), "free": (5.56, "MiB")},
+        ),
+        # ggml's CPU buffer (bytes); llama_file reading past the end of a truncated file
+        (
+            "llamacpp",
+            "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 8589934624",
+            "cpu_oom",
+            0,
+            {"requested": (8589934624, "B")},
+        ),
+        ("llamacpp-python", "error loading model: unexpectedly reached end of file", "corrupt_model", 0, {}),
+        # Windows' STATUS_DLL_NOT_FOUND as Go's os/exec reports a runner's end, unsigned
+        (
+            "ollama",
+            'msg="error loading llama server" error="llama runner process has terminated: exit status '
+            '3221225781"',
+            "dependency_error",
+            0,
+            {},
+        ),
+        # an APE file the system hands to WINE's run-detectors
+        ("llamafile", "run-detectors: unable to find an interpreter for ./m", "dependency_error", 0, {}),
+        # TensorRT-LLM: an engine file this runtime cannot deserialize; the executor's memory
+        (
+            "trtllm",
+            "[TensorRT-LLM][ERROR] Assertion failed: Failed to deserialize cuda engine. (/x/r.cpp:70)",
+            "corrupt_model",
+            0,
+            {},
+        ),
+        (
+            "trtllm",
+            "[TRT-LLM] [E] Failed to initialize executor on rank 0: Executor creation failed due to "
+            "insufficient GPU memory.\n\nThe following component could not be created: KV cache\n"
+            "Total GPU memory (GiB): 79.11\nFree GPU memory before component creation attempt (GiB): 3.25\n",
+            "gpu_oom",
+            0,
+            {"total": (79.11, "GiB"), "free": (3.25, "GiB")},
+        ),
+        # MLX's strict weight load, through mlx-lm and mlx-vlm
+        ("mlx", "ValueError: Missing 2 parameters: \nlm_head.weight.", "unsupported_architecture", 0, {}),
+        (
+            "mlx-vlm",
+            "ValueError: Received 4 parameters not in model: \nx.",
+            "unsupported_architecture",
+            0,
+            {},
+        ),
+        # ExLlamaV2's key check: its `raise` line quotes `{prefix}` and is no cause
+        (
+            "tabbyapi",
+            'ERROR:        raise ValueError(f" ## Could not find {prefix}.* in model")\n'
+            "ERROR:    ValueError:  ## Could not find lm_head.* in model",
+            "unsupported_architecture",
+            1,
+            {},
+        ),
+        # gguf-py given a quantization type it does not know
+        (
+            "aphrodite",
+            "ValueError: 30 is not a valid GGMLQuantizationType",
+            "unsupported_architecture",
+            0,
+            {},
+        ),
+        # clap's message with the quotes a forum retypes; PyInstaller naming a .so on Linux
+        ("tgi", "error: unexpected argument \u2018--foo\u2019 found", "bad_flag", 0, {"flag": "--foo"}),
+        (
+            "koboldcpp",
+            "pyimod03_ctypes.PyInstallerImportError: Failed to load dynlib/dll "
+            "'/tmp/_MEIx/koboldcpp_vulkan.so'. Most likely this dynlib/dll was not found when the "
+            "application was frozen.",
+            "dependency_error",
+            0,
+            {"missing": "koboldcpp_vulkan.so"},
+        ),
+    ],
+)
+def test_more_engine_and_runtime_wordings(
+    engine: str, log: str, kind: str, cause: int, figures: dict[str, object]
+) -> None:
+    """The layers and engine messages a third holdout of unseen logs showed missing: the class,
+    the cause line (the ``cause``-th line of the log), and the figures with their units."""
+    failure = classify_failure(engine, log)
+    assert failure.kind == kind
+    assert failure.cause_lines[0] == log.split("\n")[cause]
+    for name, value in figures.items():
+        given = getattr(failure.figures, name)
+        if isinstance(value, tuple):
+            assert given == Memory(value=value[0], unit=value[1]), name
+        else:
+            assert given == value, name

@@ -1,8 +1,8 @@
 """The failure classifier on logs it was not built from (tests/data/failures-unseen.jsonl: real
 start-up failures from public threads, labelled before any result was seen, split into tune and
-holdout by the hash of the source, and a second holdout collected after all the tuning, see
-tests/data/README.md), and on real start-ups that went fine (tests/data/startup-ok.jsonl): those
-classify as nothing."""
+holdout by the hash of the source, and a second and a third holdout each collected after the
+tuning before it, see tests/data/README.md), and on real start-ups that went fine
+(tests/data/startup-ok.jsonl): those classify as nothing."""
 
 from __future__ import annotations
 
@@ -42,9 +42,20 @@ KNOWN_MISSES = {
     # TensorRT-LLM's `CUDA runtime error in ::cudaMallocAsync(...): out of memory` as pasted,
     # wrapped in the middle of the call: neither half says both the call and out of memory
     "https://github.com/NVIDIA/TensorRT-LLM/issues/260": "the cause line is wrapped in two as pasted",
+    # llama.cpp's `unable to allocate backend buffer` names no device: labelled `cpu_oom` from the
+    # thread (a ~40G model on a 2G GPU and 8G of RAM), which the line alone cannot tell
+    "https://github.com/ollama/ollama/issues/5958": "labelled cpu_oom from the thread; the line names no "
+    "device",
+    # the issue's title runs TGI's signal line and its `Error: ShardCannotStart` wrapper together:
+    # the wrapper on the same line makes it no cause
+    "https://github.com/huggingface/text-generation-inference/issues/2238": "the title runs the cause "
+    "and its wrapper into one line",
 }
-#: The splits that measure: `holdout` by the hash rule, `holdout2` collected after the tuning.
-MEASURED_SPLITS = ("holdout", "holdout2")
+#: The splits that measure: `holdout` by the hash rule, `holdout2` and `holdout3` each collected
+#: after the tuning that came before it.
+MEASURED_SPLITS = ("holdout", "holdout2", "holdout3")
+#: The holdouts collected apart from the hash rule, each of at least 40 records.
+LATER_HOLDOUTS = ("holdout2", "holdout3")
 
 
 def _split(source: str) -> str:
@@ -86,13 +97,15 @@ def _right(record: dict[str, Any]) -> tuple[bool, int]:
 
 def test_the_corpus_is_what_its_readme_says() -> None:
     sources = [r["source"] for r in UNSEEN]
-    assert len(UNSEEN) >= 140
+    assert len(UNSEEN) >= 180
     assert len(set(sources)) == len(sources)
     assert {r["engine"] for r in UNSEEN} <= set(enginespec.engine_ids())
-    # the first round's split is the stated rule, about half each; the second holdout is apart
-    first = [r for r in UNSEEN if r["split"] != "holdout2"]
+    # the first round's split is the stated rule, about half each; the later holdouts are apart
+    first = [r for r in UNSEEN if r["split"] not in LATER_HOLDOUTS]
     assert len(first) >= 100
-    assert len(UNSEEN) - len(first) >= 40
+    assert {r["split"] for r in first} == {"tune", "holdout"}
+    for split in LATER_HOLDOUTS:
+        assert sum(r["split"] == split for r in UNSEEN) >= 40
     assert all(r["split"] == _split(r["source"]) for r in first)
     holdout = sum(r["split"] == "holdout" for r in first)
     assert 0.35 < holdout / len(first) < 0.65

@@ -54,7 +54,13 @@ ARGPARSE = Failures(
 #: clap 2/3 programs' tests by the code search, not in clap's own source).
 CLAP = Failures(
     patterns=(
-        P(kind="bad_flag", pattern=r"error: unexpected argument '(?P<flag>[^'\s]+)[^']*' found"),
+        # also with the typographic quotes (U+2018, U+2019) a forum or an editor retypes, seen in
+        # logs only: https://github.com/huggingface/text-generation-inference/issues/1903
+        P(
+            kind="bad_flag",
+            pattern=r"error: unexpected argument ['\u2018](?P<flag>[^'\u2018\u2019\s]+)[^'\u2019]*"
+            r"['\u2019] found",
+        ),
         P(kind="bad_flag", pattern=r"error: invalid value '[^']*' for '(?P<flag>-[^'\s]+)"),
         P(kind="bad_flag", pattern=r"error: a value is required for '(?P<flag>-[^'\s]+)"),
         P(kind="bad_flag", pattern=r"error: Found argument '(?P<flag>[^']+)' which wasn't expected"),
@@ -228,6 +234,28 @@ TORCH = Failures(
             pattern=rf"out of memory\. Tried to allocate (?P<requested>{MEM}) \(GPU (?P<device>\d+); "
             rf"(?P<total>{MEM}) total capacity; {MEM} already allocated; (?P<free>{MEM}) free",
         ),
+        # The allocator's refusal under a memory fraction (found by the exact-string search in a
+        # copy of c10/cuda/CUDACachingAllocator.cpp: TORCH_CHECK_WITH(OutOfMemoryError, ...,
+        # "Allocation on device ", device, " would exceed allowed memory. (out of memory)",
+        # "\nCurrently allocated     : ", ..., "\nRequested               : ", ...,
+        # "\nFree (according to CUDA): ", ...)): on one line when a Rust panic quotes it
+        # with its newlines escaped (TGI's router), else the figures on the lines after it
+        P(
+            kind="gpu_oom",
+            pattern=rf"Allocation on device (?P<device>\d+) would exceed allowed memory\. \(out of memory\)"
+            rf"(?:.*?Requested\s*: (?P<requested>{MEM}))?(?:.*?Free \(according to CUDA\): (?P<free>{MEM}))?",
+        ),
+        P(kind="gpu_oom", role="context", pattern=rf"^\s*Requested\s+: (?P<requested>{MEM})"),
+        P(kind="gpu_oom", role="context", pattern=rf"Free \(according to CUDA\): (?P<free>{MEM})"),
+        # The allocator's message wrapped over lines (a terminal's or rich's width): its figures
+        # wherever the break falls
+        P(
+            kind="gpu_oom",
+            role="context",
+            pattern=rf"Tried to allocate (?P<requested>{MEM})\.? GPU (?P<device>\d+) has a total "
+            rf"capaci?ty of (?P<total>{MEM})",
+        ),
+        P(kind="gpu_oom", role="context", pattern=rf"(?:^|\s)(?P<free>{MEM}) is free\."),
         P(
             kind="gpu_oom",
             pattern=rf"(?:CUDA|HIP|XPU) out of memory\. Tried to allocate (?P<requested>{MEM})",
@@ -287,11 +315,21 @@ LOADER = Failures(
         ),
         P(
             kind="dependency_error",
-            pattern=r"Failed to load dynlib/dll '(?:[^']*[\\/])?(?P<missing>[^'\\/]+\.dll)'",
+            pattern=r"Failed to load dynlib/dll '(?:[^']*[\\/])?"
+            r"(?P<missing>[^'\\/]+\.(?:dll|dylib|so(?:\.\d+)*))'",
         ),
         P(
             kind="dependency_error",
             pattern=r"Could not find module '(?:[^']*[\\/])?(?P<missing>[^'\\/]+\.dll)'",
+        ),
+        # Windows' loader: STATUS_DLL_NOT_FOUND (0xC0000135 in the SDK's ntstatus.h, from memory,
+        # not checked here) as the exit status Go's os/exec reports (Ollama's runner), unsigned
+        # or signed; seen in logs only: https://github.com/ollama/ollama/issues/5669
+        P(
+            kind="dependency_error",
+            pattern=r"\bexit status (?:0xc0000135|3221225781)\b|(?:^|\s)-1073741515\b",
+            hint="a DLL the program links was not found (STATUS_DLL_NOT_FOUND): install the runtime it "
+            "needs (the Visual C++ redistributable, the GPU runtime) or a build for this system",
         ),
     )
 )
@@ -334,6 +372,16 @@ HUGGINGFACE = Failures(
             kind="unsupported_architecture",
             pattern=r"Transformers does not recognize this architecture|does not recognize this "
             r"architecture|model type `[^`]+` but Transformers",
+        ),
+        # gguf-py's GGMLQuantizationType (an IntEnum) given a type id it does not know: Python's
+        # enum says `%r is not a valid %s` (CPython 3.11.7, checked by running it); the GGUF was
+        # made by a newer llama.cpp than the reader (seen in logs only:
+        # https://github.com/dphnAI/sonar/issues/448)
+        P(
+            kind="unsupported_architecture",
+            pattern=r"\d+ is not a valid GGMLQuantizationType",
+            hint="the GGUF uses a quantization type newer than this engine's GGUF reader: upgrade the "
+            "engine (and its gguf package) or use another quantization",
         ),
         P(
             kind="corrupt_model",
@@ -417,6 +465,16 @@ GGML = Failures(
         P(kind="gpu_oom", pattern=r"kIOGPUCommandBufferCallbackErrorOutOfMemory|Insufficient Memory \("),
         P(kind="gpu_oom", pattern=r"ggml_metal\w*: error: command buffer \d+ failed with status 5"),
         P(kind="gpu_oom", pattern=r"ErrorOutOfDeviceMemory|ggml_vulkan: Device memory allocation .* failed"),
+        # the CPU backend's buffer (ggml-backend's ggml_backend_cpu_buffer_type_alloc_buffer:
+        # `%s: failed to allocate buffer of size %zu`, bytes; not in the ggml checked above, seen in
+        # logs only: https://github.com/mozilla-ai/llamafile/issues/541): host memory
+        P(
+            kind="cpu_oom",
+            pattern=r"cpu_buffer_type_alloc_buffer: failed to allocate buffer of size "
+            r"(?P<requested_bytes>\d+)",
+            hint="the host could not allocate a buffer: a smaller context (-c), model or quantization, or "
+            "more RAM",
+        ),
         P(
             kind="unsupported_architecture",
             pattern=r"unknown model architecture: '(?:[^']*)'",
@@ -448,6 +506,10 @@ GGML = Failures(
             kind="corrupt_model",
             pattern=r"data is not within the file bounds|model is corrupted or incomplete",
         ),
+        # llama_file's read past the end (src/llama-mmap.cpp `unexpectedly reached end of file`,
+        # from memory, not checked here; seen in logs only:
+        # https://github.com/wombyz/gpt4all_langchain_chatbots/issues/9): a truncated file
+        P(kind="corrupt_model", pattern=r"unexpectedly reached end of file"),
         P(kind="corrupt_model", pattern=r"has wrong size in model file|tensor '[^']*' has wrong shape"),
         # gguf_init_from_reader (ggml/src/gguf.cpp of the llama.cpp llama-cpp-python 0.3.35 vendors)
         # says "failed to read header" and "number of tensors is N but must be in [0, M]".
@@ -518,6 +580,21 @@ ENDINGS = Failures(
             role="ending",
             pattern=r"\bexit status (?P<signal>0xc0000005|0xc0000409|3221225477|3221226505)\b",
             hint="the process crashed ({signal}): see the lines before",
+        ),
+    )
+)
+
+#: MLX's nn.Module.load_weights(strict=True) (python/mlx/nn/layers/base.py at ml-explore/mlx
+#: 004c1d8e: `Received {num_extra} parameters not in model: \n{extras}.`, `Missing {num_missing}
+#: parameters: \n{missing}.`): the checkpoint's weights are not the ones this release's class of
+#: the model has (a checkpoint of a newer layout, or of another variant).
+MLX_WEIGHTS = Failures(
+    patterns=(
+        P(
+            kind="unsupported_architecture",
+            pattern=r"Received \d+ parameters not in model|Missing \d+ parameters: ",
+            hint="the model's weights do not match this release's implementation of it: upgrade, or use "
+            "a conversion made for this release",
         ),
     )
 )

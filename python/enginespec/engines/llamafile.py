@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, Launch, Serving
+from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
@@ -96,7 +97,23 @@ SIGNATURE = Signature(
     default_port=8080,
 )
 
-FAILURES = _libraries.LLAMA_ARGS + _libraries.LLAMA_CPP
+# An APE file run where binfmt_misc hands MZ executables to WINE's (binfmt-support's)
+# run-detectors instead of the APE loader: `run-detectors: unable to find an interpreter for
+# FILE` (seen in logs only: https://github.com/mozilla-ai/llamafile/issues/513).
+FAILURES = (
+    Failures(
+        patterns=(
+            FailurePattern(
+                kind="dependency_error",
+                pattern=r"run-detectors: unable to find an interpreter for",
+                hint="the system does not run APE files: register the APE loader with binfmt_misc "
+                "(llamafile's README, Gotchas) or run it as `sh FILE`",
+            ),
+        )
+    )
+    + _libraries.LLAMA_ARGS
+    + _libraries.LLAMA_CPP
+)
 
 SPEC = EngineSpec(
     id="llamafile",

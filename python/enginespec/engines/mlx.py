@@ -55,6 +55,7 @@ FAILURES = (
             P(kind="model_not_found", pattern=r"No safetensors found in"),
         )
     )
+    + _libraries.MLX_WEIGHTS
     + _libraries.HUGGINGFACE
     + _libraries.SYSTEM
     + _libraries.PYTHON

@@ -54,6 +54,7 @@ FAILURES = (
             FailurePattern(kind="model_not_found", pattern=r"No safetensors found in"),
         )
     )
+    + _libraries.MLX_WEIGHTS
     + _libraries.HUGGINGFACE
     + _libraries.SYSTEM
     + _libraries.PYTHON

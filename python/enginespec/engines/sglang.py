@@ -78,6 +78,14 @@ FAILURES = (
                 "weights and the KV cache), or use a smaller model or quantization",
             ),
             P(kind="other", pattern=r"Initialization failed\. warmup error"),
+            # python/sglang/srt/models/registry.py _ModelRegistry._raise_for_unsupported (at
+            # sgl-project/sglang 04585cc5): `Model architectures {architectures} are not supported
+            # for now. Supported architectures: {all_supported_archs}`
+            P(
+                kind="unsupported_architecture",
+                pattern=r"Model architectures \[[^\]]*\] are not supported for now",
+                hint="this SGLang release does not implement the model's architecture: upgrade SGLang",
+            ),
         )
     )
     + _libraries.PYTHON_SERVER

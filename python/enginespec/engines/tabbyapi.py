@@ -9,6 +9,7 @@ import json
 
 import enginespec.engines._libraries as _libraries
 from enginespec.definition import Flags, Launch, Package, Serving, Settings
+from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
@@ -78,7 +79,22 @@ class TabbyApiSpec(EngineSpec):
         return super().classify_health(status, body)
 
 
-FAILURES = _libraries.PYTHON_SERVER
+# ExLlamaV2's check of the checkpoint's tensors against the architecture's expected keys
+# (exllamav2/config.py ExLlamaV2Config.prepare at turboderp-org/exllamav2 75329695: `raise
+# ValueError(f" ## Could not find {prefix}.* in model")`): a model of a layout the installed
+# ExLlamaV2 does not know (its own `raise` line quotes `{prefix}`, which the pattern leaves out).
+FAILURES = (
+    Failures(
+        patterns=(
+            FailurePattern(
+                kind="unsupported_architecture",
+                pattern=r"## Could not find [\w.]+\.\* in model",
+                hint="the installed ExLlamaV2 does not know this model's layout: upgrade it (or the image)",
+            ),
+        )
+    )
+    + _libraries.PYTHON_SERVER
+)
 
 SPEC = TabbyApiSpec(
     id="tabbyapi",

@@ -116,6 +116,32 @@ FAILURES = (
                 pattern=r"Requested amount of GPU memory \((?P<requested>\d+ bytes)\) could not be allocated",
             ),
             FailurePattern(kind="gpu_oom", pattern=r"Error Code \d+: Cuda Runtime \(out of memory\)"),
+            # cpp/tensorrt_llm/runtime/tllmRuntime.cpp TllmRuntime (at NVIDIA/TensorRT-LLM
+            # 0165bd7a): `TLLM_CHECK_WITH_INFO(mEngine != nullptr, "Failed to deserialize cuda
+            # engine.")`: TensorRT cannot read the engine file (built by another TensorRT(-LLM)
+            # version or for another GPU)
+            FailurePattern(
+                kind="corrupt_model",
+                pattern=r"Failed to deserialize cuda engine",
+                hint="the engine was built by another TensorRT-LLM version or for another GPU: rebuild it "
+                "with the TensorRT-LLM that serves it",
+            ),
+            # The PyTorch backend's executor creation, with the memory it saw on the lines after
+            # (seen in logs only: https://github.com/NVIDIA/TensorRT-LLM/issues/5872)
+            FailurePattern(
+                kind="gpu_oom",
+                pattern=r"Executor creation failed due to insufficient GPU memory",
+                hint="the GPU has too little free memory for the model and its KV cache: lower "
+                "kv_cache_config.free_gpu_memory_fraction or max_batch_size / max_num_tokens, or add GPUs",
+            ),
+            FailurePattern(
+                kind="gpu_oom", role="context", pattern=r"Total GPU memory \(GiB\): (?P<total_gib>[\d.]+)"
+            ),
+            FailurePattern(
+                kind="gpu_oom",
+                role="context",
+                pattern=r"Free GPU memory before component creation attempt \(GiB\): (?P<free_gib>[\d.]+)",
+            ),
         )
     )
     + _libraries.PYTHON_SERVER
