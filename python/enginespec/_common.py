@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
@@ -242,6 +243,16 @@ def kernel_int(token: bytes, high: int, low: int = 0, base: int = 10) -> int | N
         return None
     value = int(token, base)
     return value if low <= value <= high else None
+
+
+def tcp_address(hex_address: bytes) -> bytes | None:
+    """Network-order bytes of an address the kernel printed as host-order 32-bit words."""
+    if len(hex_address) not in (8, 32):
+        return None
+    words = [kernel_int(hex_address[i : i + 8], 0xFFFFFFFF, base=16) for i in range(0, len(hex_address), 8)]
+    if any(word is None for word in words):
+        return None
+    return b"".join(word.to_bytes(4, sys.byteorder) for word in words if word is not None)
 
 
 #: (block size, bytes per block) by ggml type id (``ggml_type_traits`` in ggml/src/ggml.c and

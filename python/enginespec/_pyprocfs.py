@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import os
 import struct
-import sys
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from enginespec._common import MAX_ARGV_ARGS, MAX_ARGV_BYTES, U64_MAX, Listening, kernel_fields, kernel_int
+from enginespec._common import (
+    MAX_ARGV_ARGS,
+    MAX_ARGV_BYTES,
+    U64_MAX,
+    Listening,
+    kernel_fields,
+    kernel_int,
+    tcp_address,
+)
 
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 
@@ -145,19 +152,9 @@ def parse_tcp_listen(table: bytes) -> Iterator[Listening]:
         local = fields[1]
         colon = local.rfind(b":")
         port, inode = kernel_int(local[colon + 1 :], 0xFFFF, base=16), kernel_int(fields[9], U64_MAX)
-        address = _tcp_address(local[:colon])
+        address = tcp_address(local[:colon])
         if colon >= 0 and port is not None and inode is not None and address is not None:
             yield Listening(inode, address, port)
-
-
-def _tcp_address(hex_address: bytes) -> bytes | None:
-    """Network-order bytes of an address the kernel printed as host-order 32-bit words."""
-    if len(hex_address) not in (8, 32):
-        return None
-    words = [kernel_int(hex_address[i : i + 8], 0xFFFFFFFF, base=16) for i in range(0, len(hex_address), 8)]
-    if any(word is None for word in words):
-        return None
-    return b"".join(word.to_bytes(4, sys.byteorder) for word in words if word is not None)
 
 
 #: The address families a NETLINK_SOCK_DIAG request names.

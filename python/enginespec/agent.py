@@ -11,10 +11,17 @@ an engine restarted so is the agent's child, and stops with it.
 
 It listens on loopback or a unix socket (mode 0600) unless told otherwise; any other address
 needs a token (``Authorization: Bearer TOKEN``, compared in constant time), and says so at start.
-Served by uvicorn (a maintained ASGI server): headers are capped at 16 KiB, connections at
-:data:`MAX_CONNECTIONS` (503 beyond), event streams at :data:`MAX_EVENT_CLIENTS`, and a client
-that lets more than :data:`MAX_QUEUED_BYTES` of events pile up, or takes more than
-:data:`SEND_SECONDS` to take one, is disconnected.
+A client without the token is shown no more than it could read on the host itself
+(:mod:`enginespec.disclosure`).
+
+Served by uvicorn (see :mod:`enginespec.agentwire` for what it is taught): headers are capped at
+16 KiB, a request head is due within ``HEAD_SECONDS``, connections and event streams are counted
+per client (``MAX_CONNECTIONS_PER_PEER``, :data:`MAX_STREAMS_PER_PEER`), and a client that lets
+more than :data:`MAX_QUEUED_BYTES` of events pile up, or takes more than :data:`SEND_SECONDS` to
+take one, is disconnected. What is served is made once per refresh and shared by every client
+(:class:`EngineViews`), each engine's document cut (``agentviews.ENGINE_DOCUMENT_BYTES``) (its argv
+first, and saying so), so memory does not grow with other users' processes or with clients; a
+request never waits on a refresh, and says how old its answer is (``Age``).
 """
 
 from __future__ import annotations
@@ -28,17 +35,19 @@ import os
 import re
 import signal
 import socket
+import stat
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from enginespec.agentviews import EngineViews, SharedEvent, shared_event
+from enginespec.agentwire import STATE_KEY, Peer, Peers, protocol
+from enginespec.disclosure import EVERYTHING, Viewer
 from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
-from enginespec.exporter import Refresher
-from enginespec.load import EngineLoad
-from enginespec.scanning import Scanner, engine_document
-from enginespec.status import Health
+from enginespec.exporter import MetricsViews, Refresher, Snapshot, age_headers
+from enginespec.scanning import Scanner
 
 if TYPE_CHECKING:
     from enginespec.lifecycle import RunningEngine
@@ -49,13 +58,15 @@ from enginespec.watching import (
     Started,
     Stopped,
     WatchEvent,
-    event_json,
 )
 
-MAX_CONNECTIONS = 64
-MAX_EVENT_CLIENTS = 32
-#: bytes of events held for one client before it counts as too slow and is disconnected.
-MAX_QUEUED_BYTES = 16 * 1024 * 1024
+#: Event streams one client (see :class:`enginespec.agentwire.Peer`) may hold open.
+MAX_STREAMS_PER_PEER = 8
+#: Event streams in all (memory): one client alone never reaches it.
+MAX_EVENT_CLIENTS = 256
+#: bytes of events held for one client before it counts as too slow and is disconnected (what is
+#: held are the events every stream shares, so this bounds how long it may lag, not copies).
+MAX_QUEUED_BYTES = 1024 * 1024
 #: seconds one write to a client may take before it counts as gone.
 SEND_SECONDS = 10.0
 #: seconds between comments on an idle event stream (proxies close silent connections).
@@ -109,42 +120,88 @@ def parse_listen(text: str) -> Listen:
     return Listen(host=str(address), port=number)
 
 
-def read_token(path: str) -> str:
-    """The token in ``path`` (surrounding whitespace dropped); refused when empty or unreadable."""
+#: The shortest token accepted (``openssl rand -hex 32`` makes 64 characters): a short one falls to
+#: guessing, however it is compared.
+MIN_TOKEN_CHARS = 32
+#: The longest token file read.
+MAX_TOKEN_BYTES = 4096
+
+
+def read_token(path: str, flag: str = "--token-file") -> str:
+    """The token in ``path`` (surrounding whitespace dropped). Refused, with
+    :class:`InvalidInputError` naming ``flag``, the file and the problem, unless it is a regular
+    file owned by root or this user, that neither its group nor others may read or write, and
+    holding one printable ASCII token of at least :data:`MIN_TOKEN_CHARS` characters."""
     try:
-        with open(path, "rb") as file:
-            token = file.read(4096).strip()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as err:
-        raise InvalidInputError(f"--token-file {path}: cannot read: {err.strerror or err}") from None
+        raise InvalidInputError(f"{flag} {path}: cannot read: {err.strerror or err}") from None
+    try:
+        status = os.fstat(fd)  # of what was opened: a file swapped since is not what is checked
+        if not stat.S_ISREG(status.st_mode):
+            raise InvalidInputError(f"{flag} {path}: is not a regular file")
+        if status.st_uid not in (0, os.geteuid()):
+            raise InvalidInputError(
+                f"{flag} {path}: owned by uid {status.st_uid}, not by root or this user "
+                f"(uid {os.geteuid()}): anyone who owns it can change the token"
+            )
+        if status.st_mode & 0o077:
+            raise InvalidInputError(
+                f"{flag} {path}: mode {stat.S_IMODE(status.st_mode):04o} lets its group or others "
+                "read or write it: make it 0600 or 0400"
+            )
+        data = os.read(fd, MAX_TOKEN_BYTES + 1)
+    except OSError as err:
+        raise InvalidInputError(f"{flag} {path}: cannot read: {err.strerror or err}") from None
+    finally:
+        os.close(fd)
+    token = data.strip()
+    if len(data) > MAX_TOKEN_BYTES:
+        raise InvalidInputError(f"{flag} {path}: is over {MAX_TOKEN_BYTES} bytes: not a token file")
     if not token or not token.isascii() or not token.decode().isprintable():
-        raise InvalidInputError(f"--token-file {path}: holds no printable ASCII token")
+        raise InvalidInputError(f"{flag} {path}: holds no printable ASCII token")
+    if len(token) < MIN_TOKEN_CHARS:
+        raise InvalidInputError(
+            f"{flag} {path}: the token is {len(token)} characters: at least {MIN_TOKEN_CHARS} are "
+            "needed (openssl rand -hex 32 makes one)"
+        )
     return token.decode()
 
 
 class _Client:
     """One event stream: its queue lives in the server's event loop, and its ids are its own
-    (each one more than the last it was sent)."""
+    (each one more than the last it was sent). It holds the events every stream shares; each is
+    made into this stream's bytes only as it is sent."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, peer: Peer, viewer: Viewer) -> None:
         self.loop = loop
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.peer = peer
+        self.viewer = viewer
+        self.queue: asyncio.Queue[tuple[int, SharedEvent] | None] = asyncio.Queue()
         #: bytes queued and not yet sent: a client that lets them pile up is disconnected
         self.queued = 0
         self._next_id = 0
         self._closed = False
 
-    def offer(self, kind: str, data: str, *, replay: bool = False) -> None:
+    def offer(self, event: SharedEvent, *, replay: bool = False) -> None:
         """In the loop: queue one event (``replay``: of what runs, when it connects, never
         counted against it); one over :data:`MAX_QUEUED_BYTES` ends the stream instead."""
         if self._closed:
             return
         self._next_id += 1
-        frame = f"id: {self._next_id}\nevent: {kind}\ndata: {data}\n\n".encode()
-        if not replay and self.queued + len(frame) > MAX_QUEUED_BYTES:
+        size = len(event.shown(self.viewer))
+        if not replay and self.queued + size > MAX_QUEUED_BYTES:
             self.end()
             return
-        self.queued += len(frame)
-        self.queue.put_nowait(frame)
+        self.queued += size
+        self.queue.put_nowait((self._next_id, event))
+
+    def frame(self, queued: tuple[int, SharedEvent]) -> bytes:
+        """In the loop: the bytes of an event taken from the queue (no longer counted as held)."""
+        number, event = queued
+        data = event.shown(self.viewer)
+        self.queued -= len(data)
+        return f"id: {number}\nevent: {event.kind}\ndata: {data}\n\n".encode()
 
     def end(self) -> None:
         """In the loop: nothing more is queued; the stream ends after what is (dropped: too slow)."""
@@ -163,48 +220,56 @@ class EventHub:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._clients: set[_Client] = set()
-        #: (pid, start time) -> [(type, JSON) of its started or changed event, of its last health event]
-        self._running: dict[tuple[int, float], list[tuple[str, str]]] = {}
+        #: open streams per client (:attr:`Peer.key`)
+        self._streams: dict[str, int] = {}
+        #: (pid, start time) -> [its started (or changed, as started) event, its last health event]
+        self._running: dict[tuple[int, float], list[SharedEvent]] = {}
         #: why the watch ended, when it failed: no stream is served then
         self.failed: str | None = None
 
     def publish(self, event: WatchEvent) -> None:
         """From the watch's thread."""
-        kind, data = event.type, event_json(event)
+        shared = shared_event(event)
         with self._lock:
-            self._remember(event, data)
+            self._remember(event, shared)
             for client in self._clients:
-                client.loop.call_soon_threadsafe(client.offer, kind, data)
+                client.loop.call_soon_threadsafe(client.offer, shared)
 
-    def _remember(self, event: WatchEvent, data: str) -> None:
+    def _remember(self, event: WatchEvent, shared: SharedEvent) -> None:
         if isinstance(event, Stopped):
             self._running.pop((event.identity.pid, event.identity.start_time), None)
             return
         key = (event.process.pid, event.process.start_time)
         if isinstance(event, Started):
-            self._running[key] = [("started", data)]
+            self._running[key] = [shared]
         elif isinstance(event, Changed) and key in self._running:
-            started = Started(monotonic=event.monotonic, process=event.process)
-            self._running[key][0] = ("started", event_json(started))
+            self._running[key][0] = shared_event(Started(monotonic=event.monotonic, process=event.process))
         elif isinstance(event, HealthChanged | Recovered) and key in self._running:
-            self._running[key][1:] = [(event.type, data)]
+            self._running[key][1:] = [shared]
 
-    def subscribe(self) -> _Client | None:
-        """In the loop: a new stream, its queue holding what is running now; ``None`` when
-        :data:`MAX_EVENT_CLIENTS` streams are open."""
-        client = _Client(asyncio.get_running_loop())
+    def subscribe(self, peer: Peer, viewer: Viewer) -> _Client | str:
+        """In the loop: a new stream, its queue holding what is running now; why not when
+        ``peer`` holds :data:`MAX_STREAMS_PER_PEER` streams (or all hold :data:`MAX_EVENT_CLIENTS`)."""
+        client = _Client(asyncio.get_running_loop(), peer, viewer)
         with self._lock:
+            if self._streams.get(peer.key, 0) >= MAX_STREAMS_PER_PEER:
+                return f"too many event streams from your address or user (at most {MAX_STREAMS_PER_PEER})"
             if len(self._clients) >= MAX_EVENT_CLIENTS:
-                return None
+                return "too many event streams"
             for remembered in self._running.values():
-                for kind, data in remembered:
-                    client.offer(kind, data, replay=True)
+                for shared in remembered:
+                    client.offer(shared, replay=True)
             self._clients.add(client)
+            self._streams[peer.key] = self._streams.get(peer.key, 0) + 1
         return client
 
     def unsubscribe(self, client: _Client) -> None:
         with self._lock:
-            self._clients.discard(client)
+            if client in self._clients:
+                self._clients.discard(client)
+                left = self._streams.pop(client.peer.key, 1) - 1
+                if left:
+                    self._streams[client.peer.key] = left
 
     def close(self, failed: str | None = None) -> None:
         """Ends every stream (the agent stops, or the watch failed: ``failed`` says why)."""
@@ -219,9 +284,17 @@ class Agent:
     ``control``, ``POST /v1/engines/TARGET/stop`` and ``/restart`` too."""
 
     def __init__(
-        self, refresher: Refresher, hub: EventHub, token: str | None, *, control: bool = False
+        self,
+        refresher: Refresher,
+        views: EngineViews,
+        hub: EventHub,
+        token: str | None,
+        *,
+        control: bool = False,
     ) -> None:
         self._refresher = refresher
+        self._views = views
+        self._metrics = MetricsViews(refresher.collector)
         self._hub = hub
         self._token = None if token is None else f"Bearer {token}".encode()
         self._control = control
@@ -248,30 +321,24 @@ class Agent:
                 )
                 return
         path = scope["path"]
-        snapshot = self._refresher.collector.snapshot
+        peer: Peer = scope["state"][STATE_KEY]
+        # with a token, every request holds it (checked above): it sees everything
+        viewer = EVERYTHING if self._token is not None else peer.viewer
         if controlled:
             await self._act(scope, send)
-        elif path == "/v1/engines":
-            count = len(snapshot.processes)
-            healths: list[Health | None] = [*snapshot.healths] if snapshot.healths else [None] * count
-            loads: list[EngineLoad | None] = [*snapshot.loads] if snapshot.loads else [None] * count
-            documents = [
-                engine_document(p, h, load)
-                for p, h, load in zip(snapshot.processes, healths, loads, strict=True)
-            ]
-            await _respond(send, 200, _json(documents), "application/json")
-        elif path == "/v1/gpus":
-            await _respond(
-                send, 200, _json([d.model_dump(mode="json") for d in snapshot.gpus]), "application/json"
-            )
+        elif path in ("/v1/engines", "/v1/gpus"):
+            body, snapshot = self._views.engines(viewer) if path == "/v1/engines" else self._views.gpus()
+            await _respond(send, 200, body, "application/json", _aged(snapshot))
         elif path == "/metrics":
-            from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+            from prometheus_client import CONTENT_TYPE_LATEST
 
-            await _respond(send, 200, generate_latest(self._refresher.registry), CONTENT_TYPE_LATEST)
+            # made once per snapshot and kind of client, off the event loop
+            body, snapshot = await asyncio.to_thread(self._metrics.text, viewer)
+            await _respond(send, 200, body, CONTENT_TYPE_LATEST, _aged(snapshot))
         elif path == "/v1/events" and scope["method"] == "HEAD":
             await _respond(send, 200, b"", "text/event-stream")
         elif path == "/v1/events":
-            await self._events(receive, send)
+            await self._events(receive, send, peer, viewer)
         else:
             body = b"not found: GET /v1/engines, /v1/events, /v1/gpus or /metrics\n"
             await _respond(send, 404, body, "text/plain")
@@ -317,13 +384,13 @@ class Agent:
         for child in self._children:
             child.close()
 
-    async def _events(self, receive: _Receive, send: _Send) -> None:
+    async def _events(self, receive: _Receive, send: _Send, peer: Peer, viewer: Viewer) -> None:
         if self._hub.failed is not None:
             await _respond(send, 503, f"the watch failed: {self._hub.failed}\n".encode(), "text/plain")
             return
-        client = self._hub.subscribe()
-        if client is None:
-            await _respond(send, 503, b"too many event streams\n", "text/plain")
+        client = self._hub.subscribe(peer, viewer)
+        if isinstance(client, str):
+            await _respond(send, 503, f"{client}\n".encode(), "text/plain")
             return
         headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
         gone = asyncio.ensure_future(_disconnected(receive))
@@ -353,12 +420,11 @@ class Agent:
                     if not await write(b": keepalive\n\n"):
                         return
                     continue
-                frame = taken.result()
-                if frame is None:  # too slow, or the agent stops
+                queued = taken.result()
+                if queued is None:  # too slow, or the agent stops
                     await write(b"", more=False)
                     return
-                client.queued -= len(frame)
-                if not await write(frame):
+                if not await write(client.frame(queued)):
                     return
         finally:
             gone.cancel()
@@ -393,6 +459,10 @@ def _control(
         engine.close()
         return 409, {"error": str(err)}, None
     return 200, {"action": "restart", "pid": engine.pid, "result": restarted}, engine
+
+
+def _aged(snapshot: Snapshot) -> list[tuple[bytes, bytes]]:
+    return [(name.lower().encode(), value.encode()) for name, value in age_headers(snapshot)]
 
 
 async def _disconnected(receive: _Receive) -> None:
@@ -449,8 +519,6 @@ def _answers(path: str) -> bool:
 
 
 def _is_socket(path: str) -> bool:
-    import stat
-
     return stat.S_ISSOCK(os.lstat(path).st_mode)
 
 
@@ -489,6 +557,8 @@ def serve(
     if where.port == 0:
         where = Listen(host=where.host, port=sock.getsockname()[1])
     refresher = Refresher(interval=interval)
+    views = EngineViews(refresher.collector)
+    views.update()
     hub = EventHub()
     stop = threading.Event()
     watch = Scanner().watch(health=True)
@@ -504,19 +574,24 @@ def serve(
                 hub.close(failed=str(err) or type(err).__name__)
 
     threads = [
-        threading.Thread(target=refresher.run, args=(stop,), name="enginespec-refresh", daemon=True),
+        threading.Thread(
+            target=refresher.run, args=(stop, views.update), name="enginespec-refresh", daemon=True
+        ),
         threading.Thread(target=relay, name="enginespec-events", daemon=True),
     ]
     for thread in threads:
         thread.start()
-    app = Agent(refresher, hub, token, control=allow_control)
+    app = Agent(refresher, views, hub, token, control=allow_control)
     config = uvicorn.Config(
         app,
         lifespan="off",
         access_log=False,
         log_level="warning",
         server_header=False,
-        limit_concurrency=MAX_CONNECTIONS,
+        # connections are counted per client, and a request head is due in time: agentwire
+        http=protocol(Peers()),
+        # X-Forwarded-For from a loopback client would otherwise pass for its address
+        proxy_headers=False,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
         timeout_keep_alive=5,
         timeout_graceful_shutdown=1,

@@ -14,14 +14,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import get_args
+from typing import Any, get_args
 
-from prometheus_client import generate_latest, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from enginespec.boundary import contained, failed
 from enginespec.boundary import failures as failures_by_stage
+from enginespec.disclosure import EVERYTHING, Viewer, owners, tcp_viewer, withheld_facts
 from enginespec.engineprocess import EngineProcess
 from enginespec.errors import ExporterError, FileWriteError
 from enginespec.gpus import GpuDevice
@@ -105,11 +106,30 @@ def _label(value: str) -> str:
     return os.fsencode(value).decode("utf-8", "backslashreplace")
 
 
-def _info_labels(process: EngineProcess) -> list[str]:
+#: The info labels a withheld fact empties (see :mod:`enginespec.disclosure`); ``served_model_name``
+#: falls back to the model, so it goes with either. The model's facts are read from its files as
+#: the engine's owner: they go to whoever may not see all of it.
+_WITHHELD_LABELS = {
+    "model": ("model", "served_model_name"),
+    "served_model_name": ("served_model_name",),
+    "host": ("host",),
+    "port": ("port",),
+}
+_MODEL_FACT_LABELS = ("architecture", "quantization")
+
+
+def _withheld_labels(process: EngineProcess) -> tuple[str, ...]:
+    """The info labels (and ``model_facts``, for the model's gauges) a client that may not see
+    all of ``process`` is not shown."""
+    names = {name for fact in withheld_facts(process) for name in _WITHHELD_LABELS[fact]}
+    return (*sorted(names), *_MODEL_FACT_LABELS, "model_facts")
+
+
+def _info_labels(process: EngineProcess, withheld: tuple[str, ...] = ()) -> list[str]:
     # vLLM labels its own metrics with model_name = the first served name, else the model: the
     # same value here lets the two series join.
     served = process.served_model_name or process.model or ""
-    facts = _facts(process)
+    facts = None if "model_facts" in withheld else _facts(process)
     values = [
         process.engine_id,
         process.engine,
@@ -126,7 +146,9 @@ def _info_labels(process: EngineProcess) -> list[str]:
         (facts.architecture or "") if facts else "",
         (facts.quantization or "") if facts else "",
     ]
-    return [_label(value) for value in values]
+    return [
+        "" if name in withheld else _label(value) for name, value in zip(_INFO_LABELS, values, strict=True)
+    ]
 
 
 class EngineCollector(Collector):
@@ -151,11 +173,19 @@ class EngineCollector(Collector):
         """Whether a refresh has given it a snapshot."""
         return self._filled.is_set()
 
-    def collect(self) -> Iterator[Metric]:
-        # A scrape that comes while the first refresh runs (the server listens before it) waits
-        # for it rather than reading an empty host.
+    def wait_filled(self) -> None:
+        """A scrape that comes while the first refresh runs (the server listens before it) waits
+        for it rather than reading an empty host."""
         self._filled.wait(FIRST_REFRESH_WAIT)
-        snapshot = self._snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        self.wait_filled()
+        yield from self.series(self._snapshot, EVERYTHING, [])
+
+    def series(self, snapshot: Snapshot, viewer: Viewer, owned: list[int | None]) -> Iterator[Metric]:
+        """The series of ``snapshot`` as ``viewer`` may see them (``owned``: each process's owner;
+        empty for a viewer who sees everything): what it may not is emptied, and named in
+        ``enginespec_engine_withheld``."""
         info = GaugeMetricFamily(
             "enginespec_engine_info", "An engine server on this host", labels=_INFO_LABELS
         )
@@ -200,10 +230,17 @@ class EngineCollector(Collector):
             "When (Unix time) the engine's health verdict was reached",
             labels=["engine_id"],
         )
+        withheld = GaugeMetricFamily(
+            "enginespec_engine_withheld",
+            "A fact of the engine this client may not read on the host (its owner's environment, "
+            "config file or model files), left out: 1 per label or series",
+            labels=["engine_id", "field"],
+        )
         families = {family.name: family for family in (info, up, ready, state, started, workers, conflict)}
-        families.update({family.name: family for family in (weights, kv_cache, stale, checked)})
-        for index in range(len(snapshot.processes)):
-            for name, labels, value in _samples_of(snapshot, index):
+        families.update({family.name: family for family in (weights, kv_cache, stale, checked, withheld)})
+        for index, process in enumerate(snapshot.processes):
+            hidden = () if viewer.sees_all_of(owned[index] if owned else None) else _withheld_labels(process)
+            for name, labels, value in _samples_of(snapshot, index, hidden):
                 families[name].add_metric(labels, value)
         for engine_id_ in sorted(snapshot.stopped):
             up.add_metric([engine_id_], 0)
@@ -245,25 +282,27 @@ class EngineCollector(Collector):
 _Sample = tuple[str, list[str], float]
 
 
-def _samples_of(snapshot: Snapshot, index: int) -> list[_Sample]:
+def _samples_of(snapshot: Snapshot, index: int, hidden: tuple[str, ...]) -> list[_Sample]:
     """The samples of one engine (:func:`_engine_samples`), or none when they cannot be made:
     one engine's odd facts never fail the whole scrape."""
-    return contained("metrics", lambda: _engine_samples(snapshot, index), lambda _reason: [])
+    return contained("metrics", lambda: _engine_samples(snapshot, index, hidden), lambda _reason: [])
 
 
-def _engine_samples(snapshot: Snapshot, index: int) -> list[_Sample]:
+def _engine_samples(snapshot: Snapshot, index: int, hidden: tuple[str, ...]) -> list[_Sample]:
     """The samples of engine ``index`` of ``snapshot``, by family name, every value a float (a
-    value that is none fails here, not in the exposition)."""
+    value that is none fails here, not in the exposition), less the ``hidden`` labels and series
+    (see :func:`_withheld_labels`), each named in ``enginespec_engine_withheld``."""
     process, unique_id = snapshot.processes[index], snapshot.ids[index]
     engine_id = [unique_id]
-    samples: list[_Sample] = [
-        ("enginespec_engine_info", [unique_id, *_info_labels(process)[1:]], 1.0),
+    samples: list[_Sample] = [("enginespec_engine_withheld", [unique_id, name], 1.0) for name in hidden]
+    samples += [
+        ("enginespec_engine_info", [unique_id, *_info_labels(process, hidden)[1:]], 1.0),
         ("enginespec_engine_up", engine_id, 1.0),
         ("enginespec_engine_start_time_seconds", engine_id, float(process.start_time)),
         ("enginespec_engine_workers", engine_id, float(len(process.worker_pids))),
         ("enginespec_engine_port_conflict", engine_id, 1.0 if process.port_conflicts else 0.0),
     ]
-    facts = _facts(process)
+    facts = None if hidden else _facts(process)
     if facts is not None and facts.weight_bytes is not None:
         samples.append(("enginespec_engine_model_weight_bytes", engine_id, float(facts.weight_bytes)))
     if facts is not None and facts.estimate is not None and facts.estimate.kv_cache:
@@ -283,6 +322,102 @@ def _engine_samples(snapshot: Snapshot, index: int) -> list[_Sample]:
                 ("enginespec_engine_health_checked_timestamp_seconds", engine_id, float(health.checked_at))
             )
     return samples
+
+
+class _View(Collector):
+    def __init__(
+        self, collector: EngineCollector, snapshot: Snapshot, viewer: Viewer, owned: list[int | None]
+    ):
+        self._args = (snapshot, viewer, owned)
+        self._collector = collector
+
+    def collect(self) -> Iterator[Metric]:
+        return self._collector.series(*self._args)
+
+
+class MetricsViews:
+    """The exposition text of the latest snapshot, made once per snapshot for each kind of client
+    (:attr:`Viewer.key`: everything, or what one uid may see), and served from then on as it is:
+    a scrape never waits on a refresh, nor makes one (but the first, see ``wait_filled``)."""
+
+    #: kinds of client kept per snapshot (each is one exposition text)
+    MAX_KEPT = 16
+
+    def __init__(self, collector: EngineCollector) -> None:
+        self._collector = collector
+        self._lock = threading.Lock()
+        self._of: Snapshot | None = None
+        self._owners: list[int | None] | None = None
+        self._texts: dict[str, bytes] = {}
+
+    def text(self, viewer: Viewer) -> tuple[bytes, Snapshot]:
+        """The text ``viewer`` is shown, and the snapshot it is of (its ``refreshed_at`` is its age)."""
+        self._collector.wait_filled()
+        snapshot = self._collector.snapshot
+        with self._lock:
+            if self._of is not snapshot:
+                self._of, self._owners, self._texts = snapshot, None, {}
+            if viewer.key not in self._texts:
+                if viewer.key != "all" and self._owners is None:
+                    self._owners = owners(snapshot.processes)
+                registry = CollectorRegistry(auto_describe=False)
+                registry.register(_View(self._collector, snapshot, viewer, self._owners or []))
+                if len(self._texts) >= self.MAX_KEPT:
+                    self._texts.pop(next(iter(self._texts)))
+                self._texts[viewer.key] = generate_latest(registry)
+            return self._texts[viewer.key], snapshot
+
+
+def age_headers(snapshot: Snapshot) -> list[tuple[str, str]]:
+    """How old what is served is: ``Age`` (whole seconds, RFC 9111) and the refresh's wall-clock
+    time, for a client that wants the fraction."""
+    if not snapshot.refreshed_at:
+        return []
+    age = max(time.time() - snapshot.refreshed_at, 0.0)
+    return [("Age", str(int(age))), ("X-Enginespec-Refreshed-At", f"{snapshot.refreshed_at:.3f}")]
+
+
+#: Seconds a client of the exporter's server has to send a request once connected (or between
+#: requests): an idle connection holds a thread, so it is closed.
+REQUEST_SECONDS = 5.0
+
+
+def _serve_metrics(host: str, port: int, views: MetricsViews) -> int:
+    """Serves ``/metrics`` (every path but ``/favicon.ico``, as prometheus-client does) on a daemon
+    thread; the port bound. Each client is shown what it may see (see
+    :mod:`enginespec.disclosure`): prometheus-client's own server cannot say who asks."""
+    import socket
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from prometheus_client.exposition import ThreadingWSGIServer
+
+    class Handler(WSGIRequestHandler):
+        timeout = REQUEST_SECONDS
+
+        def get_environ(self) -> dict[str, str]:
+            environ = super().get_environ()
+            environ["enginespec.client"] = self.client_address
+            environ["enginespec.server"] = self.server.server_address
+            return environ
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Nothing: a scrape is no event."""
+
+    def app(environ: dict[str, Any], start: Callable[..., object]) -> list[bytes]:
+        if environ.get("PATH_INFO") == "/favicon.ico":
+            start("200 OK", [("Content-Type", "text/plain")])
+            return [b""]
+        client, server = environ["enginespec.client"], environ["enginespec.server"]
+        body, snapshot = views.text(tcp_viewer(client[:2], server[:2]))
+        start("200 OK", [("Content-Type", CONTENT_TYPE_LATEST), *age_headers(snapshot)])
+        return [body]
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    httpd = make_server(host, port, app, Server, handler_class=Handler)
+    threading.Thread(target=httpd.serve_forever, name="enginespec-exporter-http", daemon=True).start()
+    return int(httpd.server_address[1])
 
 
 def _gpu_label(device: GpuDevice) -> str:
@@ -565,10 +700,9 @@ def run(
     if port is not None:
         shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            server, _thread = start_http_server(port, addr=host, registry=refresher.registry)
+            bound = _serve_metrics(host, port, MetricsViews(refresher.collector))
         except OSError as err:
             raise ExporterError(f"cannot listen on {shown} (--host, --port): {err.strerror or err}") from None
-        bound = server.server_address[1]
         if log is not None:
             log(f"enginespec exporter: Listening on address={shown.rsplit(':', 1)[0]}:{bound} (/metrics)")
     if textfile and log is not None:

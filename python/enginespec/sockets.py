@@ -21,6 +21,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from enginespec import _backend
+from enginespec._common import kernel_fields, kernel_int, tcp_address
 from enginespec._procfiles import PROC, read_proc
 from enginespec.containers import netns_addresses
 from enginespec.urls import connect_host
@@ -30,6 +31,9 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: few hundred to a few thousand; the walk stops as soon as every socket's holder is found).
 MAX_HOLDER_WALK = 20_000
 _WILDCARDS = (ipaddress.IPv4Address(0), ipaddress.IPv6Address(0))
+#: At most this much of each ``net/tcp{,6}`` table is read to find a connection's owner (a row is
+#: 150 bytes: some 50,000 sockets); a connection past it has no owner found.
+MAX_CONNECTION_TABLE = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,39 @@ def listeners(port: int, netns_pid: int | None = None, proc: str = PROC) -> list
     if netns not in tables:
         tables[netns] = _table(pid, proc)
     return [listener for listener in tables[netns] if listener.port == port]
+
+
+def connection_owner(local: tuple[str, int], remote: tuple[str, int], proc: str = PROC) -> int | None:
+    """The uid owning the TCP socket of this network namespace whose own end is ``local`` and whose
+    peer is ``remote`` (``/proc/self/net/tcp{,6}``, where the kernel lists each socket with its
+    owner): for the agent, ``local`` is a client's address and ``remote`` its own, so the answer
+    is who connected. ``None`` when no such socket is listed (the client is gone, or not on
+    this host) or the table cannot be read."""
+    try:
+        wanted = (_address(ipaddress.ip_address(local[0]).packed), local[1])
+        peer = (_address(ipaddress.ip_address(remote[0]).packed), remote[1])
+    except ValueError:
+        return None
+    for table in ("net/tcp", "net/tcp6"):
+        try:
+            data = read_proc("self", table, MAX_CONNECTION_TABLE, proc)
+        except OSError:
+            continue
+        for line in data.split(b"\n")[1:]:
+            fields = kernel_fields(line)
+            if len(fields) < 8 or fields[3] == b"0A":  # a listening socket has no peer
+                continue
+            if _endpoint(fields[1]) == wanted and _endpoint(fields[2]) == peer:
+                return kernel_int(fields[7], 0xFFFFFFFF)
+    return None
+
+
+def _endpoint(text: bytes) -> tuple[IPAddress, int] | None:
+    """``ADDRESS:PORT`` of a ``net/tcp`` row (hex, as the kernel prints them)."""
+    colon = text.rfind(b":")
+    raw = tcp_address(text[:colon]) if colon >= 0 else None
+    port = kernel_int(text[colon + 1 :], 0xFFFF, base=16)
+    return None if raw is None or port is None else (_address(raw), port)
 
 
 def socket_inodes(pid: int, proc: str = PROC) -> set[int] | None:

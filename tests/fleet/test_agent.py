@@ -24,6 +24,9 @@ import httpx
 import pytest
 
 import enginespec.agent as agent_module
+from enginespec.agentviews import SharedEvent
+from enginespec.agentwire import Peer
+from enginespec.disclosure import EVERYTHING
 from enginespec import EngineProcess, Health, remote
 from enginespec.errors import InvalidInputError
 from enginespec.scanning import engine_document
@@ -65,6 +68,14 @@ def _until(what: str, predicate: object, timeout: float = 60) -> object:
             pass
         assert time.monotonic() < deadline, what
         time.sleep(0.1)
+
+
+def _token_file(directory: Path, token: str) -> Path:
+    """A token file as the agent accepts it: the user's own, mode 0600."""
+    path = directory / "token"
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return path
 
 
 def _mine(documents: list[dict[str, object]], port: int) -> dict[str, object] | None:
@@ -162,15 +173,14 @@ def test_off_loopback_a_token_is_required_and_compared(tmp_path: Path, procs: Pr
     done = run("serve", "--listen", "0.0.0.0:0")
     assert done.returncode == 1
     assert "--listen 0.0.0.0:0: not loopback, so a token is required: give --token-file" in done.stderr
-    token = tmp_path / "token"
-    token.write_text("s3cret-token\n")
+    token = _token_file(tmp_path, "s3cret-token-" + "x" * 32)
     port = free_port()
     with agent("--listen", f"0.0.0.0:{port}", "--token-file", str(token)) as (_, said):
         assert said == f"enginespec serve: Listening on address=0.0.0.0:{port} (http; token required)"
         base = f"http://127.0.0.1:{port}/v1/engines"
         _until("the agent answers", lambda: httpx.get(base, timeout=5).status_code == 401)
         assert httpx.get(base, headers={"authorization": "Bearer wrong"}, timeout=5).status_code == 401
-        good = httpx.get(base, headers={"authorization": "Bearer s3cret-token"}, timeout=5)
+        good = httpx.get(base, headers={"authorization": "Bearer s3cret-token-" + "x" * 32}, timeout=5)
         assert good.status_code == 200
         listed = run("ps", "--remote", f"http://127.0.0.1:{port}", "--token-file", str(token))
         assert listed.returncode == 0, listed.stderr
@@ -409,9 +419,8 @@ def test_control_needs_the_flag_and_a_token_and_stops_and_restarts(tmp_path: Pat
     done = run("serve", "--listen", "127.0.0.1:0", "--allow-control")
     assert done.returncode == 1
     assert "--allow-control: stopping and restarting engines requires --token-file" in done.stderr
-    token = tmp_path / "token"
-    token.write_text("control-token")
-    auth = {"authorization": "Bearer control-token"}
+    token = _token_file(tmp_path, "control-token-" + "y" * 32)
+    auth = {"authorization": "Bearer control-token-" + "y" * 32}
     plain, port = free_port(), free_port()
     restarted_pid = None
     with (
@@ -476,15 +485,16 @@ def test_an_event_line_beyond_the_cap_loses_the_host_before_it_is_whole() -> Non
     assert lost.error == f"not an agent's event: an event is over {remote.MAX_EVENT_BYTES} bytes"
 
 
-def test_event_slots_are_capped_and_freed_when_clients_go(procs: Procs) -> None:
-    """With every event-stream slot held by clients that never read, the next stream is refused
-    (503); once they go, their slots are free again."""
+def test_event_slots_are_capped_per_client_and_freed_when_clients_go(procs: Procs) -> None:
+    """With every event-stream slot of one client (this test's uid) held by streams it never
+    reads, its next stream is refused (503); once they go, its slots are free again. (Another
+    user's streams take none of them: tests/fleet/test_agent_hostile.py.)"""
     port = free_port()
     with agent("--listen", f"127.0.0.1:{port}"):
         _until("the agent answers", lambda: httpx.get(f"http://127.0.0.1:{port}/v1/engines", timeout=5))
         stuck = []
         try:
-            for _ in range(agent_module.MAX_EVENT_CLIENTS):
+            for _ in range(agent_module.MAX_STREAMS_PER_PEER):
                 sock = socket.create_connection(("127.0.0.1", port), timeout=5)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
                 sock.sendall(b"GET /v1/events HTTP/1.1\r\nhost: x\r\n\r\n")
@@ -507,19 +517,20 @@ def test_event_slots_are_capped_and_freed_when_clients_go(procs: Procs) -> None:
 
 
 def test_a_stream_whose_events_pile_up_is_ended_but_its_replay_never_counts() -> None:
-    async def main() -> tuple[int, list[bytes | None]]:
-        client = agent_module._Client(asyncio.get_running_loop())
-        big = "x" * (1024 * 1024)
+    async def main() -> tuple[int, list[object]]:
+        client = agent_module._Client(asyncio.get_running_loop(), Peer("uid:0", EVERYTHING), EVERYTHING)
+        big = SharedEvent("changed", "x" * (256 * 1024))
         for _ in range(40):  # a replay far over the cap (a host with many engines)
-            client.offer("started", big, replay=True)
+            client.offer(SharedEvent("started", big.data), replay=True)
         replayed = client.queue.qsize()
         while not client.queue.empty():  # sent
-            frame = client.queue.get_nowait()
-            assert frame is not None
-            client.queued -= len(frame)
-        for _ in range(agent_module.MAX_QUEUED_BYTES // len(big) + 2):  # not read: they pile up
-            client.offer("changed", big)
-        client.offer("changed", "late")  # nothing more once it is ended
+            queued = client.queue.get_nowait()
+            assert queued is not None
+            client.frame(queued)
+        assert client.queued == 0
+        for _ in range(agent_module.MAX_QUEUED_BYTES // len(big.data) + 2):  # not read: they pile up
+            client.offer(big)
+        client.offer(SharedEvent("changed", "late"))  # nothing more once it is ended
         return replayed, [client.queue.get_nowait() for _ in range(client.queue.qsize())]
 
     replayed, left = asyncio.run(main())
