@@ -87,6 +87,68 @@ while True:
 """
 
 
+#: nobody's agent clients: every agent (`enginespec serve --listen 127.x:PORT`, found by its
+#: world-readable argv) gets 64 connections that never send a byte, 2 that send half a request
+#: head, and 40 event streams that are never read: more than one client may hold of either, and
+#: more than the old agent served everyone together (64 connections, 32 streams). The agent closes
+#: what sends no head in time: they are opened again, for as long as the agent runs.
+_AGENT_HOG = r"""
+import os, re, socket, time
+held = {}
+def agents():
+    found = set()
+    for pid in os.listdir("/proc"):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "serve" not in argv:
+            continue
+        for flag, value in zip(argv, argv[1:] + [""]):
+            text = value if flag == "--listen" else flag[9:] if flag.startswith("--listen=") else ""
+            match = re.fullmatch(r"(127(?:\.\d+){3}):(\d+)", text)
+            if match and match[2] != "0":
+                found.add((match[1], int(match[2])))
+    return found
+def opened(target, request):
+    try:
+        sock = socket.create_connection(target, timeout=2)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(request)
+        return sock
+    except OSError:
+        return None
+while True:
+    targets = agents()
+    for target in list(held):
+        if target not in targets:
+            for sock in held.pop(target):
+                sock.close()
+    for target in targets:
+        socks = [s for s in held.get(target, []) if s.fileno() >= 0]
+        alive = []
+        for sock in socks:
+            try:
+                gone = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            except BlockingIOError:
+                gone = False
+            except OSError:
+                gone = True
+            if gone:
+                sock.close()
+            else:
+                alive.append(sock)
+        wanted = [b""] * 64 + [b"GET /v1/engines HTTP/1.1\r\nho"] * 2
+        wanted += [b"GET /v1/events HTTP/1.1\r\nhost: x\r\n\r\n"] * 40
+        for request in wanted[len(alive):]:
+            sock = opened(target, request)
+            if sock is not None:
+                alive.append(sock)
+        held[target] = alive
+    time.sleep(1)
+"""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -257,6 +319,9 @@ class Zoo:
             self.engine(*huge)
         # 18: a delegated cgroup named as a real container's scope
         self._cgroup_claim()
+        # issue 44: idle connections and never-read event streams at every agent on loopback
+        if os.access(SYSTEM_PYTHON, os.X_OK):
+            self._spawn([SYSTEM_PYTHON, "-c", _AGENT_HOG], executable=SYSTEM_PYTHON)
 
     def _cgroup_claim(self) -> None:
         line = next(
