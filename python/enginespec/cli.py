@@ -1315,6 +1315,14 @@ def _cmd_exporter(args: argparse.Namespace) -> int:
     if args.port == 0 and not args.textfile:
         _fail("exporter", "--port 0 serves no HTTP: give --textfile FILE, or a port")
         return 2
+    from enginespec.agent import read_token
+    from enginespec.errors import InvalidInputError
+
+    try:
+        token = read_token(args.token_file) if args.token_file else None
+    except InvalidInputError as err:
+        _fail("exporter", err)
+        return 1
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -1330,6 +1338,7 @@ def _cmd_exporter(args: argparse.Namespace) -> int:
             stall_after=args.stall_after,
             stop=stop,
             log=lambda line: print(line, file=sys.stderr, flush=True),
+            token=token,
         )
     except ExporterError as err:  # the address is taken, the textfile cannot be written
         _fail("exporter", err)
@@ -1729,6 +1738,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     )
     exporter_.add_argument(
         "--stall-after", type=_duration, default=None, help="with --load: seconds before 'stalled'"
+    )
+    exporter_.add_argument(
+        "--token-file",
+        help="a scraper that sends this token (Authorization: Bearer) sees every engine's facts; "
+        "without it, what it could read on the host itself",
     )
     exporter_.set_defaults(handler=_cmd_exporter)
 

@@ -382,10 +382,12 @@ def age_headers(snapshot: Snapshot) -> list[tuple[str, str]]:
 REQUEST_SECONDS = 5.0
 
 
-def _serve_metrics(host: str, port: int, views: MetricsViews) -> int:
+def _serve_metrics(host: str, port: int, views: MetricsViews, token: str | None = None) -> int:
     """Serves ``/metrics`` (every path but ``/favicon.ico``, as prometheus-client does) on a daemon
     thread; the port bound. Each client is shown what it may see (see
-    :mod:`enginespec.disclosure`): prometheus-client's own server cannot say who asks."""
+    :mod:`enginespec.disclosure`): prometheus-client's own server cannot say who asks. A client
+    that sends ``token`` (``Authorization: Bearer``) sees everything; none is refused."""
+    import hmac
     import socket
     from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -403,12 +405,19 @@ def _serve_metrics(host: str, port: int, views: MetricsViews) -> int:
         def log_message(self, format: str, *args: object) -> None:
             """Nothing: a scrape is no event."""
 
+    expected = None if token is None else f"Bearer {token}".encode()
+
     def app(environ: dict[str, Any], start: Callable[..., object]) -> list[bytes]:
         if environ.get("PATH_INFO") == "/favicon.ico":
             start("200 OK", [("Content-Type", "text/plain")])
             return [b""]
         client, server = environ["enginespec.client"], environ["enginespec.server"]
-        body, snapshot = views.text(tcp_viewer(client[:2], server[:2]))
+        given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1")
+        if expected is not None and hmac.compare_digest(given, expected):
+            viewer = EVERYTHING
+        else:
+            viewer = tcp_viewer(client[:2], server[:2])
+        body, snapshot = views.text(viewer)
         start("200 OK", [("Content-Type", CONTENT_TYPE_LATEST), *age_headers(snapshot)])
         return [body]
 
@@ -673,6 +682,7 @@ def run(
     stall_after: float | None = None,
     stop: threading.Event | None = None,
     log: Callable[[str], None] | None = None,
+    token: str | None = None,
 ) -> None:
     """Serves ``/metrics`` on ``host:port`` (``port=None``: no server) and writes ``textfile``
     atomically after every refresh, until ``stop`` is set. Refreshes start every ``interval``
@@ -681,7 +691,9 @@ def run(
     through an :class:`enginespec.vitals.EngineMonitor` that also reads each engine's load (one
     more request per engine and refresh): the ``enginespec_engine_requests_*`` series, and the
     ``busy`` and ``stalled`` states (after ``stall_after`` seconds). ``log`` gets a line when
-    the server listens (node_exporter's ``Listening on address=...``).
+    the server listens (node_exporter's ``Listening on address=...``). A scraper is shown what it
+    could read on the host itself (:mod:`enginespec.disclosure`), everything when it sends
+    ``token``.
 
     Raises :class:`ExporterError` naming the address or file when it cannot listen or write."""
     if port is None and not textfile:
@@ -700,7 +712,7 @@ def run(
     if port is not None:
         shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            bound = _serve_metrics(host, port, MetricsViews(refresher.collector))
+            bound = _serve_metrics(host, port, MetricsViews(refresher.collector), token)
         except OSError as err:
             raise ExporterError(f"cannot listen on {shown} (--host, --port): {err.strerror or err}") from None
         if log is not None:

@@ -72,7 +72,8 @@ if mode in ("idle", "events"):
     print(f"refused {refused} served {served}", flush=True)
     time.sleep(3600)
 elif mode == "get":
-    sock = opened(f"GET {sys.argv[4]} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
+    auth = f"authorization: Bearer {sys.argv[5]}\r\n" if len(sys.argv) > 5 else ""
+    sock = opened(f"GET {sys.argv[4]} HTTP/1.1\r\nhost: x\r\n{auth}connection: close\r\n\r\n".encode())
     data = b""
     while chunk := sock.recv(65536):
         data += chunk
@@ -294,6 +295,10 @@ def test_other_users_config_and_environment_are_shown_to_their_owner_and_root_on
     see them."""
     by_config, by_environment, secrets = _secret_engines(procs, idle, shared)
     port, exporter_port = free_port(), free_port()
+    token = "t" * 40
+    token_file = shared / "token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
     exporter = subprocess.Popen(
         [
             sys.executable,
@@ -304,6 +309,8 @@ def test_other_users_config_and_environment_are_shown_to_their_owner_and_root_on
             str(exporter_port),
             "--interval",
             "500ms",
+            "--token-file",
+            str(token_file),
         ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -363,6 +370,9 @@ def test_other_users_config_and_environment_are_shown_to_their_owner_and_root_on
                 assert "enginespec_engine_withheld{engine_id=" in text
                 assert 'field="model"} 1.0' in text
                 assert "age:" in text.lower()
+            # the exporter's token shows the scraper everything
+            held = fetched_as(ATTACKER, shared, exporter_port, "get", "/metrics", token).decode()
+            assert all(secret in held for secret in secrets[:2])
     finally:
         stop_child(exporter)
 
