@@ -24,10 +24,10 @@ import httpx
 import pytest
 
 import enginespec.agent as agent_module
+from enginespec import EngineProcess, Health, remote
 from enginespec.agentviews import SharedEvent
 from enginespec.agentwire import Peer
 from enginespec.disclosure import EVERYTHING
-from enginespec import EngineProcess, Health, remote
 from enginespec.errors import InvalidInputError
 from enginespec.scanning import engine_document
 from enginespec.watching import Started, event_json
