@@ -19,6 +19,7 @@ import asyncio
 import ipaddress
 import socket
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -46,13 +47,13 @@ _REFUSED = (
 )
 
 
+@dataclass(frozen=True)
 class Peer:
     """One client as the agent counts it: ``key`` (``uid:N`` on this host, else its address) and
     who it is for what it may be shown (``viewer``)."""
 
-    def __init__(self, key: str, viewer: Viewer) -> None:
-        self.key = key
-        self.viewer = viewer
+    key: str
+    viewer: Viewer
 
 
 def identify(transport: asyncio.BaseTransport) -> Peer:
@@ -69,18 +70,20 @@ def identify(transport: asyncio.BaseTransport) -> Peer:
     viewer = tcp_viewer(client[:2], server[:2] if server else None)
     if viewer.uid is not None:
         return Peer(f"uid:{viewer.uid}", viewer)
-    address = ipaddress.ip_address(client[0])
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is None:
+    try:
+        address = ipaddress.ip_address(client[0])
+    except ValueError:  # a scoped IPv6 address (fe80::1%eth0): counted by its text
+        return Peer(f"address:{client[0]}", viewer)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
         # one host holds a whole /64: counted as one client
         return Peer(f"net:{ipaddress.IPv6Network((address, 64), strict=False)}", viewer)
-    return Peer(
-        f"address:{address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else address}", viewer
-    )
+    return Peer(f"address:{address}", viewer)
 
 
 class Peers:
-    """Open connections per client; shared by the server's connections (its event loop) and
-    read by tests (any thread)."""
+    """Open connections per client, shared by the server's connections."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -105,10 +108,6 @@ class Peers:
             else:
                 self._open.pop(peer.key, None)
             self._total -= 1
-
-    def held(self, key: str) -> int:
-        with self._lock:
-            return self._open.get(key, 0)
 
 
 def protocol(peers: Peers) -> type[H11Protocol]:
