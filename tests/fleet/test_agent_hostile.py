@@ -400,3 +400,27 @@ def test_token_files_are_refused_unless_private_long_and_owned(tmp_path: Path) -
     done = run("ps", "--remote", "http://127.0.0.1:1", "--token-file", str(tmp_path))
     assert done.returncode != 0
     assert f"--token-file {tmp_path}: is not a regular file" in done.stderr
+
+
+@root_only
+@pytest.mark.parametrize("kernel_asked", [True, False], ids=["sock_diag", "proc_table"])
+def test_a_loopback_clients_uid_is_its_sockets_owner(
+    shared: Path, monkeypatch: pytest.MonkeyPatch, kernel_asked: bool
+) -> None:
+    """Who connected, asked of the kernel for the one socket, or (where that cannot be asked)
+    found in /proc/self/net/tcp: the attacker's uid, not the test's; nothing for a socket gone."""
+    import pwd
+    import socket
+
+    from enginespec import sockets
+
+    if not kernel_asked:
+        monkeypatch.setattr(sockets, "_diag_owner", lambda *_: False)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        # the attacker's client: holds its connection until it is killed
+        with client_as(ATTACKER, shared, "idle", "127.0.0.1", port, 1, 1):
+            conn, client = server.accept()
+            with conn:
+                assert sockets.connection_owner(client, conn.getsockname()) == pwd.getpwnam(ATTACKER).pw_uid
+                assert sockets.connection_owner(("127.0.0.1", 1), conn.getsockname()) is None
