@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.fakeserver import free_port
-from helpers.procs import Procs, start_ticks
+from helpers.procs import Procs, start_ticks, wait_for
 from scanning.test_containers import HIERARCHIES, cgroup, shim_program, under_shim
 from scanning.test_ports import _free_port as free_port_on
 from scanning.test_ports import _start as start_fake
@@ -111,7 +111,9 @@ def test_series_and_labels_for_engines_started_by_the_test(procs: Procs, exporte
         assert all("pid" not in labels for labels, _ in series[name])  # pid only on _info
     assert series["enginespec_scan_duration_seconds"][0][1] >= 0
     assert "enginespec_scan_errors_total" in series
-    # the textfile holds the same series, and is only ever seen whole
+    # the textfile holds the same series (written after the refresh that /metrics already
+    # serves), and is only ever seen whole
+    wait_for(lambda: textfile.exists() and ours(_samples(textfile.read_text())), timeout=30)
     for _ in range(30):
         text = textfile.read_text()
         assert ours(_samples(text))
