@@ -15,8 +15,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,7 +26,7 @@ from enginespec import agentviews, agentwire
 from enginespec.agent import MAX_STREAMS_PER_PEER, read_token
 from enginespec.errors import InvalidInputError
 from fleet.test_agent import _until, agent
-from helpers.cli import run
+from helpers.cli import enginespec_in_background, run
 from helpers.fakeserver import free_port
 from helpers.procs import Procs, stop_child
 
@@ -91,23 +89,10 @@ else:
 
 
 @pytest.fixture
-def shared() -> Iterator[Path]:
-    """A directory other users can enter (pytest's tmp_path is private to root)."""
-    path = Path(tempfile.mkdtemp(prefix="enginespec-agent-"))
-    path.chmod(0o755)
-    (path / "client.py").write_text(CLIENT)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def idle(helper: Path, shared: Path) -> Path:
-    """The idle helper where other users can run it."""
-    program = Path(shutil.copy(helper, shared / "idle"))
-    program.chmod(0o755)
-    return program
+def shared(nobody_dir: Path) -> Path:
+    """A directory other users can enter, holding CLIENT (as ``client.py``) for them to run."""
+    (nobody_dir / "client.py").write_text(CLIENT)
+    return nobody_dir
 
 
 @contextmanager
@@ -190,7 +175,9 @@ def test_a_connection_that_sends_no_whole_head_is_closed() -> None:
 
 
 @root_only
-def test_one_users_never_read_event_streams_lock_out_no_one(shared: Path, procs: Procs, idle: Path) -> None:
+def test_one_users_never_read_event_streams_lock_out_no_one(
+    shared: Path, procs: Procs, nobody_idle: Path
+) -> None:
     """40 event streams of the attacker that are never read: it has its share, the rest refused;
     root's stream is served, replay first."""
     port = free_port()
@@ -227,14 +214,16 @@ def _rss_peak(pid: int) -> int:
 
 @root_only
 def test_long_argvs_and_idle_streams_neither_blow_the_agent_up_nor_hide_the_host(
-    shared: Path, procs: Procs, idle: Path
+    shared: Path, procs: Procs, nobody_idle: Path
 ) -> None:
     """50 engines of another user with 254 KiB argvs (some 76 MB of JSON) and 32 event streams of
     the attacker never read: every engine is still in `ps --remote` (its argv cut, and said), no
     engine's document passes the cap, `/v1/engines` stays under `ps --remote`'s, and the
     agent's memory stays under the DaemonSet's limit (256 MiB)."""
     port = free_port()
-    longs = [procs.start(_long_argv(free_port(), index), executable=idle, user=OWNER) for index in range(50)]
+    longs = [
+        procs.start(_long_argv(free_port(), index), executable=nobody_idle, user=OWNER) for index in range(50)
+    ]
     pids = {proc.pid for proc in longs}
     with agent("--listen", f"127.0.0.1:{port}") as (server, _said):
         base = f"http://127.0.0.1:{port}"
@@ -266,7 +255,7 @@ def test_long_argvs_and_idle_streams_neither_blow_the_agent_up_nor_hide_the_host
             assert held.endswith(f"served {MAX_STREAMS_PER_PEER}")
 
 
-def _secret_engines(procs: Procs, idle: Path, shared: Path) -> tuple[int, int, Sequence[str]]:
+def _secret_engines(procs: Procs, nobody_idle: Path, shared: Path) -> tuple[int, int, Sequence[str]]:
     """Two engines of the owner: a vLLM whose model and port come from its 0600 config file, and a
     llama-server whose model (a presigned URL with its signature) comes from its environment."""
     config = shared / "private.yaml"
@@ -275,11 +264,13 @@ def _secret_engines(procs: Procs, idle: Path, shared: Path) -> tuple[int, int, S
     config.chmod(0o600)
     secrets = ("model-f00dcafe", "hush-hush-name", "Signature=5ec7e7")
     by_config = procs.start(
-        ["vllm", "serve", "--config", str(config), "--port", str(free_port())], executable=idle, user=OWNER
+        ["vllm", "serve", "--config", str(config), "--port", str(free_port())],
+        executable=nobody_idle,
+        user=OWNER,
     )
     by_environment = procs.start(
         ["llama-server", "--port", str(free_port())],
-        executable=idle,
+        executable=nobody_idle,
         user=OWNER,
         LLAMA_ARG_MODEL_URL="https://bucket.example/m.gguf?X-Amz-Signature=5ec7e7",
     )
@@ -288,33 +279,19 @@ def _secret_engines(procs: Procs, idle: Path, shared: Path) -> tuple[int, int, S
 
 @root_only
 def test_other_users_config_and_environment_are_shown_to_their_owner_and_root_only(
-    shared: Path, procs: Procs, idle: Path
+    shared: Path, procs: Procs, nobody_idle: Path
 ) -> None:
     """`daemon` sees that the facts exist (withheld) but not their values, over `/v1/engines`,
     `/v1/events` and `/metrics` of the agent and of the exporter; their owner and root
     see them."""
-    by_config, by_environment, secrets = _secret_engines(procs, idle, shared)
+    by_config, by_environment, secrets = _secret_engines(procs, nobody_idle, shared)
     port, exporter_port = free_port(), free_port()
     token = "t" * 40
     token_file = shared / "token"
     token_file.write_text(token)
     token_file.chmod(0o600)
-    exporter = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "enginespec.cli",
-            "exporter",
-            "--port",
-            str(exporter_port),
-            "--interval",
-            "500ms",
-            "--token-file",
-            str(token_file),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    exporter = enginespec_in_background(
+        "exporter", "--port", str(exporter_port), "--interval", "500ms", "--token-file", str(token_file)
     )
     try:
         with agent("--listen", f"127.0.0.1:{port}"):

@@ -21,6 +21,7 @@ import pytest
 import enginespec.cli as cli
 import enginespec.feeds as feeds
 from enginespec import EngineProcess
+from helpers.cli import enginespec_in_background
 from helpers.fakeserver import Answer, bound_socket, free_port, models, serving
 from helpers.procs import Procs, stop_child
 from helpers.prometheus import needs_prometheus, query, running_prometheus, until
@@ -284,21 +285,7 @@ def test_a_real_prometheus_scrapes_the_engines_the_feed_lists(procs: Procs, tmp_
     ready = {"/health": [Answer(200)], "/v1/models": [models("/models/a")], "/metrics": [METRICS]}
     argv = ["vllm", "serve", "/models/a", "--host", "127.0.0.1", "--port", "{port}"]
     exporter_port = free_port()
-    exporter = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "enginespec.cli",
-            "exporter",
-            "--port",
-            str(exporter_port),
-            "--interval",
-            "500ms",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    exporter = enginespec_in_background("exporter", "--port", str(exporter_port), "--interval", "500ms")
     watcher = _watching(out)
     try:
         with (

@@ -10,8 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -532,25 +530,14 @@ def test_kfd_alone_is_rocm_on_an_unknown_device(host: Host, no_nvml: None) -> No
 # -- unreadable, unchanged ----------------------------------------------------------------------
 
 
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory another user can read (pytest's own are root's only)."""
-    directory = Path(tempfile.mkdtemp(prefix="enginespec-gpus-"))
-    directory.chmod(0o755)
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory)
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to read as another user")
-def test_fds_another_user_cannot_read_make_the_set_unknown_with_the_reason(shared_dir: Path) -> None:
+def test_fds_another_user_cannot_read_make_the_set_unknown_with_the_reason(nobody_dir: Path) -> None:
     """Read as nobody: the server's fd directory is root's (0700), its worker's is readable."""
-    host = Host(shared_dir / "host")
+    host = Host(nobody_dir / "host")
     gpu0 = host.nvidia(BUS0, 0, "NVIDIA A100-SXM4-80GB", UUID0)
     (host.process(100, "vllm", cuda_fds(host, gpu0)) / "fd").chmod(0o700)
     host.process(101, "VLLM::Worker_TP", cuda_fds(host, gpu0))
-    for path in (shared_dir, *shared_dir.rglob("*")):
+    for path in (nobody_dir, *nobody_dir.rglob("*")):
         if not path.is_symlink() and not path.is_char_device():
             path.chmod(path.stat().st_mode | 0o555)
     (host.root / "proc" / "100" / "fd").chmod(0o700)

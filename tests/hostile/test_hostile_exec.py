@@ -4,43 +4,26 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from enginespec import Scanner, get_engine_spec
 from enginespec.probing import python_of_process
 from helpers.procs import wait_for
 
 
-@pytest.fixture
-def shared_dir() -> Iterator[Path]:
-    """A directory user `nobody` can enter (pytest's tmp_path is private to root)."""
-    path = Path(tempfile.mkdtemp(prefix="enginespec-hostile-"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def test_runtime_info_of_a_strangers_engine_runs_nothing(helper: Path, shared_dir: Path) -> None:
-    marker = shared_dir / "ran-as-root"
-    evil = shared_dir / "evil" / "python3"
+def test_runtime_info_of_a_strangers_engine_runs_nothing(nobody_dir: Path, nobody_idle: Path) -> None:
+    marker = nobody_dir / "ran-as-root"
+    evil = nobody_dir / "evil" / "python3"
     evil.parent.mkdir()
     evil.write_text(f"#!/bin/sh\ntouch {marker}\n")
     evil.chmod(0o755)
-    idle = shared_dir / "idle"
-    shutil.copy(helper, idle)
-    idle.chmod(0o755)
     argv = [str(evil), "-m", "vllm.entrypoints.openai.api_server", "--model", "/m/evil"]
-    stranger = subprocess.Popen(argv, executable=idle, user="nobody", group="nogroup", start_new_session=True)
+    stranger = subprocess.Popen(
+        argv, executable=nobody_idle, user="nobody", group="nogroup", start_new_session=True
+    )
     try:
         wait_for(lambda: Path(f"/proc/{stranger.pid}/cmdline").read_bytes() != b"")
         process = next(p for p in Scanner().scan() if p.pid == stranger.pid)
@@ -48,15 +31,15 @@ def test_runtime_info_of_a_strangers_engine_runs_nothing(helper: Path, shared_di
         time.sleep(0.2)
         assert not marker.exists()
         assert (info.location, info.python_path, info.version) == ("running", None, None)
-        assert info.binary_path == str(idle)  # the kernel's exe, not argv[0]
+        assert info.binary_path == str(nobody_idle)  # the kernel's exe, not argv[0]
     finally:
         stranger.kill()
         stranger.wait()
 
 
-def test_the_interpreter_is_the_kernels_exe_not_argv0(shared_dir: Path) -> None:
+def test_the_interpreter_is_the_kernels_exe_not_argv0(nobody_dir: Path) -> None:
     liar = subprocess.Popen(
-        [str(shared_dir / "python3"), "-c", "import time; time.sleep(30)"], executable=sys.executable
+        [str(nobody_dir / "python3"), "-c", "import time; time.sleep(30)"], executable=sys.executable
     )
     try:
         wait_for(lambda: b"time.sleep" in Path(f"/proc/{liar.pid}/cmdline").read_bytes())

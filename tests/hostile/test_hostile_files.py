@@ -36,17 +36,6 @@ NOBODY = 65534
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="starts processes of another user (needs root)")
 
 
-@pytest.fixture
-def shared() -> Iterator[Path]:
-    """A directory user `nobody` can enter (pytest's tmp_path is private to root)."""
-    path = Path(tempfile.mkdtemp(prefix="enginespec-files-"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 @pytest.fixture(params=["openat2", "walk"])
 def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """In-process scans resolve paths with openat2, and with the walk used where the kernel has
@@ -111,8 +100,8 @@ class Strangers:
 
 
 @pytest.fixture
-def strangers(shared: Path, static_idle: Path) -> Iterator[Strangers]:
-    started = Strangers(shared, static_idle)
+def strangers(nobody_dir: Path, static_idle: Path) -> Iterator[Strangers]:
+    started = Strangers(nobody_dir, static_idle)
     try:
         yield started
     finally:
@@ -147,12 +136,12 @@ FILES = {
 TABBY_FILES = ("common/args.py", "common/tabby_config.py", "endpoints/core/router.py", "main.py")
 
 
-def _hostile_zoo(strangers: Strangers, shared: Path, private: Path) -> dict[int, tuple[str, ...]]:
+def _hostile_zoo(strangers: Strangers, nobody_dir: Path, private: Path) -> dict[int, tuple[str, ...]]:
     """Starts one stranger per attack; returns pid -> the phrases one of its problems holds."""
     for name, text in FILES.items():
-        _write(shared / name, text)
-    os.mkfifo(shared / "fifo.yaml", 0o666)
-    tabby = shared / "tabby"
+        _write(nobody_dir / name, text)
+    os.mkfifo(nobody_dir / "fifo.yaml", 0o666)
+    tabby = nobody_dir / "tabby"
     for name in TABBY_FILES:
         _write(tabby / name, "")
     os.mkfifo(tabby / "config.yml", 0o666)
@@ -161,18 +150,23 @@ def _hostile_zoo(strangers: Strangers, shared: Path, private: Path) -> dict[int,
     llama_python = ["python3", "-m", "llama_cpp.server", "--config_file"]
     nested = ("is not valid YAML", "nested deeper")  # libyaml stops at its own depth limit
     cases: list[tuple[list[str], Path | str, dict[str, str], tuple[str, ...]]] = [
-        ([*vllm, str(shared / "fifo.yaml")], "/", {}, ("is not a regular file (a FIFO)",)),
+        ([*vllm, str(nobody_dir / "fifo.yaml")], "/", {}, ("is not a regular file (a FIFO)",)),
         ([*vllm, "/dev/ptmx"], "/", {}, ("is not a regular file (a character device)",)),
         ([*vllm, "/dev/tty"], "/", {}, ("is not a regular file (a character device)",)),
         (["python3", "main.py"], tabby, {}, ("'config.yml' is not a regular file (a FIFO)",)),
-        ([*vllm, "deep.yaml"], shared, {}, nested),
-        ([*llama_python, "deep.json"], shared, {}, ("nested deeper than",)),
-        ([*vllm, "digits.yaml"], shared, {}, ("holds an integer of 5000 digits",)),
-        ([*llama_python, "digits.json"], shared, {}, ("holds an integer of 5000 digits",)),
-        ([*vllm, "fullwidth.yaml"], shared, {}, ("port '\uff18\uff10\uff18\uff10' is not a port number",)),
-        ([*vllm, "surrogate.yaml"], shared, {}, ("is not valid YAML", "lone surrogate")),
-        ([*llama_python, "surrogate.json"], shared, {}, ("lone surrogate",)),
-        ([*vllm, "bomb.yaml"], shared, {}, ("holds more than 10000 values",)),
+        ([*vllm, "deep.yaml"], nobody_dir, {}, nested),
+        ([*llama_python, "deep.json"], nobody_dir, {}, ("nested deeper than",)),
+        ([*vllm, "digits.yaml"], nobody_dir, {}, ("holds an integer of 5000 digits",)),
+        ([*llama_python, "digits.json"], nobody_dir, {}, ("holds an integer of 5000 digits",)),
+        (
+            [*vllm, "fullwidth.yaml"],
+            nobody_dir,
+            {},
+            ("port '\uff18\uff10\uff18\uff10' is not a port number",),
+        ),
+        ([*vllm, "surrogate.yaml"], nobody_dir, {}, ("is not valid YAML", "lone surrogate")),
+        ([*llama_python, "surrogate.json"], nobody_dir, {}, ("lone surrogate",)),
+        ([*vllm, "bomb.yaml"], nobody_dir, {}, ("holds more than 10000 values",)),
         ([*vllm, str(private / "in-root-only-dir.yaml")], "/", {}, ("not readable by the process's owner",)),
         ([*vllm, "/proc/self/cwd/x.yaml"], "/", {}, ("a link that is not followed",)),
         ([*vllm, "/proc/self/environ"], "/", {}, ("kernel filesystem (proc)", "a link that is not followed")),
@@ -194,14 +188,14 @@ def _by_pid(processes: Sequence[EngineProcess], pids: object) -> dict[int, Engin
 
 
 def test_each_hostile_file_or_value_is_a_problem_on_its_engine_only(
-    strangers: Strangers, shared: Path, resolver: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    strangers: Strangers, nobody_dir: Path, resolver: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     _write(tmp_path / "x.yaml", "model: the-scanners-own-cwd\n")
     monkeypatch.chdir(tmp_path)  # what /proc/self/cwd/x.yaml would be, read by the scanner
     private = Path(tempfile.mkdtemp(prefix="enginespec-private-"))  # 0700, root's
     try:
-        hostile = _hostile_zoo(strangers, shared, private)
-        good = strangers.start(["vllm", "serve", "--config", "good.yaml"], shared)
+        hostile = _hostile_zoo(strangers, nobody_dir, private)
+        good = strangers.start(["vllm", "serve", "--config", "good.yaml"], nobody_dir)
         found = _by_pid(Scanner().scan(), {*hostile, good})
         assert set(found) == {*hostile, good}
         assert (found[good].model, found[good].port, found[good].problems) == (
@@ -222,13 +216,13 @@ def test_each_hostile_file_or_value_is_a_problem_on_its_engine_only(
 
 def test_ps_watch_and_the_exporter_live_on_beside_the_zoo(
     strangers: Strangers,
-    shared: Path,
+    nobody_dir: Path,
     exporter: tuple[str, Path],  # noqa: F811
 ) -> None:
     private = Path(tempfile.mkdtemp(prefix="enginespec-private-"))
     try:
-        hostile = _hostile_zoo(strangers, shared, private)
-        good = strangers.start(["vllm", "serve", "--config", "good.yaml"], shared)
+        hostile = _hostile_zoo(strangers, nobody_dir, private)
+        good = strangers.start(["vllm", "serve", "--config", "good.yaml"], nobody_dir)
         pids = {*hostile, good}
         listed = enginespec("ps", "--json", timeout=60)
         assert listed.returncode == 0, listed.stderr
@@ -259,11 +253,11 @@ def test_ps_watch_and_the_exporter_live_on_beside_the_zoo(
         shutil.rmtree(private, ignore_errors=True)
 
 
-def test_paths_stay_inside_a_chroot(strangers: Strangers, shared: Path, resolver: str) -> None:
+def test_paths_stay_inside_a_chroot(strangers: Strangers, nobody_dir: Path, resolver: str) -> None:
     """An absolute symlink or a `..` path inside a chroot never reaches the host's files; a
     path inside it (absolute, or relative to its working directory there) is read there."""
-    host_file = _write(shared / "host-secret.yaml", "model: host-secret\n")  # anyone may read it
-    jail = shared / "jail"
+    host_file = _write(nobody_dir / "host-secret.yaml", "model: host-secret\n")  # anyone may read it
+    jail = nobody_dir / "jail"
     (jail / "etc").mkdir(parents=True)
     jail.chmod(0o755)
     shutil.copy(strangers.idle, jail / "idle")
@@ -286,7 +280,7 @@ def test_paths_stay_inside_a_chroot(strangers: Strangers, shared: Path, resolver
 
 
 def test_a_symlink_flipped_under_the_scanner_never_leaks(
-    strangers: Strangers, shared: Path, resolver: str, monkeypatch: pytest.MonkeyPatch
+    strangers: Strangers, nobody_dir: Path, resolver: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The owner flips a symlink between its own file and a root-only one while root reads it:
     what is read is checked as opened, so the root-only file is never read."""
@@ -295,12 +289,12 @@ def test_a_symlink_flipped_under_the_scanner_never_leaks(
     try:
         _write(private / "secret.yaml", "model: root-secret\n", 0o600)
         private.chmod(0o755)  # the directory may be searched: only the file's mode protects it
-        own = _write(shared / "own.yaml", "model: own\n")
-        link = shared / "link.yaml"
+        own = _write(nobody_dir / "own.yaml", "model: own\n")
+        link = nobody_dir / "link.yaml"
         os.symlink(own, link)
-        shared.chmod(0o777)  # nobody renames links in it
+        nobody_dir.chmod(0o777)  # nobody renames links in it
         flip = (
-            f"cd {shared}; while :; do ln -sfn {private / 'secret.yaml'} a.tmp; mv -fT a.tmp link.yaml;"
+            f"cd {nobody_dir}; while :; do ln -sfn {private / 'secret.yaml'} a.tmp; mv -fT a.tmp link.yaml;"
             f" ln -sfn {own} b.tmp; mv -fT b.tmp link.yaml; done"
         )
         flipper = subprocess.Popen(
@@ -311,7 +305,7 @@ def test_a_symlink_flipped_under_the_scanner_never_leaks(
             stdin=subprocess.DEVNULL,
         )
         try:
-            pid = strangers.start(["vllm", "serve", "--config", str(link)], shared)
+            pid = strangers.start(["vllm", "serve", "--config", str(link)], nobody_dir)
             spec = get_engine_spec("vllm")
             argv = ["vllm", "serve", "--config", str(link)]
             reads = [read_outside(spec, pid, argv, environ=None) for _ in range(600)]
@@ -329,7 +323,7 @@ def test_a_symlink_flipped_under_the_scanner_never_leaks(
 
 
 def test_a_config_that_hangs_is_given_up_after_the_step_deadline(
-    strangers: Strangers, shared: Path, monkeypatch: pytest.MonkeyPatch
+    strangers: Strangers, nobody_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A read that blocks in the kernel (a FUSE daemon that never answers; here a step made to
     block) is abandoned at the deadline, and a few abandoned ones stop further attempts."""
@@ -338,7 +332,7 @@ def test_a_config_that_hangs_is_given_up_after_the_step_deadline(
     release = threading.Event()
     real = procfiles._regular
 
-    hanging = _write(shared / "good.yaml", FILES["good.yaml"]).stat().st_ino
+    hanging = _write(nobody_dir / "good.yaml", FILES["good.yaml"]).stat().st_ino
 
     def blocking(fd: int) -> os.stat_result:
         if os.fstat(fd).st_ino == hanging:  # this one file: the host's other engines read on
@@ -347,7 +341,7 @@ def test_a_config_that_hangs_is_given_up_after_the_step_deadline(
 
     monkeypatch.setattr(procfiles, "_regular", blocking)
     argv = ["vllm", "serve", "--config", "good.yaml"]
-    pid = strangers.start(argv, shared)
+    pid = strangers.start(argv, nobody_dir)
     try:
         # this process's files only: a scan would read the host's other engines' files under the
         # same 0.2 s deadline, and one slow on a loaded host would count as stuck too
@@ -365,12 +359,12 @@ def test_a_config_that_hangs_is_given_up_after_the_step_deadline(
 
 
 @pytest.fixture
-def silent_mount(shared: Path) -> Iterator[Path]:
+def silent_mount(nobody_dir: Path) -> Iterator[Path]:
     """A FUSE filesystem whose daemon never answers, mounted on a directory of this test: every
     lookup in it blocks in the kernel until the connection is aborted (closing the device), as
     on a host whose FUSE daemon is stuck. Aborted and unmounted at the end."""
     libc = ctypes.CDLL(None, use_errno=True)
-    target = shared / "silent"
+    target = nobody_dir / "silent"
     target.mkdir()
     device = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
     options = f"fd={device},rootmode=40000,user_id=0,group_id=0,allow_other".encode()
@@ -402,17 +396,17 @@ def test_a_checkout_on_a_filesystem_that_never_answers_is_given_up(
     assert found[good].model == "org/good"
 
 
-def test_a_checkout_its_owner_cannot_reach_does_not_count(strangers: Strangers, shared: Path) -> None:
+def test_a_checkout_its_owner_cannot_reach_does_not_count(strangers: Strangers, nobody_dir: Path) -> None:
     """A TabbyAPI checkout in a directory only root may search: `nobody`'s `main.py` named there
     is not TabbyAPI, though the root scanner could see the files; the same checkout where
     `nobody` may look counts."""
     private = Path(tempfile.mkdtemp(prefix="enginespec-private-"))  # 0700, root's
     try:
-        for where in (private / "tabby", shared / "tabby"):
+        for where in (private / "tabby", nobody_dir / "tabby"):
             for name in TABBY_FILES:
                 _write(where / name, "")
         hidden = strangers.start(["python3", str(private / "tabby" / "main.py"), "--port", "41393"])
-        open_ = strangers.start(["python3", "main.py", "--port", "41394"], shared / "tabby")
+        open_ = strangers.start(["python3", "main.py", "--port", "41394"], nobody_dir / "tabby")
         found = _by_pid(Scanner().scan(), {hidden, open_})
         assert set(found) == {open_}
         assert found[open_].engine == "tabbyapi"
@@ -468,27 +462,27 @@ def test_a_huge_environment_is_read_only_up_to_its_cap(strangers: Strangers) -> 
     assert found.model == "/m/env.gguf"  # before the padding: within the cap
 
 
-def test_a_regular_file_the_owner_can_read_is_read_as_before(strangers: Strangers, shared: Path) -> None:
-    readable = _write(shared / "sub" / "c.yaml", "model: org/readable\n", 0o640)
+def test_a_regular_file_the_owner_can_read_is_read_as_before(strangers: Strangers, nobody_dir: Path) -> None:
+    readable = _write(nobody_dir / "sub" / "c.yaml", "model: org/readable\n", 0o640)
     os.chown(readable, 0, NOBODY)  # readable through its group only
-    pid = strangers.start(["vllm", "serve", "--config", "sub/c.yaml"], shared)
+    pid = strangers.start(["vllm", "serve", "--config", "sub/c.yaml"], nobody_dir)
     assert _by_pid(Scanner().scan(), {pid})[pid].model == "org/readable"
     assert stat.S_IMODE(readable.stat().st_mode) == 0o640
 
 
 def test_the_version_of_a_running_engine_is_read_as_its_owner(
-    strangers: Strangers, shared: Path, helper: Path
+    strangers: Strangers, nobody_dir: Path, helper: Path
 ) -> None:
     """The dist-info files of the site-packages a running engine maps are read with the same
     reader: a FIFO METADATA or one its owner cannot read gives no version, and no hang."""
-    dynamic = shared / "idle-dynamic"  # tests/helpers/idle.c linked dynamically: LD_PRELOAD works
+    dynamic = nobody_dir / "idle-dynamic"  # tests/helpers/idle.c linked dynamically: LD_PRELOAD works
     shutil.copy(helper, dynamic)
     dynamic.chmod(0o755)
     metadata = "Metadata-Version: 2.1\nName: vllm\nVersion: {}\n\nVersion: not-this-one\n"
     cases = {"readable": "0.9.1", "fifo": None, "root-only": None}
     pids = {}
     for case, version in cases.items():
-        site = shared / case / "lib" / "python3.11" / "site-packages"
+        site = nobody_dir / case / "lib" / "python3.11" / "site-packages"
         info = site / f"vllm-{version or '6.6.6'}.dist-info" / "METADATA"
         if case == "fifo":
             info.parent.mkdir(parents=True)
@@ -507,13 +501,15 @@ def test_the_version_of_a_running_engine_is_read_as_its_owner(
         assert spec.get_runtime_info(running=found[pid]).version == version
 
 
-def test_a_config_that_is_not_read_is_not_read_again_each_scan(strangers: Strangers, shared: Path) -> None:
+def test_a_config_that_is_not_read_is_not_read_again_each_scan(
+    strangers: Strangers, nobody_dir: Path
+) -> None:
     """A refused file (unreadable by its owner, too large) is looked at again only when it
     changes: the engine's model is the very same object scan after scan, until an edit."""
-    _write(shared / "root-only.yaml", "model: root-only\n", 0o600)
-    _write(shared / "large.yaml", "model: x\n" + "#" * (1 << 19))
+    _write(nobody_dir / "root-only.yaml", "model: root-only\n", 0o600)
+    _write(nobody_dir / "large.yaml", "model: x\n" + "#" * (1 << 19))
     pids = [
-        strangers.start(["vllm", "serve", "--config", name], shared)
+        strangers.start(["vllm", "serve", "--config", name], nobody_dir)
         for name in ("root-only.yaml", "large.yaml")
     ]
     scanner = Scanner()
@@ -522,7 +518,7 @@ def test_a_config_that_is_not_read_is_not_read_again_each_scan(strangers: Strang
     assert all(first[pid] is second[pid] for pid in pids)
     assert "not readable by the process's owner" in first[pids[0]].problems[0]
     assert "is larger than" in first[pids[1]].problems[0]
-    _write(shared / "large.yaml", "model: org/small-now\n")
+    _write(nobody_dir / "large.yaml", "model: org/small-now\n")
     assert _by_pid(scanner.scan(), pids)[pids[1]].model == "org/small-now"
 
 
@@ -558,19 +554,25 @@ def test_a_model_its_owner_cannot_read_is_not_read(
     assert "not readable by the process's owner" in (engine.model_facts_problem or "")
 
 
-def test_a_fifo_named_as_the_model_is_never_opened(strangers: Strangers, shared: Path, resolver: str) -> None:
-    os.mkfifo(shared / "fifo.gguf", 0o666)
-    engine = _engine_of(strangers.start(["llama-server", "-m", "fifo.gguf", "--port", "18732"], cwd=shared))
+def test_a_fifo_named_as_the_model_is_never_opened(
+    strangers: Strangers, nobody_dir: Path, resolver: str
+) -> None:
+    os.mkfifo(nobody_dir / "fifo.gguf", 0o666)
+    engine = _engine_of(
+        strangers.start(["llama-server", "-m", "fifo.gguf", "--port", "18732"], cwd=nobody_dir)
+    )
     assert engine.model_facts is None
     assert "is not a regular file (a FIFO)" in (engine.model_facts_problem or "")
 
 
-def test_model_paths_are_resolved_inside_a_chroot(strangers: Strangers, shared: Path, resolver: str) -> None:
+def test_model_paths_are_resolved_inside_a_chroot(
+    strangers: Strangers, nobody_dir: Path, resolver: str
+) -> None:
     """An absolute symlink inside a chroot points inside it; a relative model path is read from
     the working directory inside it; a host path outside the jail is not reached."""
-    host_model = write_gguf(shared / "host.gguf", arch="gemma")
+    host_model = write_gguf(nobody_dir / "host.gguf", arch="gemma")
     host_model.chmod(0o644)
-    jail = shared / "jail"
+    jail = nobody_dir / "jail"
     (jail / "models").mkdir(parents=True)
     shutil.copy(strangers.idle, jail / "idle")
     write_gguf(jail / "models" / "inner.gguf", arch="phi3")
@@ -615,17 +617,17 @@ def _hf_cache(hub: Path, repo: str, layers: int) -> None:
 
 
 def test_a_hugging_face_id_is_found_in_the_cache_its_environment_names(
-    strangers: Strangers, shared: Path, private_models: Path, resolver: str
+    strangers: Strangers, nobody_dir: Path, private_models: Path, resolver: str
 ) -> None:
     """HF_HOME from the process's own environment; a cache only root can read is not read."""
-    _hf_cache(shared / "hf" / "hub", "org/tiny", layers=3)
+    _hf_cache(nobody_dir / "hf" / "hub", "org/tiny", layers=3)
     _hf_cache(private_models / "hf" / "hub", "org/tiny", layers=5)
     own = _engine_of(
-        strangers.start(["vllm", "serve", "org/tiny", "--port", "18736"], HF_HOME=str(shared / "hf"))
+        strangers.start(["vllm", "serve", "org/tiny", "--port", "18736"], HF_HOME=str(nobody_dir / "hf"))
     )
     assert own.model_facts is not None, own.model_facts_problem
     assert own.model_facts.layers == 3
-    assert own.model_facts.files[0].startswith(str(shared / "hf" / "hub"))
+    assert own.model_facts.files[0].startswith(str(nobody_dir / "hf" / "hub"))
     root_only = _engine_of(
         strangers.start(["vllm", "serve", "org/tiny", "--port", "18737"], HF_HOME=str(private_models / "hf"))
     )
@@ -634,9 +636,9 @@ def test_a_hugging_face_id_is_found_in_the_cache_its_environment_names(
 
 
 def test_an_ollama_blob_is_named_only_by_manifests_its_owner_can_read(
-    strangers: Strangers, shared: Path, resolver: str
+    strangers: Strangers, nobody_dir: Path, resolver: str
 ) -> None:
-    models = shared / "models"
+    models = nobody_dir / "models"
     digest = "ab" * 32
     (models / "blobs").mkdir(parents=True)
     blob = write_gguf(models / "blobs" / "tmp.gguf").rename(models / "blobs" / f"sha256-{digest}")

@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,17 +41,6 @@ RUN_ADDRESS_SPACE = 2 << 30
 
 def _limited() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (RUN_ADDRESS_SPACE, RUN_ADDRESS_SPACE))
-
-
-@pytest.fixture
-def shared() -> Iterator[Path]:
-    """A directory user `nobody` can enter (pytest's tmp_path is private to root)."""
-    path = Path(tempfile.mkdtemp(prefix="enginespec-lifecycle-"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _as_nobody(argv: list[str], cwd: Path | str, **env: str) -> subprocess.Popen[bytes]:
@@ -101,22 +87,22 @@ def _gone(pid: int, ticks: int | None) -> bool:
         ("log", True),
     ],
 )
-def test_logs_opens_the_output_file_as_its_owner(shared: Path, held: str, shown: bool | None) -> None:
-    binary = install_fake(shared, SYSTEM_PYTHON)
+def test_logs_opens_the_output_file_as_its_owner(nobody_dir: Path, held: str, shown: bool | None) -> None:
+    binary = install_fake(nobody_dir, SYSTEM_PYTHON)
     secret = f"secret-{uuid.uuid4().hex}"
-    target = shared / "held.txt"
+    target = nobody_dir / "held.txt"
     target.write_text(f"{secret}\n")
     if held == "path":
         target.chmod(0o600)  # root's
     else:
         os.chown(target, NOBODY, NOBODY)
         target.chmod(0o200 if held == "write" else 0o644)
-    argv = [str(binary), "-m", str(shared / "model.gguf"), "--host", HOST, "--port", str(free_port())]
+    argv = [str(binary), "-m", str(nobody_dir / "model.gguf"), "--host", HOST, "--port", str(free_port())]
     mode = "path" if held == "path" else "write"
-    proc = _as_nobody(argv, shared, FAKE_MODE="held", FAKE_HELD=str(target), FAKE_HELD_MODE=mode)
+    proc = _as_nobody(argv, nobody_dir, FAKE_MODE="held", FAKE_HELD=str(target), FAKE_HELD_MODE=mode)
     try:
         wait_for(lambda: os.readlink(f"/proc/{proc.pid}/fd/1") == str(target), timeout=30)
-        done = enginespec("logs", str(proc.pid), "-n", "5", "--log-dir", str(shared / "none"), timeout=60)
+        done = enginespec("logs", str(proc.pid), "-n", "5", "--log-dir", str(nobody_dir / "none"), timeout=60)
         said = done.stdout.decode() + done.stderr.decode()
         if shown:
             assert done.returncode == 0, said
@@ -134,20 +120,20 @@ def test_logs_opens_the_output_file_as_its_owner(shared: Path, held: str, shown:
 
 
 @as_root
-def test_restart_enters_the_working_directory_as_the_owner(shared: Path) -> None:
-    binary = install_fake(shared, SYSTEM_PYTHON)
-    nest = shared / "nest"
+def test_restart_enters_the_working_directory_as_the_owner(nobody_dir: Path) -> None:
+    binary = install_fake(nobody_dir, SYSTEM_PYTHON)
+    nest = nobody_dir / "nest"
     nest.mkdir()
     os.chown(nest, NOBODY, NOBODY)  # nobody may rename its own working directory away
     work = nest / "work"
     work.mkdir()
     os.chown(work, NOBODY, NOBODY)
-    vault = shared / "vault"
+    vault = nobody_dir / "vault"
     vault.mkdir(mode=0o700)  # root's: nobody may not pass through it
     inner = vault / "inner"
     inner.mkdir(mode=0o755)
     (inner / "secret.txt").write_text("root's\n")
-    argv = [str(binary), "-m", str(shared / "model.gguf"), "--host", HOST, "--port", str(free_port())]
+    argv = [str(binary), "-m", str(nobody_dir / "model.gguf"), "--host", HOST, "--port", str(free_port())]
     proc = _as_nobody(argv, work, FAKE_MODE="swap", FAKE_SWAP_TO=str(inner))
     engine = None
     try:
@@ -159,7 +145,7 @@ def test_restart_enters_the_working_directory_as_the_owner(shared: Path) -> None
 
         wait_for(handles_sigterm, timeout=30)
         process = next(p for p in Scanner().scan() if p.pid == proc.pid)
-        engine = adopt(process, log_dir=shared / "logs")
+        engine = adopt(process, log_dir=nobody_dir / "logs")
         assert engine.cwd == str(work)
         with pytest.raises(RestartRefused, match="cannot enter its working directory"):
             engine.restart(grace=5.0)
@@ -172,18 +158,18 @@ def test_restart_enters_the_working_directory_as_the_owner(shared: Path) -> None
 
 
 @as_root
-def test_a_restart_as_the_owner_runs_in_its_working_directory(shared: Path) -> None:
-    binary = install_fake(shared, SYSTEM_PYTHON)
-    work = shared / "work"
+def test_a_restart_as_the_owner_runs_in_its_working_directory(nobody_dir: Path) -> None:
+    binary = install_fake(nobody_dir, SYSTEM_PYTHON)
+    work = nobody_dir / "work"
     work.mkdir()
     os.chown(work, NOBODY, NOBODY)
-    argv = [str(binary), "-m", str(shared / "model.gguf"), "--host", HOST, "--port", str(free_port())]
+    argv = [str(binary), "-m", str(nobody_dir / "model.gguf"), "--host", HOST, "--port", str(free_port())]
     proc = _as_nobody(argv, work, FAKE_MODE="serve")
     engine = None
     try:
         wait_for(lambda: any(p.pid == proc.pid for p in Scanner().scan()), timeout=30)
         process = next(p for p in Scanner().scan() if p.pid == proc.pid)
-        engine = adopt(process, log_dir=shared / "logs")
+        engine = adopt(process, log_dir=nobody_dir / "logs")
         engine.restart(grace=5.0)
         assert engine.pid != proc.pid
         assert os.readlink(f"/proc/{engine.pid}/cwd") == str(work)

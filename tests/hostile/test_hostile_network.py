@@ -30,25 +30,6 @@ OK = b'{"status":"ok"}'
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="starts processes as nobody: needs root")
 
 
-@pytest.fixture
-def shared() -> Iterator[Path]:
-    """A directory `nobody` can enter (pytest's tmp_path is private to root)."""
-    path = Path(tempfile.mkdtemp(prefix="enginespec-net-"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def idle(helper: Path, shared: Path) -> Path:
-    """The idle helper where `nobody` can run it."""
-    program = Path(shutil.copy(helper, shared / "idle"))
-    program.chmod(0o755)
-    return program
-
-
 def _scanned(pid: int, scanner: Scanner | None = None) -> EngineProcess:
     scanner = scanner or Scanner()
     found = [p for p in scanner.scan() if p.pid == pid]
@@ -77,7 +58,9 @@ def test_an_ipv4_mapped_address_is_its_ipv4_address() -> None:
 
 
 @root_only
-def test_loopback_spellings_never_reach_another_process_and_ps_survives(idle: Path, procs: Procs) -> None:
+def test_loopback_spellings_never_reach_another_process_and_ps_survives(
+    nobody_idle: Path, procs: Procs
+) -> None:
     """A fake engine of nobody names the port of someone else's server in every spelling: none
     is ready, nothing is sent to that server, `ps` lists them all."""
     with serving({"/health": [Answer(200, OK)], "/v1/models": [Answer(200, b'{"data":[]}')]}) as victim:
@@ -85,7 +68,7 @@ def test_loopback_spellings_never_reach_another_process_and_ps_survives(idle: Pa
         started = [
             procs.start(
                 ["llama-server", "-m", "m", "--host", h, "--port", str(victim.port)],
-                executable=idle,
+                executable=nobody_idle,
                 user="nobody",
             )
             for h in hosts
@@ -167,7 +150,7 @@ def _unix_path(server: FakeEngine) -> str:
 
 @root_only
 def test_a_root_only_socket_named_by_a_process_is_never_contacted(
-    idle: Path, procs: Procs, root_socket: FakeEngine
+    nobody_idle: Path, procs: Procs, root_socket: FakeEngine
 ) -> None:
     path = _unix_path(root_socket)
     env = {"LLAMA_ARG_HOST": path}
@@ -175,7 +158,7 @@ def test_a_root_only_socket_named_by_a_process_is_never_contacted(
         (["llama-server", "-m", "m", "--host", path], {}),
         (["llama-server", "-m", "m"], env),
     ):
-        proc = procs.start(argv, executable=idle, user="nobody", **extra)
+        proc = procs.start(argv, executable=nobody_idle, user="nobody", **extra)
         process = _scanned(proc.pid)
         assert process.base_url == root_socket.url
         health = check_health(process)
@@ -206,18 +189,18 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 @root_only
 @pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason="needs /usr/bin/python3")
 def test_a_socket_file_swapped_for_another_is_refused_before_any_request(
-    idle: Path, shared: Path, procs: Procs, root_socket: FakeEngine
+    nobody_idle: Path, nobody_dir: Path, procs: Procs, root_socket: FakeEngine
 ) -> None:
     """The tree holds a listening socket bound at its path, but the file there now leads to
     root's socket: the listening end is checked (SO_PEERCRED) before a byte is sent."""
-    own = shared / "own"
+    own = nobody_dir / "own"
     own.mkdir()
     shutil.chown(own, "nobody")
     path = str(own / "x.sock")
     # Root's socket must be reachable through the link for the attack to be one.
     Path(_unix_path(root_socket)).parent.chmod(0o755)
     # The system's Python: the one running the tests may live where nobody cannot read.
-    argv = [SYSTEM_PYTHON, "-c", _SWAPPER, path, _unix_path(root_socket), str(idle)]
+    argv = [SYSTEM_PYTHON, "-c", _SWAPPER, path, _unix_path(root_socket), str(nobody_idle)]
     swapper = subprocess.Popen(argv, user="nobody", group="nogroup", extra_groups=[], start_new_session=True)
     procs.started.append(swapper)  # type: ignore[arg-type]
     wait_for(lambda: Path(f"/proc/{swapper.pid}/cmdline").read_bytes().startswith(b"llama-server\0"))
@@ -233,16 +216,16 @@ def test_a_socket_file_swapped_for_another_is_refused_before_any_request(
 @root_only
 @pytest.mark.skipif(not shutil.which("unshare") or not shutil.which("ip"), reason="needs unshare and ip")
 def test_a_users_own_network_namespace_is_not_contacted_and_gets_no_published_port(
-    idle: Path, shared: Path, procs: Procs, helper: Path
+    nobody_idle: Path, nobody_dir: Path, procs: Procs, helper: Path
 ) -> None:
     """`unshare -rn` gives nobody a namespace where it can hold any address: its fake engine on
     a port that root's server holds on the host is not checked through the host's loopback, and
     a root docker-proxy forwarding to an address it put on its own loopback is not its port."""
-    (shared / "bin").mkdir()
-    vllm = shared / "bin" / "vllm"
-    vllm.symlink_to(idle)
-    proxy = shared / "bin" / "docker-proxy"
-    proxy.symlink_to(idle)
+    (nobody_dir / "bin").mkdir()
+    vllm = nobody_dir / "bin" / "vllm"
+    vllm.symlink_to(nobody_idle)
+    proxy = nobody_dir / "bin" / "docker-proxy"
+    proxy.symlink_to(nobody_idle)
     address = f"127.88.{secrets.randbelow(200) + 1}.{secrets.randbelow(200) + 2}"
     with serving({"/health": [Answer(200, OK)]}) as victim:
         script = (
@@ -377,7 +360,7 @@ def test_engines_behind_a_port_that_never_answers_are_unknown_by_the_deadline(pr
 DEADLINE = 6.0
 
 
-def test_one_users_hung_engines_cannot_starve_another_users(procs: Procs, idle: Path) -> None:
+def test_one_users_hung_engines_cannot_starve_another_users(procs: Procs, nobody_idle: Path) -> None:
     """100 engines of `nobody` behind a port that never answers, more than the checks in flight
     (64): root's engine that answers, started after them, is still checked before the deadline."""
     hung = bound_socket()
@@ -388,7 +371,7 @@ def test_one_users_hung_engines_cannot_starve_another_users(procs: Procs, idle: 
             procs.start(
                 ["llama-server", "-m", f"m{n}", "--port", port],
                 (hung.fileno(),),
-                executable=idle,
+                executable=nobody_idle,
                 user="nobody",
             )
             for n in range(100)
@@ -429,7 +412,7 @@ from scanning.test_containers import HIERARCHIES, SHIM_ARGV, cgroup, shim_progra
 @root_only
 @pytest.mark.skipif("" not in HIERARCHIES, reason="needs cgroup v2")
 def test_a_cgroup_name_alone_makes_no_container(
-    procs: Procs, helper: Path, idle: Path, shared: Path, tmp_path: Path
+    procs: Procs, helper: Path, nobody_idle: Path, nobody_dir: Path, tmp_path: Path
 ) -> None:
     """A process in a cgroup named `docker-<id>.scope` of a real container: the API knows the id
     but its first process is another; a shim not run by root is no runtime's."""
@@ -442,7 +425,9 @@ def test_a_cgroup_name_alone_makes_no_container(
     config = Config(
         data_dir=tmp_path, docker_socket=tmp_path / "d.sock", podman_socket=tmp_path / "none.sock"
     )
-    fake_shim = Path(shutil.copy(shim_program(helper, tmp_path / "shim"), shared / "containerd-shim-runc-v2"))
+    fake_shim = Path(
+        shutil.copy(shim_program(helper, tmp_path / "shim"), nobody_dir / "containerd-shim-runc-v2")
+    )
     fake_shim.chmod(0o755)
     try:
         with cgroup("", f"system.slice/docker-{container_id}.scope") as directory:
