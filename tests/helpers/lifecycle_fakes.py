@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -49,3 +50,15 @@ def pid_alive(pid: int) -> bool:
 def kill_quietly(pid: int) -> None:
     with contextlib.suppress(OSError):
         os.kill(pid, 9)
+
+
+def until_ready(run: subprocess.Popen[bytes]) -> tuple[bytes, int]:
+    """What `enginespec run` (stderr piped) said up to its "ready at" line, and the engine's pid
+    (from its "started ... pid N;" line)."""
+    assert run.stderr is not None
+    seen = b""
+    while b"ready at" not in seen:
+        line = run.stderr.readline()
+        assert line, seen.decode()
+        seen += line
+    return seen, int(seen.split(b" pid ")[1].split(b";")[0])

@@ -21,7 +21,7 @@ from enginespec.lifecycle import adopt
 from enginespec.logbook import MAX_LINE_BYTES, LogBook
 from helpers.cli import enginespec
 from helpers.fakeserver import free_port
-from helpers.lifecycle_fakes import HOST, fake_recipe, install_fake, kill_quietly
+from helpers.lifecycle_fakes import HOST, fake_recipe, install_fake, kill_quietly, until_ready
 from helpers.procs import start_ticks, wait_for
 
 NOBODY = 65534
@@ -250,16 +250,6 @@ def _start_run(tmp_path: Path, recipe_path: Path, out: Path) -> subprocess.Popen
         )
 
 
-def _until_ready(run: subprocess.Popen[bytes]) -> bytes:
-    assert run.stderr is not None
-    seen = b""
-    while b"ready at" not in seen:
-        line = run.stderr.readline()
-        assert line, seen.decode()
-        seen += line
-    return seen
-
-
 def test_run_cuts_huge_lines_and_stays_small(tmp_path: Path) -> None:
     recipe = fake_recipe(install_fake(tmp_path), free_port(), "huge", FAKE_HUGE="3", FAKE_HUGE_MB="100")
     path = tmp_path / "recipe.json"
@@ -268,7 +258,7 @@ def test_run_cuts_huge_lines_and_stays_small(tmp_path: Path) -> None:
     run = _start_run(tmp_path, path, out)
     try:
         # the engine serves once its 300 MB were written: `run` has read them all by then
-        _until_ready(run)
+        until_ready(run)
         peak = _vm_peak_kib(run.pid)
         run.send_signal(signal.SIGINT)
         assert run.wait(timeout=60) == 130
@@ -299,8 +289,7 @@ def test_run_ended_by_a_signal_stops_its_tree(tmp_path: Path, signum: int) -> No
     run = _start_run(tmp_path, path, tmp_path / "run.out")
     identities: list[tuple[int, int | None]] = []
     try:
-        seen = _until_ready(run)
-        engine = int(seen.split(b" pid ")[1].split(b";")[0])
+        _seen, engine = until_ready(run)
         identities = [(pid, start_ticks(pid)) for pid in (engine, int(pidfile.read_text()))]
         run.send_signal(signum)
         status = run.wait(timeout=60)
@@ -379,8 +368,7 @@ def test_run_whose_reader_went_away_stops_its_tree(tmp_path: Path) -> None:
     )
     identity: list[tuple[int, int | None]] = []
     try:
-        seen = _until_ready(run)
-        engine = int(seen.split(b" pid ")[1].split(b";")[0])
+        _seen, engine = until_ready(run)
         identity = [(engine, start_ticks(engine))]
         assert run.stdout is not None
         assert run.stdout.readline()

@@ -14,7 +14,7 @@ import enginespec as es
 from enginespec.engineprocess import make_engine_id
 from helpers.cli import enginespec
 from helpers.fakeserver import free_port
-from helpers.lifecycle_fakes import fake_recipe, install_fake, kill_quietly, pid_alive
+from helpers.lifecycle_fakes import fake_recipe, install_fake, kill_quietly, pid_alive, until_ready
 
 
 def _recipe_file(tmp_path: Path, mode: str, **env: str) -> tuple[Path, es.Recipe]:
@@ -22,6 +22,16 @@ def _recipe_file(tmp_path: Path, mode: str, **env: str) -> tuple[Path, es.Recipe
     path = tmp_path / "recipe.json"
     path.write_text(recipe.model_dump_json())
     return path, recipe
+
+
+def _started_run(recipe: Path, log_dir: Path) -> subprocess.Popen[bytes]:
+    """`enginespec run RECIPE` in the background, stderr piped (``until_ready`` reads it)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "enginespec.cli", "run", str(recipe), "--log-dir", str(log_dir)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def test_run_failed_start_prints_class_cause_and_hint(tmp_path: Path) -> None:
@@ -50,22 +60,11 @@ def test_run_failed_start_prints_class_cause_and_hint(tmp_path: Path) -> None:
 def test_run_ctrl_c_stops_the_group_and_exits_130(tmp_path: Path) -> None:
     pidfile = tmp_path / "gc.pid"
     path, _recipe = _recipe_file(tmp_path, "grandchild", FAKE_PIDFILE=str(pidfile))
-    run = subprocess.Popen(
-        [sys.executable, "-m", "enginespec.cli", "run", str(path), "--log-dir", str(tmp_path / "logs")],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    run = _started_run(path, tmp_path / "logs")
     grandchild = None
     try:
-        assert run.stderr is not None
-        seen = b""
-        while b"ready at" not in seen:
-            line = run.stderr.readline()
-            assert line, seen.decode()
-            seen += line
+        _seen, engine_pid = until_ready(run)
         grandchild = int(pidfile.read_text())
-        engine_pid = int(seen.split(b" pid ")[1].split(b";")[0])
         run.send_signal(signal.SIGINT)
         assert run.wait(timeout=60) == 130
         assert not pid_alive(engine_pid)
@@ -128,21 +127,10 @@ def test_logs_of_a_run_by_engine_id_survive_it(tmp_path: Path) -> None:
 
 def test_run_of_an_engine_stopped_after_it_was_ready_is_no_failed_start(tmp_path: Path) -> None:
     path, _recipe = _recipe_file(tmp_path, "serve")
-    run = subprocess.Popen(
-        [sys.executable, "-m", "enginespec.cli", "run", str(path), "--log-dir", str(tmp_path / "logs")],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    run = _started_run(path, tmp_path / "logs")
     engine_pid = None
     try:
-        assert run.stderr is not None
-        seen = b""
-        while b"ready at" not in seen:
-            line = run.stderr.readline()
-            assert line, seen.decode()
-            seen += line
-        engine_pid = int(seen.split(b" pid ")[1].split(b";")[0])
+        _seen, engine_pid = until_ready(run)
         stopped = enginespec("stop", str(engine_pid), "--grace", "5")
         assert stopped.returncode == 0, stopped.stderr
         assert run.wait(timeout=60) == 128 + signal.SIGTERM
