@@ -51,6 +51,45 @@ _INFO_LABELS = (
     "quantization",
 )
 
+_ID = ("engine_id",)
+#: The series of each engine: (name, help, labels), served in this order.
+_ENGINE_FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("enginespec_engine_info", "An engine server on this host", _INFO_LABELS),
+    ("enginespec_engine_up", "Whether the engine's process runs", _ID),
+    ("enginespec_engine_ready", "Whether the engine serves", _ID),
+    ("enginespec_engine_state", "The engine's health state", ("engine_id", "state")),
+    ("enginespec_engine_start_time_seconds", "When the engine's process started", _ID),
+    ("enginespec_engine_workers", "Worker processes folded in", _ID),
+    (
+        "enginespec_engine_port_conflict",
+        "Whether another process listens on the engine's own address and port (SO_REUSEPORT)",
+        _ID,
+    ),
+    ("enginespec_engine_model_weight_bytes", "Bytes of the model's weights, from its files", _ID),
+    (
+        "enginespec_engine_kv_cache_bytes_estimated",
+        "The KV cache the engine allocates for its arguments, by its own rule (an estimate)",
+        _ID,
+    ),
+    (
+        "enginespec_engine_health_stale",
+        "Whether the engine's health is an earlier refresh's, kept because this one's check did "
+        "not finish in time (a loaded host)",
+        _ID,
+    ),
+    (
+        "enginespec_engine_health_checked_timestamp_seconds",
+        "When (Unix time) the engine's health verdict was reached",
+        _ID,
+    ),
+    (
+        "enginespec_engine_withheld",
+        "A fact of the engine this client may not read on the host (its owner's environment, "
+        "config file or model files), left out: 1 per label or series",
+        ("engine_id", "field"),
+    ),
+)
+
 
 @dataclass
 class Snapshot:
@@ -186,64 +225,16 @@ class EngineCollector(Collector):
         """The series of ``snapshot`` as ``viewer`` may see them (``owned``: each process's owner;
         empty for a viewer who sees everything): what it may not is emptied, and named in
         ``enginespec_engine_withheld``."""
-        info = GaugeMetricFamily(
-            "enginespec_engine_info", "An engine server on this host", labels=_INFO_LABELS
-        )
-        up = GaugeMetricFamily(
-            "enginespec_engine_up", "Whether the engine's process runs", labels=["engine_id"]
-        )
-        ready = GaugeMetricFamily(
-            "enginespec_engine_ready", "Whether the engine serves", labels=["engine_id"]
-        )
-        state = GaugeMetricFamily(
-            "enginespec_engine_state", "The engine's health state", labels=["engine_id", "state"]
-        )
-        started = GaugeMetricFamily(
-            "enginespec_engine_start_time_seconds", "When the engine's process started", labels=["engine_id"]
-        )
-        workers = GaugeMetricFamily(
-            "enginespec_engine_workers", "Worker processes folded in", labels=["engine_id"]
-        )
-        conflict = GaugeMetricFamily(
-            "enginespec_engine_port_conflict",
-            "Whether another process listens on the engine's own address and port (SO_REUSEPORT)",
-            labels=["engine_id"],
-        )
-        weights = GaugeMetricFamily(
-            "enginespec_engine_model_weight_bytes",
-            "Bytes of the model's weights, from its files",
-            labels=["engine_id"],
-        )
-        kv_cache = GaugeMetricFamily(
-            "enginespec_engine_kv_cache_bytes_estimated",
-            "The KV cache the engine allocates for its arguments, by its own rule (an estimate)",
-            labels=["engine_id"],
-        )
-        stale = GaugeMetricFamily(
-            "enginespec_engine_health_stale",
-            "Whether the engine's health is an earlier refresh's, kept because this one's check did "
-            "not finish in time (a loaded host)",
-            labels=["engine_id"],
-        )
-        checked = GaugeMetricFamily(
-            "enginespec_engine_health_checked_timestamp_seconds",
-            "When (Unix time) the engine's health verdict was reached",
-            labels=["engine_id"],
-        )
-        withheld = GaugeMetricFamily(
-            "enginespec_engine_withheld",
-            "A fact of the engine this client may not read on the host (its owner's environment, "
-            "config file or model files), left out: 1 per label or series",
-            labels=["engine_id", "field"],
-        )
-        families = {family.name: family for family in (info, up, ready, state, started, workers, conflict)}
-        families.update({family.name: family for family in (weights, kv_cache, stale, checked, withheld)})
+        families = {
+            name: GaugeMetricFamily(name, documentation, labels=labels)
+            for name, documentation, labels in _ENGINE_FAMILIES
+        }
         for index, process in enumerate(snapshot.processes):
             hidden = () if viewer.sees_all_of(owned[index] if owned else None) else _withheld_labels(process)
             for name, labels, value in _samples_of(snapshot, index, hidden):
                 families[name].add_metric(labels, value)
         for engine_id_ in sorted(snapshot.stopped):
-            up.add_metric([engine_id_], 0)
+            families["enginespec_engine_up"].add_metric([engine_id_], 0)
         yield from families.values()
         yield from _gpu_metrics(snapshot)
         if snapshot.loads is not None:

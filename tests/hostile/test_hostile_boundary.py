@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import httpx
@@ -325,6 +325,22 @@ def test_a_refresh_that_overruns_keeps_the_ready_verdict_marked_stale(procs: Pro
         sock.close()
 
 
+def _read_in_background(watch: Iterable[object]) -> queue.Queue[object]:
+    """Every event of ``watch``, then the error that ended it if one did, put on a queue by a
+    daemon thread (the test reads the queue; closing the watch ends the thread)."""
+    events: queue.Queue[object] = queue.Queue()
+
+    def read() -> None:
+        try:
+            for event in watch:
+                events.put(event)
+        except Exception as err:  # said to the test
+            events.put(err)
+
+    threading.Thread(target=read, daemon=True).start()
+    return events
+
+
 def test_a_watch_whose_checks_overrun_keeps_the_ready_state(procs: Procs) -> None:
     """The watch's rounds of checks, each cut by its deadline (a trickling answer): the engine
     stays `ready` (no `unknown` event), its verdict stale, until its checks finish again."""
@@ -334,16 +350,7 @@ def test_a_watch_whose_checks_overrun_keeps_the_ready_state(procs: Procs) -> Non
         with serving({"/health": [Answer(200), TRICKLED]}, sock=sock, origins=True) as server:
             engine = procs.start(["vllm", "serve", "/models/watched", "--port", str(port)], (sock.fileno(),))
             watch = Scanner().watch(0.5, health=True, health_interval=0.5, health_timeout=0.5, load=False)
-            events: queue.Queue[object] = queue.Queue()
-
-            def read() -> None:
-                try:
-                    for event in watch:
-                        events.put(event)
-                except Exception as err:  # said to the test
-                    events.put(err)
-
-            threading.Thread(target=read, daemon=True).start()
+            events = _read_in_background(watch)
             try:
                 # three more checks asked (each cut at its round's deadline) after the first answer
                 wait_for(lambda: len(server.script.ours) >= 4, timeout=60)
@@ -400,17 +407,7 @@ def _watched_state(pid: int) -> HealthChanged:
     defaults (which checks every engine of the host: on a busy one, a round's deadline may
     first cut this engine's check, which is `unknown`, not checked)."""
     watch = Scanner().watch(health=True)
-    events: queue.Queue[object] = queue.Queue()
-
-    def read() -> None:
-        try:
-            for event in watch:
-                events.put(event)
-        except Exception as err:  # said to the test
-            events.put(err)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    events = _read_in_background(watch)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
