@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from enginespec import Recipe
+from helpers.fakeserver import free_port
 
 FAKE_SOURCE = Path(__file__).parent / "fake_engine.py"
 HOST = "127.0.0.1"
@@ -35,6 +36,15 @@ def fake_recipe(binary: Path, port: int, mode: str, **env: str) -> Recipe:
         binary_path=str(binary),
         env_vars={"FAKE_MODE": mode, "FAKE_LIFETIME": "60", **env},
     )
+
+
+def recipe_file(directory: Path, mode: str, **env: str) -> tuple[Path, Recipe]:
+    """A recipe that runs the fake engine (installed in ``directory``) in ``mode`` on a free port,
+    written to ``directory/recipe.json`` for `enginespec run`."""
+    recipe = fake_recipe(install_fake(directory), free_port(), mode, **env)
+    path = directory / "recipe.json"
+    path.write_text(recipe.model_dump_json())
+    return path, recipe
 
 
 def pid_alive(pid: int) -> bool:

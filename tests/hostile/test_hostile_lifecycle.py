@@ -21,7 +21,7 @@ from enginespec.lifecycle import adopt
 from enginespec.logbook import MAX_LINE_BYTES, LogBook
 from helpers.cli import enginespec
 from helpers.fakeserver import free_port
-from helpers.lifecycle_fakes import HOST, fake_recipe, install_fake, kill_quietly, until_ready
+from helpers.lifecycle_fakes import HOST, install_fake, kill_quietly, recipe_file, until_ready
 from helpers.procs import start_ticks, wait_for
 
 NOBODY = 65534
@@ -41,6 +41,13 @@ RUN_ADDRESS_SPACE = 2 << 30
 
 def _limited() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (RUN_ADDRESS_SPACE, RUN_ADDRESS_SPACE))
+
+
+def _fake_argv(directory: Path) -> list[str]:
+    """argv of the fake llama-server installed in ``directory`` for ``nobody`` (run by
+    SYSTEM_PYTHON, which nobody can run), on a free port."""
+    binary = install_fake(directory, SYSTEM_PYTHON)
+    return [str(binary), "-m", str(directory / "model.gguf"), "--host", HOST, "--port", str(free_port())]
 
 
 def _as_nobody(argv: list[str], cwd: Path | str, **env: str) -> subprocess.Popen[bytes]:
@@ -88,7 +95,6 @@ def _gone(pid: int, ticks: int | None) -> bool:
     ],
 )
 def test_logs_opens_the_output_file_as_its_owner(nobody_dir: Path, held: str, shown: bool | None) -> None:
-    binary = install_fake(nobody_dir, SYSTEM_PYTHON)
     secret = f"secret-{uuid.uuid4().hex}"
     target = nobody_dir / "held.txt"
     target.write_text(f"{secret}\n")
@@ -97,7 +103,7 @@ def test_logs_opens_the_output_file_as_its_owner(nobody_dir: Path, held: str, sh
     else:
         os.chown(target, NOBODY, NOBODY)
         target.chmod(0o200 if held == "write" else 0o644)
-    argv = [str(binary), "-m", str(nobody_dir / "model.gguf"), "--host", HOST, "--port", str(free_port())]
+    argv = _fake_argv(nobody_dir)
     mode = "path" if held == "path" else "write"
     proc = _as_nobody(argv, nobody_dir, FAKE_MODE="held", FAKE_HELD=str(target), FAKE_HELD_MODE=mode)
     try:
@@ -121,7 +127,6 @@ def test_logs_opens_the_output_file_as_its_owner(nobody_dir: Path, held: str, sh
 
 @as_root
 def test_restart_enters_the_working_directory_as_the_owner(nobody_dir: Path) -> None:
-    binary = install_fake(nobody_dir, SYSTEM_PYTHON)
     nest = nobody_dir / "nest"
     nest.mkdir()
     os.chown(nest, NOBODY, NOBODY)  # nobody may rename its own working directory away
@@ -133,7 +138,7 @@ def test_restart_enters_the_working_directory_as_the_owner(nobody_dir: Path) -> 
     inner = vault / "inner"
     inner.mkdir(mode=0o755)
     (inner / "secret.txt").write_text("root's\n")
-    argv = [str(binary), "-m", str(nobody_dir / "model.gguf"), "--host", HOST, "--port", str(free_port())]
+    argv = _fake_argv(nobody_dir)
     proc = _as_nobody(argv, work, FAKE_MODE="swap", FAKE_SWAP_TO=str(inner))
     engine = None
     try:
@@ -159,11 +164,10 @@ def test_restart_enters_the_working_directory_as_the_owner(nobody_dir: Path) -> 
 
 @as_root
 def test_a_restart_as_the_owner_runs_in_its_working_directory(nobody_dir: Path) -> None:
-    binary = install_fake(nobody_dir, SYSTEM_PYTHON)
     work = nobody_dir / "work"
     work.mkdir()
     os.chown(work, NOBODY, NOBODY)
-    argv = [str(binary), "-m", str(nobody_dir / "model.gguf"), "--host", HOST, "--port", str(free_port())]
+    argv = _fake_argv(nobody_dir)
     proc = _as_nobody(argv, work, FAKE_MODE="serve")
     engine = None
     try:
@@ -251,9 +255,7 @@ def _start_run(tmp_path: Path, recipe_path: Path, out: Path) -> subprocess.Popen
 
 
 def test_run_cuts_huge_lines_and_stays_small(tmp_path: Path) -> None:
-    recipe = fake_recipe(install_fake(tmp_path), free_port(), "huge", FAKE_HUGE="3", FAKE_HUGE_MB="100")
-    path = tmp_path / "recipe.json"
-    path.write_text(recipe.model_dump_json())
+    path, _recipe = recipe_file(tmp_path, "huge", FAKE_HUGE="3", FAKE_HUGE_MB="100")
     out = tmp_path / "run.out"
     run = _start_run(tmp_path, path, out)
     try:
@@ -283,9 +285,7 @@ def test_run_cuts_huge_lines_and_stays_small(tmp_path: Path) -> None:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_run_ended_by_a_signal_stops_its_tree(tmp_path: Path, signum: int) -> None:
     pidfile = tmp_path / "gc.pid"
-    recipe = fake_recipe(install_fake(tmp_path), free_port(), "grandchild", FAKE_PIDFILE=str(pidfile))
-    path = tmp_path / "recipe.json"
-    path.write_text(recipe.model_dump_json())
+    path, _recipe = recipe_file(tmp_path, "grandchild", FAKE_PIDFILE=str(pidfile))
     run = _start_run(tmp_path, path, tmp_path / "run.out")
     identities: list[tuple[int, int | None]] = []
     try:
@@ -356,9 +356,7 @@ def test_the_ring_and_the_file_are_bounded(tmp_path: Path) -> None:
 
 
 def test_run_whose_reader_went_away_stops_its_tree(tmp_path: Path) -> None:
-    recipe = fake_recipe(install_fake(tmp_path), free_port(), "serve", FAKE_TICK="0.1")
-    path = tmp_path / "recipe.json"
-    path.write_text(recipe.model_dump_json())
+    path, _recipe = recipe_file(tmp_path, "serve", FAKE_TICK="0.1")
     run = subprocess.Popen(
         [*ENGINESPEC, "run", str(path), "--log-dir", str(tmp_path / "logs")],
         stdin=subprocess.DEVNULL,

@@ -7,10 +7,8 @@ stay untouched."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,14 +56,10 @@ def victim(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def open_dir() -> Iterator[Path]:
+def open_dir(nobody_dir: Path) -> Path:
     """A directory every user can write, not sticky (mode 0777)."""
-    path = Path(tempfile.mkdtemp(prefix="enginespec-open-"))
-    path.chmod(0o777)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+    nobody_dir.chmod(0o777)
+    return nobody_dir
 
 
 def _registry() -> CollectorRegistry:

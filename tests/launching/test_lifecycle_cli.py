@@ -14,14 +14,14 @@ import enginespec as es
 from enginespec.engineprocess import make_engine_id
 from helpers.cli import enginespec
 from helpers.fakeserver import free_port
-from helpers.lifecycle_fakes import fake_recipe, install_fake, kill_quietly, pid_alive, until_ready
-
-
-def _recipe_file(tmp_path: Path, mode: str, **env: str) -> tuple[Path, es.Recipe]:
-    recipe = fake_recipe(install_fake(tmp_path), free_port(), mode, **env)
-    path = tmp_path / "recipe.json"
-    path.write_text(recipe.model_dump_json())
-    return path, recipe
+from helpers.lifecycle_fakes import (
+    fake_recipe,
+    install_fake,
+    kill_quietly,
+    pid_alive,
+    recipe_file,
+    until_ready,
+)
 
 
 def _started_run(recipe: Path, log_dir: Path) -> subprocess.Popen[bytes]:
@@ -34,11 +34,20 @@ def _started_run(recipe: Path, log_dir: Path) -> subprocess.Popen[bytes]:
     )
 
 
+def _end_run(run: subprocess.Popen[bytes], left: int | None) -> None:
+    """Kills `run` if it still runs, and ``left`` (a pid it may have left behind) if alive."""
+    if run.poll() is None:
+        run.kill()
+    run.wait()
+    if left is not None and pid_alive(left):
+        kill_quietly(left)
+
+
 def test_run_failed_start_prints_class_cause_and_hint(tmp_path: Path) -> None:
     log = tmp_path / "replay.log"
     cause = "gguf_init_from_file: failed to open GGUF file '/models/nope.gguf'"
     log.write_text(f"llama_model_load: loading\n{cause}\nmain: exiting due to model loading error\n")
-    path, _recipe = _recipe_file(tmp_path, "replay", FAKE_LOG=str(log), FAKE_EXIT="1")
+    path, _recipe = recipe_file(tmp_path, "replay", FAKE_LOG=str(log), FAKE_EXIT="1")
     done = enginespec("run", str(path), "--log-dir", str(tmp_path / "logs"), timeout=60)
     assert done.returncode == 1
     err = done.stderr.decode()
@@ -59,7 +68,7 @@ def test_run_failed_start_prints_class_cause_and_hint(tmp_path: Path) -> None:
 
 def test_run_ctrl_c_stops_the_group_and_exits_130(tmp_path: Path) -> None:
     pidfile = tmp_path / "gc.pid"
-    path, _recipe = _recipe_file(tmp_path, "grandchild", FAKE_PIDFILE=str(pidfile))
+    path, _recipe = recipe_file(tmp_path, "grandchild", FAKE_PIDFILE=str(pidfile))
     run = _started_run(path, tmp_path / "logs")
     grandchild = None
     try:
@@ -70,11 +79,7 @@ def test_run_ctrl_c_stops_the_group_and_exits_130(tmp_path: Path) -> None:
         assert not pid_alive(engine_pid)
         assert not pid_alive(grandchild)
     finally:
-        if run.poll() is None:
-            run.kill()
-        run.wait()
-        if grandchild is not None and pid_alive(grandchild):
-            kill_quietly(grandchild)
+        _end_run(run, grandchild)
 
 
 def test_stop_and_logs_of_an_engine_it_did_not_start(tmp_path: Path) -> None:
@@ -115,7 +120,7 @@ def test_stop_and_logs_of_an_engine_it_did_not_start(tmp_path: Path) -> None:
 def test_logs_of_a_run_by_engine_id_survive_it(tmp_path: Path) -> None:
     log = tmp_path / "replay.log"
     log.write_text("error: invalid argument: --bogus\n")
-    path, recipe = _recipe_file(tmp_path, "replay", FAKE_LOG=str(log), FAKE_EXIT="1")
+    path, recipe = recipe_file(tmp_path, "replay", FAKE_LOG=str(log), FAKE_EXIT="1")
     enginespec("run", str(path), "--quiet", "--log-dir", str(tmp_path / "logs"), timeout=60)
     engine_id = make_engine_id("llamacpp", recipe.model_path, recipe.port)
     logs = enginespec("logs", engine_id, "--log-dir", str(tmp_path / "logs"))
@@ -126,7 +131,7 @@ def test_logs_of_a_run_by_engine_id_survive_it(tmp_path: Path) -> None:
 
 
 def test_run_of_an_engine_stopped_after_it_was_ready_is_no_failed_start(tmp_path: Path) -> None:
-    path, _recipe = _recipe_file(tmp_path, "serve")
+    path, _recipe = recipe_file(tmp_path, "serve")
     run = _started_run(path, tmp_path / "logs")
     engine_pid = None
     try:
@@ -138,8 +143,4 @@ def test_run_of_an_engine_stopped_after_it_was_ready_is_no_failed_start(tmp_path
         assert "failed to start" not in said
         assert "after it was ready: signal 15 (SIGTERM)" in said
     finally:
-        if run.poll() is None:
-            run.kill()
-        run.wait()
-        if engine_pid is not None and pid_alive(engine_pid):
-            kill_quietly(engine_pid)
+        _end_run(run, engine_pid)
