@@ -139,6 +139,7 @@ def test_run_of_an_engine_stopped_after_it_was_ready_is_no_failed_start(tmp_path
         stopped = enginespec("stop", str(engine_pid), "--grace", "5")
         assert stopped.returncode == 0, stopped.stderr
         assert run.wait(timeout=60) == 128 + signal.SIGTERM
+        assert run.stderr is not None
         said = run.stderr.read().decode()
         assert "failed to start" not in said
         assert "after it was ready: signal 15 (SIGTERM)" in said
