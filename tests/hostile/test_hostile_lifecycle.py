@@ -79,6 +79,17 @@ def _gone(pid: int, ticks: int | None) -> bool:
     return state in (b"Z", b"X")
 
 
+def _end_run(run: subprocess.Popen[bytes], left: list[tuple[int, int | None]]) -> None:
+    """Kills `run` if it still runs, and each process it left behind (pid, start ticks) that
+    is still that process."""
+    if run.poll() is None:
+        run.kill()
+    run.wait()
+    for pid, ticks in left:
+        if not _gone(pid, ticks):
+            kill_quietly(pid)
+
+
 # -- logs PID: the output file is opened as the process's owner could ---------------------------
 
 
@@ -299,12 +310,7 @@ def test_run_ended_by_a_signal_stops_its_tree(tmp_path: Path, signum: int) -> No
         assert run.stderr is not None
         assert f"stopped on {signal.Signals(signum).name}".encode() in run.stderr.read()
     finally:
-        if run.poll() is None:
-            run.kill()
-        run.wait()
-        for pid, ticks in identities:
-            if not _gone(pid, ticks):
-                kill_quietly(pid)
+        _end_run(run, identities)
 
 
 # -- the log book: lines cut across reads, the ring and the file bounded -------------------------
@@ -376,9 +382,4 @@ def test_run_whose_reader_went_away_stops_its_tree(tmp_path: Path) -> None:
         assert run.stderr is not None
         assert b"stopped on its output closed" in run.stderr.read()
     finally:
-        if run.poll() is None:
-            run.kill()
-        run.wait()
-        for pid, ticks in identity:
-            if not _gone(pid, ticks):
-                kill_quietly(pid)
+        _end_run(run, identity)
