@@ -8,13 +8,17 @@ its expansion passes :data:`MAX_VALUES` values or :data:`MAX_TEXT` characters, a
 than :data:`MAX_DEPTH` as soon as it is entered. JSON is parsed by the standard library (no
 recursion limit is reached before :data:`MAX_DEPTH` is checked, see :func:`parse_json`). Either
 way an integer longer than :data:`MAX_INTEGER_DIGITS` digits is refused (Python's own limit
-raises ``ValueError`` beyond 4,300) and so is a string with a lone surrogate (``"\\ud800"``,
-which no UTF-8 output can carry), and parsing stops after :data:`MAX_SECONDS` of CPU.
+raises ``ValueError`` beyond 4,300), so is a number that is not finite (``1e400``, ``.inf``,
+``NaN``: sums and ratios of them raise or print as no JSON), and so is a string with a lone
+surrogate (``"\\ud800"``, which no UTF-8 output can carry), and parsing stops after
+:data:`MAX_SECONDS` of CPU. JSON's integers are also held to 64 bits (:data:`MAX_INTEGER`), and
+a refused number is named with its field (``data[0].size: holds ...``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -29,12 +33,15 @@ MAX_TEXT = 1 << 20
 MAX_DEPTH = 32
 #: Longest integer, in digits.
 MAX_INTEGER_DIGITS = 64
+#: Largest integer (either sign) a JSON document may hold: 64 bits, what every format read uses.
+MAX_INTEGER = (1 << 64) - 1
 #: Most CPU time one document may take to parse.
 MAX_SECONDS = 0.5
 
 
-class DocumentError(Exception):
-    """Why a document was not taken: a phrase such as ``is not valid YAML``."""
+class DocumentError(ValueError):
+    """Why a document was not taken: a phrase such as ``is not valid YAML`` (a ``ValueError``:
+    a caller that refuses a malformed answer refuses a document beyond the limits alike)."""
 
 
 def _surrogate_free(text: str) -> str:
@@ -57,7 +64,14 @@ def _loader_class() -> type[yaml.SafeLoader]:
                 raise DocumentError(f"holds an integer of {digits} digits (at most {MAX_INTEGER_DIGITS})")
             return int(super().construct_yaml_int(node))
 
+        def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+            value = float(super().construct_yaml_float(node))
+            if not math.isfinite(value):  # .inf, .nan, 1e400: no reader may compute with them
+                raise DocumentError(f"holds a number that is not finite ({node.value[:24]})")
+            return value
+
     Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
+    Loader.add_constructor("tag:yaml.org,2002:float", Loader.construct_yaml_float)
     return Loader
 
 
@@ -160,37 +174,129 @@ def parse_yaml(data: bytes) -> object:
         loader.dispose()
 
 
-def _json_int(text: str) -> int:
-    if len(text) > MAX_INTEGER_DIGITS:
-        digits = len(text.lstrip("-"))
-        raise DocumentError(f"holds an integer of {digits} digits (at most {MAX_INTEGER_DIGITS})")
-    return int(text)
+class _Unfit:
+    """A number the document holds that no reader may take: its problem is raised, with the
+    field it sits in, when the value is walked (the parser's hooks do not know the field)."""
+
+    __slots__ = ("problem",)
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
 
 
-def parse_json(data: bytes) -> object:
-    """The value of a JSON document, within the limits (checked on the value: JSON has no
-    aliases, so it is no larger than the text, capped before it gets here)."""
+def _json_int(text: str) -> int | _Unfit:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INTEGER_DIGITS:
+        return _Unfit(f"an integer of {digits} digits (at most {MAX_INTEGER_DIGITS})")
+    value = int(text)
+    if not -MAX_INTEGER <= value <= MAX_INTEGER:
+        return _Unfit(f"an integer of {digits} digits, out of range (64 bits)")
+    return value
+
+
+def _json_float(text: str) -> float | _Unfit:
+    value = float(text)
+    # 1e400 parses as inf: no reader may sum, divide or print it (nor the literals below).
+    return value if math.isfinite(value) else _Unfit(f"a number that is not finite ({text[:24]})")
+
+
+def _json_constant(text: str) -> _Unfit:
+    return _Unfit(f"{text}, not a JSON number")
+
+
+def _field(path: tuple[str | int, ...]) -> str:
+    """Where a value sits, as ``data[0].id`` (keys shortened and made printable)."""
+    shown = ""
+    for part in path:
+        if isinstance(part, int):
+            shown += f"[{part}]"
+        else:
+            key = part if len(part) <= 40 else part[:40] + "..."
+            key = key if key.isprintable() else ascii(key)
+            shown += f".{key}" if shown else key
+    return shown or "the document"
+
+
+def parse_json(data: bytes, *, max_bytes: int | None = None, max_values: int = MAX_VALUES) -> object:
+    """The value of a JSON document, within the limits: at most ``max_bytes`` bytes (when
+    given), :data:`MAX_DEPTH` levels, ``max_values`` values, integers of 64 bits and finite
+    numbers only (``1e400``, ``NaN``, ``Infinity`` are refused, naming the field). The one door
+    for every JSON an engine, an agent, a subprocess or a model file gives: it never raises
+    anything but :class:`DocumentError`."""
+    if max_bytes is not None and len(data) > max_bytes:
+        raise DocumentError(f"is larger than {max_bytes} bytes: not read")
     started = time.thread_time()
     try:
-        value = json.loads(data, parse_int=_json_int)
+        value = json.loads(data, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant)
     except RecursionError:
         raise DocumentError(f"is nested deeper than {MAX_DEPTH} levels") from None
-    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+    except (ValueError, TypeError):  # JSONDecodeError, UnicodeDecodeError; bytes of no encoding
         raise DocumentError("is not valid JSON") from None
-    pending: list[tuple[object, int]] = [(value, 0)]
+    pending: list[tuple[object, tuple[str | int, ...]]] = [(value, ())]
     count = 0
     while pending:
-        item, depth = pending.pop()
+        item, path = pending.pop()
         count += 1
-        if count > MAX_VALUES:
-            raise DocumentError(f"holds more than {MAX_VALUES} values")
+        if count > max_values:
+            raise DocumentError(f"holds more than {max_values} values")
+        if isinstance(item, _Unfit):
+            raise DocumentError(f"{_field(path)}: holds {item.problem}")
         if isinstance(item, str):
             _surrogate_free(item)
         elif isinstance(item, (dict, list)):
-            if depth >= MAX_DEPTH:
+            if len(path) >= MAX_DEPTH:
                 raise DocumentError(f"is nested deeper than {MAX_DEPTH} levels")
-            members = [*item.keys(), *item.values()] if isinstance(item, dict) else item
-            pending.extend((member, depth + 1) for member in members)
-    if time.thread_time() - started > MAX_SECONDS:
-        raise DocumentError(f"takes longer than {MAX_SECONDS:g} s to parse")
+            if isinstance(item, dict):
+                for key, member in item.items():
+                    _surrogate_free(key)
+                    pending.append((member, (*path, key)))
+            else:
+                pending.extend((member, (*path, index)) for index, member in enumerate(item))
+    # JSON's cost is linear in its size (no aliases): larger documents (an agent's engines, a
+    # safetensors index) get time in proportion, well above what the stdlib parser needs.
+    allowed = MAX_SECONDS * max(1.0, len(data) / (1 << 20))
+    if time.thread_time() - started > allowed:
+        raise DocumentError(f"takes longer than {allowed:g} s to parse")
     return value
+
+
+def json_object(data: bytes, *, max_bytes: int | None = None) -> dict[str, Any] | None:
+    """The document when it is a JSON object within the limits, else ``None`` (for an answer
+    whose only use is a member or two: a refused one is the same as one of another shape)."""
+    try:
+        value = parse_json(data, max_bytes=max_bytes)
+    except DocumentError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _finite(value: object, where: str, problems: list[object] | None) -> object:
+    """``value`` with every float that is not finite replaced by ``None``, each noted in the
+    nearest enclosing ``problems`` list (a document's own), naming the field."""
+    if isinstance(value, float) and not math.isfinite(value):
+        if problems is not None:
+            problems.append(f"{where}: not a finite number ({value}), shown as null")
+        return None
+    if isinstance(value, dict):
+        own = value.get("problems")
+        inner = problems
+        if isinstance(own, (list, tuple)):
+            inner = list(own)
+        result = {k: _finite(v, f"{where}.{k}" if where else str(k), inner) for k, v in value.items()}
+        if inner is not problems and isinstance(own, (list, tuple)) and len(inner) != len(own):
+            result["problems"] = inner
+        return result
+    if isinstance(value, (list, tuple)):
+        return [_finite(v, f"{where}[{i}]", problems) for i, v in enumerate(value)]
+    return value
+
+
+def dumps(document: object, **options: Any) -> str:
+    """The JSON text of ``document``, strict: never ``NaN`` or ``Infinity`` (which no JSON
+    parser but Python's takes). Values are made finite where they are read; one that is not
+    anyway is ``null`` here, said in the enclosing document's ``problems``. The one writer of
+    every JSON enginespec prints or serves."""
+    try:
+        return json.dumps(document, allow_nan=False, **options)
+    except ValueError:
+        return json.dumps(_finite(document, "", None), allow_nan=False, **options)

@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import hmac
 import ipaddress
-import json
 import os
 import re
 import signal
@@ -41,6 +40,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from enginespec._documents import dumps
 from enginespec.agentviews import EngineViews, SharedEvent, shared_event
 from enginespec.agentwire import STATE_KEY, Peer, Peers, protocol
 from enginespec.disclosure import EVERYTHING, Viewer
@@ -479,7 +479,7 @@ async def _respond(
 
 
 def _json(document: object) -> bytes:
-    return json.dumps(document, indent=None, ensure_ascii=True).encode("ascii")
+    return dumps(document, indent=None, ensure_ascii=True).encode("ascii")
 
 
 def _bind(where: Listen) -> socket.socket:

@@ -10,10 +10,10 @@ cap: argv is cut, engines stay), and what a client may not see of an engine
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any
 
+from enginespec._documents import dumps
 from enginespec.disclosure import Viewer, owners, public_document
 from enginespec.exporter import EngineCollector, Snapshot
 from enginespec.load import EngineLoad
@@ -64,7 +64,7 @@ def shared_event(event: WatchEvent) -> SharedEvent:
 
 def _text(document: object) -> str:
     """Compact ASCII JSON (argv's surrogate escapes become ``\\udcXX``), as events have it."""
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=True)
+    return dumps(document, separators=(",", ":"), ensure_ascii=True)  # strict: no NaN/Infinity
 
 
 #: The most items of one list kept in a document that is cut.

@@ -93,9 +93,9 @@ def _engine_ids() -> tuple[str, ...]:
 def _json(model: BaseModel) -> str:
     """A model as indented ASCII JSON: argv bytes that are not UTF-8 (surrogate escapes from
     /proc) become ``\\udcXX`` escapes, where pydantic's own JSON would fail."""
-    import json
+    from enginespec._documents import dumps
 
-    return json.dumps(model.model_dump(mode="json"), indent=2)
+    return dumps(model.model_dump(mode="json"), indent=2)
 
 
 def _out(lines: Sequence[str]) -> None:
@@ -526,8 +526,7 @@ def _cmd_ps(args: argparse.Namespace) -> int:
         _out([names.get(row.process.pid, row.process.engine_id) for row in rows])
         return code
     if fmt == "json":
-        import json
-
+        from enginespec._documents import dumps
         from enginespec.scanning import engine_document
 
         documents = []
@@ -536,7 +535,7 @@ def _cmd_ps(args: argparse.Namespace) -> int:
             if row.agent is not None:  # the engine's own "host" stays its listen address
                 document["agent"] = row.agent
             documents.append(document)
-        _out([json.dumps(documents, indent=2)])
+        _out([dumps(documents, indent=2)])
         return code
     if not rows:
         # on stderr: `enginespec ps | wc -l` counts engines
@@ -794,11 +793,9 @@ def _rendered(event: WatchEvent, render: Callable[[WatchEvent], str]) -> str | N
 def _watch_remote(args: argparse.Namespace, chosen: _EventFilter) -> int:
     """``watch --remote``: the agents' events, merged (JSON objects carry their ``agent``; a lost
     agent is a ``host_lost`` object, a line on stderr, or a red line under the table)."""
-    import json
-
+    from enginespec._documents import dumps
     from enginespec.agent import read_token
     from enginespec.remote import HostLost, watch_remote
-    from enginespec.watching import event_json
 
     urls = [url for text in args.remote for url in text.split(",") if url]
     token = read_token(args.token_file) if args.token_file else None
@@ -812,14 +809,14 @@ def _watch_remote(args: argparse.Namespace, chosen: _EventFilter) -> int:
                 if isinstance(item, HostLost):
                     lost = {"type": "host_lost", "agent": item.agent, "host": item.agent, "error": item.error}
                     if args.json:
-                        sys.stdout.write(json.dumps(lost) + "\n")
+                        sys.stdout.write(dumps(lost) + "\n")
                     print(
                         literal(f"enginespec watch: {item.agent}: {item.error}"), file=sys.stderr, flush=True
                     )
                 elif chosen.keeps(item.event, item.agent):
                     if args.json:
-                        said = json.loads(event_json(item.event))
-                        sys.stdout.write(json.dumps({"agent": item.agent, "host": item.agent, **said}) + "\n")
+                        said = item.event.model_dump(mode="json")  # as event_json writes it
+                        sys.stdout.write(dumps({"agent": item.agent, "host": item.agent, **said}) + "\n")
                     else:
                         print(literal(item.agent) + " " + _event_line(item.event), flush=True)
                 sys.stdout.flush()
@@ -914,11 +911,10 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
         health = check_health(process, timeout=request_timeout(args.timeout), deadline=args.timeout)
     if args.json:
-        import json
-
+        from enginespec._documents import dumps
         from enginespec.scanning import engine_document
 
-        _out([json.dumps(_document(Shown(process, health), engine_document), indent=2)])
+        _out([dumps(_document(Shown(process, health), engine_document), indent=2)])
     else:
         from enginespec.boundary import contained
 
@@ -1030,14 +1026,13 @@ def gpu_lines(devices: Sequence[GpuDevice], processes: Sequence[EngineProcess]) 
 
 
 def _cmd_gpus(args: argparse.Namespace) -> int:
-    import json
-
+    from enginespec._documents import dumps
     from enginespec.scanning import Scanner, gpu_ledger
 
     processes = Scanner(listen_ports=False).scan()
     devices = gpu_ledger(processes)
     if args.json:
-        _out([json.dumps([device.model_dump(mode="json") for device in devices], indent=2)])
+        _out([dumps([device.model_dump(mode="json") for device in devices], indent=2)])
         return 0
     if not devices:
         print("no GPUs found on this host", file=sys.stderr)
@@ -1194,9 +1189,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
     config = _config(args)
     infos = [spec.get_runtime_info(config) for spec in specs]
     if args.json:
-        import json
+        from enginespec._documents import dumps
 
-        _out([json.dumps([info.model_dump(mode="json") for info in infos], indent=2)])
+        _out([dumps([info.model_dump(mode="json") for info in infos], indent=2)])
         return 0
     rows = [
         [
@@ -1272,12 +1267,12 @@ def _cmd_command(args: argparse.Namespace) -> int:
         _fail("command", err)
         return 2
     if args.json:  # the dump masks secrets (argv values, env_vars whose names say secret)
-        import json
+        from enginespec._documents import dumps
 
         document = command.model_dump(mode="json")
         if args.show_secrets:
             document.update(argv=list(command.argv), env=dict(command.env))
-        _out([json.dumps(document, indent=2)])
+        _out([dumps(document, indent=2)])
         return 0
     env = dict(command.env) if args.show_secrets else command.redacted_env()
     lines = [literal(_export_line(name, value)) for name, value in env.items()]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -15,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from enginespec._documents import dumps
 from enginespec.display import literal
 
 # What the commands do is imported when one runs (the CLI starts without pydantic or a scanner).
@@ -34,7 +34,7 @@ def _say(command: str, message: object) -> None:
 
 
 def _dump(model: BaseModel) -> str:
-    return json.dumps(model.model_dump(mode="json"), indent=2)
+    return dumps(model.model_dump(mode="json"), indent=2)
 
 
 def _print_failure(failure: Failure, as_json: bool) -> None:

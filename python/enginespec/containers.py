@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import ipaddress
-import json
 import os
 import re
 import socket
@@ -24,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from enginespec._backend import parse_cgroup, proc_root, proxy_flags
 from enginespec._common import Runtime
+from enginespec._documents import DocumentError, parse_json
 from enginespec._procfiles import PROC, proc_link, proc_path, read_proc, start_ticks
 from enginespec.urls import base_url
 
@@ -263,8 +263,8 @@ def api_inspect(socket_path: str, container_id: str, timeout: float) -> Inspecte
         response = connection.getresponse()
         if response.status != 200:
             return None
-        document = json.loads(response.read(_ANSWER_LIMIT + 1)[:_ANSWER_LIMIT])
-    except (OSError, http.client.HTTPException, ValueError, RecursionError):
+        document = parse_json(response.read(_ANSWER_LIMIT + 1), max_bytes=_ANSWER_LIMIT)
+    except (OSError, http.client.HTTPException, DocumentError):
         return None
     finally:
         connection.close()

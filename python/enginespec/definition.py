@@ -8,7 +8,6 @@ takes an :class:`EngineDefinition` and never asks which engine it is.
 from __future__ import annotations
 
 import functools
-import json
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -16,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from enginespec._documents import json_object
 from enginespec.errors import InstallOptionsError
 from enginespec.failures import Failure, Failures, match_failure
 from enginespec.signature import Signature
@@ -220,11 +220,7 @@ class HealthAnswer:
     @functools.cached_property
     def document(self) -> dict[str, object] | None:
         """The body when it is a JSON object, else ``None`` (not JSON, not UTF-8, another type)."""
-        try:
-            parsed = json.loads(self.body)
-        except ValueError:  # UnicodeDecodeError included
-            return None
-        return parsed if isinstance(parsed, dict) else None
+        return json_object(self.body)
 
 
 class Serving(_Record):

@@ -14,7 +14,6 @@ replaced whole through :mod:`enginespec.safewrite`, so a reader never sees a tor
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import re
 import socket
@@ -22,6 +21,7 @@ import sys
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Literal, get_args
 
+from enginespec._documents import dumps
 from enginespec._procfiles import owner
 from enginespec.boundary import contained, failed
 from enginespec.engineprocess import EngineProcess
@@ -266,7 +266,7 @@ def _unrenderable(
 
 
 def _encode(document: Any) -> bytes:
-    return (json.dumps(document, indent=2, ensure_ascii=True) + "\n").encode("ascii")
+    return (dumps(document, indent=2, ensure_ascii=True) + "\n").encode("ascii")
 
 
 def owner_uid(process: EngineProcess) -> int | None:

@@ -9,7 +9,6 @@ the arguments the recipe builds."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 
@@ -17,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 import enginespec.engines.llamacpp as llamacpp
 import enginespec.engines.vllm as vllm
+from enginespec._documents import parse_json
 from enginespec.modelfacts import ModelError, ModelFacts, hf_cache_folder, model_facts, read_capped
 from enginespec.scanning import gpu_ledger
 
@@ -95,7 +95,7 @@ class FitResult(BaseModel):
 
 def read_ledger(path: str) -> list[LedgerDevice]:
     try:
-        data = json.loads(read_capped(path, 16 << 20))
+        data = parse_json(read_capped(path, 16 << 20), max_values=1 << 20)
         items = data.get("devices", data) if isinstance(data, dict) else data
         if not isinstance(items, list):
             raise ModelError(f"{path}: not a list of devices")

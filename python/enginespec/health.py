@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Sequence
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import enginespec._procfiles as _procfiles
 import enginespec.sockets as sockets
+from enginespec._documents import json_object
 from enginespec.boundary import contained_async
 from enginespec.engineprocess import EngineProcess
 from enginespec.errors import EngineExited, NotReady
@@ -64,11 +64,12 @@ MAX_ANSWER_BYTES = 1 << 20
 
 
 def _model_ids(body: bytes) -> tuple[str, ...] | None:
-    try:
-        data = json.loads(body)
-        return tuple(str(item["id"]) for item in data["data"])
-    except (ValueError, KeyError, TypeError):
+    listed = (json_object(body, max_bytes=MAX_ANSWER_BYTES) or {}).get("data")
+    if not isinstance(listed, list) or not all(isinstance(item, dict) for item in listed):
         return None
+    ids = [item.get("id") for item in listed]
+    # an id is a name: a number or an object in its place is not this answer's form
+    return tuple(ids) if all(isinstance(i, str) for i in ids) else None  # type: ignore[arg-type]
 
 
 def _probe(t: CheckTarget, verify_identity: bool, deep: bool, timeout: float) -> _Probe:

@@ -192,18 +192,39 @@ def _first(found: dict[str, list[float]], names: Sequence[str]) -> list[float] |
     return None
 
 
-def _count(found: dict[str, list[float]], names: Sequence[str]) -> int | None:
-    values = _first(found, names)
-    if values is None or any(v < 0 for v in values):
-        return None
-    return round(sum(values))
+#: The largest count or total a reading shows: what a float holds exactly. Two samples of
+#: ``1e308`` add up to infinity (an OverflowError in ``round``, ``Infinity`` in JSON): a sum
+#: beyond this is out of range, the field ``None`` and the reading's reason names it.
+MAX_TOTAL = float(1 << 53)
 
 
-def _total(found: dict[str, list[float]], names: Sequence[str]) -> float | None:
-    values = _first(found, names)
-    if values is None or any(v < 0 for v in values):
-        return None
-    return sum(values)
+class _Sums:
+    """The counts and totals of one answer, each kept only when in range; ``out_of_range``
+    names the metrics that were not."""
+
+    def __init__(self, found: dict[str, list[float]]) -> None:
+        self.found = found
+        self.out_of_range: list[str] = []
+
+    def total(self, names: Sequence[str]) -> float | None:
+        values = _first(self.found, names)
+        if values is None or any(v < 0 for v in values):
+            return None
+        result = math.fsum(values)  # exact, and never an OverflowError (inf at worst)
+        if not result <= MAX_TOTAL:
+            self.out_of_range.append(next(n for n in names if self.found.get(n)))
+            return None
+        return result
+
+    def count(self, names: Sequence[str]) -> int | None:
+        result = self.total(names)
+        return None if result is None else round(result)
+
+    def reason(self, note: str) -> str:
+        if not self.out_of_range:
+            return note
+        cut = f"{', '.join(self.out_of_range)}: out of range (over {MAX_TOTAL:.0f}), not shown"
+        return f"{note}; {cut}" if note else cut
 
 
 def _ratio(found: dict[str, list[float]], names: Sequence[str]) -> float | None:
@@ -347,19 +368,19 @@ async def _read(
     )
     if not found:
         return unread(f"{metrics.path}: none of the engine's load metrics in the answer", source)
-    load = empty.model_copy(
-        update={
-            "source": source,
-            "available": True,
-            "reason": metrics.note,
-            "requests_running": _count(found, metrics.requests_running),
-            "requests_waiting": _count(found, metrics.requests_waiting),
-            "kv_cache_usage": _ratio(found, metrics.kv_cache_usage),
-            "prompt_tokens_total": _total(found, metrics.prompt_tokens),
-            "generated_tokens_total": _total(found, metrics.generated_tokens),
-        }
-    )
-    load._progress = _total(found, metrics.progress) if metrics.progress else None
+    sums = _Sums(found)
+    update = {
+        "source": source,
+        "available": True,
+        "requests_running": sums.count(metrics.requests_running),
+        "requests_waiting": sums.count(metrics.requests_waiting),
+        "kv_cache_usage": _ratio(found, metrics.kv_cache_usage),
+        "prompt_tokens_total": sums.total(metrics.prompt_tokens),
+        "generated_tokens_total": sums.total(metrics.generated_tokens),
+    }
+    progress = sums.total(metrics.progress) if metrics.progress else None
+    load = empty.model_copy(update={**update, "reason": sums.reason(metrics.note)})
+    load._progress = progress
     return _with_history(load, previous)
 
 
@@ -382,6 +403,8 @@ def _with_history(load: EngineLoad, previous: EngineLoad | None) -> EngineLoad:
         old, new = before.generated_tokens_total, load.generated_tokens_total
         if old is not None and new is not None and new >= old and elapsed > 0:
             rate = (new - old) / elapsed
+            # counters of 2**53 over a microsecond: more than a float holds is no rate
+            rate = rate if math.isfinite(rate) else None
     if pending is None:
         progress_at = None
     elif pending == 0 or moved is not False or previous is None or previous.progress_at is None:

@@ -4,12 +4,12 @@ with the memory its engine allocates for it by the engine's own rule."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from enginespec._documents import dumps
 from enginespec.display import literal
 
 # What the commands do is imported when one runs (the CLI starts without pydantic or a scanner).
@@ -106,7 +106,7 @@ def cmd_model(args: argparse.Namespace) -> int:
             "facts": facts.model_dump(mode="json"),
             "kv_bytes_per_token": facts.kv_bytes_per_token(),
         }
-        print(json.dumps(document, indent=2))
+        print(dumps(document, indent=2))
         return 0
     print("\n".join(_text(facts)))
     return 0
@@ -133,7 +133,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(literal(f"enginespec fit: {e}"), file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(result.model_dump(mode="json"), indent=2))
+        print(dumps(result.model_dump(mode="json"), indent=2))
     else:
         print("\n".join(literal(line) for line in fit.text(result)))
     return 0 if result.fits else 1

@@ -10,7 +10,7 @@ limits; a problem is an error naming the file and the field, never a crash.
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import re
 import stat
@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from enginespec import _backend
+from enginespec._documents import DocumentError, parse_json
 from enginespec._procfiles import reopen
 
 #: Caps on what is read of a model's files.
@@ -29,6 +30,14 @@ MAX_ARRAY_ITEMS = 4096
 MAX_JSON_BYTES = 4 << 20
 MAX_SAFETENSORS_HEADER = 16 << 20
 MAX_SHARDS = 4096
+#: The most bytes of safetensors headers read for one model, every shard together (a 405B
+#: model's 191 shards hold about 20 MB): beyond it the weights are not counted, and that is said.
+MAX_HEADERS_TOTAL = 64 << 20
+#: The most values a safetensors header or index may hold (about one per 10 bytes of its cap).
+MAX_HEADER_VALUES = 1 << 20
+#: The largest count of elements, bytes or parameters taken from a model's files: a model file
+#: states them in 64 bits; a sum or product beyond that is a file that lies.
+MAX_COUNT = (1 << 63) - 1
 
 #: ``general.file_type`` (``llama_ftype`` in llama.cpp's include/llama.h) by value.
 FILE_TYPES = {
@@ -267,13 +276,36 @@ def read_capped(path: str, limit: int, fs: Files = HOST) -> bytes:
     return data
 
 
-def read_json(path: str, fs: Files, limit: int = MAX_JSON_BYTES) -> dict[str, Any]:
+def read_json(
+    path: str, fs: Files, limit: int = MAX_JSON_BYTES, values: int = MAX_HEADER_VALUES
+) -> dict[str, Any]:
+    """A JSON object a model's file holds, read through the one bounded reader (depth, size,
+    numbers finite and of 64 bits): anything else is a ModelError naming the file and why."""
     try:
-        value = json.loads(read_capped(path, limit, fs))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise ModelError(f"{path}: not JSON ({e})") from None
+        value = parse_json(read_capped(path, limit, fs), max_values=values)
+    except DocumentError as e:
+        raise ModelError(f"{path}: {e}") from None
     if not isinstance(value, dict):
         raise ModelError(f"{path}: not a JSON object")
+    return value
+
+
+def argv_number(flag: str, text: str, low: float, high: float, *, integer: bool = False) -> float:
+    """A number an engine's argv gives for ``flag``, finite and within ``low..high`` (``1e400``,
+    ``nan``, a 400-digit integer are a ModelError naming the flag, never an OverflowError in
+    an estimate); ``integer``: written in decimal digits, as the engine's own parser wants."""
+    shown = text if len(text) <= 32 else text[:32] + "..."
+    try:
+        if integer:
+            if len(text.strip().lstrip("+-")) > 20:
+                raise ValueError(text)
+            value: float = int(text, 10)
+        else:
+            value = float(text)
+    except ValueError:
+        raise ModelError(f"{flag} {shown!r}: not {'an integer' if integer else 'a number'}") from None
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ModelError(f"{flag} {shown!r}: out of range ({low:g} to {high:g})")
     return value
 
 
@@ -309,7 +341,8 @@ def read_gguf(path: str, fs: Files) -> tuple[dict[str, Any], list[_TensorRow], b
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+    return value if ok else None
 
 
 def _per_layer(value: Any, layers: int | None) -> list[int] | None:
@@ -547,20 +580,28 @@ def safetensors_header(path: str, fs: Files = HOST) -> dict[str, Any]:
     """The JSON header of a safetensors file (8-byte little-endian length, then JSON), capped."""
     fd = fs.open(path)
     try:
-        size = os.fstat(fd).st_size
-        head = os.pread(fd, 8, 0)
-        if len(head) < 8:
-            raise ModelError(f"{path}: shorter than a safetensors header")
-        length = int.from_bytes(head, "little")
-        if length > min(MAX_SAFETENSORS_HEADER, size - 8):
-            raise ModelError(f"{path}: header length {length} exceeds the file or the cap")
-        data = os.pread(fd, length, 8)
+        return _header_of(fd, path)
     finally:
         os.close(fd)
+
+
+def _header_length(fd: int, path: str) -> int:
+    size = os.fstat(fd).st_size
+    head = os.pread(fd, 8, 0)
+    if len(head) < 8:
+        raise ModelError(f"{path}: shorter than a safetensors header")
+    length = int.from_bytes(head, "little")
+    if length > min(MAX_SAFETENSORS_HEADER, size - 8):
+        raise ModelError(f"{path}: header length {length} exceeds the file or the cap")
+    return length
+
+
+def _header_of(fd: int, path: str, length: int | None = None) -> dict[str, Any]:
+    data = os.pread(fd, _header_length(fd, path) if length is None else length, 8)
     try:
-        header = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise ModelError(f"{path}: safetensors header is not JSON ({e})") from None
+        header = parse_json(data, max_values=MAX_HEADER_VALUES)
+    except DocumentError as e:
+        raise ModelError(f"{path}: safetensors header {e}") from None
     if not isinstance(header, dict):
         raise ModelError(f"{path}: safetensors header is not a JSON object")
     return header
@@ -635,32 +676,80 @@ def _hf_weights(
         return total, None, {}
     nbytes, params = 0, 0
     by_type: dict[str, int] = {}
-    for shard in shards:
+    seen: set[tuple[int, int]] = set()
+    budget = MAX_HEADERS_TOTAL
+    for number, shard in enumerate(shards):
         path = os.path.join(folder, shard)
         try:
-            header = safetensors_header(path, fs)
+            header, budget = _shard_header(path, fs, seen, budget)
         except ModelError as e:
             problems.append(str(e))
             return total, None, {}
+        if budget < 0:  # cut at the cap: say so, and how far the reading went
+            problems.append(
+                f"{folder}: safetensors headers over {MAX_HEADERS_TOTAL} bytes in all: "
+                f"{number} of {len(shards)} shards read, weights not counted"
+            )
+            return total, None, {}
+        if header is None:  # another name of a file already read (a link): its weights once
+            continue
         files.append(path)
         for name, info in header.items():
             if name == "__metadata__" or not isinstance(info, dict):
                 continue
-            shape, dtype, offsets = info.get("shape"), info.get("dtype"), info.get("data_offsets")
-            if not (isinstance(shape, list) and all(_int(d) is not None for d in shape)):
+            counted = _tensor(info)
+            if counted is None:
                 continue
-            count = 1
-            for d in shape:
-                count *= d
+            count, size, dtype = counted
             params += count
-            if isinstance(offsets, list) and len(offsets) == 2 and all(_int(o) is not None for o in offsets):
-                size = offsets[1] - offsets[0]
+            if size is not None:
                 nbytes += size
-                if isinstance(dtype, str):
+                if dtype is not None:
                     by_type[dtype] = by_type.get(dtype, 0) + size
+        if params > MAX_COUNT or nbytes > MAX_COUNT:
+            problems.append(f"{path}: tensors of more than {MAX_COUNT} elements or bytes: not counted")
+            return total, None, {}
     if not shards:
         return total, None, {}
     return (nbytes or total), (params or None), by_type
+
+
+def _shard_header(
+    path: str, fs: Files, seen: set[tuple[int, int]], budget: int
+) -> tuple[dict[str, Any] | None, int]:
+    """(the shard's header, or ``None`` when its file was read under another name; the bytes
+    of headers still allowed): every name of one file (4,096 hard or symbolic links) is read
+    once, and all headers together at most MAX_HEADERS_TOTAL bytes (past it: ``(None, -1)``)."""
+    fd = fs.open(path)
+    try:
+        info = os.fstat(fd)
+        identity = (info.st_dev, info.st_ino)
+        if identity in seen:
+            return None, budget
+        seen.add(identity)
+        length = _header_length(fd, path)
+        if length > budget:
+            return None, -1
+        return _header_of(fd, path, length), budget - length
+    finally:
+        os.close(fd)
+
+
+def _tensor(info: Mapping[str, Any]) -> tuple[int, int | None, str | None] | None:
+    """(elements, bytes or ``None``, dtype) of one tensor of a header, or ``None`` when its
+    shape is not a list of counts or holds more than MAX_COUNT elements."""
+    shape, dtype, offsets = info.get("shape"), info.get("dtype"), info.get("data_offsets")
+    if not (isinstance(shape, list) and all(_int(d) is not None for d in shape)):
+        return None
+    count = 1
+    for d in shape:
+        count = min(count * d, MAX_COUNT + 1)  # never a 64-digit product of 64-bit dims
+    if count > MAX_COUNT:
+        return None
+    size = None
+    if isinstance(offsets, list) and len(offsets) == 2 and all(_int(o) is not None for o in offsets):
+        size = offsets[1] - offsets[0] if offsets[1] >= offsets[0] else None
+    return count, size, dtype if isinstance(dtype, str) else None
 
 
 # -- where a model is ---------------------------------------------------------------------------

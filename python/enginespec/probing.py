@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from enginespec._documents import DocumentError, parse_json
 from enginespec._procfiles import list_named, proc_link, read_named, read_proc
 from enginespec.config import Config
 from enginespec.definition import EngineDefinition
@@ -29,6 +30,9 @@ from enginespec.safewrite import replace_file
 _TRAMPOLINE = re.compile(r"""^'''exec' "?([^"\s]+)"? "\$0" "\$@"$""", re.MULTILINE)
 _OPTION_COLUMN_END = re.compile(r"(?<![,\s])\s{2,}")
 _HELP_FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][A-Za-z0-9_.-]*)")
+
+#: The most of the version script's answer read as JSON (a few names and versions).
+_VERSIONS_BYTES = 1 << 20
 
 _VERSION_SCRIPT = """
 import importlib.metadata as m, json, sys
@@ -94,8 +98,8 @@ def installed_versions(
             check=True,
             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
         )
-        data = json.loads(out.stdout)
-    except (OSError, subprocess.SubprocessError, ValueError):
+        data = parse_json(out.stdout.encode("utf-8", "surrogateescape"), max_bytes=_VERSIONS_BYTES)
+    except (OSError, subprocess.SubprocessError, DocumentError):
         return {}
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 

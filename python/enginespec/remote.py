@@ -9,7 +9,6 @@ validated into the same models, shown literally, and never read against this hos
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import queue
 import threading
@@ -19,6 +18,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from enginespec._documents import parse_json
 from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
 from enginespec.load import EngineLoad
@@ -118,7 +118,9 @@ def agent_url(text: str) -> str:
 
 
 def _engines(host: str, data: bytes) -> tuple[RemoteEngine, ...]:
-    documents = json.loads(data)
+    # the one bounded reader: a non-finite or 65-bit number, a nesting of 100,000 is this
+    # host's error (a ValueError), never the other hosts' end
+    documents = parse_json(data, max_values=MAX_ANSWER_BYTES // 8)
     if not isinstance(documents, list):
         raise ValueError("not a list of engines")
     problem = number_problem(documents, "engines")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import os
 import queue
 import threading
@@ -31,6 +30,7 @@ from typing import Annotated, Any, Literal, TypeAlias, TypedDict
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from enginespec._common import Woke
+from enginespec._documents import dumps, parse_json
 from enginespec.boundary import failed
 from enginespec.engineprocess import EngineProcess
 from enginespec.errors import InvalidInputError
@@ -174,12 +174,13 @@ def event_json(event: WatchEvent) -> str:
     """The JSON form of an event, on one line, in ASCII. Argv read from ``/proc`` may hold bytes
     that are not UTF-8 (kept as surrogate escapes, as ``os.fsdecode`` gives them): they become
     ``\\udcXX`` JSON escapes, as in ``enginespec ps --json``, where pydantic's own JSON would fail."""
-    return json.dumps(event.model_dump(mode="json"), separators=(",", ":"))
+    return dumps(event.model_dump(mode="json"), separators=(",", ":"))
 
 
 def parse_event(text: str | bytes) -> WatchEvent:
     """An event from its JSON form (one line of ``enginespec watch --json``)."""
-    return _EVENTS.validate_python(json.loads(text))
+    data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
+    return _EVENTS.validate_python(parse_json(data, max_values=1 << 20))
 
 
 def event_schema() -> dict[str, Any]:

@@ -5,10 +5,10 @@ Facts from LostRuins/koboldcpp tag v1.76 (``2da346a5``, koboldcpp.py) unless a l
 
 from __future__ import annotations
 
-import json
 import re
 
 import enginespec.engines._libraries as _libraries
+from enginespec._documents import json_object
 from enginespec.definition import Flags, Launch, Serving
 from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -115,10 +115,7 @@ class KoboldCppSpec(EngineSpec):
         # impersonates it with just {"result": "KoboldCpp", "version": "1.74"}
         # (theroyallab/tabbyAPI e632af41, endpoints/Kobold/router.py): no "protected".
         if status == 200:
-            try:
-                answer = json.loads(body)
-            except ValueError:
-                answer = None
+            answer = json_object(body)
             if not isinstance(answer, dict) or answer.get("result") != "KoboldCpp":
                 return "unknown", "/api/extra/version is not KoboldCpp's answer"
             if "protected" not in answer:

@@ -19,7 +19,7 @@ from enginespec.definition import (
     SourceBuild,
 )
 from enginespec.failures import FailurePattern, Failures
-from enginespec.modelfacts import LoggedMemory, MemoryEstimate, ModelError, ModelFacts
+from enginespec.modelfacts import LoggedMemory, MemoryEstimate, ModelError, ModelFacts, argv_number
 from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
@@ -303,12 +303,11 @@ def estimate_memory(facts: ModelFacts, argv: Sequence[str], devices: Sequence[st
     notes: list[str] = []
 
     def integer(value: str | None, default: int, flag: str) -> int:
+        # llama.cpp's own parser takes a 32-bit int (std::stoi): anything else is a problem of
+        # this estimate, never a 400-digit context multiplied into float arithmetic
         if value is None:
             return default
-        try:
-            return int(value, 10)
-        except ValueError:
-            raise ModelError(f"{flag} {value!r}: not an integer") from None
+        return int(argv_number(flag, value, -(1 << 31), (1 << 31) - 1, integer=True))
 
     ctx = integer(_number(argv, "--ctx-size"), 0, "--ctx-size")
     if ctx <= 0:
@@ -380,18 +379,13 @@ def _placement(
         ngl = n_layer + 1
         notes.append("-ngl auto: every layer counted on the devices (llama-server may fit fewer)")
     else:
-        try:
-            ngl = int(ngl_text, 10)
-        except ValueError:
-            raise ModelError(f"--n-gpu-layers {ngl_text!r}: not an integer") from None
+        ngl = int(argv_number("--n-gpu-layers", ngl_text, -(1 << 31), (1 << 31) - 1, integer=True))
     mode = (_number(argv, "-sm", "--split-mode") or "layer").lower()
     split_text = _number(argv, "-ts", "--tensor-split")
     shares = [1.0] * len(devices)
     if split_text:
-        try:
-            given = [float(x) for x in re.split(r"[,/]", split_text)]
-        except ValueError:
-            raise ModelError(f"--tensor-split {split_text!r}: not numbers") from None
+        # each share finite and at most 2**31 (llama.cpp's floats): `1e400` makes no inf/inf
+        given = [argv_number("--tensor-split", x, 0, 1 << 31) for x in re.split(r"[,/]", split_text)]
         shares = [*given, *[0.0] * len(devices)][: len(devices)]
     main = integer_or(_number(argv, "-mg", "--main-gpu"), 0) % len(devices)
     if mode == "none" or sum(shares) <= 0:
@@ -429,8 +423,8 @@ def _placement(
 
 def integer_or(value: str | None, default: int) -> int:
     try:
-        return int(value, 10) if value is not None else default
-    except ValueError:
+        return int(argv_number("", value, -(1 << 31), (1 << 31) - 1, integer=True)) if value else default
+    except ModelError:
         return default
 
 

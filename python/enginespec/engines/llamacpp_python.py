@@ -6,9 +6,8 @@ app.py.
 
 from __future__ import annotations
 
-import json
-
 import enginespec.engines._libraries as _libraries
+from enginespec._documents import json_object
 from enginespec.definition import Flags, Launch, Package, Serving, Settings
 from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import Evidence, LaunchForm, Signature
@@ -70,10 +69,7 @@ class LlamaCppPythonSpec(EngineSpec):
     # the loaded models once it listens (app.py get_models).
     def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
         if status == 200:
-            try:
-                listed = isinstance(json.loads(body).get("data"), list)
-            except (ValueError, AttributeError):
-                listed = False
+            listed = isinstance((json_object(body) or {}).get("data"), list)
             return ("ready", "") if listed else ("unknown", "unexpected /v1/models body")
         return super().classify_health(status, body)
 

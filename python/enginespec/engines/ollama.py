@@ -6,11 +6,11 @@ line says otherwise.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
 import enginespec.engines._libraries as _libraries
+from enginespec._documents import DocumentError, json_object, parse_json
 from enginespec.definition import HealthRule, Launch, LoadMetrics, Serving, Settings
 from enginespec.failures import FailurePattern, Failures
 from enginespec.modelfacts import HOST, Files, ModelError, read_capped
@@ -60,11 +60,11 @@ class OllamaSpec(EngineSpec):
     def loaded_models(self, body: bytes) -> tuple[str, ...] | None:
         # `GET /api/ps` -> {"models": [{"name": "llama3:8b", "model": ..., "digest": ...}, ...]}
         # (api/types.go ProcessResponse): the names people use, never the blob paths runners get.
-        try:
-            listed = json.loads(body)["models"]
-            return tuple(str(item["name"]) for item in listed)
-        except (ValueError, KeyError, TypeError):
+        listed = (json_object(body) or {}).get("models")
+        if not isinstance(listed, list) or not all(isinstance(item, dict) for item in listed):
             return None
+        names = [item.get("name") for item in listed]
+        return tuple(names) if all(isinstance(n, str) for n in names) else None  # type: ignore[arg-type]
 
 
 # Why a start failed: Ollama's own messages (checked with git grep at the tags: llm/server.go
@@ -222,8 +222,8 @@ def model_name(blob: str, fs: Files = HOST) -> str | None:
 
 def _names_digest(path: str, digest: str, fs: Files) -> bool:
     try:
-        manifest = json.loads(read_capped(path, _MAX_MANIFEST_BYTES, fs))
-    except (ModelError, ValueError, RecursionError):
+        manifest = parse_json(read_capped(path, _MAX_MANIFEST_BYTES, fs))
+    except (ModelError, DocumentError):
         return False
     layers = manifest.get("layers") if isinstance(manifest, dict) else None
     return isinstance(layers, list) and any(

@@ -5,9 +5,8 @@ Facts from theroyallab/tabbyAPI HEAD ``e632af41`` (2026-08-13; the repository ha
 
 from __future__ import annotations
 
-import json
-
 import enginespec.engines._libraries as _libraries
+from enginespec._documents import json_object
 from enginespec.definition import Flags, Launch, Package, Serving, Settings
 from enginespec.failures import FailurePattern, Failures
 from enginespec.signature import LaunchForm, Signature
@@ -61,10 +60,7 @@ class TabbyApiSpec(EngineSpec):
         # /health: 200 {"status": "healthy", "issues": []}, 503 {"status": "unhealthy", "issues":
         # [...]} (endpoints/core/router.py healthcheck). The model loads before the server starts
         # (main.py entrypoint_async), so the port refuses connections until then.
-        try:
-            answer = json.loads(body)
-        except ValueError:
-            answer = None
+        answer = json_object(body)
         reported = answer.get("status") if isinstance(answer, dict) else None
         if status == 200 and reported == "healthy":
             return "ready", ""

@@ -9,7 +9,7 @@ import enginespec.engines._libraries as _libraries
 from enginespec.argv import flag_value
 from enginespec.definition import FamilyDefault, Flags, Launch, LoadMetrics, Package, Serving, Settings
 from enginespec.failures import ArgvHint, FailurePattern, Failures
-from enginespec.modelfacts import LoggedMemory, MemoryEstimate, ModelError, ModelFacts
+from enginespec.modelfacts import LoggedMemory, MemoryEstimate, ModelFacts, argv_number
 from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
@@ -422,6 +422,11 @@ _TOKENS = re.compile(r"GPU KV cache size: (?P<n>[\d,]+) tokens")
 _UNITS = {"GiB": _GIB, "GB": _GIB, "MiB": 1 << 20}
 
 
+#: The most tensor or pipeline ranks, and tokens of context, an estimate takes from argv.
+_MAX_RANKS = 1 << 16
+_MAX_TOKENS = 1 << 40
+
+
 def estimate_memory(
     facts: ModelFacts, argv: Sequence[str], device_bytes: Sequence[int] = ()
 ) -> MemoryEstimate:
@@ -432,25 +437,22 @@ def estimate_memory(
     sequence cost (``2 x layers x kv_heads x head_dim`` values per token; MLA: one latent; fp8
     caches 1 byte a value, ``auto`` the model's dtype), split over the devices."""
 
-    def number(flag: str, default: float) -> float:
+    def number(flag: str, default: float, low: float, high: float) -> float:
         value = flag_value(argv, SIGNATURE, flag)
-        if value is None:
-            return default
-        try:
-            return float(value)
-        except ValueError:
-            raise ModelError(f"{flag} {value!r}: not a number") from None
+        return default if value is None else argv_number(flag, value, low, high)
 
-    tp = int(number("--tensor-parallel-size", 1))
-    pp = int(number("--pipeline-parallel-size", 1))
-    if tp < 1 or pp < 1:
-        raise ModelError(f"--tensor-parallel-size {tp} / --pipeline-parallel-size {pp}: must be at least 1")
-    utilization = number("--gpu-memory-utilization", 0.9)
+    # ranges vLLM itself accepts (a rank count, a fraction, a context of tokens): `1e400` or
+    # `nan` in another user's argv is a problem of this estimate, never an OverflowError
+    tp = int(number("--tensor-parallel-size", 1, 1, _MAX_RANKS))
+    pp = int(number("--pipeline-parallel-size", 1, 1, _MAX_RANKS))
+    utilization = number("--gpu-memory-utilization", 0.9, 0, 1)
     devices = [f"GPU{i}" for i in range(tp * pp)]
     notes = []
     max_len = flag_value(argv, SIGNATURE, "--max-model-len")
     context = (
-        int(number("--max-model-len", facts.context_length or 0)) if max_len not in ("auto", "-1") else None
+        int(number("--max-model-len", facts.context_length or 0, 1, _MAX_TOKENS))
+        if max_len not in ("auto", "-1")
+        else None
     )
     if max_len is None:
         notes.append("--max-model-len not given: the model's own context")
