@@ -210,7 +210,9 @@ class _Sums:
         values = _first(self.found, names)
         if values is None or any(v < 0 for v in values):
             return None
-        result = math.fsum(values)  # exact, and never an OverflowError (inf at worst)
+        # each sample in range first (fsum of two 1e308 raises), then their sum (at most
+        # MAX_SAMPLES of them: finite)
+        result = math.fsum(values) if all(v <= MAX_TOTAL for v in values) else math.inf
         if not result <= MAX_TOTAL:
             self.out_of_range.append(next(n for n in names if self.found.get(n)))
             return None

@@ -296,12 +296,10 @@ def argv_number(flag: str, text: str, low: float, high: float, *, integer: bool 
     an estimate); ``integer``: written in decimal digits, as the engine's own parser wants."""
     shown = text if len(text) <= 32 else text[:32] + "..."
     try:
-        if integer:
-            if len(text.strip().lstrip("+-")) > 20:
-                raise ValueError(text)
-            value: float = int(text, 10)
-        else:
-            value = float(text)
+        # a 400-digit integer is out of range, not converted (and never a 4,300-digit one)
+        value: float = (
+            (math.inf if len(text.strip().lstrip("+-")) > 20 else int(text, 10)) if integer else float(text)
+        )
     except ValueError:
         raise ModelError(f"{flag} {shown!r}: not {'an integer' if integer else 'a number'}") from None
     if not (math.isfinite(value) and low <= value <= high):
