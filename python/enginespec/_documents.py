@@ -279,11 +279,9 @@ def _finite(value: object, where: str, problems: list[object] | None) -> object:
         return None
     if isinstance(value, dict):
         own = value.get("problems")
-        inner = problems
-        if isinstance(own, (list, tuple)):
-            inner = list(own)
+        inner = list(own) if isinstance(own, (list, tuple)) else problems
         result = {k: _finite(v, f"{where}.{k}" if where else str(k), inner) for k, v in value.items()}
-        if inner is not problems and isinstance(own, (list, tuple)) and len(inner) != len(own):
+        if isinstance(own, (list, tuple)) and inner is not None and len(inner) != len(own):
             result["problems"] = inner
         return result
     if isinstance(value, (list, tuple)):

@@ -69,7 +69,7 @@ def _model_ids(body: bytes) -> tuple[str, ...] | None:
         return None
     ids = [item.get("id") for item in listed]
     # an id is a name: a number or an object in its place is not this answer's form
-    return tuple(ids) if all(isinstance(i, str) for i in ids) else None  # type: ignore[arg-type]
+    return tuple(ids) if all(isinstance(i, str) for i in ids) else None
 
 
 def _probe(t: CheckTarget, verify_identity: bool, deep: bool, timeout: float) -> _Probe:

@@ -64,7 +64,7 @@ class OllamaSpec(EngineSpec):
         if not isinstance(listed, list) or not all(isinstance(item, dict) for item in listed):
             return None
         names = [item.get("name") for item in listed]
-        return tuple(names) if all(isinstance(n, str) for n in names) else None  # type: ignore[arg-type]
+        return tuple(names) if all(isinstance(n, str) for n in names) else None
 
 
 # Why a start failed: Ollama's own messages (checked with git grep at the tags: llm/server.go
