@@ -176,12 +176,22 @@ def parse_metrics(
                 count += 1
                 if count > MAX_SAMPLES or (deadline is not None and time.monotonic() > deadline):
                     return found
-                if sample.name in wanted and math.isfinite(sample.value):
-                    found.setdefault(sample.name, []).append(float(sample.value))
-    except (ValueError, TypeError, IndexError, KeyError):
+                if sample.name in wanted and (value := _finite(sample.value)) is not None:
+                    found.setdefault(sample.name, []).append(value)
+    except (ValueError, TypeError, IndexError, KeyError, OverflowError):
         # A malformed line ends the parse: what was read before it stands.
         pass
     return found
+
+
+def _finite(value: object) -> float | None:
+    """A sample's value as a finite float; ``None`` for ``NaN``, ``+Inf`` and an integer of 400
+    digits (which the parser gives as an int: no float holds it)."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (OverflowError, ValueError, TypeError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _first(found: dict[str, list[float]], names: Sequence[str]) -> list[float] | None:

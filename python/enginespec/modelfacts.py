@@ -29,7 +29,9 @@ MAX_STRING_BYTES = 64 << 10
 MAX_ARRAY_ITEMS = 4096
 MAX_JSON_BYTES = 4 << 20
 MAX_SAFETENSORS_HEADER = 16 << 20
-MAX_SHARDS = 4096
+#: The most shards of one model read (the largest published models have about 200): an index
+#: naming more (4,096 links to one header) is not read, and that is said.
+MAX_SHARDS = 1024
 #: The most bytes of safetensors headers read for one model, every shard together (a 405B
 #: model's 191 shards hold about 20 MB): beyond it the weights are not counted, and that is said.
 MAX_HEADERS_TOTAL = 64 << 20
@@ -670,7 +672,7 @@ def _hf_weights(
     elif fs.kind(os.path.join(folder, "model.safetensors")) is not None:
         shards = ["model.safetensors"]
     if len(shards) > MAX_SHARDS:
-        problems.append(f"{index_path}: {len(shards)} shards, more than {MAX_SHARDS}: not read")
+        problems.append(f"{index_path}: {len(shards)} shards, more than {MAX_SHARDS}: weights not read")
         return total, None, {}
     nbytes, params = 0, 0
     by_type: dict[str, int] = {}

@@ -108,7 +108,11 @@ def compute(pid: int, engine: str, model: str | None, argv: Sequence[str]) -> Mo
     if name_of is not None:
         facts = facts.model_copy(update={"registry_name": name_of(facts.files[0], fs)})
     estimate_of = engine_rule(engine, "estimate_memory")
-    estimate = estimate_of(facts, argv) if estimate_of is not None else None
+    try:
+        estimate = estimate_of(facts, argv) if estimate_of is not None else None
+    except ModelError as why:  # an argv number out of range (`--max-model-len 1e400`): the
+        # files' facts stand, the estimate is a problem naming the flag
+        return facts.model_copy(update={"problems": (*facts.problems, f"no memory estimate: {why}")})
     return facts.model_copy(update={"estimate": estimate})
 
 

@@ -149,6 +149,50 @@ while True:
 """
 
 
+#: nobody's liar (issue 44): answers every request on each socket it is given (argv: FD:MODE...)
+#: with a body no reader may take whole: nested 100,000 deep, 900 KB of values, numbers that are
+#: not finite, or /metrics samples of 1e308 that add up to infinity.
+_LIAR = r"""
+import socket, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+DEEP = b"[" * 100000 + b"]" * 100000
+BODIES = {
+    "deep": DEEP,
+    "wide": b'{"status":"ok","data":[' + b",".join([b"0"] * 400000) + b"]}",
+    "infinite": b'{"status":"ok","models":[{"name":"m","size":1e400}],"data":[{"id":"m","n":NaN}]}',
+}
+METRICS = b"".join(
+    b'vllm:%s{engine="%d"} 1e308\n' % (name, n)
+    for name in (b"num_requests_running", b"num_requests_waiting", b"generation_tokens_total")
+    for n in range(2)
+)
+def handler(mode):
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if mode == "metrics":
+                body = METRICS if self.path == "/metrics" else b""
+            else:
+                body = BODIES[mode]
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        do_POST = do_GET
+        def log_message(self, *a): pass
+    return H
+for spec in sys.argv[1:]:
+    fd, mode = spec.split(":")
+    sock = socket.socket(fileno=int(fd))
+    server = ThreadingHTTPServer(sock.getsockname(), handler(mode), bind_and_activate=False)
+    server.socket.close()
+    server.socket = sock
+    server.server_activate()
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+threading.Event().wait()
+"""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -216,7 +260,9 @@ class Zoo:
 
         if self.files:
             self._file_attacks(own, private)
+            self._model_attacks(own)
         self._network_attacks(victim_sock, port)
+        self._answer_attacks()
         time.sleep(0.5)
 
     def _file_attacks(self, own: Path, private: Path) -> None:
@@ -267,6 +313,63 @@ class Zoo:
             self._spawn([SYSTEM_PYTHON, "-c", _FLIPPER, *args], executable=SYSTEM_PYTHON)
         (own / "abs.yaml").symlink_to("/etc/shadow")
         self.engine("vllm", "serve", "--config", f"{n}/abs.yaml")
+
+    def _model_attacks(self, own: Path) -> None:
+        """Issue 44: engines naming model files whose numbers no estimate may take (a
+        400-digit integer in config.json, a safetensors offset of 10**400), argv numbers that
+        are not finite, and 4,096 links to one safetensors header."""
+        config = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
+
+        def folder(name: str, config_text: str, header: bytes | None = None) -> Path:
+            path = own / name
+            path.mkdir(exist_ok=True)
+            (path / "config.json").write_text(config_text)
+            if header is not None:
+                length = len(header).to_bytes(8, "little")
+                (path / "model.safetensors").write_bytes(length + header + bytes(64))
+            return path
+
+        good = json.dumps(config)
+        long = folder("long-int", good.replace('"hidden_size": 64', '"hidden_size": 1' + "0" * 399))
+        self.engine("vllm", "serve", str(long), "--port", "8000")
+        offset = b'{"w":{"dtype":"F16","shape":[2],"data_offsets":[0,1' + b"0" * 400 + b"]}}"
+        self.engine("vllm", "serve", str(folder("offset", good, offset)), "--port", "8000")
+        plain = folder("plain", good, b'{"w":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}}')
+        for value in ("1e400", "nan", "-inf"):
+            self.engine("vllm", "serve", str(plain), "--max-model-len", value, "--port", "8000")
+        self.engine("vllm", "serve", str(plain), "--gpu-memory-utilization", "inf", "--port", "8000")
+        self.engine("llama-server", "-m", "m.gguf", "-c", "1" + "0" * 399, "-ts", "1e400,nan")
+        links = folder("links", good)
+        weight_map = {}
+        for n in range(4096):
+            name = f"model-{n:05d}-of-04096.safetensors"
+            os.link(plain / "model.safetensors", links / name)
+            weight_map[f"layer{n}"] = name
+        (links / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+        self.engine("vllm", "serve", str(links), "--port", "8000")
+
+    def _answer_attacks(self) -> None:
+        """Issue 44: engines of nobody whose answers no reader may take whole (see _LIAR)."""
+        if not os.access(SYSTEM_PYTHON, os.X_OK):
+            return
+        socks = {mode: socket.socket() for mode in ("deep", "wide", "infinite", "metrics")}
+        for sock in socks.values():
+            sock.bind(("127.0.0.1", 0))
+            sock.set_inheritable(True)
+        fds = tuple(sock.fileno() for sock in socks.values())
+        specs = [f"{sock.fileno()}:{mode}" for mode, sock in socks.items()]
+        self._spawn([SYSTEM_PYTHON, "-c", _LIAR, *specs], executable=SYSTEM_PYTHON, pass_fds=fds)
+        for mode, sock in socks.items():
+            port = str(sock.getsockname()[1])
+            held = (sock.fileno(),)
+            if mode == "metrics":
+                self.engine("vllm", "serve", "/m/metrics", "--port", port, pass_fds=held)
+                continue
+            self.engine("llama-server", "-m", f"{mode}.gguf", "--port", port, pass_fds=held)
+            self.engine("python3", "-m", "llama_cpp.server", "--model", mode, "--port", port, pass_fds=held)
+            self.engine("ollama", "serve", env={"OLLAMA_HOST": f"127.0.0.1:{port}"}, pass_fds=held)
+        for sock in socks.values():
+            sock.close()
 
     def _network_attacks(self, victim_sock: str, port: str) -> None:
         d = self.dir

@@ -226,6 +226,21 @@ def _metrics(value: str, count: int = 2) -> bytes:
 
 
 @root_only
+def test_a_metrics_sample_of_400_digits_is_dropped(procs: Procs, idle: Path) -> None:
+    """The parser gives `1000...0` (400 digits) as an int: `math.isfinite` raised OverflowError
+    (found by test_fuzz_answers)."""
+    sock = bound_socket()
+    metrics = Answer(200, _metrics("1" + "0" * 400, count=1), content_type="text/plain")
+    with serving({"/health": [Answer(200, b"")], "/metrics": [metrics]}, sock=sock):
+        process = _engine_of_nobody(procs, idle, ["vllm", "serve", "m"], sock)
+        load = check_load(process, timeout=5)
+        assert load.reason == "/metrics: none of the engine's load metrics in the answer", load
+        one = enginespec("load", str(process.pid), "--json", "--timeout", "5")
+        assert one.returncode == 1, one.stderr  # no reading: the command's own exit status
+        assert strict(one.stdout)["available"] is False  # type: ignore[index]
+
+
+@root_only
 def test_metrics_that_add_up_to_infinity_are_out_of_range_not_an_overflow(procs: Procs, idle: Path) -> None:
     """Two samples of 1e308 sum to inf: `round(inf)` ended `ps --load`, `watch` and `exporter
     --load` with OverflowError; a float sum printed `Infinity` in -o json."""
@@ -303,6 +318,12 @@ def _model_of(pid: int) -> dict[str, object]:
 
 
 LONG = b"1" + b"0" * 399
+#: the ranges the vLLM estimate takes (what vLLM itself accepts)
+_RANGES = {
+    "--max-model-len": "(1 to 1.09951e+12)",
+    "--gpu-memory-utilization": "(0 to 1)",
+    "--tensor-parallel-size": "(1 to 65536)",
+}
 
 
 @root_only
@@ -339,7 +360,16 @@ def test_hostile_numbers_of_a_model_are_a_problem_and_ps_survives(
     folder = _model_folder(shared, config.encode())
     proc = procs.start(["vllm", "serve", str(folder), *argv, "--port", "1"], executable=idle, user="nobody")
     shown = _model_of(proc.pid)
-    assert why in str(shown), shown
+    if argv:  # the files' facts stand; the estimate is the problem, naming the flag
+        facts = shown["facts"]
+        assert isinstance(facts, dict), shown
+        assert facts["layers"] == 2
+        assert facts["estimate"] is None
+        assert [p for p in facts["problems"] if why in p] == [
+            f"no memory estimate: {why} " + _RANGES[argv[0]]
+        ]
+    else:  # config.json itself is refused, naming the file and the field
+        assert why in str(shown["error"]), shown
     wide = enginespec("ps", "--no-health", "--wide", timeout=60)
     assert wide.returncode == 0, wide.stderr.decode(errors="replace")[-2000:]
     assert any(line.startswith(f"{proc.pid} ".encode()) for line in wide.stdout.splitlines())
@@ -416,13 +446,25 @@ def _linked_model(where: Path, count: int, link: str) -> tuple[Path, int]:
 
 
 @pytest.mark.parametrize("link", ["hard", "symbolic"])
-def test_4096_links_to_one_header_are_read_once(tmp_path: Path, link: str) -> None:
-    """4,096 names of one safetensors file made `model PID` read (and count) it 4,096 times."""
-    folder, once = _linked_model(tmp_path, 4096, link)
+def test_links_to_one_header_are_read_once(tmp_path: Path, link: str) -> None:
+    """1,000 names of one safetensors file were read (and counted) 1,000 times."""
+    folder, once = _linked_model(tmp_path, 1000, link)
     facts = hf_facts(str(folder))
     assert facts.weight_bytes == once  # counted once, as the file holds it
     assert facts.parameters == 8 * 4
     assert sum(1 for f in facts.files if f.endswith(".safetensors")) == 1
+
+
+def test_4096_links_are_past_the_shard_cap_and_said(tmp_path: Path) -> None:
+    """4,096 names of one header: `model PID` read each (an hour with 16 MiB headers), `ps` 9 s;
+    now no shard is opened, and the facts say why there are no weights."""
+    folder, _once = _linked_model(tmp_path, 4096, "hard")
+    facts = hf_facts(str(folder))
+    assert facts.weight_bytes == 64  # the index's own total_size, as with any unread shard
+    assert facts.parameters is None
+    index = folder / "model.safetensors.index.json"
+    assert facts.problems == (f"{index}: 4096 shards, more than 1024: weights not read",)
+    assert not any(f.endswith(".safetensors") for f in facts.files)
 
 
 def test_headers_past_the_total_cap_are_cut_and_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -449,8 +491,8 @@ def test_headers_past_the_total_cap_are_cut_and_said(tmp_path: Path, monkeypatch
 
 
 @root_only
-def test_model_pid_with_4096_links_is_quick_and_counts_once(procs: Procs, idle: Path, shared: Path) -> None:
-    folder, once = _linked_model(shared, 4096, "hard")
+def test_model_pid_with_links_of_nobody_counts_once(procs: Procs, idle: Path, shared: Path) -> None:
+    folder, once = _linked_model(shared, 1000, "hard")
     proc = procs.start(["vllm", "serve", str(folder), "--port", "1"], executable=idle, user="nobody")
     facts = _model_of(proc.pid)["facts"]
     assert facts["weight_bytes"] == once, facts  # type: ignore[index]
