@@ -409,3 +409,26 @@ def test_identity_of_a_relative_model_path_is_resolved_against_the_process(
         finally:
             engine.kill()
             engine.wait()
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(
+    "body",
+    [DEEP, b'{"data":[{"id":"m","n":1e400}]}', b'{"data":[{"id":"m","n":NaN}]}', b'{"data":[{"id":1}]}'],
+    ids=["deep", "infinite", "nan", "id-not-a-name"],
+)
+def test_a_model_list_no_reader_may_take_is_unreadable(body: bytes) -> None:
+    """/v1/models nested 100,000 deep raised RecursionError out of the check (and `ps`, `watch`,
+    the exporter); a non-finite number, or an id that is no name, is no list of served models."""
+    routes = {"/health": [Answer(200, b'{"status":"ok"}')], "/v1/models": [Answer(200, body)]}
+    with serving(routes) as server:
+        health = check_health("llamacpp", server.url, verify_identity=True)
+    assert (health.state, health.reason) == ("unknown", "/v1/models unreadable (HTTP 200)"), health
+
+
+def test_a_health_body_nested_100000_deep_is_an_unexpected_body() -> None:
+    with serving({"/health": [Answer(200, DEEP)]}) as server:
+        health = check_health("llamacpp", server.url)
+    assert (health.state, health.reason) == ("unknown", "unexpected /health body"), health

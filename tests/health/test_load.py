@@ -351,3 +351,20 @@ def test_check_load_all_keeps_the_order_and_is_concurrent() -> None:
         loads = check_load_all([engine_for("vllm", s.url) for s in servers], timeout=10)
     assert [load.generated_tokens_total for load in loads] == [float(i) for i in range(count)]
     assert all(load.pid == os.getpid() and load.cpu_seconds is not None for load in loads)
+
+
+@pytest.mark.parametrize(
+    ("value", "count"), [("1e308", 2), ("1.7976931348623157e308", 3), ("1" + "0" * 400, 1)]
+)
+def test_samples_past_what_a_float_holds_are_not_shown(value: str, count: int) -> None:
+    """Two samples of 1e308 summed to inf (`round(inf)`: OverflowError, the end of `ps --load`);
+    a 400-digit sample, which the parser gives as an int, raised in `math.isfinite`."""
+    lines = [f'vllm:num_requests_running{{engine="{n}"}} {value}' for n in range(count)]
+    body = ("\n".join([*lines, 'vllm:num_requests_waiting{engine="0"} 3']) + "\n").encode()
+    with serving({"/metrics": [Answer(200, body, content_type="text/plain")]}) as server:
+        load = check_load("vllm", server.url)
+    assert load.available, load
+    assert (load.requests_running, load.requests_waiting) == (None, 3)
+    if value.startswith("1e") or value.startswith("1.7"):  # finite samples whose sum is not
+        assert "vllm:num_requests_running: out of range (over 9007199254740992), not shown" in load.reason
+    assert load.model_dump_json()  # pydantic's own strict JSON

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import time
 from pathlib import Path
@@ -532,3 +533,53 @@ def test_a_blocked_model_read_is_abandoned_at_its_deadline(monkeypatch: pytest.M
     assert (
         processmodels._with_deadline(odd) == "model files unreadable: OSError: [Errno 5] Input/output error"
     )
+
+
+@pytest.mark.parametrize(
+    ("config", "header", "why"),
+    [
+        (
+            b'{"hidden_size": 1' + b"0" * 399 + b', "num_hidden_layers": 2}',
+            None,
+            "hidden_size: holds an integer of 400",
+        ),
+        (
+            b'{"num_hidden_layers": 2, "rope_theta": 1e400}',
+            None,
+            "rope_theta: holds a number that is not finite",
+        ),
+        (b'{"num_hidden_layers": NaN}', None, "num_hidden_layers: holds NaN"),
+        (
+            b'{"num_hidden_layers": 2}',
+            b'{"w": {"dtype": "F16", "shape": [2], "data_offsets": [0, 1' + b"0" * 400 + b"]}}",
+            "w.data_offsets[1]: holds an integer of 401 digits",
+        ),
+    ],
+)
+def test_numbers_no_estimate_can_take_are_errors_naming_the_field(
+    tmp_path: Path, config: bytes, header: bytes | None, why: str
+) -> None:
+    """A 400-digit hidden_size raised OverflowError in every estimate (`ps`, the exporter); an
+    offset of 10**400 made every scrape a 500."""
+    (tmp_path / "config.json").write_bytes(config)
+    if header is not None:
+        (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+        facts = hf_facts(str(tmp_path))
+        assert [p for p in facts.problems if why in p], facts.problems
+        assert facts.weight_bytes is None
+    else:
+        with pytest.raises(ModelError, match=re.escape(why)):
+            hf_facts(str(tmp_path))
+
+
+def test_vllm_estimate_takes_only_finite_argv_numbers_in_range(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text((CONFIGS / "llama-3.2-1b.json").read_text())
+    facts = hf_facts(str(tmp_path))
+    for flag, value in [
+        ("--max-model-len", "1e400"),
+        ("--max-model-len", "nan"),
+        ("--gpu-memory-utilization", "2"),
+    ]:
+        with pytest.raises(ModelError, match=re.escape(f"{flag} {value!r}: out of range")):
+            vllm.estimate_memory(facts, ["vllm", "serve", "m", flag, value])
+    assert vllm.estimate_memory(facts, ["vllm", "serve", "m", "--max-model-len", "4096"]).context == 4096
