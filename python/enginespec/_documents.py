@@ -12,7 +12,7 @@ raises ``ValueError`` beyond 4,300), so is a number that is not finite (``1e400`
 ``NaN``: sums and ratios of them raise or print as no JSON), and so is a string with a lone
 surrogate (``"\\ud800"``, which no UTF-8 output can carry), and parsing stops after
 :data:`MAX_SECONDS` of CPU. JSON's integers are also held to 64 bits (:data:`MAX_INTEGER`), and
-a refused number is named with its field (``data[0].size: holds ...``).
+a refused number is named with its field (``data[0].size: inf is not a finite number``).
 """
 
 from __future__ import annotations
@@ -187,26 +187,27 @@ class _Unfit:
 def _json_int(text: str) -> int | _Unfit:
     digits = len(text.lstrip("-"))
     if digits > MAX_INTEGER_DIGITS:
-        return _Unfit(f"an integer of {digits} digits (at most {MAX_INTEGER_DIGITS})")
+        return _Unfit(f"holds an integer of {digits} digits (at most {MAX_INTEGER_DIGITS})")
     value = int(text)
     if not -MAX_INTEGER <= value <= MAX_INTEGER:
-        return _Unfit(f"an integer of {digits} digits, out of range (64 bits)")
+        return _Unfit(f"holds an integer of {digits} digits, out of range (64 bits)")
     return value
 
 
 def _json_float(text: str) -> float | _Unfit:
     value = float(text)
     # 1e400 parses as inf: no reader may sum, divide or print it (nor the literals below).
-    return value if math.isfinite(value) else _Unfit(f"a number that is not finite ({text[:24]})")
+    return value if math.isfinite(value) else _Unfit(f"{value!r} is not a finite number")
 
 
 def _json_constant(text: str) -> _Unfit:
-    return _Unfit(f"{text}, not a JSON number")
+    return _Unfit(f"{float(text)!r} is not a finite number")  # NaN, Infinity, -Infinity
 
 
-def _field(path: tuple[str | int, ...]) -> str:
-    """Where a value sits, as ``data[0].id`` (keys shortened and made printable)."""
-    shown = ""
+def _field(path: tuple[str | int, ...], where: str) -> str:
+    """Where a value sits, as ``data[0].id`` (keys shortened and made printable), below ``where``
+    (``engines``: ``engines[3].start_time``)."""
+    shown = where
     for part in path:
         if isinstance(part, int):
             shown += f"[{part}]"
@@ -217,10 +218,13 @@ def _field(path: tuple[str | int, ...]) -> str:
     return shown or "the document"
 
 
-def parse_json(data: bytes, *, max_bytes: int | None = None, max_values: int = MAX_VALUES) -> object:
+def parse_json(
+    data: bytes, *, max_bytes: int | None = None, max_values: int = MAX_VALUES, where: str = ""
+) -> object:
     """The value of a JSON document, within the limits: at most ``max_bytes`` bytes (when
     given), :data:`MAX_DEPTH` levels, ``max_values`` values, integers of 64 bits and finite
-    numbers only (``1e400``, ``NaN``, ``Infinity`` are refused, naming the field). The one door
+    numbers only (``1e400``, ``NaN``, ``Infinity`` are refused, naming the field below ``where``,
+    as ``engines[3].start_time: inf is not a finite number``). The one door
     for every JSON an engine, an agent, a subprocess or a model file gives: it never raises
     anything but :class:`DocumentError`."""
     if max_bytes is not None and len(data) > max_bytes:
@@ -240,7 +244,7 @@ def parse_json(data: bytes, *, max_bytes: int | None = None, max_values: int = M
         if count > max_values:
             raise DocumentError(f"holds more than {max_values} values")
         if isinstance(item, _Unfit):
-            raise DocumentError(f"{_field(path)}: holds {item.problem}")
+            raise DocumentError(f"{_field(path, where)}: {item.problem}")
         if isinstance(item, str):
             _surrogate_free(item)
         elif isinstance(item, (dict, list)):

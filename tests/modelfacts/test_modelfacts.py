@@ -546,9 +546,9 @@ def test_a_blocked_model_read_is_abandoned_at_its_deadline(monkeypatch: pytest.M
         (
             b'{"num_hidden_layers": 2, "rope_theta": 1e400}',
             None,
-            "rope_theta: holds a number that is not finite",
+            "rope_theta: inf is not a finite number",
         ),
-        (b'{"num_hidden_layers": NaN}', None, "num_hidden_layers: holds NaN"),
+        (b'{"num_hidden_layers": NaN}', None, "num_hidden_layers: nan is not a finite number"),
         (
             b'{"num_hidden_layers": 2}',
             b'{"w": {"dtype": "F16", "shape": [2], "data_offsets": [0, 1' + b"0" * 400 + b"]}}",
