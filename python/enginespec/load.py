@@ -151,12 +151,13 @@ def _wanted(metrics: LoadMetrics) -> tuple[str, ...]:
 
 
 def parse_metrics(
-    text: str, names: Iterable[str], *, deadline: float | None = None
+    text: str, names: Iterable[str], *, deadline: float | None = None, cut: list[str] | None = None
 ) -> dict[str, list[float]]:
     """The values of the samples named ``names`` in a Prometheus text exposition (every series
     of a name: engine cores, data-parallel ranks), parsed by prometheus-client. Only the lines of
     those names are parsed; values that are not finite numbers are dropped. Stops at
-    :data:`MAX_SAMPLES` samples or at ``deadline`` (``time.monotonic()``)."""
+    :data:`MAX_SAMPLES` samples or at ``deadline`` (``time.monotonic()``), and then says so in
+    ``cut`` (when given): a reading cut at a cap is never shown as whole."""
     from prometheus_client.parser import text_string_to_metric_families
 
     wanted = frozenset(names)
@@ -175,6 +176,9 @@ def parse_metrics(
             for sample in family.samples:
                 count += 1
                 if count > MAX_SAMPLES or (deadline is not None and time.monotonic() > deadline):
+                    why = "the cap" if count > MAX_SAMPLES else "out of time"
+                    if cut is not None:
+                        cut.append(f"cut after {count - 1} samples ({why})")
                     return found
                 if sample.name in wanted and (value := _finite(sample.value)) is not None:
                     found.setdefault(sample.name, []).append(value)
@@ -375,8 +379,9 @@ async def _read(
             return unread(f"{metrics.path}: unreadable answer", source)
         update = {"source": source, "available": True, "reason": metrics.note, "models_loaded": len(names)}
         return empty.model_copy(update=update)
+    cut: list[str] = []
     found = parse_metrics(
-        body.decode("utf-8", "replace"), _wanted(metrics), deadline=time.monotonic() + timeout
+        body.decode("utf-8", "replace"), _wanted(metrics), deadline=time.monotonic() + timeout, cut=cut
     )
     if not found:
         return unread(f"{metrics.path}: none of the engine's load metrics in the answer", source)
@@ -391,7 +396,10 @@ async def _read(
         "generated_tokens_total": sums.total(metrics.generated_tokens),
     }
     progress = sums.total(metrics.progress) if metrics.progress else None
-    load = empty.model_copy(update={**update, "reason": sums.reason(metrics.note)})
+    reason = "; ".join(
+        part for part in (sums.reason(metrics.note), *(f"{metrics.path}: {c}" for c in cut)) if part
+    )
+    load = empty.model_copy(update={**update, "reason": reason})
     load._progress = progress
     return _with_history(load, previous)
 

@@ -368,3 +368,13 @@ def test_samples_past_what_a_float_holds_are_not_shown(value: str, count: int) -
     if value.startswith("1e") or value.startswith("1.7"):  # finite samples whose sum is not
         assert "vllm:num_requests_running: out of range (over 9007199254740992), not shown" in load.reason
     assert load.model_dump_json()  # pydantic's own strict JSON
+
+
+def test_a_reading_cut_at_the_sample_cap_says_so() -> None:
+    """Past MAX_SAMPLES samples the parse stops: before, the partial sum was shown as whole."""
+    count = load_module.MAX_SAMPLES + 5
+    lines = [f'vllm:num_requests_running{{engine="{n}"}} 1' for n in range(count)]
+    with serving({"/metrics": [metrics(("\n".join(lines) + "\n").encode())]}) as server:
+        load = check_load("vllm", server.url)
+    assert load.requests_running == load_module.MAX_SAMPLES
+    assert load.reason == f"/metrics: cut after {load_module.MAX_SAMPLES} samples (the cap)"
