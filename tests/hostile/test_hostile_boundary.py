@@ -142,8 +142,8 @@ def test_a_context_length_beyond_a_float_spoils_no_other_engine(
 ) -> None:
     """`--max-model-len 1e400` beside a real model's config.json: its memory estimate raised
     (OverflowError), which the model-facts thread turned into an IndexError that ended `ps`, the
-    exporter and the agent's refresh. Now its facts are unknown, with the reason, and the
-    engine beside it keeps its own."""
+    exporter and the agent's refresh. Now its files' facts stand and the estimate is a problem
+    naming the flag (the one bounded reader's range), and the engine beside it keeps its own."""
     hostile = procs.start(
         ["vllm", "serve", str(model_folder), "--max-model-len", "1e400", "--port", str(held_port())]
     )
@@ -160,8 +160,8 @@ def test_a_context_length_beyond_a_float_spoils_no_other_engine(
     assert listed.returncode == 0, listed.stderr
     assert {hostile.pid, fine.pid} <= {d["pid"] for d in json.loads(listed.stdout)}
     told = enginespec("model", str(hostile.pid))
-    assert told.returncode == 1
-    assert told.stderr.startswith(b"enginespec model: ")
+    assert told.returncode == 0, told.stderr
+    assert b"no memory estimate: --max-model-len '1e400': out of range" in told.stdout
     assert b"Traceback" not in told.stderr
     # the exporter: the first refresh, then a scrape
     refresher = Refresher(interval=2.0, health=False)
