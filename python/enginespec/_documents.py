@@ -219,12 +219,19 @@ def _field(path: tuple[str | int, ...], where: str) -> str:
 
 
 def parse_json(
-    data: bytes, *, max_bytes: int | None = None, max_values: int = MAX_VALUES, where: str = ""
+    data: bytes,
+    *,
+    max_bytes: int | None = None,
+    max_values: int = MAX_VALUES,
+    where: str = "",
+    surrogates: bool = False,
 ) -> object:
     """The value of a JSON document, within the limits: at most ``max_bytes`` bytes (when
     given), :data:`MAX_DEPTH` levels, ``max_values`` values, integers of 64 bits and finite
     numbers only (``1e400``, ``NaN``, ``Infinity`` are refused, naming the field below ``where``,
-    as ``engines[3].start_time: inf is not a finite number``). The one door
+    as ``engines[3].start_time: inf is not a finite number``). ``surrogates``: lone surrogates
+    are taken, for enginespec's own documents (an agent's engines, events), where argv bytes
+    that are not UTF-8 are ``\\udcXX`` escapes by design. The one door
     for every JSON an engine, an agent, a subprocess or a model file gives: it never raises
     anything but :class:`DocumentError`."""
     if max_bytes is not None and len(data) > max_bytes:
@@ -245,14 +252,15 @@ def parse_json(
             raise DocumentError(f"holds more than {max_values} values")
         if isinstance(item, _Unfit):
             raise DocumentError(f"{_field(path, where)}: {item.problem}")
-        if isinstance(item, str):
+        if isinstance(item, str) and not surrogates:
             _surrogate_free(item)
         elif isinstance(item, (dict, list)):
             if len(path) >= MAX_DEPTH:
                 raise DocumentError(f"is nested deeper than {MAX_DEPTH} levels")
             if isinstance(item, dict):
                 for key, member in item.items():
-                    _surrogate_free(key)
+                    if not surrogates:
+                        _surrogate_free(key)
                     pending.append((member, (*path, key)))
             else:
                 pending.extend((member, (*path, index)) for index, member in enumerate(item))

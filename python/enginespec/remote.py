@@ -120,7 +120,7 @@ def agent_url(text: str) -> str:
 def _engines(host: str, data: bytes) -> tuple[RemoteEngine, ...]:
     # the one bounded reader: a non-finite or 65-bit number, a nesting of 100,000 is this
     # host's error (a ValueError), never the other hosts' end
-    documents = parse_json(data, max_values=MAX_ANSWER_BYTES // 8, where="engines")
+    documents = parse_json(data, max_values=MAX_ANSWER_BYTES // 8, where="engines", surrogates=True)
     if not isinstance(documents, list):
         raise ValueError("not a list of engines")
     problem = number_problem(documents, "engines")

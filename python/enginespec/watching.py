@@ -180,7 +180,7 @@ def event_json(event: WatchEvent) -> str:
 def parse_event(text: str | bytes) -> WatchEvent:
     """An event from its JSON form (one line of ``enginespec watch --json``)."""
     data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
-    return _EVENTS.validate_python(parse_json(data, max_values=1 << 20, where="event"))
+    return _EVENTS.validate_python(parse_json(data, max_values=1 << 20, where="event", surrogates=True))
 
 
 def event_schema() -> dict[str, Any]:

@@ -577,3 +577,14 @@ def test_a_yaml_config_infinity_is_refused() -> None:
         with pytest.raises(DocumentError, match="not finite"):
             parse_yaml(text)
     assert parse_yaml(b"x: 0.5\n") == {"x": 0.5}
+
+
+def test_an_agents_argv_bytes_that_are_not_utf8_are_kept(agent_document: str) -> None:
+    """Lone surrogates (``\\udcff``: argv bytes that are not UTF-8, as `ps --json` writes them)
+    are enginespec's own escapes: the reader takes them from an agent, as before."""
+    document = json.loads(agent_document.replace('"START"', "1700000000.5"))
+    document[0]["argv"] = [*document[0]["argv"], "caf\udcff"]
+    with serving({"/v1/engines": [Answer(200, json.dumps(document).encode())]}) as agent:
+        (report,) = fetch_remote([agent.url], timeout=5)
+    assert report.error is None, report
+    assert report.engines[0].process.argv[-1] == "caf\udcff"
