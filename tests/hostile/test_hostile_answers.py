@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import stat
 import struct
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,35 +52,17 @@ def strict(text: str | bytes) -> object:
     return json.loads(text, parse_constant=refuse)
 
 
-@pytest.fixture
-def shared() -> Iterator[Path]:
-    """A directory `nobody` can enter (pytest's tmp_path is private to root)."""
-    path = Path(tempfile.mkdtemp(prefix="enginespec-answers-"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def idle(helper: Path, shared: Path) -> Path:
-    program = Path(shutil.copy(helper, shared / "idle"))
-    program.chmod(0o755)
-    return program
-
-
 def _scanned(pid: int) -> EngineProcess:
     found = [p for p in Scanner().scan() if p.pid == pid]
     assert len(found) == 1, pid
     return found[0]
 
 
-def _engine_of_nobody(procs: Procs, idle: Path, argv: list[str], sock: socket.socket) -> EngineProcess:
+def _engine_of_nobody(procs: Procs, nobody_idle: Path, argv: list[str], sock: socket.socket) -> EngineProcess:
     """A process of `nobody` with ``argv``, holding ``sock`` (the engine's listening socket,
     answered by this test's fake server)."""
     port = str(sock.getsockname()[1])
-    proc = procs.start([*argv, "--port", port], (sock.fileno(),), executable=idle, user="nobody")
+    proc = procs.start([*argv, "--port", port], (sock.fileno(),), executable=nobody_idle, user="nobody")
     return _scanned(proc.pid)
 
 
@@ -149,14 +128,14 @@ def test_strict_writer_never_prints_infinity_and_says_what_it_nulled() -> None:
 @root_only
 @pytest.mark.parametrize("name", sorted(HOSTILE_BODIES))
 def test_a_hostile_health_answer_is_a_state_and_ps_health_survive(
-    name: str, procs: Procs, idle: Path
+    name: str, procs: Procs, nobody_idle: Path
 ) -> None:
     """llama-server's /health is read as JSON (its `status`): a body nested 100,000 deep raised
     RecursionError out of `ps`, `health` and every loop."""
     body = HOSTILE_BODIES[name]
     sock = bound_socket()
     with serving({"/health": [Answer(200, body)], "/v1/models": [Answer(200, body)]}, sock=sock):
-        process = _engine_of_nobody(procs, idle, ["llama-server", "-m", "m"], sock)
+        process = _engine_of_nobody(procs, nobody_idle, ["llama-server", "-m", "m"], sock)
         health = check_health(process, timeout=5)
         assert health.state == "unknown", health
         assert health.reason == "unexpected /health body"
@@ -168,12 +147,12 @@ def test_a_hostile_health_answer_is_a_state_and_ps_health_survive(
 
 @root_only
 @pytest.mark.parametrize("name", sorted(HOSTILE_BODIES))
-def test_a_hostile_model_list_is_unreadable_not_a_crash(name: str, procs: Procs, idle: Path) -> None:
+def test_a_hostile_model_list_is_unreadable_not_a_crash(name: str, procs: Procs, nobody_idle: Path) -> None:
     """/health says ready; /v1/models (read to verify the served model) is the hostile body."""
     sock = bound_socket()
     routes = {"/health": [Answer(200, OK)], "/v1/models": [Answer(200, HOSTILE_BODIES[name])]}
     with serving(routes, sock=sock):
-        process = _engine_of_nobody(procs, idle, ["llama-server", "-m", "m"], sock)
+        process = _engine_of_nobody(procs, nobody_idle, ["llama-server", "-m", "m"], sock)
         health = check_health(process, timeout=5, verify_identity=True)
         assert (health.state, health.reason) == ("unknown", "/v1/models unreadable (HTTP 200)"), health
         single = enginespec("health", str(process.pid), "--verify", "--json", "--timeout", "5")
@@ -192,13 +171,13 @@ def test_a_hostile_model_list_is_unreadable_not_a_crash(name: str, procs: Procs,
     ids=["ollama", "llama-cpp-python", "koboldcpp", "tabbyapi"],
 )
 def test_each_engines_own_body_parsing_takes_a_deep_answer(
-    engine: list[str], path: str, procs: Procs, idle: Path, shared: Path
+    engine: list[str], path: str, procs: Procs, nobody_idle: Path, nobody_dir: Path
 ) -> None:
     """The engines' own parsers (Ollama's loaded models, llama-cpp-python's model list,
     KoboldCpp's and TabbyAPI's health) caught ValueError only: a deep body ended `ps`."""
     for name in ("common/args.py", "common/tabby_config.py", "endpoints/core/router.py", "main.py"):
-        (shared / name).parent.mkdir(parents=True, exist_ok=True)  # what TabbyAPI's checkout holds
-        (shared / name).write_text("")
+        (nobody_dir / name).parent.mkdir(parents=True, exist_ok=True)  # what TabbyAPI's checkout holds
+        (nobody_dir / name).write_text("")
     sock = bound_socket()
     routes = {"/": [Answer(200, OK)], path: [Answer(200, DEEP)], "/health": [Answer(200, DEEP)]}
     if path == "/api/ps":  # Ollama is ready on `/`, then says which models it holds
@@ -207,7 +186,7 @@ def test_each_engines_own_body_parsing_takes_a_deep_answer(
         port = str(sock.getsockname()[1])
         env = {"OLLAMA_HOST": f"127.0.0.1:{port}"} if engine[0] == "ollama" else {}
         argv = engine if engine[0] == "ollama" else [*engine, "--port", port]
-        proc = procs.start(argv, (sock.fileno(),), shared, executable=idle, user="nobody", **env)
+        proc = procs.start(argv, (sock.fileno(),), nobody_dir, executable=nobody_idle, user="nobody", **env)
         found = [p for p in Scanner().scan() if p.pid == proc.pid]
         assert len(found) == 1, found
         health = check_health(found[0], timeout=5)
@@ -226,13 +205,13 @@ def _metrics(value: str, count: int = 2) -> bytes:
 
 
 @root_only
-def test_a_metrics_sample_of_400_digits_is_dropped(procs: Procs, idle: Path) -> None:
+def test_a_metrics_sample_of_400_digits_is_dropped(procs: Procs, nobody_idle: Path) -> None:
     """The parser gives `1000...0` (400 digits) as an int: `math.isfinite` raised OverflowError
     (found by test_fuzz_answers)."""
     sock = bound_socket()
     metrics = Answer(200, _metrics("1" + "0" * 400, count=1), content_type="text/plain")
     with serving({"/health": [Answer(200, b"")], "/metrics": [metrics]}, sock=sock):
-        process = _engine_of_nobody(procs, idle, ["vllm", "serve", "m"], sock)
+        process = _engine_of_nobody(procs, nobody_idle, ["vllm", "serve", "m"], sock)
         load = check_load(process, timeout=5)
         assert load.reason == "/metrics: none of the engine's load metrics in the answer", load
         one = enginespec("load", str(process.pid), "--json", "--timeout", "5")
@@ -241,7 +220,9 @@ def test_a_metrics_sample_of_400_digits_is_dropped(procs: Procs, idle: Path) -> 
 
 
 @root_only
-def test_metrics_that_add_up_to_infinity_are_out_of_range_not_an_overflow(procs: Procs, idle: Path) -> None:
+def test_metrics_that_add_up_to_infinity_are_out_of_range_not_an_overflow(
+    procs: Procs, nobody_idle: Path
+) -> None:
     """Two samples of 1e308 sum to inf: `round(inf)` ended `ps --load`, `watch` and `exporter
     --load` with OverflowError; a float sum printed `Infinity` in -o json."""
     sock = bound_socket()
@@ -250,7 +231,7 @@ def test_metrics_that_add_up_to_infinity_are_out_of_range_not_an_overflow(procs:
         "/metrics": [Answer(200, _metrics("1e308"), content_type="text/plain")],
     }
     with serving(routes, sock=sock):
-        process = _engine_of_nobody(procs, idle, ["vllm", "serve", "m"], sock)
+        process = _engine_of_nobody(procs, nobody_idle, ["vllm", "serve", "m"], sock)
         load = check_load(process, timeout=5)
         assert load.available, load
         assert (load.requests_running, load.generated_tokens_total) == (None, None)
@@ -267,7 +248,7 @@ def test_metrics_that_add_up_to_infinity_are_out_of_range_not_an_overflow(procs:
 
 
 @root_only
-def test_metrics_within_range_still_add_up(procs: Procs, idle: Path) -> None:
+def test_metrics_within_range_still_add_up(procs: Procs, nobody_idle: Path) -> None:
     from enginespec.load import MAX_TOTAL
 
     sock = bound_socket()
@@ -277,7 +258,7 @@ def test_metrics_within_range_still_add_up(procs: Procs, idle: Path) -> None:
         "/metrics": [Answer(200, _metrics(half), content_type="text/plain")],
     }
     with serving(routes, sock=sock):
-        process = _engine_of_nobody(procs, idle, ["vllm", "serve", "m"], sock)
+        process = _engine_of_nobody(procs, nobody_idle, ["vllm", "serve", "m"], sock)
         load = check_load(process, timeout=5)
         assert load.requests_running == int(MAX_TOTAL)
         assert "out of range" not in load.reason
@@ -353,12 +334,14 @@ _RANGES = {
     ids=["config-400-digits", "max-model-len-1e400", "max-model-len-nan", "utilization-inf", "tp-1e400"],
 )
 def test_hostile_numbers_of_a_model_are_a_problem_and_ps_survives(
-    config: str, argv: list[str], why: str, procs: Procs, idle: Path, shared: Path
+    config: str, argv: list[str], why: str, procs: Procs, nobody_idle: Path, nobody_dir: Path
 ) -> None:
     """A 400-digit integer in config.json or `--max-model-len 1e400` in argv made the estimate
     raise OverflowError: `model PID` crashed, `ps` (its MODEL FACTS) and the exporter died."""
-    folder = _model_folder(shared, config.encode())
-    proc = procs.start(["vllm", "serve", str(folder), *argv, "--port", "1"], executable=idle, user="nobody")
+    folder = _model_folder(nobody_dir, config.encode())
+    proc = procs.start(
+        ["vllm", "serve", str(folder), *argv, "--port", "1"], executable=nobody_idle, user="nobody"
+    )
     shown = _model_of(proc.pid)
     if argv:  # the files' facts stand; the estimate is the problem, naming the flag
         facts = shown["facts"]
@@ -397,12 +380,14 @@ def test_llamacpp_estimate_takes_no_unbounded_number(tmp_path: Path, argv: list[
 
 
 @root_only
-def test_a_safetensors_offset_of_10_to_the_400_is_a_problem(procs: Procs, idle: Path, shared: Path) -> None:
+def test_a_safetensors_offset_of_10_to_the_400_is_a_problem(
+    procs: Procs, nobody_idle: Path, nobody_dir: Path
+) -> None:
     """An offset of 10**400 turned every exporter scrape into a 500 (and `model PID` into a
     traceback): the header is refused, naming the file and the field."""
     header = b'{"w":{"dtype":"F16","shape":[2],"data_offsets":[0,' + b"1" + b"0" * 400 + b"]}}"
-    folder = _model_folder(shared, header=header)
-    proc = procs.start(["vllm", "serve", str(folder), "--port", "1"], executable=idle, user="nobody")
+    folder = _model_folder(nobody_dir, header=header)
+    proc = procs.start(["vllm", "serve", str(folder), "--port", "1"], executable=nobody_idle, user="nobody")
     facts = _model_of(proc.pid)["facts"]
     assert isinstance(facts, dict)
     problems = facts["problems"]
@@ -491,9 +476,11 @@ def test_headers_past_the_total_cap_are_cut_and_said(tmp_path: Path, monkeypatch
 
 
 @root_only
-def test_model_pid_with_links_of_nobody_counts_once(procs: Procs, idle: Path, shared: Path) -> None:
-    folder, once = _linked_model(shared, 1000, "hard")
-    proc = procs.start(["vllm", "serve", str(folder), "--port", "1"], executable=idle, user="nobody")
+def test_model_pid_with_links_of_nobody_counts_once(
+    procs: Procs, nobody_idle: Path, nobody_dir: Path
+) -> None:
+    folder, once = _linked_model(nobody_dir, 1000, "hard")
+    proc = procs.start(["vllm", "serve", str(folder), "--port", "1"], executable=nobody_idle, user="nobody")
     facts = _model_of(proc.pid)["facts"]
     assert facts["weight_bytes"] == once, facts  # type: ignore[index]
 
