@@ -79,7 +79,7 @@ def _gone(pid: int, ticks: int | None) -> bool:
     return state in (b"Z", b"X")
 
 
-def _end_run(run: subprocess.Popen[bytes], left: list[tuple[int, int | None]]) -> None:
+def _stop_run(run: subprocess.Popen[bytes], left: list[tuple[int, int | None]]) -> None:
     """Kills `run` if it still runs, and each process it left behind (pid, start ticks) that
     is still that process."""
     if run.poll() is None:
@@ -310,7 +310,7 @@ def test_run_ended_by_a_signal_stops_its_tree(tmp_path: Path, signum: int) -> No
         assert run.stderr is not None
         assert f"stopped on {signal.Signals(signum).name}".encode() in run.stderr.read()
     finally:
-        _end_run(run, identities)
+        _stop_run(run, identities)
 
 
 # -- the log book: lines cut across reads, the ring and the file bounded -------------------------
@@ -382,4 +382,4 @@ def test_run_whose_reader_went_away_stops_its_tree(tmp_path: Path) -> None:
         assert run.stderr is not None
         assert b"stopped on its output closed" in run.stderr.read()
     finally:
-        _end_run(run, identity)
+        _stop_run(run, identity)
