@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from enginespec import cliargs
+from enginespec.cliargs import duration, grace, port
 from enginespec.display import age, compact_url, literal, literal_lines
 from enginespec.version import __version__
 
@@ -48,33 +50,6 @@ HEALTH_PENDING = "checking"
 def _fail(command: str, message: object) -> None:
     """One line on stderr, shown literally (messages may quote argv, paths or a server's words)."""
     print(f"enginespec {command}: {literal(str(message))}", file=sys.stderr)
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
-    return value
-
-
-def _duration(text: str) -> float:
-    """Seconds from ``2``, ``2s``, ``500ms``, ``1m`` or ``1h``."""
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    number, unit = text, "s"
-    for suffix in ("ms", "s", "m", "h"):
-        if text.endswith(suffix):
-            number, unit = text[: -len(suffix)], suffix
-            break
-    return _positive_seconds(number) * units[unit]
-
-
-def _port(text: str) -> int:
-    if not text.isdigit() or not 0 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)")
-    return int(text)
 
 
 def _did_you_mean(word: str, choices: Sequence[str]) -> str:
@@ -1445,7 +1420,8 @@ class _Formatter(argparse.HelpFormatter):
             and default not in (None, False, [], argparse.SUPPRESS)
             and not isinstance(action, argparse._VersionAction)
         ):
-            text += " (default: %(default)s)"
+            shown_default = cliargs.shown(default) if action.type in (duration, grace) else "%(default)s"
+            text += f" (default: {shown_default})"
         return text
 
 
@@ -1506,14 +1482,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     ps.add_argument("--wide", action="store_true", help="same as -o wide: every column, every cell whole")
     ps.add_argument("--no-health", action="store_true", help="skip the health checks")
     _add_remote(ps)
-    ps.add_argument(
-        "--timeout", type=_positive_seconds, default=2.0, help="deadline of all health checks, seconds"
-    )
+    ps.add_argument("--timeout", type=duration, default=2.0, help="deadline of all health checks")
     ps.add_argument(
         "--load", action="store_true", help="also read each engine's load (RUN, WAIT, KV%%, TOK/S columns)"
     )
     ps.add_argument(
-        "--load-interval", type=_duration, default=1.0, help="time between the two load readings (1s)"
+        "--load-interval", type=duration, default=1.0, help="time between the two load readings (1s)"
     )
     ps.set_defaults(handler=_cmd_ps)
 
@@ -1531,10 +1505,10 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     _add_filters(watch)
     watch.add_argument("--json", action="store_true", help="stream events as JSON Lines")
     watch.add_argument(
-        "--interval", type=_duration, default=1.0, help="re-check period, and polling period (1s, 500ms)"
+        "--interval", type=duration, default=1.0, help="re-check period, and polling period (1s, 500ms)"
     )
     watch.add_argument("--health", action=argparse.BooleanOptionalAction, default=True, help="check health")
-    watch.add_argument("--health-interval", type=_duration, default=2.0, help="health check period")
+    watch.add_argument("--health-interval", type=duration, default=2.0, help="health check period")
     watch.add_argument("--poll", action="store_true", help="poll even where process events are available")
     watch.add_argument(
         "--load",
@@ -1544,14 +1518,14 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     )
     watch.add_argument(
         "--stall-after",
-        type=_duration,
+        type=duration,
         default=None,
         help="seconds with requests pending and no token before 'stalled' (default: "
         "$ENGINESPEC_STALL_AFTER, else the engine's own, 60s)",
     )
     _add_remote(watch)
     watch.add_argument(
-        "--timeout", type=_positive_seconds, default=2.0, help="with --remote: each agent's connect timeout"
+        "--timeout", type=duration, default=2.0, help="with --remote: each agent's connect timeout"
     )
     watch.set_defaults(handler=_cmd_watch)
 
@@ -1570,9 +1544,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     describe.add_argument("--no-health", action="store_true", help="skip the health check")
     describe.add_argument(
         "--timeout",
-        type=_positive_seconds,
+        type=duration,
         default=2.0,
-        help="deadline of the health check, seconds (each request may take 3/4 of it)",
+        help="deadline of the health check (each request may take 3/4 of it)",
     )
     describe.set_defaults(handler=_cmd_describe)
 
@@ -1591,13 +1565,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     health.add_argument("url", nargs="?", metavar="URL", help="base URL when TARGET is an engine")
     health.add_argument("--wait", action="store_true", help="wait until ready")
     health.add_argument(
-        "--wait-timeout", type=_duration, default=600.0, help="with --wait: give up after this (10m, 90s)"
+        "--wait-timeout", type=duration, default=600.0, help="with --wait: give up after this (10m, 90s)"
     )
     health.add_argument(
         "--timeout",
-        type=_positive_seconds,
+        type=duration,
         default=2.0,
-        help="deadline of the check, seconds (each request may take 3/4 of it; with --wait, each request's)",
+        help="deadline of the check (each request may take 3/4 of it; with --wait, each request's)",
     )
     health.add_argument("--verify-identity", action="store_true", help="check /v1/models serves the model")
     health.add_argument("--deep", action="store_true", help="also ask for a one-token completion")
@@ -1626,11 +1600,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "enginespec load --json vllm-8002-1b690e57",
     )
     load.add_argument("target", metavar="TARGET", help="pid or engine id")
-    load.add_argument("--interval", type=_duration, default=1.0, help="time between the two readings")
-    load.add_argument("--timeout", type=_positive_seconds, default=2.0, help="request timeout, seconds")
+    load.add_argument("--interval", type=duration, default=1.0, help="time between the two readings")
+    load.add_argument("--timeout", type=duration, default=2.0, help="request timeout")
     load.add_argument(
         "--stall-after",
-        type=_duration,
+        type=duration,
         default=None,
         help="seconds with requests pending and no token before 'stalled' (default: "
         "$ENGINESPEC_STALL_AFTER, else the engine's own, 60s)",
@@ -1718,12 +1692,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "enginespec exporter --port 0 --textfile /var/lib/node_exporter/enginespec.prom",
     )
     exporter_.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    exporter_.add_argument("--port", type=_port, default=9464, help="port to listen on; 0: no HTTP server")
-    exporter_.add_argument("--interval", type=_duration, default=2.0, help="refresh period (2s, 500ms, 1m)")
+    exporter_.add_argument("--port", type=port, default=9464, help="port to listen on; 0: no HTTP server")
+    exporter_.add_argument("--interval", type=duration, default=2.0, help="refresh period (2s, 500ms, 1m)")
     exporter_.add_argument("--textfile", help="also write the series to this file after every refresh")
     exporter_.add_argument("--no-health", action="store_true", help="skip the health checks")
     exporter_.add_argument(
-        "--keep-stopped", type=_duration, default=300.0, help="how long a stopped engine stays, as up 0 (5m)"
+        "--keep-stopped", type=duration, default=300.0, help="how long a stopped engine stays, as up 0 (5m)"
     )
     exporter_.add_argument(
         "--load",
@@ -1732,7 +1706,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "enginespec_engine_requests_* series, and busy/stalled states",
     )
     exporter_.add_argument(
-        "--stall-after", type=_duration, default=None, help="with --load: seconds before 'stalled'"
+        "--stall-after", type=duration, default=None, help="with --load: seconds before 'stalled'"
     )
     exporter_.add_argument(
         "--token-file",
@@ -1771,14 +1745,10 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         help="also list the engines of these users (a name or uid; repeatable); by default only "
         "root's and yours are listed, and each engine left out is said on stderr",
     )
+    export.add_argument("--timeout", type=duration, default=2.0, help="health check timeout")
+    export.add_argument("--interval", type=duration, default=1.0, help="with --watch: engine re-check period")
     export.add_argument(
-        "--timeout", type=_positive_seconds, default=2.0, help="health check timeout, seconds"
-    )
-    export.add_argument(
-        "--interval", type=_duration, default=1.0, help="with --watch: engine re-check period"
-    )
-    export.add_argument(
-        "--health-interval", type=_duration, default=1.0, help="with --watch: time between health checks"
+        "--health-interval", type=duration, default=1.0, help="with --watch: time between health checks"
     )
     export.set_defaults(handler=_cmd_export)
 
@@ -1799,9 +1769,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     serve.add_argument("--token-file", help="a file holding the token clients must send")
     serve.add_argument("--certfile", help="TLS certificate (PEM), with --keyfile")
     serve.add_argument("--keyfile", help="TLS private key (PEM), with --certfile")
-    serve.add_argument(
-        "--interval", type=_duration, default=2.0, help="refresh period of engines and metrics"
-    )
+    serve.add_argument("--interval", type=duration, default=2.0, help="refresh period of engines and metrics")
     serve.add_argument(
         "--allow-control",
         action="store_true",

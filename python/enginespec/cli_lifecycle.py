@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from enginespec._documents import dumps
+from enginespec.cliargs import duration, grace
 from enginespec.display import literal
 
 # What the commands do is imported when one runs (the CLI starts without pydantic or a scanner).
@@ -250,12 +251,15 @@ def add_lifecycle_commands(command: Callable[..., argparse.ArgumentParser]) -> N
         "enginespec run recipe.toml --quiet --timeout 1200",
     )
     run.add_argument("recipe", help="recipe file (.toml, .yaml, .yml or .json)")
-    run.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for ready")
+    run.add_argument("--timeout", type=duration, default=600.0, help="how long to wait for ready")
     run.add_argument(
-        "--stall-timeout", type=float, default=None, help="give up after this long without progress"
+        "--stall-timeout", type=duration, default=None, help="give up after this long without progress"
     )
     run.add_argument(
-        "--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL on Ctrl-C"
+        "--grace",
+        type=grace,
+        default=10.0,
+        help="time between SIGTERM and SIGKILL on Ctrl-C; 0: at once",
     )
     run.add_argument("--quiet", action="store_true", help="do not print the engine's output")
     run.add_argument("--json", action="store_true", help="print a failure as JSON")
@@ -271,7 +275,9 @@ def add_lifecycle_commands(command: Callable[..., argparse.ArgumentParser]) -> N
         "enginespec stop vllm-8002-1b690e57 --grace 30 --json",
     )
     stop.add_argument("target", help="pid or engine id")
-    stop.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    stop.add_argument(
+        "--grace", type=grace, default=10.0, help="time between SIGTERM and SIGKILL; 0: at once"
+    )
     stop.add_argument("--json", action="store_true", help="print the StopResult as JSON")
     stop.set_defaults(handler=_cmd_stop)
     logs = command(

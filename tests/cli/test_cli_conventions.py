@@ -183,11 +183,11 @@ def test_help_texts() -> None:
         for engine in ALL_ENGINES if command != "describe" else ():
             assert engine in text, (command, engine)
         assert "examples:" in text, command
-    assert "(default: 2.0)" in _text(enginespec("ps", "--help"))
+    assert "(default: 2s)" in _text(enginespec("ps", "--help"))
     # the commands added since: a description, examples and their defaults, as every other has
     for command, default in (
-        ("run", "(default: 600.0)"),
-        ("stop", "(default: 10.0)"),
+        ("run", "(default: 10m)"),
+        ("stop", "(default: 10s)"),
         ("logs", "(default: 100)"),
         ("model", None),
         ("fit", None),
