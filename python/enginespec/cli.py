@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import threading
 import time
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from enginespec import cliargs
 from enginespec.cliargs import duration, grace, port
 from enginespec.display import age, compact_url, literal, literal_lines
+from enginespec.targets import FORMS, address, is_target, listens_at
 from enginespec.version import __version__
 
 if TYPE_CHECKING:
@@ -37,9 +37,6 @@ if TYPE_CHECKING:
     from enginespec.status import Health
     from enginespec.watching import WatchEvent
 
-#: How an engine's id reads in exporter labels and alerts: ``vllm-8002-1b690e57``, and with
-#: ``-pid1234`` for a second engine with the same id (the exporter's ``engine_id`` label).
-ENGINE_ID = re.compile(r"[a-z0-9][a-z0-9_.-]*-(?:\d+|noport)-[0-9a-f]{8}(?:-pid\d+)?", re.ASCII)
 FORMATS = ("table", "wide", "json", "name")
 FILTER_KEYS = ("engine", "id", "pid", "health", "role", "port", "model")
 #: what a table shows for a model argv does not name, and for a health check not answered yet.
@@ -360,9 +357,12 @@ class _Filters:
 
 
 def _names(term: str, p: EngineProcess) -> bool:
-    """Whether ``term`` (an engine, an engine id, or a pid) names process ``p``."""
+    """Whether ``term`` (an engine, an engine id, a pid, or where it listens) names process ``p``."""
     if term.isdigit():
         return int(term) == p.pid or int(term) in p.worker_pids
+    where = address(term)
+    if where is not None:
+        return listens_at(p, where)
     return term in (p.engine, p.engine_id) or term == f"{p.engine_id}-pid{p.pid}"
 
 
@@ -393,9 +393,9 @@ def _parse_filters(args: argparse.Namespace) -> _Filters:
     ids = _engine_ids()
     filters = _Filters()
     for term in args.terms:
-        if not (term.isdigit() or term in ids or ENGINE_ID.fullmatch(term)):
+        if not (term in ids or is_target(term)):
             raise InvalidInputError(
-                f"{term!r} is not an engine, an engine id or a pid "
+                f"{term!r} is not an engine, an engine id, a pid, :PORT, HOST:PORT or a URL "
                 f"(engines: {', '.join(ids)}){_did_you_mean(term, ids)}"
             )
         filters.terms.append(term)
@@ -428,7 +428,9 @@ def _add_remote(command: argparse.ArgumentParser) -> None:
 
 def _add_filters(command: argparse.ArgumentParser) -> None:
     """The terms and ``--filter`` of ``ps`` and ``watch`` (see :class:`_Filters`)."""
-    command.add_argument("terms", nargs="*", metavar="TERM", help="an engine, an engine id or a pid")
+    command.add_argument(
+        "terms", nargs="*", metavar="TERM", help="an engine, an engine id, a pid, :PORT, HOST:PORT or a URL"
+    )
     command.add_argument(
         "--filter",
         action="append",
@@ -818,15 +820,16 @@ def _watch_remote(args: argparse.Namespace, chosen: _EventFilter) -> int:
 
 
 def _find(command: str, target: str, *, listen_ports: bool = True) -> EngineProcess | None:
-    """The running engine a pid (its server's or a worker's) or an engine id names; None (said
-    on stderr) when there is none."""
-    from enginespec.scanning import Scanner, named_process
+    """The running engine a target names (see :mod:`enginespec.targets`); None (said on stderr)
+    when there is none or several."""
+    from enginespec.errors import InvalidInputError
+    from enginespec.targets import find
 
-    found = named_process(Scanner(listen_ports=listen_ports).scan(), target)
-    if found is None:
-        what = f"pid {target}" if target.isdigit() else f"engine id {target!r}"
-        _fail(command, f"{what} is not an engine server on this host (enginespec ps lists them)")
-    return found
+    try:
+        return find(target, listen_ports=listen_ports)
+    except InvalidInputError as err:
+        _fail(command, err)
+        return None
 
 
 def _describe_lines(p: EngineProcess, health: Health | None) -> list[str]:
@@ -915,7 +918,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
             _fail("health", f"give the URL of the {args.target} server")
             return 2
         target = args.target
-    elif args.target.isdigit() or ENGINE_ID.fullmatch(args.target):
+    elif is_target(args.target):
         if args.url:
             _fail(
                 "health", f"a URL is given with an engine name ({', '.join(ids)}), not with {args.target!r}"
@@ -928,7 +931,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
     else:
         _fail(
             "health",
-            f"{args.target!r} is neither a pid, an engine id (vllm-8000-1a2b3c4d) nor an engine "
+            f"{args.target!r} is neither {FORMS} nor an engine "
             f"({', '.join(ids)}){_did_you_mean(args.target, ids)}",
         )
         return 2
@@ -1532,14 +1535,16 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     describe = command(
         "describe",
         "everything known about one engine server",
-        "TARGET is a pid (the server's or a worker's) or an engine id as `ps -o name`, the "
-        "exporter's engine_id label and alerts show it (vllm-8002-1b690e57): model, names, "
+        "TARGET is a pid (the server's or a worker's), an engine id as `ps -o name`, the "
+        "exporter's engine_id label and alerts show it (vllm-8002-1b690e57), or where it listens "
+        "(:8000, 127.0.0.1:8000, http://127.0.0.1:8000): model, names, "
         "address and where each came from, age, workers, container, command line (secrets "
         "redacted), problems, health and its reason.",
         "enginespec describe 1234",
         "enginespec describe vllm-8002-1b690e57",
+        "enginespec describe :8000",
     )
-    describe.add_argument("target", metavar="TARGET", help="pid or engine id")
+    describe.add_argument("target", metavar="TARGET", help="pid, engine id, :PORT, HOST:PORT or URL")
     describe.add_argument("--json", action="store_true", help="print the EngineProcess (and health) as JSON")
     describe.add_argument("--no-health", action="store_true", help="skip the health check")
     describe.add_argument(
@@ -1553,15 +1558,17 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     health = command(
         "health",
         "check an engine server's health; exit 0 only when ready",
-        "TARGET is a pid (a server or one of its workers), an engine id (vllm-8002-1b690e57), or "
-        f"an engine ({ids}) followed by the server's URL. Prints the state; exits 0 when ready, "
+        "TARGET is a pid (a server or one of its workers), an engine id (vllm-8002-1b690e57), where "
+        "a scanned engine listens (:8000, HOST:PORT or its URL), or an engine "
+        f"({ids}) followed by the URL of a server no scan sees. Prints the state; exits 0 when ready, "
         "1 otherwise, 2 on bad input. --wait checks again (with backoff) until ready, the "
         "process exits, or --wait-timeout.",
         "enginespec health 1234",
         "enginespec health --wait --wait-timeout 10m vllm-8002-1b690e57",
-        "enginespec health llamacpp http://127.0.0.1:8080",
+        "enginespec health http://127.0.0.1:8080",
+        "enginespec health llamacpp http://10.0.0.5:8080",
     )
-    health.add_argument("target", metavar="TARGET", help="pid, engine id, or engine")
+    health.add_argument("target", metavar="TARGET", help="pid, engine id, :PORT, HOST:PORT, URL, or engine")
     health.add_argument("url", nargs="?", metavar="URL", help="base URL when TARGET is an engine")
     health.add_argument("--wait", action="store_true", help="wait until ready")
     health.add_argument(
@@ -1595,11 +1602,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "what an engine server is doing now: requests, KV cache, tokens per second",
         "Reads the engine's own metrics twice, --interval apart, and prints the normalized load "
         "(see docs/load.md); exits 1 when the engine reports none. TARGET is a pid (the server's "
-        "or a worker's) or an engine id.",
+        "or a worker's), an engine id, :PORT, HOST:PORT or a URL.",
         "enginespec load 1234",
         "enginespec load --json vllm-8002-1b690e57",
     )
-    load.add_argument("target", metavar="TARGET", help="pid or engine id")
+    load.add_argument("target", metavar="TARGET", help="pid, engine id, :PORT, HOST:PORT or URL")
     load.add_argument("--interval", type=duration, default=1.0, help="time between the two readings")
     load.add_argument("--timeout", type=duration, default=2.0, help="request timeout")
     load.add_argument(

@@ -160,11 +160,15 @@ def _follow_run(args: argparse.Namespace, engine: RunningEngine) -> int:
     return 1
 
 
-def _find(target: str) -> EngineProcess | None:
-    """The engine a scan finds by pid (the server or one of its workers) or engine id."""
-    from enginespec.scanning import Scanner, named_process
+def _find(target: str) -> EngineProcess | str:
+    """The engine a target names (see :mod:`enginespec.targets`), or why there is none."""
+    from enginespec.errors import InvalidInputError
+    from enginespec.targets import find
 
-    return named_process(Scanner().scan(), target)
+    try:
+        return find(target)
+    except InvalidInputError as err:
+        return str(err)
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:
@@ -172,8 +176,8 @@ def _cmd_stop(args: argparse.Namespace) -> int:
     from enginespec.lifecycle import adopt
 
     process = _find(args.target)
-    if process is None:
-        _say("stop", f"no running engine {args.target!r} (give a pid or an engine id from `enginespec ps`)")
+    if isinstance(process, str):
+        _say("stop", process)
         return 2
     try:
         engine = adopt(process)
@@ -206,7 +210,8 @@ def _cmd_logs(args: argparse.Namespace) -> int:
     from enginespec.lifecycle import adopt
     from enginespec.logbook import follow_file, tail_file
 
-    process = _find(args.target)
+    found = _find(args.target)
+    process = found if not isinstance(found, str) else None
     engine_id = process.engine_id if process is not None else args.target
     kept = _newest_log(_log_dir(args), engine_id)
     if kept is not None:
@@ -221,7 +226,7 @@ def _cmd_logs(args: argparse.Namespace) -> int:
             return 1
         return 0
     if process is None:
-        _say("logs", f"no running engine and no kept log for {args.target!r}")
+        _say("logs", f"{found}; and no log is kept for {args.target!r}")
         return 2
     engine = adopt(process)
     source = engine.log_source
@@ -267,14 +272,14 @@ def add_lifecycle_commands(command: Callable[..., argparse.ArgumentParser]) -> N
     stop = command(
         "stop",
         "stop a running engine and its whole process tree",
-        "TARGET is a pid (the server or a worker) or an engine id from `enginespec ps` (as the "
-        "exporter's engine_id label gives it). SIGTERM, then SIGKILL after --grace seconds, through "
-        "pidfds (never a reused pid); an engine in a Docker or Podman container is stopped through "
-        "the runtime's API.",
+        "TARGET is a pid (the server or a worker), an engine id from `enginespec ps` (as the "
+        "exporter's engine_id label gives it), :PORT, HOST:PORT or a URL. SIGTERM, then SIGKILL "
+        "after --grace seconds, through pidfds (never a reused pid); an engine in a Docker or "
+        "Podman container is stopped through the runtime's API.",
         "enginespec stop 1234",
         "enginespec stop vllm-8002-1b690e57 --grace 30 --json",
     )
-    stop.add_argument("target", help="pid or engine id")
+    stop.add_argument("target", help="pid, engine id, :PORT, HOST:PORT or URL")
     stop.add_argument(
         "--grace", type=grace, default=10.0, help="time between SIGTERM and SIGKILL; 0: at once"
     )
@@ -289,7 +294,7 @@ def add_lifecycle_commands(command: Callable[..., argparse.ArgumentParser]) -> N
         "enginespec logs 1234 -n 20",
         "enginespec logs vllm-8002-1b690e57 -f",
     )
-    logs.add_argument("target", help="pid or engine id")
+    logs.add_argument("target", help="pid, engine id, :PORT, HOST:PORT or URL")
     logs.add_argument("-n", type=int, default=100, help="lines to show")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     logs.set_defaults(handler=_cmd_logs)

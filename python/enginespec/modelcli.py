@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from enginespec._documents import dumps
 from enginespec.display import literal
+from enginespec.targets import is_target
 
 # What the commands do is imported when one runs (the CLI starts without pydantic or a scanner).
 if TYPE_CHECKING:
@@ -19,18 +20,20 @@ if TYPE_CHECKING:
 _GIB = 1 << 30
 
 
-def engine_model(pid: int) -> tuple[str, ModelFacts]:
-    """(engine, facts with the estimate) of the engine server ``pid``; ``ModelError`` with why
-    not (read as a scan's consumers read them: under a deadline, and inside the error boundary)."""
+def engine_model(target: str) -> tuple[str, ModelFacts]:
+    """(engine, facts with the estimate) of the engine server ``target`` names (a pid, an engine
+    id, where it listens: see :mod:`enginespec.targets`); ``ModelError`` with why not (read as a
+    scan's consumers read them: under a deadline, and inside the error boundary)."""
+    from enginespec.errors import InvalidInputError
     from enginespec.modelfacts import ModelError
     from enginespec.processmodels import cached
-    from enginespec.scanning import Scanner
+    from enginespec.targets import find
 
-    found = [p for p in Scanner().scan() if p.pid == pid]
-    if not found:
-        raise ModelError(f"pid {pid}: not an engine server")
-    process = found[0]
-    facts = cached(pid, process.start_time, process.engine, process.model, process.argv)
+    try:
+        process = find(target)
+    except InvalidInputError as err:
+        raise ModelError(str(err)) from None
+    facts = cached(process.pid, process.start_time, process.engine, process.model, process.argv)
     if isinstance(facts, str):
         raise ModelError(facts)
     return process.engine, facts
@@ -90,8 +93,8 @@ def cmd_model(args: argparse.Namespace) -> int:
 
     target: str = args.target
     try:
-        if target.isascii() and target.isdigit() and not os.path.exists(target):
-            engine, facts = engine_model(int(target))
+        if not os.path.exists(target) and is_target(target):
+            engine, facts = engine_model(target)
             if args.log:
                 text = read_capped(args.log, 64 << 20).decode(errors="replace")
                 facts = beside_log(facts, engine, text)
@@ -151,7 +154,9 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
         "enginespec model ./Qwen3-8B-Q4_K_M.gguf",
         "enginespec model 1234 --json",
     )
-    model.add_argument("target", help="a .gguf file, a model folder, or an engine server's pid")
+    model.add_argument(
+        "target", help="a .gguf file, a model folder, or an engine server (pid, engine id, :PORT, URL)"
+    )
     model.add_argument("--json", action="store_true", help="print a JSON document instead")
     model.add_argument(
         "--log", help="the engine's start-up log: its printed memory figures beside the estimate"

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
 from collections.abc import Callable
 
 import pytest
 
 from enginespec.cli import _parser
 from helpers.cli import enginespec
+from helpers.fakeserver import Answer, bound_socket, free_port, serving
 from helpers.procs import Procs
 
 #: the option names that are times, in any command (a new time flag is caught by its name).
@@ -79,3 +81,104 @@ def test_stop_and_health_take_units(procs: Procs, held_port: Callable[[], int]) 
     assert stopped.returncode == 0, stopped.stderr
     assert f"(pid {proc.pid})" in stopped.stdout.decode()
     assert proc.wait(timeout=30) is not None
+
+
+OK = Answer(200, b'{"status":"ok"}')
+
+
+def _fields(out: subprocess.CompletedProcess[bytes]) -> dict[str, str]:
+    lines = out.stdout.decode().splitlines()
+    return {k: v.strip() for k, v in (line.split(":", 1) for line in lines if ":" in line)}
+
+
+def test_a_port_an_address_or_a_url_names_the_engine_listening_there(procs: Procs) -> None:
+    sock = bound_socket()
+    port = sock.getsockname()[1]
+    with serving({"/health": [OK]}, sock=sock):
+        # listening on every address: 127.0.0.1:PORT, localhost:PORT and :PORT all reach it
+        proc = procs.start(
+            ["llama-server", "-m", "/m/a.gguf", "--host", "0.0.0.0", "--port", str(port)],
+            pass_fds=(sock.fileno(),),
+        )
+        for target in (
+            f":{port}",
+            str(port),  # no pid of an engine: the port one listens on
+            f"127.0.0.1:{port}",
+            f"localhost:{port}",
+            f"http://127.0.0.1:{port}",
+            f"http://127.0.0.1:{port}/v1/models",
+        ):
+            checked = enginespec("health", target)
+            assert checked.returncode == 0, (target, checked.stderr)
+            assert checked.stdout.decode().split()[:3] == ["llamacpp", f"http://127.0.0.1:{port}", "ready"]
+        described = enginespec("describe", f"[::ffff:127.0.0.1]:{port}", "--no-health")
+        assert described.returncode == 0, described.stderr
+        assert _fields(described)["PID"] == str(proc.pid)
+        assert enginespec("load", f":{port}", "--interval", "100ms").returncode in (0, 1)  # found, read
+        listed = enginespec("ps", f":{port}", "-q", "--no-health")
+        assert listed.stdout.decode().split() == [str(proc.pid)]
+        logs = enginespec("logs", f"http://localhost:{port}")
+        assert (logs.returncode, logs.stderr) == (0, b"")  # its output goes to /dev/null: read, empty
+        stopped = enginespec("stop", f":{port}", "--grace", "5s")
+        assert stopped.returncode == 0, stopped.stderr
+        assert f"(pid {proc.pid})" in stopped.stdout.decode()
+        proc.wait(timeout=30)
+
+
+def test_an_address_that_names_several_engines_or_none_says_so(
+    procs: Procs, held_port: Callable[[], int]
+) -> None:
+    shared, alone = held_port(), held_port()
+    vllm = procs.start(["vllm", "serve", "m", "--port", str(shared)])
+    # a host that is no address, with a terminal escape: named in the listing, shown literally
+    sglang = procs.start(
+        [
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "m",
+            "--host",
+            "\x1b[2Jx",
+            "--port",
+            str(shared),
+        ]
+    )
+    local = procs.start(["vllm", "serve", "m", "--host", "127.0.0.1", "--port", str(alone)])
+    for command in (["describe"], ["health"], ["stop"], ["model"]):
+        out = enginespec(*command, f":{shared}")
+        assert out.returncode in (1, 2), (command, out)
+        assert out.stdout == b""
+        said = out.stderr.decode()
+        assert f"':{shared}' names 2 engines:" in said, (command, said)
+        assert f"(pid {vllm.pid}," in said, said
+        assert f"(pid {sglang.pid}," in said, said
+        assert "give a pid or an engine id" in said
+        assert "\x1b" not in said
+        assert "\\x1b[2Jx:" in said
+    assert vllm.poll() is None  # stop stopped neither
+    assert sglang.poll() is None
+    # an engine bound to loopback is not at another address on its port
+    found = enginespec("describe", f"localhost:{alone}", "--no-health")
+    assert _fields(found)["PID"] == str(local.pid)
+    elsewhere = enginespec("describe", f"10.9.8.7:{alone}", "--no-health")
+    assert elsewhere.returncode == 2
+    assert f"no engine server on this host listens on 10.9.8.7:{alone}" in elsewhere.stderr.decode()
+    nothing = free_port()
+    for name in ("describe", "health", "stop", "logs", "model"):
+        out = enginespec(name, f":{nothing}")
+        assert out.returncode in (1, 2), (name, out)
+        assert f"no engine server on this host listens on :{nothing}" in out.stderr.decode(), (name, out)
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["host:", ":0", ":70000", "http://[::1", "http://127.0.0.1:99999/", "1.2.3.4:80x", "\x1b[31m:1"],
+)
+def test_what_is_no_target_is_one_clear_line(target: str) -> None:
+    out = enginespec("describe", target)
+    assert out.returncode == 2
+    lines = out.stderr.decode().splitlines()
+    assert len(lines) == 1, lines
+    assert "is not a pid, an engine id, :PORT, HOST:PORT or a URL" in lines[0], lines
+    assert "\x1b" not in lines[0]  # shown literally
