@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from enginespec import cliargs
 from enginespec.cliargs import duration, grace, port
 from enginespec.display import age, compact_url, literal, literal_lines
+from enginespec.suggest import did_you_mean
 from enginespec.targets import FORMS, address, is_target, listens_at
 from enginespec.version import __version__
 
@@ -49,17 +50,17 @@ def _fail(command: str, message: object) -> None:
     print(f"enginespec {command}: {literal(str(message))}", file=sys.stderr)
 
 
-def _did_you_mean(word: str, choices: Sequence[str]) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
 def _engine_ids() -> tuple[str, ...]:
     from enginespec.registry import engine_ids
 
     return engine_ids()
+
+
+def _engine_names() -> dict[str, str]:
+    """Every name an engine is typed by (id or alias) -> its id."""
+    from enginespec.registry import engine_names
+
+    return engine_names()
 
 
 def _json(model: BaseModel) -> str:
@@ -390,25 +391,30 @@ def _parse_filters(args: argparse.Namespace) -> _Filters:
     """The terms and ``--filter`` of ``ps``; ``InvalidInputError`` naming the bad one."""
     from enginespec.errors import InvalidInputError
 
-    ids = _engine_ids()
+    ids, names = _engine_ids(), _engine_names()
     filters = _Filters()
     for term in args.terms:
-        if not (term in ids or is_target(term)):
+        if not (term.lower() in names or is_target(term)):
             raise InvalidInputError(
                 f"{term!r} is not an engine, an engine id, a pid, :PORT, HOST:PORT or a URL "
-                f"(engines: {', '.join(ids)}){_did_you_mean(term, ids)}"
+                f"(engines: {', '.join(ids)}){did_you_mean(term, names)}"
             )
-        filters.terms.append(term)
+        filters.terms.append(names.get(term.lower(), term))
     for text in args.filter:
         for item in text.split(","):
             key, eq, value = item.partition("=")
             if not eq or key not in FILTER_KEYS or not value:
                 raise InvalidInputError(
                     f"--filter: {item!r} is not KEY=VALUE with KEY one of {', '.join(FILTER_KEYS)}"
-                    + (_did_you_mean(key, FILTER_KEYS) if eq else "")
+                    + (did_you_mean(key, FILTER_KEYS) if eq else "")
                 )
-            if key == "engine" and value not in ids:
-                raise InvalidInputError(f"--filter: engine {value!r} is not one of {', '.join(ids)}")
+            if key == "engine":
+                if value.lower() not in names:
+                    raise InvalidInputError(
+                        f"--filter: engine {value!r} is not one of {', '.join(ids)}"
+                        + did_you_mean(value, names)
+                    )
+                value = names[value.lower()]
             filters.keys.setdefault(key, set()).add(value)
     return filters
 
@@ -912,12 +918,12 @@ def _cmd_health(args: argparse.Namespace) -> int:
     from enginespec.health import check_health, request_timeout, wait_ready
 
     target: EngineProcess | str
-    ids = _engine_ids()
-    if args.target in ids:
+    ids, engine = _engine_ids(), _engine_names().get(args.target.lower())
+    if engine is not None:
         if not args.url:
-            _fail("health", f"give the URL of the {args.target} server")
+            _fail("health", f"give the URL of the {engine} server")
             return 2
-        target = args.target
+        target = engine
     elif is_target(args.target):
         if args.url:
             _fail(
@@ -932,7 +938,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
         _fail(
             "health",
             f"{args.target!r} is neither {FORMS} nor an engine "
-            f"({', '.join(ids)}){_did_you_mean(args.target, ids)}",
+            f"({', '.join(ids)}){did_you_mean(args.target, _engine_names())}",
         )
         return 2
     try:
@@ -1066,9 +1072,9 @@ def _engine(command: str, name: str) -> EngineSpec | None:
     from enginespec.errors import UnknownEngineError
 
     try:
-        return get_engine_spec(name)
+        return get_engine_spec(_engine_names().get(name.lower(), name))
     except UnknownEngineError as err:
-        _fail(command, f"{err}{_did_you_mean(name, _engine_ids())}")
+        _fail(command, f"{err}{did_you_mean(name, _engine_names())}")
         return None
 
 
@@ -1196,11 +1202,12 @@ def _cmd_help(args: argparse.Namespace) -> int:
     if args.topic in commands:
         commands[args.topic].print_help()
         return 0
-    if args.topic not in _engine_ids():
+    if args.topic.lower() not in _engine_names():
+        topics = {**{name: name for name in commands}, **_engine_names()}
         _fail(
             "help",
             f"{args.topic!r} is neither a command ({', '.join(commands)}) nor an engine "
-            f"({', '.join(_engine_ids())}){_did_you_mean(args.topic, [*commands, *_engine_ids()])}",
+            f"({', '.join(_engine_ids())}){did_you_mean(args.topic, topics)}",
         )
         return 2
     spec = _engine(args.command, args.topic)

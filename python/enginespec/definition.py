@@ -11,7 +11,7 @@ import functools
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -340,6 +340,10 @@ class EngineDefinition(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
+    #: other names people type for the engine where its program, package or project is named
+    #: otherwise (``llama-server``, ``llama.cpp``): the CLI takes them wherever it takes the id
+    #: (the id wins over another engine's alias).
+    aliases: tuple[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.+-]*$")], ...] = ()
     signature: Signature
     launch: Launch
     flags: Flags = Flags()
@@ -352,6 +356,8 @@ class EngineDefinition(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> EngineDefinition:
+        if self.id in self.aliases:
+            raise ValueError(f"aliases: {self.id!r} is the id itself")
         if self.signature.engine != self.id:
             raise ValueError(f"signature: is for {self.signature.engine!r}, not {self.id!r}")
         if self.launch.kind != "binary" and not (self.package.distributions or self.package.checkout):

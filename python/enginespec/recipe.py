@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 import os
 import re
 import stat
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
@@ -28,7 +27,8 @@ from pydantic import (
 from enginespec._common import looks_like_flag
 from enginespec.errors import RecipeFileError, RecipeValidationError
 from enginespec.masking import REDACTED, is_secret_name, mask_mapping
-from enginespec.registry import engine_ids
+from enginespec.registry import engine_ids, engine_names
+from enginespec.suggest import did_you_mean
 
 if TYPE_CHECKING:
     from pydantic_core import InitErrorDetails
@@ -161,7 +161,8 @@ class Recipe(BaseModel):
     def _known_engine(cls, value: str) -> str:
         if value not in engine_ids():
             ids = engine_ids()
-            raise ValueError(f"engine {value!r} is not one of {', '.join(ids)}{did_you_mean(value, ids)}")
+            suggestion = did_you_mean(value, engine_names())
+            raise ValueError(f"engine {value!r} is not one of {', '.join(ids)}{suggestion}")
         return value
 
     @field_validator("runtime", mode="before")
@@ -355,12 +356,6 @@ def _reason(err: Exception) -> str:
     first = re.sub(r"\s*\(at line \d+, column \d+\)|:?\s*line \d+ column \d+ \(char \d+\)", "", first)
     first = re.sub(r"'[^']{2,}'|\"[^\"]{2,}\"", "'...'", first)
     return first[:120] or "not valid"
-
-
-def did_you_mean(word: str, choices: Sequence[str]) -> str:
-    """``; did you mean 'vllm'?`` when one of ``choices`` is close to ``word``, else empty."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def _refused(err: ValidationError) -> RecipeValidationError:

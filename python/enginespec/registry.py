@@ -74,6 +74,21 @@ def engine_ids() -> tuple[str, ...]:
     return tuple(engine.id for engine in all_engines())
 
 
+def engine_names() -> dict[str, str]:
+    """Every name an engine is typed by (its id, then each alias another engine's id does not
+    take) -> that engine's id."""
+    names = {engine.id: engine.id for engine in all_engines()}
+    for engine in all_engines():
+        for alias in engine.aliases:
+            names.setdefault(alias, engine.id)
+    return names
+
+
+def engine_named(name: str) -> str | None:
+    """The id of the engine ``name`` (an id or an alias, any case) names, or ``None``."""
+    return engine_names().get(name.lower())
+
+
 def find_engine(engine: str) -> EngineDefinition:
     """The engine with this id; :class:`UnknownEngineError` naming the known ids otherwise."""
     for candidate in all_engines():

@@ -6,9 +6,11 @@ by their programs. Real CLI runs (tests/helpers/cli.py) against real processes a
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -182,3 +184,63 @@ def test_what_is_no_target_is_one_clear_line(target: str) -> None:
     assert len(lines) == 1, lines
     assert "is not a pid, an engine id, :PORT, HOST:PORT or a URL" in lines[0], lines
     assert "\x1b" not in lines[0]  # shown literally
+
+
+def test_every_alias_names_its_own_engine() -> None:
+    from enginespec.registry import all_engines, engine_named
+
+    aliases = [(alias, engine.id) for engine in all_engines() for alias in engine.aliases]
+    assert ("llama.cpp", "llamacpp") in aliases
+    assert ("llama-server", "llamacpp") in aliases
+    for alias, engine_id in aliases:
+        assert engine_named(alias) == engine_id, alias
+        assert engine_named(alias.upper()) == engine_id, alias
+    for definition in all_engines():
+        assert engine_named(definition.id) == definition.id
+
+
+@pytest.mark.parametrize(
+    ("args", "offered"),
+    [
+        (["ps", "llama"], "did you mean 'llamacpp', 'llamafile' or 'llamacpp-python'?"),
+        (["health", "llama"], "did you mean 'llamacpp', 'llamafile' or 'llamacpp-python'?"),
+        (["ps", "--filter", "engine=llama"], "did you mean 'llamacpp', 'llamafile' or 'llamacpp-python'?"),
+        (["install", "llama-srv"], "did you mean 'llamacpp'?"),
+        (["help", "mlx_lm.serve"], "did you mean 'mlx'?"),
+    ],
+)
+def test_a_prefix_or_a_program_name_wins_over_edit_distance(args: list[str], offered: str) -> None:
+    out = enginespec(*args)
+    assert out.returncode == 2
+    [line] = out.stderr.decode().splitlines()
+    assert line.endswith(offered), line
+    assert "ollama'?" not in line
+
+
+def test_a_recipe_naming_an_engine_by_its_program_is_offered_the_id(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('engine = "llama-server"\nmodel_path = "/m/a.gguf"\n')
+    out = enginespec("command", str(recipe))
+    assert out.returncode == 2
+    assert "engine 'llama-server' is not one of" in out.stderr.decode()
+    assert "tabbyapi; did you mean 'llamacpp'? (got 'llama-server')" in out.stderr.decode()
+
+
+def test_engines_are_taken_by_their_program_names(procs: Procs, tmp_path: Path) -> None:
+    sock = bound_socket()
+    port = sock.getsockname()[1]
+    with serving({"/health": [OK]}, sock=sock) as server:
+        proc = procs.start(
+            ["llama-server", "-m", "/m/a.gguf", "--port", str(port)], pass_fds=(sock.fileno(),)
+        )
+        other = procs.start(["vllm", "serve", "m", "--port", str(free_port())])
+        for terms in (["llama.cpp"], ["llama-server"], ["LLAMA.CPP"], ["--filter", "engine=llama-server"]):
+            listed = enginespec("ps", *terms, "-q", "--no-health").stdout.decode().split()
+            assert str(proc.pid) in listed, terms
+            assert str(other.pid) not in listed, terms
+        checked = enginespec("health", "llama-server", server.url)
+        assert checked.returncode == 0, checked.stderr
+        assert checked.stdout.decode().split()[:3] == ["llamacpp", server.url, "ready"]
+    info = enginespec("info", "llama.cpp", "--json", "--data-dir", str(tmp_path))
+    assert info.returncode == 0, info.stderr
+    assert [entry["engine"] for entry in json.loads(info.stdout)] == ["llamacpp"]

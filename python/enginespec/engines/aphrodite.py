@@ -106,6 +106,7 @@ FAILURES = vllm.KV_CACHE + _libraries.PYTHON_SERVER
 
 SPEC = EngineSpec(
     id="aphrodite",
+    aliases=("aphrodite-engine",),
     signature=SIGNATURE,
     launch=Launch(
         kind="console_script",

@@ -160,6 +160,7 @@ FAILURES = (
 
 SPEC = LlamaCppSpec(
     id="llamacpp",
+    aliases=("llama.cpp", "llama-server"),
     signature=SIGNATURE,
     launch=Launch(kind="binary", executable="llama-server"),
     flags=Flags(

@@ -115,6 +115,7 @@ FAILURES = (
 
 SPEC = LlamaCppPythonSpec(
     id="llamacpp-python",
+    aliases=("llama-cpp-python", "llama_cpp.server"),
     signature=SIGNATURE,
     launch=Launch(kind="module", executable="llama_cpp.server", module_args=("-m", "llama_cpp.server")),
     flags=Flags(

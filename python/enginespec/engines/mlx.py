@@ -64,6 +64,7 @@ FAILURES = (
 
 SPEC = EngineSpec(
     id="mlx",
+    aliases=("mlx-lm", "mlx_lm", "mlx_lm.server"),
     signature=SIGNATURE,
     launch=Launch(kind="console_script", executable="mlx_lm.server", module_args=("-m", "mlx_lm.server")),
     flags=Flags(

@@ -63,6 +63,7 @@ FAILURES = (
 
 SPEC = EngineSpec(
     id="mlx-vlm",
+    aliases=("mlx_vlm", "mlx_vlm.server"),
     signature=SIGNATURE,
     launch=Launch(kind="console_script", executable="mlx_vlm.server", module_args=("-m", "mlx_vlm.server")),
     flags=Flags(

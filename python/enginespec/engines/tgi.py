@@ -132,6 +132,7 @@ FAILURES = (
 
 SPEC = EngineSpec(
     id="tgi",
+    aliases=("text-generation-inference", "text-generation-launcher"),
     signature=SIGNATURE,
     # `text-generation-launcher --version` prints clap's `text-generation-launcher 3.3.6-dev0`: the
     # Cargo workspace version, which at tag v3.3.7 still says 3.3.6-dev0 (Cargo.toml).

@@ -149,6 +149,7 @@ FAILURES = (
 
 SPEC = EngineSpec(
     id="trtllm",
+    aliases=("tensorrt-llm", "tensorrt_llm", "trtllm-serve"),
     signature=SIGNATURE,
     launch=Launch(
         kind="console_script",
