@@ -15,7 +15,7 @@ from enginespec.targets import is_target
 
 # What the commands do is imported when one runs (the CLI starts without pydantic or a scanner).
 if TYPE_CHECKING:
-    from enginespec.modelfacts import ModelFacts
+    from enginespec.modelfacts import MemoryEstimate, ModelFacts
 
 _GIB = 1 << 30
 
@@ -39,39 +39,76 @@ def engine_model(target: str) -> tuple[str, ModelFacts]:
     return process.engine, facts
 
 
-def _size(n: int | None) -> str:
-    return "-" if n is None else f"{n / _GIB:.2f} GiB" if n >= _GIB else f"{n / (1 << 20):.2f} MiB"
+def _size(n: float | None) -> str:
+    """Bytes in the largest binary unit they fill (``2.00 KiB``, ``1.70 MiB``); ``-`` unknown."""
+    if n is None:
+        return "-"
+    for unit, scale in (("GiB", _GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _count(n: int | None) -> str | None:
+    """A parameter count as people say it (``8.03 B``, ``444.42 K``), with the exact number."""
+    if n is None:
+        return None
+    for unit, scale in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit} ({n:,})"
+    return f"{n:,}"
+
+
+def _tokens(n: int | None) -> str | None:
+    return None if n is None else f"{n} tokens"
+
+
+def _shown(value: object) -> str:
+    """A figure of a row of several: ``-`` where it is unknown, never ``None``."""
+    return "-" if value is None else str(value)
+
+
+def _estimate_rows(estimate: MemoryEstimate) -> list[tuple[str, Any]]:
+    """The rows of the memory the engine's rule gives; a figure the rule left unknown is ``-``."""
+    context = None if estimate.context is None else str(estimate.context)
+    if context is not None and estimate.sequences is not None:
+        context += f" ({estimate.sequences} x {_shown(estimate.context_per_sequence)})"
+    context = None if context is None else f"{context} tokens"
+    types = (estimate.cache_type_k, estimate.cache_type_v)
+    return [
+        ("engine rule", estimate.rule),
+        ("context (configured)", context),
+        ("cache types", f"K {_shown(types[0])}, V {_shown(types[1])}" if any(types) else None),
+        ("weights by device", ", ".join(f"{d} {_size(b)}" for d, b in estimate.weights.items()) or None),
+        (
+            "KV cache",
+            f"{_size(estimate.kv_cache_bytes)}"
+            + (f" ({', '.join(estimate.kv_cache)})" if estimate.kv_cache else ""),
+        ),
+        *(("note", note) for note in estimate.notes),
+    ]
 
 
 def _text(facts: ModelFacts) -> list[str]:
     estimate = facts.estimate
+    heads = (facts.attention_heads, facts.kv_heads, facts.head_dim)
     rows: list[tuple[str, Any]] = [
         ("format", facts.format),
         ("name", facts.name),
         ("registry name", facts.registry_name),
         ("architecture", facts.architecture),
         ("quantization", facts.quantization),
-        ("parameters", facts.parameters),
-        ("context (trained)", facts.context_length),
+        ("parameters", _count(facts.parameters)),
+        ("context (trained)", _tokens(facts.context_length)),
         ("layers", facts.layers),
-        ("heads / kv heads / head dim", f"{facts.attention_heads} / {facts.kv_heads} / {facts.head_dim}"),
-        ("experts (used)", f"{facts.experts} ({facts.experts_used})" if facts.experts else None),
-        ("sliding window", facts.sliding_window),
+        ("heads / kv heads / head dim", " / ".join(map(_shown, heads)) if any(heads) else None),
+        ("experts (used)", f"{facts.experts} ({_shown(facts.experts_used)})" if facts.experts else None),
+        ("sliding window", _tokens(facts.sliding_window)),
         ("weights", _size(facts.weight_bytes)),
-        ("KV per token (16-bit)", facts.kv_bytes_per_token()),
+        ("KV per token (16-bit)", _size(facts.kv_bytes_per_token()) if facts.attention else None),
     ]
     if estimate is not None:
-        rows += [
-            ("engine rule", estimate.rule),
-            (
-                "context (configured)",
-                f"{estimate.context} ({estimate.sequences} x {estimate.context_per_sequence})",
-            ),
-            ("cache types", f"K {estimate.cache_type_k}, V {estimate.cache_type_v}"),
-            ("weights by device", ", ".join(f"{d} {_size(b)}" for d, b in estimate.weights.items())),
-            ("KV cache", f"{_size(estimate.kv_cache_bytes)} ({', '.join(estimate.kv_cache)})"),
-        ]
-        rows += [("note", note) for note in estimate.notes]
+        rows += _estimate_rows(estimate)
     if facts.logged is not None:
         logged = facts.logged
         for label, table in (("logged weights", logged.weights), ("logged KV cache", logged.kv_cache)):
@@ -79,7 +116,7 @@ def _text(facts: ModelFacts) -> list[str]:
         rows.append(
             ("logged compute", ", ".join(f"{d} {_size(b)}" for d, b in logged.compute.items()) or None)
         )
-        rows.append(("logged KV tokens", logged.kv_cache_tokens))
+        rows.append(("logged KV cache size", _tokens(logged.kv_cache_tokens)))
     if facts.measured:
         rows.append(("held now", ", ".join(f"{d} {_size(b)}" for d, b in facts.measured.items())))
     rows += [("problem", problem) for problem in facts.problems]
@@ -115,6 +152,17 @@ def cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _no_gpu(ledger: str | None) -> str:
+    """Why fit has nothing to place a model on, and how to give it a ledger."""
+    if ledger:
+        return f"{ledger}: the ledger lists no GPU (record one with `enginespec gpus --json` on the GPU host)"
+    return (
+        "no GPU found on this host (`enginespec gpus` lists none), so there is nothing to fit on; "
+        "to ask about another host's GPUs, record them there with `enginespec gpus --json > ledger.json` "
+        "and give that file: `enginespec fit RECIPE --ledger ledger.json`"
+    )
+
+
 def cmd_fit(args: argparse.Namespace) -> int:
     import enginespec.fit as fit
     from enginespec.engines import get_engine_spec
@@ -130,6 +178,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
         return 2
     try:
         devices = fit.read_ledger(args.ledger) if args.ledger else fit.live_ledger()
+        if not devices:
+            print(literal(f"enginespec fit: {_no_gpu(args.ledger)}"), file=sys.stderr)
+            return 2
         devices = fit.devices_wanted(devices, args.gpus)
         result = fit.fit(command.argv, recipe.engine, recipe.model_path, devices)
     except ModelError as e:
@@ -165,7 +216,8 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     fit = command(
         "fit",
         "whether a recipe fits on the GPUs as they are held now, with which settings, or why not",
-        "Advice only: exit 0 when it fits somewhere, 1 when refused, 2 on bad input.",
+        "Advice only: exit 0 when it fits somewhere, 1 when refused, 2 on bad input or with no GPU "
+        "to fit on (a host without one: give another host's ledger with --ledger).",
         "enginespec fit recipe.toml",
         "enginespec fit recipe.toml --gpus 0,1 --ledger ledger.json",
     )
