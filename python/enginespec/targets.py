@@ -6,15 +6,14 @@ matched against where the scanned engines listen. An engine listening on a wildc
 ``::``) matches any host on its port; one in a private network matches only the host addresses
 its port is published on. A bare number is a pid first, then a port.
 
-Only ``re`` and ``urllib`` at import: the CLI reads :data:`ENGINE_ID` before it parses its flags."""
+Only ``re`` at import (``--version`` pays for no more): the CLI reads :data:`ENGINE_ID` before
+it parses its flags."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from enginespec.engineprocess import EngineProcess
@@ -27,8 +26,7 @@ FORMS = "a pid, an engine id, :PORT, HOST:PORT or a URL"
 MAX_NAMED = 8
 
 
-@dataclass(frozen=True)
-class Address:
+class Address(NamedTuple):
     """Where a target says an engine listens: ``host`` is ``None`` for any host (``:PORT``)."""
 
     host: str | None
@@ -39,6 +37,8 @@ def address(text: str) -> Address | None:
     """The address ``:PORT``, ``HOST:PORT``, ``[V6]:PORT`` or an http(s) URL names (a URL without a
     port: its scheme's), or ``None`` when ``text`` is none of them."""
     if text.startswith(("http://", "https://")):
+        from urllib.parse import urlsplit
+
         try:
             parts = urlsplit(text)
             port = parts.port or (443 if parts.scheme == "https" else 80)
