@@ -227,7 +227,8 @@ def test_argv_that_is_not_utf8_is_escaped_not_fatal(procs: Procs, exporter: tupl
     series = _scrape_until(url, shown)
     (labels,) = [labels for labels, _ in series["enginespec_engine_info"] if labels["pid"] == str(odd.pid)]
     assert labels["model"] == "/models/caf\\xe9-\\xff.gguf"
-    assert shown(_samples(textfile.read_text()))  # the textfile writer lives on too
+    # the textfile writer lives on too (it writes after the refresh /metrics already serves)
+    wait_for(lambda: textfile.exists() and shown(_samples(textfile.read_text())), timeout=30)
 
 
 def test_model_facts_label_the_info_series_and_give_memory_series(
