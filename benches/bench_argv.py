@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 
 from _mix import host_mix
-from enginespec import _native, _pymatcher
+from enginespec import _native
+from enginespec._host.fallback import matcher as _pymatcher
+from enginespec.definition.signature import signatures_json
 from enginespec.engines import all_signatures
-from enginespec.signature import signatures_json
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "target" / "bench-data"

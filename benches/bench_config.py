@@ -4,7 +4,7 @@ issue: 1 MiB of YAML that parses slowly) and reading (a thread per file, as the 
     python benches/bench_config.py [--reps 5] [--old-timeout 60]
 
 For each document: the CPU time of PyYAML's ``safe_load`` (what the scanner did before; run in a
-child process, given up after ``--old-timeout`` seconds) and of ``enginespec._documents.
+child process, given up after ``--old-timeout`` seconds) and of ``enginespec.untrusted.documents.
 parse_yaml`` (what it does now, whose limits stop it), and their ratio. The documents are 1 MiB
 although the reader refuses anything above ``MAX_CONFIG_BYTES`` before parsing: this measures
 the parse limits alone. Then the cost of one ``read_named`` (resolve as the owner in a thread of
@@ -68,7 +68,7 @@ def _old(data: bytes, timeout: float) -> str:
 
 
 def _new(data: bytes, reps: int) -> tuple[float, str]:
-    from enginespec._documents import DocumentError, parse_yaml
+    from enginespec.untrusted.documents import DocumentError, parse_yaml
 
     times, outcome = [], "parsed"
     for _ in range(reps):
@@ -104,7 +104,7 @@ def main() -> None:
             ratio = "     -"
         print(f"{name:26} {old:44} {new * 1000:11.1f} ms {ratio}  {outcome[:60]}")
 
-    from enginespec._procfiles import named_identity, read_named
+    from enginespec._host.procfiles import named_identity, read_named
 
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "c.yaml"

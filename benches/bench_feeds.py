@@ -58,7 +58,16 @@ def _wait(predicate: Callable[[], bool], timeout: float = 30.0) -> float:
 
 def _feeder(mode: str, out: Path) -> Callable[[], None]:
     """Starts the way of keeping ``out``; returns how to stop it."""
-    command = [sys.executable, "-m", "enginespec.cli", "export", "--format", "file-sd", "--out", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "enginespec.cli.main",
+        "export",
+        "--format",
+        "file-sd",
+        "--out",
+        str(out),
+    ]
     if mode == "cron":
         stop = False
 

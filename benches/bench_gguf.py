@@ -18,7 +18,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from enginespec import _native, _pygguf
+from enginespec import _native
+from enginespec._host.fallback import gguf as _pygguf
 
 LIMITS = (64 << 20, 64 << 10, 4096)
 

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from _mix import ROOT, Host, build_helper, reap, spawn
 from enginespec import Scanner
-from enginespec import gpus as gpus_module
-from enginespec.scanning import YOUNG_SECONDS
+from enginespec.gpus import reader as gpus_module
+from enginespec.scanning.scanner import YOUNG_SECONDS
 
 sys.path.insert(0, str(ROOT / "tests"))
 from helpers.gpuhost import GIB, build_nvml

@@ -50,10 +50,10 @@ def _median(fn: Any, count: int) -> float:
 def _measure_argv(reps: int) -> dict[str, float]:
     """Medians of the facade's scans and of the backend's own (the raw tuples, no models)."""
     from enginespec import Scanner
-    from enginespec._backend import ScannerType
+    from enginespec._host.backend import ScannerType
+    from enginespec.definition.signature import signatures_json
     from enginespec.engines import all_signatures
-    from enginespec.scanning import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
-    from enginespec.signature import signatures_json
+    from enginespec.scanning.scanner import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
 
     args = (signatures_json(all_signatures()), list(EXEC_WRAPPERS), YOUNG_SECONDS, TREE_REFRESH_SECONDS, True)
     scanner, raw = Scanner(), ScannerType(*args)

@@ -41,9 +41,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import enginespec
-from enginespec.health import check_all
-from enginespec.load import check_load_all
-from enginespec.vitals import EngineMonitor
+from enginespec.health.checks import check_all
+from enginespec.health.load import check_load_all
+from enginespec.health.vitals import EngineMonitor
 from helpers.fakeserver import Answer, bound_socket, serving
 from helpers.loadkit import TEXT, engine_for, vllm_metrics
 from helpers.procs import build_helper, running, wait_for

@@ -25,10 +25,10 @@ import psutil
 
 from _mix import DATA, ROOT, Host, build_helper
 from enginespec import Scanner
-from enginespec._backend import ScannerType
+from enginespec._host.backend import ScannerType
+from enginespec.definition.signature import signatures_json
 from enginespec.engines import all_signatures
-from enginespec.scanning import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
-from enginespec.signature import signatures_json
+from enginespec.scanning.scanner import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
 
 
 def _median(fn: Callable[[], object], reps: int) -> float:

@@ -18,8 +18,9 @@ import json
 import sys
 from pathlib import Path
 
-from enginespec.engines import all_signatures
 from enginespec.signature import signatures_json
+
+from enginespec.engines import all_signatures
 
 FUZZ = Path(__file__).resolve().parent
 CORPUS = FUZZ.parent / "tests" / "data" / "argv-public.jsonl"

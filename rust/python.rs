@@ -58,7 +58,7 @@ fn raw_invocation<'py>(py: Python<'py>, facts: &matcher::Facts) -> PyResult<Boun
         facts.role.as_str(),
     );
     RAW_INVOCATION
-        .import(py, "enginespec._common", "RawInvocation")?
+        .import(py, "enginespec._host.shapes", "RawInvocation")?
         .call1(fields)
 }
 
@@ -99,7 +99,7 @@ fn environ<'py>(py: Python<'py>, found: &scan::Environ) -> PyResult<Bound<'py, P
         found.vars.iter().map(|(name, value)| (os(name), os(value))),
     )?;
     ENVIRON
-        .import(py, "enginespec._common", "Environ")?
+        .import(py, "enginespec._host.shapes", "Environ")?
         .call1((vars, found.cut))
 }
 
@@ -180,7 +180,7 @@ fn raw_process<'py>(py: Python<'py>, p: &scan::EngineProc) -> PyResult<Bound<'py
     });
     fields.set_item("devices", devices.transpose()?)?;
     RAW_PROCESS
-        .import(py, "enginespec._common", "RawProcess")?
+        .import(py, "enginespec._host.shapes", "RawProcess")?
         .call((), Some(&fields))
 }
 
@@ -235,7 +235,7 @@ impl PyProcRoot {
     /// The LISTEN sockets of the process's network namespace, as `_common.Listening` records.
     fn listen_table<'py>(&self, py: Python<'py>, pid: i32) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let (found, _denied) = py.detach(|| self.root.listen_table(pid));
-        let listening = LISTENING.import(py, "enginespec._common", "Listening")?;
+        let listening = LISTENING.import(py, "enginespec._host.shapes", "Listening")?;
         found
             .into_iter()
             .map(|l| listening.call1((l.inode, pyo3::types::PyBytes::new(py, &l.address), l.port)))

@@ -10,15 +10,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 # The backend is chosen at import (an unusable ENGINESPEC_BACKEND fails here, not later).
-from enginespec._backend import BACKEND
+from enginespec._host.backend import BACKEND
 from enginespec.version import __version__
 
 if TYPE_CHECKING:
-    from enginespec.argv import Invocation, detect_engine, parse_argv, redact_argv
-    from enginespec.commands import Command
     from enginespec.config import Config
-    from enginespec.containers import Container, PublishedPort
-    from enginespec.definition import (
+    from enginespec.definition.records import (
         ExtraPort,
         FamilyDefault,
         Flags,
@@ -29,7 +26,7 @@ if TYPE_CHECKING:
         Serving,
         SourceBuild,
     )
-    from enginespec.engineprocess import EngineProcess
+    from enginespec.definition.signature import Evidence, LaunchForm, Signature
     from enginespec.engines import (
         BUILTIN_ENGINE_SPECS,
         all_engine_specs,
@@ -65,10 +62,23 @@ if TYPE_CHECKING:
         Failures,
         Memory,
     )
-    from enginespec.feeds import FeedFormat, FeedWriter
-    from enginespec.gpus import GpuDevice, GpuProcess, GpuUse
-    from enginespec.installing import InstallOptions, InstallResult, ProgressEvent
-    from enginespec.lifecycle import (
+    from enginespec.fleet.feeds import FeedFormat, FeedWriter
+    from enginespec.fleet.remote import HostReport, RemoteEngine, fetch_remote, fetch_remote_async
+    from enginespec.gpus.reader import GpuDevice, GpuProcess, GpuUse
+    from enginespec.health.load import (
+        EngineLoad,
+        check_load,
+        check_load_all,
+        check_load_all_async,
+        check_load_async,
+    )
+    from enginespec.health.vitals import EngineMonitor, Vitals, WorkerExit
+    from enginespec.lifecycle.commands import Command
+    from enginespec.lifecycle.installing import InstallOptions, InstallResult, ProgressEvent
+    from enginespec.lifecycle.logbook import LogLine
+    from enginespec.lifecycle.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
+    from enginespec.lifecycle.recipe import DockerRuntime, NativeRuntime, Recipe
+    from enginespec.lifecycle.running import (
         ContainerStop,
         LogSource,
         RunningEngine,
@@ -79,17 +89,11 @@ if TYPE_CHECKING:
         classify_failure,
         launch,
     )
-    from enginespec.load import EngineLoad, check_load, check_load_all, check_load_all_async, check_load_async
-    from enginespec.logbook import LogLine
-    from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
-    from enginespec.recipe import DockerRuntime, NativeRuntime, Recipe
-    from enginespec.remote import HostReport, RemoteEngine, fetch_remote, fetch_remote_async
-    from enginespec.scanning import Scanner, ScanStats, gpu_ledger, scan, with_gpus
-    from enginespec.signature import Evidence, LaunchForm, Signature
-    from enginespec.spec import EngineSpec
-    from enginespec.status import Health, HealthState
-    from enginespec.vitals import EngineMonitor, Vitals, WorkerExit
-    from enginespec.watching import (
+    from enginespec.process.argv import Invocation, detect_engine, parse_argv, redact_argv
+    from enginespec.process.containers import Container, PublishedPort
+    from enginespec.process.record import EngineProcess
+    from enginespec.scanning.scanner import Scanner, ScanStats, gpu_ledger, scan, with_gpus
+    from enginespec.scanning.watch import (
         Changed,
         EngineIdentity,
         HealthChanged,
@@ -104,27 +108,29 @@ if TYPE_CHECKING:
         event_schema,
         parse_event,
     )
+    from enginespec.spec import EngineSpec
+    from enginespec.status import Health, HealthState
 
 #: Where each public name lives: imported on first use, so that ``import enginespec`` (and the
 #: ``enginespec`` command's start) costs only what is used.
 _LAZY = {
-    "Invocation": "enginespec.argv",
-    "detect_engine": "enginespec.argv",
-    "parse_argv": "enginespec.argv",
-    "redact_argv": "enginespec.argv",
-    "Command": "enginespec.commands",
+    "Invocation": "enginespec.process.argv",
+    "detect_engine": "enginespec.process.argv",
+    "parse_argv": "enginespec.process.argv",
+    "redact_argv": "enginespec.process.argv",
+    "Command": "enginespec.lifecycle.commands",
     "Config": "enginespec.config",
-    "Container": "enginespec.containers",
-    "PublishedPort": "enginespec.containers",
-    "ExtraPort": "enginespec.definition",
-    "FamilyDefault": "enginespec.definition",
-    "Flags": "enginespec.definition",
-    "HealthRule": "enginespec.definition",
-    "Launch": "enginespec.definition",
-    "LoadMetrics": "enginespec.definition",
-    "Package": "enginespec.definition",
-    "Serving": "enginespec.definition",
-    "SourceBuild": "enginespec.definition",
+    "Container": "enginespec.process.containers",
+    "PublishedPort": "enginespec.process.containers",
+    "ExtraPort": "enginespec.definition.records",
+    "FamilyDefault": "enginespec.definition.records",
+    "Flags": "enginespec.definition.records",
+    "HealthRule": "enginespec.definition.records",
+    "Launch": "enginespec.definition.records",
+    "LoadMetrics": "enginespec.definition.records",
+    "Package": "enginespec.definition.records",
+    "Serving": "enginespec.definition.records",
+    "SourceBuild": "enginespec.definition.records",
     "BUILTIN_ENGINE_SPECS": "enginespec.engines",
     "all_engine_specs": "enginespec.engines",
     "all_signatures": "enginespec.engines",
@@ -152,69 +158,69 @@ _LAZY = {
     "FailurePattern": "enginespec.failures",
     "Failures": "enginespec.failures",
     "Memory": "enginespec.failures",
-    "GpuDevice": "enginespec.gpus",
-    "GpuProcess": "enginespec.gpus",
-    "GpuUse": "enginespec.gpus",
-    "InstallOptions": "enginespec.installing",
-    "InstallResult": "enginespec.installing",
-    "ProgressEvent": "enginespec.installing",
+    "GpuDevice": "enginespec.gpus.reader",
+    "GpuProcess": "enginespec.gpus.reader",
+    "GpuUse": "enginespec.gpus.reader",
+    "InstallOptions": "enginespec.lifecycle.installing",
+    "InstallResult": "enginespec.lifecycle.installing",
+    "ProgressEvent": "enginespec.lifecycle.installing",
     "LaunchFailed": "enginespec.errors",
-    "LogSource": "enginespec.lifecycle",
-    "ContainerStop": "enginespec.lifecycle",
+    "LogSource": "enginespec.lifecycle.running",
+    "ContainerStop": "enginespec.lifecycle.running",
     "RestartRefused": "enginespec.errors",
-    "RunningEngine": "enginespec.lifecycle",
-    "Signalled": "enginespec.lifecycle",
-    "StopResult": "enginespec.lifecycle",
-    "Supervision": "enginespec.lifecycle",
-    "adopt": "enginespec.lifecycle",
-    "classify_failure": "enginespec.lifecycle",
-    "launch": "enginespec.lifecycle",
-    "EngineLoad": "enginespec.load",
-    "check_load": "enginespec.load",
-    "check_load_all": "enginespec.load",
-    "check_load_all_async": "enginespec.load",
-    "check_load_async": "enginespec.load",
-    "LogLine": "enginespec.logbook",
-    "BinaryProbeResult": "enginespec.probing",
-    "EngineHelp": "enginespec.probing",
-    "RuntimeInfo": "enginespec.probing",
-    "DockerRuntime": "enginespec.recipe",
-    "NativeRuntime": "enginespec.recipe",
-    "Recipe": "enginespec.recipe",
-    "EngineProcess": "enginespec.engineprocess",
-    "ScanStats": "enginespec.scanning",
-    "gpu_ledger": "enginespec.scanning",
-    "scan": "enginespec.scanning",
-    "with_gpus": "enginespec.scanning",
-    "Evidence": "enginespec.signature",
-    "LaunchForm": "enginespec.signature",
-    "Signature": "enginespec.signature",
+    "RunningEngine": "enginespec.lifecycle.running",
+    "Signalled": "enginespec.lifecycle.running",
+    "StopResult": "enginespec.lifecycle.running",
+    "Supervision": "enginespec.lifecycle.running",
+    "adopt": "enginespec.lifecycle.running",
+    "classify_failure": "enginespec.lifecycle.running",
+    "launch": "enginespec.lifecycle.running",
+    "EngineLoad": "enginespec.health.load",
+    "check_load": "enginespec.health.load",
+    "check_load_all": "enginespec.health.load",
+    "check_load_all_async": "enginespec.health.load",
+    "check_load_async": "enginespec.health.load",
+    "LogLine": "enginespec.lifecycle.logbook",
+    "BinaryProbeResult": "enginespec.lifecycle.probing",
+    "EngineHelp": "enginespec.lifecycle.probing",
+    "RuntimeInfo": "enginespec.lifecycle.probing",
+    "DockerRuntime": "enginespec.lifecycle.recipe",
+    "NativeRuntime": "enginespec.lifecycle.recipe",
+    "Recipe": "enginespec.lifecycle.recipe",
+    "EngineProcess": "enginespec.process.record",
+    "ScanStats": "enginespec.scanning.scanner",
+    "gpu_ledger": "enginespec.scanning.scanner",
+    "scan": "enginespec.scanning.scanner",
+    "with_gpus": "enginespec.scanning.scanner",
+    "Evidence": "enginespec.definition.signature",
+    "LaunchForm": "enginespec.definition.signature",
+    "Signature": "enginespec.definition.signature",
     "EngineSpec": "enginespec.spec",
     "Health": "enginespec.status",
     "HealthState": "enginespec.status",
-    "EngineMonitor": "enginespec.vitals",
-    "Vitals": "enginespec.vitals",
-    "WorkerExit": "enginespec.vitals",
-    "FeedFormat": "enginespec.feeds",
-    "FeedWriter": "enginespec.feeds",
-    "HostReport": "enginespec.remote",
-    "RemoteEngine": "enginespec.remote",
-    "fetch_remote": "enginespec.remote",
-    "fetch_remote_async": "enginespec.remote",
-    "Changed": "enginespec.watching",
-    "EngineIdentity": "enginespec.watching",
-    "HealthChanged": "enginespec.watching",
-    "Recovered": "enginespec.watching",
-    "Scanner": "enginespec.scanning",
-    "Started": "enginespec.watching",
-    "Stopped": "enginespec.watching",
-    "Watch": "enginespec.watching",
-    "WatchOptions": "enginespec.watching",
-    "WatchEvent": "enginespec.watching",
-    "WorkerLost": "enginespec.watching",
-    "event_json": "enginespec.watching",
-    "event_schema": "enginespec.watching",
-    "parse_event": "enginespec.watching",
+    "EngineMonitor": "enginespec.health.vitals",
+    "Vitals": "enginespec.health.vitals",
+    "WorkerExit": "enginespec.health.vitals",
+    "FeedFormat": "enginespec.fleet.feeds",
+    "FeedWriter": "enginespec.fleet.feeds",
+    "HostReport": "enginespec.fleet.remote",
+    "RemoteEngine": "enginespec.fleet.remote",
+    "fetch_remote": "enginespec.fleet.remote",
+    "fetch_remote_async": "enginespec.fleet.remote",
+    "Changed": "enginespec.scanning.watch",
+    "EngineIdentity": "enginespec.scanning.watch",
+    "HealthChanged": "enginespec.scanning.watch",
+    "Recovered": "enginespec.scanning.watch",
+    "Scanner": "enginespec.scanning.scanner",
+    "Started": "enginespec.scanning.watch",
+    "Stopped": "enginespec.scanning.watch",
+    "Watch": "enginespec.scanning.watch",
+    "WatchOptions": "enginespec.scanning.watch",
+    "WatchEvent": "enginespec.scanning.watch",
+    "WorkerLost": "enginespec.scanning.watch",
+    "event_json": "enginespec.scanning.watch",
+    "event_schema": "enginespec.scanning.watch",
+    "parse_event": "enginespec.scanning.watch",
     "__version__": "enginespec.version",
 }
 

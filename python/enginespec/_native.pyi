@@ -9,21 +9,21 @@ from collections.abc import Sequence
 from os import PathLike
 from typing import Literal, TypeAlias, final
 
-from enginespec._common import Listening, RawInvocation, RawProcess, ReadSet
-from enginespec._pygguf import RawHeader
+from enginespec._host.fallback.gguf import RawHeader
+from enginespec._host.shapes import Listening, RawInvocation, RawProcess, ReadSet
 
 __all__ = ["Matcher", "ProcRoot", "ProcessScanner", "parse_cgroup", "proxy_flags", "read_gguf"]
 
 # The aliases are the stub's alone (private names: the module has no such attributes).
 
-# The records are the named tuples of enginespec._common, built there for both backends.
+# The records are the named tuples of enginespec._host.shapes, built there for both backends.
 _RawInvocation: TypeAlias = RawInvocation
 _RawProcess: TypeAlias = RawProcess
 _Listening: TypeAlias = Listening
 _ReadSet: TypeAlias = ReadSet
 _Change: TypeAlias = Literal["forked", "exec", "comm", "exited"]
 
-#: What a cgroup path says runs a container (``enginespec.containers.Runtime``).
+#: What a cgroup path says runs a container (``enginespec.process.containers.Runtime``).
 _Runtime: TypeAlias = Literal["docker", "podman", "containerd", "cri-o", "kubernetes"]
 
 @final

@@ -94,7 +94,7 @@ class ExporterError(EngineSpecError, OSError):
 
 class FileWriteError(EngineSpecError, OSError):
     """A file enginespec was asked to write (a feed, a textfile, a log) that cannot be written, or
-    not safely (see :mod:`enginespec.safewrite`): the message names the flag, the file and why."""
+    not safely (see :mod:`enginespec.untrusted.safewrite`): the message names the flag, the file and why."""
 
 
 class LaunchFailed(EngineSpecError, RuntimeError):

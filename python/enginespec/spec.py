@@ -1,4 +1,4 @@
-"""EngineSpec: one engine's knowledge (see :mod:`enginespec.definition`) with the seed interface a
+"""EngineSpec: one engine's knowledge (see :mod:`enginespec.definition.records`) with the seed interface a
 caller expects on it, as thin delegations to the machinery modules that take a spec."""
 
 from __future__ import annotations
@@ -8,21 +8,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from enginespec.argv import parse_argv
-from enginespec.definition import EngineDefinition
+from enginespec.definition.records import EngineDefinition
 from enginespec.errors import CommandError
-from enginespec.urls import base_url
+from enginespec.process.argv import parse_argv
+from enginespec.process.urls import base_url
 
 # The machinery is imported by the methods that use it: importing the engines (which every
 # scan does) then costs only their data, not the command builder, installer and probes.
 if TYPE_CHECKING:
-    from enginespec.commands import Command
     from enginespec.config import Config
-    from enginespec.engineprocess import EngineProcess
-    from enginespec.installing import InstallOptions, InstallResult
-    from enginespec.lifecycle import RunningEngine, Supervision
-    from enginespec.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
-    from enginespec.recipe import Recipe
+    from enginespec.lifecycle.commands import Command
+    from enginespec.lifecycle.installing import InstallOptions, InstallResult
+    from enginespec.lifecycle.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
+    from enginespec.lifecycle.recipe import Recipe
+    from enginespec.lifecycle.running import RunningEngine, Supervision
+    from enginespec.process.record import EngineProcess
 
 
 class EngineSpec(EngineDefinition):
@@ -59,14 +59,14 @@ class EngineSpec(EngineDefinition):
         url = base_url(host, port, sockets=self.serving.socket_host)
         return None if url is None else url + self.health_path
 
-    # -- commands (enginespec.commands) ----------------------------------------------------------
+    # -- commands (enginespec.lifecycle.commands) ----------------------------------------------------------
 
     def plan(
         self, recipe: Recipe, config: Config | None = None, *, strict: bool = False, validate: bool = False
     ) -> Command:
         """The full command: argv, environment delta, injected flags, warnings, launcher."""
-        from enginespec import commands
         from enginespec.config import Config
+        from enginespec.lifecycle import commands
 
         return commands.plan(self, recipe, config or Config(), strict=strict, validate=validate)
 
@@ -78,12 +78,12 @@ class EngineSpec(EngineDefinition):
 
     def build_environment(self, recipe: Recipe, config: Config | None = None) -> dict[str, str]:
         """The environment delta for a recipe (visible devices, the venv first on PATH, env_vars)."""
-        from enginespec import commands
         from enginespec.config import Config
+        from enginespec.lifecycle import commands
 
         return commands.build_environment(self, recipe, config or Config())
 
-    # -- running (enginespec.lifecycle) ---------------------------------------------------------
+    # -- running (enginespec.lifecycle.running) ---------------------------------------------------------
 
     def start(
         self,
@@ -95,13 +95,13 @@ class EngineSpec(EngineDefinition):
         supervise: Supervision | None = None,
     ) -> RunningEngine:
         """Launches the recipe on this engine (see :func:`enginespec.launch`)."""
-        from enginespec import lifecycle
+        from enginespec.lifecycle import running as lifecycle
 
         if recipe.engine != self.id:
             raise CommandError(f"engine: the recipe is for {recipe.engine!r}, not {self.id!r}")
         return lifecycle.launch(recipe, config, log_dir=log_dir, cwd=cwd, supervise=supervise)
 
-    # -- installing (enginespec.installing) ------------------------------------------------------
+    # -- installing (enginespec.lifecycle.installing) ------------------------------------------------------
 
     def managed_package_spec(self, version: str | None = None) -> str:
         """The requirement installed into the managed venv (``vllm``, ``vllm==0.10.2``, ...)."""
@@ -109,9 +109,9 @@ class EngineSpec(EngineDefinition):
 
     def install(self, options: InstallOptions | None = None, config: Config | None = None) -> InstallResult:
         """Installs the engine idempotently into the managed runtime or ``options.python_path``."""
-        from enginespec import installing
         from enginespec.config import Config
-        from enginespec.installing import InstallOptions
+        from enginespec.lifecycle import installing
+        from enginespec.lifecycle.installing import InstallOptions
 
         return installing.install(self, options or InstallOptions(), config or Config())
 
@@ -122,11 +122,11 @@ class EngineSpec(EngineDefinition):
 
         return await asyncio.to_thread(self.install, options, config)
 
-    # -- probing (enginespec.probing) ------------------------------------------------------------
+    # -- probing (enginespec.lifecycle.probing) ------------------------------------------------------------
 
     def probe_binary(self, path: str | os.PathLike[str], timeout: float = 10.0) -> BinaryProbeResult:
         """Whether ``path`` is this engine's installed binary or console script, and its version."""
-        from enginespec import probing
+        from enginespec.lifecycle import probing
 
         return probing.probe_binary(self, path, timeout)
 
@@ -139,8 +139,8 @@ class EngineSpec(EngineDefinition):
 
     def resolve_python_path(self, config: Config | None = None) -> Path | None:
         """The engine's interpreter (``None`` for binaries), in the launcher's order."""
-        from enginespec import probing
         from enginespec.config import Config
+        from enginespec.lifecycle import probing
 
         return probing.resolve_python_path(self, config or Config())
 
@@ -148,8 +148,8 @@ class EngineSpec(EngineDefinition):
         self, config: Config | None = None, running: EngineProcess | None = None
     ) -> RuntimeInfo:
         """What is installed (or, given a running process, what that process runs)."""
-        from enginespec import probing
         from enginespec.config import Config
+        from enginespec.lifecycle import probing
 
         if running is not None:
             return probing.running_info(self, running)
@@ -164,7 +164,7 @@ class EngineSpec(EngineDefinition):
 
     def get_config_help(self, config: Config | None = None, timeout: float | None = None) -> EngineHelp:
         """The engine's own full ``--help`` and the flags it accepts, cached per (command, version)."""
-        from enginespec import probing
         from enginespec.config import Config
+        from enginespec.lifecycle import probing
 
         return probing.read_help(self, config or Config(), timeout)

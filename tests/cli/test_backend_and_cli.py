@@ -86,7 +86,16 @@ def test_cli_json_of_argv_that_is_not_utf8() -> None:
     # argv read from /proc may hold any bytes: the JSON escapes them, the CLI does not die
     model = os.fsdecode(b"/m/caf\xe9.gguf")
     out = subprocess.run(
-        [sys.executable, "-m", "enginespec.cli", "parse", "--", "llama-server", "-m", os.fsencode(model)],
+        [
+            sys.executable,
+            "-m",
+            "enginespec.cli.main",
+            "parse",
+            "--",
+            "llama-server",
+            "-m",
+            os.fsencode(model),
+        ],
         capture_output=True,
         check=False,
         timeout=120,

@@ -261,7 +261,16 @@ def test_describe_and_health_take_the_engine_id_alerts_show(procs: Procs) -> Non
         assert checked.returncode == 1
         assert _text(checked).split()[2].startswith("loading")
         waiting = subprocess.Popen(
-            [sys.executable, "-m", "enginespec.cli", "health", engine_id, "--wait", "--wait-timeout", "60"],
+            [
+                sys.executable,
+                "-m",
+                "enginespec.cli.main",
+                "health",
+                engine_id,
+                "--wait",
+                "--wait-timeout",
+                "60",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )

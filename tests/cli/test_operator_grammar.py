@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from enginespec.cli import _parser
+from enginespec.cli.main import _parser
 from helpers.cli import enginespec
 from helpers.fakeserver import Answer, bound_socket, free_port, serving
 from helpers.procs import Procs
@@ -187,7 +187,7 @@ def test_what_is_no_target_is_one_clear_line(target: str) -> None:
 
 
 def test_every_alias_names_its_own_engine() -> None:
-    from enginespec.registry import all_engines, engine_named
+    from enginespec.definition.registry import all_engines, engine_named
 
     aliases = [(alias, engine.id) for engine in all_engines() for alias in engine.aliases]
     assert ("llama.cpp", "llamacpp") in aliases

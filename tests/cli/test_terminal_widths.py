@@ -113,7 +113,15 @@ def test_watch_fits_the_terminal_and_ctrl_c_exits_0(
     }
     done = f"/tmp/enginespec-tmux-watch-{os.getpid()}-{width}"
     # watched by pid, so that the host's other engines do not change the layout
-    command = [sys.executable, "-m", "enginespec.cli", "watch", "--interval", "200ms", *map(str, started)]
+    command = [
+        sys.executable,
+        "-m",
+        "enginespec.cli.main",
+        "watch",
+        "--interval",
+        "200ms",
+        *map(str, started),
+    ]
     # the status written whole, then renamed: the file never exists empty (seen under CI's load)
     shell = f"{shlex.join(command)}; echo $? > {done}.part; mv {done}.part {done}; sleep 600"
     session = f"watch{width}"

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from enginespec import _pycontainers, _pymatcher
+from enginespec._host.fallback import cgroup as _pycontainers
+from enginespec._host.fallback import matcher as _pymatcher
+from enginespec.definition.signature import Evidence, LaunchForm, Signature, signatures_json
 from enginespec.engines import all_signatures, get_engine_spec
-from enginespec.signature import Evidence, LaunchForm, Signature, signatures_json
 
 # Compares the Rust matcher with the Python twin: nothing to compare where the extension is absent.
 _native = pytest.importorskip("enginespec._native", reason="the Rust extension is not installed")

@@ -26,8 +26,8 @@ from enginespec import (
     redact_argv,
 )
 from enginespec.errors import InstallOptionsError
-from enginespec.health import check_health
-from enginespec.installing import host_accelerator
+from enginespec.health.checks import check_health
+from enginespec.lifecycle.installing import host_accelerator
 from helpers.facts import argv_facts
 from helpers.fakeserver import Answer, bound_socket, models, serving
 from helpers.procs import Procs, children_of, wait_for

@@ -13,9 +13,9 @@ import pytest
 
 from enginespec import Config, Recipe, Scanner, get_engine_spec, parse_argv
 from enginespec.errors import InstallOptionsError
-from enginespec.health import check_health
-from enginespec.installing import InstallOptions
-from enginespec.settings import split_address
+from enginespec.health.checks import check_health
+from enginespec.lifecycle.installing import InstallOptions
+from enginespec.process.settings import split_address
 from helpers.facts import argv_facts
 from helpers.fakeserver import Answer, bound_socket, models, serving
 from helpers.procs import Procs, wait_for

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from enginespec import Scanner, parse_argv
-from enginespec.health import check_health
+from enginespec.health.checks import check_health
 from helpers.facts import argv_facts
 from helpers.procs import Procs, children_of, wait_for
 

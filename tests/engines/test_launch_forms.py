@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from enginespec import Scanner, parse_argv
-from enginespec._backend import MatcherType
+from enginespec._host.backend import MatcherType
+from enginespec.definition.signature import Evidence, LaunchForm, Signature, signatures_json
 from enginespec.engines import all_signatures
-from enginespec.signature import Evidence, LaunchForm, Signature, signatures_json
 from helpers.facts import argv_facts
 from helpers.procs import Procs
 

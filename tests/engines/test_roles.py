@@ -11,9 +11,9 @@ import pytest
 
 import enginespec
 from enginespec import Scanner, parse_argv
-from enginespec._backend import MatcherType
-from enginespec.health import check_health
-from enginespec.signature import LaunchForm, Signature, signatures_json
+from enginespec._host.backend import MatcherType
+from enginespec.definition.signature import LaunchForm, Signature, signatures_json
+from enginespec.health.checks import check_health
 from helpers.facts import argv_facts
 from helpers.procs import Procs
 

@@ -23,14 +23,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-import enginespec.agent as agent_module
-from enginespec import EngineProcess, Health, remote
-from enginespec.agentviews import SharedEvent
-from enginespec.agentwire import Peer
-from enginespec.disclosure import EVERYTHING
+import enginespec.fleet.agent as agent_module
+from enginespec import EngineProcess, Health
 from enginespec.errors import InvalidInputError
-from enginespec.scanning import engine_document
-from enginespec.watching import Started, event_json
+from enginespec.fleet import remote
+from enginespec.fleet.agent_views import SharedEvent
+from enginespec.fleet.agent_wire import Peer
+from enginespec.fleet.disclosure import EVERYTHING
+from enginespec.scanning.scanner import engine_document
+from enginespec.scanning.watch import Started, event_json
 from fleet.test_feeds import METRICS, SECRET, fake_engine, made_engine
 from helpers.cli import run
 from helpers.fakeserver import Answer, free_port, models, serving

@@ -22,9 +22,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from enginespec import agentviews, agentwire
-from enginespec.agent import MAX_STREAMS_PER_PEER, read_token
 from enginespec.errors import InvalidInputError
+from enginespec.fleet import agent_views as agentviews
+from enginespec.fleet import agent_wire as agentwire
+from enginespec.fleet.agent import MAX_STREAMS_PER_PEER, read_token
 from fleet.test_agent import _until, agent
 from helpers.cli import enginespec_in_background, run
 from helpers.fakeserver import free_port
@@ -389,7 +390,7 @@ def test_a_loopback_clients_uid_is_its_sockets_owner(
     import pwd
     import socket
 
-    from enginespec import sockets
+    from enginespec.process import sockets
 
     if not kernel_asked:
         monkeypatch.setattr(sockets, "_diag_owner", lambda *_: False)

@@ -167,7 +167,9 @@ def test_it_listens_before_a_hung_engine_holds_its_first_refresh(procs: Procs) -
 
 def test_port_0_needs_a_textfile() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "enginespec.cli", "exporter", "--port", "0"], capture_output=True, timeout=60
+        [sys.executable, "-m", "enginespec.cli", "exporter", "--port", "0"],
+        capture_output=True,
+        timeout=60,
     )
     assert out.returncode == 2
     (line,) = out.stderr.decode().splitlines()
@@ -197,7 +199,7 @@ def test_errors_name_the_address_the_file_and_the_flag(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "enginespec.cli",
+            "enginespec.cli.main",
             "exporter",
             "--port",
             "0",

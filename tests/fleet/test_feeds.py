@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-import enginespec.cli as cli
-import enginespec.feeds as feeds
+import enginespec.cli.main as cli
+import enginespec.fleet.feeds as feeds
 from enginespec import EngineProcess
 from helpers.cli import enginespec_in_background
 from helpers.fakeserver import Answer, bound_socket, free_port, models, serving

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import enginespec.gpus as gpus_module
+import enginespec.gpus.reader as gpus_module
 from enginespec import (
     Config,
     EngineProcess,
@@ -26,7 +26,7 @@ from enginespec import (
     gpu_ledger,
     with_gpus,
 )
-from enginespec.watching import changed_fields
+from enginespec.scanning.watch import changed_fields
 from helpers.fixturehost import FixtureHost, Stat
 from helpers.gpuhost import GIB, MIB, Host, build_nvml, engine, fdinfo_new, fdinfo_old
 from helpers.procs import Procs
@@ -568,8 +568,8 @@ def test_an_unchanged_tree_gives_the_same_record_and_a_change_names_gpus(
 ) -> None:
     """What a watch relies on: the same object while nothing changed; ``gpus`` in the fields of
     a change."""
-    from enginespec.gpus import GpuReader
-    from enginespec.scanning import trees, with_held
+    from enginespec.gpus.reader import GpuReader
+    from enginespec.scanning.scanner import trees, with_held
 
     gpu0, _ = two_nvidia(host)
     host.process(102, "vllm", cuda_fds(host, gpu0))
@@ -711,7 +711,7 @@ def tp2_with_orphan(
 def test_ps_shows_the_gpus_and_bytes_only_when_an_engine_holds_one(
     tp2_with_orphan: list[EngineProcess],
 ) -> None:
-    from enginespec.cli import Shown, _table_lines
+    from enginespec.cli.main import Shown, _table_lines
 
     header, *rows = _table_lines([Shown(p) for p in tp2_with_orphan], False, None)
     assert header.split()[-2:] == ["GPU", "AGE"]  # AGE is always the last without health
@@ -724,7 +724,7 @@ def test_ps_shows_the_gpus_and_bytes_only_when_an_engine_holds_one(
 
 
 def test_the_ledger_as_text_and_json(tp2_with_orphan: list[EngineProcess], host: Host) -> None:
-    from enginespec.cli import gpu_lines
+    from enginespec.cli.main import gpu_lines
 
     devices = gpu_ledger(tp2_with_orphan, root=str(host.root))
     server, orphan, _ = tp2_with_orphan
@@ -752,7 +752,7 @@ def test_the_exporter_series(tp2_with_orphan: list[EngineProcess], host: Host) -
     from prometheus_client.parser import text_string_to_metric_families
     from prometheus_client.registry import CollectorRegistry
 
-    from enginespec.exporter import EngineCollector, Snapshot
+    from enginespec.fleet.exporter import EngineCollector, Snapshot
 
     collector = EngineCollector()
     devices = gpu_ledger(tp2_with_orphan, root=str(host.root), all_processes=False, reread=False)

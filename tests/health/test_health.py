@@ -24,7 +24,7 @@ from enginespec import (
     all_engine_specs,
     get_engine_spec,
 )
-from enginespec.health import (
+from enginespec.health.checks import (
     EngineExited,
     NotReady,
     check_all,

@@ -1,4 +1,4 @@
-"""Load readings (enginespec.load) from real HTTP servers on loopback answering as each engine's
+"""Load readings (enginespec.health.load) from real HTTP servers on loopback answering as each engine's
 metrics endpoint does, on both backends."""
 
 from __future__ import annotations
@@ -11,10 +11,17 @@ from contextlib import ExitStack
 
 import pytest
 
-import enginespec.load as load_module
+import enginespec.health.load as load_module
+from enginespec.definition.registry import all_engines
 from enginespec.errors import InvalidInputError
-from enginespec.load import STALL_ENV, EngineLoad, check_load, check_load_all, check_load_async, parse_metrics
-from enginespec.registry import all_engines
+from enginespec.health.load import (
+    STALL_ENV,
+    EngineLoad,
+    check_load,
+    check_load_all,
+    check_load_async,
+    parse_metrics,
+)
 from helpers.fakeserver import Answer, serving
 from helpers.loadkit import TEXT, engine_for, vllm_metrics
 

@@ -11,11 +11,11 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-import enginespec.cli as cli
-from enginespec.engineprocess import EngineProcess
-from enginespec.exporter import EngineCollector, _refresh
-from enginespec.scanning import Scanner
-from enginespec.vitals import EngineMonitor
+import enginespec.cli.main as cli
+from enginespec.fleet.exporter import EngineCollector, _refresh
+from enginespec.health.vitals import EngineMonitor
+from enginespec.process.record import EngineProcess
+from enginespec.scanning.scanner import Scanner
 from helpers.fakeserver import Answer, bound_socket, serving
 from helpers.loadkit import TEXT, vllm_metrics
 from helpers.procs import Procs

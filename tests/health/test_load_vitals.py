@@ -1,4 +1,4 @@
-"""EngineMonitor and watch (enginespec.vitals): worker-tree integrity with real processes retitled
+"""EngineMonitor and watch (enginespec.health.vitals): worker-tree integrity with real processes retitled
 as workers and killed with SIGKILL, busy versus stalled with real HTTP servers on loopback, on
 both backends."""
 
@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from enginespec import vitals
-from enginespec.engineprocess import EngineProcess
-from enginespec.scanning import Scanner
-from enginespec.vitals import EngineMonitor
-from enginespec.watching import HealthChanged, Recovered, Watch, WatchEvent, WorkerLost
+from enginespec.health import vitals
+from enginespec.health.vitals import EngineMonitor
+from enginespec.process.record import EngineProcess
+from enginespec.scanning.scanner import Scanner
+from enginespec.scanning.watch import HealthChanged, Recovered, Watch, WatchEvent, WorkerLost
 from helpers.fakeserver import Answer, FakeEngine, bound_socket, serving
 from helpers.loadkit import TEXT, vllm_metrics
 from helpers.procs import Procs, wait_for

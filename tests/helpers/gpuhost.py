@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from enginespec import EngineProcess
-from enginespec.signature import Role
+from enginespec.definition.signature import Role
 
 NVML_SOURCE = Path(__file__).parent / "nvml_fake.c"
 UVM_MAJOR = 508

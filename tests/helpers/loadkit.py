@@ -8,7 +8,7 @@ import os
 
 import psutil
 
-from enginespec.engineprocess import EngineProcess
+from enginespec.process.record import EngineProcess
 
 
 def engine_for(engine: str, url: str) -> EngineProcess:

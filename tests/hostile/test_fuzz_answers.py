@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from enginespec import EngineProcess, Scanner
-from enginespec.health import check_health
-from enginespec.load import check_load, parse_metrics
-from enginespec.registry import all_engines
+from enginespec.definition.registry import all_engines
+from enginespec.health.checks import check_health
+from enginespec.health.load import check_load, parse_metrics
 from helpers.fakeserver import Answer, FakeEngine, bound_socket
 from helpers.procs import Procs
 
@@ -166,11 +166,11 @@ def _finite_numbers(value: object) -> bool:
 def test_hostile_answers_through_the_cli_and_the_agent(
     engines: _Engines, health: bytes, models: bytes, metrics: bytes, listed: bytes
 ) -> None:
-    from enginespec._documents import dumps
-    from enginespec.agent import _json
-    from enginespec.cli import Shown, _table_lines
-    from enginespec.remote import _engines
-    from enginespec.scanning import engine_document
+    from enginespec.cli.main import Shown, _table_lines
+    from enginespec.fleet.agent import _json
+    from enginespec.fleet.remote import _engines
+    from enginespec.scanning.scanner import engine_document
+    from enginespec.untrusted.documents import dumps
 
     engines.answer(
         {"/health": health, "/": health, "/v1/models": models, "/metrics": metrics, "/api/ps": listed}

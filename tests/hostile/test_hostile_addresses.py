@@ -9,7 +9,7 @@ import json
 import pytest
 
 from enginespec import Scanner, parse_argv
-from enginespec.health import check_all, check_health, check_health_async
+from enginespec.health.checks import check_all, check_health, check_health_async
 from helpers.cli import enginespec
 from helpers.fakeserver import serving
 from helpers.procs import Procs

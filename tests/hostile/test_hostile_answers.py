@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from enginespec import EngineProcess, Scanner
-from enginespec._documents import DocumentError, parse_json
-from enginespec.health import check_health
-from enginespec.load import check_load
-from enginespec.modelfacts import hf_facts
-from enginespec.probing import installed_versions
-from enginespec.remote import fetch_remote
+from enginespec.fleet.remote import fetch_remote
+from enginespec.health.checks import check_health
+from enginespec.health.load import check_load
+from enginespec.lifecycle.probing import installed_versions
+from enginespec.models.facts import hf_facts
+from enginespec.untrusted.documents import DocumentError, parse_json
 from helpers.cli import enginespec
 from helpers.fakeserver import Answer, bound_socket, serving
 from helpers.procs import Procs
@@ -108,7 +108,7 @@ def test_what_the_reader_takes_is_what_json_gives() -> None:
 
 
 def test_strict_writer_never_prints_infinity_and_says_what_it_nulled() -> None:
-    from enginespec._documents import dumps
+    from enginespec.untrusted.documents import dumps
 
     document = {"a": 1.5, "b": float("inf"), "inner": {"c": float("nan"), "problems": []}, "problems": []}
     text = dumps(document)
@@ -249,7 +249,7 @@ def test_metrics_that_add_up_to_infinity_are_out_of_range_not_an_overflow(
 
 @root_only
 def test_metrics_within_range_still_add_up(procs: Procs, nobody_idle: Path) -> None:
-    from enginespec.load import MAX_TOTAL
+    from enginespec.health.load import MAX_TOTAL
 
     sock = bound_socket()
     half = f"{MAX_TOTAL / 2:.0f}"
@@ -371,7 +371,7 @@ def test_hostile_numbers_of_a_model_are_a_problem_and_ps_survives(
 )
 def test_llamacpp_estimate_takes_no_unbounded_number(tmp_path: Path, argv: list[str], why: str) -> None:
     from enginespec.engines import llamacpp
-    from enginespec.modelfacts import ModelError, ModelFacts
+    from enginespec.models.facts import ModelError, ModelFacts
 
     facts = ModelFacts(format="gguf", files=("m.gguf",), context_length=4096, layer_bytes=(10, 10))
     with pytest.raises(ModelError) as raised:
@@ -454,7 +454,7 @@ def test_4096_links_are_past_the_shard_cap_and_said(tmp_path: Path) -> None:
 
 def test_headers_past_the_total_cap_are_cut_and_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Distinct shards whose headers together pass MAX_HEADERS_TOTAL: reading stops, and says so."""
-    import enginespec.modelfacts as modelfacts
+    import enginespec.models.facts as modelfacts
 
     folder = _model_folder(tmp_path)
     weight_map = {}
@@ -490,7 +490,7 @@ def test_model_pid_with_links_of_nobody_counts_once(
 
 def test_a_container_runtimes_hostile_answer_is_no_container(tmp_path: Path) -> None:
     """A deep answer was refused before (RecursionError caught); a 400-digit pid was taken."""
-    from enginespec.containers import api_inspect
+    from enginespec.process.containers import api_inspect
 
     cid = "a" * 64
 
@@ -558,7 +558,7 @@ def test_a_pythons_deep_answer_to_the_version_probe_is_no_version(tmp_path: Path
 
 
 def test_a_yaml_config_infinity_is_refused() -> None:
-    from enginespec._documents import parse_yaml
+    from enginespec.untrusted.documents import parse_yaml
 
     for text in (b"max_model_len: .inf\n", b"x: [1, .nan]\n", b"x: 1.0e+400\n"):
         with pytest.raises(DocumentError, match="not finite"):

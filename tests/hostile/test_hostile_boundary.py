@@ -22,13 +22,13 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-import enginespec.health as health_module
-import enginespec.scanstages as scanstages
+import enginespec.health.checks as health_module
+import enginespec.scanning.stages as scanstages
 from enginespec import EngineProcess, Scanner
-from enginespec.exporter import Refresher
-from enginespec.health import check_all
-from enginespec.vitals import EngineMonitor
-from enginespec.watching import HealthChanged
+from enginespec.fleet.exporter import Refresher
+from enginespec.health.checks import check_all
+from enginespec.health.vitals import EngineMonitor
+from enginespec.scanning.watch import HealthChanged
 from helpers.cli import enginespec
 from helpers.fakeserver import Answer, bound_socket, free_port, serving
 from helpers.procs import Procs, stop_child, wait_for
@@ -101,7 +101,7 @@ def test_a_stage_that_raises_is_that_engines_problem_alone(
         "process is up, not accepting connections yet",
     )
     assert healths[0].state == "unknown"  # no address: asked nothing, so nothing raised
-    import enginespec.boundary as boundary
+    import enginespec.untrusted.boundary as boundary
 
     before = boundary.failures()
     healths = check_all([odd_record.model_copy(update={"base_url": "http://127.0.0.1:1"}), fine_record])
@@ -178,7 +178,7 @@ def test_a_context_length_beyond_a_float_spoils_no_other_engine(
         [
             sys.executable,
             "-m",
-            "enginespec.cli",
+            "enginespec.cli.main",
             "serve",
             "--interval",
             "200ms",

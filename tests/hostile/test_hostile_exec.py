@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from enginespec import Scanner, get_engine_spec
-from enginespec.probing import python_of_process
+from enginespec.lifecycle.probing import python_of_process
 from helpers.procs import wait_for
 
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-import enginespec._documents as documents
-import enginespec._procfiles as procfiles
+import enginespec._host.procfiles as procfiles
+import enginespec.untrusted.documents as documents
 from enginespec import EngineProcess, Scanner, get_engine_spec
-from enginespec.naming import model_name
-from enginespec.settings import read_outside
+from enginespec.models.naming import model_name
+from enginespec.process.settings import read_outside
 from fleet.test_exporter import _scrape_until, exporter  # noqa: F401  (a fixture)
 from helpers.cli import enginespec
 from helpers.procs import HELPER_SOURCE, wait_for

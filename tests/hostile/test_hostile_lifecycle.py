@@ -17,8 +17,8 @@ import pytest
 
 from enginespec import Scanner
 from enginespec.errors import RestartRefused
-from enginespec.lifecycle import adopt
-from enginespec.logbook import MAX_LINE_BYTES, LogBook
+from enginespec.lifecycle.logbook import MAX_LINE_BYTES, LogBook
+from enginespec.lifecycle.running import adopt
 from helpers.cli import enginespec
 from helpers.fakeserver import free_port
 from helpers.lifecycle_fakes import HOST, install_fake, kill_quietly, recipe_file, until_ready

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from enginespec import Config, EngineProcess, Scanner, get_engine_spec, parse_argv
-from enginespec.health import MAX_ANSWER_BYTES, check_all, check_health
-from enginespec.vitals import EngineMonitor
+from enginespec.health.checks import MAX_ANSWER_BYTES, check_all, check_health
+from enginespec.health.vitals import EngineMonitor
 from helpers.cli import enginespec
 from helpers.fakeserver import Answer, FakeEngine, bound_socket, free_port, serving
 from helpers.procs import Procs, children_of, wait_for
@@ -289,7 +289,7 @@ def _peak_of_health(pid: int) -> tuple[int, str]:
     """The peak RSS (KiB) of `enginespec health PID --json` and the state it printed."""
     code = (
         "import resource, sys\n"
-        "from enginespec.cli import main\n"
+        "from enginespec.cli.main import main\n"
         f"rc = main(['health', '{pid}', '--json'])\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
     )

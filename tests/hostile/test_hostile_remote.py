@@ -20,10 +20,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from rich.console import Console
 
-import enginespec.cli as cli
+import enginespec.cli.main as cli
 from enginespec import EngineProcess, Health
-from enginespec.scanning import engine_document
-from enginespec.watching import Started, event_json
+from enginespec.scanning.scanner import engine_document
+from enginespec.scanning.watch import Started, event_json
 from fleet.test_feeds import made_engine
 from helpers.cli import run
 from helpers.fakeserver import Answer, serving

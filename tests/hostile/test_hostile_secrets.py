@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from enginespec import Recipe, RecipeFileError, Scanner, get_engine_spec, parse_argv, redact_argv
-from enginespec.health import check_health
+from enginespec.health.checks import check_health
 from helpers.cli import enginespec
 from helpers.fakeserver import Answer, bound_socket, serving
 from helpers.procs import Procs

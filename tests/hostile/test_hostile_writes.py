@@ -1,5 +1,5 @@
 """Every file enginespec writes (a feed, the exporter's textfile, a run's log) goes through one
-writer (enginespec.safewrite): a name another user planted as a symlink is never written through,
+writer (enginespec.untrusted.safewrite): a name another user planted as a symlink is never written through,
 a directory other users can change is refused unless it is sticky and the file is ours, and the
 mode is the umask's. The CLI runs as users run it; the planted links point at a file that must
 stay untouched."""
@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-import enginespec.exporter as exporter
+import enginespec.fleet.exporter as exporter
 from enginespec.errors import FileWriteError
-from enginespec.logbook import LogBook
-from enginespec.safewrite import create_file, replace_file
+from enginespec.lifecycle.logbook import LogBook
+from enginespec.untrusted.safewrite import create_file, replace_file
 
 VICTIM = "root's file: never to be written through a link\n"
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="chowns a file to nobody: needs root")

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from enginespec import EngineProcess, Scanner
-from enginespec._backend import ScannerType
-from enginespec._common import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess
-from enginespec._pyscanner import _reuse
+from enginespec._host.backend import ScannerType
+from enginespec._host.fallback.scan import _reuse
+from enginespec._host.shapes import ARGV_CUT, MAX_ARGV_ARGS, MAX_ARGV_BYTES, RawProcess
+from enginespec.definition.signature import signatures_json
 from enginespec.engines import all_signatures
-from enginespec.scanning import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
-from enginespec.signature import signatures_json
+from enginespec.scanning.scanner import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
 from helpers.procs import Procs, children_of, rewrites, send_when_handled, wait_for
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a scan as another user")
@@ -148,10 +148,10 @@ SCAN_AS_NOBODY = textwrap.dedent(
     """
     import ctypes, json, os, sys
     import enginespec
-    from enginespec import _pyscanner
+    from enginespec._host.fallback import scan as _pyscanner
     from enginespec.engines import all_signatures
-    from enginespec.scanning import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
-    from enginespec.signature import signatures_json
+    from enginespec.scanning.scanner import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
+    from enginespec.definition.signature import signatures_json
 
     enginespec.Scanner().scan()
     try:

@@ -28,9 +28,9 @@ from enginespec import (
     Recipe,
     get_engine_spec,
 )
-from enginespec.hardware import accelerators
-from enginespec.installing import find_cmake
-from enginespec.probing import help_flags, installed_versions, python_of_process, script_python
+from enginespec._host.hardware import accelerators
+from enginespec.lifecycle.installing import find_cmake
+from enginespec.lifecycle.probing import help_flags, installed_versions, python_of_process, script_python
 from helpers.cli import run
 from helpers.demo_spec import PACKAGE, SPEC, build_demo_wheels
 from helpers.fakeserver import Answer, serving

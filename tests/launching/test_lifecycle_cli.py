@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import enginespec as es
-from enginespec.engineprocess import make_engine_id
+from enginespec.process.record import make_engine_id
 from helpers.cli import enginespec
 from helpers.fakeserver import free_port
 from helpers.lifecycle_fakes import (

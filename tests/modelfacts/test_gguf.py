@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from enginespec import _backend, _pygguf
-from enginespec._common import TYPE_SIZES
+from enginespec._host import backend as _backend
+from enginespec._host.fallback import gguf as _pygguf
+from enginespec._host.shapes import TYPE_SIZES
 
 gguf = pytest.importorskip("gguf")
 np = pytest.importorskip("numpy")

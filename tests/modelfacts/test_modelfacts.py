@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from enginespec.engines import llamacpp, vllm
-from enginespec.modelfacts import ModelError, gguf_facts, hf_cache_folder, hf_facts, model_facts
+from enginespec.models.facts import ModelError, gguf_facts, hf_cache_folder, hf_facts, model_facts
 
 gguf = pytest.importorskip("gguf")
 np = pytest.importorskip("numpy")
@@ -393,7 +393,7 @@ def test_ollama_blob_is_named_through_the_manifests(tmp_path: Path) -> None:
 def test_model_command_on_a_running_engine(
     tmp_path: Path, procs: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from enginespec.cli import main
+    from enginespec.cli.main import main
 
     write_gguf(tmp_path / "m.gguf")
     server = procs.start(
@@ -420,8 +420,8 @@ def test_model_command_on_a_running_engine(
 
 
 def test_engine_process_model_facts_are_read_on_request_and_cached(tmp_path: Path, procs: Any) -> None:
-    from enginespec import processmodels
-    from enginespec.scanning import Scanner
+    from enginespec.models import processes as processmodels
+    from enginespec.scanning.scanner import Scanner
 
     model = write_gguf(tmp_path / "m.gguf")
     server = procs.start(["llama-server", "-m", str(model), "-c", "1024", "-np", "1", "--port", "18082"])
@@ -450,7 +450,7 @@ def test_engine_process_model_facts_are_read_on_request_and_cached(tmp_path: Pat
 def test_model_command_sets_logged_figures_beside_the_estimate(
     tmp_path: Path, procs: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from enginespec.cli import main
+    from enginespec.cli.main import main
 
     write_gguf(tmp_path / "m.gguf")
     server = procs.start(
@@ -473,7 +473,7 @@ def test_model_command_sets_logged_figures_beside_the_estimate(
 def test_measured_bytes_come_from_the_gpu_field() -> None:
     from types import SimpleNamespace
 
-    from enginespec.processmodels import measured
+    from enginespec.models.processes import measured
 
     uses = (SimpleNamespace(device="GPU0", memory_bytes=5), SimpleNamespace(device="GPU0", memory_bytes=2))
     assert measured(uses) == {"GPU0": 7}
@@ -504,7 +504,7 @@ def test_ps_shows_the_model_facts_compactly(tmp_path: Path, procs: Any) -> None:
 def test_a_blocked_model_read_is_abandoned_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    from enginespec import processmodels
+    from enginespec.models import processes as processmodels
 
     monkeypatch.setattr(processmodels, "DEADLINE_SECONDS", 0.2)
     monkeypatch.setattr(processmodels, "MAX_STUCK", 1)

@@ -103,7 +103,7 @@ def test_the_module_level_import_graph_is_acyclic() -> None:
     graph = _graph()
     assert len(graph) > 20  # the whole package was read
     # every import form is seen: `import a.b as c`, `from a.b import x`, `from a import module`
-    assert {"enginespec.commands", "enginespec.definition"} <= graph["enginespec.spec"]
+    assert {"enginespec.lifecycle.commands", "enginespec.definition.records"} <= graph["enginespec.spec"]
     assert "enginespec.engines.vllm" in graph["enginespec.engines"]
     assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
 
@@ -130,7 +130,10 @@ def test_imports_inside_functions_hide_no_cycle() -> None:
     if it were at module level, closes no cycle."""
     graph = _graph()
     lazy = {name: _function_imports(name, path) for name, path in MODULES.items()}
-    assert lazy["enginespec.spec"] >= {"enginespec.commands", "enginespec.installing"}  # they are seen
+    assert lazy["enginespec.spec"] >= {
+        "enginespec.lifecycle.commands",
+        "enginespec.lifecycle.installing",
+    }  # they are seen
     whole = {name: graph[name] | lazy[name] for name in graph}
     assert _cycle(whole) is None, " -> ".join(_cycle(whole) or [])
 
@@ -314,20 +317,81 @@ def test_the_child_check_finds_a_child_left_running() -> None:
 
 
 def test_only_the_backend_selector_imports_a_twin() -> None:
-    """The pure-Python twins (``_py*``) are the fallback backend, chosen in ``_backend`` alone:
-    what the facade shares with them lives in ``_common``, so the native path never loads them
-    and a change to a twin cannot break it."""
-    top = _graph()
-    graph = {name: top[name] | _function_imports(name, path) for name, path in MODULES.items()}
-    twins = {name for name in MODULES if name.rpartition(".")[2].startswith("_py")}
-    assert len(twins) == 7
+    """The pure-Python twins (``_host/fallback/``) are the fallback backend, chosen in
+    ``_host/backend`` alone: what the facade shares with them lives in ``_host/shapes``, so the
+    native path never loads them and a change to a twin cannot break it."""
+    graph = _whole_graph()
+    twins = {name for name in MODULES if name.startswith("enginespec._host.fallback.")}
+    assert len(twins) == 8  # one per Rust file it mirrors
     importers = {name for name, edges in graph.items() if edges & twins and name not in twins}
-    assert importers == {"enginespec._backend"}
+    assert importers == {"enginespec._host.backend"}
+
+
+#: The package's folders from the bottom up: a module imports only from its own folder and those
+#: below it (module level or inside a function). Root modules are named: the shared records and
+#: errors at the bottom, the facade (``spec``, the ``modelfacts`` path) above the capabilities.
+LAYERS: list[tuple[str, set[str] | None]] = [
+    ("base", {"errors", "status", "failures", "config", "version", "display", "suggest"}),
+    ("untrusted", None),
+    ("definition", None),
+    ("_host", None),
+    ("gpus", None),
+    ("models", None),
+    ("process", None),
+    ("health", None),
+    ("scanning", None),
+    ("lifecycle", None),
+    ("fleet", None),
+    ("facade", {"spec", "modelfacts"}),
+    ("engines", None),
+    ("cli", None),
+    ("top", {""}),
+]
+
+
+def _layer(module: str) -> int:
+    rest = module.removeprefix("enginespec").lstrip(".")
+    for rank, (name, members) in enumerate(LAYERS):
+        if rest in members if members is not None else rest.split(".")[0] == name:
+            return rank
+    raise AssertionError(f"{module} is in no layer: add it to a folder (and to docs/architecture.md)")
+
+
+def _whole_graph() -> dict[str, set[str]]:
+    top = _graph()
+    return {name: top[name] | _function_imports(name, path) for name, path in MODULES.items()}
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        for target in targets
+        if _layer(target) > _layer(name)
+    )
+
+
+def test_nothing_imports_upward() -> None:
+    """Every module sits in a folder of one capability, and folders import only downward: a
+    newcomer reading ``health/`` never lands in ``scanning/``, and ``definition/`` (what an
+    engine is) reads nothing of the host."""
+    graph = _whole_graph()
+    assert {_layer(name) for name in graph} == set(range(len(LAYERS)))  # every layer is populated
+    assert _upward(graph) == []
+    assert _upward({"enginespec.definition.registry": {"enginespec._host.procfiles"}})  # it finds them
+
+
+def test_the_package_is_one_level_deep() -> None:
+    """Folders hold modules, not folders (the fallback's twins, one per Rust file, aside)."""
+    deep = {
+        name for name in MODULES if name.count(".") > 2 and not name.startswith("enginespec._host.fallback.")
+    }
+    assert deep == set()
 
 
 def _classes_named_twice(sources: dict[str, str]) -> dict[str, list[str]]:
     """Public class names defined in more than one module (module name -> its source), but for
-    a twin: a class of a ``_py*`` module named as a class of the native stub (``_native``) it
+    a twin: a class of a ``_host/fallback/`` module named as a class of the native stub (``_native``) it
     mirrors."""
     defined: dict[str, list[str]] = {}
     for module, source in sorted(sources.items()):
@@ -337,7 +401,7 @@ def _classes_named_twice(sources: dict[str, str]) -> dict[str, list[str]]:
     native = {name for name, modules in defined.items() if "enginespec._native" in modules}
 
     def twin(module: str, name: str) -> bool:
-        return name in native and module.rpartition(".")[2].startswith("_py")
+        return name in native and module.startswith("enginespec._host.fallback.")
 
     shared = {name: [m for m in modules if not twin(m, name)] for name, modules in defined.items()}
     return {name: modules for name, modules in shared.items() if len(modules) > 1}
@@ -360,11 +424,11 @@ def test_one_class_per_name() -> None:
 def test_the_class_name_check_finds_a_name_used_twice() -> None:
     sources = {
         "enginespec._native": "class Matcher: ...",
-        "enginespec._pymatcher": "class Matcher: ...",
-        "enginespec.argv": "class Matcher: ...\nclass _Private: ...",
-        "enginespec.health": "class _Private: ...",
+        "enginespec._host.fallback.matcher": "class Matcher: ...",
+        "enginespec.process.argv": "class Matcher: ...\nclass _Private: ...",
+        "enginespec.health.checks": "class _Private: ...",
     }
-    assert _classes_named_twice(sources) == {"Matcher": ["enginespec._native", "enginespec.argv"]}
+    assert _classes_named_twice(sources) == {"Matcher": ["enginespec._native", "enginespec.process.argv"]}
 
 
 @pytest.mark.skipif(enginespec.BACKEND != "native", reason="the fallback backend is the twins")
@@ -388,8 +452,8 @@ def _docstrings(tree: ast.Module) -> set[int]:
 
 
 def test_only_the_reading_layer_names_proc() -> None:
-    """The paths of process files are made in one module (its ``proc`` root is how a scanner
-    reads a fixture host): no other module's code holds a ``/proc`` path."""
+    """The paths of kernel and process files are made in ``_host/`` (its ``proc`` root is how a
+    scanner reads a fixture host): no other folder's code holds a ``/proc`` path."""
     naming = {}
     for name, path in MODULES.items():
         tree = ast.parse(path.read_text())
@@ -401,10 +465,8 @@ def test_only_the_reading_layer_names_proc() -> None:
         ]
         if any("/proc" in text for text in texts):
             naming[name] = path
-    assert "enginespec._procfiles" in naming  # the search finds what it looks for
-    # installing's refusal names the file the host lacks, in a message (hardware.py reads it
-    # under a root)
-    assert set(naming) == {"enginespec._procfiles", "enginespec.installing"}
+    assert "enginespec._host.procfiles" in naming  # the search finds what it looks for
+    assert {name for name in naming if not name.startswith("enginespec._host.")} == set()
 
 
 def _loaded(code: str) -> list[str]:
@@ -421,14 +483,14 @@ def test_ps_loads_only_what_it_uses() -> None:
     ssl (a container's name: a host's containerised engine would load them in ps). Its table may
     use rich: engines of the host, such as other tests', may be found."""
     loaded = _loaded(
-        "import sys, io, contextlib; from enginespec.cli import main\n"
+        "import sys, io, contextlib; from enginespec.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()): main(['ps', '--no-health'])\n"
         "print(*sys.modules)"
     )
-    assert "enginespec.scanning" in loaded  # the list was read
+    assert "enginespec.scanning.scanner" in loaded  # the list was read
     assert not {"psutil", "httpx", "pydantic_settings", "asyncio"}.intersection(loaded)
-    loaded = _loaded("import sys, enginespec.cli, enginespec.scanning; print(*sys.modules)")
-    assert "enginespec.containers" in loaded
+    loaded = _loaded("import sys, enginespec.cli.main, enginespec.scanning.scanner; print(*sys.modules)")
+    assert "enginespec.process.containers" in loaded
     assert not {"http.client", "ssl"}.intersection(loaded)
 
 

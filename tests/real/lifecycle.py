@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from enginespec import Command, Config, EngineProcess, Recipe, Scanner, get_engine_spec
-from enginespec.health import check_health
+from enginespec.health.checks import check_health
 from enginespec.status import Health
 from helpers.fakeserver import free_port
 

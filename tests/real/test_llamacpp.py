@@ -10,8 +10,8 @@ from lifecycle import HOST, chat, flags_in, free_port, launched, scanned, stop, 
 from models import broken_gguf, gguf_model
 
 from enginespec import Config, EngineExited, InstallOptions, get_engine_spec
-from enginespec.health import check_health, wait_ready
-from enginespec.installing import source_stamp
+from enginespec.health.checks import check_health, wait_ready
+from enginespec.lifecycle.installing import source_stamp
 
 
 def test_llama_server_install_launch_find_wait_chat_clash_stop(

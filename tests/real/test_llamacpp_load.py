@@ -15,7 +15,7 @@ from lifecycle import launched, scanned, tiny_recipe, walk
 from models import gguf_model
 
 from enginespec import Config, InstallOptions, get_engine_spec
-from enginespec.load import EngineLoad, check_load
+from enginespec.health.load import EngineLoad, check_load
 
 SLOTS = 2
 REQUESTS = 4

@@ -21,7 +21,7 @@ from lifecycle import (
 from models import broken_gguf, gguf_model
 
 from enginespec import Config, EngineExited, InstallOptions, get_engine_spec
-from enginespec.health import check_health, wait_ready
+from enginespec.health.checks import check_health, wait_ready
 
 
 def test_llama_cpp_python_install_launch_find_wait_chat_clash_stop(

@@ -9,7 +9,7 @@ from lifecycle import HOST, chat, flags_in, free_port, launched, scanned, stop, 
 from models import hf_model
 
 from enginespec import Config, InstallOptions, Recipe, get_engine_spec
-from enginespec.health import check_health
+from enginespec.health.checks import check_health
 
 
 def test_mlx_install_launch_find_wait_chat_clash_stop(

@@ -40,8 +40,8 @@ from enginespec import (
     get_engine_spec,
     launch,
 )
-from enginespec.health import check_health, wait_ready
-from enginespec.watching import Watch, WatchEvent
+from enginespec.health.checks import check_health, wait_ready
+from enginespec.scanning.watch import Watch, WatchEvent
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("ENGINESPEC_TEST_VLLM") != "1",

@@ -25,9 +25,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from enginespec import Config, Container, EngineProcess, PublishedPort, Scanner
-from enginespec.containers import ProxyRule, parse_cgroup, parse_proxy_argv, pid_in_namespace
-from enginespec.health import check_health
-from enginespec.lifecycle import adopt as enginespec_adopt
+from enginespec.health.checks import check_health
+from enginespec.lifecycle.running import adopt as enginespec_adopt
+from enginespec.process.containers import ProxyRule, parse_cgroup, parse_proxy_argv, pid_in_namespace
 from helpers.cli import enginespec
 from helpers.fakeserver import Answer, FakeEngine, free_port, models
 from helpers.procs import Procs, children_of, rewrites, stop_child, wait_for

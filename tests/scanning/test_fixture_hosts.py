@@ -22,8 +22,8 @@ from typing import Any, NamedTuple, TypeVar
 
 import pytest
 
-import enginespec._pyscanner as _pyscanner
-from enginespec._common import ARGV_CUT, MAX_ARGV_ARGS, RawProcess
+import enginespec._host.fallback.scan as _pyscanner
+from enginespec._host.shapes import ARGV_CUT, MAX_ARGV_ARGS, RawProcess
 from helpers.fixturehost import (
     BOOT_TIME,
     SIGNATURES,

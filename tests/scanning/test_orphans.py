@@ -14,7 +14,7 @@ import pytest
 
 import enginespec
 from enginespec import Scanner, parse_argv
-from enginespec.health import NotReady, check_health, wait_ready
+from enginespec.health.checks import NotReady, check_health, wait_ready
 from helpers.procs import Procs, children_of, wait_for
 
 

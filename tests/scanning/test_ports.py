@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from enginespec import EngineExited, EngineProcess, NotReady, Scanner
-from enginespec.health import check_health, wait_ready
+from enginespec.health.checks import check_health, wait_ready
 from helpers.cli import enginespec
 from helpers.fakeserver import Answer, serving
 from helpers.procs import wait_for
@@ -180,7 +180,7 @@ def test_a_popen_that_exited_is_reported_with_its_status_though_the_port_answers
 
 def test_listening_addresses_overlap_as_the_kernel_routes_them() -> None:
     # (how the kernel's tables are read: tests/scanning/test_proc_root.py)
-    from enginespec.sockets import connect_addresses, overlap
+    from enginespec.process.sockets import connect_addresses, overlap
 
     loopback, any4, any6, other = (
         ipaddress.ip_address(a) for a in ("127.0.0.1", "0.0.0.0", "::", "127.0.0.2")

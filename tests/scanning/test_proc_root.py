@@ -1,5 +1,5 @@
 """Who listens where, read once: both backends' ``ProcRoot`` (procread.rs and its twin) on the same
-fixture host give the same sockets, and ``enginespec.sockets`` (health checks, port conflicts,
+fixture host give the same sockets, and ``enginespec.process.sockets`` (health checks, port conflicts,
 launches) answers from them, under the root it is given."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-import enginespec._pyprocread as _pyprocread
-import enginespec._pyscanner as _pyscanner
-import enginespec.sockets as sockets
-from enginespec._common import Listening
+import enginespec._host.fallback.procread as _pyprocread
+import enginespec._host.fallback.scan as _pyscanner
+import enginespec.process.sockets as sockets
+from enginespec._host.shapes import Listening
 from helpers.fixturehost import SIGNATURES, FixtureHost, Stat, make_unreadable, without_read_override
 
 try:

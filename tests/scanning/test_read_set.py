@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-import enginespec._pyscanner as _pyscanner
-from enginespec._common import MAX_ENVIRON_BYTES, Environ, RawProcess, ReadSet
+import enginespec._host.fallback.scan as _pyscanner
+from enginespec._host.shapes import MAX_ENVIRON_BYTES, Environ, RawProcess, ReadSet
 from helpers.fixturehost import SIGNATURES, FixtureHost, make_unreadable, without_read_override
 
 try:

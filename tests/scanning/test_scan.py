@@ -15,7 +15,7 @@ import pytest
 import enginespec
 from engines.test_corpus import DISAGREEMENTS, KNOWN_ENGINES
 from enginespec import Config, EngineProcess, Recipe, Scanner, get_engine_spec
-from enginespec.urls import base_url
+from enginespec.process.urls import base_url
 from helpers.cli import run
 from helpers.procs import Procs, children_of, wait_for
 
@@ -265,10 +265,10 @@ def test_base_url() -> None:
 
 
 def test_both_backends_return_the_same_processes(procs: Procs) -> None:
-    from enginespec import _pyscanner
+    from enginespec._host.fallback import scan as _pyscanner
+    from enginespec.definition.signature import signatures_json
     from enginespec.engines import all_signatures
-    from enginespec.scanning import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
-    from enginespec.signature import signatures_json
+    from enginespec.scanning.scanner import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
 
     _native = pytest.importorskip("enginespec._native", reason="the Rust extension is not installed")
     for record in CORPUS[:80]:
@@ -320,9 +320,9 @@ def test_cli_ps(procs: Procs) -> None:
 
 def test_sysinfo_source_finds_the_same_engines(procs: Procs) -> None:
     """The native scanner's source for platforms without procfs, exercised here on Linux."""
+    from enginespec.definition.signature import signatures_json
     from enginespec.engines import all_signatures
-    from enginespec.scanning import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
-    from enginespec.signature import signatures_json
+    from enginespec.scanning.scanner import EXEC_WRAPPERS, TREE_REFRESH_SECONDS, YOUNG_SECONDS
 
     _native = pytest.importorskip("enginespec._native", reason="the Rust extension is not installed")
 
@@ -375,8 +375,8 @@ def test_the_kernel_tells_the_listening_sockets_of_our_own_namespace() -> None:
     # our listener is among them, with its address; a connection is not.
     import socket
 
-    import enginespec._pyprocread as _pyprocread
-    from enginespec._common import Listening
+    import enginespec._host.fallback.procread as _pyprocread
+    from enginespec._host.shapes import Listening
 
     readers: list[Any] = [_pyprocread.ProcRoot()]
     if enginespec.BACKEND == "native":

@@ -32,7 +32,7 @@ from enginespec import (
     event_schema,
     parse_event,
 )
-from enginespec.watching import CHANGED_FIELDS, diff
+from enginespec.scanning.watch import CHANGED_FIELDS, diff
 from helpers.fakeserver import Answer, bound_socket, free_port, serving
 from helpers.procs import Procs, rewrites, send_when_handled
 

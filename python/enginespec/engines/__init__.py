@@ -1,11 +1,12 @@
 """The built-in engines, one module each, and the typed view of the registry.
 
 Adding an engine is one module here (its Signature and its EngineSpec) plus its line in
-``BUILTIN_ENGINE_SPECS``; third-party engines are plugins (see :mod:`enginespec.registry`).
+``BUILTIN_ENGINE_SPECS``; third-party engines are plugins (see :mod:`enginespec.definition.registry`).
 """
 
 from __future__ import annotations
 
+import enginespec.definition.registry as registry
 import enginespec.engines.aphrodite as aphrodite
 import enginespec.engines.koboldcpp as koboldcpp
 import enginespec.engines.llamacpp as llamacpp
@@ -20,9 +21,8 @@ import enginespec.engines.tabbyapi as tabbyapi
 import enginespec.engines.tgi as tgi
 import enginespec.engines.trtllm as trtllm
 import enginespec.engines.vllm as vllm
-import enginespec.registry as registry
+from enginespec.definition.registry import ENTRY_POINT_GROUP, all_signatures, engine_ids
 from enginespec.errors import UnknownEngineError
-from enginespec.registry import ENTRY_POINT_GROUP, all_signatures, engine_ids
 from enginespec.spec import EngineSpec
 
 #: Built-in engines, in matching order.

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from enginespec.definition import HealthRule
+from enginespec.definition.records import HealthRule
 from enginespec.failures import FailurePattern, Failures
 
 P = FailurePattern

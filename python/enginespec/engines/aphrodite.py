@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
 import enginespec.engines.vllm as vllm
-from enginespec.definition import Flags, Launch, Package, Serving, Settings
-from enginespec.signature import LaunchForm, Signature
+from enginespec.definition.records import Flags, Launch, Package, Serving, Settings
+from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
 # Aphrodite's EngineArgs and FrontendArgs are vLLM's (argparse BooleanOptionalAction, so `--no-X`

@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 
 import enginespec.engines._libraries as _libraries
-from enginespec._documents import json_object
-from enginespec.definition import Flags, Launch, Serving
-from enginespec.signature import Evidence, LaunchForm, Signature
+from enginespec.definition.records import Flags, Launch, Serving
+from enginespec.definition.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
+from enginespec.untrusted.documents import json_object
 
 # Flags only KoboldCpp has among the built-in engines: evidence for a renamed build.
 _OWN_FLAGS = ("--model", "--contextsize", "--gpulayers", "--usecublas", "--usevulkan", "--usecpu", "--config")

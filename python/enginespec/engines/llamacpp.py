@@ -6,9 +6,8 @@ import re
 from collections.abc import Sequence
 
 import enginespec.engines._libraries as _libraries
-from enginespec._common import TYPE_SIZES
-from enginespec.argv import flag_value
-from enginespec.definition import (
+from enginespec._host.shapes import TYPE_SIZES
+from enginespec.definition.records import (
     Flags,
     HealthRule,
     Launch,
@@ -18,9 +17,10 @@ from enginespec.definition import (
     Settings,
     SourceBuild,
 )
+from enginespec.definition.signature import Evidence, LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
-from enginespec.modelfacts import LoggedMemory, MemoryEstimate, ModelError, ModelFacts, argv_number
-from enginespec.signature import Evidence, LaunchForm, Signature
+from enginespec.models.facts import LoggedMemory, MemoryEstimate, ModelError, ModelFacts, argv_number
+from enginespec.process.argv import flag_value
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(

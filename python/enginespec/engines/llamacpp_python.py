@@ -7,12 +7,12 @@ app.py.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec._documents import json_object
-from enginespec.definition import Flags, Launch, Package, Serving, Settings
+from enginespec.definition.records import Flags, Launch, Package, Serving, Settings
+from enginespec.definition.signature import Evidence, LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
-from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
+from enginespec.untrusted.documents import json_object
 
 SIGNATURE = Signature(
     engine="llamacpp-python",

@@ -7,9 +7,9 @@ Facts from Mozilla-Ocho/llamafile tag 0.9.3 (``ff0c02e6``) unless a line says ot
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import Flags, Launch, Serving
+from enginespec.definition.records import Flags, Launch, Serving
+from enginespec.definition.signature import Evidence, LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
-from enginespec.signature import Evidence, LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
 # An APE executable is a shell script to the kernel: its prologue execs a loader with the file as

@@ -7,8 +7,8 @@ lmdeploy/serve/openai/endpoints/management.py.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import Flags, HealthRule, Launch, LoadMetrics, Package, Serving
-from enginespec.signature import LaunchForm, Signature
+from enginespec.definition.records import Flags, HealthRule, Launch, LoadMetrics, Package, Serving
+from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(

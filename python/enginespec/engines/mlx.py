@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import Flags, HealthRule, Launch, Package, Serving
+from enginespec.definition.records import Flags, HealthRule, Launch, Package, Serving
+from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
-from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(

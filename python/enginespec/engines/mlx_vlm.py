@@ -7,9 +7,9 @@ Facts are from mlx-vlm v0.6.15 (``d734bd28``): mlx_vlm/server/cli.py and mlx_vlm
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import Flags, HealthRule, Launch, Package, Serving, Settings
+from enginespec.definition.records import Flags, HealthRule, Launch, Package, Serving, Settings
+from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
-from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(

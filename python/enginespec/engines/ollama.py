@@ -10,12 +10,12 @@ import os
 import re
 
 import enginespec.engines._libraries as _libraries
-from enginespec._documents import DocumentError, json_object, parse_json
-from enginespec.definition import HealthRule, Launch, LoadMetrics, Serving, Settings
+from enginespec.definition.records import HealthRule, Launch, LoadMetrics, Serving, Settings
+from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
-from enginespec.modelfacts import HOST, Files, ModelError, read_capped
-from enginespec.signature import LaunchForm, Signature
+from enginespec.models.facts import HOST, Files, ModelError, read_capped
 from enginespec.spec import EngineSpec
+from enginespec.untrusted.documents import DocumentError, json_object, parse_json
 
 SIGNATURE = Signature(
     engine="ollama",

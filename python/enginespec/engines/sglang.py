@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import (
+from enginespec.definition.records import (
     FamilyDefault,
     Flags,
     HealthRule,
@@ -13,8 +13,8 @@ from enginespec.definition import (
     Serving,
     Settings,
 )
+from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
-from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(

@@ -6,12 +6,12 @@ Facts from theroyallab/tabbyAPI HEAD ``e632af41`` (2026-08-13; the repository ha
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec._documents import json_object
-from enginespec.definition import Flags, Launch, Package, Serving, Settings
+from enginespec.definition.records import Flags, Launch, Package, Serving, Settings
+from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
-from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 from enginespec.status import HealthState
+from enginespec.untrusted.documents import json_object
 
 SIGNATURE = Signature(
     engine="tabbyapi",

@@ -9,9 +9,9 @@ keeps the launcher's name and TGI v0.1's ``--model-name``.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import ExtraPort, Flags, HealthRule, Launch, LoadMetrics, Serving, Settings
+from enginespec.definition.records import ExtraPort, Flags, HealthRule, Launch, LoadMetrics, Serving, Settings
+from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
-from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
 # Every clap `bool` option, which takes no value (clap derive: ArgAction::SetTrue), of the

@@ -7,9 +7,9 @@ No release could be pinned: the facts are from tensorrt_llm/commands/serve.py at
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition import Flags, HealthRule, Launch, Package, Serving, Settings
+from enginespec.definition.records import Flags, HealthRule, Launch, Package, Serving, Settings
+from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
-from enginespec.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
 # Commands of the `trtllm-serve` click group (`main = DefaultGroup(..., default="serve")`).

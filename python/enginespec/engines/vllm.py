@@ -6,11 +6,19 @@ import re
 from collections.abc import Sequence
 
 import enginespec.engines._libraries as _libraries
-from enginespec.argv import flag_value
-from enginespec.definition import FamilyDefault, Flags, Launch, LoadMetrics, Package, Serving, Settings
+from enginespec.definition.records import (
+    FamilyDefault,
+    Flags,
+    Launch,
+    LoadMetrics,
+    Package,
+    Serving,
+    Settings,
+)
+from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import ArgvHint, FailurePattern, Failures
-from enginespec.modelfacts import LoggedMemory, MemoryEstimate, ModelFacts, argv_number
-from enginespec.signature import LaunchForm, Signature
+from enginespec.models.facts import LoggedMemory, MemoryEstimate, ModelFacts, argv_number
+from enginespec.process.argv import flag_value
 from enginespec.spec import EngineSpec
 
 #: Flags of `vllm serve` that take no value (argparse store_true, BooleanOptionalAction and vLLM's

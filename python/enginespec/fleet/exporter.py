@@ -1,0 +1,714 @@
+"""A Prometheus exporter: scans and health checks run on their own schedule, and every scrape
+(or textfile write, for node_exporter's textfile collector) reports the latest results.
+
+Series follow Prometheus conventions: ``_info`` gauges valued 1, base units, no bare ``up``. The
+``pid`` label is only on ``enginespec_engine_info``, so a restart does not multiply the others;
+``engine_id`` is stable across restarts of the same engine, model and port.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, get_args
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from enginespec.errors import ExporterError, FileWriteError
+from enginespec.fleet.disclosure import EVERYTHING, Viewer, owners, tcp_viewer, withheld_facts
+from enginespec.gpus.reader import GpuDevice
+from enginespec.health.checks import check_all, kept, request_timeout
+from enginespec.health.load import EngineLoad
+from enginespec.health.vitals import EngineMonitor
+from enginespec.models.facts import ModelFacts
+from enginespec.models.processes import cached, peek
+from enginespec.process.record import EngineProcess
+from enginespec.scanning.scanner import Scanner, gpu_ledger, unique_engine_ids
+from enginespec.status import Health, HealthState
+from enginespec.untrusted.boundary import contained, failed
+from enginespec.untrusted.boundary import failures as failures_by_stage
+from enginespec.untrusted.safewrite import replace_file
+
+_STATES: tuple[HealthState, ...] = get_args(HealthState)
+_INFO_LABELS = (
+    "engine_id",
+    "engine",
+    "model",
+    "served_model_name",
+    "host",
+    "port",
+    "role",
+    "supervisor",
+    "pid",
+    "container_id",
+    "architecture",
+    "quantization",
+)
+
+_ID = ("engine_id",)
+#: The series of each engine: (name, help, labels), served in this order.
+_ENGINE_FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("enginespec_engine_info", "An engine server on this host", _INFO_LABELS),
+    ("enginespec_engine_up", "Whether the engine's process runs", _ID),
+    ("enginespec_engine_ready", "Whether the engine serves", _ID),
+    ("enginespec_engine_state", "The engine's health state", ("engine_id", "state")),
+    ("enginespec_engine_start_time_seconds", "When the engine's process started", _ID),
+    ("enginespec_engine_workers", "Worker processes folded in", _ID),
+    (
+        "enginespec_engine_port_conflict",
+        "Whether another process listens on the engine's own address and port (SO_REUSEPORT)",
+        _ID,
+    ),
+    ("enginespec_engine_model_weight_bytes", "Bytes of the model's weights, from its files", _ID),
+    (
+        "enginespec_engine_kv_cache_bytes_estimated",
+        "The KV cache the engine allocates for its arguments, by its own rule (an estimate)",
+        _ID,
+    ),
+    (
+        "enginespec_engine_health_stale",
+        "Whether the engine's health is an earlier refresh's, kept because this one's check did "
+        "not finish in time (a loaded host)",
+        _ID,
+    ),
+    (
+        "enginespec_engine_health_checked_timestamp_seconds",
+        "When (Unix time) the engine's health verdict was reached",
+        _ID,
+    ),
+    (
+        "enginespec_engine_withheld",
+        "A fact of the engine this client may not read on the host (its owner's environment, "
+        "config file or model files), left out: 1 per label or series",
+        ("engine_id", "field"),
+    ),
+)
+
+
+@dataclass
+class Snapshot:
+    """The latest scan and health checks."""
+
+    processes: list[EngineProcess] = field(default_factory=list)
+    #: each process's engine id in the series (see :func:`unique_engine_ids`), kept while it runs.
+    ids: list[str] = field(default_factory=list)
+    healths: list[Health] | None = None
+    #: each engine's load reading, with ``--load`` (``run(load=True)``).
+    loads: list[EngineLoad | None] | None = None
+    scan_seconds: float = 0.0
+    #: processes that could not be read, summed over every scan so far.
+    scan_errors: int = 0
+    scans: int = 0
+    #: the host's GPUs, when it has any.
+    gpus: tuple[GpuDevice, ...] = ()
+    #: engine_id -> when (wall clock) it was last seen running, for engines no longer running: kept
+    #: as ``enginespec_engine_up 0`` for a while, so ``== 0`` alerts can fire.
+    stopped: dict[str, float] = field(default_factory=dict)
+    #: when the last refresh completed (wall clock); 0 before the first.
+    refreshed_at: float = 0.0
+    #: refreshes that failed as a whole, summed: each kept the snapshot before it (this one).
+    refresh_failures: int = 0
+    #: why the latest refresh failed, when it did ("" once one succeeds again).
+    refresh_problem: str = ""
+
+    def age(self, now: float | None = None) -> float | None:
+        """Seconds since this snapshot's refresh completed (``now``: ``time.time()``), ``None``
+        before the first: what a server of it says, rather than make a request wait on a refresh."""
+        return None if not self.refreshed_at else max((now or time.time()) - self.refreshed_at, 0.0)
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.processes):
+            self.ids = unique_engine_ids(self.processes)
+
+
+#: How long a scrape waits for the first refresh (which the server listens before): longer than
+#: a refresh's deadline (2 s) and its scan, shorter than Prometheus's default scrape timeout.
+FIRST_REFRESH_WAIT = 8.0
+#: How long one refresh may spend reading models' files (new engines only; see processmodels).
+MODEL_FACTS_SECONDS = 1.0
+
+
+def _facts(process: EngineProcess) -> ModelFacts | None:
+    """What the loop has read of the model of ``process`` (a scrape reads nothing)."""
+    return peek(process.pid, process.start_time, process.argv)
+
+
+def _label(value: str) -> str:
+    """A label value prometheus-client can write: argv bytes that are not UTF-8 (surrogate
+    escapes from /proc) become ``\\xNN`` escapes instead of failing the whole scrape."""
+    return os.fsencode(value).decode("utf-8", "backslashreplace")
+
+
+#: The info labels a withheld fact empties (see :mod:`enginespec.fleet.disclosure`); ``served_model_name``
+#: falls back to the model, so it goes with either. The model's facts are read from its files as
+#: the engine's owner: they go to whoever may not see all of it.
+_WITHHELD_LABELS = {
+    "model": ("model", "served_model_name"),
+    "served_model_name": ("served_model_name",),
+    "host": ("host",),
+    "port": ("port",),
+}
+_MODEL_FACT_LABELS = ("architecture", "quantization")
+
+
+def _withheld_labels(process: EngineProcess) -> tuple[str, ...]:
+    """The info labels (and ``model_facts``, for the model's gauges) a client that may not see
+    all of ``process`` is not shown."""
+    names = {name for fact in withheld_facts(process) for name in _WITHHELD_LABELS[fact]}
+    return (*sorted(names), *_MODEL_FACT_LABELS, "model_facts")
+
+
+def _info_labels(process: EngineProcess, withheld: tuple[str, ...] = ()) -> list[str]:
+    # vLLM labels its own metrics with model_name = the first served name, else the model: the
+    # same value here lets the two series join.
+    served = process.served_model_name or process.model or ""
+    facts = None if "model_facts" in withheld else _facts(process)
+    values = [
+        process.engine_id,
+        process.engine,
+        process.model or "",
+        served,
+        process.effective_host,
+        "" if process.effective_port is None else str(process.effective_port),
+        process.role,
+        process.supervisor or "",
+        str(process.pid),
+        # the full id (empty on the host), as the runtime's API and cAdvisor's `id` name it
+        process.container.id if process.container else "",
+        # from the model's files (empty when they cannot be read): see processmodels
+        (facts.architecture or "") if facts else "",
+        (facts.quantization or "") if facts else "",
+    ]
+    return [
+        "" if name in withheld else _label(value) for name, value in zip(_INFO_LABELS, values, strict=True)
+    ]
+
+
+class EngineCollector(Collector):
+    """Reports a :class:`Snapshot` (replaced whole by the scanning loop, so a scrape never sees
+    half an update)."""
+
+    def __init__(self) -> None:
+        self._snapshot = Snapshot()
+        self._filled = threading.Event()
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    @snapshot.setter
+    def snapshot(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+        self._filled.set()
+
+    @property
+    def filled(self) -> bool:
+        """Whether a refresh has given it a snapshot."""
+        return self._filled.is_set()
+
+    def wait_filled(self) -> None:
+        """A scrape that comes while the first refresh runs (the server listens before it) waits
+        for it rather than reading an empty host."""
+        self._filled.wait(FIRST_REFRESH_WAIT)
+
+    def collect(self) -> Iterator[Metric]:
+        self.wait_filled()
+        yield from self.series(self._snapshot, EVERYTHING, [])
+
+    def series(self, snapshot: Snapshot, viewer: Viewer, owned: list[int | None]) -> Iterator[Metric]:
+        """The series of ``snapshot`` as ``viewer`` may see them (``owned``: each process's owner;
+        empty for a viewer who sees everything): what it may not is emptied, and named in
+        ``enginespec_engine_withheld``."""
+        families = {
+            name: GaugeMetricFamily(name, documentation, labels=labels)
+            for name, documentation, labels in _ENGINE_FAMILIES
+        }
+        for index, process in enumerate(snapshot.processes):
+            hidden = () if viewer.sees_all_of(owned[index] if owned else None) else _withheld_labels(process)
+            for name, labels, value in _samples_of(snapshot, index, hidden):
+                families[name].add_metric(labels, value)
+        for engine_id_ in sorted(snapshot.stopped):
+            families["enginespec_engine_up"].add_metric([engine_id_], 0)
+        yield from families.values()
+        yield from _gpu_metrics(snapshot)
+        if snapshot.loads is not None:
+            yield from _load_series(snapshot.processes, snapshot.loads, snapshot.ids)
+        duration = GaugeMetricFamily("enginespec_scan_duration_seconds", "How long the last scan took")
+        duration.add_metric([], snapshot.scan_seconds)
+        yield duration
+        errors = CounterMetricFamily("enginespec_scan_errors", "Processes a scan could not read")
+        errors.add_metric([], snapshot.scan_errors)
+        yield errors
+        refreshed = GaugeMetricFamily(
+            "enginespec_last_refresh_timestamp_seconds",
+            "When the exporter last completed a scan and its health checks (Unix time): alert on "
+            "time() - this, for an exporter that stalled",
+        )
+        if snapshot.refreshed_at:
+            refreshed.add_metric([], snapshot.refreshed_at)
+        yield refreshed
+        failures = CounterMetricFamily(
+            "enginespec_refresh_failures",
+            "Refreshes that failed as a whole (each kept the results of the one before)",
+        )
+        failures.add_metric([], snapshot.refresh_failures)
+        yield failures
+        contained = CounterMetricFamily(
+            "enginespec_engine_failures",
+            "Computations for one engine that failed and were contained (that engine's facts "
+            "unknown, with the reason; the others unaffected), by stage",
+            labels=["stage"],
+        )
+        for stage, count in sorted(failures_by_stage().items()):
+            contained.add_metric([stage], count)
+        yield contained
+
+
+_Sample = tuple[str, list[str], float]
+
+
+def _samples_of(snapshot: Snapshot, index: int, hidden: tuple[str, ...]) -> list[_Sample]:
+    """The samples of one engine (:func:`_engine_samples`), or none when they cannot be made:
+    one engine's odd facts never fail the whole scrape."""
+    return contained("metrics", lambda: _engine_samples(snapshot, index, hidden), lambda _reason: [])
+
+
+def _engine_samples(snapshot: Snapshot, index: int, hidden: tuple[str, ...]) -> list[_Sample]:
+    """The samples of engine ``index`` of ``snapshot``, by family name, every value a float (a
+    value that is none fails here, not in the exposition), less the ``hidden`` labels and series
+    (see :func:`_withheld_labels`), each named in ``enginespec_engine_withheld``."""
+    process, unique_id = snapshot.processes[index], snapshot.ids[index]
+    engine_id = [unique_id]
+    samples: list[_Sample] = [("enginespec_engine_withheld", [unique_id, name], 1.0) for name in hidden]
+    samples += [
+        ("enginespec_engine_info", [unique_id, *_info_labels(process, hidden)[1:]], 1.0),
+        ("enginespec_engine_up", engine_id, 1.0),
+        ("enginespec_engine_start_time_seconds", engine_id, float(process.start_time)),
+        ("enginespec_engine_workers", engine_id, float(len(process.worker_pids))),
+        ("enginespec_engine_port_conflict", engine_id, 1.0 if process.port_conflicts else 0.0),
+    ]
+    facts = None if hidden else _facts(process)
+    if facts is not None and facts.weight_bytes is not None:
+        samples.append(("enginespec_engine_model_weight_bytes", engine_id, float(facts.weight_bytes)))
+    if facts is not None and facts.estimate is not None and facts.estimate.kv_cache:
+        samples.append(
+            ("enginespec_engine_kv_cache_bytes_estimated", engine_id, float(facts.estimate.kv_cache_bytes))
+        )
+    if snapshot.healths is not None:
+        health = snapshot.healths[index]
+        samples.append(("enginespec_engine_ready", engine_id, 1.0 if health.ready else 0.0))
+        samples.extend(
+            ("enginespec_engine_state", [unique_id, name], 1.0 if health.state == name else 0.0)
+            for name in _STATES
+        )
+        samples.append(("enginespec_engine_health_stale", engine_id, 1.0 if health.stale else 0.0))
+        if health.checked_at is not None:
+            samples.append(
+                ("enginespec_engine_health_checked_timestamp_seconds", engine_id, float(health.checked_at))
+            )
+    return samples
+
+
+class _View(Collector):
+    def __init__(
+        self, collector: EngineCollector, snapshot: Snapshot, viewer: Viewer, owned: list[int | None]
+    ):
+        self._args = (snapshot, viewer, owned)
+        self._collector = collector
+
+    def collect(self) -> Iterator[Metric]:
+        return self._collector.series(*self._args)
+
+
+class MetricsViews:
+    """The exposition text of the latest snapshot, made once per snapshot for each kind of client
+    (:attr:`Viewer.key`: everything, or what one uid may see), and served from then on as it is:
+    a scrape never waits on a refresh, nor makes one (but the first, see ``wait_filled``)."""
+
+    #: kinds of client kept per snapshot (each is one exposition text)
+    MAX_KEPT = 16
+
+    def __init__(self, collector: EngineCollector) -> None:
+        self._collector = collector
+        self._lock = threading.Lock()
+        self._of: Snapshot | None = None
+        self._owners: list[int | None] | None = None
+        self._texts: dict[str, bytes] = {}
+
+    def text(self, viewer: Viewer) -> tuple[bytes, Snapshot]:
+        """The text ``viewer`` is shown, and the snapshot it is of (its ``refreshed_at`` is its age)."""
+        self._collector.wait_filled()
+        snapshot = self._collector.snapshot
+        with self._lock:
+            if self._of is not snapshot:
+                self._of, self._owners, self._texts = snapshot, None, {}
+            if viewer.key not in self._texts:
+                if viewer.key != "all" and self._owners is None:
+                    self._owners = owners(snapshot.processes)
+                registry = CollectorRegistry(auto_describe=False)
+                registry.register(_View(self._collector, snapshot, viewer, self._owners or []))
+                if len(self._texts) >= self.MAX_KEPT:
+                    self._texts.pop(next(iter(self._texts)))
+                self._texts[viewer.key] = generate_latest(registry)
+            return self._texts[viewer.key], snapshot
+
+
+def age_headers(snapshot: Snapshot) -> list[tuple[str, str]]:
+    """How old what is served is: ``Age`` (whole seconds, RFC 9111) and the refresh's wall-clock
+    time, for a client that wants the fraction."""
+    if not snapshot.refreshed_at:
+        return []
+    age = max(time.time() - snapshot.refreshed_at, 0.0)
+    return [("Age", str(int(age))), ("X-Enginespec-Refreshed-At", f"{snapshot.refreshed_at:.3f}")]
+
+
+#: Seconds a client of the exporter's server has to send a request once connected (or between
+#: requests): an idle connection holds a thread, so it is closed.
+REQUEST_SECONDS = 5.0
+
+
+def _serve_metrics(host: str, port: int, views: MetricsViews, token: str | None = None) -> int:
+    """Serves ``/metrics`` (every path but ``/favicon.ico``, as prometheus-client does) on a daemon
+    thread; the port bound. Each client is shown what it may see (see
+    :mod:`enginespec.fleet.disclosure`): prometheus-client's own server cannot say who asks. A client
+    that sends ``token`` (``Authorization: Bearer``) sees everything; none is refused."""
+    import hmac
+    import socket
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    from prometheus_client.exposition import ThreadingWSGIServer
+
+    class Handler(WSGIRequestHandler):
+        timeout = REQUEST_SECONDS
+
+        def get_environ(self) -> dict[str, str]:
+            environ = super().get_environ()
+            environ["enginespec.client"] = self.client_address
+            environ["enginespec.server"] = self.server.server_address
+            return environ
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Nothing: a scrape is no event."""
+
+    expected = None if token is None else f"Bearer {token}".encode()
+
+    def app(environ: dict[str, Any], start: Callable[..., object]) -> list[bytes]:
+        if environ.get("PATH_INFO") == "/favicon.ico":
+            start("200 OK", [("Content-Type", "text/plain")])
+            return [b""]
+        client, server = environ["enginespec.client"], environ["enginespec.server"]
+        given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1")
+        if expected is not None and hmac.compare_digest(given, expected):
+            viewer = EVERYTHING
+        else:
+            viewer = tcp_viewer(client[:2], server[:2])
+        body, snapshot = views.text(viewer)
+        start("200 OK", [("Content-Type", CONTENT_TYPE_LATEST), *age_headers(snapshot)])
+        return [body]
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    httpd = make_server(host, port, app, Server, handler_class=Handler)
+    threading.Thread(target=httpd.serve_forever, name="enginespec-exporter-http", daemon=True).start()
+    return int(httpd.server_address[1])
+
+
+def _gpu_label(device: GpuDevice) -> str:
+    """A GPU's label: its NVML/ROCm index (``0``; ``0:1`` for a MIG instance), else its key."""
+    if device.index is None:
+        return _label(device.device)
+    return f"{device.index}:{device.mig_index}" if device.mig_index is not None else str(device.index)
+
+
+def _gpu_metrics(snapshot: Snapshot) -> Iterator[Metric]:
+    """Per engine and GPU the bytes its tree holds (when known); per GPU the driver's total and
+    used figures and what no engine or listed process accounts for."""
+    held = GaugeMetricFamily(
+        "enginespec_engine_gpu_memory_bytes",
+        "GPU memory the engine's process tree holds",
+        labels=["engine_id", "gpu"],
+    )
+    labels = {device.device: _gpu_label(device) for device in snapshot.gpus}
+    for process, unique_id in zip(snapshot.processes, snapshot.ids, strict=True):
+        for use in process.gpus:
+            if use.memory_bytes is not None:
+                held.add_metric([unique_id, labels.get(use.device, _label(use.device))], use.memory_bytes)
+    yield held
+    for name, what, attribute in (
+        ("total", "Memory of the GPU", "memory_total_bytes"),
+        ("used", "Memory of the GPU in use, as the driver says", "memory_used_bytes"),
+        (
+            "unattributed",
+            "Memory in use on the GPU that no engine or listed process holds",
+            "unattributed_bytes",
+        ),
+    ):
+        family = GaugeMetricFamily(f"enginespec_gpu_memory_{name}_bytes", what, labels=["gpu"])
+        for device in snapshot.gpus:
+            value = getattr(device, attribute)
+            if value is not None:
+                family.add_metric([labels[device.device]], value)
+        yield family
+
+
+def _load_series(
+    processes: list[EngineProcess], loads: list[EngineLoad | None], ids: list[str]
+) -> Iterator[Metric]:
+    """The load of each engine that reports it, labelled with ``engine_id``, ``engine`` and
+    ``model`` (the same for every engine, so one dashboard shows them all; the rest is on
+    ``enginespec_engine_info``); a figure the engine does not report has no sample, never 0."""
+    labels = ["engine_id", "engine", "model"]
+    running = GaugeMetricFamily(
+        "enginespec_engine_requests_running", "Requests the engine runs", labels=labels
+    )
+    waiting = GaugeMetricFamily(
+        "enginespec_engine_requests_waiting", "Requests waiting in its queue", labels=labels
+    )
+    kv = GaugeMetricFamily(
+        "enginespec_engine_kv_cache_usage_ratio", "Share of the KV cache in use (0 to 1)", labels=labels
+    )
+    generated = CounterMetricFamily(
+        "enginespec_engine_generated_tokens", "Tokens generated, as the engine counts them", labels=labels
+    )
+    rate = GaugeMetricFamily(
+        "enginespec_engine_tokens_per_second",
+        "Tokens generated per second between two readings",
+        labels=labels,
+    )
+    families = (running, waiting, kv, generated, rate)
+    for process, load, unique_id in zip(processes, loads, ids, strict=True):
+        for family, values, value in _load_samples(families, process, load, unique_id):
+            family.add_metric(values, value)
+    yield from families
+
+
+def _load_samples(
+    families: tuple[GaugeMetricFamily | CounterMetricFamily, ...],
+    process: EngineProcess,
+    load: EngineLoad | None,
+    unique_id: str,
+) -> list[tuple[GaugeMetricFamily | CounterMetricFamily, list[str], float]]:
+    """One engine's load samples (``families``: running, waiting, KV cache, generated, rate);
+    none when its reading's figures cannot be made floats."""
+
+    def samples() -> list[tuple[GaugeMetricFamily | CounterMetricFamily, list[str], float]]:
+        if load is None or not load.available:
+            return []
+        values = [unique_id, _label(process.engine), _label(process.model or "")]
+        figures = (
+            load.requests_running,
+            load.requests_waiting,
+            load.kv_cache_usage,
+            load.generated_tokens_total,
+            load.tokens_per_second,
+        )
+        return [
+            (family, values, float(value))
+            for family, value in zip(families, figures, strict=True)
+            if value is not None
+        ]
+
+    return contained("load metrics", samples, lambda _reason: [])
+
+
+def _refresh(
+    scanner: Scanner,
+    collector: EngineCollector,
+    health: bool,
+    deadline: float,
+    keep_stopped: float,
+    monitor: EngineMonitor | None = None,
+) -> None:
+    """One scan and its health checks, within ``deadline`` seconds when the scan leaves at least
+    half of it: a hung engine costs at most that (its request times out first: ``unhealthy``),
+    never the next interval. On a loaded host, where even that is not enough, an engine not
+    checked in time keeps its last verdict, marked ``stale`` (see :func:`enginespec.health.checks.kept`);
+    one that needs no request is never "not checked"."""
+    started = time.perf_counter()
+    processes = scanner.scan()
+    seconds = time.perf_counter() - started
+    # the models' facts are read here, in the loop, never in a scrape: cached per process, so
+    # once per engine, and at most MODEL_FACTS_SECONDS a refresh (the rest in the next ones)
+    budget = time.monotonic() + MODEL_FACTS_SECONDS
+    for process in processes:
+        if time.monotonic() > budget:
+            break
+        cached(process.pid, process.start_time, process.engine, process.model, process.argv)
+    previous = collector.snapshot
+    healths: list[Health] | None = None
+    loads = None
+    # The checks keep at least half the deadline, however long the scan took: a slow scan (a
+    # loaded host) made them 50 ms, and every engine `unknown`.
+    budget = max(deadline - seconds, deadline / 2)
+    if monitor is not None:
+        monitor.forget(processes)
+        vitals = monitor.check(processes, deadline=budget)
+        healths = [v.health for v in vitals]
+        loads = [v.load for v in vitals]
+    elif health:
+        healths = check_all(processes, timeout=request_timeout(budget), deadline=budget)
+    if healths is not None and previous.healths is not None:
+        earlier = zip(previous.processes, previous.healths, strict=True)
+        before = {(p.pid, p.start_time): h for p, h in earlier}
+        healths = [
+            kept(h, before.get((p.pid, p.start_time))) for p, h in zip(processes, healths, strict=True)
+        ]
+    now = time.time()
+    ids = unique_engine_ids(
+        processes,
+        {(p.pid, p.start_time): name for p, name in zip(previous.processes, previous.ids, strict=True)},
+    )
+    running = set(ids)
+    stopped = {
+        engine_id: since
+        for engine_id, since in previous.stopped.items()
+        if engine_id not in running and now - since < keep_stopped
+    }
+    for engine_id in set(previous.ids) - running:
+        stopped[engine_id] = now
+    collector.snapshot = Snapshot(
+        processes=processes,
+        ids=ids,
+        healths=healths,
+        loads=loads,
+        scan_seconds=seconds,
+        scan_errors=previous.scan_errors + scanner.stats.unreadable,
+        scans=previous.scans + 1,
+        gpus=contained(
+            "GPU ledger", lambda: gpu_ledger(processes, all_processes=False, reread=False), lambda _reason: ()
+        ),
+        stopped=stopped,
+        refreshed_at=now,
+        refresh_failures=previous.refresh_failures,
+    )
+
+
+def _write_textfile(textfile: str, registry: CollectorRegistry) -> None:
+    try:
+        replace_file(textfile, generate_latest(registry), field="--textfile")
+    except FileWriteError as err:
+        raise ExporterError(str(err)) from None
+
+
+class Refresher:
+    """The exporter's refreshing half, for whoever serves its results (the exporter, the agent):
+    a scan and health checks (with ``load``, through an :class:`EngineMonitor` that also reads
+    each engine's load) every ``interval`` seconds on a fixed schedule, each cut at 80% of it,
+    into ``collector.snapshot``; ``registry`` holds the collector. The first refresh is done at
+    construction (unless not ``refresh_now``: then by the first :meth:`run`), and a scrape
+    before it waits for it, so the first request has data."""
+
+    def __init__(
+        self,
+        *,
+        interval: float = 2.0,
+        health: bool = True,
+        keep_stopped: float = 300.0,
+        load: bool = False,
+        stall_after: float | None = None,
+        refresh_now: bool = True,
+    ) -> None:
+        self.interval = interval
+        self.registry = CollectorRegistry()
+        self.collector = EngineCollector()
+        self.registry.register(self.collector)
+        self._scanner = Scanner()
+        self._health = health
+        self._keep_stopped = keep_stopped
+        self._deadline = min(2.0, interval * 0.8)
+        self._monitor = (
+            EngineMonitor(timeout=request_timeout(self._deadline), stall_after=stall_after) if load else None
+        )
+        if refresh_now:
+            self.refresh()
+
+    def refresh(self) -> bool:
+        """One refresh; whether it succeeded. One that fails keeps the last snapshot (and says
+        so in it: ``refresh_failures``, ``refresh_problem``), the failure logged once per cause
+        (see :mod:`enginespec.untrusted.boundary`): the loop serving it never ends because of it."""
+        try:
+            _refresh(
+                self._scanner, self.collector, self._health, self._deadline, self._keep_stopped, self._monitor
+            )
+        except Exception as err:  # the loop's boundary: the last good snapshot stays served
+            reason = failed("refresh", err, loud=True)
+            last = self.collector.snapshot
+            self.collector.snapshot = dataclasses.replace(
+                last, refresh_failures=last.refresh_failures + 1, refresh_problem=reason
+            )
+            return False
+        return True
+
+    def run(self, stop: threading.Event, after: Callable[[], None] | None = None) -> None:
+        """Refreshes until ``stop`` is set, calling ``after`` once now and after each refresh."""
+        if not self.collector.filled:
+            self.refresh()
+        next_at = time.monotonic()
+        while True:
+            if after is not None:
+                after()
+            # a fixed schedule: a slow refresh shortens the wait rather than stretching the period
+            next_at = max(next_at + self.interval, time.monotonic())
+            if stop.wait(next_at - time.monotonic()):
+                return
+            self.refresh()
+
+
+def run(
+    *,
+    host: str = "127.0.0.1",
+    port: int | None = 9464,
+    interval: float = 2.0,
+    textfile: str | None = None,
+    health: bool = True,
+    keep_stopped: float = 300.0,
+    load: bool = False,
+    stall_after: float | None = None,
+    stop: threading.Event | None = None,
+    log: Callable[[str], None] | None = None,
+    token: str | None = None,
+) -> None:
+    """Serves ``/metrics`` on ``host:port`` (``port=None``: no server) and writes ``textfile``
+    atomically after every refresh, until ``stop`` is set. Refreshes start every ``interval``
+    (a slow one is cut at 80% of it: a health check not answered by then is not ready); an
+    engine that stops stays as ``up 0`` for ``keep_stopped`` seconds. ``load``: health checks
+    through an :class:`enginespec.health.vitals.EngineMonitor` that also reads each engine's load (one
+    more request per engine and refresh): the ``enginespec_engine_requests_*`` series, and the
+    ``busy`` and ``stalled`` states (after ``stall_after`` seconds). ``log`` gets a line when
+    the server listens (node_exporter's ``Listening on address=...``). A scraper is shown what it
+    could read on the host itself (:mod:`enginespec.fleet.disclosure`), everything when it sends
+    ``token``.
+
+    Raises :class:`ExporterError` naming the address or file when it cannot listen or write."""
+    if port is None and not textfile:
+        raise ExporterError("--port 0 serves no HTTP and no --textfile is given: nothing would be exported")
+    stop = stop or threading.Event()
+    # The server listens (and says so) before the first refresh, which a hung engine can hold
+    # for the refresh's deadline; a scrape meanwhile waits for it.
+    refresher = Refresher(
+        interval=interval,
+        health=health,
+        keep_stopped=keep_stopped,
+        load=load,
+        stall_after=stall_after,
+        refresh_now=False,
+    )
+    if port is not None:
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            bound = _serve_metrics(host, port, MetricsViews(refresher.collector), token)
+        except OSError as err:
+            raise ExporterError(f"cannot listen on {shown} (--host, --port): {err.strerror or err}") from None
+        if log is not None:
+            log(f"enginespec exporter: Listening on address={shown.rsplit(':', 1)[0]}:{bound} (/metrics)")
+    if textfile and log is not None:
+        log(f"enginespec exporter: writing textfile={textfile}")
+    write = (lambda: _write_textfile(textfile, refresher.registry)) if textfile else None
+    refresher.run(stop, write)

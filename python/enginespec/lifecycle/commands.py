@@ -1,0 +1,355 @@
+"""Building serve commands from a Recipe: the argv (a list, never a shell string), the environment
+delta, the flags injected by defaults, and warnings for recipe fields the engine has no flag for."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, field_serializer
+
+from enginespec.config import Config
+from enginespec.definition.launching import Launcher, resolve_launcher
+from enginespec.definition.records import FLAG_FIELDS, EngineDefinition
+from enginespec.errors import CommandError
+from enginespec.lifecycle.probing import read_help
+from enginespec.lifecycle.recipe import DockerRuntime, ExtraValue, Recipe
+from enginespec.process.argv import redact_argv
+from enginespec.untrusted.masking import REDACTED, is_secret_name
+
+
+class Command(BaseModel):
+    """A built serve command: argv (a list, never a shell string), the environment delta to apply,
+    the flags that enginespec injected on its own (model-family defaults, companion flags), and
+    warnings about recipe fields this engine has no flag for.
+
+    ``argv`` and ``env`` hold the real values, to hand to the OS; every printed or dumped form
+    (repr, ``model_dump``, ``model_dump_json``, :meth:`shell`) has the secrets masked.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    engine: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    injected_flags: tuple[str, ...]
+    warnings: tuple[str, ...]
+    launcher: Literal["console_script", "module", "binary", "docker"]
+
+    def redacted_argv(self) -> list[str]:
+        """argv with secret values (``--api-key``, docker ``-e HF_TOKEN=...``) replaced by ``***``:
+        the form to print or log."""
+        argv = redact_argv(self.argv, self.engine)
+        if self.launcher == "docker":
+            for index in range(1, len(argv)):
+                name, eq, _value = argv[index].partition("=")
+                if argv[index - 1] == "-e" and eq and is_secret_name(name):
+                    argv[index] = f"{name}={REDACTED}"
+        return argv
+
+    def redacted_env(self) -> dict[str, str]:
+        """env with the values of secret names (``HF_TOKEN``) replaced by ``***``."""
+        return {name: REDACTED if is_secret_name(name) else value for name, value in self.env.items()}
+
+    @field_serializer("argv")
+    def _masked_argv(self, _argv: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(self.redacted_argv())
+
+    @field_serializer("env")
+    def _masked_env(self, _env: Mapping[str, str]) -> dict[str, str]:
+        return self.redacted_env()
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            masked = {"argv": tuple(self.redacted_argv()), "env": self.redacted_env()}
+            yield name, masked.get(name or "", value)
+
+    def shell(self, *, redact: bool = True) -> str:
+        """A shell-quoted, copy-pasteable form of argv (secrets redacted unless asked not to)."""
+        return shlex.join(self.redacted_argv() if redact else self.argv)
+
+
+@dataclass
+class _Entry:
+    canonical: str
+    flag: str
+    values: list[str] | None  # None: bare flag
+    injected: bool = False
+
+
+def _render_scalar(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _flag_for_extra(key: str) -> str:
+    if key.startswith("-"):
+        return key.replace("_", "-") if key.startswith("--") else key
+    return ("-" if len(key) == 1 else "--") + key.replace("_", "-")
+
+
+def _field_flags(engine: EngineDefinition, field: str) -> tuple[str, ...]:
+    """The engine's flags for one recipe field: model, served name, host and port from the
+    Signature, the API key from Serving, the rest from Flags."""
+    signature = engine.signature
+    by_fact = {
+        "model_path": (engine.model_flag,) if engine.model_flag else (),
+        "served_model_name": signature.served_name_flags[:1],
+        "host": signature.host_flags[:1],
+        "port": signature.port_flags[:1],
+        "api_key": (engine.serving.api_key_flag,) if engine.serving.api_key_flag else (),
+    }
+    return by_fact[field] if field in by_fact else engine.flags.fields.get(field, ())
+
+
+def _entries(engine: EngineDefinition, recipe: Recipe, strict: bool) -> tuple[list[_Entry], list[str]]:
+    entries: list[_Entry] = []
+    warnings: list[str] = []
+
+    def add(field: str, values: list[str] | None) -> None:
+        # `ollama serve` takes no arguments at all: every field is dropped, with its warning.
+        flags = () if engine.signature.launch_forms[0].no_arguments else _field_flags(engine, field)
+        if not flags:
+            shown = REDACTED if field == "api_key" else repr(getattr(recipe, field))
+            message = f"{engine.id} has no flag for {field}={shown}; not emitted"
+            if strict:
+                raise CommandError(message)
+            warnings.append(message)
+            return
+        for flag in flags:
+            entries.append(_Entry(engine.signature.canonical(flag), flag, values))
+
+    if engine.model_flag is not None or not engine.signature.launch_forms[0].positional_model:
+        add("model_path", [recipe.model_path])
+    # An engine that reads its address from one environment variable gets it there (Ollama).
+    if _address_variable(engine) is None:
+        add("host", [recipe.host])
+        if recipe.port is not None:
+            add("port", [str(recipe.port)])
+    for field in ("served_model_name", *FLAG_FIELDS):
+        value = getattr(recipe, field)
+        if value is None or value is False:
+            continue
+        add(field, None if value is True else [_render_scalar(value)])
+    if recipe.api_key is not None:  # the real value: this argv is what the OS gets
+        add("api_key", [recipe.api_key.get_secret_value()])
+    return entries, warnings
+
+
+def _extra_entries(
+    engine: EngineDefinition, extra: Mapping[str, ExtraValue]
+) -> tuple[list[_Entry], set[str]]:
+    entries: list[_Entry] = []
+    overridden: set[str] = set()
+    for key, value in extra.items():
+        flag = _flag_for_extra(key)
+        canonical = engine.signature.canonical(flag)
+        if canonical in engine.signature.exit_flags and value not in (None, False):
+            raise CommandError(f"extra_args: {key!r} makes {engine.id} print and exit instead of serving")
+        overridden.add(canonical)
+        if value is None or value is False:
+            continue
+        if value is True:
+            entries.append(_Entry(canonical, flag, None))
+        elif isinstance(value, dict):
+            entries.append(_Entry(canonical, flag, [json.dumps(value, separators=(",", ":"))]))
+        elif isinstance(value, list):
+            items = [_render_scalar(item) for item in value if item is not None]
+            if engine.flags.list_style == "repeat":
+                entries.extend(_Entry(canonical, flag, [item]) for item in items)
+            elif items:
+                entries.append(_Entry(canonical, flag, items))
+        else:
+            entries.append(_Entry(canonical, flag, [_render_scalar(value)]))
+    return entries, overridden
+
+
+def _defaults(engine: EngineDefinition, recipe: Recipe, present: set[str]) -> list[_Entry]:
+    """Model-family defaults the recipe did not set (``present`` grows with what is added)."""
+    injected: list[_Entry] = []
+    for default in engine.flags.family_defaults:
+        if not default.matches(recipe.model_path):
+            continue
+        for flag, value in default.flags.items():
+            canonical = engine.signature.canonical(flag)
+            if canonical in present:
+                continue
+            present.add(canonical)
+            injected.append(_Entry(canonical, flag, None if value is True else [str(value)], True))
+    return injected
+
+
+def _companions(engine: EngineDefinition, final: list[_Entry], overridden: set[str]) -> list[_Entry]:
+    emitted = {entry.canonical for entry in final}
+    added: list[_Entry] = []
+    for trigger, companions in engine.flags.companion_flags.items():
+        if engine.signature.canonical(trigger) not in emitted:
+            continue
+        for flag in companions:
+            canonical = engine.signature.canonical(flag)
+            if canonical not in emitted and canonical not in overridden:
+                added.append(_Entry(canonical, flag, None, True))
+                emitted.add(canonical)
+    return added
+
+
+def _unaccepted(
+    engine: EngineDefinition, entries: Sequence[_Entry], config: Config, strict: bool
+) -> list[str]:
+    accepted = read_help(engine, config).flags
+    problems = []
+    for entry in entries:
+        flag = entry.flag
+        negated = "--" + flag[len("--no-") :] if flag.startswith("--no-") else None
+        if flag in accepted or negated in accepted:
+            continue
+        message = f"{engine.launch.executable} does not accept {flag} (per its --help); passed anyway"
+        if strict:
+            raise CommandError(message)
+        problems.append(message)
+    return problems
+
+
+def recipe_launcher(engine: EngineDefinition, recipe: Recipe, config: Config) -> Launcher:
+    """The launcher for a recipe: its ``python_path`` / ``binary_path`` first (see launching)."""
+    return resolve_launcher(engine, config, python_path=recipe.python_path, binary_path=recipe.binary_path)
+
+
+def plan(
+    engine: EngineDefinition, recipe: Recipe, config: Config, *, strict: bool = False, validate: bool = False
+) -> Command:
+    """Builds the full command. ``strict=True`` raises instead of dropping unsupported fields;
+    ``validate=True`` checks every flag against the installed engine's ``--help``."""
+    if recipe.engine != engine.id:
+        raise CommandError(f"engine: recipe is for {recipe.engine!r}, this spec builds {engine.id!r}")
+    entries, warnings = _entries(engine, recipe, strict)
+    extra, overridden = _extra_entries(engine, recipe.extra_args)
+    if extra and engine.signature.launch_forms[0].no_arguments:
+        message = f"{engine.id}'s server takes no arguments; extra_args not emitted"
+        if strict:
+            raise CommandError(message)
+        warnings.append(message)
+        extra, overridden = [], set()
+    present = {entry.canonical for entry in entries} | overridden
+    injected = _defaults(engine, recipe, present)
+    final = [entry for entry in entries if entry.canonical not in overridden] + injected + extra
+    final += _companions(engine, final, overridden)
+    if validate:
+        warnings.extend(_unaccepted(engine, final, config, strict))
+    flags: list[str] = []
+    for entry in final:
+        flags.append(entry.flag)
+        flags.extend(entry.values or ())
+    positional = [recipe.model_path] if engine.model_flag is None and _positional_model(engine) else []
+    injected_flags = tuple(entry.flag for entry in final if entry.injected)
+    if isinstance(recipe.runtime, DockerRuntime):
+        return Command(
+            engine=engine.id,
+            argv=tuple(_docker_argv(engine, recipe, recipe.runtime, positional + flags)),
+            env={},
+            injected_flags=injected_flags,
+            warnings=tuple(warnings),
+            launcher="docker",
+        )
+    launcher = recipe_launcher(engine, recipe, config)
+    if launcher.kind == "module" and positional and engine.launch.module_model_flag:
+        # The module form takes the model by flag (vLLM's api_server has no positional model).
+        positional = [engine.launch.module_model_flag, *positional]
+    return Command(
+        engine=engine.id,
+        argv=(*launcher.prefix, *positional, *flags),
+        env=_environment(engine, recipe, launcher),
+        injected_flags=injected_flags,
+        warnings=tuple(warnings),
+        launcher=launcher.kind,
+    )
+
+
+def build_environment(engine: EngineDefinition, recipe: Recipe, config: Config) -> dict[str, str]:
+    """Environment variables to set for the engine (a delta over the caller's environment):
+    visible devices, the interpreter's venv ``bin`` first on PATH, then the recipe's own vars."""
+    launcher = None if isinstance(recipe.runtime, DockerRuntime) else recipe_launcher(engine, recipe, config)
+    return _environment(engine, recipe, launcher)
+
+
+def _positional_model(engine: EngineDefinition) -> bool:
+    return engine.signature.launch_forms[0].positional_model
+
+
+def _address_variable(engine: EngineDefinition) -> str | None:
+    """The environment variable carrying host and port, for an engine whose server takes no host
+    flag (Ollama's OLLAMA_HOST)."""
+    if engine.signature.host_flags and not engine.signature.launch_forms[0].no_arguments:
+        return None
+    return next((name for name, kind in engine.settings.environment.items() if kind == "address"), None)
+
+
+def _environment(engine: EngineDefinition, recipe: Recipe, launcher: Launcher | None) -> dict[str, str]:
+    env: dict[str, str] = {}
+    variable = _address_variable(engine)
+    if variable is not None:
+        host = f"[{recipe.host}]" if ":" in recipe.host else recipe.host
+        env[variable] = f"{host}:{recipe.port or engine.default_port}"
+    if recipe.visible_devices is not None:
+        name = "HIP_VISIBLE_DEVICES" if recipe.accelerator == "rocm" else "CUDA_VISIBLE_DEVICES"
+        env[name] = ",".join(str(device) for device in recipe.visible_devices)
+    if launcher is not None:
+        bin_dir = (launcher.python or launcher.program).parent
+        if (bin_dir.parent / "pyvenv.cfg").is_file():
+            env["VIRTUAL_ENV"] = str(bin_dir.parent)
+            env["PATH"] = os.pathsep.join([str(bin_dir), os.environ.get("PATH", os.defpath)])
+    env.update(recipe.env_vars)
+    return env
+
+
+def _docker_argv(
+    engine: EngineDefinition, recipe: Recipe, runtime: DockerRuntime, server_args: Sequence[str]
+) -> list[str]:
+    if not engine.launch.docker:
+        raise CommandError(f"runtime: {engine.id} has no supported docker image; use runtime 'native'")
+    port = recipe.port or engine.default_port
+    argv = ["docker", "run", "--rm"]
+    if runtime.name:
+        argv += ["--name", runtime.name]
+    if recipe.accelerator == "rocm":
+        argv += ["--device", "/dev/kfd", "--device", "/dev/dri", "--group-add", "video"]
+    elif recipe.visible_devices is not None:
+        argv += ["--gpus", '"device=' + ",".join(map(str, recipe.visible_devices)) + '"']
+    else:
+        argv += ["--gpus", "all"]
+    # Tensor-parallel workers share memory through /dev/shm; docker's 64 MB default is too small.
+    argv.append("--ipc=host")
+    container_host = recipe.host
+    if runtime.host_network:
+        argv += ["--network", "host"]
+    else:
+        bind = f"[{recipe.host}]" if ":" in recipe.host else recipe.host
+        argv += ["-p", f"{bind}:{port}:{port}"]
+        container_host = "0.0.0.0"  # reachable through the published port only
+    model = Path(recipe.model_path)
+    if model.is_absolute():
+        argv += ["-v", f"{model}:{model}:ro"]
+    elif runtime.mount_hf_cache:
+        cache = Path.home() / ".cache" / "huggingface"
+        argv += ["-v", f"{cache}:/root/.cache/huggingface"]
+    if recipe.accelerator == "rocm" and recipe.visible_devices is not None:
+        devices = ",".join(map(str, recipe.visible_devices))
+        argv += ["-e", f"HIP_VISIBLE_DEVICES={devices}"]
+    for name, value in recipe.env_vars.items():
+        argv += ["-e", f"{name}={value}"]
+    argv.append(runtime.image)
+    args = list(server_args)
+    for flag in engine.signature.host_flags:
+        if flag in args:
+            args[args.index(flag) + 1] = container_host
+    # The server must listen on the port published above, and an image may set its own default
+    # (TGI's sets PORT=80): say it.
+    if recipe.port is None and engine.signature.port_flags:
+        args += [engine.signature.port_flags[0], str(port)]
+    return argv + args

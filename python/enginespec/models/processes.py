@@ -1,0 +1,211 @@
+"""The model a running engine serves: its model as its argv names it, resolved inside the
+process's root (relative paths from its working directory; a Hugging Face id through its owner's
+cache; an Ollama blob named through Ollama's manifests), read as ``modelfacts`` reads files, with
+the memory its engine allocates for it by the engine's own rule.
+
+Computed on request only (``EngineProcess.model_facts``, ``enginespec model PID``), never by a
+scan: reading a header costs file reads a poll of hundreds of processes a second must not pay.
+The result is cached by the process's identity (pid, start time) and the argv it was computed
+from, so a ``watch`` that asks again each refresh reads each model once."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pwd
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any, Literal
+
+from enginespec._host import procfiles as _procfiles
+from enginespec.models.facts import ModelError, ModelFacts, hf_cache_folder, model_facts
+from enginespec.untrusted.boundary import failed
+
+#: Processes whose facts are kept (the least recently asked for go first).
+CACHE_SIZE = 256
+#: How long reading one engine's model may take (a file on a FUSE mount whose daemon never
+#: answers blocks in the kernel); a read that misses it is abandoned in its thread, and after
+#: MAX_STUCK abandoned reads none is begun until one of them ends.
+DEADLINE_SECONDS = 2.0
+MAX_STUCK = 4
+_stuck = 0
+_cache: OrderedDict[tuple[int, float, tuple[str, ...]], ModelFacts | str] = OrderedDict()
+_lock = threading.Lock()
+
+
+#: Bytes of a process's environment read for the Hugging Face cache variables.
+_ENVIRON_BYTES = 1 << 20
+
+
+class ProcessFiles:
+    """A running process's files as ``modelfacts`` reads them: resolved inside its root (a
+    relative path from its working directory) and opened as its owner, one bounded step each
+    (``_procfiles``): a model path any user names (``-m /root/secret``, a FIFO, a symlink out of
+    a container) is read only as far as its owner could read it."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def open(self, path: str) -> int:
+        try:
+            return _procfiles.open_named(self.pid, path)
+        except _procfiles.Refused as why:
+            raise ModelError(f"{path}: {why}") from None
+
+    def kind(self, path: str) -> Literal["file", "directory", "other"] | None:
+        return _procfiles.named_kind(self.pid, path)
+
+    def names(self, path: str, limit: int) -> list[str] | None:
+        return _procfiles.list_named(self.pid, path, limit)
+
+
+def _environ(pid: int) -> dict[str, str]:
+    found = _procfiles.read_environ(pid, _ENVIRON_BYTES)
+    pairs = (item.partition(b"=") for item in (found[0] if found else ()) if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, _eq, v in pairs}
+
+
+def _home(pid: int) -> str | None:
+    who = _procfiles.owner(pid)
+    try:
+        return pwd.getpwuid(who.uid).pw_dir if who is not None else None
+    except KeyError:
+        return None
+
+
+def _locate(pid: int, model: str, fs: ProcessFiles) -> str:
+    """Where ``model`` (as the argv names it) is inside the process's root: the path itself, or
+    the snapshot of a Hugging Face id in its owner's cache."""
+    try:
+        path = _procfiles.in_root(pid, model)
+    except _procfiles.Refused as refused:
+        raise ModelError(f"pid {pid}: model {model!r} {refused}") from None
+    if fs.kind(path) is not None:
+        return path
+    cached = hf_cache_folder(model, _environ(pid), _home(pid), fs)
+    if cached is None:
+        try:  # to say why the path is not read (or read it, if it has just appeared)
+            os.close(fs.open(path))
+        except ModelError as e:
+            reason = str(e).removeprefix(f"{path}: ")
+            raise ModelError(
+                f"pid {pid}: model {model!r} {reason}, and is not in its owner's Hugging Face cache"
+            ) from None
+        return path
+    return cached
+
+
+def compute(pid: int, engine: str, model: str | None, argv: Sequence[str]) -> ModelFacts:
+    """The facts of the model of engine server ``pid`` with its memory estimate; raises
+    ``ModelError`` naming what could not be read."""
+    if not model:
+        raise ModelError(f"pid {pid}: its argv names no model")
+    fs = ProcessFiles(pid)
+    facts = model_facts(_locate(pid, model, fs), fs)
+    name_of = engine_rule(engine, "model_name")
+    if name_of is not None:
+        facts = facts.model_copy(update={"registry_name": name_of(facts.files[0], fs)})
+    estimate_of = engine_rule(engine, "estimate_memory")
+    try:
+        estimate = estimate_of(facts, argv) if estimate_of is not None else None
+    except ModelError as why:  # an argv number out of range (`--max-model-len 1e400`): the
+        # files' facts stand, the estimate is a problem naming the flag
+        return facts.model_copy(update={"problems": (*facts.problems, f"no memory estimate: {why}")})
+    return facts.model_copy(update={"estimate": estimate})
+
+
+def engine_rule(engine: str, name: str) -> Callable[..., Any] | None:
+    """The engine module's own function ``name`` (``estimate_memory``, ``logged_memory``,
+    ``model_name``), looked up by engine id at call time (the engine modules import the scan's
+    models, so they cannot be imported here first), or ``None`` when it has none."""
+    if not engine.isidentifier():
+        return None
+    try:
+        module = importlib.import_module(f"enginespec.engines.{engine}")
+    except ImportError:
+        return None
+    rule = getattr(module, name, None)
+    return rule if callable(rule) else None
+
+
+def cached(
+    pid: int, start_time: float, engine: str, model: str | None, argv: Sequence[str]
+) -> ModelFacts | str:
+    """:func:`compute`'s facts, or the reason they are not known, cached per process identity."""
+    key = (pid, start_time, tuple(argv))
+    with _lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    result = _with_deadline(lambda: compute(pid, engine, model, argv))
+    with _lock:
+        _cache[key] = result
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return result
+
+
+def peek(pid: int, start_time: float, argv: Sequence[str]) -> ModelFacts | None:
+    """The facts already cached for this process, never reading anything (for a scrape)."""
+    with _lock:
+        found = _cache.get((pid, start_time, tuple(argv)))
+    return found if isinstance(found, ModelFacts) else None
+
+
+def _with_deadline(action: Callable[[], ModelFacts]) -> ModelFacts | str:
+    """``action``'s facts, or why not: its error, or that it missed the deadline. Never raises
+    because of a process's files (a polling loop must not die of one odd engine): the thread
+    hands back a result or whatever it raised through a future, so there is no outcome the
+    caller cannot read (an exception nobody foresaw is counted by the error boundary)."""
+    global _stuck
+    with _lock:
+        if _stuck >= MAX_STUCK:
+            return f"not read: {_stuck} earlier reads of model files are still blocked"
+    done: Future[ModelFacts] = Future()
+    late = threading.Event()
+
+    def run() -> None:
+        global _stuck
+        try:
+            done.set_result(action())
+        except BaseException as e:  # handed to the caller, which decides
+            done.set_exception(e)
+        finally:
+            with _lock:
+                if late.is_set():
+                    _stuck -= 1
+
+    thread = threading.Thread(target=run, name="enginespec-model-facts", daemon=True)
+    thread.start()
+    thread.join(DEADLINE_SECONDS)
+    with _lock:
+        if not done.done():
+            late.set()
+            _stuck += 1
+            return f"reading its model took longer than {DEADLINE_SECONDS:g} s (abandoned)"
+    try:
+        return done.result()
+    except ModelError as e:
+        return str(e)
+    except (OSError, ValueError, RecursionError, MemoryError) as e:
+        return f"model files unreadable: {type(e).__name__}: {e}"
+    except Exception as e:  # the error boundary of this engine's model facts
+        return failed("model facts", e)
+
+
+def beside_log(facts: ModelFacts, engine: str, log: str) -> ModelFacts:
+    """``facts`` with what the engine printed about its memory in ``log`` (its start-up output)."""
+    parser = engine_rule(engine, "logged_memory")
+    return facts.model_copy(update={"logged": parser(log)}) if parser is not None else facts
+
+
+def measured(gpus: object) -> dict[str, int]:
+    """Bytes by device from ``EngineProcess.gpus`` (entries with ``device`` and ``memory_bytes``)."""
+    held: dict[str, int] = {}
+    for use in gpus if isinstance(gpus, tuple | list) else ():
+        device, nbytes = getattr(use, "device", None), getattr(use, "memory_bytes", None)
+        if isinstance(device, str) and isinstance(nbytes, int):
+            held[device] = held.get(device, 0) + nbytes
+    return held

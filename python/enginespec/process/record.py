@@ -1,0 +1,116 @@
+"""A running engine server as a record (:class:`EngineProcess`). The record does no I/O but for the
+model facts read on first access; the scanning that builds it is :mod:`enginespec.scanning.scanner`, and
+whether the process it was made from still runs is :mod:`enginespec.process.liveness`."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from pydantic import PrivateAttr, computed_field
+
+from enginespec.definition.records import Fact
+from enginespec.gpus.reader import GpuUse
+from enginespec.models.processes import cached, measured
+from enginespec.process.argv import Invocation
+from enginespec.process.containers import Container, PublishedPort
+from enginespec.process.settings import Source
+
+if TYPE_CHECKING:
+    from enginespec.models.facts import ModelFacts
+
+
+def make_engine_id(engine: str, model: str | None, port: int | None) -> str:
+    """The name of an engine serving ``model`` on ``port`` (see ``EngineProcess.engine_id``)."""
+    identity = "\0".join((engine, model or "", str(port)))
+    digest = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return f"{engine}-{port or 'noport'}-{digest}"
+
+
+class EngineProcess(Invocation):
+    """A running engine server: what its argv says (see Invocation), plus the process facts.
+    ``(pid, start_time)`` is its identity (pids are reused).
+
+    ``argv`` has secret values (``--api-key``, ``--hf-token``) replaced by ``***``. ``worker_pids``
+    are the server's descendants (vLLM/SGLang workers), folded into it. ``supervisor`` names who
+    started it (``ollama``, ``llama-swap``, ``llama-server`` router) or is ``None``.
+    ``listen_ports`` are the TCP ports the process tree listens on (empty when unknown).
+    ``port_conflicts`` are the pids of other processes listening on the same address and port as
+    the server (SO_REUSEPORT: the kernel splits its connections between them), Linux.
+
+    ``container`` is the container it runs in (``None`` on the host). ``private_network`` says
+    it runs in a network namespace other than the host's, where its own address may not be
+    reachable from here; ``published`` are the host addresses Docker's proxy forwards to its port,
+    and ``base_url`` is then the first of them.
+    """
+
+    pid: int
+    start_time: float
+    ppid: int
+    #: ``None`` when argv gives no usable address (see ``problems``).
+    base_url: str | None
+    #: where each fact came from: ``argv``, ``config`` (the engine's config file), ``environment``
+    #: (``/proc/PID/environ``, readable by root or the same user), ``default``, or for an
+    #: ``orphan`` ``server`` (what the server it worked for said, while this scanner saw it).
+    sources: Mapping[Fact, Source] = {}
+    argv: tuple[str, ...]
+    exe: str | None
+    worker_pids: tuple[int, ...]
+    supervisor: str | None
+    listen_ports: tuple[int, ...]
+    #: for an ``orphan``: the pid of the server it worked for, when this scanner saw that server.
+    server_pid: int | None = None
+    port_conflicts: tuple[int, ...] = ()
+    container: Container | None = None
+    private_network: bool = False
+    published: tuple[PublishedPort, ...] = ()
+    #: the GPUs the tree (server and workers) holds, each counted once (see ``enginespec.gpus.reader``).
+    gpus: tuple[GpuUse, ...] = ()
+    #: why the tree's GPU set is not (wholly) known (fds another user's, a CUDA device the driver
+    #: does not list), or ``None``.
+    gpus_unknown: str | None = None
+    #: the engine's API key from its argv: used by health checks, never shown or serialised.
+    _api_key: str | None = PrivateAttr(default=None)
+    #: the start in clock ticks since boot, as the scanner read it (``None`` in a record built
+    #: elsewhere): the exact identity, where ``start_time`` moves with the kernel's boot time.
+    _start_ticks: int | None = PrivateAttr(default=None)
+    #: ``False`` for an engine another host reported (enginespec.fleet.remote): nothing of this host's
+    #: ``/proc`` or files is read for it.
+    _local: bool = PrivateAttr(default=True)
+
+    @functools.cached_property
+    def model_facts(self) -> ModelFacts | None:
+        """The facts of the model this engine serves, with the memory its engine allocates for
+        it with its actual arguments (``ModelFacts.estimate``); ``None`` when they cannot be
+        known (``model_facts_problem`` says why). Read on first access, never by the scan, and
+        cached by (pid, start time, argv) across scans (``enginespec.models.processes``)."""
+        if not self._local:
+            return None
+        result = cached(self.pid, self.start_time, self.engine, self.model, self.argv)
+        if isinstance(result, str):
+            return None
+        held = measured(getattr(self, "gpus", ()))  # the GPU ledger's field, where this build has it
+        return result.model_copy(update={"measured": held}) if held else result
+
+    @property
+    def model_facts_problem(self) -> str | None:
+        """Why ``model_facts`` is ``None`` (the model's file that could not be read, and how)."""
+        if not self._local:
+            return "an engine of another host: its model's files are not read from here"
+        result = cached(self.pid, self.start_time, self.engine, self.model, self.argv)
+        return result if isinstance(result, str) else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def engine_id(self) -> str:
+        """A name for this engine that survives restarts of the same engine, model and port (pids
+        and start times change): ``vllm-8000-1a2b3c4d``. For a container with a published port
+        the port is the host's: two containers serving one model on port 8000 inside are told
+        apart by the host ports they are published on."""
+        port = self.published[0].host_port if self.published else self.effective_port
+        return make_engine_id(self.engine, self.model, port)
+
+    def secret_api_key(self) -> str | None:
+        return self._api_key

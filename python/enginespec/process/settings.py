@@ -1,0 +1,301 @@
+"""Facts a running engine takes from outside its argv: its environment (``/proc/PID/environ``,
+readable by root or the same user) and a config file it was pointed at (read as the process's
+owner, inside its root, size-capped: :mod:`enginespec._host.procfiles`; parsed with limits:
+:mod:`enginespec.untrusted.documents`). Which variable or key carries which fact is data in the engine's
+spec. Every failure is data, never raised."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from enginespec._host.procfiles import PROC, Identity, read_named
+from enginespec._host.shapes import MAX_ENVIRON_BYTES, Environ, parse_port
+from enginespec.definition.records import EngineDefinition, Fact
+from enginespec.definition.signature import Signature
+from enginespec.display import literal
+from enginespec.process.argv import flag_value
+from enginespec.untrusted.documents import DocumentError, parse_json, parse_yaml
+
+#: Largest config file read (an engine's own config is a few kilobytes).
+MAX_CONFIG_BYTES = 1 << 18
+
+
+@dataclass(frozen=True)
+class Outside:
+    """Facts found outside argv: values as the engine reads them, and what could not be read."""
+
+    environment: Mapping[Fact, str] = field(default_factory=dict)
+    config: Mapping[Fact, tuple[str, ...]] = field(default_factory=dict)
+    #: the config file, as the process names it, and the identity of what was read (to notice
+    #: edits; ``None``: not there, or not a file that is read).
+    config_file: str | None = None
+    config_identity: Identity | None = None
+    problems: tuple[str, ...] = ()
+    #: the API key its environment gives (``Serving.api_key_env``), never shown
+    api_key: str | None = field(default=None, repr=False)
+
+
+def split_address(value: str) -> tuple[str | None, str | None]:
+    """``[scheme://]host[:port][/path]`` -> (host, port text), ``None`` for a part not given; a URL
+    without a port has its scheme's (http 80, https 443), as Ollama's envconfig Host() reads
+    OLLAMA_HOST. ``[v6]:port`` and a bare IPv6 address are understood; anything else gives
+    nothing."""
+    scheme, sep, rest = value.strip().partition("://")
+    if not sep:
+        scheme, rest = "", value.strip()
+    hostport = rest.split("/", 1)[0]
+    port: str | None
+    if hostport.startswith("["):
+        close = hostport.find("]")
+        tail = hostport[close + 1 :]
+        if close < 0 or (tail and not tail.startswith(":")):
+            return None, None
+        host, port = hostport[1:close], tail[1:] if tail else None
+    elif hostport.count(":") == 1:
+        host, port = hostport.split(":")
+    else:  # a host name, or an IPv6 address without brackets
+        host, port = hostport, None
+    if port is None and scheme in ("http", "https"):
+        port = "80" if scheme == "http" else "443"
+    return host or None, port or None
+
+
+def environment_names(engine: EngineDefinition) -> list[str]:
+    """The variables of a process's environment the engine's settings read (its scan's read set,
+    ``_common.ReadSet``): facts, API keys, and what makes a follower a server."""
+    names = dict.fromkeys(
+        [*engine.settings.environment, *engine.serving.api_key_env, *engine.settings.server_environment]
+    )
+    return list(names)
+
+
+def serves_by_environment(engine: EngineDefinition, environ: Environ | None) -> bool:
+    """Whether a process's environment (as its scan read it) sets one of the engine's
+    ``server_environment`` variables to its value (a follower's argv that is its deployment's
+    HTTP server)."""
+    wanted = engine.settings.server_environment
+    return environ is not None and any(wanted.get(name) == value for name, value in environ.vars)
+
+
+def _environment(
+    engine: EngineDefinition, environ: Environ | None
+) -> tuple[dict[Fact, str], tuple[str, ...], str | None]:
+    """The facts the environment gives, the problems reading it, and the API key it holds."""
+    wanted = engine.settings.environment
+    keys = engine.serving.api_key_env
+    if environ is None or not (wanted or keys):  # not read (another user's process), or not asked
+        return {}, (), None
+    found: dict[Fact, str] = {}
+    secrets: dict[str, str] = {}
+    for name, value in environ.vars:
+        if value and name in keys:
+            secrets.setdefault(name, value)
+        if not (name in wanted and value):
+            continue
+        kind = wanted[name]
+        if kind == "address":
+            host, port = split_address(value)
+            if host is not None:
+                found["host"] = host
+            if port is not None:
+                found["port"] = port
+        else:
+            found[kind] = value
+    api_key = next((secrets[name] for name in keys if name in secrets), None)
+    if environ.cut:
+        return (
+            found,
+            (f"environment is larger than {MAX_ENVIRON_BYTES} bytes; only that much is read",),
+            api_key,
+        )
+    return found, (), api_key
+
+
+def _fact_of_key(signature: Signature, key: str) -> Fact | None:
+    flag = signature.canonical("--" + key.lstrip("-"))
+    for fact, flags in (
+        ("model", signature.model_flags),
+        ("served_model_name", signature.served_name_flags),
+        ("host", signature.host_flags),
+        ("port", signature.port_flags),
+    ):
+        if flag in flags:
+            return fact  # type: ignore[return-value]
+    return None
+
+
+def _document(engine: EngineDefinition, path: str, data: bytes) -> object:
+    """The config document, in the engine's syntax (a file named ``*.yaml``/``*.yml`` is YAML)."""
+    if engine.settings.config_format == "json" and not path.endswith((".yaml", ".yml")):
+        return parse_json(data)
+    return parse_yaml(data)
+
+
+def _config(
+    engine: EngineDefinition, path: str, data: bytes
+) -> tuple[dict[Fact, tuple[str, ...]], str | None]:
+    try:
+        document = _document(engine, path, data)
+    except DocumentError as why:
+        return {}, f"config file '{literal(path)}' {why}; not read"
+    if not isinstance(document, dict):
+        return {}, f"config file '{literal(path)}' is not a mapping of flag names"
+    found = _facts_of_mapping(engine, document, engine.settings.config_keys)
+    entries = document.get(engine.settings.config_models_key) if engine.settings.config_models_key else None
+    if isinstance(entries, list):
+        # Several models: the first entry's model, every entry's served names, in order.
+        per_entry = [_facts_of_mapping(engine, e, {}) for e in entries if isinstance(e, dict)]
+        for fact in ("model", "served_model_name"):
+            values = tuple(value for facts in per_entry for value in facts.get(fact, ())[:1])
+            if values and fact not in found:
+                found[fact] = values
+    return found, None
+
+
+def _facts_of_mapping(
+    engine: EngineDefinition, document: Mapping[object, object], keys: Mapping[str, Fact]
+) -> dict[Fact, tuple[str, ...]]:
+    """The facts of a config document: at dotted ``keys`` paths of a nested one (TabbyAPI
+    ``network.port``), else its top-level keys as flag names."""
+    pairs = (
+        ((fact, _lookup(document, path)) for path, fact in keys.items())
+        if keys
+        else ((_fact_of_key(engine.signature, str(key)), value) for key, value in document.items())
+    )
+    found: dict[Fact, tuple[str, ...]] = {}
+    for fact, value in pairs:
+        if fact is None or value is None or isinstance(value, (dict, bool)):
+            continue
+        values = value if isinstance(value, list) else [value]
+        found[fact] = tuple(str(item) for item in values if not isinstance(item, (dict, list)))
+    return found
+
+
+def _lookup(document: Mapping[object, object], path: str) -> object:
+    """The value at a dotted path of nested mappings, or ``None``."""
+    value: object = document
+    for key in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def read_outside(
+    engine: EngineDefinition,
+    pid: int,
+    argv: Sequence[str],
+    *,
+    environ: Environ | None,
+    runner: bool = False,
+    proc: str = PROC,
+) -> Outside:
+    """What ``pid``'s environment (``environ``: the variables its scan read, see
+    :func:`environment_names`) and config file (read from ``proc``) say, for the engine's
+    declared settings (a runner's environment only where the engine's runners read it)."""
+    environment, problems, api_key = (
+        _environment(engine, environ) if engine.settings.runner_environment or not runner else ({}, (), None)
+    )
+    flag = engine.settings.config_flag
+    path = flag_value(argv, engine.signature, flag) if flag else None
+    default = path is None and engine.settings.config_file is not None
+    path = path if path is not None else engine.settings.config_file
+    if path is None:
+        return Outside(environment=environment, problems=problems, api_key=api_key)
+    read = read_named(pid, path, MAX_CONFIG_BYTES, proc=proc)
+    if read.missing and default:  # the engine goes on without its usual file, and so does the scan
+        return Outside(environment=environment, problems=problems, api_key=api_key)
+    if read.data is None:
+        problem = (
+            f"config file '{literal(path)}' {read.problem or 'cannot be read: No such file or directory'}"
+        )
+        return Outside(environment, {}, path, read.identity, (*problems, problem), api_key)
+    config, trouble = _config(engine, path, read.data)
+    problems = (*problems, trouble) if trouble else problems
+    return Outside(environment, config, path, read.identity, problems, api_key)
+
+
+#: Where a fact came from; ``server``: an orphan's, from the server it worked for while this
+#: scanner saw it.
+Source = Literal["argv", "config", "environment", "default", "server"]
+
+
+@dataclass(frozen=True)
+class Merged:
+    """A server's facts with argv first, then its config file, then its environment."""
+
+    model: str | None
+    served_model_names: tuple[str, ...]
+    host: str | None
+    port: int | None
+    #: the port as its source wrote it (``None``: no source gives one).
+    port_text: str | None
+    sources: dict[Fact, Source]
+    problems: tuple[str, ...]
+
+
+def _environment_value(
+    engine: EngineDefinition, outside: Outside, fact: Fact
+) -> tuple[tuple[str, ...], Source] | None:
+    value = outside.environment.get(fact)
+    if value is None:
+        return None
+    separator = engine.signature.served_name_separator
+    if fact == "served_model_name" and separator:
+        return tuple(name for name in value.split(separator) if name), "environment"
+    return (value,), "environment"
+
+
+def _outside_value(
+    engine: EngineDefinition, outside: Outside, fact: Fact
+) -> tuple[tuple[str, ...], Source] | None:
+    if fact in outside.config:
+        return outside.config[fact], "config"
+    return _environment_value(engine, outside, fact)
+
+
+def merge(
+    engine: EngineDefinition,
+    outside: Outside,
+    model: str | None,
+    served: Sequence[str],
+    host: str | None,
+    port: int | None,
+    port_text: str | None,
+) -> Merged:
+    """Fills in what argv does not say from ``outside`` (argv wins, as the engines do, except for
+    the engine's ``environment_first`` facts and, given a config file, ``config_replaces_argv``)."""
+    sources: dict[Fact, Source] = {}
+    settings = engine.settings
+
+    def fill(fact: Fact, in_argv: bool) -> tuple[str, ...]:
+        """The values from outside argv for a fact argv does not give, noting the source; an
+        empty tuple with the source ``argv`` keeps argv's value."""
+        found = _environment_value(engine, outside, fact) if fact in settings.environment_first else None
+        if found is None and outside.config_file is not None and fact in settings.config_replaces_argv:
+            in_argv = False
+        if found is None and not in_argv:
+            found = _outside_value(engine, outside, fact)
+        sources[fact] = found[1] if found else ("argv" if in_argv else "default")
+        return found[0] if found else ()
+
+    models = fill("model", model is not None)
+    names = fill("served_model_name", bool(served))
+    hosts = fill("host", host is not None)
+    ports = fill("port", port_text is not None)
+    if ports:
+        port_text = ports[0]
+        port = parse_port(port_text) or None  # ASCII digits only ("²".isdigit() is true); not 0
+    elif sources["port"] == "default":
+        port, port_text = None, None
+    return Merged(
+        model=next(iter(models), None) if sources["model"] != "argv" else model,
+        served_model_names=names if sources["served_model_name"] != "argv" else tuple(served),
+        host=next(iter(hosts), None) if sources["host"] != "argv" else host,
+        port=port,
+        port_text=port_text,
+        sources=sources,
+        problems=outside.problems,
+    )

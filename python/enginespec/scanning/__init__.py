@@ -1,0 +1,1 @@
+"""Finding engines: the scanner and its stages, and the watch that turns scans into events."""

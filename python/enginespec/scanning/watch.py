@@ -1,0 +1,501 @@
+"""Watching the engines of this host: ``Scanner().watch()`` yields an event as each engine starts,
+changes or stops and, when asked, as its health changes.
+
+On Linux, with the privilege to subscribe (root in the initial user and pid namespaces; newer
+kernels let others), the kernel's process events (fork, exec, exit, comm) tell the native scanner
+which processes to read again: an engine is seen within milliseconds of its exec, and an idle host
+costs nothing. Otherwise (no privilege, not Linux, the pure-Python backend, or ``poll=True`` /
+``ENGINESPEC_WATCH_POLL=1``) the incremental scanner polls every ``interval``: the same events,
+only later. ``/proc`` is the source of truth either way: events only say where to look.
+
+The JSON form of an event (:func:`event_json`, parsed back by :func:`parse_event`; schema from
+:func:`event_schema`) is stable: an object with a ``type`` (``started``, ``changed``,
+``stopped``, ``worker_lost``, ``recovered``, or a health state), ``monotonic``
+(``time.monotonic()`` seconds when it was seen), and ``process`` (an ``EngineProcess``;
+``identity`` for ``stopped``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Annotated, Any, Literal, TypeAlias, TypedDict
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from enginespec._host.shapes import Woke
+from enginespec.errors import InvalidInputError
+from enginespec.health.checks import REQUEST_SHARE, kept
+from enginespec.health.load import EngineLoad
+from enginespec.health.vitals import EngineMonitor, Vitals, WorkerExit
+from enginespec.process.record import EngineProcess
+from enginespec.status import Health, HealthState
+from enginespec.untrusted.boundary import failed
+from enginespec.untrusted.documents import dumps, parse_json
+
+#: What a ``changed`` event can name, in this order.
+ChangedField = Literal[
+    "model",
+    "served_model_names",
+    "host",
+    "port",
+    "base_url",
+    "role",
+    "supervisor",
+    "worker_pids",
+    "listen_ports",
+    "argv",
+    "gpus",
+]
+CHANGED_FIELDS: tuple[ChangedField, ...] = (
+    "model",
+    "served_model_names",
+    "host",
+    "port",
+    "base_url",
+    "role",
+    "supervisor",
+    "worker_pids",
+    "listen_ports",
+    "argv",
+    "gpus",
+)
+#: How long the kernel has to answer the subscription before the watch polls.
+ACK_TIMEOUT = 1.0
+#: With process events, ``/proc`` is still listed this often (and after any lost event).
+FULL_RESCAN_SECONDS = 30.0
+#: How often the remembered workers of ready servers are looked at (a ``stat`` read each): their
+#: exit is seen within this, whatever a scan of a busy host costs.
+WORKER_POLL_SECONDS = 0.05
+#: Set to ``1`` to make every watch poll (tests, benchmarks).
+POLL_ENV = "ENGINESPEC_WATCH_POLL"
+
+_Key: TypeAlias = tuple[int, float]
+
+
+class EngineIdentity(BaseModel):
+    """Who an engine process was: enough to match a ``stopped`` event to its ``started``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    engine_id: str
+    pid: int
+    start_time: float
+    engine: str
+
+
+def identity(process: EngineProcess) -> EngineIdentity:
+    return EngineIdentity(
+        engine_id=process.engine_id, pid=process.pid, start_time=process.start_time, engine=process.engine
+    )
+
+
+class Started(BaseModel):
+    """An engine server is running (every engine already running when the watch begins, too)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["started"] = "started"
+    monotonic: float
+    process: EngineProcess
+
+
+class Changed(BaseModel):
+    """A running engine's facts changed; ``fields`` says which (see :data:`CHANGED_FIELDS`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["changed"] = "changed"
+    monotonic: float
+    process: EngineProcess
+    fields: tuple[ChangedField, ...]
+
+
+class Stopped(BaseModel):
+    """An engine server's process is gone (or became a zombie)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["stopped"] = "stopped"
+    monotonic: float
+    identity: EngineIdentity
+
+
+class HealthChanged(BaseModel):
+    """An engine's health state changed (its first check, too: ``previous`` is then ``None``);
+    ``type`` is the new state."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: HealthState
+    monotonic: float
+    process: EngineProcess
+    health: Health
+    previous: HealthState | None = None
+
+
+class WorkerLost(BaseModel):
+    """A remembered worker of a server that was ready exited (see :mod:`enginespec.health.vitals`);
+    the server's health turns ``unhealthy`` with it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["worker_lost"] = "worker_lost"
+    monotonic: float
+    process: EngineProcess
+    worker: WorkerExit
+
+
+class Recovered(BaseModel):
+    """An engine that was ``stalled`` makes progress again (``health`` is its new state)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["recovered"] = "recovered"
+    monotonic: float
+    process: EngineProcess
+    health: Health
+    previous: HealthState
+
+
+WatchEvent: TypeAlias = Annotated[
+    Started | Changed | Stopped | HealthChanged | WorkerLost | Recovered, Field(discriminator="type")
+]
+_EVENTS: TypeAdapter[WatchEvent] = TypeAdapter(WatchEvent)
+
+
+def event_json(event: WatchEvent) -> str:
+    """The JSON form of an event, on one line, in ASCII. Argv read from ``/proc`` may hold bytes
+    that are not UTF-8 (kept as surrogate escapes, as ``os.fsdecode`` gives them): they become
+    ``\\udcXX`` JSON escapes, as in ``enginespec ps --json``, where pydantic's own JSON would fail."""
+    return dumps(event.model_dump(mode="json"), separators=(",", ":"))
+
+
+def parse_event(text: str | bytes) -> WatchEvent:
+    """An event from its JSON form (one line of ``enginespec watch --json``)."""
+    data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
+    return _EVENTS.validate_python(parse_json(data, max_values=1 << 20, where="event", surrogates=True))
+
+
+def event_schema() -> dict[str, Any]:
+    """The JSON schema of the events' JSON form."""
+    return _EVENTS.json_schema()
+
+
+def changed_fields(before: EngineProcess, after: EngineProcess) -> tuple[ChangedField, ...]:
+    return tuple(name for name in CHANGED_FIELDS if getattr(before, name) != getattr(after, name))
+
+
+def diff(
+    before: Mapping[_Key, EngineProcess], after: Sequence[EngineProcess], monotonic: float
+) -> list[Started | Changed | Stopped]:
+    """The events that take a host from ``before`` (by (pid, start time)) to ``after``: stopped
+    first, then started and changed in pid order."""
+    now = {(p.pid, p.start_time): p for p in after}
+    events: list[Started | Changed | Stopped] = [
+        Stopped(monotonic=monotonic, identity=identity(p)) for key, p in before.items() if key not in now
+    ]
+    for key, process in now.items():
+        previous = before.get(key)
+        if previous is None:
+            events.append(Started(monotonic=monotonic, process=process))
+        # An unchanged engine comes back as the very same object: nothing to compare.
+        elif previous is not process and (fields := changed_fields(previous, process)):
+            events.append(Changed(monotonic=monotonic, process=process, fields=fields))
+    return events
+
+
+class WatchOptions(TypedDict, total=False):
+    """The options of ``Scanner.watch`` and ``Scanner.watch_async`` (see there), given by keyword;
+    their defaults are :class:`Watch`'s."""
+
+    health: bool
+    health_interval: float
+    health_timeout: float
+    poll: bool
+    load: bool
+    stall_after: float | None
+    verify_identity: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchSource:
+    """What a watch needs of its scanner (``Scanner.watch`` gives it): a scan, the subscription to
+    the kernel's process events (the reason they cannot be used, or ``None``), and a wait that
+    gives the engines after what woke the scanner."""
+
+    scan: Callable[[], list[EngineProcess]]
+    subscribe: Callable[[float, float], str | None]
+    wait: Callable[[float], tuple[list[EngineProcess], Woke]]
+
+
+class Watch:
+    """The events of one watch (iterate it, or ``async for`` over :meth:`Scanner.watch_async`).
+
+    ``mode`` is ``"events"`` when the kernel's process events drive the scans, ``"polling"``
+    otherwise, with the reason in ``polling_reason``. ``close()`` (or leaving the loop) stops it.
+    """
+
+    def __init__(
+        self,
+        source: WatchSource,
+        interval: float = 1.0,
+        *,
+        health: bool = False,
+        health_interval: float = 2.0,
+        health_timeout: float = 2.0,
+        poll: bool = False,
+        load: bool = True,
+        stall_after: float | None = None,
+        verify_identity: bool = False,
+    ) -> None:
+        if not interval > 0:
+            raise InvalidInputError(f"interval: must be a positive number of seconds, not {interval!r}")
+        if not health_interval > 0:
+            raise InvalidInputError(
+                f"health_interval: must be a positive number of seconds, not {health_interval!r}"
+            )
+        self._source = source
+        self._interval = interval
+        self._health_interval = health_interval
+        self._health_timeout = health_timeout
+        #: remembers each engine's workers and load between checks (worker loss, busy, stalled)
+        self._monitor = EngineMonitor(
+            timeout=health_timeout, stall_after=stall_after, load=load, verify_identity=verify_identity
+        )
+        self._stop = threading.Event()
+        #: set by a new engine (checked at once rather than a health interval later) and by close
+        self._wake_health = threading.Event()
+        #: set when the kernel's process events woke the scanner (a worker's exit among them) and by
+        #: close: the remembered workers are looked at then, not a poll period later
+        self._wake_workers = threading.Event()
+        self._lock = threading.Lock()
+        self._current: dict[_Key, EngineProcess] = {}
+        self._states: dict[_Key, HealthState] = {}
+        #: each engine's last verdict, kept (stale) while its checks do not finish in time
+        self._healths: dict[_Key, Health] = {}
+        #: each engine's last load reading (with ``load``), for whoever shows the engines
+        self.loads: dict[_Key, EngineLoad | None] = {}
+        self._queue: queue.Queue[WatchEvent | BaseException] = queue.Queue()
+        self._sink: Callable[[WatchEvent | BaseException], None] = self._queue.put
+        reason = (
+            f"process events: polling asked for ({POLL_ENV}=1 or poll=True)"
+            if poll or os.environ.get(POLL_ENV) == "1"
+            else source.subscribe(ACK_TIMEOUT, FULL_RESCAN_SECONDS)
+        )
+        self.polling_reason: str | None = reason
+        self.mode: Literal["events", "polling"] = "polling" if reason else "events"
+        #: what woke the scanner, counted (``polled``, ``events``, ``tick``, ``rescan``, ``fallback``).
+        self.wakes: dict[str, int] = {}
+        self._threads = [threading.Thread(target=self._scan_loop, name="enginespec-watch", daemon=True)]
+        if health:
+            self._threads.append(
+                threading.Thread(target=self._health_loop, name="enginespec-health", daemon=True)
+            )
+            self._threads.append(
+                threading.Thread(target=self._worker_loop, name="enginespec-workers", daemon=True)
+            )
+        self._started = False
+
+    def _start(self, sink: Callable[[WatchEvent | BaseException], None]) -> None:
+        if self._started:
+            raise RuntimeError("a watch is iterated once")
+        self._started = True
+        self._sink = sink
+        for thread in self._threads:
+            thread.start()
+
+    def _publish(self, processes: list[EngineProcess]) -> None:
+        with self._lock:
+            events = diff(self._current, processes, time.monotonic())
+            self._current = {(p.pid, p.start_time): p for p in processes}
+            self._states = {key: state for key, state in self._states.items() if key in self._current}
+            self._healths = {key: found for key, found in self._healths.items() if key in self._current}
+            self.loads = {key: load for key, load in self.loads.items() if key in self._current}
+            for event in events:
+                self._sink(event)
+                if isinstance(event, Started):
+                    self._wake_health.set()
+            self._monitor.forget(processes)
+
+    def _scan_loop(self) -> None:
+        try:
+            self._survive("watch scan", lambda: self._publish(self._source.scan()))
+            while not self._stop.is_set():
+                self._survive("watch scan", self._scan_once)
+        except BaseException as err:  # handed to the consumer, who raises it
+            self._sink(err)
+
+    def _scan_once(self) -> None:
+        engines, woke = self._source.wait(self._interval)
+        self.wakes[woke] = self.wakes.get(woke, 0) + 1
+        if woke == "events":
+            self._wake_workers.set()
+        if woke == "fallback":
+            self.mode = "polling"
+            self.polling_reason = "process events: the subscription failed"
+        if not self._stop.is_set():
+            self._publish(engines)
+
+    def _survive(self, stage: str, step: Callable[[], None]) -> None:
+        """``step``; one that fails leaves the watch as it was (what it last published stands),
+        counted and logged once per cause (see :mod:`enginespec.untrusted.boundary`), and is tried again
+        an interval later: the watch never ends because of one engine."""
+
+        try:
+            step()
+        except Exception as err:  # the loop's boundary
+            failed(stage, err, loud=True)
+            self._stop.wait(self._interval)
+
+    def _worker_loop(self) -> None:
+        """Reports each remembered worker's exit (see :mod:`enginespec.health.vitals`) as it happens."""
+        try:
+            while True:
+                self._wake_workers.wait(WORKER_POLL_SECONDS)
+                self._wake_workers.clear()
+                if self._stop.is_set():
+                    return
+                self._survive("watch workers", self._tell_lost_workers)
+        except BaseException as err:
+            self._sink(err)
+
+    def _tell_lost_workers(self) -> None:
+        with self._lock:
+            processes = list(self._current.values())
+            for process, worker in self._monitor.lost_workers(processes):
+                self._sink(WorkerLost(monotonic=time.monotonic(), process=process, worker=worker))
+
+    def _health_loop(self) -> None:
+        try:
+            asyncio.run(self._health_checks())
+        except BaseException as err:
+            self._sink(err)
+
+    async def _health_checks(self) -> None:
+        """Checks each engine when it is first seen, then every health interval. A batch of
+        checks runs beside the batches still in flight, and each engine's result is told as it
+        comes: servers that accept and never answer (another user's, say) hold only their own
+        checks until the timeout, never a new engine's."""
+        # A refresh budget: one batch ends within it, however many engines hang (those not
+        # checked in time keep their last state, or are `unknown`, saying so). A request times
+        # out before it: a server that never answers is `unhealthy`, as in `ps` and `describe`.
+        budget = max(self._health_timeout / REQUEST_SHARE, self._health_interval)
+        checked_at: dict[_Key, float] = {}
+        in_flight: set[_Key] = set()
+        batches: set[asyncio.Task[None]] = set()
+
+        async def batch(due: dict[_Key, EngineProcess]) -> None:
+            try:
+                await self._monitor.check_async(due.values(), deadline=budget, on_result=self._tell_health)
+            except Exception as err:  # the round's boundary: the states told so far stand
+                failed("watch health", err, loud=True)
+            finally:
+                in_flight.difference_update(due)
+                self._wake_health.set()  # what is due next is counted again
+
+        try:
+            while not self._stop.is_set():
+                self._wake_health.clear()  # before looking: an engine started meanwhile wakes the next look
+                with self._lock:
+                    current = dict(self._current)
+                now = time.monotonic()
+                for key in checked_at.keys() - current.keys():
+                    del checked_at[key]
+                # never checked, or checked an interval ago and not in flight still
+                due = {
+                    key: process
+                    for key, process in current.items()
+                    if key not in checked_at
+                    or (key not in in_flight and now >= checked_at[key] + self._health_interval)
+                }
+                if due:
+                    checked_at.update(dict.fromkeys(due, now))
+                    in_flight.update(due)
+                    task = asyncio.create_task(batch(due))
+                    batches.add(task)
+                    task.add_done_callback(batches.discard)
+                waiting = [
+                    at + self._health_interval for key, at in checked_at.items() if key not in in_flight
+                ]
+                pause = min([self._health_interval, *(at - now for at in waiting)])
+                await asyncio.to_thread(self._wake_health.wait, max(pause, 0.0))
+        finally:
+            for task in batches:
+                task.cancel()
+            await asyncio.gather(*batches, return_exceptions=True)
+
+    def _tell_health(self, process: EngineProcess, found: Vitals) -> None:
+        """One engine's check: its load kept, a new state told (a stall's end as Recovered too)."""
+        key = (process.pid, process.start_time)
+        with self._lock:
+            if key not in self._current:
+                return
+            # not checked in time (a loaded host): its last verdict stands, marked stale
+            health = kept(found.health, self._healths.get(key))
+            self._healths[key] = health
+            self.loads[key] = found.load
+            previous = self._states.get(key)
+            if previous == health.state:
+                return
+            self._states[key] = health.state
+            now = time.monotonic()
+            current = self._current[key]
+            self._sink(
+                HealthChanged(
+                    type=health.state, monotonic=now, process=current, health=health, previous=previous
+                )
+            )
+            if previous == "stalled" and health.state in ("ready", "busy"):
+                self._sink(Recovered(monotonic=now, process=current, health=health, previous=previous))
+
+    def close(self) -> None:
+        """Stops the watch and waits for its threads (at most about one interval or one health
+        check): none may still be inside the native scanner, which runs without the GIL, when the
+        interpreter shuts down (a thread coming back into a finalizing interpreter from Rust
+        crashed `enginespec watch` on Ctrl-C)."""
+        self._stop.set()
+        self._wake_health.set()
+        self._wake_workers.set()
+        if not self._started:
+            return
+        bound = max(self._interval, self._health_timeout, self._health_interval) + 5.0
+        for thread in self._threads:
+            if thread is not threading.current_thread() and thread.is_alive():
+                thread.join(bound)
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        self._start(self._queue.put)
+        try:
+            while True:
+                item = self._queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            self.close()
+
+    async def _aiter(self) -> AsyncIterator[WatchEvent]:
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[WatchEvent | BaseException] = asyncio.Queue()
+
+        def sink(item: WatchEvent | BaseException) -> None:
+            # Called from the watch's threads; once the loop is closed there is no one to tell.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(events.put_nowait, item)
+
+        self._start(sink)
+        try:
+            while True:
+                item = await events.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            self.close()
