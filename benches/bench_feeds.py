@@ -61,7 +61,7 @@ def _feeder(mode: str, out: Path) -> Callable[[], None]:
     command = [
         sys.executable,
         "-m",
-        "enginespec.cli.main",
+        "enginespec.cli",
         "export",
         "--format",
         "file-sd",

@@ -80,7 +80,7 @@ def _answer(conn: socket.socket, chunk: bytes) -> None:
 #: `enginespec ps --json` in an interpreter that then prints its own peak RSS (KiB) on stderr.
 _PS = (
     "import resource, sys\n"
-    "from enginespec.cli.main import main\n"
+    "from enginespec.cli import main\n"
     "main(['ps', '--json'])\n"
     "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
 )

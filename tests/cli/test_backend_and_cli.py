@@ -89,7 +89,7 @@ def test_cli_json_of_argv_that_is_not_utf8() -> None:
         [
             sys.executable,
             "-m",
-            "enginespec.cli.main",
+            "enginespec.cli",
             "parse",
             "--",
             "llama-server",

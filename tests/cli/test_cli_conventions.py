@@ -264,7 +264,7 @@ def test_describe_and_health_take_the_engine_id_alerts_show(procs: Procs) -> Non
             [
                 sys.executable,
                 "-m",
-                "enginespec.cli.main",
+                "enginespec.cli",
                 "health",
                 engine_id,
                 "--wait",

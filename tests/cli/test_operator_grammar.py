@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from enginespec.cli.main import _parser
+from enginespec.cli.app import _parser
 from helpers.cli import enginespec
 from helpers.fakeserver import Answer, bound_socket, free_port, serving
 from helpers.procs import Procs

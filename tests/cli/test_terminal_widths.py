@@ -116,7 +116,7 @@ def test_watch_fits_the_terminal_and_ctrl_c_exits_0(
     command = [
         sys.executable,
         "-m",
-        "enginespec.cli.main",
+        "enginespec.cli",
         "watch",
         "--interval",
         "200ms",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from enginespec.cli.main import _parser
+from enginespec.cli.app import _parser
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

@@ -32,7 +32,7 @@ def exporter(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         [
             sys.executable,
             "-m",
-            "enginespec.cli.main",
+            "enginespec.cli",
             "exporter",
             "--port",
             str(port),

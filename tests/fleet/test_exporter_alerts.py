@@ -199,7 +199,7 @@ def test_errors_name_the_address_the_file_and_the_flag(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "enginespec.cli.main",
+            "enginespec.cli",
             "exporter",
             "--port",
             "0",

@@ -11,7 +11,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-import enginespec.cli.main as cli
+import enginespec.cli.app as cli
 from enginespec.fleet.exporter import EngineCollector, _refresh
 from enginespec.health.vitals import EngineMonitor
 from enginespec.process.record import EngineProcess

@@ -37,7 +37,7 @@ def run(
     *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """``enginespec ARGS...`` as a user runs it: the console script beside this Python (``-m
-    enginespec.cli.main`` where there is none), output as text."""
+    enginespec.cli.app`` where there is none), output as text."""
     script = Path(sys.executable).with_name("enginespec")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "enginespec.cli"]
     return subprocess.run(

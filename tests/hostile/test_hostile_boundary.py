@@ -178,7 +178,7 @@ def test_a_context_length_beyond_a_float_spoils_no_other_engine(
         [
             sys.executable,
             "-m",
-            "enginespec.cli.main",
+            "enginespec.cli",
             "serve",
             "--interval",
             "200ms",

@@ -289,7 +289,7 @@ def _peak_of_health(pid: int) -> tuple[int, str]:
     """The peak RSS (KiB) of `enginespec health PID --json` and the state it printed."""
     code = (
         "import resource, sys\n"
-        "from enginespec.cli.main import main\n"
+        "from enginespec.cli import main\n"
         f"rc = main(['health', '{pid}', '--json'])\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
     )

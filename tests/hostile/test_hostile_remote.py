@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from rich.console import Console
 
-import enginespec.cli.main as cli
+import enginespec.cli.app as cli
 from enginespec import EngineProcess, Health
 from enginespec.scanning.scanner import engine_document
 from enginespec.scanning.watch import Started, event_json

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from enginespec import Scanner
-from enginespec.cli.main import main
+from enginespec.cli import main
 from helpers.fakeserver import free_port
 from helpers.gpuhost import Host, build_nvml
 from helpers.procs import Procs

@@ -393,7 +393,7 @@ def test_ollama_blob_is_named_through_the_manifests(tmp_path: Path) -> None:
 def test_model_command_on_a_running_engine(
     tmp_path: Path, procs: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from enginespec.cli.main import main
+    from enginespec.cli import main
 
     write_gguf(tmp_path / "m.gguf")
     server = procs.start(
@@ -450,7 +450,7 @@ def test_engine_process_model_facts_are_read_on_request_and_cached(tmp_path: Pat
 def test_model_command_sets_logged_figures_beside_the_estimate(
     tmp_path: Path, procs: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from enginespec.cli.main import main
+    from enginespec.cli import main
 
     write_gguf(tmp_path / "m.gguf")
     server = procs.start(

@@ -483,13 +483,13 @@ def test_ps_loads_only_what_it_uses() -> None:
     ssl (a container's name: a host's containerised engine would load them in ps). Its table may
     use rich: engines of the host, such as other tests', may be found."""
     loaded = _loaded(
-        "import sys, io, contextlib; from enginespec.cli.main import main\n"
+        "import sys, io, contextlib; from enginespec.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()): main(['ps', '--no-health'])\n"
         "print(*sys.modules)"
     )
     assert "enginespec.scanning.scanner" in loaded  # the list was read
     assert not {"psutil", "httpx", "pydantic_settings", "asyncio"}.intersection(loaded)
-    loaded = _loaded("import sys, enginespec.cli.main, enginespec.scanning.scanner; print(*sys.modules)")
+    loaded = _loaded("import sys, enginespec.cli.app, enginespec.scanning.scanner; print(*sys.modules)")
     assert "enginespec.process.containers" in loaded
     assert not {"http.client", "ssl"}.intersection(loaded)
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from enginespec.cli.main import main
+from enginespec.cli.app import main
 
 sys.exit(main())

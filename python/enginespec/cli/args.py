@@ -1,5 +1,5 @@
 """The grammar of the values the ``enginespec`` command line takes: durations and ports, as
-argparse types shared by every command (:mod:`enginespec.cli.main`, :mod:`enginespec.cli.lifecycle`,
+argparse types shared by every command (:mod:`enginespec.cli.app`, :mod:`enginespec.cli.lifecycle`,
 :mod:`enginespec.cli.models`). A module of its own because those two are imported by ``cli`` and
 cannot import it back; one parser, so ``--timeout 2s`` means what ``--interval 2s`` does."""
 

@@ -1,5 +1,5 @@
 """The lifecycle subcommands of ``enginespec``: ``run``, ``stop`` and ``logs`` (registered by
-:mod:`enginespec.cli.main` through :func:`add_lifecycle_commands`)."""
+:mod:`enginespec.cli.app` through :func:`add_lifecycle_commands`)."""
 
 from __future__ import annotations
 
