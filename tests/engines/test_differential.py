@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from enginespec._host.fallback import cgroup as _pycontainers
 from enginespec._host.fallback import matcher as _pymatcher
+from enginespec._host.fallback import proxy as _pyproxy
 from enginespec.definition.signature import Evidence, LaunchForm, Signature, signatures_json
 from enginespec.engines import all_signatures, get_engine_spec
 
@@ -451,11 +452,11 @@ _PROXY_ARGV_WORDS = (
 )
 def test_proxy_argv_parsers_agree(program: str, args: list[str]) -> None:
     argv = [program, *args]
-    assert _native.proxy_flags(argv) == _pycontainers.proxy_flags(argv)
+    assert _native.proxy_flags(argv) == _pyproxy.proxy_flags(argv)
     # dockerd's own argv, with the edits: both find the forward in it, or neither does
     full = [program, "-proto", "tcp", "-host-ip", "0.0.0.0", "-host-port", "8001", *args]
     full += ["-container-ip", "172.17.0.2", "-container-port", "8000"]
-    assert _native.proxy_flags(full) == _pycontainers.proxy_flags(full)
+    assert _native.proxy_flags(full) == _pyproxy.proxy_flags(full)
 
 
 def test_every_field_of_a_signature_is_drawn() -> None:
