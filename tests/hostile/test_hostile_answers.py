@@ -21,7 +21,7 @@ from enginespec.fleet.remote import fetch_remote
 from enginespec.health.checks import check_health
 from enginespec.health.load import check_load
 from enginespec.lifecycle.probing import installed_versions
-from enginespec.models.facts import hf_facts
+from enginespec.modelfacts import hf_facts
 from enginespec.untrusted.documents import DocumentError, parse_json
 from helpers.cli import enginespec
 from helpers.fakeserver import Answer, bound_socket, serving
@@ -371,7 +371,7 @@ def test_hostile_numbers_of_a_model_are_a_problem_and_ps_survives(
 )
 def test_llamacpp_estimate_takes_no_unbounded_number(tmp_path: Path, argv: list[str], why: str) -> None:
     from enginespec.engines import llamacpp
-    from enginespec.models.facts import ModelError, ModelFacts
+    from enginespec.modelfacts import ModelError, ModelFacts
 
     facts = ModelFacts(format="gguf", files=("m.gguf",), context_length=4096, layer_bytes=(10, 10))
     with pytest.raises(ModelError) as raised:
@@ -454,7 +454,7 @@ def test_4096_links_are_past_the_shard_cap_and_said(tmp_path: Path) -> None:
 
 def test_headers_past_the_total_cap_are_cut_and_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Distinct shards whose headers together pass MAX_HEADERS_TOTAL: reading stops, and says so."""
-    import enginespec.models.facts as modelfacts
+    import enginespec.models.huggingface as modelfacts
 
     folder = _model_folder(tmp_path)
     weight_map = {}

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from enginespec.engines import llamacpp, vllm
-from enginespec.models.facts import ModelError, gguf_facts, hf_cache_folder, hf_facts, model_facts
+from enginespec.modelfacts import ModelError, gguf_facts, hf_cache_folder, hf_facts, model_facts
 
 gguf = pytest.importorskip("gguf")
 np = pytest.importorskip("numpy")

@@ -14,7 +14,7 @@ from models import gguf_model
 
 from enginespec import Config, InstallOptions, get_engine_spec
 from enginespec.engines import llamacpp
-from enginespec.models.facts import gguf_facts
+from enginespec.modelfacts import gguf_facts
 
 MiB = 1 << 20
 

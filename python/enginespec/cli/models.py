@@ -15,7 +15,7 @@ from enginespec.untrusted.documents import dumps
 
 # What the commands do is imported when one runs (the CLI starts without pydantic or a scanner).
 if TYPE_CHECKING:
-    from enginespec.models.facts import MemoryEstimate, ModelFacts
+    from enginespec.definition.modelrecords import MemoryEstimate, ModelFacts
 
 _GIB = 1 << 30
 
@@ -26,7 +26,7 @@ def engine_model(target: str) -> tuple[str, ModelFacts]:
     scan's consumers read them: under a deadline, and inside the error boundary)."""
     from enginespec.cli.targets import find
     from enginespec.errors import InvalidInputError
-    from enginespec.models.facts import ModelError
+    from enginespec.models.files import ModelError
     from enginespec.models.processes import cached
 
     try:
@@ -125,7 +125,8 @@ def _text(facts: ModelFacts) -> list[str]:
 
 
 def cmd_model(args: argparse.Namespace) -> int:
-    from enginespec.models.facts import ModelError, model_facts, read_capped
+    from enginespec.models.facts import model_facts
+    from enginespec.models.files import ModelError, read_capped
     from enginespec.models.processes import beside_log
 
     target: str = args.target
@@ -168,7 +169,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from enginespec.engines import get_engine_spec
     from enginespec.errors import CommandError, RecipeFileError
     from enginespec.lifecycle.recipe import Recipe
-    from enginespec.models.facts import ModelError
+    from enginespec.models.files import ModelError
+    from enginespec.scanning.scanner import gpu_ledger
 
     try:
         recipe = Recipe.from_file(args.recipe)
@@ -177,7 +179,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(literal(f"enginespec fit: {e}"), file=sys.stderr)
         return 2
     try:
-        devices = fit.read_ledger(args.ledger) if args.ledger else fit.live_ledger()
+        devices = fit.read_ledger(args.ledger) if args.ledger else fit.ledger_of(gpu_ledger())
         if not devices:
             print(literal(f"enginespec fit: {_no_gpu(args.ledger)}"), file=sys.stderr)
             return 2

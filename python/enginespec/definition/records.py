@@ -15,6 +15,14 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from enginespec.definition.modelrecords import (
+    Files,
+    Fitting,
+    LedgerDevice,
+    LoggedMemory,
+    MemoryEstimate,
+    ModelFacts,
+)
 from enginespec.definition.signature import Signature
 from enginespec.definition.specifiers import requested_specifier
 from enginespec.errors import InstallOptionsError
@@ -334,8 +342,10 @@ class Settings(_Record):
 
 class EngineDefinition(BaseModel):
     """One engine's knowledge: its id, its :class:`Signature` and the records above. Subclasses
-    override the hooks (``classify_health``, ``parse_version``, ``requirement``) where an engine
-    behaves differently; everything else is declared once, as data."""
+    override the hooks (``classify_health``, ``parse_version``, ``requirement``, and the model
+    hooks ``registry_name``, ``estimate_memory``, ``logged_memory``, ``fit``) where an engine
+    behaves differently; everything else is declared once, as data. The machinery finds every
+    engine rule here, through the definition, never by the engine's id or module."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -429,6 +439,31 @@ class EngineDefinition(BaseModel):
 
     def loaded_models(self, body: bytes) -> tuple[str, ...] | None:
         """The names of the loaded models in an answer of ``Serving.loaded_models_path``."""
+        return None
+
+    # -- model hooks: the engine's own rules about the models it serves (none by default) --------
+
+    def registry_name(self, model_path: str, files: Files) -> str | None:
+        """The name the model at ``model_path`` (as the engine's argv names it, read through
+        ``files``, the serving process's view) is known by where it came from: Ollama's
+        ``qwen3:8b`` for a blob. ``None``: the engine names its models no other way."""
+        return None
+
+    def estimate_memory(self, facts: ModelFacts, argv: Sequence[str]) -> MemoryEstimate | None:
+        """What the engine allocates for the model of ``facts`` when started with ``argv``, by
+        its own rule; ``None`` when enginespec knows no rule of this engine. Raises ``ModelError``
+        naming the flag when an argv number is out of range."""
+        return None
+
+    def logged_memory(self, log: str) -> LoggedMemory | None:
+        """What the engine printed about its memory in ``log`` (its start-up output); ``None``
+        when enginespec reads no such lines of this engine."""
+        return None
+
+    def fit(self, facts: ModelFacts, argv: Sequence[str], devices: Sequence[LedgerDevice]) -> Fitting | None:
+        """Where the engine started with ``argv`` (a recipe's command) fits the model of ``facts``
+        among ``devices`` (a GPU ledger, some of whose memory may be unknown), and with which
+        settings; ``None`` when enginespec knows no fit rule of this engine."""
         return None
 
     def parse_version(self, output: str) -> str | None:

@@ -89,12 +89,17 @@ def engine_named(name: str) -> str | None:
     return engine_names().get(name.lower())
 
 
+def definition_of(engine: str) -> EngineDefinition | None:
+    """The definition of the engine with this id, or ``None`` when none is registered."""
+    return next((candidate for candidate in all_engines() if candidate.id == engine), None)
+
+
 def find_engine(engine: str) -> EngineDefinition:
     """The engine with this id; :class:`UnknownEngineError` naming the known ids otherwise."""
-    for candidate in all_engines():
-        if candidate.id == engine:
-            return candidate
-    raise UnknownEngineError(f"unknown engine {engine!r}; known engines: {', '.join(engine_ids())}")
+    found = definition_of(engine)
+    if found is None:
+        raise UnknownEngineError(f"unknown engine {engine!r}; known engines: {', '.join(engine_ids())}")
+    return found
 
 
 def all_signatures() -> tuple[Signature, ...]:

@@ -7,6 +7,14 @@ from collections.abc import Sequence
 
 import enginespec.engines._libraries as _libraries
 from enginespec._host.shapes import TYPE_SIZES
+from enginespec.definition.modelrecords import (
+    Fitting,
+    LedgerDevice,
+    LoggedMemory,
+    MemoryEstimate,
+    ModelFacts,
+    Placement,
+)
 from enginespec.definition.records import (
     Flags,
     HealthRule,
@@ -19,7 +27,9 @@ from enginespec.definition.records import (
 )
 from enginespec.definition.signature import Evidence, LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
-from enginespec.models.facts import LoggedMemory, MemoryEstimate, ModelError, ModelFacts, argv_number
+from enginespec.models.facts import argv_number
+from enginespec.models.files import ModelError
+from enginespec.models.fit import CONTEXT_STEP, MARGIN_BYTES, gib, known_memory, with_flag
 from enginespec.process.argv import flag_value
 from enginespec.spec import EngineSpec
 
@@ -127,6 +137,15 @@ class LlamaCppSpec(EngineSpec):
         if new:
             return pep440_version(release, new.group(1), new.group(2))
         return pep440_version(release, None, details if _OLD_DETAILS.fullmatch(details) else None)
+
+    def estimate_memory(self, facts: ModelFacts, argv: Sequence[str]) -> MemoryEstimate:
+        return estimate_memory(facts, argv)
+
+    def logged_memory(self, log: str) -> LoggedMemory:
+        return logged_memory(log)
+
+    def fit(self, facts: ModelFacts, argv: Sequence[str], devices: Sequence[LedgerDevice]) -> Fitting:
+        return fit_rule(facts, argv, devices)
 
 
 # Why a start failed: llama-server's own messages, checked in llama.cpp 4227c9be (the commit
@@ -439,4 +458,56 @@ def logged_memory(log: str) -> LoggedMemory:
         table[match["device"]] = table.get(match["device"], 0) + round(float(match["mib"]) * (1 << 20))
     return LoggedMemory(
         engine="llamacpp", weights=found["model"], kv_cache=found["KV"], compute=found["compute"]
+    )
+
+
+def fit_rule(facts: ModelFacts, argv: Sequence[str], devices: Sequence[LedgerDevice]) -> Fitting:
+    """Each device on which llama-server, started with ``argv``, holds the model's weights, its KV
+    cache and a working margin (:func:`estimate_memory` with every layer offloaded there); where
+    the cache is what does not fit, with the largest context (a multiple of 256) that does."""
+    usable, refusals = known_memory(devices)
+    placements = []
+    ctx_flags = ("-c", "--ctx-size")
+    for device in usable:
+        free = device.free_bytes or 0
+        changed: list[str] = []
+        current = list(argv)
+        estimate = estimate_memory(facts, current, devices=[device.device])
+        need = estimate.weights.get(device.device, 0) + estimate.kv_cache.get(device.device, 0) + MARGIN_BYTES
+        if need > free:
+            # a smaller context: the largest multiple of 256 whose cache fits beside the weights
+            weights = estimate.weights.get(device.device, 0) + MARGIN_BYTES
+            per_cell = estimate.kv_cache.get(device.device, 0) / max(estimate.context or 1, 1)
+            cells = int((free - weights) / per_cell) // CONTEXT_STEP * CONTEXT_STEP if per_cell else 0
+            if cells >= CONTEXT_STEP * (estimate.sequences or 1):
+                current = with_flag(current, "-c", str(cells), ctx_flags)
+                changed.append(f"-c {estimate.context} -> {cells}")
+                estimate = estimate_memory(facts, current, devices=[device.device])
+                need = estimate.weights[device.device] + estimate.kv_cache[device.device] + MARGIN_BYTES
+        if need > free:
+            weights = estimate.weights.get(device.device, 0)
+            refusals.append(
+                f"{device.free_said()}: {device.holders()} (the weights alone need {gib(weights)})"
+            )
+            continue
+        placements.append(
+            Placement(
+                devices=(device.device,),
+                environment={
+                    "CUDA_VISIBLE_DEVICES": str(device.index if device.index is not None else device.device)
+                },
+                settings={
+                    "-ngl": str(len(facts.layer_bytes) + 1),
+                    "-c": str(estimate.context),
+                    "-np": str(estimate.sequences),
+                },
+                needed_bytes={device.device: need},
+                free_bytes={device.device: free},
+                changed=tuple(changed),
+            )
+        )
+    return Fitting(
+        placements=tuple(placements),
+        refusals=tuple(refusals),
+        notes=(f"{gib(MARGIN_BYTES)} kept per device for llama.cpp's compute buffer",),
     )

@@ -10,10 +10,11 @@ import os
 import re
 
 import enginespec.engines._libraries as _libraries
+from enginespec.definition.modelrecords import Files
 from enginespec.definition.records import HealthRule, Launch, LoadMetrics, Serving, Settings
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
-from enginespec.models.facts import HOST, Files, ModelError, read_capped
+from enginespec.models.files import HOST, ModelError, read_capped
 from enginespec.spec import EngineSpec
 from enginespec.untrusted.documents import DocumentError, json_object, parse_json
 
@@ -65,6 +66,9 @@ class OllamaSpec(EngineSpec):
             return None
         names = [item.get("name") for item in listed]
         return tuple(names) if all(isinstance(n, str) for n in names) else None
+
+    def registry_name(self, model_path: str, files: Files) -> str | None:
+        return model_name(model_path, files)
 
 
 # Why a start failed: Ollama's own messages (checked with git grep at the tags: llm/server.go

@@ -6,6 +6,14 @@ import re
 from collections.abc import Sequence
 
 import enginespec.engines._libraries as _libraries
+from enginespec.definition.modelrecords import (
+    Fitting,
+    LedgerDevice,
+    LoggedMemory,
+    MemoryEstimate,
+    ModelFacts,
+    Placement,
+)
 from enginespec.definition.records import (
     FamilyDefault,
     Flags,
@@ -17,7 +25,8 @@ from enginespec.definition.records import (
 )
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import ArgvHint, FailurePattern, Failures
-from enginespec.models.facts import LoggedMemory, MemoryEstimate, ModelFacts, argv_number
+from enginespec.models.facts import argv_number
+from enginespec.models.fit import CONTEXT_STEP, MARGIN_BYTES, gib, known_memory
 from enginespec.process.argv import flag_value
 from enginespec.spec import EngineSpec
 
@@ -311,7 +320,19 @@ FAILURES = (
     }
 )
 
-SPEC = EngineSpec(
+
+class VllmSpec(EngineSpec):
+    def estimate_memory(self, facts: ModelFacts, argv: Sequence[str]) -> MemoryEstimate:
+        return estimate_memory(facts, argv)
+
+    def logged_memory(self, log: str) -> LoggedMemory:
+        return logged_memory(log)
+
+    def fit(self, facts: ModelFacts, argv: Sequence[str], devices: Sequence[LedgerDevice]) -> Fitting:
+        return fit_rule(facts, argv, devices)
+
+
+SPEC = VllmSpec(
     id="vllm",
     signature=SIGNATURE,
     launch=Launch(
@@ -509,4 +530,78 @@ def logged_memory(log: str) -> LoggedMemory:
         weights={"GPU": round(float(loading["n"]) * _UNITS[loading["unit"]])} if loading else {},
         kv_cache_available=round(float(available["n"]) * _UNITS[available["unit"]]) if available else None,
         kv_cache_tokens=int(tokens["n"].replace(",", "")) if tokens else None,
+    )
+
+
+def fit_rule(facts: ModelFacts, argv: Sequence[str], devices: Sequence[LedgerDevice]) -> Fitting:
+    """The ``tp x pp`` devices with the most free memory, the ``--gpu-memory-utilization`` they
+    allow (vLLM claims that share of each device's total) and the largest ``--max-model-len``
+    (a multiple of 256) whose KV cache fits beside the weights there."""
+    usable, refusals = known_memory(devices)
+    base = estimate_memory(facts, argv)
+    count = max(len(base.weights), len(base.kv_cache), 1)
+    util_text = next((argv[i + 1] for i, t in enumerate(argv[:-1]) if t == "--gpu-memory-utilization"), None)
+    wanted = float(util_text) if util_text else 0.9
+    placements = []
+    # vLLM refuses to start when a device's free memory is below utilization x its total
+    # (vLLM 0.33.0, vllm/v1/worker/gpu_worker.py init_device): the devices with the most free first
+    ranked = sorted(usable, key=lambda d: -(d.free_bytes or 0))
+    chosen = ranked[:count]
+    if len(chosen) < count:
+        refusals.append(
+            f"needs {count} devices (tensor x pipeline parallel), {len(chosen)} have known memory"
+        )
+    else:
+        util = min(
+            wanted, *(((d.free_bytes or 0) - MARGIN_BYTES) / (d.memory_total_bytes or 1) for d in chosen)
+        )
+        util = int(util * 100) / 100
+        changed: list[str] = []
+        settings = {"--gpu-memory-utilization": f"{util:.2f}"}
+        if util < wanted:
+            changed.append(f"--gpu-memory-utilization {wanted} -> {util:.2f}")
+        per_device_kv = {
+            d.device: util * (d.memory_total_bytes or 0) - (facts.weight_bytes or 0) / count - MARGIN_BYTES
+            for d in chosen
+        }
+        room = min(per_device_kv.values())
+        kv_per_token = (
+            (base.kv_cache_bytes / base.context / count) if base.kv_cache and base.context else None
+        )
+        if util <= 0 or room <= 0:
+            for d in chosen:
+                refusals.append(f"{d.free_said()}: {d.holders()}")
+        else:
+            context = base.context
+            if kv_per_token and context and kv_per_token * context > room:
+                fitted = int(room / kv_per_token) // CONTEXT_STEP * CONTEXT_STEP
+                if fitted < CONTEXT_STEP:
+                    refusals.append(f"the KV cache for {CONTEXT_STEP} tokens does not fit beside the weights")
+                else:
+                    changed.append(f"--max-model-len {context} -> {fitted}")
+                    context = fitted
+            if context:
+                settings["--max-model-len"] = str(context)
+            if not refusals or changed:
+                placements.append(
+                    Placement(
+                        devices=tuple(d.device for d in chosen),
+                        environment={
+                            "CUDA_VISIBLE_DEVICES": ",".join(
+                                str(d.index if d.index is not None else d.device) for d in chosen
+                            )
+                        },
+                        settings=settings,
+                        needed_bytes={d.device: int(util * (d.memory_total_bytes or 0)) for d in chosen},
+                        free_bytes={d.device: d.free_bytes or 0 for d in chosen},
+                        changed=tuple(changed),
+                    )
+                )
+    return Fitting(
+        placements=tuple(placements),
+        refusals=tuple(refusals),
+        notes=(
+            "vLLM claims --gpu-memory-utilization x each device's total, and refuses to start with less free",
+            f"{gib(MARGIN_BYTES)} per device kept for activations and CUDA graphs",
+        ),
     )

@@ -20,13 +20,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from enginespec.definition.modelrecords import ModelFacts
 from enginespec.errors import ExporterError, FileWriteError
 from enginespec.fleet.disclosure import EVERYTHING, Viewer, owners, tcp_viewer, withheld_facts
 from enginespec.gpus.reader import GpuDevice
 from enginespec.health.checks import check_all, kept, request_timeout
 from enginespec.health.load import EngineLoad
 from enginespec.health.vitals import EngineMonitor
-from enginespec.models.facts import ModelFacts
 from enginespec.models.processes import cached, peek
 from enginespec.process.record import EngineProcess
 from enginespec.scanning.scanner import Scanner, gpu_ledger, unique_engine_ids

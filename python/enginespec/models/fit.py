@@ -2,83 +2,33 @@
 now, on which devices and with which settings, or why not (advice and data only: nothing starts).
 
 The GPU ledger is the one ``enginespec gpus --json`` prints (every device's total and used
-memory, the bytes each engine holds, the other processes on it), read live when this build has
-it (``enginespec.gpus.reader``), or from a recorded file (``--ledger FILE``). The model's memory comes
-from its files and its engine's own rule (``engines/llamacpp.py``, ``engines/vllm.py``) applied to
-the arguments the recipe builds."""
+memory, the bytes each engine holds, the other processes on it), given live by the caller
+(``enginespec.gpu_ledger()``, where this build has it), or from a recorded file (``--ledger
+FILE``). The model's memory comes from its files and its engine's own fit rule (the hook
+``EngineDefinition.fit``: ``engines/llamacpp.py``, ``engines/vllm.py``, a plugin's) applied to
+the arguments the recipe builds; the helpers below are what those rules share."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-import enginespec.engines.llamacpp as llamacpp
-import enginespec.engines.vllm as vllm
-from enginespec.models.facts import ModelError, ModelFacts, hf_cache_folder, model_facts, read_capped
-from enginespec.scanning.scanner import gpu_ledger
+from enginespec.definition.modelrecords import LedgerDevice, ModelFacts, Placement
+from enginespec.definition.records import EngineDefinition
+from enginespec.definition.registry import all_engines, definition_of
+from enginespec.models.facts import model_facts
+from enginespec.models.files import ModelError, read_capped
+from enginespec.models.huggingface import hf_cache_folder
 from enginespec.untrusted.documents import parse_json
 
 _GIB = 1 << 30
 #: What llama.cpp needs beyond weights and KV cache on a device (its compute buffer), and what
 #: vLLM's profiling run takes for activations, before the KV cache: a working margin, not a rule.
 MARGIN_BYTES = 512 << 20
-_CONTEXT_STEP = 256
-
-
-class LedgerProcess(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    pid: int
-    name: str | None = None
-    memory_bytes: int | None = None
-
-
-class LedgerDevice(BaseModel):
-    """One device of a recorded ledger (the fields of ``enginespec gpus --json`` fit needs)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    device: str
-    index: int | None = None
-    name: str | None = None
-    memory_total_bytes: int | None = None
-    memory_used_bytes: int | None = None
-    engines: Mapping[str, int | None] = {}
-    other_processes: tuple[LedgerProcess, ...] = ()
-
-    @property
-    def free_bytes(self) -> int | None:
-        if self.memory_total_bytes is None or self.memory_used_bytes is None:
-            return None
-        return max(self.memory_total_bytes - self.memory_used_bytes, 0)
-
-    def holders(self) -> str:
-        """Who holds the memory, largest first: ``78.90 GiB held by pid 4242 (python3)``."""
-        held: list[tuple[int, str]] = [(b or 0, f"engine {e}") for e, b in self.engines.items()]
-        held += [(p.memory_bytes or 0, f"pid {p.pid} ({p.name or '?'})") for p in self.other_processes]
-        held.sort(reverse=True)
-        return (
-            ", ".join(f"{b / _GIB:.2f} GiB held by {who}" for b, who in held if b)
-            or "held by no known process"
-        )
-
-
-class Placement(BaseModel):
-    """A way the recipe fits: the devices and the settings to start it with."""
-
-    model_config = ConfigDict(frozen=True)
-
-    devices: tuple[str, ...]
-    #: ``CUDA_VISIBLE_DEVICES`` and the engine's flags with their values.
-    environment: Mapping[str, str]
-    settings: Mapping[str, str]
-    #: bytes needed on each device, and free there now.
-    needed_bytes: Mapping[str, int]
-    free_bytes: Mapping[str, int]
-    #: what was changed from the recipe to make it fit (empty: it fits as written).
-    changed: tuple[str, ...] = ()
+#: A context a rule shrinks to fit is a multiple of this many tokens.
+CONTEXT_STEP = 256
 
 
 class FitResult(BaseModel):
@@ -104,10 +54,10 @@ def read_ledger(path: str) -> list[LedgerDevice]:
         raise ModelError(f"{path}: not a GPU ledger ({str(e).splitlines()[0]})") from None
 
 
-def live_ledger() -> list[LedgerDevice]:
-    """This host's GPUs as they are held now (``enginespec.gpu_ledger()``: engines, other
-    processes, what no process accounts for)."""
-    return [LedgerDevice.model_validate(device.model_dump(mode="json")) for device in gpu_ledger()]
+def ledger_of(devices: Iterable[BaseModel]) -> list[LedgerDevice]:
+    """A live ledger's devices (``enginespec.gpu_ledger()``: this host's GPUs as they are held now,
+    engines, other processes, what no process accounts for) as fit reads them."""
+    return [LedgerDevice.model_validate(device.model_dump(mode="json")) for device in devices]
 
 
 def _facts(model: str) -> ModelFacts:
@@ -119,28 +69,39 @@ def _facts(model: str) -> ModelFacts:
     return model_facts(cached)
 
 
-def _gib(n: int) -> str:
+def gib(n: int) -> str:
+    """Bytes as ``1.50 GiB``."""
     return f"{n / _GIB:.2f} GiB"
 
 
-def _free(device: LedgerDevice) -> str:
-    free, total = (device.free_bytes or 0) / _GIB, _gib(device.memory_total_bytes or 0)
-    return f"{device.device} has {free:.2f} of {total} free"
+def known_memory(devices: Sequence[LedgerDevice]) -> tuple[list[LedgerDevice], list[str]]:
+    """(the devices whose free and total memory the ledger states, a refusal for each other)."""
+    usable = [d for d in devices if d.free_bytes is not None and d.memory_total_bytes]
+    return usable, [f"{d.device}: memory unknown" for d in devices if d not in usable]
 
 
 def fit(argv: Sequence[str], engine: str, model: str, devices: Sequence[LedgerDevice]) -> FitResult:
-    """Where the engine started with ``argv`` (the recipe's command) fits among ``devices``."""
+    """Where the engine ``engine`` started with ``argv`` (the recipe's command) fits among
+    ``devices``, by its definition's fit rule."""
     facts = _facts(model)
-    usable = [d for d in devices if d.free_bytes is not None and d.memory_total_bytes]
-    refusals = [f"{d.device}: memory unknown" for d in devices if d not in usable]
-    if engine == "llamacpp":
-        return _fit_llamacpp(facts, argv, model, usable, refusals)
-    if engine == "vllm":
-        return _fit_vllm(facts, argv, model, usable, refusals)
-    raise ModelError(f"engine {engine!r}: fit knows llama.cpp's and vLLM's memory rules only")
+    definition = definition_of(engine)
+    found = definition.fit(facts, argv, devices) if definition is not None else None
+    if found is None:
+        # the engines whose definitions have a fit rule: theirs overrides the hook's default
+        ruled = [d.id for d in all_engines() if type(d).fit is not EngineDefinition.fit]
+        raise ModelError(f"engine {engine!r}: fit knows the memory rules of {', '.join(ruled)} only")
+    return FitResult(
+        engine=engine,
+        model=model,
+        fits=bool(found.placements),
+        placements=found.placements,
+        refusals=found.refusals,
+        notes=found.notes,
+    )
 
 
-def _replace(argv: Sequence[str], flag: str, value: str, spellings: Sequence[str]) -> list[str]:
+def with_flag(argv: Sequence[str], flag: str, value: str, spellings: Sequence[str]) -> list[str]:
+    """``argv`` with every spelling of a flag (and its value) removed and ``flag value`` added."""
     out, skip = [], False
     for token in argv:
         if skip:
@@ -154,141 +115,13 @@ def _replace(argv: Sequence[str], flag: str, value: str, spellings: Sequence[str
     return [*out, flag, value]
 
 
-def _fit_llamacpp(
-    facts: ModelFacts, argv: Sequence[str], model: str, devices: Sequence[LedgerDevice], refusals: list[str]
-) -> FitResult:
-    placements = []
-    ctx_flags = ("-c", "--ctx-size")
-    for device in devices:
-        free = device.free_bytes or 0
-        changed: list[str] = []
-        current = list(argv)
-        estimate = llamacpp.estimate_memory(facts, current, devices=[device.device])
-        need = estimate.weights.get(device.device, 0) + estimate.kv_cache.get(device.device, 0) + MARGIN_BYTES
-        if need > free:
-            # a smaller context: the largest multiple of 256 whose cache fits beside the weights
-            weights = estimate.weights.get(device.device, 0) + MARGIN_BYTES
-            per_cell = estimate.kv_cache.get(device.device, 0) / max(estimate.context or 1, 1)
-            cells = int((free - weights) / per_cell) // _CONTEXT_STEP * _CONTEXT_STEP if per_cell else 0
-            if cells >= _CONTEXT_STEP * (estimate.sequences or 1):
-                current = _replace(current, "-c", str(cells), ctx_flags)
-                changed.append(f"-c {estimate.context} -> {cells}")
-                estimate = llamacpp.estimate_memory(facts, current, devices=[device.device])
-                need = estimate.weights[device.device] + estimate.kv_cache[device.device] + MARGIN_BYTES
-        if need > free:
-            weights = estimate.weights.get(device.device, 0)
-            refusals.append(f"{_free(device)}: {device.holders()} (the weights alone need {_gib(weights)})")
-            continue
-        placements.append(
-            Placement(
-                devices=(device.device,),
-                environment={
-                    "CUDA_VISIBLE_DEVICES": str(device.index if device.index is not None else device.device)
-                },
-                settings={
-                    "-ngl": str(len(facts.layer_bytes) + 1),
-                    "-c": str(estimate.context),
-                    "-np": str(estimate.sequences),
-                },
-                needed_bytes={device.device: need},
-                free_bytes={device.device: free},
-                changed=tuple(changed),
-            )
-        )
-    return FitResult(
-        engine="llamacpp",
-        model=model,
-        fits=bool(placements),
-        placements=tuple(placements),
-        refusals=tuple(refusals),
-        notes=(f"{_gib(MARGIN_BYTES)} kept per device for llama.cpp's compute buffer",),
-    )
-
-
-def _fit_vllm(
-    facts: ModelFacts, argv: Sequence[str], model: str, devices: Sequence[LedgerDevice], refusals: list[str]
-) -> FitResult:
-    base = vllm.estimate_memory(facts, argv)
-    count = max(len(base.weights), len(base.kv_cache), 1)
-    util_text = next((argv[i + 1] for i, t in enumerate(argv[:-1]) if t == "--gpu-memory-utilization"), None)
-    wanted = float(util_text) if util_text else 0.9
-    placements = []
-    # vLLM refuses to start when a device's free memory is below utilization x its total
-    # (vLLM 0.33.0, vllm/v1/worker/gpu_worker.py init_device): the devices with the most free first
-    ranked = sorted(devices, key=lambda d: -(d.free_bytes or 0))
-    chosen = ranked[:count]
-    if len(chosen) < count:
-        refusals.append(
-            f"needs {count} devices (tensor x pipeline parallel), {len(chosen)} have known memory"
-        )
-    else:
-        util = min(
-            wanted, *(((d.free_bytes or 0) - MARGIN_BYTES) / (d.memory_total_bytes or 1) for d in chosen)
-        )
-        util = int(util * 100) / 100
-        changed: list[str] = []
-        settings = {"--gpu-memory-utilization": f"{util:.2f}"}
-        if util < wanted:
-            changed.append(f"--gpu-memory-utilization {wanted} -> {util:.2f}")
-        per_device_kv = {
-            d.device: util * (d.memory_total_bytes or 0) - (facts.weight_bytes or 0) / count - MARGIN_BYTES
-            for d in chosen
-        }
-        room = min(per_device_kv.values())
-        kv_per_token = (
-            (base.kv_cache_bytes / base.context / count) if base.kv_cache and base.context else None
-        )
-        if util <= 0 or room <= 0:
-            for d in chosen:
-                refusals.append(f"{_free(d)}: {d.holders()}")
-        else:
-            context = base.context
-            if kv_per_token and context and kv_per_token * context > room:
-                fitted = int(room / kv_per_token) // _CONTEXT_STEP * _CONTEXT_STEP
-                if fitted < _CONTEXT_STEP:
-                    refusals.append(
-                        f"the KV cache for {_CONTEXT_STEP} tokens does not fit beside the weights"
-                    )
-                else:
-                    changed.append(f"--max-model-len {context} -> {fitted}")
-                    context = fitted
-            if context:
-                settings["--max-model-len"] = str(context)
-            if not refusals or changed:
-                placements.append(
-                    Placement(
-                        devices=tuple(d.device for d in chosen),
-                        environment={
-                            "CUDA_VISIBLE_DEVICES": ",".join(
-                                str(d.index if d.index is not None else d.device) for d in chosen
-                            )
-                        },
-                        settings=settings,
-                        needed_bytes={d.device: int(util * (d.memory_total_bytes or 0)) for d in chosen},
-                        free_bytes={d.device: d.free_bytes or 0 for d in chosen},
-                        changed=tuple(changed),
-                    )
-                )
-    return FitResult(
-        engine="vllm",
-        model=model,
-        fits=bool(placements),
-        placements=tuple(placements),
-        refusals=tuple(refusals),
-        notes=(
-            "vLLM claims --gpu-memory-utilization x each device's total, and refuses to start with less free",
-            f"{_gib(MARGIN_BYTES)} per device kept for activations and CUDA graphs",
-        ),
-    )
-
-
 def text(result: FitResult) -> list[str]:
     lines = []
     for p in result.placements:
         env = " ".join(f"{k}={v}" for k, v in p.environment.items())
         flags = " ".join(f"{k} {v}" for k, v in p.settings.items())
         need = ", ".join(
-            f"{d} needs {_gib(n)} of {_gib(p.free_bytes[d])} free" for d, n in p.needed_bytes.items()
+            f"{d} needs {gib(n)} of {gib(p.free_bytes[d])} free" for d, n in p.needed_bytes.items()
         )
         lines.append(f"fits: {env} {flags} ({need})")
         lines += [f"  changed: {c}" for c in p.changed]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 
-from enginespec.models.processes import ProcessFiles, engine_rule
+from enginespec.definition.registry import definition_of
+from enginespec.models.processes import ProcessFiles
 
 # huggingface_hub's cache layout (file_download.py, repo_folder_name): the repo id with "/"
 # written "--" under "models--", then "snapshots/<revision hash>/" and the repo's files. Hub ids
@@ -22,8 +23,8 @@ _names: OrderedDict[tuple[int, str, str], str | None] = OrderedDict()
 
 def model_name(model: str | None, pid: int | None = None, engine: str | None = None) -> str | None:
     """The name a person would give ``model``; ``pid`` is the process whose path it is and
-    ``engine`` its engine, whose own ``model_name`` rule (an Ollama blob's manifests) reads that
-    process's files as its owner may, inside its root."""
+    ``engine`` its engine, whose definition's ``registry_name`` rule (an Ollama blob's manifests)
+    reads that process's files as its owner may, inside its root."""
     if not model:
         return model
     found = _HF_CACHE.search(model)
@@ -31,11 +32,11 @@ def model_name(model: str | None, pid: int | None = None, engine: str | None = N
         repo = found.group("repo").replace("--", "/")
         file = found.group("file")
         return f"{repo}/{file}" if file else repo
-    rule = engine_rule(engine, "model_name") if engine and pid is not None else None
-    if rule is not None and pid is not None and engine is not None:
+    definition = definition_of(engine) if engine and pid is not None else None
+    if definition is not None and pid is not None and engine is not None:
         key = (pid, engine, model)
         if key not in _names:
-            _names[key] = rule(model, ProcessFiles(pid))
+            _names[key] = definition.registry_name(model, ProcessFiles(pid))
             if len(_names) > _NAMES_KEPT:
                 _names.popitem(last=False)
         if _names[key]:

@@ -10,17 +10,20 @@ from, so a ``watch`` that asks again each refresh reads each model once."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import pwd
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any, Literal
+from typing import Literal
 
 from enginespec._host import procfiles as _procfiles
-from enginespec.models.facts import ModelError, ModelFacts, hf_cache_folder, model_facts
+from enginespec.definition.modelrecords import ModelFacts
+from enginespec.definition.registry import definition_of
+from enginespec.models.facts import model_facts
+from enginespec.models.files import ModelError
+from enginespec.models.huggingface import hf_cache_folder
 from enginespec.untrusted.boundary import failed
 
 #: Processes whose facts are kept (the least recently asked for go first).
@@ -104,30 +107,16 @@ def compute(pid: int, engine: str, model: str | None, argv: Sequence[str]) -> Mo
         raise ModelError(f"pid {pid}: its argv names no model")
     fs = ProcessFiles(pid)
     facts = model_facts(_locate(pid, model, fs), fs)
-    name_of = engine_rule(engine, "model_name")
-    if name_of is not None:
-        facts = facts.model_copy(update={"registry_name": name_of(facts.files[0], fs)})
-    estimate_of = engine_rule(engine, "estimate_memory")
+    definition = definition_of(engine)
+    if definition is None:
+        return facts
+    facts = facts.model_copy(update={"registry_name": definition.registry_name(facts.files[0], fs)})
     try:
-        estimate = estimate_of(facts, argv) if estimate_of is not None else None
+        estimate = definition.estimate_memory(facts, argv)
     except ModelError as why:  # an argv number out of range (`--max-model-len 1e400`): the
         # files' facts stand, the estimate is a problem naming the flag
         return facts.model_copy(update={"problems": (*facts.problems, f"no memory estimate: {why}")})
     return facts.model_copy(update={"estimate": estimate})
-
-
-def engine_rule(engine: str, name: str) -> Callable[..., Any] | None:
-    """The engine module's own function ``name`` (``estimate_memory``, ``logged_memory``,
-    ``model_name``), looked up by engine id at call time (the engine modules import the scan's
-    models, so they cannot be imported here first), or ``None`` when it has none."""
-    if not engine.isidentifier():
-        return None
-    try:
-        module = importlib.import_module(f"enginespec.engines.{engine}")
-    except ImportError:
-        return None
-    rule = getattr(module, name, None)
-    return rule if callable(rule) else None
 
 
 def cached(
@@ -197,8 +186,9 @@ def _with_deadline(action: Callable[[], ModelFacts]) -> ModelFacts | str:
 
 def beside_log(facts: ModelFacts, engine: str, log: str) -> ModelFacts:
     """``facts`` with what the engine printed about its memory in ``log`` (its start-up output)."""
-    parser = engine_rule(engine, "logged_memory")
-    return facts.model_copy(update={"logged": parser(log)}) if parser is not None else facts
+    definition = definition_of(engine)
+    logged = definition.logged_memory(log) if definition is not None else None
+    return facts.model_copy(update={"logged": logged}) if logged is not None else facts
 
 
 def measured(gpus: object) -> dict[str, int]:

@@ -19,7 +19,7 @@ from enginespec.process.containers import Container, PublishedPort
 from enginespec.process.settings import Source
 
 if TYPE_CHECKING:
-    from enginespec.models.facts import ModelFacts
+    from enginespec.definition.modelrecords import ModelFacts
 
 
 def make_engine_id(engine: str, model: str | None, port: int | None) -> str:
