@@ -30,8 +30,9 @@ class EngineSpec(EngineDefinition):
 
     Declared as data (``id``, ``signature``, ``launch``, ``flags``, ``package``, ``serving``); an
     engine whose behaviour is more than data subclasses it and overrides a hook
-    (``classify_health``, ``parse_version``, ``requirement``). Third-party engines register an
-    instance or subclass under the ``enginespec.engines`` entry-point group.
+    (``classify_health``, ``parse_version``, ``requirement``; its rules about models:
+    ``registry_name``, ``estimate_memory``, ``logged_memory``, ``fit``). Third-party engines
+    register an instance or subclass under the ``enginespec.engines`` entry-point group.
     """
 
     # -- argv ------------------------------------------------------------------------------------

@@ -88,8 +88,8 @@ def fit(argv: Sequence[str], engine: str, model: str, devices: Sequence[LedgerDe
     found = definition.fit(facts, argv, devices) if definition is not None else None
     if found is None:
         # the engines whose definitions have a fit rule: theirs overrides the hook's default
-        ruled = [d.id for d in all_engines() if type(d).fit is not EngineDefinition.fit]
-        raise ModelError(f"engine {engine!r}: fit knows the memory rules of {', '.join(ruled)} only")
+        ruled = sorted(d.id for d in all_engines() if type(d).fit is not EngineDefinition.fit)
+        raise ModelError(f"engine {engine!r}: fit knows the memory rules of {' and '.join(ruled)} only")
     return FitResult(
         engine=engine,
         model=model,
