@@ -25,9 +25,9 @@ from enginespec import (
     parse_argv,
     redact_argv,
 )
+from enginespec._host.hardware import host_accelerator
 from enginespec.errors import InstallOptionsError
 from enginespec.health.checks import check_health
-from enginespec.lifecycle.installing import host_accelerator
 from helpers.facts import argv_facts
 from helpers.fakeserver import Answer, bound_socket, models, serving
 from helpers.procs import Procs, children_of, wait_for

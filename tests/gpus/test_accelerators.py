@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from enginespec import Config, InstallError, InstallOptions, Recipe, get_engine_spec, parse_argv
-from enginespec.lifecycle.installing import _cpu_index_args, host_accelerator
+from enginespec._host.hardware import host_accelerator
+from enginespec.lifecycle.installing import _cpu_index_args
 from helpers.wheelkit import build_wheel
 
 VLLM = get_engine_spec("vllm")

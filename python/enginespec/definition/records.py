@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from enginespec.definition.accelerators import RequiredAccelerator
 from enginespec.definition.modelrecords import (
     Files,
     Fitting,
@@ -155,7 +156,7 @@ class Package(_Record):
     source_build: SourceBuild | None = None
     #: the accelerator the published build needs: ``install`` refuses on a host without one
     #: rather than download gigabytes that cannot run there.
-    accelerator: Literal["cuda"] | None = None
+    accelerator: RequiredAccelerator | None = None
     #: the extra installed on Linux, where the distribution alone brings no working backend
     #: (``mlx-lm[cpu]``).
     linux_extra: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

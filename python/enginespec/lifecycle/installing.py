@@ -28,8 +28,9 @@ from typing import Literal
 import filelock
 from pydantic import BaseModel, ConfigDict, Field
 
-from enginespec._host.hardware import NVIDIA_EVIDENCE, accelerators
+from enginespec._host.hardware import NVIDIA_EVIDENCE, host_accelerator
 from enginespec.config import Config
+from enginespec.definition.accelerators import Accelerator, AcceleratorChoice
 from enginespec.definition.launching import path_problem
 from enginespec.definition.records import EngineDefinition, SourceBuild
 from enginespec.definition.specifiers import requested_specifier, satisfies
@@ -86,7 +87,7 @@ class InstallOptions(BaseModel):
     ref: str | None = None
     #: the build to install: ``auto`` reads the host's GPUs (an NVIDIA one: ``cuda``; an AMD one:
     #: ``rocm``; none: ``cpu``); naming one installs for it whatever this host has (an image build).
-    accelerator: Literal["auto", "cuda", "rocm", "cpu"] = "auto"
+    accelerator: AcceleratorChoice = "auto"
 
 
 class InstallResult(BaseModel):
@@ -264,17 +265,6 @@ def install_lock(
         yield
     finally:
         lock.release()
-
-
-Accelerator = Literal["cuda", "rocm", "cpu"]
-
-
-def host_accelerator() -> Accelerator:
-    """What this host computes on: an NVIDIA GPU (CUDA), else an AMD one (ROCm), else the CPU."""
-    found = accelerators()
-    if "nvidia" in found:
-        return "cuda"
-    return "rocm" if "amd" in found else "cpu"
 
 
 def _accelerator(engine: EngineDefinition, options: InstallOptions) -> Accelerator:

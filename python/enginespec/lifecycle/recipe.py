@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from enginespec._host.shapes import looks_like_flag
+from enginespec.definition.accelerators import GpuAccelerator
 from enginespec.definition.registry import engine_ids, engine_names
 from enginespec.errors import RecipeFileError, RecipeValidationError
 from enginespec.suggest import did_you_mean
@@ -114,7 +115,7 @@ class Recipe(BaseModel):
     api_key: SecretStr | None = None
     #: GPU indices made visible to the engine (CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES).
     visible_devices: tuple[int, ...] | None = None
-    accelerator: Literal["cuda", "rocm"] = "cuda"
+    accelerator: GpuAccelerator = "cuda"
     extra_args: Mapping[str, ExtraValue] = Field(default_factory=dict)
     env_vars: Mapping[str, str] = Field(default_factory=dict)
     python_path: str | None = Field(default=None, min_length=1)
