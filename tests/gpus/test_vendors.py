@@ -27,17 +27,12 @@ class FakeReading(VendorReading):
         self.majors = majors
 
     def opened(self, pid: int, fd: int, major: int, minor: int, tree: TreeGpus) -> None:
-        if major not in self.majors:
-            return
         tree.unknown.setdefault("other", "uses the fake accelerator: device unknown")
         text = read_text(self.root, "proc", str(pid), "fdinfo", str(fd))
         key, client = drm_client(text or "")
         device = self.nodes.get((major, minor))
         if device is not None and key is not None:
             tree.holding(device).clients.setdefault(key, client)
-
-    def holds_gpu(self, major: int, minor: int) -> bool:
-        return major in self.majors
 
 
 class FakeVendor:

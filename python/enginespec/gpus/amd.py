@@ -18,13 +18,11 @@ _UNKNOWN = "uses ROCm (holds /dev/kfd): device unknown"
 class AmdReading(VendorReading):
     def __init__(self, root: str, kfd: frozenset[int], gpu_ids: Mapping[int, str]) -> None:
         self.root = root
-        self.kfd = kfd
+        self.majors = kfd
         #: KFD's ``gpu_id`` of each GPU -> the device's key
         self.gpu_ids = gpu_ids
 
     def opened(self, pid: int, fd: int, major: int, minor: int, tree: TreeGpus) -> None:
-        if major not in self.kfd:
-            return
         tree.unknown.setdefault("amd", _UNKNOWN)
         directory = os.path.join(self.root, "sys", "class", "kfd", "kfd", "proc", str(pid))
         for name in list_kernel_directory(directory):
@@ -33,9 +31,6 @@ class AmdReading(VendorReading):
             size = number(read_text(directory, name)) if key is not None else None
             if key is not None and size is not None:
                 tree.holding(key).account(pid, size, "kfd")
-
-    def holds_gpu(self, major: int, minor: int) -> bool:
-        return major in self.kfd
 
 
 def read(host: HostGpus, libraries: bool) -> AmdReading:

@@ -65,12 +65,14 @@ def drm_client(text: str) -> tuple[tuple[str, str] | None, Client]:
 
 
 class DrmReading(VendorReading):
+    majors = frozenset({DRM_MAJOR})
+
     def __init__(self, root: str, nodes: Mapping[tuple[int, int], str]) -> None:
         self.root = root
         self.nodes = nodes
 
     def opened(self, pid: int, fd: int, major: int, minor: int, tree: TreeGpus) -> None:
-        key = self.nodes.get((major, minor)) if major == DRM_MAJOR else None
+        key = self.nodes.get((major, minor))
         if key is None:
             return
         text = read_text(self.root, "proc", str(pid), "fdinfo", str(fd))
@@ -78,9 +80,6 @@ class DrmReading(VendorReading):
         if client_key is not None and client is not None:
             # One DRM client (a dup'd or inherited fd shares its struct file) counts once.
             tree.holding(key).clients.setdefault(client_key, client)
-
-    def holds_gpu(self, major: int, minor: int) -> bool:
-        return major == DRM_MAJOR
 
 
 def read(host: HostGpus, libraries: bool) -> DrmReading:

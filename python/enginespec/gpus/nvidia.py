@@ -85,7 +85,7 @@ class NvidiaReading(VendorReading):
     def __init__(
         self, uvm: frozenset[int], nvml: tuple[NvmlDevice, ...] | None, nvml_problem: str | None
     ) -> None:
-        self.uvm = uvm
+        self.majors = frozenset({NVIDIA_MAJOR, *uvm})
         self.nvml = nvml
         self.nvml_problem = nvml_problem
         self._lists = None
@@ -96,7 +96,7 @@ class NvidiaReading(VendorReading):
                 else {process.pid: process.memory_bytes for process in found.processes}
                 for found in nvml
             }
-            self._lists = ProcessLists("nvidia", "nvml", by_device, frozenset({NVIDIA_MAJOR, *uvm}))
+            self._lists = ProcessLists("nvidia", "nvml", by_device)
 
     @property
     def lists(self) -> ProcessLists | None:
@@ -104,7 +104,7 @@ class NvidiaReading(VendorReading):
         return self._lists
 
     def opened(self, pid: int, fd: int, major: int, minor: int, tree: TreeGpus) -> None:
-        if (major == NVIDIA_MAJOR and minor not in _CONTROL_MINORS) or major in self.uvm:
+        if major != NVIDIA_MAJOR or minor not in _CONTROL_MINORS:  # nvidia-uvm or a GPU
             tree.unknown.setdefault("nvidia", _UNKNOWN)
 
     def holds_gpu(self, major: int, minor: int) -> bool:

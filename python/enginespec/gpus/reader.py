@@ -132,7 +132,7 @@ def read_host(root: str = "/", *, nvml: bool = True) -> HostGpus:
     driver's library, may be loaded)."""
     host = HostGpus(root=root, majors=_char_devices(root))
     for vendor in VENDORS:
-        host.readings.append(vendor.read(host, nvml))
+        host.add(vendor.read(host, nvml))
     return host
 
 
@@ -243,7 +243,8 @@ class GpuReader:
         majors = {d[1] for d in fds.devices if d[1] not in _NOT_GPU_MAJORS} if fds is not None else set()
         if not majors:
             return NO_GPU_FD_REFRESH_SECONDS
-        followed = {major for lists in self._host.lists for major in lists.majors} if self._host else set()
+        readings = self._host.readings if self._host is not None else ()
+        followed = {major for reading in readings if reading.lists is not None for major in reading.majors}
         if followed and majors <= followed:
             return NVML_HOLDER_FD_REFRESH_SECONDS
         return FD_REFRESH_SECONDS
@@ -293,17 +294,18 @@ class GpuReader:
             if devices:
                 opened[pid] = devices
         host = self.host  # read at most every MEMORY_REFRESH_SECONDS, whatever the trees
-        if not opened and not host.lists:
+        all_lists = host.lists
+        if not opened and not all_lists:
             return (), "; ".join(problems) or None
         tree = TreeGpus()
         for pid, devices in opened.items():
             for fd, major, minor in devices:
-                for reading in host.readings:
+                for reading in host.by_major.get(major, ()):
                     reading.opened(pid, fd, major, minor, tree)
                 key = host.nodes.get((major, minor))
                 if key is not None:
                     tree.holding(key).pids.add(pid)
-        by_lists = [(lists, _listed(lists.by_device, set(pids), lists.source)) for lists in host.lists]
+        by_lists = [(lists, lists.holdings(pids)) for lists in all_lists]
         uses = [
             _gpu_use(host.devices[key], holding)
             for key, holding in tree.holdings.items()
@@ -312,23 +314,11 @@ class GpuReader:
         ]
         for _lists, found in by_lists:
             uses += [_gpu_use(host.devices[key], h) for key, h in found.items() if key in host.devices]
-        for vendor in _VENDOR_ORDER:
+        for vendor in _VENDOR_ORDER if tree.unknown else ():
             message = tree.unknown.get(vendor)
             if message is not None and not any(u.vendor == vendor for u in uses):
                 problems.append(message)
         return tuple(sorted(uses, key=_sort_key)), "; ".join(problems) or None
-
-
-def _listed(
-    by_device: Mapping[str, Mapping[int, int | None] | None], pids: set[int], source: GpuSource
-) -> dict[str, Holding]:
-    """What a driver's process lists say the ``pids`` hold, by device."""
-    found: dict[str, Holding] = {}
-    for key, listed in by_device.items():
-        for pid, size in (listed or {}).items():
-            if pid in pids:
-                found.setdefault(key, Holding()).account(pid, size, source)
-    return found
 
 
 def _comm(root: str, pid: int) -> str | None:
@@ -344,7 +334,9 @@ def _other_holders(root: str, skip: set[int], host: HostGpus) -> Iterable[int]:
             continue
         fds = _open_devices(root, pid)
         if fds is not None and any(
-            reading.holds_gpu(major, minor) for _fd, major, minor in fds.devices for reading in host.readings
+            reading.holds_gpu(major, minor)
+            for _fd, major, minor in fds.devices
+            for reading in host.by_major.get(major, ())
         ):
             yield pid
 

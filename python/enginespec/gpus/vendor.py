@@ -7,8 +7,9 @@ the host's root."""
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -79,9 +80,23 @@ class ProcessLists:
     #: per device key, each listed pid's bytes (``None``: unknown); ``None``: that device's
     #: processes could not be listed (its holders are then known from their open files).
     by_device: Mapping[str, Mapping[int, int | None] | None]
-    #: the character device majors whose holders the lists follow: a pid holding only those has
-    #: its open files listed again less often.
-    majors: frozenset[int]
+
+    @functools.cached_property
+    def _by_pid(self) -> Mapping[int, tuple[tuple[str, int | None], ...]]:
+        """Each listed pid's devices and bytes (a tree's pids are looked up, not every list read)."""
+        found: dict[int, list[tuple[str, int | None]]] = {}
+        for key, listed in self.by_device.items():
+            for pid, size in (listed or {}).items():
+                found.setdefault(pid, []).append((key, size))
+        return {pid: tuple(entries) for pid, entries in found.items()}
+
+    def holdings(self, pids: Iterable[int]) -> dict[str, Holding]:
+        """What the lists say ``pids`` hold, by device."""
+        found: dict[str, Holding] = {}
+        for pid in set(pids):
+            for key, size in self._by_pid.get(pid, ()):
+                found.setdefault(key, Holding()).account(pid, size, self.source)
+        return found
 
     def answer_for(self, device: Device) -> bool:
         """Whether the lists say who holds ``device`` (a device of their vendor not known to have
@@ -95,13 +110,20 @@ class ProcessLists:
 class HostGpus:
     """One reading of the host's GPUs under ``root``: the devices by key, the device nodes
     (character device major, minor) that are each device, the character device majors by driver
-    name (``/proc/devices``), and each vendor's reading, in the order the vendors are asked."""
+    name (``/proc/devices``), and each vendor's reading, in the order the vendors are asked (and
+    by the majors it answers for)."""
 
     root: str
     majors: Mapping[str, set[int]]
     devices: dict[str, Device] = field(default_factory=dict)
     nodes: dict[tuple[int, int], str] = field(default_factory=dict)
     readings: list[VendorReading] = field(default_factory=list)
+    by_major: dict[int, list[VendorReading]] = field(default_factory=dict)
+
+    def add(self, reading: VendorReading) -> None:
+        self.readings.append(reading)
+        for major in reading.majors:
+            self.by_major.setdefault(major, []).append(reading)
 
     def by_pci(self, pci: str | None) -> Device | None:
         """The GPU (not a MIG instance) at that PCI bus id, if a vendor found it."""
@@ -172,19 +194,25 @@ class VendorReading(Protocol):
     """One vendor's answers for one reading of the host (kept until the devices are read again).
     Subclass it to keep its defaults: no process lists, nothing more to say of a device."""
 
+    #: The character device majors that are the vendor's (its GPUs' nodes, its compute stack's):
+    #: only open devices of these are handed to :meth:`opened` and :meth:`holds_gpu`.
+    majors: frozenset[int]
+
     @property
     def lists(self) -> ProcessLists | None:
+        """The driver's process lists, while they answer (a pid holding only devices of the
+        vendor's majors then has its open files listed again less often)."""
         return None
 
     def opened(self, pid: int, fd: int, major: int, minor: int, tree: TreeGpus) -> None:
-        """Adds to ``tree`` what ``pid``'s open character device ``fd`` (``major``, ``minor``) says,
-        when it is this vendor's: memory, a compute stack in use. The device a node in
+        """Adds to ``tree`` what ``pid``'s open character device ``fd`` (``major``, ``minor``, a
+        major of the vendor's) says: memory, a compute stack in use. The device a node in
         ``HostGpus.nodes`` is, the reader ties to the pid itself."""
 
     def holds_gpu(self, major: int, minor: int) -> bool:
-        """Whether a process holding this character device holds one of the vendor's GPUs (how a
-        ledger finds the processes that are no engine's)."""
-        return False
+        """Whether a process holding this character device (a major of the vendor's) holds one of
+        its GPUs (how a ledger finds the processes that are no engine's)."""
+        return True
 
     def device_problem(self, device: Device) -> str | None:
         """Why the bytes the processes on ``device`` hold are unknown, when this vendor knows."""
