@@ -1,2 +1,2 @@
-"""Which GPUs a host has and which processes hold them: the reader, its vendors' libraries and
-files, and the ids that tie a device to a process."""
+"""Which GPUs a host has and which processes hold them: the reader, one module per vendor behind
+one protocol (vendor.py), NVIDIA's library, and the ids that name a device."""
