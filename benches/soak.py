@@ -84,7 +84,7 @@ STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 Backend = Literal["native", "python"]
 Kind = Literal["idle", "stay", "churn-engine", "churn-ordinary", "ours"]
 
-# Engine-like churn children: the launch forms of DESIGN.md (console script through a venv
+# Engine-like churn children: the launch forms the engines' signatures declare (console script through a venv
 # Python, module forms, options before the positional model, `--k=v`, a path with a space).
 CHURN_ENGINES: list[list[str]] = [
     ["vllm", "serve", "/models/churn-a"],

@@ -1,5 +1,6 @@
 //! The container a process runs in, from the text of `/proc/PID/cgroup`: a pure function over
-//! `&[u8]` (the twin of `parse_cgroup` in `python/enginespec/_pycontainers.py`, same results).
+//! `&[u8]` (the twin of `parse_cgroup` in `python/enginespec/_host/fallback/cgroup.py`, same
+//! results).
 //!
 //! The text is untrusted (a process in a delegated cgroup names its own sub-cgroups), so nothing
 //! here may panic: an id is only ever 64 lowercase hex digits, a pod uid a UUID or 32 hex digits.

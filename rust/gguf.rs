@@ -5,8 +5,8 @@
 //! before anything is read or allocated, the header is read only up to a cap, and what is kept of
 //! a value is capped too (long strings and long arrays are skipped, their type and length kept):
 //! a kv count of 2^63 or a string longer than the file is an error naming the offset, never an
-//! allocation or a hang. `python/enginespec/_pygguf.py` is the pure-Python twin; both give the
-//! same header or the same error message for any input.
+//! allocation or a hang. `python/enginespec/_host/fallback/gguf.py` is the pure-Python twin; both
+//! give the same header or the same error message for any input.
 
 use std::fs::File;
 use std::io;
@@ -394,7 +394,7 @@ pub fn read_header<S: Source + ?Sized>(
     }
     let mut version = r.u32("version")?;
     if version & 0xFFFF == 0 {
-        // Written on a big-endian host: every number is byte-swapped (gguf.md, version 3).
+        // Written on a big-endian host: every number is byte-swapped (ggml's gguf.md, version 3).
         r.big_endian = true;
         version = version.swap_bytes();
     }

@@ -1,7 +1,8 @@
 //! Classifies argv against compiled engine signatures.
 //!
-//! The pure-Python twin is `python/enginespec/_pymatcher.py`; both implement the same algorithm
-//! and must return the same result for every argv (a differential property test checks it).
+//! The pure-Python twin is `python/enginespec/_host/fallback/matcher.py`; both implement the same
+//! algorithm and must return the same result for every argv (a differential property test checks
+//! it).
 //! Tokens are bytes, so argv read from `/proc` with invalid UTF-8 is handled as is. No input may
 //! panic: every index is bounds-checked and nothing is unwrapped.
 
@@ -506,7 +507,7 @@ const PY_SWITCHES: &[u8] = b"bBdEhiIOPqsSuvVx";
 const PY_VALUED: &[u8] = b"WX";
 
 /// The program argv runs: its first word, or the script an interpreter runs (a console script:
-/// `[python3, /venv/bin/vllm, ...]`); empty for none. The facade's `_common.program_path`.
+/// `[python3, /venv/bin/vllm, ...]`); empty for none. The facade's `_host.shapes.program_path`.
 pub fn program_path<A: AsRef<[u8]>>(argv: &[A]) -> &[u8] {
     let Some(first) = argv.first().map(AsRef::as_ref) else {
         return b"";

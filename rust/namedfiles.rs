@@ -1,7 +1,7 @@
 //! Files a process names (the files of its checkout), looked at as that process's owner would
-//! and resolved inside that process's root: the Rust side of the facade's `_procfiles`, with the
-//! same rules, because any user on the host can name any path (a FIFO, `/dev/tty`, a symlink out
-//! of a container into the host, `/proc/self/...`, a directory on a FUSE mount that never
+//! and resolved inside that process's root: the Rust side of the facade's `_host.procfiles`, with
+//! the same rules, because any user on the host can name any path (a FIFO, `/dev/tty`, a symlink
+//! out of a container into the host, `/proc/self/...`, a directory on a FUSE mount that never
 //! answers):
 //!
 //! - a path is resolved inside the process's root: `openat2(RESOLVE_IN_ROOT |
@@ -32,10 +32,10 @@ use std::time::{Duration, Instant};
 use crate::procfs::{parse_owner, Owner};
 use crate::procread::ProcRoot;
 
-/// How long one step (resolving the files of one process) may take: `_procfiles.STEP_SECONDS`.
+/// How long one step (resolving the files of one process) may take: `_host.procfiles.STEP_SECONDS`.
 pub const STEP: Duration = Duration::from_secs(2);
 /// Steps abandoned after missing their deadline (still blocked in the kernel) before no more
-/// begin: `_procfiles.MAX_STUCK`.
+/// begin: `_host.procfiles.MAX_STUCK`.
 pub const MAX_STUCK: usize = 4;
 /// Symlinks followed in one path, as the kernel's own limit (MAXSYMLINKS).
 const MAX_SYMLINKS: usize = 40;
@@ -74,7 +74,7 @@ pub enum Refused {
 
 /// The first of `paths` (as process `pid` names them: relative ones from its working directory)
 /// that is not a regular file to its owner, the last component not followed; `None` when all
-/// are. What the facade's `_procfiles.first_missing` tells.
+/// are. What the facade's `_host.procfiles.first_missing` tells.
 pub fn first_missing(
     proc: &ProcRoot,
     pid: i32,

@@ -196,7 +196,7 @@ pub fn parse_socket_link(target: &[u8]) -> Option<u64> {
 /// (the process's own, in a container; below `host`, a fixture host's directory, when its links
 /// name its own `/dev`) but not a terminal, `/dev/null`, or a `/dev/shm` or `/dev/mqueue` file.
 /// Only those are followed: reading a link never reaches the file's filesystem, a stat does.
-/// `_procfiles.device_link`.
+/// `_host.procfiles.device_link`.
 pub fn is_device_link(target: &[u8], host: &[u8]) -> bool {
     let target = match target.strip_prefix(host) {
         Some(inside) if !host.is_empty() && inside.starts_with(b"/") => inside,

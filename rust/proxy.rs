@@ -1,6 +1,6 @@
 //! What a userland port proxy forwards, from its argv: Docker's `docker-proxy -proto tcp
 //! -host-ip 0.0.0.0 -host-port 8001 -container-ip 172.17.0.2 -container-port 8000`. A pure
-//! function over argv (the twin of `proxy_flags` in `python/enginespec/_pycontainers.py`).
+//! function over argv (the twin of `proxy_flags` in `python/enginespec/_host/fallback/proxy.py`).
 //!
 //! The argv is untrusted (any user can name a process `docker-proxy`): ports are only plain
 //! decimal 1-65535; the addresses are handed back as given, for the caller to validate.

@@ -38,16 +38,16 @@ fn strings<'py>(py: Python<'py>, items: &[Vec<u8>]) -> PyResult<Bound<'py, PyLis
     PyList::new(py, items.iter().map(|item| os(item)))
 }
 
-/// The records the boundary carries are the named tuples of `enginespec._common`, declared once
-/// there, so both backends give the same records, read by name.
+/// The records the boundary carries are the named tuples of `enginespec._host.shapes`, declared
+/// once there, so both backends give the same records, read by name.
 static RAW_INVOCATION: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static RAW_PROCESS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static LISTENING: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static ENVIRON: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
-/// A `_common.RawInvocation` (engine index, model, served names, host, port, role), as
-/// `_pymatcher.Matcher.parse` returns it, and the facts inside each scanned process. The role is
-/// `"server"`, `"runner"` or `"follower"`.
+/// A `_host.shapes.RawInvocation` (engine index, model, served names, host, port, role), as
+/// `_host.fallback.matcher.Matcher.parse` returns it, and the facts inside each scanned process.
+/// The role is `"server"`, `"runner"` or `"follower"`.
 fn raw_invocation<'py>(py: Python<'py>, facts: &matcher::Facts) -> PyResult<Bound<'py, PyAny>> {
     let fields = (
         facts.engine,
@@ -92,7 +92,7 @@ impl Matcher {
     }
 }
 
-/// A `_common.Environ` (the variables as `(name, value)` pairs, whether the read was cut).
+/// A `_host.shapes.Environ` (the variables as `(name, value)` pairs, whether the read was cut).
 fn environ<'py>(py: Python<'py>, found: &scan::Environ) -> PyResult<Bound<'py, PyAny>> {
     let vars = PyList::new(
         py,
@@ -103,7 +103,7 @@ fn environ<'py>(py: Python<'py>, found: &scan::Environ) -> PyResult<Bound<'py, P
         .call1((vars, found.cut))
 }
 
-/// A `_common.ReadSet`, read by its fields' names.
+/// A `_host.shapes.ReadSet`, read by its fields' names.
 #[derive(FromPyObject)]
 struct ReadSetArg {
     #[pyo3(attribute)]
@@ -151,9 +151,9 @@ impl ReadSetArg {
     }
 }
 
-/// A `_common.RawProcess` (pid, start time, ppid, argv, facts, exe, descendants, parent argv,
+/// A `_host.shapes.RawProcess` (pid, start time, ppid, argv, facts, exe, descendants, parent argv,
 /// listen ports, and its read set's environ, cgroup, netns, checkout and devices), as
-/// `_pyscanner.ProcessScanner.scan` returns it.
+/// `_host.fallback.scan.ProcessScanner.scan` returns it.
 fn raw_process<'py>(py: Python<'py>, p: &scan::EngineProc) -> PyResult<Bound<'py, PyAny>> {
     // By name: a field renamed or reordered on either side is an error, not a value in the
     // wrong place.
@@ -186,7 +186,7 @@ fn raw_process<'py>(py: Python<'py>, p: &scan::EngineProc) -> PyResult<Bound<'py
 
 /// The facade's reads of sockets (who listens where: health checks, port conflicts, launches),
 /// done by the scanner's own reading layer below one procfs root (`/proc`, or a fixture host's
-/// `ROOT/proc`): the shape of `_pyprocread.ProcRoot`'s methods of the same names.
+/// `ROOT/proc`): the shape of `_host.fallback.procread.ProcRoot`'s methods of the same names.
 #[pyclass(name = "ProcRoot", frozen)]
 struct PyProcRoot {
     root: ProcRoot,
@@ -232,7 +232,7 @@ impl PyProcRoot {
         })
     }
 
-    /// The LISTEN sockets of the process's network namespace, as `_common.Listening` records.
+    /// The LISTEN sockets of the process's network namespace, as `_host.shapes.Listening` records.
     fn listen_table<'py>(&self, py: Python<'py>, pid: i32) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let (found, _denied) = py.detach(|| self.root.listen_table(pid));
         let listening = LISTENING.import(py, "enginespec._host.shapes", "Listening")?;
@@ -516,14 +516,14 @@ impl PyProcessScanner {
 }
 
 /// (runtime, id, pod uid) of the container the text of `/proc/PID/cgroup` names, or `None`:
-/// the shape `_pycontainers.parse_cgroup` returns.
+/// the shape `_host.fallback.cgroup.parse_cgroup` returns.
 #[pyfunction]
 fn parse_cgroup(data: &[u8]) -> Option<(&'static str, String, Option<String>)> {
     crate::cgroup::parse_cgroup(data).map(|c| (c.runtime, c.id, c.pod_uid))
 }
 
 /// (host address, host port, container address, container port) a `docker-proxy` argv
-/// forwards, or `None`: the shape `_pycontainers.proxy_flags` returns.
+/// forwards, or `None`: the shape `_host.fallback.proxy.proxy_flags` returns.
 #[pyfunction]
 fn proxy_flags(
     argv: Vec<OsString>,
@@ -539,8 +539,8 @@ fn proxy_flags(
     })
 }
 
-/// A GGUF metadata value as `_pygguf` gives it: a long string as `("long", length)`, an array as
-/// `(element type, length, items or None)`.
+/// A GGUF metadata value as `_host.fallback.gguf` gives it: a long string as `("long", length)`,
+/// an array as `(element type, length, items or None)`.
 fn gguf_value<'py>(py: Python<'py>, value: &gguf::Value) -> PyResult<Bound<'py, PyAny>> {
     Ok(match value {
         gguf::Value::Uint(v) => v.into_pyobject(py)?.into_any(),
@@ -566,7 +566,7 @@ fn gguf_value<'py>(py: Python<'py>, value: &gguf::Value) -> PyResult<Bound<'py, 
 }
 
 /// (version, big endian, metadata, tensors, data offset) of the GGUF file open at `fd` (not
-/// closed), the shape `_pygguf.read_gguf` returns; the GIL is released while reading.
+/// closed), the shape `_host.fallback.gguf.read_gguf` returns; the GIL is released while reading.
 #[pyfunction]
 fn read_gguf<'py>(
     py: Python<'py>,

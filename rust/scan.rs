@@ -91,7 +91,7 @@ impl ReadSet {
     /// The files of the checkout `argv`'s program must be in, as the process names them (from
     /// its working directory when argv names the program without a directory), when its
     /// engine's read set names that program; `Some(None)` for a directory never looked into (one
-    /// with a `..` component, or longer than a path). The facade's `_common.checkout_paths`.
+    /// with a `..` component, or longer than a path). The facade's `_host.shapes.checkout_paths`.
     pub fn checkout_paths(&self, engine: usize, argv: &[Vec<u8>]) -> Option<Option<Vec<Vec<u8>>>> {
         // Most engines name no such program: their argv is not looked at.
         let programs = self.checkouts.get(engine).filter(|p| !p.is_empty())?;

@@ -148,7 +148,8 @@ pub struct Signature {
     pub worker_titles: Vec<String>,
     #[serde(default)]
     pub values_required: bool,
-    /// Read by the facade (`argv.py`: secrets, abbreviations, defaults), not by the matcher.
+    /// Read by the facade (`process/argv.py`: secrets, abbreviations, defaults), not by the
+    /// matcher.
     #[serde(default, rename = "abbreviations")]
     _abbreviations: IgnoredAny,
     #[serde(default, rename = "secret_flags")]

@@ -46,7 +46,7 @@ class ProcessScanner:
     fixture host laid out in the kernel's formats, its clock given by ``scan_at``; procfs
     source only). Raises ``ValueError``
     for invalid signatures, a negative or non-finite duration, or an unknown source.
-    ``read_set``: what else is read of each engine process (``_common.ReadSet``), once per record.
+    ``read_set``: what else is read of each engine process (``_host.shapes.ReadSet``), once per record.
     """
 
     def __new__(
@@ -138,14 +138,14 @@ class ProcRoot:
 
 def parse_cgroup(data: bytes) -> tuple[_Runtime, str, str | None] | None:
     """(runtime, full id, pod uid) of the container the text of ``/proc/PID/cgroup`` places a
-    process in, ``None`` on the host (``_pycontainers.parse_cgroup`` is its twin)."""
+    process in, ``None`` on the host (``_host.fallback.cgroup.parse_cgroup`` is its twin)."""
 
 def proxy_flags(argv: Sequence[str]) -> tuple[str, int, str, int] | None:
     """(host address, host port, container address, container port) a ``docker-proxy`` argv
-    forwards, the addresses as given (``_pycontainers.proxy_flags`` is its twin)."""
+    forwards, the addresses as given (``_host.fallback.proxy.proxy_flags`` is its twin)."""
 
 def read_gguf(fd: int, max_header_bytes: int, max_string_bytes: int, max_array_items: int) -> RawHeader:
     """(version, big endian, metadata, tensors, data offset) of the GGUF file open at ``fd`` (a
     regular file, not closed): bounded reads of its header only, the GIL released. Raises
     ``ValueError`` naming the offset for anything the format or the limits refuse
-    (``_pygguf.read_gguf`` is its twin)."""
+    (``_host.fallback.gguf.read_gguf`` is its twin)."""

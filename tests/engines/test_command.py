@@ -56,7 +56,8 @@ ALL_FIELDS: dict[str, Any] = {
     "api_key": "sk-secret",
 }
 
-# The engine's own flag for every structured field (None: the engine has none). DESIGN.md's table.
+# The engine's own flag for every structured field (None: the engine has none), as each engine's
+# `Flags.fields` declares it (docs/engines.md).
 EXPECTED_FLAGS: dict[str, dict[str, str | None]] = {
     "vllm": {
         "served_model_name": "--served-model-name",

@@ -364,7 +364,7 @@ def test_made_up_signatures(signatures: tuple[Signature, ...], argvs: list[list[
             assert native.parse(program) == python.parse(program), (program, data)
 
 
-# --- the cgroup parser (rust/cgroup.rs and _pycontainers.py) ---------------------------------------
+# --- the cgroup parser (rust/cgroup.rs and _host/fallback/cgroup.py) -------------------------------
 
 _HEX = "0123456789abcdef"
 _ID = "9" * 8 + "ab" * 28
@@ -435,7 +435,7 @@ def test_cgroup_parsers_agree_on_bytes(noise: bytes, word: str) -> None:
         assert _native.parse_cgroup(data) == _pycontainers.parse_cgroup(data)
 
 
-# --- the docker-proxy argv parser (rust/proxy.rs and _pycontainers.py) -----------------------
+# --- the docker-proxy argv parser (rust/proxy.rs and _host/fallback/proxy.py) -----------------
 
 _PROXY_ARGV_WORDS = (
     "docker-proxy", "/usr/bin/docker-proxy", "docker-proxyx", "-proto", "--proto=tcp", "tcp", "udp",

@@ -1,5 +1,6 @@
-"""The GGUF header reader (rust/gguf.rs, its twin _pygguf) against the `gguf` package's own reader
-on random files its GGUFWriter writes, and on hostile files: bounded, an error naming the offset."""
+"""The GGUF header reader (rust/gguf.rs, its twin _host/fallback/gguf.py) against the `gguf`
+package's own reader on random files its GGUFWriter writes, and on hostile files: bounded, an error
+naming the offset."""
 
 from __future__ import annotations
 

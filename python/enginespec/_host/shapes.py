@@ -1,4 +1,4 @@
-"""What both backends and the facade share, so that only the backend selector (``_backend``)
+"""What both backends and the facade share, so that only the backend selector (``_host.backend``)
 imports a pure-Python twin: the shapes of the records the scanners give, the argv limits both
 scanners keep to, the argv words the matchers and the facade both read (as their namesakes in
 ``rust/matcher.rs``), and GGUF's type sizes."""

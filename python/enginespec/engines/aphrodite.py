@@ -28,7 +28,8 @@ SIGNATURE = Signature(
     launch_forms=(
         # `aphrodite = aphrodite.entrypoints.cli.main:main` (pyproject.toml); `run` is a subclass of
         # `serve` kept for the legacy CLI, and the image's ENTRYPOINT is ["aphrodite", "run"]
-        # (docker/Dockerfile). The positional model wins over --model (cli/serve.py cmd).
+        # (docker/Dockerfile). The positional model wins over --model
+        # (aphrodite/entrypoints/cli/serve.py cmd).
         LaunchForm(executables=("aphrodite",), subcommand=("run",), positional_model=True),
         LaunchForm(executables=("aphrodite",), subcommand=("serve",), positional_model=True),
         LaunchForm(modules=("aphrodite.entrypoints.cli.main",), subcommand=("run",), positional_model=True),

@@ -1,7 +1,7 @@
 """llama-cpp-python's OpenAI-compatible server: ``python -m llama_cpp.server``.
 
-Facts from llama-cpp-python v0.3.35 (3691546f): llama_cpp/server/__main__.py, cli.py, settings.py,
-app.py.
+Facts from llama-cpp-python v0.3.35 (3691546f): llama_cpp/server/__main__.py,
+llama_cpp/server/cli.py, llama_cpp/server/settings.py, llama_cpp/server/app.py.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ SIGNATURE = Signature(
         ),
     ),
     # Options are the pydantic field names as written, underscores and all, in a plain argparse
-    # parser (cli.py add_args_from_model; allow_abbrev left on). Booleans take a value
-    # (`--verbose true`, _parse_bool_arg): no flag here is value-less. With a Hugging Face repo
+    # parser (llama_cpp/server/cli.py add_args_from_model; allow_abbrev left on). Booleans take a
+    # value (`--verbose true`, _parse_bool_arg): no flag here is value-less. With a Hugging Face repo
     # `--model` is a file glob inside it, so the repo names the model.
     model_flags=("--hf_model_repo_id", "--model"),
     served_name_flags=("--model_alias",),
     host_flags=("--host",),
     port_flags=("--port",),
-    # list fields are nargs="*" (cli.py)
+    # list fields are nargs="*" (llama_cpp/server/cli.py)
     multi_value_flags=frozenset({"--tensor_split", "--kv_overrides"}),
     # uvicorn's switches (uvicorn/main.py, click is_flag options), so its app is not taken for
     # their value; none is an option of llama_cpp.server.
@@ -134,9 +134,9 @@ SPEC = LlamaCppPythonSpec(
         api_key_flag="--api_key",
         api_key_env=("API_KEY",),
     ),
-    # pydantic-settings without a prefix (settings.py): MODEL, MODEL_ALIAS, HOST, PORT; argv wins
-    # for the model, but uvicorn.run takes os.getenv("HOST")/os.getenv("PORT") over the settings,
-    # and with --config_file the file's host and port replace argv's (__main__.py main).
+    # pydantic-settings without a prefix (llama_cpp/server/settings.py): MODEL, MODEL_ALIAS, HOST,
+    # PORT; argv wins for the model, but uvicorn.run takes os.getenv("HOST")/os.getenv("PORT") over
+    # the settings, and with --config_file the file's host and port replace argv's (__main__.py main).
     settings=Settings(
         environment={"MODEL": "model", "MODEL_ALIAS": "served_model_name", "HOST": "host", "PORT": "port"},
         environment_first=frozenset({"host", "port"}),

@@ -151,7 +151,8 @@ SPEC = EngineSpec(
     settings=Settings(config_flag="--config"),
     failures=FAILURES,
     # `/metrics` only with `--enable-metrics` (python/sglang/srt/metrics/collector.py,
-    # SchedulerMetricsCollector and TokenizerMetricsCollector; docs/references/production_metrics.md):
+    # SchedulerMetricsCollector and TokenizerMetricsCollector; SGLang's
+    # docs/references/production_metrics.md):
     # `sglang:token_usage` is the share of the KV pool's tokens in use, 0..1.
     load=LoadMetrics(
         kind="prometheus",

@@ -16,8 +16,8 @@ from enginespec.untrusted.documents import json_object
 SIGNATURE = Signature(
     engine="tabbyapi",
     launch_forms=(
-        # `python main.py` (docs/01.-Getting-Started.md; the image runs `python3 main.py --host
-        # 0.0.0.0` in /app, docker/Dockerfile); `start.sh` / `start.bat` make a venv and run
+        # `python main.py` (TabbyAPI's docs/01.-Getting-Started.md; the image runs `python3 main.py
+        # --host 0.0.0.0` in /app, docker/Dockerfile); `start.sh` / `start.bat` make a venv and run
         # `python3 start.py`, which imports main.entrypoint and serves in the same process
         # (start.py line 275). Both names are far too common alone: only next to TabbyAPI's own
         # files. `download`, `export-openapi`, `export-config` are actions that run and exit

@@ -45,7 +45,7 @@ _ENVIRON_BYTES = 1 << 20
 class ProcessFiles:
     """A running process's files as ``modelfacts`` reads them: resolved inside its root (a
     relative path from its working directory) and opened as its owner, one bounded step each
-    (``_procfiles``): a model path any user names (``-m /root/secret``, a FIFO, a symlink out of
+    (``_host.procfiles``): a model path any user names (``-m /root/secret``, a FIFO, a symlink out of
     a container) is read only as far as its owner could read it."""
 
     def __init__(self, pid: int) -> None:

@@ -64,7 +64,7 @@ def split_address(value: str) -> tuple[str | None, str | None]:
 
 def environment_names(engine: EngineDefinition) -> list[str]:
     """The variables of a process's environment the engine's settings read (its scan's read set,
-    ``_common.ReadSet``): facts, API keys, and what makes a follower a server."""
+    ``_host.shapes.ReadSet``): facts, API keys, and what makes a follower a server."""
     names = dict.fromkeys(
         [*engine.settings.environment, *engine.serving.api_key_env, *engine.settings.server_environment]
     )

@@ -1,5 +1,5 @@
 """Pure-Python twin of ``rust/procfs.rs``: pure parsers of what procfs gives, kept apart from
-the reads (``_pyprocread``), each a function over bytes that never raises on hostile input (a
+the reads (``procread``), each a function over bytes that never raises on hostile input (a
 process chooses its own argv and ``comm``)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Pure-Python twin of ``rust/procread.rs``: every read the scanner makes of procfs, below one
-root (``/proc``, or a fixture host's ``ROOT/proc``), the bytes handed to ``_pyprocfs``'s parsers.
-``Stat`` and the ``Gone``/``Denied`` errors are also what the psutil source (``_pysysinfo``)
+root (``/proc``, or a fixture host's ``ROOT/proc``), the bytes handed to ``procfs``'s parsers.
+``Stat`` and the ``Gone``/``Denied`` errors are also what the psutil source (``scan_sysinfo``)
 answers, so the scanner reads either the same way."""
 
 from __future__ import annotations

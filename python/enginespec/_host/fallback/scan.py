@@ -1,7 +1,7 @@
 """Pure-Python twin of the Rust scanner (``rust/scan.rs``, and ``ProcessScanner`` of
 ``rust/backend.rs``): the same state machine, the same results and the same counts. Its reads are
-``_pyprocread``'s (procread.rs), their parsers ``_pyprocfs``'s (procfs.rs), and off Linux
-``_pysysinfo``'s (scan_sysinfo.rs).
+``procread``'s (procread.rs), their parsers ``procfs``'s (procfs.rs), and off Linux
+``scan_sysinfo``'s (scan_sysinfo.rs).
 
 On Linux it reads procfs as the Rust one does: the listing with each ``/proc/PID`` inode, the
 kernel's pid cursor and fork counter (to bound pid reuse, and to skip the listing when nothing

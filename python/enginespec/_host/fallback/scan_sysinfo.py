@@ -1,6 +1,6 @@
 """Pure-Python twin of ``rust/scan_sysinfo.rs``: off Linux, psutil stands in for procfs (as the
 ``sysinfo`` crate does for the native scanner), with no pid cursor, inode or argv place, so every
-listing re-checks every known process. It answers as ``_pyprocread.ProcRoot`` does."""
+listing re-checks every known process. It answers as ``procread.ProcRoot`` does."""
 
 from __future__ import annotations
 
