@@ -1,15 +1,21 @@
-"""The package's layout holds: an acyclic module-level import graph, no function importing an
-enginespec module, one exception family exported at the top level, and the spec's argv methods
-agreeing with parse_argv on every corpus record."""
+"""The package's layout holds: folders in layers that import only downward (at module level or
+inside a function), an acyclic import graph, one exception family exported at the top level, the
+spec's argv methods agreeing with parse_argv on every corpus record; and what is written about it
+is true: docs/architecture.md names every module, and no doc, test or bench cites a file of the
+repository that is not there."""
 
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
 import inspect
+import io
 import json
 import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -437,7 +443,8 @@ def test_the_native_path_loads_no_twin() -> None:
     loaded = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
-    assert not [name for name in loaded.stdout.split() if name.startswith("enginespec._py")]
+    assert "enginespec._host.backend" in loaded.stdout.split()  # the list was read
+    assert not [name for name in loaded.stdout.split() if name.startswith("enginespec._host.fallback")]
 
 
 def _docstrings(tree: ast.Module) -> set[int]:
@@ -507,3 +514,261 @@ def test_the_docs_link_only_to_files_in_the_repository() -> None:
     ]
     assert broken == []
     assert len((repository / "README.md").read_text().splitlines()) <= 250
+
+
+# --- what is written about the package -------------------------------------------------------
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+ARCHITECTURE = REPOSITORY / "docs" / "architecture.md"
+_MAP = "### The package, folder by folder"
+
+
+def _mapped(text: str) -> list[str]:
+    """The modules the map of docs/architecture.md names, in its order: the code span that opens
+    each bullet of its package section (``- `health/checks.py`: ...``)."""
+    section = text[text.index(_MAP) :]
+    end = section.find("\n## ")
+    return re.findall(r"^- `([^`\s]+\.pyi?)`", section if end < 0 else section[:end], re.M)
+
+
+def _package_files() -> set[str]:
+    """Every module of the package by its path below python/enginespec/, and the extension's stub."""
+    return {path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")} | {"_native.pyi"}
+
+
+def _map_errors(mapped: list[str], modules: set[str]) -> str:
+    """What is wrong with a map naming ``mapped`` of a package holding ``modules`` ("" if nothing)."""
+    errors = {
+        "missing (modules the map does not name)": sorted(modules - set(mapped)),
+        "stale (named, but no such module)": sorted(set(mapped) - modules),
+        "named twice": sorted({name for name in mapped if mapped.count(name) > 1}),
+    }
+    return "; ".join(f"{what}: {', '.join(names)}" for what, names in errors.items() if names)
+
+
+def test_the_map_names_every_module() -> None:
+    """docs/architecture.md names every module of the package by its path below python/enginespec/,
+    with its job, and no module that is not there: a module added, renamed, split or removed fails
+    here until the map says so."""
+    mapped = _mapped(ARCHITECTURE.read_text())
+    assert len(mapped) > 50  # the map was read
+    problems = _map_errors(mapped, _package_files())
+    assert not problems, f"docs/architecture.md, {_MAP!r}: {problems}"
+
+
+def test_the_map_check_finds_missing_stale_and_repeated_names() -> None:
+    text = f"# A\n\n{_MAP}\n\n- `spec.py`: x\n- `health/old.py`: y\n- `spec.py`: z\n\n## B\n\n"
+    text += "- `cli/app.py`: w\n"
+    assert _mapped(text) == ["spec.py", "health/old.py", "spec.py"]
+    assert _map_errors(_mapped(text), {"spec.py", "health/checks.py", "cli/app.py"}) == (
+        "missing (modules the map does not name): cli/app.py, health/checks.py; "
+        "stale (named, but no such module): health/old.py; named twice: spec.py"
+    )
+
+
+def test_the_map_lists_the_folders_in_layer_order() -> None:
+    """The map reads from the bottom up, as the layers do: a module is listed after everything it
+    may import from."""
+    mapped = [name for name in _mapped(ARCHITECTURE.read_text()) if (PACKAGE / name).suffix == ".py"]
+    mapped = [name for name in mapped if (PACKAGE / name).is_file()]  # (a stale name fails above)
+    ranks = [_layer(_module_name(PACKAGE / name)) for name in mapped]
+    assert len(set(ranks)) == len(LAYERS)  # every layer is in the map
+    pairs = zip(mapped[1:], ranks[1:], ranks[:-1], strict=True)
+    assert [name for name, rank, before in pairs if rank < before] == []  # after a higher layer's
+
+
+#: The package's modules when it was flat (before issue 39), by name. Cited bare (``scanning.py``,
+#: ``_procfiles``), such a name meant the flat module, which is gone unless a module of that name
+#: is still at the root or beside the file that cites it.
+FLAT_MODULES = frozenset(
+    {
+        *("_backend", "_common", "_documents", "_gpuids", "_nvml", "_procfiles", "_pycontainers"),
+        *("_pygguf", "_pymatcher", "_pyprocfs", "_pyprocread", "_pyscanner", "_pysysinfo"),
+        *("agent", "agentviews", "agentwire", "argv", "boundary", "cli", "cli_lifecycle", "cliargs"),
+        *("commands", "containers", "definition", "disclosure", "engineprocess", "exporter", "feeds"),
+        *("fit", "gpus", "hardware", "health", "installing", "launching", "layout", "lifecycle"),
+        *("liveness", "load", "logbook", "masking", "modelcli", "modelfacts", "naming", "probing"),
+        *("processmodels", "reaching", "recipe", "registry", "remote", "safewrite", "scanning"),
+        *("scanstages", "settings", "signature", "sockets", "targets", "urls", "versions", "vitals"),
+        "watching",
+    }
+)
+
+#: The repository's own top-level folders: a path that begins with one is a file of this
+#: repository (``python/`` only as ``python/enginespec/``: SGLang's sources are under ``python/``).
+_OWN_TOP = ("rust", "tests", "benches", "fuzz", "ci", "docs", "deploy", "scripts", ".github", ".ci")
+_PACKAGE_FOLDERS = {path.parent.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("__init__.py")}
+_CITED = re.compile(
+    r"(?<![\w./:$-])((?:[\w.-]+/)*[\w-][\w.-]*\.(?:pyi?|rs|md|toml|c|sh|jsonl|json|ya?ml|txt))(?![\w/-])"
+)
+#: Another project's file, said so before it (across a comment's line break): "ggml's
+#: `docs/gguf.md`", "the driver's nv-procfs.c".
+_THEIRS = re.compile(r"\w's(?:\s|#|//)+[`(\"]*$")
+#: A private flat module by its name (``_procfiles``, ``enginespec._common``), not an attribute or
+#: a function of that name (``self._backend``, ``_backend()``).
+_FLAT_PRIVATE = re.compile(
+    r"(?:(?<=enginespec\.)|(?<![\w./-]))("
+    + "|".join(sorted(name for name in FLAT_MODULES if name[0] == "_"))
+    + r")\b(?!\()"
+)
+
+
+def _where_cited(cited: str, source: Path) -> list[Path] | None:
+    """Where ``cited``, written in ``source``, may be (any will do), or None when it is not a file
+    of this repository: another project's path (``vllm/v1/worker/gpu_worker.py``, ``main.py``)."""
+    path = Path(cited.removeprefix("./"))
+    parts = path.parts
+    around = [source.parent, *source.parent.parents]  # a path relative to the citing file's folders
+    if parts[0] == "python":
+        return [REPOSITORY / path] if parts[1:2] == ("enginespec",) else None
+    if parts[0] == "enginespec":
+        return [REPOSITORY / "python" / path]
+    if parts[0] in _OWN_TOP and len(parts) > 1:
+        return [REPOSITORY / path, *(folder / path for folder in around)]
+    if len(parts) > 1:  # a module by its folder: `health/checks.py`, `_host/fallback/scan.py`
+        ours = path.parent.as_posix() in _PACKAGE_FOLDERS and path.suffix == ".py"
+        return [PACKAGE / path] if ours else None
+    if path.suffix == ".py" and path.stem in FLAT_MODULES:
+        return [PACKAGE / path, source.parent / path]
+    if path.suffix == ".md":  # README.md, DESIGN.md, health.md: the repository's, or its docs'
+        return [REPOSITORY / path, REPOSITORY / "docs" / path, source.parent / path]
+    return None
+
+
+def _prose(source: Path) -> str:
+    """What a person reads in ``source``: a page whole; a Python file's comments and docstrings; a
+    Rust file's comments (code may name, say, an alias ``_pyscanner`` or a file it makes)."""
+    text = source.read_text()
+    if source.suffix == ".py":
+        tree = ast.parse(text)
+        docs = _docstrings(tree)
+        strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) in docs]
+        words = tokenize.generate_tokens(io.StringIO(text).readline)
+        comments = [token.string for token in words if token.type == tokenize.COMMENT]
+        return "\n".join(s for s in [*strings, *comments] if isinstance(s, str))
+    if source.suffix == ".rs":
+        return "\n".join(line.split("//", 1)[1] for line in text.splitlines() if "//" in line)
+    return text
+
+
+def _stale_citations(text: str, prose: str, source: Path) -> list[str]:
+    """The files of this repository that ``text`` cites and that are not there, and the flat
+    modules ``prose`` (what a person reads of it) names without ``.py`` (``_procfiles``)."""
+    stale = []
+    for found in _CITED.finditer(text):
+        theirs = _THEIRS.search(text[max(0, found.start() - 40) : found.start()])
+        places = None if theirs else _where_cited(found.group(1), source)
+        if places is not None and not any(place.is_file() for place in places):
+            stale.append(found.group(1))
+    return stale + [found.group(1) for found in _FLAT_PRIVATE.finditer(prose)]
+
+
+def _cited_in() -> list[Path]:
+    """What people read about the repository: README, docs/, and the tests, benches, fuzz and CI
+    scripts, the package and the Rust crate (the recorded corpora and logs of tests/data aside:
+    they are other programs' words)."""
+    suffixes = {".py", ".pyi", ".rs", ".md", ".c", ".sh"}
+    found = [REPOSITORY / "README.md", REPOSITORY / "pyproject.toml", REPOSITORY / "Cargo.toml"]
+    mine = Path(__file__).resolve()  # whose examples of stale citations are stale on purpose
+    for top in ("docs", "tests", "benches", "python", "rust", "fuzz", "ci"):
+        found += [
+            path
+            for path in sorted((REPOSITORY / top).rglob("*"))
+            if path.suffix in suffixes
+            and path.is_file()
+            and not {"data", "target", "seeds", "regressions"} & set(path.relative_to(REPOSITORY).parts)
+            and path != mine
+        ]
+    return found
+
+
+def test_nothing_cites_a_file_of_the_repository_that_is_not_there() -> None:
+    """A citation of this repository's own file (``rust/scan.rs``, ``health/checks.py``,
+    ``python/enginespec/...``, a root page such as ``README.md``, a module by the name it had when
+    the package was flat) names a file that is there; other projects' files (``vllm/...``,
+    TabbyAPI's ``main.py``) are theirs to keep."""
+    sources = _cited_in()
+    assert len(sources) > 200  # the repository was read
+    stale = [
+        f"{source.relative_to(REPOSITORY)}: {', '.join(found)}"
+        for source in sources
+        if (found := _stale_citations(source.read_text(), _prose(source), source))
+    ]
+    assert not stale, "cited, but not in the repository:\n" + "\n".join(stale)
+
+
+def test_the_citation_check_finds_stale_citations() -> None:
+    source = PACKAGE / "process" / "argv.py"
+    text = (
+        "see DESIGN.md and README.md, `rust/scan.rs` and `rust/gone.rs`, _procfiles.py beside\n"
+        "settings.py and scanning.py, `health/checks.py`, `health/check.py`, `cli/main.py`,\n"
+        "python/enginespec/_pymatcher.py, vllm/v1/worker/gpu_worker.py, main.py, python/sglang/x.py,\n"
+        "ggml's `docs/gguf.md`, docs/health.md and tests/project/test_layout.py, models/auto/x.py"
+    )
+    prose = "`_procfiles`, `_host.procfiles`, `enginespec._common.X`, `self._backend`, `_nvml()`"
+    assert _stale_citations(text, prose, source) == [
+        "DESIGN.md",
+        "rust/gone.rs",
+        "_procfiles.py",
+        "scanning.py",
+        "health/check.py",
+        "cli/main.py",
+        "python/enginespec/_pymatcher.py",
+        "_procfiles",
+        "_common",
+    ]
+    assert _stale_citations("settings.py", "", REPOSITORY / "docs" / "scanning.md") == ["settings.py"]
+
+
+def _dotted(text: str) -> list[str]:
+    """The ``enginespec.a.b`` import paths a page shows (not a file such as ``/run/enginespec.sock``),
+    and the names its examples import (``from enginespec.health import check_all`` shows
+    ``enginespec.health.check_all``)."""
+    imported = [
+        f"{module}.{name.strip()}"
+        for module, names in re.findall(r"^\s*(?:>>> )?from (enginespec[\w.]*) import ([\w, ]+)$", text, re.M)
+        for name in names.split(",")
+        if name.strip()
+    ]
+    return re.findall(r"(?<![\w./-])(enginespec(?:\.[A-Za-z_]\w*)+)", text) + imported
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``dotted`` is a module of the package or a name in one."""
+    if dotted.endswith(".__main__"):  # found, not run
+        return importlib.util.find_spec(dotted) is not None
+    parts = dotted.split(".")
+    for end in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:end]))
+        except ImportError:
+            continue
+        for name in parts[end:]:
+            if not hasattr(found, name):
+                return False
+            found = getattr(found, name)
+        return True
+    return False
+
+
+def test_the_docs_show_import_paths_that_exist() -> None:
+    """Every ``enginespec.x.y`` a page shows (``enginespec.untrusted.boundary.contained``,
+    ``enginespec.health``) imports: a module of the package, or a name in one."""
+    pages = [REPOSITORY / "README.md", *sorted((REPOSITORY / "docs").glob("*.md"))]
+    shown = {(page.name, dotted) for page in pages for dotted in _dotted(page.read_text())}
+    assert len(shown) > 30  # the pages were read
+    missing = sorted(f"{page}: {dotted}" for page, dotted in shown if not _resolves(dotted))
+    assert not missing, "shown, but not importable:\n" + "\n".join(missing)
+    assert not _resolves("enginespec.boundary.contained")  # a path the package had when it was flat
+    assert _resolves("enginespec.health.check_health")
+    example = (
+        ">>> from enginespec.health import check_health, wait\nsee `enginespec.scan()`, /run/enginespec.sock"
+    )
+    expected = [
+        "enginespec.health",
+        "enginespec.scan",
+        "enginespec.health.check_health",
+        "enginespec.health.wait",
+    ]
+    assert _dotted(example) == expected
+    assert not _resolves("enginespec.health.wait")
