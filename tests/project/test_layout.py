@@ -664,13 +664,13 @@ def _stale_citations(text: str, prose: str, source: Path) -> list[str]:
 
 
 def _cited_in() -> list[Path]:
-    """What people read about the repository: README, docs/, and the tests, benches, fuzz and CI
-    scripts, the package and the Rust crate (the recorded corpora and logs of tests/data aside:
-    they are other programs' words)."""
+    """What people read about the repository: README, docs/, the tests, benches, fuzz targets, CI
+    and maintenance scripts, the package and the Rust crate (the recorded corpora and logs of
+    tests/data aside: they are other programs' words)."""
     suffixes = {".py", ".pyi", ".rs", ".md", ".c", ".sh"}
     found = [REPOSITORY / "README.md", REPOSITORY / "pyproject.toml", REPOSITORY / "Cargo.toml"]
     mine = Path(__file__).resolve()  # whose examples of stale citations are stale on purpose
-    for top in ("docs", "tests", "benches", "python", "rust", "fuzz", "ci"):
+    for top in ("docs", "tests", "benches", "python", "rust", "fuzz", "ci", "scripts"):
         found += [
             path
             for path in sorted((REPOSITORY / top).rglob("*"))
