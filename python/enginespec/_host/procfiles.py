@@ -229,43 +229,139 @@ def reopen(handle: int, flags: int) -> int:
     return os.open(held_path(handle), flags)
 
 
-def stat_fields(pid: int, proc: str = PROC) -> list[bytes] | None:
-    """The fields of ``/proc/PID/stat`` after the parenthesised command name (which the process
-    chooses: spaces, parentheses), the state first; ``None`` when gone or unreadable."""
+@dataclass(frozen=True)
+class PidStat:
+    """``/proc/PID/stat``, parsed once, the fields callers use by name (as procfs-core's
+    ``Stat``). They are counted from the last ``)``: the command name before it is the
+    process's to choose (spaces, parentheses)."""
+
+    #: field 3: ``R``, ``S``, ``D``, ``Z`` (a zombie), ``X`` ...
+    state: str
+    #: field 4
+    ppid: int
+    #: fields 14 and 15: CPU time in user and in system mode, in clock ticks
+    utime: int
+    stime: int
+    #: field 22: the start in clock ticks since boot. The exact start: epoch seconds computed
+    #: from it move with the kernel's boot time, which is stepped with the clock.
+    start_ticks: int
+    #: field 52: a zombie's wait status, as ``waitpid`` gives it (``None`` before Linux 3.5)
+    exit_code: int | None
+
+
+def parse_stat(data: bytes) -> PidStat | None:
+    """The text of ``/proc/PID/stat`` as a :class:`PidStat`, ``None`` when it is not one."""
     try:
-        return read_proc(pid, "stat", 4096, proc).rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
+        fields = data.rsplit(b")", 1)[1].split()
+        exit_code = fields[49] if len(fields) > 49 else b""
+        return PidStat(
+            state=fields[0].decode("ascii", "replace"),
+            ppid=int(fields[1]),
+            utime=int(fields[11]),
+            stime=int(fields[12]),
+            start_ticks=int(fields[19]),
+            exit_code=int(exit_code) if exit_code.isdigit() else None,
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class PidStatus:
+    """``/proc/PID/status``, parsed once, the fields callers use by name (as procfs-core's
+    ``Status``); a field the file lacks, or does not hold as numbers, is ``None``."""
+
+    #: ``PPid:``
+    ppid: int | None
+    #: ``Uid:``'s first and last: the real uid (who runs it: the owner of ``/proc/PID`` is root
+    #: for any non-dumpable process) and the filesystem uid (what file accesses are checked with)
+    ruid: int | None
+    fuid: int | None
+    #: ``Gid:``'s first and last, as ``Uid:``'s
+    rgid: int | None
+    fgid: int | None
+    #: ``Groups:``: the supplementary groups
+    groups: tuple[int, ...] | None
+    #: ``NSpid:``: its pid in each pid namespace it is in, the outermost (this root's) first
+    nspid: tuple[int, ...] | None
+
+    @property
+    def owner(self) -> Owner | None:
+        """The credentials its file accesses are checked with; ``None`` when not all are known."""
+        if self.fuid is None or self.fgid is None or self.groups is None:
+            return None
+        return Owner(self.fuid, self.fgid, self.groups)
+
+
+def parse_status(data: bytes) -> PidStatus:
+    """The text of ``/proc/PID/status`` as a :class:`PidStatus`. Lines end at ``\\n`` alone
+    (the kernel escapes it in the one field a process names, ``Name:``, but no other line
+    separator, which ``str.splitlines`` would also split at); a field's first line counts."""
+    words: dict[bytes, list[bytes]] = {}
+    for line in data.split(b"\n"):
+        key, colon, value = line.partition(b":")
+        if colon and key not in words:
+            words[key] = value.split()
+
+    def numbers(key: bytes) -> tuple[int, ...] | None:
+        found = words.get(key)
+        if found is None or not all(word.isdigit() for word in found):
+            return None
+        return tuple(int(word) for word in found)
+
+    ppid, uid, gid = numbers(b"PPid"), numbers(b"Uid"), numbers(b"Gid")
+    return PidStatus(
+        ppid=ppid[0] if ppid else None,
+        ruid=uid[0] if uid else None,
+        fuid=uid[3] if uid and len(uid) == 4 else None,
+        rgid=gid[0] if gid else None,
+        fgid=gid[3] if gid and len(gid) == 4 else None,
+        groups=numbers(b"Groups"),
+        nspid=numbers(b"NSpid") or None,
+    )
+
+
+def read_stat(pid: int, proc: str) -> PidStat | None:
+    """``PROC/PID/stat``, parsed; ``None`` when gone or unreadable."""
+    try:
+        return parse_stat(read_proc(pid, "stat", 4096, proc))
+    except OSError:
+        return None
+
+
+def read_status(pid: int | str, proc: str) -> PidStatus | None:
+    """``PROC/PID/status``, parsed; ``None`` when gone or unreadable."""
+    try:
+        return parse_status(read_proc(pid, "status", 1 << 16, proc))
+    except OSError:
         return None
 
 
 def owner(pid: int, proc: str = PROC) -> Owner | None:
     """The owner of ``pid``, ``None`` when gone or unreadable."""
-    try:
-        status = read_proc(pid, "status", 1 << 16, proc)
-        fields = []
-        for key in (b"\nUid:", b"\nGid:", b"\nGroups:"):
-            at = status.index(key) + len(key)
-            fields.append(status[at : status.index(b"\n", at)].split())
-        return Owner(int(fields[0][3]), int(fields[1][3]), tuple(int(group) for group in fields[2]))
-    except (OSError, IndexError, ValueError):
-        return None
+    status = read_status(pid, proc)
+    return None if status is None else status.owner
 
 
 def process_state(pid: int, proc: str = PROC) -> tuple[str, int] | None:
-    """(state, start time in clock ticks since boot) from ``/proc/PID/stat``. The ticks are the
-    exact start: epoch seconds computed from them move with the kernel's boot time, which is
-    stepped with the clock."""
-    fields = stat_fields(pid, proc)
-    try:
-        return (fields[0].decode("ascii", "replace"), int(fields[19])) if fields else None
-    except (IndexError, ValueError):
-        return None
+    """(state, start time in clock ticks since boot) from ``/proc/PID/stat``."""
+    found = read_stat(pid, proc)
+    return None if found is None else (found.state, found.start_ticks)
 
 
 def start_ticks(pid: int, proc: str = PROC) -> int | None:
-    """The start of ``pid`` in clock ticks since boot (see :func:`process_state`)."""
-    state = process_state(pid, proc)
-    return None if state is None else state[1]
+    """The start of ``pid`` in clock ticks since boot (see :class:`PidStat`)."""
+    found = read_stat(pid, proc)
+    return None if found is None else found.start_ticks
+
+
+def boot_time(proc: str) -> float | None:
+    """When the host booted, in epoch seconds (``btime`` of ``PROC/stat``), ``None`` when unread."""
+    for line in (read_kernel_file(f"{proc}/stat", 1 << 20) or b"").split(b"\n"):
+        words = line.split()
+        if len(words) == 2 and words[0] == b"btime" and words[1].isdigit():
+            return float(int(words[1]))
+    return None
 
 
 def read_environ(pid: int, limit: int, proc: str = PROC) -> tuple[list[bytes], bool] | None:

@@ -23,7 +23,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from enginespec._host.procfiles import owner, start_ticks
 from enginespec.definition.records import Fact
 from enginespec.process.record import EngineProcess
 from enginespec.process.settings import Source
@@ -91,9 +90,10 @@ def owners(processes: Sequence[EngineProcess]) -> list[int | None]:
     when it cannot be read or its pid is another process's now (its start differs)."""
     found: list[int | None] = []
     for process in processes:
-        who = owner(process.pid)
+        root = process._root
+        who = root.owner(process.pid)
         known = process._start_ticks
-        if who is not None and known is not None and start_ticks(process.pid) != known:
+        if who is not None and known is not None and root.start_ticks(process.pid) != known:
             who = None
         found.append(None if who is None else who.uid)
     return found

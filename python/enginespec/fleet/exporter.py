@@ -136,7 +136,7 @@ MODEL_FACTS_SECONDS = 1.0
 
 def _facts(process: EngineProcess) -> ModelFacts | None:
     """What the loop has read of the model of ``process`` (a scrape reads nothing)."""
-    return peek(process.pid, process.start_time, process.argv)
+    return peek(process.pid, process.start_time, process.argv, process._root)
 
 
 def _label(value: str) -> str:
@@ -540,7 +540,7 @@ def _refresh(
     for process in processes:
         if time.monotonic() > budget:
             break
-        cached(process.pid, process.start_time, process.engine, process.model, process.argv)
+        cached(process.pid, process.start_time, process.engine, process.model, process.argv, process._root)
     previous = collector.snapshot
     healths: list[Health] | None = None
     loads = None

@@ -21,7 +21,6 @@ import sys
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Literal, get_args
 
-from enginespec._host.procfiles import owner
 from enginespec.definition.registry import find_engine
 from enginespec.errors import InvalidInputError
 from enginespec.process.liveness import scanned_ticks
@@ -272,7 +271,7 @@ def _encode(document: Any) -> bytes:
 def owner_uid(process: EngineProcess) -> int | None:
     """The uid ``process`` runs as, read now; ``None`` when it is gone or its pid is now another
     process's (its start is read after its owner, so a pid reused in between is caught)."""
-    found = owner(process.pid)
+    found = process._root.owner(process.pid)
     if found is None or scanned_ticks(process) is None:
         return None
     return found.uid

@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable,
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import enginespec._host.procfiles as _procfiles
 import enginespec.process.sockets as sockets
+from enginespec._host.root import HOST
 from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
 from enginespec.errors import EngineExited, NotReady
 from enginespec.health.reaching import (
@@ -33,6 +33,7 @@ from enginespec.health.reaching import (
     ownership_problem,
     target_of,
     transport,
+    tree_of,
 )
 from enginespec.process.liveness import process_alive
 from enginespec.process.record import EngineProcess
@@ -110,7 +111,7 @@ def _probe(t: CheckTarget, verify_identity: bool, deep: bool, timeout: float) ->
         # own network namespace the port is another table's; a published port is the proxy's.)
         # Of the address connected to (the tree's own, for a URL from the process).
         connected = t.base_url if t.given_url else where.url
-        problem = ownership_problem(engine_tree(t.process.pid, t.process.worker_pids), connected)
+        problem = ownership_problem(tree_of(t.process), connected, t.process._root)
         if problem is not None:
             return health("unhealthy", problem, reply)
         # Gone since the check began, its fds cannot show who held the port: the answer may be
@@ -395,7 +396,8 @@ class _Waiter:
             and self.process is not None
             and not isinstance(self.target, EngineProcess)
         ):
-            problem = ownership_problem(engine_tree(self.process.pid), health.base_url)
+            # the Popen's, a process of this host
+            problem = ownership_problem(engine_tree(self.process.pid, (), HOST), health.base_url, HOST)
             # Its sockets cannot be read once it is gone: an exit during the check is an exit.
             returncode = self.process.poll()
             if returncode is not None:
@@ -569,7 +571,7 @@ def _owners_in_turn(processes: Sequence[EngineProcess]) -> list[int]:
     slot until its timeout) cannot keep every other user's engines waiting past the deadline."""
     queues: dict[int | None, list[int]] = {}
     for at, process in enumerate(processes):
-        who = _procfiles.owner(process.pid)
+        who = process._root.owner(process.pid)
         queues.setdefault(who.uid if who is not None else None, []).append(at)
     rounds = itertools.zip_longest(*queues.values())
     return [at for taken in rounds for at in taken if at is not None]

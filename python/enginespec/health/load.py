@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 import enginespec.health.reaching as reaching
-from enginespec._host.procfiles import stat_fields
 from enginespec.definition.records import EngineDefinition, LoadMetrics
 from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
 from enginespec.errors import InvalidInputError
@@ -124,16 +123,16 @@ def stall_seconds(spec: EngineDefinition, stall_after: float | None = None) -> f
     return spec.load.stall_after
 
 
-def tree_cpu_seconds(pid: int, workers: Sequence[int] = ()) -> float | None:
-    """User + system CPU seconds of ``pid`` and ``workers`` now (those that still run), from
-    ``/proc/PID/stat``; ``None`` when the server's own cannot be read."""
+def tree_cpu_seconds(process: EngineProcess) -> float | None:
+    """User + system CPU seconds of the server and its workers now (those that still run), from
+    ``/proc/PID/stat`` of the host it was scanned on; ``None`` when the server's own cannot be
+    read."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0.0
-    for index, member in enumerate((pid, *workers)):
-        # state first, then ppid, ... utime (the stat file's 14th field), stime (15th)
-        fields = stat_fields(member) or []
-        if len(fields) > 12 and fields[11].isdigit() and fields[12].isdigit():
-            total += (int(fields[11]) + int(fields[12])) / ticks
+    for index, member in enumerate((process.pid, *process.worker_pids)):
+        found = process._root.stat(member)
+        if found is not None:
+            total += (found.utime + found.stime) / ticks
         elif index == 0:
             return None
     return total
@@ -302,9 +301,10 @@ def not_owned(process: EngineProcess, base_url: str | None) -> str | None:
     forked since the scan) only when that is not enough."""
     if process.private_network:
         return None
-    problem = reaching.ownership_problem((process.pid, *process.worker_pids), base_url)
+    root = process._root
+    problem = reaching.ownership_problem((process.pid, *process.worker_pids), base_url, root)
     if problem is not None:
-        problem = reaching.ownership_problem(reaching.engine_tree(process.pid, process.worker_pids), base_url)
+        problem = reaching.ownership_problem(reaching.tree_of(process), base_url, root)
     return problem
 
 
@@ -348,7 +348,7 @@ async def _read(
         source="none",
         read_at=time.time(),
         monotonic=time.monotonic(),
-        cpu_seconds=tree_cpu_seconds(process.pid, process.worker_pids) if process is not None else None,
+        cpu_seconds=tree_cpu_seconds(process) if process is not None else None,
         stall_after=stall_seconds(t.spec, stall_after),
     )
 

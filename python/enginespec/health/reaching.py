@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import enginespec.process.sockets as sockets
-from enginespec._host.backend import proc_root
-from enginespec._host.procfiles import PROC, proc_link, proc_path
+from enginespec._host.root import HOST, HostRoot
 from enginespec.definition.records import EngineDefinition
 from enginespec.definition.registry import find_engine
 from enginespec.errors import InvalidInputError
@@ -68,6 +67,8 @@ class Endpoint:
     peers: tuple[int, ...] = ()
     #: the tree's listening sockets at that path
     inodes: frozenset[int] = frozenset()
+    #: the host the tree was scanned on, where who holds those sockets is read
+    root: HostRoot = HOST
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def _model_names(process: EngineProcess) -> tuple[str, ...]:
         leaf = model.rstrip("/").rsplit("/", 1)[-1]
         if not model.startswith("/"):
             with contextlib.suppress(OSError):
-                cwd = proc_link(process.pid, "cwd")
+                cwd = process._root.link(process.pid, "cwd")
                 names.append(os.path.normpath(os.path.join(cwd, model)))
         if leaf not in ("", ".", ".."):
             names.append(leaf)
@@ -129,9 +130,10 @@ def endpoint_of(t: CheckTarget) -> tuple[Endpoint | None, tuple[HealthState, str
         url, path = t.endpoint()
         return Endpoint(url, path), ("unknown", "")
     process = t.process
-    tree = tuple(engine_tree(process.pid, process.worker_pids))
+    root = process._root
+    tree = tuple(tree_of(process))
     if t.base_url.startswith(UNIX_SCHEME):
-        return _unix_endpoint(tree, unquote(urlsplit(t.base_url).netloc))
+        return _unix_endpoint(tree, unquote(urlsplit(t.base_url).netloc), root)
     if process.private_network and not process.published:
         return None, (
             "unknown",
@@ -145,7 +147,7 @@ def endpoint_of(t: CheckTarget) -> tuple[Endpoint | None, tuple[HealthState, str
         host, port = process.effective_host or "", process.published[0].container_port
     if port is None:
         return None, ("unknown", "no usable listen address: no port")
-    found = sockets.target(tree, host, port)
+    found = sockets.target(tree, host, port, root.proc)
     if not found.readable or found.problem is not None:
         return None, ("unknown", f"{found.problem}: not contacted")
     if found.address is None:
@@ -170,43 +172,51 @@ def endpoint_of(t: CheckTarget) -> tuple[Endpoint | None, tuple[HealthState, str
     return Endpoint(f"{parts.scheme}://{literal}:{port}"), ("unknown", "")
 
 
-def _unix_endpoint(tree: tuple[int, ...], path: str) -> tuple[Endpoint | None, tuple[HealthState, str]]:
+def _unix_endpoint(
+    tree: tuple[int, ...], path: str, root: HostRoot
+) -> tuple[Endpoint | None, tuple[HealthState, str]]:
     """A unix socket the tree listens on, reached as seen from the server's root."""
-    held = sockets.unix_listeners(tree, path)
+    held = sockets.unix_listeners(tree, path, root.proc)
     if held is None:
         return None, ("unknown", "its sockets cannot be read (another user's process?): not contacted")
     if not held:
         return None, ("starting", f"process is up, holds no listening socket at {path}: not contacted")
-    where = path
+    where = root.inside(path)
     with contextlib.suppress(OSError):
-        if os.stat(proc_path(tree[0], "root")) != os.stat("/"):
-            where = proc_path(tree[0], "root") + path
+        if os.stat(root.path(tree[0], "root")) != os.stat(root.root):
+            where = root.path(tree[0], "root") + path
     if len(os.fsencode(where)) > 107:
         return None, ("unknown", f"{where} is too long a socket path to connect to: not contacted")
-    return Endpoint("http://localhost", where, tree, held), ("unknown", "")
+    return Endpoint("http://localhost", where, tree, held, root), ("unknown", "")
 
 
-def engine_tree(pid: int, workers: Sequence[int] = ()) -> list[int]:
-    """A server and its descendants now (workers may have been forked since the scan), found by
-    the backend's reading layer through the kernel's lists of each task's children: the cost is
-    the tree's, not the host's (a walk of every process per engine made 1,024 engines cost
-    minutes)."""
-    found = proc_root(PROC).descendants(pid)
+def engine_tree(pid: int, workers: Sequence[int], root: HostRoot) -> list[int]:
+    """A server and its descendants now (workers may have been forked since the scan) on the
+    host under ``root``, found by the backend's reading layer through the kernel's lists of each
+    task's children: the cost is the tree's, not the host's (a walk of every process per engine
+    made 1,024 engines cost minutes)."""
+    found = root.procfs.descendants(pid)
     return [pid, *dict.fromkeys([*workers, *found])]
 
 
-def ownership_problem(tree: Sequence[int], base_url: str | None) -> str | None:
+def tree_of(process: EngineProcess) -> list[int]:
+    """An engine's tree now (:func:`engine_tree`), on the host it was scanned on."""
+    return engine_tree(process.pid, process.worker_pids, process._root)
+
+
+def ownership_problem(tree: Sequence[int], base_url: str | None, root: HostRoot = HOST) -> str | None:
     """Why the server answering at ``base_url`` is not (only) the process tree ``tree`` (the
     server first): another process holds the port and the tree listens on nothing there, or
     others share its address and port (SO_REUSEPORT). ``None`` when the tree alone listens there,
-    or when it cannot be told (a unix socket, a host name, fds that cannot be read)."""
+    or when it cannot be told (a unix socket, a host name, fds that cannot be read). Read on the
+    host under ``root``, where the tree runs."""
     if base_url is None or base_url.startswith(UNIX_SCHEME):
         return None
     parts = urlsplit(base_url)
     addresses = sockets.connect_addresses(parts.hostname or "")
     if not addresses or parts.port is None:
         return None
-    owner = sockets.ownership(tree, addresses, parts.port)
+    owner = sockets.ownership(tree, addresses, parts.port, root.proc)
     if owner.ours is None or not owner.others:
         return None
     others = ", ".join(map(str, owner.others))
@@ -246,7 +256,7 @@ def _backend(where: Endpoint) -> Any:
             stream = await super().connect_unix_socket(path, *args, **kwargs)
             sock = stream.get_extra_info("socket")
             pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
-            if not sockets.is_peer(pid, where.peers, where.inodes):
+            if not sockets.is_peer(pid, where.peers, where.inodes, where.root.proc):
                 await stream.aclose()
                 raise PeerMismatch(f"the socket at {path} is held by pid {pid}, not by this server's tree")
             return stream

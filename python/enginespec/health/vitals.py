@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from enginespec._host.procfiles import read_proc, stat_fields
+from enginespec._host.root import HostRoot
 from enginespec._host.shapes import basename, is_python, looks_like_flag, python_target
 from enginespec.definition.registry import find_engine
 from enginespec.health.checks import broken, check_health_async, in_turn, late_verdict
@@ -147,10 +147,10 @@ class Vitals(BaseModel):
     lost_workers: tuple[WorkerExit, ...] = ()
 
 
-def _argv(pid: int) -> list[str] | None:
+def _argv(root: HostRoot, pid: int) -> list[str] | None:
     """The start of a process's argv (its title, for a worker that retitled itself)."""
     try:
-        data = read_proc(pid, "cmdline", 4096)
+        data = root.read(pid, "cmdline", 4096)
     except OSError:
         return None
     argv = [arg.decode("utf-8", "backslashreplace") for arg in data.split(b"\0")]
@@ -180,25 +180,26 @@ def _worker_title(argv: Sequence[str], titles: tuple[str, ...], programs: frozen
 
 
 class _Worker:
-    __slots__ = ("pid", "pidfd", "started", "title")
+    __slots__ = ("pid", "pidfd", "root", "started", "title")
 
-    def __init__(self, pid: int, started: bytes, title: str) -> None:
-        self.pid, self.started, self.title = pid, started, title
+    def __init__(self, root: HostRoot, pid: int, started: int, title: str) -> None:
+        self.root, self.pid, self.started, self.title = root, pid, started, title
         self.pidfd = -1
 
     def hold(self) -> None:
         """Opens a pidfd of this very worker (its start checked after the open), when the
-        budget allows and the kernel has them; without one, only a zombie shows its exit."""
+        budget allows and the kernel has them; without one, only a zombie shows its exit. (A
+        fixture host's pids are not this kernel's: no pidfd names them.)"""
         opener = getattr(os, "pidfd_open", None)
-        if self.pidfd >= 0 or opener is None or not _PIDFDS.take():
+        if self.pidfd >= 0 or opener is None or not self.root.is_host or not _PIDFDS.take():
             return
         try:
             fd: int = opener(self.pid)
         except OSError:
             _PIDFDS.give()
             return
-        fields = stat_fields(self.pid)
-        if fields is None or len(fields) <= 19 or fields[19] != self.started:
+        found = self.root.stat(self.pid)
+        if found is None or found.start_ticks != self.started:
             # not this worker's any more: the pid was handed to another process
             os.close(fd)
             _PIDFDS.give()
@@ -218,14 +219,14 @@ class _Worker:
 
     def exit(self, now: float) -> WorkerExit | None:
         """How it exited, or ``None`` while it runs (a zombie has exited)."""
-        fields = stat_fields(self.pid)
-        if fields is not None and len(fields) > 19 and fields[19] == self.started and fields[0] != b"Z":
+        now_at = self.root.stat(self.pid)
+        mine = now_at is not None and now_at.start_ticks == self.started
+        if now_at is not None and mine and now_at.state != "Z":
             return None
         status = code = None
-        # A zombie of this very worker still holds its wait status (field 52, Linux 3.5+).
-        if fields is not None and len(fields) > 49 and fields[19] == self.started and fields[0] == b"Z":
-            with contextlib.suppress(ValueError):
-                status, code = _wait_status(int(fields[49]))
+        # A zombie of this very worker still holds its wait status (Linux 3.5+).
+        if now_at is not None and mine and now_at.state == "Z" and now_at.exit_code is not None:
+            status, code = _wait_status(now_at.exit_code)
         elif self.pidfd >= 0:
             # reaped by its parent: the kernel kept its status for the pidfd held
             found = _reaped_status(self.pidfd)
@@ -254,35 +255,36 @@ def _remember(process: EngineProcess) -> list[_Worker]:
     titles, programs = spec.signature.worker_titles, spec.serving.worker_programs
     if not titles and not programs:
         return []
+    root = process._root
     workers = []
     for pid in process.worker_pids:
-        argv = _argv(pid)
+        argv = _argv(root, pid)
         title = _worker_title(argv, titles, programs) if argv is not None else None
-        fields = stat_fields(pid)
-        if title is None or fields is None or len(fields) <= 19 or fields[0] == b"Z":
+        found = root.stat(pid)
+        if title is None or found is None or found.state == "Z":
             continue
-        workers.append(_Worker(pid, fields[19], title))
+        workers.append(_Worker(root, pid, found.start_ticks, title))
     return workers
 
 
 def _runners(process: EngineProcess) -> list[_Worker]:
     """The runners a server runs now: its children whose argv is its engine's runner's."""
+    root = process._root
     workers = []
-    for pid in engine_tree(process.pid)[1:]:
-        argv = _argv(pid)
+    for pid in engine_tree(process.pid, (), root)[1:]:
+        argv = _argv(root, pid)
         invocation = parse_argv(argv) if argv else None
-        fields = stat_fields(pid)
+        found = root.stat(pid)
         if (
             invocation is None
             or (invocation.engine, invocation.role) != (process.engine, "runner")
-            or fields is None
-            or len(fields) <= 19
-            or fields[0] == b"Z"
-            or fields[1] != str(process.pid).encode()
+            or found is None
+            or found.state == "Z"
+            or found.ppid != process.pid
         ):
             continue
         model = basename(invocation.model) if invocation.model else "(model unknown)"
-        workers.append(_Worker(pid, fields[19], f"runner of {model}"[:_TITLE_CHARS]))
+        workers.append(_Worker(root, pid, found.start_ticks, f"runner of {model}"[:_TITLE_CHARS]))
     return workers
 
 
@@ -395,7 +397,7 @@ class EngineMonitor:
         engine = self._engine(process)
         # The tree's CPU time over the check: the weaker sign of work of an engine whose
         # health request times out and that reports no load.
-        cpu = (time.monotonic(), tree_cpu_seconds(process.pid, process.worker_pids))
+        cpu = (time.monotonic(), tree_cpu_seconds(process))
         if not self.load:
             health = await check_health_async(
                 process, timeout=self.timeout, verify_identity=self.verify_identity
@@ -465,7 +467,7 @@ class EngineMonitor:
                 rate = f" ({load.tokens_per_second:.1f} tok/s)" if load.tokens_per_second is not None else ""
                 return verdict("busy", f"{health.reason}, but its token counters advance{rate}")
             return Vitals(health=health, load=load)
-        used = tree_cpu_seconds(process.pid, process.worker_pids)
+        used = tree_cpu_seconds(process)
         started, before = cpu
         if used is not None and before is not None and now > started:
             share = (used - before) / (now - started)

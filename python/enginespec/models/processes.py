@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Literal
 
-from enginespec._host import procfiles as _procfiles
+from enginespec._host.procfiles import Refused
+from enginespec._host.root import HOST, HostRoot
 from enginespec.definition.modelrecords import ModelFacts
 from enginespec.definition.registry import definition_of
 from enginespec.models.facts import model_facts
@@ -34,7 +35,7 @@ CACHE_SIZE = 256
 DEADLINE_SECONDS = 2.0
 MAX_STUCK = 4
 _stuck = 0
-_cache: OrderedDict[tuple[int, float, tuple[str, ...]], ModelFacts | str] = OrderedDict()
+_cache: OrderedDict[tuple[HostRoot, int, float, tuple[str, ...]], ModelFacts | str] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -44,50 +45,52 @@ _ENVIRON_BYTES = 1 << 20
 
 class ProcessFiles:
     """A running process's files as ``modelfacts`` reads them: resolved inside its root (a
-    relative path from its working directory) and opened as its owner, one bounded step each
-    (``_host.procfiles``): a model path any user names (``-m /root/secret``, a FIFO, a symlink out of
-    a container) is read only as far as its owner could read it."""
+    relative path from its working directory) and opened as its owner, one bounded step each,
+    on the host it runs on (``root``): a model path any user names (``-m /root/secret``, a FIFO,
+    a symlink out of a container) is read only as far as its owner could read it."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, root: HostRoot = HOST) -> None:
         self.pid = pid
+        self.root = root
 
     def open(self, path: str) -> int:
         try:
-            return _procfiles.open_named(self.pid, path)
-        except _procfiles.Refused as why:
+            return self.root.open_named(self.pid, path)
+        except Refused as why:
             raise ModelError(f"{path}: {why}") from None
 
     def kind(self, path: str) -> Literal["file", "directory", "other"] | None:
-        return _procfiles.named_kind(self.pid, path)
+        return self.root.named_kind(self.pid, path)
 
     def names(self, path: str, limit: int) -> list[str] | None:
-        return _procfiles.list_named(self.pid, path, limit)
+        return self.root.list_named(self.pid, path, limit)
+
+    def environ(self) -> dict[str, str]:
+        """The process's environment, as text (for the Hugging Face cache's variables)."""
+        found = self.root.environ(self.pid, _ENVIRON_BYTES)
+        pairs = (item.partition(b"=") for item in (found[0] if found else ()) if b"=" in item)
+        return {k.decode(errors="replace"): v.decode(errors="replace") for k, _eq, v in pairs}
+
+    def home(self) -> str | None:
+        """The home directory of the process's owner (this host's account of that uid)."""
+        who = self.root.owner(self.pid)
+        try:
+            return pwd.getpwuid(who.uid).pw_dir if who is not None else None
+        except KeyError:
+            return None
 
 
-def _environ(pid: int) -> dict[str, str]:
-    found = _procfiles.read_environ(pid, _ENVIRON_BYTES)
-    pairs = (item.partition(b"=") for item in (found[0] if found else ()) if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, _eq, v in pairs}
-
-
-def _home(pid: int) -> str | None:
-    who = _procfiles.owner(pid)
-    try:
-        return pwd.getpwuid(who.uid).pw_dir if who is not None else None
-    except KeyError:
-        return None
-
-
-def _locate(pid: int, model: str, fs: ProcessFiles) -> str:
+def _locate(model: str, fs: ProcessFiles) -> str:
     """Where ``model`` (as the argv names it) is inside the process's root: the path itself, or
     the snapshot of a Hugging Face id in its owner's cache."""
+    pid = fs.pid
     try:
-        path = _procfiles.in_root(pid, model)
-    except _procfiles.Refused as refused:
+        path = fs.root.in_root(pid, model)
+    except Refused as refused:
         raise ModelError(f"pid {pid}: model {model!r} {refused}") from None
     if fs.kind(path) is not None:
         return path
-    cached = hf_cache_folder(model, _environ(pid), _home(pid), fs)
+    cached = hf_cache_folder(model, fs.environ(), fs.home(), fs)
     if cached is None:
         try:  # to say why the path is not read (or read it, if it has just appeared)
             os.close(fs.open(path))
@@ -100,13 +103,15 @@ def _locate(pid: int, model: str, fs: ProcessFiles) -> str:
     return cached
 
 
-def compute(pid: int, engine: str, model: str | None, argv: Sequence[str]) -> ModelFacts:
-    """The facts of the model of engine server ``pid`` with its memory estimate; raises
-    ``ModelError`` naming what could not be read."""
+def compute(
+    pid: int, engine: str, model: str | None, argv: Sequence[str], root: HostRoot = HOST
+) -> ModelFacts:
+    """The facts of the model of engine server ``pid`` (of the host under ``root``) with its
+    memory estimate; raises ``ModelError`` naming what could not be read."""
     if not model:
         raise ModelError(f"pid {pid}: its argv names no model")
-    fs = ProcessFiles(pid)
-    facts = model_facts(_locate(pid, model, fs), fs)
+    fs = ProcessFiles(pid, root)
+    facts = model_facts(_locate(model, fs), fs)
     definition = definition_of(engine)
     if definition is None:
         return facts
@@ -120,15 +125,21 @@ def compute(pid: int, engine: str, model: str | None, argv: Sequence[str]) -> Mo
 
 
 def cached(
-    pid: int, start_time: float, engine: str, model: str | None, argv: Sequence[str]
+    pid: int,
+    start_time: float,
+    engine: str,
+    model: str | None,
+    argv: Sequence[str],
+    root: HostRoot = HOST,
 ) -> ModelFacts | str:
-    """:func:`compute`'s facts, or the reason they are not known, cached per process identity."""
-    key = (pid, start_time, tuple(argv))
+    """:func:`compute`'s facts, or the reason they are not known, cached per process identity
+    (on the host under ``root``)."""
+    key = (root, pid, start_time, tuple(argv))
     with _lock:
         if key in _cache:
             _cache.move_to_end(key)
             return _cache[key]
-    result = _with_deadline(lambda: compute(pid, engine, model, argv))
+    result = _with_deadline(lambda: compute(pid, engine, model, argv, root))
     with _lock:
         _cache[key] = result
         while len(_cache) > CACHE_SIZE:
@@ -136,10 +147,10 @@ def cached(
     return result
 
 
-def peek(pid: int, start_time: float, argv: Sequence[str]) -> ModelFacts | None:
+def peek(pid: int, start_time: float, argv: Sequence[str], root: HostRoot = HOST) -> ModelFacts | None:
     """The facts already cached for this process, never reading anything (for a scrape)."""
     with _lock:
-        found = _cache.get((pid, start_time, tuple(argv)))
+        found = _cache.get((root, pid, start_time, tuple(argv)))
     return found if isinstance(found, ModelFacts) else None
 
 

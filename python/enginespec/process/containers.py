@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from enginespec._host.backend import parse_cgroup, proc_root, proxy_flags
-from enginespec._host.procfiles import PROC, proc_link, proc_path, read_proc, start_ticks
+from enginespec._host.backend import parse_cgroup, proxy_flags
+from enginespec._host.procfiles import PidStatus, parse_status
+from enginespec._host.root import HOST, HostRoot
 from enginespec._host.shapes import Runtime
 from enginespec.process.urls import base_url
 from enginespec.untrusted.documents import DocumentError, parse_json
@@ -70,47 +71,40 @@ class PublishedPort(BaseModel):
         return base_url(self.host_address, self.host_port, sockets=False)
 
 
-def pid_in_namespace(status: str) -> int | None:
-    """The pid in the innermost pid namespace: the last field of ``NSpid:`` in ``/proc/PID/status``."""
-    for line in status.splitlines():
-        if line.startswith("NSpid:"):
-            fields = line.split()[1:]
-            return int(fields[-1]) if fields and fields[-1].isdigit() else None
-    return None
+def pid_in_namespace(status: PidStatus | str) -> int | None:
+    """The pid in the innermost pid namespace: the last of ``NSpid:`` of ``/proc/PID/status``
+    (parsed, or its text)."""
+    nspid = (parse_status(os.fsencode(status)) if isinstance(status, str) else status).nspid
+    return nspid[-1] if nspid else None
 
 
-def _proc_text(pid: int | str, name: str, proc: str, limit: int = 1 << 16) -> str | None:
-    """At most ``limit`` bytes of ``PROC/PID/NAME`` as text, ``None`` when it cannot be read."""
+def _proc_text(root: HostRoot, pid: int, name: str, limit: int) -> str:
+    """At most ``limit`` bytes of ``ROOT/proc/PID/NAME`` as text, empty when it cannot be read."""
     try:
-        return read_proc(pid, name, limit, proc).decode("utf-8", "replace")
+        return root.read(pid, name, limit).decode("utf-8", "replace")
     except OSError:
-        return None
+        return ""
 
 
-def netns_inode(pid: int, proc: str = PROC) -> int | None:
-    """The inode of a process's network namespace, ``None`` when it cannot be read: the number
-    its link names (``net:[4026531840]``, the nsfs inode), read by the backend's reader."""
-    return proc_root(proc).netns(pid)
+def host_netns(root: HostRoot) -> int | None:
+    """The host's network namespace: pid 1's, or this process's when pid 1's is hidden: the
+    number its link names (``net:[4026531840]``, the nsfs inode), read by the backend's reader."""
+    return root.procfs.netns(1) or root.procfs.netns(os.getpid())
 
 
-def host_netns(proc: str = PROC) -> int | None:
-    """The host's network namespace: pid 1's, or this process's when pid 1's is hidden."""
-    return netns_inode(1, proc) or netns_inode(os.getpid(), proc)
-
-
-def netns_addresses(pid: int, proc: str = PROC) -> frozenset[str]:
+def netns_addresses(pid: int, root: HostRoot) -> frozenset[str]:
     """The local addresses of the network namespace ``pid`` is in: IPv4 from
     ``/proc/PID/net/fib_trie`` (``/32 host LOCAL`` leaves), IPv6 from ``/proc/PID/net/if_inet6``."""
     found: set[str] = set()
     leaf = None
-    for line in (_proc_text(pid, "net/fib_trie", proc, 1 << 22) or "").splitlines():
+    for line in _proc_text(root, pid, "net/fib_trie", 1 << 22).splitlines():
         text = line.strip()
         if text.startswith("|-- "):
             leaf = text[4:]
         elif text == "/32 host LOCAL" and leaf is not None:
             with contextlib.suppress(ValueError):
                 found.add(str(ipaddress.IPv4Address(leaf)))
-    for line in (_proc_text(pid, "net/if_inet6", proc, 1 << 20) or "").splitlines():
+    for line in _proc_text(root, pid, "net/if_inet6", 1 << 20).splitlines():
         fields = line.split()
         if fields and len(fields[0]) == 32 and all(c in "0123456789abcdef" for c in fields[0]):
             with contextlib.suppress(ValueError):
@@ -158,25 +152,22 @@ def published_ports(
     return tuple(sorted(found, key=lambda p: (":" in p.host_address, p.host_address, p.host_port)))
 
 
-def _argv(pid: int, proc: str) -> list[str]:
+def _argv(pid: int, root: HostRoot) -> list[str]:
     try:
-        data = read_proc(pid, "cmdline", 1 << 16, proc)
+        data = root.read(pid, "cmdline", 1 << 16)
     except OSError:
         return []
     return [os.fsdecode(part) for part in data.rstrip(b"\0").split(b"\0")] if data else []
 
 
-def _proxy_rule(pid: int, proc: str) -> ProxyRule | None:
+def _proxy_rule(pid: int, root: HostRoot) -> ProxyRule | None:
     """The forward of a ``docker-proxy`` run by root, as dockerd runs them: any user can start a
     process of that name, and one must not redirect health checks to a port of its own."""
-    rule = parse_proxy_argv(_argv(pid, proc))
+    rule = parse_proxy_argv(_argv(pid, root))
     if rule is None:
         return None
-    # The real uid from `Uid:` (the owner of /proc/PID is root for any non-dumpable process).
-    for line in (_proc_text(pid, "status", proc) or "").splitlines():
-        if line.startswith("Uid:"):
-            return rule if line.split()[1:2] == ["0"] else None
-    return None
+    status = root.status(pid)
+    return rule if status is not None and status.ruid == 0 else None
 
 
 class ProxyFinder:
@@ -184,27 +175,27 @@ class ProxyFinder:
     ``/proc/PID`` inode stays the same (it changes when the pid goes to a new process), except
     one young enough to be between the fork and the exec that makes it a proxy."""
 
-    def __init__(self, young_seconds: float, proc: str = PROC) -> None:
-        self._proc = proc
+    def __init__(self, young_seconds: float, root: HostRoot) -> None:
+        self._root = root
         self._young_ticks = int(young_seconds * os.sysconf("SC_CLK_TCK"))
         #: pid -> (inode of /proc/PID, start ticks, its forward or None)
         self._known: dict[int, tuple[int, int, ProxyRule | None]] = {}
 
     def rules(self) -> list[ProxyRule]:
         # the scanner's own listing of the root (pid, inode), by the backend's reader
-        listing = proc_root(self._proc).list_pids()
+        listing = self._root.procfs.list_pids()
         now = _uptime_ticks()
         known: dict[int, tuple[int, int, ProxyRule | None]] = {}
         for pid, inode in listing:
             entry = self._known.get(pid)
             if entry is None or entry[0] != inode:
-                start = start_ticks(pid, self._proc)
+                start = self._root.start_ticks(pid)
                 if start is None:
                     continue
-                entry = (inode, start, _proxy_rule(pid, self._proc))
+                entry = (inode, start, _proxy_rule(pid, self._root))
             elif entry[2] is None and now - entry[1] < self._young_ticks:
                 # The same process (same inode), maybe past its exec now: its argv is enough.
-                entry = (inode, entry[1], _proxy_rule(pid, self._proc))
+                entry = (inode, entry[1], _proxy_rule(pid, self._root))
             known[pid] = entry
         self._known = known
         return [rule for _inode, _start, rule in known.values() if rule is not None]
@@ -300,12 +291,10 @@ def api_stop(socket_path: str, container_id: str, grace: int, timeout: float) ->
         connection.close()
 
 
-def runs_in_lineage(pid: int, first: int | None, proc: str = PROC) -> bool:
+def runs_in_lineage(pid: int, first: int | None, root: HostRoot = HOST) -> bool:
     """Whether ``first`` (a container's first process, as its runtime says) is ``pid`` or one of
     its parents."""
-    return first is not None and (
-        first == pid or _among(first, _ancestors(_proc_text(pid, "status", proc) or "", proc))
-    )
+    return first is not None and (first == pid or _among(first, _ancestors(root.status(pid), root)))
 
 
 def _among(first: int, ancestors: list[_Ancestor]) -> bool:
@@ -321,32 +310,22 @@ SHIMS: tuple[str, ...] = ("containerd-shim", "containerd-shim-runc-v1", "contain
 _MAX_ANCESTORS = 64
 
 
-def _status_field(status: str, name: str) -> str | None:
-    """The first word of a ``/proc/PID/status`` field (``PPid``, ``Uid``: the real uid)."""
-    for line in status.splitlines():
-        if line.startswith(name + ":"):
-            words = line.split()[1:2]
-            return words[0] if words else None
-    return None
-
-
 #: A parent of a process: (pid, real uid, executable basename).
 _Ancestor = tuple[int, int | None, str | None]
 
 
-def _ancestors(status: str, proc: str) -> list[_Ancestor]:
-    """The parents below pid 1, nearest first, of the process whose ``status`` text is given."""
+def _ancestors(status: PidStatus | None, root: HostRoot) -> list[_Ancestor]:
+    """The parents below pid 1, nearest first, of the process whose ``status`` is given."""
     found: list[_Ancestor] = []
-    parent = _status_field(status, "PPid")
-    while parent is not None and parent.isdigit() and int(parent) > 1 and len(found) < _MAX_ANCESTORS:
-        status = _proc_text(parent, "status", proc, 8192) or ""
-        uid = _status_field(status, "Uid")
+    parent = status.ppid if status is not None else None
+    while parent is not None and parent > 1 and len(found) < _MAX_ANCESTORS:
+        status = root.status(parent)
         try:
-            exe: str | None = os.path.basename(proc_link(parent, "exe", proc))
+            exe: str | None = os.path.basename(root.link(parent, "exe"))
         except OSError:
             exe = None
-        found.append((int(parent), int(uid) if uid is not None and uid.isdigit() else None, exe))
-        parent = _status_field(status, "PPid")
+        found.append((parent, status.ruid if status is not None else None, exe))
+        parent = status.ppid if status is not None else None
     return found
 
 
@@ -363,8 +342,8 @@ class ContainerReader:
     cgroup names with a first process that is this one or one of its parents, or a shim of the
     runtime run by root is among its parents."""
 
-    def __init__(self, sockets: dict[Runtime, str], timeout: float, proc: str = PROC) -> None:
-        self._proc = proc
+    def __init__(self, sockets: dict[Runtime, str], timeout: float, root: HostRoot) -> None:
+        self._root = root
         self._sockets = sockets
         self._timeout = timeout
         self._inspected: dict[str, Inspected | None] = {}
@@ -377,9 +356,9 @@ class ContainerReader:
         runtime, container_id, pod = found
         inspected = self._inspect(runtime, container_id)
         # Read once: its parents (when the runtime's first process is not this one) and NSpid.
-        status = _proc_text(pid, "status", self._proc)
+        status = self._root.status(pid)
         first = inspected.pid if inspected is not None else None
-        ancestors = [] if first == pid else _ancestors(status or "", self._proc)
+        ancestors = [] if first == pid else _ancestors(status, self._root)
         if inspected is not None and first is not None and (first == pid or _among(first, ancestors)):
             name = inspected.name
         elif _shim_among(ancestors):
@@ -406,19 +385,19 @@ class ContainerReader:
 _NS_GET_USERNS = 0xB701  # linux/nsfs.h: _IO(0xb7, 0x1)
 
 
-def netns_of_host_users(pid: int, proc: str = PROC) -> bool:
+def netns_of_host_users(pid: int, root: HostRoot) -> bool:
     """Whether the network namespace of ``pid`` belongs to the host's user namespace (made by
     root: a runtime's container), not to a user namespace of some user (``unshare -rn``), in
     which that user can give its loopback any address, a container's too."""
     try:
-        host = os.stat(proc_path(1, "ns/user", proc)).st_ino
+        host = os.stat(root.path(1, "ns/user")).st_ino
     except OSError:
         try:
-            host = os.stat(proc_path("self", "ns/user", proc)).st_ino
+            host = os.stat(root.path("self", "ns/user")).st_ino
         except OSError:
             return False
     try:
-        fd = os.open(proc_path(pid, "ns/net", proc), os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(root.path(pid, "ns/net"), os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return False
     try:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import PrivateAttr, computed_field
 
+from enginespec._host.root import HOST, HostRoot
 from enginespec.definition.records import Fact
 from enginespec.gpus.reader import GpuUse
 from enginespec.models.processes import cached, measured
@@ -76,6 +77,10 @@ class EngineProcess(Invocation):
     #: the start in clock ticks since boot, as the scanner read it (``None`` in a record built
     #: elsewhere): the exact identity, where ``start_time`` moves with the kernel's boot time.
     _start_ticks: int | None = PrivateAttr(default=None)
+    #: the host it was scanned on (a fixture host's, for a scanner given its root): every later
+    #: read of its files, ``/proc`` and ``/sys`` goes through it (this host's for a record built
+    #: elsewhere).
+    _root: HostRoot = PrivateAttr(default=HOST)
     #: ``False`` for an engine another host reported (enginespec.fleet.remote): nothing of this host's
     #: ``/proc`` or files is read for it.
     _local: bool = PrivateAttr(default=True)
@@ -88,7 +93,7 @@ class EngineProcess(Invocation):
         cached by (pid, start time, argv) across scans (``enginespec.models.processes``)."""
         if not self._local:
             return None
-        result = cached(self.pid, self.start_time, self.engine, self.model, self.argv)
+        result = cached(self.pid, self.start_time, self.engine, self.model, self.argv, self._root)
         if isinstance(result, str):
             return None
         held = measured(getattr(self, "gpus", ()))  # the GPU ledger's field, where this build has it
@@ -99,7 +104,7 @@ class EngineProcess(Invocation):
         """Why ``model_facts`` is ``None`` (the model's file that could not be read, and how)."""
         if not self._local:
             return "an engine of another host: its model's files are not read from here"
-        result = cached(self.pid, self.start_time, self.engine, self.model, self.argv)
+        result = cached(self.pid, self.start_time, self.engine, self.model, self.argv, self._root)
         return result if isinstance(result, str) else None
 
     @computed_field  # type: ignore[prop-decorator]

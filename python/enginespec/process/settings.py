@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from enginespec._host.procfiles import PROC, Identity, read_named
+from enginespec._host.procfiles import Identity
+from enginespec._host.root import HOST, HostRoot
 from enginespec._host.shapes import MAX_ENVIRON_BYTES, Environ, parse_port
 from enginespec.definition.records import EngineDefinition, Fact
 from enginespec.definition.signature import Signature
@@ -190,10 +191,10 @@ def read_outside(
     *,
     environ: Environ | None,
     runner: bool = False,
-    proc: str = PROC,
+    root: HostRoot = HOST,
 ) -> Outside:
     """What ``pid``'s environment (``environ``: the variables its scan read, see
-    :func:`environment_names`) and config file (read from ``proc``) say, for the engine's
+    :func:`environment_names`) and config file (read on the host under ``root``) say, for the engine's
     declared settings (a runner's environment only where the engine's runners read it)."""
     environment, problems, api_key = (
         _environment(engine, environ) if engine.settings.runner_environment or not runner else ({}, (), None)
@@ -204,7 +205,7 @@ def read_outside(
     path = path if path is not None else engine.settings.config_file
     if path is None:
         return Outside(environment=environment, problems=problems, api_key=api_key)
-    read = read_named(pid, path, MAX_CONFIG_BYTES, proc=proc)
+    read = root.read_named(pid, path, MAX_CONFIG_BYTES)
     if read.missing and default:  # the engine goes on without its usual file, and so does the scan
         return Outside(environment=environment, problems=problems, api_key=api_key)
     if read.data is None:

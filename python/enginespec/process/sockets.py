@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from enginespec._host import backend as _backend
 from enginespec._host.procfiles import PROC, read_proc
+from enginespec._host.root import HOST
 from enginespec._host.shapes import kernel_fields, kernel_int, tcp_address
 from enginespec.process.containers import netns_addresses
 from enginespec.process.urls import connect_host
@@ -168,6 +169,17 @@ def socket_inodes(pid: int, proc: str = PROC) -> set[int] | None:
     return _backend.proc_root(proc).socket_inodes(pid)
 
 
+def _held(tree: Sequence[int], proc: str) -> set[int] | None:
+    """The socket inodes the tree (the server first) holds, ``None`` when the server's fds
+    cannot be read (a worker's that cannot be are left out)."""
+    if socket_inodes(tree[0], proc) is None:
+        return None
+    held: set[int] = set()
+    for pid in tree:
+        held |= socket_inodes(pid, proc) or set()
+    return held
+
+
 def holders(inodes: Collection[int], exclude: Collection[int] = (), proc: str = PROC) -> tuple[int, ...]:
     """The pids (sorted) of processes other than ``exclude`` that hold one of ``inodes``; those
     whose fds cannot be read are not found."""
@@ -227,7 +239,7 @@ def _local(address: IPAddress) -> bool:
     this network namespace's interfaces (a socket bound with IP_FREEBIND may name any address)."""
     if address.is_loopback:
         return True
-    return str(address) in netns_addresses(os.getpid())
+    return str(address) in netns_addresses(os.getpid(), HOST)
 
 
 @dataclass(frozen=True)
@@ -250,22 +262,20 @@ def _reach(address: IPAddress) -> IPAddress:
     return address
 
 
-def target(tree: Sequence[int], host: str, port: int) -> TreeAddress:
+def target(tree: Sequence[int], host: str, port: int, proc: str = PROC) -> TreeAddress:
     """The address to connect to a server of the process tree ``tree`` (the server first) told
     to listen on ``host:port``: one of the LISTEN sockets on ``port`` that the tree holds, in the
     socket table of its network namespace, matching ``host`` (a name matches any: it is never
     resolved). Nothing else is ever a target: another process's socket on the port, a remote
-    address, a socket bound to an address that is not this host's."""
+    address, a socket bound to an address that is not this host's. Read from ``proc``."""
     pids = list(tree)
     wanted = listen_addresses(host)
     if wanted == ():
         return TreeAddress(None, f"host '{host}' is not an address")
-    if socket_inodes(pids[0]) is None:
+    held = _held(pids, proc)
+    if held is None:
         return TreeAddress(None, "its sockets cannot be read (another user's process?)", readable=False)
-    held: set[int] = set()
-    for pid in pids:
-        held |= socket_inodes(pid) or set()
-    found = listeners(port, pids[0])
+    found = listeners(port, pids[0], proc)
     mine = [
         listener
         for listener in found
@@ -284,27 +294,25 @@ def target(tree: Sequence[int], host: str, port: int) -> TreeAddress:
     ]
     foreign = [listener.inode for listener in relevant if listener.inode not in held]
     if not mine:
-        return TreeAddress(None, None, holders(foreign, pids))
+        return TreeAddress(None, None, holders(foreign, pids, proc))
     # Loopback first: the same server, without leaving the loopback interface.
     mine.sort(key=lambda listener: (not _reach(listener.address).is_loopback, listener.address.version))
     address = _reach(mine[0].address)
     if not _local(address):
         return TreeAddress(None, f"it listens on {address}, which is no address of this host: not contacted")
-    return TreeAddress(address, None, holders(shared, pids))
+    return TreeAddress(address, None, holders(shared, pids, proc))
 
 
-def unix_listeners(tree: Sequence[int], path: str) -> frozenset[int] | None:
+def unix_listeners(tree: Sequence[int], path: str, proc: str = PROC) -> frozenset[int] | None:
     """The inodes of the listening unix sockets bound at ``path`` that the process tree ``tree``
-    (the server first) holds (``/proc/PID/net/unix`` matched to the tree's fds); ``None`` when
-    its fds cannot be read."""
+    (the server first) holds (``/proc/PID/net/unix`` matched to the tree's fds, read from
+    ``proc``); ``None`` when its fds cannot be read."""
     pids = list(tree)
-    if socket_inodes(pids[0]) is None:
+    held = _held(pids, proc)
+    if held is None:
         return None
-    held: set[int] = set()
-    for pid in pids:
-        held |= socket_inodes(pid) or set()
     try:
-        lines = read_proc(pids[0], "net/unix", -1).splitlines()[1:]
+        lines = read_proc(pids[0], "net/unix", -1, proc).splitlines()[1:]
     except OSError:
         return frozenset()
     wanted = os.fsencode(path)
@@ -318,13 +326,13 @@ def unix_listeners(tree: Sequence[int], path: str) -> frozenset[int] | None:
     return frozenset(found)
 
 
-def is_peer(pid: int, tree: Collection[int], inodes: Collection[int]) -> bool:
+def is_peer(pid: int, tree: Collection[int], inodes: Collection[int], proc: str = PROC) -> bool:
     """Whether ``pid``, the process that listens on a unix socket connected to (SO_PEERCRED),
     is the tree's: one of ``tree``, or a process holding one of the tree's listening sockets
     ``inodes`` (one that made it and handed it over: socket activation)."""
     if pid in tree:
         return True
-    held = socket_inodes(pid)
+    held = socket_inodes(pid, proc)
     return held is not None and not held.isdisjoint(inodes)
 
 
@@ -337,22 +345,23 @@ class Ownership:
     others: tuple[int, ...]
 
 
-def ownership(tree: Iterable[int], addresses: Collection[IPAddress], port: int) -> Ownership:
+def ownership(
+    tree: Iterable[int], addresses: Collection[IPAddress], port: int, proc: str = PROC
+) -> Ownership:
     """Whether the process tree ``tree`` (the server first) holds a LISTEN socket that takes
-    connections to one of ``addresses`` on ``port``, and which other processes hold one."""
+    connections to one of ``addresses`` on ``port``, and which other processes hold one (read
+    from ``proc``)."""
     pids = list(tree)
     relevant = [
         listener
-        for listener in listeners(port, pids[0])
+        for listener in listeners(port, pids[0], proc)
         if any(overlap(listener.address, address) for address in addresses)
     ]
-    if socket_inodes(pids[0]) is None:
+    held = _held(pids, proc)
+    if held is None:
         return Ownership(None, ())
-    held: set[int] = set()
-    for pid in pids:
-        held |= socket_inodes(pid) or set()
     foreign = [listener.inode for listener in relevant if listener.inode not in held]
-    return Ownership(any(listener.inode in held for listener in relevant), holders(foreign, pids))
+    return Ownership(any(listener.inode in held for listener in relevant), holders(foreign, pids, proc))
 
 
 def conflicts(tree: Iterable[int], port: int, proc: str = PROC) -> tuple[int, ...]:

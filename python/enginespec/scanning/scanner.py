@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from enginespec._host.backend import ScannerType
+from enginespec._host.root import host_root
 from enginespec._host.shapes import (
     ARGV_CUT,
     MAX_ARGV_ARGS,
@@ -108,8 +109,8 @@ class Scanner:
         root = os.fspath(root)
         if not root.startswith("/") or not os.path.isdir(root):
             raise InvalidInputError(f"root: {root!r} is not an absolute path of a directory")
-        #: where every file of a process is read: ``ROOT/proc`` (a fixture host's, or ``/proc``)
-        self._proc = os.path.join(root, "proc")
+        #: where every file of a process is read, during the scan and after it (its records carry it)
+        self._root = host_root(root)
         self._specs = all_engines()
         self._backend = ScannerType(
             signatures_json(spec.signature for spec in self._specs),
@@ -117,7 +118,7 @@ class Scanner:
             YOUNG_SECONDS,
             TREE_REFRESH_SECONDS,
             listen_ports,
-            root=None if os.path.realpath(root) == "/" else root,
+            root=None if self._root.is_host else root,
             read_set=ReadSet(
                 [environment_names(spec) for spec in self._specs],
                 cgroup=True,
@@ -133,9 +134,9 @@ class Scanner:
         self._listen_ports = listen_ports
         # The stages a scan's records go through (see scanstages).
         self._folding = Folding(self._specs)
-        self._outside = OutsideFacts(self._proc)
-        self._placement = NetworkPlacement(config, self._proc, TREE_REFRESH_SECONDS, YOUNG_SECONDS)
-        self._conflicts = PortConflicts(self._proc, TREE_REFRESH_SECONDS)
+        self._outside = OutsideFacts(self._root)
+        self._placement = NetworkPlacement(config, self._root, TREE_REFRESH_SECONDS, YOUNG_SECONDS)
+        self._conflicts = PortConflicts(self._root, TREE_REFRESH_SECONDS)
         self._gpus = GpuReader(root) if gpus else None
         self._gpu_views: dict[int, tuple[EngineProcess, EngineProcess]] = {}
 
@@ -246,7 +247,7 @@ class Scanner:
         shown: tuple[str, ...] = contained(
             "argv redaction", lambda: tuple(redact_argv(argv, spec.id)), lambda _reason: ()
         )
-        return EngineProcess(
+        process = EngineProcess(
             pid=item.pid,
             start_time=item.start_time,
             ppid=item.ppid,
@@ -266,6 +267,8 @@ class Scanner:
             supervisor=None,
             listen_ports=tuple(item.listen_ports),
         )
+        process._root = self._root
+        return process
 
     def _model(self, item: RawProcess, parent_engine: str | None, serving: bool = False) -> EngineProcess:
         pid, start_time, argv, facts = item.pid, item.start_time, item.argv, item.facts
@@ -332,6 +335,7 @@ class Scanner:
             flag_value(argv, spec.signature, spec.serving.api_key_flag) if spec.serving.api_key_flag else None
         )
         process._api_key = flagged or outside.api_key
+        process._root = self._root
         if self._boot_time is not None:
             process._start_ticks = round((start_time - self._boot_time) * self._clock_ticks)
         return process

@@ -17,7 +17,8 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 
 import enginespec.process.sockets as sockets
-from enginespec._host.procfiles import Identity, named_identity
+from enginespec._host.procfiles import Identity
+from enginespec._host.root import HostRoot
 from enginespec._host.shapes import RawProcess, Runtime
 from enginespec.config import Config
 from enginespec.definition.records import EngineDefinition
@@ -117,14 +118,14 @@ class OutsideFacts:
     and config file, read when its model is built and again when that file is edited or
     replaced."""
 
-    def __init__(self, proc: str) -> None:
-        self._proc = proc
+    def __init__(self, root: HostRoot) -> None:
+        self._root = root
         #: pid -> (its config file as it names it, the identity of what was read)
         self._configs: dict[int, tuple[str, Identity | None]] = {}
 
     def read(self, spec: EngineDefinition, item: RawProcess, argv: Sequence[str], *, runner: bool) -> Outside:
         """The facts of the record's environment (as its scan read it) and config file."""
-        outside = read_outside(spec, item.pid, argv, environ=item.environ, runner=runner, proc=self._proc)
+        outside = read_outside(spec, item.pid, argv, environ=item.environ, runner=runner, root=self._root)
         if outside.config_file is not None:
             self._configs[item.pid] = (outside.config_file, outside.config_identity)
         return outside
@@ -132,7 +133,7 @@ class OutsideFacts:
     def changed(self, pid: int) -> bool:
         """Whether the engine's config file was edited (or replaced) since its facts were read."""
         config = self._configs.get(pid)
-        return config is not None and named_identity(pid, config[0], self._proc) != config[1]
+        return config is not None and self._root.named_identity(pid, config[0]) != config[1]
 
     def forget(self, built: Collection[int]) -> None:
         """Keeps config files of the engines built."""
@@ -149,17 +150,17 @@ class NetworkPlacement:
     host's, read once per process; and, for those in a private namespace, the host ports
     Docker's proxies forward to them."""
 
-    def __init__(self, config: Config, proc: str, refresh_seconds: float, young_seconds: float) -> None:
-        self._proc = proc
+    def __init__(self, config: Config, root: HostRoot, refresh_seconds: float, young_seconds: float) -> None:
+        self._root = root
         self._refresh = refresh_seconds
         runtimes: dict[Runtime, str] = {
             "docker": str(config.docker_socket),
             "podman": str(config.podman_socket),
         }
-        self._containers = ContainerReader(runtimes, config.container_api_timeout, proc)
-        self._host_netns = host_netns(proc)
+        self._containers = ContainerReader(runtimes, config.container_api_timeout, root)
+        self._host_netns = host_netns(root)
         self._places: dict[Key, tuple[Container | None, bool]] = {}
-        self._proxies = ProxyFinder(young_seconds, proc)
+        self._proxies = ProxyFinder(young_seconds, root)
         self._rules: list[ProxyRule] = []
         self._proxies_due = -math.inf
         self._shown: dict[int, _Shown] = {}
@@ -214,8 +215,8 @@ class NetworkPlacement:
             return entry
         # A namespace of a user's own (unshare -rn) may hold any address on its loopback: what a
         # proxy forwards to that address is not its port.
-        trusted = bool(rules) and netns_of_host_users(process.pid, self._proc)
-        addresses = netns_addresses(process.pid, self._proc) if trusted else frozenset()
+        trusted = bool(rules) and netns_of_host_users(process.pid, self._root)
+        addresses = netns_addresses(process.pid, self._root) if trusted else frozenset()
         ports = published_ports(rules, addresses, process.effective_port)
         if entry is not None and entry[0] is process and entry[2] == ports:
             view = entry[3]  # the same model as before: unchanged for callers
@@ -234,8 +235,8 @@ class PortConflicts:
     """Other processes listening on each engine's port, looked for when an engine appears and
     then every refresh period (they change without the engine changing)."""
 
-    def __init__(self, proc: str, refresh_seconds: float) -> None:
-        self._proc = proc
+    def __init__(self, root: HostRoot, refresh_seconds: float) -> None:
+        self._root = root
         self._refresh = refresh_seconds
         self._at = -refresh_seconds
 
@@ -261,7 +262,7 @@ class PortConflicts:
         port = process.effective_port
         found: tuple[int, ...] = ()
         if port is not None and port in process.listen_ports:
-            found = sockets.conflicts((process.pid, *process.worker_pids), port, self._proc)
+            found = sockets.conflicts((process.pid, *process.worker_pids), port, self._root.proc)
         if found == process.port_conflicts:
             return process
         updated = process.model_copy(update={"port_conflicts": found})

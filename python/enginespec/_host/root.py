@@ -1,0 +1,143 @@
+"""The door for reading a host: :class:`HostRoot`, the one reader of the files of the host under
+a root (``/``, or a fixture host's directory laid out like it): its kernel's files of processes
+(``ROOT/proc``), the files its processes name (read as their owners, inside their roots) and the
+backend's reader of sockets and process trees there.
+
+A scan's record carries the root it was scanned under (``EngineProcess._root``, as a ``procfs``
+crate ``Process`` keeps its root), and everything read of it later (health, load, vitals,
+liveness, its model's files, its container's addresses) goes through that root: a record of a
+fixture host is never looked up in this host's ``/proc``, where its pid is another process or
+none. A record built elsewhere (from JSON, a launch) has this host's, :data:`HOST`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from enginespec._host import backend, procfiles
+
+
+class HostRoot:
+    """The files of the host under ``root`` (see the module's docstring); made once per root by
+    :func:`host_root`. Reads that fail say so as their functions in :mod:`enginespec._host.procfiles`
+    do: ``None``, a :class:`~enginespec._host.procfiles.NamedFile`'s problem, or ``OSError`` and
+    ``Refused`` where documented."""
+
+    __slots__ = ("is_host", "proc", "root")
+
+    def __init__(self, root: str) -> None:
+        #: the host's root directory: ``/``, or a fixture host's
+        self.root = root
+        #: where its kernel's process files are: ``ROOT/proc``
+        self.proc = procfiles.PROC if root == "/" else os.path.join(root, "proc")
+        #: whether it is this host's own ``/`` (its pids are this kernel's: a pidfd may be opened)
+        self.is_host = root == "/"
+
+    def __repr__(self) -> str:
+        return f"HostRoot({self.root!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HostRoot) and other.root == self.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    # One reader per root: a record's copies share it.
+    def __copy__(self) -> HostRoot:
+        return self
+
+    def __deepcopy__(self, memo: object) -> HostRoot:
+        return self
+
+    @property
+    def procfs(self) -> backend.ProcRoot:
+        """The backend's reader of sockets, namespaces and process trees below ``ROOT/proc``."""
+        return backend.proc_root(self.proc)
+
+    def inside(self, path: str) -> str:
+        """An absolute path of the host (``/run/x.sock``) as seen from this process."""
+        return path if self.is_host else self.root.rstrip("/") + path
+
+    # -- the kernel's files of a process --------------------------------------------------------
+
+    def path(self, pid: int | str, name: str) -> str:
+        """``ROOT/proc/PID/NAME`` (``pid`` may be ``self``: this process, on this host alone)."""
+        return procfiles.proc_path(pid, name, self.proc)
+
+    def read(self, pid: int | str, name: str, limit: int) -> bytes:
+        """At most ``limit`` bytes of ``ROOT/proc/PID/NAME`` (``-1``: all); ``OSError``."""
+        return procfiles.read_proc(pid, name, limit, self.proc)
+
+    def link(self, pid: int | str, name: str) -> str:
+        """Where the link ``ROOT/proc/PID/NAME`` points (``exe``, ``cwd``); ``OSError``."""
+        return procfiles.proc_link(pid, name, self.proc)
+
+    def stat(self, pid: int) -> procfiles.PidStat | None:
+        """``/proc/PID/stat``, parsed; ``None`` when gone or unreadable."""
+        return procfiles.read_stat(pid, self.proc)
+
+    def status(self, pid: int | str) -> procfiles.PidStatus | None:
+        """``/proc/PID/status``, parsed; ``None`` when gone or unreadable."""
+        return procfiles.read_status(pid, self.proc)
+
+    def start_ticks(self, pid: int) -> int | None:
+        """The start of ``pid`` in clock ticks since boot (:attr:`PidStat.start_ticks`)."""
+        return procfiles.start_ticks(pid, self.proc)
+
+    def owner(self, pid: int) -> procfiles.Owner | None:
+        """The credentials ``pid``'s file accesses are checked with, ``None`` when unread."""
+        return procfiles.owner(pid, self.proc)
+
+    def environ(self, pid: int, limit: int) -> tuple[list[bytes], bool] | None:
+        """``pid``'s environment, size-capped (:func:`enginespec._host.procfiles.read_environ`)."""
+        return procfiles.read_environ(pid, limit, self.proc)
+
+    def boot_time(self) -> float | None:
+        """When the host booted, in epoch seconds."""
+        return procfiles.boot_time(self.proc)
+
+    # -- files a process names, read as its owner inside its root ---------------------------------
+
+    def in_root(self, pid: int, path: str) -> str:
+        """``path`` as an absolute path inside the process's root; raises ``Refused``."""
+        return procfiles.in_root(pid, path, self.proc)
+
+    def read_named(self, pid: int, path: str, limit: int, *, whole: bool = True) -> procfiles.NamedFile:
+        """The contents of ``path`` as process ``pid`` names it, size-capped."""
+        return procfiles.read_named(pid, path, limit, whole=whole, proc=self.proc)
+
+    def named_identity(self, pid: int, path: str) -> procfiles.Identity | None:
+        """The identity of ``path`` as process ``pid`` names it, without reading it."""
+        return procfiles.named_identity(pid, path, self.proc)
+
+    def list_named(self, pid: int, path: str, limit: int) -> list[str] | None:
+        """At most ``limit`` names in directory ``path`` as process ``pid`` names it."""
+        return procfiles.list_named(pid, path, limit, self.proc)
+
+    def open_named(self, pid: int, path: str) -> int:
+        """An fd for reading the regular file ``path`` as process ``pid`` names it; ``Refused``."""
+        return procfiles.open_named(pid, path, self.proc)
+
+    def named_kind(self, pid: int, path: str) -> procfiles.FileKind | None:
+        """What ``path`` is as process ``pid`` names it, ``None`` when its owner sees nothing."""
+        return procfiles.named_kind(pid, path, self.proc)
+
+    def open_held(self, pid: int, fd: int) -> int:
+        """An fd for reading the regular file process ``pid`` holds as ``fd``; ``Refused``."""
+        return procfiles.open_held(pid, fd, self.proc)
+
+
+#: This host's own root.
+HOST = HostRoot("/")
+
+
+@functools.cache
+def _made(root: str) -> HostRoot:
+    return HOST if root == "/" else HostRoot(root)
+
+
+def host_root(root: str | os.PathLike[str]) -> HostRoot:
+    """The reader of the host under ``root`` (this host's for any path of ``/``)."""
+    path = os.fspath(root)
+    return _made("/" if os.path.realpath(path) == "/" else path)
