@@ -44,6 +44,7 @@ static RAW_INVOCATION: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static RAW_PROCESS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static LISTENING: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static ENVIRON: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static RAW_STATS: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// A `_host.shapes.RawInvocation` (engine index, model, served names, host, port, role), as
 /// `_host.fallback.matcher.Matcher.parse` returns it, and the facts inside each scanned process.
@@ -430,10 +431,9 @@ impl PyProcessScanner {
         self.convert(py, found)
     }
 
-    /// (scanned, new, vanished, unreadable, restricted, reread, full_recheck, known) of the
-    /// last scan.
-    #[allow(clippy::type_complexity)]
-    fn stats(&self, py: Python<'_>) -> PyResult<(u64, u64, u64, u64, u64, u64, bool, usize)> {
+    /// A `shapes.RawStats` (scanned, new, vanished, unreadable, restricted, reread,
+    /// full_recheck, known) of the last scan.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         // Another thread may hold the lock for a whole `wait`: wait for it with the GIL released,
         // or that thread could never take the GIL back to return.
         let scanner = self
@@ -441,7 +441,7 @@ impl PyProcessScanner {
             .lock_py_attached(py)
             .map_err(|_| PyRuntimeError::new_err("scanner state poisoned"))?;
         let s = scanner.stats();
-        Ok((
+        let fields = (
             s.scanned,
             s.new,
             s.vanished,
@@ -450,7 +450,10 @@ impl PyProcessScanner {
             s.reread,
             s.full_recheck,
             scanner.known_len(),
-        ))
+        );
+        RAW_STATS
+            .import(py, "enginespec._host.shapes", "RawStats")?
+            .call1(fields)
     }
 }
 

@@ -10,7 +10,7 @@ from os import PathLike
 from typing import Literal, TypeAlias, final
 
 from enginespec._host.fallback.gguf import RawHeader
-from enginespec._host.shapes import Listening, RawInvocation, RawProcess, ReadSet
+from enginespec._host.shapes import Listening, RawInvocation, RawProcess, RawStats, ReadSet
 
 __all__ = ["Matcher", "ProcRoot", "ProcessScanner", "parse_cgroup", "proxy_flags", "read_gguf"]
 
@@ -19,6 +19,7 @@ __all__ = ["Matcher", "ProcRoot", "ProcessScanner", "parse_cgroup", "proxy_flags
 # The records are the named tuples of enginespec._host.shapes, built there for both backends.
 _RawInvocation: TypeAlias = RawInvocation
 _RawProcess: TypeAlias = RawProcess
+_RawStats: TypeAlias = RawStats
 _Listening: TypeAlias = Listening
 _ReadSet: TypeAlias = ReadSet
 _Change: TypeAlias = Literal["forked", "exec", "comm", "exited"]
@@ -106,10 +107,10 @@ class ProcessScanner:
     def scan_after_events(self, recheck: bool) -> list[_RawProcess]:
         """The engines after the events applied since the last call: with ``recheck``, a scan
         without listing (engines re-checked); without, the engines as the events left them."""
-    def stats(self) -> tuple[int, int, int, int, int, int, bool, int]:
-        """(scanned, new, vanished, unreadable, restricted, reread, full_recheck, known) of the
-        last scan: ``unreadable`` processes whose argv could not be read, ``restricted`` engines
-        whose executable, fds or sockets could not be read."""
+    def stats(self) -> _RawStats:
+        """What the last scan did, by name (a named tuple: scanned, new, vanished, unreadable,
+        restricted, reread, full_recheck, known): ``unreadable`` processes whose argv could not
+        be read, ``restricted`` engines whose executable, fds or sockets could not be read."""
 
 @final
 class ProcRoot:

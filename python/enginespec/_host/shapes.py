@@ -51,6 +51,20 @@ class RawProcess(NamedTuple):
     devices: dict[int, list[tuple[int, int, int]]] | None
 
 
+class RawStats(NamedTuple):
+    """What a scanner's last scan did (both backends build this very type; ``ScanStats`` in
+    ``enginespec.scanning.scanner`` says what each count means)."""
+
+    scanned: int
+    new: int
+    vanished: int
+    unreadable: int
+    restricted: int
+    reread: int
+    full_recheck: bool
+    known: int
+
+
 class Environ(NamedTuple):
     """The variables of a process's environment a read set names."""
 

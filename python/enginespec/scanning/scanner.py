@@ -142,17 +142,7 @@ class Scanner:
 
     @property
     def stats(self) -> ScanStats:
-        scanned, new, vanished, unreadable, restricted, reread, full_recheck, known = self._backend.stats()
-        return ScanStats(
-            scanned=scanned,
-            new=new,
-            vanished=vanished,
-            unreadable=unreadable,
-            restricted=restricted,
-            reread=reread,
-            full_recheck=full_recheck,
-            known=known,
-        )
+        return ScanStats(**self._backend.stats()._asdict())
 
     def scan(self) -> list[EngineProcess]:
         return self._engines(self._backend.scan())

@@ -36,6 +36,7 @@ from enginespec._host.shapes import (
     Listening,
     RawInvocation,
     RawProcess,
+    RawStats,
     ReadSet,
     Woke,
     basename,
@@ -221,15 +222,16 @@ class ProcessScanner:
         self._events_pending = False
         #: in event mode, the parents of the engines that appeared since the last scan
         self._appeared_parents: list[int] = []
-        self._stats: tuple[int, int, int, int, int, int, bool, int] = (0, 0, 0, 0, 0, 0, False, 0)
+        self._stats = RawStats(0, 0, 0, 0, 0, 0, False, 0)
 
     @property
     def boot_time(self) -> float | None:
         """The boot time every start time is computed from (``None`` with psutil)."""
         return self._source.boot_time
 
-    def stats(self) -> tuple[int, int, int, int, int, int, bool, int]:
-        """(scanned, new, vanished, unreadable, restricted, reread, full_recheck, known)."""
+    def stats(self) -> RawStats:
+        """What the last scan did: (scanned, new, vanished, unreadable, restricted, reread,
+        full_recheck, known)."""
         return self._stats
 
     def subscribe_events(self, ack_timeout: float, full_rescan_seconds: float) -> str | None:
@@ -326,7 +328,7 @@ class ProcessScanner:
     def _finish(self, now: float, quiet: bool, scanned: int, full_recheck: bool) -> list[RawProcess]:
         found = self._collect(now, quiet)
         c = self._counts
-        self._stats = (
+        self._stats = RawStats(
             scanned,
             c.new,
             c.vanished,
@@ -570,7 +572,9 @@ class ProcessScanner:
             changed |= was_engine or isinstance(cls, _Engine)
             self._known[pid] = (inode, cls)
         c = self._counts
-        self._stats = (0, c.new, c.vanished, c.unreadable, c.restricted, c.reread, False, len(self._known))
+        self._stats = RawStats(
+            0, c.new, c.vanished, c.unreadable, c.restricted, c.reread, False, len(self._known)
+        )
         return changed
 
     def _procfs(self) -> ProcRoot:
