@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
 from enginespec._host.shapes import (
@@ -244,79 +245,20 @@ class Matcher:
     def _parse_form(
         self, argv: Sequence[str], index: int, form: LaunchForm, i: int, program: str
     ) -> RawInvocation | Literal["no evidence"] | None:
+        """The facts of ``form`` from its arguments on (from ``argv[i]``), ``"no evidence"`` when
+        the form needs evidence argv lacks, ``None`` when the program would exit (a usage error,
+        ``--help``, ``--version``)."""
         compiled = self._engines[index]
         sig = compiled.signature
-        n = len(argv)
-        if form.no_arguments and i < n:
+        if form.no_arguments and i < len(argv):
             return None
         if not form.facts:
             return self._own_flags(argv, index, form, i)
-        seen: dict[str, list[str]] = {}
-        positional: str | None = None
-        wanted_positionals = form.evidence.positionals if form.evidence is not None else ()
-        positional_found = False
-        positional_port: str | None = None
-        positionals = 0
-        port_position = 1 if form.positional_model else 0
-        # A form that needs evidence reads on past an exit flag: without the evidence argv is not
-        # this engine at all, whatever it asks of it.
-        exited = False
-        mode: bool | None = None
-        modeless_exit = False
-        while i < n:
-            token = argv[i]
-            i += 1
-            if token == "--":
-                if form.positional_model and positional is None and i < n:
-                    positional = argv[i]
-                positionals += n - i  # everything after `--` is positional
-                break
-            if not looks_like_flag(token):
-                if positionals == 0 and token in form.exit_subcommands:
-                    if form.evidence is None:
-                        return None
-                    exited = True
-                if form.positional_model and positional is None:
-                    positional = token
-                elif form.positional_port and positionals == port_position:
-                    positional_port = token
-                positional_found = positional_found or token in wanted_positionals
-                positionals += 1
-                continue
-            inline: str | None = None
-            name = token
-            if token.startswith("--"):
-                eq = token.find("=")
-                if eq > 0:
-                    name, inline = token[:eq], token[eq + 1 :]
-            flag = sig.canonical(name)
-            if flag in sig.exit_flags:
-                if form.evidence is None:
-                    return None
-                exited = True
-            mode = sig.mode_flags.get(flag, mode)
-            modeless_exit = modeless_exit or flag in sig.modeless_exit_flags
-            if inline is not None:
-                values = [inline]
-            elif flag in sig.no_value_flags or flag.startswith(sig.no_value_prefixes):
-                values = []
-            elif flag in sig.multi_value_flags:
-                values = []
-                while i < n and not looks_like_flag(argv[i]) and argv[i] != "--":
-                    values.append(argv[i])
-                    i += 1
-            elif i < n and not looks_like_flag(argv[i]):
-                values = [argv[i]]
-                i += 1
-            else:
-                values = []
-                if sig.values_required and token.startswith("--"):
-                    # "a value is required for ...": a usage error, the program exits
-                    if form.evidence is None:
-                        return None
-                    exited = True
-            if flag in compiled.wanted:
-                seen[flag] = values
+        read = _read_arguments(argv, compiled, form, i)
+        if read is None:
+            return None
+        seen, positional = read.seen, read.positional
+        exited = read.exited
 
         def last(flags: tuple[str, ...]) -> str | None:
             for flag in flags:
@@ -325,7 +267,7 @@ class Matcher:
                     return values[-1]
             return None
 
-        if form.max_positionals is not None and positionals > form.max_positionals:
+        if form.max_positionals is not None and read.positionals > form.max_positionals:
             # clap "unexpected argument", argparse "unrecognized arguments": a usage error
             exited = True
         for flag, actions in sig.exit_values.items():
@@ -342,7 +284,7 @@ class Matcher:
                 break
         address = last(sig.address_flags)
         address_host, address_port = _split_address(address) if address is not None else (None, None)
-        port_value = last(sig.port_flags) or positional_port or address_port or None
+        port_value = last(sig.port_flags) or read.positional_port or address_port or None
         port = parse_port(port_value) if port_value is not None else None
         model = model or None
         evidence = form.evidence
@@ -354,9 +296,9 @@ class Matcher:
                 return "no evidence"
             if evidence.any_flags and seen.keys().isdisjoint(compiled.evidence_flags[id(form)]):
                 return "no evidence"
-            if evidence.positionals and not positional_found:
+            if evidence.positionals and not read.positional_found:
                 return "no evidence"
-        if exited or mode is False or (mode is None and modeless_exit):
+        if exited or read.mode is False or (read.mode is None and read.modeless_exit):
             return None
         role: Role = form.role
         if role == "server" and (sig.follower_flags or sig.follower_rank_flags):
@@ -364,3 +306,87 @@ class Matcher:
             if (rank is not None and _nonzero_rank(rank)) or not seen.keys().isdisjoint(sig.follower_flags):
                 role = "follower"
         return RawInvocation(index, model, served, last(sig.host_flags) or address_host, port, role)
+
+
+@dataclass(slots=True)
+class _Read:
+    """What one pass over a form's arguments found (``parse_form``'s locals in matcher.rs)."""
+
+    #: the values of the flags the matcher wants, by canonical flag, as last given
+    seen: dict[str, list[str]] = field(default_factory=dict)
+    positional: str | None = None
+    positional_port: str | None = None
+    #: one of the positionals the form's evidence names was given
+    positional_found: bool = False
+    positionals: int = 0
+    #: the program exits (a usage error, an exit flag or subcommand), for a form that needs evidence
+    exited: bool = False
+    #: what the last mode flag says (``False``: not serving), ``None`` when none was given
+    mode: bool | None = None
+    modeless_exit: bool = False
+
+
+def _read_arguments(argv: Sequence[str], compiled: _Compiled, form: LaunchForm, i: int) -> _Read | None:
+    """One pass over ``form``'s arguments from ``argv[i]``: its flags' values, positionals and
+    exits; ``None`` when the program exits and the form needs no evidence (one that does reads
+    on past an exit: without the evidence argv is not this engine at all, whatever it asks)."""
+    sig = compiled.signature
+    n = len(argv)
+    read = _Read()
+    wanted_positionals = form.evidence.positionals if form.evidence is not None else ()
+    port_position = 1 if form.positional_model else 0
+    while i < n:
+        token = argv[i]
+        i += 1
+        if token == "--":
+            if form.positional_model and read.positional is None and i < n:
+                read.positional = argv[i]
+            read.positionals += n - i  # everything after `--` is positional
+            break
+        if not looks_like_flag(token):
+            if read.positionals == 0 and token in form.exit_subcommands:
+                if form.evidence is None:
+                    return None
+                read.exited = True
+            if form.positional_model and read.positional is None:
+                read.positional = token
+            elif form.positional_port and read.positionals == port_position:
+                read.positional_port = token
+            read.positional_found = read.positional_found or token in wanted_positionals
+            read.positionals += 1
+            continue
+        inline: str | None = None
+        name = token
+        if token.startswith("--"):
+            eq = token.find("=")
+            if eq > 0:
+                name, inline = token[:eq], token[eq + 1 :]
+        flag = sig.canonical(name)
+        if flag in sig.exit_flags:
+            if form.evidence is None:
+                return None
+            read.exited = True
+        read.mode = sig.mode_flags.get(flag, read.mode)
+        read.modeless_exit = read.modeless_exit or flag in sig.modeless_exit_flags
+        if inline is not None:
+            values = [inline]
+        elif flag in sig.no_value_flags or flag.startswith(sig.no_value_prefixes):
+            values = []
+        elif flag in sig.multi_value_flags:
+            values = []
+            while i < n and not looks_like_flag(argv[i]) and argv[i] != "--":
+                values.append(argv[i])
+                i += 1
+        elif i < n and not looks_like_flag(argv[i]):
+            values = [argv[i]]
+            i += 1
+        else:
+            values = []
+            if sig.values_required and token.startswith("--"):
+                # "a value is required for ...": a usage error, the program exits
+                if form.evidence is None:
+                    return None
+                read.exited = True
+        if flag in compiled.wanted:
+            read.seen[flag] = values
+    return read
