@@ -7,7 +7,7 @@ A scan's record carries the root it was scanned under (``EngineProcess._root``, 
 crate ``Process`` keeps its root), and everything read of it later (health, load, vitals,
 liveness, its model's files, its container's addresses) goes through that root: a record of a
 fixture host is never looked up in this host's ``/proc``, where its pid is another process or
-none. A record built elsewhere (from JSON, a launch) has this host's, :data:`HOST`.
+none. A record built elsewhere (from JSON, a launch) has this host's, :data:`HOST_ROOT`.
 """
 
 from __future__ import annotations
@@ -129,12 +129,12 @@ class HostRoot:
 
 
 #: This host's own root.
-HOST = HostRoot("/")
+HOST_ROOT = HostRoot("/")
 
 
 @functools.cache
 def _made(root: str) -> HostRoot:
-    return HOST if root == "/" else HostRoot(root)
+    return HOST_ROOT if root == "/" else HostRoot(root)
 
 
 def host_root(root: str | os.PathLike[str]) -> HostRoot:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import enginespec.process.sockets as sockets
-from enginespec._host.root import HOST
+from enginespec._host.root import HOST_ROOT
 from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
 from enginespec.errors import EngineExited, NotReady
 from enginespec.health.reaching import (
@@ -397,7 +397,9 @@ class _Waiter:
             and not isinstance(self.target, EngineProcess)
         ):
             # the Popen's, a process of this host
-            problem = ownership_problem(engine_tree(self.process.pid, (), HOST), health.base_url, HOST)
+            problem = ownership_problem(
+                engine_tree(self.process.pid, (), HOST_ROOT), health.base_url, HOST_ROOT
+            )
             # Its sockets cannot be read once it is gone: an exit during the check is an exit.
             returncode = self.process.poll()
             if returncode is not None:

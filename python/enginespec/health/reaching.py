@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import enginespec.process.sockets as sockets
-from enginespec._host.root import HOST, HostRoot
+from enginespec._host.root import HOST_ROOT, HostRoot
 from enginespec.definition.records import EngineDefinition
 from enginespec.definition.registry import find_engine
 from enginespec.errors import InvalidInputError
@@ -68,7 +68,7 @@ class Endpoint:
     #: the tree's listening sockets at that path
     inodes: frozenset[int] = frozenset()
     #: the host the tree was scanned on, where who holds those sockets is read
-    root: HostRoot = HOST
+    root: HostRoot = HOST_ROOT
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,7 @@ def tree_of(process: EngineProcess) -> list[int]:
     return engine_tree(process.pid, process.worker_pids, process._root)
 
 
-def ownership_problem(tree: Sequence[int], base_url: str | None, root: HostRoot = HOST) -> str | None:
+def ownership_problem(tree: Sequence[int], base_url: str | None, root: HostRoot = HOST_ROOT) -> str | None:
     """Why the server answering at ``base_url`` is not (only) the process tree ``tree`` (the
     server first): another process holds the port and the tree listens on nothing there, or
     others share its address and port (SO_REUSEPORT). ``None`` when the tree alone listens there,

@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from typing import Literal
 
 from enginespec._host.procfiles import Refused
-from enginespec._host.root import HOST, HostRoot
+from enginespec._host.root import HOST_ROOT, HostRoot
 from enginespec.definition.modelrecords import ModelFacts
 from enginespec.definition.registry import definition_of
 from enginespec.models.facts import model_facts
@@ -49,7 +49,7 @@ class ProcessFiles:
     on the host it runs on (``root``): a model path any user names (``-m /root/secret``, a FIFO,
     a symlink out of a container) is read only as far as its owner could read it."""
 
-    def __init__(self, pid: int, root: HostRoot = HOST) -> None:
+    def __init__(self, pid: int, root: HostRoot = HOST_ROOT) -> None:
         self.pid = pid
         self.root = root
 
@@ -104,7 +104,7 @@ def _locate(model: str, fs: ProcessFiles) -> str:
 
 
 def compute(
-    pid: int, engine: str, model: str | None, argv: Sequence[str], root: HostRoot = HOST
+    pid: int, engine: str, model: str | None, argv: Sequence[str], root: HostRoot = HOST_ROOT
 ) -> ModelFacts:
     """The facts of the model of engine server ``pid`` (of the host under ``root``) with its
     memory estimate; raises ``ModelError`` naming what could not be read."""
@@ -130,7 +130,7 @@ def cached(
     engine: str,
     model: str | None,
     argv: Sequence[str],
-    root: HostRoot = HOST,
+    root: HostRoot = HOST_ROOT,
 ) -> ModelFacts | str:
     """:func:`compute`'s facts, or the reason they are not known, cached per process identity
     (on the host under ``root``)."""
@@ -147,7 +147,7 @@ def cached(
     return result
 
 
-def peek(pid: int, start_time: float, argv: Sequence[str], root: HostRoot = HOST) -> ModelFacts | None:
+def peek(pid: int, start_time: float, argv: Sequence[str], root: HostRoot = HOST_ROOT) -> ModelFacts | None:
     """The facts already cached for this process, never reading anything (for a scrape)."""
     with _lock:
         found = _cache.get((root, pid, start_time, tuple(argv)))

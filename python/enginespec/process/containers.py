@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from enginespec._host.backend import parse_cgroup, proxy_flags
 from enginespec._host.procfiles import PidStatus, parse_status
-from enginespec._host.root import HOST, HostRoot
+from enginespec._host.root import HOST_ROOT, HostRoot
 from enginespec._host.shapes import Runtime
 from enginespec.process.urls import base_url
 from enginespec.untrusted.documents import DocumentError, parse_json
@@ -291,7 +291,7 @@ def api_stop(socket_path: str, container_id: str, grace: int, timeout: float) ->
         connection.close()
 
 
-def runs_in_lineage(pid: int, first: int | None, root: HostRoot = HOST) -> bool:
+def runs_in_lineage(pid: int, first: int | None, root: HostRoot = HOST_ROOT) -> bool:
     """Whether ``first`` (a container's first process, as its runtime says) is ``pid`` or one of
     its parents."""
     return first is not None and (first == pid or _among(first, _ancestors(root.status(pid), root)))

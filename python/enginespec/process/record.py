@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import PrivateAttr, computed_field
 
-from enginespec._host.root import HOST, HostRoot
+from enginespec._host.root import HOST_ROOT, HostRoot
 from enginespec.definition.records import Fact
 from enginespec.gpus.reader import GpuUse
 from enginespec.models.processes import cached, measured
@@ -80,7 +80,7 @@ class EngineProcess(Invocation):
     #: the host it was scanned on (a fixture host's, for a scanner given its root): every later
     #: read of its files, ``/proc`` and ``/sys`` goes through it (this host's for a record built
     #: elsewhere).
-    _root: HostRoot = PrivateAttr(default=HOST)
+    _root: HostRoot = PrivateAttr(default=HOST_ROOT)
     #: ``False`` for an engine another host reported (enginespec.fleet.remote): nothing of this host's
     #: ``/proc`` or files is read for it.
     _local: bool = PrivateAttr(default=True)

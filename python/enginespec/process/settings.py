@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from enginespec._host.procfiles import Identity
-from enginespec._host.root import HOST, HostRoot
+from enginespec._host.root import HOST_ROOT, HostRoot
 from enginespec._host.shapes import MAX_ENVIRON_BYTES, Environ, parse_port
 from enginespec.definition.records import EngineDefinition, Fact
 from enginespec.definition.signature import Signature
@@ -191,7 +191,7 @@ def read_outside(
     *,
     environ: Environ | None,
     runner: bool = False,
-    root: HostRoot = HOST,
+    root: HostRoot = HOST_ROOT,
 ) -> Outside:
     """What ``pid``'s environment (``environ``: the variables its scan read, see
     :func:`environment_names`) and config file (read on the host under ``root``) say, for the engine's

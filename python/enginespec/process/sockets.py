@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from enginespec._host import backend as _backend
 from enginespec._host.procfiles import PROC, read_proc
-from enginespec._host.root import HOST
+from enginespec._host.root import HOST_ROOT
 from enginespec._host.shapes import kernel_fields, kernel_int, tcp_address
 from enginespec.process.containers import netns_addresses
 from enginespec.process.urls import connect_host
@@ -239,7 +239,7 @@ def _local(address: IPAddress) -> bool:
     this network namespace's interfaces (a socket bound with IP_FREEBIND may name any address)."""
     if address.is_loopback:
         return True
-    return str(address) in netns_addresses(os.getpid(), HOST)
+    return str(address) in netns_addresses(os.getpid(), HOST_ROOT)
 
 
 @dataclass(frozen=True)
