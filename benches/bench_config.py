@@ -104,7 +104,7 @@ def main() -> None:
             ratio = "     -"
         print(f"{name:26} {old:44} {new * 1000:11.1f} ms {ratio}  {outcome[:60]}")
 
-    from enginespec._host.procfiles import named_identity, read_named
+    from enginespec._host.namedfiles import named_identity, read_named
 
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "c.yaml"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-import enginespec._host.procfiles as procfiles
+import enginespec._host.namedfiles as procfiles
 import enginespec.untrusted.documents as documents
 from enginespec import EngineProcess, Scanner, get_engine_spec
 from enginespec.models.naming import model_name

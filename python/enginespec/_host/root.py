@@ -15,14 +15,15 @@ from __future__ import annotations
 import functools
 import os
 
-from enginespec._host import backend, procfiles
+from enginespec._host import backend, namedfiles, procfiles
 
 
 class HostRoot:
     """The files of the host under ``root`` (see the module's docstring); made once per root by
     :func:`host_root`. Reads that fail say so as their functions in :mod:`enginespec._host.procfiles`
-    do: ``None``, a :class:`~enginespec._host.procfiles.NamedFile`'s problem, or ``OSError`` and
-    ``Refused`` where documented."""
+    and :mod:`enginespec._host.namedfiles` do: ``None``, a
+    :class:`~enginespec._host.namedfiles.NamedFile`'s problem, or ``OSError`` and ``Refused``
+    where documented."""
 
     __slots__ = ("is_host", "proc", "root")
 
@@ -101,31 +102,31 @@ class HostRoot:
 
     def in_root(self, pid: int, path: str) -> str:
         """``path`` as an absolute path inside the process's root; raises ``Refused``."""
-        return procfiles.in_root(pid, path, self.proc)
+        return namedfiles.in_root(pid, path, self.proc)
 
-    def read_named(self, pid: int, path: str, limit: int, *, whole: bool = True) -> procfiles.NamedFile:
+    def read_named(self, pid: int, path: str, limit: int, *, whole: bool = True) -> namedfiles.NamedFile:
         """The contents of ``path`` as process ``pid`` names it, size-capped."""
-        return procfiles.read_named(pid, path, limit, whole=whole, proc=self.proc)
+        return namedfiles.read_named(pid, path, limit, whole=whole, proc=self.proc)
 
-    def named_identity(self, pid: int, path: str) -> procfiles.Identity | None:
+    def named_identity(self, pid: int, path: str) -> namedfiles.Identity | None:
         """The identity of ``path`` as process ``pid`` names it, without reading it."""
-        return procfiles.named_identity(pid, path, self.proc)
+        return namedfiles.named_identity(pid, path, self.proc)
 
     def list_named(self, pid: int, path: str, limit: int) -> list[str] | None:
         """At most ``limit`` names in directory ``path`` as process ``pid`` names it."""
-        return procfiles.list_named(pid, path, limit, self.proc)
+        return namedfiles.list_named(pid, path, limit, self.proc)
 
     def open_named(self, pid: int, path: str) -> int:
         """An fd for reading the regular file ``path`` as process ``pid`` names it; ``Refused``."""
-        return procfiles.open_named(pid, path, self.proc)
+        return namedfiles.open_named(pid, path, self.proc)
 
-    def named_kind(self, pid: int, path: str) -> procfiles.FileKind | None:
+    def named_kind(self, pid: int, path: str) -> namedfiles.FileKind | None:
         """What ``path`` is as process ``pid`` names it, ``None`` when its owner sees nothing."""
-        return procfiles.named_kind(pid, path, self.proc)
+        return namedfiles.named_kind(pid, path, self.proc)
 
     def open_held(self, pid: int, fd: int) -> int:
         """An fd for reading the regular file process ``pid`` holds as ``fd``; ``Refused``."""
-        return procfiles.open_held(pid, fd, self.proc)
+        return namedfiles.open_held(pid, fd, self.proc)
 
 
 #: This host's own root.

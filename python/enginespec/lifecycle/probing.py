@@ -17,7 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from enginespec._host.procfiles import list_named, proc_link, read_named, read_proc
+from enginespec._host.namedfiles import list_named, read_named
+from enginespec._host.procfiles import proc_link, read_proc
 from enginespec.config import Config
 from enginespec.definition.launching import PYTHON_NAME, Launcher, resolve_launcher
 from enginespec.definition.records import EngineDefinition

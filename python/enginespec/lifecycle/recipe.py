@@ -246,7 +246,7 @@ def _read_recipe(file: Path) -> bytes:
     without blocking and checked on the opened fd before a byte is read, so a path to a FIFO, a
     terminal or ``/dev/zero`` (however it is reached) is refused instead of waiting or reading
     for ever."""
-    from enginespec._host.procfiles import file_kind  # its ctypes only when a file is read
+    from enginespec._host.namedfiles import file_kind  # its ctypes only when a file is read
 
     try:
         fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)

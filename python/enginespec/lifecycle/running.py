@@ -26,14 +26,12 @@ import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
 from enginespec._host.backend import parse_cgroup
+from enginespec._host.namedfiles import Refused, open_as, open_held
 from enginespec._host.procfiles import (
     PROC,
     SYS,
     Owner,
-    Refused,
     held_path,
-    open_as,
-    open_held,
     proc_link,
     proc_path,
     process_state,

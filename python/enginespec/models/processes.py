@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Literal
 
-from enginespec._host.procfiles import Refused
+from enginespec._host.namedfiles import Refused
 from enginespec._host.root import HOST_ROOT, HostRoot
 from enginespec.definition.modelrecords import ModelFacts
 from enginespec.definition.registry import definition_of

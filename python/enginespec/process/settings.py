@@ -1,6 +1,6 @@
 """Facts a running engine takes from outside its argv: its environment (``/proc/PID/environ``,
 readable by root or the same user) and a config file it was pointed at (read as the process's
-owner, inside its root, size-capped: :mod:`enginespec._host.procfiles`; parsed with limits:
+owner, inside its root, size-capped: :mod:`enginespec._host.namedfiles`; parsed with limits:
 :mod:`enginespec.untrusted.documents`). Which variable or key carries which fact is data in the engine's
 spec. Every failure is data, never raised."""
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from enginespec._host.procfiles import Identity
+from enginespec._host.namedfiles import Identity
 from enginespec._host.root import HOST_ROOT, HostRoot
 from enginespec._host.shapes import MAX_ENVIRON_BYTES, Environ, parse_port
 from enginespec.definition.records import EngineDefinition, Fact

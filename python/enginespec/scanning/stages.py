@@ -17,7 +17,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 
 import enginespec.process.sockets as sockets
-from enginespec._host.procfiles import Identity
+from enginespec._host.namedfiles import Identity
 from enginespec._host.root import HostRoot
 from enginespec._host.shapes import RawProcess, Runtime
 from enginespec.config import Config

@@ -25,7 +25,8 @@ from enginespec._host.fallback.procfs import (
     proc_stat_value,
     tcp_row_after_listening,
 )
-from enginespec._host.procfiles import PROC, char_device, device_link, first_missing
+from enginespec._host.namedfiles import first_missing
+from enginespec._host.procfiles import PROC, char_device, device_link
 from enginespec._host.shapes import Listening, pread_all
 
 #: NETLINK_SOCK_DIAG (the socket module names it on some Pythons only)
