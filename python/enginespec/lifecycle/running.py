@@ -1072,7 +1072,7 @@ def _unit_of(pid: int) -> str | None:
 
 def _open_log_file(pid: int, path: str) -> int:
     """An fd for reading the file a process's output goes to (``path``: ``/proc/PID/fd/N``),
-    opened as the process's owner could (:func:`enginespec._host.procfiles.open_held`); raises
+    opened as the process's owner could (:func:`enginespec._host.namedfiles.open_held`); raises
     :class:`Refused` with the reason."""
     fd = int(path.rsplit("/", 1)[1])
     try:
