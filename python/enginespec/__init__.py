@@ -74,21 +74,16 @@ if TYPE_CHECKING:
     )
     from enginespec.health.vitals import EngineMonitor, Vitals, WorkerExit
     from enginespec.lifecycle.commands import Command
+    from enginespec.lifecycle.containerstop import ContainerStop
     from enginespec.lifecycle.installing import InstallOptions, InstallResult, ProgressEvent
     from enginespec.lifecycle.logbook import LogLine
+    from enginespec.lifecycle.logsources import LogSource
     from enginespec.lifecycle.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
+    from enginespec.lifecycle.readiness import classify_failure
     from enginespec.lifecycle.recipe import DockerRuntime, NativeRuntime, Recipe
-    from enginespec.lifecycle.running import (
-        ContainerStop,
-        LogSource,
-        RunningEngine,
-        Signalled,
-        StopResult,
-        Supervision,
-        adopt,
-        classify_failure,
-        launch,
-    )
+    from enginespec.lifecycle.running import RunningEngine, adopt, launch
+    from enginespec.lifecycle.stopping import Signalled, StopResult
+    from enginespec.lifecycle.supervising import Supervision
     from enginespec.process.argv import Invocation, detect_engine, parse_argv, redact_argv
     from enginespec.process.containers import Container, PublishedPort
     from enginespec.process.record import EngineProcess
@@ -165,15 +160,15 @@ _LAZY = {
     "InstallResult": "enginespec.lifecycle.installing",
     "ProgressEvent": "enginespec.lifecycle.installing",
     "LaunchFailed": "enginespec.errors",
-    "LogSource": "enginespec.lifecycle.running",
-    "ContainerStop": "enginespec.lifecycle.running",
+    "LogSource": "enginespec.lifecycle.logsources",
+    "ContainerStop": "enginespec.lifecycle.containerstop",
     "RestartRefused": "enginespec.errors",
     "RunningEngine": "enginespec.lifecycle.running",
-    "Signalled": "enginespec.lifecycle.running",
-    "StopResult": "enginespec.lifecycle.running",
-    "Supervision": "enginespec.lifecycle.running",
+    "Signalled": "enginespec.lifecycle.stopping",
+    "StopResult": "enginespec.lifecycle.stopping",
+    "Supervision": "enginespec.lifecycle.supervising",
     "adopt": "enginespec.lifecycle.running",
-    "classify_failure": "enginespec.lifecycle.running",
+    "classify_failure": "enginespec.lifecycle.readiness",
     "launch": "enginespec.lifecycle.running",
     "EngineLoad": "enginespec.health.load",
     "check_load": "enginespec.health.load",

@@ -21,7 +21,8 @@ from pydantic import SecretStr
 import enginespec
 from enginespec import LaunchFailed, RunningEngine, launch
 from enginespec.lifecycle.logbook import LogBook, follow_file
-from enginespec.lifecycle.running import extra_ports
+from enginespec.lifecycle.logsources import find_log_source
+from enginespec.lifecycle.ports import extra_ports
 from enginespec.process.liveness import process_alive
 from helpers.fakeserver import free_port
 from helpers.lifecycle_fakes import HOST, fake_recipe, install_fake, kill_quietly, pid_alive
@@ -505,7 +506,7 @@ def test_terminal_and_discarded_output_are_said_so() -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        source = enginespec.lifecycle.running.find_log_source(popen.pid)
+        source = find_log_source(popen.pid)
         assert source.kind == "none"
         assert source.reason is not None
         assert "/dev/null" in source.reason
