@@ -257,3 +257,48 @@ def test_model_facts_label_the_info_series_and_give_memory_series(
     assert kv[labels["engine_id"]] == 4 * 512 * 512
     # 4 layers of a 256 x 256 and a 128 x 256 F32 matrix, two 100 x 256 embeddings
     assert weights[labels["engine_id"]] == 4 * (256 * 256 + 128 * 256) * 4 + 2 * 100 * 256 * 4
+
+
+def test_what_is_withheld_of_one_engine_failing_spoils_only_that_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Working out what a viewer may not see of one engine is that engine's computation: when it
+    raises, that engine's series are left out (never shown unfiltered), counted as contained, and
+    every other engine's series are there."""
+    from prometheus_client import Metric
+
+    import enginespec.fleet.exporter as exporter
+    from enginespec.fleet.disclosure import Viewer
+    from enginespec.process.record import EngineProcess
+    from enginespec.untrusted.boundary import failures as failures_by_stage
+
+    def engine(pid: int, model: str) -> EngineProcess:
+        return EngineProcess.model_validate(
+            {
+                "pid": pid, "start_time": 1.0, "ppid": 1, "engine": "vllm", "model": model,
+                "served_model_names": (), "host": "127.0.0.1", "port": 8000 + pid,
+                "effective_host": "127.0.0.1", "effective_port": 8000 + pid,
+                "base_url": f"http://127.0.0.1:{8000 + pid}", "argv": ("vllm", "serve", model),
+                "exe": None, "worker_pids": (), "supervisor": None, "listen_ports": (),
+                "sources": {"model": "argv"},
+            }
+        )  # fmt: skip
+
+    odd, plain = engine(11, "/secret/odd-model"), engine(12, "/models/plain")
+    real = exporter._withheld_labels
+
+    def withheld(process: EngineProcess) -> tuple[str, ...]:
+        if process.pid == odd.pid:
+            raise KeyError("a fact with no label")
+        return real(process)
+
+    monkeypatch.setattr(exporter, "_withheld_labels", withheld)
+    before = failures_by_stage().get("metrics", 0)
+    snapshot = exporter.Snapshot(processes=[odd, plain])
+    viewer = Viewer(uid=12345)
+    families: list[Metric] = list(exporter.EngineCollector().series(snapshot, viewer, [0, 0]))
+    samples = [sample for family in families for sample in family.samples]
+    assert not any("odd-model" in str(sample.labels) for sample in samples)
+    assert not any(sample.labels.get("engine_id") == odd.engine_id for sample in samples)
+    assert any(sample.labels.get("engine_id") == plain.engine_id for sample in samples)
+    assert failures_by_stage().get("metrics", 0) == before + 1

@@ -229,9 +229,9 @@ class EngineCollector(Collector):
             name: GaugeMetricFamily(name, documentation, labels=labels)
             for name, documentation, labels in _ENGINE_FAMILIES
         }
-        for index, process in enumerate(snapshot.processes):
-            hidden = () if viewer.sees_all_of(owned[index] if owned else None) else _withheld_labels(process)
-            for name, labels, value in _samples_of(snapshot, index, hidden):
+        for index in range(len(snapshot.processes)):
+            sees_all = viewer.sees_all_of(owned[index] if owned else None)
+            for name, labels, value in _samples_of(snapshot, index, sees_all):
                 families[name].add_metric(labels, value)
         for engine_id_ in sorted(snapshot.stopped):
             families["enginespec_engine_up"].add_metric([engine_id_], 0)
@@ -273,10 +273,16 @@ class EngineCollector(Collector):
 _Sample = tuple[str, list[str], float]
 
 
-def _samples_of(snapshot: Snapshot, index: int, hidden: tuple[str, ...]) -> list[_Sample]:
-    """The samples of one engine (:func:`_engine_samples`), or none when they cannot be made:
-    one engine's odd facts never fail the whole scrape."""
-    return contained("metrics", lambda: _engine_samples(snapshot, index, hidden), lambda _reason: [])
+def _samples_of(snapshot: Snapshot, index: int, sees_all: bool) -> list[_Sample]:
+    """The samples of one engine (:func:`_engine_samples`), with what a viewer who may not see all
+    of it is not shown withheld, or none when they cannot be made: one engine's odd facts (what is
+    withheld of it included) never fail the whole scrape, and never show what was to be withheld."""
+
+    def samples() -> list[_Sample]:
+        process = snapshot.processes[index]
+        return _engine_samples(snapshot, index, () if sees_all else _withheld_labels(process))
+
+    return contained("metrics", samples, lambda _reason: [])
 
 
 def _engine_samples(snapshot: Snapshot, index: int, hidden: tuple[str, ...]) -> list[_Sample]:
