@@ -10,8 +10,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 # The backend is chosen at import (an unusable ENGINESPEC_BACKEND fails here, not later).
+from enginespec import _moved
 from enginespec._host.backend import BACKEND
 from enginespec.version import __version__
+
+# the flat layout's import paths (`enginespec.sockets`) keep working for one release, with a warning
+_moved.install()
 
 if TYPE_CHECKING:
     from enginespec.config import Config

@@ -52,4 +52,6 @@ def __getattr__(name: str) -> Any:
     """The names above, each loaded from its module on first use."""
     if name in _HOMES:
         return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from enginespec._moved import forwarded  # the flat module's other names, deprecated
+
+    return forwarded("modelfacts", name)

@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import tokenize
+import warnings
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ import pytest
 import enginespec
 import enginespec.errors
 from enginespec import EngineSpecError, UnknownEngineError, all_engine_specs, get_engine_spec, parse_argv
+from enginespec._moved import OldPaths
 
 PACKAGE = Path(enginespec.__file__).parent
 CORPORA = [
@@ -337,7 +339,7 @@ def test_only_the_backend_selector_imports_a_twin() -> None:
 #: below it (module level or inside a function). Root modules are named: the shared records and
 #: errors at the bottom, the facade (``spec``, the ``modelfacts`` path) above the capabilities.
 LAYERS: list[tuple[str, set[str] | None]] = [
-    ("base", {"errors", "status", "failures", "config", "version", "display", "suggest"}),
+    ("base", {"errors", "status", "failures", "config", "version", "display", "suggest", "_moved"}),
     ("untrusted", None),
     ("definition", None),
     ("_host", None),
@@ -734,20 +736,28 @@ def _dotted(text: str) -> list[str]:
 
 
 def _resolves(dotted: str) -> bool:
-    """Whether ``dotted`` is a module of the package or a name in one."""
+    """Whether ``dotted`` is a module of the package or a name in one, by its own path (a path of
+    the flat layout, kept for one release with a DeprecationWarning, is not)."""
     if dotted.endswith(".__main__"):  # found, not run
         return importlib.util.find_spec(dotted) is not None
     parts = dotted.split(".")
-    for end in range(len(parts), 0, -1):
-        try:
-            found: object = importlib.import_module(".".join(parts[:end]))
-        except ImportError:
-            continue
-        for name in parts[end:]:
-            if not hasattr(found, name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        for end in range(len(parts), 0, -1):
+            try:
+                found: object = importlib.import_module(".".join(parts[:end]))
+            except ImportError:
+                continue
+            except DeprecationWarning:
                 return False
-            found = getattr(found, name)
-        return True
+            if isinstance(getattr(getattr(found, "__spec__", None), "loader", None), OldPaths):
+                return False
+            for name in parts[end:]:
+                try:
+                    found = getattr(found, name)
+                except (AttributeError, DeprecationWarning):
+                    return False
+            return True
     return False
 
 

@@ -49,4 +49,6 @@ def __getattr__(name: str) -> Any:
     """The names of ``enginespec.health.checks``, loaded on first use."""
     if name in __all__:
         return getattr(importlib.import_module("enginespec.health.checks"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from enginespec._moved import forwarded  # the flat module's other names, deprecated
+
+    return forwarded("health", name)
