@@ -13,7 +13,6 @@ looked up, on first use, in the modules that hold what the old module held.
 from __future__ import annotations
 
 import importlib
-import importlib.machinery
 import sys
 import types
 import warnings
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     import importlib.abc
+    import importlib.machinery
 
 #: Each old module, and the modules that hold its names now (looked up in this order).
 MOVED: dict[str, tuple[str, ...]] = {
@@ -136,6 +136,8 @@ class OldPaths:
         package, _, old = fullname.partition(".")
         if package != _PACKAGE or old not in MOVED or "." in old:
             return None
+        import importlib.machinery  # only when an old path is imported: `import enginespec` stays light
+
         return importlib.machinery.ModuleSpec(fullname, cast("importlib.abc.Loader", self))
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
