@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-import enginespec.cli.app as cli
+import enginespec.cli.fleet as cli
 import enginespec.fleet.feeds as feeds
 from enginespec import EngineProcess
 from helpers.cli import enginespec_in_background

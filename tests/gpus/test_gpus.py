@@ -711,7 +711,8 @@ def tp2_with_orphan(
 def test_ps_shows_the_gpus_and_bytes_only_when_an_engine_holds_one(
     tp2_with_orphan: list[EngineProcess],
 ) -> None:
-    from enginespec.cli.app import Shown, _table_lines
+    from enginespec.cli.pstable import Shown
+    from enginespec.cli.pstable import table_lines as _table_lines
 
     header, *rows = _table_lines([Shown(p) for p in tp2_with_orphan], False, None)
     assert header.split()[-2:] == ["GPU", "AGE"]  # AGE is always the last without health
@@ -724,7 +725,7 @@ def test_ps_shows_the_gpus_and_bytes_only_when_an_engine_holds_one(
 
 
 def test_the_ledger_as_text_and_json(tp2_with_orphan: list[EngineProcess], host: Host) -> None:
-    from enginespec.cli.app import gpu_lines
+    from enginespec.cli.inspecting import gpu_lines
 
     devices = gpu_ledger(tp2_with_orphan, root=str(host.root))
     server, orphan, _ = tp2_with_orphan

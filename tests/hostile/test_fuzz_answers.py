@@ -166,7 +166,8 @@ def _finite_numbers(value: object) -> bool:
 def test_hostile_answers_through_the_cli_and_the_agent(
     engines: _Engines, health: bytes, models: bytes, metrics: bytes, listed: bytes
 ) -> None:
-    from enginespec.cli.app import Shown, _table_lines
+    from enginespec.cli.pstable import Shown
+    from enginespec.cli.pstable import table_lines as _table_lines
     from enginespec.fleet.agent import _json
     from enginespec.fleet.remote import _engines
     from enginespec.scanning.scanner import engine_document

@@ -20,8 +20,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from rich.console import Console
 
-import enginespec.cli.app as cli
+import enginespec.cli.watch as cli
 from enginespec import EngineProcess, Health
+from enginespec.cli.filters import Filters
+from enginespec.cli.pstable import Shown
 from enginespec.scanning.scanner import engine_document
 from enginespec.scanning.watch import Started, event_json
 from fleet.test_feeds import made_engine
@@ -226,7 +228,7 @@ def test_watch_remote_keeps_only_what_its_filter_shows() -> None:
         server.server_close()
 
 
-class _Interleaving(cli._Filters):
+class _Interleaving(Filters):
     """Lets the watch's thread apply an event at the moment the drawing thread looks at a row (as
     rich's refresh thread and the watch's thread meet by chance), once armed."""
 
@@ -237,7 +239,7 @@ class _Interleaving(cli._Filters):
         self.drawing = threading.Event()
         self.applied = threading.Event()
 
-    def keeps(self, row: cli.Shown, *, checked: bool = True) -> bool:
+    def keeps(self, row: Shown, *, checked: bool = True) -> bool:
         if self.armed and threading.get_ident() == self.drawer and not self.applied.is_set():
             self.drawing.set()
             self.applied.wait(10)

@@ -1,12 +1,13 @@
 """Fitting a table of literal strings into a terminal's width without splitting any cell: long
 values are shortened with an ellipsis where that loses the least (the middle of a path), columns
-empty in every row are left out, and optional columns go before any cell would wrap."""
+empty in every row are left out, and optional columns go before any cell would wrap. A column is
+declared once: its header, how its cell is made from a row, and its width rule."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from rich.cells import cell_len
 
@@ -14,11 +15,15 @@ ELLIPSIS = "…"
 #: spaces between two columns.
 GAP = 2
 EMPTY = "-"
+#: what a column's cells are made from (a table's row).
+Row = TypeVar("Row")
 
 
 @dataclass(frozen=True)
-class Column:
+class Column(Generic[Row]):
     header: str
+    #: the cell of a row under this header (its text, before it is made literal).
+    cell: Callable[[Row], str]
     #: how a value may be shortened: never, in the middle (paths, URLs), or at the end.
     shorten: Literal["never", "middle", "end"] = "never"
     #: fewest terminal cells a shortened value keeps.
@@ -57,7 +62,7 @@ def shorten(value: str, width: int, where: Literal["never", "middle", "end"]) ->
 
 
 def fit(
-    columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int | None
+    columns: Sequence[Column[Any]], rows: Sequence[Sequence[str]], width: int | None
 ) -> tuple[list[str], list[list[str]]]:
     """The headers and rows to show: columns empty (``-``) in every row left out; with a ``width``,
     shortened and thinned until every line fits in it where possible. Names are shortened first,
@@ -91,7 +96,7 @@ def fit(
 
 
 def _shrink(
-    columns: Sequence[Column], natural: dict[int, int], width: int, floors: dict[int, int]
+    columns: Sequence[Column[Any]], natural: dict[int, int], width: int, floors: dict[int, int]
 ) -> dict[int, int]:
     widths = dict(natural)
     excess = _total(widths) - width
@@ -113,7 +118,7 @@ def _total(widths: dict[int, int]) -> int:
 
 
 def _render(
-    columns: Sequence[Column], rows: Sequence[Sequence[str]], keep: list[int], widths: dict[int, int]
+    columns: Sequence[Column[Any]], rows: Sequence[Sequence[str]], keep: list[int], widths: dict[int, int]
 ) -> tuple[list[str], list[list[str]]]:
     headers = [columns[i].header for i in keep]
     shown = [[shorten(row[i], widths[i], columns[i].shorten) for i in keep] for row in rows]
