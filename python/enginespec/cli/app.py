@@ -71,8 +71,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         inspecting.add_commands,
         engines.add_commands,
         fleet.add_commands,
-        lifecycle.add_lifecycle_commands,
-        models.add_parser,
+        lifecycle.add_commands,
+        models.add_commands,
         engines.add_parse,
     )
     for add in adders:

@@ -1,5 +1,5 @@
 """The lifecycle subcommands of ``enginespec``: ``run``, ``stop`` and ``logs`` (registered by
-:mod:`enginespec.cli.app` through :func:`add_lifecycle_commands`)."""
+:mod:`enginespec.cli.app` through :func:`add_commands`)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from enginespec.cli.args import duration, grace
+from enginespec.cli.common import fail, json_text
 from enginespec.display import literal
-from enginespec.untrusted.documents import dumps
 
 # What the commands do is imported when one runs (the CLI starts without pydantic or a scanner).
 if TYPE_CHECKING:
-    from pydantic import BaseModel
-
     from enginespec.failures import Failure
     from enginespec.lifecycle.running import RunningEngine
     from enginespec.process.record import EngineProcess
@@ -30,17 +28,9 @@ if TYPE_CHECKING:
 INTERRUPTED = 130
 
 
-def _say(command: str, message: object) -> None:
-    print(f"enginespec {command}: {literal(str(message))}", file=sys.stderr)
-
-
-def _dump(model: BaseModel) -> str:
-    return dumps(model.model_dump(mode="json"), indent=2)
-
-
 def _print_failure(failure: Failure, as_json: bool) -> None:
     if as_json:
-        print(_dump(failure))
+        print(json_text(failure))
         return
     print(f"enginespec run: failed to start: {failure.summary()}", file=sys.stderr)
     for line in failure.cause_lines:
@@ -82,7 +72,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         _print_failure(failed.failure, args.json)
         return 1
     except (EngineSpecError, OSError) as err:
-        _say("run", err)
+        fail("run", err)
         return 2
     # SIGTERM and SIGHUP (a service manager, a closed terminal) end `run` as Ctrl-C does, and so
     # does a reader of its output that went away: the tree it started is stopped, never left
@@ -106,7 +96,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             said, status = "Ctrl-C", INTERRUPTED
         result = engine.stop(grace=args.grace)
         with contextlib.suppress(OSError):  # stderr may be the terminal that hung up
-            _say("run", f"stopped on {said}; leftover pids: {list(result.leftover) or 'none'}")
+            fail("run", f"stopped on {said}; leftover pids: {list(result.leftover) or 'none'}")
         engine.close()
         return status
     finally:
@@ -119,7 +109,7 @@ def _follow_run(args: argparse.Namespace, engine: RunningEngine) -> int:
     from enginespec.errors import LaunchFailed, NotReady
     from enginespec.failures import ended
 
-    _say("run", f"started {engine.engine_id} pid {engine.pid}; log {engine.log_path}")
+    fail("run", f"started {engine.engine_id} pid {engine.pid}; log {engine.log_path}")
     outcome: dict[str, Any] = {}
     given_up = threading.Event()
 
@@ -127,7 +117,7 @@ def _follow_run(args: argparse.Namespace, engine: RunningEngine) -> int:
         try:
             outcome["health"] = engine.wait_ready(timeout=args.timeout, stall_timeout=args.stall_timeout)
             outcome["ready_at"] = time.monotonic()
-            _say("run", f"ready at {engine.base_url}")
+            fail("run", f"ready at {engine.base_url}")
         except LaunchFailed as failed:
             outcome["error"] = failed
         except NotReady as err:
@@ -142,7 +132,7 @@ def _follow_run(args: argparse.Namespace, engine: RunningEngine) -> int:
     waiter.join()
     error = outcome.get("error")
     if isinstance(error, NotReady):
-        _say("run", error)
+        fail("run", error)
         engine.close()
         return 1
     if "ready_at" in outcome:
@@ -150,7 +140,7 @@ def _follow_run(args: argparse.Namespace, engine: RunningEngine) -> int:
         status = engine.wait(timeout=10.0) or (None, None)
         seconds = time.monotonic() - outcome["ready_at"]
         engine.close()
-        _say("run", f"{engine.engine_id} ended {seconds:.0f} s after it was ready: {ended(*status)}")
+        fail("run", f"{engine.engine_id} ended {seconds:.0f} s after it was ready: {ended(*status)}")
         code, sig = status
         return 128 + sig if sig is not None else (code if code is not None else 1)
     failure = error.failure if isinstance(error, LaunchFailed) else engine.failure()
@@ -177,17 +167,17 @@ def _cmd_stop(args: argparse.Namespace) -> int:
 
     process = _find(args.target)
     if isinstance(process, str):
-        _say("stop", process)
+        fail("stop", process)
         return 2
     try:
         engine = adopt(process)
     except EngineSpecError as err:
-        _say("stop", err)
+        fail("stop", err)
         return 2
     result = engine.stop(grace=args.grace)
     engine.close()
     if args.json:
-        print(_dump(result))
+        print(json_text(result))
     else:
         sent = ", ".join(f"{s.signal} to {s.target} {s.pid}" for s in result.signals)
         said = [result.container.detail] if result.container is not None else []
@@ -222,16 +212,16 @@ def _cmd_logs(args: argparse.Namespace) -> int:
                 for text in follow_file(kept):
                     print(literal(text), flush=True)
         except OSError as err:  # a FIFO or a device where a kept log should be
-            _say("logs", f"{kept}: {err.strerror}; not read")
+            fail("logs", f"{kept}: {err.strerror}; not read")
             return 1
         return 0
     if process is None:
-        _say("logs", f"{found}; and no log is kept for {args.target!r}")
+        fail("logs", f"{found}; and no log is kept for {args.target!r}")
         return 2
     engine = adopt(process)
     source = engine.log_source
     if source.kind in ("terminal", "pipe", "none"):
-        _say("logs", f"pid {process.pid}: no log to read: {source.reason}")
+        fail("logs", f"pid {process.pid}: no log to read: {source.reason}")
         engine.close()
         return 1
     try:
@@ -242,7 +232,7 @@ def _cmd_logs(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_lifecycle_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Adds ``run``, ``stop`` and ``logs`` through ``command(name, summary, description,
     *examples)``, the ``enginespec`` parser's maker of subcommands (so they read as every other)."""
     run = command(

@@ -195,7 +195,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0 if result.fits else 1
 
 
-def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
+def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Adds ``model`` and ``fit`` through the ``enginespec`` parser's maker of subcommands."""
     model = command(
         "model",
