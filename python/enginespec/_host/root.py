@@ -98,6 +98,28 @@ class HostRoot:
         """When the host booted, in epoch seconds."""
         return procfiles.boot_time(self.proc)
 
+    # -- the kernel's other files (ROOT/proc, ROOT/sys) -------------------------------------------
+
+    def under(self, *parts: str) -> str:
+        """``ROOT/PARTS``: ``("sys", "class", "drm")`` is ``ROOT/sys/class/drm``."""
+        return os.path.join(self.root, *parts)
+
+    def kernel_file(self, *parts: str, limit: int) -> bytes | None:
+        """At most ``limit`` bytes of the file the kernel writes at ``ROOT/PARTS``
+        (``proc/devices``, ``sys/class/drm/card0/dev``, a cgroup's ``memory.events``), ``None``
+        when it cannot be read."""
+        return procfiles.read_kernel_file(self.under(*parts), limit)
+
+    def kernel_directory(self, *parts: str) -> list[str]:
+        """The names in the directory the kernel lists at ``ROOT/PARTS``, sorted; none when it
+        cannot be listed."""
+        return procfiles.list_kernel_directory(self.under(*parts))
+
+    def kernel_link(self, *parts: str) -> str | None:
+        """Where the kernel's link at ``ROOT/PARTS`` (a device's ``driver``) points, ``None`` when
+        unreadable."""
+        return procfiles.kernel_link(self.under(*parts))
+
     # -- files a process names, read as its owner inside its root ---------------------------------
 
     def in_root(self, pid: int, path: str) -> str:
@@ -128,6 +150,24 @@ class HostRoot:
         """An fd for reading the regular file process ``pid`` holds as ``fd``; ``Refused``."""
         return namedfiles.open_held(pid, fd, self.proc)
 
+    def open_as(self, who: procfiles.Owner, path: str, flags: int) -> int:
+        """``os.open`` of the host's absolute ``path`` with the filesystem credentials of ``who``
+        (:func:`enginespec._host.namedfiles.open_as`); ``Refused``."""
+        return namedfiles.open_as(who, self.inside(path), flags)
+
+    # -- this process's own fds: the same under every root ----------------------------------------
+
+    @staticmethod
+    def held_path(handle: int) -> str:
+        """The path of an fd of this process (``/proc/self/fd/N``): the file itself, not whatever
+        its name now points at."""
+        return procfiles.held_path(handle)
+
+    @staticmethod
+    def reopen(handle: int, flags: int) -> int:
+        """A new fd on the file an ``O_PATH`` fd of this process holds, opened with ``flags``."""
+        return procfiles.reopen(handle, flags)
+
 
 #: This host's own root.
 HOST_ROOT = HostRoot("/")
@@ -142,3 +182,9 @@ def host_root(root: str | os.PathLike[str]) -> HostRoot:
     """The reader of the host under ``root`` (this host's for any path of ``/``)."""
     path = os.fspath(root)
     return _made("/" if os.path.realpath(path) == "/" else path)
+
+
+def proc_host(proc: str) -> HostRoot:
+    """The reader of the host whose kernel's process files are at ``proc`` (``ROOT/proc``), for
+    the readers keyed by that directory as the backend's ``ProcRoot`` is."""
+    return HOST_ROOT if proc == procfiles.PROC else host_root(os.path.dirname(os.path.normpath(proc)))
