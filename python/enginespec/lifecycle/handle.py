@@ -15,7 +15,7 @@ import signal as signals
 import subprocess
 import time
 
-from enginespec._host.procfiles import process_state
+from enginespec._host.root import HOST_ROOT
 
 #: Seconds a stop waits for SIGKILL to take effect (and for the killed child to be reaped) before
 #: it reports what is left.
@@ -23,9 +23,10 @@ KILL_WAIT = 5.0
 
 
 def alive(pid: int, ticks: int) -> bool:
-    """Whether the process with this identity (pid, start ticks) still runs (a zombie does not)."""
-    state = process_state(pid)
-    return state is not None and state[1] == ticks and state[0] not in ("Z", "X")
+    """Whether the process of this host with this identity (pid, start ticks) still runs (a
+    zombie does not): a handle's process is this kernel's, held or signalled from here."""
+    found = HOST_ROOT.stat(pid)
+    return found is not None and found.start_ticks == ticks and found.state not in ("Z", "X")
 
 
 def open_pidfd(pid: int, ticks: int) -> int | None:

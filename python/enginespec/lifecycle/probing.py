@@ -17,8 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from enginespec._host.namedfiles import list_named, read_named
-from enginespec._host.procfiles import proc_link, read_proc
+from enginespec._host.root import HOST_ROOT, HostRoot
 from enginespec.config import Config
 from enginespec.definition.launching import PYTHON_NAME, Launcher, resolve_launcher
 from enginespec.definition.records import EngineDefinition
@@ -137,11 +136,12 @@ def script_python(script: Path) -> Path | None:
     return Path(parts[0]) if PYTHON_NAME.fullmatch(Path(parts[0]).name) else None
 
 
-def python_of_process(pid: int) -> Path | None:
-    """The interpreter a running process executes: its ``/proc/PID/exe`` when that is a Python,
-    never argv[0] (any user can make argv[0] name any file)."""
+def python_of_process(pid: int, root: HostRoot = HOST_ROOT) -> Path | None:
+    """The interpreter a running process of the host under ``root`` executes: its
+    ``/proc/PID/exe`` when that is a Python, never argv[0] (any user can make argv[0] name any
+    file)."""
     try:
-        exe = Path(proc_link(pid, "exe"))
+        exe = Path(root.link(pid, "exe"))
     except OSError:
         return None
     return exe if PYTHON_NAME.fullmatch(exe.name) else None
@@ -155,11 +155,11 @@ _MAX_ENTRIES = 10_000
 _MAX_METADATA_HEAD = 1 << 16
 
 
-def _mapped_site_dirs(pid: int) -> list[str]:
+def _mapped_site_dirs(pid: int, root: HostRoot) -> list[str]:
     """The site-packages directories a running Python loaded extension modules from (as paths
     inside the process's root), from the kernel's ``/proc/PID/maps``."""
     try:
-        lines = read_proc(pid, "maps", _MAX_MAPS_BYTES).split(b"\n")
+        lines = root.read(pid, "maps", _MAX_MAPS_BYTES).split(b"\n")
     except OSError:
         return []
     found: dict[str, None] = {}
@@ -183,16 +183,18 @@ def _metadata_version(head: bytes) -> str | None:
     return None
 
 
-def _versions_from_files(pid: int, sites: Sequence[str], distributions: Sequence[str]) -> str | None:
+def _versions_from_files(
+    pid: int, sites: Sequence[str], distributions: Sequence[str], root: HostRoot
+) -> str | None:
     """The first installed version of ``distributions`` in ``sites`` of process ``pid``, read from
     the dist-info (or egg-info) files there as its owner would read them, inside its root (see
-    :mod:`enginespec._host.procfiles`): nothing is run."""
+    :mod:`enginespec._host.namedfiles`): nothing is run."""
     wanted = {_normalise(name) for name in distributions}
     for site in sites:
-        for entry in list_named(pid, site, _MAX_ENTRIES) or ():
+        for entry in root.list_named(pid, site, _MAX_ENTRIES) or ():
             for suffix, metadata in ((".dist-info", "METADATA"), (".egg-info", "PKG-INFO")):
                 if entry.endswith(suffix) and _normalise(entry[: -len(suffix)].split("-")[0]) in wanted:
-                    read = read_named(pid, f"{site}/{entry}/{metadata}", _MAX_METADATA_HEAD, whole=False)
+                    read = root.read_named(pid, f"{site}/{entry}/{metadata}", _MAX_METADATA_HEAD, whole=False)
                     version = _metadata_version(read.data) if read.data is not None else None
                     if version is not None:
                         return version
@@ -266,13 +268,15 @@ def resolve_python_path(engine: EngineDefinition, config: Config) -> Path | None
 
 def running_info(engine: EngineDefinition, running: EngineProcess) -> RuntimeInfo:
     """What a running engine process runs: its interpreter (``/proc/PID/exe``) and the engine's
-    version read from the dist-info files in the site-packages it loaded modules from. Nothing is
-    executed: the process may belong to any user, and argv[0] may name anything."""
-    python = python_of_process(running.pid)
+    version read from the dist-info files in the site-packages it loaded modules from, through the
+    root its record was scanned under. Nothing is executed: the process may belong to any user,
+    and argv[0] may name anything."""
+    root = running._root
+    python = python_of_process(running.pid, root)
     version = None
     if not engine.is_binary:
         version = _versions_from_files(
-            running.pid, _mapped_site_dirs(running.pid), engine.package.distributions
+            running.pid, _mapped_site_dirs(running.pid, root), engine.package.distributions, root
         )
     return RuntimeInfo(
         engine=engine.id,

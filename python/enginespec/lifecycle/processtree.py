@@ -1,6 +1,8 @@
 """The processes of one engine start besides its main process: its descendants, remembered by
 identity (pid and start ticks) as they are seen, and those that carry the start's marker in their
-environment (a descendant that left the process group and was re-parented is still found)."""
+environment (a descendant that left the process group and was re-parented is still found). They
+are this host's processes (the engine's, launched or adopted here), read through
+:data:`~enginespec._host.root.HOST_ROOT`."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from collections.abc import Mapping
 
 import psutil
 
-from enginespec._host.procfiles import read_proc, start_ticks
+from enginespec._host.root import HOST_ROOT
 from enginespec.lifecycle.handle import ProcessHandle, alive
 
 #: The variable every launched process and its descendants carry: how a descendant that left the
@@ -37,14 +39,14 @@ def _marked(run_id: str, born_after: int) -> list[int]:
     found = []
     for pid in psutil.pids():
         # the start time first: the environments of the (many) older processes are not read
-        start = start_ticks(pid)
+        start = HOST_ROOT.start_ticks(pid)
         if start is None or start < born_after:
             continue
         try:
-            environ = read_proc(pid, "environ", 1 << 20)
+            environ = HOST_ROOT.read(pid, "environ", 1 << 20)
         except OSError:
             continue
-        if needle in environ.split(b"\0") and start_ticks(pid) == start:
+        if needle in environ.split(b"\0") and HOST_ROOT.start_ticks(pid) == start:
             found.append(pid)
     return found
 
@@ -70,7 +72,7 @@ class ProcessTree:
             found += [pid for pid in psutil.pids() if in_group(pid, leader.pid)]
         for pid in found:
             if pid != leader.pid and pid not in self.known:
-                start = start_ticks(pid)
+                start = HOST_ROOT.start_ticks(pid)
                 if start is not None and start >= leader.ticks:
                     self.known[pid] = start
         return [pid for pid in self.known if pid != leader.pid]
@@ -82,7 +84,7 @@ class ProcessTree:
         if marked and self.run_id:
             for pid in _marked(self.run_id, self.process.ticks):
                 if pid != self.process.pid and pid not in self.known:
-                    start = start_ticks(pid)
+                    start = HOST_ROOT.start_ticks(pid)
                     if start is not None:
                         self.known[pid] = start
         return {pid: start for pid, start in self.known.items() if alive(pid, start)}

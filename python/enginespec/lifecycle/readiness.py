@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from enginespec._host.procfiles import SYS, read_kernel_file, read_proc
+from enginespec._host.root import HOST_ROOT
 from enginespec.definition.records import EngineDefinition
 from enginespec.definition.registry import find_engine
 from enginespec.errors import InvalidInputError, LaunchFailed, NotReady
@@ -46,10 +46,10 @@ def classify_failure(
 
 
 def oom_kills(pid: int) -> int | None:
-    """The OOM kills counted in the process's memory cgroup (v2 ``memory.events``, v1
-    ``memory.oom_control``), ``None`` when unreadable."""
+    """The OOM kills counted in the memory cgroup of a process of this host (one launched here,
+    or this one) (v2 ``memory.events``, v1 ``memory.oom_control``), ``None`` when unreadable."""
     try:
-        lines = os.fsdecode(read_proc(pid, "cgroup", 1 << 16)).splitlines()
+        lines = os.fsdecode(HOST_ROOT.read(pid, "cgroup", 1 << 16)).splitlines()
     except OSError:
         return None
     entries = [line.split(":", 2) for line in lines]
@@ -58,12 +58,12 @@ def oom_kills(pid: int) -> int | None:
             continue
         hierarchy, controllers, path = entry
         if hierarchy == "0" and controllers == "":
-            candidate = os.path.join(SYS, "fs/cgroup", path.lstrip("/"), "memory.events")
+            candidate = ("sys", "fs/cgroup", path.lstrip("/"), "memory.events")
         elif "memory" in controllers.split(","):
-            candidate = os.path.join(SYS, "fs/cgroup/memory", path.lstrip("/"), "memory.oom_control")
+            candidate = ("sys", "fs/cgroup/memory", path.lstrip("/"), "memory.oom_control")
         else:
             continue
-        for line in (read_kernel_file(candidate, 1 << 16) or b"").splitlines():
+        for line in (HOST_ROOT.kernel_file(*candidate, limit=1 << 16) or b"").splitlines():
             name, _, value = line.partition(b" ")
             if name == b"oom_kill" and value.strip().isdigit():
                 return int(value)

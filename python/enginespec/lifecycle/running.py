@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from enginespec._host.procfiles import start_ticks
+from enginespec._host.root import HOST_ROOT
 from enginespec.config import Config
 from enginespec.definition.records import EngineDefinition
 from enginespec.definition.registry import find_engine
@@ -106,6 +106,9 @@ class RunningEngine:
         #: the current start's main process (none yet: pid 0) and the rest of its tree
         self._process = ProcessHandle()
         self._tree = ProcessTree(self._process)
+        #: the host its processes are read on: this one (an adopted record's root, which
+        #: :func:`adopt` takes only when it is this host's)
+        self._root = HOST_ROOT
         self.log_path: Path | None = None
         self._book: LogBook | None = None
         self._oom_before: int | None = None
@@ -212,7 +215,7 @@ class RunningEngine:
         """The last ``n`` lines of the engine's output (stdout and stderr, with their times)."""
         if self._book is not None:
             return self._book.lines(n)
-        return source_lines(self.pid, self.log_source, n)
+        return source_lines(self.pid, self.log_source, n, self._root)
 
     def follow(self, n: int = 0, *, until: threading.Event | None = None) -> Iterator[LogLine]:
         """The last ``n`` lines, then each new one as it comes, until the engine has ended and
@@ -220,7 +223,7 @@ class RunningEngine:
         if self._book is not None:
             yield from self._book.follow(n, until=until, ended=lambda: self.exit_status() is not None)
             return
-        yield from follow_source(self.pid, self.log_source, n, ended=self.wait)
+        yield from follow_source(self.pid, self.log_source, n, ended=self.wait, root=self._root)
 
     # -- failure and readiness -------------------------------------------------------------------
 
@@ -396,7 +399,14 @@ def adopt(
     time, pinned by a pidfd: stop and restart never signal a process that took its pid since.
     Once restarted, its output is kept as a launched engine's is, in
     ``<log_dir>/<engine_id>/<start time>.log`` (``log_dir`` defaults to the data dir's ``logs``).
-    Raises :class:`InvalidInputError` when that process is gone already."""
+    Raises :class:`InvalidInputError` when that process is gone already, or is not this host's
+    (a record scanned under a fixture host's root: its pid here is another process or none)."""
+    root = process._root
+    if not root.is_host:
+        raise InvalidInputError(
+            f"pid {process.pid}: scanned under {literal(root.root)}, not this host's /: "
+            "its process cannot be held or signalled from here"
+        )
     spec = find_engine(process.engine)
     ticks = scanned_ticks(process)
     pidfd = None if ticks is None else open_pidfd(process.pid, ticks)
@@ -421,11 +431,12 @@ def adopt(
     engine._container = process.container if process._local else None
     engine._runtime_sockets = {"docker": str(settings.docker_socket), "podman": str(settings.podman_socket)}
     engine._runtime_timeout = settings.container_api_timeout
-    workers = {pid: start for pid in process.worker_pids if (start := start_ticks(pid)) is not None}
+    engine._root = root
+    workers = {pid: start for pid in process.worker_pids if (start := root.start_ticks(pid)) is not None}
     engine._tree = ProcessTree(engine._process, known=workers)
-    engine.log_source = find_log_source(process.pid)
+    engine.log_source = find_log_source(process.pid, root)
     try:
-        plan = read_plan(process.pid)
+        plan = read_plan(process.pid, root)
     except RestartRefused as refused:
         engine._unrestartable = str(refused)
     else:

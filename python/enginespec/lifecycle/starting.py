@@ -1,6 +1,7 @@
-"""What a start runs (a :class:`Plan`: from a recipe, or read from ``/proc`` for a process a scan
-found) and running it: the argv (no shell) in a session and process group of its own, with the
-start's marker in its environment, as the plan's owner, its output on pipes."""
+"""What a start runs (a :class:`Plan`: from a recipe, or read for a process a scan found through
+the root it was scanned under) and running it on this host: the argv (no shell) in a session and
+process group of its own, with the start's marker in its environment, as the plan's owner, its
+output on pipes."""
 
 from __future__ import annotations
 
@@ -10,15 +11,9 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from enginespec._host.namedfiles import Refused, open_as
-from enginespec._host.procfiles import (
-    Owner,
-    held_path,
-    proc_link,
-    proc_path,
-    read_proc,
-    start_ticks,
-)
+from enginespec._host.namedfiles import Refused
+from enginespec._host.procfiles import Owner
+from enginespec._host.root import HOST_ROOT, HostRoot
 from enginespec.config import Config
 from enginespec.definition.records import EngineDefinition
 from enginespec.display import literal
@@ -69,21 +64,22 @@ def plan_for(spec: EngineDefinition, recipe: Recipe, config: Config) -> tuple[Pl
     return plan, api_key
 
 
-def read_plan(pid: int) -> Plan:
+def read_plan(pid: int, root: HostRoot = HOST_ROOT) -> Plan:
     """The command, environment, working directory, program and owner of a running process,
-    from ``/proc``; :class:`RestartRefused` says which could not be read and why."""
+    from the kernel's files of the host under ``root`` (the one its record was scanned under);
+    :class:`RestartRefused` says which could not be read and why."""
     raw: dict[str, bytes] = {}
     for what in ("cmdline", "environ"):
         try:
-            raw[what] = read_proc(pid, what, 4 << 20)
+            raw[what] = root.read(pid, what, 4 << 20)
         except OSError as error:
-            raise RestartRefused(f"pid {pid}: cannot read {proc_path(pid, what)}: {error.strerror}") from None
+            raise RestartRefused(f"pid {pid}: cannot read {root.path(pid, what)}: {error.strerror}") from None
     links: dict[str, str] = {}
     for what in ("cwd", "exe"):
         try:
-            links[what] = proc_link(pid, what)
+            links[what] = root.link(pid, what)
         except OSError as error:
-            raise RestartRefused(f"pid {pid}: cannot read {proc_path(pid, what)}: {error.strerror}") from None
+            raise RestartRefused(f"pid {pid}: cannot read {root.path(pid, what)}: {error.strerror}") from None
     argv = tuple(os.fsdecode(part) for part in raw["cmdline"].split(b"\0") if part)
     if not argv:
         raise RestartRefused(f"pid {pid}: its command line is empty (a zombie, or it hides it)")
@@ -96,7 +92,7 @@ def read_plan(pid: int) -> Plan:
     for what, path in links.items():
         if path.endswith(" (deleted)"):
             raise RestartRefused(f"pid {pid}: its {what} {literal(path)} was deleted or replaced")
-    uid, gid, groups = _owner(pid)
+    uid, gid, groups = _owner(pid, root)
     # the same program, run as its owner: never with more privilege than it had
     as_owner = uid != os.geteuid()
     return Plan(
@@ -112,16 +108,12 @@ def read_plan(pid: int) -> Plan:
     )
 
 
-def _owner(pid: int) -> tuple[int, int, tuple[int, ...]]:
+def _owner(pid: int, root: HostRoot) -> tuple[int, int, tuple[int, ...]]:
     """The real uid, gid and supplementary groups of a process (``/proc/PID/status``)."""
-    fields: dict[str, list[str]] = {}
-    try:
-        for line in os.fsdecode(read_proc(pid, "status", 1 << 16)).splitlines():
-            name, _, value = line.partition(":")
-            fields[name] = value.split()
-        return int(fields["Uid"][0]), int(fields["Gid"][0]), tuple(int(g) for g in fields.get("Groups", []))
-    except (OSError, KeyError, IndexError, ValueError):
-        raise RestartRefused(f"pid {pid}: cannot read its owner from {proc_path(pid, 'status')}") from None
+    status = root.status(pid)
+    if status is None or status.ruid is None or status.rgid is None:
+        raise RestartRefused(f"pid {pid}: cannot read its owner from {root.path(pid, 'status')}")
+    return status.ruid, status.rgid, status.groups or ()
 
 
 def _owner_cwd(plan: Plan) -> int | None:
@@ -134,7 +126,7 @@ def _owner_cwd(plan: Plan) -> int | None:
         return None
     who = Owner(plan.user, plan.group if plan.group is not None else -1, plan.groups or ())
     try:
-        return open_as(who, plan.cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        return HOST_ROOT.open_as(who, plan.cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except Refused as why:
         raise RestartRefused(
             f"its owner (uid {plan.user}) cannot enter its working directory {literal(plan.cwd)}: {why}"
@@ -151,7 +143,7 @@ def spawn(plan: Plan, run_id: str, started: float) -> ProcessHandle:
             list(plan.argv),
             executable=plan.executable,
             env={**plan.env, RUN_ID_VARIABLE: run_id},
-            cwd=plan.cwd if held is None else held_path(held),
+            cwd=plan.cwd if held is None else HOST_ROOT.held_path(held),
             user=plan.user,
             group=plan.group,
             extra_groups=plan.groups,
@@ -167,4 +159,6 @@ def spawn(plan: Plan, run_id: str, started: float) -> ProcessHandle:
     # Our unreaped child: its pid cannot be handed out again before we wait for it.
     opener = getattr(os, "pidfd_open", None)
     pidfd = opener(popen.pid) if opener is not None else -1
-    return ProcessHandle(popen.pid, start_ticks(popen.pid) or 0, pidfd, start_time=started, popen=popen)
+    return ProcessHandle(
+        popen.pid, HOST_ROOT.start_ticks(popen.pid) or 0, pidfd, start_time=started, popen=popen
+    )
