@@ -5,14 +5,12 @@ no other module changed."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 import enginespec.gpus.reader as reader_module
 from enginespec import gpu_ledger, with_gpus
-from enginespec._host.procfiles import list_kernel_directory
 from enginespec.gpus.drm import drm_client
 from enginespec.gpus.vendor import Device, HostGpus, TreeGpus, VendorReading, number, read_text
 from helpers.gpuhost import GIB, Host, engine, fdinfo_new
@@ -22,7 +20,7 @@ FAKE_MAJOR = 511
 
 class FakeReading(VendorReading):
     def __init__(self, host: HostGpus, majors: frozenset[int]) -> None:
-        self.root = host.root
+        self.root = host.door
         self.nodes = host.nodes
         self.majors = majors
 
@@ -42,17 +40,17 @@ class FakeVendor:
 
     def read(self, host: HostGpus, libraries: bool) -> FakeReading:
         majors = frozenset(host.majors.get("fakeaccel", ()))
-        base = os.path.join(host.root, "sys", "class", "fakeaccel")
-        for board in sorted(list_kernel_directory(base)):
+        base = ("sys", "class", "fakeaccel")
+        for board in sorted(host.door.kernel_directory(*base)):
             minor = int(board)
             device = Device(
                 key=f"fake:{minor}",
                 vendor="other",
-                name=(read_text(base, board, "name") or "").strip() or None,
+                name=(read_text(host.door, *base, board, "name") or "").strip() or None,
                 pci=None,
                 index=minor,
-                total=number(read_text(base, board, "mem_total")),
-                used=number(read_text(base, board, "mem_used")),
+                total=number(read_text(host.door, *base, board, "mem_total")),
+                used=number(read_text(host.door, *base, board, "mem_used")),
             )
             host.devices[device.key] = device
             for major in majors:

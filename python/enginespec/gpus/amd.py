@@ -5,10 +5,9 @@ ROCm."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
-from enginespec._host.procfiles import list_kernel_directory
+from enginespec._host.root import HostRoot
 from enginespec.gpus.drm import DRM_MAJOR
 from enginespec.gpus.vendor import HostGpus, TreeGpus, VendorReading, number, read_text
 
@@ -16,7 +15,7 @@ _UNKNOWN = "uses ROCm (holds /dev/kfd): device unknown"
 
 
 class AmdReading(VendorReading):
-    def __init__(self, root: str, kfd: frozenset[int], gpu_ids: Mapping[int, str]) -> None:
+    def __init__(self, root: HostRoot, kfd: frozenset[int], gpu_ids: Mapping[int, str]) -> None:
         self.root = root
         self.majors = kfd
         #: KFD's ``gpu_id`` of each GPU -> the device's key
@@ -24,26 +23,27 @@ class AmdReading(VendorReading):
 
     def opened(self, pid: int, fd: int, major: int, minor: int, tree: TreeGpus) -> None:
         tree.unknown.setdefault("amd", _UNKNOWN)
-        directory = os.path.join(self.root, "sys", "class", "kfd", "kfd", "proc", str(pid))
-        for name in list_kernel_directory(directory):
+        directory = ("sys", "class", "kfd", "kfd", "proc", str(pid))
+        for name in self.root.kernel_directory(*directory):
             gpu_id = number(name[5:]) if name.startswith("vram_") else None
             key = self.gpu_ids.get(gpu_id) if gpu_id is not None else None
-            size = number(read_text(directory, name)) if key is not None else None
+            size = number(read_text(self.root, *directory, name)) if key is not None else None
             if key is not None and size is not None:
                 tree.holding(key).account(pid, size, "kfd")
 
 
 def read(host: HostGpus, libraries: bool) -> AmdReading:
     """ROCm's GPUs (KFD topology nodes with a ``gpu_id``), numbered as ROCm numbers them."""
-    base = os.path.join(host.root, "sys", "class", "kfd", "kfd", "topology", "nodes")
+    base = ("sys", "class", "kfd", "kfd", "topology", "nodes")
     gpu_ids = {}
     index = 0
-    for node in sorted(list_kernel_directory(base), key=lambda name: number(name) or 0):
-        gpu_id = number(read_text(base, node, "gpu_id"))
+    for node in sorted(host.door.kernel_directory(*base), key=lambda name: number(name) or 0):
+        gpu_id = number(read_text(host.door, *base, node, "gpu_id"))
         if not gpu_id:
             continue  # a CPU node
+        text = read_text(host.door, *base, node, "properties") or ""
         properties = dict(
-            line.split(None, 1) for line in (read_text(base, node, "properties") or "").splitlines()
+            line.split(None, 1) for line in text.splitlines()
             if len(line.split(None, 1)) == 2
         )  # fmt: skip
         key = host.nodes.get((DRM_MAJOR, number(properties.get("drm_render_minor")) or -1))
@@ -51,4 +51,4 @@ def read(host: HostGpus, libraries: bool) -> AmdReading:
             gpu_ids[gpu_id] = key
             host.devices[key].index = index
         index += 1
-    return AmdReading(host.root, frozenset(host.majors.get("kfd", ())), gpu_ids)
+    return AmdReading(host.door, frozenset(host.majors.get("kfd", ())), gpu_ids)

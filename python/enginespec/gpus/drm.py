@@ -5,11 +5,10 @@ an earlier vendor found (nvidia-drm's) is that GPU."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 
-from enginespec._host.procfiles import list_kernel_directory
+from enginespec._host.root import HostRoot
 from enginespec.definition.accelerators import Vendor
 from enginespec.gpus.ids import normal_pci
 from enginespec.gpus.vendor import (
@@ -67,7 +66,7 @@ def drm_client(text: str) -> tuple[tuple[str, str] | None, Client]:
 class DrmReading(VendorReading):
     majors = frozenset({DRM_MAJOR})
 
-    def __init__(self, root: str, nodes: Mapping[tuple[int, int], str]) -> None:
+    def __init__(self, root: HostRoot, nodes: Mapping[tuple[int, int], str]) -> None:
         self.root = root
         self.nodes = nodes
 
@@ -84,27 +83,27 @@ class DrmReading(VendorReading):
 
 def read(host: HostGpus, libraries: bool) -> DrmReading:
     """DRM nodes (``card<N>``, ``renderD<N>``) and their PCI devices, from ``/sys/class/drm``."""
-    base = os.path.join(host.root, "sys", "class", "drm")
+    door, base = host.door, ("sys", "class", "drm")
     cards: list[tuple[int, Device]] = []
-    for name in list_kernel_directory(base):
+    for name in door.kernel_directory(*base):
         if not re.fullmatch(r"(card|renderD)\d+", name):
             continue
-        major, _, minor = (read_text(base, name, "dev") or "").strip().partition(":")
+        major, _, minor = (read_text(door, *base, name, "dev") or "").strip().partition(":")
         if number(major) != DRM_MAJOR or number(minor) is None:
             continue
-        device_dir = os.path.join(base, name, "device")
-        pci = normal_pci(link_name(device_dir) or "")
+        device_dir = (*base, name, "device")
+        pci = normal_pci(link_name(door, *device_dir) or "")
         device = host.by_pci(pci)
         if device is None:
-            vendor = _VENDORS.get((read_text(device_dir, "vendor") or "").strip(), "other")
-            product = (read_text(device_dir, "product_name") or "").strip()
-            driver = link_name(device_dir, "driver")
-            model = (read_text(device_dir, "device") or "").strip()
+            vendor = _VENDORS.get((read_text(door, *device_dir, "vendor") or "").strip(), "other")
+            product = (read_text(door, *device_dir, "product_name") or "").strip()
+            driver = link_name(door, *device_dir, "driver")
+            model = (read_text(door, *device_dir, "device") or "").strip()
             label = product or " ".join(part for part in (driver, model) if part) or None
             key = f"pci:{pci}" if pci else f"drm:{name}"
             device = Device(key=key, vendor=vendor, name=label, pci=pci)
-            device.total = number(read_text(device_dir, "mem_info_vram_total"))
-            device.used = number(read_text(device_dir, "mem_info_vram_used"))
+            device.total = number(read_text(door, *device_dir, "mem_info_vram_total"))
+            device.used = number(read_text(door, *device_dir, "mem_info_vram_used"))
             host.devices[key] = device
             cards.append((int(minor), device))
         host.nodes[(DRM_MAJOR, int(minor))] = device.key
@@ -114,4 +113,4 @@ def read(host: HostGpus, libraries: bool) -> DrmReading:
         if device.index is None and device.vendor != "nvidia":
             device.index = counters.get(device.vendor, 0)
             counters[device.vendor] = device.index + 1
-    return DrmReading(host.root, host.nodes)
+    return DrmReading(door, host.nodes)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 
-from enginespec._host.procfiles import list_kernel_directory
 from enginespec.gpus.ids import UUID, normal_pci
 from enginespec.gpus.nvml import NvmlDevice, query
 from enginespec.gpus.vendor import Device, HostGpus, ProcessLists, TreeGpus, VendorReading, number, read_text
@@ -32,10 +31,10 @@ def _information(text: str) -> dict[str, str]:
 
 def _read_procfs(host: HostGpus) -> int:
     """The GPUs the driver lists, and their device nodes; how many there are."""
-    base = os.path.join(host.root, "proc", "driver", "nvidia", "gpus")
+    base = ("proc", "driver", "nvidia", "gpus")
     found = []
-    for bus in list_kernel_directory(base):
-        info = _information(read_text(base, bus, "information") or "")
+    for bus in host.door.kernel_directory(*base):
+        info = _information(read_text(host.door, *base, bus, "information") or "")
         pci = normal_pci(info.get("Bus Location", bus))
         minor = number(info.get("Device Minor"))
         uuid = info.get("GPU UUID", "")

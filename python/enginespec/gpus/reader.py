@@ -10,7 +10,6 @@ a host these functions read the same way. Only the pids they are given are read.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,8 +17,7 @@ from typing import get_args
 
 from pydantic import BaseModel, ConfigDict
 
-from enginespec._host.backend import proc_root
-from enginespec._host.procfiles import proc_path
+from enginespec._host.root import HOST_ROOT, host_root
 from enginespec.definition.accelerators import Vendor
 from enginespec.gpus import amd, drm, nvidia
 from enginespec.gpus.vendor import Device, GpuSource, GpuVendor, Holding, HostGpus, TreeGpus, read_text
@@ -118,7 +116,7 @@ Held = tuple[tuple[GpuUse, ...], str | None]
 def _char_devices(root: str) -> dict[str, set[int]]:
     """Character device majors by driver name, from ``/proc/devices``."""
     majors: dict[str, set[int]] = {}
-    text = read_text(root, "proc", "devices") or ""
+    text = read_text(host_root(root), "proc", "devices") or ""
     block = text.find("Block devices:")
     for line in text[: block if block >= 0 else None].splitlines():
         number, _, name = line.strip().partition(" ")
@@ -150,10 +148,11 @@ class _Fds:
 def _open_devices(root: str, pid: int) -> _Fds | None:
     """The character devices ``/proc/PID/fd/*`` point at, by ``st_rdev``, as the backend lists
     them; ``None`` for a vanished process."""
-    found, denied = proc_root(os.path.join(root, "proc")).open_devices(pid)
+    found, denied = host_root(root).procfs.open_devices(pid)
     if found is not None:
         return _Fds(tuple(found))
-    return _Fds((), f"cannot read {proc_path(pid, 'fd')}: permission denied") if denied else None
+    # named as the process knows it: its own /proc/PID/fd
+    return _Fds((), f"cannot read {HOST_ROOT.path(pid, 'fd')}: permission denied") if denied else None
 
 
 #: The character devices (fd, major, minor) of the pids whose open files a scan listed.
@@ -322,14 +321,14 @@ class GpuReader:
 
 
 def _comm(root: str, pid: int) -> str | None:
-    text = read_text(root, "proc", str(pid), "comm")
+    text = read_text(host_root(root), "proc", str(pid), "comm")
     return text.rstrip("\n") if text is not None else None
 
 
 def _other_holders(root: str, skip: set[int], host: HostGpus) -> Iterable[int]:
     """Pids outside the engine trees holding a GPU driver's character device (every process's
     open files are listed: what ``enginespec gpus`` reads beyond a scan)."""
-    for pid, _inode in sorted(proc_root(os.path.join(root, "proc")).list_pids()):  # the backend's lister
+    for pid, _inode in sorted(host_root(root).procfs.list_pids()):  # the backend's lister
         if pid in skip:
             continue
         fds = _open_devices(root, pid)

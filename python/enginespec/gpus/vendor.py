@@ -2,8 +2,8 @@
 finds under a root, the device-node numbers that tie a process's open file to one of them, what
 else an open file of its says (memory, a compute stack in use), and the driver's own lists of the
 processes on its devices when it has them. The reader (``gpus/reader.py``) asks each registered
-vendor in turn and names none of them; a vendor reads its files through the helpers here, under
-the host's root."""
+vendor in turn and names none of them; a vendor reads its files through the helpers here, through
+the host's root (:class:`~enginespec._host.root.HostRoot`, the door of every read of a host)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from enginespec._host.procfiles import kernel_link, read_kernel_file
+from enginespec._host.root import HostRoot, host_root
 from enginespec.definition.accelerators import Vendor
 
 #: Where a tree's bytes on a device (or, for ``fd``, only the device) came from.
@@ -25,9 +25,9 @@ _READ_LIMIT = 1 << 16
 # -- reading under a root ------------------------------------------------------------------------
 
 
-def read_text(*parts: str) -> str | None:
-    """The kernel file at the joined path (its first 64 KiB), or ``None`` when unreadable."""
-    data = read_kernel_file(os.path.join(*parts), _READ_LIMIT)
+def read_text(root: HostRoot, *parts: str) -> str | None:
+    """The kernel file at ``ROOT/PARTS`` (its first 64 KiB), or ``None`` when unreadable."""
+    data = root.kernel_file(*parts, limit=_READ_LIMIT)
     return None if data is None else data.decode("utf-8", "replace")
 
 
@@ -42,9 +42,9 @@ def number(text: str | None, base: int = 10) -> int | None:
     return value if value >= 0 else None
 
 
-def link_name(*parts: str) -> str | None:
-    """The last part of the target of the link at the joined path (a sysfs link), or ``None``."""
-    target = kernel_link(os.path.join(*parts))
+def link_name(root: HostRoot, *parts: str) -> str | None:
+    """The last part of the target of the link at ``ROOT/PARTS`` (a sysfs link), or ``None``."""
+    target = root.kernel_link(*parts)
     return None if target is None else os.path.basename(target)
 
 
@@ -119,6 +119,11 @@ class HostGpus:
     nodes: dict[tuple[int, int], str] = field(default_factory=dict)
     readings: list[VendorReading] = field(default_factory=list)
     by_major: dict[int, list[VendorReading]] = field(default_factory=dict)
+    #: the reader of the host under ``root``, every vendor's reads go through
+    door: HostRoot = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.door = host_root(self.root)
 
     def add(self, reading: VendorReading) -> None:
         self.readings.append(reading)

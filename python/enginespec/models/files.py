@@ -9,7 +9,7 @@ import os
 import stat
 from typing import Any, Literal
 
-from enginespec._host.procfiles import reopen
+from enginespec._host.root import HostRoot
 from enginespec.definition.modelrecords import Files
 from enginespec.untrusted.documents import DocumentError, parse_json
 
@@ -50,7 +50,7 @@ class HostFiles:
             if not stat.S_ISREG(os.fstat(probe).st_mode):
                 raise ModelError(f"{path}: not a regular file")
             try:
-                return reopen(probe, readonly)
+                return HostRoot.reopen(probe, readonly)
             except OSError as e:
                 raise ModelError(f"{path}: {e.strerror}") from None
         finally:

@@ -21,13 +21,15 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from enginespec._host import backend as _backend
-from enginespec._host.procfiles import PROC, read_proc
-from enginespec._host.root import HOST_ROOT
+from enginespec._host.root import HOST_ROOT, proc_host
 from enginespec._host.shapes import kernel_fields, kernel_int, tcp_address
 from enginespec.process.containers import netns_addresses
 from enginespec.process.urls import connect_host
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+#: This host's process files, where the readers below look unless given a fixture host's
+#: (``ROOT/proc``, as the backend's ``ProcRoot`` is keyed).
+PROC = HOST_ROOT.proc
 #: At most this many processes' fd tables are read to name the holders of a socket (a host has a
 #: few hundred to a few thousand; the walk stops as soon as every socket's holder is found).
 MAX_HOLDER_WALK = 20_000
@@ -107,7 +109,7 @@ def connection_owner(local: tuple[str, int], remote: tuple[str, int], proc: str 
         return asked
     for table in ("net/tcp", "net/tcp6"):
         try:
-            data = read_proc("self", table, MAX_CONNECTION_TABLE, proc)
+            data = proc_host(proc).read("self", table, MAX_CONNECTION_TABLE)
         except OSError:
             continue
         for line in data.split(b"\n")[1:]:
@@ -312,7 +314,7 @@ def unix_listeners(tree: Sequence[int], path: str, proc: str = PROC) -> frozense
     if held is None:
         return None
     try:
-        lines = read_proc(pids[0], "net/unix", -1, proc).splitlines()[1:]
+        lines = proc_host(proc).read(pids[0], "net/unix", -1).splitlines()[1:]
     except OSError:
         return frozenset()
     wanted = os.fsencode(path)
