@@ -478,6 +478,62 @@ def test_only_the_reading_layer_names_proc() -> None:
     assert {name for name in naming if not name.startswith("enginespec._host.")} == set()
 
 
+#: What a module outside ``_host/`` may take from the kernel's files and the files a process names:
+#: their records and pure parsers. Every read goes through the door, ``_host/root.py``'s
+#: ``HostRoot``, of the root the record was scanned under (or this host's, ``HOST_ROOT``).
+NOT_READERS = {
+    "enginespec._host.procfiles": {"Owner", "PidStat", "PidStatus", "parse_stat", "parse_status"},
+    "enginespec._host.namedfiles": {"FileKind", "Identity", "NamedFile", "Refused", "file_kind"},
+}
+
+
+def _reads_past_the_door(name: str, source: str) -> list[str]:
+    """What module ``name`` imports of ``_host/``'s readers besides the door (anywhere in it,
+    functions too): a reading function, a path constant, or a reader module whole."""
+    if name.startswith("enginespec._host."):
+        return []
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name in NOT_READERS]
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and not node.level:
+            if node.module in NOT_READERS:
+                allowed = NOT_READERS[node.module]
+                found += [f"{node.module}.{a.name}" for a in node.names if a.name not in allowed]
+            else:
+                found += [
+                    f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in NOT_READERS
+                ]
+    return found
+
+
+def test_every_read_of_a_process_goes_through_the_door() -> None:
+    """Outside ``_host/``, a process's files (``/proc``, ``/sys``, the files it names) are read
+    through a ``HostRoot``: health, load, vitals, lifecycle, probing, model files and GPUs read the
+    host a record was scanned under, never this host's ``/proc`` by a reader's default."""
+    found = {name: _reads_past_the_door(name, path.read_text()) for name, path in MODULES.items()}
+    assert {name: names for name, names in found.items() if names} == {}
+
+
+def test_the_door_check_finds_a_read_past_it() -> None:
+    past = (
+        "from enginespec._host.procfiles import PidStat, read_proc\n"
+        "from enginespec._host import namedfiles\n"
+        "import enginespec._host.procfiles\n"
+        "def f():\n"
+        "    from enginespec._host.namedfiles import Refused, open_held\n"
+    )
+    assert _reads_past_the_door("enginespec.lifecycle.x", past) == [
+        "enginespec._host.procfiles.read_proc",
+        "enginespec._host.namedfiles",
+        "enginespec._host.procfiles",
+        "enginespec._host.namedfiles.open_held",
+    ]
+    assert _reads_past_the_door("enginespec._host.root", past) == []
+    door = "from enginespec._host.root import HOST_ROOT\nfrom enginespec._host.namedfiles import Refused\n"
+    assert _reads_past_the_door("enginespec.lifecycle.x", door) == []
+
+
 def _loaded(code: str) -> list[str]:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
