@@ -58,24 +58,28 @@ def _checked(path: str, field: str, expected: str | None = None) -> Path:
     return Path(path)
 
 
-def managed_bin_dir(engine: EngineDefinition, config: Config) -> Path:
+def managed_bin_dir(definition: EngineDefinition, config: Config) -> Path:
     """``bin`` directory of the managed runtime (a venv for Python engines)."""
-    return config.runtime_dir(engine.id) / ("bin" if engine.is_binary else "venv/bin")
+    return config.runtime_dir(definition.id) / ("bin" if definition.is_binary else "venv/bin")
 
 
-def _binary(engine: EngineDefinition, binary: Path) -> Launcher:
-    kind: LauncherKind = "binary" if engine.is_binary else "console_script"
-    return Launcher(prefix=(str(binary), *engine.launch.args), kind=kind)
+def _binary(definition: EngineDefinition, binary: Path) -> Launcher:
+    kind: LauncherKind = "binary" if definition.is_binary else "console_script"
+    return Launcher(prefix=(str(binary), *definition.launch.args), kind=kind)
 
 
-def _python(engine: EngineDefinition, python: Path) -> Launcher:
-    if engine.is_binary:
-        raise CommandError(f"python_path: {engine.id} is a binary, not a Python package; set binary_path")
-    script = python.parent / engine.launch.executable
-    needs = engine.launch.script_needs
-    if engine.launch.kind == "console_script" and script.is_file() and (needs is None or _has(python, needs)):
-        return Launcher(prefix=(str(script), *engine.launch.args), kind="console_script", python=python)
-    return Launcher(prefix=(str(python), *engine.launch.module_args), kind="module", python=python)
+def _python(definition: EngineDefinition, python: Path) -> Launcher:
+    if definition.is_binary:
+        raise CommandError(f"python_path: {definition.id} is a binary, not a Python package; set binary_path")
+    script = python.parent / definition.launch.executable
+    needs = definition.launch.script_needs
+    if (
+        definition.launch.kind == "console_script"
+        and script.is_file()
+        and (needs is None or _has(python, needs))
+    ):
+        return Launcher(prefix=(str(script), *definition.launch.args), kind="console_script", python=python)
+    return Launcher(prefix=(str(python), *definition.launch.module_args), kind="module", python=python)
 
 
 def _has(python: Path, distribution: str) -> bool:
@@ -95,7 +99,7 @@ def _has(python: Path, distribution: str) -> bool:
 
 
 def resolve_launcher(
-    engine: EngineDefinition,
+    definition: EngineDefinition,
     config: Config,
     *,
     python_path: str | None = None,
@@ -105,28 +109,28 @@ def resolve_launcher(
     recipe's), ``ENGINESPEC_<ENGINE>_BIN`` / ``_PYTHON``, the managed runtime, ``PATH``; the bare
     command name when nothing is found. Paths with ``..`` or an unexpected basename are refused
     with a :class:`CommandError` naming the field."""
-    executable = engine.launch.executable
-    env = Config.variable_prefix(engine.id)
+    executable = definition.launch.executable
+    env = Config.variable_prefix(definition.id)
     if binary_path:
-        return _binary(engine, _checked(binary_path, "binary_path", executable))
+        return _binary(definition, _checked(binary_path, "binary_path", executable))
     if python_path:
-        return _python(engine, _checked(python_path, "python_path"))
-    configured_binary, configured_python = config.binary_for(engine.id), config.python_for(engine.id)
+        return _python(definition, _checked(python_path, "python_path"))
+    configured_binary, configured_python = config.binary_for(definition.id), config.python_for(definition.id)
     if configured_binary is not None:
-        return _binary(engine, _checked(str(configured_binary), f"{env}_BIN", executable))
+        return _binary(definition, _checked(str(configured_binary), f"{env}_BIN", executable))
     if configured_python is not None:
-        return _python(engine, _checked(str(configured_python), f"{env}_PYTHON"))
-    managed = managed_bin_dir(engine, config)
-    if engine.is_binary and (managed / executable).is_file():
-        return _binary(engine, managed / executable)
-    if not engine.is_binary and (managed / "python").is_file():
-        return _python(engine, managed / "python")
+        return _python(definition, _checked(str(configured_python), f"{env}_PYTHON"))
+    managed = managed_bin_dir(definition, config)
+    if definition.is_binary and (managed / executable).is_file():
+        return _binary(definition, managed / executable)
+    if not definition.is_binary and (managed / "python").is_file():
+        return _python(definition, managed / "python")
     found = shutil.which(executable)
     if found:
         sibling = Path(found).parent / "python"
-        if engine.launch.kind == "module" and sibling.is_file():
-            return _python(engine, sibling)
-        return _binary(engine, Path(found))
-    if engine.launch.kind == "module":
-        return Launcher(prefix=("python3", *engine.launch.module_args), kind="module")
-    return _binary(engine, Path(executable))
+        if definition.launch.kind == "module" and sibling.is_file():
+            return _python(definition, sibling)
+        return _binary(definition, Path(found))
+    if definition.launch.kind == "module":
+        return Launcher(prefix=("python3", *definition.launch.module_args), kind="module")
+    return _binary(definition, Path(executable))

@@ -39,22 +39,22 @@ def _load_plugins(known: set[str]) -> list[EngineDefinition]:
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         try:
             loaded = entry.load()
-            engine = loaded() if isinstance(loaded, type) else loaded
+            definition = loaded() if isinstance(loaded, type) else loaded
         except Exception as err:  # a broken plugin must not break enginespec
             warnings.warn(f"enginespec: engine plugin {entry.name!r} failed to load: {err}", stacklevel=3)
             continue
-        if not isinstance(engine, EngineDefinition):
-            kind = type(engine).__name__
+        if not isinstance(definition, EngineDefinition):
+            kind = type(definition).__name__
             warnings.warn(
                 f"enginespec: engine plugin {entry.name!r} is not an EngineSpec ({kind})", stacklevel=3
             )
-        elif engine.id in known:
+        elif definition.id in known:
             warnings.warn(
-                f"enginespec: engine plugin {entry.name!r} reuses the id {engine.id!r}", stacklevel=3
+                f"enginespec: engine plugin {entry.name!r} reuses the id {definition.id!r}", stacklevel=3
             )
         else:
-            known.add(engine.id)
-            plugins.append(engine)
+            known.add(definition.id)
+            plugins.append(definition)
     return plugins
 
 
@@ -66,21 +66,21 @@ def all_engines() -> tuple[EngineDefinition, ...]:
         # package registers them (register_builtin) when imported.
         importlib.import_module(BUILTIN_PACKAGE)
     if _all is None:
-        _all = _builtin + tuple(_load_plugins({engine.id for engine in _builtin}))
+        _all = _builtin + tuple(_load_plugins({definition.id for definition in _builtin}))
     return _all
 
 
 def engine_ids() -> tuple[str, ...]:
-    return tuple(engine.id for engine in all_engines())
+    return tuple(definition.id for definition in all_engines())
 
 
 def engine_names() -> dict[str, str]:
     """Every name an engine is typed by (its id, then each alias another engine's id does not
     take) -> that engine's id."""
-    names = {engine.id: engine.id for engine in all_engines()}
-    for engine in all_engines():
-        for alias in engine.aliases:
-            names.setdefault(alias, engine.id)
+    names = {definition.id: definition.id for definition in all_engines()}
+    for definition in all_engines():
+        for alias in definition.aliases:
+            names.setdefault(alias, definition.id)
     return names
 
 
@@ -104,4 +104,4 @@ def find_engine(engine: str) -> EngineDefinition:
 
 def all_signatures() -> tuple[Signature, ...]:
     """Every registered engine's signature, in matching order."""
-    return tuple(engine.signature for engine in all_engines())
+    return tuple(definition.signature for definition in all_engines())

@@ -47,7 +47,7 @@ registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
 def all_engine_specs() -> tuple[EngineSpec, ...]:
     """Built-in engines followed by plugins, loaded once."""
-    return tuple(engine for engine in registry.all_engines() if isinstance(engine, EngineSpec))
+    return tuple(definition for definition in registry.all_engines() if isinstance(definition, EngineSpec))
 
 
 def get_engine_spec(engine: str) -> EngineSpec:

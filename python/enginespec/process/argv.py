@@ -163,14 +163,14 @@ def parse_argv(argv: Sequence[str], cwd: str | os.PathLike[str] | None = None) -
         return None
     index, model, served, host, port, role = raw
     signature = compiled.signatures[index]
-    engine = find_engine(signature.engine)
+    definition = find_engine(signature.engine)
     port_text = argv_port(signature, tokens)
-    replaced = replaced_by_config(engine, tokens)
+    replaced = replaced_by_config(definition, tokens)
     if "host" in replaced:
         host = None
     if "port" in replaced:
         port, port_text = None, None
-    where = endpoint(engine, tokens, host, port, port_text, role)
+    where = endpoint(definition, tokens, host, port, port_text, role)
     problems = where.problems
     needed = checkout(signature, tokens)
     if needed is not None:
@@ -194,12 +194,12 @@ def parse_argv(argv: Sequence[str], cwd: str | os.PathLike[str] | None = None) -
     )
 
 
-def replaced_by_config(engine: EngineDefinition, argv: Sequence[str]) -> frozenset[Fact]:
+def replaced_by_config(definition: EngineDefinition, argv: Sequence[str]) -> frozenset[Fact]:
     """The facts argv gives that the engine ignores because argv names a config file."""
-    settings = engine.settings
+    settings = definition.settings
     if not settings.config_replaces_argv or settings.config_flag is None:
         return frozenset()
-    given = flag_value(argv, engine.signature, settings.config_flag) is not None
+    given = flag_value(argv, definition.signature, settings.config_flag) is not None
     return settings.config_replaces_argv if given else frozenset()
 
 
@@ -223,25 +223,25 @@ def argv_port(signature: Signature, argv: Sequence[str]) -> str | None:
 
 
 def endpoint(
-    engine: EngineDefinition,
+    definition: EngineDefinition,
     argv: Sequence[str],
     host: str | None,
     port: int | None,
     port_text: str | None,
     role: Role = "server",
 ) -> ArgvAddress:
-    """The endpoint of a server of ``engine`` listening on ``host`` and ``port`` (``None``: not
+    """The endpoint of a server of ``definition`` listening on ``host`` and ``port`` (``None``: not
     given). ``port_text`` is what its settings say the port is, when they say so: a text that is
     no port leaves the port unknown, not the default. A process of a role that serves no HTTP API
     has no URL; a retitled worker has not even the engine's default port."""
-    signature = engine.signature
+    signature = definition.signature
     if role in ("worker", "orphan"):
         return ArgvAddress(host or signature.default_host, port, None, ())
     if role in NOT_SERVING_ROLES:
         own = _listen_default(signature, argv)
         if own is not None and port_text is None:  # a follower listening on its own address
             return ArgvAddress(host or own[0], own[1] if port is None else port, None, ())
-        where = endpoint(engine, argv, host, port, port_text)
+        where = endpoint(definition, argv, host, port, port_text)
         return ArgvAddress(where.effective_host, where.effective_port, None, where.problems)
     problems: list[str] = []
     effective_host = host or signature.default_host
@@ -253,14 +253,14 @@ def endpoint(
     elif port == 0:
         effective_port = None
         problems.append("port 0 (any free port) says nothing about where it listens")
-    socket_flag = engine.serving.socket_flag
+    socket_flag = definition.serving.socket_flag
     socket = flag_value(argv, signature, socket_flag) if socket_flag else None
     if socket is not None:
         url = unix_socket_url(socket)
         if url is None:
             problems.append(f"socket path '{literal(socket)}' is not an absolute, printable path")
     else:
-        url = base_url(effective_host, effective_port, sockets=engine.serving.socket_host)
+        url = base_url(effective_host, effective_port, sockets=definition.serving.socket_host)
         if url is None and effective_port is not None:
             problems.append(f"host '{literal(effective_host)}' is not an address")
     return ArgvAddress(effective_host, effective_port, url, tuple(problems))

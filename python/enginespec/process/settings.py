@@ -63,29 +63,33 @@ def split_address(value: str) -> tuple[str | None, str | None]:
     return host or None, port or None
 
 
-def environment_names(engine: EngineDefinition) -> list[str]:
+def environment_names(definition: EngineDefinition) -> list[str]:
     """The variables of a process's environment the engine's settings read (its scan's read set,
     ``_host.shapes.ReadSet``): facts, API keys, and what makes a follower a server."""
     names = dict.fromkeys(
-        [*engine.settings.environment, *engine.serving.api_key_env, *engine.settings.server_environment]
+        [
+            *definition.settings.environment,
+            *definition.serving.api_key_env,
+            *definition.settings.server_environment,
+        ]
     )
     return list(names)
 
 
-def serves_by_environment(engine: EngineDefinition, environ: Environ | None) -> bool:
+def serves_by_environment(definition: EngineDefinition, environ: Environ | None) -> bool:
     """Whether a process's environment (as its scan read it) sets one of the engine's
     ``server_environment`` variables to its value (a follower's argv that is its deployment's
     HTTP server)."""
-    wanted = engine.settings.server_environment
+    wanted = definition.settings.server_environment
     return environ is not None and any(wanted.get(name) == value for name, value in environ.vars)
 
 
 def _environment(
-    engine: EngineDefinition, environ: Environ | None
+    definition: EngineDefinition, environ: Environ | None
 ) -> tuple[dict[Fact, str], tuple[str, ...], str | None]:
     """The facts the environment gives, the problems reading it, and the API key it holds."""
-    wanted = engine.settings.environment
-    keys = engine.serving.api_key_env
+    wanted = definition.settings.environment
+    keys = definition.serving.api_key_env
     if environ is None or not (wanted or keys):  # not read (another user's process), or not asked
         return {}, (), None
     found: dict[Fact, str] = {}
@@ -127,27 +131,29 @@ def _fact_of_key(signature: Signature, key: str) -> Fact | None:
     return None
 
 
-def _document(engine: EngineDefinition, path: str, data: bytes) -> object:
+def _document(definition: EngineDefinition, path: str, data: bytes) -> object:
     """The config document, in the engine's syntax (a file named ``*.yaml``/``*.yml`` is YAML)."""
-    if engine.settings.config_format == "json" and not path.endswith((".yaml", ".yml")):
+    if definition.settings.config_format == "json" and not path.endswith((".yaml", ".yml")):
         return parse_json(data)
     return parse_yaml(data)
 
 
 def _config(
-    engine: EngineDefinition, path: str, data: bytes
+    definition: EngineDefinition, path: str, data: bytes
 ) -> tuple[dict[Fact, tuple[str, ...]], str | None]:
     try:
-        document = _document(engine, path, data)
+        document = _document(definition, path, data)
     except DocumentError as why:
         return {}, f"config file '{literal(path)}' {why}; not read"
     if not isinstance(document, dict):
         return {}, f"config file '{literal(path)}' is not a mapping of flag names"
-    found = _facts_of_mapping(engine, document, engine.settings.config_keys)
-    entries = document.get(engine.settings.config_models_key) if engine.settings.config_models_key else None
+    found = _facts_of_mapping(definition, document, definition.settings.config_keys)
+    entries = (
+        document.get(definition.settings.config_models_key) if definition.settings.config_models_key else None
+    )
     if isinstance(entries, list):
         # Several models: the first entry's model, every entry's served names, in order.
-        per_entry = [_facts_of_mapping(engine, e, {}) for e in entries if isinstance(e, dict)]
+        per_entry = [_facts_of_mapping(definition, e, {}) for e in entries if isinstance(e, dict)]
         for fact in ("model", "served_model_name"):
             values = tuple(value for facts in per_entry for value in facts.get(fact, ())[:1])
             if values and fact not in found:
@@ -156,14 +162,14 @@ def _config(
 
 
 def _facts_of_mapping(
-    engine: EngineDefinition, document: Mapping[object, object], keys: Mapping[str, Fact]
+    definition: EngineDefinition, document: Mapping[object, object], keys: Mapping[str, Fact]
 ) -> dict[Fact, tuple[str, ...]]:
     """The facts of a config document: at dotted ``keys`` paths of a nested one (TabbyAPI
     ``network.port``), else its top-level keys as flag names."""
     pairs = (
         ((fact, _lookup(document, path)) for path, fact in keys.items())
         if keys
-        else ((_fact_of_key(engine.signature, str(key)), value) for key, value in document.items())
+        else ((_fact_of_key(definition.signature, str(key)), value) for key, value in document.items())
     )
     found: dict[Fact, tuple[str, ...]] = {}
     for fact, value in pairs:
@@ -185,7 +191,7 @@ def _lookup(document: Mapping[object, object], path: str) -> object:
 
 
 def read_outside(
-    engine: EngineDefinition,
+    definition: EngineDefinition,
     pid: int,
     argv: Sequence[str],
     *,
@@ -197,12 +203,14 @@ def read_outside(
     :func:`environment_names`) and config file (read on the host under ``root``) say, for the engine's
     declared settings (a runner's environment only where the engine's runners read it)."""
     environment, problems, api_key = (
-        _environment(engine, environ) if engine.settings.runner_environment or not runner else ({}, (), None)
+        _environment(definition, environ)
+        if definition.settings.runner_environment or not runner
+        else ({}, (), None)
     )
-    flag = engine.settings.config_flag
-    path = flag_value(argv, engine.signature, flag) if flag else None
-    default = path is None and engine.settings.config_file is not None
-    path = path if path is not None else engine.settings.config_file
+    flag = definition.settings.config_flag
+    path = flag_value(argv, definition.signature, flag) if flag else None
+    default = path is None and definition.settings.config_file is not None
+    path = path if path is not None else definition.settings.config_file
     if path is None:
         return Outside(environment=environment, problems=problems, api_key=api_key)
     read = root.read_named(pid, path, MAX_CONFIG_BYTES)
@@ -213,7 +221,7 @@ def read_outside(
             f"config file '{literal(path)}' {read.problem or 'cannot be read: No such file or directory'}"
         )
         return Outside(environment, {}, path, read.identity, (*problems, problem), api_key)
-    config, trouble = _config(engine, path, read.data)
+    config, trouble = _config(definition, path, read.data)
     problems = (*problems, trouble) if trouble else problems
     return Outside(environment, config, path, read.identity, problems, api_key)
 
@@ -238,27 +246,27 @@ class Merged:
 
 
 def _environment_value(
-    engine: EngineDefinition, outside: Outside, fact: Fact
+    definition: EngineDefinition, outside: Outside, fact: Fact
 ) -> tuple[tuple[str, ...], Source] | None:
     value = outside.environment.get(fact)
     if value is None:
         return None
-    separator = engine.signature.served_name_separator
+    separator = definition.signature.served_name_separator
     if fact == "served_model_name" and separator:
         return tuple(name for name in value.split(separator) if name), "environment"
     return (value,), "environment"
 
 
 def _outside_value(
-    engine: EngineDefinition, outside: Outside, fact: Fact
+    definition: EngineDefinition, outside: Outside, fact: Fact
 ) -> tuple[tuple[str, ...], Source] | None:
     if fact in outside.config:
         return outside.config[fact], "config"
-    return _environment_value(engine, outside, fact)
+    return _environment_value(definition, outside, fact)
 
 
 def merge(
-    engine: EngineDefinition,
+    definition: EngineDefinition,
     outside: Outside,
     model: str | None,
     served: Sequence[str],
@@ -269,16 +277,16 @@ def merge(
     """Fills in what argv does not say from ``outside`` (argv wins, as the engines do, except for
     the engine's ``environment_first`` facts and, given a config file, ``config_replaces_argv``)."""
     sources: dict[Fact, Source] = {}
-    settings = engine.settings
+    settings = definition.settings
 
     def fill(fact: Fact, in_argv: bool) -> tuple[str, ...]:
         """The values from outside argv for a fact argv does not give, noting the source; an
         empty tuple with the source ``argv`` keeps argv's value."""
-        found = _environment_value(engine, outside, fact) if fact in settings.environment_first else None
+        found = _environment_value(definition, outside, fact) if fact in settings.environment_first else None
         if found is None and outside.config_file is not None and fact in settings.config_replaces_argv:
             in_argv = False
         if found is None and not in_argv:
-            found = _outside_value(engine, outside, fact)
+            found = _outside_value(definition, outside, fact)
         sources[fact] = found[1] if found else ("argv" if in_argv else "default")
         return found[0] if found else ()
 
