@@ -104,13 +104,13 @@ def test_a_cold_scan_finds_engines_and_not_look_alikes(make: tuple[FixtureHost, 
     found = s.scan_at(0)
     assert _pids(found) == [100, 105]
     a = _find(found, 100)
-    assert (a.facts.engine, a.ppid, a.facts.port, a.facts.model) == (0, 1, 8001, "/m/a")
+    assert (a.facts.engine_index, a.ppid, a.facts.port, a.facts.model) == (0, 1, 8001, "/m/a")
     assert a.argv == ["demo", "serve", "/m/a", "--port", "8001"]
     assert a.exe == "/usr/bin/demo"
     assert a.parent_argv == ["/sbin/init"]
     assert a.start_time == pytest.approx(_start_time(demo), abs=1e-6)
     b = _find(found, 105)
-    assert (b.facts.engine, b.facts.model) == (1, "/m/b.gguf")
+    assert (b.facts.engine_index, b.facts.model) == (1, "/m/b.gguf")
     assert _stats(s) == Stats(9, 9, 0, 0, 0, 0, False, 9)
 
 
@@ -854,7 +854,7 @@ def test_scanners_of_other_signatures_classify_by_their_own(make: tuple[FixtureH
     solo_only = json.dumps([json.loads(SIGNATURES)[1]])
     assert _pids(scanner().scan()) == [100, 101]
     solo = backend(solo_only, ["sh"], 5.0, 2.0, True, root=str(host.root)).scan()
-    assert [(p.pid, p.facts.engine) for p in solo] == [(101, 0)]
+    assert [(p.pid, p.facts.engine_index) for p in solo] == [(101, 0)]
     assert _pids(scanner().scan()) == [100, 101]
 
 

@@ -18,7 +18,7 @@ class RawInvocation(NamedTuple):
     """What a matcher read from an argv (both backends build this very type)."""
 
     #: the index of the engine's signature, in the order the matcher was given them
-    engine: int
+    engine_index: int
     model: str | None
     served_names: list[str]
     host: str | None
@@ -96,11 +96,13 @@ class ReadSet(NamedTuple):
     #: devices after it starts: this one is not read once per record)
     devices: bool = False
 
-    def checkout_paths(self, engine: int, argv: Sequence[str]) -> tuple[str, ...] | Literal[False] | None:
+    def checkout_paths(
+        self, engine_index: int, argv: Sequence[str]
+    ) -> tuple[str, ...] | Literal[False] | None:
         """The files of the checkout ``argv``'s program must be in, as the process names them,
         when its engine's read set names that program (``False``: it names none); ``None`` for
         a directory never looked into (``ReadSet::checkout_paths`` in scan.rs)."""
-        programs = self.checkouts[engine] if engine < len(self.checkouts) else {}
+        programs = self.checkouts[engine_index] if engine_index < len(self.checkouts) else {}
         if not programs:  # most engines name no such program: their argv is not looked at
             return False
         program = program_path(argv)

@@ -185,7 +185,7 @@ class Scanner:
         # A program that is its engine only inside its checkout counts where the backend found one.
         raw = [item for item in everything if item.in_checkout is not False]
         serving, folded = self._folding.fold(raw)
-        engines_by_pid = {item.pid: self._specs[item.facts.engine].id for item in raw}
+        engines_by_pid = {item.pid: self._specs[item.facts.engine_index].id for item in raw}
         result = []
         built: dict[int, Built] = {}
         for item in raw:
@@ -232,7 +232,7 @@ class Scanner:
         """The record of a process whose model could not be built (see :mod:`enginespec.untrusted.boundary`):
         what the backend read, no address, and why in ``problems``. Its argv is shown only when
         its secrets could be masked."""
-        spec = self._specs[item.facts.engine]
+        spec = self._specs[item.facts.engine_index]
         argv = item.argv[:-1] if item.argv and item.argv[-1] == ARGV_CUT else item.argv
         shown: tuple[str, ...] = contained(
             "argv redaction", lambda: tuple(redact_argv(argv, spec.id)), lambda _reason: ()
@@ -263,7 +263,7 @@ class Scanner:
     def _model(self, item: RawProcess, parent_engine: str | None, serving: bool = False) -> EngineProcess:
         pid, start_time, argv, facts = item.pid, item.start_time, item.argv, item.facts
         role = "server" if serving else facts.role
-        spec = self._specs[facts.engine]
+        spec = self._specs[facts.engine_index]
         cut: tuple[str, ...] = ()
         if argv and argv[-1] == ARGV_CUT:
             # The backend examined and kept only the start of a huge argv (its cost is capped).

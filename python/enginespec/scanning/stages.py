@@ -62,18 +62,18 @@ class Folding:
         serving = {item.pid for item in raw if self._serves(item)}
         folded: dict[int, int] = {}
         for item in raw:
-            if self._specs[item.facts.engine].signature.fold_workers:
+            if self._specs[item.facts.engine_index].signature.fold_workers:
                 folded.update((d, item.pid) for d in item.descendants if d != item.pid and d not in serving)
         # ... and neither they nor their workers are workers of the process that started them.
         self._detached = {pid: pid for pid in serving}
         for item in raw:
-            if item.pid in serving and self._specs[item.facts.engine].signature.fold_workers:
+            if item.pid in serving and self._specs[item.facts.engine_index].signature.fold_workers:
                 folded.update((d, item.pid) for d in item.descendants if d != item.pid and d not in serving)
                 self._detached.update((d, item.pid) for d in item.descendants if d not in serving)
         return serving, folded
 
     def _serves(self, item: RawProcess) -> bool:
-        spec = self._specs[item.facts.engine]
+        spec = self._specs[item.facts.engine_index]
         if item.facts.role != "follower" or not spec.settings.server_environment:
             return False
         key = (item.pid, item.start_time)

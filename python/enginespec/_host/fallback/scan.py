@@ -419,12 +419,12 @@ class ProcessScanner:
             self._appeared_parents.append(stat.ppid)
         exe, exe_denied = self._source.exe(pid)
         source = self._source
-        paths = self._read_set.checkout_paths(facts.engine, argv)
+        paths = self._read_set.checkout_paths(facts.engine_index, argv)
         if not isinstance(source, ProcRoot):  # the read set is procfs's (as in scan_sysinfo.rs)
             environ, cgroup, netns = None, None, None
             in_checkout = None if paths is False else False  # nothing is looked at as another user
         else:
-            environ = self._environ_of(source, pid, facts.engine)
+            environ = self._environ_of(source, pid, facts.engine_index)
             cgroup = self._cgroup_of(source, pid)
             netns = source.netns(pid) if self._read_set.netns else None
             in_checkout = None if paths is False else paths is not None and source.all_regular(pid, paths)
@@ -433,9 +433,9 @@ class ProcessScanner:
             pid, cmdline, stat, argv, facts, exe, exe_denied, parent_argv, environ, cgroup, netns, in_checkout
         )
 
-    def _environ_of(self, source: ProcRoot, pid: int, engine: int) -> Environ | None:
+    def _environ_of(self, source: ProcRoot, pid: int, engine_index: int) -> Environ | None:
         """The variables of ``pid``'s environment its engine's read set names."""
-        names = self._environ[engine] if engine < len(self._environ) else frozenset()
+        names = self._environ[engine_index] if engine_index < len(self._environ) else frozenset()
         if not names:
             return None
         try:
@@ -635,7 +635,7 @@ class ProcessScanner:
             # mode, only the trees above the new engine.
             appeared = pid in folding if self._event_driven else self._engine_appeared
             if appeared or engine.tree_read is None or now - engine.tree_read >= self._refresh:
-                descendants = self._source.descendants(pid) if self._fold[engine.facts.engine] else []
+                descendants = self._source.descendants(pid) if self._fold[engine.facts.engine_index] else []
                 files = self._source.tree_files(
                     [pid, *descendants], self._listen_ports, self._read_set.devices, tables
                 )
