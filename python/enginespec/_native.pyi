@@ -10,7 +10,7 @@ from os import PathLike
 from typing import Literal, TypeAlias, final
 
 from enginespec._host.fallback.gguf import RawHeader
-from enginespec._host.shapes import Listening, RawInvocation, RawProcess, RawStats, ReadSet
+from enginespec._host.shapes import ContainerRuntime, Listening, RawInvocation, RawProcess, RawStats, ReadSet
 
 __all__ = ["Matcher", "ProcRoot", "ProcessScanner", "parse_cgroup", "proxy_flags", "read_gguf"]
 
@@ -24,8 +24,8 @@ _Listening: TypeAlias = Listening
 _ReadSet: TypeAlias = ReadSet
 _Change: TypeAlias = Literal["forked", "exec", "comm", "exited"]
 
-#: What a cgroup path says runs a container (``enginespec.process.containers.Runtime``).
-_Runtime: TypeAlias = Literal["docker", "podman", "containerd", "cri-o", "kubernetes"]
+#: What a cgroup path says runs a container.
+_ContainerRuntime: TypeAlias = ContainerRuntime
 
 @final
 class Matcher:
@@ -137,7 +137,7 @@ class ProcRoot:
         """The LISTEN sockets of the tables (``net/tcp``, ``net/tcp6``) of the process's network
         namespace."""
 
-def parse_cgroup(data: bytes) -> tuple[_Runtime, str, str | None] | None:
+def parse_cgroup(data: bytes) -> tuple[_ContainerRuntime, str, str | None] | None:
     """(runtime, full id, pod uid) of the container the text of ``/proc/PID/cgroup`` places a
     process in, ``None`` on the host (``_host.fallback.cgroup.parse_cgroup`` is its twin)."""
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import enginespec._host.fallback.matcher as _pymatcher
     import enginespec._host.fallback.procread as _pyprocread
     import enginespec._host.fallback.scan as _pyscanner
-    from enginespec._host.shapes import Runtime
+    from enginespec._host.shapes import ContainerRuntime
 
 Backend = Literal["native", "python"]
 
@@ -36,14 +36,14 @@ if _WANTED != "python":
         BACKEND = "native"
 
 if TYPE_CHECKING:
-    from enginespec._host.shapes import Runtime
+    from enginespec._host.shapes import ContainerRuntime
 
     MatcherType: type[_pymatcher.Matcher]
     ScannerType: type[_pyscanner.ProcessScanner]
     ProcRootType: type[_pyprocread.ProcRoot]
     #: what ``ProcRootType`` makes, for annotations (the twins' interfaces are the native ones)
     ProcRoot: TypeAlias = _pyprocread.ProcRoot
-    parse_cgroup: Callable[[bytes], tuple[Runtime, str, str | None] | None]
+    parse_cgroup: Callable[[bytes], tuple[ContainerRuntime, str, str | None] | None]
     proxy_flags: Callable[[list[str]], tuple[str, int, str, int] | None]
     read_gguf: Callable[[int, int, int, int], _pygguf.RawHeader]
 

@@ -142,8 +142,8 @@ class Listening(NamedTuple):
     port: int
 
 
-#: What a cgroup path says runs a container (``enginespec.process.containers.Runtime``).
-Runtime = Literal["docker", "podman", "containerd", "cri-o", "kubernetes"]
+#: What a cgroup path says runs a container (``Container.runtime``).
+ContainerRuntime = Literal["docker", "podman", "containerd", "cri-o", "kubernetes"]
 #: what woke a scanner that waited (``Scanner.wait`` of either backend)
 Woke = Literal["polled", "events", "tick", "rescan", "fallback"]
 

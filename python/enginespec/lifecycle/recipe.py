@@ -78,6 +78,8 @@ class DockerRuntime(BaseModel):
     mount_hf_cache: StrictBool = True
 
 
+#: How a recipe is launched (the one ``Runtime``; the container software a scan finds running a
+#: process is a ``ContainerRuntime``).
 Runtime = Annotated[NativeRuntime | DockerRuntime, Field(discriminator="kind")]
 
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from enginespec._host.backend import parse_cgroup, proxy_flags
 from enginespec._host.procfiles import PidStatus, parse_status
 from enginespec._host.root import HOST_ROOT, HostRoot
-from enginespec._host.shapes import Runtime
+from enginespec._host.shapes import ContainerRuntime
 from enginespec.process.urls import base_url
 from enginespec.untrusted.documents import DocumentError, parse_json
 
@@ -44,7 +44,7 @@ class Container(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    runtime: Runtime
+    runtime: ContainerRuntime
     id: str
     pod_uid: str | None = None
     name: str | None = None
@@ -342,7 +342,7 @@ class ContainerReader:
     cgroup names with a first process that is this one or one of its parents, or a shim of the
     runtime run by root is among its parents."""
 
-    def __init__(self, sockets: dict[Runtime, str], timeout: float, root: HostRoot) -> None:
+    def __init__(self, sockets: dict[ContainerRuntime, str], timeout: float, root: HostRoot) -> None:
         self._root = root
         self._sockets = sockets
         self._timeout = timeout
@@ -375,7 +375,7 @@ class ContainerReader:
             pid_in_container=pid_in_namespace(status) if status is not None else None,
         )
 
-    def _inspect(self, runtime: Runtime, container_id: str) -> Inspected | None:
+    def _inspect(self, runtime: ContainerRuntime, container_id: str) -> Inspected | None:
         if container_id not in self._inspected:
             path = self._sockets.get(runtime)
             self._inspected[container_id] = api_inspect(path, container_id, self._timeout) if path else None

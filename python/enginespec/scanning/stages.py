@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 import enginespec.process.sockets as sockets
 from enginespec._host.namedfiles import Identity
 from enginespec._host.root import HostRoot
-from enginespec._host.shapes import RawProcess, Runtime
+from enginespec._host.shapes import ContainerRuntime, RawProcess
 from enginespec.config import Config
 from enginespec.definition.records import EngineDefinition
 from enginespec.process.containers import (
@@ -153,7 +153,7 @@ class NetworkPlacement:
     def __init__(self, config: Config, root: HostRoot, refresh_seconds: float, young_seconds: float) -> None:
         self._root = root
         self._refresh = refresh_seconds
-        runtimes: dict[Runtime, str] = {
+        runtimes: dict[ContainerRuntime, str] = {
             "docker": str(config.docker_socket),
             "podman": str(config.podman_socket),
         }

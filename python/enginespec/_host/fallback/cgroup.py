@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 import re
 
-from enginespec._host.shapes import Runtime
+from enginespec._host.shapes import ContainerRuntime
 
 _ID = r"[0-9a-f]{64}"
 # A pod uid is a UUID (dashes in cgroupfs paths, underscores in systemd slice names), or 32 hex
 # digits for a static pod (the manifest's hash).
 _POD = r"(?P<pod>[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32})"
 #: Scope (systemd driver) and directory (cgroupfs driver) prefixes -> runtime.
-_PREFIXES: dict[str, Runtime] = {
+_PREFIXES: dict[str, ContainerRuntime] = {
     "docker": "docker",
     "libpod": "podman",
     "cri-containerd": "containerd",
@@ -35,9 +35,9 @@ _BARE_ID = re.compile(_ID)
 _POD_SLICE = re.compile(rf"(?:[a-z0-9]+-)*kubepods(?:-[a-z]+)*-pod{_POD}\.slice")
 
 
-def _innermost(path: str) -> tuple[Runtime, str, str | None] | None:
+def _innermost(path: str) -> tuple[ContainerRuntime, str, str | None] | None:
     """(runtime, id, pod uid) of the innermost container named by one cgroup path."""
-    found: tuple[Runtime, str, str | None] | None = None
+    found: tuple[ContainerRuntime, str, str | None] | None = None
     pod: str | None = None
     previous = ""
     for component in path.split("/"):
@@ -62,7 +62,7 @@ def _innermost(path: str) -> tuple[Runtime, str, str | None] | None:
     return found
 
 
-def parse_cgroup(data: bytes) -> tuple[Runtime, str, str | None] | None:
+def parse_cgroup(data: bytes) -> tuple[ContainerRuntime, str, str | None] | None:
     """The container ``/proc/PID/cgroup`` places a process in, as (runtime, id, pod uid), or
     ``None`` on the host. The cgroup v2 line (``0::``) is read first, then the v1 lines in
     order; within a path the innermost container wins (docker-in-docker, kind)."""
