@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 # The backend is chosen at import (an unusable ENGINESPEC_BACKEND fails here, not later).
 from enginespec import _moved
 from enginespec._host.backend import BACKEND
-from enginespec.version import __version__
+from enginespec.packageversion import __version__
 
 # the flat layout's import paths (`enginespec.sockets`) keep working for one release, with a warning
 _moved.install()
@@ -77,6 +77,7 @@ if TYPE_CHECKING:
         check_load_async,
     )
     from enginespec.health.vitals import EngineMonitor, Vitals, WorkerExit
+    from enginespec.healthrecord import Health, HealthState
     from enginespec.lifecycle.commands import Command
     from enginespec.lifecycle.containerstop import ContainerStop
     from enginespec.lifecycle.installing import InstallOptions, InstallResult, ProgressEvent
@@ -108,7 +109,6 @@ if TYPE_CHECKING:
         parse_event,
     )
     from enginespec.spec import EngineSpec
-    from enginespec.status import Health, HealthState
 
 #: Where each public name lives: imported on first use, so that ``import enginespec`` (and the
 #: ``enginespec`` command's start) costs only what is used.
@@ -195,8 +195,8 @@ _LAZY = {
     "LaunchForm": "enginespec.definition.signature",
     "Signature": "enginespec.definition.signature",
     "EngineSpec": "enginespec.spec",
-    "Health": "enginespec.status",
-    "HealthState": "enginespec.status",
+    "Health": "enginespec.healthrecord",
+    "HealthState": "enginespec.healthrecord",
     "EngineMonitor": "enginespec.health.vitals",
     "Vitals": "enginespec.health.vitals",
     "WorkerExit": "enginespec.health.vitals",
@@ -220,7 +220,7 @@ _LAZY = {
     "event_json": "enginespec.scanning.watch",
     "event_schema": "enginespec.scanning.watch",
     "parse_event": "enginespec.scanning.watch",
-    "__version__": "enginespec.version",
+    "__version__": "enginespec.packageversion",
 }
 
 

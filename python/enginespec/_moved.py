@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 #: Each old module, and the modules that hold its names now (looked up in this order).
 MOVED: dict[str, tuple[str, ...]] = {
+    "status": ("healthrecord",),
+    "version": ("packageversion",),
     "masking": ("untrusted.masking",),
     "safewrite": ("untrusted.safewrite",),
     "boundary": ("untrusted.boundary",),

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from enginespec.display import literal
 from enginespec.failures import Failure
-from enginespec.status import Health
+from enginespec.healthrecord import Health
 
 
 class EngineSpecError(Exception):

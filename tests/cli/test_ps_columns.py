@@ -9,9 +9,9 @@ import pytest
 
 from enginespec.cli.pstable import Shown, table_lines
 from enginespec.gpus.reader import GpuUse
+from enginespec.healthrecord import Health
 from enginespec.models.facts import ModelFacts
 from enginespec.process.containers import Container, PublishedPort
-from enginespec.status import Health
 from helpers.gpuhost import engine
 
 

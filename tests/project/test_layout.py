@@ -339,7 +339,10 @@ def test_only_the_backend_selector_imports_a_twin() -> None:
 #: below it (module level or inside a function). Root modules are named: the shared records and
 #: errors at the bottom, the facade (``spec``, the ``modelfacts`` path) above the capabilities.
 LAYERS: list[tuple[str, set[str] | None]] = [
-    ("base", {"errors", "status", "failures", "config", "version", "display", "suggest", "_moved"}),
+    (
+        "base",
+        {"errors", "healthrecord", "failures", "config", "packageversion", "display", "suggest", "_moved"},
+    ),
     ("untrusted", None),
     ("definition", None),
     ("_host", None),
@@ -647,8 +650,8 @@ FLAT_MODULES = frozenset(
         *("fit", "gpus", "hardware", "health", "installing", "launching", "layout", "lifecycle"),
         *("liveness", "load", "logbook", "masking", "modelcli", "modelfacts", "naming", "probing"),
         *("processmodels", "reaching", "recipe", "registry", "remote", "safewrite", "scanning"),
-        *("scanstages", "settings", "signature", "sockets", "targets", "urls", "versions", "vitals"),
-        "watching",
+        *("scanstages", "settings", "signature", "sockets", "status", "targets", "urls", "version"),
+        *("versions", "vitals", "watching"),
     }
 )
 

@@ -40,6 +40,8 @@ NAMES = {
     ("modelfacts", "MemoryEstimate"): "definition.modelrecords",
     ("versions", "requested_specifier"): "definition.specifiers",
     ("engineprocess", "EngineProcess"): "process.record",
+    ("status", "Health"): "healthrecord",
+    ("version", "__version__"): "packageversion",
 }
 
 

@@ -18,7 +18,7 @@ import httpx
 
 from enginespec import Command, Config, EngineProcess, Recipe, Scanner, get_engine_spec
 from enginespec.health.checks import check_health
-from enginespec.status import Health
+from enginespec.healthrecord import Health
 from helpers.fakeserver import free_port
 
 HOST = "127.0.0.1"

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from enginespec.version import __version__
+from enginespec.packageversion import __version__
 
 if TYPE_CHECKING:
     import argparse

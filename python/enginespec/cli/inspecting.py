@@ -25,8 +25,8 @@ from enginespec.display import age, literal
 
 if TYPE_CHECKING:
     from enginespec.gpus.reader import GpuDevice
+    from enginespec.healthrecord import Health
     from enginespec.process.record import EngineProcess
-    from enginespec.status import Health
 
 
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:

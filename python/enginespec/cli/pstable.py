@@ -17,9 +17,9 @@ from enginespec.display import age, compact_url, literal
 if TYPE_CHECKING:
     from enginespec.gpus.reader import GpuUse
     from enginespec.health.load import EngineLoad
+    from enginespec.healthrecord import Health
     from enginespec.process.containers import PublishedPort
     from enginespec.process.record import EngineProcess
-    from enginespec.status import Health
 
 
 class Shown:

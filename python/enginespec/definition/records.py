@@ -28,7 +28,7 @@ from enginespec.definition.signature import Signature
 from enginespec.definition.specifiers import requested_specifier
 from enginespec.errors import InstallOptionsError
 from enginespec.failures import Failure, Failures, match_failure
-from enginespec.status import HealthState
+from enginespec.healthrecord import HealthState
 from enginespec.untrusted.documents import json_object
 
 #: Recipe fields an engine maps to flags through :attr:`Flags.fields`, in the order they are emitted

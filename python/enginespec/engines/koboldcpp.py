@@ -10,8 +10,8 @@ import re
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.records import Flags, Launch, Serving
 from enginespec.definition.signature import Evidence, LaunchForm, Signature
+from enginespec.healthrecord import HealthState
 from enginespec.spec import EngineSpec
-from enginespec.status import HealthState
 from enginespec.untrusted.documents import json_object
 
 # Flags only KoboldCpp has among the built-in engines: evidence for a renamed build.

@@ -10,8 +10,8 @@ import enginespec.engines._libraries as _libraries
 from enginespec.definition.records import Flags, Launch, Package, Serving, Settings
 from enginespec.definition.signature import Evidence, LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
+from enginespec.healthrecord import HealthState
 from enginespec.spec import EngineSpec
-from enginespec.status import HealthState
 from enginespec.untrusted.documents import json_object
 
 SIGNATURE = Signature(

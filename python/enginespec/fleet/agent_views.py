@@ -16,9 +16,9 @@ from typing import Any
 from enginespec.fleet.disclosure import Viewer, owners, public_document
 from enginespec.fleet.exporter import EngineCollector, Snapshot
 from enginespec.health.load import EngineLoad
+from enginespec.healthrecord import Health
 from enginespec.scanning.scanner import engine_document
 from enginespec.scanning.watch import WatchEvent
-from enginespec.status import Health
 from enginespec.untrusted.documents import dumps
 
 #: The most one engine's JSON (in ``/v1/engines``, or in an event) may take: a longer one has its

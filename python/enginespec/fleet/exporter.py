@@ -27,10 +27,10 @@ from enginespec.gpus.reader import GpuDevice
 from enginespec.health.checks import check_all, kept, request_timeout
 from enginespec.health.load import EngineLoad
 from enginespec.health.vitals import EngineMonitor
+from enginespec.healthrecord import Health, HealthState
 from enginespec.models.processes import cached, peek
 from enginespec.process.record import EngineProcess
 from enginespec.scanning.scanner import Scanner, gpu_ledger, unique_engine_ids
-from enginespec.status import Health, HealthState
 from enginespec.untrusted.boundary import contained, failed
 from enginespec.untrusted.boundary import failures as failures_by_stage
 from enginespec.untrusted.safewrite import replace_file

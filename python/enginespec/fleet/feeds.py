@@ -23,11 +23,11 @@ from typing import Any, Literal, get_args
 
 from enginespec.definition.registry import find_engine
 from enginespec.errors import InvalidInputError
+from enginespec.healthrecord import Health
 from enginespec.process.liveness import scanned_ticks
 from enginespec.process.record import EngineProcess
 from enginespec.process.urls import connect_host, is_wildcard
 from enginespec.scanning.scanner import unique_engine_ids
-from enginespec.status import Health
 from enginespec.untrusted.boundary import contained, failed
 from enginespec.untrusted.documents import dumps
 from enginespec.untrusted.safewrite import replace_file

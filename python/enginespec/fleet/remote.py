@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from enginespec.errors import InvalidInputError
 from enginespec.health.load import EngineLoad
 from enginespec.health.reaching import blocking
+from enginespec.healthrecord import Health
 from enginespec.process.record import EngineProcess
 from enginespec.scanning.watch import Stopped, WatchEvent, parse_event
-from enginespec.status import Health
 from enginespec.untrusted.documents import parse_json
 
 #: The most an agent's answer may be (100,000 engines of a few KB each would be a lot of hosts).

@@ -35,9 +35,9 @@ from enginespec.health.reaching import (
     transport,
     tree_of,
 )
+from enginespec.healthrecord import Health, HealthState
 from enginespec.process.liveness import process_alive
 from enginespec.process.record import EngineProcess
-from enginespec.status import Health, HealthState
 from enginespec.untrusted.boundary import contained_async
 from enginespec.untrusted.documents import json_object
 

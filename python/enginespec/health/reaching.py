@@ -24,9 +24,9 @@ from enginespec._host.root import HOST_ROOT, HostRoot
 from enginespec.definition.records import EngineDefinition
 from enginespec.definition.registry import find_engine
 from enginespec.errors import InvalidInputError
+from enginespec.healthrecord import HealthState
 from enginespec.process.record import EngineProcess
 from enginespec.process.urls import UNIX_SCHEME, checked_url
-from enginespec.status import HealthState
 
 if TYPE_CHECKING:
     import httpx

@@ -38,9 +38,9 @@ from enginespec.definition.registry import find_engine
 from enginespec.health.checks import broken, check_health_async, in_turn, late_verdict
 from enginespec.health.load import EngineLoad, _read, checked_stall_after, not_owned, tree_cpu_seconds
 from enginespec.health.reaching import blocking, engine_tree, target_of
+from enginespec.healthrecord import Health, HealthState
 from enginespec.process.argv import parse_argv
 from enginespec.process.record import EngineProcess
-from enginespec.status import Health, HealthState
 
 #: Below this share of one CPU, a tree's CPU time is not taken as a sign of work.
 CPU_BUSY_SHARE = 0.1

@@ -18,9 +18,9 @@ from enginespec.errors import InvalidInputError, LaunchFailed, NotReady
 from enginespec.failures import Failure
 from enginespec.health.checks import check_health
 from enginespec.health.reaching import ownership_problem
+from enginespec.healthrecord import Health
 from enginespec.lifecycle.handle import ProcessHandle
 from enginespec.lifecycle.logbook import LogBook
-from enginespec.status import Health
 
 #: Seconds an ended engine's readers get to store what its pipes still hold (they need it only
 #: when the host is too busy to run them; a pipe holds at most its capacity, 64 KiB by default).

@@ -30,6 +30,7 @@ from enginespec.display import literal
 from enginespec.errors import InvalidInputError, LaunchFailed, RestartRefused
 from enginespec.failures import Failure, ended
 from enginespec.health.checks import check_health
+from enginespec.healthrecord import Health
 from enginespec.lifecycle.containerstop import ContainerStop, stop_container
 from enginespec.lifecycle.handle import KILL_WAIT, ProcessHandle, open_pidfd
 from enginespec.lifecycle.logbook import LogBook, LogLine, timestamp
@@ -52,7 +53,6 @@ from enginespec.process.containers import Container
 from enginespec.process.liveness import scanned_ticks
 from enginespec.process.record import EngineProcess, make_engine_id
 from enginespec.process.urls import base_url
-from enginespec.status import Health
 from enginespec.untrusted.masking import REDACTED, is_secret_name
 
 # the names this module has always given, wherever they live now

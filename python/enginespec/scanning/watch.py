@@ -34,8 +34,8 @@ from enginespec.errors import InvalidInputError
 from enginespec.health.checks import REQUEST_SHARE, kept
 from enginespec.health.load import EngineLoad
 from enginespec.health.vitals import EngineMonitor, Vitals, WorkerExit
+from enginespec.healthrecord import Health, HealthState
 from enginespec.process.record import EngineProcess
-from enginespec.status import Health, HealthState
 from enginespec.untrusted.boundary import failed
 from enginespec.untrusted.documents import dumps, parse_json
 
