@@ -28,9 +28,9 @@ def holder_text(port: int, pids: Sequence[int]) -> str:
             engines.setdefault(worker, process)
     parts = []
     for pid in pids:
-        engine = engines.get(pid)
-        if engine is not None:
-            what = f"{engine.engine} {engine.model or '(model unknown)'}"
+        found = engines.get(pid)
+        if found is not None:
+            what = f"{found.engine} {found.model or '(model unknown)'}"
         else:
             try:
                 what = psutil.Process(pid).name()

@@ -119,7 +119,7 @@ class Starting(Protocol):
 
 
 def wait_ready(
-    engine: Starting,
+    starting: Starting,
     api_key: str | None,
     *,
     owners: Callable[[], list[int]],
@@ -130,29 +130,29 @@ def wait_ready(
     poll: float,
     request_timeout: float,
 ) -> Health:
-    """Returns once ``engine`` answers ready on its own port, held by one of its processes
+    """Returns once the engine (``starting``) answers ready on its own port, held by one of its processes
     (``owners``). Raises :class:`LaunchFailed` with the classified :class:`Failure` as soon as the
     process exits (what is left of its tree is stopped), :class:`NotReady` after ``timeout``, or
     after ``stall_timeout`` seconds in which neither the health answer nor the output (``output``:
     its log book, whose lines count as progress) changed. ``sleep``: until the next check, cut
     short when the engine ends. Each is asked anew every round: a restart replaces them."""
-    url = engine.base_url
+    url = starting.base_url
     if url is None:
         raise InvalidInputError(
-            f"{engine.engine_id}: no address to check (host {engine.host!r}, port {engine.port})"
+            f"{starting.engine_id}: no address to check (host {starting.host!r}, port {starting.port})"
         )
     started = progress_at = time.monotonic()
     last: Health | None = None
     while True:
-        _raise_if_exited(engine)
-        health = check_health(engine.engine, url, timeout=request_timeout, api_key=api_key)
-        _raise_if_exited(engine)
+        _raise_if_exited(starting)
+        health = check_health(starting.engine, url, timeout=request_timeout, api_key=api_key)
+        _raise_if_exited(starting)
         if health.state == "ready":
             problem = ownership_problem(owners(), url)
             if problem is None:
                 return health
             health = health.model_copy(update={"state": "unhealthy", "reason": problem})
-        _raise_if_failed_serving(engine, output(), health)
+        _raise_if_failed_serving(starting, output(), health)
         now = time.monotonic()
         key = (health.state, health.http_status, health.reason)
         if last is None or key != (last.state, last.http_status, last.reason):
@@ -170,24 +170,24 @@ def wait_ready(
         sleep(min(poll, timeout - (now - started)))
 
 
-def _raise_if_failed_serving(engine: Starting, book: LogBook | None, health: Health) -> None:
+def _raise_if_failed_serving(starting: Starting, book: LogBook | None, health: Health) -> None:
     """An engine that stays up after its model failed to load (mlx_lm.server answers 503
     ``unavailable``): when its health says so and its output shows a recognised failure, that
     failure is raised and the engine stopped."""
     if health.state not in ("unhealthy", "not_serving") or book is None:
         return
-    failure = engine.spec.classify_failure(book.text(), argv=engine.argv)
+    failure = starting.spec.classify_failure(book.text(), argv=starting.argv)
     if failure.kind in ("other", "exited", "killed"):
         return
     with contextlib.suppress(Exception):
-        engine.stop(grace=2.0, check_port=False)
-    status = engine.exit_status() or (None, None)
+        starting.stop(grace=2.0, check_port=False)
+    status = starting.exit_status() or (None, None)
     raise LaunchFailed(failure.model_copy(update={"exit_code": status[0], "signal": status[1]}))
 
 
-def _raise_if_exited(engine: Starting) -> None:
-    failure = engine.failure()
+def _raise_if_exited(starting: Starting) -> None:
+    failure = starting.failure()
     if failure is not None:
         with contextlib.suppress(Exception):
-            engine.stop(grace=2.0)
+            starting.stop(grace=2.0)
         raise LaunchFailed(failure)
