@@ -123,7 +123,7 @@ class _OldModule(types.ModuleType):
     """An old module: each name it had, looked up where it lives now."""
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
+        if name.startswith("__") and name != "__version__":  # the one dunder an old module gave
             raise AttributeError(name)
         return forwarded(self.__name__.removeprefix(f"{_PACKAGE}."), name)
 
