@@ -1,4 +1,5 @@
-"""The one family of exceptions enginespec raises on purpose.
+"""The one family of exceptions enginespec raises on purpose, and the one warning it gives: a name
+it renamed, kept under its old name for one release (:func:`warn_renamed`).
 
 Every class derives from :class:`EngineSpecError` and from the builtin it resembles, so callers can
 catch the family as a whole or keep catching ``ValueError`` / ``RuntimeError`` / ``TimeoutError``.
@@ -9,6 +10,7 @@ a state.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 from pydantic import ValidationError
@@ -16,6 +18,18 @@ from pydantic import ValidationError
 from enginespec.display import literal
 from enginespec.failures import Failure
 from enginespec.healthrecord import Health
+
+
+def warn_renamed(old: str, new: str, why: str = "") -> None:
+    """A ``DeprecationWarning`` that ``old`` was renamed ``new``, for the code that read ``old``
+    (called from the old name's property, two frames up). Every message starts ``enginespec
+    renamed``: the suite turns these into errors, so it uses the new names only."""
+    because = f" ({why})" if why else ""
+    warnings.warn(
+        f"enginespec renamed {old} to {new}{because}; the old name goes in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 class EngineSpecError(Exception):

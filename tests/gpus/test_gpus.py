@@ -119,7 +119,7 @@ def test_vllm_tensor_parallel_2_api_enginecore_and_two_workers(
     assert found.gpus[0].pci_bus_id == BUS0
     assert found.gpus[0].name == "NVIDIA H100 80GB HBM3"
     devices = by_key(gpu_ledger([server], root=str(host.root)))
-    assert devices[UUID0].engines == {server.engine_id: 38 * GIB}
+    assert devices[UUID0].engines == {server.instance_id: 38 * GIB}
     assert devices[UUID0].memory_total_bytes == 80 * GIB
     assert devices[UUID0].unattributed_bytes == 32 * GIB
     assert [(p.pid, p.memory_bytes) for p in devices[UUID1].other_processes] == [(999, 1 * GIB)]
@@ -160,7 +160,7 @@ def test_the_engine_tree_scanned_from_the_fixture_host_holds_its_gpus(
     )
     assert summary(found) == [(UUID0, 0, 38 * GIB, (102,), "nvml"), (UUID1, 1, 37 * GIB, (103,), "nvml")]
     devices = by_key(gpu_ledger([found], root=str(host.root)))
-    assert devices[UUID1].engines == {found.engine_id: 37 * GIB}
+    assert devices[UUID1].engines == {found.instance_id: 37 * GIB}
 
 
 def test_without_nvml_the_set_is_known_and_the_bytes_are_not(host: Host, no_nvml: None) -> None:
@@ -172,7 +172,7 @@ def test_without_nvml_the_set_is_known_and_the_bytes_are_not(host: Host, no_nvml
     (found,) = with_gpus([server], root=str(host.root))
     assert summary(found) == [(UUID0, 0, None, (102,), "fd"), (UUID1, 1, None, (103,), "fd")]
     devices = by_key(gpu_ledger([server], root=str(host.root)))
-    assert devices[UUID0].engines == {server.engine_id: None}
+    assert devices[UUID0].engines == {server.instance_id: None}
     assert devices[UUID0].memory_total_bytes is None
     assert devices[UUID0].unattributed_bytes is None
     assert "NVML not loaded" in (devices[UUID0].problem or "")
@@ -220,7 +220,7 @@ def test_an_ollama_runner_over_two_gpus_is_its_own_engine(
     assert found[0].gpus == ()
     assert [(u.index, u.memory_bytes) for u in found[1].gpus] == [(0, 20 * GIB), (1, 18 * GIB)]
     devices = by_key(gpu_ledger([supervisor, runner], root=str(host.root)))
-    assert devices[UUID1].engines == {runner.engine_id: 18 * GIB}
+    assert devices[UUID1].engines == {runner.instance_id: 18 * GIB}
 
 
 def test_llama_server_split_by_layer_on_an_old_driver(
@@ -266,8 +266,8 @@ def test_an_orphaned_enginecore_holding_a_gpu_is_reclaimable(
     use_nvml(monkeypatch, host, nvml_libraries[3])
     orphan = engine(500, role="orphan")
     devices = by_key(gpu_ledger([orphan], root=str(host.root)))
-    assert devices[UUID0].engines == {orphan.engine_id: 71 * GIB}
-    assert devices[UUID0].reclaimable == (orphan.engine_id,)
+    assert devices[UUID0].engines == {orphan.instance_id: 71 * GIB}
+    assert devices[UUID0].reclaimable == (orphan.instance_id,)
     assert devices[UUID1].engines == {}
     assert devices[UUID1].reclaimable == ()
 
@@ -328,7 +328,7 @@ def test_mig_instances_are_devices_of_their_own(
     devices = by_key(gpu_ledger([first, second], root=str(host.root)))
     assert devices[mig1].parent == UUID0
     assert devices[mig1].unattributed_bytes == 1 * GIB
-    assert devices[UUID0].engines == {first.engine_id: 29 * GIB, second.engine_id: 19 * GIB}
+    assert devices[UUID0].engines == {first.instance_id: 29 * GIB, second.instance_id: 19 * GIB}
 
 
 def test_bytes_nvml_cannot_give_are_none(
@@ -734,12 +734,12 @@ def test_the_ledger_as_text_and_json(tp2_with_orphan: list[EngineProcess], host:
     )
     text = gpu_lines(devices, [*tp2_with_orphan, hidden])
     assert (
-        text[-1] == f"{hidden.engine_id} pid 700: GPUs unknown: cannot read /proc/700/fd: permission denied"
+        text[-1] == f"{hidden.instance_id} pid 700: GPUs unknown: cannot read /proc/700/fd: permission denied"
     )
     assert text[0] == f"GPU 0  NVIDIA H100 80GB HBM3  {UUID0} {BUS0}  70.0G / 80.0G used"
-    assert f"    38.2G  {server.engine_id} pid 100 /models/m" in text
+    assert f"    38.2G  {server.instance_id} pid 100 /models/m" in text
     assert "     1.0G  pid 999 train\\x1b[2J (no engine)" in text
-    assert f"    20.0G  {orphan.engine_id} pid 500 /models/m  orphan: reclaimable" in text
+    assert f"    20.0G  {orphan.instance_id} pid 500 /models/m  orphan: reclaimable" in text
     assert "    30.8G  unattributed" in text
     again = [
         GpuDevice.model_validate(d)
@@ -766,9 +766,9 @@ def test_the_exporter_series(tp2_with_orphan: list[EngineProcess], host: Host) -
             series.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
     server, orphan, _ = tp2_with_orphan
     assert series["enginespec_engine_gpu_memory_bytes"] == {
-        (("engine_id", server.engine_id), ("gpu", "0")): 38 * GIB + 200 * MIB,
-        (("engine_id", server.engine_id), ("gpu", "1")): 38 * GIB,
-        (("engine_id", orphan.engine_id), ("gpu", "1")): 20 * GIB,
+        (("engine_id", server.instance_id), ("gpu", "0")): 38 * GIB + 200 * MIB,
+        (("engine_id", server.instance_id), ("gpu", "1")): 38 * GIB,
+        (("engine_id", orphan.instance_id), ("gpu", "1")): 20 * GIB,
     }
     assert series["enginespec_gpu_memory_total_bytes"] == {
         (("gpu", "0"),): 80 * GIB,

@@ -104,6 +104,6 @@ def test_a_registered_vendor_gives_its_devices_and_their_holders(
         32 * GIB,
         10 * GIB,
     )
-    assert device.engines == {server.engine_id: 3 * GIB}
+    assert device.engines == {server.instance_id: 3 * GIB}
     assert [(p.pid, p.name) for p in device.other_processes] == [(900, "trainer")]
     assert device.unattributed_bytes is None  # the trainer's bytes are unknown

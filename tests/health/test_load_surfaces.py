@@ -44,17 +44,17 @@ def test_load_command_prints_two_readings_as_json(procs: Procs, capsys: pytest.C
     assert document["kv_cache_usage"] == 0.5
     assert document["tokens_per_second"] > 0
     assert document["pid"] == process.pid
-    assert document["engine_id"] == process.engine_id
+    assert document["engine_id"] == process.instance_id
 
 
 def test_load_command_by_engine_id_and_text(procs: Procs, capsys: pytest.CaptureFixture[str]) -> None:
     sock = bound_socket()
     with serving({"/metrics": _advancing()}, sock=sock):
         process = _vllm(procs, sock)
-        code = cli.main(["load", process.engine_id, "--interval", "100ms"])
+        code = cli.main(["load", process.instance_id, "--interval", "100ms"])
     out = capsys.readouterr().out
     assert code == 0
-    assert out.startswith(f"{process.engine_id} pid {process.pid} http://")
+    assert out.startswith(f"{process.instance_id} pid {process.pid} http://")
     assert "running 4, waiting 1, KV cache 50%" in out
 
 
@@ -119,7 +119,7 @@ def test_exporter_load_series_and_new_states(procs: Procs) -> None:
         _refresh(scanner, collector, True, 2.0, 300.0, monitor)
         _refresh(scanner, collector, True, 2.0, 300.0, monitor)
         series = _scrape(collector)
-    mine = {"engine_id": process.engine_id, "engine": "vllm", "model": "/models/m"}
+    mine = {"engine_id": process.instance_id, "engine": "vllm", "model": "/models/m"}
     assert (mine, 4.0) in series["enginespec_engine_requests_running"]
     assert (mine, 1.0) in series["enginespec_engine_requests_waiting"]
     assert (mine, 0.5) in series["enginespec_engine_kv_cache_usage_ratio"]
@@ -130,7 +130,7 @@ def test_exporter_load_series_and_new_states(procs: Procs) -> None:
     states = {
         labels["state"]: value
         for labels, value in series["enginespec_engine_state"]
-        if labels["engine_id"] == process.engine_id
+        if labels["engine_id"] == process.instance_id
     }
     assert {"busy", "stalled"} <= states.keys()
     assert states["ready"] == 1.0

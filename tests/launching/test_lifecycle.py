@@ -88,7 +88,7 @@ def test_launch_wait_stop(binary: Path, tmp_path: Path, started: list[RunningEng
     assert "sk-very-secret" not in first[0].text
     assert "***" in first[0].text
     assert engine.log_path is not None
-    assert engine.log_path.parent == tmp_path / "logs" / engine.engine_id
+    assert engine.log_path.parent == tmp_path / "logs" / engine.instance_id
     assert "sk-very-secret" not in engine.log_path.read_text()
     result = engine.stop(grace=10)
     assert result.leftover == ()
@@ -334,7 +334,7 @@ def test_supervision_restarts_on_exit(binary: Path, tmp_path: Path, started: lis
     watcher.join(timeout=60)
     done.set()
     assert engine.restart_count == 2
-    assert len(list((tmp_path / engine.engine_id).iterdir())) == 3
+    assert len(list((tmp_path / engine.instance_id).iterdir())) == 3
 
 
 def test_no_supervision_by_default(binary: Path, tmp_path: Path, started: list[RunningEngine]) -> None:
@@ -408,7 +408,7 @@ def test_adopt_a_server_it_did_not_start(binary: Path, tmp_path: Path) -> None:
         assert adopted.wait_ready(timeout=30).state == "ready"
         # from the restart on, its output is kept as a launched engine's
         assert adopted.log_path is not None
-        assert adopted.log_path.parent == tmp_path / "logs" / process.engine_id
+        assert adopted.log_path.parent == tmp_path / "logs" / process.instance_id
         assert "fake llama-server" in adopted.log_path.read_text()
         result = adopted.stop(grace=5)
         assert result.leftover == ()

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import enginespec as es
-from enginespec.process.record import make_engine_id
+from enginespec.process.record import make_instance_id
 from helpers.cli import enginespec
 from helpers.fakeserver import free_port
 from helpers.lifecycle_fakes import (
@@ -122,7 +122,7 @@ def test_logs_of_a_run_by_engine_id_survive_it(tmp_path: Path) -> None:
     log.write_text("error: invalid argument: --bogus\n")
     path, recipe = recipe_file(tmp_path, "replay", FAKE_LOG=str(log), FAKE_EXIT="1")
     enginespec("run", str(path), "--quiet", "--log-dir", str(tmp_path / "logs"), timeout=60)
-    engine_id = make_engine_id("llamacpp", recipe.model_path, recipe.port)
+    engine_id = make_instance_id("llamacpp", recipe.model_path, recipe.port)
     logs = enginespec("logs", engine_id, "--log-dir", str(tmp_path / "logs"))
     assert logs.returncode == 0
     assert b"error: invalid argument: --bogus" in logs.stdout

@@ -155,7 +155,7 @@ def test_fit_reads_the_live_ledger_of_this_host(
     library = build_nvml(tmp_path, 3)
     host = Host(tmp_path / "host")
     engine = procs.start(["vllm", "serve", "Qwen/Qwen3-8B", "--port", str(free_port())])
-    engine_id = next(p.engine_id for p in Scanner().scan() if p.pid == engine.pid)
+    instance_id = next(p.instance_id for p in Scanner().scan() if p.pid == engine.pid)
     host.nvml_gpu("GPU-0", "0000:17:00.0", "NVIDIA H100 80GB HBM3", 80 * GIB, 79 * GIB)
     host.nvml_gpu("GPU-1", "0000:65:00.0", "NVIDIA H100 80GB HBM3", 80 * GIB, 0)
     host.nvml_process("GPU-0", engine.pid, 79 * GIB)
@@ -172,7 +172,7 @@ def test_fit_reads_the_live_ledger_of_this_host(
     assert placement["devices"] == ["GPU-1"]
     assert placement["environment"] == {"CUDA_VISIBLE_DEVICES": "1"}
     (refusal,) = result["refusals"]  # type: ignore[misc]
-    assert refusal.startswith(f"GPU-0 has 1.00 of 80.00 GiB free: 79.00 GiB held by engine {engine_id}")
+    assert refusal.startswith(f"GPU-0 has 1.00 of 80.00 GiB free: 79.00 GiB held by engine {instance_id}")
     code, result = run(capsys, str(recipe), "--gpus", "0")
     assert code == 1
     assert result["fits"] is False

@@ -514,7 +514,7 @@ def test_published_port_of_an_engine_in_a_private_netns(
         PublishedPort(container_port=port, host_address="::", host_port=host_port),
     )
     assert process.base_url == url
-    assert process.engine_id.startswith(f"vllm-{host_port}-")  # the host's port names it
+    assert process.instance_id.startswith(f"vllm-{host_port}-")  # the host's port names it
     assert (process.host, process.port, process.listen_ports) == (ADDRESS, port, (port,))
     health = check_health(process, verify_identity=True)
     assert (health.state, health.base_url, health.model_ids) == ("ready", url, ("/models/qwen",))

@@ -89,7 +89,7 @@ def test_watch_sees_an_engine_start_and_stop(procs: Procs, mode: str) -> None:
         procs.stop(proc)
         stopped = _until(events, lambda e: _mine(e, {proc.pid}))
         assert isinstance(stopped, Stopped)
-        assert stopped.identity.engine_id == started.process.engine_id
+        assert stopped.identity.instance_id == started.process.instance_id
         assert stopped.identity.start_time == started.process.start_time
         assert stopped.monotonic >= started.monotonic
     finally:

@@ -44,7 +44,7 @@ def _names(term: str, p: EngineProcess) -> bool:
     where = address(term)
     if where is not None:
         return listens_at(p, where)
-    return term in (p.engine, p.engine_id) or term == f"{p.engine_id}-pid{p.pid}"
+    return term in (p.engine, p.instance_id) or term == f"{p.instance_id}-pid{p.pid}"
 
 
 def _matches(key: str, value: str, row: Shown) -> bool:

@@ -130,7 +130,7 @@ def _describe_lines(p: EngineProcess, health: Health | None) -> list[str]:
     sources = dict(p.sources)
     fields: list[tuple[str, str]] = [
         ("Engine", p.engine),
-        ("Engine id", p.engine_id),
+        ("Engine id", p.instance_id),
         ("PID", str(p.pid)),
         ("Role", p.role + (f" (of server {p.server_pid})" if p.server_pid else "")),
         ("Model", p.model or MODEL_UNKNOWN),
@@ -267,20 +267,22 @@ def _cmd_health(args: argparse.Namespace) -> int:
 def gpu_lines(devices: Sequence[GpuDevice], processes: Sequence[EngineProcess]) -> list[str]:
     """The ledger as text lines: per GPU its figures, then who holds how much of it."""
     from enginespec.cli.pstable import gpu_name, size
-    from enginespec.scanning.scanner import unique_engine_ids
+    from enginespec.scanning.scanner import unique_instance_ids
 
-    models = {engine_id: p for engine_id, p in zip(unique_engine_ids(processes), processes, strict=True)}
+    models = {
+        instance_id: p for instance_id, p in zip(unique_instance_ids(processes), processes, strict=True)
+    }
     lines = []
     for device in devices:
         used = f"{size(device.memory_used_bytes)} / {size(device.memory_total_bytes)} used"
         where = " ".join(part for part in (device.device, device.pci_bus_id) if part)
         name = gpu_name(device.index, device.mig_index, device.device)
         lines.append(literal(f"GPU {name}  {device.name or '?'}  {where}  {used}"))
-        for engine_id, held in device.engines.items():
-            process = models.get(engine_id)
+        for instance_id, held in device.engines.items():
+            process = models.get(instance_id)
             what = f" pid {process.pid} {process.model or MODEL_UNKNOWN}" if process else ""
-            orphan = "  orphan: reclaimable" if engine_id in device.reclaimable else ""
-            lines.append(literal(f"  {size(held):>7}  {engine_id}{what}{orphan}"))
+            orphan = "  orphan: reclaimable" if instance_id in device.reclaimable else ""
+            lines.append(literal(f"  {size(held):>7}  {instance_id}{what}{orphan}"))
         for other in device.other_processes:
             lines.append(
                 literal(f"  {size(other.memory_bytes):>7}  pid {other.pid} {other.name or '?'} (no engine)")
@@ -289,9 +291,9 @@ def gpu_lines(devices: Sequence[GpuDevice], processes: Sequence[EngineProcess]) 
             lines.append(f"  {size(device.unattributed_bytes):>7}  unattributed")
         if device.problem:
             lines.append(literal(f"  note: {device.problem}"))
-    for engine_id, process in models.items():
+    for instance_id, process in models.items():
         if process.gpus_unknown:
-            lines.append(literal(f"{engine_id} pid {process.pid}: GPUs unknown: {process.gpus_unknown}"))
+            lines.append(literal(f"{instance_id} pid {process.pid}: GPUs unknown: {process.gpus_unknown}"))
     return lines
 
 
@@ -327,7 +329,7 @@ def _cmd_load(args: argparse.Namespace) -> int:
     if args.json:
         out([json_text(load)])
     elif not load.available:
-        out([literal(f"{process.engine_id} pid {process.pid}: no load reading: {load.reason}")])
+        out([literal(f"{process.instance_id} pid {process.pid}: no load reading: {load.reason}")])
     else:
         from enginespec.cli.pstable import LOAD_COLUMNS
 
@@ -342,5 +344,5 @@ def _cmd_load(args: argparse.Namespace) -> int:
             figures.append(f"{load.models_loaded} model(s) loaded")
         if load.stalled:
             figures.append(f"stalled (no token counter moved for {load.stall_after:g}s)")
-        out([literal(f"{process.engine_id} pid {process.pid} {load.source}: {', '.join(figures)}")])
+        out([literal(f"{process.instance_id} pid {process.pid} {load.source}: {', '.join(figures)}")])
     return 0 if load.available else 1

@@ -109,7 +109,7 @@ def _follow_run(args: argparse.Namespace, engine: RunningEngine) -> int:
     from enginespec.errors import LaunchFailed, NotReady
     from enginespec.failures import ended
 
-    fail("run", f"started {engine.engine_id} pid {engine.pid}; log {engine.log_path}")
+    fail("run", f"started {engine.instance_id} pid {engine.pid}; log {engine.log_path}")
     outcome: dict[str, Any] = {}
     given_up = threading.Event()
 
@@ -140,7 +140,7 @@ def _follow_run(args: argparse.Namespace, engine: RunningEngine) -> int:
         status = engine.wait(timeout=10.0) or (None, None)
         seconds = time.monotonic() - outcome["ready_at"]
         engine.close()
-        fail("run", f"{engine.engine_id} ended {seconds:.0f} s after it was ready: {ended(*status)}")
+        fail("run", f"{engine.instance_id} ended {seconds:.0f} s after it was ready: {ended(*status)}")
         code, sig = status
         return 128 + sig if sig is not None else (code if code is not None else 1)
     failure = error.failure if isinstance(error, LaunchFailed) else engine.failure()
@@ -182,15 +182,15 @@ def _cmd_stop(args: argparse.Namespace) -> int:
         sent = ", ".join(f"{s.signal} to {s.target} {s.pid}" for s in result.signals)
         said = [result.container.detail] if result.container is not None else []
         done = "; ".join([*said, *([sent] if sent else [])]) or "no signal (already gone)"
-        print(f"stopped {process.engine_id} (pid {process.pid}): {done}")
+        print(f"stopped {process.instance_id} (pid {process.pid}): {done}")
         if result.leftover:
             print(f"still alive: {', '.join(map(str, result.leftover))}")
     return 0 if not result.leftover else 1
 
 
-def _newest_log(log_dir: Path, engine_id: str) -> Path | None:
-    folder = log_dir / engine_id
-    if not folder.is_dir() or "/" in engine_id or engine_id.startswith("."):
+def _newest_log(log_dir: Path, instance_id: str) -> Path | None:
+    folder = log_dir / instance_id
+    if not folder.is_dir() or "/" in instance_id or instance_id.startswith("."):
         return None
     found = sorted(folder.glob("*.log"))
     return found[-1] if found else None
@@ -202,8 +202,8 @@ def _cmd_logs(args: argparse.Namespace) -> int:
 
     found = _find(args.target)
     process = found if not isinstance(found, str) else None
-    engine_id = process.engine_id if process is not None else args.target
-    kept = _newest_log(_log_dir(args), engine_id)
+    instance_id = process.instance_id if process is not None else args.target
+    kept = _newest_log(_log_dir(args), instance_id)
     if kept is not None:
         try:
             for text in tail_file(kept, args.n):

@@ -136,15 +136,15 @@ def _show(
         out([str(row.process.pid) for row in rows])
         return
     if fmt == "name":
-        from enginespec.scanning.scanner import unique_engine_ids
+        from enginespec.scanning.scanner import unique_instance_ids
 
         # the ids as the exporter's label gives them: two engines sharing one are told apart
         names = (
             {}
             if args.remote
-            else {p.pid: n for p, n in zip(processes, unique_engine_ids(processes), strict=True)}
+            else {p.pid: n for p, n in zip(processes, unique_instance_ids(processes), strict=True)}
         )
-        out([names.get(row.process.pid, row.process.engine_id) for row in rows])
+        out([names.get(row.process.pid, row.process.instance_id) for row in rows])
         return
     if fmt == "json":
         from enginespec.scanning.scanner import engine_document

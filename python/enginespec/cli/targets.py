@@ -86,9 +86,11 @@ def listens_at(process: EngineProcess, where: Address) -> bool:
 
 
 def _listing(processes: Sequence[EngineProcess], found: Sequence[EngineProcess]) -> str:
-    from enginespec.scanning.scanner import unique_engine_ids
+    from enginespec.scanning.scanner import unique_instance_ids
 
-    ids = {id(p): engine_id for p, engine_id in zip(processes, unique_engine_ids(processes), strict=True)}
+    ids = {
+        id(p): instance_id for p, instance_id in zip(processes, unique_instance_ids(processes), strict=True)
+    }
     named = [f"{ids[id(p)]} (pid {p.pid}, {p.effective_host}:{p.effective_port})" for p in found[:MAX_NAMED]]
     more = f" and {len(found) - MAX_NAMED} more" if len(found) > MAX_NAMED else ""
     return ", ".join(named) + more

@@ -161,12 +161,12 @@ def _event_line(event: WatchEvent) -> str:
 
     if isinstance(event, Stopped):
         who = event.identity
-        return literal(f"stopped {who.pid} {who.engine} {who.engine_id}")
+        return literal(f"stopped {who.pid} {who.engine} {who.instance_id}")
     p = event.process
     detail = " ".join(event.fields) if isinstance(event, Changed) else p.base_url or "-"
     if isinstance(event, WorkerLost):
         detail = event.worker.describe()
-    return literal(f"{event.type} {p.pid} {p.engine} {p.engine_id} {p.model or MODEL_UNKNOWN} {detail}")
+    return literal(f"{event.type} {p.pid} {p.engine} {p.instance_id} {p.model or MODEL_UNKNOWN} {detail}")
 
 
 class _EventFilter:

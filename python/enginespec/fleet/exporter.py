@@ -30,7 +30,7 @@ from enginespec.health.vitals import EngineMonitor
 from enginespec.healthrecord import Health, HealthState
 from enginespec.models.processes import cached, peek
 from enginespec.process.record import EngineProcess
-from enginespec.scanning.scanner import Scanner, gpu_ledger, unique_engine_ids
+from enginespec.scanning.scanner import Scanner, gpu_ledger, unique_instance_ids
 from enginespec.untrusted.boundary import contained, failed
 from enginespec.untrusted.boundary import failures as failures_by_stage
 from enginespec.untrusted.safewrite import replace_file
@@ -96,7 +96,8 @@ class Snapshot:
     """The latest scan and health checks."""
 
     processes: list[EngineProcess] = field(default_factory=list)
-    #: each process's engine id in the series (see :func:`unique_engine_ids`), kept while it runs.
+    #: each process's instance id in the series, its ``engine_id`` label (see
+    #: :func:`unique_instance_ids`), kept while it runs.
     ids: list[str] = field(default_factory=list)
     healths: list[Health] | None = None
     #: each engine's load reading, with ``--load`` (``run(load=True)``).
@@ -107,7 +108,7 @@ class Snapshot:
     scans: int = 0
     #: the host's GPUs, when it has any.
     gpus: tuple[GpuDevice, ...] = ()
-    #: engine_id -> when (wall clock) it was last seen running, for engines no longer running: kept
+    #: instance id -> when (wall clock) it was last seen running, for engines no longer running: kept
     #: as ``enginespec_engine_up 0`` for a while, so ``== 0`` alerts can fire.
     stopped: dict[str, float] = field(default_factory=dict)
     #: when the last refresh completed (wall clock); 0 before the first.
@@ -124,7 +125,7 @@ class Snapshot:
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.processes):
-            self.ids = unique_engine_ids(self.processes)
+            self.ids = unique_instance_ids(self.processes)
 
 
 #: How long a scrape waits for the first refresh (which the server listens before): longer than
@@ -170,7 +171,7 @@ def _info_labels(process: EngineProcess, withheld: tuple[str, ...] = ()) -> list
     served = process.served_model_name or process.model or ""
     facts = None if "model_facts" in withheld else _facts(process)
     values = [
-        process.engine_id,
+        process.instance_id,
         process.engine,
         process.model or "",
         served,
@@ -233,8 +234,8 @@ class EngineCollector(Collector):
             sees_all = viewer.sees_all_of(owned[index] if owned else None)
             for name, labels, value in _samples_of(snapshot, index, sees_all):
                 families[name].add_metric(labels, value)
-        for engine_id_ in sorted(snapshot.stopped):
-            families["enginespec_engine_up"].add_metric([engine_id_], 0)
+        for instance_id in sorted(snapshot.stopped):
+            families["enginespec_engine_up"].add_metric([instance_id], 0)
         yield from families.values()
         yield from _gpu_metrics(snapshot)
         if snapshot.loads is not None:
@@ -290,33 +291,33 @@ def _engine_samples(snapshot: Snapshot, index: int, hidden: tuple[str, ...]) -> 
     value that is none fails here, not in the exposition), less the ``hidden`` labels and series
     (see :func:`_withheld_labels`), each named in ``enginespec_engine_withheld``."""
     process, unique_id = snapshot.processes[index], snapshot.ids[index]
-    engine_id = [unique_id]
+    id_label = [unique_id]  # the one label of these series: engine_id
     samples: list[_Sample] = [("enginespec_engine_withheld", [unique_id, name], 1.0) for name in hidden]
     samples += [
         ("enginespec_engine_info", [unique_id, *_info_labels(process, hidden)[1:]], 1.0),
-        ("enginespec_engine_up", engine_id, 1.0),
-        ("enginespec_engine_start_time_seconds", engine_id, float(process.start_time)),
-        ("enginespec_engine_workers", engine_id, float(len(process.worker_pids))),
-        ("enginespec_engine_port_conflict", engine_id, 1.0 if process.port_conflicts else 0.0),
+        ("enginespec_engine_up", id_label, 1.0),
+        ("enginespec_engine_start_time_seconds", id_label, float(process.start_time)),
+        ("enginespec_engine_workers", id_label, float(len(process.worker_pids))),
+        ("enginespec_engine_port_conflict", id_label, 1.0 if process.port_conflicts else 0.0),
     ]
     facts = None if hidden else _facts(process)
     if facts is not None and facts.weight_bytes is not None:
-        samples.append(("enginespec_engine_model_weight_bytes", engine_id, float(facts.weight_bytes)))
+        samples.append(("enginespec_engine_model_weight_bytes", id_label, float(facts.weight_bytes)))
     if facts is not None and facts.estimate is not None and facts.estimate.kv_cache:
         samples.append(
-            ("enginespec_engine_kv_cache_bytes_estimated", engine_id, float(facts.estimate.kv_cache_bytes))
+            ("enginespec_engine_kv_cache_bytes_estimated", id_label, float(facts.estimate.kv_cache_bytes))
         )
     if snapshot.healths is not None:
         health = snapshot.healths[index]
-        samples.append(("enginespec_engine_ready", engine_id, 1.0 if health.ready else 0.0))
+        samples.append(("enginespec_engine_ready", id_label, 1.0 if health.ready else 0.0))
         samples.extend(
             ("enginespec_engine_state", [unique_id, name], 1.0 if health.state == name else 0.0)
             for name in _STATES
         )
-        samples.append(("enginespec_engine_health_stale", engine_id, 1.0 if health.stale else 0.0))
+        samples.append(("enginespec_engine_health_stale", id_label, 1.0 if health.stale else 0.0))
         if health.checked_at is not None:
             samples.append(
-                ("enginespec_engine_health_checked_timestamp_seconds", engine_id, float(health.checked_at))
+                ("enginespec_engine_health_checked_timestamp_seconds", id_label, float(health.checked_at))
             )
     return samples
 
@@ -567,18 +568,18 @@ def _refresh(
             kept(h, before.get((p.pid, p.start_time))) for p, h in zip(processes, healths, strict=True)
         ]
     now = time.time()
-    ids = unique_engine_ids(
+    ids = unique_instance_ids(
         processes,
         {(p.pid, p.start_time): name for p, name in zip(previous.processes, previous.ids, strict=True)},
     )
     running = set(ids)
     stopped = {
-        engine_id: since
-        for engine_id, since in previous.stopped.items()
-        if engine_id not in running and now - since < keep_stopped
+        instance_id: since
+        for instance_id, since in previous.stopped.items()
+        if instance_id not in running and now - since < keep_stopped
     }
-    for engine_id in set(previous.ids) - running:
-        stopped[engine_id] = now
+    for instance_id in set(previous.ids) - running:
+        stopped[instance_id] = now
     collector.snapshot = Snapshot(
         processes=processes,
         ids=ids,

@@ -27,7 +27,7 @@ from enginespec.healthrecord import Health
 from enginespec.process.liveness import scanned_ticks
 from enginespec.process.record import EngineProcess
 from enginespec.process.urls import connect_host, is_wildcard
-from enginespec.scanning.scanner import unique_engine_ids
+from enginespec.scanning.scanner import unique_instance_ids
 from enginespec.untrusted.boundary import contained, failed
 from enginespec.untrusted.documents import dumps
 from enginespec.untrusted.safewrite import replace_file
@@ -102,7 +102,7 @@ def _label(value: str) -> str:
 def _labels(process: EngineProcess) -> dict[str, str]:
     labels = {
         "engine": process.engine,
-        "engine_id": process.engine_id,
+        "engine_id": process.instance_id,
         "model": process.model or "",
         # what clients send as "model", and what vLLM labels its own series with (model_name)
         "served_model_name": process.served_model_name or process.model or "",
@@ -129,7 +129,7 @@ def file_sd(processes: Sequence[EngineProcess], advertise: str) -> _Rendered:
     for process in processes:
         where, path = address(process, advertise), metrics_path(process)
         if where is None:
-            notes.append(f"{process.engine_id}: {_NO_ADDRESS}")
+            notes.append(f"{process.instance_id}: {_NO_ADDRESS}")
         if where is None or path is None:
             continue
         labels = _labels(process)
@@ -155,14 +155,14 @@ def llm_d(processes: Sequence[EngineProcess], advertise: str) -> _Rendered:
     a label, and llm-d scrapes the engine's metrics on the same port."""
     entries: list[dict[str, Any]] = []
     notes = []
-    for process, name in zip(processes, unique_engine_ids(processes), strict=True):
+    for process, name in zip(processes, unique_instance_ids(processes), strict=True):
         where = address(process, advertise)
         host, _, port = (where or "").rpartition(":")
         if where is None:
-            notes.append(f"{process.engine_id}: {_NO_ADDRESS}")
+            notes.append(f"{process.instance_id}: {_NO_ADDRESS}")
             continue
         if not _is_ipv4(host):
-            notes.append(f"{process.engine_id}: llm-d takes only IPv4 addresses, not {where}")
+            notes.append(f"{process.instance_id}: llm-d takes only IPv4 addresses, not {where}")
             continue
         entries.append(
             {"name": name, "namespace": "default", "address": host, "port": port, "labels": _labels(process)}
@@ -202,16 +202,16 @@ def production_stack(processes: Sequence[EngineProcess], advertise: str) -> _Ren
     for process in processes:
         where = address(process, advertise)
         if where is None:
-            notes.append(f"{process.engine_id}: {_NO_ADDRESS}")
+            notes.append(f"{process.instance_id}: {_NO_ADDRESS}")
             continue
         url = f"http://{where}"
         if not _ROUTER_URL.fullmatch(url):
-            notes.append(f"{process.engine_id}: the router refuses the URL {url}")
+            notes.append(f"{process.instance_id}: the router refuses the URL {url}")
             continue
         for served in process.served_model_names or ((process.model,) if process.model else ()):
             if "," in served or not served.isprintable():
                 notes.append(
-                    f"{process.engine_id}: the router's comma-separated lists cannot hold {served!r}"
+                    f"{process.instance_id}: the router's comma-separated lists cannot hold {served!r}"
                 )
                 continue
             backends.append(url)
@@ -317,12 +317,12 @@ def trusted(
     for process, uid in zip(processes, owners, strict=True):
         if uid is None:
             notes.append(
-                f"left out {process.engine_id} (pid {process.pid}): its owner cannot be read (gone?)"
+                f"left out {process.instance_id} (pid {process.pid}): its owner cannot be read (gone?)"
             )
         elif uid not in allowed:
             user = user_name(uid)
             notes.append(
-                f"left out {process.engine_id} (pid {process.pid}): its owner {user} is not an allowed "
+                f"left out {process.instance_id} (pid {process.pid}): its owner {user} is not an allowed "
                 f"owner (--allow-owner {user} lists its engines)"
             )
         else:
@@ -334,7 +334,7 @@ def trusted(
     for name, claimants in claims.items():
         if len({uid for _, uid in claimants}) > 1:
             who = ", ".join(
-                f"{p.engine_id} (pid {p.pid}, "
+                f"{p.instance_id} (pid {p.pid}, "
                 + ("owner unknown" if uid is None else user_name(uid))
                 + ("" if uid in allowed else ", left out")
                 + ")"
@@ -374,7 +374,7 @@ class FeedWriter:
     def write(self, processes: Sequence[EngineProcess]) -> bool:
         """Writes the feed for these serving engines (those of allowed owners: see :func:`trusted`)
         unless the file already says so; each reason an engine is left out is logged once."""
-        ordered = sorted(processes, key=lambda p: (p.engine_id, p.pid))
+        ordered = sorted(processes, key=lambda p: (p.instance_id, p.pid))
         kept, notes = trusted(ordered, self.allowed)
         data, unfit = render(self.feed, kept, advertise=self.advertise)
         notes += [f"left out {note}" for note in unfit]

@@ -342,9 +342,9 @@ def _other_holders(root: str, skip: set[int], host: HostGpus) -> Iterable[int]:
 
 @dataclass(frozen=True)
 class EngineTree:
-    """What the ledger needs of an engine: its id, its pids (server first), whether an orphan."""
+    """What the ledger needs of an engine: its instance id, its pids (server first), whether an orphan."""
 
-    engine_id: str
+    instance_id: str
     pids: tuple[int, ...]
     orphan: bool
 
@@ -369,9 +369,9 @@ def ledger(
     orphans: dict[str, list[str]] = {key: [] for key in host.devices}
     for tree, (uses, _problem) in zip(engines, held, strict=True):
         for use in uses:
-            on_device[use.device][tree.engine_id] = use.memory_bytes
+            on_device[use.device][tree.instance_id] = use.memory_bytes
             if tree.orphan:
-                orphans[use.device].append(tree.engine_id)
+                orphans[use.device].append(tree.instance_id)
     others: dict[str, dict[int, int | None]] = {key: {} for key in host.devices}
     for lists in host.lists:
         for key, listed in lists.by_device.items():
@@ -390,9 +390,9 @@ def ledger(
     # A MIG GPU sums its instances.
     for device in host.devices.values():
         if device.parent is not None and device.parent in on_device:
-            for engine_id, size in on_device[device.key].items():
-                before = on_device[device.parent].get(engine_id, 0)
-                on_device[device.parent][engine_id] = (
+            for instance_id, size in on_device[device.key].items():
+                before = on_device[device.parent].get(instance_id, 0)
+                on_device[device.parent][instance_id] = (
                     None if size is None or before is None else before + size
                 )
             for pid, size in others[device.key].items():

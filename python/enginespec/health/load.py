@@ -23,14 +23,14 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
 
 import enginespec.health.reaching as reaching
 from enginespec.definition.records import EngineDefinition, LoadMetrics
 from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
-from enginespec.errors import InvalidInputError
+from enginespec.errors import InvalidInputError, warn_renamed
 from enginespec.process.liveness import process_alive
-from enginespec.process.record import EngineProcess
+from enginespec.process.record import INSTANCE_ID_WHY, WIRE_INSTANCE_ID, EngineProcess
 from enginespec.untrusted.boundary import contained_async
 
 if TYPE_CHECKING:
@@ -52,10 +52,15 @@ class EngineLoad(BaseModel):
     ``progress_at`` is the ``time.monotonic()`` since which the engine had requests pending and
     no counter moved (``None`` when unknown); ``stalled`` is set when that lasted ``stall_after``."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, serialize_by_alias=True)
 
     engine: str
-    engine_id: str | None = None
+    #: the key of the engine read (``None`` for a URL no scan found); ``engine_id`` in the JSON form.
+    instance_id: str | None = Field(
+        None,
+        validation_alias=AliasChoices(WIRE_INSTANCE_ID, "instance_id"),
+        serialization_alias=WIRE_INSTANCE_ID,
+    )
     pid: int | None = None
     base_url: str | None = None
     source: str
@@ -94,6 +99,12 @@ class EngineLoad(BaseModel):
     def moved(self) -> bool | None:
         """Whether a token or progress counter moved since the previous reading."""
         return self._moved
+
+    @property
+    def engine_id(self) -> str | None:
+        """Deprecated: :attr:`instance_id`."""
+        warn_renamed("EngineLoad.engine_id", "EngineLoad.instance_id", INSTANCE_ID_WHY)
+        return self.instance_id
 
     def counters(self) -> tuple[float | None, ...]:
         return (self.prompt_tokens_total, self.generated_tokens_total, self._progress)
@@ -342,7 +353,7 @@ async def _read(
         )
     empty = EngineLoad(
         engine=t.spec.id,
-        engine_id=process.engine_id if process is not None else None,
+        instance_id=process.instance_id if process is not None else None,
         pid=pid,
         base_url=t.base_url,
         source="none",
@@ -452,7 +463,7 @@ def not_read(process: EngineProcess, reason: str) -> EngineLoad:
     :mod:`enginespec.untrusted.boundary`): no figures, and why."""
     return EngineLoad(
         engine=process.engine,
-        engine_id=process.engine_id,
+        instance_id=process.instance_id,
         pid=process.pid,
         base_url=process.base_url,
         source="none",

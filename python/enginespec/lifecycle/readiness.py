@@ -102,7 +102,7 @@ class Starting(Protocol):
     @property
     def engine(self) -> str: ...
     @property
-    def engine_id(self) -> str: ...
+    def instance_id(self) -> str: ...
     @property
     def host(self) -> str | None: ...
     @property
@@ -139,7 +139,7 @@ def wait_ready(
     url = starting.base_url
     if url is None:
         raise InvalidInputError(
-            f"{starting.engine_id}: no address to check (host {starting.host!r}, port {starting.port})"
+            f"{starting.instance_id}: no address to check (host {starting.host!r}, port {starting.port})"
         )
     started = progress_at = time.monotonic()
     last: Health | None = None

@@ -27,7 +27,7 @@ from enginespec.config import Config
 from enginespec.definition.records import EngineDefinition
 from enginespec.definition.registry import find_engine
 from enginespec.display import literal
-from enginespec.errors import InvalidInputError, LaunchFailed, RestartRefused
+from enginespec.errors import InvalidInputError, LaunchFailed, RestartRefused, warn_renamed
 from enginespec.failures import Failure, ended
 from enginespec.health.checks import check_health
 from enginespec.healthrecord import Health
@@ -51,7 +51,7 @@ from enginespec.lifecycle.supervising import Supervision, Supervisor
 from enginespec.process.argv import parse_argv, redact_argv
 from enginespec.process.containers import Container
 from enginespec.process.liveness import scanned_ticks
-from enginespec.process.record import EngineProcess, make_engine_id
+from enginespec.process.record import INSTANCE_ID_WHY, EngineProcess, make_instance_id
 from enginespec.process.urls import base_url
 from enginespec.untrusted.masking import REDACTED, is_secret_name
 
@@ -76,6 +76,7 @@ class RunningEngine:
 
     ``argv`` and ``env`` (the environment delta applied) have their secrets masked; ``log_path``
     is the file of the current start; ``restart_count`` counts restarts of this object.
+    ``instance_id`` is its key, as :attr:`EngineProcess.instance_id` (``engine`` the engine's id).
     """
 
     def __init__(
@@ -98,7 +99,7 @@ class RunningEngine:
         self.port = port
         self.host = host
         self.model = model
-        self.engine_id = make_engine_id(spec.id, model, port)
+        self.instance_id = make_instance_id(spec.id, model, port)
         self.base_url = base_url(host, port) if host is not None else None
         self.restart_count = 0
         self.adopted = False
@@ -161,8 +162,14 @@ class RunningEngine:
         it to kill what a failed test left."""
         return self._tree.known
 
+    @property
+    def engine_id(self) -> str:
+        """Deprecated: :attr:`instance_id`."""
+        warn_renamed("RunningEngine.engine_id", "RunningEngine.instance_id", INSTANCE_ID_WHY)
+        return self.instance_id
+
     def __repr__(self) -> str:
-        return f"<RunningEngine {self.engine_id} pid {self.pid}>"
+        return f"<RunningEngine {self.instance_id} pid {self.pid}>"
 
     # -- starting --------------------------------------------------------------------------------
 
@@ -175,7 +182,7 @@ class RunningEngine:
         started = time.time()
         if self._log_dir is not None:
             name = timestamp(started).replace(":", "-")
-            self.log_path = self._log_dir / self.engine_id / f"{name}.log"
+            self.log_path = self._log_dir / self.instance_id / f"{name}.log"
         self._book = LogBook(
             self.log_path, plan.secrets, *(() if self._ring_lines is None else (self._ring_lines,))
         )
@@ -365,7 +372,7 @@ def launch(
 ) -> RunningEngine:
     """Starts the recipe's engine: the planned argv (no shell), in a new session and process
     group, with the environment delta; its output kept in a ring and in
-    ``<log_dir>/<engine_id>/<start time>.log`` (``log_dir`` defaults to the data dir's
+    ``<log_dir>/<instance_id>/<start time>.log`` (``log_dir`` defaults to the data dir's
     ``logs``). Raises :class:`LaunchFailed` (``port_in_use``, naming the holder) when another
     process listens on its port. Returns at once: see :meth:`RunningEngine.wait_ready`."""
     config = config or Config()
@@ -398,7 +405,7 @@ def adopt(
     """A :class:`RunningEngine` for an engine a scan found. Its identity is the pid and start
     time, pinned by a pidfd: stop and restart never signal a process that took its pid since.
     Once restarted, its output is kept as a launched engine's is, in
-    ``<log_dir>/<engine_id>/<start time>.log`` (``log_dir`` defaults to the data dir's ``logs``).
+    ``<log_dir>/<instance_id>/<start time>.log`` (``log_dir`` defaults to the data dir's ``logs``).
     Raises :class:`InvalidInputError` when that process is gone already, or is not this host's
     (a record scanned under a fixture host's root: its pid here is another process or none)."""
     root = process._root
@@ -423,7 +430,7 @@ def adopt(
         host=process.effective_host,
         model=process.model,
     )
-    engine.engine_id = process.engine_id
+    engine.instance_id = process.instance_id
     engine.base_url = process.base_url
     engine._process = ProcessHandle(process.pid, ticks, pidfd, start_time=process.start_time)
     engine.adopted = True

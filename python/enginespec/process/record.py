@@ -9,10 +9,11 @@ import hashlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from pydantic import PrivateAttr, computed_field
+from pydantic import ConfigDict, PrivateAttr, computed_field
 
 from enginespec._host.root import HOST_ROOT, HostRoot
 from enginespec.definition.records import Fact
+from enginespec.errors import warn_renamed
 from enginespec.gpus.reader import GpuUse
 from enginespec.models.processes import cached, measured
 from enginespec.process.argv import Invocation
@@ -23,8 +24,16 @@ if TYPE_CHECKING:
     from enginespec.definition.modelrecords import ModelFacts
 
 
-def make_engine_id(engine: str, model: str | None, port: int | None) -> str:
-    """The name of an engine serving ``model`` on ``port`` (see ``EngineProcess.engine_id``)."""
+#: Why the key of one running engine is ``instance_id`` in Python: ``engine`` is the engine's id
+#: (``vllm``). Its documents, labels and CLI keep ``engine_id``, which other systems read.
+INSTANCE_ID_WHY = "engine is the engine's id; the key of one running engine is its instance_id"
+#: The key ``instance_id`` has in every document (``ps --json``, the agent's answers, watch
+#: events) and label: what readers of those, and agents of earlier versions, know it by.
+WIRE_INSTANCE_ID = "engine_id"
+
+
+def make_instance_id(engine: str, model: str | None, port: int | None) -> str:
+    """The key of an engine serving ``model`` on ``port`` (see ``EngineProcess.instance_id``)."""
     identity = "\0".join((engine, model or "", str(port)))
     digest = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:8]
     return f"{engine}-{port or 'noport'}-{digest}"
@@ -46,6 +55,9 @@ class EngineProcess(Invocation):
     reachable from here; ``published`` are the host addresses Docker's proxy forwards to its port,
     and ``base_url`` is then the first of them.
     """
+
+    # instance_id is dumped under its alias, engine_id, whatever the caller asks (WIRE_INSTANCE_ID).
+    model_config = ConfigDict(serialize_by_alias=True)
 
     pid: int
     start_time: float
@@ -107,15 +119,22 @@ class EngineProcess(Invocation):
         result = cached(self.pid, self.start_time, self.engine, self.model, self.argv, self._root)
         return result if isinstance(result, str) else None
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field(alias=WIRE_INSTANCE_ID)  # type: ignore[prop-decorator]
+    @property
+    def instance_id(self) -> str:
+        """A key for this running engine that survives restarts of the same engine, model and port
+        (pids and start times change): ``vllm-8000-1a2b3c4d``, where ``engine`` is ``vllm``. For a
+        container with a published port the port is the host's: two containers serving one model
+        on port 8000 inside are told apart by the host ports they are published on. Documents and
+        labels call it ``engine_id``, the CLI "engine id"."""
+        port = self.published[0].host_port if self.published else self.effective_port
+        return make_instance_id(self.engine, self.model, port)
+
     @property
     def engine_id(self) -> str:
-        """A name for this engine that survives restarts of the same engine, model and port (pids
-        and start times change): ``vllm-8000-1a2b3c4d``. For a container with a published port
-        the port is the host's: two containers serving one model on port 8000 inside are told
-        apart by the host ports they are published on."""
-        port = self.published[0].host_port if self.published else self.effective_port
-        return make_engine_id(self.engine, self.model, port)
+        """Deprecated: :attr:`instance_id`."""
+        warn_renamed("EngineProcess.engine_id", "EngineProcess.instance_id", INSTANCE_ID_WHY)
+        return self.instance_id
 
     def secret_api_key(self) -> str | None:
         return self._api_key

@@ -390,10 +390,10 @@ def with_gpus(
     return with_held(processes, GpuReader(root, nvml=nvml).read(trees(processes)), {})[0]
 
 
-def unique_engine_ids(
+def unique_instance_ids(
     processes: Sequence[EngineProcess], previous: Mapping[tuple[int, float], str] | None = None
 ) -> list[str]:
-    """Each process's engine_id; when two running engines have the same one (the same engine,
+    """Each process's instance_id; when two running engines have the same one (the same engine,
     model and port: sharing it through SO_REUSEPORT), the younger ones get their pid appended
     (``vllm-8000-1b690e57-pid4242``), as two series with the same labels would make Prometheus
     reject the whole scrape. Whatever the order of ``processes``, the oldest keeps the bare id.
@@ -406,7 +406,7 @@ def unique_engine_ids(
     given: dict[int, str] = {}
     for index, process in enumerate(processes):
         kept = previous.get((process.pid, process.start_time), "")
-        if kept in (process.engine_id, f"{process.engine_id}-pid{process.pid}") and kept not in taken:
+        if kept in (process.instance_id, f"{process.instance_id}-pid{process.pid}") and kept not in taken:
             given[index] = kept
             taken.add(kept)
     by_age = sorted(range(len(processes)), key=lambda i: (processes[i].start_time, processes[i].pid))
@@ -414,11 +414,11 @@ def unique_engine_ids(
         if index in given:
             continue
         process = processes[index]
-        engine_id = process.engine_id
-        if engine_id in taken:
-            engine_id = f"{engine_id}-pid{process.pid}"
-        given[index] = engine_id
-        taken.add(engine_id)
+        instance_id = process.instance_id
+        if instance_id in taken:
+            instance_id = f"{instance_id}-pid{process.pid}"
+        given[index] = instance_id
+        taken.add(instance_id)
     return [given[index] for index in range(len(processes))]
 
 
@@ -429,8 +429,8 @@ def named_process(processes: Sequence[EngineProcess], target: str) -> EngineProc
     if target.isdigit():
         pid = int(target)
         return next((p for p in processes if pid == p.pid or pid in p.worker_pids), None)
-    for process, engine_id in zip(processes, unique_engine_ids(processes), strict=True):
-        if target in (engine_id, f"{process.engine_id}-pid{process.pid}"):
+    for process, instance_id in zip(processes, unique_instance_ids(processes), strict=True):
+        if target in (instance_id, f"{process.instance_id}-pid{process.pid}"):
             return process
     return None
 
@@ -454,8 +454,8 @@ def gpu_ledger(
             raise InvalidInputError(f"processes: a scan reads this host, not the host under root={root!r}")
         processes = scan(listen_ports=False)
     engines = [
-        EngineTree(engine_id, (p.pid, *p.worker_pids), p.role == "orphan")
-        for engine_id, p in zip(unique_engine_ids(processes), processes, strict=True)
+        EngineTree(instance_id, (p.pid, *p.worker_pids), p.role == "orphan")
+        for instance_id, p in zip(unique_instance_ids(processes), processes, strict=True)
     ]
     held = None if reread else [(p.gpus, p.gpus_unknown) for p in processes]
     return ledger(engines, root=root, nvml=nvml, all_processes=all_processes, held=held)

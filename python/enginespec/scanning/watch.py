@@ -27,15 +27,15 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeAlias, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
 from enginespec._host.shapes import Woke
-from enginespec.errors import InvalidInputError
+from enginespec.errors import InvalidInputError, warn_renamed
 from enginespec.health.checks import REQUEST_SHARE, kept
 from enginespec.health.load import EngineLoad
 from enginespec.health.vitals import EngineMonitor, Vitals, WorkerExit
 from enginespec.healthrecord import Health, HealthState
-from enginespec.process.record import EngineProcess
+from enginespec.process.record import INSTANCE_ID_WHY, WIRE_INSTANCE_ID, EngineProcess
 from enginespec.untrusted.boundary import failed
 from enginespec.untrusted.documents import dumps, parse_json
 
@@ -82,17 +82,26 @@ _Key: TypeAlias = tuple[int, float]
 class EngineIdentity(BaseModel):
     """Who an engine process was: enough to match a ``stopped`` event to its ``started``."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, serialize_by_alias=True)
 
-    engine_id: str
+    #: ``engine_id`` in the JSON form, as events of earlier versions have it (see WIRE_INSTANCE_ID).
+    instance_id: str = Field(
+        validation_alias=AliasChoices(WIRE_INSTANCE_ID, "instance_id"), serialization_alias=WIRE_INSTANCE_ID
+    )
     pid: int
     start_time: float
     engine: str
 
+    @property
+    def engine_id(self) -> str:
+        """Deprecated: :attr:`instance_id`."""
+        warn_renamed("EngineIdentity.engine_id", "EngineIdentity.instance_id", INSTANCE_ID_WHY)
+        return self.instance_id
+
 
 def identity(process: EngineProcess) -> EngineIdentity:
     return EngineIdentity(
-        engine_id=process.engine_id, pid=process.pid, start_time=process.start_time, engine=process.engine
+        instance_id=process.instance_id, pid=process.pid, start_time=process.start_time, engine=process.engine
     )
 
 
