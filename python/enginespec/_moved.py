@@ -92,16 +92,25 @@ MOVED: dict[str, tuple[str, ...]] = {
     "targets": ("cli.targets",),
 }
 
+#: Names of an old module that were renamed as they moved: (old module, old name) -> new name.
+#: The key of one running engine is ``instance_id`` (``engine`` is the engine's id).
+RENAMED: dict[tuple[str, str], str] = {
+    ("engineprocess", "make_engine_id"): "make_instance_id",
+    ("scanning", "unique_engine_ids"): "unique_instance_ids",
+}
+
 _PACKAGE = "enginespec"
 
 
 def forwarded(old: str, name: str) -> Any:
-    """``name`` of the old module ``enginespec.<old>``, from the module that holds it now, with a
-    :class:`DeprecationWarning` naming that module; ``AttributeError`` when none does."""
+    """``name`` of the old module ``enginespec.<old>``, from the module that holds it now (under
+    its new name, if it was renamed), with a :class:`DeprecationWarning` naming that module;
+    ``AttributeError`` when none does."""
+    new = RENAMED.get((old, name), name)
     for home in MOVED[old]:
         module = importlib.import_module(f"{_PACKAGE}.{home}")
-        if name in vars(module):
-            value = vars(module)[name]
+        if new in vars(module):
+            value = vars(module)[new]
             # a class or function is named where it is defined (``lifecycle.running`` imports
             # ``open_pidfd`` from ``lifecycle.handle``)
             defined = getattr(value, "__module__", None)
@@ -111,7 +120,7 @@ def forwarded(old: str, name: str) -> Any:
                 else module.__name__
             )
             warnings.warn(
-                f"enginespec.{old}.{name} is {where}.{name} now; the old path goes in the next release",
+                f"enginespec.{old}.{name} is {where}.{new} now; the old path goes in the next release",
                 DeprecationWarning,
                 stacklevel=3,
             )

@@ -43,6 +43,11 @@ NAMES = {
     ("status", "Health"): "healthrecord",
     ("version", "__version__"): "packageversion",
 }
+#: Names renamed as they moved: (old module, old name) -> where it lives now, and its new name.
+RENAMED = {
+    ("engineprocess", "make_engine_id"): ("process.record", "make_instance_id"),
+    ("scanning", "unique_engine_ids"): ("scanning.scanner", "unique_instance_ids"),
+}
 
 
 def _in_a_fresh_interpreter(code: str) -> object:
@@ -92,6 +97,21 @@ def test_an_old_name_is_the_new_object(old: str, name: str) -> None:
     with pytest.warns(DeprecationWarning, match=rf"enginespec\.{NAMES[old, name]}\.{name}"):
         value = getattr(module, name)
     assert value is getattr(home, name)
+
+
+@pytest.mark.parametrize(("old", "name"), sorted(RENAMED))
+def test_an_old_name_renamed_as_it_moved_is_the_new_object(old: str, name: str) -> None:
+    import importlib
+
+    home, new = RENAMED[old, name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        module = importlib.import_module(f"enginespec.{old}")
+    with pytest.warns(
+        DeprecationWarning, match=rf"enginespec\.{old}\.{name} is enginespec\.{home}\.{new} now"
+    ):
+        value = getattr(module, name)
+    assert value is getattr(importlib.import_module(f"enginespec.{home}"), new)
 
 
 def test_a_name_no_old_module_had_is_an_attribute_error() -> None:

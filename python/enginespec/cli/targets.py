@@ -6,7 +6,7 @@ matched against where the scanned engines listen. An engine listening on a wildc
 ``::``) matches any host on its port; one in a private network matches only the host addresses
 its port is published on. A bare number is a pid first, then a port.
 
-Only ``re`` at import (``--version`` pays for no more): the CLI reads :data:`ENGINE_ID` before
+Only ``re`` at import (``--version`` pays for no more): the CLI reads :data:`INSTANCE_ID` before
 it parses its flags."""
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from enginespec.process.record import EngineProcess
 
-#: How an engine's id reads in exporter labels and alerts: ``vllm-8002-1b690e57``, and with
-#: ``-pid1234`` for a second engine with the same id (the exporter's ``engine_id`` label).
-ENGINE_ID = re.compile(r"[a-z0-9][a-z0-9_.-]*-(?:\d+|noport)-[0-9a-f]{8}(?:-pid\d+)?", re.ASCII)
+#: How an instance id (the CLI's "engine id") reads in exporter labels and alerts:
+#: ``vllm-8002-1b690e57``, and with ``-pid1234`` for a second engine with the same id (the
+#: exporter's ``engine_id`` label).
+INSTANCE_ID = re.compile(r"[a-z0-9][a-z0-9_.-]*-(?:\d+|noport)-[0-9a-f]{8}(?:-pid\d+)?", re.ASCII)
 FORMS = "a pid, an engine id, :PORT, HOST:PORT or a URL"
 #: At most this many candidates are named when a target names several engines.
 MAX_NAMED = 8
@@ -59,7 +60,9 @@ def address(text: str) -> Address | None:
 
 def is_target(text: str) -> bool:
     """Whether ``text`` reads as a target at all (a pid, an engine id, an address or a URL)."""
-    return (text.isascii() and text.isdigit()) or bool(ENGINE_ID.fullmatch(text)) or address(text) is not None
+    return (
+        (text.isascii() and text.isdigit()) or bool(INSTANCE_ID.fullmatch(text)) or address(text) is not None
+    )
 
 
 def _same_host(listening: str, asked: str) -> bool:
@@ -103,7 +106,7 @@ def resolve(processes: Sequence[EngineProcess], text: str) -> EngineProcess:
     from enginespec.scanning.scanner import named_process
 
     number = text.isascii() and text.isdigit()
-    if number or ENGINE_ID.fullmatch(text):
+    if number or INSTANCE_ID.fullmatch(text):
         found = named_process(processes, text)
         if found is not None:
             return found
