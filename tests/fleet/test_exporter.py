@@ -299,6 +299,6 @@ def test_what_is_withheld_of_one_engine_failing_spoils_only_that_engine(
     families: list[Metric] = list(exporter.EngineCollector().series(snapshot, viewer, [0, 0]))
     samples = [sample for family in families for sample in family.samples]
     assert not any("odd-model" in str(sample.labels) for sample in samples)
-    assert not any(sample.labels.get("engine_id") == odd.engine_id for sample in samples)
-    assert any(sample.labels.get("engine_id") == plain.engine_id for sample in samples)
+    assert not any(sample.labels.get("engine_id") == odd.instance_id for sample in samples)
+    assert any(sample.labels.get("engine_id") == plain.instance_id for sample in samples)
     assert failures_by_stage().get("metrics", 0) == before + 1
