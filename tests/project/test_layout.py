@@ -826,7 +826,13 @@ def test_the_docs_show_import_paths_that_exist() -> None:
     pages = [REPOSITORY / "README.md", *sorted((REPOSITORY / "docs").glob("*.md"))]
     shown = {(page.name, dotted) for page in pages for dotted in _dotted(page.read_text())}
     assert len(shown) > 30  # the pages were read
-    missing = sorted(f"{page}: {dotted}" for page, dotted in shown if not _resolves(dotted))
+    # the Rust extension is absent where the fallback is tested (the wheel with it deleted)
+    extension = importlib.util.find_spec("enginespec._native") is not None
+    missing = sorted(
+        f"{page}: {dotted}"
+        for page, dotted in shown
+        if not _resolves(dotted) and (extension or not dotted.startswith("enginespec._native"))
+    )
     assert not missing, "shown, but not importable:\n" + "\n".join(missing)
     assert not _resolves("enginespec.boundary.contained")  # a path the package had when it was flat
     assert _resolves("enginespec.health.check_health")
