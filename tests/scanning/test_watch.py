@@ -196,6 +196,42 @@ def test_a_new_engine_is_told_while_a_hung_servers_check_still_waits(procs: Proc
     assert (told.process.pid, told.type) == (late.pid, "ready"), told
 
 
+def test_an_engine_checked_beside_a_hung_server_is_checked_again_before_the_hung_one_ends(
+    procs: Procs,
+) -> None:
+    """Both engines are checked in the watch's first batch; the hung one's check waits out its
+    30 s timeout. The other's next checks do not wait for it: it goes from loading to ready (four
+    checks) while the hung server has been told nothing (on a host of hung engines, such as
+    other users', a batch's end is their timeout)."""
+    hung = bound_socket()
+    hung.listen(8)
+    sock = bound_socket()
+    routes = {"/health": [Answer(503, LOADING)] * 3 + [Answer(200, b'{"status":"ok"}')]}
+    stuck = procs.start(
+        ["llama-server", "-m", "/m/stuck.gguf", "--port", str(hung.getsockname()[1])],
+        pass_fds=(hung.fileno(),),
+    )
+    proc = procs.start(
+        ["llama-server", "-m", "/m/a.gguf", "--port", str(sock.getsockname()[1])], pass_fds=(sock.fileno(),)
+    )
+    with serving(routes, sock=sock, origins=True):  # only this watch moves the script on
+        watch = enginespec.Scanner().watch(0.2, health=True, health_interval=0.1, health_timeout=30)
+        events = iter(watch)
+        told: list[HealthChanged] = []
+
+        def ours_ready(event: WatchEvent) -> bool:
+            if isinstance(event, HealthChanged) and event.process.pid in (stuck.pid, proc.pid):
+                told.append(event)
+            return bool(told) and told[-1].process.pid == proc.pid and told[-1].type == "ready"
+
+        try:
+            _until(events, ours_ready)
+        finally:
+            watch.close()
+            hung.close()
+    assert [(e.process.pid, e.type) for e in told] == [(proc.pid, "loading"), (proc.pid, "ready")]
+
+
 def test_watch_async_yields_the_same_events(procs: Procs) -> None:
     proc = procs.start(["mlx_lm.server", "--model", "m", "--port", str(free_port())])
 
