@@ -182,3 +182,20 @@ def test_sockets_answer_from_the_root_they_are_given(host: FixtureHost) -> None:
     with sockets.shared_tables():
         assert len(sockets.listeners(8000, 100, proc)) == 2
         assert len(sockets.listeners(8000, 200, proc)) == 2  # the same namespace: read once
+
+
+def test_a_round_names_a_sockets_holders_from_one_walk(host: FixtureHost) -> None:
+    """Within one run of checks every process's fds are walked once to name a socket's holders
+    (80 servers told to share a port would cost 80 walks): a process that takes the socket after
+    the walk is seen by the next round, and a round reads the host it is asked about."""
+    proc = str(host.proc)
+    with sockets.shared_tables():
+        assert sockets.holders([5003], exclude=(100,), proc=proc) == (200,)
+        host.spawn(201, ["demo-worker"], 200)
+        host.add_socket(201, 5, 5003)
+        assert sockets.holders([5003], exclude=(100,), proc=proc) == (200,)
+        assert sockets.holders([5003], exclude=(200,), proc=proc) == ()
+        assert sockets.holders([5003], exclude=(100,)) == ()  # this host's processes hold no 5003
+    assert sockets.holders([5003], exclude=(100,), proc=proc) == (200, 201)
+    with sockets.shared_tables():
+        assert sockets.holders([5003, 5001], exclude=(100,), proc=proc) == (200, 201)

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from enginespec._host import backend as _backend
 from enginespec._host.root import HOST_ROOT, proc_host
@@ -31,7 +32,7 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: (``ROOT/proc``, as the backend's ``ProcRoot`` is keyed).
 PROC = HOST_ROOT.proc
 #: At most this many processes' fd tables are read to name the holders of a socket (a host has a
-#: few hundred to a few thousand; the walk stops as soon as every socket's holder is found).
+#: few hundred to a few thousand).
 MAX_HOLDER_WALK = 20_000
 _WILDCARDS = (ipaddress.IPv4Address(0), ipaddress.IPv6Address(0))
 #: At most this much of each ``net/tcp{,6}`` table is read to find a connection's owner (a row is
@@ -56,20 +57,32 @@ def _address(raw: bytes) -> IPAddress:
     return address
 
 
-#: The LISTEN sockets of each network namespace (by its inode) read so far in one run of checks
-#: or one scan (see :func:`shared_tables`): a socket table can take 10 ms to read, and 1,024
-#: engines of one namespace need it once, not 1,024 times.
-_TABLES: ContextVar[dict[int, list[Listener]] | None] = ContextVar("enginespec_tables", default=None)
+@dataclass
+class _Round:
+    """What one run of checks or one scan reads once (see :func:`shared_tables`): the LISTEN
+    sockets of each network namespace (by its inode; a socket table can take 10 ms to read, and
+    1,024 engines of one namespace need it once, not 1,024 times) and, per process root, which
+    processes hold each socket (one walk of every process's fds, not one per engine that shares
+    a port: 80 servers on one port cost 80 walks, a second in the pure-Python fallback)."""
+
+    tables: dict[int, list[Listener]] = field(default_factory=dict)
+    holders: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)
+    #: the walk is built once though the checks that ask for it run on several threads
+    walking: threading.Lock = field(default_factory=threading.Lock)
+
+
+_ROUND: ContextVar[_Round | None] = ContextVar("enginespec_socket_round", default=None)
 
 
 @contextmanager
 def shared_tables() -> Iterator[None]:
-    """Within it (and in the tasks and threads it starts), each namespace's table is read once."""
-    token = _TABLES.set({})
+    """Within it (and in the tasks and threads it starts), each namespace's table is read once,
+    and every process's sockets once to name a socket's holders."""
+    token = _ROUND.set(_Round())
     try:
         yield
     finally:
-        _TABLES.reset(token)
+        _ROUND.reset(token)
 
 
 def _table(pid: int, proc: str) -> list[Listener]:
@@ -83,7 +96,8 @@ def listeners(port: int, netns_pid: int | None = None, proc: str = PROC) -> list
     """The LISTEN sockets on ``port`` in the network namespace of ``netns_pid`` (this process's
     when ``None``), read from ``proc``."""
     pid = os.getpid() if netns_pid is None else netns_pid
-    tables = _TABLES.get()
+    shared = _ROUND.get()
+    tables = None if shared is None else shared.tables
     netns = _backend.proc_root(proc).netns(pid) if tables is not None else None
     if tables is None or netns is None:
         return [listener for listener in _table(pid, proc) if listener.port == port]
@@ -182,21 +196,32 @@ def _held(tree: Sequence[int], proc: str) -> set[int] | None:
     return held
 
 
+def _holder_walk(proc: str) -> dict[int, tuple[int, ...]]:
+    """Each socket inode held by the processes under ``proc`` (the first MAX_HOLDER_WALK pids),
+    with the pids holding it, sorted; those whose fds cannot be read hold nothing here."""
+    reader = _backend.proc_root(proc)
+    held: dict[int, list[int]] = {}
+    for pid in sorted(pid for pid, _inode in reader.list_pids())[:MAX_HOLDER_WALK]:
+        for inode in reader.socket_inodes(pid) or ():
+            held.setdefault(inode, []).append(pid)
+    return {inode: tuple(pids) for inode, pids in held.items()}
+
+
 def holders(inodes: Collection[int], exclude: Collection[int] = (), proc: str = PROC) -> tuple[int, ...]:
     """The pids (sorted) of processes other than ``exclude`` that hold one of ``inodes``; those
-    whose fds cannot be read are not found."""
-    wanted, found = set(inodes), set()
-    if not wanted:
+    whose fds cannot be read are not found. Within :func:`shared_tables`, from one walk."""
+    if not inodes:
         return ()
-    reader = _backend.proc_root(proc)
-    pids = sorted(pid for pid, _inode in reader.list_pids())
-    for pid in pids[:MAX_HOLDER_WALK]:
-        if pid in exclude:
-            continue
-        held = reader.socket_inodes(pid)
-        if held and not held.isdisjoint(wanted):
-            found.add(pid)
-    return tuple(sorted(found))
+    shared = _ROUND.get()
+    if shared is None:
+        walk = _holder_walk(proc)
+    else:
+        with shared.walking:
+            if proc not in shared.holders:
+                shared.holders[proc] = _holder_walk(proc)
+        walk = shared.holders[proc]
+    found = {pid for inode in set(inodes) for pid in walk.get(inode, ())}
+    return tuple(sorted(found.difference(exclude)))
 
 
 def overlap(a: IPAddress, b: IPAddress) -> bool:
