@@ -91,6 +91,9 @@ def test_the_reader_refuses_hostile_documents_with_its_one_error(name: str) -> N
         (b'{"a":{"b":-Infinity}}', "a.b: -inf is not a finite number"),
         (b'{"n":' + b"1" * 400 + b"}", "n: holds an integer of 400 digits (at most 64)"),
         (b'{"n":' + b"1" * 30 + b"}", "n: holds an integer of 30 digits, out of range (64 bits)"),
+        # past the 4,300 digits Python's parser converts: still named by its length and field
+        (b'{"n":[0,' + b"1" * 5000 + b"]}", "n[1]: holds an integer of 5000 digits (at most 64)"),
+        (b"[" + b"0," * 300 + b"-1e999]", "[300]: -inf is not a finite number"),
         (b"[" * 40 + b"]" * 40, "nested deeper than 32 levels"),
         (b'"' + b"x" * 100 + b'"', "larger than 64 bytes"),
     ],
@@ -100,6 +103,17 @@ def test_a_refused_number_is_named_with_its_field(body: bytes, why: str) -> None
         parse_json(body, max_bytes=64 if b"xxxx" in body else None)
     assert why in str(raised.value)
     assert len(str(raised.value)) < 200  # never the document echoed
+
+
+def test_a_document_of_more_values_than_allowed_is_refused_whatever_it_holds() -> None:
+    """An 800 KB answer of 400,000 numbers (a hostile /health) is refused for its count; one of
+    exactly the allowed count is taken."""
+    many = b'{"status":"ok","data":[' + b",".join([b"0"] * 400_000) + b"]}"
+    with pytest.raises(DocumentError, match="holds more than 10000 values"):
+        parse_json(many)
+    assert parse_json(b"[" + b",".join([b"0"] * 9_999) + b"]") == [0] * 9_999  # the list is a value too
+    with pytest.raises(DocumentError, match="holds more than 10000 values"):
+        parse_json(b"[" + b",".join([b"0"] * 10_000) + b"]")
 
 
 def test_what_the_reader_takes_is_what_json_gives() -> None:
