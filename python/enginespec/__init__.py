@@ -7,17 +7,37 @@ fallback (forced with ``ENGINESPEC_BACKEND=python``); both give the same results
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 # The backend is chosen at import (an unusable ENGINESPEC_BACKEND fails here, not later).
-from enginespec import _moved
 from enginespec._host.backend import BACKEND
 from enginespec.packageversion import __version__
 
-# the flat layout's import paths (`enginespec.sockets`) keep working for one release, with a warning
-_moved.install()
+
+class _FlatLayoutPaths:
+    """The flat layout's import paths (``enginespec.sockets``) keep working for one release, with
+    a warning: last on :data:`sys.meta_path`, this finder is asked only for names under the
+    package that no file answers, and imports :mod:`enginespec._moved` then, not with the package."""
+
+    @staticmethod
+    def find_spec(
+        fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith(f"{__name__}."):
+            return None
+        from enginespec._moved import OldPaths
+
+        return OldPaths().find_spec(fullname, path, target)
+
+
+sys.meta_path.append(_FlatLayoutPaths)
 
 if TYPE_CHECKING:
+    import importlib.machinery
+    import types
+    from collections.abc import Sequence
+
     from enginespec.config import Config
     from enginespec.definition.records import (
         ExtraPort,

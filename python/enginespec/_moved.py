@@ -3,8 +3,9 @@ folders): ``import enginespec.sockets`` or ``from enginespec.lifecycle import op
 give what they gave, with a :class:`DeprecationWarning` naming where it lives now.
 
 An old module that is not a folder now (``enginespec.sockets``) is made on import by
-:class:`OldPaths`, a finder placed last on :data:`sys.meta_path` (so it is asked only for names no
-file answers, and costs nothing to other imports); an old module whose name is a folder now
+:class:`OldPaths`, a finder asked by the one ``enginespec/__init__`` places last on
+:data:`sys.meta_path` (so it is asked only for names no file answers, and costs nothing to other
+imports, nor this module to ``import enginespec``); an old module whose name is a folder now
 (``enginespec.lifecycle``, ``enginespec.gpus``, ``enginespec.scanning``, ``enginespec.definition``)
 gives its old names through the folder's ``__getattr__`` (:func:`forwarded`). Either way a name is
 looked up, on first use, in the modules that hold what the old module held.
@@ -13,7 +14,6 @@ looked up, on first use, in the modules that hold what the old module held.
 from __future__ import annotations
 
 import importlib
-import sys
 import types
 import warnings
 from collections.abc import Sequence
@@ -162,9 +162,3 @@ class OldPaths:
             DeprecationWarning,
             stacklevel=2,
         )
-
-
-def install() -> None:
-    """Places the finder last on :data:`sys.meta_path`, once."""
-    if not any(isinstance(finder, OldPaths) for finder in sys.meta_path):
-        sys.meta_path.append(OldPaths())
