@@ -50,6 +50,10 @@ class Script:
     ours: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
     #: with ``FakeEngine(peers=True)``: the pids holding each request's client socket.
     peers: list[set[int]] = field(default_factory=list)
+    #: requests of each path being answered now (this test process's alone with ``origins``),
+    #: and the most there ever were at once
+    in_flight: dict[str, int] = field(default_factory=dict)
+    most_in_flight: dict[str, int] = field(default_factory=dict)
 
     def next_answer(
         self, method: str, path: str, headers: dict[str, str], ours: bool | None = None
@@ -122,17 +126,25 @@ class _Handler(BaseHTTPRequestHandler):
     peers: bool = False
 
     def _serve(self) -> None:
+        ours = _from_this_process(self.client_address) if self.origins else None
+        counted = ours is not False
+        script, path = self.script, self.path
+        with script.lock:
+            script.in_flight[path] = script.in_flight.get(path, 0) + counted
+            script.most_in_flight[path] = max(script.most_in_flight.get(path, 0), script.in_flight[path])
         try:
-            self._answer()
+            self._answer(ours)
         except (BrokenPipeError, ConnectionResetError):
             # the client gave up (its timeout passed while the answer was delayed): nothing to say
             self.close_connection = True
+        finally:
+            with script.lock:
+                script.in_flight[path] -= counted
 
-    def _answer(self) -> None:
+    def _answer(self, ours: bool | None) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         if length:
             self.rfile.read(length)
-        ours = _from_this_process(self.client_address) if self.origins else None
         if self.peers:
             pids = client_pids(self.client_address)
             with self.script.lock:

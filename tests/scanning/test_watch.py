@@ -232,6 +232,35 @@ def test_an_engine_checked_beside_a_hung_server_is_checked_again_before_the_hung
     assert [(e.process.pid, e.type) for e in told] == [(proc.pid, "loading"), (proc.pid, "ready")]
 
 
+def test_an_engine_is_never_checked_twice_at_once_when_a_hung_servers_batch_ends(procs: Procs) -> None:
+    """An engine whose answers take 0.6 s is checked in turn beside a hung server; when the hung
+    server's first batch ends (its 2 s timeout), the engine's check then in flight is not
+    forgotten: no second check of it starts before that one ends."""
+    hung = bound_socket()
+    hung.listen(8)
+    sock = bound_socket()
+    stuck = procs.start(
+        ["llama-server", "-m", "/m/stuck.gguf", "--port", str(hung.getsockname()[1])],
+        pass_fds=(hung.fileno(),),
+    )
+    procs.start(
+        ["llama-server", "-m", "/m/slow.gguf", "--port", str(sock.getsockname()[1])],
+        pass_fds=(sock.fileno(),),
+    )
+    slow = {"/health": [Answer(200, b'{"status":"ok"}', delay=0.6)]}
+    with serving(slow, sock=sock, origins=True) as server:  # this watch's requests alone are counted
+        watch = enginespec.Scanner().watch(0.2, health=True, health_interval=0.1, health_timeout=2)
+        events = iter(watch)
+        try:
+            _until(events, lambda e: isinstance(e, HealthChanged) and e.process.pid == stuck.pid, timeout=30)
+            time.sleep(6)  # the hung server's first batch has ended; two of its later ones end meanwhile
+        finally:
+            watch.close()
+            hung.close()
+    assert len(server.script.ours) >= 4  # checked again and again meanwhile
+    assert server.script.most_in_flight["/health"] == 1
+
+
 def test_watch_async_yields_the_same_events(procs: Procs) -> None:
     proc = procs.start(["mlx_lm.server", "--model", "m", "--port", str(free_port())])
 

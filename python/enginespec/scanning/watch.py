@@ -400,20 +400,25 @@ class Watch:
         in_flight: set[_Key] = set()
         batches: set[asyncio.Task[None]] = set()
 
-        def told(process: EngineProcess, found: Vitals) -> None:
-            # Due again an interval after its check began, not after its batch ends: an engine
-            # checked beside hung servers is not held to their timeout.
-            self._tell_health(process, found)
-            in_flight.discard((process.pid, process.start_time))
-            self._wake_health.set()
-
         async def batch(due: dict[_Key, EngineProcess]) -> None:
+            waiting = set(due)
+
+            def told(process: EngineProcess, found: Vitals) -> None:
+                # Due again an interval after its check began, not after its batch ends: an
+                # engine checked beside hung servers is not held to their timeout.
+                self._tell_health(process, found)
+                key = (process.pid, process.start_time)
+                waiting.discard(key)
+                in_flight.discard(key)
+                self._wake_health.set()
+
             try:
                 await self._monitor.check_async(due.values(), deadline=budget, on_result=told)
             except Exception as err:  # the round's boundary: the states told so far stand
                 failed("watch health", err, loud=True)
             finally:
-                in_flight.difference_update(due)
+                # only those still waiting: one told already may be in a later batch's flight now
+                in_flight.difference_update(waiting)
                 self._wake_health.set()  # what is due next is counted again
 
         try:
