@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from enginespec.cli.app import _parser
+from enginespec.process.record import make_instance_id
 from helpers.cli import enginespec
 from helpers.fakeserver import Answer, bound_socket, free_port, serving
 from helpers.procs import Procs
@@ -83,6 +84,40 @@ def test_stop_and_health_take_units(procs: Procs, held_port: Callable[[], int]) 
     assert stopped.returncode == 0, stopped.stderr
     assert f"(pid {proc.pid})" in stopped.stdout.decode()
     assert proc.wait(timeout=30) is not None
+
+
+def test_stop_takes_several_targets_and_stops_each_engine_once(
+    procs: Procs, held_port: Callable[[], int]
+) -> None:
+    """Two engines by pid and by engine id, one of them named twice, and a target that names
+    none: both engines stopped (one line each), the bad target said, exit 2."""
+    first_port, second_port = held_port(), held_port()
+    first = procs.start(["vllm", "serve", "m", "--port", str(first_port)])
+    second = procs.start(["vllm", "serve", "m", "--port", str(second_port)])
+    second_id = make_instance_id("vllm", "m", second_port)
+    stopped = enginespec(
+        "stop", str(first.pid), second_id, str(first.pid), "vllm-1-00000000", "--grace", "2s"
+    )
+    assert stopped.returncode == 2, stopped.stderr
+    lines = stopped.stdout.decode().splitlines()
+    assert [line.split(": ")[0] for line in lines] == [
+        f"stopped {make_instance_id('vllm', 'm', first_port)} (pid {first.pid})",
+        f"stopped {second_id} (pid {second.pid})",
+    ]
+    assert "'vllm-1-00000000'" in stopped.stderr.decode()
+    assert first.wait(timeout=30) is not None
+    assert second.wait(timeout=30) is not None
+
+
+def test_stop_of_several_targets_prints_a_list_as_json(procs: Procs, held_port: Callable[[], int]) -> None:
+    ports = [held_port(), held_port()]
+    started = [procs.start(["vllm", "serve", "m", "--port", str(port)]) for port in ports]
+    stopped = enginespec("stop", *(f"{p.pid}" for p in started), "--grace", "2s", "--json")
+    assert stopped.returncode == 0, stopped.stderr
+    results = json.loads(stopped.stdout)
+    assert [result["leftover"] for result in results] == [[], []]
+    assert [result["port"] for result in results] == ports
+    assert all(p.wait(timeout=30) is not None for p in started)
 
 
 OK = Answer(200, b'{"status":"ok"}')

@@ -22,6 +22,7 @@ from enginespec.display import literal
 if TYPE_CHECKING:
     from enginespec.failures import Failure
     from enginespec.lifecycle.running import RunningEngine
+    from enginespec.lifecycle.stopping import StopResult
     from enginespec.process.record import EngineProcess
 
 #: Exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
@@ -161,31 +162,62 @@ def _find(target: str) -> EngineProcess | str:
         return str(err)
 
 
-def _cmd_stop(args: argparse.Namespace) -> int:
+def _adopted(targets: list[str]) -> tuple[list[tuple[EngineProcess, RunningEngine]], bool]:
+    """The engines the targets name, each once (a pid and a :PORT may name one engine), adopted
+    to be stopped; and whether every target named one (each that did not is said)."""
     from enginespec.errors import EngineSpecError
     from enginespec.lifecycle.running import adopt
 
-    process = _find(args.target)
-    if isinstance(process, str):
-        fail("stop", process)
-        return 2
+    found: dict[tuple[int, float], tuple[EngineProcess, RunningEngine]] = {}
+    every = True
+    for target in targets:
+        process = _find(target)
+        if isinstance(process, str):
+            fail("stop", process)
+            every = False
+            continue
+        if (process.pid, process.start_time) in found:
+            continue
+        try:
+            found[(process.pid, process.start_time)] = (process, adopt(process))
+        except EngineSpecError as err:
+            fail("stop", err)
+            every = False
+    return list(found.values()), every
+
+
+def _said(process: EngineProcess, result: StopResult) -> str:
+    sent = ", ".join(f"{s.signal} to {s.target} {s.pid}" for s in result.signals)
+    said = [result.container.detail] if result.container is not None else []
+    done = "; ".join([*said, *([sent] if sent else [])]) or "no signal (already gone)"
+    line = f"stopped {process.instance_id} (pid {process.pid}): {done}"
+    return line + (f"\nstill alive: {', '.join(map(str, result.leftover))}" if result.leftover else "")
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from enginespec.untrusted.documents import dumps
+
+    engines, every = _adopted(args.targets)
+    # All at once, as `docker stop` does: several engines take one grace period, not one each.
     try:
-        engine = adopt(process)
-    except EngineSpecError as err:
-        fail("stop", err)
-        return 2
-    result = engine.stop(grace=args.grace)
-    engine.close()
-    if args.json:
-        print(json_text(result))
+        with ThreadPoolExecutor(max(len(engines), 1)) as pool:
+            results = list(pool.map(lambda pair: pair[1].stop(grace=args.grace), engines))
+    finally:
+        for _process, engine in engines:
+            engine.close()
+    if args.json and len(args.targets) == 1:
+        for result in results:
+            print(json_text(result))
+    elif args.json:
+        print(dumps([result.model_dump(mode="json") for result in results], indent=2))
     else:
-        sent = ", ".join(f"{s.signal} to {s.target} {s.pid}" for s in result.signals)
-        said = [result.container.detail] if result.container is not None else []
-        done = "; ".join([*said, *([sent] if sent else [])]) or "no signal (already gone)"
-        print(f"stopped {process.instance_id} (pid {process.pid}): {done}")
-        if result.leftover:
-            print(f"still alive: {', '.join(map(str, result.leftover))}")
-    return 0 if not result.leftover else 1
+        for (process, _engine), result in zip(engines, results, strict=True):
+            print(_said(process, result))
+    if not every:
+        return 2
+    return 1 if any(result.leftover for result in results) else 0
 
 
 def _newest_log(log_dir: Path, instance_id: str) -> Path | None:
@@ -262,18 +294,22 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     stop = command(
         "stop",
         "stop a running engine and its whole process tree",
-        "TARGET is a pid (the server or a worker), an engine id from `enginespec ps` (as the "
-        "exporter's engine_id label gives it), :PORT, HOST:PORT or a URL. SIGTERM, then SIGKILL "
+        "Each TARGET is a pid (the server or a worker), an engine id from `enginespec ps` (as the "
+        "exporter's engine_id label gives it), :PORT, HOST:PORT or a URL; several are stopped at "
+        "once (exit 2 when one names no engine: the others are stopped). SIGTERM, then SIGKILL "
         "after --grace seconds, through pidfds (never a reused pid); an engine in a Docker or "
         "Podman container is stopped through the runtime's API.",
         "enginespec stop 1234",
+        "enginespec stop :8001 :8002",
         "enginespec stop vllm-8002-1b690e57 --grace 30 --json",
     )
-    stop.add_argument("target", help="pid, engine id, :PORT, HOST:PORT or URL")
+    stop.add_argument("targets", nargs="+", metavar="target", help="pid, engine id, :PORT, HOST:PORT or URL")
     stop.add_argument(
         "--grace", type=grace, default=10.0, help="time between SIGTERM and SIGKILL; 0: at once"
     )
-    stop.add_argument("--json", action="store_true", help="print the StopResult as JSON")
+    stop.add_argument(
+        "--json", action="store_true", help="print the StopResult as JSON (a list for several targets)"
+    )
     stop.set_defaults(handler=_cmd_stop)
     logs = command(
         "logs",
