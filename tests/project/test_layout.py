@@ -485,7 +485,10 @@ def test_only_the_reading_layer_names_proc() -> None:
 #: their records and pure parsers. Every read goes through the door, ``_host/root.py``'s
 #: ``HostRoot``, of the root the record was scanned under (or this host's, ``HOST_ROOT``).
 NOT_READERS = {
-    "enginespec._host.procfiles": {"Owner", "PidStat", "PidStatus", "parse_stat", "parse_status"},
+    "enginespec._host.procfiles": {
+        *("Owner", "PidStat", "PidStatus", "CgroupLine"),
+        *("parse_stat", "parse_status", "parse_cgroup_lines"),
+    },
     "enginespec._host.namedfiles": {"FileKind", "Identity", "NamedFile", "Refused", "file_kind"},
 }
 
@@ -516,6 +519,49 @@ def test_every_read_of_a_process_goes_through_the_door() -> None:
     host a record was scanned under, never this host's ``/proc`` by a reader's default."""
     found = {name: _reads_past_the_door(name, path.read_text()) for name, path in MODULES.items()}
     assert {name: names for name, names in found.items() if names} == {}
+
+
+#: The files of a process the door parses once into named records (``PidStat``, ``PidStatus``,
+#: ``CgroupLine``): read raw outside ``_host/`` only for the backend's container parser.
+PARSED_ONCE = {"stat", "status", "cgroup"}
+
+
+def _raw_reads_of_parsed_files(source: str) -> list[str]:
+    """The ``X.read(pid, NAME, ...)`` of a file in :data:`PARSED_ONCE`, unless handed straight
+    to ``parse_cgroup`` (the scan's container parser, which the backend implements)."""
+    tree = ast.parse(source)
+    handed = {
+        id(arg)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", None)) == "parse_cgroup"
+        for arg in node.args
+    }
+    return [
+        node.args[1].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "read"
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and node.args[1].value in PARSED_ONCE
+        and id(node) not in handed
+    ]
+
+
+def test_a_process_stat_status_and_cgroup_are_parsed_once_in_the_door() -> None:
+    found = {
+        name: _raw_reads_of_parsed_files(path.read_text())
+        for name, path in MODULES.items()
+        if not name.startswith("enginespec._host.")
+    }
+    assert {name: names for name, names in found.items() if names} == {}
+    past = (
+        "def f(root, pid):\n"
+        '    return root.read(pid, "cgroup", 99).split(b":"), parse_cgroup(root.read(pid, "cgroup", 9))\n'
+    )
+    assert _raw_reads_of_parsed_files(past) == ["cgroup"]
 
 
 def test_the_door_check_finds_a_read_past_it() -> None:

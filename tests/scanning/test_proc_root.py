@@ -16,6 +16,8 @@ import pytest
 import enginespec._host.fallback.procread as _pyprocread
 import enginespec._host.fallback.scan as _pyscanner
 import enginespec.process.sockets as sockets
+from enginespec._host.procfiles import CgroupLine
+from enginespec._host.root import HostRoot
 from enginespec._host.shapes import Listening
 from helpers.fixturehost import SIGNATURES, FixtureHost, Stat, make_unreadable, without_read_override
 
@@ -199,3 +201,26 @@ def test_a_round_names_a_sockets_holders_from_one_walk(host: FixtureHost) -> Non
     assert sockets.holders([5003], exclude=(100,), proc=proc) == (200, 201)
     with sockets.shared_tables():
         assert sockets.holders([5003, 5001], exclude=(100,), proc=proc) == (200, 201)
+
+
+def test_a_process_cgroups_are_read_once_into_named_lines(host: FixtureHost) -> None:
+    """``/proc/PID/cgroup`` of the root a record was scanned under, as named lines: the v2 line,
+    v1 lines with their controllers, a path that is no UTF-8 kept as the filesystem names it,
+    lines of another form left out; a process gone is ``None``."""
+    host.set_cgroup(
+        100,
+        "12:memory:/system.slice/ollama.service\n"
+        "3:cpu,cpuacct:/user.slice\n"
+        "junk without colons\n"
+        "x:pids:/not-a-number\n"
+        "0::/system.slice/ollama.service\n",
+    )
+    root = HostRoot(str(host.root))
+    assert root.cgroup_lines(100) == (
+        CgroupLine(12, ("memory",), "/system.slice/ollama.service"),
+        CgroupLine(3, ("cpu", "cpuacct"), "/user.slice"),
+        CgroupLine(0, (), "/system.slice/ollama.service"),
+    )
+    assert root.cgroup_lines(12345) is None
+    (host.proc / "100" / "cgroup").write_bytes(b"0::/a\xff/b.service\n")
+    assert root.cgroup_lines(100) == (CgroupLine(0, (), os.fsdecode(b"/a\xff/b.service")),)

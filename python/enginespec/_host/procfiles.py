@@ -1,10 +1,10 @@
 """The kernel's files, below a root (``/``, or a fixture host's): a process's files in
-``ROOT/proc/PID`` (bounded reads, links, its environment), ``/proc/PID/stat`` and ``status``
-parsed once into named records (:class:`PidStat`, :class:`PidStatus`, whose fields callers use
-by name), and the system's files in ``ROOT/proc`` and ``ROOT/sys``. Only ``_host/`` names
-``/proc``: the facade reads a record's host through :class:`enginespec._host.root.HostRoot`,
-the scan through its backend's ``ProcRoot``; files a process names are read by
-:mod:`enginespec._host.namedfiles`.
+``ROOT/proc/PID`` (bounded reads, links, its environment), ``/proc/PID/stat``, ``status`` and
+``cgroup`` parsed once into named records (:class:`PidStat`, :class:`PidStatus`,
+:class:`CgroupLine`, whose fields callers use by name), and the system's files in ``ROOT/proc``
+and ``ROOT/sys``. Only ``_host/`` names ``/proc``: the facade reads a record's host through
+:class:`enginespec._host.root.HostRoot`, the scan through its backend's ``ProcRoot``; files a
+process names are read by :mod:`enginespec._host.namedfiles`.
 
 Each read that fails says so (``None``, or ``OSError`` where documented); nothing here raises
 for a process's file otherwise.
@@ -275,6 +275,42 @@ def read_status(pid: int | str, proc: str) -> PidStatus | None:
     """``PROC/PID/status``, parsed; ``None`` when gone or unreadable."""
     try:
         return parse_status(read_proc(pid, "status", 1 << 16, proc))
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True)
+class CgroupLine:
+    """One line of ``/proc/PID/cgroup``: ``hierarchy`` 0 with no ``controllers`` is the v2
+    unified one; a v1 line names its controllers (``cpu,cpuacct``); ``path`` is the cgroup's
+    below the hierarchy's mount (it may name a systemd unit: ``.../ollama.service``)."""
+
+    hierarchy: int
+    controllers: tuple[str, ...]
+    path: str
+
+
+#: At most this much of ``/proc/PID/cgroup`` is read (a line per v1 hierarchy: a few hundred bytes).
+CGROUP_BYTES = 1 << 16
+
+
+def parse_cgroup_lines(data: bytes) -> tuple[CgroupLine, ...]:
+    """The lines of ``/proc/PID/cgroup`` (``ID:CONTROLLERS:PATH``), those of another form left
+    out; a path is decoded as the filesystem names it (``os.fsdecode``)."""
+    found = []
+    for line in data.split(b"\n"):
+        hierarchy, colon, rest = line.partition(b":")
+        controllers, colon2, path = rest.partition(b":")
+        if colon and colon2 and hierarchy.isdigit():
+            names = tuple(os.fsdecode(name) for name in controllers.split(b",") if name)
+            found.append(CgroupLine(int(hierarchy), names, os.fsdecode(path)))
+    return tuple(found)
+
+
+def read_cgroup_lines(pid: int, proc: str) -> tuple[CgroupLine, ...] | None:
+    """``PROC/PID/cgroup``, parsed; ``None`` when gone or unreadable."""
+    try:
+        return parse_cgroup_lines(read_proc(pid, "cgroup", CGROUP_BYTES, proc))
     except OSError:
         return None
 

@@ -82,6 +82,10 @@ class HostRoot:
         """``/proc/PID/status``, parsed; ``None`` when gone or unreadable."""
         return procfiles.read_status(pid, self.proc)
 
+    def cgroup_lines(self, pid: int) -> tuple[procfiles.CgroupLine, ...] | None:
+        """``/proc/PID/cgroup``, parsed; ``None`` when gone or unreadable."""
+        return procfiles.read_cgroup_lines(pid, self.proc)
+
     def start_ticks(self, pid: int) -> int | None:
         """The start of ``pid`` in clock ticks since boot (:attr:`PidStat.start_ticks`)."""
         return procfiles.start_ticks(pid, self.proc)

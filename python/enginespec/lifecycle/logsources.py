@@ -93,13 +93,8 @@ _UNIT = re.compile(r"[A-Za-z0-9:_.@\\-]+\.(?:service|scope)")
 
 def _unit_of(pid: int, root: HostRoot) -> str | None:
     """The systemd unit a process runs in, from its cgroup path (``.../ollama.service``)."""
-    try:
-        lines = os.fsdecode(root.read(pid, "cgroup", 1 << 16)).splitlines()
-    except OSError:
-        return None
-    paths = [line.split(":", 2)[-1] for line in lines]
-    for path in paths:
-        for part in reversed(path.split("/")):
+    for line in root.cgroup_lines(pid) or ():
+        for part in reversed(line.path.split("/")):
             if _UNIT.fullmatch(part):
                 return part
     return None

@@ -48,19 +48,14 @@ def classify_failure(
 def oom_kills(pid: int) -> int | None:
     """The OOM kills counted in the memory cgroup of a process of this host (one launched here,
     or this one) (v2 ``memory.events``, v1 ``memory.oom_control``), ``None`` when unreadable."""
-    try:
-        lines = os.fsdecode(HOST_ROOT.read(pid, "cgroup", 1 << 16)).splitlines()
-    except OSError:
+    lines = HOST_ROOT.cgroup_lines(pid)
+    if lines is None:
         return None
-    entries = [line.split(":", 2) for line in lines]
-    for entry in entries:
-        if len(entry) != 3:
-            continue
-        hierarchy, controllers, path = entry
-        if hierarchy == "0" and controllers == "":
-            candidate = ("sys", "fs/cgroup", path.lstrip("/"), "memory.events")
-        elif "memory" in controllers.split(","):
-            candidate = ("sys", "fs/cgroup/memory", path.lstrip("/"), "memory.oom_control")
+    for cgroup in lines:
+        if cgroup.hierarchy == 0 and not cgroup.controllers:
+            candidate = ("sys", "fs/cgroup", cgroup.path.lstrip("/"), "memory.events")
+        elif "memory" in cgroup.controllers:
+            candidate = ("sys", "fs/cgroup/memory", cgroup.path.lstrip("/"), "memory.oom_control")
         else:
             continue
         for line in (HOST_ROOT.kernel_file(*candidate, limit=1 << 16) or b"").splitlines():
