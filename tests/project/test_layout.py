@@ -606,6 +606,9 @@ def test_ps_loads_only_what_it_uses() -> None:
     loaded = _loaded("import sys, enginespec.cli.app, enginespec.scanning.scanner; print(*sys.modules)")
     assert "enginespec.process.containers" in loaded
     assert not {"http.client", "ssl"}.intersection(loaded)
+    # rich comes with the first table drawn: ps's sorting and rows, with nothing to show, go without
+    loaded = _loaded("import sys, enginespec.cli.ps, enginespec.cli.pstable; print(*sys.modules)")
+    assert not [name for name in loaded if name.split(".")[0] == "rich"]
 
 
 def test_the_docs_link_only_to_files_in_the_repository() -> None:

@@ -9,8 +9,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from rich.cells import cell_len
-
 ELLIPSIS = "…"
 #: spaces between two columns.
 GAP = 2
@@ -36,6 +34,15 @@ class Column(Generic[Row]):
     whole_over: int = 0
     #: left out only when the table does not fit even with every value at its ``minimum``.
     last_resort: bool = False
+
+
+def cell_len(text: str) -> int:
+    """Terminal cells ``text`` takes (wide characters two, combining marks none), as rich
+    counts them; rich is imported on the first table drawn, not with the command (``ps`` with
+    nothing to show, ``--version``: rich.cells takes 12 ms to import)."""
+    from rich.cells import cell_len as rich_cell_len
+
+    return rich_cell_len(text)
 
 
 def shorten(value: str, width: int, where: Literal["never", "middle", "end"]) -> str:
