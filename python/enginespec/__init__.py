@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 # The backend is chosen at import (an unusable ENGINESPEC_BACKEND fails here, not later).
 from enginespec._host.backend import BACKEND
-from enginespec.packageversion import __version__
 
 
 class _FlatLayoutPaths:
@@ -109,6 +108,7 @@ if TYPE_CHECKING:
     from enginespec.lifecycle.running import RunningEngine, adopt, launch
     from enginespec.lifecycle.stopping import Signalled, StopResult
     from enginespec.lifecycle.supervising import Supervision
+    from enginespec.packageversion import __version__
     from enginespec.process.argv import Invocation, detect_engine, parse_argv, redact_argv
     from enginespec.process.containers import Container, PublishedPort
     from enginespec.process.record import EngineProcess
