@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers.procs import Procs
+from helpers.procs import Procs, kernel_keeps_exit_statuses
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is installed by .ci/run")
 
@@ -276,6 +276,62 @@ def test_watch_with_more_engines_than_rows_says_how_many_more(procs: Procs, tmux
         ours = [line for line in rows if int(line.split()[0]) in started]
         shown_ports = [int(line.split("127.0.0.1:")[1].split()[0]) for line in ours if "127.0.0.1:" in line]
         assert shown_ports == sorted(shown_ports)
+    finally:
+        subprocess.run([*tmux, "send-keys", "-t", session, "C-c"], check=False, timeout=120)
+        subprocess.run([*tmux, "kill-session", "-t", session], check=False, timeout=120)
+
+
+def test_watch_keeps_a_stopped_engines_row_saying_how_it_ended(
+    procs: Procs, tmux: list[str], held_port: Callable[[], int]
+) -> None:
+    """At 80 columns: an engine killed (and reaped at once by its parent, this test) stays a
+    moment as ``exited (SIGKILL)``, then its row goes; the other engine's row stays."""
+    gone = procs.start(["llama-server", "-m", "/m/a.gguf", "--port", str(held_port())])
+    kept = procs.start(["llama-server", "-m", "/m/b.gguf", "--port", str(held_port())])
+    session = "watchgone"
+    command = [
+        sys.executable,
+        "-m",
+        "enginespec.cli",
+        "watch",
+        "--interval",
+        "200ms",
+        str(gone.pid),
+        str(kept.pid),
+    ]
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-x", "80", "-y", "20", "-s", session, shlex.join(command)],
+        check=True,
+        env={**os.environ, "TERM": "xterm-256color"},
+        timeout=120,
+    )
+
+    def row_of(pid: int) -> str | None:
+        out = subprocess.run(
+            [*tmux, "capture-pane", "-p", "-t", session],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        return next((line for line in out.stdout.splitlines() if line.startswith(f"{pid} ")), None)
+
+    try:
+        deadline = time.monotonic() + 60
+        while not ((row := row_of(gone.pid)) and row_of(kept.pid) and "checking" not in row):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        procs.stop(gone)  # SIGKILL, reaped at once
+        said = "exited (SIGKILL)" if kernel_keeps_exit_statuses() else "exited"
+        while not ((row := row_of(gone.pid)) and said in row):
+            assert row is not None, "the row went without saying how the engine ended"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert len(row) <= 80
+        while row_of(gone.pid) is not None:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert row_of(kept.pid) is not None
     finally:
         subprocess.run([*tmux, "send-keys", "-t", session, "C-c"], check=False, timeout=120)
         subprocess.run([*tmux, "kill-session", "-t", session], check=False, timeout=120)

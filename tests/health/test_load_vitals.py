@@ -9,7 +9,6 @@ import os
 import queue
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -19,14 +18,14 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from enginespec.health import vitals
 from enginespec.health.vitals import EngineMonitor
+from enginespec.process import exits
 from enginespec.process.record import EngineProcess
 from enginespec.scanning.scanner import Scanner
 from enginespec.scanning.watch import HealthChanged, Recovered, Watch, WatchEvent, WorkerLost
 from helpers.fakeserver import Answer, FakeEngine, bound_socket, serving
 from helpers.loadkit import TEXT, vllm_metrics
-from helpers.procs import Procs, wait_for
+from helpers.procs import Procs, kernel_keeps_exit_statuses, wait_for
 
 WORKERS = 20
 
@@ -266,24 +265,6 @@ def test_workers_are_remembered_only_once_the_server_is_ready(procs: Procs) -> N
     assert after.health.reason == "HTTP 503"
 
 
-def _kernel_keeps_exit_statuses() -> bool:
-    """Whether this kernel gives a reaped process's exit status to a pidfd holder (6.15+)."""
-    if not hasattr(os, "pidfd_open"):
-        return False
-    child = subprocess.Popen(["sleep", "60"])
-    try:
-        pidfd = os.pidfd_open(child.pid)
-        try:
-            child.kill()
-            child.wait(timeout=10)
-            return vitals._reaped_status(pidfd) == (None, signal.SIGKILL)
-        finally:
-            os.close(pidfd)
-    finally:
-        child.kill()
-        child.wait()
-
-
 def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -296,7 +277,7 @@ def _back_to(before: int) -> None:
 
 
 @pytest.mark.skipif(
-    not _kernel_keeps_exit_statuses(), reason="the kernel keeps no exit status for pidfds (6.15+)"
+    not kernel_keeps_exit_statuses(), reason="the kernel keeps no exit status for pidfds (6.15+)"
 )
 def test_a_reaped_workers_exit_status_is_read_from_its_pidfd(
     procs: Procs, healthy: tuple[socket.socket, FakeEngine]
@@ -310,7 +291,7 @@ def test_a_reaped_workers_exit_status_is_read_from_its_pidfd(
     assert monitor.check([process])[0].health.state == "ready"
     core = _pid_titled(process, "VLLM::EngineCore")
     worker = _pid_titled(process, "VLLM::Worker_TP0")
-    assert vitals._PIDFDS.left == vitals.MAX_PIDFDS - 2
+    assert exits.PIDFDS.left == exits.MAX_PIDFDS - 2
     os.kill(core, signal.SIGKILL)
     # reaped by the server, not by this test: no /proc entry left to read a status from
     wait_for(lambda: not os.path.exists(f"/proc/{core}"))
@@ -327,7 +308,7 @@ def test_a_reaped_workers_exit_status_is_read_from_its_pidfd(
     [(_, ended)] = monitor.lost_workers([process])
     assert (ended.pid, ended.signal) == (worker, signal.SIGTERM)
     # each pidfd was closed with its worker's exit; none stays open
-    assert vitals._PIDFDS.left == vitals.MAX_PIDFDS
+    assert exits.PIDFDS.left == exits.MAX_PIDFDS
     monitor.forget([])
     _back_to(before)
 
@@ -341,9 +322,9 @@ def test_forget_closes_the_remembered_workers_pidfds(
     before = _open_fds()
     assert monitor.check([process])[0].health.state == "ready"
     held = 2 if hasattr(os, "pidfd_open") else 0
-    assert vitals._PIDFDS.left == vitals.MAX_PIDFDS - held
+    assert exits.PIDFDS.left == exits.MAX_PIDFDS - held
     monitor.forget([])
-    assert vitals._PIDFDS.left == vitals.MAX_PIDFDS
+    assert exits.PIDFDS.left == exits.MAX_PIDFDS
     _back_to(before)
 
 
@@ -352,12 +333,12 @@ def _no_pidfds(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _budget_spent(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vitals, "_PIDFDS", vitals._PidfdBudget(0))
+    monkeypatch.setattr(exits, "PIDFDS", exits.PidfdBudget(0))
 
 
 def _kernel_without_pidfd_info(monkeypatch: pytest.MonkeyPatch) -> None:
     # an ioctl number pidfds do not know: ENOTTY, as before Linux 6.13
-    monkeypatch.setattr(vitals, "_PIDFD_GET_INFO", vitals._PIDFD_GET_INFO + 0x40)
+    monkeypatch.setattr(exits, "_PIDFD_GET_INFO", exits._PIDFD_GET_INFO + 0x40)
 
 
 @pytest.mark.parametrize("without", [_no_pidfds, _budget_spent, _kernel_without_pidfd_info])

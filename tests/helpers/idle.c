@@ -14,6 +14,8 @@
  *                        else on 127.0.0.1 on an ephemeral port.
  *   HELPER_ANSWER        with HELPER_LISTEN: answer every HTTP request on it with 200 and this
  *                        JSON body, one connection at a time (a server that is up).
+ *   HELPER_EXIT_ON_USR2  a number: on SIGUSR2 this process exits with that status (an engine
+ *                        that fails and exits 1).
  *   HELPER_REWRITE       argvs separated by \x1e, arguments by \x1f: on each SIGUSR1 the next one
  *                        overwrites this process's argv in place, as setproctitle does (the same
  *                        memory, NUL padded, cut to its size; comm and the argv range unchanged).
@@ -54,6 +56,13 @@ static void overwrite_argv(int argc, char **argv, const char *spec) {
 static void retitle(int argc, char **argv, const char *title) {
     overwrite_argv(argc, argv, title);
     prctl(PR_SET_NAME, title, 0, 0, 0);
+}
+
+static int exit_status;
+
+static void exit_on_signal(int sig) {
+    (void)sig;
+    _exit(exit_status);
 }
 
 static volatile sig_atomic_t rewrite_asked;
@@ -154,6 +163,11 @@ int main(int argc, char **argv) {
     int outlive = getenv("HELPER_OUTLIVE") != NULL;
     int reap = getenv("HELPER_REAP") != NULL;
     char *answer = getenv("HELPER_ANSWER");
+    char *exit_on_usr2 = getenv("HELPER_EXIT_ON_USR2");
+    if (exit_on_usr2) {
+        exit_status = atoi(exit_on_usr2);
+        signal(SIGUSR2, exit_on_signal);
+    }
     spawn_env = getenv("HELPER_SPAWN_ENV");
     spawn_env = spawn_env ? strdup(spawn_env) : NULL;
     unsetenv("HELPER_SPAWN_ENV");
@@ -169,6 +183,7 @@ int main(int argc, char **argv) {
     unsetenv("HELPER_OUTLIVE");
     unsetenv("HELPER_REAP");
     unsetenv("HELPER_ANSWER");
+    unsetenv("HELPER_EXIT_ON_USR2");
     int listening = -1;
     if (listen_on) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);

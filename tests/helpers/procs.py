@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -129,6 +130,27 @@ def send_when_handled(proc: subprocess.Popen[bytes], signum: int) -> None:
 
     wait_for(handled)
     os.kill(proc.pid, signum)
+
+
+@functools.cache
+def kernel_keeps_exit_statuses() -> bool:
+    """Whether this kernel gives a reaped process's exit status to a pidfd holder (6.15+)."""
+    from enginespec.process.exits import reaped_status
+
+    if not hasattr(os, "pidfd_open"):
+        return False
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        pidfd = os.pidfd_open(child.pid)
+        try:
+            child.kill()
+            child.wait(timeout=10)
+            return reaped_status(pidfd) == (None, signal.SIGKILL)
+        finally:
+            os.close(pidfd)
+    finally:
+        child.kill()
+        child.wait()
 
 
 def _stat_field(pid: int, number: int) -> int | None:

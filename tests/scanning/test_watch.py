@@ -32,9 +32,9 @@ from enginespec import (
     event_schema,
     parse_event,
 )
-from enginespec.scanning.watch import CHANGED_FIELDS, diff
+from enginespec.scanning.watch import CHANGED_FIELDS, EngineIdentity, diff
 from helpers.fakeserver import Answer, bound_socket, free_port, serving
-from helpers.procs import Procs, rewrites, send_when_handled
+from helpers.procs import Procs, kernel_keeps_exit_statuses, rewrites, send_when_handled
 
 LOADING = b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}'
 MODES = ["events", "poll"]
@@ -94,6 +94,76 @@ def test_watch_sees_an_engine_start_and_stop(procs: Procs, mode: str) -> None:
         assert stopped.monotonic >= started.monotonic
     finally:
         watch.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_stopped_engine_says_how_it_ended(procs: Procs, mode: str) -> None:
+    """An engine that exits 3 (a zombie until this test reaps it, after the event), one killed
+    and reaped at once (only the pidfd the watch held still knows: Linux 6.15+), and one that
+    runs on as a program that is no engine server (it has not ended)."""
+    watch = enginespec.Scanner().watch(0.2, poll=mode == "poll")
+    events = iter(watch)
+    try:
+        failing = procs.start(
+            ["llama-server", "-m", "a.gguf", "--port", str(free_port())], HELPER_EXIT_ON_USR2="3"
+        )
+        killed = procs.start(["llama-server", "-m", "b.gguf", "--port", str(free_port())])
+        renamed = procs.start(
+            ["llama-server", "-m", "c.gguf", "--port", str(free_port())],
+            HELPER_REWRITE=rewrites(["sleep", "600"]),
+        )
+        pids = {failing.pid, killed.pid, renamed.pid}
+        seen: set[int] = set()
+        while seen != pids:
+            started = _until(events, lambda e: isinstance(e, Started) and _mine(e, pids))
+            assert isinstance(started, Started)
+            seen.add(started.process.pid)
+        send_when_handled(failing, signal.SIGUSR2)
+        first = _until(events, lambda e: _mine(e, {failing.pid}))
+        assert isinstance(first, Stopped)
+        assert (first.exited, first.status, first.signal, first.describe()) == (True, 3, None, "exited 3")
+        assert failing.wait(timeout=10) == 3
+        os.kill(killed.pid, signal.SIGKILL)
+        assert killed.wait(timeout=10) == -signal.SIGKILL  # reaped before the watch may look
+        second = _until(events, lambda e: _mine(e, {killed.pid}))
+        assert isinstance(second, Stopped)
+        assert second.exited
+        if kernel_keeps_exit_statuses():
+            assert (second.status, second.signal, second.describe()) == (
+                None,
+                signal.SIGKILL,
+                "exited (SIGKILL)",
+            )
+        send_when_handled(renamed, signal.SIGUSR1)
+        third = _until(events, lambda e: _mine(e, {renamed.pid}))
+        assert isinstance(third, Stopped)
+        assert (third.exited, third.status, third.signal, third.describe()) == (False, None, None, "stopped")
+        assert renamed.poll() is None
+        # read back from its JSON form as an agent's stream gives it
+        assert parse_event(event_json(first)) == first
+    finally:
+        watch.close()
+
+
+def test_another_agents_stopped_event_is_held_to_a_wait_statuss_range() -> None:
+    line = event_json(
+        Stopped(
+            monotonic=1.0,
+            identity=EngineIdentity(instance_id="llamacpp-1", pid=5, start_time=1.0, engine="llamacpp"),
+            exited=True,
+            signal=9,
+        )
+    )
+    for bad in (
+        ('"signal":9', '"signal":0'),
+        ('"signal":9', '"signal":100000000000000000000'),
+        (
+            '"status":null',
+            '"status":256',
+        ),
+    ):
+        with pytest.raises(ValueError, match=r"signal|status"):
+            parse_event(line.replace(*bad))
 
 
 def test_a_rewritten_argv_is_a_changed_event_naming_the_fields(procs: Procs) -> None:
@@ -448,6 +518,24 @@ def test_watch_json_streams_a_start_and_a_stop(procs: Procs, mode: str) -> None:
         code, err = stream.interrupt()
     assert code == 0, err
     assert b"Traceback" not in err
+
+
+def test_watch_piped_says_how_a_stopped_engine_ended(procs: Procs) -> None:
+    stream = _Stream("--no-health", "--interval", "200ms")
+    try:
+        proc = procs.start(
+            ["llama-server", "-m", "m.gguf", "--port", str(free_port())], HELPER_EXIT_ON_USR2="1"
+        )
+        while not stream.line().startswith(f"started {proc.pid} ".encode()):
+            pass
+        send_when_handled(proc, signal.SIGUSR2)
+        while not (line := stream.line()).startswith(f"stopped {proc.pid} ".encode()):
+            pass
+        assert line.endswith(b" exited 1"), line
+        assert proc.wait(timeout=10) == 1
+    finally:
+        code, err = stream.interrupt()
+    assert code == 0, err
 
 
 def test_a_polling_watch_sees_the_exec_of_a_process_born_just_before_it(procs: Procs) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 
 #: the state a row shows before its health is checked.
 HEALTH_PENDING = "checking"
+#: How long a stopped engine's row stays, saying how it ended (``exited (SIGKILL)``), at the least:
+#: long enough to be read; a longer ``--interval`` keeps it that long.
+GONE_ROW_SECONDS = 2.0
 
 
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -73,7 +77,8 @@ class _LiveTable:
     and height each time it is drawn (so a resize is followed); rows that do not fit are counted
     (``+22 more``). With ``--remote``, rows carry their agent and each lost agent is said below.
     Only rows the filter shows are kept (an agent may announce any number of engines), and rich's
-    refresh thread draws while the watch's thread applies events: both hold ``lock``."""
+    refresh thread draws while the watch's thread applies events: both hold ``lock``. A stopped
+    engine's row stays ``linger`` seconds more, saying how it ended."""
 
     def __init__(
         self,
@@ -81,6 +86,7 @@ class _LiveTable:
         health: bool,
         filters: Filters,
         loads: Callable[[], Mapping[tuple[int, float], EngineLoad | None]] | None = None,
+        linger: float = GONE_ROW_SECONDS,
     ) -> None:
         self.how = how
         self.health = health
@@ -88,6 +94,9 @@ class _LiveTable:
         #: the watch's latest load readings (a local watch with load): RUN, WAIT, KV%, TOK/S
         self.loads = loads
         self.engines: dict[tuple[str | None, int, float], Shown] = {}
+        #: the rows of stopped engines, until when each is still shown (``time.monotonic()``)
+        self.gone: dict[tuple[str | None, int, float], float] = {}
+        self.linger = linger
         #: agent -> why it is not reached (``--remote``)
         self.lost: dict[str, str] = {}
         self.lock = threading.Lock()
@@ -99,7 +108,10 @@ class _LiveTable:
         with self.lock:
             self.lost.pop(agent or "", None)
             if isinstance(event, Stopped):
-                self.engines.pop((agent, event.identity.pid, event.identity.start_time), None)
+                key = (agent, event.identity.pid, event.identity.start_time)
+                if key in self.engines:
+                    self.engines[key].state, self.engines[key].health = event.describe(), None
+                    self.gone[key] = time.monotonic() + self.linger
                 return
             key = (agent, event.process.pid, event.process.start_time)
             row = self.engines.get(key) or Shown(event.process, state=HEALTH_PENDING, agent=agent)
@@ -115,6 +127,7 @@ class _LiveTable:
         """An agent's stream is gone: its rows are stale until it tells them again."""
         with self.lock:
             self.engines = {key: row for key, row in self.engines.items() if key[0] != agent}
+            self.gone = {key: until for key, until in self.gone.items() if key[0] != agent}
             self.lost[agent] = error
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
@@ -129,6 +142,10 @@ class _LiveTable:
 
         width = options.max_width
         height = options.height or console.size.height
+        now = time.monotonic()
+        for key in [key for key, until in self.gone.items() if until <= now]:
+            del self.gone[key]
+            self.engines.pop(key, None)
         shown = sorted(self.engines.values(), key=sort_key)
         if self.loads is not None:
             readings = self.loads()
@@ -161,7 +178,7 @@ def _event_line(event: WatchEvent) -> str:
 
     if isinstance(event, Stopped):
         who = event.identity
-        return literal(f"stopped {who.pid} {who.engine} {who.instance_id}")
+        return literal(f"stopped {who.pid} {who.engine} {who.instance_id} {event.describe()}")
     p = event.process
     detail = " ".join(event.fields) if isinstance(event, Changed) else p.base_url or "-"
     if isinstance(event, WorkerLost):
@@ -251,7 +268,13 @@ def _cmd_watch(args: argparse.Namespace) -> int:
             from rich.live import Live
 
             console = Console(markup=False, highlight=False, emoji=False)
-            table = _LiveTable(how, args.health, chosen.filters, (lambda: watch.loads) if args.load else None)
+            table = _LiveTable(
+                how,
+                args.health,
+                chosen.filters,
+                (lambda: watch.loads) if args.load else None,
+                linger=max(args.interval, GONE_ROW_SECONDS),
+            )
             with Live(table, console=console, refresh_per_second=4, transient=False):
                 for event in watch:
                     table.apply(event)

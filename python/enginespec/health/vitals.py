@@ -21,11 +21,7 @@ One health check sees one answer. A monitor keeps what earlier checks saw, per e
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
-import os
 import signal
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -40,6 +36,10 @@ from enginespec.health.load import EngineLoad, _read, checked_stall_after, not_o
 from enginespec.health.reaching import blocking, engine_tree, target_of
 from enginespec.healthrecord import Health, HealthState
 from enginespec.process.argv import parse_argv
+
+# the budget of pidfds is the process's (exits.py); docs/load.md shows this path
+from enginespec.process.exits import MAX_PIDFDS as MAX_PIDFDS
+from enginespec.process.exits import HeldProcess
 from enginespec.process.record import EngineProcess
 
 #: Below this share of one CPU, a tree's CPU time is not taken as a sign of work.
@@ -48,65 +48,6 @@ CPU_BUSY_SHARE = 0.1
 _TITLE_CHARS = 64
 
 _Key = tuple[int, float]
-
-#: ``PIDFD_GET_INFO``: ``_IOWR(0xFF, 11, struct pidfd_info)`` with the first published struct's
-#: 64 bytes (Linux 6.13+; the kernel takes any size from that one up, include/uapi/linux/pidfd.h).
-_PIDFD_GET_INFO = 0xC040FF0B
-#: Asks for (and, in the answer's mask, says there is) the exit status (Linux 6.15+): the kernel
-#: keeps it for holders of a pidfd once the process is reaped (fs/pidfs.c pidfs_exit).
-_PIDFD_INFO_EXIT = 1 << 3
-_PIDFD_INFO_SIZE = 64
-#: Where ``struct pidfd_info`` holds ``exit_code`` (a wait status, as waitpid gives).
-_EXIT_CODE_AT = 60
-#: The most pidfds this process keeps for remembered workers (each is an open file; beyond
-#: this many, workers are remembered without one and only a zombie shows how they exited).
-MAX_PIDFDS = 256
-
-
-class _PidfdBudget:
-    """How many pidfds the monitors of this process may still hold."""
-
-    def __init__(self, most: int) -> None:
-        self.left = most
-        self._lock = threading.Lock()
-
-    def take(self) -> bool:
-        with self._lock:
-            if self.left <= 0:
-                return False
-            self.left -= 1
-            return True
-
-    def give(self) -> None:
-        with self._lock:
-            self.left += 1
-
-
-_PIDFDS = _PidfdBudget(MAX_PIDFDS)
-
-
-def _wait_status(raw: int) -> tuple[int | None, int | None]:
-    """(exit status, signal) of a wait status."""
-    if raw & 0x7F:
-        return None, raw & 0x7F
-    return (raw >> 8) & 0xFF, None
-
-
-def _reaped_status(pidfd: int) -> tuple[int | None, int | None] | None:
-    """(exit status, signal) of the reaped process of ``pidfd``, from the kernel's pidfd info;
-    ``None`` while it is not reaped or when this kernel does not keep exit statuses."""
-    buffer = bytearray(_PIDFD_INFO_SIZE)
-    struct.pack_into("=Q", buffer, 0, _PIDFD_INFO_EXIT)
-    try:
-        fcntl.ioctl(pidfd, _PIDFD_GET_INFO, buffer, True)
-    except OSError:
-        # ENOTTY or EINVAL: no PIDFD_GET_INFO here; ESRCH: reaped, and no exit info kept
-        return None
-    (mask,) = struct.unpack_from("=Q", buffer, 0)
-    if not mask & _PIDFD_INFO_EXIT:
-        return None
-    (raw,) = struct.unpack_from("=i", buffer, _EXIT_CODE_AT)
-    return _wait_status(raw)
 
 
 class WorkerExit(BaseModel):
@@ -179,61 +120,23 @@ def _worker_title(argv: Sequence[str], titles: tuple[str, ...], programs: frozen
     return None
 
 
-class _Worker:
-    __slots__ = ("pid", "pidfd", "root", "started", "title")
+class _Worker(HeldProcess):
+    """A remembered worker of a server, with the title it runs under."""
+
+    __slots__ = ("title",)
 
     def __init__(self, root: HostRoot, pid: int, started: int, title: str) -> None:
-        self.root, self.pid, self.started, self.title = root, pid, started, title
-        self.pidfd = -1
-
-    def hold(self) -> None:
-        """Opens a pidfd of this very worker (its start checked after the open), when the
-        budget allows and the kernel has them; without one, only a zombie shows its exit. (A
-        fixture host's pids are not this kernel's: no pidfd names them.)"""
-        opener = getattr(os, "pidfd_open", None)
-        if self.pidfd >= 0 or opener is None or not self.root.is_host or not _PIDFDS.take():
-            return
-        try:
-            fd: int = opener(self.pid)
-        except OSError:
-            _PIDFDS.give()
-            return
-        found = self.root.stat(self.pid)
-        if found is None or found.start_ticks != self.started:
-            # not this worker's any more: the pid was handed to another process
-            os.close(fd)
-            _PIDFDS.give()
-            return
-        self.pidfd = fd
-
-    def release(self) -> None:
-        if self.pidfd >= 0:
-            os.close(self.pidfd)
-            self.pidfd = -1
-            _PIDFDS.give()
-
-    def __del__(self) -> None:
-        # a monitor dropped without forget(): its workers' pidfds close with them
-        with contextlib.suppress(Exception):
-            self.release()
+        super().__init__(root, pid, started)
+        self.title = title
 
     def exit(self, now: float) -> WorkerExit | None:
         """How it exited, or ``None`` while it runs (a zombie has exited)."""
-        now_at = self.root.stat(self.pid)
-        mine = now_at is not None and now_at.start_ticks == self.started
-        if now_at is not None and mine and now_at.state != "Z":
+        found = self.ended()
+        if found is None:
             return None
-        status = code = None
-        # A zombie of this very worker still holds its wait status (Linux 3.5+).
-        if now_at is not None and mine and now_at.state == "Z" and now_at.exit_code is not None:
-            status, code = _wait_status(now_at.exit_code)
-        elif self.pidfd >= 0:
-            # reaped by its parent: the kernel kept its status for the pidfd held
-            found = _reaped_status(self.pidfd)
-            if found is not None:
-                status, code = found
-        self.release()
-        return WorkerExit(pid=self.pid, title=self.title, status=status, signal=code, seen_at=now)
+        return WorkerExit(
+            pid=self.pid, title=self.title, status=found.status, signal=found.signal, seen_at=now
+        )
 
 
 class _Engine:

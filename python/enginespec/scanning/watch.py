@@ -12,7 +12,7 @@ The JSON form of an event (:func:`event_json`, parsed back by :func:`parse_event
 :func:`event_schema`) is stable: an object with a ``type`` (``started``, ``changed``,
 ``stopped``, ``worker_lost``, ``recovered``, or a health state), ``monotonic``
 (``time.monotonic()`` seconds when it was seen), and ``process`` (an ``EngineProcess``;
-``identity`` for ``stopped``).
+``identity`` for ``stopped``, with ``exited``, ``status`` and ``signal``: how it ended).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from enginespec.health.checks import REQUEST_SHARE, kept
 from enginespec.health.load import EngineLoad
 from enginespec.health.vitals import EngineMonitor, Vitals, WorkerExit
 from enginespec.healthrecord import Health, HealthState
+from enginespec.process.exits import HeldProcess, exit_words
 from enginespec.process.record import INSTANCE_ID_WHY, WIRE_INSTANCE_ID, EngineProcess
 from enginespec.untrusted.boundary import failed
 from enginespec.untrusted.documents import dumps, parse_json
@@ -127,13 +128,24 @@ class Changed(BaseModel):
 
 
 class Stopped(BaseModel):
-    """An engine server's process is gone (or became a zombie)."""
+    """An engine server's process is gone (or became a zombie), or runs on as something that is
+    not an engine server. ``exited`` says it is gone; then ``status`` is its exit status or
+    ``signal`` the signal that ended it, where they could still be read (its zombie, or the pidfd
+    the watch held: :mod:`enginespec.process.exits`), both ``None`` otherwise."""
 
     model_config = ConfigDict(frozen=True)
 
     type: Literal["stopped"] = "stopped"
     monotonic: float
     identity: EngineIdentity
+    exited: bool = False
+    #: as a wait status holds them (another agent's event is held to that, too)
+    status: int | None = Field(default=None, ge=0, le=255)
+    signal: int | None = Field(default=None, ge=1, le=127)
+
+    def describe(self) -> str:
+        """``exited (SIGKILL)``, ``exited 1``, ``exited``, or ``stopped`` (no longer a server)."""
+        return exit_words(self.status, self.signal) if self.exited else "stopped"
 
 
 class HealthChanged(BaseModel):
@@ -286,6 +298,8 @@ class Watch:
         self._wake_workers = threading.Event()
         self._lock = threading.Lock()
         self._current: dict[_Key, EngineProcess] = {}
+        #: each current engine's process, held to say how it ended (:mod:`enginespec.process.exits`)
+        self._held: dict[_Key, HeldProcess] = {}
         self._states: dict[_Key, HealthState] = {}
         #: each engine's last verdict, kept (stale) while its checks do not finish in time
         self._healths: dict[_Key, Health] = {}
@@ -322,7 +336,7 @@ class Watch:
 
     def _publish(self, processes: list[EngineProcess]) -> None:
         with self._lock:
-            events = diff(self._current, processes, time.monotonic())
+            events = [self._how_it_ended(e) for e in diff(self._current, processes, time.monotonic())]
             self._current = {(p.pid, p.start_time): p for p in processes}
             self._states = {key: state for key, state in self._states.items() if key in self._current}
             self._healths = {key: found for key, found in self._healths.items() if key in self._current}
@@ -330,8 +344,29 @@ class Watch:
             for event in events:
                 self._sink(event)
                 if isinstance(event, Started):
+                    self._hold(event.process)
                     self._wake_health.set()
             self._monitor.forget(processes)
+
+    def _hold(self, process: EngineProcess) -> None:
+        """Holds a new engine's process (lock held), so that its end can say how it ended."""
+        if process._start_ticks is not None and process._local:
+            held = self._held[(process.pid, process.start_time)] = HeldProcess(
+                process._root, process.pid, process._start_ticks
+            )
+            held.hold()
+
+    def _how_it_ended(self, event: Started | Changed | Stopped) -> Started | Changed | Stopped:
+        """A ``stopped`` event with how its process ended (lock held); others as they are."""
+        if not isinstance(event, Stopped):
+            return event
+        held = self._held.pop((event.identity.pid, event.identity.start_time), None)
+        ended = held.ended() if held is not None else None
+        if held is not None:
+            held.release()  # one that runs on as something else is not held any longer
+        if ended is None:
+            return event
+        return event.model_copy(update={"exited": True, "status": ended.status, "signal": ended.signal})
 
     def _scan_loop(self) -> None:
         try:
@@ -484,12 +519,15 @@ class Watch:
         self._stop.set()
         self._wake_health.set()
         self._wake_workers.set()
-        if not self._started:
-            return
-        bound = max(self._interval, self._health_timeout, self._health_interval) + 5.0
-        for thread in self._threads:
-            if thread is not threading.current_thread() and thread.is_alive():
-                thread.join(bound)
+        if self._started:
+            bound = max(self._interval, self._health_timeout, self._health_interval) + 5.0
+            for thread in self._threads:
+                if thread is not threading.current_thread() and thread.is_alive():
+                    thread.join(bound)
+        with self._lock:
+            for held in self._held.values():
+                held.release()
+            self._held.clear()
 
     def __iter__(self) -> Iterator[WatchEvent]:
         self._start(self._queue.put)
