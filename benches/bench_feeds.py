@@ -1,4 +1,4 @@
-"""Feed benchmark: how soon `enginespec export --watch` lists an engine that serves and removes one
+"""Feed benchmark: how soon `enginespec feed --watch` lists an engine that serves and removes one
 that exits, against the alternatives a fleet would otherwise use.
 
 Run as root (in the initial namespaces: process events) from the repository root with the package
@@ -12,10 +12,10 @@ waits until the file_sd file lists it, kills it, and waits until the file no lon
 file is read every 0.5 ms. It prints, for each way of keeping the file, the median, p99 and max
 of ready -> listed and exit -> removed, and their ratio to ours:
 
-- ``events``: ``export --watch`` driven by the kernel's process events (ours; health interval 1 s:
+- ``events``: ``feed --watch`` driven by the kernel's process events (ours; health interval 1 s:
   a new engine is checked as soon as it is seen);
 - ``polling``: the same, forced to poll (``ENGINESPEC_WATCH_POLL=1``, interval 100 ms);
-- ``cron``: a one-shot ``export`` run every second (how a feed is kept without a watch).
+- ``cron``: a one-shot ``feed`` run every second (how a feed is kept without a watch).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def _feeder(mode: str, out: Path) -> Callable[[], None]:
         sys.executable,
         "-m",
         "enginespec.cli",
-        "export",
+        "feed",
         "--format",
         "file-sd",
         "--out",

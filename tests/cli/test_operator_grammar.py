@@ -279,3 +279,26 @@ def test_engines_are_taken_by_their_program_names(procs: Procs, tmp_path: Path) 
     info = enginespec("info", "llama.cpp", "--json", "--data-dir", str(tmp_path))
     assert info.returncode == 0, info.stderr
     assert [entry["engine"] for entry in json.loads(info.stdout)] == ["llamacpp"]
+
+
+def test_the_renamed_commands_answer_to_their_old_names_and_say_so() -> None:
+    """`feed` was `export` and `agent` was `serve`: the new names are the ones --help lists; the
+    old ones still run the same command, with one line on stderr saying what it is called now."""
+    listed = enginespec("--help").stdout.decode()
+    assert re.search(r"^    feed \(export\)\s", listed, re.MULTILINE), listed
+    assert re.search(r"^    agent \(serve\)\s", listed, re.MULTILINE), listed
+    new = enginespec("feed", "--format", "file-sd", "--out", "-", "--timeout", "500ms")
+    old = enginespec("export", "--format", "file-sd", "--out", "-", "--timeout", "500ms")
+    assert (new.returncode, old.returncode) == (0, 0), (new.stderr, old.stderr)
+    assert isinstance(json.loads(old.stdout), list)
+    notice = b"enginespec: 'export' is now 'enginespec feed' (the old name works until the next release)\n"
+    assert old.stderr.startswith(notice)
+    assert b"is now" not in new.stderr
+    refused = enginespec("serve", "--listen", "127.0.0.1:notaport")
+    assert refused.returncode != 0
+    lines = refused.stderr.decode().splitlines()
+    assert (
+        lines[0]
+        == "enginespec: 'serve' is now 'enginespec agent' (the old name works until the next release)"
+    )
+    assert lines[1].startswith("enginespec agent: "), lines

@@ -43,9 +43,9 @@ ARGV = ["vllm", "serve", "/models/agent", "--host", "127.0.0.1", "--port", "{por
 
 @contextmanager
 def agent(*args: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """A running `enginespec serve ARGS`, and the line it said at start."""
+    """A running `enginespec agent ARGS`, and the line it said at start."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "enginespec.cli", "serve", "--interval", "200ms", *args],
+        [sys.executable, "-m", "enginespec.cli", "agent", "--interval", "200ms", *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -87,7 +87,7 @@ def test_it_serves_engines_gpus_metrics_and_nothing_else(procs: Procs) -> None:
     port = free_port()
     with fake_engine(procs, ARGV, READY) as engine_port, agent("--listen", f"127.0.0.1:{port}") as (_, said):
         assert (
-            said == f"enginespec serve: Listening on address=127.0.0.1:{port} (http; no token: loopback only)"
+            said == f"enginespec agent: Listening on address=127.0.0.1:{port} (http; no token: loopback only)"
         )
         base = f"http://127.0.0.1:{port}"
 
@@ -171,13 +171,13 @@ def test_events_stream_in_order_from_what_runs(procs: Procs) -> None:
 
 
 def test_off_loopback_a_token_is_required_and_compared(tmp_path: Path, procs: Procs) -> None:
-    done = run("serve", "--listen", "0.0.0.0:0")
+    done = run("agent", "--listen", "0.0.0.0:0")
     assert done.returncode == 1
     assert "--listen 0.0.0.0:0: not loopback, so a token is required: give --token-file" in done.stderr
     token = _token_file(tmp_path, "s3cret-token-" + "x" * 32)
     port = free_port()
     with agent("--listen", f"0.0.0.0:{port}", "--token-file", str(token)) as (_, said):
-        assert said == f"enginespec serve: Listening on address=0.0.0.0:{port} (http; token required)"
+        assert said == f"enginespec agent: Listening on address=0.0.0.0:{port} (http; token required)"
         base = f"http://127.0.0.1:{port}/v1/engines"
         _until("the agent answers", lambda: httpx.get(base, timeout=5).status_code == 401)
         assert httpx.get(base, headers={"authorization": "Bearer wrong"}, timeout=5).status_code == 401
@@ -193,7 +193,7 @@ def test_off_loopback_a_token_is_required_and_compared(tmp_path: Path, procs: Pr
 def test_a_unix_socket_is_its_owners_only(tmp_path: Path, procs: Procs) -> None:
     path = tmp_path / "agent.sock"
     with fake_engine(procs, ARGV, READY) as engine_port, agent("--listen", f"unix:{path}") as (_, said):
-        assert said == f"enginespec serve: Listening on address=unix:{path} (http; no token: loopback only)"
+        assert said == f"enginespec agent: Listening on address=unix:{path} (http; no token: loopback only)"
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
 
         def listed() -> bool:
@@ -238,7 +238,7 @@ def test_tls_with_a_certificate_and_key(tmp_path: Path) -> None:
             ),
         )
         assert answer.status_code == 200  # type: ignore[attr-defined]
-    done = run("serve", "--listen", "127.0.0.1:0", "--certfile", str(cert))
+    done = run("agent", "--listen", "127.0.0.1:0", "--certfile", str(cert))
     assert done.returncode == 1
     assert "--certfile and --keyfile go together" in done.stderr
 
@@ -336,7 +336,7 @@ def test_bad_listen_addresses_name_the_flag() -> None:
         ("127.0.0.1:70000", "the port must be 0-65535"),
         ("unix:relative.sock", "a unix socket is unix:/absolute/path"),
     ):
-        done = run("serve", "--listen", text)
+        done = run("agent", "--listen", text)
         assert done.returncode == 1
         assert f"--listen: {text!r}" in done.stderr
         assert message in done.stderr
@@ -344,7 +344,7 @@ def test_bad_listen_addresses_name_the_flag() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         busy = taken.getsockname()[1]
-        done = run("serve", "--listen", f"127.0.0.1:{busy}")
+        done = run("agent", "--listen", f"127.0.0.1:{busy}")
     assert done.returncode == 1
     assert f"--listen 127.0.0.1:{busy}: cannot listen: Address already in use" in done.stderr
 
@@ -417,7 +417,7 @@ def test_watch_remote_merges_the_agents_events_and_says_a_lost_host(procs: Procs
 
 
 def test_control_needs_the_flag_and_a_token_and_stops_and_restarts(tmp_path: Path, procs: Procs) -> None:
-    done = run("serve", "--listen", "127.0.0.1:0", "--allow-control")
+    done = run("agent", "--listen", "127.0.0.1:0", "--allow-control")
     assert done.returncode == 1
     assert "--allow-control: stopping and restarting engines requires --token-file" in done.stderr
     token = _token_file(tmp_path, "control-token-" + "y" * 32)

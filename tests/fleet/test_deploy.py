@@ -48,4 +48,4 @@ def test_the_images_default_command_is_one_enginespec_accepts() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
     (command,) = re.findall(r"^CMD (\[.*\])$", text, re.MULTILINE)
     parser, _subs = _parser()
-    assert parser.parse_args(json.loads(command)).command == "serve"
+    assert parser.parse_args(json.loads(command)).command == "agent"

@@ -36,7 +36,7 @@ SECRET = "sk-feed-secret-1234"
 
 def _export(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "enginespec.cli", "export", *args],
+        [sys.executable, "-m", "enginespec.cli", "feed", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -188,7 +188,7 @@ def test_the_default_advertised_host_is_this_hosts_name() -> None:
 def _watching(out: Path, feed: str = "file-sd") -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
-            *(sys.executable, "-m", "enginespec.cli", "export", "--format", feed, "--out", str(out)),
+            *(sys.executable, "-m", "enginespec.cli", "feed", "--format", feed, "--out", str(out)),
             *("--watch", "--interval", "100ms", "--health-interval", "100ms", "--timeout", "1"),
         ],
         stdin=subprocess.DEVNULL,

@@ -87,7 +87,7 @@ while True:
 """
 
 
-#: nobody's agent clients: every agent (`enginespec serve --listen 127.x:PORT`, found by its
+#: nobody's agent clients: every agent (`enginespec agent --listen 127.x:PORT`, found by its
 #: world-readable argv) gets 64 connections that never send a byte, 2 that send half a request
 #: head, and 40 event streams that are never read: more than one client may hold of either, and
 #: more than the old agent served everyone together (64 connections, 32 streams). The agent closes
@@ -102,7 +102,7 @@ def agents():
             argv = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if "serve" not in argv:
+        if not {"agent", "serve"} & set(argv):
             continue
         for flag, value in zip(argv, argv[1:] + [""]):
             text = value if flag == "--listen" else flag[9:] if flag.startswith("--listen=") else ""

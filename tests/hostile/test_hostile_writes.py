@@ -28,7 +28,7 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="chowns a file to nobod
 
 def _export(*args: str, umask: int | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "enginespec.cli", "export", "--format", "file-sd", *args],
+        [sys.executable, "-m", "enginespec.cli", "feed", "--format", "file-sd", *args],
         capture_output=True,
         text=True,
         timeout=60,

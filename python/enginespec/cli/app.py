@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 
+#: An old command name -> the command's name now: the old one works for one more release.
+RENAMED: dict[str, str] = {}
+
+
 def _backend() -> str:
     from enginespec._host.backend import BACKEND
 
@@ -52,16 +56,23 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     subs: dict[str, argparse.ArgumentParser] = {}
 
-    def command(name: str, summary: str, description: str, *example: str) -> argparse.ArgumentParser:
-        """A subcommand, read as every other: its summary, description and examples."""
+    def command(
+        name: str, summary: str, description: str, *example: str, renamed_from: str | None = None
+    ) -> argparse.ArgumentParser:
+        """A subcommand, read as every other: its summary, description and examples; a command
+        ``renamed_from`` an old name still answers to it, saying so (see :data:`RENAMED`)."""
         sub = commands.add_parser(
             name,
+            aliases=[renamed_from] if renamed_from else [],
             help=summary,
             description=f"{summary[0].upper()}{summary[1:]}.\n\n{description}",
             epilog=examples(*example) if example else None,
             formatter_class=Formatter,
         )
         subs[name] = sub
+        if renamed_from:
+            subs[renamed_from] = sub
+            RENAMED[renamed_from] = name
         return sub
 
     # in the order `enginespec --help` lists the commands
@@ -90,6 +101,13 @@ def _run(argv: list[str]) -> int:
         # the usage of the command that got it, not the top-level one
         subs[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     args.parser, args.parser_commands = parser, subs
+    if args.command in RENAMED:
+        now = f"'enginespec {RENAMED[args.command]}'"
+        print(
+            f"enginespec: '{args.command}' is now {now} (the old name works until the next release)",
+            file=sys.stderr,
+            flush=True,
+        )
     handler: Callable[[argparse.Namespace], int] = args.handler
     return handler(args)
 

@@ -107,7 +107,7 @@ def add_remote(command: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="URL[,URL...]",
-        help="the engines that agents (enginespec serve) report instead of this host's, with a HOST "
+        help="the engines that agents (enginespec agent) report instead of this host's, with a HOST "
         "column: http://HOST:PORT, https://HOST:PORT or unix:PATH; --timeout is each host's",
     )
     command.add_argument("--token-file", help="with --remote: the token the agents require")

@@ -1,4 +1,4 @@
-"""``exporter``, ``export`` and ``serve``: what enginespec knows of this host, for other systems:
+"""``exporter``, ``feed`` and ``agent``: what enginespec knows of this host, for other systems:
 Prometheus metrics, discovery files (file_sd, llm-d, production-stack) and the read-only agent
 that ``ps --remote`` and ``watch --remote`` read."""
 
@@ -14,8 +14,8 @@ from enginespec.display import literal
 
 
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Adds ``exporter``, ``export`` and ``serve`` through the ``enginespec`` parser's maker of
-    subcommands."""
+    """Adds ``exporter``, ``feed`` (was ``export``) and ``agent`` (was ``serve``) through the
+    ``enginespec`` parser's maker of subcommands."""
     exporter_ = command(
         "exporter",
         "serve Prometheus metrics about the engines on this host",
@@ -53,7 +53,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     exporter_.set_defaults(handler=_cmd_exporter)
 
     export = command(
-        "export",
+        "feed",
         "write the serving engines as a discovery file other systems read",
         "Scans, checks every engine's health with its identity verified (the answering server is "
         "its own and serves the model its argv names), and writes the ready servers as a "
@@ -64,9 +64,10 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "removed when it stops. A wildcard listen address is given as --advertise. Only the engines "
         "of root and of the user running it are listed (--allow-owner adds others): any user can "
         "start a process that claims a model's name; two owners claiming one name are said.",
-        "enginespec export --format file-sd --out /etc/prometheus/engines.json",
-        "enginespec export --format file-sd --out engines.json --watch",
-        "enginespec export --format production-stack --out - | jq",
+        "enginespec feed --format file-sd --out /etc/prometheus/engines.json",
+        "enginespec feed --format file-sd --out engines.json --watch",
+        "enginespec feed --format production-stack --out - | jq",
+        renamed_from="export",
     )
     export.add_argument("--format", choices=_feed_formats(), required=True, help="the feed to write")
     export.add_argument("--out", required=True, help="the file to write (replaced atomically); -: stdout")
@@ -90,17 +91,18 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     export.set_defaults(handler=_cmd_export)
 
     serve = command(
-        "serve",
+        "agent",
         "serve what enginespec knows of this host to other hosts, read-only",
         "GET /v1/engines (the ps --json objects, with health), /v1/gpus, /metrics (the "
         "exporter's series) and /v1/events (the watch's events, as server-sent events). Listens "
         "on loopback or a unix socket by default; any other address requires --token-file "
         "(clients send Authorization: Bearer TOKEN). Nothing it serves changes anything, unless "
         "--allow-control (with a token) adds stop and restart.",
-        "enginespec serve",
-        "enginespec serve --listen unix:/run/enginespec.sock",
-        "enginespec serve --listen 0.0.0.0:9465 --token-file /etc/enginespec/token",
+        "enginespec agent",
+        "enginespec agent --listen unix:/run/enginespec.sock",
+        "enginespec agent --listen 0.0.0.0:9465 --token-file /etc/enginespec/token",
         "enginespec ps --remote http://gpu1:9465,http://gpu2:9465 --token-file token",
+        renamed_from="serve",
     )
     serve.add_argument("--listen", default="127.0.0.1:9465", help="ADDRESS:PORT or unix:PATH to listen on")
     serve.add_argument("--token-file", help="a file holding the token clients must send")
@@ -171,16 +173,16 @@ def _cmd_export(args: argparse.Namespace) -> int:
             args.format,
             args.out,
             advertise=args.advertise,
-            log=lambda line: print(literal(f"enginespec export: {line}"), file=sys.stderr, flush=True),
+            log=lambda line: print(literal(f"enginespec feed: {line}"), file=sys.stderr, flush=True),
             allow_owners=args.allow_owner,
         )
         if not args.watch:
             listed = feeds.export_once(writer, timeout=request_timeout(args.timeout), deadline=args.timeout)
             if args.out != "-":
-                print(f"enginespec export: {listed} engine(s) written to {args.out}", file=sys.stderr)
+                print(f"enginespec feed: {listed} engine(s) written to {args.out}", file=sys.stderr)
             return 0
         print(
-            f"enginespec export: keeping {args.out} up to date ({args.format}); Ctrl-C stops",
+            f"enginespec feed: keeping {args.out} up to date ({args.format}); Ctrl-C stops",
             file=sys.stderr,
             flush=True,
         )
@@ -194,7 +196,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return 0
     except (InvalidInputError, FileWriteError) as err:  # --out cannot be written, a bad --advertise
-        fail("export", err)
+        fail("feed", err)
         return 1
     return 0
 
@@ -214,6 +216,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             log=lambda line: print(line, file=sys.stderr, flush=True),
         )
     except InvalidInputError as err:
-        fail("serve", err)
+        fail("agent", err)
         return 1
     return 0

@@ -570,7 +570,7 @@ def serve(
         except Exception as err:  # said, and every stream ends: remote watchers see the host lost
             if not stop.is_set():
                 if log is not None:
-                    log(f"enginespec serve: the watch failed: {err}")
+                    log(f"enginespec agent: the watch failed: {err}")
                 hub.close(failed=str(err) or type(err).__name__)
 
     threads = [
@@ -602,7 +602,7 @@ def serve(
         scheme = "https" if certfile else "http"
         guard = "token required" if token is not None else "no token: loopback only"
         guard += "; control: stop and restart allowed" if allow_control else ""
-        log(f"enginespec serve: Listening on address={where} ({scheme}; {guard})")
+        log(f"enginespec agent: Listening on address={where} ({scheme}; {guard})")
     if threading.current_thread() is threading.main_thread():
         # uvicorn re-raises the signal that stopped it once it has: end by an exception, so the
         # socket is removed below, rather than by the default action

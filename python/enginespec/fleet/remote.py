@@ -1,4 +1,4 @@
-"""One view over many hosts: the engines that agents (``enginespec serve``) report, fetched
+"""One view over many hosts: the engines that agents (``enginespec agent``) report, fetched
 concurrently, each host within its own timeout, so one slow or dead host never holds the others.
 
 What an agent answers is another host's data, untrusted like a process's: it is size-capped and
