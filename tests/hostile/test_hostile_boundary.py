@@ -179,7 +179,7 @@ def test_a_context_length_beyond_a_float_spoils_no_other_engine(
             sys.executable,
             "-m",
             "enginespec.cli",
-            "serve",
+            "agent",
             "--interval",
             "200ms",
             "--listen",
