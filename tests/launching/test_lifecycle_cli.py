@@ -145,3 +145,13 @@ def test_run_of_an_engine_stopped_after_it_was_ready_is_no_failed_start(tmp_path
         assert "after it was ready: signal 15 (SIGTERM)" in said
     finally:
         _end_run(run, engine_pid)
+
+
+def test_run_quiet_prints_only_the_engine_id_as_ps_quiet_prints_only_pids(tmp_path: Path) -> None:
+    log = tmp_path / "replay.log"
+    log.write_text("a line of the engine's output\n")
+    path, recipe = recipe_file(tmp_path, "replay", FAKE_LOG=str(log), FAKE_EXIT="1")
+    done = enginespec("run", str(path), "-q", "--log-dir", str(tmp_path / "logs"), timeout=60)
+    assert done.returncode == 1
+    assert done.stdout.decode() == make_instance_id("llamacpp", recipe.model_path, recipe.port) + "\n"
+    assert b"enginespec run: failed to start" in done.stderr

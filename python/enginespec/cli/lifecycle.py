@@ -111,6 +111,8 @@ def _follow_run(args: argparse.Namespace, engine: RunningEngine) -> int:
     from enginespec.failures import ended
 
     fail("run", f"started {engine.instance_id} pid {engine.pid}; log {engine.log_path}")
+    if args.quiet and not args.json:
+        print(engine.instance_id, flush=True)
     outcome: dict[str, Any] = {}
     given_up = threading.Event()
 
@@ -288,7 +290,13 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         default=10.0,
         help="time between SIGTERM and SIGKILL on Ctrl-C; 0: at once",
     )
-    run.add_argument("--quiet", action="store_true", help="do not print the engine's output")
+    run.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print only the engine's id once it started, not its output (as ps -q prints only pids); "
+        "with --json, only a failure's JSON",
+    )
     run.add_argument("--json", action="store_true", help="print a failure as JSON")
     run.set_defaults(handler=_cmd_run)
     stop = command(
