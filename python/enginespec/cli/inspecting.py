@@ -45,7 +45,9 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "enginespec describe vllm-8002-1b690e57",
         "enginespec describe :8000",
     )
-    describe.add_argument("target", metavar="TARGET", help="pid, engine id, :PORT, HOST:PORT or URL")
+    describe.add_argument(
+        "target", metavar="TARGET", help="pid, engine id, run name, :PORT, HOST:PORT or URL"
+    )
     describe.add_argument("--json", action="store_true", help="print the EngineProcess (and health) as JSON")
     describe.add_argument("--no-health", action="store_true", help="skip the health check")
     describe.add_argument(
@@ -69,7 +71,9 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "enginespec health http://127.0.0.1:8080",
         "enginespec health llamacpp http://10.0.0.5:8080",
     )
-    health.add_argument("target", metavar="TARGET", help="pid, engine id, :PORT, HOST:PORT, URL, or engine")
+    health.add_argument(
+        "target", metavar="TARGET", help="pid, engine id, run name, :PORT, HOST:PORT, URL, or engine"
+    )
     health.add_argument("url", nargs="?", metavar="URL", help="base URL when TARGET is an engine")
     health.add_argument("--wait", action="store_true", help="wait until ready")
     health.add_argument(
@@ -107,7 +111,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "enginespec load 1234",
         "enginespec load --json vllm-8002-1b690e57",
     )
-    load.add_argument("target", metavar="TARGET", help="pid, engine id, :PORT, HOST:PORT or URL")
+    load.add_argument("target", metavar="TARGET", help="pid, engine id, run name, :PORT, HOST:PORT or URL")
     load.add_argument("--interval", type=duration, default=1.0, help="time between the two readings")
     load.add_argument("--timeout", type=duration, default=2.0, help="request timeout")
     load.add_argument(

@@ -20,8 +20,10 @@ from enginespec.display import literal
 
 # What the commands do is imported when one runs (the CLI starts without pydantic or a scanner).
 if TYPE_CHECKING:
+    from enginespec.cli.runs import Recorder
     from enginespec.failures import Failure
     from enginespec.lifecycle.running import RunningEngine
+    from enginespec.lifecycle.runrecords import RunState
     from enginespec.lifecycle.stopping import StopResult
     from enginespec.process.record import EngineProcess
 
@@ -61,28 +63,74 @@ def _raise_ended(signum: int, _frame: object) -> None:
     raise _Ended(signum)
 
 
+class _Restart(Exception):
+    """``enginespec restart NAME`` asked this run (SIGUSR1) to restart its engine."""
+
+
+class _Following:
+    """Whether ``run`` is following a ready engine's output: the one place a restart may begin
+    (not while it starts, not while ``run`` winds up), so SIGUSR1 is acted on only then."""
+
+    def __init__(self) -> None:
+        #: inside the wait for the engine's next line
+        self.waiting = False
+        #: what the readiness wait found (``ready_at`` once the engine was ready)
+        self.outcome: dict[str, Any] = {}
+
+    def restart_asked(self, _signum: int, _frame: object) -> None:
+        if self.waiting and "ready_at" in self.outcome:
+            self.waiting = False
+            raise _Restart
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    from enginespec.cli import runs
     from enginespec.errors import EngineSpecError, LaunchFailed
     from enginespec.lifecycle.recipe import Recipe
     from enginespec.lifecycle.running import launch
 
     try:
+        taken = runs.name_in_use(args)
+        if taken is not None:
+            fail("run", taken)
+            runs.report(args, f"error: {taken}")
+            return 2
+        if args.detach:
+            Recipe.from_file(args.recipe)  # a bad recipe is said here, not by the detached run
+            return runs.detach(args)
         recipe = Recipe.from_file(args.recipe)
         engine = launch(recipe, log_dir=_log_dir(args))
     except LaunchFailed as failed:
         _print_failure(failed.failure, args.json)
+        runs.report(args, f"error: failed to start: {failed.failure.summary()}")
         return 1
     except (EngineSpecError, OSError) as err:
         fail("run", err)
+        runs.report(args, f"error: {err}")
         return 2
+    recorder = runs.Recorder(args, engine, _log_dir(args))
+    runs.report(args, f"started {recorder.record.name if recorder.record else engine.instance_id}")
     # SIGTERM and SIGHUP (a service manager, a closed terminal) end `run` as Ctrl-C does, and so
     # does a reader of its output that went away: the tree it started is stopped, never left
     # writing into pipes nobody reads
-    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    before = {
+        sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
+    }
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_ended)
+    following = _Following()
+    signal.signal(signal.SIGUSR1, following.restart_asked)
     try:
-        return _follow_run(args, engine)
+        while True:
+            try:
+                status, state, outcome = _follow_run(args, engine, recorder, following)
+                break
+            except _Restart:
+                engine.restart(grace=args.grace)
+                recorder.restarted(engine)
+                fail("run", f"restarted: {engine.instance_id} pid {engine.pid}")
+        recorder.end(state, outcome, status)
+        return status
     except (KeyboardInterrupt, _Ended, BrokenPipeError) as why:
         for sig in before:
             signal.signal(sig, signal.SIG_IGN)  # the stop is not cut short by a second signal
@@ -99,14 +147,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         with contextlib.suppress(OSError):  # stderr may be the terminal that hung up
             fail("run", f"stopped on {said}; leftover pids: {list(result.leftover) or 'none'}")
         engine.close()
+        recorder.end("ended", f"stopped on {said}", status)
         return status
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
 
 
-def _follow_run(args: argparse.Namespace, engine: RunningEngine) -> int:
-    """Prints the engine's output until it ends, or until it never became ready; the exit status."""
+def _follow_run(
+    args: argparse.Namespace, engine: RunningEngine, recorder: Recorder, following: _Following
+) -> tuple[int, RunState, str]:
+    """Prints the engine's output until it ends, or until it never became ready; the exit
+    status, and the run's state and outcome for its record. While the engine is ready and its
+    output followed, SIGUSR1 raises :class:`_Restart` here."""
     from enginespec.errors import LaunchFailed, NotReady
     from enginespec.failures import ended
 
@@ -114,12 +167,14 @@ def _follow_run(args: argparse.Namespace, engine: RunningEngine) -> int:
     if args.quiet and not args.json:
         print(engine.instance_id, flush=True)
     outcome: dict[str, Any] = {}
+    following.outcome = outcome
     given_up = threading.Event()
 
     def wait() -> None:
         try:
             outcome["health"] = engine.wait_ready(timeout=args.timeout, stall_timeout=args.stall_timeout)
             outcome["ready_at"] = time.monotonic()
+            recorder.ready()
             fail("run", f"ready at {engine.base_url}")
         except LaunchFailed as failed:
             outcome["error"] = failed
@@ -129,7 +184,13 @@ def _follow_run(args: argparse.Namespace, engine: RunningEngine) -> int:
 
     waiter = threading.Thread(target=wait, daemon=True)
     waiter.start()
-    for line in engine.follow(until=given_up):
+    lines = engine.follow(until=given_up)
+    while True:
+        following.waiting = True  # read by the SIGUSR1 handler, on this thread
+        line = next(lines, None)
+        following.waiting = False
+        if line is None:
+            break
         if not args.quiet:
             print(literal(line.text), flush=True)
     waiter.join()
@@ -137,20 +198,21 @@ def _follow_run(args: argparse.Namespace, engine: RunningEngine) -> int:
     if isinstance(error, NotReady):
         fail("run", error)
         engine.close()
-        return 1
+        return 1, "failed", str(error)
     if "ready_at" in outcome:
         # it was serving: its end is not a failed start (`enginespec stop`, or it ended itself)
         status = engine.wait(timeout=10.0) or (None, None)
         seconds = time.monotonic() - outcome["ready_at"]
         engine.close()
-        fail("run", f"{engine.instance_id} ended {seconds:.0f} s after it was ready: {ended(*status)}")
+        said = f"ended {seconds:.0f} s after it was ready: {ended(*status)}"
+        fail("run", f"{engine.instance_id} {said}")
         code, sig = status
-        return 128 + sig if sig is not None else (code if code is not None else 1)
+        return (128 + sig if sig is not None else (code if code is not None else 1)), "ended", said
     failure = error.failure if isinstance(error, LaunchFailed) else engine.failure()
     engine.close()
     if failure is not None:
         _print_failure(failure, args.json)
-    return 1
+    return 1, "failed", f"failed to start: {failure.summary()}" if failure is not None else "failed to start"
 
 
 def _find(target: str) -> EngineProcess | str:
@@ -231,13 +293,19 @@ def _newest_log(log_dir: Path, instance_id: str) -> Path | None:
 
 
 def _cmd_logs(args: argparse.Namespace) -> int:
+    from enginespec.cli.targets import run_named
     from enginespec.lifecycle.logbook import follow_file, tail_file
     from enginespec.lifecycle.running import adopt
 
     found = _find(args.target)
     process = found if not isinstance(found, str) else None
     instance_id = process.instance_id if process is not None else args.target
-    kept = _newest_log(_log_dir(args), instance_id)
+    log_dir = _log_dir(args)
+    run = run_named(args.target)
+    if run is not None and (process is None or process.pid == run.pid):
+        # a run's name: its log, where that run kept it (it may have ended long ago)
+        instance_id, log_dir = run.instance_id, Path(args.log_dir or run.log_dir)
+    kept = _newest_log(log_dir, instance_id)
     if kept is not None:
         try:
             for text in tail_file(kept, args.n):
@@ -298,6 +366,20 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "with --json, only a failure's JSON",
     )
     run.add_argument("--json", action="store_true", help="print a failure as JSON")
+    run.add_argument(
+        "--name",
+        help="the run's name, which stop, logs, restart and runs take (default: the engine id); "
+        "refused while a run of that name is running",
+    )
+    run.add_argument(
+        "-d",
+        "--detach",
+        action="store_true",
+        help="run in the background: the engine outlives this terminal, its log still kept; prints "
+        "the run's name (as docker run -d)",
+    )
+    # how a detached run tells the `run --detach` that started it how the start went
+    run.add_argument("--report-fd", type=int, default=None, help=argparse.SUPPRESS)
     run.set_defaults(handler=_cmd_run)
     stop = command(
         "stop",
@@ -311,7 +393,9 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "enginespec stop :8001 :8002",
         "enginespec stop vllm-8002-1b690e57 --grace 30 --json",
     )
-    stop.add_argument("targets", nargs="+", metavar="target", help="pid, engine id, :PORT, HOST:PORT or URL")
+    stop.add_argument(
+        "targets", nargs="+", metavar="target", help="pid, engine id, run name, :PORT, HOST:PORT or URL"
+    )
     stop.add_argument(
         "--grace", type=grace, default=10.0, help="time between SIGTERM and SIGKILL; 0: at once"
     )
@@ -328,7 +412,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "enginespec logs 1234 -n 20",
         "enginespec logs vllm-8002-1b690e57 -f",
     )
-    logs.add_argument("target", help="pid, engine id, :PORT, HOST:PORT or URL")
+    logs.add_argument("target", help="pid, engine id, run name, :PORT, HOST:PORT or URL")
     logs.add_argument("-n", type=int, default=100, help="lines to show")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
     logs.set_defaults(handler=_cmd_logs)

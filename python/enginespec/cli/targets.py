@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
+    from enginespec.lifecycle.runrecords import RunRecord
     from enginespec.process.record import EngineProcess
 
 #: How an instance id (the CLI's "engine id") reads in exporter labels and alerts:
@@ -133,8 +134,31 @@ def resolve(processes: Sequence[EngineProcess], text: str) -> EngineProcess:
     return matching[0]
 
 
+def run_named(text: str) -> RunRecord | None:
+    """The record of the run (``enginespec run --name``) called ``text``, in the data dir
+    (``$ENGINESPEC_DATA_DIR`` or the user's), or ``None``."""
+    from enginespec.config import Config
+    from enginespec.lifecycle import runrecords
+
+    return runrecords.find(Config().data_dir, text)
+
+
 def find(text: str, *, listen_ports: bool = True) -> EngineProcess:
-    """:func:`resolve` among the engines a scan of this host finds now."""
+    """:func:`resolve` among the engines a scan of this host finds now; a text that names none
+    of them may be a run's name: the engine that run started, while that very process runs."""
+    from enginespec.errors import InvalidInputError
     from enginespec.scanning.scanner import Scanner
 
-    return resolve(Scanner(listen_ports=listen_ports).scan(), text)
+    processes = Scanner(listen_ports=listen_ports).scan()
+    try:
+        return resolve(processes, text)
+    except InvalidInputError:
+        run = run_named(text)
+        if run is None:
+            raise
+    for process in processes:
+        # the pid alone is not the engine: the process must be the one that started then
+        if process.pid == run.pid and process._start_ticks == run.start_ticks:
+            return process
+    how = run.outcome or f"its engine (pid {run.pid}) is gone"
+    raise InvalidInputError(f"the run {text!r} is not running: {how} (enginespec runs -a lists the runs)")

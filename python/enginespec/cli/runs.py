@@ -1,0 +1,352 @@
+"""``run``'s records and ``run --detach``, and the ``runs`` command that lists them (as
+``docker ps -a`` lists containers): each run of a recipe is recorded under the data dir
+(:mod:`enginespec.lifecycle.runrecords`) as it starts, becomes ready and ends."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from enginespec.cli.args import duration
+from enginespec.cli.common import fail
+from enginespec.display import age, literal
+
+if TYPE_CHECKING:
+    from enginespec.cli.table import Column
+    from enginespec.lifecycle.running import RunningEngine
+    from enginespec.lifecycle.runrecords import RunRecord, RunState
+
+#: How long ``run --detach`` waits for the detached ``run`` to say it started the engine.
+DETACH_WAIT_SECONDS = 120.0
+
+
+def data_dir(args: argparse.Namespace) -> Path:
+    from enginespec.config import Config
+
+    return Path(args.data_dir) if args.data_dir else Config().data_dir
+
+
+def name_in_use(args: argparse.Namespace) -> str | None:
+    """Why ``--name`` cannot be taken (a run of that name still runs), or ``None``."""
+    from enginespec.lifecycle import runrecords
+
+    if not args.name:
+        return None
+    runrecords.checked_name(args.name)
+    found = runrecords.find(data_dir(args), args.name)
+    if found is not None and (found.supervised() or found.engine_alive()):
+        return f"--name: the run {args.name!r} is running (engine pid {found.pid}); stop it first"
+    return None
+
+
+class Recorder:
+    """Keeps one run's record up to date; a record that cannot be written is said once and the
+    run goes on (the engine matters more than its record)."""
+
+    def __init__(self, args: argparse.Namespace, engine: RunningEngine, log_dir: Path) -> None:
+        from enginespec._host.root import HOST_ROOT
+        from enginespec.lifecycle.runrecords import RunRecord
+
+        self.data_dir = data_dir(args)
+        self.said = False
+        self.record: RunRecord | None = None
+        engine_ticks, own_ticks = HOST_ROOT.start_ticks(engine.pid), HOST_ROOT.start_ticks(os.getpid())
+        if engine_ticks is None or own_ticks is None:
+            return  # the engine is gone already: its outcome is said on stderr
+        self.record = RunRecord(
+            name=args.name or engine.instance_id,
+            recipe=os.path.abspath(args.recipe),
+            engine=engine.engine,
+            instance_id=engine.instance_id,
+            pid=engine.pid,
+            start_ticks=engine_ticks,
+            supervisor_pid=os.getpid(),
+            supervisor_start_ticks=own_ticks,
+            log_dir=os.fspath(log_dir.absolute()),
+            detached=args.report_fd is not None,
+            started_at=time.time(),
+        )
+        self._write()
+
+    def _write(self) -> None:
+        from enginespec.errors import FileWriteError
+        from enginespec.lifecycle import runrecords
+
+        if self.record is None:
+            return
+        try:
+            runrecords.write(self.data_dir, self.record)
+        except FileWriteError as err:
+            if not self.said:
+                fail("run", f"{err}; the run goes on unrecorded")
+                self.said = True
+
+    def ready(self) -> None:
+        if self.record is not None:
+            self.record = self.record.model_copy(update={"state": "ready"})
+            self._write()
+
+    def restarted(self, engine: RunningEngine) -> None:
+        """The engine was started again (``enginespec restart``): its new pid, one more restart."""
+        from enginespec._host.root import HOST_ROOT
+
+        ticks = HOST_ROOT.start_ticks(engine.pid)
+        if self.record is not None and ticks is not None:
+            update = {
+                "pid": engine.pid,
+                "start_ticks": ticks,
+                "state": "starting",
+                "restarts": self.record.restarts + 1,
+            }
+            self.record = self.record.model_copy(update=update)
+            self._write()
+
+    def end(self, state: RunState, outcome: str, status: int) -> None:
+        if self.record is not None:
+            update = {"state": state, "outcome": outcome, "exit_status": status, "ended_at": time.time()}
+            self.record = self.record.model_copy(update=update)
+            self._write()
+
+
+def report(args: argparse.Namespace, line: str) -> None:
+    """Tells the ``run --detach`` that started this run (through its pipe) how the start went."""
+    if args.report_fd is None:
+        return
+    try:
+        os.write(args.report_fd, (line + "\n").encode("utf-8", "surrogateescape")[:4096])
+        os.close(args.report_fd)
+    except OSError:
+        pass  # it gave up waiting: the record says how the run went
+    args.report_fd = None
+
+
+def detach(args: argparse.Namespace) -> int:
+    """``run --detach``: the same ``run`` in a session of its own, its output to nowhere (the
+    engine's log is kept by it, under the log dir), so that it outlives this terminal; prints the
+    run's name once the engine started."""
+    read_end, write_end = os.pipe()
+    argv = [sys.executable, "-m", "enginespec.cli", "run", os.path.abspath(args.recipe), "-q"]
+    argv += ["--report-fd", str(write_end), "--timeout", str(args.timeout), "--grace", str(args.grace)]
+    for flag, value in (("--stall-timeout", args.stall_timeout), ("--name", args.name)):
+        if value is not None:
+            argv += [flag, str(value)]
+    for flag, value in (("--log-dir", args.log_dir), ("--data-dir", args.data_dir)):
+        if value:
+            argv += [flag, os.path.abspath(value)]
+    child = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        pass_fds=(write_end,),
+        start_new_session=True,
+    )
+    os.close(write_end)
+    said, deadline = b"", time.monotonic() + DETACH_WAIT_SECONDS
+    try:
+        while b"\n" not in said and (left := deadline - time.monotonic()) > 0:
+            if not select.select([read_end], [], [], left)[0]:
+                break
+            chunk = os.read(read_end, 4096)
+            if not chunk:
+                break
+            said += chunk
+    finally:
+        os.close(read_end)
+    line = said.split(b"\n", 1)[0].decode("utf-8", "replace")
+    if line.startswith("started "):
+        name = line.removeprefix("started ")
+        print(name, flush=True)
+        fail("run", f"running in the background as {literal(name)}: enginespec logs {literal(name)} -f")
+        return 0
+    if child.poll() is None and not line:
+        fail("run", f"no word from the detached run (pid {child.pid}) in {DETACH_WAIT_SECONDS:.0f} s")
+        return 1
+    why = literal(line.removeprefix("error: ")) or "the detached run ended before it started the engine"
+    fail("run", why)
+    return child.wait(timeout=30) or 1
+
+
+def _signal_run(record: RunRecord) -> str | None:
+    """Sends SIGUSR1 to the ``run`` that keeps ``record``'s engine, through a pidfd opened and then
+    checked to be that very process (its start, and a user this caller may signal); why not,
+    or ``None`` once sent."""
+    import signal
+
+    from enginespec._host.root import HOST_ROOT
+
+    try:
+        pidfd = os.pidfd_open(record.supervisor_pid)
+    except OSError as err:
+        return f"its run (pid {record.supervisor_pid}) is gone: {err.strerror}"
+    try:
+        found, status = HOST_ROOT.stat(record.supervisor_pid), HOST_ROOT.status(record.supervisor_pid)
+        if found is None or found.start_ticks != record.supervisor_start_ticks or status is None:
+            return f"its run (pid {record.supervisor_pid}) is gone"
+        if os.geteuid() not in (0, status.ruid):
+            return f"its run (pid {record.supervisor_pid}) is another user's (uid {status.ruid})"
+        # its argv as `run --detach` starts it, or as a person types `enginespec run`
+        argv = HOST_ROOT.read(record.supervisor_pid, "cmdline", 1 << 16).split(b"\0")
+        if b"run" not in argv or not any(word.endswith((b"enginespec", b"enginespec.cli")) for word in argv):
+            return f"pid {record.supervisor_pid} is not an `enginespec run` (the record is not to be trusted)"
+        signal.pidfd_send_signal(pidfd, signal.SIGUSR1)
+        return None
+    except OSError as err:
+        return f"its run (pid {record.supervisor_pid}) cannot be told: {err.strerror}"
+    finally:
+        os.close(pidfd)
+
+
+def _cmd_restart(args: argparse.Namespace) -> int:
+    from enginespec.lifecycle import runrecords
+
+    try:
+        name = runrecords.checked_name(args.name)
+    except ValueError as err:
+        fail("restart", err)
+        return 2
+    record = runrecords.find(data_dir(args), name)
+    if record is None:
+        fail(
+            "restart",
+            f"{name!r} is no run's name (enginespec runs -a lists them): restart takes the name of "
+            "a run of `enginespec run`; the agent's POST /v1/engines/ID/restart restarts any engine",
+        )
+        return 2
+    if not record.supervised():
+        fail("restart", f"the run {name!r} is not running: {record.outcome or 'its run is gone'}")
+        return 1
+    if record.state != "ready":
+        fail("restart", f"the run {name!r} is {record.state}: a run is restarted once it is ready")
+        return 1
+    why = _signal_run(record)
+    if why is not None:
+        fail("restart", f"the run {name!r}: {why}")
+        return 1
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        now = runrecords.find(data_dir(args), name)
+        if now is not None and now.restarts > record.restarts:
+            print(f"restarted {literal(name)}: pid {record.pid} -> {now.pid} ({now.instance_id})")
+            return 0
+        if now is None or not now.supervised():
+            break
+        time.sleep(0.1)
+    fail("restart", f"the run {name!r} did not say it restarted (enginespec runs -a; enginespec logs {name})")
+    return 1
+
+
+def _cmd_runs(args: argparse.Namespace) -> int:
+    from enginespec.cli.table import fit, lines
+    from enginespec.lifecycle import runrecords
+    from enginespec.untrusted.documents import dumps
+
+    found, problems = runrecords.records(data_dir(args))
+    for problem in problems:
+        fail("runs", literal(problem))
+    if not args.all:
+        found = [r for r in found if r.engine_alive() or r.supervised()]
+    if args.json:
+        print(dumps([r.model_dump(mode="json") for r in found], indent=2))
+        return 0
+    if args.quiet:
+        for record in found:
+            print(literal(record.name))
+        return 0
+    if not found:
+        return 0
+    now = time.time()
+    rows = [
+        [
+            record.name,
+            record.instance_id,
+            str(record.pid),
+            _state(record),
+            age(now - record.started_at),
+            record.outcome or "-",
+        ]
+        for record in found
+    ]
+    headers, shown = fit(_columns(), [[literal(cell) for cell in row] for row in rows], _width())
+    for line in lines(headers, shown):
+        print(line)
+    return 0
+
+
+def _cells_are_given(_row: object) -> str:
+    raise AssertionError("runs gives fit() its cells")  # pragma: no cover
+
+
+def _columns() -> tuple[Column[object], ...]:
+    from enginespec.cli.table import Column
+
+    return (
+        Column("NAME", _cells_are_given, shorten="middle", minimum=12),
+        Column("ENGINE ID", _cells_are_given, drop=2),
+        Column("PID", _cells_are_given),
+        Column("STATE", _cells_are_given),
+        Column("STARTED", _cells_are_given, drop=1),
+        Column("OUTCOME", _cells_are_given, shorten="end", minimum=20),
+    )
+
+
+def _state(record: RunRecord) -> str:
+    if record.state in ("ended", "failed"):
+        return record.state
+    if record.engine_alive():
+        return record.state
+    # its `run` was killed (SIGKILL leaves no word) and the engine is gone
+    return "gone"
+
+
+def _width() -> int | None:
+    import shutil
+
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Adds ``runs`` and ``restart`` through the ``enginespec`` parser's maker of subcommands."""
+    runs = command(
+        "runs",
+        "list the runs of `enginespec run`, with how each went",
+        "Each run of a recipe (in the foreground or --detach) is recorded under the data dir's "
+        "runs/ as it starts, becomes ready and ends: its name (--name, else the engine id), the "
+        "engine's id and pid, its state and how it ended. Lists the running ones; -a all.",
+        "enginespec runs",
+        "enginespec runs -a",
+        "enginespec runs -a --json | jq '.[] | select(.state == \"failed\")'",
+    )
+    runs.add_argument("-a", "--all", action="store_true", help="also the runs that ended")
+    runs.add_argument("-q", "--quiet", action="store_true", help="print the names only")
+    runs.add_argument("--json", action="store_true", help="print the records as JSON")
+    runs.set_defaults(handler=_cmd_runs)
+    restart = command(
+        "restart",
+        "restart the engine of a run, by the run's name",
+        "Tells the `enginespec run` that keeps the engine (in the foreground or --detach) to stop it "
+        "(SIGTERM, SIGKILL after the run's --grace) and start the same command again, its log kept "
+        "on; "
+        "waits until the run says it did. A run is restarted once it is ready.",
+        "enginespec run recipe.toml --detach --name qwen",
+        "enginespec restart qwen",
+    )
+    restart.add_argument("name", metavar="NAME", help="the run's name (enginespec runs lists them)")
+    restart.set_defaults(handler=_cmd_restart)
+    restart.add_argument(
+        "--timeout",
+        type=duration,
+        default=60.0,
+        help="how long to wait for the run to say it restarted (its own --grace included)",
+    )
+    for sub in (runs, restart):
+        sub.add_argument(
+            "--data-dir", help="data directory (default: $ENGINESPEC_DATA_DIR or the user data dir)"
+        )
