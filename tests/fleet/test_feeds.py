@@ -336,7 +336,10 @@ def test_router_feeds_list_each_name_clients_send(procs: Procs) -> None:
     assert entry["name"].startswith(f"vllm-{local}-")
     assert entry["labels"]["served_model_name"] == "a"
     assert str(wildcard) not in {e["port"] for e in json.loads(by_name["llm-d"].stdout)["endpoints"]}
-    assert "llm-d takes only IPv4 addresses, not gpu7:" in by_name["llm-d"].stderr
+    assert (
+        f"llm-d takes only IPv4 addresses, not gpu7:{wildcard} (it listens on every address: "
+        "--advertise an IPv4 address lists it)" in by_name["llm-d"].stderr
+    )
     config = json.loads(by_ip["production-stack"].stdout)
     assert config["service_discovery"] == "static"
     pairs = list(zip(config["static_backends"].split(","), config["static_models"].split(","), strict=True))
@@ -344,7 +347,10 @@ def test_router_feeds_list_each_name_clients_send(procs: Procs) -> None:
         assert [m for u, m in pairs if u == f"http://{host}:{port}"] == ["a", "b"]
     named = json.loads(by_name["production-stack"].stdout)["static_backends"]
     assert f"http://gpu7:{wildcard}" not in named
-    assert f"the router refuses the URL http://gpu7:{wildcard}" in by_name["production-stack"].stderr
+    assert (
+        f"the router refuses the URL http://gpu7:{wildcard} (it listens on every address: --advertise an IPv4"
+        " address or a dotted host name lists it)"
+    ) in by_name["production-stack"].stderr
 
 
 def test_the_llm_d_file_stays_under_its_size_cap() -> None:

@@ -141,6 +141,13 @@ def file_sd(processes: Sequence[EngineProcess], advertise: str) -> _Rendered:
 
 #: Why an engine has no address in a feed (see :func:`address`).
 _NO_ADDRESS = "no address other hosts can use (a unix socket, no port, or a host name, not an IP address)"
+#: Said of an engine left out for the address it was given for its wildcard: the flag that brings it in.
+_ADVERTISE_HINT = " (it listens on every address: --advertise {} lists it)"
+
+
+def _advertised(process: EngineProcess) -> bool:
+    """Whether a feed gives ``process`` the advertised address (it listens on a wildcard)."""
+    return not process.published and is_wildcard(process.effective_host)
 
 
 #: llm-d's file-discovery refuses a larger file (llm-d-router v0.10.0, pkg/epp/framework/plugins/
@@ -162,7 +169,8 @@ def llm_d(processes: Sequence[EngineProcess], advertise: str) -> _Rendered:
             notes.append(f"{process.instance_id}: {_NO_ADDRESS}")
             continue
         if not _is_ipv4(host):
-            notes.append(f"{process.instance_id}: llm-d takes only IPv4 addresses, not {where}")
+            hint = _ADVERTISE_HINT.format("an IPv4 address") if _advertised(process) else ""
+            notes.append(f"{process.instance_id}: llm-d takes only IPv4 addresses, not {where}{hint}")
             continue
         entries.append(
             {"name": name, "namespace": "default", "address": host, "port": port, "labels": _labels(process)}
@@ -206,7 +214,12 @@ def production_stack(processes: Sequence[EngineProcess], advertise: str) -> _Ren
             continue
         url = f"http://{where}"
         if not _ROUTER_URL.fullmatch(url):
-            notes.append(f"{process.instance_id}: the router refuses the URL {url}")
+            hint = (
+                _ADVERTISE_HINT.format("an IPv4 address or a dotted host name")
+                if _advertised(process)
+                else ""
+            )
+            notes.append(f"{process.instance_id}: the router refuses the URL {url}{hint}")
             continue
         for served in process.served_model_names or ((process.model,) if process.model else ()):
             if "," in served or not served.isprintable():
