@@ -78,7 +78,7 @@ def test_each_header_stands_over_its_own_cell(monkeypatch: pytest.MonkeyPatch) -
         "GPU": "0 2.0G",
         "AGE": "20h",
         "HEALTH": "loading",
-        "NOTE": "process is up; its server was pid 42; --port: odd",
+        "NOTE": "orphan: its server was pid 42; process is up; --port: odd",
     }
     cells = _cells(header, line)
     assert cells == expected

@@ -81,7 +81,9 @@ def test_ps_fits_the_terminal(
         "llamacpp",
         "vllm",
         "sglang",
-        *((f":{first}", f"[::1]:{second}", f"127.0.0.1:{third}") if width >= 80 else ()),
+        *((f":{first}", f":{second}", f":{third}") if width >= 80 else ()),
+        # the host of an address is spent before a reason is cut short
+        *((f"[::1]:{second}", f"127.0.0.1:{third}") if width >= 120 else ()),
     ):
         assert whole in text
     assert "http://" not in text  # addresses as docker shows them
@@ -153,7 +155,12 @@ def test_watch_fits_the_terminal_and_ctrl_c_exits_0(
     for line in lines:
         assert len(line) <= width, line
     text = "\n".join(ours(lines))
-    for whole in ("llamacpp", "vllm", *((f"127.0.0.1:{first}", f"[::1]:{second}") if width >= 80 else ())):
+    for whole in (
+        "llamacpp",
+        "vllm",
+        *((f":{first}", f":{second}") if width >= 80 else ()),
+        *((f"127.0.0.1:{first}", f"[::1]:{second}") if width >= 120 else ()),
+    ):
         assert whole in text
     (llama_line,) = (line for line in ours(lines) if "llamacpp" in line)
     assert "Qwen3" in llama_line
@@ -219,11 +226,16 @@ def test_what_is_kept_as_the_width_shrinks(
     assert {"PID", "ENGINE", "MODEL", "AGE", "HEALTH"} <= set(header), header
     text = "\n".join(rows)
     (vllm_row,) = (line for line in rows if line.startswith(str(vllm.pid)))
-    # the name clients send outlives ROLE, NOTE and the other optional columns
-    if "SERVED AS" not in header:
-        assert not {"ROLE", "NOTE", "WORKERS", "LISTENING"} & set(header), header
+    # why a row is not ready outlives the name clients send, ROLE and the other optional columns
+    if "NOTE" not in header:
+        assert not {"ROLE", "SERVED AS", "WORKERS", "LISTENING"} & set(header), header
     if width >= 80:
-        assert f"127.0.0.1:{vllm_port}" in vllm_row
+        # a short reason, and the orphan marked, with the address down to its port
+        assert "NOTE" in header, header
+        assert f":{vllm_port}" in vllm_row
+        assert "process is up" in vllm_row
+        (orphan_row,) = (line for line in rows if line.startswith(str(core)))
+        assert "orphan" in orphan_row
         assert "snapshots" not in text
     if width >= 120:
         assert "SERVED AS" in header
@@ -232,6 +244,7 @@ def test_what_is_kept_as_the_width_shrinks(
         # the model whole, before ROLE and NOTE
         assert "meta-llama/Llama-3.3-70B-Instruct" in vllm_row
     if width >= 160:
+        assert f"127.0.0.1:{vllm_port}" in vllm_row
         # the common reason whole: the mostly empty WORKERS goes before NOTE is cut
         assert "NOTE" in header, header
         assert "process is up, not accepting connections yet" in vllm_row

@@ -123,11 +123,14 @@ def _note(line: _Line) -> str:
     if health is not None and health.state != "ready" and health.reason:
         notes.append(health.reason)
     if p.role == "orphan":
-        # the health reason already says the server is gone; its pid is news
-        if p.server_pid:
-            notes.append(f"its server was pid {p.server_pid}")
-        elif not notes:
-            notes.append("its server is gone")
+        # first, so that a narrow NOTE still marks it (ROLE goes before NOTE); the health reason
+        # already says the server is gone, its pid is news
+        said = any("orphan" in note for note in notes)
+        gone = f"its server was pid {p.server_pid}" if p.server_pid else "" if said else "its server is gone"
+        if said and gone:
+            notes.append(gone)
+        elif not said:
+            notes.insert(0, f"orphan: {gone}")
     notes.extend(p.problems)
     return "; ".join(notes) or EMPTY
 
@@ -137,7 +140,7 @@ def _joined(values: Sequence[object]) -> str:
 
 
 #: The ps columns, in the order shown. ``drop``: left out, lowest first, when the table does not
-#: fit; SERVED AS (the name clients send), URL and AGE go last.
+#: fit; NOTE (why a row is not ready), URL (its host first) and AGE go last.
 COLUMNS: tuple[Column[_Line], ...] = (
     Column("PID", lambda line: str(line.process.pid)),
     Column("ENGINE", lambda line: line.process.engine),
@@ -145,10 +148,11 @@ COLUMNS: tuple[Column[_Line], ...] = (
     Column("ROLE", lambda line: line.process.role if line.process.role != "server" else EMPTY, drop=5),
     # whole while there are cheaper columns to leave out (NOTE and those before it)
     Column("MODEL", _model_cell, shorten="middle", minimum=12, comfortable=20, whole_over=8),
-    Column("SERVED AS", _served_cell, shorten="end", minimum=10, comfortable=14, drop=10),
+    Column("SERVED AS", _served_cell, shorten="end", minimum=10, comfortable=14, drop=9),
     # architecture, quantization, context as started (from the model's files, see docs/models.md)
     Column("MODEL FACTS", _facts_cell, shorten="end", minimum=10, drop=2),
-    Column("URL", _url_cell, drop=11, last_resort=True),
+    # at its port alone (`:8000`) before any reason is cut
+    Column("URL", _url_cell, shorten="host", minimum=6, drop=11, last_resort=True),
     Column(
         "CONTAINER",
         lambda line: line.process.container.label if line.process.container else EMPTY,
@@ -179,17 +183,18 @@ COLUMNS: tuple[Column[_Line], ...] = (
         drop=2,
     ),
     # the GPUs the tree holds and the bytes (`0,1 38.2G`): left out when no engine holds one
-    Column("GPU", lambda line: _gpu_cell(line.process.gpus), shorten="end", minimum=5, drop=9),
+    Column("GPU", lambda line: _gpu_cell(line.process.gpus), shorten="end", minimum=5, drop=8),
     Column("AGE", lambda line: age(line.now - line.process.start_time)),
 )
 #: The columns of a health-checked table, after :data:`COLUMNS`. HEALTH of a row not checked (an
 #: agent that has not checked it yet) is ``-``.
 HEALTH_COLUMNS: tuple[Column[_Line], ...] = (
     Column("HEALTH", lambda line: line.state or EMPTY),
-    # why: the health check's reason, or what argv got wrong: a common reason ("process is
-    # up, not accepting connections yet") whole before ROLE and WORKERS are shown; a reason
-    # cut to fewer than 20 cells says nothing
-    Column("NOTE", _note, shorten="end", minimum=20, comfortable=44, drop=8),
+    # why: the health check's reason, or what argv got wrong (an orphan's mark first): a common
+    # reason ("process is up, not accepting connections yet") whole before ROLE and WORKERS are
+    # shown; kept, at 16 cells at least, longer than any optional column but URL (whose host goes
+    # first): at 80 columns a row that is not ready still says why
+    Column("NOTE", _note, shorten="end", minimum=16, comfortable=24, drop=10, whole_over=4, last_resort=True),
 )
 #: ``--remote``: the agent that reported the row, first.
 HOST: Column[Shown] = Column("HOST", lambda row: row.agent or "-", shorten="middle", minimum=10)

@@ -23,7 +23,8 @@ class Column(Generic[Row]):
     #: the cell of a row under this header (its text, before it is made literal).
     cell: Callable[[Row], str]
     #: how a value may be shortened: never, in the middle (paths, URLs), or at the end.
-    shorten: Literal["never", "middle", "end"] = "never"
+    #: ``host``: an address keeps only its ``:PORT`` (``127.0.0.1:8000`` -> ``:8000``), spent first.
+    shorten: Literal["never", "middle", "end", "host"] = "never"
     #: fewest terminal cells a shortened value keeps.
     minimum: int = 8
     #: cells kept before optional columns are left out (a path stays readable).
@@ -45,10 +46,16 @@ def cell_len(text: str) -> int:
     return rich_cell_len(text)
 
 
-def shorten(value: str, width: int, where: Literal["never", "middle", "end"]) -> str:
-    """``value`` cut to ``width`` terminal cells with an ellipsis (``/models/…/model.gguf``)."""
+def shorten(value: str, width: int, where: Literal["never", "middle", "end", "host"]) -> str:
+    """``value`` cut to ``width`` terminal cells with an ellipsis (``/models/…/model.gguf``), or
+    an address to its ``:PORT``."""
     if cell_len(value) <= width or where == "never" or width < 2:
         return value
+    if where == "host":
+        port = value[value.rfind(":") :]
+        if port[1:].isdigit() and cell_len(port) <= width:
+            return port
+        where = "end"
     if where == "middle" and "/" in value:
         # The last path component names the thing: keep it whole when it fits.
         name = value[value.rindex("/") :]
@@ -107,7 +114,7 @@ def _shrink(
 ) -> dict[int, int]:
     widths = dict(natural)
     excess = _total(widths) - width
-    for where in ("end", "middle"):
+    for where in ("end", "host", "middle"):
         for i in widths:
             column = columns[i]
             if column.shorten != where or excess <= 0:
