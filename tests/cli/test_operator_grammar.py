@@ -302,3 +302,38 @@ def test_the_renamed_commands_answer_to_their_old_names_and_say_so() -> None:
         == "enginespec: 'serve' is now 'enginespec agent' (the old name works until the next release)"
     )
     assert lines[1].startswith("enginespec agent: "), lines
+
+
+def test_describe_reads_like_kubectl_describe(procs: Procs, tmp_path: Path) -> None:
+    """Workers with their titles, the model's facts and memory, GPUs, where the output goes,
+    health and load: one engine's whole story."""
+    from modelfacts.test_modelfacts import write_gguf
+
+    model = write_gguf(tmp_path / "tiny.gguf", ftype=15)
+    log = tmp_path / "engine.log"
+    llama = procs.start(
+        ["llama-server", "-m", str(model), "--port", str(free_port()), "-c", "1024"], output=log
+    )
+    vllm = procs.start(
+        ["vllm", "serve", "m", "--port", str(free_port())], HELPER_CHILD_TITLES="VLLM::EngineCore"
+    )
+
+    def fields(target: int) -> tuple[dict[str, str], list[str]]:
+        shown = enginespec("describe", str(target), "--timeout", "500ms")
+        assert shown.returncode == 0, shown.stderr
+        lines = shown.stdout.decode().splitlines()
+        named = {
+            key: value.strip() for key, _, value in (line.partition(":") for line in lines if line[:1] != " ")
+        }
+        return named, [line.split() for line in lines if line.startswith("  ")]
+
+    said, _ = fields(llama.pid)
+    assert said["Model facts"].startswith("llama, Q4_K_M, context 1024, weights "), said
+    assert said["Logs"] == f"file {log}"
+    assert said["GPUs"].startswith("-")
+    assert said["Health"] == "starting"
+    assert said["Reason"] == "process is up, not accepting connections yet"
+    assert said["Load"] == "- (/metrics: process is up, not accepting connections yet)"
+    said, workers = fields(vllm.pid)
+    assert said["Workers"] == str(len(workers))
+    assert ["VLLM::EngineCore"] in [row[1:] for row in workers]

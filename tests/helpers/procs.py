@@ -50,18 +50,21 @@ class Procs:
         executable: Path | None = None,
         cgroup: Path | None = None,
         user: str | None = None,
+        output: Path | None = None,
         **env: str,
     ) -> subprocess.Popen[bytes]:
         """Runs the helper (or ``executable``, e.g. a link to it named as a real program) as
         ``argv``. ``pass_fds``: descriptors the process holds too (a server socket, see
         fakeserver); ``cwd``: its working directory; with ``cgroup`` (a cgroup directory), in that
         cgroup from before its exec on, as a container runtime starts a container's process;
-        ``user``: the user it runs as (with that user's group only), e.g. ``nobody``."""
+        ``user``: the user it runs as (with that user's group only), e.g. ``nobody``; ``output``:
+        a file its stdout and stderr are appended to (where its log goes)."""
 
         def enter() -> None:
             if cgroup is not None:
                 (cgroup / "cgroup.procs").write_text(str(os.getpid()))
 
+        logged = open(output, "ab") if output is not None else None  # noqa: SIM115 (closed below)
         proc = subprocess.Popen(
             [os.fsencode(a) for a in argv],
             executable=executable or self.helper,
@@ -69,13 +72,16 @@ class Procs:
             cwd=cwd,
             env={**os.environ, **env},
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE if "HELPER_LISTEN" in env else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if "HELPER_LISTEN" in env else logged or subprocess.DEVNULL,
+            stderr=logged,
             start_new_session=True,
             preexec_fn=enter if cgroup is not None else None,
             user=user,
             group=None if user is None else _group_of(user),
             extra_groups=None if user is None else [],
         )
+        if logged is not None:
+            logged.close()  # the child holds its own copy
         self.started.append(proc)
         self._start_ticks[proc.pid] = start_ticks(proc.pid)
         # execve has returned to Popen before the kernel publishes the new argv: wait for it, as

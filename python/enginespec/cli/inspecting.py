@@ -4,6 +4,8 @@ is known of it, whether it serves, what it is doing now) and the host's GPUs wit
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -20,11 +22,12 @@ from enginespec.cli.common import (
     json_text,
     out,
 )
-from enginespec.cli.targets import FORMS, is_target
+from enginespec.cli.targets import FORMS, is_target, run_named
 from enginespec.display import age, literal
 
 if TYPE_CHECKING:
     from enginespec.gpus.reader import GpuDevice
+    from enginespec.health.load import EngineLoad
     from enginespec.healthrecord import Health
     from enginespec.process.record import EngineProcess
 
@@ -125,8 +128,35 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     load.set_defaults(handler=_cmd_load)
 
 
-def _describe_lines(p: EngineProcess, health: Health | None) -> list[str]:
-    from enginespec.cli.pstable import published
+def _worker_lines(p: EngineProcess) -> list[str]:
+    """Each worker as ``  4300  VLLM::EngineCore``: its pid and the title it runs under."""
+    found = []
+    for pid in p.worker_pids:
+        try:
+            argv = p._root.read(pid, "cmdline", 4096).split(b"\0")
+        except OSError:
+            argv = []
+        title = os.fsdecode(argv[0]) if argv and argv[0] else "(gone)"
+        found.append(f"  {pid}  {title}")
+    return found
+
+
+def _log_text(p: EngineProcess) -> str:
+    """Where the engine's output goes, in words."""
+    from enginespec.lifecycle.logsources import find_log_source
+
+    source = find_log_source(p.pid, p._root)
+    where = source.path or source.unit or source.container
+    if source.kind == "file" and source.path:
+        # read through /proc/PID/fd/N; the file it names is what a person looks for
+        with contextlib.suppress(OSError):
+            where = p._root.link(p.pid, "fd/" + source.path.rsplit("/", 1)[-1])
+    said = f"{source.kind} {where}" if where else source.kind
+    return said + (f" ({source.reason})" if source.reason else "")
+
+
+def _describe_lines(p: EngineProcess, health: Health | None, load: EngineLoad | None) -> list[str]:
+    from enginespec.cli.pstable import gpu_name, published, size
     from enginespec.models.naming import model_name
 
     now = time.time()
@@ -148,7 +178,7 @@ def _describe_lines(p: EngineProcess, health: Health | None) -> list[str]:
         ("Host", f"{p.effective_host}" + (f" (from {sources['host']})" if "host" in sources else "")),
         ("Port", f"{p.effective_port or '-'}" + (f" (from {sources['port']})" if "port" in sources else "")),
         ("Started", f"{started} ({age(now - p.start_time)} ago)"),
-        ("Workers", ", ".join(map(str, p.worker_pids)) or "-"),
+        ("Workers", "-" if not p.worker_pids else f"{len(p.worker_pids)}"),
         ("Supervisor", p.supervisor or "-"),
         ("Listening", ", ".join(map(str, p.listen_ports)) or "-"),
         ("Port shared with", ", ".join(map(str, p.port_conflicts)) or "-"),
@@ -157,14 +187,32 @@ def _describe_lines(p: EngineProcess, health: Health | None) -> list[str]:
         ("Executable", p.exe or "-"),
         ("Command", " ".join(_shell_quote(a) for a in p.argv)),
     ]
+    facts = p.model_facts
+    if facts is not None:
+        context = (
+            facts.estimate.context if facts.estimate and facts.estimate.context else facts.context_length
+        )
+        parts = [facts.architecture, facts.quantization, f"context {context}" if context else None]
+        if facts.estimate is not None and facts.estimate.weight_bytes:
+            weights, cache = facts.estimate.weight_bytes, facts.estimate.kv_cache_bytes
+            parts.append(f"weights {size(weights)}" + (f" + KV cache {size(cache)}" if cache else ""))
+        fields.append(("Model facts", ", ".join(part for part in parts if part) or "-"))
+    gpus = [f"{gpu_name(u.index, u.mig_index, u.device)} {size(u.memory_bytes)}" for u in p.gpus]
+    fields.append(("GPUs", ", ".join(gpus) or (f"- ({p.gpus_unknown})" if p.gpus_unknown else "-")))
+    fields.append(("Logs", _log_text(p)))
     fields += [("Problem", problem) for problem in p.problems]
     if health is not None:
         latency = f" in {health.latency * 1000:.0f} ms" if health.latency is not None else ""
         status = f", HTTP {health.http_status}" if health.http_status is not None else ""
         fields.append(("Health", f"{health.state}{status}{latency}"))
         fields.append(("Reason", health.reason or "-"))
+    if load is not None:
+        fields.append(("Load", _load_figures(load) if load.available else f"- ({load.reason})"))
     width = max(len(key) for key, _ in fields) + 2
-    return [literal(f"{key + ':':<{width}}{value}") for key, value in fields]
+    lines = [literal(f"{key + ':':<{width}}{value}") for key, value in fields]
+    # the workers under their count, with their titles (kubectl describe's nested lists)
+    at = next(i for i, (key, _) in enumerate(fields) if key == "Workers")
+    return lines[: at + 1] + [literal(line) for line in _worker_lines(p)] + lines[at + 1 :]
 
 
 def _shell_quote(arg: str) -> str:
@@ -177,11 +225,16 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     process = find("describe", args.target)
     if process is None:
         return 2
-    health = None
+    from enginespec.scanning.scanner import with_gpus
+
+    [process] = with_gpus([process])
+    health = load = None
     if not args.no_health:
         from enginespec.health.checks import check_health, request_timeout
+        from enginespec.health.load import check_load
 
         health = check_health(process, timeout=request_timeout(args.timeout), deadline=args.timeout)
+        load = check_load(process, timeout=request_timeout(args.timeout))
     if args.json:
         from enginespec.cli.ps import row_document
         from enginespec.cli.pstable import Shown
@@ -199,7 +252,7 @@ def _cmd_describe(args: argparse.Namespace) -> int:
                 literal(f"Problem: {reason}"),
             ]
 
-        out(contained("describe", lambda: _describe_lines(process, health), unshown))
+        out(contained("describe", lambda: _describe_lines(process, health, load), unshown))
     return 0
 
 
@@ -215,7 +268,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
             fail("health", f"give the URL of the {engine} server")
             return 2
         target = engine
-    elif is_target(args.target):
+    elif is_target(args.target) or run_named(args.target) is not None:
         if args.url:
             fail("health", f"a URL is given with an engine name ({', '.join(ids)}), not with {args.target!r}")
             return 2
@@ -335,18 +388,23 @@ def _cmd_load(args: argparse.Namespace) -> int:
     elif not load.available:
         out([literal(f"{process.instance_id} pid {process.pid}: no load reading: {load.reason}")])
     else:
-        from enginespec.cli.pstable import LOAD_COLUMNS
-
-        cells = {column.header: column.cell(load) for column in LOAD_COLUMNS}
-        figures = [
-            f"running {cells['RUN']}",
-            f"waiting {cells['WAIT']}",
-            f"KV cache {cells['KV%']}%" if load.kv_cache_usage is not None else "KV cache -",
-            f"{cells['TOK/S']} tok/s",
-        ]
-        if load.models_loaded is not None:
-            figures.append(f"{load.models_loaded} model(s) loaded")
-        if load.stalled:
-            figures.append(f"stalled (no token counter moved for {load.stall_after:g}s)")
-        out([literal(f"{process.instance_id} pid {process.pid} {load.source}: {', '.join(figures)}")])
+        out([literal(f"{process.instance_id} pid {process.pid} {load.source}: {_load_figures(load)}")])
     return 0 if load.available else 1
+
+
+def _load_figures(load: EngineLoad) -> str:
+    """``running 2, waiting 0, KV cache 31%, 12.5 tok/s``."""
+    from enginespec.cli.pstable import LOAD_COLUMNS
+
+    cells = {column.header: column.cell(load) for column in LOAD_COLUMNS}
+    figures = [
+        f"running {cells['RUN']}",
+        f"waiting {cells['WAIT']}",
+        f"KV cache {cells['KV%']}%" if load.kv_cache_usage is not None else "KV cache -",
+        f"{cells['TOK/S']} tok/s",
+    ]
+    if load.models_loaded is not None:
+        figures.append(f"{load.models_loaded} model(s) loaded")
+    if load.stalled:
+        figures.append(f"stalled (no token counter moved for {load.stall_after:g}s)")
+    return ", ".join(figures)
