@@ -333,8 +333,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "restart the engine of a run, by the run's name",
         "Tells the `enginespec run` that keeps the engine (in the foreground or --detach) to stop it "
         "(SIGTERM, SIGKILL after the run's --grace) and start the same command again, its log kept "
-        "on; "
-        "waits until the run says it did. A run is restarted once it is ready.",
+        "on; waits until the run says it did. A run is restarted once it is ready.",
         "enginespec run recipe.toml --detach --name qwen",
         "enginespec restart qwen",
     )
