@@ -265,6 +265,12 @@ def test_workers_are_remembered_only_once_the_server_is_ready(procs: Procs) -> N
     assert after.health.reason == "HTTP 503"
 
 
+def _own_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A budget of pidfds of the test's own: the process's is shared with every watch (another
+    test's watch, not yet collected, may still hold one), and the test counts the monitor's."""
+    monkeypatch.setattr(exits, "PIDFDS", exits.PidfdBudget(exits.MAX_PIDFDS))
+
+
 def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -280,11 +286,12 @@ def _back_to(before: int) -> None:
     not kernel_keeps_exit_statuses(), reason="the kernel keeps no exit status for pidfds (6.15+)"
 )
 def test_a_reaped_workers_exit_status_is_read_from_its_pidfd(
-    procs: Procs, healthy: tuple[socket.socket, FakeEngine]
+    procs: Procs, healthy: tuple[socket.socket, FakeEngine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A server that reaps its workers at once (as vLLM's API server does its engine core)
     leaves no zombie: the pidfd the monitor keeps still tells the signal, and is closed after."""
     sock, _ = healthy
+    _own_budget(monkeypatch)
     before = _open_fds()
     process = _server(procs, sock, ["VLLM::EngineCore", "VLLM::Worker_TP0"], HELPER_REAP="1")
     monitor = EngineMonitor(timeout=2)
@@ -314,9 +321,10 @@ def test_a_reaped_workers_exit_status_is_read_from_its_pidfd(
 
 
 def test_forget_closes_the_remembered_workers_pidfds(
-    procs: Procs, healthy: tuple[socket.socket, FakeEngine]
+    procs: Procs, healthy: tuple[socket.socket, FakeEngine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sock, _ = healthy
+    _own_budget(monkeypatch)
     process = _server(procs, sock, ["VLLM::EngineCore", "VLLM::Worker_TP0"])
     monitor = EngineMonitor(timeout=2)
     before = _open_fds()

@@ -349,8 +349,10 @@ class Watch:
             self._monitor.forget(processes)
 
     def _hold(self, process: EngineProcess) -> None:
-        """Holds a new engine's process (lock held), so that its end can say how it ended."""
-        if process._start_ticks is not None and process._local:
+        """Holds a new engine's process (lock held), so that its end can say how it ended; not
+        once the watch is closing (a scan that outlived close's wait must not hold a pidfd
+        nobody releases: the budget is the whole process's)."""
+        if process._start_ticks is not None and process._local and not self._stop.is_set():
             held = self._held[(process.pid, process.start_time)] = HeldProcess(
                 process._root, process.pid, process._start_ticks
             )
