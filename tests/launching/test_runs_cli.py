@@ -20,6 +20,7 @@ import pytest
 
 from enginespec.lifecycle import runrecords
 from helpers.cli import enginespec
+from helpers.fakeserver import free_port
 from helpers.lifecycle_fakes import pid_alive, recipe_file
 from helpers.procs import Procs, start_ticks, wait_for
 
@@ -200,7 +201,7 @@ def test_a_record_naming_a_process_that_is_no_engine_of_the_run_signals_nothing(
     """A record is never taken at its word: a pid whose start differs (reused), a process that is
     no engine server, and a `run` of another user are neither stopped nor signalled."""
     bystander = procs.start(["sleep-like", "600"])
-    server = procs.start(["llama-server", "-m", "m.gguf", "--port", "18931"])
+    server = procs.start(["llama-server", "-m", "m.gguf", "--port", str(free_port())])
     others = procs.start(
         ["python3", "-m", "enginespec.cli", "run", "x.json"], executable=nobody_idle, user="nobody"
     )

@@ -43,12 +43,9 @@ def _print_failure(failure: Failure, as_json: bool) -> None:
 
 
 def _log_dir(args: argparse.Namespace) -> Path:
-    from enginespec.config import Config
+    from enginespec.cli.runs import data_dir
 
-    if args.log_dir:
-        return Path(args.log_dir)
-    config = Config(data_dir=args.data_dir) if args.data_dir else Config()
-    return config.data_dir / "logs"
+    return Path(args.log_dir) if args.log_dir else data_dir(args) / "logs"
 
 
 class _Ended(Exception):

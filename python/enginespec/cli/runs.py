@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -28,9 +29,10 @@ DETACH_WAIT_SECONDS = 120.0
 
 
 def data_dir(args: argparse.Namespace) -> Path:
+    """The data dir ``--data-dir`` gives, else the configured one."""
     from enginespec.config import Config
 
-    return Path(args.data_dir) if args.data_dir else Config().data_dir
+    return (Config(data_dir=args.data_dir) if args.data_dir else Config()).data_dir
 
 
 def name_in_use(args: argparse.Namespace) -> str | None:
@@ -163,7 +165,7 @@ def detach(args: argparse.Namespace) -> int:
     line = said.split(b"\n", 1)[0].decode("utf-8", "replace")
     if line.startswith("started "):
         name = line.removeprefix("started ")
-        print(name, flush=True)
+        print(literal(name), flush=True)
         fail("run", f"running in the background as {literal(name)}: enginespec logs {literal(name)} -f")
         return 0
     if child.poll() is None and not line:
@@ -178,8 +180,6 @@ def _signal_run(record: RunRecord) -> str | None:
     """Sends SIGUSR1 to the ``run`` that keeps ``record``'s engine, through a pidfd opened and then
     checked to be that very process (its start, and a user this caller may signal); why not,
     or ``None`` once sent."""
-    import signal
-
     from enginespec._host.root import HOST_ROOT
 
     try:
@@ -262,38 +262,24 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         return 0
     if not found:
         return 0
-    now = time.time()
-    rows = [
-        [
-            record.name,
-            record.instance_id,
-            str(record.pid),
-            _state(record),
-            age(now - record.started_at),
-            record.outcome or "-",
-        ]
-        for record in found
-    ]
-    headers, shown = fit(_columns(), [[literal(cell) for cell in row] for row in rows], _width())
+    columns = _columns(time.time())
+    cells = [[literal(column.cell(record)) for column in columns] for record in found]
+    headers, shown = fit(columns, cells, _width())
     for line in lines(headers, shown):
         print(line)
     return 0
 
 
-def _cells_are_given(_row: object) -> str:
-    raise AssertionError("runs gives fit() its cells")  # pragma: no cover
-
-
-def _columns() -> tuple[Column[object], ...]:
+def _columns(now: float) -> tuple[Column[RunRecord], ...]:
     from enginespec.cli.table import Column
 
     return (
-        Column("NAME", _cells_are_given, shorten="middle", minimum=12),
-        Column("ENGINE ID", _cells_are_given, drop=2),
-        Column("PID", _cells_are_given),
-        Column("STATE", _cells_are_given),
-        Column("STARTED", _cells_are_given, drop=1),
-        Column("OUTCOME", _cells_are_given, shorten="end", minimum=20),
+        Column("NAME", lambda r: r.name, shorten="middle", minimum=12),
+        Column("ENGINE ID", lambda r: r.instance_id, drop=2),
+        Column("PID", lambda r: str(r.pid)),
+        Column("STATE", _state),
+        Column("STARTED", lambda r: age(now - r.started_at), drop=1),
+        Column("OUTCOME", lambda r: r.outcome or "-", shorten="end", minimum=20),
     )
 
 

@@ -363,9 +363,10 @@ class Watch:
         if not isinstance(event, Stopped):
             return event
         held = self._held.pop((event.identity.pid, event.identity.start_time), None)
-        ended = held.ended() if held is not None else None
-        if held is not None:
-            held.release()  # one that runs on as something else is not held any longer
+        if held is None:
+            return event
+        ended = held.ended()
+        held.release()  # one that runs on as something else is not held any longer
         if ended is None:
             return event
         return event.model_copy(update={"exited": True, "status": ended.status, "signal": ended.signal})
