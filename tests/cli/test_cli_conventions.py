@@ -85,8 +85,15 @@ def test_models_as_people_say_them(procs: Procs, tmp_path: Path) -> None:
     # the exact model stays in wide, JSON and describe
     assert HF_SNAPSHOT in _text(enginespec("ps", "--no-health", "-o", "wide"))
     described = _text(enginespec("describe", str(hf.pid), "--no-health"))
-    assert f"Model:            {HF_SNAPSHOT}" in described
-    assert "Model name:       meta-llama/Llama-3.3-70B-Instruct" in described
+    assert "Model:            meta-llama/Llama-3.3-70B-Instruct" in described
+    assert f"Model path:       {HF_SNAPSHOT}" in described
+    # JSON: the same name in model_name, the exact argument in model
+    documents = {d["pid"]: d for d in json.loads(enginespec("ps", "--json", "--no-health").stdout)}
+    assert (documents[hf.pid]["model_name"], documents[hf.pid]["model"]) == (
+        "meta-llama/Llama-3.3-70B-Instruct",
+        HF_SNAPSHOT,
+    )
+    assert (documents[named.pid]["model_name"], documents[named.pid]["model"]) == ("qwen3:8b", str(blob))
 
 
 def test_ps_quiet_name_json_filters_and_headers(procs: Procs, held_port: Callable[[], int]) -> None:

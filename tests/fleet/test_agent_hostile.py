@@ -316,8 +316,13 @@ def test_other_users_config_and_environment_are_shown_to_their_owner_and_root_on
             documents = {d["pid"]: d for d in json.loads(seen.split("\r\n\r\n", 1)[1])}
             assert documents[by_config]["model"] is None
             assert documents[by_config]["served_model_names"] == []
-            assert documents[by_config]["withheld"] == ["model", "served_model_name", "served_model_names"]
-            assert documents[by_environment]["withheld"] == ["model"]
+            assert documents[by_config]["withheld"] == [
+                "model",
+                "model_name",
+                "served_model_name",
+                "served_model_names",
+            ]
+            assert documents[by_environment]["withheld"] == ["model", "model_name"]
             assert documents[by_environment]["argv"] == [
                 "llama-server",
                 "--port",

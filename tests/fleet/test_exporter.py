@@ -97,17 +97,22 @@ def test_series_and_labels_for_engines_started_by_the_test(procs: Procs, exporte
         "18001",
         "server",
     )
+    assert first["model_path"] == "/models/llama"
     second = info[str(llama.pid)]
-    assert second["model"] == odd  # escaped on the wire, whole when parsed
+    # the model as people name it (a GGUF's file name), the exact argument in model_path
+    assert second["model"] == 'quote"and\nnewline\\back.gguf'
+    assert second["model_path"] == odd  # escaped on the wire, whole when parsed
     assert second["served_model_name"] == odd  # no alias: vLLM-style model_name is the model
-    ids = {first["engine_id"], second["engine_id"]}
+    identities = {(labels["engine_id"], labels["engine"], labels["model"]) for labels in (first, second)}
     for name in (
         "enginespec_engine_up",
         "enginespec_engine_start_time_seconds",
         "enginespec_engine_workers",
         "enginespec_engine_port_conflict",
     ):
-        assert ids <= {labels["engine_id"] for labels, _ in series[name]}
+        # the same identifying labels on every series of an engine: any two join on them
+        shown = {(labels["engine_id"], labels["engine"], labels["model"]) for labels, _ in series[name]}
+        assert identities <= shown, name
         assert all("pid" not in labels for labels, _ in series[name])  # pid only on _info
     assert series["enginespec_scan_duration_seconds"][0][1] >= 0
     assert "enginespec_scan_errors_total" in series
@@ -226,7 +231,8 @@ def test_argv_that_is_not_utf8_is_escaped_not_fatal(procs: Procs, exporter: tupl
 
     series = _scrape_until(url, shown)
     (labels,) = [labels for labels, _ in series["enginespec_engine_info"] if labels["pid"] == str(odd.pid)]
-    assert labels["model"] == "/models/caf\\xe9-\\xff.gguf"
+    assert labels["model_path"] == "/models/caf\\xe9-\\xff.gguf"
+    assert labels["model"] == "caf\\xe9-\\xff.gguf"
     # the textfile writer lives on too (it writes after the refresh /metrics already serves)
     wait_for(lambda: textfile.exists() and shown(_samples(textfile.read_text())), timeout=30)
 
@@ -302,3 +308,122 @@ def test_what_is_withheld_of_one_engine_failing_spoils_only_that_engine(
     assert not any(sample.labels.get("engine_id") == odd.instance_id for sample in samples)
     assert any(sample.labels.get("engine_id") == plain.instance_id for sample in samples)
     assert failures_by_stage().get("metrics", 0) == before + 1
+
+
+HF_SNAPSHOT = "/srv/hf/hub/models--Qwen--Qwen3-0.6B/snapshots/0123456789abcdef0123456789abcdef01234567"
+
+
+def test_every_engine_series_carries_the_same_identifying_labels(procs: Procs) -> None:
+    """`engine_id`, `engine` and `model` (the name people use, the snapshot's repo id) on every
+    series of an engine, its load and its stopped `up 0` included; the exact path on `_info`."""
+    from enginespec.fleet.exporter import IDENTITY, EngineCollector, _refresh
+    from enginespec.health.vitals import EngineMonitor
+    from enginespec.scanning.scanner import Scanner
+    from helpers.fakeserver import Answer, bound_socket, serving
+    from helpers.loadkit import TEXT, vllm_metrics
+
+    sock = bound_socket()
+    metrics = [Answer(200, vllm_metrics(float(100 * i)), content_type=TEXT) for i in range(500)]
+    with serving({"/health": [Answer(200)], "/metrics": metrics}, sock=sock):
+        port = sock.getsockname()[1]
+        proc = procs.start(["vllm", "serve", HF_SNAPSHOT, "--port", str(port)], pass_fds=(sock.fileno(),))
+        scanner, collector, monitor = Scanner(), EngineCollector(), EngineMonitor(timeout=2)
+        _refresh(scanner, collector, True, 2.0, 300.0, monitor)
+        _refresh(scanner, collector, True, 2.0, 300.0, monitor)
+        series = _samples(_text(collector))
+    (info,) = [labels for labels, _ in series["enginespec_engine_info"] if labels["pid"] == str(proc.pid)]
+    assert (info["model"], info["model_path"]) == ("Qwen/Qwen3-0.6B", HF_SNAPSHOT)
+    mine = {name: info[name] for name in IDENTITY}
+    assert mine["engine"] == "vllm"
+    families = {
+        name for name in series if name.startswith("enginespec_engine_") and name != "enginespec_engine_info"
+    }
+    assert {
+        "enginespec_engine_requests_running",
+        "enginespec_engine_ready",
+        "enginespec_engine_state",
+    } <= families
+    for name in families:
+        ours = [labels for labels, _ in series[name] if labels.get("engine_id") == mine["engine_id"]]
+        if name not in ("enginespec_engine_withheld", "enginespec_engine_failures_total"):
+            assert ours, name
+        # every label set of the engine's series begins with the same three values
+        assert all({key: labels[key] for key in IDENTITY} == mine for labels in ours), name
+    procs.stop(proc)
+    wait_for(lambda: not psutil.pid_exists(proc.pid), timeout=20)
+    _refresh(scanner, collector, True, 2.0, 300.0, monitor)
+    gone = [(labels, value) for labels, value in _samples(_text(collector))["enginespec_engine_up"]]
+    assert (mine, 0.0) in gone  # the same series the alert watched, now 0
+
+
+def _text(collector: object) -> str:
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    registry = CollectorRegistry()
+    registry.register(collector)  # type: ignore[arg-type]
+    return generate_latest(registry).decode()
+
+
+def test_a_model_a_scraper_may_not_see_is_empty_on_every_series() -> None:
+    """A model from its owner's environment is withheld from a scraper of another uid on the
+    load, GPU and stopped series too, not only on `_info` (the load series used to carry it)."""
+    import enginespec.fleet.exporter as exporter
+    from enginespec.fleet.disclosure import Viewer
+    from enginespec.gpus.reader import GpuUse
+    from enginespec.health.load import EngineLoad
+    from enginespec.process.record import EngineProcess
+
+    secret = "/home/alice/private/models--acme--secret-7b/snapshots/abc"
+    process = EngineProcess.model_validate(
+        {
+            "pid": 4242, "start_time": 1.0, "ppid": 1, "engine": "llamacpp", "model": secret,
+            "served_model_names": (), "host": None, "port": None, "effective_host": "127.0.0.1",
+            "effective_port": 8080, "base_url": "http://127.0.0.1:8080", "argv": ("llama-server",),
+            "exe": None, "worker_pids": (), "supervisor": None, "listen_ports": (),
+            "sources": {"model": "environment"},
+            "gpus": (
+                {"device": "GPU-0", "index": 0, "vendor": "nvidia", "name": None, "pci_bus_id": None,
+                 "memory_bytes": 1 << 30, "pids": (4242,), "source": "nvml"},
+            ),
+        }
+    )  # fmt: skip
+    assert isinstance(process.gpus[0], GpuUse)
+    load = EngineLoad(
+        engine="llamacpp", source="/metrics", available=True, read_at=1.0, monotonic=1.0,
+        requests_running=2, requests_waiting=0,
+    )  # fmt: skip
+    gone = exporter.Gone(since=time.time(), engine="llamacpp", model="acme/secret-7b", model_private=True)
+    snapshot = exporter.Snapshot(processes=[process], loads=[load], stopped={"llamacpp-8080-0000": gone})
+    for viewer, shown in ((Viewer(uid=12345), ""), (Viewer(uid=0), "acme/secret-7b")):
+        text = "".join(
+            _exposition(family) for family in exporter.EngineCollector().series(snapshot, viewer, [1000])
+        )
+        series = _samples(text)
+        for name in (
+            "enginespec_engine_requests_running",
+            "enginespec_engine_gpu_memory_bytes",
+            "enginespec_engine_up",
+        ):
+            assert series[name], name
+            assert {labels["model"] for labels, _ in series[name]} == {shown}, (viewer, name)
+        if not shown:
+            assert "secret" not in text
+            assert (
+                {"engine_id": process.instance_id, "engine": "llamacpp", "model": "", "field": "model_path"},
+                1.0,
+            ) in series["enginespec_engine_withheld"]
+
+
+def _exposition(family: object) -> str:
+    from prometheus_client.registry import CollectorRegistry
+
+    class One:
+        def collect(self) -> list[object]:
+            return [family]
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(One())  # type: ignore[arg-type]
+    from prometheus_client import generate_latest
+
+    return generate_latest(registry).decode()

@@ -154,7 +154,12 @@ def test_file_sd_lists_ready_verified_engines_at_their_own_metrics(procs: Procs,
     assert labels["model"] == labels["served_model_name"] == "/models/a"
     assert labels["engine_id"].startswith(f"vllm-{own_port}-")
     assert "__metrics_path__" not in labels  # /metrics is Prometheus's default
-    assert groups[with_metrics]["labels"]["engine"] == "llamacpp"  # type: ignore[index]
+    assert labels["model_path"] == "/models/a"
+    gguf = groups[with_metrics]["labels"]
+    assert isinstance(gguf, dict)
+    assert gguf["engine"] == "llamacpp"
+    # the model as people (and the exporter's `model` label) name it; the exact argument apart
+    assert (gguf["model"], gguf["model_path"]) == ("m.gguf", "/models/m.gguf")
 
 
 def test_errors_name_the_flag_and_the_value(tmp_path: Path) -> None:
@@ -302,6 +307,15 @@ def test_a_real_prometheus_scrapes_the_engines_the_feed_lists(procs: Procs, tmp_
             assert sample["metric"]["instance"] == f"127.0.0.1:{port}"  # type: ignore[index]
             ours = f'enginespec_engine_up{{job="enginespec",engine_id="{engine_id}"}} == 1'
             until("prometheus scrapes the exporter's series of the engine", lambda: query(api, ours))
+            # the join docs/prometheus.md documents: the feed's labels and the exporter's identify
+            # an engine the same way, so its own series and enginespec's match one to one
+            joined = (
+                'vllm:num_requests_running{job="engines"} * on(engine_id, engine, model) group_left() '
+                'enginespec_engine_up{job="enginespec"}'
+            )
+            until("the two jobs' series join", lambda: query(api, joined))
+            matched = [s for s in query(api, joined) if s["metric"]["engine_id"] == engine_id]  # type: ignore[index]
+            assert [s["value"][1] for s in matched] == ["3"]  # type: ignore[index]
     finally:
         stop_child(watcher)
         stop_child(exporter)

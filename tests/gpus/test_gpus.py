@@ -765,10 +765,21 @@ def test_the_exporter_series(tp2_with_orphan: list[EngineProcess], host: Host) -
         for sample in family.samples:
             series.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
     server, orphan, _ = tp2_with_orphan
+
+    def held(process: EngineProcess, gpu: str) -> tuple[tuple[str, str], ...]:
+        # the identifying labels of every engine series, and the GPU (sorted, as the keys are)
+        labels = {
+            "engine_id": process.instance_id,
+            "engine": process.engine,
+            "model": "/models/m",
+            "gpu": gpu,
+        }
+        return tuple(sorted(labels.items()))
+
     assert series["enginespec_engine_gpu_memory_bytes"] == {
-        (("engine_id", server.instance_id), ("gpu", "0")): 38 * GIB + 200 * MIB,
-        (("engine_id", server.instance_id), ("gpu", "1")): 38 * GIB,
-        (("engine_id", orphan.instance_id), ("gpu", "1")): 20 * GIB,
+        held(server, "0"): 38 * GIB + 200 * MIB,
+        held(server, "1"): 38 * GIB,
+        held(orphan, "1"): 20 * GIB,
     }
     assert series["enginespec_gpu_memory_total_bytes"] == {
         (("gpu", "0"),): 80 * GIB,

@@ -43,6 +43,23 @@ def test_model_shows_units_and_never_none(tmp_path: Path) -> None:
     assert _rows(text)["heads / kv heads / head dim"] == "4 / - / -"
 
 
+def test_model_names_a_cache_snapshot_by_its_repo_as_ps_does(tmp_path: Path) -> None:
+    """One name for a model: a Hugging Face cache snapshot is its repo id in `model` (as in `ps`,
+    the exporter and the feeds), never its revision hash."""
+    revision = "0f" * 20
+    snapshot = tmp_path / "hub" / "models--acme--tiny-chat" / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    out = enginespec("model", str(snapshot))
+    assert out.returncode == 0, out.stderr
+    rows = _rows(out.stdout.decode())
+    assert rows["model"] == "acme/tiny-chat"
+    assert "name in its files" not in rows  # the same name: said once
+    assert revision not in out.stdout.decode().replace(str(snapshot), "")
+    document = json.loads(enginespec("model", str(snapshot), "--json").stdout)
+    assert (document["model_name"], document["facts"]["name"]) == ("acme/tiny-chat", "acme/tiny-chat")
+
+
 def _recipe(tmp_path: Path) -> Path:
     recipe = tmp_path / "r.toml"
     recipe.write_text(f'engine = "llamacpp"\nmodel_path = "{write_gguf(tmp_path / "m.gguf")}"\n')

@@ -414,7 +414,13 @@ def test_model_command_on_a_running_engine(
     blob = _ollama_tree(tmp_path / "models", tmp_path / "m.gguf")
     runner = procs.start(["ollama", "runner", "--model", str(blob), "--port", "18081"])
     assert main(["model", str(runner.pid), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["facts"]["registry_name"] == "hf.co/bartowski/tiny-GGUF:Q4_K_M"
+    document = json.loads(capsys.readouterr().out)
+    assert document["facts"]["registry_name"] == "hf.co/bartowski/tiny-GGUF:Q4_K_M"
+    assert document["model_name"] == "hf.co/bartowski/tiny-GGUF:Q4_K_M"  # as ps and the labels say
+    assert main(["model", str(runner.pid)]) == 0
+    assert capsys.readouterr().out.startswith(
+        "model                        hf.co/bartowski/tiny-GGUF:Q4_K_M\n"
+    )
     assert main(["model", str(tmp_path / "missing.gguf")]) == 1
     assert "missing.gguf: No such file or directory" in capsys.readouterr().err
 

@@ -48,15 +48,9 @@ def _names(term: str, p: EngineProcess) -> bool:
 
 
 def _matches(key: str, value: str, row: Shown) -> bool:
-    from enginespec.models.naming import model_name
-
     p = row.process
     if key == "model":
-        names = (
-            p.model or "",
-            model_name(p.model, p.pid if p._local else None, p.engine) or "",
-            *p.served_model_names,
-        )
+        names = (p.model or "", p.model_name or "", *p.served_model_names)
         return any(value in name for name in names)
     if key == "health":
         return row.state == value

@@ -157,7 +157,6 @@ def _log_text(p: EngineProcess) -> str:
 
 def _describe_lines(p: EngineProcess, health: Health | None, load: EngineLoad | None) -> list[str]:
     from enginespec.cli.pstable import gpu_name, published, size
-    from enginespec.models.naming import model_name
 
     now = time.time()
     started = time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(p.start_time))
@@ -167,11 +166,11 @@ def _describe_lines(p: EngineProcess, health: Health | None, load: EngineLoad | 
         ("Engine id", p.instance_id),
         ("PID", str(p.pid)),
         ("Role", p.role + (f" (of server {p.server_pid})" if p.server_pid else "")),
-        ("Model", p.model or MODEL_UNKNOWN),
+        # the name every table and label gives it, then the exact argument where it differs
+        ("Model", p.model_name or MODEL_UNKNOWN),
     ]
-    name = model_name(p.model, p.pid, p.engine)
-    if name and name != p.model:
-        fields.append(("Model name", name))
+    if p.model and p.model != p.model_name:
+        fields.append(("Model path", p.model))
     fields += [
         ("Served as", ", ".join(p.served_model_names) or "-"),
         ("URL", p.base_url or "- (no usable address)"),

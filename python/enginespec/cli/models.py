@@ -20,10 +20,11 @@ if TYPE_CHECKING:
 _GIB = 1 << 30
 
 
-def engine_model(target: str) -> tuple[str, ModelFacts]:
-    """(engine, facts with the estimate) of the engine server ``target`` names (a pid, an engine
-    id, where it listens: see :mod:`enginespec.cli.targets`); ``ModelError`` with why not (read as a
-    scan's consumers read them: under a deadline, and inside the error boundary)."""
+def engine_model(target: str) -> tuple[str, ModelFacts, str]:
+    """(engine, facts with the estimate, the model's name as ``ps`` shows it) of the engine server
+    ``target`` names (a pid, an engine id, where it listens: see :mod:`enginespec.cli.targets`);
+    ``ModelError`` with why not (read as a scan's consumers read them: under a deadline, and
+    inside the error boundary)."""
     from enginespec.cli.targets import find
     from enginespec.errors import InvalidInputError
     from enginespec.models.files import ModelError
@@ -36,7 +37,7 @@ def engine_model(target: str) -> tuple[str, ModelFacts]:
     facts = cached(process.pid, process.start_time, process.engine, process.model, process.argv)
     if isinstance(facts, str):
         raise ModelError(facts)
-    return process.engine, facts
+    return process.engine, facts, process.model_name or process.model or ""
 
 
 def _size(n: float | None) -> str:
@@ -89,12 +90,15 @@ def _estimate_rows(estimate: MemoryEstimate) -> list[tuple[str, Any]]:
     ]
 
 
-def _text(facts: ModelFacts) -> list[str]:
+def _text(facts: ModelFacts, shown_as: str) -> list[str]:
+    """The facts as rows; ``shown_as`` is the model's name as every table and label give it."""
     estimate = facts.estimate
     heads = (facts.attention_heads, facts.kv_heads, facts.head_dim)
     rows: list[tuple[str, Any]] = [
+        ("model", shown_as),
         ("format", facts.format),
-        ("name", facts.name),
+        # the name the files give (a GGUF's general.name), where it differs
+        ("name in its files", facts.name if facts.name != shown_as else None),
         ("registry name", facts.registry_name),
         ("architecture", facts.architecture),
         ("quantization", facts.quantization),
@@ -127,29 +131,31 @@ def _text(facts: ModelFacts) -> list[str]:
 def cmd_model(args: argparse.Namespace) -> int:
     from enginespec.models.facts import model_facts
     from enginespec.models.files import ModelError, read_capped
+    from enginespec.models.naming import model_name
     from enginespec.models.processes import beside_log
 
     target: str = args.target
     try:
         if not os.path.exists(target) and is_target(target):
-            engine, facts = engine_model(target)
+            engine, facts, shown_as = engine_model(target)
             if args.log:
                 text = read_capped(args.log, 64 << 20).decode(errors="replace")
                 facts = beside_log(facts, engine, text)
         else:
-            engine, facts = "", model_facts(target)
+            engine, facts, shown_as = "", model_facts(target), model_name(target) or target
     except ModelError as e:
         print(literal(f"enginespec model: {e}"), file=sys.stderr)
         return 1
     if args.json:
         document = {
             "engine": engine or None,
+            "model_name": shown_as,
             "facts": facts.model_dump(mode="json"),
             "kv_bytes_per_token": facts.kv_bytes_per_token(),
         }
         print(dumps(document, indent=2))
         return 0
-    print("\n".join(_text(facts)))
+    print("\n".join(_text(facts, shown_as)))
     return 0
 
 

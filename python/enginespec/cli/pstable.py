@@ -92,13 +92,11 @@ def _facts_cell(line: _Line) -> str:
 
 
 def _model_cell(line: _Line) -> str:
-    from enginespec.models.naming import model_name
-
     p = line.process
     if p.model is None:
         return MODEL_UNKNOWN
-    # another host's pid names no process here: its files are not read for its model's name
-    return p.model if line.wide else model_name(p.model, p.pid if p._local else None, p.engine) or p.model
+    # the name every label and feed gives it; --wide shows the exact argument
+    return p.model if line.wide else p.model_name or p.model
 
 
 def _served_cell(line: _Line) -> str:

@@ -32,7 +32,7 @@ from enginespec.process.sockets import connection_owner
 PRIVATE_SOURCES: frozenset[Source] = frozenset({"config", "environment", "server"})
 #: The fields of an engine's JSON document each fact fills in (``base_url`` is made of host and port).
 FACT_FIELDS: Mapping[Fact, tuple[str, ...]] = {
-    "model": ("model",),
+    "model": ("model", "model_name"),
     "served_model_name": ("served_model_names", "served_model_name"),
     "host": ("host", "effective_host", "base_url"),
     "port": ("port", "effective_port", "base_url"),

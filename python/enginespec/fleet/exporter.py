@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -36,10 +36,14 @@ from enginespec.untrusted.boundary import failures as failures_by_stage
 from enginespec.untrusted.safewrite import replace_file
 
 _STATES: tuple[HealthState, ...] = get_args(HealthState)
+#: The labels every per-engine series carries, so any two join without ``group_left``: the engine's
+#: id (stable across restarts), its engine, and its model as people name it (``Qwen/Qwen3-0.6B``:
+#: ``EngineProcess.model_name``). The rest is on ``enginespec_engine_info``, joined on ``engine_id``.
+IDENTITY = ("engine_id", "engine", "model")
 _INFO_LABELS = (
-    "engine_id",
-    "engine",
-    "model",
+    *IDENTITY,
+    # the exact model argument (a snapshot's path, a blob), as the engine was given it
+    "model_path",
     "served_model_name",
     "host",
     "port",
@@ -51,44 +55,75 @@ _INFO_LABELS = (
     "quantization",
 )
 
-_ID = ("engine_id",)
-#: The series of each engine: (name, help, labels), served in this order.
-_ENGINE_FAMILIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("enginespec_engine_info", "An engine server on this host", _INFO_LABELS),
-    ("enginespec_engine_up", "Whether the engine's process runs", _ID),
-    ("enginespec_engine_ready", "Whether the engine serves", _ID),
-    ("enginespec_engine_state", "The engine's health state", ("engine_id", "state")),
-    ("enginespec_engine_start_time_seconds", "When the engine's process started", _ID),
-    ("enginespec_engine_workers", "Worker processes folded in", _ID),
+_Kind = Literal["gauge", "counter"]
+#: The series of each engine: (name, help, labels after the identity, kind), served in this order.
+_ENGINE_FAMILIES: tuple[tuple[str, str, tuple[str, ...], _Kind], ...] = (
+    ("enginespec_engine_info", "An engine server on this host", _INFO_LABELS[len(IDENTITY) :], "gauge"),
+    ("enginespec_engine_up", "Whether the engine's process runs", (), "gauge"),
+    ("enginespec_engine_ready", "Whether the engine serves", (), "gauge"),
+    ("enginespec_engine_state", "The engine's health state", ("state",), "gauge"),
+    ("enginespec_engine_start_time_seconds", "When the engine's process started", (), "gauge"),
+    ("enginespec_engine_workers", "Worker processes folded in", (), "gauge"),
     (
         "enginespec_engine_port_conflict",
         "Whether another process listens on the engine's own address and port (SO_REUSEPORT)",
-        _ID,
+        (),
+        "gauge",
     ),
-    ("enginespec_engine_model_weight_bytes", "Bytes of the model's weights, from its files", _ID),
+    ("enginespec_engine_model_weight_bytes", "Bytes of the model's weights, from its files", (), "gauge"),
     (
         "enginespec_engine_kv_cache_bytes_estimated",
         "The KV cache the engine allocates for its arguments, by its own rule (an estimate)",
-        _ID,
+        (),
+        "gauge",
     ),
     (
         "enginespec_engine_health_stale",
         "Whether the engine's health is an earlier refresh's, kept because this one's check did "
         "not finish in time (a loaded host)",
-        _ID,
+        (),
+        "gauge",
     ),
     (
         "enginespec_engine_health_checked_timestamp_seconds",
         "When (Unix time) the engine's health verdict was reached",
-        _ID,
+        (),
+        "gauge",
     ),
     (
         "enginespec_engine_withheld",
         "A fact of the engine this client may not read on the host (its owner's environment, "
         "config file or model files), left out: 1 per label or series",
-        ("engine_id", "field"),
+        ("field",),
+        "gauge",
     ),
+    ("enginespec_engine_gpu_memory_bytes", "GPU memory the engine's process tree holds", ("gpu",), "gauge"),
+    ("enginespec_engine_requests_running", "Requests the engine runs", (), "gauge"),
+    ("enginespec_engine_requests_waiting", "Requests waiting in its queue", (), "gauge"),
+    ("enginespec_engine_kv_cache_usage_ratio", "Share of the KV cache in use (0 to 1)", (), "gauge"),
+    ("enginespec_engine_generated_tokens", "Tokens generated, as the engine counts them", (), "counter"),
+    ("enginespec_engine_tokens_per_second", "Tokens generated per second between two readings", (), "gauge"),
 )
+#: The load series (``--load``), in the order of their figures (see :func:`_load_samples`).
+_LOAD_FAMILIES = (
+    "enginespec_engine_requests_running",
+    "enginespec_engine_requests_waiting",
+    "enginespec_engine_kv_cache_usage_ratio",
+    "enginespec_engine_generated_tokens",
+    "enginespec_engine_tokens_per_second",
+)
+
+
+@dataclass(frozen=True)
+class Gone:
+    """An engine no longer running, kept as ``enginespec_engine_up 0`` for ``--keep-stopped``
+    under the labels it had (its owner unknown once it is gone: a private model is shown only to
+    a client that sees everything)."""
+
+    since: float
+    engine: str
+    model: str
+    model_private: bool
 
 
 @dataclass
@@ -108,9 +143,9 @@ class Snapshot:
     scans: int = 0
     #: the host's GPUs, when it has any.
     gpus: tuple[GpuDevice, ...] = ()
-    #: instance id -> when (wall clock) it was last seen running, for engines no longer running: kept
-    #: as ``enginespec_engine_up 0`` for a while, so ``== 0`` alerts can fire.
-    stopped: dict[str, float] = field(default_factory=dict)
+    #: instance id -> when (wall clock) it was last seen running and its labels, for engines no
+    #: longer running: kept as ``enginespec_engine_up 0`` for a while, so ``== 0`` alerts can fire.
+    stopped: dict[str, Gone] = field(default_factory=dict)
     #: when the last refresh completed (wall clock); 0 before the first.
     refreshed_at: float = 0.0
     #: refreshes that failed as a whole, summed: each kept the snapshot before it (this one).
@@ -146,11 +181,11 @@ def _label(value: str) -> str:
     return os.fsencode(value).decode("utf-8", "backslashreplace")
 
 
-#: The info labels a withheld fact empties (see :mod:`enginespec.fleet.disclosure`); ``served_model_name``
+#: The labels a withheld fact empties (see :mod:`enginespec.fleet.disclosure`); ``served_model_name``
 #: falls back to the model, so it goes with either. The model's facts are read from its files as
 #: the engine's owner: they go to whoever may not see all of it.
 _WITHHELD_LABELS = {
-    "model": ("model", "served_model_name"),
+    "model": ("model", "model_path", "served_model_name"),
     "served_model_name": ("served_model_name",),
     "host": ("host",),
     "port": ("port",),
@@ -165,14 +200,17 @@ def _withheld_labels(process: EngineProcess) -> tuple[str, ...]:
     return (*sorted(names), *_MODEL_FACT_LABELS, "model_facts")
 
 
-def _info_labels(process: EngineProcess, withheld: tuple[str, ...] = ()) -> list[str]:
+def _info_labels(process: EngineProcess, instance_id: str, withheld: tuple[str, ...] = ()) -> list[str]:
+    """The values of :data:`_INFO_LABELS` (its first ones are :data:`IDENTITY`; ``instance_id`` is
+    the engine's in the series, see :func:`unique_instance_ids`), less the withheld."""
     # vLLM labels its own metrics with model_name = the first served name, else the model: the
     # same value here lets the two series join.
     served = process.served_model_name or process.model or ""
     facts = None if "model_facts" in withheld else _facts(process)
     values = [
-        process.instance_id,
+        instance_id,
         process.engine,
+        "" if "model" in withheld else process.model_name or "",
         process.model or "",
         served,
         process.effective_host,
@@ -226,20 +264,22 @@ class EngineCollector(Collector):
         """The series of ``snapshot`` as ``viewer`` may see them (``owned``: each process's owner;
         empty for a viewer who sees everything): what it may not is emptied, and named in
         ``enginespec_engine_withheld``."""
-        families = {
-            name: GaugeMetricFamily(name, documentation, labels=labels)
-            for name, documentation, labels in _ENGINE_FAMILIES
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+            name: (GaugeMetricFamily if kind == "gauge" else CounterMetricFamily)(
+                name, documentation, labels=[*IDENTITY, *labels]
+            )
+            for name, documentation, labels, kind in _ENGINE_FAMILIES
         }
+        gpu_labels = {device.device: _gpu_label(device) for device in snapshot.gpus}
         for index in range(len(snapshot.processes)):
             sees_all = viewer.sees_all_of(owned[index] if owned else None)
-            for name, labels, value in _samples_of(snapshot, index, sees_all):
+            for name, labels, value in _samples_of(snapshot, index, sees_all, gpu_labels):
                 families[name].add_metric(labels, value)
-        for instance_id in sorted(snapshot.stopped):
-            families["enginespec_engine_up"].add_metric([instance_id], 0)
+        for instance_id, gone in sorted(snapshot.stopped.items()):
+            model = gone.model if viewer.sees_all_of(None) or not gone.model_private else ""
+            families["enginespec_engine_up"].add_metric([instance_id, gone.engine, model], 0)
         yield from families.values()
-        yield from _gpu_metrics(snapshot)
-        if snapshot.loads is not None:
-            yield from _load_series(snapshot.processes, snapshot.loads, snapshot.ids)
+        yield from _gpu_metrics(snapshot, gpu_labels)
         duration = GaugeMetricFamily("enginespec_scan_duration_seconds", "How long the last scan took")
         duration.add_metric([], snapshot.scan_seconds)
         yield duration
@@ -274,14 +314,22 @@ class EngineCollector(Collector):
 _Sample = tuple[str, list[str], float]
 
 
-def _samples_of(snapshot: Snapshot, index: int, sees_all: bool) -> list[_Sample]:
-    """The samples of one engine (:func:`_engine_samples`), with what a viewer who may not see all
-    of it is not shown withheld, or none when they cannot be made: one engine's odd facts (what is
-    withheld of it included) never fail the whole scrape, and never show what was to be withheld."""
+def _samples_of(snapshot: Snapshot, index: int, sees_all: bool, gpu_labels: dict[str, str]) -> list[_Sample]:
+    """The samples of one engine (:func:`_engine_samples`, its GPU memory and its load), with what
+    a viewer who may not see all of it is not shown withheld, or none when they cannot be made:
+    one engine's odd facts (what is withheld of it included) never fail the whole scrape, and
+    never show what was to be withheld."""
+    process = snapshot.processes[index]
 
     def samples() -> list[_Sample]:
-        process = snapshot.processes[index]
-        return _engine_samples(snapshot, index, () if sees_all else _withheld_labels(process))
+        hidden = () if sees_all else _withheld_labels(process)
+        identity = _info_labels(process, snapshot.ids[index], hidden)[: len(IDENTITY)]
+
+        def extras() -> list[_Sample]:
+            return _gpu_samples(process, identity, gpu_labels) + _load_samples(snapshot, index, identity)
+
+        # a load that cannot be shown leaves the engine's own series
+        return _engine_samples(snapshot, index, hidden) + contained("load metrics", extras, lambda _r: [])
 
     return contained("metrics", samples, lambda _reason: [])
 
@@ -290,11 +338,12 @@ def _engine_samples(snapshot: Snapshot, index: int, hidden: tuple[str, ...]) -> 
     """The samples of engine ``index`` of ``snapshot``, by family name, every value a float (a
     value that is none fails here, not in the exposition), less the ``hidden`` labels and series
     (see :func:`_withheld_labels`), each named in ``enginespec_engine_withheld``."""
-    process, unique_id = snapshot.processes[index], snapshot.ids[index]
-    id_label = [unique_id]  # the one label of these series: engine_id
-    samples: list[_Sample] = [("enginespec_engine_withheld", [unique_id, name], 1.0) for name in hidden]
+    process = snapshot.processes[index]
+    info = _info_labels(process, snapshot.ids[index], hidden)
+    id_label = info[: len(IDENTITY)]  # the labels of every series of the engine
+    samples: list[_Sample] = [("enginespec_engine_withheld", [*id_label, name], 1.0) for name in hidden]
     samples += [
-        ("enginespec_engine_info", [unique_id, *_info_labels(process, hidden)[1:]], 1.0),
+        ("enginespec_engine_info", info, 1.0),
         ("enginespec_engine_up", id_label, 1.0),
         ("enginespec_engine_start_time_seconds", id_label, float(process.start_time)),
         ("enginespec_engine_workers", id_label, float(len(process.worker_pids))),
@@ -311,7 +360,7 @@ def _engine_samples(snapshot: Snapshot, index: int, hidden: tuple[str, ...]) -> 
         health = snapshot.healths[index]
         samples.append(("enginespec_engine_ready", id_label, 1.0 if health.ready else 0.0))
         samples.extend(
-            ("enginespec_engine_state", [unique_id, name], 1.0 if health.state == name else 0.0)
+            ("enginespec_engine_state", [*id_label, name], 1.0 if health.state == name else 0.0)
             for name in _STATES
         )
         samples.append(("enginespec_engine_health_stale", id_label, 1.0 if health.stale else 0.0))
@@ -434,20 +483,22 @@ def _gpu_label(device: GpuDevice) -> str:
     return f"{device.index}:{device.mig_index}" if device.mig_index is not None else str(device.index)
 
 
-def _gpu_metrics(snapshot: Snapshot) -> Iterator[Metric]:
-    """Per engine and GPU the bytes its tree holds (when known); per GPU the driver's total and
-    used figures and what no engine or listed process accounts for."""
-    held = GaugeMetricFamily(
-        "enginespec_engine_gpu_memory_bytes",
-        "GPU memory the engine's process tree holds",
-        labels=["engine_id", "gpu"],
-    )
-    labels = {device.device: _gpu_label(device) for device in snapshot.gpus}
-    for process, unique_id in zip(snapshot.processes, snapshot.ids, strict=True):
-        for use in process.gpus:
-            if use.memory_bytes is not None:
-                held.add_metric([unique_id, labels.get(use.device, _label(use.device))], use.memory_bytes)
-    yield held
+def _gpu_samples(process: EngineProcess, identity: list[str], gpu_labels: dict[str, str]) -> list[_Sample]:
+    """Per GPU the bytes the engine's process tree holds, where known."""
+    return [
+        (
+            "enginespec_engine_gpu_memory_bytes",
+            [*identity, gpu_labels.get(use.device, _label(use.device))],
+            float(use.memory_bytes),
+        )
+        for use in process.gpus
+        if use.memory_bytes is not None
+    ]
+
+
+def _gpu_metrics(snapshot: Snapshot, labels: dict[str, str]) -> Iterator[Metric]:
+    """Per GPU (``labels``: each device's label) the driver's total and used figures and what no
+    engine or listed process accounts for."""
     for name, what, attribute in (
         ("total", "Memory of the GPU", "memory_total_bytes"),
         ("used", "Memory of the GPU in use, as the driver says", "memory_used_bytes"),
@@ -465,64 +516,34 @@ def _gpu_metrics(snapshot: Snapshot) -> Iterator[Metric]:
         yield family
 
 
-def _load_series(
-    processes: list[EngineProcess], loads: list[EngineLoad | None], ids: list[str]
-) -> Iterator[Metric]:
-    """The load of each engine that reports it, labelled with ``engine_id``, ``engine`` and
-    ``model`` (the same for every engine, so one dashboard shows them all; the rest is on
-    ``enginespec_engine_info``); a figure the engine does not report has no sample, never 0."""
-    labels = ["engine_id", "engine", "model"]
-    running = GaugeMetricFamily(
-        "enginespec_engine_requests_running", "Requests the engine runs", labels=labels
+def _load_samples(snapshot: Snapshot, index: int, identity: list[str]) -> list[_Sample]:
+    """The load of engine ``index``, when it reports it (``--load``); a figure the engine does not
+    report has no sample, never 0."""
+    load = None if snapshot.loads is None else snapshot.loads[index]
+    if load is None or not load.available:
+        return []
+    figures = (
+        load.requests_running,
+        load.requests_waiting,
+        load.kv_cache_usage,
+        load.generated_tokens_total,
+        load.tokens_per_second,
     )
-    waiting = GaugeMetricFamily(
-        "enginespec_engine_requests_waiting", "Requests waiting in its queue", labels=labels
-    )
-    kv = GaugeMetricFamily(
-        "enginespec_engine_kv_cache_usage_ratio", "Share of the KV cache in use (0 to 1)", labels=labels
-    )
-    generated = CounterMetricFamily(
-        "enginespec_engine_generated_tokens", "Tokens generated, as the engine counts them", labels=labels
-    )
-    rate = GaugeMetricFamily(
-        "enginespec_engine_tokens_per_second",
-        "Tokens generated per second between two readings",
-        labels=labels,
-    )
-    families = (running, waiting, kv, generated, rate)
-    for process, load, unique_id in zip(processes, loads, ids, strict=True):
-        for family, values, value in _load_samples(families, process, load, unique_id):
-            family.add_metric(values, value)
-    yield from families
+    return [
+        (name, identity, float(value))
+        for name, value in zip(_LOAD_FAMILIES, figures, strict=True)
+        if value is not None
+    ]
 
 
-def _load_samples(
-    families: tuple[GaugeMetricFamily | CounterMetricFamily, ...],
-    process: EngineProcess,
-    load: EngineLoad | None,
-    unique_id: str,
-) -> list[tuple[GaugeMetricFamily | CounterMetricFamily, list[str], float]]:
-    """One engine's load samples (``families``: running, waiting, KV cache, generated, rate);
-    none when its reading's figures cannot be made floats."""
-
-    def samples() -> list[tuple[GaugeMetricFamily | CounterMetricFamily, list[str], float]]:
-        if load is None or not load.available:
-            return []
-        values = [unique_id, _label(process.engine), _label(process.model or "")]
-        figures = (
-            load.requests_running,
-            load.requests_waiting,
-            load.kv_cache_usage,
-            load.generated_tokens_total,
-            load.tokens_per_second,
-        )
-        return [
-            (family, values, float(value))
-            for family, value in zip(families, figures, strict=True)
-            if value is not None
-        ]
-
-    return contained("load metrics", samples, lambda _reason: [])
+def _gone(process: EngineProcess, now: float) -> Gone:
+    """What is kept of ``process`` once it stopped: the labels its series had."""
+    return Gone(
+        since=now,
+        engine=_label(process.engine),
+        model=contained("metrics", lambda: _label(process.model_name or ""), lambda _reason: ""),
+        model_private="model" in withheld_facts(process),
+    )
 
 
 def _refresh(
@@ -574,12 +595,13 @@ def _refresh(
     )
     running = set(ids)
     stopped = {
-        instance_id: since
-        for instance_id, since in previous.stopped.items()
-        if instance_id not in running and now - since < keep_stopped
+        instance_id: gone
+        for instance_id, gone in previous.stopped.items()
+        if instance_id not in running and now - gone.since < keep_stopped
     }
-    for instance_id in set(previous.ids) - running:
-        stopped[instance_id] = now
+    for process, instance_id in zip(previous.processes, previous.ids, strict=True):
+        if instance_id not in running:
+            stopped[instance_id] = _gone(process, now)
     collector.snapshot = Snapshot(
         processes=processes,
         ids=ids,

@@ -103,7 +103,9 @@ def _labels(process: EngineProcess) -> dict[str, str]:
     labels = {
         "engine": process.engine,
         "engine_id": process.instance_id,
-        "model": process.model or "",
+        # as people name it (Qwen/Qwen3-0.6B), the exporter's `model` too; the exact argument apart
+        "model": process.model_name or "",
+        "model_path": process.model or "",
         # what clients send as "model", and what vLLM labels its own series with (model_name)
         "served_model_name": process.served_model_name or process.model or "",
     }

@@ -29,6 +29,22 @@ MAX_SHARDS = 1024
 #: model's 191 shards hold about 20 MB): beyond it the weights are not counted, and that is said.
 MAX_HEADERS_TOTAL = 64 << 20
 
+# huggingface_hub's cache layout (file_download.py, repo_folder_name): the repo id with "/"
+# written "--" under "models--", then "snapshots/<revision hash>/" and the repo's files. Hub ids
+# cannot contain "--" themselves, so the split is exact.
+_HF_CACHE = re.compile(r"(?:^|/)models--(?P<repo>[^/]+?)/snapshots/[^/]+(?:/(?P<file>.+?))?/*$")
+
+
+def hub_name(path: str) -> str | None:
+    """The repo id of a path in a Hugging Face cache (``.../models--Qwen--Qwen3-0.6B/snapshots/
+    <hash>`` is ``Qwen/Qwen3-0.6B``; a file in it ``Qwen/Qwen3-0.6B/<file>``), else ``None``."""
+    found = _HF_CACHE.search(path)
+    if not found:
+        return None
+    repo = found.group("repo").replace("--", "/")
+    file = found.group("file")
+    return f"{repo}/{file}" if file else repo
+
 
 def _config_int(config: Mapping[str, Any], *names: str) -> int | None:
     for name in names:
@@ -151,7 +167,8 @@ def hf_facts(folder: str, fs: Files = HOST) -> ModelFacts:
     return ModelFacts(
         format="huggingface",
         files=tuple(files),
-        name=os.path.basename(os.path.normpath(folder)),
+        # a cache snapshot's folder is a revision hash: its repo id is the model's name
+        name=hub_name(folder) or os.path.basename(os.path.normpath(folder)),
         architecture=arch or (model_type if isinstance(model_type, str) else None),
         parameters=parameters,
         quantization=_quantization(config),

@@ -7,14 +7,15 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ConfigDict, PrivateAttr, computed_field
+from pydantic import ConfigDict, PrivateAttr, ValidatorFunctionWrapHandler, computed_field, model_validator
 
 from enginespec._host.root import HOST_ROOT, HostRoot
 from enginespec.definition.records import Fact
 from enginespec.errors import warn_renamed
 from enginespec.gpus.reader import GpuUse
+from enginespec.models.naming import model_name
 from enginespec.models.processes import cached, measured
 from enginespec.process.argv import Invocation
 from enginespec.process.containers import Container, PublishedPort
@@ -96,6 +97,18 @@ class EngineProcess(Invocation):
     #: ``False`` for an engine another host reported (enginespec.fleet.remote): nothing of this host's
     #: ``/proc`` or files is read for it.
     _local: bool = PrivateAttr(default=True)
+    #: for an engine another host reported: the ``model_name`` that host gave (see remote).
+    _reported_model_name: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_reported_model_name(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """A document of another host (an agent's, a watch's) keeps the ``model_name`` it gave:
+        the files it was read from are that host's."""
+        made = handler(data)
+        if isinstance(data, dict) and isinstance(data.get("model_name"), str):
+            made._reported_model_name = data["model_name"]
+        return made
 
     @functools.cached_property
     def model_facts(self) -> ModelFacts | None:
@@ -118,6 +131,17 @@ class EngineProcess(Invocation):
             return "an engine of another host: its model's files are not read from here"
         result = cached(self.pid, self.start_time, self.engine, self.model, self.argv, self._root)
         return result if isinstance(result, str) else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def model_name(self) -> str | None:
+        """The model as people name it, shown by every table, label and feed: a Hugging Face
+        cache path's repo id (``Qwen/Qwen3-0.6B``), a GGUF's file name, the name an Ollama blob
+        was pulled as (``qwen3:8b``); else ``model`` itself, which stays the exact argument (the
+        ``model_path`` label). See :mod:`enginespec.models.naming`."""
+        if not self._local:
+            return self._reported_model_name or model_name(self.model)
+        return model_name(self.model, self.pid, self.engine, self._root)
 
     @computed_field(alias=WIRE_INSTANCE_ID)  # type: ignore[prop-decorator]
     @property
