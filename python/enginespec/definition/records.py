@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from enginespec.definition.accelerators import RequiredAccelerator
 from enginespec.definition.modelrecords import (
@@ -180,6 +180,32 @@ class ExtraPort(_Record):
     default: int | None = Field(default=None, ge=1, le=65535)
 
 
+class EngineWorker(_Record):
+    """A worker a ready server of the engine always runs, from some release on: its API server
+    cannot serve without it (vLLM's engine core, since V1 became vLLM's only engine). A server
+    that answers ready without one is ``unhealthy``, by whoever checks it, whenever they started
+    looking (see :mod:`enginespec.health.engineworker`)."""
+
+    #: a regular expression searched in each worker's title (its argv[0]): ``::EngineCore``
+    title: str = Field(min_length=1)
+    #: how a reason names it: ``VLLM::EngineCore``
+    name: str = Field(min_length=1)
+    #: the engine's releases that always run it, a PEP 440 specifier (``>=0.11``). The version
+    #: is read from the dist-info of the running server's site directories; a server whose
+    #: version cannot be read is not judged by this rule (the specifier is parsed then: packaging
+    #: is not imported to load a definition).
+    versions: str = Field(min_length=1)
+
+    @field_validator("title")
+    @classmethod
+    def _a_pattern(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as err:
+            raise ValueError(f"title: {value!r} is not a regular expression: {err}") from None
+        return value
+
+
 class HealthRule(_Record):
     """One kind of answer of the health endpoint, and what it means for the engine.
 
@@ -269,6 +295,8 @@ class Serving(_Record):
     #: only while the server still lists (``loaded_models_path``) more loaded models than it
     #: runs runners (Ollama).
     runners_are_workers: bool = False
+    #: the worker a ready server always runs (vLLM's engine core), when there is one.
+    engine_worker: EngineWorker | None = None
 
 
 class LoadMetrics(_Record):

@@ -15,6 +15,7 @@ from enginespec.definition.modelrecords import (
     Placement,
 )
 from enginespec.definition.records import (
+    EngineWorker,
     FamilyDefault,
     Flags,
     Launch,
@@ -420,6 +421,14 @@ SPEC = VllmSpec(
         # `--uds PATH` serves on a unix socket instead of host:port (vLLM 0.10.1+; 0.33.0:
         # vllm/entrypoints/common/cli_args.py FrontendArgs.uds).
         socket_flag="--uds",
+        # V1's API server runs the engine in a child it starts before it listens (AsyncLLM's
+        # client is always multiprocess: v1/engine/core_client.py make_client, "Running
+        # EngineCore in asyncio without multiprocessing is not currently supported", v0.11.0 to
+        # 0.28.0), retitled
+        # `{VLLM_PROCESS_NAME_PREFIX}::EngineCore` (`_DP<n>` with data parallelism; v1/engine/
+        # core.py run_engine_core). V0, which ran without one, is gone from v0.11.0 on (its
+        # removal, vllm-project/vllm#25033); 0.8 to 0.10 could still fall back to it.
+        engine_worker=EngineWorker(title=r"::EngineCore", name="VLLM::EngineCore", versions=">=0.11"),
     ),
     # `--config FILE.yaml`: keys are flag names; the command line wins (vLLM 0.33.0,
     # vllm/utils/argparse_utils.py FlexibleArgumentParser._pull_args_from_config).

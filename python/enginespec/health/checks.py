@@ -22,6 +22,7 @@ import enginespec.process.sockets as sockets
 from enginespec._host.root import HOST_ROOT
 from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
 from enginespec.errors import EngineExited, NotReady
+from enginespec.health.engineworker import missing_engine_worker
 from enginespec.health.reaching import (
     CheckTarget,
     PeerMismatch,
@@ -248,7 +249,17 @@ async def _run(t: CheckTarget, probe: _Probe, timeout: float) -> Health:
             except asyncio.TimeoutError:
                 reply = _Reply(failure="timeout", detail="timed out")
             step = _advance(probe, reply)
-    return step
+    return await _judged(t, step)
+
+
+async def _judged(t: CheckTarget, health: Health) -> Health:
+    """``health``, or ``unhealthy`` for a scanned server that answers ready without the worker
+    its engine always runs (see :mod:`enginespec.health.engineworker`; it reads ``/proc``: in a
+    thread)."""
+    if health.state != "ready" or t.process is None or t.given_url or t.spec.serving.engine_worker is None:
+        return health
+    why = await asyncio.to_thread(missing_engine_worker, t.spec, t.process)
+    return health if why is None else health.model_copy(update={"state": "unhealthy", "reason": why})
 
 
 async def _within(t: CheckTarget, job: Coroutine[Any, Any, Health], deadline: float | None) -> Health:

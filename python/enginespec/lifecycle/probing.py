@@ -22,6 +22,7 @@ from enginespec.config import Config
 from enginespec.definition.launching import PYTHON_NAME, Launcher, resolve_launcher
 from enginespec.definition.records import EngineDefinition
 from enginespec.errors import HelpError
+from enginespec.process.packages import installed_version
 from enginespec.process.record import EngineProcess
 from enginespec.untrusted.documents import DocumentError, parse_json
 from enginespec.untrusted.safewrite import replace_file
@@ -147,64 +148,6 @@ def python_of_process(pid: int, root: HostRoot = HOST_ROOT) -> Path | None:
     return exe if PYTHON_NAME.fullmatch(exe.name) else None
 
 
-#: Most of ``/proc/PID/maps`` read, site directories listed, and entries looked at in each.
-_MAX_MAPS_BYTES = 1 << 24
-_MAX_SITES = 64
-_MAX_ENTRIES = 10_000
-#: Most of a METADATA file read: its header comes first.
-_MAX_METADATA_HEAD = 1 << 16
-
-
-def _mapped_site_dirs(pid: int, root: HostRoot) -> list[str]:
-    """The site-packages directories a running Python loaded extension modules from (as paths
-    inside the process's root), from the kernel's ``/proc/PID/maps``."""
-    try:
-        lines = root.read(pid, "maps", _MAX_MAPS_BYTES).split(b"\n")
-    except OSError:
-        return []
-    found: dict[str, None] = {}
-    for line in lines:
-        path = os.fsdecode(line.partition(b"/")[2]).rstrip()
-        for marker in ("/site-packages/", "/dist-packages/"):
-            head, sep, _rest = ("/" + path).partition(marker)
-            if sep:
-                found.setdefault(head + marker.rstrip("/"), None)
-    return list(found)[:_MAX_SITES]
-
-
-def _metadata_version(head: bytes) -> str | None:
-    """The ``Version:`` of a METADATA (or PKG-INFO) header: the lines before the first blank one."""
-    for line in head.decode("utf-8", "replace").splitlines():
-        if not line.strip():
-            break
-        name, _, value = line.partition(":")
-        if name.strip().lower() == "version" and 0 < len(value.strip()) <= 128:
-            return value.strip()
-    return None
-
-
-def _versions_from_files(
-    pid: int, sites: Sequence[str], distributions: Sequence[str], root: HostRoot
-) -> str | None:
-    """The first installed version of ``distributions`` in ``sites`` of process ``pid``, read from
-    the dist-info (or egg-info) files there as its owner would read them, inside its root (see
-    :mod:`enginespec._host.namedfiles`): nothing is run."""
-    wanted = {_normalise(name) for name in distributions}
-    for site in sites:
-        for entry in root.list_named(pid, site, _MAX_ENTRIES) or ():
-            for suffix, metadata in ((".dist-info", "METADATA"), (".egg-info", "PKG-INFO")):
-                if entry.endswith(suffix) and _normalise(entry[: -len(suffix)].split("-")[0]) in wanted:
-                    read = root.read_named(pid, f"{site}/{entry}/{metadata}", _MAX_METADATA_HEAD, whole=False)
-                    version = _metadata_version(read.data) if read.data is not None else None
-                    if version is not None:
-                        return version
-    return None
-
-
-def _normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
-
-
 def probe_binary(
     definition: EngineDefinition, path: str | os.PathLike[str], timeout: float = 10.0
 ) -> BinaryProbeResult:
@@ -275,9 +218,7 @@ def running_info(definition: EngineDefinition, running: EngineProcess) -> Runtim
     python = python_of_process(running.pid, root)
     version = None
     if not definition.is_binary:
-        version = _versions_from_files(
-            running.pid, _mapped_site_dirs(running.pid, root), definition.package.distributions, root
-        )
+        version = installed_version(running.pid, definition.package.distributions, root)
     return RuntimeInfo(
         engine=definition.id,
         installed=True,
