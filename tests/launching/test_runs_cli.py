@@ -260,3 +260,104 @@ def test_records_that_are_not_records_are_said_and_skipped(tmp_path: Path, data:
     assert enginespec("stop", "linked", env=data).returncode == 2
     assert pid_alive(record.pid)
     assert enginespec("stop", "good", env=data).returncode == 0
+
+
+def test_restart_of_an_engine_no_run_keeps_makes_it_a_run(tmp_path: Path, data: dict[str, str]) -> None:
+    """`restart :PORT` of an engine started elsewhere (here by the test, its output to a file):
+    a detached run stops it and starts its command again as its owner, with its environment and
+    working directory, and keeps it from then on (runs, logs, stop and restart by the name)."""
+    from enginespec import get_engine_spec
+    from helpers.lifecycle_fakes import fake_recipe, install_fake, kill_quietly
+
+    port = free_port()
+    recipe = fake_recipe(install_fake(tmp_path), port, "serve")
+    argv = get_engine_spec("llamacpp").build_command(recipe)
+    with open(tmp_path / "elsewhere.out", "wb") as file:
+        popen = subprocess.Popen(
+            argv,
+            stdout=file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=tmp_path,
+            env={**os.environ, "FAKE_MODE": "serve", "FAKE_LIFETIME": "60", "FAKE_TICK": "0.1"},
+            start_new_session=True,
+        )
+    try:
+        wait_for(lambda: enginespec("health", f":{port}", env=data).returncode == 0, timeout=60)
+        command = Path(f"/proc/{popen.pid}/cmdline").read_bytes()  # the interpreter's, for a script
+        restarted = enginespec(
+            "restart", f":{port}", "--name", "elsewhere", "--grace", "5s", env=data, timeout=180
+        )
+        assert restarted.returncode == 0, restarted.stderr
+        assert popen.wait(timeout=20) == -signal.SIGTERM  # the old process, stopped
+        record = _record(data, "elsewhere")
+        assert record.pid != popen.pid
+        assert record.detached
+        assert record.recipe == ""
+        said = restarted.stdout.decode()
+        old, new = popen.pid, record.pid
+        assert said == f"restarted {record.instance_id}: pid {old} -> pid {new}, kept by the run elsewhere\n"
+        assert b"enginespec logs elsewhere -f" in restarted.stderr
+        # the same command, environment and working directory, as its owner
+        assert Path(f"/proc/{record.pid}/cmdline").read_bytes() == command
+        assert b"FAKE_TICK=0.1" in Path(f"/proc/{record.pid}/environ").read_bytes().split(b"\0")
+        assert os.readlink(f"/proc/{record.pid}/cwd") == str(tmp_path)
+        wait_for(lambda: _record(data, "elsewhere").state == "ready", timeout=60)
+        assert [run["name"] for run in json.loads(enginespec("runs", "--json", env=data).stdout)] == [
+            "elsewhere"
+        ]
+        assert b"tick" in enginespec("logs", "elsewhere", "-n", "5", env=data).stdout
+        # from now on a run: its name restarts it through that run, by pid too
+        again = enginespec("restart", str(record.pid), env=data, timeout=120)
+        assert again.returncode == 0, again.stderr
+        assert _record(data, "elsewhere").restarts == 1
+        assert enginespec("stop", "elsewhere", env=data).returncode == 0
+    finally:
+        if popen.poll() is None:
+            popen.kill()
+        popen.wait()
+        for found in runrecords.records(Path(data["ENGINESPEC_DATA_DIR"]))[0]:
+            kill_quietly(found.pid) if pid_alive(found.pid) else None
+
+
+def test_restart_of_what_is_no_engine_says_so(tmp_path: Path, data: dict[str, str]) -> None:
+    nothing = enginespec("restart", f":{free_port()}", env=data, timeout=60)
+    assert nothing.returncode == 2
+    assert b"enginespec restart: " in nothing.stderr
+    assert runrecords.records(Path(data["ENGINESPEC_DATA_DIR"]))[0] == []
+    bad = enginespec("restart", "nothing-here", "--name", "../x", env=data, timeout=60)
+    assert bad.returncode == 2
+
+
+def test_root_restarts_another_users_engine_as_that_user(
+    procs: Procs, data: dict[str, str], nobody_idle: Path, nobody_dir: Path
+) -> None:
+    """What another user's process named is run again as that user, never as root."""
+    import pwd
+
+    port = free_port()
+    engine = procs.start(
+        ["llama-server", "-m", "/models/m.gguf", "--port", str(port)],
+        executable=nobody_idle,
+        user="nobody",
+        cwd=nobody_dir,
+    )
+    restarted = enginespec(
+        "restart",
+        str(engine.pid),
+        "--name",
+        "theirs",
+        "--grace",
+        "2s",
+        "--ready-timeout",
+        "30s",
+        env=data,
+        timeout=120,
+    )
+    assert restarted.returncode == 0, restarted.stderr
+    record = _record(data, "theirs")
+    assert record.pid != engine.pid
+    status = Path(f"/proc/{record.pid}/status").read_text()
+    uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
+    assert set(uids) == {str(pwd.getpwnam("nobody").pw_uid)}
+    assert os.readlink(f"/proc/{record.pid}/cwd") == str(nobody_dir)

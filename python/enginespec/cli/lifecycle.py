@@ -92,11 +92,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
             fail("run", taken)
             runs.report(args, f"error: {taken}")
             return 2
-        if args.detach:
+        if args.restart_of is not None:
+            engine = _restarted(args)
+        elif args.recipe is None:
+            fail("run", "a recipe file is needed (enginespec run RECIPE)")
+            return 2
+        elif args.detach:
             Recipe.from_file(args.recipe)  # a bad recipe is said here, not by the detached run
             return runs.detach(args)
-        recipe = Recipe.from_file(args.recipe)
-        engine = launch(recipe, log_dir=_log_dir(args))
+        else:
+            engine = launch(Recipe.from_file(args.recipe), log_dir=_log_dir(args))
     except LaunchFailed as failed:
         _print_failure(failed.failure, args.json)
         runs.report(args, f"error: failed to start: {failed.failure.summary()}")
@@ -149,6 +154,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def _restarted(args: argparse.Namespace) -> RunningEngine:
+    """``enginespec restart`` of an engine no run kept (``--restart-of PID:TICKS``): that very
+    process (its start checked), adopted, stopped and started again as this run's child."""
+    from enginespec.cli.targets import find
+    from enginespec.errors import InvalidInputError
+    from enginespec.lifecycle.running import adopt
+
+    pid, _, ticks = args.restart_of.partition(":")
+    if not (pid.isdigit() and ticks.isdigit()):
+        raise InvalidInputError(f"--restart-of: {args.restart_of!r} is not PID:TICKS")
+    process = find(pid)
+    if process.pid != int(pid) or process._start_ticks != int(ticks):
+        raise InvalidInputError(f"pid {pid}: the engine to restart is gone")
+    engine = adopt(process, log_dir=_log_dir(args))
+    engine.restart(grace=args.grace)
+    return engine
 
 
 def _follow_run(
@@ -344,7 +367,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "enginespec run recipe.toml                  # until Ctrl-C",
         "enginespec run recipe.toml --quiet --timeout 1200",
     )
-    run.add_argument("recipe", help="recipe file (.toml, .yaml, .yml or .json)")
+    run.add_argument("recipe", nargs="?", help="recipe file (.toml, .yaml, .yml or .json)")
     run.add_argument("--timeout", type=duration, default=600.0, help="how long to wait for ready")
     run.add_argument(
         "--stall-timeout", type=duration, default=None, help="give up after this long without progress"
@@ -377,6 +400,8 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     )
     # how a detached run tells the `run --detach` that started it how the start went
     run.add_argument("--report-fd", type=int, default=None, help=argparse.SUPPRESS)
+    # `enginespec restart` of an engine no run keeps: this run adopts and restarts it (PID:TICKS)
+    run.add_argument("--restart-of", default=None, help=argparse.SUPPRESS)
     run.set_defaults(handler=_cmd_run)
     stop = command(
         "stop",

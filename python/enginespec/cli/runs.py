@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import signal
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from enginespec.cli.args import duration
+from enginespec.cli.args import duration, grace
 from enginespec.cli.common import fail
 from enginespec.display import age, literal
 
@@ -64,7 +65,8 @@ class Recorder:
             return  # the engine is gone already: its outcome is said on stderr
         self.record = RunRecord(
             name=args.name or engine.instance_id,
-            recipe=os.path.abspath(args.recipe),
+            # a restarted engine's run has no recipe: its command was the engine's own
+            recipe=os.path.abspath(args.recipe) if args.recipe else "",
             engine=engine.engine,
             instance_id=engine.instance_id,
             pid=engine.pid,
@@ -133,8 +135,21 @@ def detach(args: argparse.Namespace) -> int:
     """``run --detach``: the same ``run`` in a session of its own, its output to nowhere (the
     engine's log is kept by it, under the log dir), so that it outlives this terminal; prints the
     run's name once the engine started."""
+    name, why = start_detached(args, [os.path.abspath(args.recipe)])
+    if name is not None:
+        print(literal(name), flush=True)
+        fail("run", f"running in the background as {literal(name)}: enginespec logs {literal(name)} -f")
+        return 0
+    fail("run", why)
+    return 1
+
+
+def start_detached(args: argparse.Namespace, source: list[str]) -> tuple[str | None, str]:
+    """Starts ``enginespec run SOURCE`` (a recipe, or ``--restart-of PID:TICKS``) with ``args``'s
+    options in a session of its own, and waits for it to say it started the engine: (the run's
+    name, "") once it did, else (``None``, why not)."""
     read_end, write_end = os.pipe()
-    argv = [sys.executable, "-m", "enginespec.cli", "run", os.path.abspath(args.recipe), "-q"]
+    argv = [sys.executable, "-m", "enginespec.cli", "run", *source, "-q"]
     argv += ["--report-fd", str(write_end), "--timeout", str(args.timeout), "--grace", str(args.grace)]
     for flag, value in (("--stall-timeout", args.stall_timeout), ("--name", args.name)):
         if value is not None:
@@ -164,16 +179,14 @@ def detach(args: argparse.Namespace) -> int:
         os.close(read_end)
     line = said.split(b"\n", 1)[0].decode("utf-8", "replace")
     if line.startswith("started "):
-        name = line.removeprefix("started ")
-        print(literal(name), flush=True)
-        fail("run", f"running in the background as {literal(name)}: enginespec logs {literal(name)} -f")
-        return 0
+        return line.removeprefix("started "), ""
     if child.poll() is None and not line:
-        fail("run", f"no word from the detached run (pid {child.pid}) in {DETACH_WAIT_SECONDS:.0f} s")
-        return 1
-    why = literal(line.removeprefix("error: ")) or "the detached run ended before it started the engine"
-    fail("run", why)
-    return child.wait(timeout=30) or 1
+        return None, f"no word from the detached run (pid {child.pid}) in {DETACH_WAIT_SECONDS:.0f} s"
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(timeout=30)
+    return None, literal(
+        line.removeprefix("error: ")
+    ) or "the detached run ended before it started the engine"
 
 
 def _signal_run(record: RunRecord) -> str | None:
@@ -207,19 +220,22 @@ def _signal_run(record: RunRecord) -> str | None:
 def _cmd_restart(args: argparse.Namespace) -> int:
     from enginespec.lifecycle import runrecords
 
-    try:
-        name = runrecords.checked_name(args.name)
-    except ValueError as err:
-        fail("restart", err)
+    target = args.target
+    record = runrecords.find(data_dir(args), target) if runrecords.NAME.fullmatch(target) else None
+    if record is None or (not record.supervised() and record.engine_alive()):
+        # an engine no run keeps (or whose run was killed): by pid, engine id, address
+        return _restart_engine(args, target if record is None else str(record.pid))
+    if args.name:
+        fail("restart", f"--name: {target!r} is a run already (its name stays)")
         return 2
-    record = runrecords.find(data_dir(args), name)
-    if record is None:
-        fail(
-            "restart",
-            f"{name!r} is no run's name (enginespec runs -a lists them): restart takes the name of "
-            "a run of `enginespec run`; the agent's POST /v1/engines/ID/restart restarts any engine",
-        )
-        return 2
+    return _restart_run(args, record)
+
+
+def _restart_run(args: argparse.Namespace, record: RunRecord) -> int:
+    """Tells the ``run`` that keeps ``record``'s engine to restart it, and waits until it did."""
+    from enginespec.lifecycle import runrecords
+
+    name = record.name
     if not record.supervised():
         fail("restart", f"the run {name!r} is not running: {record.outcome or 'its run is gone'}")
         return 1
@@ -241,6 +257,57 @@ def _cmd_restart(args: argparse.Namespace) -> int:
         time.sleep(0.1)
     fail("restart", f"the run {name!r} did not say it restarted (enginespec runs -a; enginespec logs {name})")
     return 1
+
+
+def _restart_engine(args: argparse.Namespace, target: str) -> int:
+    """Restarts an engine no run keeps: a detached ``run`` adopts it, stops it and starts its
+    command again (as its owner, with its environment and working directory, read from
+    ``/proc``), and from then on keeps it as a run (``--name``, else its engine id), its log in
+    the log dir."""
+    from enginespec.cli.targets import find
+    from enginespec.errors import InvalidInputError
+    from enginespec.lifecycle import runrecords
+
+    try:
+        process = find(target)
+    except InvalidInputError as err:
+        fail("restart", err)
+        return 2
+    records, _problems = runrecords.records(data_dir(args))
+    for record in records:
+        if record.pid == process.pid and record.start_ticks == process._start_ticks and record.supervised():
+            if args.name:
+                fail("restart", f"--name: the run {record.name!r} keeps this engine already (its name stays)")
+                return 2
+            return _restart_run(args, record)  # its run restarts it, its log kept on
+    name = args.name or process.instance_id
+    try:
+        runrecords.checked_name(name)
+        taken = name_in_use(argparse.Namespace(name=name, data_dir=args.data_dir))
+    except InvalidInputError as err:
+        fail("restart", err)
+        return 2
+    if taken is not None:
+        fail("restart", taken)
+        return 2
+    options = argparse.Namespace(
+        name=name,
+        timeout=args.ready_timeout,
+        grace=args.grace,
+        stall_timeout=None,
+        log_dir=None,
+        data_dir=args.data_dir,
+    )
+    started, why = start_detached(options, ["--restart-of", f"{process.pid}:{process._start_ticks}"])
+    if started is None:
+        fail("restart", f"{process.instance_id} (pid {process.pid}): {why}")
+        return 1
+    now = runrecords.find(data_dir(args), started)
+    new = f"pid {now.pid}" if now is not None else "a new pid"
+    engine = literal(process.instance_id)
+    print(f"restarted {engine}: pid {process.pid} -> {new}, kept by the run {literal(started)}")
+    fail("restart", f"its log: enginespec logs {literal(started)} -f; enginespec runs lists it")
+    return 0
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
@@ -316,20 +383,45 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     runs.set_defaults(handler=_cmd_runs)
     restart = command(
         "restart",
-        "restart the engine of a run, by the run's name",
-        "Tells the `enginespec run` that keeps the engine (in the foreground or --detach) to stop it "
-        "(SIGTERM, SIGKILL after the run's --grace) and start the same command again, its log kept "
-        "on; waits until the run says it did. A run is restarted once it is ready.",
+        "restart an engine: a run's, by its name, or any, by pid, engine id or address",
+        "A run's engine (in the foreground or --detach): tells the `enginespec run` that keeps it to "
+        "stop it (SIGTERM, SIGKILL after the run's --grace) and start the same command again, its "
+        "log kept on, and waits until the run says it did; a run is restarted once it is ready. "
+        "Any other engine (a pid, an engine id, :PORT, HOST:PORT or a URL): a detached run stops it "
+        "(SIGTERM, SIGKILL after --grace) and starts its command again as its owner, with the "
+        "environment and working directory it had (read from /proc: root, or its owner, may), and "
+        "keeps it from then on as a run named --name (default: its engine id), its log in the data "
+        "dir, as `run --detach` does; says so once the new process started.",
         "enginespec run recipe.toml --detach --name qwen",
         "enginespec restart qwen",
+        "enginespec restart :8001 --name qwen-8001",
     )
-    restart.add_argument("name", metavar="NAME", help="the run's name (enginespec runs lists them)")
+    restart.add_argument(
+        "target",
+        metavar="TARGET",
+        help="a run's name (enginespec runs), pid, engine id, :PORT, HOST:PORT or URL",
+    )
     restart.set_defaults(handler=_cmd_restart)
     restart.add_argument(
         "--timeout",
         type=duration,
         default=60.0,
-        help="how long to wait for the run to say it restarted (its own --grace included)",
+        help="how long to wait for a run to say it restarted its engine (its own --grace included)",
+    )
+    restart.add_argument(
+        "--name", help="for an engine no run keeps: the name of the run that keeps it from then on"
+    )
+    restart.add_argument(
+        "--grace",
+        type=grace,
+        default=10.0,
+        help="for an engine no run keeps: time between SIGTERM and SIGKILL; 0: at once",
+    )
+    restart.add_argument(
+        "--ready-timeout",
+        type=duration,
+        default=600.0,
+        help="for an engine no run keeps: how long its new run waits for it to be ready",
     )
     for sub in (runs, restart):
         sub.add_argument(
