@@ -350,8 +350,13 @@ def test_other_users_config_and_environment_are_shown_to_their_owner_and_root_on
                 )
                 text = fetched_as(ATTACKER, shared, metrics_port, "get", "/metrics").decode()
                 assert not any(secret in text for secret in secrets), metrics_port
-                assert "enginespec_engine_withheld{engine_id=" in text
-                assert 'field="model"} 1.0' in text
+                withheld = [
+                    line for line in text.splitlines() if line.startswith("enginespec_engine_withheld{")
+                ]
+                assert any('field="model"' in line and line.endswith("} 1.0") for line in withheld), text
+                # the engine's identifying labels are on it, its model emptied where it is withheld
+                assert all('engine_id="' in line for line in withheld)
+                assert all('model=""' in line for line in withheld if 'field="model"' in line)
                 assert "age:" in text.lower()
             # the exporter's token shows the scraper everything
             held = fetched_as(ATTACKER, shared, exporter_port, "get", "/metrics", token).decode()

@@ -35,7 +35,7 @@ def _backend() -> str:
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     import argparse
 
-    from enginespec.cli import engines, fleet, inspecting, lifecycle, models, ps, runs, watch
+    from enginespec.cli import engines, fleet, inspecting, lifecycle, models, ps, runs, served, watch
     from enginespec.cli.common import ENGINE_LIST
     from enginespec.cli.helptext import Formatter, examples
 
@@ -85,6 +85,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         lifecycle.add_commands,
         runs.add_commands,
         models.add_commands,
+        served.add_commands,
         engines.add_parse,
     )
     for add in adders:

@@ -299,6 +299,25 @@ class Serving(_Record):
     engine_worker: EngineWorker | None = None
 
 
+ModelListKind = Literal["fixed", "llamacpp_router", "ollama", "openai", "sglang"]
+
+
+class ModelList(_Record):
+    """Where a server says which models it serves now, and in what state; ``kind`` says how its
+    answers read (:mod:`enginespec.health.servedmodels`): ``fixed``, one model fixed at start,
+    which its argv names (no request); ``llamacpp_router``, llama.cpp's router ``GET /models``,
+    each model with a ``status`` (a server started with a model is ``fixed``); ``ollama``, the
+    loaded models at ``path`` (``/api/ps``) and those it could load at ``available_path``
+    (``/api/tags``); ``openai``, the models at ``path`` (``/v1/models``) and, at
+    ``sleeping_path``, whether the server sleeps (vLLM ``/is_sleeping``); ``sglang``, the one
+    model of ``/get_model_info``."""
+
+    kind: ModelListKind = "fixed"
+    path: str = Field(default="/v1/models", pattern=r"^/")
+    available_path: str | None = Field(default=None, pattern=r"^/")
+    sleeping_path: str | None = Field(default=None, pattern=r"^/")
+
+
 class LoadMetrics(_Record):
     """Where a server reports its load, and what each normalized figure is called there: the
     names of Prometheus samples, the first one present wins (an old name after its new one).
@@ -392,6 +411,8 @@ class EngineDefinition(BaseModel):
     #: the messages that say why a start failed (see :mod:`enginespec.failures`).
     failures: Failures = Failures()
     load: LoadMetrics = LoadMetrics(note="enginespec knows no load reading of this server")
+    #: where it says which models it serves now (one fixed at start, unless it says otherwise).
+    models: ModelList = ModelList()
 
     @model_validator(mode="after")
     def _check(self) -> EngineDefinition:

@@ -20,6 +20,7 @@ from enginespec.definition.records import (
     HealthRule,
     Launch,
     LoadMetrics,
+    ModelList,
     Package,
     Serving,
     Settings,
@@ -250,6 +251,12 @@ SPEC = LlamaCppSpec(
     # (server-context.cpp, `callback_on_reset` -> `metrics_on_prediction`, in the llama.cpp that
     # llama-cpp-python 0.3.35 vendors), so a long generation moves no token counter:
     # `n_decode_total` (one per `llama_decode`, `metrics_post_decode`) shows that it works.
+    # Router mode (no model in argv; ggml-org/llama.cpp PR #17470, Dec 2025): GET /models lists
+    # every model it knows with `status.value` one of downloading, downloaded, unloaded, loading,
+    # loaded, sleeping (tools/server/server-models.h server_model_status_to_string; `sleeping`
+    # from PR #20849, Mar 2026), a failed load `unloaded` with `exit_code` and `failed`, and the
+    # child's argv in `status.args` (its `--port`). A server started with a model is `fixed`.
+    models=ModelList(kind="llamacpp_router", path="/models"),
     load=LoadMetrics(
         kind="prometheus",
         enable_flag="--metrics",

@@ -11,7 +11,7 @@ import re
 
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.modelrecords import Files
-from enginespec.definition.records import HealthRule, Launch, LoadMetrics, Serving, Settings
+from enginespec.definition.records import HealthRule, Launch, LoadMetrics, ModelList, Serving, Settings
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
 from enginespec.models.files import HOST, ModelError, read_capped
@@ -176,6 +176,10 @@ SPEC = OllamaSpec(
     failures=FAILURES,
     # No Prometheus metrics and no request counts (v0.33.0-rc2 fb307609): `GET /api/ps` lists the
     # loaded models (api/types.go ProcessModelResponse), which is all the load it tells.
+    # /api/ps: the loaded models, with `size_vram` and `expires_at` (RFC 3339); /api/tags: the
+    # models it could load (v0.32.15 api/types.go ProcessModelResponse, ListModelResponse;
+    # server/routes.go PsHandler, ListHandler).
+    models=ModelList(kind="ollama", path="/api/ps", available_path="/api/tags"),
     load=LoadMetrics(
         kind="ollama_ps", path="/api/ps", note="Ollama reports the models it has loaded, no request counts"
     ),

@@ -9,6 +9,7 @@ from enginespec.definition.records import (
     HealthRule,
     Launch,
     LoadMetrics,
+    ModelList,
     Package,
     Serving,
     Settings,
@@ -154,6 +155,9 @@ SPEC = EngineSpec(
     # SchedulerMetricsCollector and TokenizerMetricsCollector; SGLang's
     # docs/references/production_metrics.md):
     # `sglang:token_usage` is the share of the KV pool's tokens in use, 0..1.
+    # /get_model_info: `{"model_path", "tokenizer_path", "is_generation", ...}`, its one model
+    # (python/sglang/srt/entrypoints/http_server.py get_model_info).
+    models=ModelList(kind="sglang", path="/get_model_info"),
     load=LoadMetrics(
         kind="prometheus",
         enable_flag="--enable-metrics",

@@ -20,6 +20,7 @@ from enginespec.definition.records import (
     Flags,
     Launch,
     LoadMetrics,
+    ModelList,
     Package,
     Serving,
     Settings,
@@ -439,6 +440,11 @@ SPEC = VllmSpec(
     # a fraction 0..1 despite `_perc`. `vllm:kv_cache_usage_perc` is the name since v0.10; the
     # older `vllm:gpu_cache_usage_perc` (the only one before, deprecated beside it in v0.10,
     # later dropped) is read when the new one is absent.
+    # /v1/models: the served names (`id`; a LoRA adapter has `parent`, its base's name;
+    # vllm/entrypoints/openai/serving_models.py show_available_models); /is_sleeping:
+    # `{"is_sleeping": bool}`, only with VLLM_SERVER_DEV_MODE=1 (vllm/entrypoints/serve/sleep/
+    # api_router.py; before, the same routes in entrypoints/openai/api_server.py).
+    models=ModelList(kind="openai", path="/v1/models", sleeping_path="/is_sleeping"),
     load=LoadMetrics(
         kind="prometheus",
         requests_running=("vllm:num_requests_running",),

@@ -21,7 +21,6 @@ import math
 import os
 import time
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -32,9 +31,6 @@ from enginespec.errors import InvalidInputError, warn_renamed
 from enginespec.process.liveness import process_alive
 from enginespec.process.record import INSTANCE_ID_WHY, WIRE_INSTANCE_ID, EngineProcess
 from enginespec.untrusted.boundary import contained_async
-
-if TYPE_CHECKING:
-    import httpx
 
 #: The most of a metrics answer read (vLLM's, with every histogram of 8 engine cores, is ~1 MB).
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
@@ -261,51 +257,6 @@ def _ratio(found: dict[str, list[float]], names: Sequence[str]) -> float | None:
     return sum(values) / len(values)
 
 
-async def _get(t: reaching.CheckTarget, path: str, timeout: float) -> tuple[int | None, bytes, str]:
-    """(status, body up to MAX_ANSWER_BYTES, failure detail) of one GET, the whole request
-    bounded by ``timeout`` (a server that trickles cannot hold it longer). Sent only to a socket
-    the engine's own tree holds, found as a health check finds it (``reaching.endpoint_of``): an
-    address from a process is never contacted on its word."""
-    import httpx
-
-    if t.base_url is None:
-        return None, b"", "no usable listen address: not contacted"
-    where, (_state, why) = await asyncio.to_thread(reaching.endpoint_of, t)
-    if where is None:
-        return None, b"", why
-    request = reaching.Request("GET", path, where, authorized=True)
-    headers = {**reaching.auth_headers(t, request), "Accept-Encoding": "identity"}
-
-    async def read(client: httpx.AsyncClient) -> tuple[int, bytes]:
-        async with client.stream("GET", where.url + path, headers=headers) as response:
-            chunks, size = [], 0
-            async for chunk in response.aiter_raw():
-                chunks.append(chunk)
-                size += len(chunk)
-                if size >= MAX_ANSWER_BYTES:
-                    raise _TooLarge
-            return response.status_code, b"".join(chunks)
-
-    try:
-        async with httpx.AsyncClient(
-            transport=reaching.transport(where), timeout=httpx.Timeout(timeout)
-        ) as client:
-            status, body = await asyncio.wait_for(read(client), timeout)
-            return status, body, ""
-    except _TooLarge:
-        return None, b"", f"answer larger than {MAX_ANSWER_BYTES} bytes"
-    except (asyncio.TimeoutError, httpx.TimeoutException):
-        return None, b"", f"no answer within {timeout:g}s"
-    except reaching.PeerMismatch as err:
-        return None, b"", str(err)
-    except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, ValueError) as err:
-        return None, b"", f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-
-
-class _TooLarge(Exception):
-    pass
-
-
 def not_owned(process: EngineProcess, base_url: str | None) -> str | None:
     """Why what answers at ``base_url`` may not be this engine (see health's
     ``ownership_problem``), or ``None``. The scan's tree first; the whole of ``/proc`` (workers
@@ -378,7 +329,7 @@ async def _read(
     if t.base_url is None:
         return unread("no usable listen address")
     source = t.base_url.rstrip("/") + metrics.path
-    status, body, detail = await _get(t, metrics.path, timeout)
+    status, body, detail = await reaching.fetch(t, metrics.path, timeout, MAX_ANSWER_BYTES)
     if status != 200:
         return unread(_missing_reason(t, status, detail), source)
     problem = not_owned(process, t.base_url) if owner and process is not None else None

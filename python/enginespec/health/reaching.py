@@ -286,3 +286,51 @@ def blocking(job: Coroutine[Any, Any, _Result]) -> _Result:
         return asyncio.run(job)
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, job).result()
+
+
+async def fetch(
+    t: CheckTarget, path: str, timeout: float, limit: int, *, method: str = "GET", body: bytes | None = None
+) -> tuple[int | None, bytes, str]:
+    """(status, body, failure detail) of one request to ``path``, the whole request bounded by
+    ``timeout`` (a server that trickles cannot hold it longer) and its answer by ``limit`` bytes
+    (a larger one is a failure, not read further). Sent only to a socket the engine's own tree
+    holds, found as a health check finds it (:func:`endpoint_of`): an address from a process is
+    never contacted on its word."""
+    import httpx
+
+    if t.base_url is None:
+        return None, b"", "no usable listen address: not contacted"
+    where, (_state, why) = await asyncio.to_thread(endpoint_of, t)
+    if where is None:
+        return None, b"", why
+    request = Request(method, path, where, authorized=True)
+    headers = {**auth_headers(t, request), "Accept-Encoding": "identity"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+
+    async def read(client: httpx.AsyncClient) -> tuple[int, bytes]:
+        async with client.stream(method, where.url + path, headers=headers, content=body) as response:
+            chunks, size = [], 0
+            async for chunk in response.aiter_raw():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    raise _TooLarge
+            return response.status_code, b"".join(chunks)
+
+    try:
+        async with httpx.AsyncClient(transport=transport(where), timeout=httpx.Timeout(timeout)) as client:
+            status, answer = await asyncio.wait_for(read(client), timeout)
+            return status, answer, ""
+    except _TooLarge:
+        return None, b"", f"answer larger than {limit} bytes"
+    except (asyncio.TimeoutError, httpx.TimeoutException):
+        return None, b"", f"no answer within {timeout:g}s"
+    except PeerMismatch as err:
+        return None, b"", str(err)
+    except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, ValueError) as err:
+        return None, b"", f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+
+
+class _TooLarge(Exception):
+    """An answer over its limit."""

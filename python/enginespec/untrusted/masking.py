@@ -26,3 +26,20 @@ def is_secret_name(name: str) -> bool:
 def mask_mapping(values: Mapping[str, object]) -> dict[str, object]:
     """The mapping with the values of secret names replaced by the mask."""
     return {name: REDACTED if is_secret_name(name) else value for name, value in values.items()}
+
+
+# A URL's password (`user:PASSWORD@`) and the values of its query parameters whose names say
+# secret, a signature or a credential (`?token=`, `X-Amz-Signature=`, `sig=`, `X-Goog-Credential=`).
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+(?=@)")
+_SECRET_QUERY = re.compile(
+    r"(?P<head>[?&](?:[A-Za-z0-9_.-]*?(?:token|key|secret|password|passwd|signature|sig|credential)))"
+    r"=[^&#\s]*",
+    re.IGNORECASE,
+)
+
+
+def mask_text(text: str) -> str:
+    """``text`` (a name an engine gave, which may be a URL) with the secrets a URL carries masked:
+    its password and the values of its secret-looking query parameters."""
+    text = _URL_PASSWORD.sub(lambda m: m.group("head") + REDACTED, text)
+    return _SECRET_QUERY.sub(lambda m: m.group("head") + "=" + REDACTED, text)

@@ -1,0 +1,424 @@
+"""What each engine serves right now: the models a server has loaded, is loading, sleeps with or
+could load, read through its own API and normalized into one :class:`ServedModels` whatever the
+engine.
+
+Where a server says so and how its answers read is data in its definition
+(:class:`enginespec.definition.records.ModelList`); this module reads it. An engine that serves
+one model fixed at start says nothing to ask: its argv names the model (``source`` is ``argv``).
+Every request goes only to a socket the engine's own tree holds (as a health check's, see
+:mod:`enginespec.health.reaching`), each answer is bounded in bytes, time and entries, and every
+name from it is masked and kept literally. A model's runner (the per-model child some engines
+start) is found among the scanned processes: its pid, port and the GPU bytes its tree holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+import time
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+import enginespec.health.reaching as reaching
+from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
+from enginespec.process.liveness import process_alive
+from enginespec.process.record import INSTANCE_ID_WHY, WIRE_INSTANCE_ID, EngineProcess
+from enginespec.untrusted.boundary import contained_async
+from enginespec.untrusted.documents import DocumentError, parse_json
+from enginespec.untrusted.masking import mask_text
+
+#: The most of one answer read (a router listing a few hundred models is ~200 KB).
+MAX_ANSWER_BYTES = 1 << 20
+#: The most models kept of one answer; the rest are counted in the reason.
+MAX_MODELS = 1024
+#: The most characters of a name kept (a longer one is cut, and says so).
+MAX_NAME_CHARS = 512
+
+ModelState = Literal["loaded", "loading", "sleeping", "unloaded", "failed"]
+MemorySource = Literal["gpu_ledger", "engine"]
+
+
+class ServedModel(BaseModel):
+    """One model of a server. ``name`` is as the engine names it (what a client sends), masked;
+    ``runner_pid`` and ``port`` are the per-model child's, where the engine runs one;
+    ``memory_bytes`` the GPU bytes that child's tree holds (``memory_source`` ``gpu_ledger``) or
+    the engine's own figure (``engine``); ``expires_at`` (Unix time) when the engine unloads it
+    unless it is used, where the engine keeps a TTL."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    state: ModelState
+    reason: str = ""
+    runner_pid: int | None = None
+    port: int | None = None
+    memory_bytes: int | None = None
+    memory_source: MemorySource | None = None
+    expires_at: float | None = None
+
+
+class ServedModels(BaseModel):
+    """What a server serves now. ``available``: the engine said (or, for a model fixed at start,
+    its argv says); else ``reason`` says why not. ``source`` is what was read (the URLs, or
+    ``argv``); ``reason`` also carries what was left out of an answer."""
+
+    model_config = ConfigDict(frozen=True, serialize_by_alias=True, populate_by_name=True)
+
+    engine: str
+    #: the key of the engine read; ``engine_id`` in the JSON form (see ``INSTANCE_ID_WHY``).
+    instance_id: str | None = Field(default=None, alias=WIRE_INSTANCE_ID, description=INSTANCE_ID_WHY)
+    pid: int | None = None
+    available: bool = False
+    reason: str = ""
+    source: str = "none"
+    models: tuple[ServedModel, ...] = ()
+    #: ``time.time()`` of the reading
+    read_at: float
+
+
+class _Answer(BaseModel):
+    """What one reading found: the models, what was read, and what was left out."""
+
+    models: list[ServedModel] = []
+    sources: list[str] = []
+    notes: list[str] = []
+
+
+def _name(value: object) -> str | None:
+    """A model name from an answer: a non-empty string, masked, cut at :data:`MAX_NAME_CHARS`."""
+    if not isinstance(value, str) or not value:
+        return None
+    return mask_text(value[:MAX_NAME_CHARS])
+
+
+def _entries(document: Any, key: str, notes: list[str]) -> list[dict[str, Any]]:
+    """The objects of ``document[key]`` (at most :data:`MAX_MODELS`; what is left out noted)."""
+    listed = document.get(key) if isinstance(document, dict) else None
+    if not isinstance(listed, list):
+        raise DocumentError(f"no list {key!r}")
+    objects = [item for item in listed if isinstance(item, dict)]
+    if len(objects) > MAX_MODELS:
+        notes.append(f"{len(objects) - MAX_MODELS} more models left out (at most {MAX_MODELS})")
+    return objects[:MAX_MODELS]
+
+
+def _port_in(args: object) -> int | None:
+    """The ``--port N`` of a child's argv as a router gives it (``status.args``)."""
+    if not isinstance(args, list):
+        return None
+    for flag, value in itertools.pairwise(args):
+        if flag == "--port" and isinstance(value, str) and value.isdigit() and 0 < int(value) < 65536:
+            return int(value)
+    return None
+
+
+def _expiry(value: object) -> float | None:
+    """An RFC 3339 time (Go's, up to nanoseconds) as Unix time; ``None`` when it is not one."""
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    # Python reads at most microseconds: the rest of the fraction goes
+    text = re.sub(r"(\.\d{6})\d+", r"\1", value.replace("Z", "+00:00"))
+    try:
+        found = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return found.timestamp() if found.tzinfo is not None else None
+
+
+#: llama.cpp router's `status.value` (tools/server/server-models.h) -> state, reason
+_ROUTER_STATES: dict[str, tuple[ModelState, str]] = {
+    "loaded": ("loaded", ""),
+    "loading": ("loading", ""),
+    "sleeping": ("sleeping", ""),
+    "unloaded": ("unloaded", ""),
+    "downloading": ("unloaded", "downloading"),
+    "downloaded": ("unloaded", "downloaded, not loaded"),
+}
+
+
+def _router_models(body: bytes, notes: list[str]) -> list[ServedModel]:
+    found = []
+    for entry in _entries(parse_json(body, max_bytes=MAX_ANSWER_BYTES), "data", notes):
+        name, status = _name(entry.get("id")), entry.get("status")
+        if name is None or not isinstance(status, dict):
+            continue
+        value = status.get("value")
+        if not isinstance(value, str) or value not in _ROUTER_STATES:
+            notes.append(f"{name}: a status enginespec does not know ({str(value)[:40]!r})")
+            continue
+        state, reason = _ROUTER_STATES[value]
+        code = status.get("exit_code")
+        if state == "unloaded" and (status.get("failed") is True or (isinstance(code, int) and code != 0)):
+            state, reason = "failed", f"its server exited ({code})" if isinstance(code, int) else "failed"
+        port = _port_in(status.get("args")) if state in ("loaded", "loading", "sleeping") else None
+        found.append(ServedModel(name=name, state=state, reason=reason, port=port))
+    return found
+
+
+def _ollama_loaded(body: bytes, notes: list[str]) -> list[ServedModel]:
+    found = []
+    for entry in _entries(parse_json(body, max_bytes=MAX_ANSWER_BYTES), "models", notes):
+        name, vram = _name(entry.get("name")), entry.get("size_vram")
+        if name is None:
+            continue
+        held = vram if isinstance(vram, int) and not isinstance(vram, bool) and 0 <= vram < 1 << 53 else None
+        found.append(
+            ServedModel(
+                name=name,
+                state="loaded",
+                memory_bytes=held,
+                memory_source="engine" if held is not None else None,
+                expires_at=_expiry(entry.get("expires_at")),
+            )
+        )
+    return found
+
+
+def _names_in(body: bytes, key: str, member: str, notes: list[str]) -> list[str]:
+    entries = _entries(parse_json(body, max_bytes=MAX_ANSWER_BYTES), key, notes)
+    return [name for entry in entries if (name := _name(entry.get(member))) is not None]
+
+
+def _openai_models(body: bytes, notes: list[str]) -> list[ServedModel]:
+    found = []
+    for entry in _entries(parse_json(body, max_bytes=MAX_ANSWER_BYTES), "data", notes):
+        name = _name(entry.get("id"))
+        if name is None:
+            continue
+        parent = _name(entry.get("parent"))
+        found.append(ServedModel(name=name, state="loaded", reason=f"adapter of {parent}" if parent else ""))
+    return found
+
+
+class _Reader:
+    """One reading of ``t``'s models (its process scanned), each request bounded by ``timeout``."""
+
+    def __init__(self, t: reaching.CheckTarget, process: EngineProcess, timeout: float) -> None:
+        self.t, self.process, self.timeout = t, process, timeout
+        self.answer = _Answer()
+
+    async def get(self, path: str) -> bytes | None:
+        """The body of a 200 answer to ``path``; ``None`` (and why, in the notes) otherwise."""
+        status, body, detail = await reaching.fetch(self.t, path, self.timeout, MAX_ANSWER_BYTES)
+        self.answer.sources.append(f"{(self.t.base_url or '').rstrip('/')}{path}")
+        if status != 200:
+            self.answer.notes.append(f"{path}: {detail or f'HTTP {status}'}")
+            return None
+        return body
+
+    def fixed(self) -> bool:
+        """The one model the argv names, ``loaded`` (``False`` when it names none)."""
+        p = self.process
+        name = p.served_model_name or p.model_name or p.model
+        if not name:
+            return False
+        self.answer.models.append(ServedModel(name=mask_text(name), state="loaded"))
+        self.answer.sources.append("argv")
+        return True
+
+    async def read(self) -> bool:
+        """Fills ``answer``; whether the engine said (or its argv says) what it serves."""
+        listing = self.t.spec.models
+        notes = self.answer.notes
+        if listing.kind == "fixed" or (listing.kind == "llamacpp_router" and self.process.model):
+            return self.fixed()
+        body = await self.get(listing.path)
+        if body is None:
+            return False
+        if listing.kind == "llamacpp_router":
+            self.answer.models = _router_models(body, notes)
+        elif listing.kind == "ollama":
+            self.answer.models = _ollama_loaded(body, notes)
+            await self._could_load(listing.available_path)
+        elif listing.kind == "openai":
+            self.answer.models = _openai_models(body, notes)
+            await self._sleeping(listing.sleeping_path)
+        else:  # sglang: its one model, under the name clients send
+            document = parse_json(body, max_bytes=MAX_ANSWER_BYTES)
+            path = _name(document.get("model_path") if isinstance(document, dict) else None)
+            name = self.process.served_model_name or path
+            if name is None:
+                raise DocumentError("no model_path")
+            self.answer.models = [ServedModel(name=mask_text(name), state="loaded")]
+        return True
+
+    async def _could_load(self, path: str | None) -> None:
+        body = None if path is None else await self.get(path)
+        if body is None or path is None:
+            return
+        loaded = {model.name for model in self.answer.models}
+        names = _names_in(body, "models", "name", self.answer.notes)
+        room = MAX_MODELS - len(self.answer.models)
+        more = [
+            ServedModel(name=name, state="unloaded") for name in dict.fromkeys(names) if name not in loaded
+        ]
+        self.answer.models += more[: max(room, 0)]
+
+    async def _sleeping(self, path: str | None) -> None:
+        # only a dev-mode server answers (else 404): what it does not say, it is not
+        status, body, _detail = (
+            (None, b"", "") if path is None else await reaching.fetch(self.t, path, self.timeout, 4096)
+        )
+        if status != 200 or path is None:
+            return
+        self.answer.sources.append(f"{(self.t.base_url or '').rstrip('/')}{path}")
+        try:
+            document = parse_json(body, max_bytes=4096)
+        except DocumentError:
+            self.answer.notes.append(f"{path}: not JSON")
+            return
+        if isinstance(document, dict) and document.get("is_sleeping") is True:
+            self.answer.models = [
+                m.model_copy(update={"state": "sleeping"}) if m.state == "loaded" else m
+                for m in self.answer.models
+            ]
+
+
+def _with_runners(
+    process: EngineProcess, models: list[ServedModel], processes: Sequence[EngineProcess]
+) -> list[ServedModel]:
+    """Each model with its runner (a child of ``process`` of role ``runner`` among ``processes``,
+    matched by port, else by the model it runs): its pid, port, and the GPU bytes its tree holds
+    when the GPU ledger knows them (they replace the engine's own figure)."""
+    runners = [p for p in processes if p.role == "runner" and p.ppid == process.pid]
+    if not runners:
+        return models
+    by_port = {r.effective_port: r for r in runners if r.effective_port is not None}
+    by_name: dict[str, EngineProcess] = {}
+    for runner in runners:
+        for name in (runner.served_model_name, runner.model_name):
+            if name:
+                by_name.setdefault(name, runner)
+                by_name.setdefault(name.removesuffix(":latest"), runner)
+    shown = []
+    for model in models:
+        found = by_port.get(model.port) if model.port is not None else None
+        found = found or by_name.get(model.name, by_name.get(model.name.removesuffix(":latest")))
+        if found is None or model.state == "unloaded":
+            shown.append(model)
+            continue
+        held = [use.memory_bytes for use in found.gpus if use.memory_bytes is not None]
+        update: dict[str, object] = {"runner_pid": found.pid, "port": model.port or found.effective_port}
+        if held:
+            update.update(memory_bytes=sum(held), memory_source="gpu_ledger")
+        shown.append(model.model_copy(update=update))
+    return shown
+
+
+def _unread(process: EngineProcess, reason: str, source: str = "none") -> ServedModels:
+    return ServedModels(
+        engine=process.engine,
+        instance_id=process.instance_id,
+        pid=process.pid,
+        reason=reason,
+        source=source,
+        read_at=time.time(),
+    )
+
+
+async def _served(
+    process: EngineProcess, timeout: float, processes: Sequence[EngineProcess] | None
+) -> ServedModels:
+    if not process_alive(process):
+        return _unread(process, "process is gone")
+    if process.role in NOT_SERVING_ROLES:
+        return _unread(process, f"{NOT_SERVING_REASONS[process.role]}: its server lists its model")
+    t = reaching.target_of(process, None, None)
+    reader = _Reader(t, process, timeout)
+    try:
+        said = await reader.read()
+    except DocumentError as err:
+        said = False
+        reader.answer.notes.append(f"{t.spec.models.path}: unreadable answer ({err})")
+    answer = reader.answer
+    source = ", ".join(answer.sources) or "none"
+    if not said:
+        why = (
+            "; ".join(answer.notes)
+            or "its argv names no model, and enginespec knows no API of it that lists them"
+        )
+        return _unread(process, why, source)
+    models = answer.models
+    if "argv" not in answer.sources:
+        problem = await asyncio.to_thread(
+            reaching.ownership_problem, reaching.tree_of(process), t.base_url, process._root
+        )
+        if problem is not None:
+            return _unread(process, problem, source)
+        scanned = processes if processes is not None else await asyncio.to_thread(_scan_with_gpus, process)
+        models = await asyncio.to_thread(_with_runners, process, models, scanned)
+    return ServedModels(
+        engine=process.engine,
+        instance_id=process.instance_id,
+        pid=process.pid,
+        available=True,
+        reason="; ".join(answer.notes),
+        source=source,
+        models=tuple(models),
+        read_at=time.time(),
+    )
+
+
+def _scan_with_gpus(process: EngineProcess) -> list[EngineProcess]:
+    """The runners ``process`` has now (a scan of its host), with the GPUs they hold."""
+    from enginespec.scanning.scanner import Scanner, with_gpus
+
+    root = process._root.root
+    runners = [
+        p
+        for p in Scanner(root=root, listen_ports=False).scan()
+        if p.role == "runner" and p.ppid == process.pid
+    ]
+    return with_gpus(runners, root=root) if runners else []
+
+
+def _failed(process: EngineProcess, reason: str) -> ServedModels:
+    return _unread(process, reason)
+
+
+async def served_models_async(
+    process: EngineProcess, *, timeout: float = 2.0, processes: Sequence[EngineProcess] | None = None
+) -> ServedModels:
+    """Async twin of :func:`served_models`."""
+    job = _served(process, timeout, processes)
+    return await contained_async("served models", job, lambda reason: _failed(process, reason))
+
+
+def served_models(
+    process: EngineProcess, *, timeout: float = 2.0, processes: Sequence[EngineProcess] | None = None
+) -> ServedModels:
+    """What the server ``process`` serves now (see the module's docstring): each request bounded
+    by ``timeout``. ``processes``: a scan of its host with GPUs (``Scanner(gpus=True)``), where its
+    runners are found; by default the host is scanned for them. Never raises for what the server
+    does."""
+    return reaching.blocking(served_models_async(process, timeout=timeout, processes=processes))
+
+
+async def served_models_all_async(
+    processes: Iterable[EngineProcess], *, timeout: float = 2.0, concurrency: int = 64
+) -> list[ServedModels]:
+    """Reads every server of ``processes`` (a scan, whose runners are matched to them) at once, at
+    most ``concurrency`` in flight, each request bounded by ``timeout``; in the order given."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
+    listed = list(processes)
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(process: EngineProcess) -> ServedModels:
+        async with gate:
+            return await served_models_async(process, timeout=timeout, processes=listed)
+
+    return list(await asyncio.gather(*(one(p) for p in listed)))
+
+
+def served_models_all(
+    processes: Iterable[EngineProcess], *, timeout: float = 2.0, concurrency: int = 64
+) -> list[ServedModels]:
+    """Sync form of :func:`served_models_all_async`."""
+    return reaching.blocking(
+        served_models_all_async(list(processes), timeout=timeout, concurrency=concurrency)
+    )
