@@ -60,6 +60,10 @@ if TYPE_CHECKING:
     )
     from enginespec.errors import (
         CommandError,
+        ControlError,
+        ControlFailed,
+        ControlRefused,
+        ControlUnsupported,
         EngineExited,
         EngineSpecError,
         ExporterError,
@@ -111,6 +115,16 @@ if TYPE_CHECKING:
     from enginespec.lifecycle.installing import InstallOptions, InstallResult, ProgressEvent
     from enginespec.lifecycle.logbook import LogLine
     from enginespec.lifecycle.logsources import LogSource
+    from enginespec.lifecycle.modelcontrol import (
+        load_model,
+        load_model_async,
+        sleep,
+        sleep_async,
+        unload_model,
+        unload_model_async,
+        wake,
+        wake_async,
+    )
     from enginespec.lifecycle.probing import BinaryProbeResult, EngineHelp, RuntimeInfo
     from enginespec.lifecycle.readiness import classify_failure
     from enginespec.lifecycle.recipe import DockerRuntime, NativeRuntime, Recipe
@@ -197,6 +211,18 @@ _LAZY = {
     "LogSource": "enginespec.lifecycle.logsources",
     "ContainerStop": "enginespec.lifecycle.containerstop",
     "RestartRefused": "enginespec.errors",
+    "ControlError": "enginespec.errors",
+    "ControlFailed": "enginespec.errors",
+    "ControlRefused": "enginespec.errors",
+    "ControlUnsupported": "enginespec.errors",
+    "load_model": "enginespec.lifecycle.modelcontrol",
+    "load_model_async": "enginespec.lifecycle.modelcontrol",
+    "unload_model": "enginespec.lifecycle.modelcontrol",
+    "unload_model_async": "enginespec.lifecycle.modelcontrol",
+    "sleep": "enginespec.lifecycle.modelcontrol",
+    "sleep_async": "enginespec.lifecycle.modelcontrol",
+    "wake": "enginespec.lifecycle.modelcontrol",
+    "wake_async": "enginespec.lifecycle.modelcontrol",
     "RunningEngine": "enginespec.lifecycle.running",
     "Signalled": "enginespec.lifecycle.stopping",
     "StopResult": "enginespec.lifecycle.stopping",
@@ -288,6 +314,10 @@ __all__ = [
     "Config",
     "Container",
     "ContainerStop",
+    "ControlError",
+    "ControlFailed",
+    "ControlRefused",
+    "ControlUnsupported",
     "DockerRuntime",
     "EngineExited",
     "EngineHelp",
@@ -385,6 +415,8 @@ __all__ = [
     "get_engine_spec",
     "gpu_ledger",
     "launch",
+    "load_model",
+    "load_model_async",
     "parse_argv",
     "parse_event",
     "redact_argv",
@@ -393,5 +425,11 @@ __all__ = [
     "served_models_all",
     "served_models_all_async",
     "served_models_async",
+    "sleep",
+    "sleep_async",
+    "unload_model",
+    "unload_model_async",
+    "wake",
+    "wake_async",
     "with_gpus",
 ]

@@ -125,3 +125,27 @@ class LaunchFailed(EngineSpecError, RuntimeError):
 class RestartRefused(EngineSpecError, RuntimeError):
     """An adopted engine that cannot be restarted: its command line, environment or working
     directory could not be read (the message says which and why)."""
+
+
+class ControlError(EngineSpecError, RuntimeError):
+    """A model could not be loaded or unloaded, or a server put to sleep or woken, through the
+    engine's own API (``load_model``, ``unload_model``, ``sleep``, ``wake``); the message says
+    which engine, what and why. ``last`` is what the server said it served last, when read."""
+
+    def __init__(self, message: str, last: object | None = None) -> None:
+        super().__init__(message)
+        self.last = last
+
+
+class ControlUnsupported(ControlError):
+    """The engine has no API for it, or the server was started without what turns it on (the
+    message names the flag or variable)."""
+
+
+class ControlRefused(ControlError, PermissionError):
+    """Not sent: the engine is another user's (the caller is neither root nor its owner), or its
+    port is not its own tree's."""
+
+
+class ControlFailed(ControlError):
+    """Sent, and the engine refused it or did not reach the state asked for in time."""

@@ -48,6 +48,8 @@ class Script:
     #: move a route's script on: on a busy host other watchers and exporters ask the same engines
     #: (they get the answer in turn without using it up).
     ours: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    #: every request's method, path and body (a POST's JSON, for the tests of control requests)
+    bodies: list[tuple[str, str, bytes]] = field(default_factory=list)
     #: with ``FakeEngine(peers=True)``: the pids holding each request's client socket.
     peers: list[set[int]] = field(default_factory=list)
     #: requests of each path being answered now (this test process's alone with ``origins``),
@@ -143,8 +145,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, ours: bool | None) -> None:
         length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
+        body = self.rfile.read(length) if length else b""
+        with self.script.lock:
+            self.script.bodies.append((self.command, self.path, body))
         if self.peers:
             pids = client_pids(self.client_address)
             with self.script.lock:

@@ -33,10 +33,17 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "failed; RUNNER and PORT the per-model child where the engine runs one, GPU MEM what that "
         "child's tree holds (or the engine's own figure), EXPIRES when the engine unloads it "
         "unless it is used. An engine that does not say is a row with its reason. Exits 1 when "
-        "no engine said.",
+        "no engine said. `models load TARGET MODEL` and `models unload TARGET MODEL` load and "
+        "unload a model, `models sleep TARGET` and `models wake TARGET` free a server's memory and "
+        "bring it back, through the engine's own API (llama.cpp's router, Ollama; vLLM's sleep "
+        "mode, SGLang's memory release), for root or the engine's owner; each waits until the "
+        "server says it is done (--wait-timeout) and prints what it serves then. Exits 1 when the "
+        "engine cannot, may not or did not.",
         "enginespec models",
         "enginespec models :11434 -o json",
         "enginespec models -q",
+        "enginespec models load :8080 qwen3-8b",
+        "enginespec models sleep vllm-8000-1b690e57",
     )
     models.add_argument(
         "targets", nargs="*", metavar="TARGET", help="pid, engine id, run name, :PORT, HOST:PORT or URL"
@@ -48,10 +55,59 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "-q", "--quiet", action="store_true", help="print the models' names only, one per line"
     )
     models.add_argument("--timeout", type=duration, default=2.0, help="timeout of each request")
+    models.add_argument(
+        "--wait-timeout",
+        type=duration,
+        default=300.0,
+        help="load, unload, sleep, wake: give up waiting for the server to say it is done after this",
+    )
     models.set_defaults(handler=_cmd_models)
 
 
+#: the words that make `models` act rather than list, and how many words follow each
+ACTIONS = {"load": 2, "unload": 2, "sleep": 1, "wake": 1}
+
+
 def _cmd_models(args: argparse.Namespace) -> int:
+    if args.targets and args.targets[0] in ACTIONS:
+        return _act(args)
+    return _list(args)
+
+
+def _act(args: argparse.Namespace) -> int:
+    from enginespec.cli.common import find
+    from enginespec.errors import ControlError, InvalidInputError
+    from enginespec.lifecycle.modelcontrol import control
+
+    action, *words = args.targets
+    if len(words) != ACTIONS[action]:
+        usage = "TARGET MODEL" if ACTIONS[action] == 2 else "TARGET"
+        fail("models", f"usage: enginespec models {action} {usage}")
+        return 2
+    process = find("models", words[0])
+    if process is None:
+        return 2
+    name = words[1] if len(words) == 2 else None
+    try:
+        reading = control(process, action, name, timeout=args.wait_timeout)
+    except InvalidInputError as err:
+        fail("models", err)
+        return 2
+    except ControlError as err:
+        fail("models", err)
+        return 1
+    done = {"load": "loaded", "unload": "unloaded", "sleep": "asleep", "wake": "awake"}[action]
+    fail("models", f"{process.engine} pid {process.pid}: {literal(name) + ' ' if name else ''}{done}")
+    if args.format == "json":
+        from enginespec.untrusted.documents import dumps
+
+        print(dumps([reading.model_dump(mode="json")], indent=2))
+    else:
+        _table([(process, reading, m) for m in reading.models or (None,)], args.format == "wide")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
     from enginespec.cli.targets import resolve
     from enginespec.errors import InvalidInputError
     from enginespec.health.servedmodels import served_models_all

@@ -318,6 +318,32 @@ class ModelList(_Record):
     sleeping_path: str | None = Field(default=None, pattern=r"^/")
 
 
+class ControlRequest(_Record):
+    """One request of an engine's own API that changes what it serves (see
+    :mod:`enginespec.lifecycle.modelcontrol`): ``POST path``, with ``body`` (a JSON object whose
+    string values ``{model}`` become the model's name) when it takes one."""
+
+    path: str = Field(pattern=r"^/")
+    body: Mapping[str, object] | None = None
+    #: the flags the server must have been started with for the route to exist
+    flags: tuple[str, ...] = ()
+    #: the environment the server must have been started with for it (``VLLM_SERVER_DEV_MODE=1``)
+    environment: Mapping[str, str] = Field(default_factory=dict)
+    #: ``False`` when the server's model list does not show the state reached (SGLang's released
+    #: memory): its answer alone is taken, and said
+    shown: bool = True
+
+
+class ModelControl(_Record):
+    """How the server loads and unloads a model, sleeps and wakes through its own API (``None``:
+    it has no such request)."""
+
+    load: ControlRequest | None = None
+    unload: ControlRequest | None = None
+    sleep: ControlRequest | None = None
+    wake: ControlRequest | None = None
+
+
 class LoadMetrics(_Record):
     """Where a server reports its load, and what each normalized figure is called there: the
     names of Prometheus samples, the first one present wins (an old name after its new one).
@@ -413,6 +439,8 @@ class EngineDefinition(BaseModel):
     load: LoadMetrics = LoadMetrics(note="enginespec knows no load reading of this server")
     #: where it says which models it serves now (one fixed at start, unless it says otherwise).
     models: ModelList = ModelList()
+    #: how it loads, unloads, sleeps and wakes through its own API, where it can.
+    control: ModelControl = ModelControl()
 
     @model_validator(mode="after")
     def _check(self) -> EngineDefinition:

@@ -16,10 +16,12 @@ from enginespec.definition.modelrecords import (
     Placement,
 )
 from enginespec.definition.records import (
+    ControlRequest,
     Flags,
     HealthRule,
     Launch,
     LoadMetrics,
+    ModelControl,
     ModelList,
     Package,
     Serving,
@@ -257,6 +259,13 @@ SPEC = LlamaCppSpec(
     # from PR #20849, Mar 2026), a failed load `unloaded` with `exit_code` and `failed`, and the
     # child's argv in `status.args` (its `--port`). A server started with a model is `fixed`.
     models=ModelList(kind="llamacpp_router", path="/models"),
+    # Router mode's management API (tools/server/server-models.cpp: POST /models/load and
+    # /models/unload, body {"model": NAME}, answer {"success": true}); its sleep is its own, by
+    # --sleep-idle-seconds (PR #18228), with no request to ask for it.
+    control=ModelControl(
+        load=ControlRequest(path="/models/load", body={"model": "{model}"}),
+        unload=ControlRequest(path="/models/unload", body={"model": "{model}"}),
+    ),
     load=LoadMetrics(
         kind="prometheus",
         enable_flag="--metrics",

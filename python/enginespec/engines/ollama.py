@@ -11,7 +11,16 @@ import re
 
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.modelrecords import Files
-from enginespec.definition.records import HealthRule, Launch, LoadMetrics, ModelList, Serving, Settings
+from enginespec.definition.records import (
+    ControlRequest,
+    HealthRule,
+    Launch,
+    LoadMetrics,
+    ModelControl,
+    ModelList,
+    Serving,
+    Settings,
+)
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
 from enginespec.models.files import HOST, ModelError, read_capped
@@ -180,6 +189,14 @@ SPEC = OllamaSpec(
     # models it could load (v0.32.15 api/types.go ProcessModelResponse, ListModelResponse;
     # server/routes.go PsHandler, ListHandler).
     models=ModelList(kind="ollama", path="/api/ps", available_path="/api/tags"),
+    # A generate request with no prompt loads the model (`done_reason` "load"); with keep_alive 0
+    # it unloads it (`done_reason` "unload"): v0.32.15 server/routes.go GenerateHandler.
+    control=ModelControl(
+        load=ControlRequest(path="/api/generate", body={"model": "{model}", "stream": False}),
+        unload=ControlRequest(
+            path="/api/generate", body={"model": "{model}", "keep_alive": 0, "stream": False}
+        ),
+    ),
     load=LoadMetrics(
         kind="ollama_ps", path="/api/ps", note="Ollama reports the models it has loaded, no request counts"
     ),

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.records import (
+    ControlRequest,
     FamilyDefault,
     Flags,
     HealthRule,
     Launch,
     LoadMetrics,
+    ModelControl,
     ModelList,
     Package,
     Serving,
@@ -158,6 +160,17 @@ SPEC = EngineSpec(
     # /get_model_info: `{"model_path", "tokenizer_path", "is_generation", ...}`, its one model
     # (python/sglang/srt/entrypoints/http_server.py get_model_info).
     models=ModelList(kind="sglang", path="/get_model_info"),
+    # Memory release and resume (http_server.py release_memory_occupation and
+    # resume_memory_occupation; `tags` null: weights and KV cache), only with
+    # --enable-memory-saver; no request says whether it is released, so the answer is taken.
+    control=ModelControl(
+        sleep=ControlRequest(
+            path="/release_memory_occupation", body={}, flags=("--enable-memory-saver",), shown=False
+        ),
+        wake=ControlRequest(
+            path="/resume_memory_occupation", body={}, flags=("--enable-memory-saver",), shown=False
+        ),
+    ),
     load=LoadMetrics(
         kind="prometheus",
         enable_flag="--enable-metrics",

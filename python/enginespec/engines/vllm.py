@@ -15,11 +15,13 @@ from enginespec.definition.modelrecords import (
     Placement,
 )
 from enginespec.definition.records import (
+    ControlRequest,
     EngineWorker,
     FamilyDefault,
     Flags,
     Launch,
     LoadMetrics,
+    ModelControl,
     ModelList,
     Package,
     Serving,
@@ -445,6 +447,18 @@ SPEC = VllmSpec(
     # `{"is_sleeping": bool}`, only with VLLM_SERVER_DEV_MODE=1 (vllm/entrypoints/serve/sleep/
     # api_router.py; before, the same routes in entrypoints/openai/api_server.py).
     models=ModelList(kind="openai", path="/v1/models", sleeping_path="/is_sleeping"),
+    # Sleep mode: POST /sleep?level=1 frees the weights and the KV cache, POST /wake_up brings
+    # them back; the routes exist only with VLLM_SERVER_DEV_MODE=1, and sleeping needs the engine
+    # started with --enable-sleep-mode (vllm/entrypoints/serve/sleep/api_router.py; docs'
+    # sleep_mode.md). It loads no other model at runtime (LoRA adapters aside).
+    control=ModelControl(
+        sleep=ControlRequest(
+            path="/sleep?level=1", flags=("--enable-sleep-mode",), environment={"VLLM_SERVER_DEV_MODE": "1"}
+        ),
+        wake=ControlRequest(
+            path="/wake_up", flags=("--enable-sleep-mode",), environment={"VLLM_SERVER_DEV_MODE": "1"}
+        ),
+    ),
     load=LoadMetrics(
         kind="prometheus",
         requests_running=("vllm:num_requests_running",),

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 import enginespec.health.reaching as reaching
+from enginespec.definition.records import ModelList
 from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
 from enginespec.process.liveness import process_alive
 from enginespec.process.record import INSTANCE_ID_WHY, WIRE_INSTANCE_ID, EngineProcess
@@ -194,6 +195,13 @@ def _openai_models(body: bytes, notes: list[str]) -> list[ServedModel]:
     return found
 
 
+def by_argv(listing: ModelList, process: EngineProcess) -> bool:
+    """Whether ``process`` serves the one model its argv names, fixed at start (nothing to ask):
+    its engine's list is ``fixed``, or it is a llama.cpp server started with a model (a router
+    is started without one)."""
+    return listing.kind == "fixed" or (listing.kind == "llamacpp_router" and process.model is not None)
+
+
 class _Reader:
     """One reading of ``t``'s models (its process scanned), each request bounded by ``timeout``."""
 
@@ -224,7 +232,7 @@ class _Reader:
         """Fills ``answer``; whether the engine said (or its argv says) what it serves."""
         listing = self.t.spec.models
         notes = self.answer.notes
-        if listing.kind == "fixed" or (listing.kind == "llamacpp_router" and self.process.model):
+        if by_argv(listing, self.process):
             return self.fixed()
         body = await self.get(listing.path)
         if body is None:

@@ -1,0 +1,242 @@
+"""Loading and unloading models, and putting a server to sleep and waking it, through the
+engine's own API: the request is the engine's data (:class:`~enginespec.definition.records.
+ModelControl`), sent only to a socket the engine's own tree holds, only for root or the engine's
+owner, and only when the server was started with what the request needs (the flag or variable is
+named otherwise). Each call waits, within its ``timeout``, until the server's model list (see
+:mod:`enginespec.health.servedmodels`) shows the state asked for, and returns that list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Mapping
+from typing import Literal
+
+import enginespec.health.reaching as reaching
+from enginespec.definition.records import ControlRequest
+from enginespec.definition.registry import find_engine
+from enginespec.display import literal
+from enginespec.errors import ControlFailed, ControlRefused, ControlUnsupported, InvalidInputError
+from enginespec.health.servedmodels import ServedModel, ServedModels, by_argv, served_models_async
+from enginespec.process.record import EngineProcess
+from enginespec.untrusted.documents import DocumentError, parse_json
+
+Action = Literal["load", "unload", "sleep", "wake"]
+#: The most of a control request's answer read (an error message; Ollama's is its final status).
+MAX_ANSWER_BYTES = 64 * 1024
+#: The most characters of a model name sent.
+MAX_NAME_CHARS = 512
+#: How long between two readings of the model list while waiting.
+POLL_SECONDS = 0.2
+#: The timeout of each reading of the model list while waiting (within the call's own).
+READ_SECONDS = 2.0
+
+
+def _checked_name(name: str) -> str:
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
+        raise InvalidInputError(f"model: {name!r} is not a model name (1 to {MAX_NAME_CHARS} characters)")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise InvalidInputError(f"model: {name!r} has control characters")
+    return name
+
+
+def _filled(body: Mapping[str, object], name: str) -> dict[str, object]:
+    return {key: (name if value == "{model}" else value) for key, value in body.items()}
+
+
+def _has_flag(process: EngineProcess, flag: str) -> bool:
+    # `--enable-sleep-mode` alone, or `--flag=value`
+    return any(arg == flag or arg.startswith(f"{flag}=") for arg in process.argv)
+
+
+def _allowed(process: EngineProcess, what: str) -> None:
+    """Refuses what may not be sent: an engine of another host or root, another user's."""
+    root = process._root
+    if not process._local or not root.is_host:
+        raise ControlRefused(f"{what}: not this host's process: nothing is sent")
+    owner = root.owner(process.pid)
+    if owner is None:
+        raise ControlRefused(f"{what}: its owner cannot be read (gone?): nothing is sent")
+    if os.geteuid() not in (0, owner.uid):
+        raise ControlRefused(f"{what}: another user's engine (uid {owner.uid}): only root or its owner may")
+
+
+def _needs(process: EngineProcess, request: ControlRequest, what: str) -> None:
+    """Says which flag or variable the server was started without, for the request to exist."""
+    missing = [flag for flag in request.flags if not _has_flag(process, flag)]
+    if missing:
+        raise ControlUnsupported(f"{what}: the server was started without {', '.join(missing)}")
+    if not request.environment:
+        return
+    read = process._root.environ(process.pid, 1 << 20)
+    found: dict[str, str] = {}
+    for item in read[0] if read else ():
+        name, _, setting = item.partition(b"=")
+        found[name.decode("utf-8", "replace")] = setting.decode("utf-8", "replace")
+    for variable, wanted in request.environment.items():
+        if found.get(variable) != wanted:
+            had = "unset" if variable not in found else repr(literal(found[variable][:40]))
+            raise ControlUnsupported(
+                f"{what}: the server was started without {variable}={wanted} ({variable} is {had})"
+            )
+
+
+def _error_of(answer: bytes) -> str:
+    """The error an engine's answer carries (``{"error": "..."}``, ``{"error": {"message": ...}}``)."""
+    try:
+        document = parse_json(answer, max_bytes=MAX_ANSWER_BYTES)
+    except DocumentError:
+        return literal(answer[:200].decode("utf-8", "replace"))
+    error = document.get("error") if isinstance(document, dict) else None
+    if isinstance(error, dict):
+        error = error.get("message")
+    return literal(str(error)[:300]) if error is not None else ""
+
+
+def _named(model: ServedModel, name: str) -> bool:
+    # Ollama adds `:latest` to a name without a tag
+    return model.name == name or (":" not in name and model.name == f"{name}:latest")
+
+
+def reached(reading: ServedModels, action: Action, name: str | None) -> bool:
+    """Whether ``reading`` shows the state ``action`` asked for."""
+    if not reading.available:
+        return False
+    if action == "load":
+        return any(_named(m, name or "") and m.state == "loaded" for m in reading.models)
+    if action == "unload":
+        return not any(
+            _named(m, name or "") and m.state in ("loaded", "loading", "sleeping") for m in reading.models
+        )
+    if action == "sleep":
+        return bool(reading.models) and all(m.state in ("sleeping", "unloaded") for m in reading.models)
+    return not any(m.state == "sleeping" for m in reading.models)
+
+
+def _as_answered(reading: ServedModels, action: Action) -> ServedModels:
+    """For a server whose list does not show the state: the state its answer said it reached."""
+    state: Literal["sleeping", "loaded"] = "sleeping" if action == "sleep" else "loaded"
+    why = "as its answer said: the engine reports no such state"
+    models = tuple(
+        m.model_copy(update={"state": state, "reason": why}) if m.state in ("loaded", "sleeping") else m
+        for m in reading.models
+    )
+    return reading.model_copy(update={"models": models})
+
+
+async def control_async(
+    process: EngineProcess, action: Action, name: str | None = None, *, timeout: float = 120.0
+) -> ServedModels:
+    """Does ``action`` (to the model ``name``, for ``load`` and ``unload``) through the engine's
+    own API and waits, within ``timeout`` seconds, until its model list shows it done; that list.
+    Raises :class:`~enginespec.errors.ControlUnsupported`, :class:`~enginespec.errors.ControlRefused`
+    or :class:`~enginespec.errors.ControlFailed` (see the module's docstring)."""
+    if not timeout > 0:
+        raise InvalidInputError(f"timeout: must be a positive number of seconds, got {timeout!r}")
+    if action in ("load", "unload"):
+        name = _checked_name(name or "")
+    spec = find_engine(process.engine)
+    what = f"{spec.id} pid {process.pid}: {action}" + (f" {literal(name)}" if name else "")
+    request: ControlRequest | None = getattr(spec.control, action)
+    if request is None:
+        raise ControlUnsupported(f"{what}: {spec.id} has no API for it")
+    if by_argv(spec.models, process):
+        raise ControlUnsupported(f"{what}: it serves the one model its argv names, fixed at start")
+    _allowed(process, what)
+    _needs(process, request, what)
+    deadline = time.monotonic() + timeout
+    t = reaching.target_of(process, None, None)
+    await _reachable(t, what)
+    body = None if request.body is None else json.dumps(_filled(request.body, name or "")).encode()
+    status, answer, detail = await reaching.fetch(
+        t, request.path, timeout, MAX_ANSWER_BYTES, method="POST", body=body
+    )
+    if status is None:
+        raise ControlFailed(f"{what}: {detail}")
+    if not 200 <= status < 300:
+        error = _error_of(answer)
+        raise ControlFailed(f"{what}: HTTP {status}" + (f": {error}" if error else ""))
+    reading = await served_models_async(
+        process, timeout=min(READ_SECONDS, max(deadline - time.monotonic(), 0.1))
+    )
+    if not request.shown:
+        return _as_answered(reading, action) if reading.available else reading
+    while not reached(reading, action, name):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ControlFailed(
+                f"{what}: not done within {timeout:g}s ({_said(reading, name)})", last=reading
+            )
+        await asyncio.sleep(min(POLL_SECONDS, left))
+        reading = await served_models_async(process, timeout=min(READ_SECONDS, max(left, 0.1)))
+    return reading
+
+
+async def _reachable(t: reaching.CheckTarget, what: str) -> None:
+    """Refuses a server whose port is not its own tree's alone (another process holds or shares
+    it), and fails one with no socket to send to: nothing is sent either way."""
+    if t.base_url is None:
+        raise ControlFailed(f"{what}: no usable listen address: nothing is sent")
+    where, (state, why) = await asyncio.to_thread(reaching.endpoint_of, t)
+    if where is None:
+        # `unhealthy` here: the port is another process's, or shared with one
+        raise (ControlRefused if state == "unhealthy" else ControlFailed)(f"{what}: {why}: nothing is sent")
+
+
+def _said(reading: ServedModels, name: str | None) -> str:
+    if not reading.available:
+        return reading.reason or "its model list cannot be read"
+    shown = [m for m in reading.models if name is None or _named(m, name)]
+    return ", ".join(f"{literal(m.name)} {m.state}" for m in shown) or "not listed"
+
+
+def control(
+    process: EngineProcess, action: Action, name: str | None = None, *, timeout: float = 120.0
+) -> ServedModels:
+    """Sync form of :func:`control_async`."""
+    return reaching.blocking(control_async(process, action, name, timeout=timeout))
+
+
+def load_model(process: EngineProcess, name: str, *, timeout: float = 300.0) -> ServedModels:
+    """Loads the model ``name`` into the server ``process`` through its own API (llama.cpp's
+    router, Ollama) and waits until it is loaded; what it serves then."""
+    return control(process, "load", name, timeout=timeout)
+
+
+async def load_model_async(process: EngineProcess, name: str, *, timeout: float = 300.0) -> ServedModels:
+    """Async twin of :func:`load_model`."""
+    return await control_async(process, "load", name, timeout=timeout)
+
+
+def unload_model(process: EngineProcess, name: str, *, timeout: float = 60.0) -> ServedModels:
+    """Unloads the model ``name`` from the server ``process`` and waits until it is gone."""
+    return control(process, "unload", name, timeout=timeout)
+
+
+async def unload_model_async(process: EngineProcess, name: str, *, timeout: float = 60.0) -> ServedModels:
+    """Async twin of :func:`unload_model`."""
+    return await control_async(process, "unload", name, timeout=timeout)
+
+
+def sleep(process: EngineProcess, *, timeout: float = 60.0) -> ServedModels:
+    """Puts the server ``process`` to sleep (its weights and KV cache freed: vLLM's sleep mode,
+    SGLang's memory release) and waits until it says it sleeps."""
+    return control(process, "sleep", timeout=timeout)
+
+
+async def sleep_async(process: EngineProcess, *, timeout: float = 60.0) -> ServedModels:
+    """Async twin of :func:`sleep`."""
+    return await control_async(process, "sleep", timeout=timeout)
+
+
+def wake(process: EngineProcess, *, timeout: float = 120.0) -> ServedModels:
+    """Wakes the sleeping server ``process`` and waits until it says it is awake."""
+    return control(process, "wake", timeout=timeout)
+
+
+async def wake_async(process: EngineProcess, *, timeout: float = 120.0) -> ServedModels:
+    """Async twin of :func:`wake`."""
+    return await control_async(process, "wake", timeout=timeout)
