@@ -46,6 +46,13 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "--stall-after", type=duration, default=None, help="with --load: seconds before 'stalled'"
     )
     exporter_.add_argument(
+        "--models",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="read what each server whose models come and go serves (llama.cpp's router, Ollama, vLLM, "
+        "SGLang): the enginespec_model_* series",
+    )
+    exporter_.add_argument(
         "--token-file",
         help="a scraper that sends this token (Authorization: Bearer) sees every engine's facts; "
         "without it, what it could read on the host itself",
@@ -152,6 +159,7 @@ def _cmd_exporter(args: argparse.Namespace) -> int:
             health=not args.no_health,
             keep_stopped=args.keep_stopped,
             load=args.load,
+            models=args.models and not args.no_health,
             stall_after=args.stall_after,
             stop=stop,
             log=lambda line: print(line, file=sys.stderr, flush=True),

@@ -28,6 +28,7 @@ from enginespec.display import age, literal
 if TYPE_CHECKING:
     from enginespec.gpus.reader import GpuDevice
     from enginespec.health.load import EngineLoad
+    from enginespec.health.servedmodels import ServedModels
     from enginespec.healthrecord import Health
     from enginespec.process.record import EngineProcess
 
@@ -214,6 +215,38 @@ def _describe_lines(p: EngineProcess, health: Health | None, load: EngineLoad | 
     return lines[: at + 1] + [literal(line) for line in _worker_lines(p)] + lines[at + 1 :]
 
 
+def _models_lines(served: ServedModels | None) -> list[str]:
+    """What a server whose models come and go serves: ``Models:`` and a line per model (its
+    state, runner, port, GPU bytes, expiry), as kubectl describe nests lists."""
+    from enginespec.cli.pstable import size
+
+    if served is None:
+        return []
+    if not served.available:
+        return [literal(f"Models:     - ({served.reason})")]
+    lines = [literal(f"Models:     {len(served.models)} from {served.source}")]
+    now = time.time()
+    for model in served.models:
+        parts: list[str] = [model.state]
+        if model.runner_pid is not None:
+            parts.append(f"runner {model.runner_pid}")
+        if model.port is not None:
+            parts.append(f"port {model.port}")
+        if model.memory_bytes is not None:
+            parts.append(
+                f"GPU {size(model.memory_bytes)}"
+                + (" (its own figure)" if model.memory_source == "engine" else "")
+            )
+        if model.expires_at is not None:
+            parts.append(f"expires in {age(max(model.expires_at - now, 0))}")
+        if model.reason:
+            parts.append(model.reason)
+        lines.append(literal(f"  {model.name}  " + ", ".join(parts)))
+    if served.reason:
+        lines.append(literal(f"  ({served.reason})"))
+    return lines
+
+
 def _shell_quote(arg: str) -> str:
     import shlex
 
@@ -227,20 +260,26 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     from enginespec.scanning.scanner import with_gpus
 
     [process] = with_gpus([process])
-    health = load = None
+    health = load = served = None
     if not args.no_health:
+        from enginespec.definition.registry import find_engine
         from enginespec.health.checks import check_health, request_timeout
         from enginespec.health.load import check_load
+        from enginespec.health.servedmodels import by_argv, served_models
 
         health = check_health(process, timeout=request_timeout(args.timeout), deadline=args.timeout)
         load = check_load(process, timeout=request_timeout(args.timeout))
+        if not by_argv(find_engine(process.engine).models, process):
+            served = served_models(process, timeout=request_timeout(args.timeout))
     if args.json:
         from enginespec.cli.ps import row_document
         from enginespec.cli.pstable import Shown
         from enginespec.scanning.scanner import engine_document
         from enginespec.untrusted.documents import dumps
 
-        out([dumps(row_document(Shown(process, health), engine_document), indent=2)])
+        row = Shown(process, health)
+        row.models = served
+        out([dumps(row_document(row, engine_document), indent=2)])
     else:
         from enginespec.untrusted.boundary import contained
 
@@ -251,7 +290,11 @@ def _cmd_describe(args: argparse.Namespace) -> int:
                 literal(f"Problem: {reason}"),
             ]
 
-        out(contained("describe", lambda: _describe_lines(process, health, load), unshown))
+        out(
+            contained(
+                "describe", lambda: _describe_lines(process, health, load) + _models_lines(served), unshown
+            )
+        )
     return 0
 
 

@@ -54,6 +54,12 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     ps.add_argument(
         "--load-interval", type=duration, default=1.0, help="time between the two load readings (1s)"
     )
+    ps.add_argument(
+        "--models",
+        action="store_true",
+        help="also ask each engine what it serves now: MODEL shows the models a server whose models "
+        "come and go has loaded (JSON: models)",
+    )
     ps.set_defaults(handler=_cmd_ps)
 
 
@@ -120,6 +126,14 @@ def _local_rows(
         )
         for row, health in zip(rows, healths, strict=True):
             row.health, row.state = health, health.state
+    if args.models and not listing:
+        from enginespec.health.servedmodels import served_models_all
+
+        # what each serves now, only when asked: a request or two per engine whose models come and go
+        for row, served in zip(
+            rows, served_models_all([row.process for row in rows], timeout=args.timeout), strict=True
+        ):
+            row.models = served
     if args.load and not listing:
         # Load is read only when asked: it costs two more requests per engine.
         readings = _two_readings([row.process for row in rows], args.load_interval, args.timeout)
@@ -185,7 +199,7 @@ def row_document(row: Shown, make: Callable[..., dict[str, Any]]) -> dict[str, A
     p = row.process
     return contained(
         "document",
-        lambda: make(p, row.health, row.load),
+        lambda: make(p, row.health, row.load, row.models),
         lambda reason: {"pid": p.pid, "engine": p.engine, "problems": [*p.problems, reason]},
     )
 

@@ -17,6 +17,7 @@ from enginespec.display import age, compact_url, literal
 if TYPE_CHECKING:
     from enginespec.gpus.reader import GpuUse
     from enginespec.health.load import EngineLoad
+    from enginespec.health.servedmodels import ServedModels
     from enginespec.healthrecord import Health
     from enginespec.process.containers import PublishedPort
     from enginespec.process.record import EngineProcess
@@ -26,7 +27,7 @@ class Shown:
     """A row of the table: the process, its last health check, the state shown, and its load
     (``ps --load``)."""
 
-    __slots__ = ("agent", "health", "load", "process", "state")
+    __slots__ = ("agent", "health", "load", "models", "process", "state")
 
     def __init__(
         self,
@@ -37,6 +38,8 @@ class Shown:
     ) -> None:
         self.process, self.health, self.state = process, health, state
         self.load: EngineLoad | None = None
+        #: what it serves now (``ps --models``, a watch's readings)
+        self.models: ServedModels | None = None
         #: the agent that reported it (``--remote``); ``None``: this host
         self.agent = agent
 
@@ -50,6 +53,7 @@ class _Line(NamedTuple):
     state: str | None
     wide: bool
     now: float
+    models: ServedModels | None = None
 
 
 def size(size: int | None) -> str:
@@ -91,8 +95,21 @@ def _facts_cell(line: _Line) -> str:
     return " ".join(part for part in parts if part) or EMPTY
 
 
+def served_summary(served: ServedModels) -> str:
+    """What a server whose models come and go serves, in a cell: ``2 loaded: qwen, phi
+    (sleeping)``, or ``none loaded (3 known)``."""
+    on = [m for m in served.models if m.state in ("loaded", "loading", "sleeping")]
+    if not on:
+        return f"none loaded ({len(served.models)} known)" if served.models else "none loaded"
+    names = ", ".join(m.name + ("" if m.state == "loaded" else f" ({m.state})") for m in on)
+    return f"{len(on)} loaded: {names}"
+
+
 def _model_cell(line: _Line) -> str:
     p = line.process
+    served = line.models
+    if served is not None and served.available and served.source != "argv":
+        return served_summary(served)
     if p.model is None:
         return MODEL_UNKNOWN
     # the name every label and feed gives it; --wide shows the exact argument
@@ -232,7 +249,7 @@ def _row_cells(
     (the error boundary: the other rows are unaffected)."""
     from enginespec.untrusted.boundary import contained
 
-    line = _Line(row.process, row.health, row.state if health else None, wide, now)
+    line = _Line(row.process, row.health, row.state if health else None, wide, now, row.models)
 
     def unshown(reason: str) -> list[str]:
         p = line.process

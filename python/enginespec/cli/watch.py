@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from enginespec.cli.pstable import Shown
     from enginespec.health.load import EngineLoad
+    from enginespec.health.servedmodels import ServedModels
     from enginespec.scanning.watch import WatchEvent
 
 #: the state a row shows before its health is checked.
@@ -59,6 +60,13 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         help="read each engine's load with its health: tells busy and stalled engines",
     )
     watch.add_argument(
+        "--models",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="read what each server whose models come and go serves with its health: "
+        "model_loaded, model_unloaded, model_sleeping and model_woke events",
+    )
+    watch.add_argument(
         "--stall-after",
         type=duration,
         default=None,
@@ -87,12 +95,15 @@ class _LiveTable:
         filters: Filters,
         loads: Callable[[], Mapping[tuple[int, float], EngineLoad | None]] | None = None,
         linger: float = GONE_ROW_SECONDS,
+        models: Callable[[], Mapping[tuple[int, float], ServedModels]] | None = None,
     ) -> None:
         self.how = how
         self.health = health
         self.filters = filters
         #: the watch's latest load readings (a local watch with load): RUN, WAIT, KV%, TOK/S
         self.loads = loads
+        #: the watch's latest readings of what each server serves (MODEL shows its loaded ones)
+        self.models = models
         self.engines: dict[tuple[str | None, int, float], Shown] = {}
         #: the rows of stopped engines, until when each is still shown (``time.monotonic()``)
         self.gone: dict[tuple[str | None, int, float], float] = {}
@@ -151,6 +162,10 @@ class _LiveTable:
             readings = self.loads()
             for row in shown:
                 row.load = readings.get((row.process.pid, row.process.start_time))
+        if self.models is not None:
+            served = self.models()
+            for row in shown:
+                row.models = served.get((row.process.pid, row.process.start_time))
         # the load columns only when some engine reports its load
         load = any(row.load is not None and row.load.available for row in shown)
         title = f"{len(shown)} engine server(s), {self.how}; Ctrl-C to stop"
@@ -174,7 +189,7 @@ class _LiveTable:
 
 def _event_line(event: WatchEvent) -> str:
     """One event as a literal text line (``watch`` when stdout is not a terminal)."""
-    from enginespec.scanning.watch import Changed, Stopped, WorkerLost
+    from enginespec.scanning.watch import Changed, ModelChanged, Stopped, WorkerLost
 
     if isinstance(event, Stopped):
         who = event.identity
@@ -183,6 +198,12 @@ def _event_line(event: WatchEvent) -> str:
     detail = " ".join(event.fields) if isinstance(event, Changed) else p.base_url or "-"
     if isinstance(event, WorkerLost):
         detail = event.worker.describe()
+    if isinstance(event, ModelChanged):
+        where = f" runner {event.model.runner_pid}" if event.model.runner_pid is not None else ""
+        return literal(
+            f"{event.type} {p.pid} {p.engine} {p.instance_id} {event.model.name}"
+            f" ({event.previous or 'new'} -> {event.model.state}){where}"
+        )
     return literal(f"{event.type} {p.pid} {p.engine} {p.instance_id} {p.model or MODEL_UNKNOWN} {detail}")
 
 
@@ -249,6 +270,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         poll=args.poll,
         load=args.load,
         stall_after=args.stall_after,
+        models=args.models and args.health,
     )
     # Said on stderr, so a JSON stream stays pure and a reader knows how late events may come.
     how = "process events" if watch.mode == "events" else f"polling every {args.interval:g}s"
@@ -274,6 +296,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
                 chosen.filters,
                 (lambda: watch.loads) if args.load else None,
                 linger=max(args.interval, GONE_ROW_SECONDS),
+                models=lambda: watch.models,
             )
             with Live(table, console=console, refresh_per_second=4, transient=False):
                 for event in watch:

@@ -44,7 +44,8 @@ from enginespec.errors import InvalidInputError
 from enginespec.fleet.agent_views import EngineViews, SharedEvent, shared_event
 from enginespec.fleet.agent_wire import STATE_KEY, Peer, Peers, protocol
 from enginespec.fleet.disclosure import EVERYTHING, Viewer
-from enginespec.fleet.exporter import MetricsViews, Refresher, Snapshot, age_headers
+from enginespec.fleet.exporter import Refresher, Snapshot
+from enginespec.fleet.metricsviews import MetricsViews, age_headers
 from enginespec.process.record import EngineProcess
 from enginespec.scanning.scanner import Scanner
 from enginespec.untrusted.documents import dumps

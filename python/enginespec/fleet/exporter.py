@@ -14,18 +14,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from enginespec.definition.modelrecords import ModelFacts
 from enginespec.errors import ExporterError, FileWriteError
-from enginespec.fleet.disclosure import EVERYTHING, Viewer, owners, tcp_viewer, withheld_facts
+from enginespec.fleet.disclosure import EVERYTHING, Viewer, withheld_facts
+from enginespec.fleet.metricsviews import MetricsViews, serve_metrics
 from enginespec.gpus.reader import GpuDevice
 from enginespec.health.checks import check_all, kept, request_timeout
 from enginespec.health.load import EngineLoad
+from enginespec.health.servedmodels import ModelState, ServedModels
 from enginespec.health.vitals import EngineMonitor
 from enginespec.healthrecord import Health, HealthState
 from enginespec.models.processes import cached, peek
@@ -103,7 +105,27 @@ _ENGINE_FAMILIES: tuple[tuple[str, str, tuple[str, ...], _Kind], ...] = (
     ("enginespec_engine_kv_cache_usage_ratio", "Share of the KV cache in use (0 to 1)", (), "gauge"),
     ("enginespec_engine_generated_tokens", "Tokens generated, as the engine counts them", (), "counter"),
     ("enginespec_engine_tokens_per_second", "Tokens generated per second between two readings", (), "gauge"),
+    # what a server whose models come and go serves (`--models`): `model` is the served model's name
+    (
+        "enginespec_model_state",
+        "A model a server serves now: 1 for its state, 0 for the others",
+        ("state",),
+        "gauge",
+    ),
+    (
+        "enginespec_model_gpu_memory_bytes",
+        "GPU memory a served model's runner holds, or the engine's own figure",
+        (),
+        "gauge",
+    ),
+    (
+        "enginespec_model_expiry_timestamp_seconds",
+        "When (Unix time) the engine unloads the model unless it is used",
+        (),
+        "gauge",
+    ),
 )
+_MODEL_STATES: tuple[ModelState, ...] = get_args(ModelState)
 #: The load series (``--load``), in the order of their figures (see :func:`_load_samples`).
 _LOAD_FAMILIES = (
     "enginespec_engine_requests_running",
@@ -137,6 +159,8 @@ class Snapshot:
     healths: list[Health] | None = None
     #: each engine's load reading, with ``--load`` (``run(load=True)``).
     loads: list[EngineLoad | None] | None = None
+    #: what each engine whose models come and go serves, with ``--models``.
+    models: list[ServedModels | None] | None = None
     scan_seconds: float = 0.0
     #: processes that could not be read, summed over every scan so far.
     scan_errors: int = 0
@@ -326,7 +350,11 @@ def _samples_of(snapshot: Snapshot, index: int, sees_all: bool, gpu_labels: dict
         identity = _info_labels(process, snapshot.ids[index], hidden)[: len(IDENTITY)]
 
         def extras() -> list[_Sample]:
-            return _gpu_samples(process, identity, gpu_labels) + _load_samples(snapshot, index, identity)
+            return (
+                _gpu_samples(process, identity, gpu_labels)
+                + _load_samples(snapshot, index, identity)
+                + _model_samples(snapshot, index, identity, sees_all)
+            )
 
         # a load that cannot be shown leaves the engine's own series
         return _engine_samples(snapshot, index, hidden) + contained("load metrics", extras, lambda _r: [])
@@ -369,111 +397,6 @@ def _engine_samples(snapshot: Snapshot, index: int, hidden: tuple[str, ...]) -> 
                 ("enginespec_engine_health_checked_timestamp_seconds", id_label, float(health.checked_at))
             )
     return samples
-
-
-class _View(Collector):
-    def __init__(
-        self, collector: EngineCollector, snapshot: Snapshot, viewer: Viewer, owned: list[int | None]
-    ):
-        self._args = (snapshot, viewer, owned)
-        self._collector = collector
-
-    def collect(self) -> Iterator[Metric]:
-        return self._collector.series(*self._args)
-
-
-class MetricsViews:
-    """The exposition text of the latest snapshot, made once per snapshot for each kind of client
-    (:attr:`Viewer.key`: everything, or what one uid may see), and served from then on as it is:
-    a scrape never waits on a refresh, nor makes one (but the first, see ``wait_filled``)."""
-
-    #: kinds of client kept per snapshot (each is one exposition text)
-    MAX_KEPT = 16
-
-    def __init__(self, collector: EngineCollector) -> None:
-        self._collector = collector
-        self._lock = threading.Lock()
-        self._of: Snapshot | None = None
-        self._owners: list[int | None] | None = None
-        self._texts: dict[str, bytes] = {}
-
-    def text(self, viewer: Viewer) -> tuple[bytes, Snapshot]:
-        """The text ``viewer`` is shown, and the snapshot it is of (its ``refreshed_at`` is its age)."""
-        self._collector.wait_filled()
-        snapshot = self._collector.snapshot
-        with self._lock:
-            if self._of is not snapshot:
-                self._of, self._owners, self._texts = snapshot, None, {}
-            if viewer.key not in self._texts:
-                if viewer.key != "all" and self._owners is None:
-                    self._owners = owners(snapshot.processes)
-                registry = CollectorRegistry(auto_describe=False)
-                registry.register(_View(self._collector, snapshot, viewer, self._owners or []))
-                if len(self._texts) >= self.MAX_KEPT:
-                    self._texts.pop(next(iter(self._texts)))
-                self._texts[viewer.key] = generate_latest(registry)
-            return self._texts[viewer.key], snapshot
-
-
-def age_headers(snapshot: Snapshot) -> list[tuple[str, str]]:
-    """How old what is served is: ``Age`` (whole seconds, RFC 9111) and the refresh's wall-clock
-    time, for a client that wants the fraction."""
-    if not snapshot.refreshed_at:
-        return []
-    age = max(time.time() - snapshot.refreshed_at, 0.0)
-    return [("Age", str(int(age))), ("X-Enginespec-Refreshed-At", f"{snapshot.refreshed_at:.3f}")]
-
-
-#: Seconds a client of the exporter's server has to send a request once connected (or between
-#: requests): an idle connection holds a thread, so it is closed.
-REQUEST_SECONDS = 5.0
-
-
-def _serve_metrics(host: str, port: int, views: MetricsViews, token: str | None = None) -> int:
-    """Serves ``/metrics`` (every path but ``/favicon.ico``, as prometheus-client does) on a daemon
-    thread; the port bound. Each client is shown what it may see (see
-    :mod:`enginespec.fleet.disclosure`): prometheus-client's own server cannot say who asks. A client
-    that sends ``token`` (``Authorization: Bearer``) sees everything; none is refused."""
-    import hmac
-    import socket
-    from wsgiref.simple_server import WSGIRequestHandler, make_server
-
-    from prometheus_client.exposition import ThreadingWSGIServer
-
-    class Handler(WSGIRequestHandler):
-        timeout = REQUEST_SECONDS
-
-        def get_environ(self) -> dict[str, str]:
-            environ = super().get_environ()
-            environ["enginespec.client"] = self.client_address
-            environ["enginespec.server"] = self.server.server_address
-            return environ
-
-        def log_message(self, format: str, *args: object) -> None:
-            """Nothing: a scrape is no event."""
-
-    expected = None if token is None else f"Bearer {token}".encode()
-
-    def app(environ: dict[str, Any], start: Callable[..., object]) -> list[bytes]:
-        if environ.get("PATH_INFO") == "/favicon.ico":
-            start("200 OK", [("Content-Type", "text/plain")])
-            return [b""]
-        client, server = environ["enginespec.client"], environ["enginespec.server"]
-        given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1")
-        if expected is not None and hmac.compare_digest(given, expected):
-            viewer = EVERYTHING
-        else:
-            viewer = tcp_viewer(client[:2], server[:2])
-        body, snapshot = views.text(viewer)
-        start("200 OK", [("Content-Type", CONTENT_TYPE_LATEST), *age_headers(snapshot)])
-        return [body]
-
-    class Server(ThreadingWSGIServer):
-        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-
-    httpd = make_server(host, port, app, Server, handler_class=Handler)
-    threading.Thread(target=httpd.serve_forever, name="enginespec-exporter-http", daemon=True).start()
-    return int(httpd.server_address[1])
 
 
 def _gpu_label(device: GpuDevice) -> str:
@@ -546,6 +469,29 @@ def _gone(process: EngineProcess, now: float) -> Gone:
     )
 
 
+def _model_samples(snapshot: Snapshot, index: int, identity: list[str], sees_all: bool) -> list[_Sample]:
+    """The models engine ``index`` serves (``--models``), each under its own name in ``model``:
+    withheld, whole, from a scraper who may not see all of the engine (the list was read with its
+    API key, from its owner's environment where that is where the key came from)."""
+    served = None if snapshot.models is None else snapshot.models[index]
+    if served is None or not served.available or not served.models:
+        return []
+    if not sees_all:
+        return [("enginespec_engine_withheld", [*identity, "served_models"], 1.0)]
+    found: list[_Sample] = []
+    for model in served.models:
+        labels = [*identity[:2], _label(model.name)]
+        found += [
+            ("enginespec_model_state", [*labels, state], float(model.state == state))
+            for state in _MODEL_STATES
+        ]
+        if model.memory_bytes is not None:
+            found.append(("enginespec_model_gpu_memory_bytes", labels, float(model.memory_bytes)))
+        if model.expires_at is not None:
+            found.append(("enginespec_model_expiry_timestamp_seconds", labels, model.expires_at))
+    return found
+
+
 def _refresh(
     scanner: Scanner,
     collector: EngineCollector,
@@ -572,6 +518,7 @@ def _refresh(
     previous = collector.snapshot
     healths: list[Health] | None = None
     loads = None
+    models = None
     # The checks keep at least half the deadline, however long the scan took: a slow scan (a
     # loaded host) made them 50 ms, and every engine `unknown`.
     budget = max(deadline - seconds, deadline / 2)
@@ -580,6 +527,7 @@ def _refresh(
         vitals = monitor.check(processes, deadline=budget)
         healths = [v.health for v in vitals]
         loads = [v.load for v in vitals]
+        models = [v.models for v in vitals] if monitor.models else None
     elif health:
         healths = check_all(processes, timeout=request_timeout(budget), deadline=budget)
     if healths is not None and previous.healths is not None:
@@ -607,6 +555,7 @@ def _refresh(
         ids=ids,
         healths=healths,
         loads=loads,
+        models=models,
         scan_seconds=seconds,
         scan_errors=previous.scan_errors + scanner.stats.unreadable,
         scans=previous.scans + 1,
@@ -643,6 +592,7 @@ class Refresher:
         load: bool = False,
         stall_after: float | None = None,
         refresh_now: bool = True,
+        models: bool = False,
     ) -> None:
         self.interval = interval
         self.registry = CollectorRegistry()
@@ -653,7 +603,11 @@ class Refresher:
         self._keep_stopped = keep_stopped
         self._deadline = min(2.0, interval * 0.8)
         self._monitor = (
-            EngineMonitor(timeout=request_timeout(self._deadline), stall_after=stall_after) if load else None
+            EngineMonitor(
+                timeout=request_timeout(self._deadline), stall_after=stall_after, load=load, models=models
+            )
+            if load or models
+            else None
         )
         if refresh_now:
             self.refresh()
@@ -703,6 +657,7 @@ def run(
     stop: threading.Event | None = None,
     log: Callable[[str], None] | None = None,
     token: str | None = None,
+    models: bool = False,
 ) -> None:
     """Serves ``/metrics`` on ``host:port`` (``port=None``: no server) and writes ``textfile``
     atomically after every refresh, until ``stop`` is set. Refreshes start every ``interval``
@@ -710,7 +665,8 @@ def run(
     engine that stops stays as ``up 0`` for ``keep_stopped`` seconds. ``load``: health checks
     through an :class:`enginespec.health.vitals.EngineMonitor` that also reads each engine's load (one
     more request per engine and refresh): the ``enginespec_engine_requests_*`` series, and the
-    ``busy`` and ``stalled`` states (after ``stall_after`` seconds). ``log`` gets a line when
+    ``busy`` and ``stalled`` states (after ``stall_after`` seconds). ``models``: also what each
+    server whose models come and go serves (``enginespec_model_*``). ``log`` gets a line when
     the server listens (node_exporter's ``Listening on address=...``). A scraper is shown what it
     could read on the host itself (:mod:`enginespec.fleet.disclosure`), everything when it sends
     ``token``.
@@ -728,11 +684,12 @@ def run(
         load=load,
         stall_after=stall_after,
         refresh_now=False,
+        models=models,
     )
     if port is not None:
         shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         try:
-            bound = _serve_metrics(host, port, MetricsViews(refresher.collector), token)
+            bound = serve_metrics(host, port, MetricsViews(refresher.collector), token)
         except OSError as err:
             raise ExporterError(f"cannot listen on {shown} (--host, --port): {err.strerror or err}") from None
         if log is not None:

@@ -357,7 +357,7 @@ async def _served(
         )
         if problem is not None:
             return _unread(process, problem, source)
-        scanned = processes if processes is not None else await asyncio.to_thread(_scan_with_gpus, process)
+        scanned = processes if processes is not None else await asyncio.to_thread(runners, process._root.root)
         models = await asyncio.to_thread(_with_runners, process, models, scanned)
     return ServedModels(
         engine=process.engine,
@@ -371,17 +371,12 @@ async def _served(
     )
 
 
-def _scan_with_gpus(process: EngineProcess) -> list[EngineProcess]:
-    """The runners ``process`` has now (a scan of its host), with the GPUs they hold."""
-    from enginespec.scanning.scanner import Scanner, with_gpus
+def runners(root: str = "/") -> list[EngineProcess]:
+    """The runners of the host under ``root`` now (a scan, with the GPUs they hold), where
+    :func:`served_models` finds each model's."""
+    from enginespec.scanning.scanner import Scanner
 
-    root = process._root.root
-    runners = [
-        p
-        for p in Scanner(root=root, listen_ports=False).scan()
-        if p.role == "runner" and p.ppid == process.pid
-    ]
-    return with_gpus(runners, root=root) if runners else []
+    return [p for p in Scanner(root=root, listen_ports=False).scan() if p.role == "runner"]
 
 
 def _failed(process: EngineProcess, reason: str) -> ServedModels:

@@ -34,6 +34,7 @@ from enginespec.definition.registry import find_engine
 from enginespec.health.checks import broken, check_health_async, in_turn, late_verdict
 from enginespec.health.load import EngineLoad, _read, checked_stall_after, not_owned, tree_cpu_seconds
 from enginespec.health.reaching import blocking, engine_tree, target_of
+from enginespec.health.servedmodels import ServedModels, by_argv, runners, served_models_async
 from enginespec.healthrecord import Health, HealthState
 from enginespec.process.argv import parse_argv
 
@@ -86,6 +87,8 @@ class Vitals(BaseModel):
     health: Health
     load: EngineLoad | None = None
     lost_workers: tuple[WorkerExit, ...] = ()
+    #: what it serves now (a monitor with ``models``, for an engine that says at runtime)
+    models: ServedModels | None = None
 
 
 def _argv(root: HostRoot, pid: int) -> list[str] | None:
@@ -205,7 +208,9 @@ class EngineMonitor:
     ``stalled`` (default: ``$ENGINESPEC_STALL_AFTER``, else each engine's own, 60 s). ``load``:
     also read each engine's load (one more request per engine and check); without it there is
     no ``busy`` or ``stalled`` from token counters, only from CPU time. ``verify_identity``: a
-    ``ready`` server must also serve the model its argv names (see :func:`check_health`)."""
+    ``ready`` server must also serve the model its argv names (see :func:`check_health`).
+    ``models``: also read what each engine whose models come and go serves now
+    (:mod:`enginespec.health.servedmodels`; not one that serves the model its argv names)."""
 
     def __init__(
         self,
@@ -215,6 +220,7 @@ class EngineMonitor:
         load: bool = True,
         concurrency: int = 64,
         verify_identity: bool = False,
+        models: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
@@ -225,6 +231,7 @@ class EngineMonitor:
         self.load = load
         self.concurrency = concurrency
         self.verify_identity = verify_identity
+        self.models = models
         self._engines: dict[_Key, _Engine] = {}
         self._lock = threading.Lock()
 
@@ -296,7 +303,20 @@ class EngineMonitor:
         if not short:
             engine.missing = None
 
-    async def _one(self, process: EngineProcess) -> Vitals:
+    def _lists_models(self, process: EngineProcess) -> bool:
+        return self.models and not by_argv(find_engine(process.engine).models, process)
+
+    async def _one(self, process: EngineProcess, scanned: Sequence[EngineProcess] | None = None) -> Vitals:
+        """The engine's vitals, with what it serves beside them (read at the same time; its
+        runners among ``scanned``, the round's one scan)."""
+        if not self._lists_models(process):
+            return await self._vitals(process)
+        found, models = await asyncio.gather(
+            self._vitals(process), served_models_async(process, timeout=self.timeout, processes=scanned)
+        )
+        return found.model_copy(update={"models": models})
+
+    async def _vitals(self, process: EngineProcess) -> Vitals:
         engine = self._engine(process)
         # The tree's CPU time over the check: the weaker sign of work of an engine whose
         # health request times out and that reports no load.
@@ -404,8 +424,14 @@ class EngineMonitor:
 
         listed = list(processes)
         told = None if on_result is None else (lambda at, found: on_result(listed[at], found))
+        # one scan a round finds the runners of every engine whose models are read
+        scanned = await asyncio.to_thread(runners) if any(map(self._lists_models, listed)) else None
+
+        async def one(process: EngineProcess) -> Vitals:
+            return await self._one(process, scanned)
+
         return await in_turn(
-            listed, self._one, late, failed, concurrency=self.concurrency, deadline=deadline, on_result=told
+            listed, one, late, failed, concurrency=self.concurrency, deadline=deadline, on_result=told
         )
 
     def check(self, processes: Iterable[EngineProcess], *, deadline: float | None = None) -> list[Vitals]:

@@ -165,6 +165,10 @@ class Scanner:
           seconds; see :mod:`enginespec.health.vitals`).
         - ``verify_identity`` (``False``): ``ready`` also means the server serves the model its
           argv names (see :func:`check_health`).
+        - ``models`` (``False``): the health checks also read what each server whose models come
+          and go serves (see :mod:`enginespec.health.servedmodels`), and each model that is
+          loaded, unloaded, put to sleep or woken is an event (``model_loaded``,
+          ``model_unloaded``, ``model_sleeping``, ``model_woke``).
 
         The remembered workers of ready servers are looked at every ``WORKER_POLL_SECONDS``
         (50 ms), and at once when process events woke the scanner: their exit is a
@@ -332,16 +336,21 @@ class Scanner:
 
 
 def engine_document(
-    process: EngineProcess, health: BaseModel | None = None, load: BaseModel | None = None
+    process: EngineProcess,
+    health: BaseModel | None = None,
+    load: BaseModel | None = None,
+    models: BaseModel | None = None,
 ) -> dict[str, Any]:
     """The JSON object of an engine, as ``ps --json`` and the agent's ``/v1/engines`` give it:
-    the :class:`EngineProcess`, with its ``health`` (a :class:`Health`) and ``load`` (an
-    :class:`EngineLoad`) when they were read."""
+    the :class:`EngineProcess`, with its ``health`` (a :class:`Health`), ``load`` (an
+    :class:`EngineLoad`) and ``models`` (what it serves now, a ``ServedModels``) when they were read."""
     document = process.model_dump(mode="json")
     if health is not None:
         document["health"] = health.model_dump(mode="json")
     if load is not None:
         document["load"] = load.model_dump(mode="json")
+    if models is not None:
+        document["models"] = models.model_dump(mode="json")
     return document
 
 

@@ -33,6 +33,7 @@ from enginespec._host.shapes import Woke
 from enginespec.errors import InvalidInputError, warn_renamed
 from enginespec.health.checks import REQUEST_SHARE, kept
 from enginespec.health.load import EngineLoad
+from enginespec.health.servedmodels import ModelState, ServedModel, ServedModels
 from enginespec.health.vitals import EngineMonitor, Vitals, WorkerExit
 from enginespec.healthrecord import Health, HealthState
 from enginespec.process.exits import HeldProcess, exit_words
@@ -185,8 +186,26 @@ class Recovered(BaseModel):
     previous: HealthState
 
 
+ModelEvent = Literal["model_loaded", "model_unloaded", "model_sleeping", "model_woke"]
+
+
+class ModelChanged(BaseModel):
+    """A model of a server changed state (a watch with ``models``): ``type`` says how, ``model``
+    is its new reading (an unloaded one that the server no longer lists: as it was, ``state``
+    ``unloaded``), ``previous`` its state before (``None``: not seen before)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: ModelEvent
+    monotonic: float
+    process: EngineProcess
+    model: ServedModel
+    previous: ModelState | None = None
+
+
 WatchEvent: TypeAlias = Annotated[
-    Started | Changed | Stopped | HealthChanged | WorkerLost | Recovered, Field(discriminator="type")
+    Started | Changed | Stopped | HealthChanged | WorkerLost | Recovered | ModelChanged,
+    Field(discriminator="type"),
 ]
 _EVENTS: TypeAdapter[WatchEvent] = TypeAdapter(WatchEvent)
 
@@ -207,6 +226,51 @@ def parse_event(text: str | bytes) -> WatchEvent:
 def event_schema() -> dict[str, Any]:
     """The JSON schema of the events' JSON form."""
     return _EVENTS.json_schema()
+
+
+#: the events of a model going from a state (``None``: not listed) to another, when one is told
+_MODEL_EVENTS: dict[tuple[str, str], ModelEvent] = {
+    **{(before, "loaded"): "model_loaded" for before in ("none", "unloaded", "loading", "failed")},
+    ("sleeping", "loaded"): "model_woke",
+    **{
+        (before, "sleeping"): "model_sleeping"
+        for before in ("none", "unloaded", "loading", "loaded", "failed")
+    },
+    **{(before, "unloaded"): "model_unloaded" for before in ("loaded", "loading", "sleeping")},
+}
+
+
+def model_events(
+    before: ServedModels | None, after: ServedModels, process: EngineProcess, monotonic: float
+) -> list[ModelChanged]:
+    """What changed between two readings of what a server serves (``before`` ``None``: the first,
+    whose loaded and sleeping models are told). A reading that failed tells nothing: the models
+    it could not see have not changed for all anyone knows."""
+    if not after.available or (before is not None and not before.available):
+        return []
+    was = {m.name: m for m in before.models} if before is not None else {}
+    now = {m.name: m for m in after.models}
+    events = []
+    for name, model in now.items():
+        previous = was[name].state if name in was else None
+        kind = _MODEL_EVENTS.get((previous or "none", model.state))
+        if kind is not None:
+            events.append(
+                ModelChanged(type=kind, monotonic=monotonic, process=process, model=model, previous=previous)
+            )
+    for name, model in was.items():
+        if name not in now and model.state in ("loaded", "loading", "sleeping"):
+            gone = model.model_copy(update={"state": "unloaded", "runner_pid": None, "memory_bytes": None})
+            events.append(
+                ModelChanged(
+                    type="model_unloaded",
+                    monotonic=monotonic,
+                    process=process,
+                    model=gone,
+                    previous=model.state,
+                )
+            )
+    return events
 
 
 def changed_fields(before: EngineProcess, after: EngineProcess) -> tuple[ChangedField, ...]:
@@ -243,6 +307,7 @@ class WatchOptions(TypedDict, total=False):
     load: bool
     stall_after: float | None
     verify_identity: bool
+    models: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,6 +340,7 @@ class Watch:
         load: bool = True,
         stall_after: float | None = None,
         verify_identity: bool = False,
+        models: bool = False,
     ) -> None:
         if not interval > 0:
             raise InvalidInputError(f"interval: must be a positive number of seconds, not {interval!r}")
@@ -288,7 +354,11 @@ class Watch:
         self._health_timeout = health_timeout
         #: remembers each engine's workers and load between checks (worker loss, busy, stalled)
         self._monitor = EngineMonitor(
-            timeout=health_timeout, stall_after=stall_after, load=load, verify_identity=verify_identity
+            timeout=health_timeout,
+            stall_after=stall_after,
+            load=load,
+            verify_identity=verify_identity,
+            models=models,
         )
         self._stop = threading.Event()
         #: set by a new engine (checked at once rather than a health interval later) and by close
@@ -305,6 +375,8 @@ class Watch:
         self._healths: dict[_Key, Health] = {}
         #: each engine's last load reading (with ``load``), for whoever shows the engines
         self.loads: dict[_Key, EngineLoad | None] = {}
+        #: what each engine whose models come and go served at its last reading (with ``models``)
+        self.models: dict[_Key, ServedModels] = {}
         self._queue: queue.Queue[WatchEvent | BaseException] = queue.Queue()
         self._sink: Callable[[WatchEvent | BaseException], None] = self._queue.put
         reason = (
@@ -341,6 +413,7 @@ class Watch:
             self._states = {key: state for key, state in self._states.items() if key in self._current}
             self._healths = {key: found for key, found in self._healths.items() if key in self._current}
             self.loads = {key: load for key, load in self.loads.items() if key in self._current}
+            self.models = {key: found for key, found in self.models.items() if key in self._current}
             for event in events:
                 self._sink(event)
                 if isinstance(event, Started):
@@ -500,6 +573,12 @@ class Watch:
             health = kept(found.health, self._healths.get(key))
             self._healths[key] = health
             self.loads[key] = found.load
+            if found.models is not None:
+                now = time.monotonic()
+                for event in model_events(self.models.get(key), found.models, self._current[key], now):
+                    self._sink(event)
+                if found.models.available:
+                    self.models[key] = found.models
             previous = self._states.get(key)
             if previous == health.state:
                 return
