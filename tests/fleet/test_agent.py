@@ -428,7 +428,7 @@ def test_control_needs_the_flag_and_a_token_and_stops_and_restarts(tmp_path: Pat
         agent("--listen", f"127.0.0.1:{plain}"),
         agent("--listen", f"127.0.0.1:{port}", "--token-file", str(token), "--allow-control") as (_, said),
     ):
-        assert said.endswith("(http; token required; control: stop and restart allowed)")
+        assert said.endswith("(http; token required; control: stop, restart and models allowed)")
         base = f"http://127.0.0.1:{port}"
         stopped = procs.start(["vllm", "serve", "/models/stop-me", "--port", str(free_port())])
         kept = procs.start(["vllm", "serve", "/models/restart-me", "--port", str(free_port())])

@@ -103,8 +103,10 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "GET /v1/engines (the ps --json objects, with health), /v1/gpus, /metrics (the "
         "exporter's series) and /v1/events (the watch's events, as server-sent events). Listens "
         "on loopback or a unix socket by default; any other address requires --token-file "
-        "(clients send Authorization: Bearer TOKEN). Nothing it serves changes anything, unless "
-        "--allow-control (with a token) adds stop and restart.",
+        "(clients send Authorization: Bearer TOKEN). GET /v1/engines/TARGET/models is what an "
+        "engine serves, as llama.cpp's router lists models. Nothing it serves changes anything, "
+        "unless --allow-control (with a token) adds stop and restart, and loading, unloading, "
+        "sleep and wake in the shapes of llama.cpp's router management API.",
         "enginespec agent",
         "enginespec agent --listen unix:/run/enginespec.sock",
         "enginespec agent --listen 0.0.0.0:9465 --token-file /etc/enginespec/token",
@@ -119,7 +121,8 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     serve.add_argument(
         "--allow-control",
         action="store_true",
-        help="also POST /v1/engines/TARGET/stop and /restart (needs --token-file, even on loopback)",
+        help="also POST /v1/engines/TARGET/stop, /restart, /models/load, /models/unload, /sleep and "
+        "/wake (needs --token-file, even on loopback)",
     )
     serve.set_defaults(handler=_cmd_serve)
 

@@ -221,5 +221,6 @@ def _remote_rows(args: argparse.Namespace) -> tuple[list[Shown], bool]:
             state = engine.health.state if engine.health is not None else None
             row = Shown(engine.process, engine.health, state, agent=engine.agent)
             row.load = engine.load
+            row.models = engine.models
             rows.append(row)
     return rows, failed

@@ -5,9 +5,12 @@
 what each engine holds; ``GET /metrics``: the exporter's series; ``GET /v1/events``: the watch's
 events as server-sent events, in order (each ``id`` one more than the last; a client that
 connects first gets a ``started`` event, and the last health event, of every engine running).
-Nothing changes anything, unless started with ``allow_control`` (and a token): then
-``POST /v1/engines/TARGET/stop`` and ``/restart`` stop or restart an engine (see :meth:`Agent._act`);
-an engine restarted so is the agent's child, and stops with it.
+``GET /v1/engines/TARGET/models``: what the engine serves now, in the shape of llama.cpp's router
+``GET /models`` (see :mod:`enginespec.fleet.agent_models`). Nothing changes anything, unless started
+with ``allow_control`` (and a token): then ``POST /v1/engines/TARGET/stop`` and ``/restart`` stop
+or restart an engine (see :meth:`Agent._act`), an engine restarted so being the agent's child,
+stopped with it; and ``POST /v1/engines/TARGET/models/load`` and ``/models/unload``
+(``{"model": NAME}``), ``/sleep`` and ``/wake`` act through the engine's own API.
 
 It listens on loopback or a unix socket (mode 0600) unless told otherwise; any other address
 needs a token (``Authorization: Bearer TOKEN``, compared in constant time), and says so at start.
@@ -41,9 +44,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from enginespec.errors import InvalidInputError
+from enginespec.fleet import agent_models
 from enginespec.fleet.agent_views import EngineViews, SharedEvent, shared_event
 from enginespec.fleet.agent_wire import STATE_KEY, Peer, Peers, protocol
-from enginespec.fleet.disclosure import EVERYTHING, Viewer
+from enginespec.fleet.disclosure import EVERYTHING, Viewer, owners
 from enginespec.fleet.exporter import Refresher, Snapshot
 from enginespec.fleet.metricsviews import MetricsViews, age_headers
 from enginespec.process.record import EngineProcess
@@ -311,7 +315,15 @@ class Agent:
             await _respond(send, 431, b"request headers too large\n", "text/plain")
             return
         controlled = self._control and scope["method"] == "POST" and _CONTROL.fullmatch(scope["path"])
-        if scope["method"] not in ("GET", "HEAD") and not controlled:
+        routed = agent_models.ROUTE.fullmatch(scope["path"])
+        reading = routed is not None and routed["action"] == "models" and scope["method"] in ("GET", "HEAD")
+        acting = (
+            routed is not None
+            and routed["action"] != "models"
+            and self._control
+            and scope["method"] == "POST"
+        )
+        if scope["method"] not in ("GET", "HEAD") and not (controlled or acting):
             await _respond(send, 405, b"only GET\n", "text/plain", [(b"allow", b"GET, HEAD")])
             return
         if self._token is not None:
@@ -327,6 +339,8 @@ class Agent:
         viewer = EVERYTHING if self._token is not None else peer.viewer
         if controlled:
             await self._act(scope, send)
+        elif routed is not None and (reading or acting):
+            await self._models(routed["target"], routed["action"], receive, send, viewer)
         elif path in ("/v1/engines", "/v1/gpus"):
             body, snapshot = self._views.engines(viewer) if path == "/v1/engines" else self._views.gpus()
             await _respond(send, 200, body, "application/json", _aged(snapshot))
@@ -341,7 +355,9 @@ class Agent:
         elif path == "/v1/events":
             await self._events(receive, send, peer, viewer)
         else:
-            body = b"not found: GET /v1/engines, /v1/events, /v1/gpus or /metrics\n"
+            body = (
+                b"not found: GET /v1/engines, /v1/engines/TARGET/models, /v1/events, /v1/gpus or /metrics\n"
+            )
             await _respond(send, 404, body, "text/plain")
 
     async def _act(self, scope: _Scope, send: _Send) -> None:
@@ -377,6 +393,31 @@ class Agent:
             status, document, child = await asyncio.to_thread(_control, found[0], action, grace)
         if child is not None:
             self._children.append(child)
+        await _respond(send, status, _json(document), "application/json")
+
+    async def _models(self, target: str, action: str, receive: _Receive, send: _Send, viewer: Viewer) -> None:
+        """The model routes (:mod:`enginespec.fleet.agent_models`): what the engine ``target``
+        serves, shown to a client who may see all of it; load, unload, sleep and wake."""
+        snapshot = self._refresher.collector.snapshot
+        found = [
+            (p, owner)
+            for p, name, owner in zip(
+                snapshot.processes, snapshot.ids, owners(snapshot.processes), strict=True
+            )
+            if target in (name, str(p.pid))
+        ]
+        if not found:
+            status, document = agent_models.error(404, f"no engine {target!r} (GET /v1/engines lists them)")
+        elif not viewer.sees_all_of(found[0][1]):
+            status, document = agent_models.error(
+                403, "what an engine serves is shown to root, its owner or a client with the token"
+            )
+        else:
+            body = await _body(receive, agent_models.MAX_BODY_BYTES)
+            if body is None:
+                status, document = agent_models.error(413, f"a body over {agent_models.MAX_BODY_BYTES} bytes")
+            else:
+                status, document = await asyncio.to_thread(agent_models.answer, found[0][0], action, body)
         await _respond(send, status, _json(document), "application/json")
 
     def close(self) -> None:
@@ -464,6 +505,23 @@ def _control(
 
 def _aged(snapshot: Snapshot) -> list[tuple[bytes, bytes]]:
     return [(name.lower().encode(), value.encode()) for name, value in age_headers(snapshot)]
+
+
+async def _body(receive: _Receive, limit: int) -> bytes | None:
+    """A request's body, ``None`` when it is over ``limit`` bytes (not read further)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 async def _disconnected(receive: _Receive) -> None:
@@ -557,12 +615,12 @@ def serve(
         raise InvalidInputError(f"--listen {where}: cannot listen: {err.strerror or err}") from None
     if where.port == 0:
         where = Listen(host=where.host, port=sock.getsockname()[1])
-    refresher = Refresher(interval=interval)
+    refresher = Refresher(interval=interval, models=True)
     views = EngineViews(refresher.collector)
     views.update()
     hub = EventHub()
     stop = threading.Event()
-    watch = Scanner().watch(health=True)
+    watch = Scanner().watch(health=True, models=True)
 
     def relay() -> None:
         try:
@@ -602,7 +660,7 @@ def serve(
     if log is not None:
         scheme = "https" if certfile else "http"
         guard = "token required" if token is not None else "no token: loopback only"
-        guard += "; control: stop and restart allowed" if allow_control else ""
+        guard += "; control: stop, restart and models allowed" if allow_control else ""
         log(f"enginespec agent: Listening on address={where} ({scheme}; {guard})")
     if threading.current_thread() is threading.main_thread():
         # uvicorn re-raises the signal that stopped it once it has: end by an exception, so the

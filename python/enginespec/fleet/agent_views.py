@@ -16,6 +16,7 @@ from typing import Any
 from enginespec.fleet.disclosure import Viewer, owners, public_document
 from enginespec.fleet.exporter import EngineCollector, Snapshot
 from enginespec.health.load import EngineLoad
+from enginespec.health.servedmodels import ServedModels
 from enginespec.healthrecord import Health
 from enginespec.scanning.scanner import engine_document
 from enginespec.scanning.watch import WatchEvent
@@ -57,9 +58,14 @@ def shared_event(event: WatchEvent) -> SharedEvent:
     full = bounded(document["process"], ENGINE_DOCUMENT_BYTES)
     public = public_document(full, process)
     shown = {**document, "process": full}
-    if "withheld" not in public:
+    hidden = {**document, "process": public}
+    if isinstance(document.get("model"), dict):
+        # a model event: which model is what the engine's API said, with its key (see disclosure)
+        hidden["model"] = {**document["model"], "name": ""}
+        hidden["withheld"] = ["model.name"]
+    elif "withheld" not in public:
         return SharedEvent(event.type, _text(shown))
-    return SharedEvent(event.type, _text(shown), _text({**document, "process": public}), owners([process])[0])
+    return SharedEvent(event.type, _text(shown), _text(hidden), owners([process])[0])
 
 
 def _text(document: object) -> str:
@@ -118,8 +124,10 @@ class _Served:
         count = len(snapshot.processes)
         healths: list[Health | None] = [*snapshot.healths] if snapshot.healths else [None] * count
         loads: list[EngineLoad | None] = [*snapshot.loads] if snapshot.loads else [None] * count
+        models: list[ServedModels | None] = [*snapshot.models] if snapshot.models else [None] * count
         documents = [
-            engine_document(p, h, load) for p, h, load in zip(snapshot.processes, healths, loads, strict=True)
+            engine_document(p, h, load, served)
+            for p, h, load, served in zip(snapshot.processes, healths, loads, models, strict=True)
         ]
         cut = [bounded(document, ENGINE_DOCUMENT_BYTES) for document in documents]
         if sum(len(_text(document)) + 2 for document in cut) > MAX_ENGINES_BYTES:

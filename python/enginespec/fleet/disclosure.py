@@ -71,13 +71,17 @@ def withheld_facts(process: EngineProcess) -> tuple[Fact, ...]:
 def public_document(document: Mapping[str, Any], process: EngineProcess) -> dict[str, Any]:
     """``document`` (the ``ps --json`` object of ``process``) as anyone may see it: the fields of
     withheld facts emptied, and named in ``withheld``. Its ``problems`` go too when a fact is
-    withheld (a problem may quote the value: ``port 'x' is not a port number``)."""
+    withheld (a problem may quote the value: ``port 'x' is not a port number``), and what it
+    serves (``models``) always: that was read through the engine's API, with its API key."""
     facts = withheld_facts(process)
-    if not facts:
-        return dict(document)
     fields = {name for fact in facts for name in FACT_FIELDS[fact]}
-    if document.get("problems"):
+    if fields and document.get("problems"):
         fields.add("problems")
+    if document.get("models") is not None:
+        # what it serves was read through its API with its key: its owner's, where that came from
+        fields.add("models")
+    if not fields:
+        return dict(document)
     shown = dict(document)
     for name in fields:
         shown[name] = _EMPTY.get(name)

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from enginespec.errors import InvalidInputError
 from enginespec.health.load import EngineLoad
 from enginespec.health.reaching import blocking
+from enginespec.health.servedmodels import ServedModels
 from enginespec.healthrecord import Health
 from enginespec.process.record import EngineProcess
 from enginespec.scanning.watch import Stopped, WatchEvent, parse_event
@@ -50,6 +51,8 @@ class RemoteEngine(_FromAgent):
     process: EngineProcess
     health: Health | None = None
     load: EngineLoad | None = None
+    #: what it serves now, where the agent read it and this client may see it
+    models: ServedModels | None = None
 
 
 class HostReport(_FromAgent):
@@ -66,7 +69,7 @@ class HostReport(_FromAgent):
 #: (the kernel's pid_max is at most 2**22), ports, a start in epoch seconds (before year 5000).
 #: Every other number must be finite and fit in 64 bits.
 _RANGES: dict[str, tuple[float, float]] = {
-    **dict.fromkeys(("pid", "ppid", "server_pid", "worker_pids"), (0, 1 << 22)),
+    **dict.fromkeys(("pid", "ppid", "server_pid", "worker_pids", "runner_pid"), (0, 1 << 22)),
     **dict.fromkeys(("port", "effective_port", "listen_ports", "port_conflicts"), (0, 65535)),
     **dict.fromkeys(("host_port", "container_port"), (0, 65535)),
     "start_time": (0, 95_617_584_000),
@@ -131,6 +134,7 @@ def _engines(host: str, data: bytes) -> tuple[RemoteEngine, ...]:
         if not isinstance(document, dict):
             raise ValueError("an engine is not an object")
         health, load = document.pop("health", None), document.pop("load", None)
+        models = document.pop("models", None)
         process = EngineProcess.model_validate(document)
         process._local = False
         found.append(
@@ -139,6 +143,7 @@ def _engines(host: str, data: bytes) -> tuple[RemoteEngine, ...]:
                 process=process,
                 health=None if health is None else Health.model_validate(health),
                 load=None if load is None else EngineLoad.model_validate(load),
+                models=None if models is None else ServedModels.model_validate(models),
             )
         )
     return tuple(found)
