@@ -131,7 +131,9 @@ def _local_rows(
 
         # what each serves now, only when asked: a request or two per engine whose models come and go
         for row, served in zip(
-            rows, served_models_all([row.process for row in rows], timeout=args.timeout), strict=True
+            rows,
+            served_models_all([row.process for row in rows], timeout=args.timeout, scanned=processes),
+            strict=True,
         ):
             row.models = served
     if args.load and not listing:

@@ -126,7 +126,7 @@ def _list(args: argparse.Namespace) -> int:
             chosen.append(found)
     if not args.targets:
         chosen = [p for p in processes if p.role == "server"]
-    readings = served_models_all(chosen, timeout=args.timeout) if chosen else []
+    readings = served_models_all(chosen, timeout=args.timeout, scanned=processes) if chosen else []
     # the runners' records come from the same scan: the whole host's, matched to their servers
     if args.format == "json":
         print(dumps([r.model_dump(mode="json") for r in readings], indent=2))

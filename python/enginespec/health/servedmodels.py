@@ -402,26 +402,36 @@ def served_models(
 
 
 async def served_models_all_async(
-    processes: Iterable[EngineProcess], *, timeout: float = 2.0, concurrency: int = 64
+    processes: Iterable[EngineProcess],
+    *,
+    timeout: float = 2.0,
+    concurrency: int = 64,
+    scanned: Sequence[EngineProcess] | None = None,
 ) -> list[ServedModels]:
-    """Reads every server of ``processes`` (a scan, whose runners are matched to them) at once, at
-    most ``concurrency`` in flight, each request bounded by ``timeout``; in the order given."""
+    """Reads every server of ``processes`` at once, at most ``concurrency`` in flight, each
+    request bounded by ``timeout``; in the order given. Their runners are found among
+    ``scanned`` (a scan of the host with GPUs; by default ``processes`` themselves, when they are
+    one)."""
     if concurrency < 1:
         raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
     listed = list(processes)
+    among = list(scanned) if scanned is not None else listed
     gate = asyncio.Semaphore(concurrency)
 
     async def one(process: EngineProcess) -> ServedModels:
         async with gate:
-            return await served_models_async(process, timeout=timeout, processes=listed)
+            return await served_models_async(process, timeout=timeout, processes=among)
 
     return list(await asyncio.gather(*(one(p) for p in listed)))
 
 
 def served_models_all(
-    processes: Iterable[EngineProcess], *, timeout: float = 2.0, concurrency: int = 64
+    processes: Iterable[EngineProcess],
+    *,
+    timeout: float = 2.0,
+    concurrency: int = 64,
+    scanned: Sequence[EngineProcess] | None = None,
 ) -> list[ServedModels]:
     """Sync form of :func:`served_models_all_async`."""
-    return reaching.blocking(
-        served_models_all_async(list(processes), timeout=timeout, concurrency=concurrency)
-    )
+    job = served_models_all_async(list(processes), timeout=timeout, concurrency=concurrency, scanned=scanned)
+    return reaching.blocking(job)
