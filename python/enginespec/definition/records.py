@@ -313,6 +313,8 @@ class ModelList(_Record):
     model of ``/get_model_info``."""
 
     kind: ModelListKind = "fixed"
+    #: the server runs a child per loaded model (its ``runner``s), matched to its models
+    runners: bool = False
     path: str = Field(default="/v1/models", pattern=r"^/")
     available_path: str | None = Field(default=None, pattern=r"^/")
     sleeping_path: str | None = Field(default=None, pattern=r"^/")

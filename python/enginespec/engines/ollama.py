@@ -188,7 +188,7 @@ SPEC = OllamaSpec(
     # /api/ps: the loaded models, with `size_vram` and `expires_at` (RFC 3339); /api/tags: the
     # models it could load (v0.32.15 api/types.go ProcessModelResponse, ListModelResponse;
     # server/routes.go PsHandler, ListHandler).
-    models=ModelList(kind="ollama", path="/api/ps", available_path="/api/tags"),
+    models=ModelList(kind="ollama", runners=True, path="/api/ps", available_path="/api/tags"),
     # A generate request with no prompt loads the model (`done_reason` "load"); with keep_alive 0
     # it unloads it (`done_reason` "unload"): v0.32.15 server/routes.go GenerateHandler.
     control=ModelControl(

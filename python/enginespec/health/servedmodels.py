@@ -357,6 +357,7 @@ async def _served(
         )
         if problem is not None:
             return _unread(process, problem, source)
+    if "argv" not in answer.sources and t.spec.models.runners:
         scanned = processes if processes is not None else await asyncio.to_thread(runners, process._root.root)
         models = await asyncio.to_thread(_with_runners, process, models, scanned)
     return ServedModels(

@@ -25,6 +25,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
@@ -34,7 +35,7 @@ from enginespec.definition.registry import find_engine
 from enginespec.health.checks import broken, check_health_async, in_turn, late_verdict
 from enginespec.health.load import EngineLoad, _read, checked_stall_after, not_owned, tree_cpu_seconds
 from enginespec.health.reaching import blocking, engine_tree, target_of
-from enginespec.health.servedmodels import ServedModels, by_argv, runners, served_models_async
+from enginespec.health.servedmodels import ServedModels, by_argv, served_models_async
 from enginespec.healthrecord import Health, HealthState
 from enginespec.process.argv import parse_argv
 
@@ -42,6 +43,9 @@ from enginespec.process.argv import parse_argv
 from enginespec.process.exits import MAX_PIDFDS as MAX_PIDFDS
 from enginespec.process.exits import HeldProcess
 from enginespec.process.record import EngineProcess
+
+if TYPE_CHECKING:
+    from enginespec.scanning.scanner import Scanner
 
 #: Below this share of one CPU, a tree's CPU time is not taken as a sign of work.
 CPU_BUSY_SHARE = 0.1
@@ -232,6 +236,9 @@ class EngineMonitor:
         self.concurrency = concurrency
         self.verify_identity = verify_identity
         self.models = models
+        #: the scanner of the runners of the servers whose models are read (made on first use)
+        self._scanner: Scanner | None = None
+        self._scan_lock = threading.Lock()
         self._engines: dict[_Key, _Engine] = {}
         self._lock = threading.Lock()
 
@@ -305,6 +312,19 @@ class EngineMonitor:
 
     def _lists_models(self, process: EngineProcess) -> bool:
         return self.models and not by_argv(find_engine(process.engine).models, process)
+
+    def _has_runners(self, process: EngineProcess) -> bool:
+        return self._lists_models(process) and find_engine(process.engine).models.runners
+
+    def _runners(self) -> list[EngineProcess]:
+        """The host's runners now: one scanner kept across rounds (a rescan costs little), one
+        scan at a time (rounds of a watch overlap)."""
+        with self._scan_lock:
+            if self._scanner is None:
+                from enginespec.scanning.scanner import Scanner  # the scanner's module imports this one
+
+                self._scanner = Scanner(listen_ports=False)
+            return [p for p in self._scanner.scan() if p.role == "runner"]
 
     async def _one(self, process: EngineProcess, scanned: Sequence[EngineProcess] | None = None) -> Vitals:
         """The engine's vitals, with what it serves beside them (read at the same time; its
@@ -425,7 +445,7 @@ class EngineMonitor:
         listed = list(processes)
         told = None if on_result is None else (lambda at, found: on_result(listed[at], found))
         # one scan a round finds the runners of every engine whose models are read
-        scanned = await asyncio.to_thread(runners) if any(map(self._lists_models, listed)) else None
+        scanned = await asyncio.to_thread(self._runners) if any(map(self._has_runners, listed)) else None
 
         async def one(process: EngineProcess) -> Vitals:
             return await self._one(process, scanned)
