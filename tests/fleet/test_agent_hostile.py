@@ -319,6 +319,8 @@ def test_other_users_config_and_environment_are_shown_to_their_owner_and_root_on
             assert documents[by_config]["withheld"] == [
                 "model",
                 "model_name",
+                # what a vLLM serves is read through its API (with its key): its owner's
+                "models",
                 "served_model_name",
                 "served_model_names",
             ]

@@ -393,7 +393,9 @@ def test_a_model_a_scraper_may_not_see_is_empty_on_every_series() -> None:
         engine="llamacpp", source="/metrics", available=True, read_at=1.0, monotonic=1.0,
         requests_running=2, requests_waiting=0,
     )  # fmt: skip
-    gone = exporter.Gone(since=time.time(), engine="llamacpp", model="acme/secret-7b", model_private=True)
+    gone = exporter.StoppedEngine(
+        since=time.time(), engine="llamacpp", model="acme/secret-7b", model_private=True
+    )
     snapshot = exporter.Snapshot(processes=[process], loads=[load], stopped={"llamacpp-8080-0000": gone})
     for viewer, shown in ((Viewer(uid=12345), ""), (Viewer(uid=0), "acme/secret-7b")):
         text = "".join(

@@ -109,6 +109,8 @@ def test_the_llamacpp_router_lists_its_models_with_their_runners(procs: Procs) -
         router, scan = _scanned(pid, children=1)
         (runner_pid,) = children_of(pid)
         found = served_models(router, processes=scan)
+        # without a scan: its children, read now
+        unscanned = {m.name: (m.runner_pid, m.port) for m in served_models(router).models}
     assert found.available, found.reason
     assert found.source == f"{router.base_url}/models"
     states = {m.name: (m.state, m.reason) for m in found.models}
@@ -123,6 +125,7 @@ def test_the_llamacpp_router_lists_its_models_with_their_runners(procs: Procs) -
     assert "odd: a status enginespec does not know ('evicting')" in found.reason
     (qwen,) = [m for m in found.models if m.name == "qwen"]
     assert (qwen.runner_pid, qwen.port) == (runner_pid, runner_port)
+    assert unscanned["qwen"] == (runner_pid, runner_port)
     # JSON names the engine as every document does
     document = json.loads(found.model_dump_json())
     assert document["engine_id"] == router.instance_id
@@ -153,7 +156,7 @@ def _ollama_store(tmp_path: Path) -> Path:
 def test_ollama_lists_loaded_and_pulled_models(procs: Procs, tmp_path: Path) -> None:
     blob = _ollama_store(tmp_path)
     runner_port = free_port()
-    # /api/ps (v0.32.15 api/types.go ProcessModelResponse; docs/openapi.yaml's example), expires_at
+    # /api/ps (v0.32.15 api/types.go ProcessModelResponse; its OpenAPI document's example), expires_at
     # in Go's RFC 3339 with nanoseconds and a local offset; /api/tags (ListModelResponse)
     ps = {
         "models": [
@@ -185,6 +188,7 @@ def test_ollama_lists_loaded_and_pulled_models(procs: Procs, tmp_path: Path) -> 
         wait_for(lambda: len(children_of(proc.pid)) == 1)
         ollama, scan = _scanned(proc.pid, children=1)
         found = served_models(ollama, processes=scan)
+        unscanned = {m.name: m.runner_pid for m in served_models(ollama).models}
     assert found.available, found.reason
     assert found.source == f"{ollama.base_url}/api/ps, {ollama.base_url}/api/tags"
     by_name = {m.name: m for m in found.models}
@@ -192,6 +196,7 @@ def test_ollama_lists_loaded_and_pulled_models(procs: Procs, tmp_path: Path) -> 
     qwen = by_name["qwen3:8b"]
     (runner_pid,) = children_of(proc.pid)
     assert (qwen.state, qwen.runner_pid, qwen.port) == ("loaded", runner_pid, runner_port)
+    assert unscanned["qwen3:8b"] == runner_pid  # matched by its model's name, read now
     # the engine's own figure (no GPU here for the ledger to know better)
     assert (qwen.memory_bytes, qwen.memory_source) == (5333539264, "engine")
     assert qwen.expires_at == pytest.approx(1796687227.93355)  # 2026-12-07T23:47:07.93355Z

@@ -110,6 +110,10 @@ def test_the_router_loads_unloads_and_sleeps_models_seen_everywhere(
         # the runners are the router's real children, on the ports it gave them
         children = _children(popen.pid)
         runners = {m.name: m for m in served_models(router, processes=Scanner().scan()).models}
+        # without a scan, the same children are found
+        assert {m.name: m.runner_pid for m in served_models(router).models} == {
+            n: m.runner_pid for n, m in runners.items()
+        }
         for name in ("alpha", "beta"):
             model = runners[name]
             assert model.runner_pid in children, (model, children)

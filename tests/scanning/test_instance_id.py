@@ -46,7 +46,11 @@ def _compact(document: object) -> str:
 def test_a_record_reads_and_writes_the_documents_of_the_previous_release() -> None:
     process = EngineProcess.model_validate(json.loads(OLD_PROCESS))
     assert process.instance_id == KEY == make_instance_id("vllm", "/models/m", 8000)
-    assert _compact(process.model_dump(mode="json")) == OLD_PROCESS  # what ps --json prints
+    # what ps --json prints: the same, and the model's name as people say it (`model_name`)
+    assert json.loads(_compact(process.model_dump(mode="json"))) == {
+        **json.loads(OLD_PROCESS),
+        "model_name": "/models/m",
+    }
     assert json.loads(process.model_dump_json())["engine_id"] == KEY
     assert "instance_id" not in process.model_dump()  # a caller's own dump keeps the key too
     assert process.model_dump()["engine_id"] == KEY

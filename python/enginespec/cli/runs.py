@@ -389,7 +389,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         "log kept on, and waits until the run says it did; a run is restarted once it is ready. "
         "Any other engine (a pid, an engine id, :PORT, HOST:PORT or a URL): a detached run stops it "
         "(SIGTERM, SIGKILL after --grace) and starts its command again as its owner, with the "
-        "environment and working directory it had (read from /proc: root, or its owner, may), and "
+        "environment and working directory it had (read from the kernel: root, or its owner, may), and "
         "keeps it from then on as a run named --name (default: its engine id), its log in the data "
         "dir, as `run --detach` does; says so once the new process started.",
         "enginespec run recipe.toml --detach --name qwen",

@@ -450,7 +450,7 @@ SPEC = VllmSpec(
     # Sleep mode: POST /sleep?level=1 frees the weights and the KV cache, POST /wake_up brings
     # them back; the routes exist only with VLLM_SERVER_DEV_MODE=1, and sleeping needs the engine
     # started with --enable-sleep-mode (vllm/entrypoints/serve/sleep/api_router.py; docs'
-    # sleep_mode.md). It loads no other model at runtime (LoRA adapters aside).
+    # sleep mode page). It loads no other model at runtime (LoRA adapters aside).
     control=ModelControl(
         sleep=ControlRequest(
             path="/sleep?level=1", flags=("--enable-sleep-mode",), environment={"VLLM_SERVER_DEV_MODE": "1"}

@@ -48,8 +48,9 @@ from enginespec.fleet import agent_models
 from enginespec.fleet.agent_views import EngineViews, SharedEvent, shared_event
 from enginespec.fleet.agent_wire import STATE_KEY, Peer, Peers, protocol
 from enginespec.fleet.disclosure import EVERYTHING, Viewer, owners
-from enginespec.fleet.exporter import Refresher, Snapshot
+from enginespec.fleet.exporter import Refresher
 from enginespec.fleet.metricsviews import MetricsViews, age_headers
+from enginespec.fleet.metricsviews import ViewedSnapshot as Viewed
 from enginespec.process.record import EngineProcess
 from enginespec.scanning.scanner import Scanner
 from enginespec.untrusted.documents import dumps
@@ -348,8 +349,8 @@ class Agent:
             from prometheus_client import CONTENT_TYPE_LATEST
 
             # made once per snapshot and kind of client, off the event loop
-            body, snapshot = await asyncio.to_thread(self._metrics.text, viewer)
-            await _respond(send, 200, body, CONTENT_TYPE_LATEST, _aged(snapshot))
+            body, viewed = await asyncio.to_thread(self._metrics.text, viewer)
+            await _respond(send, 200, body, CONTENT_TYPE_LATEST, _aged(viewed))
         elif path == "/v1/events" and scope["method"] == "HEAD":
             await _respond(send, 200, b"", "text/event-stream")
         elif path == "/v1/events":
@@ -503,7 +504,7 @@ def _control(
     return 200, {"action": "restart", "pid": engine.pid, "result": restarted}, engine
 
 
-def _aged(snapshot: Snapshot) -> list[tuple[bytes, bytes]]:
+def _aged(snapshot: Viewed) -> list[tuple[bytes, bytes]]:
     return [(name.lower().encode(), value.encode()) for name, value in age_headers(snapshot)]
 
 

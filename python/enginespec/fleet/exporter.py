@@ -137,7 +137,7 @@ _LOAD_FAMILIES = (
 
 
 @dataclass(frozen=True)
-class Gone:
+class StoppedEngine:
     """An engine no longer running, kept as ``enginespec_engine_up 0`` for ``--keep-stopped``
     under the labels it had (its owner unknown once it is gone: a private model is shown only to
     a client that sees everything)."""
@@ -169,7 +169,7 @@ class Snapshot:
     gpus: tuple[GpuDevice, ...] = ()
     #: instance id -> when (wall clock) it was last seen running and its labels, for engines no
     #: longer running: kept as ``enginespec_engine_up 0`` for a while, so ``== 0`` alerts can fire.
-    stopped: dict[str, Gone] = field(default_factory=dict)
+    stopped: dict[str, StoppedEngine] = field(default_factory=dict)
     #: when the last refresh completed (wall clock); 0 before the first.
     refreshed_at: float = 0.0
     #: refreshes that failed as a whole, summed: each kept the snapshot before it (this one).
@@ -459,9 +459,9 @@ def _load_samples(snapshot: Snapshot, index: int, identity: list[str]) -> list[_
     ]
 
 
-def _gone(process: EngineProcess, now: float) -> Gone:
+def _gone(process: EngineProcess, now: float) -> StoppedEngine:
     """What is kept of ``process`` once it stopped: the labels its series had."""
-    return Gone(
+    return StoppedEngine(
         since=now,
         engine=_label(process.engine),
         model=contained("metrics", lambda: _label(process.model_name or ""), lambda _reason: ""),

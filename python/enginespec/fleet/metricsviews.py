@@ -6,22 +6,42 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from enginespec.fleet.disclosure import EVERYTHING, Viewer, owners, tcp_viewer
+from enginespec.process.record import EngineProcess
 
-if TYPE_CHECKING:
-    from enginespec.fleet.exporter import EngineCollector, Snapshot
+
+class ViewedSnapshot(Protocol):
+    """What a view is of (``enginespec.fleet.exporter.Snapshot``): the engines of one refresh,
+    and when it completed (wall clock; 0 before the first)."""
+
+    @property
+    def processes(self) -> Sequence[EngineProcess]: ...
+
+    @property
+    def refreshed_at(self) -> float: ...
+
+
+class ViewedCollector(Protocol):
+    """What the views are made from (``enginespec.fleet.exporter.EngineCollector``)."""
+
+    @property
+    def snapshot(self) -> ViewedSnapshot: ...
+
+    def wait_filled(self) -> None: ...
+
+    def series(self, snapshot: Any, viewer: Viewer, owned: list[int | None]) -> Iterator[Metric]: ...
 
 
 class _View(Collector):
     def __init__(
-        self, collector: EngineCollector, snapshot: Snapshot, viewer: Viewer, owned: list[int | None]
+        self, collector: ViewedCollector, snapshot: ViewedSnapshot, viewer: Viewer, owned: list[int | None]
     ):
         self._args = (snapshot, viewer, owned)
         self._collector = collector
@@ -38,14 +58,14 @@ class MetricsViews:
     #: kinds of client kept per snapshot (each is one exposition text)
     MAX_KEPT = 16
 
-    def __init__(self, collector: EngineCollector) -> None:
+    def __init__(self, collector: ViewedCollector) -> None:
         self._collector = collector
         self._lock = threading.Lock()
-        self._of: Snapshot | None = None
+        self._of: ViewedSnapshot | None = None
         self._owners: list[int | None] | None = None
         self._texts: dict[str, bytes] = {}
 
-    def text(self, viewer: Viewer) -> tuple[bytes, Snapshot]:
+    def text(self, viewer: Viewer) -> tuple[bytes, ViewedSnapshot]:
         """The text ``viewer`` is shown, and the snapshot it is of (its ``refreshed_at`` is its age)."""
         self._collector.wait_filled()
         snapshot = self._collector.snapshot
@@ -63,7 +83,7 @@ class MetricsViews:
             return self._texts[viewer.key], snapshot
 
 
-def age_headers(snapshot: Snapshot) -> list[tuple[str, str]]:
+def age_headers(snapshot: ViewedSnapshot) -> list[tuple[str, str]]:
     """How old what is served is: ``Age`` (whole seconds, RFC 9111) and the refresh's wall-clock
     time, for a client that wants the fraction."""
     if not snapshot.refreshed_at:

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import re
+import threading
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -26,6 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field
 import enginespec.health.reaching as reaching
 from enginespec.definition.records import ModelList
 from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
+from enginespec.gpus.reader import GpuReader, GpuUse
+from enginespec.models.naming import model_name
+from enginespec.process.argv import parse_argv
 from enginespec.process.liveness import process_alive
 from enginespec.process.record import INSTANCE_ID_WHY, WIRE_INSTANCE_ID, EngineProcess
 from enginespec.untrusted.boundary import contained_async
@@ -286,22 +292,82 @@ class _Reader:
             ]
 
 
-def _with_runners(
-    process: EngineProcess, models: list[ServedModel], processes: Sequence[EngineProcess]
-) -> list[ServedModel]:
-    """Each model with its runner (a child of ``process`` of role ``runner`` among ``processes``,
-    matched by port, else by the model it runs): its pid, port, and the GPU bytes its tree holds
-    when the GPU ledger knows them (they replace the engine's own figure)."""
-    runners = [p for p in processes if p.role == "runner" and p.ppid == process.pid]
+@dataclass(frozen=True)
+class _Runner:
+    """A child of a server that runs one of its models: its pid and port, the names of its model
+    (as served, and as people name it), and the GPU bytes its tree holds (``None``: not known)."""
+
+    pid: int
+    port: int | None
+    names: tuple[str, ...]
+    memory_bytes: int | None
+
+
+def _held(uses: Iterable[GpuUse]) -> int | None:
+    held = [use.memory_bytes for use in uses if use.memory_bytes is not None]
+    return sum(held) if held else None
+
+
+def _scanned_runners(process: EngineProcess, processes: Sequence[EngineProcess]) -> list[_Runner]:
+    """The runners of ``process`` a scan found (its children of role ``runner``, with their GPUs)."""
+    return [
+        _Runner(
+            p.pid, p.effective_port, tuple(n for n in (p.served_model_name, p.model_name) if n), _held(p.gpus)
+        )
+        for p in processes
+        if p.role == "runner" and p.ppid == process.pid
+    ]
+
+
+#: The most children of a server looked at as its runners.
+MAX_RUNNERS = 256
+#: One GPU reader per host root, kept: it remembers between readings (and loads NVML once).
+_gpu_readers: dict[str, GpuReader] = {}
+_gpu_lock = threading.Lock()
+
+
+def _runners_now(process: EngineProcess) -> list[_Runner]:
+    """The runners of ``process`` now, without a scan: its children (the kernel's lists) whose argv
+    is an engine's, through the one reading door, and the GPU bytes each one's tree holds."""
+    root = process._root
+    found = []
+    for pid in root.procfs.descendants(process.pid)[:MAX_RUNNERS]:
+        stat = root.stat(pid)
+        if stat is None or stat.ppid != process.pid:
+            continue
+        try:
+            data = root.read(pid, "cmdline", 1 << 16)
+        except OSError:
+            continue
+        invocation = parse_argv([os.fsdecode(arg) for arg in data.split(b"\0")[:-1]])
+        if invocation is None:
+            continue
+        named = model_name(invocation.model, pid, invocation.engine, root)
+        names = tuple(n for n in (invocation.served_model_name, named) if n)
+        found.append(_Runner(pid, invocation.effective_port, names, None))
+    if not found:
+        return found
+    with _gpu_lock:
+        reader = _gpu_readers.setdefault(root.root, GpuReader(root.root))
+        held = reader.read([(runner.pid, *root.procfs.descendants(runner.pid)) for runner in found])
+    return [
+        _Runner(runner.pid, runner.port, runner.names, _held(uses))
+        for runner, (uses, _unknown) in zip(found, held, strict=True)
+    ]
+
+
+def _with_runners(models: list[ServedModel], runners: Sequence[_Runner]) -> list[ServedModel]:
+    """Each model with its runner (matched by port, else by the model it runs): its pid, port,
+    and the GPU bytes its tree holds when the GPU ledger knows them (they replace the engine's own
+    figure)."""
     if not runners:
         return models
-    by_port = {r.effective_port: r for r in runners if r.effective_port is not None}
-    by_name: dict[str, EngineProcess] = {}
+    by_port = {r.port: r for r in runners if r.port is not None}
+    by_name: dict[str, _Runner] = {}
     for runner in runners:
-        for name in (runner.served_model_name, runner.model_name):
-            if name:
-                by_name.setdefault(name, runner)
-                by_name.setdefault(name.removesuffix(":latest"), runner)
+        for name in runner.names:
+            by_name.setdefault(name, runner)
+            by_name.setdefault(name.removesuffix(":latest"), runner)
     shown = []
     for model in models:
         found = by_port.get(model.port) if model.port is not None else None
@@ -309,10 +375,9 @@ def _with_runners(
         if found is None or model.state == "unloaded":
             shown.append(model)
             continue
-        held = [use.memory_bytes for use in found.gpus if use.memory_bytes is not None]
-        update: dict[str, object] = {"runner_pid": found.pid, "port": model.port or found.effective_port}
-        if held:
-            update.update(memory_bytes=sum(held), memory_source="gpu_ledger")
+        update: dict[str, object] = {"runner_pid": found.pid, "port": model.port or found.port}
+        if found.memory_bytes is not None:
+            update.update(memory_bytes=found.memory_bytes, memory_source="gpu_ledger")
         shown.append(model.model_copy(update=update))
     return shown
 
@@ -358,8 +423,11 @@ async def _served(
         if problem is not None:
             return _unread(process, problem, source)
     if "argv" not in answer.sources and t.spec.models.runners:
-        scanned = processes if processes is not None else await asyncio.to_thread(runners, process._root.root)
-        models = await asyncio.to_thread(_with_runners, process, models, scanned)
+        if processes is not None:
+            found = _scanned_runners(process, processes)
+        else:
+            found = await asyncio.to_thread(_runners_now, process)
+        models = _with_runners(models, found)
     return ServedModels(
         engine=process.engine,
         instance_id=process.instance_id,
@@ -370,14 +438,6 @@ async def _served(
         models=tuple(models),
         read_at=time.time(),
     )
-
-
-def runners(root: str = "/") -> list[EngineProcess]:
-    """The runners of the host under ``root`` now (a scan, with the GPUs they hold), where
-    :func:`served_models` finds each model's."""
-    from enginespec.scanning.scanner import Scanner
-
-    return [p for p in Scanner(root=root, listen_ports=False).scan() if p.role == "runner"]
 
 
 def _failed(process: EngineProcess, reason: str) -> ServedModels:
@@ -397,8 +457,8 @@ def served_models(
 ) -> ServedModels:
     """What the server ``process`` serves now (see the module's docstring): each request bounded
     by ``timeout``. ``processes``: a scan of its host with GPUs (``Scanner(gpus=True)``), where its
-    runners are found; by default the host is scanned for them. Never raises for what the server
-    does."""
+    runners are found; by default they are its children whose argv is an engine's, read now.
+    Never raises for what the server does."""
     return reaching.blocking(served_models_async(process, timeout=timeout, processes=processes))
 
 

@@ -25,7 +25,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
@@ -43,9 +42,6 @@ from enginespec.process.argv import parse_argv
 from enginespec.process.exits import MAX_PIDFDS as MAX_PIDFDS
 from enginespec.process.exits import HeldProcess
 from enginespec.process.record import EngineProcess
-
-if TYPE_CHECKING:
-    from enginespec.scanning.scanner import Scanner
 
 #: Below this share of one CPU, a tree's CPU time is not taken as a sign of work.
 CPU_BUSY_SHARE = 0.1
@@ -236,9 +232,6 @@ class EngineMonitor:
         self.concurrency = concurrency
         self.verify_identity = verify_identity
         self.models = models
-        #: the scanner of the runners of the servers whose models are read (made on first use)
-        self._scanner: Scanner | None = None
-        self._scan_lock = threading.Lock()
         self._engines: dict[_Key, _Engine] = {}
         self._lock = threading.Lock()
 
@@ -313,26 +306,12 @@ class EngineMonitor:
     def _lists_models(self, process: EngineProcess) -> bool:
         return self.models and not by_argv(find_engine(process.engine).models, process)
 
-    def _has_runners(self, process: EngineProcess) -> bool:
-        return self._lists_models(process) and find_engine(process.engine).models.runners
-
-    def _runners(self) -> list[EngineProcess]:
-        """The host's runners now: one scanner kept across rounds (a rescan costs little), one
-        scan at a time (rounds of a watch overlap)."""
-        with self._scan_lock:
-            if self._scanner is None:
-                from enginespec.scanning.scanner import Scanner  # the scanner's module imports this one
-
-                self._scanner = Scanner(listen_ports=False)
-            return [p for p in self._scanner.scan() if p.role == "runner"]
-
-    async def _one(self, process: EngineProcess, scanned: Sequence[EngineProcess] | None = None) -> Vitals:
-        """The engine's vitals, with what it serves beside them (read at the same time; its
-        runners among ``scanned``, the round's one scan)."""
+    async def _one(self, process: EngineProcess) -> Vitals:
+        """The engine's vitals, with what it serves beside them (read at the same time)."""
         if not self._lists_models(process):
             return await self._vitals(process)
         found, models = await asyncio.gather(
-            self._vitals(process), served_models_async(process, timeout=self.timeout, processes=scanned)
+            self._vitals(process), served_models_async(process, timeout=self.timeout)
         )
         return found.model_copy(update={"models": models})
 
@@ -444,14 +423,8 @@ class EngineMonitor:
 
         listed = list(processes)
         told = None if on_result is None else (lambda at, found: on_result(listed[at], found))
-        # one scan a round finds the runners of every engine whose models are read
-        scanned = await asyncio.to_thread(self._runners) if any(map(self._has_runners, listed)) else None
-
-        async def one(process: EngineProcess) -> Vitals:
-            return await self._one(process, scanned)
-
         return await in_turn(
-            listed, one, late, failed, concurrency=self.concurrency, deadline=deadline, on_result=told
+            listed, self._one, late, failed, concurrency=self.concurrency, deadline=deadline, on_result=told
         )
 
     def check(self, processes: Iterable[EngineProcess], *, deadline: float | None = None) -> list[Vitals]:
