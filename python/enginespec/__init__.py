@@ -68,6 +68,7 @@ if TYPE_CHECKING:
         EngineSpecError,
         ExporterError,
         FileWriteError,
+        FitRefused,
         HelpError,
         InstallCancelled,
         InstallError,
@@ -112,6 +113,7 @@ if TYPE_CHECKING:
     from enginespec.healthrecord import Health, HealthState
     from enginespec.lifecycle.commands import Command
     from enginespec.lifecycle.containerstop import ContainerStop
+    from enginespec.lifecycle.ensuring import Ensured, ensure
     from enginespec.lifecycle.installing import InstallOptions, InstallResult, ProgressEvent
     from enginespec.lifecycle.logbook import LogLine
     from enginespec.lifecycle.logsources import LogSource
@@ -216,6 +218,9 @@ _LAZY = {
     "ControlFailed": "enginespec.errors",
     "ControlRefused": "enginespec.errors",
     "ControlUnsupported": "enginespec.errors",
+    "FitRefused": "enginespec.errors",
+    "Ensured": "enginespec.lifecycle.ensuring",
+    "ensure": "enginespec.lifecycle.ensuring",
     "load_model": "enginespec.lifecycle.modelcontrol",
     "load_model_async": "enginespec.lifecycle.modelcontrol",
     "unload_model": "enginespec.lifecycle.modelcontrol",
@@ -329,6 +334,7 @@ __all__ = [
     "EngineProcess",
     "EngineSpec",
     "EngineSpecError",
+    "Ensured",
     "Evidence",
     "ExporterError",
     "ExtraPort",
@@ -341,6 +347,7 @@ __all__ = [
     "FeedFormat",
     "FeedWriter",
     "FileWriteError",
+    "FitRefused",
     "Flags",
     "GpuDevice",
     "GpuProcess",
@@ -411,6 +418,7 @@ __all__ = [
     "classify_failure",
     "detect_engine",
     "engine_ids",
+    "ensure",
     "event_json",
     "event_schema",
     "fetch_remote",

@@ -149,3 +149,12 @@ class ControlRefused(ControlError, PermissionError):
 
 class ControlFailed(ControlError):
     """Sent, and the engine refused it or did not reach the state asked for in time."""
+
+
+class FitRefused(EngineSpecError, RuntimeError):
+    """Not launched: by the engine's own memory rule, the host's GPUs cannot hold it now (the
+    message says where it fell short). ``result`` is the ``FitResult``."""
+
+    def __init__(self, message: str, result: object) -> None:
+        super().__init__(message)
+        self.result = result

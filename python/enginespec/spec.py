@@ -66,8 +66,8 @@ class EngineSpec(EngineDefinition):
         self, recipe: Recipe, config: Config | None = None, *, strict: bool = False, validate: bool = False
     ) -> Command:
         """The full command: argv, environment delta, injected flags, warnings, launcher."""
+        import enginespec.lifecycle.commands as commands
         from enginespec.config import Config
-        from enginespec.lifecycle import commands
 
         return commands.plan(self, recipe, config or Config(), strict=strict, validate=validate)
 
@@ -79,8 +79,8 @@ class EngineSpec(EngineDefinition):
 
     def build_environment(self, recipe: Recipe, config: Config | None = None) -> dict[str, str]:
         """The environment delta for a recipe (visible devices, the venv first on PATH, env_vars)."""
+        import enginespec.lifecycle.commands as commands
         from enginespec.config import Config
-        from enginespec.lifecycle import commands
 
         return commands.build_environment(self, recipe, config or Config())
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
+import enginespec.lifecycle.commands as commands
 from enginespec._host.namedfiles import Refused
 from enginespec._host.procfiles import Owner
 from enginespec._host.root import HOST_ROOT, HostRoot
@@ -18,7 +19,6 @@ from enginespec.config import Config
 from enginespec.definition.records import EngineDefinition
 from enginespec.display import literal
 from enginespec.errors import InvalidInputError, RestartRefused
-from enginespec.lifecycle import commands
 from enginespec.lifecycle.handle import ProcessHandle
 from enginespec.lifecycle.processtree import RUN_ID_VARIABLE
 from enginespec.lifecycle.recipe import Recipe
