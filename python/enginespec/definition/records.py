@@ -280,8 +280,12 @@ class Serving(_Record):
     socket_flag: str | None = None
     #: a host that is a socket path (absolute, or ending in ``.sock``) is a unix socket.
     socket_host: bool = False
-    #: parent executable basename -> supervisor label (``ollama`` starting llama-server).
+    #: executable basename of a parent or an ancestor (up to three up: a supervisor may start its
+    #: engines through a shell) -> supervisor label (``ollama`` starting llama-server).
     supervisors: Mapping[str, str] = Field(default_factory=dict)
+    #: a variable a supervisor sets in the environment of the engines it starts -> its label
+    #: (llama.cpp's router: ``LLAMA_SERVER_ROUTER_PORT``); read as the environment's facts are.
+    supervisor_markers: Mapping[str, str] = Field(default_factory=dict)
     #: label for a server started by another server of the same engine (llama-server router).
     nested_supervisor: str | None = None
     #: the ports it binds besides its API port (TGI's Prometheus listener).

@@ -224,6 +224,10 @@ SPEC = LlamaCppSpec(
         # Ollama and llama-swap start llama-server children on loopback ports; a llama-server in
         # router mode (given no model; llama.cpp 0c1e57098, tools/server/server-models.cpp) starts
         # one per model.
+        # a router's children (tools/server/server-models.cpp server_models::load, in
+        # llama-cpp-python 0.3.35's vendored tree) have LLAMA_SERVER_ROUTER_PORT in their
+        # environment, whoever their parent is
+        supervisor_markers={"LLAMA_SERVER_ROUTER_PORT": "llama-server"},
         supervisors={"ollama": "ollama", "llama-swap": "llama-swap"},
         nested_supervisor="llama-server",
         health_rules=(

@@ -65,12 +65,14 @@ def split_address(value: str) -> tuple[str | None, str | None]:
 
 def environment_names(definition: EngineDefinition) -> list[str]:
     """The variables of a process's environment the engine's settings read (its scan's read set,
-    ``_host.shapes.ReadSet``): facts, API keys, and what makes a follower a server."""
+    ``_host.shapes.ReadSet``): facts, API keys, what makes a follower a server, and the marks
+    of a supervisor that started it."""
     names = dict.fromkeys(
         [
             *definition.settings.environment,
             *definition.serving.api_key_env,
             *definition.settings.server_environment,
+            *definition.serving.supervisor_markers,
         ]
     )
     return list(names)

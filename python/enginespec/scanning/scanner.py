@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from enginespec._host.backend import ScannerType
-from enginespec._host.root import host_root
+from enginespec._host.root import HostRoot, host_root
 from enginespec._host.shapes import (
     ARGV_CUT,
     MAX_ARGV_ARGS,
@@ -81,12 +81,40 @@ class ScanStats(BaseModel):
     known: int = 0
 
 
-def _supervisor(spec: EngineDefinition, parent_argv: Sequence[str], parent_engine: str | None) -> str | None:
-    if parent_engine == spec.id and spec.serving.nested_supervisor:
-        return spec.serving.nested_supervisor
-    if not parent_argv:
+#: How many ancestors above the parent are looked at for a supervisor (a shell, a wrapper between).
+SUPERVISOR_DEPTH = 3
+
+
+def _supervisor(
+    spec: EngineDefinition, item: RawProcess, parent_engine: str | None, root: HostRoot
+) -> str | None:
+    """Who started the engine process ``item`` for one model, by its engine's data: a mark in its
+    environment, a parent of the same engine that nests them (a router), or a supervisor's
+    program as its parent or an ancestor above it (read through the one door, as its argv)."""
+    serving = spec.serving
+    for name, _value in item.environ.vars if item.environ is not None else ():
+        if name in serving.supervisor_markers:
+            return serving.supervisor_markers[name]
+    if parent_engine == spec.id and serving.nested_supervisor:
+        return serving.nested_supervisor
+    if not serving.supervisors:
         return None
-    return spec.serving.supervisors.get(basename(parent_argv[0]))
+    if item.parent_argv and basename(item.parent_argv[0]) in serving.supervisors:
+        return serving.supervisors[basename(item.parent_argv[0])]
+    pid = item.ppid
+    for _ in range(SUPERVISOR_DEPTH):
+        stat = root.stat(pid)
+        if stat is None or stat.ppid <= 1:
+            return None
+        pid = stat.ppid
+        try:
+            program = root.read(pid, "cmdline", 4096).split(b"\0", 1)[0]
+        except OSError:
+            return None
+        found = serving.supervisors.get(basename(program.decode("utf-8", "replace")))
+        if found is not None:
+            return found
+    return None
 
 
 class Scanner:
@@ -281,7 +309,7 @@ class Scanner:
         # an address) is argv's too.
         port_text = argv_port(spec.signature, argv) or (str(facts.port) if facts.port is not None else None)
         merged = merge(spec, outside, facts.model, facts.served_names, facts.host, facts.port, port_text)
-        supervisor = _supervisor(spec, item.parent_argv, parent_engine)
+        supervisor = _supervisor(spec, item, parent_engine, self._root)
         container, private_network = self._placement.place(item)
         # A server another server started for one model (Ollama's, llama-swap's, a router's) is
         # that supervisor's runner.
