@@ -35,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import enginespec
+from bench_load import _pump, _timed  # a watch's events into a queue; the median of a job's rounds
 from enginespec.health.checks import check_all
 from enginespec.health.servedmodels import served_models_all
 from helpers.fakeserver import Answer, bound_socket, free_port, serving
@@ -57,15 +58,6 @@ def _router_answer(ports: list[int]) -> Answer:
         for i, p in enumerate(ports)
     ]
     return _json({"object": "list", "data": data})
-
-
-def _median(job: object, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        job()  # type: ignore[operator]
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def cost(engines: int, rounds: int) -> None:
@@ -117,9 +109,9 @@ def cost(engines: int, rounds: int) -> None:
         wait_for(lambda: {p.pid for p in enginespec.scan(listen_ports=False)} >= set(pids), timeout=60)
         scanned = enginespec.scan()
         servers = [p for p in scanned if p.pid in pids]
-        health = _median(lambda: check_all(servers), rounds)
-        with_scan = _median(lambda: served_models_all(servers, scanned=scanned), rounds)
-        unscanned = _median(lambda: served_models_all(servers), rounds)
+        health = _timed(lambda: check_all(servers), rounds)
+        with_scan = _timed(lambda: served_models_all(servers, scanned=scanned), rounds)
+        unscanned = _timed(lambda: served_models_all(servers), rounds)
         said = served_models_all(servers, scanned=scanned)
         assert all(r.available for r in said), [r.reason for r in said if not r.available]
     print(f"{engines} engines (llama.cpp routers with 4 runners, Ollama, vLLM), median of {rounds} rounds")
@@ -153,11 +145,6 @@ class _Router(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         pass
-
-
-def _pump(watch: enginespec.Watch, events: queue.Queue[enginespec.WatchEvent]) -> None:
-    for event in watch:
-        events.put(event)
 
 
 def latency(flips: int) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from helpers.cli import enginespec
 from helpers.fakeserver import Answer, FakeEngine, bound_socket, free_port, serving
+from helpers.ollamastore import ollama_store
 from helpers.procs import Procs, started_by
 
 HF_SNAPSHOT = (
@@ -59,14 +60,7 @@ def _header(out: subprocess.CompletedProcess[bytes]) -> list[str]:
 
 def test_models_as_people_say_them(procs: Procs, tmp_path: Path) -> None:
     # an Ollama store: the blob's name comes from its manifest, read through the process's root
-    digest = "ab" * 32
-    blob = tmp_path / "models" / "blobs" / f"sha256-{digest}"
-    blob.parent.mkdir(parents=True)
-    blob.write_bytes(b"GGUF")
-    manifest = tmp_path / "models" / "manifests" / "registry.ollama.ai" / "library" / "qwen3" / "8b"
-    manifest.parent.mkdir(parents=True)
-    layers = [{"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}", "size": 4}]
-    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
+    blob = ollama_store(tmp_path / "models")
     unnamed = tmp_path / "models" / "blobs" / f"sha256-{'cd' * 32}"
     hf = procs.start(["vllm", "serve", HF_SNAPSHOT, "--port", "18511"])
     gguf = procs.start(

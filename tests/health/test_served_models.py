@@ -19,6 +19,7 @@ from enginespec import ServedModels, served_models, served_models_all
 from enginespec.process.record import EngineProcess
 from enginespec.scanning.scanner import Scanner
 from helpers.fakeserver import Answer, bound_socket, free_port, serving
+from helpers.ollamastore import ollama_store
 from helpers.procs import Procs, children_of, wait_for
 
 SEP, ARG = "\x1e", "\x1f"
@@ -140,21 +141,8 @@ def test_a_llamacpp_server_started_with_a_model_serves_it_fixed(procs: Procs) ->
     assert [(m.name, m.state) for m in found.models] == [("tiny", "loaded")]
 
 
-def _ollama_store(tmp_path: Path) -> Path:
-    """An Ollama store whose manifest names the blob `qwen3:8b` (the runner's model)."""
-    digest = "ab" * 32
-    blob = tmp_path / "models" / "blobs" / f"sha256-{digest}"
-    blob.parent.mkdir(parents=True)
-    blob.write_bytes(b"GGUF")
-    manifest = tmp_path / "models" / "manifests" / "registry.ollama.ai" / "library" / "qwen3" / "8b"
-    manifest.parent.mkdir(parents=True)
-    layers = [{"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}", "size": 4}]
-    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": layers}))
-    return blob
-
-
 def test_ollama_lists_loaded_and_pulled_models(procs: Procs, tmp_path: Path) -> None:
-    blob = _ollama_store(tmp_path)
+    blob = ollama_store(tmp_path / "models")
     runner_port = free_port()
     # /api/ps (v0.32.15 api/types.go ProcessModelResponse; its OpenAPI document's example), expires_at
     # in Go's RFC 3339 with nanoseconds and a local offset; /api/tags (ListModelResponse)
