@@ -270,3 +270,38 @@ def test_the_live_table_is_never_drawn_while_it_changes() -> None:
         applier.join(timeout=30)
     Console(file=out, width=160, height=40).print(table)
     assert "2 engine server(s)" in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "models",
+    [
+        pytest.param({"models": [{"name": "x" * 5000, "state": "loaded"}]}, id="a-huge-name"),
+        pytest.param({"models": [{"name": "m", "state": "exploded"}]}, id="a-state-no-engine-has"),
+        pytest.param({"models": [{"name": "m", "state": "loaded", "runner_pid": 1 << 30}]}, id="runner-pid"),
+        pytest.param({"models": [{"name": "m", "state": "loaded", "port": 99999}]}, id="port"),
+        pytest.param({"models": [{"name": "m", "state": "loaded"}] * 2000}, id="too-many-models"),
+    ],
+)
+def test_an_agents_served_models_it_could_not_have_read_are_that_hosts_error(
+    models: dict[str, object],
+) -> None:
+    """What an agent says an engine serves is held to what a reading makes (names of at most 1 KiB,
+    the five states, pids and ports in range, at most 1024 models): else it is that host's
+    error, the honest host shown."""
+    lying = json.loads(_answer(_engine(4243, 18204)))
+    lying[0]["models"] = {"engine": "vllm", "available": True, "read_at": 1.0, **models}
+    honest = json.loads(_answer(_engine(4242, 18205)))
+    honest[0]["models"] = {
+        "engine": "vllm", "available": True, "read_at": 1.0, "models": [{"name": "qwen", "state": "sleeping"}]
+    }  # fmt: skip
+    with (
+        serving({"/v1/engines": [Answer(200, json.dumps(honest).encode())]}) as good,
+        serving({"/v1/engines": [Answer(200, json.dumps(lying).encode())]}) as liar,
+    ):
+        done = run("ps", "--remote", f"{good.url},{liar.url}", "--json")
+    assert done.returncode == 1, done.stderr
+    (said,) = [line for line in done.stderr.splitlines() if liar.url in line]
+    assert said.startswith(f"enginespec ps: {liar.url}: not an agent's answer"), said
+    assert "Traceback" not in done.stderr
+    documents = _strict(done.stdout)
+    assert [(d["pid"], d["models"]["models"][0]["state"]) for d in documents] == [(4242, "sleeping")]  # type: ignore[index, union-attr]

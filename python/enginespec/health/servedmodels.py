@@ -58,12 +58,14 @@ class ServedModel(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    name: str
+    #: (an agent's answer is held to what a reading here makes: a masked name of at most
+    #: MAX_NAME_CHARS, and the mask's few characters more)
+    name: str = Field(max_length=2 * MAX_NAME_CHARS)
     state: ModelState
     reason: str = ""
-    runner_pid: int | None = None
-    port: int | None = None
-    memory_bytes: int | None = None
+    runner_pid: int | None = Field(default=None, ge=1, le=1 << 22)
+    port: int | None = Field(default=None, ge=1, le=65535)
+    memory_bytes: int | None = Field(default=None, ge=0, lt=1 << 63)
     memory_source: MemorySource | None = None
     expires_at: float | None = None
 
@@ -82,7 +84,7 @@ class ServedModels(BaseModel):
     available: bool = False
     reason: str = ""
     source: str = "none"
-    models: tuple[ServedModel, ...] = ()
+    models: tuple[ServedModel, ...] = Field(default=(), max_length=MAX_MODELS)
     #: ``time.time()`` of the reading
     read_at: float
 
