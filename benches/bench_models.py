@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import queue
+import random
 import statistics
 import sys
 import tempfile
@@ -179,7 +180,7 @@ def latency(flips: int) -> None:
                 seen = []
                 for flip in range(flips):
                     wanted = "model_loaded" if flip % 2 == 0 else "model_unloaded"
-                    time.sleep(interval * 0.37)  # anywhere in the round
+                    time.sleep(random.uniform(0, interval))  # anywhere in the round
                     STATE["value"] = "loaded" if wanted == "model_loaded" else "unloaded"
                     flipped = time.monotonic()
                     while True:
