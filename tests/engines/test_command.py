@@ -762,3 +762,13 @@ def test_an_engine_id_with_a_dash_has_its_variables_with_an_underscore(
     monkeypatch.setenv("ENGINESPEC_LLAMACPP_PYTHON_PYTHON", "/srv/../python3")
     with pytest.raises(CommandError, match="ENGINESPEC_LLAMACPP_PYTHON_PYTHON"):
         spec.plan(recipe, Config(data_dir=data))
+
+
+@pytest.mark.parametrize("key", ["0", "-1", "--2x", "9lives"])
+def test_an_extra_args_key_that_starts_with_a_digit_is_refused(key: str) -> None:
+    """`{"0": ""}` made `-0 ''`: a negative number to an engine's parser (TGI's launcher refuses
+    it as an unexpected positional), no flag; found by the hostile-recipe property test."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="is not a flag name"):
+        Recipe(engine="tgi", model_path="m", extra_args={key: ""})

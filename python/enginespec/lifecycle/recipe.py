@@ -40,7 +40,9 @@ MAX_RECIPE_BYTES = 1 << 20
 ExtraScalar = str | int | float | bool | None
 ExtraValue = ExtraScalar | list[ExtraScalar] | dict[str, Any]
 
-_EXTRA_KEY = re.compile(r"-{0,2}[A-Za-z0-9][A-Za-z0-9_.-]*", re.ASCII)
+# A letter first: no engine has a flag that starts with a digit, and `-0` reads as a negative
+# number (a positional argument), which TGI's launcher refuses (clap, max_positionals 0).
+_EXTRA_KEY = re.compile(r"-{0,2}[A-Za-z][A-Za-z0-9_.-]*", re.ASCII)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 #: string fields whose value becomes an argv element after a flag.
 _FLAG_VALUE_FIELDS = (
@@ -182,7 +184,9 @@ class Recipe(BaseModel):
     def _check_extra_args(cls, value: Mapping[str, ExtraValue]) -> Mapping[str, ExtraValue]:
         for key, item in value.items():
             if not _EXTRA_KEY.fullmatch(key):
-                raise ValueError(f"extra_args key {key!r} is not a flag name (letters, digits, - _ .)")
+                raise ValueError(
+                    f"extra_args key {key!r} is not a flag name (a letter, then letters, digits, - _ .)"
+                )
             # A value that looks like a flag would become one (`{"lora-modules": ["a=b",
             # "--trust-remote-code"]}`), past the key check and "a flag appears once".
             for element in item if isinstance(item, list) else [item]:
