@@ -21,13 +21,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from enginespec.definition.modelrecords import ModelFacts
+from enginespec.definition.registry import find_engine as definition_of_engine
 from enginespec.errors import ExporterError, FileWriteError
 from enginespec.fleet.disclosure import EVERYTHING, Viewer, withheld_facts
 from enginespec.fleet.metricsviews import MetricsViews, serve_metrics
 from enginespec.gpus.reader import GpuDevice
 from enginespec.health.checks import check_all, kept, request_timeout
 from enginespec.health.load import EngineLoad
-from enginespec.health.servedmodels import ModelState, ServedModels
+from enginespec.health.servedmodels import ModelState, ServedModels, by_argv, served_models_all
 from enginespec.health.vitals import EngineMonitor
 from enginespec.healthrecord import Health, HealthState
 from enginespec.models.processes import cached, peek
@@ -459,6 +460,23 @@ def _load_samples(snapshot: Snapshot, index: int, identity: list[str]) -> list[_
     ]
 
 
+def _served(processes: list[EngineProcess], budget: float) -> list[ServedModels | None]:
+    """What each engine whose models come and go serves (``None`` for the others), read at once
+    within ``budget`` seconds: one not read by then is unread, saying so."""
+    listing = [
+        index
+        for index, process in enumerate(processes)
+        if process.role == "server" and not by_argv(definition_of_engine(process.engine).models, process)
+    ]
+    found: list[ServedModels | None] = [None] * len(processes)
+    readings = served_models_all(
+        [processes[index] for index in listing], timeout=request_timeout(budget), deadline=budget
+    )
+    for index, reading in zip(listing, readings, strict=True):
+        found[index] = reading
+    return found
+
+
 def _gone(process: EngineProcess, now: float) -> StoppedEngine:
     """What is kept of ``process`` once it stopped: the labels its series had."""
     return StoppedEngine(
@@ -499,6 +517,7 @@ def _refresh(
     deadline: float,
     keep_stopped: float,
     monitor: EngineMonitor | None = None,
+    models: bool = False,
 ) -> None:
     """One scan and its health checks, within ``deadline`` seconds when the scan leaves at least
     half of it: a hung engine costs at most that (its request times out first: ``unhealthy``),
@@ -518,7 +537,7 @@ def _refresh(
     previous = collector.snapshot
     healths: list[Health] | None = None
     loads = None
-    models = None
+    served: list[ServedModels | None] | None = None
     # The checks keep at least half the deadline, however long the scan took: a slow scan (a
     # loaded host) made them 50 ms, and every engine `unknown`.
     budget = max(deadline - seconds, deadline / 2)
@@ -527,9 +546,13 @@ def _refresh(
         vitals = monitor.check(processes, deadline=budget)
         healths = [v.health for v in vitals]
         loads = [v.load for v in vitals]
-        models = [v.models for v in vitals] if monitor.models else None
+        served = [v.models for v in vitals] if monitor.models else None
     elif health:
         healths = check_all(processes, timeout=request_timeout(budget), deadline=budget)
+    if models and (monitor is None or not monitor.models):
+        # after the checks, within a budget of its own: what an engine serves never delays, nor
+        # cuts short, its health verdict (a loaded host, a refresh's deadline of 160 ms)
+        served = _served(processes, budget)
     if healths is not None and previous.healths is not None:
         earlier = zip(previous.processes, previous.healths, strict=True)
         before = {(p.pid, p.start_time): h for p, h in earlier}
@@ -555,7 +578,7 @@ def _refresh(
         ids=ids,
         healths=healths,
         loads=loads,
-        models=models,
+        models=served,
         scan_seconds=seconds,
         scan_errors=previous.scan_errors + scanner.stats.unreadable,
         scans=previous.scans + 1,
@@ -603,12 +626,9 @@ class Refresher:
         self._keep_stopped = keep_stopped
         self._deadline = min(2.0, interval * 0.8)
         self._monitor = (
-            EngineMonitor(
-                timeout=request_timeout(self._deadline), stall_after=stall_after, load=load, models=models
-            )
-            if load or models
-            else None
+            EngineMonitor(timeout=request_timeout(self._deadline), stall_after=stall_after) if load else None
         )
+        self._models = models
         if refresh_now:
             self.refresh()
 
@@ -618,7 +638,13 @@ class Refresher:
         (see :mod:`enginespec.untrusted.boundary`): the loop serving it never ends because of it."""
         try:
             _refresh(
-                self._scanner, self.collector, self._health, self._deadline, self._keep_stopped, self._monitor
+                self._scanner,
+                self.collector,
+                self._health,
+                self._deadline,
+                self._keep_stopped,
+                self._monitor,
+                models=self._models,
             )
         except Exception as err:  # the loop's boundary: the last good snapshot stays served
             reason = failed("refresh", err, loud=True)

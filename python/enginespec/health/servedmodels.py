@@ -470,11 +470,13 @@ async def served_models_all_async(
     timeout: float = 2.0,
     concurrency: int = 64,
     scanned: Sequence[EngineProcess] | None = None,
+    deadline: float | None = None,
 ) -> list[ServedModels]:
     """Reads every server of ``processes`` at once, at most ``concurrency`` in flight, each
     request bounded by ``timeout``; in the order given. Their runners are found among
     ``scanned`` (a scan of the host with GPUs; by default ``processes`` themselves, when they are
-    one)."""
+    one). ``deadline``: the most seconds for them all; an engine not read by then is unread,
+    saying so."""
     if concurrency < 1:
         raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
     listed = list(processes)
@@ -483,8 +485,15 @@ async def served_models_all_async(
 
     async def one(process: EngineProcess) -> ServedModels:
         async with gate:
-            return await served_models_async(process, timeout=timeout, processes=among)
+            job = served_models_async(process, timeout=timeout, processes=among)
+            if deadline is None:
+                return await job
+            try:
+                return await asyncio.wait_for(job, max(deadline - (time.monotonic() - started), 0.0))
+            except asyncio.TimeoutError:
+                return _unread(process, f"not read within the overall deadline of {deadline:g}s")
 
+    started = time.monotonic()
     return list(await asyncio.gather(*(one(p) for p in listed)))
 
 
@@ -494,7 +503,10 @@ def served_models_all(
     timeout: float = 2.0,
     concurrency: int = 64,
     scanned: Sequence[EngineProcess] | None = None,
+    deadline: float | None = None,
 ) -> list[ServedModels]:
     """Sync form of :func:`served_models_all_async`."""
-    job = served_models_all_async(list(processes), timeout=timeout, concurrency=concurrency, scanned=scanned)
+    job = served_models_all_async(
+        list(processes), timeout=timeout, concurrency=concurrency, scanned=scanned, deadline=deadline
+    )
     return reaching.blocking(job)
