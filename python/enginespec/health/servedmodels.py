@@ -19,7 +19,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 import enginespec.health.reaching as reaching
-from enginespec.definition.records import ModelList
+from enginespec.definition.records import ModelList, ModelListKind
 from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
 from enginespec.gpus.reader import GpuReader, GpuUse
 from enginespec.models.naming import model_name
@@ -239,28 +239,33 @@ class _Reader:
     async def read(self) -> bool:
         """Fills ``answer``; whether the engine said (or its argv says) what it serves."""
         listing = self.t.spec.models
-        notes = self.answer.notes
         if by_argv(listing, self.process):
             return self.fixed()
         body = await self.get(listing.path)
         if body is None:
             return False
-        if listing.kind == "llamacpp_router":
-            self.answer.models = _router_models(body, notes)
-        elif listing.kind == "ollama":
-            self.answer.models = _ollama_loaded(body, notes)
-            await self._could_load(listing.available_path)
-        elif listing.kind == "openai":
-            self.answer.models = _openai_models(body, notes)
-            await self._sleeping(listing.sleeping_path)
-        else:  # sglang: its one model, under the name clients send
-            document = parse_json(body, max_bytes=MAX_ANSWER_BYTES)
-            path = _name(document.get("model_path") if isinstance(document, dict) else None)
-            name = self.process.served_model_name or path
-            if name is None:
-                raise DocumentError("no model_path")
-            self.answer.models = [ServedModel(name=mask_text(name), state="loaded")]
+        await _READINGS[listing.kind](self, body)
         return True
+
+    async def _router(self, body: bytes) -> None:
+        self.answer.models = _router_models(body, self.answer.notes)
+
+    async def _ollama(self, body: bytes) -> None:
+        self.answer.models = _ollama_loaded(body, self.answer.notes)
+        await self._could_load(self.t.spec.models.available_path)
+
+    async def _openai(self, body: bytes) -> None:
+        self.answer.models = _openai_models(body, self.answer.notes)
+        await self._sleeping(self.t.spec.models.sleeping_path)
+
+    async def _sglang(self, body: bytes) -> None:
+        # its one model, under the name clients send
+        document = parse_json(body, max_bytes=MAX_ANSWER_BYTES)
+        path = _name(document.get("model_path") if isinstance(document, dict) else None)
+        name = self.process.served_model_name or path
+        if name is None:
+            raise DocumentError("no model_path")
+        self.answer.models = [ServedModel(name=mask_text(name), state="loaded")]
 
     async def _could_load(self, path: str | None) -> None:
         body = None if path is None else await self.get(path)
@@ -292,6 +297,15 @@ class _Reader:
                 m.model_copy(update={"state": "sleeping"}) if m.state == "loaded" else m
                 for m in self.answer.models
             ]
+
+
+#: How each kind of model list is read (see ``ModelList.kind``), after its ``path`` answered.
+_READINGS: dict[ModelListKind, Callable[[_Reader, bytes], Awaitable[None]]] = {
+    "llamacpp_router": _Reader._router,
+    "ollama": _Reader._ollama,
+    "openai": _Reader._openai,
+    "sglang": _Reader._sglang,
+}
 
 
 @dataclass(frozen=True)
