@@ -186,3 +186,24 @@ def test_llama_cpp_python_environment_and_config_file(
     fourth = _find(scanner, pid)
     assert (fourth.port, fourth.effective_port, fourth.sources["port"]) == (None, 8000, "default")
     assert fourth.base_url == "http://localhost:8000"
+
+
+def test_llama_cpp_python_config_file_named_by_its_environment(procs: Procs, tmp_path: Path) -> None:
+    # config_file = os.environ.get("CONFIG_FILE", args.config_file); `if config_file:` (llama-cpp-python
+    # 0.3.35 __main__.py): the variable wins over the flag, and set but empty it names none, so that
+    # the flag's file is not read either and argv's settings hold.
+    (tmp_path / "flag.json").write_text('{"port": 8111, "models": [{"model": "/m/flag.gguf"}]}')
+    (tmp_path / "env.json").write_text('{"port": 8222, "models": [{"model": "/m/env.gguf"}]}')
+    module = ["python3", "-m", "llama_cpp.server", "--config_file", "flag.json", "--model", "/m/argv.gguf"]
+    by_env = procs.start(module, cwd=tmp_path, CONFIG_FILE="env.json")
+    empty = procs.start(module, cwd=tmp_path, CONFIG_FILE="")
+    by_flag = procs.start(module, cwd=tmp_path)
+    scanner = Scanner()
+    found = {p.pid: p for p in scanner.scan()}
+    assert (found[by_env.pid].model, found[by_env.pid].port) == ("/m/env.gguf", 8222)
+    assert (found[empty.pid].model, found[empty.pid].port, found[empty.pid].sources["model"]) == (
+        "/m/argv.gguf",
+        None,
+        "argv",
+    )
+    assert (found[by_flag.pid].model, found[by_flag.pid].port) == ("/m/flag.gguf", 8111)

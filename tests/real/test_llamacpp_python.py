@@ -1,8 +1,12 @@
 """llama-cpp-python's own server (llama-cpp-python[server], CPU build from its sdist through
-install()) end to end on a tiny random GGUF."""
+install()) end to end on a tiny random GGUF, and with a config file of two, one loaded at a time."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,7 +24,7 @@ from lifecycle import (
 )
 from models import broken_gguf, gguf_model
 
-from enginespec import Config, EngineExited, InstallOptions, get_engine_spec
+from enginespec import Config, EngineExited, InstallOptions, get_engine_spec, served_models
 from enginespec.health.checks import check_health, wait_ready
 
 
@@ -81,3 +85,56 @@ def test_llama_cpp_python_install_launch_find_wait_chat_clash_stop(
             wait_ready("llamacpp-python", failing.url, timeout=300, poll=0.1, process=failing.popen)
         assert exited.value.returncode != 0, failing.output()
     assert check_health("llamacpp-python", running.url).state == "down"
+
+
+def test_llama_cpp_python_serves_one_model_of_its_config_at_a_time(
+    config: Config, sdist: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    """Its LlamaProxy loads the config's first model, another when a request names it (the one
+    before closed): `served_models` tells which from the model file the real server maps."""
+    spec = get_engine_spec("llamacpp-python")
+    options = InstallOptions(
+        version=LLAMA_CPP_PYTHON, installer="pip", find_links=(str(sdist.parent),), timeout=5400
+    )
+    spec.install(options, config)
+    first = gguf_model(models_dir / "lcp-first.gguf", seed=1)
+    second = gguf_model(models_dir / "lcp-second.gguf", seed=2)
+    port = free_port()
+    entries = [
+        {"model": str(first), "model_alias": "first", "n_ctx": 256},
+        {"model": str(second), "n_ctx": 256},
+    ]
+    (tmp_path / "models.json").write_text(json.dumps({"host": HOST, "port": port, "models": entries}))
+    command = spec.plan(tiny_recipe("llamacpp-python", first, max_model_len=256), config)
+    module = list(command.argv[: 1 + len(spec.launch.module_args)])
+    with open(tmp_path / "lcp-config.log", "wb") as log:
+        popen = subprocess.Popen(
+            [*module, "--config_file", "models.json"],
+            cwd=tmp_path,
+            env={**os.environ, **command.env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        process = scanned(popen.pid)
+        assert (process.model, process.port, process.sources["model"]) == (str(first), port, "config")
+        walked = walk(process, popen, timeout=300)
+        assert walked.states[-1] == "ready", (tmp_path / "lcp-config.log").read_text()
+        url = f"http://{HOST}:{port}"
+
+        def states() -> dict[str, str]:
+            found = served_models(process, timeout=30)
+            assert found.available, found.reason
+            return {m.name: m.state for m in found.models}
+
+        assert states() == {"first": "loaded", str(second): "unloaded"}
+        assert chat(url, str(second))["choices"]
+        assert states() == {"first": "unloaded", str(second): "loaded"}
+        assert chat(url, "first")["choices"]
+        assert states() == {"first": "loaded", str(second): "unloaded"}
+    finally:
+        if popen.poll() is None:
+            os.killpg(popen.pid, signal.SIGKILL)
+        popen.wait()

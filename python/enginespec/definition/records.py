@@ -303,7 +303,7 @@ class Serving(_Record):
     engine_worker: EngineWorker | None = None
 
 
-ModelListKind = Literal["fixed", "llamacpp_router", "ollama", "openai", "sglang"]
+ModelListKind = Literal["fixed", "llamacpp_router", "ollama", "openai", "sglang", "one_of_config"]
 
 
 class ModelList(_Record):
@@ -314,7 +314,9 @@ class ModelList(_Record):
     loaded models at ``path`` (``/api/ps``) and those it could load at ``available_path``
     (``/api/tags``); ``openai``, the models at ``path`` (``/v1/models``) and, at
     ``sleeping_path``, whether the server sleeps (vLLM ``/is_sleeping``); ``sglang``, the one
-    model of ``/get_model_info``."""
+    model of ``/get_model_info``; ``one_of_config``, the models of its config file
+    (``Settings.config_models_key``) listed at ``path``, one loaded at a time: the one whose model
+    file the server maps now (a server started with a model instead is ``fixed``)."""
 
     kind: ModelListKind = "fixed"
     #: the server runs a child per loaded model (its ``runner``s), matched to its models
@@ -409,6 +411,11 @@ class Settings(_Record):
     #: ``TLLM_DISAGG_RUN_REMOTE_MPI_SESSION_CLIENT=1`` as the instance's server. Read by a scan
     #: (its argv alone cannot tell), once per process.
     server_environment: Mapping[str, str] = Field(default_factory=dict)
+    #: the environment variable naming the config file, over ``config_flag``; set but empty, it
+    #: names none and the flag is not read either (llama-cpp-python:
+    #: ``os.environ.get("CONFIG_FILE", args.config_file)`` then ``if config_file:``,
+    #: llama_cpp/server/__main__.py v0.3.35).
+    config_environment: str | None = None
     #: the config file key holding a list of model entries whose keys are flag names
     #: (llama-cpp-python's ``models``): their models and served names are the server's.
     config_models_key: str | None = None

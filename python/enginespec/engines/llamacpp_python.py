@@ -7,7 +7,7 @@ llama_cpp/server/cli.py, llama_cpp/server/settings.py, llama_cpp/server/app.py.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import Flags, Launch, Package, Serving, Settings
+from enginespec.definition.records import Flags, Launch, ModelList, Package, Serving, Settings
 from enginespec.definition.signature import Evidence, LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
 from enginespec.healthrecord import HealthState
@@ -136,15 +136,24 @@ SPEC = LlamaCppPythonSpec(
     ),
     # pydantic-settings without a prefix (llama_cpp/server/settings.py): MODEL, MODEL_ALIAS, HOST,
     # PORT; argv wins for the model, but uvicorn.run takes os.getenv("HOST")/os.getenv("PORT") over
-    # the settings, and with --config_file the file's host and port replace argv's (__main__.py main).
+    # the settings, and with --config_file the file's settings replace argv's (__main__.py main).
     settings=Settings(
         environment={"MODEL": "model", "MODEL_ALIAS": "served_model_name", "HOST": "host", "PORT": "port"},
         environment_first=frozenset({"host", "port"}),
         config_flag="--config_file",
+        config_environment="CONFIG_FILE",
         # JSON, or YAML for a file named *.yaml / *.yml (__main__.py load_config).
         config_format="json",
-        config_replaces_argv=frozenset({"host", "port"}),
+        # with a config file its models are the file's alone: argv's --model is parsed, unused
+        # (__main__.py: model_settings = config_file_settings.models)
+        config_replaces_argv=frozenset({"host", "port", "model", "served_model_name"}),
         config_models_key="models",
     ),
+    # With --config_file (or CONFIG_FILE) its LlamaProxy holds one of the file's models at a time:
+    # the first at start, another when a request names its alias (closing the one before), and
+    # /v1/models lists every alias, loaded or not (llama_cpp/server/model.py LlamaProxy.__call__,
+    # app.py get_models, v0.3.35). Which one is loaded it does not say: the model file it maps
+    # does (Llama maps a GGUF whole while use_mmap is on, its default where mmap works).
+    models=ModelList(kind="one_of_config", path="/v1/models"),
     failures=FAILURES,
 )

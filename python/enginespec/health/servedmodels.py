@@ -27,13 +27,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 import enginespec.health.reaching as reaching
-from enginespec.definition.records import ModelList, ModelListKind
+from enginespec.definition.records import EngineDefinition, ModelList, ModelListKind
 from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
 from enginespec.gpus.reader import GpuReader, GpuUse
 from enginespec.models.naming import model_name
 from enginespec.process.argv import parse_argv
 from enginespec.process.liveness import process_alive
+from enginespec.process.mappedfiles import mapped_files
 from enginespec.process.record import INSTANCE_ID_WHY, WIRE_INSTANCE_ID, EngineProcess
+from enginespec.process.settings import config_models
 from enginespec.untrusted.boundary import contained_async
 from enginespec.untrusted.documents import DocumentError, parse_json
 from enginespec.untrusted.masking import mask_text
@@ -206,8 +208,44 @@ def _openai_models(body: bytes, notes: list[str]) -> list[ServedModel]:
 def by_argv(listing: ModelList, process: EngineProcess) -> bool:
     """Whether ``process`` serves the one model its argv names, fixed at start (nothing to ask):
     its engine's list is ``fixed``, or it is a llama.cpp server started with a model (a router
-    is started without one)."""
-    return listing.kind == "fixed" or (listing.kind == "llamacpp_router" and process.model is not None)
+    is started without one), or a server of a config's models started with a model instead."""
+    if listing.kind == "llamacpp_router":
+        return process.model is not None
+    if listing.kind == "one_of_config":
+        return process.sources.get("model") != "config"
+    return listing.kind == "fixed"
+
+
+#: The most entries of a config file whose model files are looked for among the mapped ones.
+MAX_CONFIG_ENTRIES = 256
+
+
+def _mapped_of_config(spec: EngineDefinition, process: EngineProcess) -> tuple[set[str], str | None]:
+    """The served names (masked, as in an answer) of the config entries whose model file the
+    server maps now, and what could not be read (``None``: nothing)."""
+    if not process._local:
+        return set(), "an engine of another host: its files are not read from here"
+    root = process._root
+    entries, problem = config_models(spec, process.pid, process.argv, root)
+    if problem is not None:
+        return set(), problem
+    mapped = mapped_files(process.pid, root)
+    if mapped is None:
+        return set(), "its memory maps cannot be read (another user's process?)"
+    identities = {(m.device, m.inode) for m in mapped}
+    paths = {m.path for m in mapped}
+    found = set()
+    for entry in entries[:MAX_CONFIG_ENTRIES]:
+        if entry.model is None:
+            continue
+        identity = root.named_identity(process.pid, entry.model)
+        held = (
+            identity is not None
+            and ((os.major(identity[0]), os.minor(identity[0])), identity[1]) in identities
+        )
+        if held or entry.model in paths:
+            found.add(mask_text(entry.served_name[:MAX_NAME_CHARS]))
+    return found, None
 
 
 class _Reader:
@@ -244,21 +282,23 @@ class _Reader:
         body = await self.get(listing.path)
         if body is None:
             return False
-        await _READINGS[listing.kind](self, body)
+        return await _READINGS[listing.kind](self, body)
+
+    async def _router(self, body: bytes) -> bool:
+        self.answer.models = _router_models(body, self.answer.notes)
         return True
 
-    async def _router(self, body: bytes) -> None:
-        self.answer.models = _router_models(body, self.answer.notes)
-
-    async def _ollama(self, body: bytes) -> None:
+    async def _ollama(self, body: bytes) -> bool:
         self.answer.models = _ollama_loaded(body, self.answer.notes)
         await self._could_load(self.t.spec.models.available_path)
+        return True
 
-    async def _openai(self, body: bytes) -> None:
+    async def _openai(self, body: bytes) -> bool:
         self.answer.models = _openai_models(body, self.answer.notes)
         await self._sleeping(self.t.spec.models.sleeping_path)
+        return True
 
-    async def _sglang(self, body: bytes) -> None:
+    async def _sglang(self, body: bytes) -> bool:
         # its one model, under the name clients send
         document = parse_json(body, max_bytes=MAX_ANSWER_BYTES)
         path = _name(document.get("model_path") if isinstance(document, dict) else None)
@@ -266,6 +306,27 @@ class _Reader:
         if name is None:
             raise DocumentError("no model_path")
         self.answer.models = [ServedModel(name=mask_text(name), state="loaded")]
+        return True
+
+    async def _one_of_config(self, body: bytes) -> bool:
+        # the models of its config file, as it serves them; loaded is the one whose file it maps
+        listed = _openai_models(body, self.answer.notes)
+        loaded, problem = await asyncio.to_thread(_mapped_of_config, self.t.spec, self.process)
+        if problem is None and not loaded:
+            problem = "it maps no model file of its config (loaded without mmap, or loading one)"
+        if problem is not None:
+            counted = f"{len(listed)} model" + ("" if len(listed) == 1 else "s")
+            self.answer.notes.append(f"which of its {counted} is loaded cannot be told: {problem}")
+            return False
+        shared = len([m for m in listed if m.name in loaded]) > 1
+        why = "another of its names maps the same file: which of them is current cannot be told"
+        self.answer.models = [
+            m.model_copy(update={"state": "loaded", "reason": why if shared else ""})
+            if m.name in loaded
+            else m.model_copy(update={"state": "unloaded"})
+            for m in listed
+        ]
+        return True
 
     async def _could_load(self, path: str | None) -> None:
         body = None if path is None else await self.get(path)
@@ -300,8 +361,9 @@ class _Reader:
 
 
 #: How each kind of model list is read (see ``ModelList.kind``), after its ``path`` answered.
-_READINGS: dict[ModelListKind, Callable[[_Reader, bytes], Awaitable[None]]] = {
+_READINGS: dict[ModelListKind, Callable[[_Reader, bytes], Awaitable[bool]]] = {
     "llamacpp_router": _Reader._router,
+    "one_of_config": _Reader._one_of_config,
     "ollama": _Reader._ollama,
     "openai": _Reader._openai,
     "sglang": _Reader._sglang,

@@ -1,15 +1,15 @@
 """What a running Python process has installed, read without running anything: the site
-directories it loaded extension modules from (the kernel's ``/proc/PID/maps``) and the dist-info
+directories it loaded extension modules from (the files it maps) and the dist-info
 there, as its owner would read them, inside its root (the process may be any user's, and its
 argv may name anything)."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 
 from enginespec._host.root import HostRoot
+from enginespec.process.mappedfiles import mapped_files
 
 
 def installed_version(pid: int, distributions: Sequence[str], root: HostRoot) -> str | None:
@@ -18,8 +18,7 @@ def installed_version(pid: int, distributions: Sequence[str], root: HostRoot) ->
     return _versions_from_files(pid, _mapped_site_dirs(pid, root), distributions, root)
 
 
-#: Most of ``/proc/PID/maps`` read, site directories listed, and entries looked at in each.
-_MAX_MAPS_BYTES = 1 << 24
+#: Most site directories listed, and entries looked at in each.
 _MAX_SITES = 64
 _MAX_ENTRIES = 10_000
 #: Most of a METADATA file read: its header comes first.
@@ -28,16 +27,11 @@ _MAX_METADATA_HEAD = 1 << 16
 
 def _mapped_site_dirs(pid: int, root: HostRoot) -> list[str]:
     """The site-packages directories a running Python loaded extension modules from (as paths
-    inside the process's root), from the kernel's ``/proc/PID/maps``."""
-    try:
-        lines = root.read(pid, "maps", _MAX_MAPS_BYTES).split(b"\n")
-    except OSError:
-        return []
+    inside the process's root), from the files it maps."""
     found: dict[str, None] = {}
-    for line in lines:
-        path = os.fsdecode(line.partition(b"/")[2]).rstrip()
+    for mapped in mapped_files(pid, root) or ():
         for marker in ("/site-packages/", "/dist-packages/"):
-            head, sep, _rest = ("/" + path).partition(marker)
+            head, sep, _rest = mapped.path.partition(marker)
             if sep:
                 found.setdefault(head + marker.rstrip("/"), None)
     return list(found)[:_MAX_SITES]

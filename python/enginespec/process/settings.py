@@ -6,7 +6,7 @@ spec. Every failure is data, never raised."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -73,6 +73,7 @@ def environment_names(definition: EngineDefinition) -> list[str]:
             *definition.serving.api_key_env,
             *definition.settings.server_environment,
             *definition.serving.supervisor_markers,
+            *filter(None, [definition.settings.config_environment]),
         ]
     )
     return list(names)
@@ -209,10 +210,9 @@ def read_outside(
         if definition.settings.runner_environment or not runner
         else ({}, (), None)
     )
-    flag = definition.settings.config_flag
-    path = flag_value(argv, definition.signature, flag) if flag else None
-    default = path is None and definition.settings.config_file is not None
-    path = path if path is not None else definition.settings.config_file
+    named = config_named(definition, argv, environ.vars if environ is not None else ())
+    default = named is None and definition.settings.config_file is not None
+    path = named if named is not None else definition.settings.config_file
     if path is None:
         return Outside(environment=environment, problems=problems, api_key=api_key)
     read = root.read_named(pid, path, MAX_CONFIG_BYTES)
@@ -226,6 +226,88 @@ def read_outside(
     config, trouble = _config(definition, path, read.data)
     problems = (*problems, trouble) if trouble else problems
     return Outside(environment, config, path, read.identity, problems, api_key)
+
+
+def config_named(
+    definition: EngineDefinition, argv: Sequence[str], variables: Iterable[tuple[str, str]]
+) -> str | None:
+    """The config file the process was pointed at: by its environment variable (where the engine
+    reads one over its flag), else by its flag; ``None`` when neither names one."""
+    wanted = definition.settings.config_environment
+    for name, value in variables:
+        if name == wanted:
+            # the first of a repeated name (CPython's os.environ keeps it, as getenv does); set
+            # but empty, it names no file and the flag is not read either
+            return value or None
+    flag = definition.settings.config_flag
+    return flag_value(argv, definition.signature, flag) if flag else None
+
+
+@dataclass(frozen=True)
+class ConfigModel:
+    """One model entry of an engine's config file (``Settings.config_models_key``): the name it
+    is served as, and its model as written (``None``: the entry names none by the engine's model
+    flag)."""
+
+    served_name: str
+    model: str | None
+
+
+def config_models(
+    definition: EngineDefinition, pid: int, argv: Sequence[str], root: HostRoot
+) -> tuple[list[ConfigModel], str | None]:
+    """The model entries of the config file process ``pid`` was pointed at, in order, each under
+    the name it is served as: its served name, else its model (llama-cpp-python's LlamaProxy
+    aliases an entry by its ``model``, llama_cpp/server/model.py v0.3.35); and what could not be
+    read (``None``: nothing). Read now, as the process names the file, with the limits of a scan."""
+    key = definition.settings.config_models_key
+    read = root.environ(pid, MAX_ENVIRON_BYTES)
+    variables = [_variable(item) for item in (read[0] if read else ())]
+    path = config_named(definition, argv, variables)
+    if key is None or path is None:
+        return [], "it was started without a config file"
+    named = root.read_named(pid, path, MAX_CONFIG_BYTES)
+    if named.data is None:
+        return (
+            [],
+            f"config file '{literal(path)}' {named.problem or 'cannot be read: No such file or directory'}",
+        )
+    try:
+        document = _document(definition, path, named.data)
+    except DocumentError as why:
+        return [], f"config file '{literal(path)}' {why}; not read"
+    entries = document.get(key) if isinstance(document, dict) else None
+    if not isinstance(entries, list):
+        return [], f"config file '{literal(path)}' has no list {key!r}"
+    found = [entry for entry in map(_config_model(definition), entries) if entry is not None]
+    return found, None
+
+
+def _variable(item: bytes) -> tuple[str, str]:
+    name, _, value = item.partition(b"=")
+    return name.decode("utf-8", "replace"), value.decode("utf-8", "surrogateescape")
+
+
+def _config_model(definition: EngineDefinition) -> Callable[[object], ConfigModel | None]:
+    signature = definition.signature
+
+    def read(entry: object) -> ConfigModel | None:
+        if not isinstance(entry, dict):
+            return None
+        model: str | None = None
+        served: str | None = None
+        for key, value in entry.items():
+            if not isinstance(value, str) or not value:
+                continue
+            flag = signature.canonical("--" + str(key).lstrip("-"))
+            if flag == definition.flags.model:
+                model = value
+            elif flag in signature.served_name_flags:
+                served = value
+        name = served or model
+        return ConfigModel(name, model) if name else None
+
+    return read
 
 
 #: Where a fact came from; ``server``: an orphan's, from the server it worked for while this
