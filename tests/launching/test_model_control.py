@@ -165,6 +165,22 @@ def test_vllm_sleeps_and_wakes_in_dev_mode(procs: Procs) -> None:
         assert [path for path, _ in _posted(server)] == ["/sleep?level=1", "/wake_up"]
 
 
+def test_aphrodite_sleeps_and_wakes_in_its_own_dev_mode(procs: Procs) -> None:
+    # Aphrodite v0.20.0 (a vLLM derivative): the same routes, behind APHRODITE_SERVER_DEV_MODE
+    # (aphrodite/entrypoints/serve/sleep/api_router.py attach_router); vLLM's variable is not it
+    argv = ["aphrodite", "run", "/models/q", "--served-model-name", "qwen", "--port", "{port}"]
+    argv.append("--enable-sleep-mode")
+    with _engine(procs, argv, _vllm_routes(), VLLM_SERVER_DEV_MODE="1") as (process, server):
+        with pytest.raises(ControlUnsupported, match="without APHRODITE_SERVER_DEV_MODE=1"):
+            sleep(process, timeout=5)
+        assert _posted(server) == []
+    with _engine(procs, argv, _vllm_routes(), APHRODITE_SERVER_DEV_MODE="1") as (process, server):
+        assert process.engine == "aphrodite"
+        assert [m.state for m in sleep(process, timeout=30).models] == ["sleeping"]
+        assert [m.state for m in wake(process, timeout=30).models] == ["loaded"]
+        assert [path for path, _ in _posted(server)] == ["/sleep?level=1", "/wake_up"]
+
+
 @pytest.mark.parametrize(
     ("flags", "env", "said"),
     [

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
 import enginespec.engines.vllm as vllm
-from enginespec.definition.records import Flags, Launch, Package, Serving, Settings
+from enginespec.definition.records import (
+    ControlRequest,
+    Flags,
+    Launch,
+    ModelControl,
+    ModelList,
+    Package,
+    Serving,
+    Settings,
+)
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
@@ -147,5 +156,21 @@ SPEC = EngineSpec(
     serving=Serving(api_key_flag="--api-key", api_key_env=("APHRODITE_API_KEY",), socket_flag="--uds"),
     # `--config FILE.yaml`: keys are flag names; the command line wins (FlexibleArgumentParser).
     settings=Settings(config_flag="--config"),
+    # As vLLM's: /v1/models (the base models and adapters, an adapter with its `parent`;
+    # aphrodite/entrypoints/openai/models/serving.py show_available_models) and sleep mode, whose
+    # routes (/sleep?level=N, /wake_up, /is_sleeping) exist only with APHRODITE_SERVER_DEV_MODE=1
+    # and sleep needs --enable-sleep-mode (aphrodite/entrypoints/serve/sleep/api_router.py
+    # attach_router, aphrodite/engine/arg_utils.py, v0.20.0).
+    models=ModelList(kind="openai", path="/v1/models", sleeping_path="/is_sleeping"),
+    control=ModelControl(
+        sleep=ControlRequest(
+            path="/sleep?level=1",
+            flags=("--enable-sleep-mode",),
+            environment={"APHRODITE_SERVER_DEV_MODE": "1"},
+        ),
+        wake=ControlRequest(
+            path="/wake_up", flags=("--enable-sleep-mode",), environment={"APHRODITE_SERVER_DEV_MODE": "1"}
+        ),
+    ),
     failures=FAILURES,
 )
