@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -186,8 +187,53 @@ def test_an_unusable_advertised_host_is_refused(host: str) -> None:
         feeds.advertised_host(host)
 
 
-def test_the_default_advertised_host_is_this_hosts_name() -> None:
-    assert feeds.advertised_host() == socket.gethostname()
+def _kernels_source_address() -> str | None:
+    """The source address iproute2 says the kernel picks beyond this host's networks (``ip route
+    get``), independent of enginespec's own way of asking; ``None`` without such a route."""
+    done = subprocess.run(
+        ["ip", "-4", "route", "get", "198.51.100.1"], capture_output=True, text=True, timeout=10, check=False
+    )
+    words = done.stdout.split()
+    return words[words.index("src") + 1] if done.returncode == 0 and "src" in words else None
+
+
+@pytest.mark.skipif(not shutil.which("ip"), reason="needs ip (iproute2)")
+def test_the_default_advertised_address_is_the_default_routes() -> None:
+    expected = _kernels_source_address()
+    if expected is None:
+        assert feeds.advertised() == (socket.gethostname(), "this host's name: it has no default route")
+    else:
+        assert feeds.advertised() == (expected, "the address of this host's default route")
+    assert feeds.advertised("gpu7") == ("gpu7", "given by --advertise")
+
+
+@pytest.mark.skipif(not shutil.which("unshare") or not shutil.which("ip"), reason="needs unshare and ip")
+@pytest.mark.parametrize("routed", [True, False])
+def test_in_a_network_namespace_of_its_own_the_default_route_decides(routed: bool) -> None:
+    """In a network namespace of its own (unshare -rn: a user namespace too, so no privilege is
+    needed): with a veth pair and a default route through it, that address; with only loopback,
+    the host's name, and why."""
+    setup = "ip link set lo up"
+    if routed:
+        setup += (
+            " && ip link add v0 type veth peer name v1 && ip addr add 10.9.8.7/24 dev v0"
+            " && ip link set v0 up && ip link set v1 up && ip route add default via 10.9.8.1 dev v0"
+        )
+    ask = "import enginespec.fleet.feeds as f, json; print(json.dumps(f.advertised()))"
+    done = subprocess.run(
+        ["unshare", "-rn", "sh", "-c", f'{setup} && exec "$0" -c "$1"', sys.executable, ask],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0 and "Operation not permitted" in done.stderr:
+        pytest.skip(f"no user and network namespaces here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    if routed:
+        assert json.loads(done.stdout) == ["10.9.8.7", "the address of this host's default route"]
+    else:
+        assert json.loads(done.stdout) == [socket.gethostname(), "this host's name: it has no default route"]
 
 
 def _watching(out: Path, feed: str = "file-sd") -> subprocess.Popen[bytes]:
@@ -321,6 +367,11 @@ def test_a_real_prometheus_scrapes_the_engines_the_feed_lists(procs: Procs, tmp_
         stop_child(exporter)
 
 
+def endpoints_of(done: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    """llm-d's endpoints a feed wrote: port -> address."""
+    return {e["port"]: e["address"] for e in json.loads(done.stdout)["endpoints"]}
+
+
 def test_router_feeds_list_each_name_clients_send(procs: Procs) -> None:
     """llm-d's endpoints file (IPv4 literal, port as a string, model as a label) and
     production-stack's index-aligned lists (a backend once per served name); what a format
@@ -339,7 +390,8 @@ def test_router_feeds_list_each_name_clients_send(procs: Procs) -> None:
             f: _export("--format", f, "--out", "-", "--advertise", "gpu7")
             for f in ("llm-d", "production-stack")
         }
-    for done in [*by_ip.values(), *by_name.values()]:
+        by_default = _export("--format", "llm-d", "--out", "-")
+    for done in [*by_ip.values(), *by_name.values(), by_default]:
         assert done.returncode == 0, done.stderr
     endpoints = {e["port"]: e for e in json.loads(by_ip["llm-d"].stdout)["endpoints"]}
     assert endpoints[str(local)]["address"] == "127.0.0.1"
@@ -359,6 +411,16 @@ def test_router_feeds_list_each_name_clients_send(procs: Procs) -> None:
     pairs = list(zip(config["static_backends"].split(","), config["static_models"].split(","), strict=True))
     for port, host in ((local, "127.0.0.1"), (wildcard, "10.1.2.3")):
         assert [m for u, m in pairs if u == f"http://{host}:{port}"] == ["a", "b"]
+    # without --advertise: the address of the default route, said once on stderr (llm-d takes
+    # only an IPv4 address: a host name listed nothing)
+    routed = _kernels_source_address()
+    if routed is not None:
+        assert endpoints_of(by_default) == {str(local): "127.0.0.1", str(wildcard): routed}
+        said = f"given as {routed} (the address of this host's default route; --advertise sets it)"
+        assert by_default.stderr.count(said) == 1, by_default.stderr
+    else:
+        assert endpoints_of(by_default) == {str(local): "127.0.0.1"}
+        assert "(this host's name: it has no default route; --advertise sets it)" in by_default.stderr
     named = json.loads(by_name["production-stack"].stdout)["static_backends"]
     assert f"http://gpu7:{wildcard}" not in named
     assert (

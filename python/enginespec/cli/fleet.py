@@ -80,7 +80,9 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     export.add_argument("--out", required=True, help="the file to write (replaced atomically); -: stdout")
     export.add_argument("--watch", action="store_true", help="keep the file up to date until stopped")
     export.add_argument(
-        "--advertise", help="the address given for engines listening on 0.0.0.0 or :: (default: hostname)"
+        "--advertise",
+        help="the address given for engines listening on 0.0.0.0 or :: (default: this host's address on its"
+        " default route, else its name)",
     )
     export.add_argument(
         "--allow-owner",

@@ -5,10 +5,11 @@ whatever enginespec finds instead of lists typed by hand.
 An engine is listed only while its health is ``ready`` with its identity verified (the server
 answering is its own process tree's and serves the model its argv names: ``check_all(...,
 verify_identity=True)``), at an IP address: a wildcard listen address (``0.0.0.0``, ``::``) is
-given as ``advertise`` (this host's name by default), a container's as the host address its port
-is published on, a loopback one as it is (for readers on this host); an engine on a unix socket,
-or whose argv names its host by a name, is not listed (see :func:`address`). Files are
-replaced whole through :mod:`enginespec.untrusted.safewrite`, so a reader never sees a torn one.
+given as ``advertise`` (by default this host's address on its default route), a container's as
+the host address its port is published on, a loopback one as it is (for readers on this host); an
+engine on a unix socket, or whose argv names its host by a name, is not listed (see
+:func:`address`). Files are replaced whole through :mod:`enginespec.untrusted.safewrite`, so a
+reader never sees a torn one.
 """
 
 from __future__ import annotations
@@ -36,14 +37,44 @@ FeedFormat = Literal["file-sd", "llm-d", "production-stack"]
 FEED_FORMATS: tuple[FeedFormat, ...] = get_args(FeedFormat)
 
 
+#: Where a route probe "connects" (TEST-NET-2, RFC 5737: documentation only, never a host). A UDP
+#: socket's connect sends nothing; the kernel only picks the route, and with it the source address
+#: others reach this host at: the default route's, unless a route for that range says otherwise.
+_ROUTE_PROBE = ("198.51.100.1", 9)
+
+
+def default_route_address() -> str | None:
+    """This host's IPv4 address on its default route (the source address the kernel picks for a
+    destination beyond its networks), or ``None`` when it has no such route."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(_ROUTE_PROBE)
+            chosen = str(probe.getsockname()[0])
+    except OSError:  # ENETUNREACH: no route beyond its own networks
+        return None
+    picked = ipaddress.ip_address(chosen)
+    return None if picked.is_unspecified or picked.is_loopback else chosen
+
+
 def advertised_host(host: str | None = None) -> str:
     """The address a feed gives for engines listening on a wildcard address: ``host``, checked to
-    be an IP literal or a hostname, else this host's name."""
+    be an IP literal or a hostname; by default this host's address on its default route (routers
+    such as llm-d take only an IP address), else, without such a route, its name."""
+    return advertised(host)[0]
+
+
+def advertised(host: str | None = None) -> tuple[str, str]:
+    """:func:`advertised_host`, and how it was chosen (said on stderr by the feed command)."""
+    if host is None and (routed := default_route_address()) is not None:
+        return routed, "the address of this host's default route"
     name = host if host is not None else socket.gethostname()
     connect = connect_host(name)
     if connect is None or is_wildcard(name):
         raise InvalidInputError(f"advertise: {name!r} is not an IP address or hostname others can reach")
-    return connect
+    return (
+        connect,
+        "given by --advertise" if host is not None else "this host's name: it has no default route",
+    )
 
 
 def address(process: EngineProcess, advertise: str) -> str | None:
@@ -375,7 +406,10 @@ class FeedWriter:
             raise InvalidInputError(f"format: {feed!r} is not one of {', '.join(FEED_FORMATS)}")
         self.feed = feed
         self.out = out
-        self.advertise = advertised_host(advertise)
+        self.advertise, how = advertised(advertise)
+        if log is not None and advertise is None:
+            wildcard = "engines listening on every address"
+            log(f"{wildcard} are given as {self.advertise} ({how}; --advertise sets it)")
         #: the uids whose engines are listed (root, the user running it, ``allow_owners``)
         self.allowed = allowed_owners(allow_owners)
         #: how many engines the file written last lists
