@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from enginespec import FitRefused, get_engine_spec, scan
-from enginespec.lifecycle.ensuring import ensure
+from enginespec.lifecycle.ensuring import ensure, serving_alike
 from enginespec.models.fit import read_ledger
 from helpers.fakeserver import Answer, bound_socket, free_port, serving
 from helpers.lifecycle_fakes import fake_recipe, install_fake, kill_quietly, pid_alive
@@ -40,6 +40,44 @@ def test_ensure_launches_once_then_adopts_what_runs(tmp_path: Path) -> None:
             second.engine.close()
     finally:
         first.engine.close()
+
+
+def test_the_same_settings_however_they_are_written_are_alike(procs: Procs) -> None:
+    """A server is the recipe's whichever launch form, flag spelling (`--x=v`, an alias, argparse's
+    underscores) or order it was started with; another value, or one more flag, is another."""
+    port = free_port()
+    module = ["python3", "-u", "-m", "vllm.entrypoints.openai.api_server"]
+    same = procs.start(
+        [
+            *module,
+            "--model",
+            "/m/q",
+            "--port",
+            str(port),
+            "-tp",
+            "2",
+            "--max_model_len",
+            "4096",
+            "--enforce-eager",
+        ]
+    )
+    other_value = procs.start(["vllm", "serve", "/m/q", "--port", str(port + 1), "--max-model-len", "8192"])
+    more = procs.start(
+        ["vllm", "serve", "/m/q", "--port", str(port + 2), "--max-model-len", "4096", "-q", "fp8"]
+    )
+    wanted = ["vllm", "serve", "/m/q", "--enforce-eager", "--max-model-len=4096", "--port", str(port)]
+    wanted += ["--tensor-parallel-size", "2"]
+    wait_for(lambda: {p.pid for p in scan()} >= {same.pid, other_value.pid, more.pid})
+    running = scan()
+    found = serving_alike(wanted, running)
+    assert found is not None
+    assert found.pid == same.pid
+    for pid, argv in (
+        (other_value.pid, ["vllm", "serve", "/m/q", "--port", str(port + 1), "--max-model-len", "4096"]),
+        (more.pid, ["vllm", "serve", "/m/q", "--port", str(port + 2), "--max-model-len", "4096"]),
+    ):
+        alike = serving_alike(argv, running)
+        assert alike is None or alike.pid != pid
 
 
 def test_an_idle_engine_ensure_launched_is_stopped_and_said(tmp_path: Path) -> None:

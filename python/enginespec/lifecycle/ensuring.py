@@ -14,9 +14,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from enginespec._host.shapes import looks_like_flag
 from enginespec.config import Config
 from enginespec.definition.modelrecords import LedgerDevice
 from enginespec.definition.registry import find_engine
+from enginespec.definition.signature import Signature
 from enginespec.errors import ControlError, FitRefused, InvalidInputError
 from enginespec.health.load import EngineLoad, check_load
 from enginespec.lifecycle.modelcontrol import sleep
@@ -50,15 +52,46 @@ class Ensured:
             self._thread.join(timeout=IDLE_POLL_SECONDS * 2 + 5)
 
 
+def _engine_args(argv: Sequence[str], signature: Signature) -> Sequence[str]:
+    """The engine's own arguments: after ``-m MODULE`` where it runs as a module (the
+    interpreter's options before it are not the engine's), else after the program."""
+    modules = {module for form in signature.launch_forms for module in form.modules}
+    for at, token in enumerate(argv[:-1]):
+        if token == "-m" and argv[at + 1] in modules:
+            return argv[at + 2 :]
+    return argv[1:]
+
+
 def _settings(argv: Sequence[str], invocation: Invocation) -> tuple[object, ...]:
-    """What makes two commands of an engine serve alike: the model, names and address, and every
-    flag with its value (secrets masked, as a scanned argv has them), in any order."""
-    shown = redact_argv(list(argv), invocation.engine)
+    """What makes two commands of an engine serve alike: the model, names and address (however
+    each is given), and every other flag by its canonical name with its value (secrets masked, as
+    a scanned argv has them), in any order: ``vllm serve M --max-model-len=4096`` and ``python -m
+    vllm.entrypoints.openai.api_server --model M --max-model-len 4096`` serve alike."""
+    signature = find_engine(invocation.engine).signature
+    facts = {
+        signature.canonical(flag)
+        for flag in (
+            *signature.model_flags,
+            *signature.served_name_flags,
+            *signature.host_flags,
+            *signature.port_flags,
+            *signature.address_flags,
+        )
+    }
+    shown = _engine_args(redact_argv(list(argv), invocation.engine), signature)
     flags = []
-    for at, token in enumerate(shown[1:], start=1):
-        if token.startswith("-"):
-            value = shown[at + 1] if at + 1 < len(shown) and not shown[at + 1].startswith("-") else None
-            flags.append((token, value))
+    for at, token in enumerate(shown):
+        if not looks_like_flag(token):
+            continue
+        name, eq, inline = token.partition("=")
+        flag = signature.canonical(name if eq and name.startswith("--") else token)
+        switch = flag in signature.no_value_flags or flag.startswith(signature.no_value_prefixes)
+        following = shown[at + 1] if at + 1 < len(shown) else None
+        value = inline if eq and name.startswith("--") else None
+        if value is None and not switch and following is not None and not looks_like_flag(following):
+            value = following
+        if flag not in facts:
+            flags.append((flag, value))
     return (
         invocation.engine,
         invocation.model,
