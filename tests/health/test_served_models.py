@@ -222,6 +222,61 @@ def test_vllm_models_and_sleep(procs: Procs, sleeping: bool) -> None:
     ]
 
 
+def mlx_vlm_health(**groups: tuple[str | None, str | None]) -> Answer:
+    """mlx-vlm's GET /health (mlx_vlm/server/app.py health_check and _server_runtime_snapshot,
+    v0.6.15): each cache group's model and adapter (``null`` when none is loaded)."""
+    text = groups.get("text_generation", (None, None))
+    held = {
+        group: {"model": model, "adapter": adapter, "model_kind": group}
+        for group, (model, adapter) in groups.items()
+    }
+    return _json(
+        {
+            "status": "healthy",
+            "loaded_model": text[0],
+            "loaded_adapter": text[1],
+            "loaded_models": held,
+            "loaded_context_size": 32768,
+            "configured_context_limit": None,
+            "effective_context_limit": 32768,
+            "loaded_tool_parser": None,
+            "continuous_batching_enabled": True,
+            "apc_enabled": False,
+        }
+    )
+
+
+def test_mlx_vlm_says_what_it_holds_whatever_its_argv_names(procs: Procs) -> None:
+    # /v1/models: the downloaded mlx models (its HF cache), and the loaded ones
+    downloaded = _json(
+        {
+            "object": "list",
+            "data": [
+                {"id": "mlx-community/Qwen2.5-VL-3B-Instruct-4bit", "object": "model", "created": 1},
+                {"id": "mlx-community/gemma-3-4b-it-4bit", "object": "model", "created": 1},
+                {"id": "mlx-community/bge-small", "object": "model", "created": 1},
+            ],
+        }
+    )
+    health = mlx_vlm_health(
+        text_generation=("mlx-community/gemma-3-4b-it-4bit", "/adapters/sql"),
+        embedding=("mlx-community/bge-small", None),
+        tts=(None, None),
+    )
+    # started with Qwen, but a request named gemma since: what it says wins
+    argv = ["mlx_vlm.server", "--model", "mlx-community/Qwen2.5-VL-3B-Instruct-4bit", "--port", "{port}"]
+    with _engine(procs, argv, {"/health": [health], "/v1/models": [downloaded]}) as (_, pid):
+        process, scan = _scanned(pid)
+        found = served_models(process, processes=scan)
+    assert found.available, found.reason
+    assert found.source == f"{process.base_url}/health, {process.base_url}/v1/models"
+    assert [(m.name, m.state, m.reason) for m in found.models] == [
+        ("mlx-community/gemma-3-4b-it-4bit", "loaded", "text_generation, adapter /adapters/sql"),
+        ("mlx-community/bge-small", "loaded", "embedding"),
+        ("mlx-community/Qwen2.5-VL-3B-Instruct-4bit", "unloaded", ""),
+    ]
+
+
 def test_sglang_serves_its_one_model(procs: Procs) -> None:
     # python/sglang/srt/entrypoints/http_server.py get_model_info
     info = {

@@ -181,6 +181,34 @@ def test_aphrodite_sleeps_and_wakes_in_its_own_dev_mode(procs: Procs) -> None:
         assert [path for path, _ in _posted(server)] == ["/sleep?level=1", "/wake_up"]
 
 
+def test_mlx_vlm_unloads_only_when_nothing_else_would_go(procs: Procs) -> None:
+    """mlx-vlm's POST /unload frees every model it holds (mlx_vlm/server/app.py
+    unload_model_endpoint, v0.6.15): sent when the one named is all it holds, refused otherwise."""
+    from health.test_served_models import mlx_vlm_health
+
+    argv = ["mlx_vlm.server", "--port", "{port}"]
+    both = mlx_vlm_health(text_generation=("gemma", None), embedding=("bge", None))
+    routes = {"/health": [both], "/v1/models": [_json({"object": "list", "data": []})]}
+    with _engine(procs, argv, routes) as (process, server):
+        with pytest.raises(ControlRefused, match="every model it holds, and 'bge' would go too"):
+            unload_model(process, "gemma", timeout=5)
+        assert _posted(server) == []
+    one = mlx_vlm_health(text_generation=("gemma", None))
+    none = mlx_vlm_health(text_generation=(None, None))
+    unloaded = _json({"status": "success", "message": "Model unloaded successfully", "unloaded": {}})
+    routes = {
+        "/health": [one, one, none],
+        "/v1/models": [_json({"object": "list", "data": []})],
+        "/unload": [unloaded],
+    }
+    with _engine(procs, argv, routes) as (process, server):
+        done = unload_model(process, "gemma", timeout=30)
+        assert done.models == ()
+        assert _posted(server) == [("/unload", None)]
+        with pytest.raises(ControlUnsupported, match="mlx-vlm has no API for it"):
+            load_model(process, "gemma", timeout=5)
+
+
 @pytest.mark.parametrize(
     ("flags", "env", "said"),
     [

@@ -303,7 +303,7 @@ class Serving(_Record):
     engine_worker: EngineWorker | None = None
 
 
-ModelListKind = Literal["fixed", "llamacpp_router", "ollama", "openai", "sglang", "one_of_config"]
+ModelListKind = Literal["fixed", "llamacpp_router", "ollama", "openai", "sglang", "one_of_config", "mlx_vlm"]
 
 
 class ModelList(_Record):
@@ -316,7 +316,10 @@ class ModelList(_Record):
     ``sleeping_path``, whether the server sleeps (vLLM ``/is_sleeping``); ``sglang``, the one
     model of ``/get_model_info``; ``one_of_config``, the models of its config file
     (``Settings.config_models_key``) listed at ``path``, one loaded at a time: the one whose model
-    file the server maps now (a server started with a model instead is ``fixed``)."""
+    file the server maps now (a server started with a model instead is ``fixed``); ``mlx_vlm``,
+    the model of each kind it holds in ``/health``'s ``loaded_models`` and, at
+    ``available_path``, the models it could load (``/v1/models``), whatever its argv names: a
+    request naming another model loads it in place of the one of its kind."""
 
     kind: ModelListKind = "fixed"
     #: the server runs a child per loaded model (its ``runner``s), matched to its models
@@ -340,6 +343,9 @@ class ControlRequest(_Record):
     #: ``False`` when the server's model list does not show the state reached (SGLang's released
     #: memory): its answer alone is taken, and said
     shown: bool = True
+    #: the request unloads every model the server holds, not only the one named (mlx-vlm's
+    #: ``/unload``): refused while another is loaded, which would go too
+    every_model: bool = False
 
 
 class ModelControl(_Record):

@@ -7,7 +7,17 @@ Facts are from mlx-vlm v0.6.15 (``d734bd28``): mlx_vlm/server/cli.py and mlx_vlm
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import Flags, HealthRule, Launch, Package, Serving, Settings
+from enginespec.definition.records import (
+    ControlRequest,
+    Flags,
+    HealthRule,
+    Launch,
+    ModelControl,
+    ModelList,
+    Package,
+    Serving,
+    Settings,
+)
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
 from enginespec.spec import EngineSpec
@@ -96,5 +106,11 @@ SPEC = EngineSpec(
     # The CLI hands its options to the app through the environment and sets MLX_VLM_PRELOAD_MODEL
     # only when --model is given, so one set in the server's environment is what it preloads.
     settings=Settings(environment={"MLX_VLM_PRELOAD_MODEL": "model"}),
+    # A request naming a model loads it in place of the one of its kind (get_cached_model: one
+    # cache per group, text_generation, embedding, audio...), whatever --model preloaded; /health
+    # says which it holds (loaded_models), /v1/models the downloaded ones it could load, and
+    # POST /unload frees them all (unload_model_sync) (mlx_vlm/server/app.py, v0.6.15).
+    models=ModelList(kind="mlx_vlm", path="/health", available_path="/v1/models"),
+    control=ModelControl(unload=ControlRequest(path="/unload", every_model=True)),
     failures=FAILURES,
 )

@@ -189,6 +189,27 @@ def _ollama_loaded(body: bytes, notes: list[str]) -> list[ServedModel]:
     return found
 
 
+def _mlx_vlm_loaded(body: bytes) -> list[ServedModel]:
+    """mlx-vlm's ``/health``: ``loaded_models`` maps each kind of model it holds (its cache group:
+    ``text_generation``, ``embedding``...) to ``{"model", "adapter", "model_kind"}``, the model
+    ``null`` when none is loaded (mlx_vlm/server/app.py _server_runtime_snapshot, v0.6.15)."""
+    document = parse_json(body, max_bytes=MAX_ANSWER_BYTES)
+    groups = document.get("loaded_models") if isinstance(document, dict) else None
+    if not isinstance(groups, dict):
+        raise DocumentError("no object 'loaded_models'")
+    found: dict[str, ServedModel] = {}
+    for group, held in itertools.islice(groups.items(), MAX_MODELS):
+        name = _name(held.get("model")) if isinstance(held, dict) else None
+        if name is None or name in found:
+            continue
+        adapter = _name(held.get("adapter"))
+        kind = _name(str(group)) or "?"
+        found[name] = ServedModel(
+            name=name, state="loaded", reason=f"{kind}" + (f", adapter {adapter}" if adapter else "")
+        )
+    return list(found.values())
+
+
 def _names_in(body: bytes, key: str, member: str, notes: list[str]) -> list[str]:
     entries = _entries(parse_json(body, max_bytes=MAX_ANSWER_BYTES), key, notes)
     return [name for entry in entries if (name := _name(entry.get(member))) is not None]
@@ -290,7 +311,12 @@ class _Reader:
 
     async def _ollama(self, body: bytes) -> bool:
         self.answer.models = _ollama_loaded(body, self.answer.notes)
-        await self._could_load(self.t.spec.models.available_path)
+        await self._could_load(self.t.spec.models.available_path, "models", "name")
+        return True
+
+    async def _mlx_vlm(self, body: bytes) -> bool:
+        self.answer.models = _mlx_vlm_loaded(body)
+        await self._could_load(self.t.spec.models.available_path, "data", "id")
         return True
 
     async def _openai(self, body: bytes) -> bool:
@@ -328,12 +354,13 @@ class _Reader:
         ]
         return True
 
-    async def _could_load(self, path: str | None) -> None:
+    async def _could_load(self, path: str | None, key: str, member: str) -> None:
+        """The models listed at ``path`` (``document[key][*][member]``) not loaded: ``unloaded``."""
         body = None if path is None else await self.get(path)
         if body is None or path is None:
             return
         loaded = {model.name for model in self.answer.models}
-        names = _names_in(body, "models", "name", self.answer.notes)
+        names = _names_in(body, key, member, self.answer.notes)
         room = MAX_MODELS - len(self.answer.models)
         more = [
             ServedModel(name=name, state="unloaded") for name in dict.fromkeys(names) if name not in loaded
@@ -364,6 +391,7 @@ class _Reader:
 _READINGS: dict[ModelListKind, Callable[[_Reader, bytes], Awaitable[bool]]] = {
     "llamacpp_router": _Reader._router,
     "one_of_config": _Reader._one_of_config,
+    "mlx_vlm": _Reader._mlx_vlm,
     "ollama": _Reader._ollama,
     "openai": _Reader._openai,
     "sglang": _Reader._sglang,

@@ -150,6 +150,8 @@ async def control_async(
     deadline = time.monotonic() + timeout
     t = reaching.target_of(process, None, None)
     await _reachable(t, what)
+    if request.every_model:
+        await _alone(process, name, what, timeout)
     body = None if request.body is None else json.dumps(_filled(request.body, name or "")).encode()
     status, answer, detail = await reaching.fetch(
         t, request.path, timeout, MAX_ANSWER_BYTES, method="POST", body=body
@@ -173,6 +175,24 @@ async def control_async(
         await asyncio.sleep(min(POLL_SECONDS, left))
         reading = await served_models_async(process, timeout=min(READ_SECONDS, max(left, 0.1)))
     return reading
+
+
+async def _alone(process: EngineProcess, name: str | None, what: str, timeout: float) -> None:
+    """Refuses a request that unloads every model the server holds while another one is held:
+    it would go too (mlx-vlm's ``/unload``)."""
+    reading = await served_models_async(process, timeout=min(READ_SECONDS, timeout))
+    if not reading.available:
+        raise ControlFailed(f"{what}: {reading.reason or 'its model list cannot be read'}: nothing is sent")
+    others = [
+        m.name
+        for m in reading.models
+        if not _named(m, name or "") and m.state in ("loaded", "loading", "sleeping")
+    ]
+    if others:
+        held = ", ".join(f"'{literal(other)}'" for other in others[:5])
+        raise ControlRefused(
+            f"{what}: its API unloads every model it holds, and {held} would go too: nothing is sent"
+        )
 
 
 async def _reachable(t: reaching.CheckTarget, what: str) -> None:
