@@ -258,6 +258,23 @@ class HealthAnswer:
         return json_object(self.body)
 
 
+#: Which of a server's keys a request needs: ``api`` (every route takes it) or ``admin`` (the
+#: routes that change what it serves, where the engine has a key of its own for them).
+KeyRole = Literal["api", "admin"]
+
+
+class KeyFile(_Record):
+    """A YAML file the server reads its API keys from, at ``path`` relative to its working
+    directory (TabbyAPI's ``api_tokens.yml``): ``api_key`` and ``admin_key`` name the keys of
+    its top-level mapping that hold them (a list's first string is taken). Read at each use, as
+    the server's owner, inside its root, size-capped (:mod:`enginespec.process.keyfile`); the keys
+    are sent as ``Authorization: Bearer``, and never shown."""
+
+    path: str = Field(pattern=r"^[^/\x00]+$")
+    api_key: str = Field(min_length=1)
+    admin_key: str | None = Field(default=None, min_length=1)
+
+
 class Serving(_Record):
     """How the server serves and is related to other processes."""
 
@@ -276,6 +293,9 @@ class Serving(_Record):
     api_key_flag: str | None = None
     #: environment variables the engine reads its API key from.
     api_key_env: tuple[str, ...] = ()
+    #: a file the engine reads its keys from, read when it is asked what it serves or told to
+    #: load (never at a scan: the engine reads it again when it changes).
+    api_key_file: KeyFile | None = None
     #: flag that makes the server listen on a unix socket instead of host:port (vLLM --uds).
     socket_flag: str | None = None
     #: a host that is a socket path (absolute, or ending in ``.sock``) is a unix socket.
@@ -303,7 +323,9 @@ class Serving(_Record):
     engine_worker: EngineWorker | None = None
 
 
-ModelListKind = Literal["fixed", "llamacpp_router", "ollama", "openai", "sglang", "one_of_config", "mlx_vlm"]
+ModelListKind = Literal[
+    "fixed", "llamacpp_router", "ollama", "openai", "sglang", "one_of_config", "mlx_vlm", "tabbyapi"
+]
 
 
 class ModelList(_Record):
@@ -319,7 +341,10 @@ class ModelList(_Record):
     file the server maps now (a server started with a model instead is ``fixed``); ``mlx_vlm``,
     the model of each kind it holds in ``/health``'s ``loaded_models`` and, at
     ``available_path``, the models it could load (``/v1/models``), whatever its argv names: a
-    request naming another model loads it in place of the one of its kind."""
+    request naming another model loads it in place of the one of its kind; ``tabbyapi``, the one
+    model loaded at ``path`` (a model card, ``id``; an answer with ``none_loaded`` as its
+    ``detail`` when there is none) and those it could load at ``available_path`` (an OpenAI
+    list, with ``available_key``)."""
 
     kind: ModelListKind = "fixed"
     #: the server runs a child per loaded model (its ``runner``s), matched to its models
@@ -327,6 +352,13 @@ class ModelList(_Record):
     path: str = Field(default="/v1/models", pattern=r"^/")
     available_path: str | None = Field(default=None, pattern=r"^/")
     sleeping_path: str | None = Field(default=None, pattern=r"^/")
+    #: the key ``available_path`` wants (see ``Serving.api_key_file``)
+    available_key: KeyRole = "api"
+    #: the ``detail`` of the answer at ``path`` of a server with no model loaded (not an error)
+    none_loaded: str | None = None
+    #: the server lists a model by the last component of the path it was loaded by
+    #: (``a/b`` as ``b``)
+    listed_by_leaf: bool = False
 
 
 class ControlRequest(_Record):
@@ -346,6 +378,15 @@ class ControlRequest(_Record):
     #: the request unloads every model the server holds, not only the one named (mlx-vlm's
     #: ``/unload``): refused while another is loaded, which would go too
     every_model: bool = False
+    #: the key it needs (see ``Serving.api_key_file``; ``api``: the server's own, as a health
+    #: check sends it)
+    key: KeyRole = "api"
+    #: ``sse``: the answer is a stream of server-sent events, read to its end (bounded in bytes
+    #: and by the call's timeout); an event that is an object with an ``error`` fails the call
+    answer: Literal["json", "sse"] = "json"
+    #: the request names no model: it acts on the one loaded (TabbyAPI's unload), so it is sent
+    #: only when the model list shows the model named loaded
+    on_loaded: bool = False
 
 
 class ModelControl(_Record):

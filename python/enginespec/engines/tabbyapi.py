@@ -1,12 +1,23 @@
 """TabbyAPI: ``python main.py`` (or ``start.py``) inside a TabbyAPI checkout.
 
-Facts from theroyallab/tabbyAPI HEAD ``e632af41`` (2026-08-13; the repository has no tags).
+Facts from theroyallab/tabbyAPI HEAD ``e632af41`` (2026-08-13; the repository has no tags): the
+files cited below are at that commit.
 """
 
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import Flags, Launch, Package, Serving, Settings
+from enginespec.definition.records import (
+    ControlRequest,
+    Flags,
+    KeyFile,
+    Launch,
+    ModelControl,
+    ModelList,
+    Package,
+    Serving,
+    Settings,
+)
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
 from enginespec.healthrecord import HealthState
@@ -108,7 +119,39 @@ SPEC = TabbyApiSpec(
     ),
     # Not a package ("We're not building the project itself", pyproject.toml): a git checkout.
     package=Package(checkout="https://github.com/theroyallab/tabbyAPI"),
-    serving=Serving(),
+    # Keys: `api_tokens.yml` in its working directory (common/auth.py AUTH_FILE, read relative to
+    # the cwd; written there with fresh keys when missing, never when `network.disable_auth`),
+    # `api_key` (one key or a list) and `admin_key`; read again when it changes, so enginespec
+    # reads it at each use. Every header form is taken: x-api-key / x-admin-key, or
+    # `Authorization: Bearer` (check_api_key, check_admin_key, get_key_permission), an admin key
+    # opening api routes too (AuthKeys.verify_key).
+    serving=Serving(api_key_file=KeyFile(path="api_tokens.yml", api_key="api_key", admin_key="admin_key")),
+    # endpoints/core/router.py: `GET /v1/model` (api key) is the loaded model's ModelCard (`id`
+    # its folder's name: backends/exllamav3/model.py model_info), and with none loaded
+    # check_model_container answers 503 {"detail": "No models are currently loaded."}
+    # (common/model.py; FastAPI's HTTPException shape); `GET /v1/models` lists every folder of
+    # model_dir (but the draft models' one) to an admin key, only the loaded one to an api key
+    # (list_models, endpoints/core/utils/model.py get_model_list). A name loaded as `a/b` is
+    # served as `b` (model_dir.name). With `use_dummy_models` the list also holds its dummy
+    # names, which are not folders: they show as `unloaded` too.
+    models=ModelList(
+        kind="tabbyapi",
+        path="/v1/model",
+        available_path="/v1/models",
+        available_key="admin",
+        none_loaded="No models are currently loaded.",
+        listed_by_leaf=True,
+    ),
+    # `POST /v1/model/load` {"model_name": NAME} (admin key) answers 400 {"detail": ...} for a
+    # name with no folder, else an SSE stream (EventSourceResponse of stream_model_load): progress
+    # events, then `"status": "finished"`, or {"error": {"message", "trace"}}; a load swaps out
+    # the loaded model. `POST /v1/model/unload` (admin key; 503 when none is loaded) answers
+    # 200 with no body. The embedding model's routes (/v1/model/embedding/*) are left out: it is
+    # a second, separate model (infinity-emb), not listed by /v1/model or /v1/models.
+    control=ModelControl(
+        load=ControlRequest(path="/v1/model/load", body={"model_name": "{model}"}, key="admin", answer="sse"),
+        unload=ControlRequest(path="/v1/model/unload", key="admin", on_loaded=True),
+    ),
     # config.yml in the working directory, or the file `--config` names instead (TabbyAPI also
     # merges both; common/tabby_config.py load), sections as in config_sample.yml; argv wins.
     settings=Settings(

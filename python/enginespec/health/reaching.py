@@ -13,9 +13,9 @@ import re
 import socket
 import ssl
 import struct
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
@@ -41,7 +41,7 @@ class CheckTarget:
     spec: EngineDefinition
     base_url: str | None
     process: EngineProcess | None
-    api_key: str | None
+    api_key: str | None = field(repr=False)
     expected_names: tuple[str, ...]
     #: an API key was found but cannot be sent in a header (control or non-ASCII characters).
     unusable_key: bool = False
@@ -296,6 +296,40 @@ async def fetch(
     (a larger one is a failure, not read further). Sent only to a socket the engine's own tree
     holds, found as a health check finds it (:func:`endpoint_of`): an address from a process is
     never contacted on its word."""
+    return await _send(t, path, timeout, limit, method, body, None)
+
+
+#: The most bytes of one line of a streamed answer (an event of server-sent events).
+MAX_LINE_BYTES = 64 * 1024
+
+
+async def fetch_lines(
+    t: CheckTarget,
+    path: str,
+    timeout: float,
+    limit: int,
+    on_line: Callable[[bytes], bool],
+    *,
+    method: str = "POST",
+    body: bytes | None = None,
+) -> tuple[int | None, bytes, str]:
+    """As :func:`fetch`, for an answer that streams lines (server-sent events): each line of a
+    2xx answer (its end of line taken off) is given to ``on_line`` as it arrives, until the
+    answer ends or ``on_line`` says to stop (``True``); at most ``limit`` bytes in all, and
+    :data:`MAX_LINE_BYTES` a line, within ``timeout``. The body returned is an error answer's
+    (a 2xx one's lines went to ``on_line``)."""
+    return await _send(t, path, timeout, limit, method, body, on_line)
+
+
+async def _send(
+    t: CheckTarget,
+    path: str,
+    timeout: float,
+    limit: int,
+    method: str,
+    body: bytes | None,
+    on_line: Callable[[bytes], bool] | None,
+) -> tuple[int | None, bytes, str]:
     import httpx
 
     if t.base_url is None:
@@ -310,6 +344,9 @@ async def fetch(
 
     async def read(client: httpx.AsyncClient) -> tuple[int, bytes]:
         async with client.stream(method, where.url + path, headers=headers, content=body) as response:
+            if on_line is not None and 200 <= response.status_code < 300:
+                await _lines(response, limit, on_line)
+                return response.status_code, b""
             chunks, size = [], 0
             async for chunk in response.aiter_raw():
                 chunks.append(chunk)
@@ -324,12 +361,36 @@ async def fetch(
             return status, answer, ""
     except _TooLarge:
         return None, b"", f"answer larger than {limit} bytes"
+    except _LineTooLong:
+        return None, b"", f"a line of its answer is longer than {MAX_LINE_BYTES} bytes"
     except (asyncio.TimeoutError, httpx.TimeoutException):
         return None, b"", f"no answer within {timeout:g}s"
     except PeerMismatch as err:
         return None, b"", str(err)
     except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, ValueError) as err:
         return None, b"", f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+
+
+async def _lines(response: httpx.Response, limit: int, on_line: Callable[[bytes], bool]) -> None:
+    """Gives each line of ``response`` to ``on_line`` (see :func:`fetch_lines`)."""
+    pending, size = b"", 0
+    async for chunk in response.aiter_raw():
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        if len(pending) > MAX_LINE_BYTES or any(len(line) > MAX_LINE_BYTES for line in lines):
+            raise _LineTooLong
+        for line in lines:
+            if on_line(line.removesuffix(b"\r")):
+                return
+    if pending:
+        on_line(pending.removesuffix(b"\r"))
+
+
+class _LineTooLong(Exception):
+    """A line of a streamed answer over :data:`MAX_LINE_BYTES`."""
 
 
 class _TooLarge(Exception):

@@ -14,6 +14,7 @@ start) is found among the scanned processes: its pid, port and the GPU bytes its
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 import re
@@ -27,11 +28,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 import enginespec.health.reaching as reaching
-from enginespec.definition.records import EngineDefinition, ModelList, ModelListKind
+from enginespec.definition.records import EngineDefinition, KeyRole, ModelList, ModelListKind
+from enginespec.definition.registry import find_engine
 from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
+from enginespec.display import literal
 from enginespec.gpus.reader import GpuReader, GpuUse
 from enginespec.models.naming import model_name
 from enginespec.process.argv import parse_argv
+from enginespec.process.keyfile import FileKeys, read_keys
 from enginespec.process.liveness import process_alive
 from enginespec.process.mappedfiles import mapped_files
 from enginespec.process.record import INSTANCE_ID_WHY, WIRE_INSTANCE_ID, EngineProcess
@@ -226,6 +230,38 @@ def _openai_models(body: bytes, notes: list[str]) -> list[ServedModel]:
     return found
 
 
+def answer_detail(body: bytes) -> str | None:
+    """The message of an error answer: FastAPI's ``{"detail": ...}``, or ``{"error": "..."}`` /
+    ``{"error": {"message": ...}}``; ``None`` when it holds none (or is not JSON)."""
+    try:
+        document = parse_json(body, max_bytes=MAX_ANSWER_BYTES)
+    except DocumentError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    said = document.get("detail", document.get("error"))
+    if isinstance(said, dict):
+        said = said.get("message")
+    return None if said is None else str(said)[:300]
+
+
+def keys_of(process: EngineProcess) -> FileKeys | None:
+    """The keys of the server's key file (``Serving.api_key_file``), read now; ``None`` when its
+    engine has none."""
+    spec = find_engine(process.engine).serving.api_key_file
+    if spec is None:
+        return None
+    if not process._local:
+        return FileKeys(problem="an engine of another host: its key file is not read from here")
+    return read_keys(spec, process.pid, process._root)
+
+
+def with_key(t: reaching.CheckTarget, keys: FileKeys | None, role: KeyRole) -> reaching.CheckTarget:
+    """``t`` sending the key of the key file a request needs (else the server's own)."""
+    key = keys.key(role) if keys is not None else None
+    return t if key is None else dataclasses.replace(t, api_key=key, unusable_key=False)
+
+
 def by_argv(listing: ModelList, process: EngineProcess) -> bool:
     """Whether ``process`` serves the one model its argv names, fixed at start (nothing to ask):
     its engine's list is ``fixed``, or it is a llama.cpp server started with a model (a router
@@ -272,18 +308,32 @@ def _mapped_of_config(spec: EngineDefinition, process: EngineProcess) -> tuple[s
 class _Reader:
     """One reading of ``t``'s models (its process scanned), each request bounded by ``timeout``."""
 
-    def __init__(self, t: reaching.CheckTarget, process: EngineProcess, timeout: float) -> None:
-        self.t, self.process, self.timeout = t, process, timeout
+    def __init__(
+        self, t: reaching.CheckTarget, process: EngineProcess, timeout: float, keys: FileKeys | None = None
+    ) -> None:
+        self.t, self.process, self.timeout, self.keys = t, process, timeout, keys
         self.answer = _Answer()
 
-    async def get(self, path: str) -> bytes | None:
-        """The body of a 200 answer to ``path``; ``None`` (and why, in the notes) otherwise."""
-        status, body, detail = await reaching.fetch(self.t, path, self.timeout, MAX_ANSWER_BYTES)
+    async def get(self, path: str, key: KeyRole = "api") -> bytes | None:
+        """The body of a 200 answer to ``path`` (``b""``: the server says it has no model
+        loaded, ``ModelList.none_loaded``); ``None`` (and why, in the notes) otherwise. Sent with
+        the key ``key`` of the server's key file, where it has one."""
+        target = with_key(self.t, self.keys, key)
+        status, body, detail = await reaching.fetch(target, path, self.timeout, MAX_ANSWER_BYTES)
         self.answer.sources.append(f"{(self.t.base_url or '').rstrip('/')}{path}")
-        if status != 200:
-            self.answer.notes.append(f"{path}: {detail or f'HTTP {status}'}")
-            return None
-        return body
+        if status == 200:
+            return body
+        said = answer_detail(body) if status is not None else None
+        none_loaded = self.t.spec.models.none_loaded
+        if none_loaded is not None and status == 503 and said == none_loaded:
+            return b""
+        note = f"{path}: {detail or f'HTTP {status}'}"
+        if status in (401, 403):
+            note += f" ({literal(mask_text(said))})" if said else ""
+            if self.keys is not None and self.keys.problem:
+                note += f"; {self.keys.problem}"
+        self.answer.notes.append(note)
+        return None
 
     def fixed(self) -> bool:
         """The one model the argv names, ``loaded`` (``False`` when it names none)."""
@@ -354,10 +404,22 @@ class _Reader:
         ]
         return True
 
-    async def _could_load(self, path: str | None, key: str, member: str) -> None:
+    async def _tabbyapi(self, body: bytes) -> bool:
+        # the loaded model's card (ModelCard, `id` its folder's name), or none loaded (`get`)
+        if body:
+            document = parse_json(body, max_bytes=MAX_ANSWER_BYTES)
+            name = _name(document.get("id") if isinstance(document, dict) else None)
+            if name is None:
+                raise DocumentError("no model id")
+            self.answer.models = [ServedModel(name=name, state="loaded")]
+        listing = self.t.spec.models
+        await self._could_load(listing.available_path, "data", "id", listing.available_key)
+        return True
+
+    async def _could_load(self, path: str | None, key: str, member: str, role: KeyRole = "api") -> None:
         """The models listed at ``path`` (``document[key][*][member]``) not loaded: ``unloaded``."""
-        body = None if path is None else await self.get(path)
-        if body is None or path is None:
+        body = None if path is None else await self.get(path, role)
+        if not body or path is None:
             return
         loaded = {model.name for model in self.answer.models}
         names = _names_in(body, key, member, self.answer.notes)
@@ -395,6 +457,7 @@ _READINGS: dict[ModelListKind, Callable[[_Reader, bytes], Awaitable[bool]]] = {
     "ollama": _Reader._ollama,
     "openai": _Reader._openai,
     "sglang": _Reader._sglang,
+    "tabbyapi": _Reader._tabbyapi,
 }
 
 
@@ -507,13 +570,20 @@ async def _served(
     if process.role in NOT_SERVING_ROLES:
         return _unread(process, f"{NOT_SERVING_REASONS[process.role]}: its server lists its model")
     t = reaching.target_of(process, None, None)
-    reader = _Reader(t, process, timeout)
+    # (only an engine with a key file costs a thread: every engine is read at each refresh)
+    keyed = t.spec.serving.api_key_file is not None and not by_argv(t.spec.models, process)
+    keys = await asyncio.to_thread(keys_of, process) if keyed else None
+    reader = _Reader(t, process, timeout, keys)
     try:
         said = await reader.read()
     except DocumentError as err:
         said = False
         reader.answer.notes.append(f"{t.spec.models.path}: unreadable answer ({err})")
     answer = reader.answer
+    if keys is not None:
+        # a server may echo a key back: never shown
+        answer.notes = [keys.scrub(note) for note in answer.notes]
+        answer.models = [m.model_copy(update={"name": keys.scrub(m.name)}) for m in answer.models]
     source = ", ".join(answer.sources) or "none"
     if not said:
         why = (

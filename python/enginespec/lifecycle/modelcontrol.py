@@ -12,7 +12,7 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 import enginespec.health.reaching as reaching
@@ -20,13 +20,26 @@ from enginespec.definition.records import ControlRequest
 from enginespec.definition.registry import find_engine
 from enginespec.display import literal
 from enginespec.errors import ControlFailed, ControlRefused, ControlUnsupported, InvalidInputError
-from enginespec.health.servedmodels import ServedModel, ServedModels, by_argv, served_models_async
+from enginespec.health.servedmodels import (
+    ServedModel,
+    ServedModels,
+    answer_detail,
+    by_argv,
+    keys_of,
+    served_models_async,
+    with_key,
+)
+from enginespec.process.keyfile import FileKeys
 from enginespec.process.record import EngineProcess
 from enginespec.untrusted.documents import DocumentError, parse_json
+from enginespec.untrusted.masking import mask_text
 
 Action = Literal["load", "unload", "sleep", "wake"]
 #: The most of a control request's answer read (an error message; Ollama's is its final status).
 MAX_ANSWER_BYTES = 64 * 1024
+#: The most of a streamed answer read (TabbyAPI's load: one ~90-byte event per module loaded,
+#: and a keep-alive comment every 15 s).
+MAX_STREAM_BYTES = 8 << 20
 #: The most characters of a model name sent.
 MAX_NAME_CHARS = 512
 #: How long between two readings of the model list while waiting.
@@ -84,32 +97,66 @@ def _needs(process: EngineProcess, request: ControlRequest, what: str) -> None:
             )
 
 
-def _error_of(answer: bytes) -> str:
-    """The error an engine's answer carries (``{"error": "..."}``, ``{"error": {"message": ...}}``)."""
+def _error_of(answer: bytes, scrub: Callable[[str], str] = str) -> str:
+    """The error an engine's answer carries (``{"error": "..."}``, ``{"error": {"message": ...}}``,
+    FastAPI's ``{"detail": ...}``), ``scrub``bed of secrets, masked, shown literally."""
     try:
-        document = parse_json(answer, max_bytes=MAX_ANSWER_BYTES)
+        parse_json(answer, max_bytes=MAX_ANSWER_BYTES)
     except DocumentError:
-        return literal(answer[:200].decode("utf-8", "replace"))
-    error = document.get("error") if isinstance(document, dict) else None
-    if isinstance(error, dict):
-        error = error.get("message")
-    return literal(str(error)[:300]) if error is not None else ""
+        return literal(mask_text(scrub(answer[:200].decode("utf-8", "replace"))))
+    said = answer_detail(answer)
+    return literal(mask_text(scrub(said))) if said is not None else ""
 
 
-def _named(model: ServedModel, name: str) -> bool:
-    # Ollama adds `:latest` to a name without a tag
+class _Events:
+    """The server-sent events of a streamed answer (``ControlRequest.answer`` ``sse``), read line
+    by line: the error the first event that carries one says (TabbyAPI's load stream: progress
+    events ``{"model_type", "module", "modules", "status"}``, an error ``{"error": {"message",
+    "trace"}}``: endpoints/core/utils/model.py stream_model_load, common/networking.py
+    get_generator_error at e632af41)."""
+
+    def __init__(self) -> None:
+        self.data: list[bytes] = []
+        self.error: str | None = None
+
+    def line(self, line: bytes) -> bool:
+        """Takes one line; whether to stop reading (an error was said)."""
+        if line.startswith(b"data:"):
+            self.data.append(line[5:].removeprefix(b" "))
+        elif not line and self.data:  # a blank line ends an event
+            event, self.data = b"\n".join(self.data), []
+            self.error = self._error(event)
+        return self.error is not None
+
+    @staticmethod
+    def _error(event: bytes) -> str | None:
+        try:
+            document = parse_json(event, max_bytes=MAX_ANSWER_BYTES)
+        except DocumentError:
+            return None
+        if not isinstance(document, dict) or "error" not in document:
+            return None
+        return answer_detail(event) or "an error event"
+
+
+def _named(model: ServedModel, name: str, leaf: bool = False) -> bool:
+    # Ollama adds `:latest` to a name without a tag; TabbyAPI lists `a/b` as `b` (`leaf`)
+    if leaf and "/" in name.strip("/"):
+        name = name.strip("/").rsplit("/", 1)[-1]
     return model.name == name or (":" not in name and model.name == f"{name}:latest")
 
 
-def reached(reading: ServedModels, action: Action, name: str | None) -> bool:
-    """Whether ``reading`` shows the state ``action`` asked for."""
+def reached(reading: ServedModels, action: Action, name: str | None, *, leaf: bool = False) -> bool:
+    """Whether ``reading`` shows the state ``action`` asked for (``leaf``: the server lists a
+    model by the last component of the name it was loaded by)."""
     if not reading.available:
         return False
     if action == "load":
-        return any(_named(m, name or "") and m.state == "loaded" for m in reading.models)
+        return any(_named(m, name or "", leaf) and m.state == "loaded" for m in reading.models)
     if action == "unload":
         return not any(
-            _named(m, name or "") and m.state in ("loaded", "loading", "sleeping") for m in reading.models
+            _named(m, name or "", leaf) and m.state in ("loaded", "loading", "sleeping")
+            for m in reading.models
         )
     if action == "sleep":
         return bool(reading.models) and all(m.state in ("sleeping", "unloaded") for m in reading.models)
@@ -150,23 +197,24 @@ async def control_async(
     deadline = time.monotonic() + timeout
     t = reaching.target_of(process, None, None)
     await _reachable(t, what)
+    keys = await asyncio.to_thread(keys_of, process) if spec.serving.api_key_file else None
+    leaf = spec.models.listed_by_leaf
     if request.every_model:
         await _alone(process, name, what, timeout)
-    body = None if request.body is None else json.dumps(_filled(request.body, name or "")).encode()
-    status, answer, detail = await reaching.fetch(
-        t, request.path, timeout, MAX_ANSWER_BYTES, method="POST", body=body
-    )
-    if status is None:
-        raise ControlFailed(f"{what}: {detail}")
-    if not 200 <= status < 300:
-        error = _error_of(answer)
-        raise ControlFailed(f"{what}: HTTP {status}" + (f": {error}" if error else ""))
+    if request.on_loaded:
+        # it unloads whatever is loaded: only when that is the model named
+        before = await served_models_async(process, timeout=min(READ_SECONDS, timeout))
+        if not before.available:
+            raise ControlFailed(f"{what}: {_said(before, name)}: nothing is sent", last=before)
+        if reached(before, action, name, leaf=leaf):
+            return before
+    await _send(with_key(t, keys, request.key), request, what, name, timeout, keys)
     reading = await served_models_async(
         process, timeout=min(READ_SECONDS, max(deadline - time.monotonic(), 0.1))
     )
     if not request.shown:
         return _as_answered(reading, action) if reading.available else reading
-    while not reached(reading, action, name):
+    while not reached(reading, action, name, leaf=leaf):
         left = deadline - time.monotonic()
         if left <= 0:
             raise ControlFailed(
@@ -175,6 +223,39 @@ async def control_async(
         await asyncio.sleep(min(POLL_SECONDS, left))
         reading = await served_models_async(process, timeout=min(READ_SECONDS, max(left, 0.1)))
     return reading
+
+
+async def _send(
+    t: reaching.CheckTarget,
+    request: ControlRequest,
+    what: str,
+    name: str | None,
+    timeout: float,
+    keys: FileKeys | None,
+) -> None:
+    """Sends ``request``; raises :class:`~enginespec.errors.ControlFailed` with what the engine
+    said when it failed (a key of its key file never in it)."""
+    body = None if request.body is None else json.dumps(_filled(request.body, name or "")).encode()
+    events = _Events()
+    if request.answer == "sse":
+        status, answer, detail = await reaching.fetch_lines(
+            t, request.path, timeout, MAX_STREAM_BYTES, events.line, body=body
+        )
+    else:
+        status, answer, detail = await reaching.fetch(
+            t, request.path, timeout, MAX_ANSWER_BYTES, method="POST", body=body
+        )
+    scrub = keys.scrub if keys is not None else str
+    if status is None:
+        raise ControlFailed(scrub(f"{what}: {detail}"))
+    if not 200 <= status < 300:
+        error = _error_of(answer, scrub)
+        said = f"{what}: HTTP {status}" + (f": {error}" if error else "")
+        if status in (401, 403) and keys is not None and keys.problem:
+            said += f" ({keys.problem})"
+        raise ControlFailed(scrub(said))
+    if events.error is not None:
+        raise ControlFailed(f"{what}: {literal(mask_text(scrub(events.error)))}")
 
 
 async def _alone(process: EngineProcess, name: str | None, what: str, timeout: float) -> None:
@@ -222,7 +303,7 @@ def control(
 
 def load_model(process: EngineProcess, name: str, *, timeout: float = 300.0) -> ServedModels:
     """Loads the model ``name`` into the server ``process`` through its own API (llama.cpp's
-    router, Ollama) and waits until it is loaded; what it serves then."""
+    router, Ollama, TabbyAPI) and waits until it is loaded; what it serves then."""
     return control(process, "load", name, timeout=timeout)
 
 
