@@ -277,6 +277,17 @@ def test_mlx_vlm_says_what_it_holds_whatever_its_argv_names(procs: Procs) -> Non
     ]
 
 
+def test_mlx_lm_says_its_argv_model_is_only_what_it_started_with(procs: Procs) -> None:
+    # mlx_lm/server.py ModelProvider.load: a request naming another model replaces it, unsaid
+    proc = procs.start(["mlx_lm.server", "--model", "mlx-community/q", "--port", str(free_port())])
+    process, _scan = _scanned(proc.pid)
+    found = served_models(process)
+    assert (found.available, found.source) == (True, "argv")
+    (model,) = found.models
+    assert (model.name, model.state) == ("mlx-community/q", "loaded")
+    assert model.reason.startswith("the model it started with: a request naming another loads that one")
+
+
 def test_sglang_serves_its_one_model(procs: Procs) -> None:
     # python/sglang/srt/entrypoints/http_server.py get_model_info
     info = {

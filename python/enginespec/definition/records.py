@@ -347,6 +347,9 @@ class ModelList(_Record):
     list, with ``available_key``)."""
 
     kind: ModelListKind = "fixed"
+    #: a request naming another model loads it in place of the one the argv names, and the
+    #: server says not which it holds (mlx_lm.server): a ``fixed`` reading says so
+    replaced_on_request: bool = False
     #: the server runs a child per loaded model (its ``runner``s), matched to its models
     runners: bool = False
     path: str = Field(default="/v1/models", pattern=r"^/")

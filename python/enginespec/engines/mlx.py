@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import Flags, HealthRule, Launch, Package, Serving
+from enginespec.definition.records import Flags, HealthRule, Launch, ModelList, Package, Serving
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
 from enginespec.spec import EngineSpec
@@ -91,5 +91,10 @@ SPEC = EngineSpec(
             ),
         )
     ),
+    # Its ModelProvider loads whatever model a request names (a path or a Hugging Face repo) in
+    # place of the one it holds, --model being only the default (mlx_lm/server.py
+    # ModelProvider.load at ml-explore/mlx-lm d78bf58e), and no route says which it holds:
+    # /v1/models lists the Hugging Face cache. What it was started with is said as such.
+    models=ModelList(replaced_on_request=True),
     failures=FAILURES,
 )

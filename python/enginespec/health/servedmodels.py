@@ -341,7 +341,13 @@ class _Reader:
         name = p.served_model_name or p.model_name or p.model
         if not name:
             return False
-        self.answer.models.append(ServedModel(name=mask_text(name), state="loaded"))
+        why = (
+            "the model it started with: a request naming another loads that one in its place,"
+            " and the server does not say which it holds"
+            if self.t.spec.models.replaced_on_request
+            else ""
+        )
+        self.answer.models.append(ServedModel(name=mask_text(name), state="loaded", reason=why))
         self.answer.sources.append("argv")
         return True
 
