@@ -59,9 +59,16 @@ def _server(procs: Procs, program: Path, **env: str) -> Iterator[EngineProcess]:
         )
         titles = env.get("HELPER_CHILD_TITLES")
 
+        def titled(pid: int) -> bool:
+            # a forked worker is a descendant before it retitles itself (a loaded host shows it)
+            try:
+                return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode() in titles.split(",")
+            except OSError:
+                return False
+
         def scanned() -> EngineProcess | None:
             found = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
-            if not found or (titles and not found[0].worker_pids):
+            if not found or (titles and not any(titled(pid) for pid in found[0].worker_pids)):
                 return None
             return found[0]
 
