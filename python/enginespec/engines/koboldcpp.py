@@ -1,6 +1,8 @@
 """KoboldCpp: ``koboldcpp.py`` and its PyInstaller release binaries.
 
-Facts from LostRuins/koboldcpp tag v1.76 (``2da346a5``, koboldcpp.py) unless a line says otherwise.
+Facts from LostRuins/koboldcpp tag v1.76 (``2da346a5``, koboldcpp.py) unless a line says otherwise;
+"v1.116.1" is koboldcpp.py of KcppVersion 1.116.1, its release branch ``concedo`` at ``0c163a9b``
+(2026-06-28).
 """
 
 from __future__ import annotations
@@ -69,6 +71,11 @@ SIGNATURE = Signature(
             "--sdvaeauto",
             "--sdquant",
             "--noblas",
+            # admin mode (v1.116.1 line 12400 on: store_true); `--admin` is a prefix of the secret
+            # `--adminpassword`, so it must be known to take no value
+            "--admin",
+            "--routermode",
+            "--autoswapmode",
         }
     ),
     multi_value_flags=frozenset(
@@ -87,7 +94,9 @@ SIGNATURE = Signature(
     # `--benchmark` "Do not start server", `--prompt` runs one inference and exits, `--unpack`
     # extracts the binary's files.
     exit_flags=frozenset({"-h", "--help", "--benchmark", "--prompt", "--unpack"}),
-    secret_flags=frozenset({"--password", "--hordekey"}),
+    # `--adminpassword` (v1.116.1 line 12401; since 1.83) says nothing a secret name says: it
+    # must be named to be masked
+    secret_flags=frozenset({"--password", "--hordekey", "--adminpassword"}),
     abbreviations=True,
     # A PyInstaller one-file binary runs as a bootloader parent and a child with the same argv:
     # one server.
