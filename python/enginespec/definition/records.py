@@ -303,7 +303,7 @@ class Serving(_Record):
     engine_worker: EngineWorker | None = None
 
 
-ModelListKind = Literal["fixed", "llamacpp_router", "ollama", "openai", "sglang"]
+ModelListKind = Literal["fixed", "llamacpp_router", "ollama", "openai", "sglang", "koboldcpp"]
 
 
 class ModelList(_Record):
@@ -314,7 +314,9 @@ class ModelList(_Record):
     loaded models at ``path`` (``/api/ps``) and those it could load at ``available_path``
     (``/api/tags``); ``openai``, the models at ``path`` (``/v1/models``) and, at
     ``sleeping_path``, whether the server sleeps (vLLM ``/is_sleeping``); ``sglang``, the one
-    model of ``/get_model_info``."""
+    model of ``/get_model_info``; ``koboldcpp``, the one model of ``/api/v1/model`` and, from a
+    server started with one of ``asked_with``, the files and configs it could switch to at
+    ``available_path`` (``/api/admin/list_options``)."""
 
     kind: ModelListKind = "fixed"
     #: the server runs a child per loaded model (its ``runner``s), matched to its models
@@ -322,6 +324,17 @@ class ModelList(_Record):
     path: str = Field(default="/v1/models", pattern=r"^/")
     available_path: str | None = Field(default=None, pattern=r"^/")
     sleeping_path: str | None = Field(default=None, pattern=r"^/")
+    #: a server started with a model in its argv serves that one, fixed (nothing is asked), unless
+    #: it was started with one of ``asked_with`` (a llama.cpp router starts with no model)
+    argv_model_fixed: bool = False
+    #: the flags with which the model of a server started with one can change at runtime, or come
+    #: from elsewhere than argv (KoboldCpp's ``--admin``, ``--config``)
+    asked_with: tuple[str, ...] = ()
+    #: the flag, else the environment variable, whose value is the bearer key the requests at
+    #: ``available_path`` and of ``ModelControl`` need instead of the API key (KoboldCpp's admin
+    #: password): read from the server's own argv or environment for the request alone, never kept
+    key_flag: str | None = None
+    key_variable: str | None = None
 
 
 class ControlRequest(_Record):
@@ -338,6 +351,12 @@ class ControlRequest(_Record):
     #: ``False`` when the server's model list does not show the state reached (SGLang's released
     #: memory): its answer alone is taken, and said
     shown: bool = True
+    #: the server must have been started with one of these flags at least (any of them enables it)
+    any_flags: tuple[str, ...] = ()
+    #: the engine serves the new state from a new process (KoboldCpp's admin reload ends the child
+    #: that serves and starts another): the wait first sees a process of the server's tree from
+    #: before the request end, so that the old server's answers are not taken for the new one's
+    restarts: bool = False
 
 
 class ModelControl(_Record):
@@ -531,6 +550,12 @@ class EngineDefinition(BaseModel):
         """The name the model at ``model_path`` (as the engine's argv names it, read through
         ``files``, the serving process's view) is known by where it came from: Ollama's
         ``qwen3:8b`` for a blob. ``None``: the engine names its models no other way."""
+        return None
+
+    def served_name(self, option: str) -> str | None:
+        """The name the engine serves a model under once it has loaded ``option`` (an entry of
+        ``ModelList.available_path``), where the two differ and the rule is known; ``None``
+        otherwise (KoboldCpp names a model file ``koboldcpp/STEM``)."""
         return None
 
     def estimate_memory(self, facts: ModelFacts, argv: Sequence[str]) -> MemoryEstimate | None:

@@ -20,7 +20,15 @@ from enginespec.definition.records import ControlRequest
 from enginespec.definition.registry import find_engine
 from enginespec.display import literal
 from enginespec.errors import ControlFailed, ControlRefused, ControlUnsupported, InvalidInputError
-from enginespec.health.servedmodels import ServedModel, ServedModels, by_argv, served_models_async
+from enginespec.health.servedmodels import (
+    ServedModel,
+    ServedModels,
+    by_argv,
+    keyed,
+    served_models_async,
+    started_with,
+)
+from enginespec.process.liveness import process_alive
 from enginespec.process.record import EngineProcess
 from enginespec.untrusted.documents import DocumentError, parse_json
 
@@ -47,11 +55,6 @@ def _filled(body: Mapping[str, object], name: str) -> dict[str, object]:
     return {key: (name if value == "{model}" else value) for key, value in body.items()}
 
 
-def _has_flag(process: EngineProcess, flag: str) -> bool:
-    # `--enable-sleep-mode` alone, or `--flag=value`
-    return any(arg == flag or arg.startswith(f"{flag}=") for arg in process.argv)
-
-
 def _allowed(process: EngineProcess, what: str) -> None:
     """Refuses what may not be sent: an engine of another host or root, another user's."""
     root = process._root
@@ -66,9 +69,11 @@ def _allowed(process: EngineProcess, what: str) -> None:
 
 def _needs(process: EngineProcess, request: ControlRequest, what: str) -> None:
     """Says which flag or variable the server was started without, for the request to exist."""
-    missing = [flag for flag in request.flags if not _has_flag(process, flag)]
+    missing = [flag for flag in request.flags if not started_with(process, flag)]
     if missing:
         raise ControlUnsupported(f"{what}: the server was started without {', '.join(missing)}")
+    if request.any_flags and not any(started_with(process, flag) for flag in request.any_flags):
+        raise ControlUnsupported(f"{what}: the server was started without {' or '.join(request.any_flags)}")
     if not request.environment:
         return
     read = process._root.environ(process.pid, 1 << 20)
@@ -101,12 +106,24 @@ def _named(model: ServedModel, name: str) -> bool:
     return model.name == name or (":" not in name and model.name == f"{name}:latest")
 
 
-def reached(reading: ServedModels, action: Action, name: str | None) -> bool:
-    """Whether ``reading`` shows the state ``action`` asked for."""
+def reached(
+    reading: ServedModels,
+    action: Action,
+    name: str | None,
+    served: str | None = None,
+    *,
+    any_model: bool = False,
+) -> bool:
+    """Whether ``reading`` shows the state ``action`` asked for. ``served``: the name the engine
+    serves ``name`` under once loaded, where they differ; ``any_model``: a load is shown by any
+    model loaded (an engine that does not say which of its configs it runs)."""
     if not reading.available:
         return False
     if action == "load":
-        return any(_named(m, name or "") and m.state == "loaded" for m in reading.models)
+        return any(
+            (any_model or _named(m, name or "") or m.name == served) and m.state == "loaded"
+            for m in reading.models
+        )
     if action == "unload":
         return not any(
             _named(m, name or "") and m.state in ("loaded", "loading", "sleeping") for m in reading.models
@@ -144,12 +161,21 @@ async def control_async(
     if request is None:
         raise ControlUnsupported(f"{what}: {spec.id} has no API for it")
     if by_argv(spec.models, process):
-        raise ControlUnsupported(f"{what}: it serves the one model its argv names, fixed at start")
+        needed = request.flags or request.any_flags
+        without = f" (started without {' or '.join(needed)})" if needed else ""
+        raise ControlUnsupported(f"{what}: it serves the one model its argv names, fixed at start{without}")
     _allowed(process, what)
     _needs(process, request, what)
     deadline = time.monotonic() + timeout
     t = reaching.target_of(process, None, None)
     await _reachable(t, what)
+    if action == "unload" and not _names_model(request):
+        await _serving(process, name or "", what, deadline)
+    if spec.models.key_flag is not None:
+        t, why = await asyncio.to_thread(keyed, t, process)
+        if why:
+            raise ControlFailed(f"{what}: {why}: nothing is sent")
+    before = set(_descendants(process)) if request.restarts else set()
     body = None if request.body is None else json.dumps(_filled(request.body, name or "")).encode()
     status, answer, detail = await reaching.fetch(
         t, request.path, timeout, MAX_ANSWER_BYTES, method="POST", body=body
@@ -159,12 +185,19 @@ async def control_async(
     if not 200 <= status < 300:
         error = _error_of(answer)
         raise ControlFailed(f"{what}: HTTP {status}" + (f": {error}" if error else ""))
+    if _refused(answer):
+        raise ControlFailed(f"{what}: the engine answered that it did not (success: false)")
+    if request.restarts:
+        await _restarted(process, before, what, timeout, deadline)
     reading = await served_models_async(
         process, timeout=min(READ_SECONDS, max(deadline - time.monotonic(), 0.1))
     )
     if not request.shown:
         return _as_answered(reading, action) if reading.available else reading
-    while not reached(reading, action, name):
+    served = spec.served_name(name) if action == "load" and name else None
+    # a config (KoboldCpp's .kcpps) names its model inside it: after the restart, what loaded
+    any_model = request.restarts and served is None
+    while not reached(reading, action, name, served, any_model=any_model):
         left = deadline - time.monotonic()
         if left <= 0:
             raise ControlFailed(
@@ -173,6 +206,58 @@ async def control_async(
         await asyncio.sleep(min(POLL_SECONDS, left))
         reading = await served_models_async(process, timeout=min(READ_SECONDS, max(left, 0.1)))
     return reading
+
+
+def _names_model(request: ControlRequest) -> bool:
+    return request.body is not None and "{model}" in request.body.values()
+
+
+def _refused(answer: bytes) -> bool:
+    """An answer of success that says it did nothing: ``{"success": false}`` (KoboldCpp's reload
+    of a file not in its admin directory, or without its admin password)."""
+    try:
+        document = parse_json(answer, max_bytes=MAX_ANSWER_BYTES)
+    except DocumentError:
+        return False
+    return isinstance(document, dict) and document.get("success") is False
+
+
+async def _serving(process: EngineProcess, name: str, what: str, deadline: float) -> None:
+    """Refuses to unload ``name`` through a request that does not name the model (it unloads
+    whatever is loaded) unless the server's list shows ``name`` loaded: nothing is sent."""
+    left = max(deadline - time.monotonic(), 0.1)
+    reading = await served_models_async(process, timeout=min(READ_SECONDS, left))
+    if not any(_named(m, name) and m.state in ("loaded", "loading", "sleeping") for m in reading.models):
+        raise ControlFailed(
+            f"{what}: not what it serves ({_said(reading, None)}): nothing is sent", last=reading
+        )
+
+
+def _descendants(process: EngineProcess) -> list[int]:
+    """The processes under the server now (the kernel's lists; not the scan's workers, which
+    may have ended since)."""
+    return process._root.procfs.descendants(process.pid)
+
+
+async def _restarted(
+    process: EngineProcess, before: set[int], what: str, timeout: float, deadline: float
+) -> None:
+    """Waits until a process of the server's tree from before the request has ended: the old
+    server, which a restarting engine ends before a new one serves (its answers until then are
+    the old server's, read meanwhile to say what it serves when the time is up)."""
+    if not before:
+        return
+    while before <= set(await asyncio.to_thread(_descendants, process)):
+        if not process_alive(process):
+            raise ControlFailed(f"{what}: the server exited")
+        left = deadline - time.monotonic()
+        reading = await served_models_async(process, timeout=min(READ_SECONDS, max(left, 0.1)))
+        if deadline - time.monotonic() <= 0:
+            raise ControlFailed(
+                f"{what}: not done within {timeout:g}s (its old server still runs: {_said(reading, None)})",
+                last=reading,
+            )
+        await asyncio.sleep(min(POLL_SECONDS, max(deadline - time.monotonic(), 0)))
 
 
 async def _reachable(t: reaching.CheckTarget, what: str) -> None:
