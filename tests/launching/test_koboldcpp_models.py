@@ -26,6 +26,7 @@ from enginespec import (
     served_models,
     unload_model,
 )
+from enginespec.process.argv import parse_argv, redact_argv
 from enginespec.scanning.scanner import Scanner
 from helpers.fakeserver import Answer, FakeEngine, bound_socket, serving
 from helpers.procs import Procs, children_of, wait_for
@@ -311,3 +312,22 @@ def test_hostile_names_and_option_lists(procs: Procs, capsys: pytest.CaptureFixt
         assert found.available
         assert why in found.reason
         assert _states(found) == [("koboldcpp/qwen", "loaded", "")]
+
+
+def test_its_admin_flags_are_read_as_koboldcpp_does() -> None:
+    # `--admin`, `--routermode` are store_true (line 12400 on): the positional model after one is
+    # the model; `--adminpassword` (and an abbreviation argparse expands) is masked
+    argv = ["koboldcpp", "--admin", "/m/qwen.gguf", "6000", "--routermode", "--adminpassword", SECRET]
+    invocation = parse_argv(argv)
+    assert invocation is not None
+    assert (invocation.engine, invocation.model, invocation.effective_port) == (
+        "koboldcpp",
+        "/m/qwen.gguf",
+        6000,
+    )
+    assert redact_argv(argv)[-1] == "***"
+    assert redact_argv(["koboldcpp", "--adminpass", SECRET, "--admin", "/m/q.gguf"])[2:] == [
+        "***",
+        "--admin",
+        "/m/q.gguf",
+    ]
