@@ -324,7 +324,15 @@ class Serving(_Record):
 
 
 ModelListKind = Literal[
-    "fixed", "llamacpp_router", "ollama", "openai", "sglang", "one_of_config", "mlx_vlm", "tabbyapi"
+    "fixed",
+    "llamacpp_router",
+    "ollama",
+    "openai",
+    "sglang",
+    "one_of_config",
+    "mlx_vlm",
+    "tabbyapi",
+    "koboldcpp",
 ]
 
 
@@ -344,7 +352,9 @@ class ModelList(_Record):
     request naming another model loads it in place of the one of its kind; ``tabbyapi``, the one
     model loaded at ``path`` (a model card, ``id``; an answer with ``none_loaded`` as its
     ``detail`` when there is none) and those it could load at ``available_path`` (an OpenAI
-    list, with ``available_key``)."""
+    list, with ``available_key``); ``koboldcpp``, the one model of ``/api/v1/model`` and, from a
+    server started with one of ``asked_with``, the files and configs it could switch to at
+    ``available_path`` (``/api/admin/list_options``)."""
 
     kind: ModelListKind = "fixed"
     #: a request naming another model loads it in place of the one the argv names, and the
@@ -362,6 +372,17 @@ class ModelList(_Record):
     #: the server lists a model by the last component of the path it was loaded by
     #: (``a/b`` as ``b``)
     listed_by_leaf: bool = False
+    #: a server started with a model in its argv serves that one, fixed (nothing is asked), unless
+    #: it was started with one of ``asked_with`` (a llama.cpp router starts with no model)
+    argv_model_fixed: bool = False
+    #: the flags with which the model of a server started with one can change at runtime, or come
+    #: from elsewhere than argv (KoboldCpp's ``--admin``, ``--config``)
+    asked_with: tuple[str, ...] = ()
+    #: the flag, else the environment variable, whose value is the bearer key the requests at
+    #: ``available_path`` and of ``ModelControl`` need instead of the API key (KoboldCpp's admin
+    #: password): read from the server's own argv or environment for the request alone, never kept
+    key_flag: str | None = None
+    key_variable: str | None = None
 
 
 class ControlRequest(_Record):
@@ -390,6 +411,12 @@ class ControlRequest(_Record):
     #: the request names no model: it acts on the one loaded (TabbyAPI's unload), so it is sent
     #: only when the model list shows the model named loaded
     on_loaded: bool = False
+    #: the server must have been started with one of these flags at least (any of them enables it)
+    any_flags: tuple[str, ...] = ()
+    #: the engine serves the new state from a new process (KoboldCpp's admin reload ends the child
+    #: that serves and starts another): the wait first sees a process of the server's tree from
+    #: before the request end, so that the old server's answers are not taken for the new one's
+    restarts: bool = False
 
 
 class ModelControl(_Record):
@@ -588,6 +615,12 @@ class EngineDefinition(BaseModel):
         """The name the model at ``model_path`` (as the engine's argv names it, read through
         ``files``, the serving process's view) is known by where it came from: Ollama's
         ``qwen3:8b`` for a blob. ``None``: the engine names its models no other way."""
+        return None
+
+    def served_name(self, option: str) -> str | None:
+        """The name the engine serves a model under once it has loaded ``option`` (an entry of
+        ``ModelList.available_path``), where the two differ and the rule is known; ``None``
+        otherwise (KoboldCpp names a model file ``koboldcpp/STEM``)."""
         return None
 
     def estimate_memory(self, facts: ModelFacts, argv: Sequence[str]) -> MemoryEstimate | None:

@@ -1,14 +1,17 @@
 """KoboldCpp: ``koboldcpp.py`` and its PyInstaller release binaries.
 
-Facts from LostRuins/koboldcpp tag v1.76 (``2da346a5``, koboldcpp.py) unless a line says otherwise.
+Facts from LostRuins/koboldcpp tag v1.76 (``2da346a5``, koboldcpp.py) unless a line says otherwise;
+"v1.116.1" is koboldcpp.py of KcppVersion 1.116.1, its release branch ``concedo`` at ``0c163a9b``
+(2026-06-28).
 """
 
 from __future__ import annotations
 
+import os
 import re
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import Flags, Launch, Serving
+from enginespec.definition.records import ControlRequest, Flags, Launch, ModelControl, ModelList, Serving
 from enginespec.definition.signature import Evidence, LaunchForm, Signature
 from enginespec.healthrecord import HealthState
 from enginespec.spec import EngineSpec
@@ -69,6 +72,11 @@ SIGNATURE = Signature(
             "--sdvaeauto",
             "--sdquant",
             "--noblas",
+            # admin mode (v1.116.1 line 12400 on: store_true); `--admin` is a prefix of the secret
+            # `--adminpassword`, so it must be known to take no value
+            "--admin",
+            "--routermode",
+            "--autoswapmode",
         }
     ),
     multi_value_flags=frozenset(
@@ -87,7 +95,9 @@ SIGNATURE = Signature(
     # `--benchmark` "Do not start server", `--prompt` runs one inference and exits, `--unpack`
     # extracts the binary's files.
     exit_flags=frozenset({"-h", "--help", "--benchmark", "--prompt", "--unpack"}),
-    secret_flags=frozenset({"--password", "--hordekey"}),
+    # `--adminpassword` (v1.116.1 line 12401; since 1.83) says nothing a secret name says: it
+    # must be named to be masked
+    secret_flags=frozenset({"--password", "--hordekey", "--adminpassword"}),
     abbreviations=True,
     # A PyInstaller one-file binary runs as a bootloader parent and a child with the same argv:
     # one server.
@@ -107,6 +117,15 @@ class KoboldCppSpec(EngineSpec):
     def parse_version(self, output: str) -> str | None:
         match = _VERSION.search(output)
         return match.group(1) if match else None
+
+    def served_name(self, option: str) -> str | None:
+        # a model file it loads is served as `koboldcpp/` and its stem, all but word characters,
+        # dots and dashes dropped (v1.116.1 line 11453, sanitize_string line 10499); a config's
+        # (.kcpps, .kcppt) model is named inside it
+        if not option.lower().endswith(".gguf"):
+            return None
+        stem = os.path.splitext(os.path.basename(option.replace("\\", "/")))[0]
+        return "koboldcpp/" + re.sub(r"[^\w.\-]", "", stem)
 
     def classify_health(self, status: int, body: bytes) -> tuple[HealthState, str]:
         # `/api/extra/version` -> {"result": "KoboldCpp", "version": ..., "protected": ...,
@@ -139,5 +158,47 @@ SPEC = KoboldCppSpec(
     ),
     # Not on PyPI: release binaries, run as ENGINESPEC_KOBOLDCPP_INSTALL_CMD.
     serving=Serving(health_path="/api/extra/version", api_key_flag="--password"),
+    # What it serves (v1.116.1): GET /api/v1/model -> {"result": NAME} (line 6077), NAME
+    # `koboldcpp/STEM` of its model file (line 11453), "inactive" with none (line 88), and
+    # "koboldcpp/protected-model" to a request without --password or --adminpassword. Started
+    # without admin mode, its model is fixed: the one its argv names. `--admin` (since 1.83;
+    # `--routermode` and `--autoswapmode` turn it on, line 10917) lets it switch: GET
+    # /api/admin/list_options -> a JSON list of the .kcpps, .kcppt and .gguf files of --admindir
+    # (one directory deep) and "initial_model", "unload_model" (get_current_admindir_list, line
+    # 1482), `[]` without admin mode or the admin password (line 6106). `--config` loads settings
+    # (and admin mode) from a file. The admin password is `--adminpassword`, else
+    # KCPP_ADMINPASSWORD (line 12401), sent as `Authorization: Bearer` (check_header_password).
+    models=ModelList(
+        kind="koboldcpp",
+        path="/api/v1/model",
+        available_path="/api/admin/list_options",
+        argv_model_fixed=True,
+        asked_with=("--admin", "--routermode", "--autoswapmode", "--config"),
+        key_flag="--adminpassword",
+        key_variable="KCPP_ADMINPASSWORD",
+    ),
+    # POST /api/admin/reload_config {"filename": NAME} -> {"success": true|false} (line 6739): a
+    # file listed by list_options, or "unload_model" (restart with no model) or "initial_model"
+    # (the argv's own). The answer comes first; the manager process then ends the child that
+    # serves and starts a new one with the new settings (line 11045 on), which loads the model
+    # and only then listens (line 12203; in router mode the proxy keeps the port and answers 502
+    # meanwhile, line 4986). A child that fails to load makes the manager start the argv's settings
+    # again (fault_recovery_mode, line 10983).
+    control=ModelControl(
+        load=ControlRequest(
+            path="/api/admin/reload_config",
+            body={"filename": "{model}"},
+            any_flags=("--admin", "--routermode", "--autoswapmode"),
+            restarts=True,
+        ),
+        # it unloads whatever is loaded: sent only when that is the model named
+        unload=ControlRequest(
+            path="/api/admin/reload_config",
+            body={"filename": "unload_model"},
+            any_flags=("--admin", "--routermode", "--autoswapmode"),
+            restarts=True,
+            on_loaded=True,
+        ),
+    ),
     failures=FAILURES,
 )

@@ -262,7 +262,7 @@ SPEC = LlamaCppSpec(
     # loaded, sleeping (tools/server/server-models.h server_model_status_to_string; `sleeping`
     # from PR #20849, Mar 2026), a failed load `unloaded` with `exit_code` and `failed`, and the
     # child's argv in `status.args` (its `--port`). A server started with a model is `fixed`.
-    models=ModelList(kind="llamacpp_router", path="/models", runners=True),
+    models=ModelList(kind="llamacpp_router", path="/models", runners=True, argv_model_fixed=True),
     # Router mode's management API (tools/server/server-models.cpp: POST /models/load and
     # /models/unload, body {"model": NAME}, answer {"success": true}); its sleep is its own, by
     # --sleep-idle-seconds (PR #18228), with no request to ask for it.

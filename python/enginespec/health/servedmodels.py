@@ -34,7 +34,7 @@ from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROL
 from enginespec.display import literal
 from enginespec.gpus.reader import GpuReader, GpuUse
 from enginespec.models.naming import model_name
-from enginespec.process.argv import parse_argv
+from enginespec.process.argv import flag_value, parse_argv
 from enginespec.process.keyfile import FileKeys, read_keys
 from enginespec.process.liveness import process_alive
 from enginespec.process.mappedfiles import mapped_files
@@ -262,15 +262,25 @@ def with_key(t: reaching.CheckTarget, keys: FileKeys | None, role: KeyRole) -> r
     return t if key is None else dataclasses.replace(t, api_key=key, unusable_key=False)
 
 
+def started_with(process: EngineProcess, flag: str) -> bool:
+    """Whether ``process`` was started with ``flag`` (alone, or as ``--flag=value``)."""
+    return any(arg == flag or arg.startswith(f"{flag}=") for arg in process.argv)
+
+
 def by_argv(listing: ModelList, process: EngineProcess) -> bool:
     """Whether ``process`` serves the one model its argv names, fixed at start (nothing to ask):
-    its engine's list is ``fixed``, or it is a llama.cpp server started with a model (a router
-    is started without one), or a server of a config's models started with a model instead."""
-    if listing.kind == "llamacpp_router":
-        return process.model is not None
+    its engine's list is ``fixed``; or it was started with a model where that one is fixed (a
+    llama.cpp server; a router is started without one) and without what lets it change; or it
+    serves a config's models (one at a time) and was started with a model instead."""
+    if listing.kind == "fixed":
+        return True
     if listing.kind == "one_of_config":
         return process.sources.get("model") != "config"
-    return listing.kind == "fixed"
+    return (
+        listing.argv_model_fixed
+        and process.model is not None
+        and not any(started_with(process, flag) for flag in listing.asked_with)
+    )
 
 
 #: The most entries of a config file whose model files are looked for among the mapped ones.
@@ -303,6 +313,43 @@ def _mapped_of_config(spec: EngineDefinition, process: EngineProcess) -> tuple[s
         if held or entry.model in paths:
             found.add(mask_text(entry.served_name[:MAX_NAME_CHARS]))
     return found, None
+
+
+#: The most bytes of a server's argv or environment read for the key of a request.
+MAX_KEY_SOURCE = 1 << 20
+
+
+def keyed(t: reaching.CheckTarget, process: EngineProcess) -> tuple[reaching.CheckTarget, str]:
+    """``t`` sending the key the definition's ``key_flag`` (else ``key_variable``) holds in the
+    server's own argv (else environment), read now for this request alone and never kept or
+    shown; ``t`` itself when it has none, and why not when one cannot be sent."""
+    listing = t.spec.models
+    if listing.key_flag is None or not process_alive(process):
+        return t, ""
+    root = process._root
+    try:
+        argv = [os.fsdecode(a) for a in root.read(process.pid, "cmdline", MAX_KEY_SOURCE).split(b"\0")[:-1]]
+    except OSError:
+        argv = []
+    key = flag_value(argv, t.spec.signature, listing.key_flag)
+    if key is None and listing.key_variable is not None:
+        read = root.environ(process.pid, MAX_KEY_SOURCE)
+        wanted = f"{listing.key_variable}=".encode()
+        found = [item[len(wanted) :] for item in (read[0] if read else ()) if item.startswith(wanted)]
+        key = found[-1].decode("utf-8", "replace") if found and found[-1] else None
+    if key is None:
+        return t, ""
+    if reaching.HEADER_VALUE.fullmatch(key) is None:
+        return t, f"its {listing.key_flag} cannot be sent in a header (control or non-ASCII characters)"
+    return dataclasses.replace(t, api_key=key), ""
+
+
+#: KoboldCpp's names (koboldcpp.py at v1.116.1, LostRuins/koboldcpp 0c163a9b): `friendlymodelname`
+#: is "inactive" until a model loads (line 88); /api/v1/model says "koboldcpp/protected-model" to a
+#: request without its password (line 6077); list_options adds two actions to its files (line 1488).
+_KOBOLD_NONE = "inactive"
+_KOBOLD_WITHHELD = "koboldcpp/protected-model"
+_KOBOLD_ACTIONS = frozenset({"initial_model", "unload_model"})
 
 
 class _Reader:
@@ -338,7 +385,9 @@ class _Reader:
     def fixed(self) -> bool:
         """The one model the argv names, ``loaded`` (``False`` when it names none)."""
         p = self.process
-        name = p.served_model_name or p.model_name or p.model
+        # as the engine names it where its rule is known (KoboldCpp's `koboldcpp/STEM`)
+        served = self.t.spec.served_name(p.model) if p.model and not p.served_model_name else None
+        name = p.served_model_name or served or p.model_name or p.model
         if not name:
             return False
         why = (
@@ -422,6 +471,63 @@ class _Reader:
         await self._could_load(listing.available_path, "data", "id", listing.available_key)
         return True
 
+    async def _koboldcpp(self, body: bytes) -> bool:
+        # {"result": NAME} (koboldcpp.py v1.116.1 line 6077): the one model it serves now
+        document = parse_json(body, max_bytes=MAX_ANSWER_BYTES)
+        said = document.get("result") if isinstance(document, dict) else None
+        if not isinstance(said, str):
+            raise DocumentError("no string 'result'")
+        if said == _KOBOLD_WITHHELD:
+            raise DocumentError("KoboldCpp withholds its model's name from a request without its password")
+        name = _name(said) if said != _KOBOLD_NONE else None
+        listing = self.t.spec.models
+        if listing.available_path is None or not any(
+            started_with(self.process, f) for f in listing.asked_with
+        ):
+            self.answer.models = [ServedModel(name=name, state="loaded")] if name else []
+            return True
+        t, why = keyed(self.t, self.process)
+        if why:
+            self.answer.notes.append(f"{listing.available_path}: not asked: {why}")
+            self.answer.models = [ServedModel(name=name, state="loaded")] if name else []
+            return True
+        options = await self._options(t, listing.available_path)
+        # the file it serves now is not listed again: its name says which one it is
+        loaded_from = [o for o in options if name is not None and self.t.spec.served_name(o) == name]
+        reason = f"from {loaded_from[0]}" if loaded_from else ""
+        shown = [ServedModel(name=name, state="loaded", reason=reason)] if name else []
+        for option in options:
+            if option not in loaded_from and len(shown) < MAX_MODELS:
+                kind = "a model file" if self.t.spec.served_name(option) else "a config"
+                shown.append(ServedModel(name=option, state="unloaded", reason=f"{kind} of its --admindir"))
+        self.answer.models = shown
+        return True
+
+    async def _options(self, t: reaching.CheckTarget, path: str) -> list[str]:
+        """What KoboldCpp's admin mode can switch to: a JSON list of file names of its admin
+        directory, and two actions (left out); ``[]`` without admin mode or its password."""
+        status, body, detail = await reaching.fetch(t, path, self.timeout, MAX_ANSWER_BYTES)
+        self.answer.sources.append(f"{(self.t.base_url or '').rstrip('/')}{path}")
+        if status != 200:
+            self.answer.notes.append(f"{path}: {detail or f'HTTP {status}'}")
+            return []
+        try:
+            listed = parse_json(body, max_bytes=MAX_ANSWER_BYTES)
+        except DocumentError as err:
+            self.answer.notes.append(f"{path}: unreadable answer ({err})")
+            return []
+        if not isinstance(listed, list):
+            self.answer.notes.append(f"{path}: not a list")
+            return []
+        if not listed:
+            self.answer.notes.append(
+                f"{path}: none listed (KoboldCpp lists none to a request without its admin password)"
+            )
+        names = [n for item in listed if (n := _name(item)) is not None and item not in _KOBOLD_ACTIONS]
+        if len(names) > MAX_MODELS:
+            self.answer.notes.append(f"{len(names) - MAX_MODELS} more models left out (at most {MAX_MODELS})")
+        return list(dict.fromkeys(names))[:MAX_MODELS]
+
     async def _could_load(self, path: str | None, key: str, member: str, role: KeyRole = "api") -> None:
         """The models listed at ``path`` (``document[key][*][member]``) not loaded: ``unloaded``."""
         body = None if path is None else await self.get(path, role)
@@ -464,6 +570,7 @@ _READINGS: dict[ModelListKind, Callable[[_Reader, bytes], Awaitable[bool]]] = {
     "openai": _Reader._openai,
     "sglang": _Reader._sglang,
     "tabbyapi": _Reader._tabbyapi,
+    "koboldcpp": _Reader._koboldcpp,
 }
 
 

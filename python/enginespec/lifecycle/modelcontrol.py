@@ -25,11 +25,14 @@ from enginespec.health.servedmodels import (
     ServedModels,
     answer_detail,
     by_argv,
+    keyed,
     keys_of,
     served_models_async,
+    started_with,
     with_key,
 )
 from enginespec.process.keyfile import FileKeys
+from enginespec.process.liveness import process_alive
 from enginespec.process.record import EngineProcess
 from enginespec.untrusted.documents import DocumentError, parse_json
 from enginespec.untrusted.masking import mask_text
@@ -60,11 +63,6 @@ def _filled(body: Mapping[str, object], name: str) -> dict[str, object]:
     return {key: (name if value == "{model}" else value) for key, value in body.items()}
 
 
-def _has_flag(process: EngineProcess, flag: str) -> bool:
-    # `--enable-sleep-mode` alone, or `--flag=value`
-    return any(arg == flag or arg.startswith(f"{flag}=") for arg in process.argv)
-
-
 def _allowed(process: EngineProcess, what: str) -> None:
     """Refuses what may not be sent: an engine of another host or root, another user's."""
     root = process._root
@@ -79,9 +77,11 @@ def _allowed(process: EngineProcess, what: str) -> None:
 
 def _needs(process: EngineProcess, request: ControlRequest, what: str) -> None:
     """Says which flag or variable the server was started without, for the request to exist."""
-    missing = [flag for flag in request.flags if not _has_flag(process, flag)]
+    missing = [flag for flag in request.flags if not started_with(process, flag)]
     if missing:
         raise ControlUnsupported(f"{what}: the server was started without {', '.join(missing)}")
+    if request.any_flags and not any(started_with(process, flag) for flag in request.any_flags):
+        raise ControlUnsupported(f"{what}: the server was started without {' or '.join(request.any_flags)}")
     if not request.environment:
         return
     read = process._root.environ(process.pid, 1 << 20)
@@ -146,13 +146,26 @@ def _named(model: ServedModel, name: str, leaf: bool = False) -> bool:
     return model.name == name or (":" not in name and model.name == f"{name}:latest")
 
 
-def reached(reading: ServedModels, action: Action, name: str | None, *, leaf: bool = False) -> bool:
-    """Whether ``reading`` shows the state ``action`` asked for (``leaf``: the server lists a
-    model by the last component of the name it was loaded by)."""
+def reached(
+    reading: ServedModels,
+    action: Action,
+    name: str | None,
+    served: str | None = None,
+    *,
+    any_model: bool = False,
+    leaf: bool = False,
+) -> bool:
+    """Whether ``reading`` shows the state ``action`` asked for. ``served``: the name the engine
+    serves ``name`` under once loaded, where they differ; ``any_model``: a load is shown by any
+    model loaded (an engine that does not say which of its configs it runs); ``leaf``: the server
+    lists a model by the last component of the name it was loaded by."""
     if not reading.available:
         return False
     if action == "load":
-        return any(_named(m, name or "", leaf) and m.state == "loaded" for m in reading.models)
+        return any(
+            (any_model or _named(m, name or "", leaf) or m.name == served) and m.state == "loaded"
+            for m in reading.models
+        )
     if action == "unload":
         return not any(
             _named(m, name or "", leaf) and m.state in ("loaded", "loading", "sleeping")
@@ -191,7 +204,9 @@ async def control_async(
     if request is None:
         raise ControlUnsupported(f"{what}: {spec.id} has no API for it")
     if by_argv(spec.models, process):
-        raise ControlUnsupported(f"{what}: it serves the one model its argv names, fixed at start")
+        needed = request.flags or request.any_flags
+        without = f" (started without {' or '.join(needed)})" if needed else ""
+        raise ControlUnsupported(f"{what}: it serves the one model its argv names, fixed at start{without}")
     _allowed(process, what)
     _needs(process, request, what)
     deadline = time.monotonic() + timeout
@@ -208,13 +223,23 @@ async def control_async(
             raise ControlFailed(f"{what}: {_said(before, name)}: nothing is sent", last=before)
         if reached(before, action, name, leaf=leaf):
             return before
+    if spec.models.key_flag is not None:
+        t, why = await asyncio.to_thread(keyed, t, process)
+        if why:
+            raise ControlFailed(f"{what}: {why}: nothing is sent")
+    running = set(_descendants(process)) if request.restarts else set()
     await _send(with_key(t, keys, request.key), request, what, name, timeout, keys)
+    if request.restarts:
+        await _restarted(process, running, what, timeout, deadline)
     reading = await served_models_async(
         process, timeout=min(READ_SECONDS, max(deadline - time.monotonic(), 0.1))
     )
     if not request.shown:
         return _as_answered(reading, action) if reading.available else reading
-    while not reached(reading, action, name, leaf=leaf):
+    served = spec.served_name(name) if action == "load" and name else None
+    # a config (KoboldCpp's .kcpps) names its model inside it: after the restart, what loaded
+    any_model = request.restarts and served is None
+    while not reached(reading, action, name, served, any_model=any_model, leaf=leaf):
         left = deadline - time.monotonic()
         if left <= 0:
             raise ControlFailed(
@@ -256,6 +281,8 @@ async def _send(
         raise ControlFailed(scrub(said))
     if events.error is not None:
         raise ControlFailed(f"{what}: {literal(mask_text(scrub(events.error)))}")
+    if request.answer == "json" and _refused(answer):
+        raise ControlFailed(f"{what}: the engine answered that it did not (success: false)")
 
 
 async def _alone(process: EngineProcess, name: str | None, what: str, timeout: float) -> None:
@@ -274,6 +301,43 @@ async def _alone(process: EngineProcess, name: str | None, what: str, timeout: f
         raise ControlRefused(
             f"{what}: its API unloads every model it holds, and {held} would go too: nothing is sent"
         )
+
+
+def _refused(answer: bytes) -> bool:
+    """An answer of success that says it did nothing: ``{"success": false}`` (KoboldCpp's reload
+    of a file not in its admin directory, or without its admin password)."""
+    try:
+        document = parse_json(answer, max_bytes=MAX_ANSWER_BYTES)
+    except DocumentError:
+        return False
+    return isinstance(document, dict) and document.get("success") is False
+
+
+def _descendants(process: EngineProcess) -> list[int]:
+    """The processes under the server now (the kernel's lists; not the scan's workers, which
+    may have ended since)."""
+    return process._root.procfs.descendants(process.pid)
+
+
+async def _restarted(
+    process: EngineProcess, before: set[int], what: str, timeout: float, deadline: float
+) -> None:
+    """Waits until a process of the server's tree from before the request has ended: the old
+    server, which a restarting engine ends before a new one serves (its answers until then are
+    the old server's, read meanwhile to say what it serves when the time is up)."""
+    if not before:
+        return
+    while before <= set(await asyncio.to_thread(_descendants, process)):
+        if not process_alive(process):
+            raise ControlFailed(f"{what}: the server exited")
+        left = deadline - time.monotonic()
+        reading = await served_models_async(process, timeout=min(READ_SECONDS, max(left, 0.1)))
+        if deadline - time.monotonic() <= 0:
+            raise ControlFailed(
+                f"{what}: not done within {timeout:g}s (its old server still runs: {_said(reading, None)})",
+                last=reading,
+            )
+        await asyncio.sleep(min(POLL_SECONDS, max(deadline - time.monotonic(), 0)))
 
 
 async def _reachable(t: reaching.CheckTarget, what: str) -> None:
