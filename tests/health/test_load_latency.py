@@ -431,12 +431,32 @@ def test_a_hundred_thousand_buckets_are_cut_not_read() -> None:
 
 
 def test_hostile_histograms_from_a_server_do_not_break_the_reading() -> None:
-    huge = ('vllm:e2e_request_latency_seconds_bucket{le="%d",model_name="m\\u001b"} 1e308\n' * 3000) % tuple(
-        range(3000)
+    # 3000 buckets of 1e308 (past what a float counts exactly), with a model name holding an escape
+    huge = "".join(
+        f'vllm:e2e_request_latency_seconds_bucket{{le="{i}",model_name="m\x1b[2J"}} 1e308\n'
+        for i in range(3000)
     )
     body = huge.encode() + b"vllm:num_requests_running 2\n"
     _, after = two_readings("vllm", body, body)
-    assert after.requests_running is None or after.requests_running == 2
+    assert after.requests_running == 2
     assert after.latency is not None
     assert after.latency.end_to_end.p50 is None
-    assert after.latency.end_to_end.reason
+    assert "not a count" in after.latency.end_to_end.reason
+    assert after.latency.models == ()
+
+
+def test_models_past_the_cap_are_in_the_servers_figures_only() -> None:
+    engine = VllmEngine()
+    first = engine.exposition()
+    names = [f"model-{i:03d}\x1b" for i in range(latency.MAX_MODELS + 6)]
+    for name in names:
+        observe(engine.ttft, (name, "0"), 0.003)
+    _, after = two_readings("vllm", first, engine.exposition())
+    assert after.latency is not None
+    assert after.latency.time_to_first_token.count == len(names)
+    # "m", vLLM's own (its series made at start, nothing moved), and the first of the others
+    assert [m.model for m in after.latency.models] == sorted(["m", *names])[: latency.MAX_MODELS]
+    assert after.latency.models[0].time_to_first_token.count == 0
+    assert f"{len(names) + 1} models" in after.latency.reason
+    # a name is shown as the engine gave it (its escape character literal, escaped in JSON)
+    assert "\\u001b" in after.model_dump_json()
