@@ -325,9 +325,16 @@ def _model_of(key: LabelKey, label: str | None) -> str | None:
 class _Figure:
     """One figure over the window: the server's summary and, per model, each model's."""
 
-    def __init__(self, whole: LatencySummary, models: Mapping[str, LatencySummary] | None = None) -> None:
+    def __init__(
+        self,
+        whole: LatencySummary,
+        models: Mapping[str, LatencySummary] | None = None,
+        names: Iterable[str] = (),
+    ) -> None:
         self.whole = whole
         self.models = dict(models or {})
+        #: every model with series, summarized or not (only the first MAX_MODELS are)
+        self.names = set(names) | set(self.models)
 
 
 def _histogram_figure(
@@ -354,8 +361,9 @@ def _histogram_figure(
         model = _model_of(key, after.metrics.model_label)
         if model is not None:
             by_model.setdefault(model, []).append(delta)
-    models = {m: _summary(s, metric, family, window) for m, s in by_model.items()}
-    return _Figure(_summary(list(moved.values()), metric, family, window), models)
+    # the first MAX_MODELS by name (the only ones shown): a server of 10,000 names costs no more
+    models = {m: _summary(by_model[m], metric, family, window) for m in sorted(by_model)[:MAX_MODELS]}
+    return _Figure(_summary(list(moved.values()), metric, family, window), models, by_model)
 
 
 def _counter_figure(
@@ -409,7 +417,7 @@ def latency_between(before: LatencyReading, after: LatencyReading) -> Latency | 
             figures[figure] = _counter_figure(metric, before, after, window)
         else:
             figures[figure] = _Figure(_unknown(window, "the engine reports no such figure"))
-    names = sorted({m for f in figures.values() for m in f.models})
+    names = sorted({m for f in figures.values() for m in f.names})
     reason = ""
     if len(names) > MAX_MODELS:
         reason = f"{len(names)} models: figures for the first {MAX_MODELS} only"
