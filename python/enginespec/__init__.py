@@ -94,6 +94,7 @@ if TYPE_CHECKING:
     from enginespec.fleet.feeds import FeedFormat, FeedWriter
     from enginespec.fleet.remote import HostReport, RemoteEngine, fetch_remote, fetch_remote_async
     from enginespec.gpus.reader import GpuDevice, GpuProcess, GpuUse
+    from enginespec.health.latency import Latency, LatencySummary
     from enginespec.health.load import (
         EngineLoad,
         check_load,
@@ -237,6 +238,8 @@ _LAZY = {
     "classify_failure": "enginespec.lifecycle.readiness",
     "launch": "enginespec.lifecycle.running",
     "EngineLoad": "enginespec.health.load",
+    "Latency": "enginespec.health.latency",
+    "LatencySummary": "enginespec.health.latency",
     "check_load": "enginespec.health.load",
     "check_load_all": "enginespec.health.load",
     "check_load_all_async": "enginespec.health.load",
@@ -366,6 +369,8 @@ __all__ = [
     "InstallTimeout",
     "InvalidInputError",
     "Invocation",
+    "Latency",
+    "LatencySummary",
     "Launch",
     "LaunchFailed",
     "LaunchForm",

@@ -86,6 +86,11 @@ def test_ps_asks_for_no_load_unless_told(procs: Procs, capsys: pytest.CaptureFix
     mine = next(d for d in documents if d["pid"] == process.pid)
     assert mine["load"]["requests_running"] == 4
     assert mine["load"]["tokens_per_second"] > 0
+    # the readings' window: requests of 1 s each, past vLLM's last bucket here (0.1)
+    ttft = mine["load"]["latency"]["time_to_first_token"]
+    assert ttft["count"] >= 1
+    assert ttft["mean"] == pytest.approx(1.0)
+    assert (ttft["p50"], ttft["p50_bucket"]) == (0.1, {"lower": 0.1, "upper": None})
 
 
 def test_ps_load_columns(procs: Procs, capsys: pytest.CaptureFixture[str]) -> None:

@@ -39,6 +39,7 @@ def vllm_metrics(
     generated: float, *, running: int = 2, waiting: int = 1, kv: str = "kv_cache_usage_perc"
 ) -> bytes:
     """vLLM's exposition with two engine cores (data parallel), as PrometheusStatLogger writes it."""
+    done = 3 + generated / 100
     lines = [
         "# HELP vllm:num_requests_running Number of requests in model execution batches.",
         "# TYPE vllm:num_requests_running gauge",
@@ -58,6 +59,9 @@ def vllm_metrics(
         'vllm:generation_tokens_total{engine="1",model_name="m"} 0.0',
         "# TYPE vllm:time_to_first_token_seconds histogram",
         'vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="m"} 3.0',
-        'vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 3.0',
+        # one request of a 1 s time to first token (past the last bucket) per 100 tokens generated
+        f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="+Inf",model_name="m"}} {done}',
+        f'vllm:time_to_first_token_seconds_count{{engine="0",model_name="m"}} {done}',
+        f'vllm:time_to_first_token_seconds_sum{{engine="0",model_name="m"}} {0.15 + generated / 100}',
     ]
     return ("\n".join(lines) + "\n").encode()

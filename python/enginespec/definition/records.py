@@ -429,6 +429,40 @@ class ModelControl(_Record):
     wake: ControlRequest | None = None
 
 
+class LatencyMetric(_Record):
+    """Where an engine reports one latency figure: a Prometheus histogram (the family's name,
+    without ``_bucket``/``_sum``/``_count``; the first present wins, a new name before its old
+    one), or, for an engine that keeps only counters (llama-server), a counter of seconds and
+    the counter of what they were spent on, whose quotient over a window is the mean. ``unit``:
+    what the engine's values (and bucket bounds) are in."""
+
+    histogram: tuple[str, ...] = ()
+    seconds_total: tuple[str, ...] = ()
+    count_total: tuple[str, ...] = ()
+    unit: Literal["seconds", "milliseconds"] = "seconds"
+    #: what the figure is in this engine, when it is not what its name says (TGI's time per
+    #: output token is each request's mean; llama-server's counts every generated token).
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _counters_in_pairs(self) -> LatencyMetric:
+        if bool(self.seconds_total) != bool(self.count_total):
+            raise ValueError("seconds_total and count_total: give both or neither")
+        return self
+
+
+class LatencyMetrics(_Record):
+    """The four latency figures of :class:`LoadMetrics` (each empty where the engine has none),
+    and ``model_label``: the label naming the served model on their series (vLLM's
+    ``model_name``), which gives figures per model."""
+
+    time_to_first_token: LatencyMetric = LatencyMetric()
+    time_per_output_token: LatencyMetric = LatencyMetric()
+    queue_time: LatencyMetric = LatencyMetric()
+    end_to_end: LatencyMetric = LatencyMetric()
+    model_label: str | None = None
+
+
 class LoadMetrics(_Record):
     """Where a server reports its load, and what each normalized figure is called there: the
     names of Prometheus samples, the first one present wins (an old name after its new one).
@@ -451,6 +485,8 @@ class LoadMetrics(_Record):
     progress: tuple[str, ...] = ()
     #: seconds with requests pending and no counter moving before the engine is ``stalled``.
     stall_after: float = Field(default=60.0, gt=0)
+    #: request latency: time to first token, per output token, in the queue, end to end.
+    latency: LatencyMetrics = LatencyMetrics()
     note: str = ""
 
 

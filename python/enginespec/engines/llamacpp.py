@@ -19,6 +19,8 @@ from enginespec.definition.records import (
     ControlRequest,
     Flags,
     HealthRule,
+    LatencyMetric,
+    LatencyMetrics,
     Launch,
     LoadMetrics,
     ModelControl,
@@ -279,6 +281,21 @@ SPEC = LlamaCppSpec(
         prompt_tokens=("llamacpp:prompt_tokens_total",),
         generated_tokens=("llamacpp:tokens_predicted_total",),
         progress=("llamacpp:n_decode_total",),
+        # Counters only (tools/server/server-task.cpp to_metrics, the llama.cpp llama-cpp-python
+        # 0.3.35 vendors; filled by server-context.cpp metrics_on_prediction when a request
+        # ends): tokens_predicted_seconds_total, the generation time of finished requests (from
+        # the prompt's end to their last token, server-common.h t_gen_us), over
+        # tokens_predicted_total, their generated tokens (the first, which comes with the prompt,
+        # included), is the mean time per output token. No request count, so no time to first
+        # token, queue time or end to end.
+        latency=LatencyMetrics(
+            time_per_output_token=LatencyMetric(
+                seconds_total=("llamacpp:tokens_predicted_seconds_total",),
+                count_total=("llamacpp:tokens_predicted_total",),
+                note="llama-server's is of the requests finished in the window, over all their "
+                "generated tokens (the first included: a request of n tokens has n - 1 intervals)",
+            ),
+        ),
         note="llama-server counts a request's generated tokens when it ends: tokens per second is "
         "of the requests finished between two readings",
     ),

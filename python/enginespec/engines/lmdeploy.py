@@ -7,7 +7,16 @@ lmdeploy/serve/openai/endpoints/management.py.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import Flags, HealthRule, Launch, LoadMetrics, Package, Serving
+from enginespec.definition.records import (
+    Flags,
+    HealthRule,
+    LatencyMetric,
+    LatencyMetrics,
+    Launch,
+    LoadMetrics,
+    Package,
+    Serving,
+)
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
@@ -149,5 +158,18 @@ SPEC = EngineSpec(
         kv_cache_usage=("lmdeploy:gpu_cache_usage_perc",),
         prompt_tokens=("lmdeploy:prompt_tokens_total",),
         generated_tokens=("lmdeploy:generation_tokens_total",),
+        # Latency histograms in seconds labelled model_name and engine (v0.16.0 1263d5cd,
+        # lmdeploy/metrics/loggers.py): time to first token, inter-token latency (named
+        # lmdeploy:iter_token_latency, no unit suffix; lmdeploy:time_per_output_token_seconds
+        # is each request's mean), queue time and end to end of each finished request.
+        latency=LatencyMetrics(
+            time_to_first_token=LatencyMetric(histogram=("lmdeploy:time_to_first_token_seconds",)),
+            time_per_output_token=LatencyMetric(
+                histogram=("lmdeploy:iter_token_latency", "lmdeploy:time_per_output_token_seconds")
+            ),
+            queue_time=LatencyMetric(histogram=("lmdeploy:request_queue_time_seconds",)),
+            end_to_end=LatencyMetric(histogram=("lmdeploy:e2e_request_latency_seconds",)),
+            model_label="model_name",
+        ),
     ),
 )

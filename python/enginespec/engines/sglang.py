@@ -8,6 +8,8 @@ from enginespec.definition.records import (
     FamilyDefault,
     Flags,
     HealthRule,
+    LatencyMetric,
+    LatencyMetrics,
     Launch,
     LoadMetrics,
     ModelControl,
@@ -179,5 +181,17 @@ SPEC = EngineSpec(
         kv_cache_usage=("sglang:token_usage",),
         prompt_tokens=("sglang:prompt_tokens_total",),
         generated_tokens=("sglang:generation_tokens_total",),
+        # Latency histograms in seconds labelled model_name (and is_streaming, priority or
+        # custom labels, summed over): time to first token, inter-token latency and end to end
+        # from the tokenizer manager, queue time from the scheduler (SGLang 0.5.23,
+        # sglang/srt/observability/metrics_collector.py TokenizerMetricsCollector and
+        # SchedulerMetricsCollector).
+        latency=LatencyMetrics(
+            time_to_first_token=LatencyMetric(histogram=("sglang:time_to_first_token_seconds",)),
+            time_per_output_token=LatencyMetric(histogram=("sglang:inter_token_latency_seconds",)),
+            queue_time=LatencyMetric(histogram=("sglang:queue_time_seconds",)),
+            end_to_end=LatencyMetric(histogram=("sglang:e2e_request_latency_seconds",)),
+            model_label="model_name",
+        ),
     ),
 )

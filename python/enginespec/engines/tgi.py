@@ -9,7 +9,17 @@ keeps the launcher's name and TGI v0.1's ``--model-name``.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import ExtraPort, Flags, HealthRule, Launch, LoadMetrics, Serving, Settings
+from enginespec.definition.records import (
+    ExtraPort,
+    Flags,
+    HealthRule,
+    LatencyMetric,
+    LatencyMetrics,
+    Launch,
+    LoadMetrics,
+    Serving,
+    Settings,
+)
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
 from enginespec.spec import EngineSpec
@@ -201,5 +211,18 @@ SPEC = EngineSpec(
         prompt_tokens=("tgi_request_input_length_sum",),
         generated_tokens=("tgi_request_generated_tokens_sum",),
         progress=("tgi_batch_inference_success_total", "tgi_batch_inference_success"),
+        # Per finished request, in seconds (router/src/server.rs generate and the stream's end,
+        # v3.3.7-1 db931fcf): tgi_request_duration (end to end), tgi_request_queue_duration,
+        # tgi_request_mean_time_per_token_duration (the request's mean time per generated
+        # token); buckets 0.0001 * 1.5**k, k = 1..35. No time to first token; no model label
+        # (one model per server).
+        latency=LatencyMetrics(
+            time_per_output_token=LatencyMetric(
+                histogram=("tgi_request_mean_time_per_token_duration",),
+                note="TGI's is each finished request's mean time per token",
+            ),
+            queue_time=LatencyMetric(histogram=("tgi_request_queue_duration",)),
+            end_to_end=LatencyMetric(histogram=("tgi_request_duration",)),
+        ),
     ),
 )

@@ -19,6 +19,8 @@ from enginespec.definition.records import (
     EngineWorker,
     FamilyDefault,
     Flags,
+    LatencyMetric,
+    LatencyMetrics,
     Launch,
     LoadMetrics,
     ModelControl,
@@ -466,6 +468,20 @@ SPEC = VllmSpec(
         kv_cache_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
         prompt_tokens=("vllm:prompt_tokens_total",),
         generated_tokens=("vllm:generation_tokens_total",),
+        # Latency histograms in seconds, one series per engine core labelled model_name and
+        # engine (vLLM 0.33.0, vllm/v1/metrics/loggers.py PrometheusStatLogger): time to first
+        # token, inter-token latency, queue (WAITING) time and end to end of each finished
+        # request. Before inter_token_latency_seconds the inter-token histogram was
+        # vllm:time_per_output_token_seconds (loggers.py at commit 005a810bc40f).
+        latency=LatencyMetrics(
+            time_to_first_token=LatencyMetric(histogram=("vllm:time_to_first_token_seconds",)),
+            time_per_output_token=LatencyMetric(
+                histogram=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+            ),
+            queue_time=LatencyMetric(histogram=("vllm:request_queue_time_seconds",)),
+            end_to_end=LatencyMetric(histogram=("vllm:e2e_request_latency_seconds",)),
+            model_label="model_name",
+        ),
     ),
 )
 

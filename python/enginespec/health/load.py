@@ -24,10 +24,12 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
 
+import enginespec.health.latency as latency
 import enginespec.health.reaching as reaching
 from enginespec.definition.records import EngineDefinition, LoadMetrics
 from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
 from enginespec.errors import InvalidInputError, warn_renamed
+from enginespec.health.latency import Latency, LatencyReading
 from enginespec.process.liveness import process_alive
 from enginespec.process.record import INSTANCE_ID_WHY, WIRE_INSTANCE_ID, EngineProcess
 from enginespec.untrusted.boundary import contained_async
@@ -79,8 +81,13 @@ class EngineLoad(BaseModel):
     stalled: bool = False
     #: ``time.monotonic()`` of the reading.
     monotonic: float
+    #: request latency over the window since the previous reading (``None`` after one reading,
+    #: or for an engine that reports none): see :mod:`enginespec.health.latency`.
+    latency: Latency | None = None
     #: the engine's other progress counters, summed (TGI's decode steps).
     _progress: float | None = PrivateAttr(default=None)
+    #: this reading's latency metrics, for the next reading's window.
+    _latency: LatencyReading | None = PrivateAttr(default=None)
     #: whether a counter moved since the previous reading (``None``: not known).
     _moved: bool | None = PrivateAttr(default=None)
 
@@ -153,20 +160,30 @@ def _wanted(metrics: LoadMetrics) -> tuple[str, ...]:
         *metrics.prompt_tokens,
         *metrics.generated_tokens,
         *metrics.progress,
+        *latency.counter_names(metrics.latency),
     )
 
 
 def parse_metrics(
-    text: str, names: Iterable[str], *, deadline: float | None = None, cut: list[str] | None = None
+    text: str,
+    names: Iterable[str],
+    *,
+    deadline: float | None = None,
+    cut: list[str] | None = None,
+    labelled: Iterable[str] = (),
+    series: dict[str, list[tuple[dict[str, str], float]]] | None = None,
 ) -> dict[str, list[float]]:
     """The values of the samples named ``names`` in a Prometheus text exposition (every series
     of a name: engine cores, data-parallel ranks), parsed by prometheus-client. Only the lines of
     those names are parsed; values that are not finite numbers are dropped. Stops at
     :data:`MAX_SAMPLES` samples or at ``deadline`` (``time.monotonic()``), and then says so in
-    ``cut`` (when given): a reading cut at a cap is never shown as whole."""
+    ``cut`` (when given): a reading cut at a cap is never shown as whole. The samples named
+    ``labelled`` (histograms' ``_bucket``, ``_sum`` and ``_count``) go to ``series`` with their
+    labels, whatever their value (the latency reading judges them)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    wanted = frozenset(names)
+    kept_labels = frozenset(labelled) if series is not None else frozenset()
+    wanted = frozenset(names) | kept_labels
     if not wanted:
         return {}
     prefixes = tuple(wanted)
@@ -186,7 +203,9 @@ def parse_metrics(
                     if cut is not None:
                         cut.append(f"cut after {count - 1} samples ({why})")
                     return found
-                if sample.name in wanted and (value := _finite(sample.value)) is not None:
+                if sample.name in kept_labels and series is not None:
+                    series.setdefault(sample.name, []).append((dict(sample.labels), _number(sample.value)))
+                elif sample.name in wanted and (value := _finite(sample.value)) is not None:
                     found.setdefault(sample.name, []).append(value)
     except (ValueError, TypeError, IndexError, KeyError, OverflowError):
         # A malformed line ends the parse: what was read before it stands.
@@ -202,6 +221,14 @@ def _finite(value: object) -> float | None:
     except (OverflowError, ValueError, TypeError):
         return None
     return number if math.isfinite(number) else None
+
+
+def _number(value: object) -> float:
+    """A sample's value as a float, ``NaN`` when it is none (an integer of 400 digits)."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (OverflowError, ValueError, TypeError):
+        return math.nan
 
 
 def _first(found: dict[str, list[float]], names: Sequence[str]) -> list[float] | None:
@@ -342,10 +369,16 @@ async def _read(
         update = {"source": source, "available": True, "reason": metrics.note, "models_loaded": len(names)}
         return empty.model_copy(update=update)
     cut: list[str] = []
+    series: dict[str, list[tuple[dict[str, str], float]]] = {}
     found = parse_metrics(
-        body.decode("utf-8", "replace"), _wanted(metrics), deadline=time.monotonic() + timeout, cut=cut
+        body.decode("utf-8", "replace"),
+        _wanted(metrics),
+        deadline=time.monotonic() + timeout,
+        cut=cut,
+        labelled=latency.histogram_samples(metrics.latency),
+        series=series,
     )
-    if not found:
+    if not found and not series:
         return unread(f"{metrics.path}: none of the engine's load metrics in the answer", source)
     sums = _Sums(found)
     update = {
@@ -363,6 +396,16 @@ async def _read(
     )
     load = empty.model_copy(update={**update, "reason": reason})
     load._progress = progress
+    if latency.declared(metrics.latency):
+        counters = {name: found[name] for name in latency.counter_names(metrics.latency) if name in found}
+        load._latency = latency.reading(
+            metrics.latency,
+            series,
+            counters,
+            read_at=load.read_at,
+            monotonic=load.monotonic,
+            cut="; ".join(cut),
+        )
     return _with_history(load, previous)
 
 
@@ -401,10 +444,14 @@ def _with_history(load: EngineLoad, previous: EngineLoad | None) -> EngineLoad:
         and stall_after is not None
         and now - progress_at >= stall_after
     )
+    window = None
+    if before is not None and before._latency is not None and load._latency is not None:
+        window = latency.latency_between(before._latency, load._latency)
     result = load.model_copy(
-        update={"tokens_per_second": rate, "progress_at": progress_at, "stalled": stalled}
+        update={"tokens_per_second": rate, "progress_at": progress_at, "stalled": stalled, "latency": window}
     )
     result._progress = load._progress
+    result._latency = load._latency
     result._moved = moved
     return result
 
