@@ -18,6 +18,7 @@ from enginespec.lifecycle.installing import InstallOptions
 from enginespec.process.settings import split_address
 from helpers.facts import argv_facts
 from helpers.fakeserver import Answer, bound_socket, models, serving
+from helpers.faketabby import tabby_checkout
 from helpers.procs import Procs, wait_for
 
 BLOB = "/root/.ollama/models/blobs/sha256-2af3b81862c6be03c769683af18efdadb2c33f60ff32ab6f83e42c043d6c7816"
@@ -171,7 +172,7 @@ def test_tabbyapi_without_a_working_directory_says_it_was_not_checked(tmp_path: 
     assert any("not checked" in problem and "common/args.py" in problem for problem in inv.problems)
     # given the working directory, the checkout is looked for there
     assert parse_argv(["python", "main.py"], cwd=tmp_path) is None
-    checkout = _tabby_checkout(tmp_path / "tabbyAPI")
+    checkout = tabby_checkout(tmp_path / "tabbyAPI")
     found = parse_argv(["python", "main.py", "--port", "5005"], cwd=checkout)
     assert found is not None
     assert (found.engine, found.port, found.problems) == ("tabbyapi", 5005, ())
@@ -380,21 +381,8 @@ def test_pyinstaller_parent_and_child_are_one_koboldcpp(procs: Procs) -> None:
     assert found[parent.pid].worker_pids == (child,)
 
 
-def _tabby_checkout(root: Path) -> Path:
-    for name in (
-        "main.py",
-        "start.py",
-        "common/args.py",
-        "common/tabby_config.py",
-        "endpoints/core/router.py",
-    ):
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text("# test checkout\n")
-    return root
-
-
 def test_tabbyapi_is_found_only_inside_its_checkout(procs: Procs, tmp_path: Path) -> None:
-    checkout = _tabby_checkout(tmp_path / "tabbyAPI")
+    checkout = tabby_checkout(tmp_path / "tabbyAPI")
     other = tmp_path / "elsewhere"
     other.mkdir()
     (other / "main.py").write_text("print('not tabby')\n")
@@ -444,7 +432,7 @@ def test_binary_installed_by_its_configured_command_and_probed(
 
 
 def test_tabbyapi_facts_from_its_config_yml(procs: Procs, tmp_path: Path) -> None:
-    checkout = _tabby_checkout(tmp_path / "tabbyAPI")
+    checkout = tabby_checkout(tmp_path / "tabbyAPI")
     (checkout / "config.yml").write_text(
         "network:\n  host: 0.0.0.0\n  port: 41307\nmodel:\n  model_dir: models\n  model_name: Qwen3-8B-exl3\n"
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -21,15 +20,10 @@ import enginespec.cli.app as cli
 from enginespec import EngineProcess, Scanner, served_models
 from enginespec.errors import ControlUnsupported
 from enginespec.lifecycle.modelcontrol import load_model
+from helpers.fakeserver import free_port
 from helpers.procs import stop_child, wait_for
 
 FAKE = Path(__file__).parents[1] / "data" / "fake_llama_cpp"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -100,7 +94,7 @@ def test_the_model_it_maps_is_loaded_the_others_are_not(
     servers: list[subprocess.Popen[bytes]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     a, b, c = _models(tmp_path, "a.gguf", "b.gguf", "c.gguf")
-    port = _free_port()
+    port = free_port()
     # an alias, a model without one (its alias is its path), a path relative to the server's
     # working directory, and a link to a model file (what it maps is the file linked to)
     (tmp_path / "link.gguf").symlink_to(c)
@@ -134,7 +128,7 @@ def test_the_config_file_named_by_its_environment_wins(
 ) -> None:
     # os.environ.get("CONFIG_FILE", args.config_file) (llama_cpp/server/__main__.py v0.3.35)
     a, b = _models(tmp_path, "a.gguf", "b.gguf")
-    port, other = _free_port(), _free_port()
+    port, other = free_port(), free_port()
     _config(tmp_path, other, [{"model": str(a), "model_alias": "from-flag"}], "flag.json")
     named = _config(tmp_path, port, [{"model": str(b), "model_alias": "from-env"}, {"model": str(a)}])
     process = _start(servers, tmp_path, ["--config_file", "flag.json"], port, CONFIG_FILE=str(named))
@@ -146,7 +140,7 @@ def test_started_with_a_model_it_serves_that_one_fixed(
     servers: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
     (a,) = _models(tmp_path, "a.gguf")
-    port = _free_port()
+    port = free_port()
     args = ["--model", str(a), "--model_alias", "tiny", "--host", "127.0.0.1", "--port", str(port)]
     process = _start(servers, tmp_path, args, port)
     found = served_models(process, timeout=5)
@@ -158,7 +152,7 @@ def test_a_model_read_without_a_mapping_cannot_be_told(
     servers: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
     a, b = _models(tmp_path, "a.gguf", "b.gguf")
-    port = _free_port()
+    port = free_port()
     _config(tmp_path, port, [{"model": str(a), "model_alias": "a", "use_mmap": False}, {"model": str(b)}])
     process = _start(servers, tmp_path, ["--config_file", "c.json"], port)
     found = served_models(process, timeout=5)
@@ -172,7 +166,7 @@ def test_a_config_file_replaced_after_start_is_said_not_followed(
     servers: list[subprocess.Popen[bytes]], tmp_path: Path, replaced_by: str
 ) -> None:
     (a,) = _models(tmp_path, "a.gguf")
-    port = _free_port()
+    port = free_port()
     config = _config(tmp_path, port, [{"model": str(a), "model_alias": "a"}])
     process = _start(servers, tmp_path, ["--config_file", "c.json"], port)
     config.unlink()
@@ -205,7 +199,7 @@ def test_a_lying_server_and_hostile_names(servers: list[subprocess.Popen[bytes]]
     FIFO, a device or missing is never opened, and is simply not the loaded one."""
     (a,) = _models(tmp_path, "a.gguf")
     os.mkfifo(tmp_path / "models" / "fifo.gguf")
-    port = _free_port()
+    port = free_port()
     evil = "\x1b]0;owned\x07 https://u:pw@h/m.gguf?token=s3cr3t"
     entries: list[dict[str, object]] = [
         {"model": str(a), "model_alias": evil},
