@@ -165,6 +165,25 @@ def test_vllm_sleeps_and_wakes_in_dev_mode(procs: Procs) -> None:
         assert [path for path, _ in _posted(server)] == ["/sleep?level=1", "/wake_up"]
 
 
+def test_lmdeploy_sleeps_and_wakes_with_json_requests(procs: Procs) -> None:
+    # lmdeploy/serve/openai/endpoints/management.py v0.16.0: /sleep?level=N and /wakeup always
+    # there, each refusing a request that is not JSON (validate_json_request); /is_sleeping
+    routes = _vllm_routes()
+    routes["/wakeup"] = routes.pop("/wake_up")
+    argv = ["lmdeploy", "serve", "api_server", "/models/q", "--model-name", "qwen", "--server-port", "{port}"]
+    with _engine(procs, argv, routes) as (process, server):
+        assert process.engine == "lmdeploy"
+        assert [m.state for m in sleep(process, timeout=30).models] == ["sleeping"]
+        assert [m.state for m in wake(process, timeout=30).models] == ["loaded"]
+        assert _posted(server) == [("/sleep?level=1", {}), ("/wakeup", {})]
+        kinds = [
+            {k.lower(): v for k, v in h.items()}.get("content-type")
+            for method, _, h in server.script.seen
+            if method == "POST"
+        ]
+        assert kinds == ["application/json", "application/json"]
+
+
 def test_aphrodite_sleeps_and_wakes_in_its_own_dev_mode(procs: Procs) -> None:
     # Aphrodite v0.20.0 (a vLLM derivative): the same routes, behind APHRODITE_SERVER_DEV_MODE
     # (aphrodite/entrypoints/serve/sleep/api_router.py attach_router); vLLM's variable is not it

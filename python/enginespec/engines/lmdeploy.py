@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.records import (
+    ControlRequest,
     Flags,
     HealthRule,
     LatencyMetric,
     LatencyMetrics,
     Launch,
     LoadMetrics,
+    ModelControl,
+    ModelList,
     Package,
     Serving,
 )
@@ -146,6 +149,15 @@ SPEC = EngineSpec(
             HealthRule(status=200, state="unknown", reason="unexpected /health body (HTTP 200)"),
             HealthRule(status=503, state="unknown", reason="unexpected /health body (HTTP 503)"),
         ),
+    ),
+    # /v1/models: its served name (endpoints/models.py available_models); /is_sleeping
+    # {"is_sleeping": bool}, and POST /sleep?level=1 and /wakeup, registered always, each POST
+    # with a JSON content type (validate_json_request, serve/utils/server_utils.py):
+    # lmdeploy/serve/openai/endpoints/management.py, v0.16.0.
+    models=ModelList(kind="openai", path="/v1/models", sleeping_path="/is_sleeping"),
+    control=ModelControl(
+        sleep=ControlRequest(path="/sleep?level=1", body={}),
+        wake=ControlRequest(path="/wakeup", body={}),
     ),
     failures=FAILURES,
     # `/metrics` on the API port unless `--disable-metrics` (v0.16.0 1263d5cd:
