@@ -9,6 +9,7 @@ Series follow Prometheus conventions: ``_info`` gauges valued 1, base units, no 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import threading
 import time
@@ -24,6 +25,7 @@ from enginespec.definition.modelrecords import ModelFacts
 from enginespec.definition.registry import find_engine as definition_of_engine
 from enginespec.errors import ExporterError, FileWriteError
 from enginespec.fleet.disclosure import EVERYTHING, Viewer, withheld_facts
+from enginespec.fleet.latencyseries import latency_families
 from enginespec.fleet.metricsviews import MetricsViews, serve_metrics
 from enginespec.gpus.reader import GpuDevice
 from enginespec.health.checks import check_all, kept, request_timeout
@@ -304,6 +306,9 @@ class EngineCollector(Collector):
             model = gone.model if viewer.sees_all_of(None) or not gone.model_private else ""
             families["enginespec_engine_up"].add_metric([instance_id, gone.engine, model], 0)
         yield from families.values()
+        if snapshot.loads is not None:
+            identity = functools.partial(_identity, snapshot, viewer, owned)
+            yield from latency_families(snapshot.loads, identity, IDENTITY)
         yield from _gpu_metrics(snapshot, gpu_labels)
         duration = GaugeMetricFamily("enginespec_scan_duration_seconds", "How long the last scan took")
         duration.add_metric([], snapshot.scan_seconds)
@@ -458,6 +463,13 @@ def _load_samples(snapshot: Snapshot, index: int, identity: list[str]) -> list[_
         for name, value in zip(_LOAD_FAMILIES, figures, strict=True)
         if value is not None
     ]
+
+
+def _identity(snapshot: Snapshot, viewer: Viewer, owned: list[int | None], index: int) -> list[str]:
+    """The identifying labels of engine ``index`` as ``viewer`` may see them."""
+    process = snapshot.processes[index]
+    hidden = () if viewer.sees_all_of(owned[index] if owned else None) else _withheld_labels(process)
+    return _info_labels(process, snapshot.ids[index], hidden)[: len(IDENTITY)]
 
 
 def _served(processes: list[EngineProcess], budget: float) -> list[ServedModels | None]:

@@ -395,6 +395,40 @@ def _counter_figure(
     return _Figure(LatencySummary.model_validate({**base, "mean": mean, "reason": why}))
 
 
+@dataclass(frozen=True)
+class Cumulative:
+    """One figure as the engine has counted it since it started, summed over the server's series
+    and in seconds: the histogram's cumulative buckets (``(upper bound, count)``, sorted, the last
+    ``+Inf``) and the sum of what was observed; an engine that keeps counters only (llama-server)
+    has the one ``+Inf`` bucket (its count) and its seconds. What an exporter passes on as a
+    Prometheus histogram, for ``rate()`` and ``histogram_quantile`` over any window."""
+
+    buckets: Buckets
+    total: float
+
+
+def cumulative(reading: LatencyReading, figure: str) -> Cumulative | None:
+    """``figure`` (one of :data:`FIGURES`) of ``reading`` since the engine started; ``None`` when
+    the engine reports none, the answer was not read whole, or its series are not well formed."""
+    metric: LatencyMetric = getattr(reading.metrics, figure)
+    scale = _UNITS[metric.unit]
+    if reading.cut:
+        return None
+    family = next((f for f in metric.histogram if f in reading.histograms or f in reading.problems), None)
+    if family is not None:
+        if family not in reading.histograms:
+            return None
+        buckets, total, _count, _forced = _merged(reading.histograms[family].values())
+        if total is None or not buckets:
+            return None
+        return Cumulative(tuple((bound * scale, count) for bound, count in buckets), total * scale)
+    seconds = next((n for n in metric.seconds_total if n in reading.counters), None)
+    counted = next((n for n in metric.count_total if n in reading.counters), None)
+    if seconds is None or counted is None:
+        return None
+    return Cumulative(((math.inf, reading.counters[counted]),), reading.counters[seconds] * scale)
+
+
 def latency_between(before: LatencyReading, after: LatencyReading) -> Latency | None:
     """The latency over the window between two readings of one engine; ``None`` when the engine
     reports none."""
