@@ -22,14 +22,16 @@ def enginespec(
     )
 
 
-def enginespec_in_background(*args: str) -> subprocess.Popen[bytes]:
-    """``enginespec ARGS...`` left running, its output discarded (nothing reads it: a pipe would fill
-    and stall it); the caller stops it (``helpers.procs.stop_child``) in a ``finally``."""
+def enginespec_in_background(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``enginespec ARGS...`` left running (``env``: variables set for it), its output discarded
+    (nothing reads it: a pipe would fill and stall it); the caller stops it
+    (``helpers.procs.stop_child``) in a ``finally``."""
     return subprocess.Popen(
         [sys.executable, "-m", "enginespec.cli", *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
 
 
