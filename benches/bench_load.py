@@ -10,8 +10,9 @@ Default: ``--engines`` fake vLLM servers on loopback (threads of this process) a
 ``/health`` and a realistic ``/metrics`` (two engine cores, every histogram: ~60 kB). It times, in
 the same run, the health checks ``ps`` makes (``check_all``) against ``ps --load`` (the same plus
 two ``check_load_all`` readings, the wait between them left out) and the exporter's refresh
-without load (``check_all``) against with load (``EngineMonitor.check``), and prints the ratios
-and the added milliseconds per engine.
+without load (``check_all``) against with load (``EngineMonitor.check``), and both again with
+vLLM's latency figures undeclared (what reading its histograms adds), and prints the ratios and
+the added milliseconds per engine.
 
 ``--kills N``: a process standing for ``vllm serve`` with N children retitled ``VLLM::Worker_TP*``;
 each is killed with SIGKILL in turn, and the latency to the watch's ``worker_lost`` event is
@@ -37,10 +38,14 @@ import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import enginespec
+import enginespec.health.reaching as reaching
+from enginespec.definition.records import EngineDefinition, LatencyMetrics
+from enginespec.definition.registry import find_engine
 from enginespec.health.checks import check_all
 from enginespec.health.load import check_load_all
 from enginespec.health.vitals import EngineMonitor
@@ -89,6 +94,16 @@ def cost(engines: int, rounds: int) -> None:
         monitor = EngineMonitor()
         monitor.check(processes)
         exporter_load = _timed(lambda: monitor.check(processes), rounds)
+        # the same readings with vLLM's latency figures undeclared (its histograms not parsed):
+        # what the latency figures add to each reading
+        without = _without_latency("vllm")
+        with mock.patch.object(
+            reaching, "find_engine", lambda engine: without if engine == "vllm" else find_engine(engine)
+        ):
+            no_latency = _timed(ps_load, rounds)
+            monitor = EngineMonitor()
+            monitor.check(processes)
+            exporter_no_latency = _timed(lambda: monitor.check(processes), rounds)
     print(f"{engines} engines, /metrics answer {size / 1000:.0f} kB, median of {rounds} rounds")
     print(f"  ps (health only)          {health * 1000:8.1f} ms")
     print(
@@ -99,6 +114,23 @@ def cost(engines: int, rounds: int) -> None:
         f"  exporter refresh + load   {exporter_load * 1000:8.1f} ms   x{exporter_load / health:.2f}, "
         f"+{(exporter_load - health) * 1000 / engines:.2f} ms per engine"
     )
+    print("  the same without the latency figures (vLLM's histograms not read):")
+    print(
+        f"  ps --load                 {no_latency * 1000:8.1f} ms   latency adds "
+        f"x{with_load / no_latency:.2f}, "
+        f"+{(with_load - no_latency) * 1000 / engines:.2f} ms per engine"
+    )
+    print(
+        f"  exporter refresh + load   {exporter_no_latency * 1000:8.1f} ms   latency adds "
+        f"x{exporter_load / exporter_no_latency:.2f}, "
+        f"+{(exporter_load - exporter_no_latency) * 1000 / engines:.2f} ms per engine"
+    )
+
+
+def _without_latency(engine: str) -> EngineDefinition:
+    spec = find_engine(engine)
+    load = spec.load.model_copy(update={"latency": LatencyMetrics()})
+    return spec.model_copy(update={"load": load})
 
 
 def _pump(watch: enginespec.Watch, events: queue.Queue[enginespec.WatchEvent]) -> None:
