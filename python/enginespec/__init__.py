@@ -93,6 +93,7 @@ if TYPE_CHECKING:
     )
     from enginespec.fleet.feeds import FeedFormat, FeedWriter
     from enginespec.fleet.remote import HostReport, RemoteEngine, fetch_remote, fetch_remote_async
+    from enginespec.gpus.energy import CpuPackage, cpu_packages
     from enginespec.gpus.reader import GpuDevice, GpuProcess, GpuUse
     from enginespec.health.load import (
         EngineLoad,
@@ -204,6 +205,8 @@ _LAZY = {
     "FailurePattern": "enginespec.failures",
     "Failures": "enginespec.failures",
     "Memory": "enginespec.failures",
+    "CpuPackage": "enginespec.gpus.energy",
+    "cpu_packages": "enginespec.gpus.energy",
     "GpuDevice": "enginespec.gpus.reader",
     "GpuProcess": "enginespec.gpus.reader",
     "GpuUse": "enginespec.gpus.reader",
@@ -325,6 +328,7 @@ __all__ = [
     "ControlFailed",
     "ControlRefused",
     "ControlUnsupported",
+    "CpuPackage",
     "DockerRuntime",
     "EngineExited",
     "EngineHelp",
@@ -416,6 +420,7 @@ __all__ = [
     "check_load_all_async",
     "check_load_async",
     "classify_failure",
+    "cpu_packages",
     "detect_engine",
     "engine_ids",
     "ensure",

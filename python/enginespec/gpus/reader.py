@@ -104,6 +104,13 @@ class GpuDevice(BaseModel):
     unattributed_bytes: int | None
     #: why the device's bytes are unknown (``NVML not loaded (...)``), or ``None``.
     problem: str | None = None
+    #: The driver's power draw (watts) and energy counter (joules since the driver began
+    #: counting: NVML's since it loaded, hwmon's since boot), each ``None`` with why in
+    #: ``power_problem`` / ``energy_problem`` (docs/gpus.md, "Power and energy").
+    power_watts: float | None = None
+    energy_joules: float | None = None
+    power_problem: str | None = None
+    energy_problem: str | None = None
 
 
 #: What an engine tree holds: its GPUs, and why the set is not known when it is not.
@@ -424,6 +431,10 @@ def ledger(
                 other_processes=processes,
                 unattributed_bytes=unattributed,
                 problem=device.problem or _device_problem(host, device),
+                power_watts=device.power_watts,
+                energy_joules=device.energy_joules,
+                power_problem=None if device.power_watts is not None else device.power_problem,
+                energy_problem=None if device.energy_joules is not None else device.energy_problem,
             )
         )
     return tuple(result)

@@ -1,0 +1,215 @@
+"""Power and energy on fixture hosts (no GPU needed): the test NVML library's power, energy
+counter and per-process utilisation, DRM GPUs' hwmon files (amdgpu's power, i915's and xe's
+energy counter), the CPU packages' RAPL zones under ``sys/class/powercap``; and what is not
+believed (no number, negative, absurd, a FIFO, a huge file) is ``None`` with why."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import enginespec.gpus.nvml as nvml_module
+from enginespec import gpu_ledger
+from enginespec.gpus.energy import counter_delta, cpu_packages
+from helpers.gpuhost import GIB, Host, build_nvml, engine
+
+UUID0 = "GPU-6a1f6e4c-2f0b-4c1e-9d1a-0d7a4f1b0c01"
+UUID1 = "GPU-6a1f6e4c-2f0b-4c1e-9d1a-0d7a4f1b0c02"
+BUS0, BUS1 = "0000:17:00.0", "0000:65:00.0"
+AMD0, XE0 = "0000:c1:00.0", "0000:03:00.0"
+
+
+@pytest.fixture(scope="session")
+def nvml_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_nvml(tmp_path_factory.mktemp("nvml-energy"), 3)
+
+
+@pytest.fixture
+def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Host:
+    # NVML is loaded once per process and remembers the last utilisation sample it read per
+    # device: each test starts with an NVML of its own.
+    monkeypatch.setattr(nvml_module, "_loaded", {})
+    return Host(tmp_path / "host")
+
+
+def nvidia_gpus(host: Host, monkeypatch: pytest.MonkeyPatch, library: Path) -> None:
+    host.nvidia(BUS0, 0, "NVIDIA H100 80GB HBM3", UUID0)
+    host.nvidia(BUS1, 1, "NVIDIA H100 80GB HBM3", UUID1)
+    lines, host.nvml_lines = host.nvml_lines, []  # the GPUs first: later lines name them
+    host.nvml_gpu(UUID0, BUS0, "NVIDIA H100 80GB HBM3", 80 * GIB, 70 * GIB)
+    host.nvml_gpu(UUID1, BUS1, "NVIDIA H100 80GB HBM3", 80 * GIB, 70 * GIB)
+    host.nvml_lines += lines
+    monkeypatch.setenv("ENGINESPEC_NVML_LIBRARY", str(library))
+    monkeypatch.setenv("ENGINESPEC_TEST_NVML_HOST", str(host.nvml_file()))
+
+
+# -- NVML ---------------------------------------------------------------------------------------
+
+
+def test_nvml_power_and_energy_counter_per_device(
+    host: Host, nvml_library: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nvmlDeviceGetPowerUsage (milliwatts) and nvmlDeviceGetTotalEnergyConsumption
+    (millijoules): GPU 1 is a board without an energy counter (NVML: not supported)."""
+    host.nvml_power("0", 312_500)
+    host.nvml_energy("0", 987_654_321)
+    host.nvml_power("1", 71_250)
+    nvidia_gpus(host, monkeypatch, nvml_library)
+    devices = {d.device: d for d in gpu_ledger([engine(100)], root=str(host.root))}
+    first, second = devices[UUID0], devices[UUID1]
+    assert (first.power_watts, first.energy_joules) == (pytest.approx(312.5), pytest.approx(987_654.321))
+    assert (first.power_problem, first.energy_problem) == (None, None)
+    assert second.power_watts == pytest.approx(71.25)
+    assert (second.energy_joules, second.energy_problem) == (
+        None,
+        "NVML: nvmlDeviceGetTotalEnergyConsumption: not supported",
+    )
+    dumped = json.loads(first.model_dump_json())
+    assert dumped["power_watts"] == pytest.approx(312.5)
+    assert dumped["energy_joules"] == pytest.approx(987_654.321)
+
+
+def test_nvml_errors_and_absurd_values_are_none_with_why(
+    host: Host, nvml_library: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host.nvml_fail_call("power", "0", 4)
+    host.nvml_fail_call("energy", "0", 15)
+    host.nvml_power("1", 4_000_000_000)  # 4 MW: no board
+    host.nvml_energy("1", (1 << 64) - 1)
+    nvidia_gpus(host, monkeypatch, nvml_library)
+    devices = {d.device: d for d in gpu_ledger([engine(100)], root=str(host.root))}
+    first, second = devices[UUID0], devices[UUID1]
+    assert (first.power_watts, first.power_problem) == (None, "NVML: nvmlDeviceGetPowerUsage: no permission")
+    assert (first.energy_joules, first.energy_problem) == (
+        None,
+        "NVML: nvmlDeviceGetTotalEnergyConsumption: GPU is lost",
+    )
+    assert second.power_watts is None
+    assert "beyond any device" in (second.power_problem or "")
+    assert second.energy_joules is None
+    assert "beyond any device" in (second.energy_problem or "")
+
+
+def test_nvidia_without_nvml_says_why_power_is_unknown(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
+    host.nvidia(BUS0, 0, "NVIDIA H100 80GB HBM3", UUID0)
+    monkeypatch.setenv("ENGINESPEC_NVML_LIBRARY", str(host.root / "absent" / "libnvidia-ml.so.1"))
+    (device,) = gpu_ledger([engine(100)], root=str(host.root))
+    assert (device.power_watts, device.energy_joules) == (None, None)
+    assert "NVML" in (device.power_problem or "")
+    assert "NVML" in (device.energy_problem or "")
+
+
+# -- hwmon --------------------------------------------------------------------------------------
+
+
+def test_amdgpu_power_from_hwmon_and_no_energy_counter(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
+    """amdgpu's hwmon: ``power1_average`` in microwatts (thermal.rst); it keeps no energy file."""
+    monkeypatch.delenv("ENGINESPEC_NVML_LIBRARY", raising=False)
+    host.drm(AMD0, "0x1002", "amdgpu", 0, 128, product="AMD Instinct MI210")
+    host.hwmon(
+        AMD0, 3, {"power1_average": "287000000\n", "power1_cap": "300000000\n", "temp1_input": "51000\n"}
+    )
+    (device,) = gpu_ledger([engine(100)], root=str(host.root))
+    assert device.power_watts == pytest.approx(287.0)
+    assert device.energy_joules is None
+    assert device.energy_problem == "the driver keeps no energy counter (no hwmon energy1_input)"
+
+
+def test_newer_amdgpu_power1_input(host: Host) -> None:
+    host.drm(AMD0, "0x1002", "amdgpu", 0, 128)
+    host.hwmon(AMD0, 5, {"power1_input": "45500000\n"})
+    (device,) = gpu_ledger([engine(100)], root=str(host.root))
+    assert device.power_watts == pytest.approx(45.5)
+
+
+def test_intel_xe_energy_counter_and_no_power_file(host: Host) -> None:
+    """xe's hwmon: ``energy1_input`` (the card's, microjoules) and no power reading."""
+    host.drm(XE0, "0x8086", "xe", 0, 128)
+    host.hwmon(XE0, 2, {"energy1_input": "123456789012\n", "energy2_input": "999\n", "power1_max": "0\n"})
+    (device,) = gpu_ledger([engine(100)], root=str(host.root))
+    assert device.energy_joules == pytest.approx(123_456.789012)
+    assert device.power_watts is None
+    assert device.power_problem == "no hwmon power file (power1_average, power1_input)"
+
+
+def test_a_gpu_without_hwmon(host: Host) -> None:
+    host.drm("0000:04:00.0", "0x1af4", "virtio-pci", 0, 128)
+    (device,) = gpu_ledger([engine(100)], root=str(host.root))
+    assert (device.power_watts, device.power_problem) == (None, "the driver has no hwmon device")
+    assert (device.energy_joules, device.energy_problem) == (None, "the driver has no hwmon device")
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("lots\n", "holds no number"),
+        ("-5000000\n", "is negative"),
+        ("99999999999999999999\n", "beyond any device"),
+        ("12\x1b[2J\n", "holds no number"),
+        ("1" * (1 << 20), "holds no number"),
+        ("", "holds no number"),
+    ],
+)
+def test_hostile_hwmon_values_are_not_believed(host: Host, text: str, why: str) -> None:
+    host.drm(AMD0, "0x1002", "amdgpu", 0, 128)
+    host.hwmon(AMD0, 0, {"power1_average": text, "energy1_input": text})
+    (device,) = gpu_ledger([engine(100)], root=str(host.root))
+    assert device.power_watts is None
+    assert why in (device.power_problem or "")
+    assert device.energy_joules is None
+    assert why in (device.energy_problem or "")
+
+
+def test_a_fifo_or_a_link_to_one_is_refused_not_waited_on(host: Host) -> None:
+    host.drm(AMD0, "0x1002", "amdgpu", 0, 128)
+    directory = host.hwmon(AMD0, 0, {})
+    os.mkfifo(directory / "power1_average")
+    os.mkfifo(host.root / "fifo")
+    (directory / "energy1_input").symlink_to(host.root / "fifo")
+    (device,) = gpu_ledger([engine(100)], root=str(host.root))
+    assert (device.power_watts, device.power_problem) == (None, "cannot read hwmon0/power1_average")
+    assert (device.energy_joules, device.energy_problem) == (None, "cannot read hwmon0/energy1_input")
+
+
+# -- RAPL ---------------------------------------------------------------------------------------
+
+
+def test_cpu_packages_from_powercap(host: Host) -> None:
+    """Top-level RAPL zones only (a package's ``core`` subzone is in its package), each with its
+    counter and where it wraps (powercap.rst)."""
+    host.rapl(0, "package-0", 81_234_567_890, 262_143_328_850)
+    host.rapl(1, "package-1", 12, 262_143_328_850)
+    (first, second) = cpu_packages(str(host.root))
+    assert (first.zone, first.name, first.problem) == ("intel-rapl:0", "package-0", None)
+    assert first.energy_joules == pytest.approx(81_234.56789)
+    assert first.max_energy_joules == pytest.approx(262_143.32885)
+    assert (second.zone, second.energy_joules) == ("intel-rapl:1", pytest.approx(12e-6))
+
+
+def test_cpu_packages_unreadable_or_lying(host: Host) -> None:
+    host.rapl(0, "package-0", None, 262_143_328_850)  # energy_uj root-only: unreadable here
+    host.rapl(1, "package-1\x1b[31m", 300_000_000_000, 262_143_328_850)  # beyond its range
+    host.rapl(2, "package-2", "x", "-1")
+    first, second, third = cpu_packages(str(host.root))
+    assert first.energy_joules is None
+    assert "CVE-2020-8694" in (first.problem or "")
+    assert (second.name, second.energy_joules) == (None, None)
+    assert second.problem == "intel-rapl:1/energy_uj is beyond its max_energy_range_uj"
+    assert (third.energy_joules, third.max_energy_joules) == (None, None)
+    assert third.problem == "intel-rapl:2/energy_uj holds no number"
+
+
+def test_no_powercap_no_packages(host: Host) -> None:
+    assert cpu_packages(str(host.root)) == ()
+
+
+def test_a_counter_that_wraps_or_resets() -> None:
+    assert counter_delta(100.0, 250.0, 262_143.0) == (150.0, None)
+    delta, why = counter_delta(262_000.0, 43.0, 262_143.0)  # wrapped past max_energy_range
+    assert (delta, why) == (pytest.approx(186.0), None)
+    delta, why = counter_delta(5_000.0, 20.0, None)  # the driver reloaded: no range to add
+    assert delta is None
+    assert "reset" in (why or "")
