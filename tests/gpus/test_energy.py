@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 import enginespec.gpus.nvml as nvml_module
-from enginespec import gpu_ledger
+from enginespec import GpuUse, gpu_ledger
 from enginespec.gpus.energy import counter_delta, cpu_packages
+from enginespec.gpus.reader import GpuReader
+from enginespec.scanning.watch import changed_fields
 from helpers.gpuhost import GIB, Host, build_nvml, engine
 
 UUID0 = "GPU-6a1f6e4c-2f0b-4c1e-9d1a-0d7a4f1b0c01"
@@ -213,3 +215,233 @@ def test_a_counter_that_wraps_or_resets() -> None:
     delta, why = counter_delta(5_000.0, 20.0, None)  # the driver reloaded: no range to add
     assert delta is None
     assert "reset" in (why or "")
+
+
+# -- attribution --------------------------------------------------------------------------------
+
+
+class Clock:
+    """A reader's clock a test moves (monotonic seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def cuda_worker(host: Host, pid: int, *gpus: Path) -> None:
+    fds: dict[int, Path | str] = {10: host.root / "dev" / "nvidiactl", 11: host.root / "dev" / "nvidia-uvm"}
+    fds.update({20 + i: gpu for i, gpu in enumerate(gpus)})
+    host.process(pid, "VLLM::Worker", fds)
+
+
+def one_nvidia(host: Host, monkeypatch: pytest.MonkeyPatch, library: Path) -> None:
+    """GPU 0 with engine A (pids 100, 102: 30 GiB), engine B (200: 10 GiB) and a job that is no
+    engine (999: 2 GiB), as NVML lists them."""
+    gpu = host.nvidia(BUS0, 0, "NVIDIA H100 80GB HBM3", UUID0)
+    host.process(100, "vllm", {})
+    cuda_worker(host, 102, gpu)
+    cuda_worker(host, 200, gpu)
+    monkeypatch.setenv("ENGINESPEC_NVML_LIBRARY", str(library))
+    monkeypatch.setenv("ENGINESPEC_TEST_NVML_HOST", str(host.root / "nvml-host.tsv"))
+
+
+def nvml_reading(
+    host: Host, millijoules: int | None, milliwatts: int, util: dict[int, int], stamp: int
+) -> None:
+    """The description NVML answers from now (read again on every poll)."""
+    host.nvml_lines = []
+    host.nvml_gpu(UUID0, BUS0, "NVIDIA H100 80GB HBM3", 80 * GIB, 70 * GIB)
+    host.nvml_process("0", 102, 30 * GIB)
+    host.nvml_process("0", 200, 10 * GIB)
+    host.nvml_process("0", 999, 2 * GIB)
+    host.nvml_power("0", milliwatts)
+    if millijoules is not None:
+        host.nvml_energy("0", millijoules)
+    for pid, sm in util.items():
+        host.nvml_util("0", pid, sm, stamp)
+    host.nvml_file()
+
+
+TREES = [(100, 102), (200,)]
+
+
+def read(reader: GpuReader) -> list[GpuUse]:
+    """Each tree's use of GPU 0."""
+    return [uses[0] for uses, _problem in reader.read(TREES)]
+
+
+def test_energy_by_utilization_share_with_the_rest_unattributed(
+    host: Host, nvml_library: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two readings the counter rose 500 J in 10 s; NVML's samples of the window give
+    engine A's pid 50 % of the SM time, B's 25 %, a job that is no engine's 25 %: A 250 J, B
+    125 J, 125 J unattributed; their power is their share of the window's mean 50 W."""
+    one_nvidia(host, monkeypatch, nvml_library)
+    nvml_reading(host, 1_000_000, 300_000, {102: 60, 200: 20, 999: 20}, stamp=1)
+    clock = Clock()
+    reader = GpuReader(str(host.root))
+    reader.clock = clock
+    first, second = read(reader)
+    assert (first.energy_rule, first.power_watts, first.energy_joules) == (
+        "utilization",
+        pytest.approx(180.0),
+        None,
+    )
+    assert first.energy_problem == "one reading so far"
+    assert second.power_watts == pytest.approx(60.0)
+    nvml_reading(host, 1_500_000, 50_000, {102: 50, 200: 25, 999: 25}, stamp=2)
+    clock.now += 10
+    first, second = read(reader)
+    assert (first.energy_rule, first.energy_from, first.energy_problem) == ("utilization", "counter", None)
+    assert (first.energy_joules, first.power_watts) == (pytest.approx(250.0), pytest.approx(25.0))
+    assert (second.energy_joules, second.power_watts) == (pytest.approx(125.0), pytest.approx(12.5))
+    assert reader.unattributed_joules[UUID0] == pytest.approx(125.0)
+    # read again within the same reading of the host: nothing counted twice
+    clock.now += 0.5
+    assert read(reader) == [first, second]
+    assert reader.unattributed_joules[UUID0] == pytest.approx(125.0)
+
+
+def test_a_process_nvml_does_not_sample_gets_no_share(
+    host: Host, nvml_library: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVML sampled A and the other job, not B (listed, idle in the window): B's share is 0."""
+    one_nvidia(host, monkeypatch, nvml_library)
+    nvml_reading(host, 0, 100_000, {102: 80, 999: 20}, stamp=1)
+    clock = Clock()
+    reader = GpuReader(str(host.root))
+    reader.clock = clock
+    read(reader)
+    nvml_reading(host, 200_000, 100_000, {102: 80, 999: 20}, stamp=2)
+    clock.now += 2.5
+    first, second = read(reader)
+    assert first.energy_joules == pytest.approx(160.0)
+    assert (second.energy_rule, second.energy_joules, second.power_watts) == ("utilization", 0.0, 0.0)
+    assert reader.unattributed_joules[UUID0] == pytest.approx(40.0)
+
+
+def test_energy_by_memory_share_without_utilization_samples(
+    host: Host, nvml_library: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No utilisation samples (NVML_ERROR_NOT_FOUND): each tree's bytes over the 70 GiB in use."""
+    one_nvidia(host, monkeypatch, nvml_library)
+    nvml_reading(host, 5_000_000, 70_000, {}, stamp=1)
+    clock = Clock()
+    reader = GpuReader(str(host.root))
+    reader.clock = clock
+    read(reader)
+    nvml_reading(host, 5_700_000, 70_000, {}, stamp=1)
+    clock.now += 10
+    first, second = read(reader)
+    assert (first.energy_rule, first.energy_joules, first.power_watts) == (
+        "memory",
+        pytest.approx(300.0),
+        pytest.approx(30.0),
+    )
+    assert (second.energy_rule, second.energy_joules) == ("memory", pytest.approx(100.0))
+    assert reader.unattributed_joules[UUID0] == pytest.approx(300.0)
+
+
+def test_a_counter_that_goes_back_says_so_and_counts_nothing(
+    host: Host, nvml_library: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver reloaded between two readings (its counter restarts): that window gives no
+    energy and says why; the next one counts again."""
+    one_nvidia(host, monkeypatch, nvml_library)
+    clock = Clock()
+    reader = GpuReader(str(host.root))
+    reader.clock = clock
+    for stamp, millijoules in enumerate((9_000_000, 9_700_000, 1_000, 701_000), start=1):
+        nvml_reading(host, millijoules, 70_000, {}, stamp=stamp)
+        clock.now += 10
+        uses = read(reader)
+        if stamp == 3:
+            assert uses[0].energy_joules == pytest.approx(300.0)  # what the first window gave
+            assert uses[0].power_watts is None
+            assert "reset" in (uses[0].energy_problem or "")
+    assert uses[0].energy_joules == pytest.approx(600.0)
+    assert reader.unattributed_joules[UUID0] == pytest.approx(600.0)
+
+
+def test_hostile_utilization_and_memory_never_give_more_than_the_device(
+    host: Host, nvml_library: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Samples above 100 % are not believed; pids listed twice count once: the shares of a
+    device never add up to more than its energy."""
+    one_nvidia(host, monkeypatch, nvml_library)
+    clock = Clock()
+    reader = GpuReader(str(host.root))
+    reader.clock = clock
+    for stamp in (1, 2):
+        nvml_reading(host, 1_000_000 * stamp, 100_000, {102: 100, 200: 4000}, stamp=stamp)
+        with open(host.root / "nvml-host.tsv", "a") as description:
+            description.write(f"util\t0\t102\t100\t{stamp}\nutil\t0\t999\t100\t{stamp}\n")
+        clock.now += 10
+        first, second = read(reader)
+    total = (first.energy_joules or 0) + (second.energy_joules or 0)
+    assert total <= 1000.0 + 1e-9
+    assert (first.energy_joules, second.energy_joules) == (pytest.approx(500.0), 0.0)
+
+
+def test_amdgpu_without_an_energy_counter_by_power_times_interval(host: Host) -> None:
+    """amdgpu has power only: the window's energy is the mean of its two power readings times
+    the interval, said in ``energy_from``; the share is by KFD's bytes (no utilisation)."""
+    host.kfd_node(0, 0, 0)
+    host.kfd_node(1, 51234, 128)
+    render = host.drm(AMD0, "0x1002", "amdgpu", 0, 128, vram=(64 * GIB, 40 * GIB))
+    hwmon = host.hwmon(AMD0, 1, {"power1_average": "200000000\n"})
+    host.process(100, "vllm", {9: host.root / "dev" / "kfd", 30: render})
+    host.kfd_vram(100, 51234, 32 * GIB)
+    clock = Clock()
+    reader = GpuReader(str(host.root))
+    reader.clock = clock
+    ((use,), _problem) = reader.read([(100,)])[0]
+    assert (use.energy_rule, use.power_watts) == ("memory", pytest.approx(160.0))
+    (hwmon / "power1_average").write_text("300000000\n")
+    clock.now += 10
+    ((use,), _problem) = reader.read([(100,)])[0]
+    assert (use.energy_from, use.energy_joules, use.power_watts) == (
+        "power",
+        pytest.approx(2000.0),
+        pytest.approx(200.0),
+    )
+
+
+def test_a_device_that_says_nothing_of_power_gives_none_with_why(host: Host) -> None:
+    render = host.drm("0000:04:00.0", "0x1af4", "virtio-pci", 0, 128)
+    host.process(100, "llama-server", {30: render})
+    reader = GpuReader(str(host.root))
+    ((use,), _problem) = reader.read([(100,)])[0]
+    assert (use.power_watts, use.energy_joules, use.energy_rule) == (None, None, None)
+    assert "memory in use unknown" in (use.energy_problem or "")
+
+
+def test_the_ledger_shows_the_power_no_engine_accounts_for(
+    host: Host, nvml_library: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one_nvidia(host, monkeypatch, nvml_library)
+    nvml_reading(host, 1_000_000, 300_000, {102: 60, 200: 20, 999: 20}, stamp=1)
+    a, b = engine(100, workers=(102,)), engine(200, port=8001)
+    (device,) = gpu_ledger([a, b], root=str(host.root))
+    assert device.power_watts == pytest.approx(300.0)
+    assert device.unattributed_power_watts == pytest.approx(60.0)
+
+
+def test_a_watch_tells_of_a_change_in_what_is_held_not_of_every_watt() -> None:
+    use = GpuUse(
+        device=UUID0,
+        index=0,
+        vendor="nvidia",
+        name=None,
+        pci_bus_id=BUS0,
+        memory_bytes=GIB,
+        pids=(1,),
+        source="nvml",
+    )
+    before = engine(100).model_copy(update={"gpus": (use,)})
+    warmer = before.model_copy(update={"gpus": (use.model_copy(update={"power_watts": 250.0}),)})
+    bigger = before.model_copy(update={"gpus": (use.model_copy(update={"memory_bytes": 2 * GIB}),)})
+    assert changed_fields(before, warmer) == ()
+    assert changed_fields(before, bigger) == ("gpus",)
