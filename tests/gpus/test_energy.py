@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import enginespec.gpus.nvml as nvml_module
-from enginespec import GpuUse, gpu_ledger
+from enginespec import EngineProcess, GpuUse, gpu_ledger
 from enginespec.gpus.energy import counter_delta, cpu_packages
 from enginespec.gpus.reader import GpuReader
 from enginespec.scanning.watch import changed_fields
@@ -445,3 +445,53 @@ def test_a_watch_tells_of_a_change_in_what_is_held_not_of_every_watt() -> None:
     bigger = before.model_copy(update={"gpus": (use.model_copy(update={"memory_bytes": 2 * GIB}),)})
     assert changed_fields(before, warmer) == ()
     assert changed_fields(before, bigger) == ("gpus",)
+
+
+def test_the_exporter_series_of_power_and_energy(
+    host: Host, nvml_library: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engines' shares (with the rule as a label) after two readings, and each GPU's power,
+    counter and power no engine accounts for, scraped as Prometheus text."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.registry import CollectorRegistry
+
+    from enginespec.fleet.exporter import EngineCollector, Snapshot
+    from enginespec.scanning.scanner import with_held
+
+    one_nvidia(host, monkeypatch, nvml_library)
+    clock = Clock()
+    reader = GpuReader(str(host.root))
+    reader.clock = clock
+    processes = [engine(100, workers=(102,)), engine(200, port=8001)]
+    nvml_reading(host, 1_000_000, 300_000, {102: 60, 200: 20, 999: 20}, stamp=1)
+    reader.read(TREES)
+    nvml_reading(host, 1_500_000, 50_000, {102: 50, 200: 25, 999: 25}, stamp=2)
+    clock.now += 10
+    processes, _views = with_held(processes, reader.read(TREES), {})
+    collector = EngineCollector()
+    devices = gpu_ledger(processes, root=str(host.root), all_processes=False, reread=False)
+    collector.snapshot = Snapshot(processes=processes, gpus=devices)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    series: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for sample in family.samples:
+            series.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    a, b = processes
+
+    def labels(process: EngineProcess, **extra: str) -> tuple[tuple[str, str], ...]:
+        found = {"engine_id": process.instance_id, "engine": "vllm", "model": "/models/m", "gpu": "0"}
+        return tuple(sorted({**found, **extra}.items()))
+
+    assert series["enginespec_engine_power_watts"] == {
+        labels(a, rule="utilization"): pytest.approx(25.0),
+        labels(b, rule="utilization"): pytest.approx(12.5),
+    }
+    assert series["enginespec_engine_energy_joules_total"] == {
+        labels(a, rule="utilization"): pytest.approx(250.0),
+        labels(b, rule="utilization"): pytest.approx(125.0),
+    }
+    assert series["enginespec_gpu_power_watts"] == {(("gpu", "0"),): pytest.approx(50.0)}
+    assert series["enginespec_gpu_energy_joules_total"] == {(("gpu", "0"),): pytest.approx(1500.0)}
+    assert series["enginespec_gpu_unattributed_power_watts"] == {(("gpu", "0"),): pytest.approx(12.5)}

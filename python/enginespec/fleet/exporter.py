@@ -101,6 +101,19 @@ _ENGINE_FAMILIES: tuple[tuple[str, str, tuple[str, ...], _Kind], ...] = (
         "gauge",
     ),
     ("enginespec_engine_gpu_memory_bytes", "GPU memory the engine's process tree holds", ("gpu",), "gauge"),
+    (
+        "enginespec_engine_power_watts",
+        "The engine's share of a GPU's power (its mean over the last window between two readings), "
+        "by the rule named in rule (utilization or memory)",
+        ("gpu", "rule"),
+        "gauge",
+    ),
+    (
+        "enginespec_engine_energy_joules",
+        "A GPU's energy attributed to the engine while the exporter watched, by the rule named in rule",
+        ("gpu", "rule"),
+        "counter",
+    ),
     ("enginespec_engine_requests_running", "Requests the engine runs", (), "gauge"),
     ("enginespec_engine_requests_waiting", "Requests waiting in its queue", (), "gauge"),
     ("enginespec_engine_kv_cache_usage_ratio", "Share of the KV cache in use (0 to 1)", (), "gauge"),
@@ -408,16 +421,19 @@ def _gpu_label(device: GpuDevice) -> str:
 
 
 def _gpu_samples(process: EngineProcess, identity: list[str], gpu_labels: dict[str, str]) -> list[_Sample]:
-    """Per GPU the bytes the engine's process tree holds, where known."""
-    return [
-        (
-            "enginespec_engine_gpu_memory_bytes",
-            [*identity, gpu_labels.get(use.device, _label(use.device))],
-            float(use.memory_bytes),
-        )
-        for use in process.gpus
-        if use.memory_bytes is not None
-    ]
+    """Per GPU the bytes the engine's process tree holds, and its share of the GPU's power and
+    energy with the rule that made it, where known."""
+    samples: list[_Sample] = []
+    for use in process.gpus:
+        gpu = gpu_labels.get(use.device, _label(use.device))
+        if use.memory_bytes is not None:
+            samples.append(("enginespec_engine_gpu_memory_bytes", [*identity, gpu], float(use.memory_bytes)))
+        rule = use.energy_rule or ""
+        if use.power_watts is not None:
+            samples.append(("enginespec_engine_power_watts", [*identity, gpu, rule], use.power_watts))
+        if use.energy_joules is not None:
+            samples.append(("enginespec_engine_energy_joules", [*identity, gpu, rule], use.energy_joules))
+    return samples
 
 
 def _gpu_metrics(snapshot: Snapshot, labels: dict[str, str]) -> Iterator[Metric]:
@@ -438,6 +454,28 @@ def _gpu_metrics(snapshot: Snapshot, labels: dict[str, str]) -> Iterator[Metric]
             if value is not None:
                 family.add_metric([labels[device.device]], value)
         yield family
+    power = GaugeMetricFamily(
+        "enginespec_gpu_power_watts", "The GPU's power draw, as the driver says", labels=["gpu"]
+    )
+    unattributed = GaugeMetricFamily(
+        "enginespec_gpu_unattributed_power_watts",
+        "The GPU's power no engine's share accounts for (other processes, the driver, idle)",
+        labels=["gpu"],
+    )
+    energy = CounterMetricFamily(
+        "enginespec_gpu_energy_joules",
+        "The GPU driver's energy counter (since it began counting: it resets when the driver reloads)",
+        labels=["gpu"],
+    )
+    for device in snapshot.gpus:
+        label = [labels[device.device]]
+        if device.power_watts is not None:
+            power.add_metric(label, device.power_watts)
+        if device.unattributed_power_watts is not None:
+            unattributed.add_metric(label, device.unattributed_power_watts)
+        if device.energy_joules is not None:
+            energy.add_metric(label, device.energy_joules)
+    yield from (power, unattributed, energy)
 
 
 def _load_samples(snapshot: Snapshot, index: int, identity: list[str]) -> list[_Sample]:
