@@ -93,7 +93,7 @@ if TYPE_CHECKING:
     )
     from enginespec.fleet.feeds import FeedFormat, FeedWriter
     from enginespec.fleet.remote import HostReport, RemoteEngine, fetch_remote, fetch_remote_async
-    from enginespec.gpus.energy import CpuPackage, cpu_packages
+    from enginespec.gpus.energy import CpuEnergy, CpuEnergyReader, CpuPackage, cpu_packages
     from enginespec.gpus.reader import GpuDevice, GpuProcess, GpuUse
     from enginespec.health.load import (
         EngineLoad,
@@ -205,6 +205,8 @@ _LAZY = {
     "FailurePattern": "enginespec.failures",
     "Failures": "enginespec.failures",
     "Memory": "enginespec.failures",
+    "CpuEnergy": "enginespec.gpus.energy",
+    "CpuEnergyReader": "enginespec.gpus.energy",
     "CpuPackage": "enginespec.gpus.energy",
     "cpu_packages": "enginespec.gpus.energy",
     "GpuDevice": "enginespec.gpus.reader",
@@ -328,6 +330,8 @@ __all__ = [
     "ControlFailed",
     "ControlRefused",
     "ControlUnsupported",
+    "CpuEnergy",
+    "CpuEnergyReader",
     "CpuPackage",
     "DockerRuntime",
     "EngineExited",

@@ -13,7 +13,7 @@ import pytest
 
 import enginespec.gpus.nvml as nvml_module
 from enginespec import EngineProcess, GpuUse, gpu_ledger
-from enginespec.gpus.energy import counter_delta, cpu_packages
+from enginespec.gpus.energy import CpuEnergyReader, counter_delta, cpu_packages
 from enginespec.gpus.reader import GpuReader
 from enginespec.scanning.watch import changed_fields
 from helpers.gpuhost import GIB, Host, build_nvml, engine
@@ -495,3 +495,111 @@ def test_the_exporter_series_of_power_and_energy(
     assert series["enginespec_gpu_power_watts"] == {(("gpu", "0"),): pytest.approx(50.0)}
     assert series["enginespec_gpu_energy_joules_total"] == {(("gpu", "0"),): pytest.approx(1500.0)}
     assert series["enginespec_gpu_unattributed_power_watts"] == {(("gpu", "0"),): pytest.approx(12.5)}
+
+
+# -- the CPU packages' energy by CPU time --------------------------------------------------------
+
+
+def proc_stat(host: Host, busy: int, idle: int) -> None:
+    """``proc/stat`` as the kernel writes it (proc(5)): ``busy`` ticks split over user, system,
+    irq and softirq."""
+    user, system, irq = busy // 2, busy // 4, busy // 8
+    softirq = busy - user - system - irq
+    (host.root / "proc" / "stat").write_text(
+        f"cpu  {user} 0 {system} {idle} 7 {irq} {softirq} 0 0 0\n"
+        f"cpu0 {user} 0 {system} {idle} 7 {irq} {softirq} 0 0 0\n"
+        "intr 1 2 3\nctxt 42\nbtime 1765000000\nprocesses 9\n"
+    )
+
+
+def pid_stat(host: Host, pid: int, comm: str, utime: int, stime: int, start: int = 5000) -> None:
+    """``proc/PID/stat``: 52 fields, utime and stime the 14th and 15th, the start the 22nd."""
+    fields = ["S", "1"] + ["0"] * 9 + [str(utime), str(stime)] + ["0"] * 6 + [str(start)] + ["0"] * 30
+    directory = host.root / "proc" / str(pid)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "stat").write_text(f"{pid} ({comm}) {' '.join(fields)}\n")
+
+
+def rapl_counter(host: Host, zone: int, energy_uj: int) -> None:
+    path = host.root / "sys" / "devices" / "virtual" / "powercap" / "intel-rapl" / f"intel-rapl:{zone}"
+    (path / "energy_uj").write_text(f"{energy_uj}\n")
+
+
+def test_cpu_energy_by_cpu_time_share_across_a_counter_that_wraps(host: Host) -> None:
+    """Two packages; package 1's counter wraps in the window (powercap.rst: add the range). The
+    packages gave 100 + 60 J in 10 s; the CPUs were busy 1000 ticks: engine A's pids 500 (a
+    comm with ``) (`` in it), B's 100: A 80 J, B 16 J, 64 J no engine's."""
+    wrap = 262_143_328_850
+    host.rapl(0, "package-0", 10_000_000, wrap)
+    host.rapl(1, "package-1", wrap - 20_000_000, wrap)
+    host.rapl(2, "psys", 0, wrap)  # the platform's zone: no package
+    proc_stat(host, 50_000, 900_000)
+    pid_stat(host, 100, "vllm ) (x", 1000, 200)
+    pid_stat(host, 102, "VLLM::Worker", 3000, 100)
+    pid_stat(host, 200, "llama-server", 700, 0)
+    clock = Clock()
+    reader = CpuEnergyReader(str(host.root))
+    reader.clock = clock
+    first = reader.read([(100, 102), (200,)])
+    assert [(e.power_watts, e.energy_joules, e.problem) for e in first] == [
+        (None, None, "one reading so far")
+    ] * 2
+    rapl_counter(host, 0, 110_000_000)
+    rapl_counter(host, 1, 40_000_000)
+    proc_stat(host, 51_000, 901_000)
+    pid_stat(host, 100, "vllm ) (x", 1100, 200)
+    pid_stat(host, 102, "VLLM::Worker", 3300, 200)
+    pid_stat(host, 200, "llama-server", 780, 20)
+    clock.now += 10
+    a, b = reader.read([(100, 102), (200,)])
+    assert (a.rule, a.energy_joules, a.power_watts, a.problem) == (
+        "cpu_time",
+        pytest.approx(80.0),
+        pytest.approx(8.0),
+        None,
+    )
+    assert (b.energy_joules, b.power_watts) == (pytest.approx(16.0), pytest.approx(1.6))
+    assert reader.unattributed_joules == pytest.approx(64.0)
+
+
+def test_cpu_energy_never_more_than_the_packages_and_a_reused_pid_counts_from_the_next_window(
+    host: Host,
+) -> None:
+    """Pids claiming more CPU time than the CPUs were busy share the energy, no more; a pid
+    whose start changed (reused) counts nothing for the window it changed in."""
+    host.rapl(0, "package-0", 0, 262_143_328_850)
+    proc_stat(host, 1000, 0)
+    pid_stat(host, 100, "a", 0, 0)
+    pid_stat(host, 200, "b", 0, 0)
+    pid_stat(host, 300, "c", 0, 0)
+    clock = Clock()
+    reader = CpuEnergyReader(str(host.root))
+    reader.clock = clock
+    reader.read([(100,), (200,), (300,)])
+    rapl_counter(host, 0, 50_000_000)
+    proc_stat(host, 1100, 0)
+    pid_stat(host, 100, "a", 300, 0)
+    pid_stat(host, 200, "b", 100, 0)
+    pid_stat(host, 300, "c", 999, 0, start=9999)  # another process now
+    clock.now += 5
+    a, b, c = reader.read([(100,), (200,), (300,)])
+    assert (a.energy_joules, b.energy_joules, c.energy_joules) == (
+        pytest.approx(37.5),
+        pytest.approx(12.5),
+        0.0,
+    )
+    assert reader.unattributed_joules == pytest.approx(0.0)
+
+
+def test_cpu_energy_unknown_says_why(host: Host) -> None:
+    pid_stat(host, 100, "a", 0, 0)
+    reader = CpuEnergyReader(str(host.root))
+    (only,) = reader.read([(100,)])
+    assert (only.energy_joules, only.problem) == (
+        None,
+        "no RAPL package zone (/sys/class/powercap/intel-rapl:<N>)",
+    )
+    host.rapl(0, "package-0", None, 262_143_328_850)  # energy_uj root-only
+    (only,) = reader.read([(100,)])
+    assert only.power_watts is None
+    assert "CVE-2020-8694" in (only.problem or "")

@@ -352,6 +352,18 @@ def boot_time(proc: str) -> float | None:
     return None
 
 
+def cpu_busy_ticks(proc: str) -> int | None:
+    """The clock ticks all CPUs spent busy since boot: the ``cpu`` line of ``PROC/stat`` (proc(5):
+    user, nice, system, idle, iowait, irq, softirq, steal, guest, guest_nice), less idle and
+    iowait (guest time is in user already); ``None`` when unread."""
+    for line in (read_kernel_file(f"{proc}/stat", 1 << 20) or b"").split(b"\n")[:1]:
+        words = line.split()
+        if len(words) >= 9 and words[0] == b"cpu" and all(w.isdigit() for w in words[1:9]):
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(w) for w in words[1:9])
+            return user + nice + system + irq + softirq + steal
+    return None
+
+
 def read_environ(pid: int, limit: int, proc: str = PROC) -> tuple[list[bytes], bool] | None:
     """The ``NAME=value`` entries of ``pid``'s environment, at most ``limit`` bytes of them, and
     whether there was more (the entry cut there is left out); ``None`` when unreadable."""

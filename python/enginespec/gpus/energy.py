@@ -6,6 +6,10 @@ device is ``None`` with why); and the energy between two readings of a counter t
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -132,3 +136,114 @@ def cpu_packages(root: str = "/") -> tuple[CpuPackage, ...]:
             )
         )
     return tuple(found)
+
+
+class CpuEnergy(BaseModel):
+    """An engine tree's share of the CPU packages' energy, by ``rule`` ``cpu_time``: its pids'
+    CPU time (``utime + stime`` of ``/proc/PID/stat``) over the time all CPUs were busy
+    (``/proc/stat``) between two readings. ``power_watts`` is its share of the packages' mean
+    power over the last window, ``energy_joules`` what was attributed to it while watched;
+    ``None`` with ``problem`` until two readings, or where the host does not say."""
+
+    model_config = ConfigDict(frozen=True)
+
+    power_watts: float | None
+    energy_joules: float | None
+    rule: Literal["cpu_time"] = "cpu_time"
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class _CpuSample:
+    at: float
+    zones: Mapping[str, tuple[float, float | None]]
+    busy: int | None
+    #: per pid, (its start in ticks, its utime + stime): a pid reused is a new process
+    ticks: Mapping[int, tuple[int, int]]
+
+
+class CpuEnergyReader:
+    """Attributes the CPU packages' energy (RAPL ``package-*`` zones, summed: which socket a
+    process ran on is not known) to engine trees by CPU-time share, remembering the previous
+    reading. The shares never add up to more than the packages' energy; what no tree accounts
+    for is :attr:`unattributed_joules`."""
+
+    def __init__(self, root: str = "/") -> None:
+        self.root = root
+        self.clock: Callable[[], float] = time.monotonic
+        self._before: _CpuSample | None = None
+        self._attributed: dict[tuple[int, ...], float] = {}
+        self.unattributed_joules = 0.0
+
+    def _sample(self, trees: Sequence[Sequence[int]]) -> tuple[_CpuSample, str | None]:
+        door = host_root(self.root)
+        packages = [p for p in cpu_packages(self.root) if (p.name or "").startswith("package")]
+        zones = {
+            p.zone: (p.energy_joules, p.max_energy_joules) for p in packages if p.energy_joules is not None
+        }
+        problem = None
+        if not packages:
+            problem = "no RAPL package zone (/sys/class/powercap/intel-rapl:<N>)"
+        elif len(zones) < len(packages):
+            problem = next(p.problem for p in packages if p.energy_joules is None)
+        ticks = {}
+        for pid in {pid for tree in trees for pid in tree}:
+            found = door.stat(pid)
+            if found is not None:
+                ticks[pid] = (found.start_ticks, found.utime + found.stime)
+        return _CpuSample(self.clock(), zones, door.cpu_busy_ticks(), ticks), problem
+
+    def _unknown(self, key: tuple[int, ...], why: str) -> CpuEnergy:
+        """No power for this window, and why; the energy given so far stays."""
+        return CpuEnergy(power_watts=None, energy_joules=self._attributed.get(key), problem=why)
+
+    def read(self, trees: Sequence[Sequence[int]]) -> list[CpuEnergy]:
+        """Each tree's (its pids) share of the packages' power and energy, in order."""
+        after, problem = self._sample(trees)
+        before, self._before = self._before, after
+        keys = [tuple(tree) for tree in trees]
+        if problem is not None or before is None:
+            reason = problem or "one reading so far"
+            return [self._unknown(key, reason) for key in keys]
+        joules, why = _packages_delta(before, after)
+        seconds = after.at - before.at
+        if after.busy is None or before.busy is None or after.busy <= before.busy:
+            why = why or "the CPUs' busy time is unknown or did not move"
+        if joules is None or why is not None or seconds <= 0:
+            return [self._unknown(key, why or "no time between the readings") for key in keys]
+        busy = (after.busy or 0) - (before.busy or 0)
+        used = [_tree_ticks(before, after, tree) for tree in keys]
+        # never more than the CPUs' busy time, whatever the pids' files say
+        fractions = [u / max(busy, sum(used)) for u in used]
+        self._attributed = {key: self._attributed.get(key, 0.0) for key in keys}
+        for key, fraction in zip(keys, fractions, strict=True):
+            self._attributed[key] += joules * fraction
+        self.unattributed_joules += max(joules - joules * sum(fractions), 0.0)
+        return [
+            CpuEnergy(power_watts=joules / seconds * fraction, energy_joules=self._attributed[key])
+            for key, fraction in zip(keys, fractions, strict=True)
+        ]
+
+
+def _packages_delta(before: _CpuSample, after: _CpuSample) -> tuple[float | None, str | None]:
+    """The packages' energy between two samples (each zone's counter, a wrap added back)."""
+    if set(before.zones) != set(after.zones):
+        return None, "the RAPL package zones changed between readings"
+    total = 0.0
+    for zone, (energy, wraps) in after.zones.items():
+        delta, why = counter_delta(before.zones[zone][0], energy, wraps)
+        if delta is None:
+            return None, why
+        total += delta
+    return total, None
+
+
+def _tree_ticks(before: _CpuSample, after: _CpuSample, pids: Sequence[int]) -> int:
+    """The CPU ticks the tree's pids spent in the window (a pid new, or reused, counts from the
+    next window: its time before this one is not the window's)."""
+    used = 0
+    for pid in set(pids):
+        old, new = before.ticks.get(pid), after.ticks.get(pid)
+        if old is not None and new is not None and old[0] == new[0] and new[1] >= old[1]:
+            used += new[1] - old[1]
+    return used
