@@ -13,7 +13,7 @@ import pytest
 
 import enginespec.gpus.nvml as nvml_module
 from enginespec import EngineProcess, GpuUse, gpu_ledger
-from enginespec.gpus.energy import CpuEnergyReader, counter_delta, cpu_packages
+from enginespec.gpus.energy import CpuEnergy, CpuEnergyReader, counter_delta, cpu_packages
 from enginespec.gpus.reader import GpuReader
 from enginespec.scanning.watch import changed_fields
 from helpers.gpuhost import GIB, Host, build_nvml, engine
@@ -471,7 +471,8 @@ def test_the_exporter_series_of_power_and_energy(
     processes, _views = with_held(processes, reader.read(TREES), {})
     collector = EngineCollector()
     devices = gpu_ledger(processes, root=str(host.root), all_processes=False, reread=False)
-    collector.snapshot = Snapshot(processes=processes, gpus=devices)
+    cpu = [CpuEnergy(power_watts=7.5, energy_joules=75.0), CpuEnergy(power_watts=None, energy_joules=None)]
+    collector.snapshot = Snapshot(processes=processes, gpus=devices, cpu_energy=cpu)
     registry = CollectorRegistry()
     registry.register(collector)
     series: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
@@ -495,6 +496,14 @@ def test_the_exporter_series_of_power_and_energy(
     assert series["enginespec_gpu_power_watts"] == {(("gpu", "0"),): pytest.approx(50.0)}
     assert series["enginespec_gpu_energy_joules_total"] == {(("gpu", "0"),): pytest.approx(1500.0)}
     assert series["enginespec_gpu_unattributed_power_watts"] == {(("gpu", "0"),): pytest.approx(12.5)}
+
+    def cpu(process: EngineProcess) -> tuple[tuple[str, str], ...]:
+        found = {"engine_id": process.instance_id, "engine": "vllm", "model": "/models/m", "rule": "cpu_time"}
+        return tuple(sorted(found.items()))
+
+    assert series["enginespec_engine_cpu_power_watts"] == {cpu(a): 7.5}
+    assert series["enginespec_engine_cpu_energy_joules_total"] == {cpu(a): 75.0}
+    assert series["enginespec_gpu_memory_used_bytes"] == {(("gpu", "0"),): 70 * GIB}
 
 
 # -- the CPU packages' energy by CPU time --------------------------------------------------------

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -25,6 +25,7 @@ from enginespec.definition.registry import find_engine as definition_of_engine
 from enginespec.errors import ExporterError, FileWriteError
 from enginespec.fleet.disclosure import EVERYTHING, Viewer, withheld_facts
 from enginespec.fleet.metricsviews import MetricsViews, serve_metrics
+from enginespec.gpus.energy import CpuEnergy, CpuEnergyReader
 from enginespec.gpus.reader import GpuDevice
 from enginespec.health.checks import check_all, kept, request_timeout
 from enginespec.health.load import EngineLoad
@@ -33,7 +34,7 @@ from enginespec.health.vitals import EngineMonitor
 from enginespec.healthrecord import Health, HealthState
 from enginespec.models.processes import cached, peek
 from enginespec.process.record import EngineProcess
-from enginespec.scanning.scanner import Scanner, gpu_ledger, unique_instance_ids
+from enginespec.scanning.scanner import Scanner, gpu_ledger, trees, unique_instance_ids
 from enginespec.untrusted.boundary import contained, failed
 from enginespec.untrusted.boundary import failures as failures_by_stage
 from enginespec.untrusted.safewrite import replace_file
@@ -101,6 +102,18 @@ _ENGINE_FAMILIES: tuple[tuple[str, str, tuple[str, ...], _Kind], ...] = (
         "gauge",
     ),
     ("enginespec_engine_gpu_memory_bytes", "GPU memory the engine's process tree holds", ("gpu",), "gauge"),
+    (
+        "enginespec_engine_cpu_power_watts",
+        "Its share of the CPU packages' power, by CPU time",
+        ("rule",),
+        "gauge",
+    ),
+    (
+        "enginespec_engine_cpu_energy_joules",
+        "CPU packages' energy given it by CPU time",
+        ("rule",),
+        "counter",
+    ),
     (
         "enginespec_engine_power_watts",
         "The engine's share of a GPU's power (its mean over the last window between two readings), "
@@ -181,6 +194,8 @@ class Snapshot:
     scans: int = 0
     #: the host's GPUs, when it has any.
     gpus: tuple[GpuDevice, ...] = ()
+    #: each engine's share of the CPU packages' energy (by CPU time), when RAPL says.
+    cpu_energy: list[CpuEnergy] | None = None
     #: instance id -> when (wall clock) it was last seen running and its labels, for engines no
     #: longer running: kept as ``enginespec_engine_up 0`` for a while, so ``== 0`` alerts can fire.
     stopped: dict[str, StoppedEngine] = field(default_factory=dict)
@@ -199,6 +214,8 @@ class Snapshot:
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.processes):
             self.ids = unique_instance_ids(self.processes)
+        if self.cpu_energy is not None and len(self.cpu_energy) != len(self.processes):
+            self.cpu_energy = None
 
 
 #: How long a scrape waits for the first refresh (which the server listens before): longer than
@@ -274,6 +291,8 @@ class EngineCollector(Collector):
     def __init__(self) -> None:
         self._snapshot = Snapshot()
         self._filled = threading.Event()
+        #: attributes the CPU packages' energy between refreshes (per root scanned)
+        self.cpu_energy: dict[str, CpuEnergyReader] = {}
 
     @property
     def snapshot(self) -> Snapshot:
@@ -366,6 +385,7 @@ def _samples_of(snapshot: Snapshot, index: int, sees_all: bool, gpu_labels: dict
         def extras() -> list[_Sample]:
             return (
                 _gpu_samples(process, identity, gpu_labels)
+                + _cpu_samples(snapshot, index, identity)
                 + _load_samples(snapshot, index, identity)
                 + _model_samples(snapshot, index, identity, sees_all)
             )
@@ -436,46 +456,50 @@ def _gpu_samples(process: EngineProcess, identity: list[str], gpu_labels: dict[s
     return samples
 
 
+def _cpu_samples(snapshot: Snapshot, index: int, identity: list[str]) -> list[_Sample]:
+    """The engine's share of the CPU packages' power and energy, where known."""
+    share = None if snapshot.cpu_energy is None else snapshot.cpu_energy[index]
+    figures = (("power_watts", share.power_watts), ("energy_joules", share.energy_joules)) if share else ()
+    return [(f"enginespec_engine_cpu_{n}", [*identity, "cpu_time"], v) for n, v in figures if v is not None]
+
+
 def _gpu_metrics(snapshot: Snapshot, labels: dict[str, str]) -> Iterator[Metric]:
-    """Per GPU (``labels``: each device's label) the driver's total and used figures and what no
-    engine or listed process accounts for."""
-    for name, what, attribute in (
-        ("total", "Memory of the GPU", "memory_total_bytes"),
-        ("used", "Memory of the GPU in use, as the driver says", "memory_used_bytes"),
+    """Per GPU (``labels``: each device's label) the driver's memory figures and what no engine or
+    listed process accounts for; its power, what no engine's share accounts for, its energy counter."""
+    for name, what, attribute, kind in (
+        ("memory_total_bytes", "Memory of the GPU", "memory_total_bytes", GaugeMetricFamily),
         (
-            "unattributed",
+            "memory_used_bytes",
+            "Memory of the GPU in use, as the driver says",
+            "memory_used_bytes",
+            GaugeMetricFamily,
+        ),
+        (
+            "memory_unattributed_bytes",
             "Memory in use on the GPU that no engine or listed process holds",
             "unattributed_bytes",
+            GaugeMetricFamily,
+        ),
+        ("power_watts", "The GPU's power draw, as the driver says", "power_watts", GaugeMetricFamily),
+        (
+            "unattributed_power_watts",
+            "The GPU's power no engine's share accounts for",
+            "unattributed_power_watts",
+            GaugeMetricFamily,
+        ),
+        (
+            "energy_joules",
+            "The GPU driver's energy counter (it resets when the driver reloads)",
+            "energy_joules",
+            CounterMetricFamily,
         ),
     ):
-        family = GaugeMetricFamily(f"enginespec_gpu_memory_{name}_bytes", what, labels=["gpu"])
+        family = kind(f"enginespec_gpu_{name}", what, labels=["gpu"])
         for device in snapshot.gpus:
             value = getattr(device, attribute)
             if value is not None:
                 family.add_metric([labels[device.device]], value)
         yield family
-    power = GaugeMetricFamily(
-        "enginespec_gpu_power_watts", "The GPU's power draw, as the driver says", labels=["gpu"]
-    )
-    unattributed = GaugeMetricFamily(
-        "enginespec_gpu_unattributed_power_watts",
-        "The GPU's power no engine's share accounts for (other processes, the driver, idle)",
-        labels=["gpu"],
-    )
-    energy = CounterMetricFamily(
-        "enginespec_gpu_energy_joules",
-        "The GPU driver's energy counter (since it began counting: it resets when the driver reloads)",
-        labels=["gpu"],
-    )
-    for device in snapshot.gpus:
-        label = [labels[device.device]]
-        if device.power_watts is not None:
-            power.add_metric(label, device.power_watts)
-        if device.unattributed_power_watts is not None:
-            unattributed.add_metric(label, device.unattributed_power_watts)
-        if device.energy_joules is not None:
-            energy.add_metric(label, device.energy_joules)
-    yield from (power, unattributed, energy)
 
 
 def _load_samples(snapshot: Snapshot, index: int, identity: list[str]) -> list[_Sample]:
@@ -623,10 +647,21 @@ def _refresh(
         gpus=contained(
             "GPU ledger", lambda: gpu_ledger(processes, all_processes=False, reread=False), lambda _reason: ()
         ),
+        cpu_energy=contained("CPU energy", lambda: _cpu_energy(collector, processes), lambda _reason: None),
         stopped=stopped,
         refreshed_at=now,
         refresh_failures=previous.refresh_failures,
     )
+
+
+def _cpu_energy(collector: EngineCollector, processes: Sequence[EngineProcess]) -> list[CpuEnergy] | None:
+    """Each engine tree's share of the CPU packages' energy since the last refresh (none on a
+    host without RAPL packages)."""
+    if not processes:
+        return None
+    root = processes[0]._root.root
+    reader = collector.cpu_energy.setdefault(root, CpuEnergyReader(root))
+    return reader.read(trees(processes))
 
 
 def _write_textfile(textfile: str, registry: CollectorRegistry) -> None:
