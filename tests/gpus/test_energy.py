@@ -322,6 +322,32 @@ def test_a_process_nvml_does_not_sample_gets_no_share(
     assert reader.unattributed_joules[UUID0] == pytest.approx(40.0)
 
 
+def test_a_tree_nvml_does_not_list_has_no_share_by_memory_and_says_why(
+    host: Host, nvml_library: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B holds the GPU (its fds say so) but NVML lists none of its pids (another pid namespace's
+    driver view): its bytes, and so its memory share, are unknown; A's share stands."""
+    one_nvidia(host, monkeypatch, nvml_library)
+    clock = Clock()
+    reader = GpuReader(str(host.root))
+    reader.clock = clock
+    for millijoules in (1_000_000, 1_700_000):
+        nvml_reading(host, millijoules, 70_000, {}, stamp=1)
+        host.nvml_lines = [line for line in host.nvml_lines if "\t200\t" not in line]
+        host.nvml_file()
+        clock.now += 10
+        first, second = read(reader)
+    assert (first.energy_rule, first.energy_joules) == ("memory", pytest.approx(300.0))
+    assert (second.source, second.memory_bytes, second.energy_joules, second.power_watts) == (
+        "fd",
+        None,
+        None,
+        None,
+    )
+    assert second.energy_problem == "the tree's memory on the device is unknown"
+    assert reader.unattributed_joules[UUID0] == pytest.approx(400.0)
+
+
 def test_energy_by_memory_share_without_utilization_samples(
     host: Host, nvml_library: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -348,7 +348,11 @@ class GpuReader:
             result.append(known[2])
         if len(self._held) != len(wanted):
             self._held = {key: value for key, value in self._held.items() if key in wanted}
-        return self._with_energy([tuple(tree) for tree in trees], result) if energy else result
+        if not energy:
+            return result
+        # what goes wrong in attributing energy leaves what the trees hold
+        keys = [tuple(tree) for tree in trees]
+        return contained("GPU energy", lambda: self._with_energy(keys, result), lambda _reason: result)
 
     def _advance(self, host: HostGpus) -> bool:
         """Closes each device's window at this host reading (once per reading)."""
