@@ -93,6 +93,7 @@ if TYPE_CHECKING:
     )
     from enginespec.fleet.feeds import FeedFormat, FeedWriter
     from enginespec.fleet.remote import HostReport, RemoteEngine, fetch_remote, fetch_remote_async
+    from enginespec.gpus.energy import CpuEnergy, CpuEnergyReader, CpuPackage, cpu_packages
     from enginespec.gpus.reader import GpuDevice, GpuProcess, GpuUse
     from enginespec.health.latency import Latency, LatencySummary
     from enginespec.health.load import (
@@ -205,6 +206,10 @@ _LAZY = {
     "FailurePattern": "enginespec.failures",
     "Failures": "enginespec.failures",
     "Memory": "enginespec.failures",
+    "CpuEnergy": "enginespec.gpus.energy",
+    "CpuEnergyReader": "enginespec.gpus.energy",
+    "CpuPackage": "enginespec.gpus.energy",
+    "cpu_packages": "enginespec.gpus.energy",
     "GpuDevice": "enginespec.gpus.reader",
     "GpuProcess": "enginespec.gpus.reader",
     "GpuUse": "enginespec.gpus.reader",
@@ -328,6 +333,9 @@ __all__ = [
     "ControlFailed",
     "ControlRefused",
     "ControlUnsupported",
+    "CpuEnergy",
+    "CpuEnergyReader",
+    "CpuPackage",
     "DockerRuntime",
     "EngineExited",
     "EngineHelp",
@@ -421,6 +429,7 @@ __all__ = [
     "check_load_all_async",
     "check_load_async",
     "classify_failure",
+    "cpu_packages",
     "detect_engine",
     "engine_ids",
     "ensure",

@@ -104,6 +104,20 @@ class Host:
         """The device's process lists fail with NVML error ``code`` (4: no permission)."""
         self.nvml_lines.append(f"fail\t{ref}\t{code}")
 
+    def nvml_power(self, ref: str, milliwatts: int) -> None:
+        self.nvml_lines.append(f"power\t{ref}\t{milliwatts}")
+
+    def nvml_energy(self, ref: str, millijoules: int) -> None:
+        self.nvml_lines.append(f"energy\t{ref}\t{millijoules}")
+
+    def nvml_util(self, ref: str, pid: int, sm: int, stamp: int | None = None) -> None:
+        """A per-process utilisation sample (SM percent) NVML has for the device."""
+        self.nvml_lines.append(f"util\t{ref}\t{pid}\t{sm}" + ("" if stamp is None else f"\t{stamp}"))
+
+    def nvml_fail_call(self, call: str, ref: str, code: int) -> None:
+        """``call`` (``power``, ``energy``, ``util``) fails on the device with NVML error ``code``."""
+        self.nvml_lines.append(f"fail-{call}\t{ref}\t{code}")
+
     def nvml_file(self) -> Path:
         path = self.root / "nvml-host.tsv"
         path.write_text("\n".join(self.nvml_lines) + "\n")
@@ -146,6 +160,41 @@ class Host:
             (sys / "class" / "drm" / name).symlink_to(os.path.relpath(node, sys / "class" / "drm"))
         self.node(f"dri/card{card}", 226, card)
         return self.node(f"dri/renderD{render}", 226, render)
+
+    def hwmon(self, pci: str, number: int, files: Mapping[str, str]) -> Path:
+        """The hwmon device ``hwmon<number>`` of the PCI GPU at ``pci`` with these files
+        (``power1_average``, ``energy1_input``...), as a DRM driver registers it under its device."""
+        directory = self.root / "sys" / "devices" / "pci0000:00" / pci / "hwmon" / f"hwmon{number}"
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "name").write_text("amdgpu\n")
+        for name, text in files.items():
+            (directory / name).write_text(text)
+        return directory
+
+    def rapl(self, zone: int, name: str, energy_uj: int | str | None, max_uj: int | str) -> Path:
+        """A powercap RAPL zone ``intel-rapl:<zone>`` as the kernel lists it (a link in
+        ``sys/class/powercap`` into ``sys/devices/virtual/powercap/intel-rapl``), with its first
+        subzone (``core``), which a reader of packages skips."""
+        sys = self.root / "sys"
+        control = sys / "devices" / "virtual" / "powercap" / "intel-rapl"
+        directory = control / f"intel-rapl:{zone}"
+        sub = directory / f"intel-rapl:{zone}:0"
+        sub.mkdir(parents=True)
+        (sub / "name").write_text("core\n")
+        (sub / "energy_uj").write_text("5\n")
+        (directory / "name").write_text(f"{name}\n")
+        if energy_uj is not None:
+            (directory / "energy_uj").write_text(f"{energy_uj}\n")
+        (directory / "max_energy_range_uj").write_text(f"{max_uj}\n")
+        links = sys / "class" / "powercap"
+        links.mkdir(parents=True, exist_ok=True)
+        for target in (directory, sub):
+            link = links / target.name
+            if not link.exists():
+                link.symlink_to(os.path.relpath(target, links))
+        if not (links / "intel-rapl").exists():
+            (links / "intel-rapl").symlink_to(os.path.relpath(control, links))
+        return directory
 
     def kfd_node(self, node: int, gpu_id: int, render: int) -> Path:
         """A KFD topology node (``gpu_id`` 0: a CPU node) and ``/dev/kfd``."""

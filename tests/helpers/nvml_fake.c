@@ -7,6 +7,15 @@
  *   compute   REF  PID  BYTES|na                       (REF: a GPU index, or INDEX/SLOT)
  *   graphics  REF  PID  BYTES|na
  *   fail      REF  CODE                            (its process lists return NVML error CODE)
+ *   power     REF  MILLIWATTS                      (nvmlDeviceGetPowerUsage; none: not supported)
+ *   energy    REF  MILLIJOULES                     (nvmlDeviceGetTotalEnergyConsumption; likewise)
+ *   util      REF  PID  SM%  [TIMESTAMP]           (a nvmlDeviceGetProcessUtilization sample; the
+ *                                                  timestamp, in microseconds, defaults to 1)
+ *   fail-power  REF  CODE                          (those calls return NVML error CODE)
+ *   fail-energy REF  CODE
+ *   fail-util   REF  CODE
+ * A device with no util line answers NVML_ERROR_NOT_FOUND (no samples), as NVML does for an idle
+ * GPU; only samples newer than the caller's lastSeenTimeStamp are returned.
  *
  * Which process-list entry points exist, and the struct they fill, is chosen at build time, as
  * drivers differ (nvml.h; nvitop's libnvml.py explains the R535 case):
@@ -43,6 +52,14 @@ typedef struct device {
     proc_t compute[MAX_PROCS], graphics[MAX_PROCS];
     unsigned int n_compute, n_graphics;
     int fail;
+    int has_power, has_energy, fail_power, fail_energy, fail_util;
+    unsigned int power_mw;
+    unsigned long long energy_mj;
+    struct {
+        unsigned int pid, sm;
+        unsigned long long stamp;
+    } util[MAX_PROCS];
+    unsigned int n_util;
 } device_t;
 
 static device_t devices[MAX_DEVICES * 9];
@@ -118,6 +135,25 @@ static void load(void) {
         } else if (n == 3 && !strcmp(field[0], "fail")) {
             device_t *d = by_ref(field[1]);
             if (d) d->fail = atoi(field[2]);
+        } else if (n == 3 && !strcmp(field[0], "power")) {
+            device_t *d = by_ref(field[1]);
+            if (d) d->has_power = 1, d->power_mw = (unsigned int)strtoul(field[2], NULL, 10);
+        } else if (n == 3 && !strcmp(field[0], "energy")) {
+            device_t *d = by_ref(field[1]);
+            if (d) d->has_energy = 1, d->energy_mj = strtoull(field[2], NULL, 10);
+        } else if (n == 3 && !strncmp(field[0], "fail-", 5)) {
+            device_t *d = by_ref(field[1]);
+            if (!d) continue;
+            if (!strcmp(field[0], "fail-power")) d->fail_power = atoi(field[2]);
+            if (!strcmp(field[0], "fail-energy")) d->fail_energy = atoi(field[2]);
+            if (!strcmp(field[0], "fail-util")) d->fail_util = atoi(field[2]);
+        } else if ((n == 4 || n == 5) && !strcmp(field[0], "util")) {
+            device_t *d = by_ref(field[1]);
+            if (!d || d->n_util >= MAX_PROCS) continue;
+            d->util[d->n_util].pid = (unsigned int)strtoul(field[2], NULL, 10);
+            d->util[d->n_util].sm = (unsigned int)strtoul(field[3], NULL, 10);
+            d->util[d->n_util].stamp = n == 5 ? strtoull(field[4], NULL, 10) : 1;
+            d->n_util++;
         } else if (n == 4 && (!strcmp(field[0], "compute") || !strcmp(field[0], "graphics"))) {
             device_t *d = by_ref(field[1]);
             if (!d) continue;
@@ -258,3 +294,42 @@ int nvmlDeviceGetRunningProcessDetailList(device_t *d, void *list) {
 
 LISTS(Compute, compute, n_compute)
 LISTS(Graphics, graphics, n_graphics)
+
+int nvmlDeviceGetPowerUsage(device_t *d, unsigned int *power) {
+    if (d->fail_power) return d->fail_power;
+    if (!d->has_power) return 3;
+    *power = d->power_mw;
+    return 0;
+}
+
+int nvmlDeviceGetTotalEnergyConsumption(device_t *d, unsigned long long *energy) {
+    if (d->fail_energy) return d->fail_energy;
+    if (!d->has_energy) return 3;
+    *energy = d->energy_mj;
+    return 0;
+}
+
+/* nvmlProcessUtilizationSample_t (nvml.h) */
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} util_t;
+
+int nvmlDeviceGetProcessUtilization(device_t *d, util_t *samples, unsigned int *count, unsigned long long since) {
+    if (d->fail_util) return d->fail_util;
+    unsigned int n = 0;
+    for (unsigned int i = 0; i < d->n_util; i++) n += d->util[i].stamp > since;
+    if (n == 0) return 6; /* NVML_ERROR_NOT_FOUND: no samples since `since` */
+    if (!samples || *count < n) {
+        *count = n;
+        return 7;
+    }
+    n = 0;
+    for (unsigned int i = 0; i < d->n_util; i++) {
+        if (d->util[i].stamp <= since) continue;
+        samples[n++] = (util_t){d->util[i].pid, d->util[i].stamp, d->util[i].sm, 0, 0, 0};
+    }
+    *count = n;
+    return 0;
+}

@@ -84,12 +84,22 @@ def proc_link(pid: int | str, name: str, proc: str = PROC) -> str:
 def read_kernel_file(path: str, limit: int) -> bytes | None:
     """At most ``limit`` bytes of a file the kernel writes (``ROOT/proc/devices``,
     ``ROOT/sys/class/drm/card0/dev``, a cgroup's ``memory.events``), ``None`` when it cannot be
-    read."""
+    read. Only a regular file is read (what the kernel's files are): a FIFO or device a fixture
+    root or a container's bind mount puts there is refused, never waited on."""
     try:
-        with open(path, "rb") as file:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as file:
             return file.read(limit)
     except OSError:
         return None
+    finally:
+        os.close(fd)
 
 
 def list_kernel_directory(path: str) -> list[str]:
@@ -339,6 +349,18 @@ def boot_time(proc: str) -> float | None:
         words = line.split()
         if len(words) == 2 and words[0] == b"btime" and words[1].isdigit():
             return float(int(words[1]))
+    return None
+
+
+def cpu_busy_ticks(proc: str) -> int | None:
+    """The clock ticks all CPUs spent busy since boot: the ``cpu`` line of ``PROC/stat`` (proc(5):
+    user, nice, system, idle, iowait, irq, softirq, steal, guest, guest_nice), less idle and
+    iowait (guest time is in user already); ``None`` when unread."""
+    for line in (read_kernel_file(f"{proc}/stat", 1 << 20) or b"").split(b"\n")[:1]:
+        words = line.split()
+        if len(words) >= 9 and words[0] == b"cpu" and all(w.isdigit() for w in words[1:9]):
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(w) for w in words[1:9])
+            return user + nice + system + irq + softirq + steal
     return None
 
 

@@ -98,6 +98,10 @@ class HostRoot:
         """``pid``'s environment, size-capped (:func:`enginespec._host.procfiles.read_environ`)."""
         return procfiles.read_environ(pid, limit, self.proc)
 
+    def cpu_busy_ticks(self) -> int | None:
+        """The clock ticks all CPUs spent busy since boot (``/proc/stat``)."""
+        return procfiles.cpu_busy_ticks(self.proc)
+
     def boot_time(self) -> float | None:
         """When the host booted, in epoch seconds."""
         return procfiles.boot_time(self.proc)

@@ -13,7 +13,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -27,6 +27,7 @@ from enginespec.errors import ExporterError, FileWriteError
 from enginespec.fleet.disclosure import EVERYTHING, Viewer, withheld_facts
 from enginespec.fleet.latencyseries import latency_families
 from enginespec.fleet.metricsviews import MetricsViews, serve_metrics
+from enginespec.gpus.energy import CpuEnergy, CpuEnergyReader
 from enginespec.gpus.reader import GpuDevice
 from enginespec.health.checks import check_all, kept, request_timeout
 from enginespec.health.load import EngineLoad
@@ -35,7 +36,7 @@ from enginespec.health.vitals import EngineMonitor
 from enginespec.healthrecord import Health, HealthState
 from enginespec.models.processes import cached, peek
 from enginespec.process.record import EngineProcess
-from enginespec.scanning.scanner import Scanner, gpu_ledger, unique_instance_ids
+from enginespec.scanning.scanner import Scanner, gpu_ledger, trees, unique_instance_ids
 from enginespec.untrusted.boundary import contained, failed
 from enginespec.untrusted.boundary import failures as failures_by_stage
 from enginespec.untrusted.safewrite import replace_file
@@ -103,6 +104,31 @@ _ENGINE_FAMILIES: tuple[tuple[str, str, tuple[str, ...], _Kind], ...] = (
         "gauge",
     ),
     ("enginespec_engine_gpu_memory_bytes", "GPU memory the engine's process tree holds", ("gpu",), "gauge"),
+    (
+        "enginespec_engine_cpu_power_watts",
+        "Its share of the CPU packages' power, by CPU time",
+        ("rule",),
+        "gauge",
+    ),
+    (
+        "enginespec_engine_cpu_energy_joules",
+        "CPU packages' energy given it by CPU time",
+        ("rule",),
+        "counter",
+    ),
+    (
+        "enginespec_engine_power_watts",
+        "The engine's share of a GPU's power (its mean over the last window between two readings), "
+        "by the rule named in rule (utilization or memory)",
+        ("gpu", "rule"),
+        "gauge",
+    ),
+    (
+        "enginespec_engine_energy_joules",
+        "A GPU's energy attributed to the engine while the exporter watched, by the rule named in rule",
+        ("gpu", "rule"),
+        "counter",
+    ),
     ("enginespec_engine_requests_running", "Requests the engine runs", (), "gauge"),
     ("enginespec_engine_requests_waiting", "Requests waiting in its queue", (), "gauge"),
     ("enginespec_engine_kv_cache_usage_ratio", "Share of the KV cache in use (0 to 1)", (), "gauge"),
@@ -170,6 +196,8 @@ class Snapshot:
     scans: int = 0
     #: the host's GPUs, when it has any.
     gpus: tuple[GpuDevice, ...] = ()
+    #: each engine's share of the CPU packages' energy (by CPU time), when RAPL says.
+    cpu_energy: list[CpuEnergy] | None = None
     #: instance id -> when (wall clock) it was last seen running and its labels, for engines no
     #: longer running: kept as ``enginespec_engine_up 0`` for a while, so ``== 0`` alerts can fire.
     stopped: dict[str, StoppedEngine] = field(default_factory=dict)
@@ -188,6 +216,8 @@ class Snapshot:
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.processes):
             self.ids = unique_instance_ids(self.processes)
+        if self.cpu_energy is not None and len(self.cpu_energy) != len(self.processes):
+            self.cpu_energy = None
 
 
 #: How long a scrape waits for the first refresh (which the server listens before): longer than
@@ -263,6 +293,8 @@ class EngineCollector(Collector):
     def __init__(self) -> None:
         self._snapshot = Snapshot()
         self._filled = threading.Event()
+        #: attributes the CPU packages' energy between refreshes (per root scanned)
+        self.cpu_energy: dict[str, CpuEnergyReader] = {}
 
     @property
     def snapshot(self) -> Snapshot:
@@ -358,6 +390,7 @@ def _samples_of(snapshot: Snapshot, index: int, sees_all: bool, gpu_labels: dict
         def extras() -> list[_Sample]:
             return (
                 _gpu_samples(process, identity, gpu_labels)
+                + _cpu_samples(snapshot, index, identity)
                 + _load_samples(snapshot, index, identity)
                 + _model_samples(snapshot, index, identity, sees_all)
             )
@@ -413,31 +446,60 @@ def _gpu_label(device: GpuDevice) -> str:
 
 
 def _gpu_samples(process: EngineProcess, identity: list[str], gpu_labels: dict[str, str]) -> list[_Sample]:
-    """Per GPU the bytes the engine's process tree holds, where known."""
-    return [
-        (
-            "enginespec_engine_gpu_memory_bytes",
-            [*identity, gpu_labels.get(use.device, _label(use.device))],
-            float(use.memory_bytes),
-        )
-        for use in process.gpus
-        if use.memory_bytes is not None
-    ]
+    """Per GPU the bytes the engine's process tree holds, and its share of the GPU's power and
+    energy with the rule that made it, where known."""
+    samples: list[_Sample] = []
+    for use in process.gpus:
+        gpu = gpu_labels.get(use.device, _label(use.device))
+        if use.memory_bytes is not None:
+            samples.append(("enginespec_engine_gpu_memory_bytes", [*identity, gpu], float(use.memory_bytes)))
+        rule = use.energy_rule or ""
+        if use.power_watts is not None:
+            samples.append(("enginespec_engine_power_watts", [*identity, gpu, rule], use.power_watts))
+        if use.energy_joules is not None:
+            samples.append(("enginespec_engine_energy_joules", [*identity, gpu, rule], use.energy_joules))
+    return samples
+
+
+def _cpu_samples(snapshot: Snapshot, index: int, identity: list[str]) -> list[_Sample]:
+    """The engine's share of the CPU packages' power and energy, where known."""
+    share = None if snapshot.cpu_energy is None else snapshot.cpu_energy[index]
+    figures = (("power_watts", share.power_watts), ("energy_joules", share.energy_joules)) if share else ()
+    return [(f"enginespec_engine_cpu_{n}", [*identity, "cpu_time"], v) for n, v in figures if v is not None]
 
 
 def _gpu_metrics(snapshot: Snapshot, labels: dict[str, str]) -> Iterator[Metric]:
-    """Per GPU (``labels``: each device's label) the driver's total and used figures and what no
-    engine or listed process accounts for."""
-    for name, what, attribute in (
-        ("total", "Memory of the GPU", "memory_total_bytes"),
-        ("used", "Memory of the GPU in use, as the driver says", "memory_used_bytes"),
+    """Per GPU (``labels``: each device's label) the driver's memory figures and what no engine or
+    listed process accounts for; its power, what no engine's share accounts for, its energy counter."""
+    for name, what, attribute, kind in (
+        ("memory_total_bytes", "Memory of the GPU", "memory_total_bytes", GaugeMetricFamily),
         (
-            "unattributed",
+            "memory_used_bytes",
+            "Memory of the GPU in use, as the driver says",
+            "memory_used_bytes",
+            GaugeMetricFamily,
+        ),
+        (
+            "memory_unattributed_bytes",
             "Memory in use on the GPU that no engine or listed process holds",
             "unattributed_bytes",
+            GaugeMetricFamily,
+        ),
+        ("power_watts", "The GPU's power draw, as the driver says", "power_watts", GaugeMetricFamily),
+        (
+            "unattributed_power_watts",
+            "The GPU's power no engine's share accounts for",
+            "unattributed_power_watts",
+            GaugeMetricFamily,
+        ),
+        (
+            "energy_joules",
+            "The GPU driver's energy counter (it resets when the driver reloads)",
+            "energy_joules",
+            CounterMetricFamily,
         ),
     ):
-        family = GaugeMetricFamily(f"enginespec_gpu_memory_{name}_bytes", what, labels=["gpu"])
+        family = kind(f"enginespec_gpu_{name}", what, labels=["gpu"])
         for device in snapshot.gpus:
             value = getattr(device, attribute)
             if value is not None:
@@ -597,10 +659,21 @@ def _refresh(
         gpus=contained(
             "GPU ledger", lambda: gpu_ledger(processes, all_processes=False, reread=False), lambda _reason: ()
         ),
+        cpu_energy=contained("CPU energy", lambda: _cpu_energy(collector, processes), lambda _reason: None),
         stopped=stopped,
         refreshed_at=now,
         refresh_failures=previous.refresh_failures,
     )
+
+
+def _cpu_energy(collector: EngineCollector, processes: Sequence[EngineProcess]) -> list[CpuEnergy] | None:
+    """Each engine tree's share of the CPU packages' energy since the last refresh (none on a
+    host without RAPL packages)."""
+    if not processes:
+        return None
+    root = processes[0]._root.root
+    reader = collector.cpu_energy.setdefault(root, CpuEnergyReader(root))
+    return reader.read(trees(processes))
 
 
 def _write_textfile(textfile: str, registry: CollectorRegistry) -> None:

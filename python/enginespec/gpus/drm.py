@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from enginespec._host.root import HostRoot
 from enginespec.definition.accelerators import Vendor
+from enginespec.gpus.energy import hwmon
 from enginespec.gpus.ids import normal_pci
 from enginespec.gpus.vendor import (
     Client,
@@ -104,6 +105,8 @@ def read(host: HostGpus, libraries: bool) -> DrmReading:
             device = Device(key=key, vendor=vendor, name=label, pci=pci)
             device.total = number(read_text(door, *device_dir, "mem_info_vram_total"))
             device.used = number(read_text(door, *device_dir, "mem_info_vram_used"))
+            power, device.power_problem, energy, device.energy_problem = hwmon(door, *device_dir)
+            device.power_watts, device.energy_joules = power, energy
             host.devices[key] = device
             cards.append((int(minor), device))
         host.nodes[(DRM_MAJOR, int(minor))] = device.key

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from enginespec.gpus.energy import MAX_JOULES, MAX_WATTS
 from enginespec.gpus.ids import UUID, normal_pci
 from enginespec.gpus.nvml import NvmlDevice, query
 from enginespec.gpus.vendor import Device, HostGpus, ProcessLists, TreeGpus, VendorReading, number, read_text
@@ -39,7 +40,11 @@ def _read_procfs(host: HostGpus) -> int:
         minor = number(info.get("Device Minor"))
         uuid = info.get("GPU UUID", "")
         key = uuid if UUID.fullmatch(uuid) else f"pci:{pci or bus}"
-        found.append((pci or "", Device(key=key, vendor="nvidia", name=info.get("Model") or None, pci=pci)))
+        device = Device(key=key, vendor="nvidia", name=info.get("Model") or None, pci=pci)
+        device.power_problem = device.energy_problem = (
+            "NVIDIA's power and energy are read through NVML: not used"
+        )
+        found.append((pci or "", device))
         if minor is not None and minor not in _CONTROL_MINORS:
             host.nodes[(NVIDIA_MAJOR, minor)] = key
     # NVML numbers GPUs in PCI bus order (its default, CUDA_DEVICE_ORDER=PCI_BUS_ID's order).
@@ -78,6 +83,27 @@ def _merge(host: HostGpus, found: NvmlDevice) -> None:
     device.parent = found.parent_uuid
     device.total, device.used = found.total, found.used
     device.problem = found.problem
+    device.power_watts, device.power_problem = _checked(
+        found.power_milliwatts, 1e-3, MAX_WATTS, found.power_problem, "power"
+    )
+    device.energy_joules, device.energy_problem = _checked(
+        found.energy_millijoules, 1e-3, MAX_JOULES, found.energy_problem, "energy"
+    )
+    # nvml.h: an unsigned long long of millijoules, so it wraps only past 2**64 mJ
+    device.energy_range_joules = (1 << 64) * 1e-3
+    device.utilization, device.utilization_problem = found.utilization, found.utilization_problem
+
+
+def _checked(
+    value: int | None, scale: float, maximum: float, problem: str | None, what: str
+) -> tuple[float | None, str | None]:
+    """NVML's figure scaled to watts or joules, or ``None`` and why (NVML's error, or a value
+    beyond any board's)."""
+    if value is None:
+        return None, problem or f"NVML reports no {what}"
+    if value * scale > maximum:
+        return None, f"NVML's {what} is beyond any device ({value * scale:.6g})"
+    return value * scale, None
 
 
 class NvidiaReading(VendorReading):

@@ -1,12 +1,14 @@
 """NVIDIA's NVML, loaded at run time with ctypes (``libnvidia-ml.so.1``, or the file named by
-``ENGINESPEC_NVML_LIBRARY``): the devices, their memory and the processes on them. The library
-is loaded only when NVML is to be tried."""
+``ENGINESPEC_NVML_LIBRARY``): the devices, their memory, power and energy, the processes on them
+and each process's share of the device's time. The library is loaded only when NVML is to be
+tried."""
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,18 @@ class NvmlDevice:
     #: ``None`` when NVML could not list them (``problem`` says why).
     processes: tuple[NvmlProcess, ...] | None
     problem: str | None = None
+    #: The board's power draw (``nvmlDeviceGetPowerUsage``, milliwatts) and the driver's energy
+    #: counter (``nvmlDeviceGetTotalEnergyConsumption``, millijoules since the driver loaded),
+    #: each ``None`` with the NVML error in ``power_problem`` / ``energy_problem``.
+    power_milliwatts: int | None = None
+    energy_millijoules: int | None = None
+    power_problem: str | None = None
+    energy_problem: str | None = None
+    #: Each pid's SM utilisation (percent) over the samples NVML took since the last reading
+    #: (``nvmlDeviceGetProcessUtilization``), ``None`` with ``utilization_problem`` when NVML
+    #: does not say.
+    utilization: Mapping[int, int] | None = None
+    utilization_problem: str | None = None
 
 
 _NVML_SUCCESS = 0
@@ -86,6 +100,25 @@ class _Memory(ctypes.Structure):
     _fields_ = (("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong))
 
 
+class _ProcessUtilizationSample(ctypes.Structure):
+    """``nvmlProcessUtilizationSample_t`` (nvml.h): a pid, the sample's CPU timestamp in
+    microseconds, and its SM, memory, encoder and decoder utilisation in percent."""
+
+    _fields_ = (
+        ("pid", ctypes.c_uint),
+        ("timeStamp", ctypes.c_ulonglong),
+        ("smUtil", ctypes.c_uint),
+        ("memUtil", ctypes.c_uint),
+        ("encUtil", ctypes.c_uint),
+        ("decUtil", ctypes.c_uint),
+    )
+
+
+_NVML_NOT_FOUND = 6
+#: At most this many utilisation samples are read per device (NVML keeps a short ring of them).
+_MAX_SAMPLES = 1024
+
+
 class NvmlError(Exception):
     """An NVML call failed (the message names the call and NVML's error)."""
 
@@ -101,6 +134,9 @@ class _Nvml:
             raise NvmlError(f"{path} has no nvmlInit")
         self._check(init(), "nvmlInit")
         self.lock = threading.Lock()
+        #: per device UUID, the newest utilisation sample's timestamp read (the next reading asks
+        #: for samples after it: the window between two readings)
+        self.last_sample: dict[str, int] = {}
         self.suffix, self.struct = self._process_api()
 
     def _symbol(self, name: str) -> Any:
@@ -169,6 +205,59 @@ class _Nvml:
             for entry in entries[: min(count.value, len(entries))]
         ]
 
+    def _power(self, handle: ctypes.c_void_p) -> dict[str, Any]:
+        """Power and energy, as nvml.h documents them: ``nvmlDeviceGetPowerUsage`` the board's
+        draw in milliwatts (an unsigned int), ``nvmlDeviceGetTotalEnergyConsumption`` the
+        energy in millijoules since the driver was last reloaded (an unsigned long long; Volta
+        and later). Either may be unsupported (a MIG instance, older boards)."""
+        found: dict[str, Any] = {}
+        power = ctypes.c_uint(0)
+        try:
+            self._call("nvmlDeviceGetPowerUsage", handle, ctypes.byref(power))
+            found["power_milliwatts"] = int(power.value)
+        except NvmlError as err:
+            found["power_problem"] = f"NVML: {err}"
+        energy = ctypes.c_ulonglong(0)
+        try:
+            self._call("nvmlDeviceGetTotalEnergyConsumption", handle, ctypes.byref(energy))
+            found["energy_millijoules"] = int(energy.value)
+        except NvmlError as err:
+            found["energy_problem"] = f"NVML: {err}"
+        return found
+
+    def _utilization(self, handle: ctypes.c_void_p, uuid: str) -> dict[str, Any]:
+        """Each pid's mean SM utilisation over the samples NVML took since the last reading of
+        this device (``nvmlDeviceGetProcessUtilization``, nvml.h: asked first with no buffer for
+        the count, then filled; samples newer than ``lastSeenTimeStamp`` only, ``NOT_FOUND`` when
+        there are none)."""
+        function = self._symbol("nvmlDeviceGetProcessUtilization")
+        if function is None:
+            return {"utilization_problem": "NVML: nvmlDeviceGetProcessUtilization: function not found"}
+        since = ctypes.c_ulonglong(self.last_sample.get(uuid, 0))
+        count = ctypes.c_uint(0)
+        code = function(handle, None, ctypes.byref(count), since)
+        if code in (_NVML_SUCCESS, _NVML_NOT_FOUND):
+            return {"utilization": {}}
+        try:
+            if code != _NVML_INSUFFICIENT_SIZE:
+                self._check(code, "nvmlDeviceGetProcessUtilization")
+            count.value = min(count.value * 2 + 5, _MAX_SAMPLES)
+            samples = (_ProcessUtilizationSample * count.value)()
+            code = function(handle, samples, ctypes.byref(count), since)
+            if code == _NVML_NOT_FOUND:
+                return {"utilization": {}}
+            self._check(code, "nvmlDeviceGetProcessUtilization")
+        except NvmlError as err:
+            return {"utilization_problem": f"NVML: {err}"}
+        per_pid: dict[int, list[int]] = {}
+        latest = since.value
+        for sample in samples[: min(count.value, len(samples))]:
+            if sample.smUtil <= 100:  # a percentage: anything else is not believed
+                per_pid.setdefault(int(sample.pid), []).append(int(sample.smUtil))
+            latest = max(latest, int(sample.timeStamp))
+        self.last_sample[uuid] = latest
+        return {"utilization": {pid: sum(values) // len(values) for pid, values in per_pid.items()}}
+
     def _device(
         self, handle: ctypes.c_void_p, index: int, mig_index: int | None, parent: NvmlDevice | None
     ) -> NvmlDevice | None:
@@ -213,6 +302,8 @@ class _Nvml:
             used=used,
             processes=processes,
             problem=problem,
+            **self._power(handle),
+            **self._utilization(handle, uuid),
         )
 
     def _mig_handles(self, handle: ctypes.c_void_p) -> list[tuple[int, ctypes.c_void_p]]:

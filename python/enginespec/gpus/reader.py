@@ -11,7 +11,7 @@ a host these functions read the same way. Only the pids they are given are read.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import get_args
 
@@ -20,6 +20,16 @@ from pydantic import BaseModel, ConfigDict
 from enginespec._host.root import HOST_ROOT, host_root
 from enginespec.definition.accelerators import Vendor
 from enginespec.gpus import amd, drm, nvidia
+from enginespec.gpus.attribution import (
+    EnergyFrom,
+    EnergyRule,
+    Sample,
+    Share,
+    Window,
+    sample,
+    shares,
+    window,
+)
 from enginespec.gpus.vendor import Device, GpuSource, GpuVendor, Holding, HostGpus, TreeGpus, read_text
 from enginespec.untrusted.boundary import contained
 
@@ -66,6 +76,28 @@ class GpuUse(BaseModel):
     spilled_bytes: int | None = None
     pids: tuple[int, ...]
     source: GpuSource
+    #: The tree's share of the device's power (watts, over the last window between two readings
+    #: of the device; after one reading, of its power now) and the energy attributed to it while
+    #: this reader watched (joules; ``None`` until two readings), by ``energy_rule``:
+    #: ``utilization`` (its pids' share of NVML's per-process utilisation) or ``memory`` (its
+    #: share of the device's memory in use); ``energy_from`` says whether the device's energy
+    #: came from its counter or its power times the interval; ``energy_problem`` why a figure
+    #: is ``None`` (docs/gpus.md, "Energy of engines").
+    power_watts: float | None = None
+    energy_joules: float | None = None
+    energy_rule: EnergyRule | None = None
+    energy_from: EnergyFrom | None = None
+    energy_problem: str | None = None
+
+
+#: GpuUse's fields that move with every reading of the device (not what the tree holds).
+ENERGY_FIELDS = ("power_watts", "energy_joules", "energy_rule", "energy_from", "energy_problem")
+
+
+def holdings(uses: Sequence[GpuUse]) -> list[dict[str, object]]:
+    """What ``uses`` say a tree holds, without the power and energy that move with every
+    reading (a watch tells of a change in what is held, not of every watt)."""
+    return [use.model_dump(exclude=set(ENERGY_FIELDS)) for use in uses]
 
 
 class GpuProcess(BaseModel):
@@ -104,6 +136,16 @@ class GpuDevice(BaseModel):
     unattributed_bytes: int | None
     #: why the device's bytes are unknown (``NVML not loaded (...)``), or ``None``.
     problem: str | None = None
+    #: The driver's power draw (watts) and energy counter (joules since the driver began
+    #: counting: NVML's since it loaded, hwmon's since boot), each ``None`` with why in
+    #: ``power_problem`` / ``energy_problem`` (docs/gpus.md, "Power and energy").
+    power_watts: float | None = None
+    energy_joules: float | None = None
+    power_problem: str | None = None
+    energy_problem: str | None = None
+    #: the device's power no engine's share accounts for (other processes, the driver, idle):
+    #: ``power_watts`` less the engines' ``GpuUse.power_watts``; ``None`` when either is unknown
+    unattributed_power_watts: float | None = None
 
 
 #: What an engine tree holds: its GPUs, and why the set is not known when it is not.
@@ -194,6 +236,30 @@ def _gpu_use(device: Device, holding: Holding) -> GpuUse:
     )
 
 
+def _energy_use(
+    use: GpuUse, share: Share, spent: Window | None, device: Device, joules: float | None
+) -> GpuUse:
+    """``use`` with the tree's share of the device's power and its energy while watched."""
+    if share.fraction is None:
+        return use.model_copy(update={"energy_rule": share.rule, "energy_problem": share.problem})
+    if spent is None:  # one reading so far: its share of the power now
+        power = None if device.power_watts is None else device.power_watts * share.fraction
+        why = "one reading so far" + ("" if power is not None else f"; {device.power_problem}")
+        return use.model_copy(update={"power_watts": power, "energy_rule": share.rule, "energy_problem": why})
+    update: dict[str, object] = {
+        "energy_rule": share.rule,
+        "energy_from": spent.measured,
+        "energy_joules": joules,
+    }
+    if spent.watts is None:
+        update["energy_problem"] = spent.problem
+    else:
+        update["power_watts"] = spent.watts * share.fraction
+        if joules is None:
+            update["energy_problem"] = "watched from the next reading"
+    return use.model_copy(update=update)
+
+
 def _sort_key(use: GpuUse) -> tuple[int, int, int, str]:
     order = _VENDOR_ORDER.index(use.vendor)
     return (order, use.index if use.index is not None else 1 << 30, use.mig_index or -1, use.device)
@@ -217,10 +283,19 @@ class GpuReader:
         self._host_due = -1.0
         #: per tree: when to read it again, the devices handed over it was read with, and what it holds
         self._held: dict[tuple[int, ...], tuple[float, _Given, Held]] = {}
+        #: the clock of the readings (monotonic seconds; a test's own)
+        self.clock: Callable[[], float] = time.monotonic
+        #: energy: the host reading last attributed, each device's previous sample and last
+        #: window, each (tree, device)'s attributed joules and each device's unattributed ones
+        self._energy_host: HostGpus | None = None
+        self._samples: dict[str, Sample] = {}
+        self._windows: dict[str, Window] = {}
+        self._attributed: dict[tuple[tuple[int, ...], str], float] = {}
+        self.unattributed_joules: dict[str, float] = {}
 
     @property
     def host(self) -> HostGpus:
-        now = time.monotonic()
+        now = self.clock()
         if self._host is None or now >= self._host_due:
             self._host = read_host(self.root, nvml=self.nvml)
             self._host_due = now + MEMORY_REFRESH_SECONDS
@@ -248,10 +323,13 @@ class GpuReader:
             return NVML_HOLDER_FD_REFRESH_SECONDS
         return FD_REFRESH_SECONDS
 
-    def read(self, trees: Sequence[Sequence[int]], opened: _Opened | None = None) -> list[Held]:
-        """What each tree (its pids, the server first) holds, in order. ``opened``: the character
-        devices (fd, major, minor) of the pids whose open files were already listed."""
-        now = time.monotonic()
+    def read(
+        self, trees: Sequence[Sequence[int]], opened: _Opened | None = None, *, energy: bool = True
+    ) -> list[Held]:
+        """What each tree (its pids, the server first) holds, in order, with (``energy``) each
+        tree's share of each device's power and energy. ``opened``: the character devices (fd,
+        major, minor) of the pids whose open files were already listed."""
+        now = self.clock()
         opened = opened or {}
         wanted = {tuple(tree) for tree in trees}
         fresh = {pid for tree in wanted if tree not in self._held for pid in tree}
@@ -270,7 +348,60 @@ class GpuReader:
             result.append(known[2])
         if len(self._held) != len(wanted):
             self._held = {key: value for key, value in self._held.items() if key in wanted}
-        return result
+        if not energy:
+            return result
+        # what goes wrong in attributing energy leaves what the trees hold
+        keys = [tuple(tree) for tree in trees]
+        return contained("GPU energy", lambda: self._with_energy(keys, result), lambda _reason: result)
+
+    def _advance(self, host: HostGpus) -> bool:
+        """Closes each device's window at this host reading (once per reading)."""
+        if host is self._energy_host:
+            return False
+        self._energy_host = host
+        now = self.clock()
+        for key, device in host.devices.items():
+            after = sample(device, now)
+            before = self._samples.get(key)
+            if before is not None:
+                self._windows[key] = window(before, after, device.energy_range_joules)
+            self._samples[key] = after
+        return True
+
+    def _with_energy(self, keys: list[tuple[int, ...]], result: list[Held]) -> list[Held]:
+        """``result`` with each tree's share of each device's power and energy (gpus/attribution.py)."""
+        host = self._host
+        if host is None:
+            return result
+        advanced = self._advance(host)
+        on_device: dict[str, list[tuple[int, int]]] = {}  # device -> (tree, use) positions
+        for tree, (uses, _problem) in enumerate(result):
+            for position, use in enumerate(uses):
+                on_device.setdefault(use.device, []).append((tree, position))
+        updated = [list(uses) for uses, _problem in result]
+        for key, places in on_device.items():
+            device = host.devices.get(key)
+            if device is None:
+                continue
+            found = shares(device, [(updated[t][p].pids, updated[t][p].memory_bytes) for t, p in places])
+            spent = self._windows.get(key)
+            given = 0.0
+            for (tree, position), share in zip(places, found, strict=True):
+                mark = (keys[tree], key)
+                if advanced and spent is not None and spent.joules is not None and share.fraction is not None:
+                    part = spent.joules * share.fraction
+                    self._attributed[mark] = self._attributed.get(mark, 0.0) + part
+                    given += part
+                updated[tree][position] = _energy_use(
+                    updated[tree][position], share, spent, device, self._attributed.get(mark)
+                )
+            if advanced and spent is not None and spent.joules is not None:
+                left = max(spent.joules - given, 0.0)
+                self.unattributed_joules[key] = self.unattributed_joules.get(key, 0.0) + left
+        if advanced:
+            alive = set(keys)
+            self._attributed = {mark: j for mark, j in self._attributed.items() if mark[0] in alive}
+        return [(tuple(uses), problem) for uses, (_uses, problem) in zip(updated, result, strict=True)]
 
     def _held_by(self, pids: tuple[int, ...], now: float, fresh: set[int], scanned: _Opened) -> Held:
         """What the tree holds (:meth:`_read_tree`), or nothing, with why, when that fails."""
@@ -367,9 +498,11 @@ def ledger(
     in_trees = {pid for tree in engines for pid in tree.pids}
     on_device: dict[str, dict[str, int | None]] = {key: {} for key in host.devices}
     orphans: dict[str, list[str]] = {key: [] for key in host.devices}
+    engine_watts: dict[str, list[float | None]] = {}
     for tree, (uses, _problem) in zip(engines, held, strict=True):
         for use in uses:
             on_device[use.device][tree.instance_id] = use.memory_bytes
+            engine_watts.setdefault(use.device, []).append(use.power_watts)
             if tree.orphan:
                 orphans[use.device].append(tree.instance_id)
     others: dict[str, dict[int, int | None]] = {key: {} for key in host.devices}
@@ -381,7 +514,9 @@ def ledger(
     if all_processes and host.devices:  # no GPU: nobody else to look for
         seen = {pid for found in others.values() for pid in found}
         extra = list(_other_holders(root, in_trees | seen, host))
-        for pid, (uses, _problem) in zip(extra, reader.read([(pid,) for pid in extra]), strict=True):
+        for pid, (uses, _problem) in zip(
+            extra, reader.read([(pid,) for pid in extra], energy=False), strict=True
+        ):
             for use in uses:
                 # A driver's lists (NVML's) are the whole truth for its GPUs: a process holding
                 # the device file without a context there (nvidia-persistenced) holds no memory.
@@ -424,9 +559,23 @@ def ledger(
                 other_processes=processes,
                 unattributed_bytes=unattributed,
                 problem=device.problem or _device_problem(host, device),
+                power_watts=device.power_watts,
+                energy_joules=device.energy_joules,
+                power_problem=None if device.power_watts is not None else device.power_problem,
+                energy_problem=None if device.energy_joules is not None else device.energy_problem,
+                unattributed_power_watts=_unattributed_power(
+                    device.power_watts, engine_watts.get(device.key, [])
+                ),
             )
         )
     return tuple(result)
+
+
+def _unattributed_power(watts: float | None, shares: Sequence[float | None]) -> float | None:
+    """The device's power less the engines' shares of it, when all are known."""
+    if watts is None or any(share is None for share in shares):
+        return None
+    return max(watts - sum(share or 0.0 for share in shares), 0.0)
 
 
 def _device_problem(host: HostGpus, device: Device) -> str | None:

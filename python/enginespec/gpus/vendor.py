@@ -67,6 +67,17 @@ class Device:
     used: int | None = None
     #: why its processes' bytes are unknown (NVML could not list them), or ``None``
     problem: str | None = None
+    #: the driver's power draw and energy counter (``gpus/energy.py``), each ``None`` with why
+    power_watts: float | None = None
+    energy_joules: float | None = None
+    power_problem: str | None = "the driver reports no power"
+    energy_problem: str | None = "the driver keeps no energy counter"
+    #: where the counter wraps to zero (joules), when the driver says
+    energy_range_joules: float | None = None
+    #: each pid's share of the device's time (percent, NVML's per-process utilisation), or
+    #: ``None`` with why
+    utilization: Mapping[int, int] | None = None
+    utilization_problem: str | None = "the driver reports no per-process utilisation"
 
 
 @dataclass(frozen=True)

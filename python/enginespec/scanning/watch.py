@@ -31,6 +31,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter
 
 from enginespec._host.shapes import Woke
 from enginespec.errors import InvalidInputError, warn_renamed
+from enginespec.gpus.reader import holdings
 from enginespec.health.checks import REQUEST_SHARE, kept
 from enginespec.health.load import EngineLoad
 from enginespec.health.servedmodels import ModelState, ServedModel, ServedModels
@@ -274,7 +275,14 @@ def model_events(
 
 
 def changed_fields(before: EngineProcess, after: EngineProcess) -> tuple[ChangedField, ...]:
-    return tuple(name for name in CHANGED_FIELDS if getattr(before, name) != getattr(after, name))
+    """The fields that differ; ``gpus`` only when what the tree holds does (its share of the
+    devices' power moves with every reading)."""
+    return tuple(
+        name
+        for name in CHANGED_FIELDS
+        if getattr(before, name) != getattr(after, name)
+        and (name != "gpus" or holdings(before.gpus) != holdings(after.gpus))
+    )
 
 
 def diff(
