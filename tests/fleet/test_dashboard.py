@@ -2,8 +2,8 @@
 queries enginespec's series alike for every engine, and every query, run by a real Prometheus
 (Debian's package) that scrapes a real `enginespec exporter --load` beside fake engines (a vLLM
 with moving latency histograms and a served model, a llama-server with moving counters, a GPU
-from the test NVML library), gives a series: no panel names a series the exporter does not
-give. Both backends."""
+from the test NVML library with its power, energy and per-process utilisation), gives a series:
+no panel names a series the exporter does not give. Both backends."""
 
 from __future__ import annotations
 
@@ -111,8 +111,11 @@ def test_every_query_of_the_dashboard_gives_a_series_in_a_real_prometheus(
     host.nvml_gpu(
         "GPU-8a3e5d2c-1b4f-4c6d-9e7a-0123456789ab", "01:00.0", "NVIDIA H100 80GB HBM3", 80 * GIB, 40 * GIB
     )
+    host.nvml_power("0", 300_000)
+    host.nvml_energy("0", 5_000_000)
     for pid in engines:
         host.nvml_process("0", pid, 18 * GIB)
+        host.nvml_util("0", pid, 40)
     library = build_nvml(tmp_path, 3)
     port = free_port()
     exporter = enginespec_in_background(

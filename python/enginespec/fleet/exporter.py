@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +24,7 @@ from enginespec.definition.modelrecords import ModelFacts
 from enginespec.definition.registry import find_engine as definition_of_engine
 from enginespec.errors import ExporterError, FileWriteError
 from enginespec.fleet.disclosure import EVERYTHING, Viewer, withheld_facts
+from enginespec.fleet.gpuseries import gpu_label, gpu_metrics, gpu_samples, label_value
 from enginespec.fleet.latencyseries import latency_families
 from enginespec.fleet.metricsviews import MetricsViews, serve_metrics
 from enginespec.gpus.energy import CpuEnergy, CpuEnergyReader
@@ -232,12 +232,6 @@ def _facts(process: EngineProcess) -> ModelFacts | None:
     return peek(process.pid, process.start_time, process.argv, process._root)
 
 
-def _label(value: str) -> str:
-    """A label value prometheus-client can write: argv bytes that are not UTF-8 (surrogate
-    escapes from /proc) become ``\\xNN`` escapes instead of failing the whole scrape."""
-    return os.fsencode(value).decode("utf-8", "backslashreplace")
-
-
 #: The labels a withheld fact empties (see :mod:`enginespec.fleet.disclosure`); ``served_model_name``
 #: falls back to the model, so it goes with either. The model's facts are read from its files as
 #: the engine's owner: they go to whoever may not see all of it.
@@ -282,7 +276,8 @@ def _info_labels(process: EngineProcess, instance_id: str, withheld: tuple[str, 
         (facts.quantization or "") if facts else "",
     ]
     return [
-        "" if name in withheld else _label(value) for name, value in zip(_INFO_LABELS, values, strict=True)
+        "" if name in withheld else label_value(value)
+        for name, value in zip(_INFO_LABELS, values, strict=True)
     ]
 
 
@@ -329,7 +324,7 @@ class EngineCollector(Collector):
             )
             for name, documentation, labels, kind in _ENGINE_FAMILIES
         }
-        gpu_labels = {device.device: _gpu_label(device) for device in snapshot.gpus}
+        gpu_labels = {device.device: gpu_label(device) for device in snapshot.gpus}
         for index in range(len(snapshot.processes)):
             sees_all = viewer.sees_all_of(owned[index] if owned else None)
             for name, labels, value in _samples_of(snapshot, index, sees_all, gpu_labels):
@@ -341,7 +336,7 @@ class EngineCollector(Collector):
         if snapshot.loads is not None:
             identity = functools.partial(_identity, snapshot, viewer, owned)
             yield from latency_families(snapshot.loads, identity, IDENTITY)
-        yield from _gpu_metrics(snapshot, gpu_labels)
+        yield from gpu_metrics(snapshot.gpus, gpu_labels)
         duration = GaugeMetricFamily("enginespec_scan_duration_seconds", "How long the last scan took")
         duration.add_metric([], snapshot.scan_seconds)
         yield duration
@@ -389,7 +384,7 @@ def _samples_of(snapshot: Snapshot, index: int, sees_all: bool, gpu_labels: dict
 
         def extras() -> list[_Sample]:
             return (
-                _gpu_samples(process, identity, gpu_labels)
+                gpu_samples(process, identity, gpu_labels)
                 + _cpu_samples(snapshot, index, identity)
                 + _load_samples(snapshot, index, identity)
                 + _model_samples(snapshot, index, identity, sees_all)
@@ -438,73 +433,11 @@ def _engine_samples(snapshot: Snapshot, index: int, hidden: tuple[str, ...]) -> 
     return samples
 
 
-def _gpu_label(device: GpuDevice) -> str:
-    """A GPU's label: its NVML/ROCm index (``0``; ``0:1`` for a MIG instance), else its key."""
-    if device.index is None:
-        return _label(device.device)
-    return f"{device.index}:{device.mig_index}" if device.mig_index is not None else str(device.index)
-
-
-def _gpu_samples(process: EngineProcess, identity: list[str], gpu_labels: dict[str, str]) -> list[_Sample]:
-    """Per GPU the bytes the engine's process tree holds, and its share of the GPU's power and
-    energy with the rule that made it, where known."""
-    samples: list[_Sample] = []
-    for use in process.gpus:
-        gpu = gpu_labels.get(use.device, _label(use.device))
-        if use.memory_bytes is not None:
-            samples.append(("enginespec_engine_gpu_memory_bytes", [*identity, gpu], float(use.memory_bytes)))
-        rule = use.energy_rule or ""
-        if use.power_watts is not None:
-            samples.append(("enginespec_engine_power_watts", [*identity, gpu, rule], use.power_watts))
-        if use.energy_joules is not None:
-            samples.append(("enginespec_engine_energy_joules", [*identity, gpu, rule], use.energy_joules))
-    return samples
-
-
 def _cpu_samples(snapshot: Snapshot, index: int, identity: list[str]) -> list[_Sample]:
     """The engine's share of the CPU packages' power and energy, where known."""
     share = None if snapshot.cpu_energy is None else snapshot.cpu_energy[index]
     figures = (("power_watts", share.power_watts), ("energy_joules", share.energy_joules)) if share else ()
     return [(f"enginespec_engine_cpu_{n}", [*identity, "cpu_time"], v) for n, v in figures if v is not None]
-
-
-def _gpu_metrics(snapshot: Snapshot, labels: dict[str, str]) -> Iterator[Metric]:
-    """Per GPU (``labels``: each device's label) the driver's memory figures and what no engine or
-    listed process accounts for; its power, what no engine's share accounts for, its energy counter."""
-    for name, what, attribute, kind in (
-        ("memory_total_bytes", "Memory of the GPU", "memory_total_bytes", GaugeMetricFamily),
-        (
-            "memory_used_bytes",
-            "Memory of the GPU in use, as the driver says",
-            "memory_used_bytes",
-            GaugeMetricFamily,
-        ),
-        (
-            "memory_unattributed_bytes",
-            "Memory in use on the GPU that no engine or listed process holds",
-            "unattributed_bytes",
-            GaugeMetricFamily,
-        ),
-        ("power_watts", "The GPU's power draw, as the driver says", "power_watts", GaugeMetricFamily),
-        (
-            "unattributed_power_watts",
-            "The GPU's power no engine's share accounts for",
-            "unattributed_power_watts",
-            GaugeMetricFamily,
-        ),
-        (
-            "energy_joules",
-            "The GPU driver's energy counter (it resets when the driver reloads)",
-            "energy_joules",
-            CounterMetricFamily,
-        ),
-    ):
-        family = kind(f"enginespec_gpu_{name}", what, labels=["gpu"])
-        for device in snapshot.gpus:
-            value = getattr(device, attribute)
-            if value is not None:
-                family.add_metric([labels[device.device]], value)
-        yield family
 
 
 def _load_samples(snapshot: Snapshot, index: int, identity: list[str]) -> list[_Sample]:
@@ -555,8 +488,8 @@ def _gone(process: EngineProcess, now: float) -> StoppedEngine:
     """What is kept of ``process`` once it stopped: the labels its series had."""
     return StoppedEngine(
         since=now,
-        engine=_label(process.engine),
-        model=contained("metrics", lambda: _label(process.model_name or ""), lambda _reason: ""),
+        engine=label_value(process.engine),
+        model=contained("metrics", lambda: label_value(process.model_name or ""), lambda _reason: ""),
         model_private="model" in withheld_facts(process),
     )
 
@@ -572,7 +505,7 @@ def _model_samples(snapshot: Snapshot, index: int, identity: list[str], sees_all
         return [("enginespec_engine_withheld", [*identity, "served_models"], 1.0)]
     found: list[_Sample] = []
     for model in served.models:
-        labels = [*identity[:2], _label(model.name)]
+        labels = [*identity[:2], label_value(model.name)]
         found += [
             ("enginespec_model_state", [*labels, state], float(model.state == state))
             for state in _MODEL_STATES
