@@ -35,7 +35,10 @@ def _scanned(pid: int, children: int = 0) -> tuple[EngineProcess, list[EnginePro
     def scan() -> list[EngineProcess] | None:
         found = Scanner(listen_ports=False).scan()
         mine = [p for p in found if p.pid == pid]
-        runners = [p for p in found if p.ppid == pid and p.role == "runner"]
+        # a forked runner has its server's argv until it execs its own (a loaded host scans between)
+        runners = [
+            p for p in found if p.ppid == pid and p.role == "runner" and mine and p.argv != mine[0].argv
+        ]
         return found if mine and len(runners) == children else None
 
     wait_for(lambda: scan() is not None, timeout=20)
@@ -408,6 +411,9 @@ def test_a_runner_serves_the_one_model_its_argv_names(procs: Procs) -> None:
         HELPER_SPAWN=ARG.join(["llama-server", "-m", "/m/x.gguf", "--port", str(free_port())]),
     )
     wait_for(lambda: len(children_of(router.pid)) == 1)
+    (child,) = children_of(router.pid)
+    # forked, the child has the router's argv until it execs its own (a loaded host scans between)
+    wait_for(lambda: b"/m/x.gguf" in Path(f"/proc/{child}/cmdline").read_bytes())
     _router, scan = _scanned(router.pid, children=1)
     (runner,) = [p for p in scan if p.ppid == router.pid]
     found = served_models(runner)
