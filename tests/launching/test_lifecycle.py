@@ -126,6 +126,25 @@ def test_replayed_failure_is_raised_classified(
     assert failure.kind in str(raised.value)
 
 
+def test_a_port_in_use_names_the_process_holding_it(
+    binary: Path, tmp_path: Path, started: list[RunningEngine], procs: Procs
+) -> None:
+    """The port a bind failure names (here a port the engine took besides its own) is held by
+    another engine: the hint says which, as a scan sees it."""
+    holder = procs.start(["vllm", "serve", "/models/q", "--port", "0"], HELPER_LISTEN="1")
+    assert holder.stdout is not None
+    port = int(holder.stdout.readline().strip().rsplit(b":", 1)[-1])
+    log = tmp_path / "replay.log"
+    log.write_text(f"main: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: {port}\n")
+    engine = _launch(started, binary, "replay", tmp_path, FAKE_LOG=str(log), FAKE_EXIT="1")
+    with pytest.raises(LaunchFailed) as raised:
+        engine.wait_ready(timeout=30)
+    failure = raised.value.failure
+    assert (failure.kind, failure.figures.port) == ("port_in_use", port)
+    assert failure.hint is not None
+    assert failure.hint.endswith(f": port {port} is held by pid {holder.pid}: vllm /models/q")
+
+
 def test_failure_of_a_server_that_stays_up(
     binary: Path, tmp_path: Path, started: list[RunningEngine]
 ) -> None:

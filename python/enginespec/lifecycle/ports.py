@@ -95,6 +95,20 @@ def refuse_taken_ports(
             raise LaunchFailed(taken)
 
 
+def with_port_holder(failure: Failure) -> Failure:
+    """A ``port_in_use`` failure whose log names the port, with the processes that hold it now
+    named in its hint (the engine a scan sees there, else the process's name), where they can be
+    seen: which process to stop, or which port to choose instead."""
+    port = failure.figures.port
+    if failure.kind != "port_in_use" or not port:
+        return failure
+    holders = port_holders(port)
+    if not holders:
+        return failure
+    held = holder_text(port, holders)
+    return failure.model_copy(update={"hint": f"{failure.hint}: {held}" if failure.hint else held})
+
+
 def port_holders(port: int | None) -> tuple[int, ...] | None:
     """The pids listening on ``port`` (others than this process), ``None`` when no port is known."""
     if port is None:

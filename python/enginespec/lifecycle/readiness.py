@@ -21,6 +21,7 @@ from enginespec.health.reaching import ownership_problem
 from enginespec.healthrecord import Health
 from enginespec.lifecycle.handle import ProcessHandle
 from enginespec.lifecycle.logbook import LogBook
+from enginespec.lifecycle.ports import with_port_holder
 
 #: Seconds an ended engine's readers get to store what its pipes still hold (they need it only
 #: when the host is too busy to run them; a pipe holds at most its capacity, 64 KiB by default).
@@ -88,7 +89,7 @@ def ended_failure(
     if sig == signals.SIGKILL and oom_before is not None:
         after = oom_kills(os.getpid())
         oom = after is not None and after > oom_before
-    return spec.classify_failure(text, code, sig, oom_kill=oom, argv=argv)
+    return with_port_holder(spec.classify_failure(text, code, sig, oom_kill=oom, argv=argv))
 
 
 class Starting(Protocol):
