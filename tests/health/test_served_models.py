@@ -291,6 +291,47 @@ def test_mlx_lm_says_its_argv_model_is_only_what_it_started_with(procs: Procs) -
     assert model.reason.startswith("the model it started with: a request naming another loads that one")
 
 
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (b'{"status": "healthy"}', "unreadable answer (no object 'loaded_models')"),
+        (b'{"loaded_models": [1, 2]}', "unreadable answer (no object 'loaded_models')"),
+        (b"[" * 100_000, "unreadable answer"),
+        (b'{"loaded_models": {"a": 1}}' + b" " * (1 << 20), "answer larger than 1048576 bytes"),
+        (b"not json", "unreadable answer"),
+    ],
+)
+def test_a_hostile_mlx_vlm_health_is_said_not_followed(procs: Procs, body: bytes, said: str) -> None:
+    argv = ["mlx_vlm.server", "--port", "{port}"]
+    routes = {"/health": [Answer(200, body)], "/v1/models": [_json({"data": [{"id": "x"}]})]}
+    with _engine(procs, argv, routes) as (_, pid):
+        process, scan = _scanned(pid)
+        found = served_models(process, processes=scan)
+    assert (found.available, found.models) == (False, ())
+    assert said in found.reason, found.reason
+
+
+def test_mlx_vlm_names_and_kinds_are_masked_bounded_and_literal(procs: Procs) -> None:
+    evil = "\x1b]0;owned\x07 https://u:pw@h/m?token=s3cr3t"
+    groups: dict[str, object] = {evil: {"model": evil, "adapter": evil}, "odd": "not an object"}
+    groups.update({"none": {"model": None}, "a": {"model": "m1"}, "dup": {"model": "m1"}})
+    groups.update({f"g{i}": {"model": f"m{i}"} for i in range(2, 2000)})
+    argv = ["mlx_vlm.server", "--port", "{port}"]
+    routes = {"/health": [_json({"status": "healthy", "loaded_models": groups})], "/v1/models": [Answer(404)]}
+    with _engine(procs, argv, routes) as (_, pid):
+        process, scan = _scanned(pid)
+        found = served_models(process, processes=scan)
+    assert found.available, found.reason
+    # the first 1024 kinds are read (two of them no model, one a model already listed)
+    assert len(found.models) == 1021
+    assert len({m.name for m in found.models}) == 1021
+    (shown,) = [m for m in found.models if "owned" in m.name]
+    assert shown.name.endswith("https://u:***@h/m?token=***")
+    assert shown.reason.endswith("adapter \x1b]0;owned\x07 https://u:***@h/m?token=***")
+    assert "s3cr3t" not in found.model_dump_json()
+    assert "pw@" not in found.model_dump_json()
+
+
 def test_sglang_serves_its_one_model(procs: Procs) -> None:
     # python/sglang/srt/entrypoints/http_server.py get_model_info
     info = {
