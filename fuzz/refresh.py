@@ -18,8 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from enginespec.signature import signatures_json
-
+from enginespec.definition.signature import signatures_json
 from enginespec.engines import all_signatures
 
 FUZZ = Path(__file__).resolve().parent
