@@ -18,6 +18,7 @@ import enginespec.cli.app as cli
 from enginespec import ServedModels, served_models, served_models_all
 from enginespec.process.record import EngineProcess
 from enginespec.scanning.scanner import Scanner
+from helpers.engineanswers import mlx_vlm_health
 from helpers.fakeserver import Answer, bound_socket, free_port, serving
 from helpers.ollamastore import ollama_store
 from helpers.procs import Procs, children_of, wait_for
@@ -223,30 +224,6 @@ def test_vllm_models_and_sleep(procs: Procs, sleeping: bool) -> None:
         ("qwen", state, ""),
         ("sql-lora", state, "adapter of qwen"),
     ]
-
-
-def mlx_vlm_health(**groups: tuple[str | None, str | None]) -> Answer:
-    """mlx-vlm's GET /health (mlx_vlm/server/app.py health_check and _server_runtime_snapshot,
-    v0.6.15): each cache group's model and adapter (``null`` when none is loaded)."""
-    text = groups.get("text_generation", (None, None))
-    held = {
-        group: {"model": model, "adapter": adapter, "model_kind": group}
-        for group, (model, adapter) in groups.items()
-    }
-    return _json(
-        {
-            "status": "healthy",
-            "loaded_model": text[0],
-            "loaded_adapter": text[1],
-            "loaded_models": held,
-            "loaded_context_size": 32768,
-            "configured_context_limit": None,
-            "effective_context_limit": 32768,
-            "loaded_tool_parser": None,
-            "continuous_batching_enabled": True,
-            "apc_enabled": False,
-        }
-    )
 
 
 def test_mlx_vlm_says_what_it_holds_whatever_its_argv_names(procs: Procs) -> None:

@@ -28,6 +28,7 @@ from enginespec import (
     wake,
 )
 from enginespec.scanning.scanner import Scanner
+from helpers.engineanswers import mlx_vlm_health
 from helpers.fakeserver import Answer, FakeEngine, bound_socket, serving
 from helpers.procs import Procs, wait_for
 
@@ -203,7 +204,6 @@ def test_aphrodite_sleeps_and_wakes_in_its_own_dev_mode(procs: Procs) -> None:
 def test_mlx_vlm_unloads_only_when_nothing_else_would_go(procs: Procs) -> None:
     """mlx-vlm's POST /unload frees every model it holds (mlx_vlm/server/app.py
     unload_model_endpoint, v0.6.15): sent when the one named is all it holds, refused otherwise."""
-    from health.test_served_models import mlx_vlm_health
 
     argv = ["mlx_vlm.server", "--port", "{port}"]
     both = mlx_vlm_health(text_generation=("gemma", None), embedding=("bge", None))
