@@ -105,7 +105,7 @@ def _holds(pid: str, inodes: set[str]) -> bool:
     return False
 
 
-def _from_this_process(client: object) -> bool:
+def from_this_process(client: object) -> bool:
     """Whether the connecting socket is one of this process's own: the kernel's TCP table names
     the socket's inode, this process's fds say whether it holds it."""
     inodes = _client_inodes(client)
@@ -128,7 +128,7 @@ class _Handler(BaseHTTPRequestHandler):
     peers: bool = False
 
     def _serve(self) -> None:
-        ours = _from_this_process(self.client_address) if self.origins else None
+        ours = from_this_process(self.client_address) if self.origins else None
         counted = ours is not False
         script, path = self.script, self.path
         with script.lock:

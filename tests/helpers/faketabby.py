@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from helpers.fakeserver import from_this_process
+
 NONE_LOADED = "No models are currently loaded."
 
 
@@ -43,7 +45,8 @@ class TabbyState:
     #: (keep-alive comments forever), ``huge`` (progress events without end), ``long_line``
     load_mode: str = "ok"
     load_error: str = "Model load failed: CUDA out of memory"
-    #: every request: (method, path, headers (lower-cased names), body)
+    #: every request this test process made: (method, path, headers (lower-cased names), body).
+    #: On a busy host other scanners (an exporter, a CI run beside) ask the same server: not kept.
     requests: list[tuple[str, str, dict[str, str], bytes]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -211,8 +214,9 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         headers = {name.lower(): value for name, value in self.headers.items()}
-        with self.state.lock:
-            self.state.requests.append((self.command, self.path, headers, body))
+        if from_this_process(self.client_address):
+            with self.state.lock:
+                self.state.requests.append((self.command, self.path, headers, body))
         try:
             self._route(self.command, self.path, body)
         except _Refused as refused:
