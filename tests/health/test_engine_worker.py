@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,24 +24,9 @@ from enginespec.process.record import EngineProcess
 from enginespec.scanning.scanner import Scanner
 from helpers.fakeserver import Answer, bound_socket, serving
 from helpers.procs import Procs, wait_for
+from helpers.sitepackages import vllm_site
 
 ENGINE_CORE = "VLLM::EngineCore"
-
-
-def _site(tmp_path: Path, procs: Procs, version: str | None, metadata: str | None = None) -> Path:
-    """A site-packages directory with vLLM's dist-info (``version``; ``None``: none) and an
-    "extension module" that is the helper itself, so the process maps a file from there."""
-    site = tmp_path / "venv" / "lib" / "python3.12" / "site-packages"
-    (site / "vllm").mkdir(parents=True)
-    module = site / "vllm" / "_C.abi3.so"
-    shutil.copy(procs.helper, module)
-    if version is not None:
-        info = site / f"vllm-{version}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(
-            metadata or f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n\n"
-        )
-    return module
 
 
 @contextmanager
@@ -81,7 +65,7 @@ def _server(procs: Procs, program: Path, **env: str) -> Iterator[EngineProcess]:
 def test_a_server_without_its_engine_core_is_unhealthy_for_every_reader(
     procs: Procs, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with _server(procs, _site(tmp_path, procs, "0.12.0")) as process:
+    with _server(procs, vllm_site(tmp_path, procs.helper, "0.12.0")) as process:
         health = check_health(process)
         assert health.state == "unhealthy"
         assert health.reason == (
@@ -114,7 +98,7 @@ def test_a_server_without_its_engine_core_is_unhealthy_for_every_reader(
 @pytest.mark.parametrize("title", [ENGINE_CORE, "VLLM::EngineCore_DP0", "ACME::EngineCore"])
 def test_a_server_with_its_engine_core_is_ready(procs: Procs, tmp_path: Path, title: str) -> None:
     # the title's prefix is the deployment's (VLLM_PROCESS_NAME_PREFIX)
-    with _server(procs, _site(tmp_path, procs, "0.12.0"), HELPER_CHILD_TITLES=title) as process:
+    with _server(procs, vllm_site(tmp_path, procs.helper, "0.12.0"), HELPER_CHILD_TITLES=title) as process:
         assert process.worker_pids
         assert check_health(process).state == "ready"
 
@@ -131,14 +115,14 @@ def test_a_server_with_its_engine_core_is_ready(procs: Procs, tmp_path: Path, ti
 def test_a_server_whose_version_does_not_say_is_not_judged(
     procs: Procs, tmp_path: Path, version: str | None, metadata: str | None
 ) -> None:
-    with _server(procs, _site(tmp_path, procs, version, metadata)) as process:
+    with _server(procs, vllm_site(tmp_path, procs.helper, version, metadata)) as process:
         assert check_health(process).state == "ready"
 
 
 def test_hostile_dist_info_is_read_as_its_owner_and_never_blocks(procs: Procs, tmp_path: Path) -> None:
     """A METADATA that is a FIFO (a read would wait for a writer forever) or a link to a file only
     root may read is not read: the check ends, and the server is not judged."""
-    module = _site(tmp_path, procs, "0.12.0")
+    module = vllm_site(tmp_path, procs.helper, "0.12.0")
     metadata = module.parent.parent / "vllm-0.12.0.dist-info" / "METADATA"
     metadata.unlink()
     os.mkfifo(metadata)

@@ -287,6 +287,12 @@ class Serving(_Record):
     #: where a ready server lists the models it has loaded (Ollama ``/api/ps``), read by a health
     #: check into ``Health.model_ids`` (see ``loaded_models``).
     loaded_models_path: str | None = Field(default=None, pattern=r"^/")
+    #: where a binary engine's ready server says its release: a JSON object with the version under
+    #: ``version_key`` (llama-server's ``/props`` ``build_info``), asked once per process by a
+    #: health check into ``EngineProcess.engine_version`` (enginespec.process.versions). An engine
+    #: installed as a Python package needs none: its version is read from the package's files.
+    version_path: str | None = Field(default=None, pattern=r"^/")
+    version_key: str = Field(default="version", min_length=1)
     #: the health path of a process with role ``runner``, when it differs (Ollama's runners).
     runner_health_path: str | None = Field(default=None, pattern=r"^/")
     #: flag carrying the server's API key (used by health checks, never shown).

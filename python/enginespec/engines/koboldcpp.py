@@ -157,7 +157,11 @@ SPEC = KoboldCppSpec(
         }
     ),
     # Not on PyPI: release binaries, run as ENGINESPEC_KOBOLDCPP_INSTALL_CMD.
-    serving=Serving(health_path="/api/extra/version", api_key_flag="--password"),
+    # Its health answer, {"result": "KoboldCpp", "version": KcppVersion, ...} (v1.116.1), is
+    # also where it says its release.
+    serving=Serving(
+        health_path="/api/extra/version", version_path="/api/extra/version", api_key_flag="--password"
+    ),
     # What it serves (v1.116.1): GET /api/v1/model -> {"result": NAME} (line 6077), NAME
     # `koboldcpp/STEM` of its model file (line 11453), "inactive" with none (line 88), and
     # "koboldcpp/protected-model" to a request without --password or --adminpassword. Started

@@ -219,6 +219,10 @@ SPEC = LlamaCppSpec(
         )
     ),
     serving=Serving(
+        # GET /props answers {"build_info": "b<build>-<commit>", ...} (0c1e57098,
+        # tools/server/server-context.cpp, the props handler; server.cpp before): the release, asked once.
+        version_path="/props",
+        version_key="build_info",
         api_key_flag="--api-key",
         api_key_env=("LLAMA_API_KEY",),
         # A --host ending in `.sock` is a unix socket (llama.cpp 0c1e57098, tools/server/server-http.cpp).

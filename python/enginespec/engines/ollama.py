@@ -159,6 +159,8 @@ SPEC = OllamaSpec(
     # tarball, run as ENGINESPEC_OLLAMA_INSTALL_CMD.
     serving=Serving(
         health_path="/",
+        # GET /api/version answers {"version": "0.32.15"} (server/routes.go, v0.32.15).
+        version_path="/api/version",
         runner_health_path="/health",
         loaded_models_path="/api/ps",
         # A runner is started by `ollama serve` (its parent, named ollama).

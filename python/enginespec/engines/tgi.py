@@ -167,6 +167,9 @@ SPEC = EngineSpec(
     # --api-key guards the generation routes only; /health, /info and /v1/models stay open
     # (router/src/server.rs).
     serving=Serving(
+        # GET /info answers the router's Info, its crate version under "version" (router/src/lib.rs
+        # struct Info, v3.3.7).
+        version_path="/info",
         api_key_flag="--api-key",
         api_key_env=("API_KEY",),
         # The router, which serves HTTP, starts only after every shard reported ready ("All shard

@@ -59,6 +59,9 @@ _INFO_LABELS = (
     "container_id",
     "architecture",
     "quantization",
+    # the engine's release (EngineProcess.engine_version): a binary engine's is empty until a
+    # health check found it ready and it said (one change of this series' labels, then none)
+    "engine_version",
 )
 
 _Kind = Literal["gauge", "counter"]
@@ -274,6 +277,7 @@ def _info_labels(process: EngineProcess, instance_id: str, withheld: tuple[str, 
         # from the model's files (empty when they cannot be read): see processmodels
         (facts.architecture or "") if facts else "",
         (facts.quantization or "") if facts else "",
+        process.engine_version or "",
     ]
     return [
         "" if name in withheld else label_value(value)

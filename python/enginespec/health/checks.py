@@ -39,6 +39,7 @@ from enginespec.health.reaching import (
 from enginespec.healthrecord import Health, HealthState
 from enginespec.process.liveness import process_alive
 from enginespec.process.record import EngineProcess
+from enginespec.process.versions import told, wants_answer
 from enginespec.untrusted.boundary import contained_async
 from enginespec.untrusted.documents import json_object
 
@@ -121,6 +122,11 @@ def _probe(t: CheckTarget, verify_identity: bool, deep: bool, timeout: float) ->
             return health("down", "process is gone", reply)
     state, reason = t.spec.classify_health(reply.status, reply.body)
     first = reply
+    if state == "ready" and t.process is not None and not t.given_url and wants_answer(t.spec, t.process):
+        # A binary engine's release, asked once (KoboldCpp's health answer is its version's).
+        version_path = str(t.spec.serving.version_path)
+        said = reply if version_path == path else (yield Request("GET", version_path, where, authorized=True))
+        told(t.spec, t.process, said.status, said.body)
     loaded = t.spec.serving.loaded_models_path
     if state == "ready" and loaded and path == t.spec.serving.health_path and not (verify_identity or deep):
         # Which models a ready server has loaded (Ollama's names): what it says, or nothing.

@@ -13,23 +13,16 @@ is run, and a server whose version cannot be read is not judged.
 from __future__ import annotations
 
 import re
-import threading
-from collections import OrderedDict
 
 from enginespec._host.root import HostRoot
 from enginespec.definition.records import EngineDefinition, EngineWorker
-from enginespec.process.packages import installed_version
 from enginespec.process.record import EngineProcess
+from enginespec.process.versions import package_version
 
 #: The most bytes of a worker's title read (its argv[0] and the rest of a short command line).
 _TITLE_BYTES = 4096
 #: The most workers looked at: a server's tree is a few dozen processes (TP 8 with its helpers).
 _MAX_WORKERS = 256
-#: Versions read, by (host, pid, start time): a server's installed version does not change while
-#: it runs, and a server stuck without its worker is asked again every check. The oldest go first.
-_VERSIONS_KEPT = 256
-_versions: OrderedDict[tuple[HostRoot, int, float], str | None] = OrderedDict()
-_versions_lock = threading.Lock()
 
 
 def missing_engine_worker(definition: EngineDefinition, process: EngineProcess) -> str | None:
@@ -42,7 +35,9 @@ def missing_engine_worker(definition: EngineDefinition, process: EngineProcess) 
     root = process._root
     if _runs(worker, process, root):
         return None
-    version = _version(definition, process, root)
+    # read once per process (enginespec.process.versions): a server stuck without its worker is
+    # judged again every check
+    version = package_version(definition, process)
     if version is None or not _always_runs(worker, version):
         return None
     return (
@@ -63,19 +58,6 @@ def _runs(worker: EngineWorker, process: EngineProcess, root: HostRoot) -> bool:
         if title.search(first):
             return True
     return False
-
-
-def _version(definition: EngineDefinition, process: EngineProcess, root: HostRoot) -> str | None:
-    key = (root, process.pid, process.start_time)
-    with _versions_lock:
-        if key in _versions:
-            return _versions[key]
-    found = installed_version(process.pid, definition.package.distributions, root)
-    with _versions_lock:
-        _versions[key] = found
-        while len(_versions) > _VERSIONS_KEPT:
-            _versions.popitem(last=False)
-    return found
 
 
 def _always_runs(worker: EngineWorker, version: str) -> bool:

@@ -20,6 +20,7 @@ from enginespec.models.processes import cached, measured
 from enginespec.process.argv import Invocation
 from enginespec.process.containers import Container, PublishedPort
 from enginespec.process.settings import Source
+from enginespec.process.versions import running_version, shown
 
 if TYPE_CHECKING:
     from enginespec.definition.modelrecords import ModelFacts
@@ -99,15 +100,19 @@ class EngineProcess(Invocation):
     _local: bool = PrivateAttr(default=True)
     #: for an engine another host reported: the ``model_name`` that host gave (see remote).
     _reported_model_name: str | None = PrivateAttr(default=None)
+    #: for an engine another host reported: the ``engine_version`` that host gave.
+    _reported_version: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="wrap")
     @classmethod
     def _keep_reported_model_name(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        """A document of another host (an agent's, a watch's) keeps the ``model_name`` it gave:
-        the files it was read from are that host's."""
+        """A document of another host (an agent's, a watch's) keeps the ``model_name`` and
+        ``engine_version`` it gave: the files and answers they were read from are that host's."""
         made = handler(data)
         if isinstance(data, dict) and isinstance(data.get("model_name"), str):
             made._reported_model_name = data["model_name"]
+        if isinstance(data, dict):
+            made._reported_version = shown(data.get("engine_version"))
         return made
 
     @functools.cached_property
@@ -142,6 +147,18 @@ class EngineProcess(Invocation):
         if not self._local:
             return self._reported_model_name or model_name(self.model)
         return model_name(self.model, self.pid, self.engine, self._root)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def engine_version(self) -> str | None:
+        """The release of the engine this process runs, as routers ask for it: for an engine
+        installed as a Python package the version in the package's files the server loaded
+        (``0.11.0``), for a binary engine what it said of itself when a health check found it
+        ready (llama-server's ``b6520-2fbd4cde``; ``None`` until then). Nothing is run, and text
+        that does not look like a version is not shown. See :mod:`enginespec.process.versions`."""
+        if not self._local:
+            return self._reported_version
+        return running_version(self)
 
     @computed_field(alias=WIRE_INSTANCE_ID)  # type: ignore[prop-decorator]
     @property
