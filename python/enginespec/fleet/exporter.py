@@ -25,7 +25,7 @@ from enginespec.definition.registry import find_engine as definition_of_engine
 from enginespec.errors import ExporterError, FileWriteError
 from enginespec.fleet.disclosure import EVERYTHING, Viewer, withheld_facts
 from enginespec.fleet.gpuseries import gpu_label, gpu_metrics, gpu_samples, label_value
-from enginespec.fleet.latencyseries import latency_families
+from enginespec.fleet.latencyseries import SERVED_MODEL, by_model, latency_families
 from enginespec.fleet.metricsviews import MetricsViews, serve_metrics
 from enginespec.gpus.energy import CpuEnergy, CpuEnergyReader
 from enginespec.gpus.reader import GpuDevice
@@ -392,6 +392,7 @@ def _samples_of(snapshot: Snapshot, index: int, sees_all: bool, gpu_labels: dict
                 + _cpu_samples(snapshot, index, identity)
                 + _load_samples(snapshot, index, identity)
                 + _model_samples(snapshot, index, identity, sees_all)
+                + _served_model_withheld(snapshot, index, identity, hidden)
             )
 
         # a load that cannot be shown leaves the engine's own series
@@ -464,11 +465,28 @@ def _load_samples(snapshot: Snapshot, index: int, identity: list[str]) -> list[_
     ]
 
 
-def _identity(snapshot: Snapshot, viewer: Viewer, owned: list[int | None], index: int) -> list[str]:
-    """The identifying labels of engine ``index`` as ``viewer`` may see them."""
+def _identity(
+    snapshot: Snapshot, viewer: Viewer, owned: list[int | None], index: int
+) -> tuple[list[str], bool]:
+    """The identifying labels of engine ``index`` as ``viewer`` may see them, and whether it may
+    see the names of its served models (see :func:`_served_model_withheld`)."""
     process = snapshot.processes[index]
     hidden = () if viewer.sees_all_of(owned[index] if owned else None) else _withheld_labels(process)
-    return _info_labels(process, snapshot.ids[index], hidden)[: len(IDENTITY)]
+    return _info_labels(process, snapshot.ids[index], hidden)[
+        : len(IDENTITY)
+    ], "served_model_name" not in hidden
+
+
+def _served_model_withheld(
+    snapshot: Snapshot, index: int, identity: list[str], hidden: tuple[str, ...]
+) -> list[_Sample]:
+    """The latency series name served models as the engine labels them (vLLM's ``model_name``:
+    its ``served_model_name``, else its model): from a viewer the ``served_model_name`` label is
+    withheld from, the label too, and this says so."""
+    load = None if snapshot.loads is None else snapshot.loads[index]
+    if "served_model_name" not in hidden or not by_model(load):
+        return []
+    return [("enginespec_engine_withheld", [*identity, SERVED_MODEL], 1.0)]
 
 
 def _served(processes: list[EngineProcess], budget: float) -> list[ServedModels | None]:

@@ -398,10 +398,11 @@ def _counter_figure(
 @dataclass(frozen=True)
 class Cumulative:
     """One figure as the engine has counted it since it started, summed over the server's series
-    and in seconds: the histogram's cumulative buckets (``(upper bound, count)``, sorted, the last
-    ``+Inf``) and the sum of what was observed; an engine that keeps counters only (llama-server)
-    has the one ``+Inf`` bucket (its count) and its seconds. What an exporter passes on as a
-    Prometheus histogram, for ``rate()`` and ``histogram_quantile`` over any window."""
+    (or one model's: :func:`cumulative_by_model`) and in seconds: the histogram's cumulative
+    buckets (``(upper bound, count)``, sorted, the last ``+Inf``) and the sum of what was
+    observed; an engine that keeps counters only (llama-server) has the one ``+Inf`` bucket (its
+    count) and its seconds. What an exporter passes on as a Prometheus histogram, for ``rate()``
+    and ``histogram_quantile`` over any window."""
 
     buckets: Buckets
     total: float
@@ -410,6 +411,23 @@ class Cumulative:
 def cumulative(reading: LatencyReading, figure: str) -> Cumulative | None:
     """``figure`` (one of :data:`FIGURES`) of ``reading`` since the engine started; ``None`` when
     the engine reports none, the answer was not read whole, or its series are not well formed."""
+    found = _cumulative(reading, figure, None)
+    return None if found is None else found.get("")
+
+
+def cumulative_by_model(reading: LatencyReading, figure: str, rest: str) -> dict[str, Cumulative] | None:
+    """``figure`` of ``reading`` since the engine started, per model its series are labelled with
+    (the engine's ``model_label``; each name masked and cut as in :class:`ModelLatency`): the
+    first :data:`MAX_MODELS` names by name each alone, the others (and a model named ``rest``)
+    summed under ``rest``, the series without the label (or every series, for an engine that does
+    not label by model) under ``""``. Every series is in exactly one, so the parts sum to
+    :func:`cumulative`'s whole. ``None`` as for :func:`cumulative`."""
+    return _cumulative(reading, figure, rest)
+
+
+def _cumulative(reading: LatencyReading, figure: str, rest: str | None) -> dict[str, Cumulative] | None:
+    """``figure`` of ``reading`` since the engine started: its series summed per model as
+    :func:`cumulative_by_model` says, or all under ``""`` when ``rest`` is ``None``."""
     metric: LatencyMetric = getattr(reading.metrics, figure)
     scale = _UNITS[metric.unit]
     if reading.cut:
@@ -418,15 +436,26 @@ def cumulative(reading: LatencyReading, figure: str) -> Cumulative | None:
     if family is not None:
         if family not in reading.histograms:
             return None
-        buckets, total, _count, _forced = _merged(reading.histograms[family].values())
-        if total is None or not buckets:
-            return None
-        return Cumulative(tuple((bound * scale, count) for bound, count in buckets), total * scale)
+        label = None if rest is None else reading.metrics.model_label
+        named = {key: _model_of(key, label) or "" for key in reading.histograms[family]}
+        # the first MAX_MODELS by name, as latency_between shows: a server of 10,000 names costs no more
+        alone = set(sorted(set(named.values()) - {"", rest})[:MAX_MODELS]) | {""}
+        parts: dict[str, list[_Series]] = {}
+        for key, series in reading.histograms[family].items():
+            name = named[key]
+            parts.setdefault(name if name in alone or rest is None else rest, []).append(series)
+        found: dict[str, Cumulative] = {}
+        for name, members in parts.items():
+            buckets, total, _count, _forced = _merged(members)
+            if total is None or not buckets:
+                return None
+            found[name] = Cumulative(tuple((bound * scale, count) for bound, count in buckets), total * scale)
+        return found
     seconds = next((n for n in metric.seconds_total if n in reading.counters), None)
     counted = next((n for n in metric.count_total if n in reading.counters), None)
     if seconds is None or counted is None:
         return None
-    return Cumulative(((math.inf, reading.counters[counted]),), reading.counters[seconds] * scale)
+    return {"": Cumulative(((math.inf, reading.counters[counted]),), reading.counters[seconds] * scale)}
 
 
 def latency_between(before: LatencyReading, after: LatencyReading) -> Latency | None:
