@@ -84,10 +84,17 @@ class EngineLoad(BaseModel):
     #: request latency over the window since the previous reading (``None`` after one reading,
     #: or for an engine that reports none): see :mod:`enginespec.health.latency`.
     latency: Latency | None = None
+    #: the GPU energy attributed to the engine's tree over the window since the previous reading
+    #: (the growth of its GPUs' ``GpuUse.energy_joules``, as the records read carried them) per
+    #: token it generated in that window, joules. ``None`` after one reading, when a GPU the tree
+    #: holds has no energy figure (or it holds none), or when no token was generated.
+    joules_per_token: float | None = None
     #: the engine's other progress counters, summed (TGI's decode steps).
     _progress: float | None = PrivateAttr(default=None)
     #: this reading's latency metrics, for the next reading's window.
     _latency: LatencyReading | None = PrivateAttr(default=None)
+    #: the GPU energy attributed to the tree when read (see ``tree_energy``), for the next window.
+    _energy: float | None = PrivateAttr(default=None)
     #: whether a counter moved since the previous reading (``None``: not known).
     _moved: bool | None = PrivateAttr(default=None)
 
@@ -150,6 +157,29 @@ def tree_cpu_seconds(process: EngineProcess) -> float | None:
         elif index == 0:
             return None
     return total
+
+
+def tree_energy(process: EngineProcess) -> float | None:
+    """The GPU energy attributed to ``process``'s tree while its reader watched (joules, summed
+    over the GPUs it holds), ``None`` unless every one of them has a figure."""
+    figures = [use.energy_joules for use in process.gpus]
+    if not figures or any(figure is None for figure in figures):
+        return None
+    total = math.fsum(figure for figure in figures if figure is not None)
+    return total if math.isfinite(total) else None
+
+
+def _joules_per_token(before: EngineLoad, after: EngineLoad) -> float | None:
+    """The energy growth over the tokens generated between two readings (see the field)."""
+    counted = (before._energy, after._energy, before.generated_tokens_total, after.generated_tokens_total)
+    if counted[0] is None or counted[1] is None or counted[2] is None or counted[3] is None:
+        return None
+    joules, tokens = counted[1] - counted[0], counted[3] - counted[2]
+    # a counter that went back is a restart (of the engine's counting, or of the GPU reader's)
+    if tokens <= 0 or joules < 0:
+        return None
+    ratio = joules / tokens
+    return ratio if math.isfinite(ratio) else None
 
 
 def _wanted(metrics: LoadMetrics) -> tuple[str, ...]:
@@ -396,6 +426,7 @@ async def _read(
     )
     load = empty.model_copy(update={**update, "reason": reason})
     load._progress = progress
+    load._energy = tree_energy(process) if process is not None else None
     if latency.declared(metrics.latency):
         counters = {name: found[name] for name in latency.counter_names(metrics.latency) if name in found}
         load._latency = latency.reading(
@@ -447,11 +478,18 @@ def _with_history(load: EngineLoad, previous: EngineLoad | None) -> EngineLoad:
     window = None
     if before is not None and before._latency is not None and load._latency is not None:
         window = latency.latency_between(before._latency, load._latency)
-    result = load.model_copy(
-        update={"tokens_per_second": rate, "progress_at": progress_at, "stalled": stalled, "latency": window}
-    )
+    per_token = _joules_per_token(before, load) if before is not None else None
+    update = {
+        "tokens_per_second": rate,
+        "progress_at": progress_at,
+        "stalled": stalled,
+        "latency": window,
+        "joules_per_token": per_token,
+    }
+    result = load.model_copy(update=update)
     result._progress = load._progress
     result._latency = load._latency
+    result._energy = load._energy
     result._moved = moved
     return result
 
