@@ -129,4 +129,5 @@ def test_another_user_is_not_shown_what_roots_engine_serves(procs: Procs, shared
         (mine,) = [d for d in json.loads(listed.split("\r\n\r\n", 1)[1]) if d["pid"] == pid]
         assert mine["models"] is None
         assert "models" in mine["withheld"]
-        assert "qwen" not in listed
+        # of this engine's document: other engines on a busy host (a test run beside) may serve a qwen
+        assert "qwen" not in json.dumps(mine)
