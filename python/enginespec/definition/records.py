@@ -206,24 +206,19 @@ class EngineWorker(_Record):
         return value
 
 
-class HealthRule(_Record):
-    """One kind of answer of the health endpoint, and what it means for the engine.
-
-    A rule matches an answer of HTTP ``status`` (any body), narrowed by a body test when it has
-    one: with ``field``, the body is a JSON object whose member ``field`` is a string equal to
-    ``equals`` or holding ``contains``; without it, the body with surrounding whitespace removed
-    is ``equals``, or the body holds ``contains`` (bytes, as UTF-8). The first rule of
-    ``Serving.health_rules`` that matches gives ``(state, reason)``."""
+class AnswerTest(_Record):
+    """A test of one HTTP answer: of status ``status`` (any body), narrowed by a body test when it
+    has one: with ``field``, the body is a JSON object whose member ``field`` is a string equal to
+    ``equals`` or holding ``contains``; without it, the body with surrounding whitespace removed is
+    ``equals``, or the body holds ``contains`` (bytes, as UTF-8)."""
 
     status: int = Field(ge=100, le=599)
     field: str | None = Field(default=None, min_length=1)
     equals: str | None = None
     contains: str | None = Field(default=None, min_length=1)
-    state: HealthState
-    reason: str = ""
 
     @model_validator(mode="after")
-    def _one_test(self) -> HealthRule:
+    def _one_test(self) -> AnswerTest:
         if self.equals is not None and self.contains is not None:
             raise ValueError(
                 f"equals and contains: a rule tests the body one way ({self.equals!r} or {self.contains!r})"
@@ -243,6 +238,22 @@ class HealthRule(_Record):
         if self.equals is not None:
             return answer.body.strip() == self.equals.encode()
         return self.contains is None or self.contains.encode() in answer.body
+
+
+class HealthRule(AnswerTest):
+    """One kind of answer of the health endpoint (see :class:`AnswerTest`), and what it means for
+    the engine. The first rule of ``Serving.health_rules`` that matches gives ``(state, reason)``."""
+
+    state: HealthState
+    reason: str = ""
+
+
+class IdentityProbe(AnswerTest):
+    """A request that only this engine answers so (see :class:`AnswerTest`): what tells it from
+    another engine on the same port (LM Studio and mistral.rs both default to 1234; llama-server,
+    LocalAI and RamaLama to 8080), asked at ``path`` with GET."""
+
+    path: str = Field(pattern=r"^/")
 
 
 class HealthAnswer:
@@ -293,6 +304,9 @@ class Serving(_Record):
     #: installed as a Python package needs none: its version is read from the package's files.
     version_path: str | None = Field(default=None, pattern=r"^/")
     version_key: str = Field(default="version", min_length=1)
+    #: what tells this engine's server from another engine's on the same port (its own route and
+    #: answer), for an address no process of this host explains: see enginespec.health.identity.
+    identity: IdentityProbe | None = None
     #: the health path of a process with role ``runner``, when it differs (Ollama's runners).
     runner_health_path: str | None = Field(default=None, pattern=r"^/")
     #: flag carrying the server's API key (used by health checks, never shown).
