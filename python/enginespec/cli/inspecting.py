@@ -94,6 +94,21 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     health.add_argument("--json", action="store_true", help="print the Health as JSON")
     health.set_defaults(handler=_cmd_health)
 
+    identify = command(
+        "identify",
+        "which engine answers at a URL no scan of this host explains",
+        "Sends each engine's identity probe (a request only that engine answers so) to URL at once "
+        "and prints the engine whose probe matched; exits 0 when exactly one did, 1 when none or "
+        "several did (or nothing answered), 2 on bad input. A port alone says nothing: engines "
+        "share defaults (1234, 8000, 8080).",
+        "enginespec identify http://10.0.0.5:8080",
+        "enginespec identify --json http://127.0.0.1:1234",
+    )
+    identify.add_argument("url", metavar="URL", help="the server's base URL")
+    identify.add_argument("--timeout", type=duration, default=2.0, help="deadline of each probe")
+    identify.add_argument("--json", action="store_true", help="print the Identification as JSON")
+    identify.set_defaults(handler=_cmd_identify)
+
     gpus = command(
         "gpus",
         "which engine holds which GPU, and how much of it",
@@ -358,6 +373,22 @@ def _cmd_health(args: argparse.Namespace) -> int:
         reason = f": {health.reason}" if health.reason else ""
         out([literal(f"{health.engine} {health.base_url or '-'} {health.state}{reason}{latency}")])
     return 0 if health.ready else 1
+
+
+def _cmd_identify(args: argparse.Namespace) -> int:
+    from enginespec.errors import InvalidInputError
+    from enginespec.health.identity import identify
+
+    try:
+        found = identify(args.url, timeout=args.timeout)
+    except InvalidInputError as err:
+        fail("identify", err)
+        return 2
+    if args.json:
+        out([json_text(found)])
+    else:
+        out([literal(f"{found.url} {found.engine or '-'}{f': {found.reason}' if found.reason else ''}")])
+    return 0 if found.engine is not None else 1
 
 
 # ------------------------------------------------------------------------------ gpus and load

@@ -11,7 +11,15 @@ import os
 import re
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import ControlRequest, Flags, Launch, ModelControl, ModelList, Serving
+from enginespec.definition.records import (
+    ControlRequest,
+    Flags,
+    IdentityProbe,
+    Launch,
+    ModelControl,
+    ModelList,
+    Serving,
+)
 from enginespec.definition.signature import Evidence, LaunchForm, Signature
 from enginespec.healthrecord import HealthState
 from enginespec.spec import EngineSpec
@@ -160,7 +168,10 @@ SPEC = KoboldCppSpec(
     # Its health answer, {"result": "KoboldCpp", "version": KcppVersion, ...} (v1.116.1), is
     # also where it says its release.
     serving=Serving(
-        health_path="/api/extra/version", version_path="/api/extra/version", api_key_flag="--password"
+        health_path="/api/extra/version",
+        version_path="/api/extra/version",
+        identity=IdentityProbe(path="/api/extra/version", status=200, field="result", equals="KoboldCpp"),
+        api_key_flag="--password",
     ),
     # What it serves (v1.116.1): GET /api/v1/model -> {"result": NAME} (line 6077), NAME
     # `koboldcpp/STEM` of its model file (line 11453), "inactive" with none (line 88), and

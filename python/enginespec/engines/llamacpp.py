@@ -19,6 +19,7 @@ from enginespec.definition.records import (
     ControlRequest,
     Flags,
     HealthRule,
+    IdentityProbe,
     LatencyMetric,
     LatencyMetrics,
     Launch,
@@ -223,6 +224,8 @@ SPEC = LlamaCppSpec(
         # tools/server/server-context.cpp, the props handler; server.cpp before): the release, asked once.
         version_path="/props",
         version_key="build_info",
+        # the same answer: only llama-server (and its forks) says its build there
+        identity=IdentityProbe(path="/props", status=200, contains='"build_info"'),
         api_key_flag="--api-key",
         api_key_env=("LLAMA_API_KEY",),
         # A --host ending in `.sock` is a unix socket (llama.cpp 0c1e57098, tools/server/server-http.cpp).

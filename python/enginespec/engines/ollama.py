@@ -14,6 +14,7 @@ from enginespec.definition.modelrecords import Files
 from enginespec.definition.records import (
     ControlRequest,
     HealthRule,
+    IdentityProbe,
     Launch,
     LoadMetrics,
     ModelControl,
@@ -161,6 +162,8 @@ SPEC = OllamaSpec(
         health_path="/",
         # GET /api/version answers {"version": "0.32.15"} (server/routes.go, v0.32.15).
         version_path="/api/version",
+        # GET / answers the text "Ollama is running" (server/routes.go, v0.32.15)
+        identity=IdentityProbe(path="/", status=200, equals="Ollama is running"),
         runner_health_path="/health",
         loaded_models_path="/api/ps",
         # A runner is started by `ollama serve` (its parent, named ollama).

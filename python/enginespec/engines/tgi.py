@@ -13,6 +13,7 @@ from enginespec.definition.records import (
     ExtraPort,
     Flags,
     HealthRule,
+    IdentityProbe,
     LatencyMetric,
     LatencyMetrics,
     Launch,
@@ -170,6 +171,8 @@ SPEC = EngineSpec(
         # GET /info answers the router's Info, its crate version under "version" (router/src/lib.rs
         # struct Info, v3.3.7).
         version_path="/info",
+        # Info's "router" is the router crate's name (env!("CARGO_PKG_NAME"), router/src/lib.rs)
+        identity=IdentityProbe(path="/info", status=200, field="router", equals="text-generation-router"),
         api_key_flag="--api-key",
         api_key_env=("API_KEY",),
         # The router, which serves HTTP, starts only after every shard reported ready ("All shard
