@@ -13,6 +13,8 @@ import pytest
 
 import enginespec.gpus.nvml as nvml_module
 from enginespec import EngineProcess, GpuUse, gpu_ledger
+from enginespec.fleet.agent_views import _Served
+from enginespec.fleet.documentschema import EngineDocument
 from enginespec.gpus.energy import CpuEnergy, CpuEnergyReader, counter_delta, cpu_packages
 from enginespec.gpus.reader import GpuReader
 from enginespec.scanning.watch import changed_fields
@@ -530,6 +532,20 @@ def test_the_exporter_series_of_power_and_energy(
     assert series["enginespec_engine_cpu_power_watts"] == {cpu(a): 7.5}
     assert series["enginespec_engine_cpu_energy_joules_total"] == {cpu(a): 75.0}
     assert series["enginespec_gpu_memory_used_bytes"] == {(("gpu", "0"),): 70 * GIB}
+    # the agent's /v1/engines: each engine's share of the CPU packages beside its GPUs' energy, in
+    # the published document schema
+    served = _Served(collector.snapshot)
+    first, second = (json.loads(piece) for piece in served.pieces)
+    assert first["cpu_energy"] == {
+        "power_watts": 7.5,
+        "energy_joules": 75.0,
+        "rule": "cpu_time",
+        "problem": None,
+    }
+    assert second["cpu_energy"]["energy_joules"] is None
+    assert first["gpus"][0]["energy_joules"] == pytest.approx(250.0)
+    for document in (first, second):
+        EngineDocument.model_validate(document)
 
 
 # -- the CPU packages' energy by CPU time --------------------------------------------------------

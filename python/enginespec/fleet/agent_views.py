@@ -15,6 +15,7 @@ from typing import Any
 
 from enginespec.fleet.disclosure import Viewer, owners, public_document
 from enginespec.fleet.exporter import EngineCollector, Snapshot
+from enginespec.gpus.energy import CpuEnergy
 from enginespec.health.load import EngineLoad
 from enginespec.health.servedmodels import ServedModels
 from enginespec.healthrecord import Health
@@ -125,9 +126,12 @@ class _Served:
         healths: list[Health | None] = [*snapshot.healths] if snapshot.healths else [None] * count
         loads: list[EngineLoad | None] = [*snapshot.loads] if snapshot.loads else [None] * count
         models: list[ServedModels | None] = [*snapshot.models] if snapshot.models else [None] * count
+        energy: list[CpuEnergy | None] = [*snapshot.cpu_energy] if snapshot.cpu_energy else [None] * count
         documents = [
-            engine_document(p, h, load, served)
-            for p, h, load, served in zip(snapshot.processes, healths, loads, models, strict=True)
+            engine_document(p, h, load, served, cpu)
+            for p, h, load, served, cpu in zip(
+                snapshot.processes, healths, loads, models, energy, strict=True
+            )
         ]
         cut = [bounded(document, ENGINE_DOCUMENT_BYTES) for document in documents]
         if sum(len(_text(document)) + 2 for document in cut) > MAX_ENGINES_BYTES:

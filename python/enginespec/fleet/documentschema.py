@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from enginespec.gpus.energy import CpuEnergy
 from enginespec.health.load import EngineLoad
 from enginespec.health.servedmodels import ServedModels
 from enginespec.healthrecord import Health
@@ -32,6 +33,7 @@ class EngineDocument(EngineProcess):
     health: Health | None = None
     load: EngineLoad | None = None
     models: ServedModels | None = None
+    cpu_energy: CpuEnergy | None = None
 
 
 def engine_document_schema() -> dict[str, Any]:

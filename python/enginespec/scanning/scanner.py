@@ -368,11 +368,16 @@ def engine_document(
     health: BaseModel | None = None,
     load: BaseModel | None = None,
     models: BaseModel | None = None,
+    cpu_energy: BaseModel | None = None,
 ) -> dict[str, Any]:
     """The JSON object of an engine, as ``ps --json`` and the agent's ``/v1/engines`` give it:
     the :class:`EngineProcess`, with its ``health`` (a :class:`Health`), ``load`` (an
-    :class:`EngineLoad`) and ``models`` (what it serves now, a ``ServedModels``) when they were read."""
+    :class:`EngineLoad`), ``models`` (what it serves now, a ``ServedModels``) and ``cpu_energy``
+    (its share of the CPU packages' energy, a ``CpuEnergy``: a loop's, which has read twice) when
+    they were read."""
     document = process.model_dump(mode="json")
+    if cpu_energy is not None:
+        document["cpu_energy"] = cpu_energy.model_dump(mode="json")
     if health is not None:
         document["health"] = health.model_dump(mode="json")
     if load is not None:
