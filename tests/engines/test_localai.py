@@ -1,0 +1,325 @@
+"""LocalAI (issue 41): `local-ai [run] [MODELS...]` recognised from argv (the 2026 corpus's
+records, real command lines from LocalAI's docs, look-alikes and its CLI's other commands); the
+workers as followers; the gRPC backends it starts as its runners, found in a real process tree;
+its secrets masked; its /readyz states, version, models and API key over a real HTTP server
+answering as LocalAI v4.9.0 does, hostile answers. Both backends."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from enginespec import EngineProcess, Scanner, served_models
+from enginespec.engines import get_engine_spec
+from enginespec.health.checks import check_health
+from helpers.facts import argv_facts
+from helpers.fakeserver import Answer, FakeEngine, bound_socket, models, serving
+from helpers.procs import Procs, children_of, wait_for
+
+CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
+SEP, ARG = "\x1e", "\x1f"
+#: core/http/routes/health.go: /readyz while the startup preload runs
+STARTING = b'{"reason":"startup preload in progress","status":"starting"}'
+
+
+def _corpus() -> list[dict[str, Any]]:
+    records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+    return [r for r in records if r["engine"] in ("localai", None)]
+
+
+#: The corpus says `worker` for a distributed-mode worker; in enginespec a launch form's process
+#: that serves no HTTP API is a `follower` (a `worker` is a retitled child, an `orphan` without its
+#: server): `local-ai worker` serves gRPC backends to a frontend, no OpenAI API.
+_ROLE_NAMES = {"worker": "follower"}
+
+
+@pytest.mark.parametrize("record", _corpus(), ids=lambda r: " ".join(r["argv"])[:70])
+def test_corpus_records(record: dict[str, Any]) -> None:
+    if record["engine"] is None:
+        assert (
+            argv_facts(record["argv"], first_name=True) in (None,)
+            or (argv_facts(record["argv"], first_name=True) or ("",))[0] != "localai"
+        )
+        return
+    role = _ROLE_NAMES.get(record["role"], record["role"])
+    expected = (
+        "localai",
+        record["model"],
+        record["served_model_name"],
+        record["host"],
+        record["port"],
+        role,
+    )
+    assert argv_facts(record["argv"], first_name=True) == expected
+
+
+FORMS: list[tuple[list[str], tuple[Any, ...] | None]] = [
+    # README.md / docs quickstart (mudler/LocalAI 82c191af): `local-ai run MODEL`, URLs too
+    (["local-ai", "run", "llama-3.2-1b-instruct:q4_k_m"], ("llama-3.2-1b-instruct:q4_k_m", None, None)),
+    (
+        ["local-ai", "run", "huggingface://TheBloke/phi-2-GGUF/phi-2.Q8_0.gguf"],
+        ("huggingface://TheBloke/phi-2-GGUF/phi-2.Q8_0.gguf", None, None),
+    ),
+    (["local-ai", "run", "ollama://gemma:2b"], ("ollama://gemma:2b", None, None)),
+    (
+        ["local-ai", "run", "https://gist.githubusercontent.com/.../phi-2.yaml"],
+        ("https://gist.githubusercontent.com/.../phi-2.yaml", None, None),
+    ),
+    # several models: each is installed and loaded; the first is the model
+    (["local-ai", "run", "phi-2", "bert-embeddings"], ("phi-2", None, None)),
+    # `run` is the default command (kong `default:"withargs"`): the image's `./local-ai "$@"`
+    (["/local-ai"], (None, None, None)),
+    (["./local-ai", "phi-2"], ("phi-2", None, None)),
+    (["local-ai", "--models-path", "/models", "--address", "0.0.0.0:9090"], (None, "0.0.0.0", 9090)),
+    (["local-ai", "run", "--address", ":8081", "--threads", "4", "phi-2"], ("phi-2", None, 8081)),
+    (["local-ai", "run", "--address=127.0.0.1:8082", "--f16", "phi-2"], ("phi-2", "127.0.0.1", 8082)),
+    (["local-ai", "run", "--p2p", "--debug", "--cors", "phi-2"], ("phi-2", None, None)),
+    (["local-ai", "run", "-t", "8", "--context-size", "4096", "m"], ("m", None, None)),
+    (["local-ai", "--log-level", "debug"], (None, None, None)),
+    # not servers: its other commands, help and version, and look-alikes
+    (["local-ai", "models", "list"], None),
+    (["local-ai", "models", "install", "hermes-2-pro-mistral"], None),
+    (["local-ai", "backends", "install", "llama-cpp"], None),
+    (["local-ai", "tts", "--model", "voice-en-us-amy-low", "hello"], None),
+    (["local-ai", "transcript", "--model", "whisper-1", "a.wav"], None),
+    (["local-ai", "util", "gguf-info", "m.gguf"], None),
+    (["local-ai", "chat"], None),
+    (["local-ai", "explorer"], None),
+    (["local-ai", "completion", "bash"], None),
+    (["local-ai", "agent-worker", "--nats-url", "nats://nats:4222"], None),
+    (["local-ai", "federated", "--address", ":8080"], None),
+    (["local-ai", "--help"], None),
+    (["local-ai", "run", "--help"], None),
+    (["local-ai", "--version"], None),
+    (["local-ai", "--debug", "models", "list"], None),
+    (["local-ai-launcher"], None),
+    (["tail", "-f", "local-ai.log"], None),
+    (["vim", "local-ai"], None),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "facts"), FORMS, ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else ""
+)
+def test_launch_forms(argv: list[str], facts: tuple[Any, ...] | None) -> None:
+    found = argv_facts(argv)
+    if facts is None:
+        assert found is None or found[0] != "localai"
+        return
+    assert found == ("localai", facts[0], (), facts[1], facts[2], "server")
+
+
+WORKERS = [
+    # LocalAI's distributed-mode docs page (mudler/LocalAI 82c191af)
+    ["local-ai", "worker", "--register-to", "http://frontend:8080", "--nats-url", "nats://nats:4222"],
+    ["local-ai", "worker", "--addr", "0.0.0.0:50051"],
+    # v2/v3 docs: `local-ai worker p2p-llama-cpp-rpc`, `local-ai worker llama-cpp-rpc`
+    ["local-ai", "worker", "p2p-llama-cpp-rpc", "--llama-cpp-args=-m 4096"],
+    ["local-ai", "worker", "llama-cpp-rpc", "--llama-cpp-args=-H 0.0.0.0 -p 50052"],
+    ["local-ai", "p2p-worker", "p2p-llama-cpp-rpc"],
+    ["local-ai", "p2p-worker", "mlx-distributed", "--hostfile", "h.json", "--rank", "1"],
+]
+
+
+@pytest.mark.parametrize("argv", WORKERS, ids=lambda a: " ".join(a)[:60])
+def test_workers_are_followers(argv: list[str]) -> None:
+    assert argv_facts(argv) == ("localai", None, (), None, None, "follower")
+    assert argv_facts([*argv, "--help"]) is None
+
+
+RUNNERS = [
+    # backend/cpp/llama-cpp/run.sh: exec "$CURDIR"/$BINARY "$@", with `--addr 127.0.0.1:N`
+    (["/backends/cpu-llama-cpp/llama-cpp-cpu-all", "--addr", "127.0.0.1:37001"], 37001),
+    (["/backends/cuda12-llama-cpp/llama-cpp-fallback", "--addr", "127.0.0.1:37002"], 37002),
+    (["/build/backend-assets/grpc/llama-cpp-avx2", "--addr", "127.0.0.1:37003"], 37003),
+    # ... or through its own loader: exec "$CURDIR"/lib/ld.so "$CURDIR"/$BINARY "$@"
+    (["/backends/x/lib/ld.so", "/backends/x/llama-cpp-grpc", "--addr", "127.0.0.1:37004"], 37004),
+]
+
+
+@pytest.mark.parametrize(("argv", "port"), RUNNERS, ids=lambda v: str(v)[:60])
+def test_backend_runners(argv: list[str], port: int) -> None:
+    assert argv_facts(argv) == ("localai", None, (), "127.0.0.1", port, "runner")
+
+
+def test_a_llama_cpp_named_program_without_addr_is_none() -> None:
+    assert argv_facts(["/usr/bin/llama-cpp-python", "--port", "8000"]) is None
+    assert argv_facts(["/opt/llama-cpp-tools", "convert", "x"]) is None
+
+
+def test_secrets_are_secret_flags() -> None:
+    flags = get_engine_spec("localai").signature.secret_flags
+    assert {"--api-keys", "--registration-token", "--p2p-token"} <= flags
+
+
+def _descendants(pid: int) -> set[int]:
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children_of(todo.pop()):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def test_server_runners_and_masked_keys_in_a_real_tree(procs: Procs, tmp_path: Path) -> None:
+    """`local-ai run` started two backends (llama.cpp's binary, a Python backend.py next to its
+    gRPC stubs): both are its runners; its API keys never show."""
+    backend = tmp_path / "backends" / "vllm"
+    backend.mkdir(parents=True)
+    for name in ("backend.py", "backend_pb2.py", "backend_pb2_grpc.py", "run.sh"):
+        (backend / name).write_text("")
+    runners = [
+        ["/srv/backends/cpu-llama-cpp/llama-cpp-cpu-all", "--addr", "127.0.0.1:37011"],
+        [str(backend / "venv/bin/python"), str(backend / "backend.py"), "--addr", "127.0.0.1:37012"],
+    ]
+    server = procs.start(
+        ["/usr/bin/local-ai", "run", "--api-keys", "sk-very-secret,sk-other", "phi-2"],
+        HELPER_SPAWN=SEP.join(ARG.join(r) for r in runners),
+        LOCALAI_ADDRESS="127.0.0.1:9311",
+    )
+    wanted = {tuple(r) for r in runners}
+    wait_for(lambda: {tuple(_cmdline(c)) for c in _descendants(server.pid)} == wanted, timeout=20)
+    found = {p.pid: p for p in Scanner(listen_ports=False).scan()}
+    top = found[server.pid]
+    assert (top.engine, top.role, top.model, top.supervisor) == ("localai", "server", "phi-2", None)
+    assert (top.host, top.port) == ("127.0.0.1", 9311)
+    assert top.sources["port"] == "environment"
+    shown = top.model_dump_json() + repr(top)
+    assert "sk-very-secret" not in shown
+    assert "sk-other" not in shown
+    children = [found[c] for c in _descendants(server.pid) if c in found]
+    assert sorted((c.engine, c.role, c.supervisor, c.port) for c in children) == [
+        ("localai", "runner", "localai", 37011),
+        ("localai", "runner", "localai", 37012),
+    ]
+
+
+def test_python_backend_needs_its_stubs(procs: Procs, tmp_path: Path) -> None:
+    """A `backend.py --addr` with no LocalAI gRPC stubs beside it is some other program."""
+    (tmp_path / "backend.py").write_text("")
+    proc = procs.start(["python3", str(tmp_path / "backend.py"), "--addr", "127.0.0.1:37013"])
+    wait_for(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes().count(b"\0") >= 3)
+    assert proc.pid not in {p.pid for p in Scanner(listen_ports=False).scan()}
+
+
+def test_worker_token_is_masked(procs: Procs) -> None:
+    proc = procs.start(
+        [
+            "/usr/bin/local-ai",
+            "worker",
+            "--register-to",
+            "http://frontend:8080",
+            "--registration-token",
+            "tok-hush",
+        ]
+    )
+    wait_for(lambda: any(p.pid == proc.pid for p in Scanner(listen_ports=False).scan()), timeout=20)
+    (found,) = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
+    assert (found.engine, found.role) == ("localai", "follower")
+    assert "tok-hush" not in found.model_dump_json() + repr(found)
+    assert check_health(found).state == "not_serving"
+
+
+# -- over HTTP -----------------------------------------------------------------------------------
+
+
+@contextmanager
+def _localai(
+    procs: Procs, routes: dict[str, list[Answer]], *extra: str
+) -> Iterator[tuple[EngineProcess, FakeEngine]]:
+    sock = bound_socket()
+    port = sock.getsockname()[1]
+    with serving(routes, sock=sock) as server:
+        proc = procs.start(
+            ["/usr/bin/local-ai", "run", "--address", f"127.0.0.1:{port}", *extra, "phi-2"],
+            pass_fds=(sock.fileno(),),
+        )
+
+        def scanned() -> EngineProcess | None:
+            return next((p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid), None)
+
+        wait_for(lambda: scanned() is not None, timeout=20)
+        process = scanned()
+        assert process is not None
+        assert process.port == port
+        yield process, server
+
+
+def test_readyz_starting_then_ready(procs: Procs) -> None:
+    routes = {"/readyz": [Answer(503, STARTING), Answer(200, b"", content_type="text/plain")]}
+    with _localai(procs, routes) as (process, server):
+        first = check_health(process)
+        assert first.state == "loading", first
+        second = check_health(process)
+        assert second.state == "ready", second
+        # /readyz is public: no key is needed, and the health check sends none
+        assert all("Authorization" not in h for _m, p, h in server.script.seen if p == "/readyz")
+
+
+def test_identity_probe_answer() -> None:
+    """LocalAI's discovery document (trimmed, as core/http/routes/localai.go builds it) passes
+    the identity probe; llama-server's 404 and a look-alike 200 do not."""
+    from enginespec.definition.records import HealthAnswer
+
+    probe = get_engine_spec("localai").serving.identity
+    assert probe is not None
+    assert probe.path == "/.well-known/localai.json"
+    body = json.dumps(
+        {
+            "version": "v4.9.0 (f7ad3f70)",
+            "endpoints": {"models": "/v1/models"},
+            "endpoint_groups": {"monitoring": {"backend_monitor": "/backend/monitor"}},
+        }
+    ).encode()
+    assert probe.matches(HealthAnswer(200, body))
+    assert not probe.matches(HealthAnswer(404, b'{"error":{"code":404,"message":"File Not Found"}}'))
+    assert not probe.matches(HealthAnswer(200, b'{"endpoints": {"models": "/v1/models"}}'))
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        Answer(200, b"<html>llama.cpp</html>", content_type="text/html"),
+        Answer(200, b"[" * 100_000),
+        Answer(200, b'{"status": 5}'),
+        Answer(503, b"not json"),
+        Answer(503, b'{"status": ["starting"]}'),
+        Answer(200, b"x" * 3_000_000, content_type="text/plain"),
+    ],
+    ids=["html", "deep", "wrong-type", "not-json", "list", "huge"],
+)
+def test_hostile_readyz_answers_are_said(procs: Procs, answer: Answer) -> None:
+    with _localai(procs, {"/readyz": [answer]}) as (process, _server):
+        health = check_health(process)
+    assert health.state in ("unknown", "unhealthy"), health
+
+
+def test_models_with_the_api_key(procs: Procs) -> None:
+    routes = {"/readyz": [Answer(200, b"")], "/v1/models": [models("phi-2", "bert-embeddings")]}
+    with _localai(procs, routes, "--api-keys", "sk-key-1") as (process, server):
+        found = served_models(process)
+        assert [m.name for m in found.models] == ["phi-2", "bert-embeddings"], found
+        sent = [h.get("Authorization") for _m, p, h in server.script.seen if p == "/v1/models"]
+    assert sent
+    assert all(s == "Bearer sk-key-1" for s in sent), server.script.seen
+    assert "sk-key-1" not in found.model_dump_json()
+
+
+def test_hostile_models_answers(procs: Procs) -> None:
+    routes = {"/readyz": [Answer(200, b"")], "/v1/models": [Answer(200, b'{"data": [{"id": 7}]}')]}
+    with _localai(procs, routes) as (process, _server):
+        found = served_models(process)
+    assert not found.models
