@@ -14,6 +14,7 @@ import enginespec.engines.llamacpp_python as llamacpp_python
 import enginespec.engines.llamafile as llamafile
 import enginespec.engines.lmdeploy as lmdeploy
 import enginespec.engines.localai as localai
+import enginespec.engines.mistralrs as mistralrs
 import enginespec.engines.mlx as mlx
 import enginespec.engines.mlx_vlm as mlx_vlm
 import enginespec.engines.ollama as ollama
@@ -43,6 +44,7 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     koboldcpp.SPEC,
     tabbyapi.SPEC,
     localai.SPEC,
+    mistralrs.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
