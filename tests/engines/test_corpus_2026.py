@@ -69,6 +69,8 @@ def test_record(record: dict[str, Any]) -> None:
         assert facts is None
         return
     assert facts is not None
-    role = "server" if record["role"] == "runner" else record["role"]  # a runner's role is its parent's word
+    # A runner's role is its parent's word, not its argv's. The corpus's `worker` (joins a cluster,
+    # serves no API) is enginespec's `follower`: its `worker` is a server's retitled child.
+    role = {"runner": "server", "worker": "follower"}.get(record["role"], record["role"])
     expected = (_engine(record), record["model"], record["served_model_name"], *_address(record), role)
     assert facts == expected
