@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from enginespec import EngineProcess, Scanner, served_models
+from enginespec import EngineProcess, Scanner, check_load, served_models
 from enginespec.engines import get_engine_spec
 from enginespec.health.checks import check_health
 from helpers.facts import argv_facts
@@ -205,6 +205,16 @@ def test_server_runners_and_masked_keys_in_a_real_tree(procs: Procs, tmp_path: P
         ("localai", "runner", "localai", 37011),
         ("localai", "runner", "localai", 37012),
     ]
+    # they speak gRPC to the server alone: no health, load or models request is sent them
+    for child in children:
+        health = check_health(child)
+        assert health.state == "not_serving"
+        assert health.reason == "a runner of localai speaks only to its supervisor, not HTTP: not checked"
+        assert (
+            check_load(child).reason
+            == "a runner of localai speaks only to its supervisor, not HTTP: not read"
+        )
+        assert served_models(child).available is False
 
 
 def test_python_backend_needs_its_stubs(procs: Procs, tmp_path: Path) -> None:

@@ -309,6 +309,10 @@ class Serving(_Record):
     identity: IdentityProbe | None = None
     #: the health path of a process with role ``runner``, when it differs (Ollama's runners).
     runner_health_path: str | None = Field(default=None, pattern=r"^/")
+    #: whether this engine's runners serve HTTP: Ollama's are llama-servers (``True``); LocalAI's
+    #: gRPC backends speak to their supervisor alone (``False``: they are asked nothing, as a
+    #: follower is not).
+    runners_serve_http: bool = True
     #: flag carrying the server's API key (used by health checks, never shown).
     api_key_flag: str | None = None
     #: environment variables the engine reads its API key from.

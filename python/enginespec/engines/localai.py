@@ -211,8 +211,10 @@ SPEC = EngineSpec(
         # kong splits a []string flag's value on ",": `--api-keys a,b` (or LOCALAI_API_KEY=a,b).
         api_key_flag="--api-keys",
         api_key_env=("LOCALAI_API_KEY", "API_KEY"),
-        # The backends are started by the `local-ai` server (or a `local-ai worker`).
+        # The backends are started by the `local-ai` server (or a `local-ai worker`), and speak
+        # gRPC to it alone (backend/backend.proto): asked nothing over HTTP.
         supervisors={"local-ai": "localai"},
+        runners_serve_http=False,
     ),
     settings=Settings(
         environment={"LOCALAI_ADDRESS": "address", "ADDRESS": "address"},

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import enginespec.process.sockets as sockets
 from enginespec._host.root import HOST_ROOT
-from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
 from enginespec.errors import EngineExited, NotReady
 from enginespec.health.engineworker import missing_engine_worker
 from enginespec.health.reaching import (
@@ -31,6 +30,7 @@ from enginespec.health.reaching import (
     blocking,
     endpoint_of,
     engine_tree,
+    not_serving,
     ownership_problem,
     target_of,
     transport,
@@ -160,8 +160,8 @@ def needs_no_request(process: EngineProcess, base_url: str | None) -> tuple[Heal
     """The state and reason of an engine that is asked nothing (a follower, worker or orphan
     serves no HTTP API; an engine with no usable address cannot be asked), from its record
     alone: such an engine is never "not checked in time"."""
-    if process.role in NOT_SERVING_ROLES:
-        return "not_serving", f"{NOT_SERVING_REASONS[process.role]}: not checked"
+    if (why := not_serving(process)) is not None:
+        return "not_serving", f"{why}: not checked"
     if base_url is None:
         return "unknown", f"no usable listen address: {'; '.join(process.problems)}"
     return None

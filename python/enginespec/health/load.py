@@ -27,7 +27,6 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr
 import enginespec.health.latency as latency
 import enginespec.health.reaching as reaching
 from enginespec.definition.records import EngineDefinition, LoadMetrics
-from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
 from enginespec.errors import InvalidInputError, warn_renamed
 from enginespec.health.latency import Latency, LatencyReading
 from enginespec.process.liveness import process_alive
@@ -379,8 +378,8 @@ async def _read(
 
     if process is not None and not process_alive(process):
         return unread("process is gone")
-    if process is not None and process.role in NOT_SERVING_ROLES:
-        return unread(f"{NOT_SERVING_REASONS[process.role]}: not read")
+    if process is not None and (why := reaching.not_serving(process)) is not None:
+        return unread(f"{why}: not read")
     if metrics.kind == "none":
         return unread(metrics.note)
     if t.base_url is None:

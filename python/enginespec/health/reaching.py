@@ -22,7 +22,8 @@ from urllib.parse import unquote, urlsplit
 import enginespec.process.sockets as sockets
 from enginespec._host.root import HOST_ROOT, HostRoot
 from enginespec.definition.records import EngineDefinition
-from enginespec.definition.registry import find_engine
+from enginespec.definition.registry import definition_of, find_engine
+from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
 from enginespec.errors import InvalidInputError
 from enginespec.healthrecord import HealthState
 from enginespec.process.record import EngineProcess
@@ -96,6 +97,18 @@ def target_of(target: EngineProcess | str, base_url: str | None, api_key: str | 
     process = target if isinstance(target, EngineProcess) else None
     given = process is None or base_url is not None
     return CheckTarget(spec, url, process, key if usable else None, expected, not usable, given)
+
+
+def not_serving(process: EngineProcess) -> str | None:
+    """Why ``process`` serves no HTTP API and is asked nothing (a follower, worker or orphan; a
+    runner of an engine whose runners speak to their supervisor alone), or ``None``."""
+    if process.role in NOT_SERVING_ROLES:
+        return NOT_SERVING_REASONS[process.role]
+    if process.role == "runner":
+        definition = definition_of(process.engine)
+        if definition is not None and not definition.serving.runners_serve_http:
+            return f"a runner of {definition.id} speaks only to its supervisor, not HTTP"
+    return None
 
 
 def _model_names(process: EngineProcess) -> tuple[str, ...]:

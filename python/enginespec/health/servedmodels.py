@@ -30,7 +30,6 @@ from pydantic import BaseModel, ConfigDict, Field
 import enginespec.health.reaching as reaching
 from enginespec.definition.records import EngineDefinition, KeyRole, ModelList, ModelListKind
 from enginespec.definition.registry import find_engine
-from enginespec.definition.signature import NOT_SERVING_REASONS, NOT_SERVING_ROLES
 from enginespec.display import literal
 from enginespec.gpus.reader import GpuReader, GpuUse
 from enginespec.models.naming import model_name
@@ -680,8 +679,8 @@ async def _served(
 ) -> ServedModels:
     if not process_alive(process):
         return _unread(process, "process is gone")
-    if process.role in NOT_SERVING_ROLES:
-        return _unread(process, f"{NOT_SERVING_REASONS[process.role]}: its server lists its model")
+    if (why := reaching.not_serving(process)) is not None:
+        return _unread(process, f"{why}: its server lists its model")
     t = reaching.target_of(process, None, None)
     # (only an engine with a key file costs a thread: every engine is read at each refresh)
     keyed = t.spec.serving.api_key_file is not None and not by_argv(t.spec.models, process)
