@@ -13,6 +13,7 @@ import enginespec.engines.llamacpp as llamacpp
 import enginespec.engines.llamacpp_python as llamacpp_python
 import enginespec.engines.llamafile as llamafile
 import enginespec.engines.lmdeploy as lmdeploy
+import enginespec.engines.lmstudio as lmstudio
 import enginespec.engines.mlx as mlx
 import enginespec.engines.mlx_vlm as mlx_vlm
 import enginespec.engines.ollama as ollama
@@ -41,6 +42,7 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     llamafile.SPEC,
     koboldcpp.SPEC,
     tabbyapi.SPEC,
+    lmstudio.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
