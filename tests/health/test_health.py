@@ -261,7 +261,7 @@ def test_health_rules_are_read_in_order_and_the_first_that_matches_gives_the_sta
 def test_a_health_rule_that_cannot_be_read_one_way_is_refused_naming_the_field() -> None:
     with pytest.raises(ValidationError, match="equals and contains"):
         HealthRule(status=200, equals="a", contains="b", state="ready")
-    with pytest.raises(ValidationError, match="field: 'status' needs equals or contains"):
+    with pytest.raises(ValidationError, match="field: 'status' needs equals, contains or flag"):
         HealthRule(status=200, field="status", state="ready")
     with pytest.raises(ValidationError, match="status"):
         HealthRule(status=42, state="ready")

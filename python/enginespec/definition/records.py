@@ -209,13 +209,16 @@ class EngineWorker(_Record):
 class AnswerTest(_Record):
     """A test of one HTTP answer: of status ``status`` (any body), narrowed by a body test when it
     has one: with ``field``, the body is a JSON object whose member ``field`` is a string equal to
-    ``equals`` or holding ``contains``; without it, the body with surrounding whitespace removed is
-    ``equals``, or the body holds ``contains`` (bytes, as UTF-8)."""
+    ``equals`` or holding ``contains``, or is the JSON boolean ``flag``; without it, the body with
+    surrounding whitespace removed is ``equals``, or the body holds ``contains`` (bytes, as
+    UTF-8)."""
 
     status: int = Field(ge=100, le=599)
     field: str | None = Field(default=None, min_length=1)
     equals: str | None = None
     contains: str | None = Field(default=None, min_length=1)
+    #: with ``field``: the member is this JSON boolean (LM Studio's ``{"lmstudio": true}``)
+    flag: bool | None = None
 
     @model_validator(mode="after")
     def _one_test(self) -> AnswerTest:
@@ -223,8 +226,11 @@ class AnswerTest(_Record):
             raise ValueError(
                 f"equals and contains: a rule tests the body one way ({self.equals!r} or {self.contains!r})"
             )
-        if self.field is not None and self.equals is None and self.contains is None:
-            raise ValueError(f"field: {self.field!r} needs equals or contains")
+        other = self.equals is not None or self.contains is not None
+        if self.flag is not None and (self.field is None or other):
+            raise ValueError("flag: a test of one field's boolean, without equals or contains")
+        if self.field is not None and self.equals is None and self.contains is None and self.flag is None:
+            raise ValueError(f"field: {self.field!r} needs equals, contains or flag")
         return self
 
     def matches(self, answer: HealthAnswer) -> bool:
@@ -232,6 +238,8 @@ class AnswerTest(_Record):
             return False
         if self.field is not None:
             member = answer.document.get(self.field) if answer.document is not None else None
+            if self.flag is not None:
+                return member is self.flag
             if not isinstance(member, str):
                 return False
             return member == self.equals if self.equals is not None else str(self.contains) in member
@@ -562,6 +570,28 @@ class Settings(_Record):
     #: dotted key paths of a nested config document -> the fact each carries (TabbyAPI
     #: ``network.port``); without them the document's top-level keys are flag names.
     config_keys: Mapping[str, Fact] = Field(default_factory=dict)
+    #: the config file the engine keeps under its owner's home directory, as a path relative to
+    #: it, read (as ``config_file`` is, in ``config_format``, by ``config_keys``) when no config
+    #: flag names one: LM Studio's ``.lmstudio/.internal/http-server-config.json``. The home is
+    #: ``HOME`` in the process's environment (Node's ``os.homedir()`` reads it first), else its
+    #: owner's account on this host; a missing file is no problem.
+    home_config: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_./-]*$")
+    #: (a file under the home, the leading directory of ``home_config`` it stands for): where the
+    #: file exists, its text (trimmed) is the absolute directory used in that one's place (LM
+    #: Studio's ``.lmstudio-home-pointer`` for ``.lmstudio``).
+    home_pointer: tuple[str, str] | None = None
+
+    @model_validator(mode="after")
+    def _check_home(self) -> Settings:
+        if self.home_config is not None and ".." in self.home_config.split("/"):
+            raise ValueError(f"home_config: {self.home_config!r} leaves the home directory")
+        if self.home_pointer is not None:
+            pointer, replaced = self.home_pointer
+            if self.home_config is None or not self.home_config.startswith(replaced.rstrip("/") + "/"):
+                raise ValueError("home_pointer: stands for a leading directory of home_config")
+            if not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*", pointer) or pointer in (".", ".."):
+                raise ValueError(f"home_pointer: {pointer!r} is not a file name")
+        return self
 
 
 class EngineDefinition(BaseModel):

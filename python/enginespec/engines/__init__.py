@@ -13,6 +13,7 @@ import enginespec.engines.llamacpp as llamacpp
 import enginespec.engines.llamacpp_python as llamacpp_python
 import enginespec.engines.llamafile as llamafile
 import enginespec.engines.lmdeploy as lmdeploy
+import enginespec.engines.lmstudio as lmstudio
 import enginespec.engines.localai as localai
 import enginespec.engines.mistralrs as mistralrs
 import enginespec.engines.mlx as mlx
@@ -45,6 +46,7 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     tabbyapi.SPEC,
     localai.SPEC,
     mistralrs.SPEC,
+    lmstudio.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 

@@ -6,6 +6,8 @@ spec. Every failure is data, never raised."""
 
 from __future__ import annotations
 
+import os
+import pwd
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -21,6 +23,8 @@ from enginespec.untrusted.documents import DocumentError, parse_json, parse_yaml
 
 #: Largest config file read (an engine's own config is a few kilobytes).
 MAX_CONFIG_BYTES = 1 << 18
+#: Largest home pointer file read (one directory path).
+MAX_POINTER_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -74,9 +78,55 @@ def environment_names(definition: EngineDefinition) -> list[str]:
             *definition.settings.server_environment,
             *definition.serving.supervisor_markers,
             *filter(None, [definition.settings.config_environment]),
+            *(["HOME"] if definition.settings.home_config else []),
         ]
     )
     return list(names)
+
+
+def _home(pid: int, environ: Environ | None, root: HostRoot) -> str | None:
+    """The home directory of process ``pid``, as Node's ``os.homedir()`` finds it (libuv
+    ``uv_os_homedir``): ``HOME`` (the first, non-empty) from its environment, else its owner's
+    account on this host (``None``: neither gives an absolute path)."""
+    found = next((value for name, value in environ.vars if name == "HOME"), None) if environ else None
+    if found is None:
+        who = root.owner(pid)
+        try:
+            found = pwd.getpwuid(who.uid).pw_dir if who is not None else None
+        except KeyError:
+            found = None
+    return found if found and found.startswith("/") and "\x00" not in found else None
+
+
+def home_config_path(
+    definition: EngineDefinition, pid: int, environ: Environ | None, root: HostRoot
+) -> tuple[str | None, str | None]:
+    """Where the engine's ``home_config`` is for process ``pid`` (read on the host under
+    ``root``), and what kept it from being known (``(None, None)``: the engine has none, or the
+    home is not known)."""
+    settings = definition.settings
+    if settings.home_config is None:
+        return None, None
+    home = _home(pid, environ, root)
+    if home is None:
+        return None, None
+    path = os.path.join(home, settings.home_config)
+    if settings.home_pointer is None:
+        return path, None
+    pointer, replaced = settings.home_pointer
+    where = f"home pointer '{literal(os.path.join(home, pointer))}'"
+    read = root.read_named(pid, os.path.join(home, pointer), MAX_POINTER_BYTES)
+    if read.missing:
+        return path, None
+    if read.data is None:
+        return None, f"{where} {read.problem or 'cannot be read'}; its config file is not read"
+    try:
+        pointed = read.data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        pointed = ""
+    if not pointed.startswith("/") or any(c in pointed for c in "\x00\n\r"):
+        return None, f"{where} does not hold an absolute directory; its config file is not read"
+    return os.path.join(pointed, os.path.relpath(settings.home_config, replaced)), None
 
 
 def serves_by_environment(definition: EngineDefinition, environ: Environ | None) -> bool:
@@ -213,6 +263,10 @@ def read_outside(
     named = config_named(definition, argv, environ.vars if environ is not None else ())
     default = named is None and definition.settings.config_file is not None
     path = named if named is not None else definition.settings.config_file
+    if path is None and not runner:
+        path, trouble = home_config_path(definition, pid, environ, root)
+        problems = (*problems, trouble) if trouble else problems
+        default = path is not None
     if path is None:
         return Outside(environment=environment, problems=problems, api_key=api_key)
     read = root.read_named(pid, path, MAX_CONFIG_BYTES)
