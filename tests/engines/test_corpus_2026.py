@@ -70,7 +70,10 @@ def test_record(record: dict[str, Any]) -> None:
         return
     assert facts is not None
     # A runner's role is its parent's word, not its argv's. The corpus's `worker` (joins a cluster,
-    # serves no API) is enginespec's `follower`: its `worker` is a server's retitled child.
-    role = {"runner": "server", "worker": "follower"}.get(record["role"], record["role"])
+    # serves no API) is enginespec's `follower`: its `worker` is a server's retitled child. Its
+    # `supervisor` (xinference-supervisor, `ramalama serve`) fronts the engine's API: a `server`.
+    role = {"runner": "server", "worker": "follower", "supervisor": "server"}.get(
+        record["role"], record["role"]
+    )
     expected = (_engine(record), record["model"], record["served_model_name"], *_address(record), role)
     assert facts == expected

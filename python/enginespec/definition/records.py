@@ -321,6 +321,10 @@ class Serving(_Record):
     #: gRPC backends speak to their supervisor alone (``False``: they are asked nothing, as a
     #: follower is not).
     runners_serve_http: bool = True
+    #: a supervisor: an engine server its process starts (its direct child: Lemonade's and Docker
+    #: Model Runner's llama-server) is its runner, labelled with this engine's id, whatever that
+    #: server's engine (the child's own definition need not know its supervisors).
+    starts_runners: bool = False
     #: flag carrying the server's API key (used by health checks, never shown).
     api_key_flag: str | None = None
     #: environment variables the engine reads its API key from.

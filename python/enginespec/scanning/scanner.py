@@ -22,7 +22,7 @@ from enginespec._host.shapes import (
 )
 from enginespec.config import Config
 from enginespec.definition.records import EngineDefinition
-from enginespec.definition.registry import all_engines
+from enginespec.definition.registry import all_engines, definition_of
 from enginespec.definition.signature import signatures_json
 from enginespec.errors import InvalidInputError
 from enginespec.gpus.reader import EngineTree, GpuDevice, GpuReader, Held, ledger
@@ -89,7 +89,8 @@ def _supervisor(
     spec: EngineDefinition, item: RawProcess, parent_engine: str | None, root: HostRoot
 ) -> str | None:
     """Who started the engine process ``item`` for one model, by its engine's data: a mark in its
-    environment, a parent of the same engine that nests them (a router), or a supervisor's
+    environment, a parent of the same engine that nests them (a router), a parent of an engine that
+    starts runners (``Serving.starts_runners``: Lemonade), or a supervisor's
     program as its parent or an ancestor above it (read through the one door, as its argv)."""
     serving = spec.serving
     for name, _value in item.environ.vars if item.environ is not None else ():
@@ -97,6 +98,10 @@ def _supervisor(
             return serving.supervisor_markers[name]
     if parent_engine == spec.id and serving.nested_supervisor:
         return serving.nested_supervisor
+    if parent_engine is not None and parent_engine != spec.id:
+        parent = definition_of(parent_engine)
+        if parent is not None and parent.serving.starts_runners:
+            return parent.id
     if not serving.supervisors:
         return None
     if item.parent_argv and basename(item.parent_argv[0]) in serving.supervisors:
