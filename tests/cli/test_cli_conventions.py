@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from enginespec.definition.registry import engine_ids
 from helpers.cli import enginespec
 from helpers.fakeserver import Answer, FakeEngine, bound_socket, free_port, serving
 from helpers.ollamastore import ollama_store
@@ -26,22 +27,8 @@ HF_SNAPSHOT = (
     "/data/huggingface/hub/models--meta-llama--Llama-3.3-70B-Instruct/snapshots/"
     "6f6073b423013f6a7d4d9f39144961bfbfbc386b"
 )
-ALL_ENGINES = [
-    "vllm",
-    "sglang",
-    "llamacpp",
-    "mlx",
-    "tgi",
-    "lmdeploy",
-    "trtllm",
-    "aphrodite",
-    "mlx-vlm",
-    "llamacpp-python",
-    "ollama",
-    "llamafile",
-    "koboldcpp",
-    "tabbyapi",
-]
+#: every engine, as the registry has them (built-in, in matching order)
+ALL_ENGINES = list(engine_ids())
 
 
 def _text(out: subprocess.CompletedProcess[bytes]) -> str:

@@ -13,9 +13,16 @@ from pydantic import ValidationError
 
 from enginespec import Command, CommandError, Config, InstallOptionsError, Recipe, get_engine_spec, parse_argv
 from enginespec.engines import BUILTIN_ENGINE_SPECS
+from helpers.facts import STARTED_BY_CLIENT
 
 # Engines whose server takes its facts as flags (`ollama serve` takes none).
-ENGINES = [spec.id for spec in BUILTIN_ENGINE_SPECS if not spec.signature.launch_forms[0].no_arguments]
+#: LM Studio is started by its client (`lms server start`), which names no model: see
+#: test_lm_studio_is_started_by_its_client.
+ENGINES = [
+    spec.id
+    for spec in BUILTIN_ENGINE_SPECS
+    if not spec.signature.launch_forms[0].no_arguments and spec.id not in STARTED_BY_CLIENT
+]
 
 FLAG_FIELD_NAMES = (
     "served_model_name",
@@ -273,6 +280,14 @@ EXPECTED_FLAGS: dict[str, dict[str, str | None]] = {
         "max_num_seqs": "--max-batch-size",
         "kv_cache_dtype": "--cache-mode",
     },
+    # host and port in one `--address HOST:PORT` (test_an_address_flag_carries_host_and_port)
+    "localai": {**dict.fromkeys(FLAG_FIELD_NAMES), "port": None, "api_key": "--api-keys"},
+    "mistralrs": {
+        **dict.fromkeys(FLAG_FIELD_NAMES),
+        "port": "--port",
+        "max_num_seqs": "--max-seqs",
+        "dtype": "--dtype",
+    },
 }
 
 
@@ -300,6 +315,8 @@ def test_every_structured_field_maps_to_the_engines_flag(engine: str, config: Co
     unsupported = []
     for field, flag in EXPECTED_FLAGS[engine].items():
         value = ALL_FIELDS[field]
+        if field == "port" and flag is None and get_engine_spec(engine).signature.address_flags:
+            continue  # in the address flag, with the host
         if flag is None:
             unsupported.append(field)
             continue
@@ -315,6 +332,19 @@ def test_every_structured_field_maps_to_the_engines_flag(engine: str, config: Co
     assert (inv.engine, inv.model, inv.port) == (engine, "org/Model-7B", 8123)
 
 
+def test_an_address_flag_carries_host_and_port(config: Config) -> None:
+    argv = _plan("localai", config, host="::1", port=9090).argv
+    assert _value_after(argv, "--address") == "[::1]:9090"
+    assert _value_after(_plan("localai", config).argv, "--address") == "127.0.0.1:8080"  # its default port
+
+
+def test_lm_studio_is_started_by_its_client(config: Config) -> None:
+    command = _plan("lmstudio", config, port=8123)
+    assert command.argv[-2:] == ("server", "start")
+    assert parse_argv(command.argv) is None  # a client: the server it starts is LM Studio's own
+    assert {w.split(" for ")[1].split("=")[0] for w in command.warnings} == {"model_path", "host", "port"}
+
+
 def test_llamacpp_kv_cache_type_sets_both_halves(config: Config) -> None:
     argv = _plan("llamacpp", config, kv_cache_dtype="q8_0").argv
     assert _value_after(argv, "--cache-type-k") == "q8_0"
@@ -325,9 +355,9 @@ def test_llamacpp_kv_cache_type_sets_both_halves(config: Config) -> None:
 def test_unset_fields_emit_nothing(engine: str, config: Config) -> None:
     command = _plan(engine, config)
     spec = get_engine_spec(engine)
-    # only the model (flag or positional) and the host
-    assert spec.signature.host_flags[0] in command.argv
-    assert spec.signature.port_flags[0] not in command.argv
+    # only the model (flag or positional) and the host (or the address: host and default port)
+    assert (spec.signature.host_flags or spec.signature.address_flags)[0] in command.argv
+    assert not set(spec.signature.port_flags) & set(command.argv)
     fixed = [a for a in spec.launch.args if a.startswith("--")]  # `llamafile --server`
     expected = len(fixed) + (1 if spec.model_flag is None else 2)
     assert len([a for a in command.argv if a.startswith("--")]) == expected

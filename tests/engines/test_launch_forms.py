@@ -165,7 +165,8 @@ def _example(signature: Signature, form: LaunchForm, program: str) -> list[str]:
     argv = [program, *form.subcommand]
     if form.evidence is not None:
         model = "model" + (form.evidence.model_suffixes[0] if form.evidence.model_suffixes else "")
-        argv += [signature.model_flags[0], model]
+        # (a runner told by its flags alone names no model: LocalAI's gRPC backends)
+        argv += [signature.model_flags[0], model] if signature.model_flags else []
         if form.evidence.any_flags:
             argv += [form.evidence.any_flags[0], "1"]
         argv += form.evidence.positionals[:1]

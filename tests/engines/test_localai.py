@@ -19,7 +19,7 @@ from enginespec.engines import get_engine_spec
 from enginespec.health.checks import check_health
 from helpers.facts import argv_facts
 from helpers.fakeserver import Answer, FakeEngine, bound_socket, models, serving
-from helpers.procs import Procs, children_of, wait_for
+from helpers.procs import Procs, descendants_of, wait_for
 
 CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
 SEP, ARG = "\x1e", "\x1f"
@@ -157,16 +157,6 @@ def test_secrets_are_secret_flags() -> None:
     assert {"--api-keys", "--registration-token", "--p2p-token"} <= flags
 
 
-def _descendants(pid: int) -> set[int]:
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children_of(todo.pop()):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
 def _cmdline(pid: int) -> list[str]:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
@@ -191,7 +181,7 @@ def test_server_runners_and_masked_keys_in_a_real_tree(procs: Procs, tmp_path: P
         LOCALAI_ADDRESS="127.0.0.1:9311",
     )
     wanted = {tuple(r) for r in runners}
-    wait_for(lambda: {tuple(_cmdline(c)) for c in _descendants(server.pid)} == wanted, timeout=20)
+    wait_for(lambda: {tuple(_cmdline(c)) for c in descendants_of(server.pid)} == wanted, timeout=20)
     found = {p.pid: p for p in Scanner(listen_ports=False).scan()}
     top = found[server.pid]
     assert (top.engine, top.role, top.model, top.supervisor) == ("localai", "server", "phi-2", None)
@@ -200,7 +190,7 @@ def test_server_runners_and_masked_keys_in_a_real_tree(procs: Procs, tmp_path: P
     shown = top.model_dump_json() + repr(top)
     assert "sk-very-secret" not in shown
     assert "sk-other" not in shown
-    children = [found[c] for c in _descendants(server.pid) if c in found]
+    children = [found[c] for c in descendants_of(server.pid) if c in found]
     assert sorted((c.engine, c.role, c.supervisor, c.port) for c in children) == [
         ("localai", "runner", "localai", 37011),
         ("localai", "runner", "localai", 37012),

@@ -6,6 +6,10 @@ from typing import Any
 
 from enginespec import parse_argv
 
+#: Engines started by a client that has the engine's own program serve (LM Studio's `lms server
+#: start`): their serve command is the client's argv, never a server's, so it does not parse back.
+STARTED_BY_CLIENT = frozenset({"lmstudio"})
+
 
 def argv_facts(argv: list[str], *, first_name: bool = False, role: bool = True) -> tuple[Any, ...] | None:
     """(engine, model, served names, host, port, role) of the invocation ``argv`` parses to, or None

@@ -191,6 +191,17 @@ def children_of(pid: int) -> set[int]:
     return found
 
 
+def descendants_of(pid: int) -> set[int]:
+    """Every process below ``pid`` (its children, theirs, and so on)."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children_of(todo.pop()):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
 @contextmanager
 def running(helper: Path) -> Iterator[Procs]:
     procs = Procs(helper)

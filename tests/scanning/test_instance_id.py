@@ -46,10 +46,12 @@ def _compact(document: object) -> str:
 def test_a_record_reads_and_writes_the_documents_of_the_previous_release() -> None:
     process = EngineProcess.model_validate(json.loads(OLD_PROCESS))
     assert process.instance_id == KEY == make_instance_id("vllm", "/models/m", 8000)
-    # what ps --json prints: the same, and the model's name as people say it (`model_name`)
+    # what ps --json prints: the same, and the model's name as people say it (`model_name`), and
+    # the release it runs (`engine_version`: none, for a record no scan made)
     assert json.loads(_compact(process.model_dump(mode="json"))) == {
         **json.loads(OLD_PROCESS),
         "model_name": "/models/m",
+        "engine_version": None,
     }
     assert json.loads(process.model_dump_json())["engine_id"] == KEY
     assert "instance_id" not in process.model_dump()  # a caller's own dump keeps the key too
@@ -76,8 +78,12 @@ def test_a_watch_event_and_a_load_reading_keep_their_key() -> None:
     )
     load = EngineLoad.model_validate_json(OLD_LOAD)
     assert load.instance_id == KEY
-    # written again, it gains the latency over a window (none: one reading)
-    assert json.loads(load.model_dump_json()) == {**json.loads(OLD_LOAD), "latency": None}
+    # written again, it gains the latency and the joules per token over a window (none: one reading)
+    assert json.loads(load.model_dump_json()) == {
+        **json.loads(OLD_LOAD),
+        "latency": None,
+        "joules_per_token": None,
+    }
     assert EngineLoad.model_validate({**json.loads(OLD_LOAD), "engine_id": None}).instance_id is None
 
 

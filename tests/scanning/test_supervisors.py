@@ -9,19 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from enginespec import EngineProcess, Scanner
-from helpers.procs import Procs, children_of, wait_for
+from helpers.procs import Procs, descendants_of, wait_for
 
 SEP, ARG = "\x1e", "\x1f"
-
-
-def _descendants(pid: int) -> set[int]:
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children_of(todo.pop()):
-            found.add(child)
-            todo.append(child)
-    return found
 
 
 def _llama(pid: int) -> bool:
@@ -33,8 +23,8 @@ def _llama(pid: int) -> bool:
 
 def _scanned_under(root_pid: int, count: int) -> list[EngineProcess]:
     """The engine records of the llama-servers under ``root_pid``, once ``count`` of them exec'd."""
-    wait_for(lambda: sum(map(_llama, _descendants(root_pid))) == count, timeout=20)
-    found = [p for p in Scanner().scan() if p.pid in _descendants(root_pid) and p.engine == "llamacpp"]
+    wait_for(lambda: sum(map(_llama, descendants_of(root_pid))) == count, timeout=20)
+    found = [p for p in Scanner().scan() if p.pid in descendants_of(root_pid) and p.engine == "llamacpp"]
     assert len(found) == count, found
     return found
 

@@ -127,8 +127,14 @@ def _entries(definition: EngineDefinition, recipe: Recipe, strict: bool) -> tupl
 
     if definition.model_flag is not None or not definition.signature.launch_forms[0].positional_model:
         add("model_path", [recipe.model_path])
-    # An engine that reads its address from one environment variable gets it there (Ollama).
-    if _address_variable(definition) is None:
+    # An engine that takes its address as one HOST:PORT flag gets it there (LocalAI's
+    # `--address`); one that reads it from one environment variable, there (Ollama).
+    address = _address_flag(definition)
+    if address is not None:
+        host = f"[{recipe.host}]" if ":" in recipe.host else recipe.host
+        port = recipe.port or definition.default_port
+        entries.append(_Entry(definition.signature.canonical(address), address, [f"{host}:{port}"]))
+    elif _address_variable(definition) is None:
         add("host", [recipe.host])
         if recipe.port is not None:
             add("port", [str(recipe.port)])
@@ -293,9 +299,20 @@ def _positional_model(definition: EngineDefinition) -> bool:
     return definition.signature.launch_forms[0].positional_model
 
 
+def _address_flag(definition: EngineDefinition) -> str | None:
+    """The one flag carrying host and port (``HOST:PORT``), for an engine whose server takes no
+    host flag but such a flag (LocalAI's ``--address``)."""
+    signature = definition.signature
+    if signature.host_flags or not signature.address_flags or signature.launch_forms[0].no_arguments:
+        return None
+    return signature.address_flags[0]
+
+
 def _address_variable(definition: EngineDefinition) -> str | None:
-    """The environment variable carrying host and port, for an engine whose server takes no host
-    flag (Ollama's OLLAMA_HOST)."""
+    """The environment variable carrying host and port, for an engine whose server takes neither a
+    host flag nor an address flag (Ollama's OLLAMA_HOST)."""
+    if _address_flag(definition) is not None:
+        return None
     if definition.signature.host_flags and not definition.signature.launch_forms[0].no_arguments:
         return None
     return next((name for name, kind in definition.settings.environment.items() if kind == "address"), None)

@@ -42,6 +42,8 @@ class Running(Protocol):
     def _root(self) -> HostRoot: ...
     @property
     def _local(self) -> bool: ...
+    @property
+    def _start_ticks(self) -> int | None: ...
 
 
 #: What a version shown looks like: ``0.11.0``, ``0.11.0+cu128``, ``v0.9.3``, ``b6520-2fbd4cde``.
@@ -94,7 +96,11 @@ def package_version(definition: EngineDefinition, process: Running) -> str | Non
 
 
 def running_version(process: Running) -> str | None:
-    """The release ``process`` runs, as far as it is known without a request (see the module)."""
+    """The release ``process`` runs, as far as it is known without a request (see the module);
+    ``None`` for a record no scan made (built from a document: its pid may be another process's
+    here)."""
+    if process._start_ticks is None:
+        return None
     # The registry imports the engines' modules, which build on the process records: imported
     # on the first version asked for, not with this module.
     from enginespec.definition.registry import definition_of
@@ -117,6 +123,7 @@ def wants_answer(definition: EngineDefinition, process: Running) -> bool:
         definition.serving.version_path is None
         or definition.package.distributions
         or not process._local
+        or process._start_ticks is None  # a record no scan made: its pid may be another's here
         or process.role != "server"  # a runner's release is its supervisor's
     ):
         return False
