@@ -46,7 +46,8 @@ SIGNATURE = Signature(
         # `lemonade-server run MODEL`: "Chat with specified model (starts server if needed)"
         # (src/lemonade_server/cli.py v8.2.2; the tray of v9/v10.0 likewise: tray_app.cpp
         # v10.0.1 runs `serve` and `run` alike, loading MODEL and opening the chat); with a
-        # server already running it only connects to it, which argv cannot tell. From v10.1 the shim execs `lemonade run`.
+        # server already running it only connects to it, which argv cannot tell. From v10.1
+        # the shim execs `lemonade run`.
         LaunchForm(
             executables=("lemonade-server", "lemonade-server-dev"),
             subcommand=("run",),
