@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enginespec.definition.registry as registry
 import enginespec.engines.aphrodite as aphrodite
+import enginespec.engines.docker_model_runner as docker_model_runner
 import enginespec.engines.koboldcpp as koboldcpp
 import enginespec.engines.lemonade as lemonade
 import enginespec.engines.llamacpp as llamacpp
@@ -49,6 +50,7 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     mistralrs.SPEC,
     lmstudio.SPEC,
     lemonade.SPEC,
+    docker_model_runner.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
