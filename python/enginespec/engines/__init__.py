@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import enginespec.definition.registry as registry
 import enginespec.engines.aphrodite as aphrodite
+import enginespec.engines.docker_model_runner as docker_model_runner
 import enginespec.engines.koboldcpp as koboldcpp
+import enginespec.engines.lemonade as lemonade
 import enginespec.engines.llamacpp as llamacpp
 import enginespec.engines.llamacpp_python as llamacpp_python
 import enginespec.engines.llamafile as llamafile
@@ -47,6 +49,8 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     localai.SPEC,
     mistralrs.SPEC,
     lmstudio.SPEC,
+    lemonade.SPEC,
+    docker_model_runner.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 

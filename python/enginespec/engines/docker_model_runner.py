@@ -1,0 +1,73 @@
+"""Docker Model Runner (docker/model-runner): the `model-runner` daemon of its images and the
+standalone `dmr serve`, and the inference backends it starts (llama-server on a unix socket,
+vLLM, MLX, ...) as its runners.
+
+Facts from docker/model-runner `642c7211` (v1.2.6+18) unless a line says otherwise; the files
+cited are at that commit.
+"""
+
+from __future__ import annotations
+
+from enginespec.definition.records import (
+    HealthRule,
+    IdentityProbe,
+    Launch,
+    ModelList,
+    Serving,
+    Settings,
+)
+from enginespec.definition.signature import LaunchForm, Signature
+from enginespec.spec import EngineSpec
+
+SIGNATURE = Signature(
+    engine="docker-model-runner",
+    launch_forms=(
+        # The images' `ENTRYPOINT ["/app/model-runner"]` (Dockerfile, WORKDIR /app): main.go
+        # parses no arguments (server.Run with the environment's configuration). The name is
+        # too common to take anywhere: only in a directory `app`.
+        LaunchForm(executables=("model-runner",), directories=("app",), no_arguments=True),
+        # `dmr serve [--port P | --socket PATH] [--models-path DIR]` (cmd/dmr/serve.go
+        # newServeCmd, cobra); dmr's other commands are clients of a running daemon.
+        LaunchForm(executables=("dmr",), subcommand=("serve",), max_positionals=0),
+    ),
+    port_flags=("--port",),
+    exit_flags=frozenset({"-h", "--help"}),
+    # pkg/server/server.go: `addr := ":" + tcpPort` (every interface); cmd/dmr/serve.go
+    # `defaultPort = "12434"` and the images' `ENV MODEL_RUNNER_PORT=12434`. The bare binary
+    # with no MODEL_RUNNER_PORT listens on the unix socket MODEL_RUNNER_SOCK, else
+    # `model-runner.sock` (pkg/envconfig/envconfig.go SocketPath): not modelled.
+    default_host="0.0.0.0",
+    default_port=12434,
+)
+
+
+SPEC = EngineSpec(
+    id="docker-model-runner",
+    aliases=("model-runner", "dmr"),
+    signature=SIGNATURE,
+    # Not on PyPI: Docker Desktop, the docker-model-plugin package, the images, or the dmr
+    # binary; a configured command.
+    launch=Launch(kind="binary", executable="dmr", args=("serve",)),
+    serving=Serving(
+        # pkg/server/server.go ExtraRoutes: `GET /` answers 200 "Docker Model Runner is running"
+        # (text) once it listens; `/version` answers {"version": cfg.Version}.
+        health_path="/",
+        health_rules=(
+            HealthRule(status=200, equals="Docker Model Runner is running", state="ready"),
+            HealthRule(status=200, state="unknown", reason="not Docker Model Runner's greeting"),
+        ),
+        version_path="/version",
+        version_key="version",
+        identity=IdentityProbe(path="/", status=200, equals="Docker Model Runner is running"),
+        # Its backends (pkg/inference/backends/*): llama-server with `--host
+        # inference-runner-<slot>.sock` (pkg/inference/scheduling/runner.go RunnerSocketPath,
+        # backends/llamacpp/llamacpp_config.go GetArgs), vLLM, MLX, ...: its runners.
+        starts_runners=True,
+    ),
+    # cmd/dmr/serve.go applyServeEnv: `--port` is set as MODEL_RUNNER_PORT, which the daemon
+    # reads (pkg/envconfig/envconfig.go TCPPort).
+    settings=Settings(environment={"MODEL_RUNNER_PORT": "port"}, runner_environment=False),
+    # pkg/routing/router.go: /engines/... is the scheduler's OpenAI-compatible API (`/v1/` an
+    # alias of it); its /engines/v1/models lists the models it has.
+    models=ModelList(kind="openai", path="/engines/v1/models"),
+)

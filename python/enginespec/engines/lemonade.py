@@ -1,0 +1,126 @@
+"""Lemonade (lemonade-sdk/lemonade): the ``lemond`` server (v10.1 on), its forerunners
+``lemonade-router`` (the C++ server of v9 and v10.0) and ``lemonade-server serve|run`` (the
+Python server up to v8, the tray/launcher of v9 and v10.0, a deprecated shim from v10.1 to v10.5),
+and the backends it starts (``llama-server``, FastFlowLM's ``flm serve``, ``whisper-server``,
+...) as its runners.
+
+Facts from lemonade-sdk/lemonade v11.7.0 (the current release) unless a line names another tag;
+the files cited are at that tag.
+"""
+
+from __future__ import annotations
+
+from enginespec.definition.records import (
+    HealthRule,
+    IdentityProbe,
+    Launch,
+    ModelList,
+    Serving,
+    Settings,
+)
+from enginespec.definition.signature import LaunchForm, Signature
+from enginespec.spec import EngineSpec
+
+SIGNATURE = Signature(
+    engine="lemonade",
+    launch_forms=(
+        # `lemond [cache_dir] [--port P] [--host H] [--broadcast|--no-broadcast]`
+        # (src/cpp/server/cli_parser.cpp, CLI11; CMakeLists.txt `set(EXECUTABLE_NAME "lemond")`
+        # since v10.1.0). Its one positional is the cache directory (config.json and models),
+        # never a model: models load at runtime. The image runs `./lemond --host 0.0.0.0`
+        # (Dockerfile CMD); the systemd unit runs lemond too.
+        LaunchForm(executables=("lemond",), max_positionals=1),
+        # v9.x and v10.0.x: `lemonade-router` was the server (CMakeLists.txt v10.0.1
+        # `set(EXECUTABLE_NAME "lemonade-router")`), every serve option at its top level
+        # (src/cpp/server/cli_parser.cpp v10.0.1 `add_serve_options(&app_, config_)`).
+        LaunchForm(executables=("lemonade-router",), max_positionals=0),
+        # `lemonade-server serve [--port P] [--host H] ...`: up to v8 the Python console script
+        # (`lemonade-server-dev`, setup.py v8.2.2; `lemonade-server` from its installer) served
+        # in-process (src/lemonade_server/cli.py v8.2.2 `serve`); in v9 and v10.0 the tray
+        # binary starts `lemonade-router` as its child with these options; from v10.1 to v10.5
+        # the shim (src/cpp/legacy-cli/main.cpp v10.5.0 do_serve) execs `lemond` with
+        # `--port`/`--host` (then the process is lemond's), or, given any other option
+        # (`--log-level`, `--llamacpp`, ...), starts lemond as its child and waits. Removed in
+        # v10.6.0 (#1918).
+        LaunchForm(executables=("lemonade-server", "lemonade-server-dev"), subcommand=("serve",)),
+        # `lemonade-server run MODEL`: "Chat with specified model (starts server if needed)"
+        # (src/lemonade_server/cli.py v8.2.2; the tray of v9/v10.0 likewise: tray_app.cpp
+        # v10.0.1 runs `serve` and `run` alike, loading MODEL and opening the chat); with a
+        # server already running it only connects to it, which argv cannot tell. From v10.1
+        # the shim execs `lemonade run`.
+        LaunchForm(
+            executables=("lemonade-server", "lemonade-server-dev"),
+            subcommand=("run",),
+            positional_model=True,
+        ),
+        # `lemonade` (the v10+ CLI: pull, list, run, status, ...) and `lemonade-server
+        # list|pull|status|stop|delete|logs|recipes|launch` are clients of a running server:
+        # no form names them.
+    ),
+    host_flags=("--host",),
+    port_flags=("--port",),
+    # CLI11 flags of lemond (`--broadcast,!--no-broadcast`) and of the v9/v10.0 CLI
+    # (`--no-broadcast`, `--no-tray`, `run --save-options`); every other option takes a value
+    # (src/cpp/server/recipe_options.cpp v10.0.1: `--ctx-size`, `--llamacpp`, `--flm-args`, ...).
+    no_value_flags=frozenset({"--broadcast", "--no-broadcast", "--no-tray", "--save-options"}),
+    # CLI11 `-h,--help`, `--help-all` (v10.0.1), `set_version_flag("-v,--version")`; argparse
+    # `-v/--version` (src/lemonade_server/cli.py v8.2.2).
+    exit_flags=frozenset({"-h", "--help", "--help-all", "-v", "--version"}),
+    # src/cpp/resources/defaults.json: `"host": "localhost"`, `"port": 13305` (what lemond and
+    # the v10.1-v10.5 shim serve on: legacy-cli/main.cpp v10.5.0 `int port = 13305`). Before,
+    # 8000: src/cpp/include/lemon/cli_parser.h v10.0.1 `int port = 8000` (lemonade-router and
+    # `lemonade-server serve` of v9/v10.0), and `DEFAULT_PORT = int(os.getenv("LEMONADE_PORT",
+    # "8000"))` (src/lemonade_server/pydantic_models.py v8.2.2). One default per engine: the
+    # current release's.
+    default_host="localhost",
+    default_port=13305,
+)
+
+
+SPEC = EngineSpec(
+    id="lemonade",
+    aliases=("lemond", "lemonade-server", "lemonade-sdk"),
+    signature=SIGNATURE,
+    # lemond serves with no arguments; `lemond --version` prints `lemond version X`
+    # (cli_parser.cpp). Not on PyPI since the C++ server: release packages (deb, rpm, msi,
+    # dmg), the snap or the image, run as a configured install command. (`pip install
+    # lemonade-sdk` installed the Python server up to v8.)
+    launch=Launch(kind="binary", executable="lemond"),
+    serving=Serving(
+        # src/cpp/server/server.cpp handle_health: GET /api/v1/health (also /api/v0, /v0, /v1)
+        # answers 200 {"status": "ok", "version": LEMON_VERSION_STRING, "model_loaded": <name or
+        # null>, "all_models_loaded": [{"model_name", "checkpoint", "type", "device",
+        # "backend_url", "pid", "status", "recipe", ...}], "max_models": ..., ...}
+        # (router.cpp get_all_loaded_models) as soon as it listens: models load on request.
+        health_path="/api/v1/health",
+        health_rules=(
+            HealthRule(status=200, field="status", equals="ok", state="ready"),
+            HealthRule(status=200, state="unknown", reason="not Lemonade's /api/v1/health answer"),
+        ),
+        version_path="/api/v1/health",
+        version_key="version",
+        # llama-server answers /v1/health with {"status":"ok"} too, and vLLM/LM Studio/others
+        # share port 8000 of the older releases: only Lemonade's health answer lists
+        # `all_models_loaded` (server.cpp handle_health).
+        identity=IdentityProbe(path="/api/v1/health", status=200, contains='"all_models_loaded"'),
+        # It starts one backend server per loaded model as its child (the `pid` and
+        # `backend_url` of each entry above): llama-server from
+        # ~/.cache/lemonade/bin/llamacpp/<backend>/, `flm serve`, whisper-server, vLLM, ...
+        # Each is its runner, whatever its own engine.
+        starts_runners=True,
+    ),
+    # lemond reads `port` and `host` from config.json in its cache directory
+    # (src/cpp/server/main.cpp: `--port`/`--host` override config.json and are persisted to
+    # it; runtime_config.cpp RuntimeConfig::port/host), the cache directory being ~/.cache/lemonade
+    # on Linux (src/cpp/server/utils/platform/path_linux.cpp get_cache_dir). A cache directory
+    # given as lemond's positional, or by LEMONADE_CACHE_DIR (path_utils.cpp get_cache_dir), is
+    # not followed: the home's file is read.
+    settings=Settings(
+        config_format="json",
+        home_config=".cache/lemonade/config.json",
+        config_keys={"port": "port", "host": "host"},
+    ),
+    # GET /api/v1/models (server.cpp handle_models): an OpenAI list of the models downloaded,
+    # each loaded on its first request; which are loaded now is the health answer's.
+    models=ModelList(kind="openai", path="/api/v1/models"),
+)

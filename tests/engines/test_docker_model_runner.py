@@ -1,0 +1,141 @@
+"""Docker Model Runner (issue 41): the images' `/app/model-runner` and `dmr serve` recognised from
+argv (the 2026 corpus's records), its clients left alone; the llama-server it starts on a unix
+socket is its runner, still llama.cpp, in a real process tree; its greeting, version and identity
+over a real HTTP server answering as docker/model-runner 642c7211 does, hostile answers. Both
+backends."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from enginespec import EngineProcess, Scanner
+from enginespec.health.checks import check_health
+from enginespec.health.identity import identify
+from helpers.facts import argv_facts
+from helpers.fakeserver import Answer, bound_socket, serving
+from helpers.procs import Procs, children_of, wait_for
+
+CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
+ARG = "\x1f"
+#: pkg/server/server.go: the root handler's answer
+GREETING = Answer(200, b"Docker Model Runner is running", content_type="text/plain; charset=utf-8")
+
+
+def _corpus() -> list[dict[str, Any]]:
+    records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+    return [
+        r
+        for r in records
+        if "docker-model-runner" in (r["engine"], r["supervisor"]) or r["argv"][0] == "docker"
+    ]
+
+
+@pytest.mark.parametrize("record", _corpus(), ids=lambda r: " ".join(r["argv"])[:70])
+def test_corpus_records(record: dict[str, Any]) -> None:
+    found = argv_facts(record["argv"], first_name=True)
+    if record["engine"] is None:
+        assert found is None
+        return
+    port = record["port"]
+    host, port = (port.removeprefix("unix:"), None) if isinstance(port, str) else (record["host"], port)
+    role = "server" if record["role"] == "runner" else record["role"]
+    assert found == (record["engine"], record["model"], record["served_model_name"], host, port, role)
+
+
+FORMS: list[tuple[list[str], tuple[Any, ...] | None]] = [
+    (["/app/model-runner"], (None, None)),
+    (["dmr", "serve"], (None, None)),
+    (["./dmr", "serve", "--port", "13434", "--models-path", "/srv/models"], (None, 13434)),
+    (["dmr", "serve", "--port=13435"], (None, 13435)),
+    # clients, help, look-alikes
+    (["dmr", "run", "ai/gemma3", "Hello"], None),
+    (["dmr", "pull", "ai/smollm2"], None),
+    (["dmr", "serve", "--help"], None),
+    (["docker", "model", "run", "ai/gemma3"], None),
+    (["/usr/local/bin/model-runner"], None),
+    (["/app/model-runner", "extra"], None),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "facts"), FORMS, ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else ""
+)
+def test_launch_forms(argv: list[str], facts: tuple[Any, ...] | None) -> None:
+    found = argv_facts(argv)
+    if facts is None:
+        assert found is None or found[0] != "docker-model-runner"
+        return
+    assert found == ("docker-model-runner", None, (), facts[0], facts[1], "server")
+
+
+def test_llama_server_is_its_runner_in_a_real_tree(procs: Procs) -> None:
+    runner = [
+        "/app/llama-server",
+        "-ngl",
+        "999",
+        "--metrics",
+        "--model",
+        "/models/bundles/sha256/436b/model/model.gguf",
+        "--host",
+        "inference-runner-0.sock",
+        "--ctx-size",
+        "4096",
+        "--jinja",
+    ]
+    server = procs.start(["/app/model-runner"], HELPER_SPAWN=ARG.join(runner), MODEL_RUNNER_PORT="12434")
+    wait_for(lambda: len(children_of(server.pid)) == 1, timeout=20)
+    (child,) = children_of(server.pid)
+    wait_for(lambda: Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0] == b"/app/llama-server")
+    found = {p.pid: p for p in Scanner(listen_ports=False).scan()}
+    top = found[server.pid]
+    assert (top.engine, top.role, top.port) == ("docker-model-runner", "server", 12434)
+    assert top.sources["port"] == "environment"
+    assert child in found
+    assert child not in top.worker_pids
+    record = found[child]
+    assert (record.engine, record.role, record.supervisor) == ("llamacpp", "runner", "docker-model-runner")
+    assert (record.host, record.port) == ("inference-runner-0.sock", None)
+
+
+def _scanned(procs: Procs, answer: Answer) -> str:
+    sock = bound_socket()
+    port = sock.getsockname()[1]
+    with serving({"/": [answer]}, sock=sock):
+        proc = procs.start(["dmr", "serve", "--port", str(port)], pass_fds=(sock.fileno(),))
+
+        def scanned() -> EngineProcess | None:
+            return next((p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid), None)
+
+        wait_for(lambda: scanned() is not None, timeout=20)
+        process = scanned()
+        assert process is not None
+        assert process.port == port
+        return check_health(process).state
+
+
+def test_greeting_is_ready(procs: Procs) -> None:
+    assert _scanned(procs, GREETING) == "ready"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        Answer(200, b"Ollama is running", content_type="text/plain"),
+        Answer(200, b"[" * 100_000),
+        Answer(500, b"not json"),
+        Answer(200, b"x" * 3_000_000, content_type="text/plain"),
+    ],
+    ids=["other-greeting", "deep", "error", "huge"],
+)
+def test_hostile_answers_are_said(procs: Procs, answer: Answer) -> None:
+    assert _scanned(procs, answer) in ("unknown", "unhealthy")
+
+
+def test_identify_tells_it() -> None:
+    with serving({"/": [GREETING]}) as server:
+        found = identify(server.url, timeout=5)
+    assert (found.engine, found.matched) == ("docker-model-runner", ("docker-model-runner",))
