@@ -698,3 +698,70 @@ def test_more_engine_and_runtime_wordings(
             assert given == Memory(value=value[0], unit=value[1]), name
         else:
             assert given == value, name
+
+
+@pytest.mark.parametrize(
+    ("engine", "line", "kind", "figures"),
+    [
+        # mistral.rs's GGUF loader and candle's GGUF reader
+        (
+            "mistralrs",
+            "called `Result::unwrap()` on an `Err` value: Unknown GGUF architecture `foo`",
+            "unsupported_architecture",
+            {},
+        ),
+        ("mistralrs", 'Error: path: "/m/x.gguf" unknown dtype for tensor 21', "unsupported_architecture", {}),
+        # LocalAI: a Go backend's stat of the model file; a backend not installed
+        (
+            "localai",
+            "[whisper] Fails: rpc error: code = Unknown desc = stat /models/x: no such file or directory",
+            "model_not_found",
+            {},
+        ),
+        (
+            "localai",
+            'ERROR Backend not found backend="llama-cpp" error=backend not found: llama-cpp',
+            "dependency_error",
+            {"missing": "llama-cpp"},
+        ),
+        # LocalAI and LM Studio relay llama.cpp's loader and mlx-lm's messages
+        (
+            "localai",
+            "llama_model_load: error loading model: unknown model architecture: 'x'",
+            "unsupported_architecture",
+            {},
+        ),
+        (
+            "lmstudio",
+            "error loading model: error loading model architecture: unknown model architecture: 'x'",
+            "unsupported_architecture",
+            {},
+        ),
+        (
+            "lmstudio",
+            "Error when loading model: ValueError: Model type foo not supported.",
+            "unsupported_architecture",
+            {},
+        ),
+    ],
+)
+def test_the_2026_engines_wordings(engine: str, line: str, kind: str, figures: dict[str, object]) -> None:
+    """The messages a fourth holdout of unseen logs showed the new engines lacking."""
+    failure = classify_failure(engine, line)
+    assert failure.kind == kind
+    assert failure.cause_lines == (line,)
+    for name, value in figures.items():
+        assert getattr(failure.figures, name) == value
+
+
+def test_lm_studios_dialog_only_wraps_the_cause() -> None:
+    log = (
+        "🥲 Failed to load the model\n\nError loading model.\n\n"
+        "error loading model: unable to allocate Vulkan0 buffer"
+    )
+    failure = classify_failure("lmstudio", log)
+    assert failure.kind == "gpu_oom"
+    assert failure.cause_lines == ("error loading model: unable to allocate Vulkan0 buffer",)
+    assert (
+        classify_failure("lmstudio", "🥲 Failed to load the model\n\nError loading model.").kind == "exited"
+    )

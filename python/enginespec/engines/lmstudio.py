@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from enginespec.definition.records import HealthRule, IdentityProbe, Launch, Serving, Settings
 from enginespec.definition.signature import LaunchForm, Signature
+from enginespec.engines import llamacpp, mlx
+from enginespec.failures import Failures
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(
@@ -56,6 +58,14 @@ SPEC = EngineSpec(
     # Not installed by enginespec: a desktop download, or the llmster install script; its CLI
     # `lms server start` switches the server on (lms src/subcommands/server.ts).
     launch=Launch(kind="binary", executable="lms", args=("server", "start")),
+    # Why a load failed: LM Studio's runtimes are llama.cpp (its llama.cpp engines print llama.cpp's
+    # own loader messages, `error loading model: ...`) and mlx-lm/mlx-vlm (lmstudio-ai/mlx-engine
+    # calls mlx_lm.utils.load, whose `Model type X not supported.` it passes on); LM Studio's own
+    # dialog lines (`Failed to load the model`, `Error loading model.`, seen in
+    # lmstudio-ai/lmstudio-bug-tracker#297 and lms#136) only wrap them.
+    failures=Failures(wrappers=(r"^(?:🥲 )?Failed to load the model$", r"^Error loading model\.$"))
+    + llamacpp.FAILURES
+    + mlx.FAILURES,
     serving=Serving(
         # `GET /lmstudio-greeting` answers 200 `{"lmstudio": true}` on the server's port: what `lms`
         # checks the server by (lms src/createClient.ts checkHttpServer: `json?.lmstudio !== true`

@@ -15,6 +15,8 @@ from enginespec.definition.records import (
     Settings,
 )
 from enginespec.definition.signature import Evidence, LaunchForm, Signature
+from enginespec.engines import llamacpp
+from enginespec.failures import FailurePattern, Failures
 from enginespec.spec import EngineSpec
 
 #: The commands of the kong CLI besides `run` (core/cli/cli.go `CLI`): clients, tools and
@@ -189,6 +191,22 @@ SPEC = EngineSpec(
     # Not on PyPI: release binaries, the install script or the container images, run as
     # ENGINESPEC_LOCALAI_INSTALL_CMD.
     launch=Launch(kind="binary", executable="local-ai", args=("run",)),
+    # Why a load failed: LocalAI relays its gRPC backends' errors (`could not load model: rpc error:
+    # code = Unknown desc = ...`) and their stderr; its llama-cpp backend is llama.cpp, whose loader
+    # messages are llama.cpp's own. Its Go backends stat the model file first (Go's os.Stat error,
+    # `stat PATH: no such file or directory`), and the loader names a backend that is not installed
+    # (`backend not found: NAME`, seen in mudler/LocalAI#7899 and #5225).
+    failures=Failures(
+        patterns=(
+            FailurePattern(kind="model_not_found", pattern=r"desc = stat \S+: no such file or directory"),
+            FailurePattern(
+                kind="dependency_error",
+                pattern=r"\bbackend not found: (?P<missing>[\w.-]+)(?:\s|$)",
+                hint="LocalAI has no such backend installed: install it from the backend gallery",
+            ),
+        )
+    )
+    + llamacpp.FAILURES,
     serving=Serving(
         # core/http/routes/health.go HealthRoutes: `/healthz` answers 200 (no body) while the
         # process lives; `/readyz` 503 {"status": "starting", "reason": "startup preload in

@@ -17,6 +17,7 @@ from enginespec.definition.records import (
     Serving,
 )
 from enginespec.definition.signature import Evidence, LaunchForm, Signature
+from enginespec.failures import FailurePattern, Failures
 from enginespec.spec import EngineSpec
 
 # Flags that take no value: every `bool` field (clap's SetTrue) and every `ArgAction::Count` of
@@ -144,5 +145,24 @@ SPEC = EngineSpec(
     ),
     # clap usage errors; a taken port fails `TcpListener::bind(..).await?`, which anyhow prints as
     # `Error: Address already in use (os error 98)` (serve.rs run_server).
-    failures=_libraries.CLAP + _libraries.SOCKETS,
+    failures=_libraries.CLAP
+    + _libraries.SOCKETS
+    + Failures(
+        patterns=(
+            # mistralrs-core's GGUF loader (src/gguf/mod.rs, GGUFArchitecture::from_value:
+            # format!("Unknown GGUF architecture `{value}`"), through anyhow and an unwrap)
+            FailurePattern(
+                kind="unsupported_architecture",
+                pattern=r"Unknown GGUF architecture `",
+                hint="this mistral.rs release cannot load that architecture from GGUF: upgrade, or load the "
+                "safetensors model",
+            ),
+            # candle-core's GGUF reader (src/quantized/mod.rs, GgmlDType::from_u32: `unknown dtype for
+            # tensor {u}`): a quantization type this build does not know
+            FailurePattern(kind="unsupported_architecture", pattern=r"unknown dtype for tensor \d+"),
+            # mistralrs-core's get_paths! macro (src/pipeline/macros.rs: panic!("File \"{}\" not found at
+            # model id {:?}", ...)): a file of the model neither local nor given by the hub
+            FailurePattern(kind="model_not_found", pattern=r'^File "[^"]+" not found at model id '),
+        )
+    ),
 )
