@@ -273,6 +273,14 @@ EXPECTED_FLAGS: dict[str, dict[str, str | None]] = {
         "max_num_seqs": "--max-batch-size",
         "kv_cache_dtype": "--cache-mode",
     },
+    "tei": {
+        **dict.fromkeys(FLAG_FIELD_NAMES),
+        "served_model_name": "--served-model-name",
+        "port": "--port",
+        "max_num_seqs": "--max-batch-requests",
+        "dtype": "--dtype",
+        "api_key": "--api-key",
+    },
 }
 
 

@@ -18,6 +18,7 @@ import enginespec.engines.mlx_vlm as mlx_vlm
 import enginespec.engines.ollama as ollama
 import enginespec.engines.sglang as sglang
 import enginespec.engines.tabbyapi as tabbyapi
+import enginespec.engines.tei as tei
 import enginespec.engines.tgi as tgi
 import enginespec.engines.trtllm as trtllm
 import enginespec.engines.vllm as vllm
@@ -41,6 +42,7 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     llamafile.SPEC,
     koboldcpp.SPEC,
     tabbyapi.SPEC,
+    tei.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
