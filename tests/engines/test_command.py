@@ -281,6 +281,15 @@ EXPECTED_FLAGS: dict[str, dict[str, str | None]] = {
         "dtype": "--dtype",
         "api_key": "--api-key",
     },
+    "infinity": {
+        **dict.fromkeys(FLAG_FIELD_NAMES),
+        "served_model_name": "--served-model-name",
+        "port": "--port",
+        "max_num_seqs": "--batch-size",
+        "dtype": "--dtype",
+        "trust_remote_code": "--trust-remote-code",
+        "api_key": "--api-key",
+    },
 }
 
 

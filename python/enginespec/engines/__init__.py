@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enginespec.definition.registry as registry
 import enginespec.engines.aphrodite as aphrodite
+import enginespec.engines.infinity as infinity
 import enginespec.engines.koboldcpp as koboldcpp
 import enginespec.engines.llamacpp as llamacpp
 import enginespec.engines.llamacpp_python as llamacpp_python
@@ -43,6 +44,7 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     koboldcpp.SPEC,
     tabbyapi.SPEC,
     tei.SPEC,
+    infinity.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
