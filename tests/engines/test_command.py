@@ -290,6 +290,7 @@ EXPECTED_FLAGS: dict[str, dict[str, str | None]] = {
         "trust_remote_code": "--trust-remote-code",
         "api_key": "--api-key",
     },
+    "whisper-cpp": {**dict.fromkeys(FLAG_FIELD_NAMES), "port": "--port"},
 }
 
 

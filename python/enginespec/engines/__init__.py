@@ -23,6 +23,7 @@ import enginespec.engines.tei as tei
 import enginespec.engines.tgi as tgi
 import enginespec.engines.trtllm as trtllm
 import enginespec.engines.vllm as vllm
+import enginespec.engines.whisper_cpp as whisper_cpp
 from enginespec.definition.registry import ENTRY_POINT_GROUP, all_signatures, engine_ids
 from enginespec.errors import UnknownEngineError
 from enginespec.spec import EngineSpec
@@ -45,6 +46,7 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     tabbyapi.SPEC,
     tei.SPEC,
     infinity.SPEC,
+    whisper_cpp.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
