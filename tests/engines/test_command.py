@@ -291,6 +291,13 @@ EXPECTED_FLAGS: dict[str, dict[str, str | None]] = {
         "api_key": "--api-key",
     },
     "whisper-cpp": {**dict.fromkeys(FLAG_FIELD_NAMES), "port": "--port"},
+    "max": {
+        **dict.fromkeys(FLAG_FIELD_NAMES),
+        "served_model_name": "--served-model-name",
+        "port": "--port",
+        "max_model_len": "--max-length",
+        "trust_remote_code": "--trust-remote-code",
+    },
 }
 
 
@@ -343,11 +350,14 @@ def test_llamacpp_kv_cache_type_sets_both_halves(config: Config) -> None:
 def test_unset_fields_emit_nothing(engine: str, config: Config) -> None:
     command = _plan(engine, config)
     spec = get_engine_spec(engine)
-    # only the model (flag or positional) and the host
-    assert spec.signature.host_flags[0] in command.argv
+    # only the model (flag or positional) and the host (MAX takes it in MAX_SERVE_HOST alone)
+    if spec.signature.host_flags:
+        assert spec.signature.host_flags[0] in command.argv
+    else:
+        assert command.env == {"MAX_SERVE_HOST": Recipe(engine=engine, model_path="m").host}
     assert spec.signature.port_flags[0] not in command.argv
     fixed = [a for a in spec.launch.args if a.startswith("--")]  # `llamafile --server`
-    expected = len(fixed) + (1 if spec.model_flag is None else 2)
+    expected = len(fixed) + (spec.model_flag is not None) + bool(spec.signature.host_flags)
     assert len([a for a in command.argv if a.startswith("--")]) == expected
     assert command.warnings == ()
 

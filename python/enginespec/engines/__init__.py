@@ -14,6 +14,7 @@ import enginespec.engines.llamacpp as llamacpp
 import enginespec.engines.llamacpp_python as llamacpp_python
 import enginespec.engines.llamafile as llamafile
 import enginespec.engines.lmdeploy as lmdeploy
+import enginespec.engines.max as modular_max
 import enginespec.engines.mlx as mlx
 import enginespec.engines.mlx_vlm as mlx_vlm
 import enginespec.engines.ollama as ollama
@@ -47,6 +48,7 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     tei.SPEC,
     infinity.SPEC,
     whisper_cpp.SPEC,
+    modular_max.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
