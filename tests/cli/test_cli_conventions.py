@@ -41,6 +41,10 @@ ALL_ENGINES = [
     "llamafile",
     "koboldcpp",
     "tabbyapi",
+    "tei",
+    "infinity",
+    "whisper-cpp",
+    "max",
 ]
 
 

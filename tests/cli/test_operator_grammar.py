@@ -258,7 +258,7 @@ def test_a_recipe_naming_an_engine_by_its_program_is_offered_the_id(tmp_path: Pa
     out = enginespec("command", str(recipe))
     assert out.returncode == 2
     assert "engine 'llama-server' is not one of" in out.stderr.decode()
-    assert "tabbyapi; did you mean 'llamacpp'? (got 'llama-server')" in out.stderr.decode()
+    assert "; did you mean 'llamacpp'? (got 'llama-server')" in out.stderr.decode()
 
 
 def test_engines_are_taken_by_their_program_names(procs: Procs, tmp_path: Path) -> None:
