@@ -53,7 +53,8 @@ SIGNATURE = Signature(
     ),
     # v2 `--model-id` (repeatable: one engine per model, the v2 docstring "cli options can be
     # overloaded"), v1 and <= 0.0.31 `--model-name-or-path`; served names `--served-model-name`
-    # (one per model; an empty one serves the model under its id, EngineArgs).
+    # (one per model; an empty one serves the model under its id, EngineArgs). With several, the
+    # model read from argv is the last given (a repeated flag's rule here); /models lists them all.
     model_flags=("--model-id", "--model-name-or-path"),
     served_name_flags=("--served-model-name",),
     host_flags=("--host",),
