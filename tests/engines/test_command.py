@@ -288,6 +288,31 @@ EXPECTED_FLAGS: dict[str, dict[str, str | None]] = {
         "max_num_seqs": "--max-seqs",
         "dtype": "--dtype",
     },
+    "tei": {
+        **dict.fromkeys(FLAG_FIELD_NAMES),
+        "served_model_name": "--served-model-name",
+        "port": "--port",
+        "max_num_seqs": "--max-batch-requests",
+        "dtype": "--dtype",
+        "api_key": "--api-key",
+    },
+    "infinity": {
+        **dict.fromkeys(FLAG_FIELD_NAMES),
+        "served_model_name": "--served-model-name",
+        "port": "--port",
+        "max_num_seqs": "--batch-size",
+        "dtype": "--dtype",
+        "trust_remote_code": "--trust-remote-code",
+        "api_key": "--api-key",
+    },
+    "whisper-cpp": {**dict.fromkeys(FLAG_FIELD_NAMES), "port": "--port"},
+    "max": {
+        **dict.fromkeys(FLAG_FIELD_NAMES),
+        "served_model_name": "--served-model-name",
+        "port": "--port",
+        "max_model_len": "--max-length",
+        "trust_remote_code": "--trust-remote-code",
+    },
 }
 
 
@@ -355,11 +380,16 @@ def test_llamacpp_kv_cache_type_sets_both_halves(config: Config) -> None:
 def test_unset_fields_emit_nothing(engine: str, config: Config) -> None:
     command = _plan(engine, config)
     spec = get_engine_spec(engine)
-    # only the model (flag or positional) and the host (or the address: host and default port)
-    assert (spec.signature.host_flags or spec.signature.address_flags)[0] in command.argv
+    # only the model (flag or positional) and the host: its flag, the address flag (host and
+    # default port), or the one variable the engine reads it from (MAX's MAX_SERVE_HOST)
+    if spec.signature.host_flags or spec.signature.address_flags:
+        assert (spec.signature.host_flags or spec.signature.address_flags)[0] in command.argv
+    else:
+        assert command.env == {"MAX_SERVE_HOST": Recipe(engine=engine, model_path="m").host}
     assert not set(spec.signature.port_flags) & set(command.argv)
     fixed = [a for a in spec.launch.args if a.startswith("--")]  # `llamafile --server`
-    expected = len(fixed) + (1 if spec.model_flag is None else 2)
+    addressed = bool(spec.signature.host_flags or spec.signature.address_flags)
+    expected = len(fixed) + (spec.model_flag is not None) + addressed
     assert len([a for a in command.argv if a.startswith("--")]) == expected
     assert command.warnings == ()
 

@@ -84,5 +84,9 @@ def test_round_trip(recipe: Recipe) -> None:
         assert inv.served_model_name == recipe.model_path
     else:
         assert inv.served_model_name is None
-    assert inv.host == recipe.host
+    if signature.host_flags:
+        assert inv.host == recipe.host
+    else:  # MAX: the host goes in the command's environment (MAX_SERVE_HOST, test_command.py)
+        assert inv.host is None
+        assert spec.plan(recipe, CONFIG).env[next(iter(spec.settings.environment))] == recipe.host
     assert inv.effective_port == (recipe.port or spec.default_port)

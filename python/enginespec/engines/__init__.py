@@ -9,6 +9,7 @@ from __future__ import annotations
 import enginespec.definition.registry as registry
 import enginespec.engines.aphrodite as aphrodite
 import enginespec.engines.docker_model_runner as docker_model_runner
+import enginespec.engines.infinity as infinity
 import enginespec.engines.koboldcpp as koboldcpp
 import enginespec.engines.lemonade as lemonade
 import enginespec.engines.llamacpp as llamacpp
@@ -17,15 +18,18 @@ import enginespec.engines.llamafile as llamafile
 import enginespec.engines.lmdeploy as lmdeploy
 import enginespec.engines.lmstudio as lmstudio
 import enginespec.engines.localai as localai
+import enginespec.engines.max as modular_max
 import enginespec.engines.mistralrs as mistralrs
 import enginespec.engines.mlx as mlx
 import enginespec.engines.mlx_vlm as mlx_vlm
 import enginespec.engines.ollama as ollama
 import enginespec.engines.sglang as sglang
 import enginespec.engines.tabbyapi as tabbyapi
+import enginespec.engines.tei as tei
 import enginespec.engines.tgi as tgi
 import enginespec.engines.trtllm as trtllm
 import enginespec.engines.vllm as vllm
+import enginespec.engines.whisper_cpp as whisper_cpp
 from enginespec.definition.registry import ENTRY_POINT_GROUP, all_signatures, engine_ids
 from enginespec.errors import UnknownEngineError
 from enginespec.spec import EngineSpec
@@ -51,6 +55,10 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     lmstudio.SPEC,
     lemonade.SPEC,
     docker_model_runner.SPEC,
+    tei.SPEC,
+    infinity.SPEC,
+    whisper_cpp.SPEC,
+    modular_max.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 

@@ -128,14 +128,16 @@ def _entries(definition: EngineDefinition, recipe: Recipe, strict: bool) -> tupl
     if definition.model_flag is not None or not definition.signature.launch_forms[0].positional_model:
         add("model_path", [recipe.model_path])
     # An engine that takes its address as one HOST:PORT flag gets it there (LocalAI's
-    # `--address`); one that reads it from one environment variable, there (Ollama).
+    # `--address`); one that reads it from one environment variable, there (Ollama); one with no
+    # host flag that reads its host from one (MAX_SERVE_HOST), the host.
     address = _address_flag(definition)
     if address is not None:
         host = f"[{recipe.host}]" if ":" in recipe.host else recipe.host
         port = recipe.port or definition.default_port
         entries.append(_Entry(definition.signature.canonical(address), address, [f"{host}:{port}"]))
     elif _address_variable(definition) is None:
-        add("host", [recipe.host])
+        if _host_variable(definition) is None:
+            add("host", [recipe.host])
         if recipe.port is not None:
             add("port", [str(recipe.port)])
     for field in ("served_model_name", *FLAG_FIELDS):
@@ -318,12 +320,23 @@ def _address_variable(definition: EngineDefinition) -> str | None:
     return next((name for name, kind in definition.settings.environment.items() if kind == "address"), None)
 
 
+def _host_variable(definition: EngineDefinition) -> str | None:
+    """The environment variable carrying the host alone, for an engine whose server takes no host
+    flag but a port flag (Modular MAX's MAX_SERVE_HOST)."""
+    if definition.signature.host_flags or definition.signature.launch_forms[0].no_arguments:
+        return None
+    return next((name for name, kind in definition.settings.environment.items() if kind == "host"), None)
+
+
 def _environment(definition: EngineDefinition, recipe: Recipe, launcher: Launcher | None) -> dict[str, str]:
     env: dict[str, str] = {}
     variable = _address_variable(definition)
     if variable is not None:
         host = f"[{recipe.host}]" if ":" in recipe.host else recipe.host
         env[variable] = f"{host}:{recipe.port or definition.default_port}"
+    host_variable = _host_variable(definition) if variable is None else None
+    if host_variable is not None:
+        env[host_variable] = recipe.host
     if recipe.visible_devices is not None:
         name = "HIP_VISIBLE_DEVICES" if recipe.accelerator == "rocm" else "CUDA_VISIBLE_DEVICES"
         env[name] = ",".join(str(device) for device in recipe.visible_devices)
