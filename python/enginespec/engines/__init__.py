@@ -24,6 +24,7 @@ import enginespec.engines.tabbyapi as tabbyapi
 import enginespec.engines.tgi as tgi
 import enginespec.engines.trtllm as trtllm
 import enginespec.engines.vllm as vllm
+import enginespec.engines.xinference as xinference
 from enginespec.definition.registry import ENTRY_POINT_GROUP, all_signatures, engine_ids
 from enginespec.errors import UnknownEngineError
 from enginespec.spec import EngineSpec
@@ -47,6 +48,7 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     localai.SPEC,
     mistralrs.SPEC,
     lmstudio.SPEC,
+    xinference.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
