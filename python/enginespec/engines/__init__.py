@@ -19,6 +19,7 @@ import enginespec.engines.mistralrs as mistralrs
 import enginespec.engines.mlx as mlx
 import enginespec.engines.mlx_vlm as mlx_vlm
 import enginespec.engines.ollama as ollama
+import enginespec.engines.ramalama as ramalama
 import enginespec.engines.sglang as sglang
 import enginespec.engines.tabbyapi as tabbyapi
 import enginespec.engines.tgi as tgi
@@ -49,6 +50,7 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     mistralrs.SPEC,
     lmstudio.SPEC,
     xinference.SPEC,
+    ramalama.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
