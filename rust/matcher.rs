@@ -123,6 +123,43 @@ struct CompiledForm {
     directories: Vec<Vec<Box<[u8]>>>,
     evidence: Option<CompiledEvidence>,
     role: Role,
+    /// The program's global options before its subcommand, and what each takes.
+    leading: Vec<(Box<[u8]>, Leading)>,
+}
+
+/// A global option before a form's subcommand (`LaunchForm.leading_flags`, `leading_switches`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leading {
+    Value,
+    Switch,
+    Exit,
+}
+
+/// Where a form's subcommand should be: past its leading global options; `None` when one of
+/// them exits (`_past_leading` of the fallback).
+fn leading_in<A: AsRef<[u8]>>(
+    argv: &[A],
+    start: usize,
+    leading: &[(Box<[u8]>, Leading)],
+) -> Option<usize> {
+    let mut at = start;
+    while let Some(token) = argv.get(at).map(AsRef::as_ref) {
+        let (name, joined) = match token.iter().position(|&b| b == b'=') {
+            Some(i) => (&token[..i], true),
+            None => (token, false),
+        };
+        match leading
+            .iter()
+            .find(|(flag, _)| **flag == *name)
+            .map(|&(_, kind)| kind)
+        {
+            Some(Leading::Exit) if !joined => return None,
+            Some(Leading::Switch) if !joined => at += 1,
+            Some(Leading::Value) => at += if joined { 1 } else { 2 },
+            _ => break,
+        }
+    }
+    Some(at)
 }
 
 /// The forms an executable basename may launch, and whether it is a loader of other programs.
@@ -639,6 +676,22 @@ impl Matcher {
                         .collect(),
                     evidence: form.evidence.as_ref().map(|e| compiled.evidence(sig, e)),
                     role: form.role,
+                    leading: form
+                        .leading_flags
+                        .iter()
+                        .map(|f| (boxed(f), Leading::Value))
+                        .chain(form.leading_switches.iter().map(|f| {
+                            let exits = sig.exit_flags.iter().any(|e| e == f);
+                            (
+                                boxed(f),
+                                if exits {
+                                    Leading::Exit
+                                } else {
+                                    Leading::Switch
+                                },
+                            )
+                        }))
+                        .collect(),
                 });
                 if form.any_program {
                     matcher.any_program.push((engine, form_index));
@@ -795,9 +848,12 @@ impl Matcher {
             if !form.directories.is_empty() && !in_directory(path, &form.directories) {
                 continue;
             }
+            let Some(at) = leading_in(argv, start, &form.leading) else {
+                return None; // a leading exit flag: the program prints and exits
+            };
             let sub = &form.subcommand;
-            let end = start + sub.len();
-            let Some(given) = argv.get(start..end) else {
+            let end = at + sub.len();
+            let Some(given) = argv.get(at..end) else {
                 continue;
             };
             if !given.iter().zip(sub).all(|(g, s)| g.as_ref() == &**s) {

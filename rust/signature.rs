@@ -88,6 +88,10 @@ pub struct LaunchForm {
     #[serde(default)]
     pub evidence: Option<Evidence>,
     #[serde(default)]
+    pub leading_flags: Vec<String>,
+    #[serde(default)]
+    pub leading_switches: Vec<String>,
+    #[serde(default)]
     pub role: Role,
     /// Read by the facade (its checkout test, a follower's default address), not by the matcher.
     #[serde(default, rename = "checkout_files")]

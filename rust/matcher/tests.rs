@@ -51,6 +51,13 @@ const SIGNATURES: &str = r#"[
      {"executables": ["group"], "positional_model": true, "other_subcommands": ["serve", "route"]}
    ],
    "exit_flags": ["--help"]},
+  {"engine": "globals",
+   "launch_forms": [
+     {"executables": ["globals"], "subcommand": ["serve"], "positional_model": true,
+      "leading_flags": ["--runtime"], "leading_switches": ["--debug", "--dryrun"]}
+   ],
+   "port_flags": ["--port"],
+   "exit_flags": ["--dryrun"]},
   {"engine": "strict",
    "launch_forms": [{"executables": ["strict"]}],
    "model_flags": ["--model"],
@@ -652,4 +659,17 @@ fn a_loaders_program_of_any_name_needs_the_evidence() {
     assert!(issue_27(&["ld", "-x", "--serve"]).is_none());
     assert!(issue_27(&["./model", "--serve"]).is_none());
     assert!(issue_27(&["ldx", "./model", "--serve"]).is_none());
+}
+
+#[test]
+fn global_options_before_the_subcommand_are_passed_over() {
+    assert_eq!(model(&["globals", "serve", "m"]).as_deref(), Some("m"));
+    assert_eq!(model(&["globals", "--runtime=x", "serve", "m"]).as_deref(), Some("m"));
+    assert_eq!(model(&["globals", "--runtime", "x", "--debug", "serve", "m"]).as_deref(), Some("m"));
+    // a leading exit flag exits; an unknown global, a joined switch or a missing value: no form
+    assert!(parse(&["globals", "--dryrun", "serve", "m"]).is_none());
+    assert!(parse(&["globals", "--other", "serve", "m"]).is_none());
+    assert!(parse(&["globals", "--debug=1", "serve", "m"]).is_none());
+    assert!(parse(&["globals", "--runtime"]).is_none());
+    assert!(parse(&["globals", "--runtime", "serve", "m"]).is_none());
 }

@@ -65,6 +65,9 @@ def _vocabulary() -> list[str]:
             words.update(form.loaders)
             words.update(form.host_flags)
             words.update(form.port_flags)
+            words.update(form.leading_flags)
+            words.update(form.leading_switches)
+            words.update(flag + "=x" for flag in (*form.leading_flags, *form.leading_switches))
             words.update(prefix + "1.10" for prefix in form.loader_prefixes)
             words.update(stem + suffix for suffix in form.executable_suffixes for stem in ("m", "", "/a/m"))
             words.update(f"/x/{d}/{e}" for d in form.directories for e in form.executables)
@@ -169,6 +172,10 @@ def _form(draw: st.DrawFn) -> LaunchForm:
     own = st.lists(st.sampled_from(_FLAGS + _ALIASES), max_size=2, unique=True)
     host_flags, port_flags = (draw(own), draw(own)) if not facts else ([], [])
     assume(executables or prefixes or suffixes or modules or any_program)
+    subcommand = tuple(draw(st.lists(st.sampled_from(("serve", "run")), max_size=1)))
+    # global options before the subcommand (`ramalama --runtime=mlx serve`), only with one
+    leading = st.lists(st.sampled_from(_FLAGS + _ALIASES), max_size=2, unique=True)
+    leading_flags, leading_switches = (draw(leading), draw(leading)) if subcommand else ([], [])
     return LaunchForm(
         executables=tuple(executables),
         executable_prefixes=tuple(prefixes),
@@ -177,7 +184,7 @@ def _form(draw: st.DrawFn) -> LaunchForm:
         loaders=loaders,
         loader_prefixes=loader_prefixes,
         directories=tuple(draw(st.lists(st.sampled_from(_DIRECTORIES), max_size=1))),
-        subcommand=tuple(draw(st.lists(st.sampled_from(("serve", "run")), max_size=1))),
+        subcommand=subcommand,
         other_subcommands=tuple(draw(st.lists(st.sampled_from(("serve", "run", "m.bin")), max_size=2))),
         positional_model=draw(st.booleans()),
         positional_port=draw(st.booleans()),
@@ -190,6 +197,8 @@ def _form(draw: st.DrawFn) -> LaunchForm:
         host_flags=tuple(host_flags),
         port_flags=tuple(port_flags),
         evidence=evidence,
+        leading_flags=tuple(leading_flags),
+        leading_switches=tuple(leading_switches),
         role=draw(st.sampled_from(("server", "runner", "follower"))),
     )
 

@@ -346,6 +346,10 @@ class Serving(_Record):
     nested_supervisor: str | None = None
     #: the ports it binds besides its API port (TGI's Prometheus listener).
     extra_ports: tuple[ExtraPort, ...] = ()
+    #: program basename -> the host that program listens on when argv gives none, where it is
+    #: not ``Signature.default_host`` (``xinference-supervisor``: every interface, where
+    #: ``xinference-local`` takes loopback).
+    program_hosts: Mapping[str, str] = Field(default_factory=dict)
     #: the programs (argv's, or the script an interpreter runs) of the descendants that are its
     #: workers, for engines whose workers keep their argv: remembered once the server is ready,
     #: as the ones whose title is in ``Signature.worker_titles`` are (TGI's shards and router).

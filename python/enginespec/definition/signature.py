@@ -144,6 +144,11 @@ class LaunchForm(BaseModel):
     seen from the process's working directory) for a scanned process to count: ``main.py`` is a
     TabbyAPI server only inside a TabbyAPI checkout. The matcher cannot look at files; the scanner
     checks them and :func:`enginespec.parse_argv` checks them against a ``cwd`` it is given.
+    ``leading_flags`` and ``leading_switches``: the program's global options, which argparse takes
+    between the program and its subcommand (``ramalama --runtime=mlx serve M``): each of
+    ``leading_flags`` with its value (``--flag value`` or ``--flag=value``), each of
+    ``leading_switches`` alone, is passed over before the subcommand is looked for; a leading
+    switch that is one of the signature's ``exit_flags`` (``--dryrun``, ``--version``) exits.
     ``role`` is what a process of this form is (see :data:`Role`); the signature's follower flags
     make a ``server`` a ``follower``.
     """
@@ -172,6 +177,8 @@ class LaunchForm(BaseModel):
     listen_default: tuple[str, int] | None = None
     evidence: Evidence | None = None
     checkout_files: tuple[str, ...] = Field(default=(), max_length=_MAX_CHECKOUT_FILES)
+    leading_flags: tuple[str, ...] = ()
+    leading_switches: tuple[str, ...] = ()
     role: FormRole = "server"
 
     @model_validator(mode="after")
@@ -191,6 +198,9 @@ class LaunchForm(BaseModel):
         if (self.host_flags or self.port_flags) and self.facts:
             raise ValueError("host_flags, port_flags: only for a form with facts=False")
         _check_flags((*self.host_flags, *self.port_flags), "launch form host_flags/port_flags")
+        _check_flags((*self.leading_flags, *self.leading_switches), "launch form leading flags")
+        if (self.leading_flags or self.leading_switches) and not self.subcommand:
+            raise ValueError("leading_flags, leading_switches: options before a subcommand, which it needs")
         for name in (
             *self.executables,
             *self.executable_prefixes,

@@ -23,6 +23,7 @@ import enginespec.engines.mistralrs as mistralrs
 import enginespec.engines.mlx as mlx
 import enginespec.engines.mlx_vlm as mlx_vlm
 import enginespec.engines.ollama as ollama
+import enginespec.engines.ramalama as ramalama
 import enginespec.engines.sglang as sglang
 import enginespec.engines.tabbyapi as tabbyapi
 import enginespec.engines.tei as tei
@@ -30,6 +31,7 @@ import enginespec.engines.tgi as tgi
 import enginespec.engines.trtllm as trtllm
 import enginespec.engines.vllm as vllm
 import enginespec.engines.whisper_cpp as whisper_cpp
+import enginespec.engines.xinference as xinference
 from enginespec.definition.registry import ENTRY_POINT_GROUP, all_signatures, engine_ids
 from enginespec.errors import UnknownEngineError
 from enginespec.spec import EngineSpec
@@ -59,6 +61,8 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     infinity.SPEC,
     whisper_cpp.SPEC,
     modular_max.SPEC,
+    xinference.SPEC,
+    ramalama.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 

@@ -244,7 +244,9 @@ def endpoint(
         where = endpoint(definition, argv, host, port, port_text)
         return ArgvAddress(where.effective_host, where.effective_port, None, where.problems)
     problems: list[str] = []
-    effective_host = host or signature.default_host
+    effective_host = (
+        host or definition.serving.program_hosts.get(basename(program_path(argv))) or signature.default_host
+    )
     effective_port: int | None = port
     if port is None:
         effective_port = signature.default_port if port_text is None else None

@@ -102,6 +102,26 @@ class _Compiled:
 _Candidates = list[tuple[int, LaunchForm]]
 
 
+def _past_leading(argv: Sequence[str], start: int, form: LaunchForm, signature: Signature) -> int | None:
+    """Where the form's subcommand should be: past the program's global options
+    (``LaunchForm.leading_flags`` with their values, ``leading_switches``); ``None`` when one of
+    them is an exit flag (``leading_in`` of matcher.rs)."""
+    if not form.leading_flags and not form.leading_switches:
+        return start
+    at = start
+    while at < len(argv):
+        name, joined, _value = argv[at].partition("=")
+        if name in form.leading_switches and not joined:
+            if name in signature.exit_flags:
+                return None
+            at += 1
+        elif name in form.leading_flags:
+            at += 1 if joined else 2
+        else:
+            break
+    return at
+
+
 class Matcher:
     """Classifies argv against a list of signatures given as JSON (see ``signatures_json``)."""
 
@@ -200,8 +220,11 @@ class Matcher:
                 continue
             if form.directories and not in_directory(program, form.directories):
                 continue
-            end = start + len(form.subcommand)
-            if tuple(argv[start:end]) != form.subcommand:
+            at = _past_leading(argv, start, form, self._engines[index].signature)
+            if at is None:
+                return None  # a leading exit flag: the program prints and exits
+            end = at + len(form.subcommand)
+            if tuple(argv[at:end]) != form.subcommand:
                 continue
             if end < len(argv) and argv[end] in form.other_subcommands:
                 continue

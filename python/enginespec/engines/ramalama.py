@@ -1,0 +1,95 @@
+"""RamaLama: ``ramalama serve MODEL``, which runs the model's server (llama-server, vLLM,
+mlx_lm.server) in a container, or as its own child with ``--nocontainer`` or the MLX runtime.
+
+Facts from containers/ramalama v0.24.0 (``8bc1f0a3``, 2026-08-21) unless a line says otherwise;
+the files cited are at that tag.
+"""
+
+from __future__ import annotations
+
+import enginespec.engines._libraries as _libraries
+from enginespec.definition.records import Launch, ModelList, Package, Serving
+from enginespec.definition.signature import LaunchForm, Signature
+from enginespec.spec import EngineSpec
+
+#: The main parser's options (ramalama/cli.py configure_arguments), which argparse takes before the
+#: subcommand: these take a value ...
+_GLOBAL_VALUES = ("--engine", "--runtime", "--store", "--noout")
+#: ... these none (`--container` is hidden; `--nocontainer` stores False in `container`).
+_GLOBAL_SWITCHES = ("--container", "--debug", "--nocontainer", "--quiet", "-q")
+#: The main parser's exits: argparse's help, `-v`/`--version` (action="version"); `--dryrun`
+#: (`--dry-run`) prints the command instead of running it, and parse_args_from_cmd takes it, or
+#: `--generate`, anywhere in argv as a dry run.
+_GLOBAL_EXITS = ("-h", "--help", "-v", "--version", "--dryrun", "--dry-run")
+
+SIGNATURE = Signature(
+    engine="ramalama",
+    launch_forms=(
+        # `ramalama [GLOBAL OPTIONS] serve [OPTIONS] MODEL`: the serve parser of the runtime plugin
+        # (plugins/runtimes/inference/common.py _register_serve_subcommand, runtime_options of
+        # ramalama/cli.py; the llama.cpp plugin takes `MODEL nargs="*"`: none or several models serve a
+        # llama.cpp router, container only, llama_cpp.py _serve_handler). Not containerised
+        # (`--nocontainer`, no container engine, the MLX runtime), it runs the server as its child
+        # and waits for it (transports/base.py execute_command, common.py exec_cmd:
+        # subprocess.run, then sys.exit with its status); containerised, it runs `podman|docker
+        # run ... IMAGE llama-server ...` the same way (the container's server is the container
+        # engine's, not this process's child). `run` (a chat), `bench`, `pull`, `list`, `ps`,
+        # `stop`, `rag`, `daemon`, ... are other subcommands: not this form.
+        LaunchForm(
+            executables=("ramalama",),
+            subcommand=("serve",),
+            positional_model=True,
+            leading_flags=_GLOBAL_VALUES,
+            leading_switches=(*_GLOBAL_SWITCHES, *_GLOBAL_EXITS),
+        ),
+    ),
+    # common.py _add_inference_args: `-p`/`--port` (parse_port_option), `--host` (serve only);
+    # `-c` is `--ctx-size`, `-n` `--name` (the container's name), `-t` `--threads`, `-d`
+    # `--detach` (store_true).
+    aliases={"-p": "--port", "-q": "--quiet"},
+    host_flags=("--host",),
+    port_flags=("--port",),
+    # serve's store_true options (ramalama/cli.py runtime_options: `-d/--detach`, `--keep-groups`,
+    # `--privileged`) and the globals, if given after `serve` (argparse then fails: an exit too).
+    no_value_flags=frozenset({"-d", "--detach", "--keep-groups", "--privileged", *_GLOBAL_SWITCHES}),
+    # `--generate quadlet|kube|quadlet/kube|compose[:DIR]` writes files for a service and exits
+    # (common.py _do_serve: generate_container_config, then return).
+    exit_flags=frozenset({*_GLOBAL_EXITS, "--generate"}),
+    # `--authfile` names a file, `--env` may carry tokens for the container: not argv secrets by
+    # name; login's `--password`, `--token` belong to another subcommand.
+    # config.py BaseConfig: `port = "8080"`; host get_default_host(): "::" where IPv6 sockets can
+    # be made, else "0.0.0.0" (every interface either way). Without `--port`, RamaLama takes the
+    # first free port of 8080..8180, 8080 first (transports/base.py compute_serving_port,
+    # get_available_port_if_any; config.py default_port_range): 8080 is where it listens when
+    # 8080 was free.
+    default_host="0.0.0.0",
+    default_port=8080,
+)
+
+
+SPEC = EngineSpec(
+    id="ramalama",
+    signature=SIGNATURE,
+    # pyproject.toml: `ramalama = "ramalama.cli:main"`; the package has no __main__.
+    launch=Launch(
+        kind="console_script",
+        executable="ramalama",
+        args=("serve",),
+        module_args=("-c", "from ramalama.cli import main; main()", "serve"),
+    ),
+    # PyPI `ramalama` (pyproject.toml `name = "ramalama"`); it needs podman or docker (or the
+    # runtimes on the host with --nocontainer).
+    package=Package(distributions=("ramalama",)),
+    serving=Serving(
+        # RamaLama serves nothing itself: its port is its server's, llama-server by default
+        # (llama_cpp.py service_ready_check asks `/health`; the runtime's default is "llama.cpp",
+        # config.py). Its identity is that server's: no probe tells RamaLama apart.
+        health_rules=_libraries.LLAMA_SERVER_HEALTH,
+        # The server it runs as its child (not containerised: llama-server, `vllm serve`,
+        # mlx_lm.server) is its runner, whatever that server's engine.
+        starts_runners=True,
+    ),
+    # llama-server, vLLM and mlx_lm.server all list their models at /v1/models.
+    models=ModelList(kind="openai", path="/v1/models"),
+    failures=_libraries.PYTHON_SERVER,
+)

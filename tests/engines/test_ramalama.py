@@ -1,0 +1,223 @@
+"""RamaLama (issue 41): `ramalama [GLOBAL OPTIONS] serve [OPTIONS] [MODEL...]` recognised from argv
+(the 2026 corpus's records, command lines from RamaLama's docs), global options before `serve`
+passed over (`LaunchForm.leading_flags`), `--generate`, `--dryrun` and its other subcommands left
+alone; the server it runs as its child (`--nocontainer`) is its runner, in a real process tree;
+health through its port as llama-server answers. Both backends."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from enginespec import EngineProcess, Scanner, served_models
+from enginespec.definition.signature import LaunchForm
+from enginespec.health.checks import check_health
+from helpers.facts import argv_facts
+from helpers.fakeserver import Answer, FakeEngine, bound_socket, models, serving
+from helpers.procs import Procs, children_of, wait_for
+
+CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
+SEP, ARG = "\x1e", "\x1f"
+#: llama-server's /health (llama.cpp tools/server): loading, then ready
+LOADING = Answer(503, b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}')
+READY = Answer(200, b'{"status":"ok"}')
+
+
+def _corpus() -> list[dict[str, Any]]:
+    records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+    return [r for r in records if r["engine"] == "ramalama" or "ramalama" in " ".join(r["argv"][:1])]
+
+
+@pytest.mark.parametrize("record", _corpus(), ids=lambda r: " ".join(r["argv"])[:70])
+def test_corpus_records(record: dict[str, Any]) -> None:
+    found = argv_facts(record["argv"], first_name=True)
+    if record["engine"] is None:
+        assert found is None
+        return
+    # the corpus's `supervisor` (`ramalama serve`) fronts its server's API: a server here
+    assert found == ("ramalama", record["model"], None, record["host"], record["port"], "server")
+
+
+FORMS: list[tuple[list[str], tuple[Any, ...] | None]] = [
+    # RamaLama's docs/ramalama-serve.1.md (v0.24.0)
+    (["ramalama", "serve", "granite"], ("granite", None, None)),
+    (["ramalama", "serve", "--port", "1234", "granite"], ("granite", None, 1234)),
+    (
+        ["ramalama", "serve", "-d", "-p", "8081", "--name", "mylama", "ollama://smollm:135m"],
+        ("ollama://smollm:135m", None, 8081),
+    ),
+    (
+        ["ramalama", "serve", "--host", "127.0.0.1", "--port=8082", "hf://ggml-org/gemma-3-1b-it-GGUF"],
+        ("hf://ggml-org/gemma-3-1b-it-GGUF", "127.0.0.1", 8082),
+    ),
+    (["ramalama", "--runtime=vllm", "serve", "--max-model-len", "4096", "granite"], ("granite", None, None)),
+    (["ramalama", "--nocontainer", "serve", "--ctx-size", "4096", "-t", "8", "tiny"], ("tiny", None, None)),
+    (["ramalama", "--engine", "docker", "--debug", "serve", "--temp", "0.2", "tiny"], ("tiny", None, None)),
+    (["ramalama", "--store=/srv/models", "-q", "serve", "--thinking", "false", "tiny"], ("tiny", None, None)),
+    (["/usr/bin/python3", "/usr/local/bin/ramalama", "serve", "tiny"], ("tiny", None, None)),
+    # no model, or several: llama.cpp's router over the store's models (container only)
+    (["ramalama", "serve", "--models-max", "2"], (None, None, None)),
+    (["ramalama", "serve", "granite", "tiny"], ("granite", None, None)),
+    # not servers: files written, dry runs, help, version, other subcommands, look-alikes
+    (["ramalama", "serve", "--generate", "kube", "granite"], None),
+    (["ramalama", "serve", "--generate=quadlet/kube:/tmp/out", "granite"], None),
+    (["ramalama", "--dryrun", "serve", "granite"], None),
+    (["ramalama", "--dry-run", "--runtime", "vllm", "serve", "granite"], None),
+    (["ramalama", "serve", "--help"], None),
+    (["ramalama", "-v"], None),
+    (["ramalama", "--version", "serve", "granite"], None),
+    (["ramalama", "run", "granite"], None),
+    (["ramalama", "--runtime=mlx", "run", "granite"], None),
+    (["ramalama", "bench", "granite"], None),
+    (["ramalama", "pull", "granite"], None),
+    (["ramalama", "list"], None),
+    (["ramalama", "ps"], None),
+    (["ramalama", "stop", "mylama"], None),
+    (["ramalama", "rag", "doc.pdf", "quay.io/me/rag"], None),
+    (["ramalama", "chat", "--url", "http://127.0.0.1:8080/v1"], None),
+    (["ramalama", "daemon", "start"], None),
+    (["ramalama", "--unknown", "serve", "granite"], None),
+    (["ramalama"], None),
+    (["vim", "ramalama", "serve"], None),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "facts"), FORMS, ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else ""
+)
+def test_launch_forms(argv: list[str], facts: tuple[Any, ...] | None) -> None:
+    found = argv_facts(argv)
+    if facts is None:
+        assert found is None
+        return
+    assert found == ("ramalama", facts[0], (), facts[1], facts[2], "server")
+
+
+def test_leading_flags_need_a_subcommand() -> None:
+    with pytest.raises(ValueError, match="leading"):
+        LaunchForm(executables=("x",), leading_flags=("--runtime",))
+    with pytest.raises(ValueError, match="flag name"):
+        LaunchForm(executables=("x",), subcommand=("serve",), leading_switches=("debug",))
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def _children_as(pid: int, argv: list[str]) -> bool:
+    """The process has one descendant, which runs ``argv`` (it has exec'd)."""
+    kids = _descendants(pid)
+    return len(kids) == 1 and all(_cmdline(k) == argv for k in kids)
+
+
+def _descendants(pid: int) -> set[int]:
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children_of(todo.pop()):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def test_its_child_server_is_its_runner(procs: Procs) -> None:
+    """`ramalama --nocontainer serve` runs llama-server as its child (common.py exec_cmd); the
+    vLLM runtime's `vllm serve` (the corpus's command) likewise: each is its runner."""
+    for runtime, child in (
+        ("llama.cpp", ["llama-server", "--host", "0.0.0.0", "--port", "8391", "--model", "/m/granite.gguf"]),
+        ("vllm", ["vllm", "serve", "--port", "8392", "/run/model/model.file"]),
+    ):
+        server = procs.start(
+            [
+                "/usr/bin/python3",
+                "/usr/bin/ramalama",
+                f"--runtime={runtime}",
+                "--nocontainer",
+                "serve",
+                "granite",
+            ],
+            HELPER_SPAWN=ARG.join(child),
+        )
+        wait_for(lambda pid=server.pid, argv=child: _children_as(pid, argv), timeout=20)
+        found = {p.pid: p for p in Scanner(listen_ports=False).scan()}
+        top = found[server.pid]
+        assert (top.engine, top.role, top.model, top.supervisor) == ("ramalama", "server", "granite", None)
+        (kid,) = _descendants(server.pid)
+        assert (found[kid].role, found[kid].supervisor) == ("runner", "ramalama")
+        assert found[kid].engine in ("llamacpp", "vllm")
+        procs.stop(server)
+
+
+def test_a_llama_server_of_another_parent_is_no_runner(procs: Procs) -> None:
+    child = ["llama-server", "--port", "8393"]
+    other = procs.start(["/usr/bin/some-daemon"], HELPER_SPAWN=ARG.join(child))
+    wait_for(lambda: _children_as(other.pid, child), timeout=20)
+    found = {p.pid: p for p in Scanner(listen_ports=False).scan()}
+    (kid,) = _descendants(other.pid)
+    assert (found[kid].engine, found[kid].role, found[kid].supervisor) == ("llamacpp", "server", None)
+
+
+# -- over HTTP -----------------------------------------------------------------------------------
+
+
+@contextmanager
+def _ramalama(procs: Procs, routes: dict[str, list[Answer]]) -> Iterator[tuple[EngineProcess, FakeEngine]]:
+    sock = bound_socket()
+    port = sock.getsockname()[1]
+    with serving(routes, sock=sock) as server:
+        proc = procs.start(
+            ["ramalama", "serve", "--host", "127.0.0.1", "--port", str(port), "granite"],
+            pass_fds=(sock.fileno(),),
+        )
+
+        def scanned() -> EngineProcess | None:
+            return next((p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid), None)
+
+        wait_for(lambda: scanned() is not None, timeout=20)
+        process = scanned()
+        assert process is not None
+        assert process.port == port
+        yield process, server
+
+
+def test_health_through_its_port(procs: Procs) -> None:
+    routes = {"/health": [LOADING, READY], "/v1/models": [models("granite")]}
+    with _ramalama(procs, routes) as (process, _server):
+        assert check_health(process).state == "loading"
+        assert check_health(process).state == "ready"
+        found = served_models(process)
+    assert [m.name for m in found.models] == ["granite"], found
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        Answer(200, b"<html>ok</html>", content_type="text/html"),
+        Answer(200, b"[" * 100_000),
+        Answer(200, b'{"status": 5}'),
+        Answer(503, b"not json"),
+        Answer(200, b"x" * 3_000_000, content_type="text/plain"),
+    ],
+    ids=["html", "deep", "wrong-type", "not-json", "huge"],
+)
+def test_hostile_health_answers_are_said(procs: Procs, answer: Answer) -> None:
+    """Its server is llama-server, vLLM (200, no body) or mlx_lm.server by its runtime: any 200
+    is ready, as any engine's; a 503 that is no llama-server answer is unhealthy; a huge one is
+    not read; none crashes."""
+    with _ramalama(procs, {"/health": [answer]}) as (process, _server):
+        health = check_health(process)
+    if len(answer.body) > 1 << 20:
+        assert (health.state, health.reason) == (
+            "unknown",
+            "/health: answer larger than 1048576 bytes: not read",
+        )
+        return
+    assert health.state == ("ready" if answer.status == 200 else "unhealthy"), health
