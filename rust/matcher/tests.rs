@@ -664,8 +664,14 @@ fn a_loaders_program_of_any_name_needs_the_evidence() {
 #[test]
 fn global_options_before_the_subcommand_are_passed_over() {
     assert_eq!(model(&["globals", "serve", "m"]).as_deref(), Some("m"));
-    assert_eq!(model(&["globals", "--runtime=x", "serve", "m"]).as_deref(), Some("m"));
-    assert_eq!(model(&["globals", "--runtime", "x", "--debug", "serve", "m"]).as_deref(), Some("m"));
+    assert_eq!(
+        model(&["globals", "--runtime=x", "serve", "m"]).as_deref(),
+        Some("m")
+    );
+    assert_eq!(
+        model(&["globals", "--runtime", "x", "--debug", "serve", "m"]).as_deref(),
+        Some("m")
+    );
     // a leading exit flag exits; an unknown global, a joined switch or a missing value: no form
     assert!(parse(&["globals", "--dryrun", "serve", "m"]).is_none());
     assert!(parse(&["globals", "--other", "serve", "m"]).is_none());
