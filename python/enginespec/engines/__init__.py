@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enginespec.definition.registry as registry
 import enginespec.engines.aphrodite as aphrodite
+import enginespec.engines.dynamo as dynamo
 import enginespec.engines.koboldcpp as koboldcpp
 import enginespec.engines.llamacpp as llamacpp
 import enginespec.engines.llamacpp_python as llamacpp_python
@@ -47,6 +48,7 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     localai.SPEC,
     mistralrs.SPEC,
     lmstudio.SPEC,
+    dynamo.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
