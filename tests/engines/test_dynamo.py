@@ -225,3 +225,12 @@ def test_a_running_frontend_and_worker_are_found_and_checked(procs: Procs) -> No
         assert (follower.engine, follower.model, follower.role) == ("dynamo", "Qwen/Qwen3-0.6B", "follower")
         health = check_health(follower, timeout=5)
         assert health.state == "not_serving"
+
+
+def test_the_frontend_port_from_its_environment(procs: Procs) -> None:
+    # frontend_args.py: `--http-port` defaults to DYN_HTTP_PORT (env_or_default)
+    proc = procs.start(["python3", "-m", "dynamo.frontend"], DYN_HTTP_PORT="8123", DYN_HTTP_HOST="127.0.0.1")
+    wait_for(lambda: _scanned(proc.pid) is not None, timeout=20)
+    process = _scanned(proc.pid)
+    assert (process.engine, process.host, process.port) == ("dynamo", "127.0.0.1", 8123)
+    assert process.sources["port"] == "environment"

@@ -20,6 +20,7 @@ from enginespec.definition.records import (
     ModelList,
     Package,
     Serving,
+    Settings,
 )
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
@@ -108,5 +109,7 @@ SPEC = EngineSpec(
     # "Models Endpoint" of its LLM backends' README, components/backends/llm in its docs, as copied
     # in the vickiegpt/dynamo fork).
     models=ModelList(kind="openai", path="/v1/models"),
+    # frontend_args.py: each flag's default is read from its variable first (env_or_default).
+    settings=Settings(environment={"DYN_HTTP_HOST": "host", "DYN_HTTP_PORT": "port"}),
     failures=_libraries.ARGPARSE,
 )
