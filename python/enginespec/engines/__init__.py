@@ -9,6 +9,7 @@ from __future__ import annotations
 import enginespec.definition.registry as registry
 import enginespec.engines.aphrodite as aphrodite
 import enginespec.engines.dynamo as dynamo
+import enginespec.engines.fastflowlm as fastflowlm
 import enginespec.engines.koboldcpp as koboldcpp
 import enginespec.engines.llamacpp as llamacpp
 import enginespec.engines.llamacpp_python as llamacpp_python
@@ -49,6 +50,7 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     mistralrs.SPEC,
     lmstudio.SPEC,
     dynamo.SPEC,
+    fastflowlm.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
