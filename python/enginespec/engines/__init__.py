@@ -21,6 +21,7 @@ import enginespec.engines.mistralrs as mistralrs
 import enginespec.engines.mlx as mlx
 import enginespec.engines.mlx_vlm as mlx_vlm
 import enginespec.engines.ollama as ollama
+import enginespec.engines.omlx as omlx
 import enginespec.engines.sglang as sglang
 import enginespec.engines.tabbyapi as tabbyapi
 import enginespec.engines.tgi as tgi
@@ -51,6 +52,7 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     lmstudio.SPEC,
     dynamo.SPEC,
     fastflowlm.SPEC,
+    omlx.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
