@@ -9,6 +9,7 @@ from __future__ import annotations
 import enginespec.definition.registry as registry
 import enginespec.engines.aphrodite as aphrodite
 import enginespec.engines.dynamo as dynamo
+import enginespec.engines.exo as exo
 import enginespec.engines.fastflowlm as fastflowlm
 import enginespec.engines.koboldcpp as koboldcpp
 import enginespec.engines.llamacpp as llamacpp
@@ -53,6 +54,7 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     dynamo.SPEC,
     fastflowlm.SPEC,
     omlx.SPEC,
+    exo.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
