@@ -15,6 +15,7 @@ import enginespec.engines.koboldcpp as koboldcpp
 import enginespec.engines.llamacpp as llamacpp
 import enginespec.engines.llamacpp_python as llamacpp_python
 import enginespec.engines.llamafile as llamafile
+import enginespec.engines.llmman as llmman
 import enginespec.engines.lmdeploy as lmdeploy
 import enginespec.engines.lmstudio as lmstudio
 import enginespec.engines.localai as localai
@@ -55,6 +56,7 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     fastflowlm.SPEC,
     omlx.SPEC,
     exo.SPEC,
+    llmman.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 
