@@ -10,11 +10,15 @@ import enginespec.definition.registry as registry
 import enginespec.engines.aphrodite as aphrodite
 import enginespec.engines.docker_model_runner as docker_model_runner
 import enginespec.engines.infinity as infinity
+import enginespec.engines.dynamo as dynamo
+import enginespec.engines.exo as exo
+import enginespec.engines.fastflowlm as fastflowlm
 import enginespec.engines.koboldcpp as koboldcpp
 import enginespec.engines.lemonade as lemonade
 import enginespec.engines.llamacpp as llamacpp
 import enginespec.engines.llamacpp_python as llamacpp_python
 import enginespec.engines.llamafile as llamafile
+import enginespec.engines.llmman as llmman
 import enginespec.engines.lmdeploy as lmdeploy
 import enginespec.engines.lmstudio as lmstudio
 import enginespec.engines.localai as localai
@@ -24,6 +28,7 @@ import enginespec.engines.mlx as mlx
 import enginespec.engines.mlx_vlm as mlx_vlm
 import enginespec.engines.ollama as ollama
 import enginespec.engines.ramalama as ramalama
+import enginespec.engines.omlx as omlx
 import enginespec.engines.sglang as sglang
 import enginespec.engines.tabbyapi as tabbyapi
 import enginespec.engines.tei as tei
@@ -63,6 +68,11 @@ BUILTIN_ENGINE_SPECS: tuple[EngineSpec, ...] = (
     modular_max.SPEC,
     xinference.SPEC,
     ramalama.SPEC,
+    dynamo.SPEC,
+    fastflowlm.SPEC,
+    omlx.SPEC,
+    exo.SPEC,
+    llmman.SPEC,
 )
 registry.register_builtin(BUILTIN_ENGINE_SPECS)
 

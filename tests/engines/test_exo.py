@@ -1,0 +1,120 @@
+"""exo (on the active backend): the `exo` console script of exo 1.x and 0.x (also run by its venv's
+interpreter), `--no-api` nodes as followers, one-prompt runs and usage errors not servers, the
+corpus's record, health on /v1/models against a loopback server, and a real process found by a
+scan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from enginespec import Scanner, parse_argv
+from enginespec.health.checks import check_health
+from helpers.facts import argv_facts
+from helpers.fakeserver import Answer, bound_socket, serving
+from helpers.procs import Procs, wait_for
+
+CORPUS = Path(__file__).parent.parent / "data" / "argv-2026-public.jsonl"
+
+
+def _corpus() -> list[dict[str, Any]]:
+    records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+    return [r for r in records if r["engine"] == "exo"]
+
+
+@pytest.mark.parametrize("record", _corpus(), ids=lambda r: " ".join(r["argv"]))
+def test_the_corpus_records_are_read_as_labelled(record: dict[str, Any]) -> None:
+    assert argv_facts(record["argv"], first_name=True) == (
+        record["engine"],
+        record["model"],
+        record["served_model_name"],
+        record["host"],
+        record["port"],
+        record["role"],
+    )
+
+
+# argv -> (engine, model, first served name, host, port, role)
+GOLDEN: list[tuple[list[str], tuple[Any, ...]]] = [
+    (["exo"], ("exo", None, None, None, None, "server")),
+    (["/opt/exo/venv/bin/python3", "/opt/exo/venv/bin/exo"], ("exo", None, None, None, None, "server")),
+    # exo 1.x Args.parse
+    (["exo", "--api-port", "52416", "-v", "-m"], ("exo", None, None, None, 52416, "server")),
+    (["exo", "--offline", "--no-downloads", "--api-port=8080"], ("exo", None, None, None, 8080, "server")),
+    (["exo", "--no-api", "--no-downloads"], ("exo", None, None, None, None, "follower")),
+    # exo 0.x
+    (
+        ["exo", "--chatgpt-api-port", "52416", "--inference-engine", "tinygrad", "--disable-tui"],
+        ("exo", None, None, None, 52416, "server"),
+    ),
+    (
+        ["exo", "--discovery-module", "manual", "--discovery-config-path", "c.json"],
+        ("exo", None, None, None, None, "server"),
+    ),
+]
+
+NOT_SERVERS: list[list[str]] = [
+    # exo 0.x: one prompt in the terminal, then exit
+    ["exo", "run", "llama-3.2-3b"],
+    ["exo", "run", "llama-3.2-3b", "--prompt", "hi"],
+    ["exo", "--run-model", "llama-3.2-3b"],
+    # argparse errors: no positional in 1.x, `command` choices=["run"] in 0.x
+    ["exo", "llama-3.2-3b"],
+    # Exoscale's CLI, also called `exo`, always with a command
+    ["exo", "compute", "instance", "list"],
+    ["exo", "--help"],
+    ["exo-server"],
+    ["pip", "install", "exo"],
+]
+
+
+@pytest.mark.parametrize(("argv", "facts"), GOLDEN, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_golden_forms(argv: list[str], facts: tuple[Any, ...]) -> None:
+    assert argv_facts(argv, first_name=True) == facts
+
+
+@pytest.mark.parametrize("argv", NOT_SERVERS, ids=lambda v: " ".join(v))
+def test_look_alikes_are_not_servers(argv: list[str]) -> None:
+    assert parse_argv(argv) is None
+
+
+# src/exo/master/api.py get_models: an OpenAI-style list of every model card
+MODELS = b'{"object":"list","data":[{"id":"llama-3.2-1b","hugging_face_id":"mlx-community/Llama-3.2-1B"}]}'
+
+
+@pytest.mark.parametrize(
+    ("answer", "state"),
+    [
+        (Answer(200, MODELS), "ready"),
+        (Answer(503, b""), "unhealthy"),
+        (Answer(200, b"[" * 200_000), "ready"),
+    ],
+)
+def test_health(answer: Answer, state: str) -> None:
+    with serving({"/v1/models": [answer]}) as server:
+        health = check_health("exo", server.url, timeout=10)
+    assert health.state == state, health
+    assert health.engine == "exo"
+
+
+def test_a_running_node_is_found_and_checked(procs: Procs) -> None:
+    sock = bound_socket()  # the process holds the socket the fake server answers on
+    port = sock.getsockname()[1]
+    with serving({"/v1/models": [Answer(200, MODELS)]}, sock=sock):
+        proc = procs.start(["exo", "--api-port", str(port), "-v"], pass_fds=(sock.fileno(),))
+        follower = procs.start(["exo", "--no-api"])
+
+        def scanned(pid: int) -> Any:
+            found = [p for p in Scanner(listen_ports=False).scan() if p.pid == pid]
+            return found[0] if found else None
+
+        wait_for(lambda: scanned(proc.pid) is not None and scanned(follower.pid) is not None, timeout=20)
+        process = scanned(proc.pid)
+        assert (process.engine, process.port, process.role) == ("exo", port, "server")
+        assert check_health(process, timeout=5).state == "ready"
+        node = scanned(follower.pid)
+        assert (node.engine, node.role) == ("exo", "follower")
+        assert check_health(node, timeout=5).state == "not_serving"

@@ -1,0 +1,159 @@
+"""oMLX (on the active backend): `omlx serve` (console script and module), the retitled
+`omlx-server`, its clients and argparse usage errors, the corpus's records (`brew services start omlx`
+is not a server), the hidden API key, /health and the /v1/models/status identity probe against
+loopback servers, and a real process (port from OMLX_PORT) found by a scan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from enginespec import Scanner, get_engine_spec, parse_argv
+from enginespec.definition.records import HealthAnswer
+from enginespec.health.checks import check_health
+from enginespec.health.identity import identify
+from enginespec.process.argv import redact_argv
+from helpers.facts import argv_facts
+from helpers.fakeserver import Answer, bound_socket, serving
+from helpers.procs import Procs, wait_for
+
+CORPUS = Path(__file__).parent.parent / "data" / "argv-2026-public.jsonl"
+
+
+def _corpus() -> list[dict[str, Any]]:
+    records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+    return [r for r in records if r["engine"] == "omlx" or "omlx" in " ".join(r["argv"])]
+
+
+@pytest.mark.parametrize("record", _corpus(), ids=lambda r: " ".join(r["argv"]))
+def test_the_corpus_records_are_read_as_labelled(record: dict[str, Any]) -> None:
+    facts = argv_facts(record["argv"], first_name=True)
+    if record["engine"] is None:
+        assert facts is None
+        return
+    assert facts == (
+        record["engine"],
+        record["model"],
+        record["served_model_name"],
+        record["host"],
+        record["port"],
+        record["role"],
+    )
+
+
+# argv -> (engine, model, first served name, host, port, role)
+GOLDEN: list[tuple[list[str], tuple[Any, ...]]] = [
+    # omlx/cli.py's docstring and help (jundot/omlx 01496518)
+    (
+        ["omlx", "serve", "--model-dir", "/path/to/models", "--max-model-memory", "32GB"],
+        ("omlx", None, None, None, None, "server"),
+    ),
+    (
+        ["/opt/homebrew/bin/omlx", "serve", "--host", "0.0.0.0", "--port", "8080", "--no-cache"],
+        ("omlx", None, None, "0.0.0.0", 8080, "server"),
+    ),
+    (["omlx", "serve", "--port=9000", "--log-level", "debug"], ("omlx", None, None, None, 9000, "server")),
+    (["python3", "-m", "omlx.cli", "serve", "--port", "8001"], ("omlx", None, None, None, 8001, "server")),
+    # setproctitle: the title alone
+    (["omlx-server"], ("omlx", None, None, None, None, "server")),
+]
+
+NOT_SERVERS: list[list[str]] = [
+    ["brew", "services", "start", "omlx"],
+    ["omlx"],
+    ["omlx", "launch", "codex", "--model", "qwen3.5"],
+    ["omlx", "launch", "list"],
+    ["omlx", "diagnose", "menubar"],
+    ["omlx", "serve", "--help"],
+    # serve takes no positional argument (the epilog's example is a usage error)
+    ["omlx", "serve", "mlx-community/Llama-3.2-3B-Instruct-4bit", "--port", "8000"],
+    ["pip", "install", "omlx"],
+    ["omlx-serve"],
+]
+
+
+@pytest.mark.parametrize(("argv", "facts"), GOLDEN, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_golden_forms(argv: list[str], facts: tuple[Any, ...]) -> None:
+    assert argv_facts(argv, first_name=True) == facts
+
+
+@pytest.mark.parametrize("argv", NOT_SERVERS, ids=lambda v: " ".join(v))
+def test_look_alikes_are_not_servers(argv: list[str]) -> None:
+    assert parse_argv(argv) is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["omlx", "serve", "--api-key", "sk-SECRETkey"],
+        ["omlx", "serve", "--api-key=sk-SECRETkey"],
+        ["omlx", "serve", "--api-k", "sk-SECRETkey"],  # argparse abbreviation
+    ],
+)
+def test_the_api_key_is_hidden(argv: list[str]) -> None:
+    assert parse_argv(argv) is not None
+    assert not any("SECRET" in part for part in redact_argv(argv))
+
+
+@pytest.mark.parametrize(
+    ("answer", "state"),
+    [
+        (Answer(200, b'{"status":"healthy"}'), "ready"),
+        (Answer(503, b""), "unhealthy"),
+        (Answer(200, b"[" * 200_000), "ready"),
+    ],
+)
+def test_health(answer: Answer, state: str) -> None:
+    with serving({"/health": [answer]}) as server:
+        health = check_health("omlx", server.url, timeout=10)
+    assert health.state == state, health
+    assert health.engine == "omlx"
+
+
+MODELS_STATUS = (
+    b'{"models":[{"id":"qwen-7b","max_context_window":32768,"max_tokens":8192,"model_type":"llm"}]}'
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "ours"),
+    [
+        (200, MODELS_STATUS, True),
+        (200, b'{"models":[]}', True),
+        (404, b'{"detail":"Not Found"}', False),  # vLLM's FastAPI on the same port
+        (401, b"", False),
+        (200, b"[" * 100_000, False),
+    ],
+)
+def test_the_identity_probe(status: int, body: bytes, ours: bool) -> None:
+    probe = get_engine_spec("omlx").serving.identity
+    assert probe is not None
+    assert probe.matches(HealthAnswer(status, body)) is ours
+
+
+def test_identify_tells_omlx() -> None:
+    routes = {"/v1/models/status": [Answer(200, MODELS_STATUS)], "/health": [Answer(200, b"{}")]}
+    with serving(routes) as server:
+        found = identify(server.url, timeout=5)
+    assert (found.engine, found.matched) == ("omlx", ("omlx",))
+
+
+def test_a_running_omlx_serve_is_found_on_its_environment_port(procs: Procs) -> None:
+    sock = bound_socket()  # the process holds the socket the fake server answers on
+    port = sock.getsockname()[1]
+    argv = ["omlx", "serve", "--model-dir", "/srv/models"]
+    with serving({"/health": [Answer(200, b'{"status":"healthy"}')]}, sock=sock):
+        proc = procs.start(argv, pass_fds=(sock.fileno(),), OMLX_PORT=str(port))
+
+        def scanned() -> Any:
+            found = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
+            return found[0] if found else None
+
+        wait_for(lambda: scanned() is not None, timeout=20)
+        process = scanned()
+        assert (process.engine, process.model, process.port, process.role) == ("omlx", None, port, "server")
+        assert process.sources["port"] == "environment"
+        assert check_health(process, timeout=5).state == "ready"
