@@ -306,6 +306,19 @@ EXPECTED_FLAGS: dict[str, dict[str, str | None]] = {
         "api_key": "--api-key",
     },
     "whisper-cpp": {**dict.fromkeys(FLAG_FIELD_NAMES), "port": "--port"},
+    # servers that load their models at run time, none named at launch (MODELS_AT_RUN_TIME)
+    "lemonade": {**dict.fromkeys(FLAG_FIELD_NAMES), "port": "--port"},
+    "xinference": {**dict.fromkeys(FLAG_FIELD_NAMES), "port": "--port"},
+    "omlx": {**dict.fromkeys(FLAG_FIELD_NAMES), "port": "--port", "api_key": "--api-key"},
+    "exo": {**dict.fromkeys(FLAG_FIELD_NAMES), "port": "--api-port"},
+    "ramalama": {**dict.fromkeys(FLAG_FIELD_NAMES), "port": "--port"},
+    "dynamo": {
+        **dict.fromkeys(FLAG_FIELD_NAMES),
+        "served_model_name": "--served-model-name",
+        "port": "--http-port",
+    },
+    "fastflowlm": {**dict.fromkeys(FLAG_FIELD_NAMES), "port": "--port"},
+    "llmman": dict.fromkeys(FLAG_FIELD_NAMES),
     "max": {
         **dict.fromkeys(FLAG_FIELD_NAMES),
         "served_model_name": "--served-model-name",
@@ -333,15 +346,39 @@ def _value_after(argv: tuple[str, ...], flag: str) -> str | None:
     return None if following is None or following.startswith("--") else following
 
 
+def _names_a_model(engine: str) -> bool:
+    """Whether the engine's serve command names its model (no: servers that load models at run
+    time, Lemonade's, Xinference's, oMLX's, exo's, are started without one)."""
+    spec = get_engine_spec(engine)
+    return spec.model_flag is not None or spec.signature.launch_forms[0].positional_model
+
+
+def _address_in_environment(engine: str) -> dict[str, str]:
+    """The variables of the engine's settings that carry its address or host (llmman's
+    LLMMAN_HOST, MAX's MAX_SERVE_HOST), by the kind of fact each carries."""
+    return {
+        name: kind
+        for name, kind in get_engine_spec(engine).settings.environment.items()
+        if kind in ("address", "host")
+    }
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_every_structured_field_maps_to_the_engines_flag(engine: str, config: Config) -> None:
     command = _plan(engine, config, **ALL_FIELDS)
+    spec = get_engine_spec(engine)
     argv = command.argv
-    unsupported = []
+    unsupported = [] if _names_a_model(engine) else ["model_path"]
+    # an engine with no host flag, address flag or variable is started on its own default host
+    if not (spec.signature.host_flags or spec.signature.address_flags or _address_in_environment(engine)):
+        unsupported.append("host")
+    in_environment = "address" in _address_in_environment(engine).values() and not (
+        spec.signature.host_flags or spec.signature.address_flags
+    )
     for field, flag in EXPECTED_FLAGS[engine].items():
         value = ALL_FIELDS[field]
-        if field == "port" and flag is None and get_engine_spec(engine).signature.address_flags:
-            continue  # in the address flag, with the host
+        if field == "port" and flag is None and (spec.signature.address_flags or in_environment):
+            continue  # in the address flag or variable, with the host
         if flag is None:
             unsupported.append(field)
             continue
@@ -354,7 +391,10 @@ def test_every_structured_field_maps_to_the_engines_flag(engine: str, config: Co
     assert len(command.warnings) == len(unsupported)
     inv = parse_argv(argv)
     assert inv is not None
-    assert (inv.engine, inv.model, inv.port) == (engine, "org/Model-7B", 8123)
+    model = "org/Model-7B" if _names_a_model(engine) else None
+    assert (inv.engine, inv.model, inv.port) == (engine, model, None if in_environment else 8123)
+    if in_environment:
+        assert list(command.env.values()) == ["127.0.0.1:8123"]
 
 
 def test_an_address_flag_carries_host_and_port(config: Config) -> None:
@@ -381,17 +421,21 @@ def test_unset_fields_emit_nothing(engine: str, config: Config) -> None:
     command = _plan(engine, config)
     spec = get_engine_spec(engine)
     # only the model (flag or positional) and the host: its flag, the address flag (host and
-    # default port), or the one variable the engine reads it from (MAX's MAX_SERVE_HOST)
+    # default port), or the one variable the engine reads it from (MAX_SERVE_HOST, LLMMAN_HOST)
+    variables = _address_in_environment(engine)
     if spec.signature.host_flags or spec.signature.address_flags:
         assert (spec.signature.host_flags or spec.signature.address_flags)[0] in command.argv
-    else:
-        assert command.env == {"MAX_SERVE_HOST": Recipe(engine=engine, model_path="m").host}
+    elif variables:
+        assert set(command.env) == set(variables)
+        assert all(value.startswith("127.0.0.1") for value in command.env.values())
     assert not set(spec.signature.port_flags) & set(command.argv)
     fixed = [a for a in spec.launch.args if a.startswith("--")]  # `llamafile --server`
     addressed = bool(spec.signature.host_flags or spec.signature.address_flags)
     expected = len(fixed) + (spec.model_flag is not None) + addressed
     assert len([a for a in command.argv if a.startswith("--")]) == expected
-    assert command.warnings == ()
+    said = [w.split(" for ")[1].split("=")[0] for w in command.warnings]
+    unset_host = not (spec.signature.host_flags or spec.signature.address_flags or variables)
+    assert said == ([] if _names_a_model(engine) else ["model_path"]) + (["host"] if unset_host else [])
 
 
 @pytest.mark.parametrize("engine", ["llamacpp", "mlx"])

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from enginespec import Config, Recipe, get_engine_spec, parse_argv
 from enginespec.engines import BUILTIN_ENGINE_SPECS
-from helpers.facts import STARTED_BY_CLIENT
+from helpers.facts import STARTED_BY_CLIENT, names_a_model
 
 # `ollama serve` takes no arguments: its address goes in OLLAMA_HOST (test_engines_b.py); LM Studio
 # is started by its client (test_command.py).
@@ -77,16 +77,25 @@ def test_round_trip(recipe: Recipe) -> None:
         return
     assert inv is not None, argv
     assert inv.engine == recipe.engine
-    assert inv.model == recipe.model_path
+    assert inv.model == (recipe.model_path if names_a_model(recipe.engine) else None)
     if spec.signature.served_name_flags:
         assert inv.served_model_name == recipe.served_model_name
-    elif spec.signature.model_is_served_name:  # TabbyAPI serves the model under its name
+    elif spec.signature.model_is_served_name and names_a_model(recipe.engine):  # TabbyAPI
         assert inv.served_model_name == recipe.model_path
     else:
         assert inv.served_model_name is None
-    if signature.host_flags:
+    variables = [name for name, kind in spec.settings.environment.items() if kind in ("host", "address")]
+    if signature.host_flags or signature.address_flags:
         assert inv.host == recipe.host
-    else:  # MAX: the host goes in the command's environment (MAX_SERVE_HOST, test_command.py)
+    elif variables:  # MAX, llmman: the host goes in the command's environment (test_command.py)
         assert inv.host is None
-        assert spec.plan(recipe, CONFIG).env[next(iter(spec.settings.environment))] == recipe.host
-    assert inv.effective_port == (recipe.port or spec.default_port)
+        bracketed = f"[{recipe.host}]" if ":" in recipe.host else recipe.host
+        assert spec.plan(recipe, CONFIG).env[variables[0]] in (recipe.host, bracketed) or spec.plan(
+            recipe, CONFIG
+        ).env[variables[0]].startswith(bracketed + ":")
+    else:  # exo: started on its own default host
+        assert inv.host is None
+    if signature.port_flags or signature.address_flags:
+        assert inv.effective_port == (recipe.port or spec.default_port)
+    else:  # llmman: host and port in LLMMAN_HOST
+        assert spec.plan(recipe, CONFIG).env[variables[0]].endswith(f":{recipe.port or spec.default_port}")

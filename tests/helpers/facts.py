@@ -11,6 +11,15 @@ from enginespec import parse_argv
 STARTED_BY_CLIENT = frozenset({"lmstudio"})
 
 
+def names_a_model(engine: str) -> bool:
+    """Whether the engine's serve command names its model (no: servers that load their models at
+    run time, Lemonade's, Xinference's, oMLX's, exo's, are started without one)."""
+    from enginespec.engines import get_engine_spec
+
+    spec = get_engine_spec(engine)
+    return spec.model_flag is not None or spec.signature.launch_forms[0].positional_model
+
+
 def argv_facts(argv: list[str], *, first_name: bool = False, role: bool = True) -> tuple[Any, ...] | None:
     """(engine, model, served names, host, port, role) of the invocation ``argv`` parses to, or None
     when it is no engine's server; ``first_name`` gives the first served name alone, ``role=False``

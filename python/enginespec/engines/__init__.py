@@ -9,10 +9,10 @@ from __future__ import annotations
 import enginespec.definition.registry as registry
 import enginespec.engines.aphrodite as aphrodite
 import enginespec.engines.docker_model_runner as docker_model_runner
-import enginespec.engines.infinity as infinity
 import enginespec.engines.dynamo as dynamo
 import enginespec.engines.exo as exo
 import enginespec.engines.fastflowlm as fastflowlm
+import enginespec.engines.infinity as infinity
 import enginespec.engines.koboldcpp as koboldcpp
 import enginespec.engines.lemonade as lemonade
 import enginespec.engines.llamacpp as llamacpp
@@ -27,8 +27,8 @@ import enginespec.engines.mistralrs as mistralrs
 import enginespec.engines.mlx as mlx
 import enginespec.engines.mlx_vlm as mlx_vlm
 import enginespec.engines.ollama as ollama
-import enginespec.engines.ramalama as ramalama
 import enginespec.engines.omlx as omlx
+import enginespec.engines.ramalama as ramalama
 import enginespec.engines.sglang as sglang
 import enginespec.engines.tabbyapi as tabbyapi
 import enginespec.engines.tei as tei

@@ -9,6 +9,7 @@ cited are at that commit.
 from __future__ import annotations
 
 from enginespec.definition.records import (
+    Flags,
     HealthRule,
     IdentityProbe,
     Launch,
@@ -48,6 +49,8 @@ SPEC = EngineSpec(
     # Not on PyPI: Docker Desktop, the docker-model-plugin package, the images, or the dmr
     # binary; a configured command.
     launch=Launch(kind="binary", executable="dmr", args=("serve",)),
+    # cobra: a slice option is given once per value
+    flags=Flags(list_style="repeat"),
     serving=Serving(
         # pkg/server/server.go ExtraRoutes: `GET /` answers 200 "Docker Model Runner is running"
         # (text) once it listens; `/version` answers {"version": cfg.Version}.

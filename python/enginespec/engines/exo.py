@@ -11,7 +11,7 @@ on the cluster through the API.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import Launch, Serving
+from enginespec.definition.records import Flags, Launch, Serving
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
@@ -67,6 +67,8 @@ SPEC = EngineSpec(
     # Run from a checkout (a uv workspace: pyproject.toml [tool.uv]); not
     # installed by enginespec.
     launch=Launch(kind="binary", executable="exo"),
+    # argparse, no positionals: an option given several values is given once per value
+    flags=Flags(list_style="repeat"),
     serving=Serving(
         # exo 1.x has no health route (API._setup_routes); `GET /v1/models` (the model cards it
         # can place, always 200 once the API runs) is answered by both 1.x and 0.x, so an answer

@@ -10,6 +10,7 @@ src/common/utils.cpp at ``756bcf90``, the routes src/server/server.cpp at ``1557
 from __future__ import annotations
 
 from enginespec.definition.records import (
+    Flags,
     HealthRule,
     IdentityProbe,
     Launch,
@@ -65,6 +66,8 @@ SPEC = EngineSpec(
     # Not installed by enginespec: a Windows installer, or .deb/.rpm/snap packages (README). `flm
     # version` prints `FLM v<version>` (main.cpp).
     launch=Launch(kind="binary", executable="flm", args=("serve",), version_args=("version",)),
+    # Boost.Program_options: a multi-token option is given once per value
+    flags=Flags(list_style="repeat"),
     serving=Serving(
         # server.cpp create_lm_server: `GET /health` (and `/v1/health`) answer 200
         # {"status": "ok"}. The RestHandler loads the model given before the WebServer starts

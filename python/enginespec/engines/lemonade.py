@@ -11,6 +11,7 @@ the files cited are at that tag.
 from __future__ import annotations
 
 from enginespec.definition.records import (
+    Flags,
     HealthRule,
     IdentityProbe,
     Launch,
@@ -86,6 +87,8 @@ SPEC = EngineSpec(
     # dmg), the snap or the image, run as a configured install command. (`pip install
     # lemonade-sdk` installed the Python server up to v8.)
     launch=Launch(kind="binary", executable="lemond"),
+    # its C++ CLI: an option given several values is given once per value
+    flags=Flags(list_style="repeat"),
     serving=Serving(
         # src/cpp/server/server.cpp handle_health: GET /api/v1/health (also /api/v0, /v0, /v1)
         # answers 200 {"status": "ok", "version": LEMON_VERSION_STRING, "model_loaded": <name or

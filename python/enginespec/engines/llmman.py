@@ -11,7 +11,7 @@ Facts from llmmanorg/llmman (Rust, clap derive): src/main.rs at ``0e7a3ed8`` (``
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import IdentityProbe, Launch, Serving, Settings
+from enginespec.definition.records import Flags, IdentityProbe, Launch, Serving, Settings
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
@@ -43,6 +43,8 @@ SPEC = EngineSpec(
     signature=SIGNATURE,
     # Release binaries, Homebrew tap, Scoop bucket (README); not installed by enginespec.
     launch=Launch(kind="binary", executable="llmman", args=("serve",)),
+    # clap: an option given several values is given once per value
+    flags=Flags(list_style="repeat"),
     serving=Serving(
         # No health route of its own (its API doc lists none): `GET /api/version` (Ollama's route)
         # answers {"version", "exe", "pid"} once it serves, what its own CLI checks a daemon by

@@ -7,6 +7,7 @@ are at that tag.
 from __future__ import annotations
 
 from enginespec.definition.records import (
+    Flags,
     HealthRule,
     IdentityProbe,
     Launch,
@@ -191,6 +192,8 @@ SPEC = EngineSpec(
     # Not on PyPI: release binaries, the install script or the container images, run as
     # ENGINESPEC_LOCALAI_INSTALL_CMD.
     launch=Launch(kind="binary", executable="local-ai", args=("run",)),
+    # kong: a []string option is given once per value (or comma-joined)
+    flags=Flags(list_style="repeat"),
     # Why a load failed: LocalAI relays its gRPC backends' errors (`could not load model: rpc error:
     # code = Unknown desc = ...`) and their stderr; its llama-cpp backend is llama.cpp, whose loader
     # messages are llama.cpp's own. Its Go backends stat the model file first (Go's os.Stat error,

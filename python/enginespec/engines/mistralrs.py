@@ -116,11 +116,13 @@ SPEC = EngineSpec(
     # `propagate_version`).
     launch=Launch(kind="binary", executable="mistralrs", args=("serve",)),
     flags=Flags(
+        # clap: an option given several values is given once per value
+        list_style="repeat",
         fields={
             # RuntimeOptions `--max-seqs` (default 32), DefaultModelOptions `--dtype`.
             "max_num_seqs": ("--max-seqs",),
             "dtype": ("--dtype",),
-        }
+        },
     ),
     serving=Serving(
         # `GET /health` answers 200 `OK` (mistralrs-server-core/src/handlers.rs health, routed in

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.records import (
+    Flags,
     IdentityProbe,
     Launch,
     ModelList,
@@ -57,6 +58,8 @@ SPEC = EngineSpec(
     launch=Launch(
         kind="console_script", executable="omlx", args=("serve",), module_args=("-m", "omlx.cli", "serve")
     ),
+    # argparse, no positionals: an option given several values is given once per value
+    flags=Flags(list_style="repeat"),
     package=Package(distributions=("omlx",)),
     serving=Serving(
         # omlx/cli.py launch_command checks a server by `GET {base_url}/health` and raise_for_status,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.records import (
     ExtraPort,
+    Flags,
     HealthRule,
     IdentityProbe,
     Launch,
@@ -82,6 +83,8 @@ SPEC = EngineSpec(
         executable="xinference-local",
         module_args=("-m", "xinference.deploy.cmdline"),
     ),
+    # click: a `multiple=True` option is given once per value
+    flags=Flags(list_style="repeat"),
     # PyPI `xinference` (pyproject.toml `name = "xinference"`); the engines it runs models with
     # (vLLM, SGLang, llama-cpp-python, transformers) are its extras (`xinference[all]`).
     package=Package(distributions=("xinference",)),
