@@ -374,7 +374,7 @@ ModelListKind = Literal[
 
 class ModelList(_Record):
     """Where a server says which models it serves now, and in what state; ``kind`` says how its
-    answers read (:mod:`enginespec.health.servedmodels`): ``fixed``, one model fixed at start,
+    answers read (:mod:`enginespec.health.servedreaders`): ``fixed``, one model fixed at start,
     which its argv names (no request); ``llamacpp_router``, llama.cpp's router ``GET /models``,
     each model with a ``status`` (a server started with a model is ``fixed``); ``ollama``, the
     loaded models at ``path`` (``/api/ps``) and those it could load at ``available_path``

@@ -20,14 +20,13 @@ from enginespec.definition.records import ControlRequest
 from enginespec.definition.registry import find_engine
 from enginespec.display import literal
 from enginespec.errors import ControlFailed, ControlRefused, ControlUnsupported, InvalidInputError
-from enginespec.health.servedmodels import (
+from enginespec.health.servedmodels import ServedModels, served_models_async
+from enginespec.health.servedreaders import (
     ServedModel,
-    ServedModels,
     answer_detail,
     by_argv,
     keyed,
     keys_of,
-    served_models_async,
     started_with,
     with_key,
 )
