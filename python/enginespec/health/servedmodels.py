@@ -189,7 +189,7 @@ async def _served(
         said = await reader.read()
     except DocumentError as err:
         said = False
-        reader.answer.notes.append(f"{t.spec.models.path}: unreadable answer ({err})")
+        reader.answer.notes.append(f"{reader.path or t.spec.models.path}: unreadable answer ({err})")
     answer = reader.answer
     if keys is not None:
         # a server may echo a key back: never shown

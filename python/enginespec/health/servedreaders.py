@@ -198,6 +198,65 @@ def _openai_models(body: bytes, notes: list[str]) -> list[ServedModel]:
     return found
 
 
+#: LM Studio's `state` of a model at /api/v0/models (lmstudio-ai/docs
+#: 1_developer/2_rest-api/endpoints.md @ 8ec2b227: "loaded" or "not-loaded").
+_LMSTUDIO_STATES: dict[str, ModelState] = {"loaded": "loaded", "not-loaded": "unloaded"}
+#: The most characters of LM Studio's `type` of a model kept (llm, vlm, embeddings, embedding).
+_LMSTUDIO_TYPE_CHARS = 40
+
+
+def _lmstudio_type(entry: dict[str, Any]) -> str:
+    kind = entry.get("type")
+    return _name(kind[:_LMSTUDIO_TYPE_CHARS]) or "" if isinstance(kind, str) else ""
+
+
+def _lmstudio_v1(body: bytes, notes: list[str]) -> list[ServedModel]:
+    """LM Studio's ``GET /api/v1/models`` (0.4.0 on; lmstudio-ai/docs 1_developer/2_rest/list.md
+    @ 35ec6d3d): ``{"models": [{"type", "key", "loaded_instances": [{"id", "config"}], ...}]}``,
+    every model downloaded. Each loaded instance is ``loaded`` under its id (what a chat
+    request's ``model`` and the unload request's ``instance_id`` name: the key for the first
+    instance); a model with none is ``unloaded`` under its key."""
+    found: list[ServedModel] = []
+    for entry in _entries(parse_json(body, max_bytes=MAX_ANSWER_BYTES), "models", notes):
+        key, kind = _name(entry.get("key")), _lmstudio_type(entry)
+        instances = entry.get("loaded_instances", [])
+        if key is None:
+            continue
+        if not isinstance(instances, list):
+            notes.append(f"{key}: 'loaded_instances' is not a list: left out")
+            continue
+        ids = [i for item in instances if isinstance(item, dict) and (i := _name(item.get("id")))]
+        if not ids:
+            found.append(
+                ServedModel(name=key, state="unloaded", reason=", ".join(filter(None, (kind, "not loaded"))))
+            )
+        for instance in dict.fromkeys(ids):
+            of = f"an instance of {key}" if instance != key else ""
+            found.append(
+                ServedModel(name=instance, state="loaded", reason=", ".join(filter(None, (kind, of))))
+            )
+    if len(found) > MAX_MODELS:
+        notes.append(f"{len(found) - MAX_MODELS} more models left out (at most {MAX_MODELS})")
+    return found[:MAX_MODELS]
+
+
+def _lmstudio_v0(body: bytes, notes: list[str]) -> list[ServedModel]:
+    """LM Studio's ``GET /api/v0/models`` (0.3.6 on, deprecated since 0.4.0; lmstudio-ai/docs
+    1_developer/2_rest-api/endpoints.md @ 8ec2b227): ``{"object": "list", "data": [{"id",
+    "type": "llm"|"vlm"|"embeddings", "state": "loaded"|"not-loaded", ...}]}``, "all loaded and
+    downloaded models"."""
+    found = []
+    for entry in _entries(parse_json(body, max_bytes=MAX_ANSWER_BYTES), "data", notes):
+        name, state = _name(entry.get("id")), entry.get("state")
+        if name is None:
+            continue
+        if not isinstance(state, str) or state not in _LMSTUDIO_STATES:
+            notes.append(f"{name}: a state enginespec does not know ({str(state)[:40]!r})")
+            continue
+        found.append(ServedModel(name=name, state=_LMSTUDIO_STATES[state], reason=_lmstudio_type(entry)))
+    return found
+
+
 def answer_detail(body: bytes) -> str | None:
     """The message of an error answer: FastAPI's ``{"detail": ...}``, or ``{"error": "..."}`` /
     ``{"error": {"message": ...}}``; ``None`` when it holds none (or is not JSON)."""
@@ -328,6 +387,9 @@ class Reader:
     ) -> None:
         self.t, self.process, self.timeout, self.keys = t, process, timeout, keys
         self.answer = _Answer()
+        #: the status of the last answer ``get`` had (``None``: none came), and its path
+        self.status: int | None = None
+        self.path: str | None = None
 
     async def get(self, path: str, key: KeyRole = "api") -> bytes | None:
         """The body of a 200 answer to ``path`` (``b""``: the server says it has no model
@@ -336,6 +398,7 @@ class Reader:
         target = with_key(self.t, self.keys, key)
         status, body, detail = await reaching.fetch(target, path, self.timeout, MAX_ANSWER_BYTES)
         self.answer.sources.append(f"{(self.t.base_url or '').rstrip('/')}{path}")
+        self.status, self.path = status, path
         if status == 200:
             return body
         said = answer_detail(body) if status is not None else None
@@ -374,6 +437,10 @@ class Reader:
         if by_argv(listing, self.process):
             return self.fixed()
         body = await self.get(listing.path)
+        if body is None and self.status == 404 and listing.older_path is not None:
+            # a release before `path`: its 404 is no problem, its older list is asked instead
+            self.answer.notes.pop()
+            body = await self.get(listing.older_path)
         if body is None:
             return False
         return await _READINGS[listing.kind](self, body)
@@ -437,6 +504,11 @@ class Reader:
             self.answer.models = [ServedModel(name=name, state="loaded")]
         listing = self.t.spec.models
         await self._could_load(listing.available_path, "data", "id", listing.available_key)
+        return True
+
+    async def _lmstudio(self, body: bytes) -> bool:
+        older = self.path is not None and self.path == self.t.spec.models.older_path
+        self.answer.models = (_lmstudio_v0 if older else _lmstudio_v1)(body, self.answer.notes)
         return True
 
     async def _koboldcpp(self, body: bytes) -> bool:
@@ -539,4 +611,5 @@ _READINGS: dict[ModelListKind, Callable[[Reader, bytes], Awaitable[bool]]] = {
     "sglang": Reader._sglang,
     "tabbyapi": Reader._tabbyapi,
     "koboldcpp": Reader._koboldcpp,
+    "lmstudio": Reader._lmstudio,
 }
