@@ -373,12 +373,13 @@ ModelListKind = Literal[
     "mlx_vlm",
     "tabbyapi",
     "koboldcpp",
+    "lmstudio",
 ]
 
 
 class ModelList(_Record):
     """Where a server says which models it serves now, and in what state; ``kind`` says how its
-    answers read (:mod:`enginespec.health.servedmodels`): ``fixed``, one model fixed at start,
+    answers read (:mod:`enginespec.health.servedreaders`): ``fixed``, one model fixed at start,
     which its argv names (no request); ``llamacpp_router``, llama.cpp's router ``GET /models``,
     each model with a ``status`` (a server started with a model is ``fixed``); ``ollama``, the
     loaded models at ``path`` (``/api/ps``) and those it could load at ``available_path``
@@ -394,7 +395,10 @@ class ModelList(_Record):
     ``detail`` when there is none) and those it could load at ``available_path`` (an OpenAI
     list, with ``available_key``); ``koboldcpp``, the one model of ``/api/v1/model`` and, from a
     server started with one of ``asked_with``, the files and configs it could switch to at
-    ``available_path`` (``/api/admin/list_options``)."""
+    ``available_path`` (``/api/admin/list_options``); ``lmstudio``, every model LM Studio has
+    downloaded at ``path`` (``/api/v1/models``: each loaded instance ``loaded`` under its
+    instance id, a model without one ``unloaded`` under its key) or, from a release without it,
+    at ``older_path`` (``/api/v0/models``: each ``id`` with its ``state``)."""
 
     kind: ModelListKind = "fixed"
     #: a request naming another model loads it in place of the one the argv names, and the
@@ -405,6 +409,8 @@ class ModelList(_Record):
     path: str = Field(default="/v1/models", pattern=r"^/")
     available_path: str | None = Field(default=None, pattern=r"^/")
     sleeping_path: str | None = Field(default=None, pattern=r"^/")
+    #: where a release older than ``path`` lists its models: asked when ``path`` answers 404
+    older_path: str | None = Field(default=None, pattern=r"^/")
     #: the key ``available_path`` wants (see ``Serving.api_key_file``)
     available_key: KeyRole = "api"
     #: the ``detail`` of the answer at ``path`` of a server with no model loaded (not an error)

@@ -10,7 +10,16 @@ showing its processes; each line says which.
 
 from __future__ import annotations
 
-from enginespec.definition.records import HealthRule, IdentityProbe, Launch, Serving, Settings
+from enginespec.definition.records import (
+    ControlRequest,
+    HealthRule,
+    IdentityProbe,
+    Launch,
+    ModelControl,
+    ModelList,
+    Serving,
+    Settings,
+)
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import llamacpp, mlx
 from enginespec.failures import Failures
@@ -79,6 +88,22 @@ SPEC = EngineSpec(
         ),
         # mistral.rs also defaults to 1234: only LM Studio answers its greeting so.
         identity=IdentityProbe(path="/lmstudio-greeting", status=200, field="lmstudio", flag=True),
+    ),
+    # What it has downloaded and what is loaded. `GET /api/v1/models` (LM Studio 0.4.0 on: the v1
+    # REST API, lmstudio-ai/docs 1_developer/api-changelog.md @ 3253cd8f) lists every model
+    # downloaded, `{"models": [{"type", "key", "loaded_instances": [{"id", "config"}], ...}]}`
+    # (1_developer/2_rest/list.md @ 35ec6d3d); an older release answers 404 there and lists
+    # `{"data": [{"id", "type", "state": "loaded"|"not-loaded"}]}` at `/api/v0/models` (0.3.6
+    # on; 1_developer/2_rest-api/endpoints.md @ 8ec2b227, deprecated).
+    models=ModelList(kind="lmstudio", path="/api/v1/models", older_path="/api/v0/models"),
+    # `POST /api/v1/models/load {"model": KEY}` loads it (its answer `{"model_instance_id",
+    # "config", "load_time_seconds"}` once loaded: 1_developer/2_rest/load.md @ 35ec6d3d) and
+    # `POST /api/v1/models/unload {"instance_id": ID}` unloads one loaded instance
+    # (1_developer/2_rest/unload.md @ 15ed6982): the id the model list shows it under. 0.4.0
+    # on (the changelog: "Model download and load endpoints"); an older release has neither.
+    control=ModelControl(
+        load=ControlRequest(path="/api/v1/models/load", body={"model": "{model}"}),
+        unload=ControlRequest(path="/api/v1/models/unload", body={"instance_id": "{model}"}),
     ),
     # `lms server start` starts the server on `--port`, else the port of
     # .internal/http-server-config.json, else 1234, and `lms server status|stop` read the same

@@ -20,14 +20,13 @@ from enginespec.definition.records import ControlRequest
 from enginespec.definition.registry import find_engine
 from enginespec.display import literal
 from enginespec.errors import ControlFailed, ControlRefused, ControlUnsupported, InvalidInputError
-from enginespec.health.servedmodels import (
+from enginespec.health.servedmodels import ServedModels, served_models_async
+from enginespec.health.servedreaders import (
     ServedModel,
-    ServedModels,
     answer_detail,
     by_argv,
     keyed,
     keys_of,
-    served_models_async,
     started_with,
     with_key,
 )
@@ -367,7 +366,8 @@ def control(
 
 def load_model(process: EngineProcess, name: str, *, timeout: float = 300.0) -> ServedModels:
     """Loads the model ``name`` into the server ``process`` through its own API (llama.cpp's
-    router, Ollama, TabbyAPI) and waits until it is loaded; what it serves then."""
+    router, Ollama, TabbyAPI, KoboldCpp, LM Studio) and waits until it is loaded; what it serves
+    then."""
     return control(process, "load", name, timeout=timeout)
 
 
