@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from enginespec import EngineProcess, Scanner
+from enginespec import Scanner
 from enginespec.health.checks import check_health
 from enginespec.health.identity import identify
 from helpers.facts import argv_facts
-from helpers.fakeserver import Answer, bound_socket, serving
+from helpers.fakeserver import Answer, serving
 from helpers.procs import Procs, children_of, wait_for
+from helpers.simpleservers import engine_process
 
 CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
 ARG = "\x1f"
@@ -102,18 +103,7 @@ def test_llama_server_is_its_runner_in_a_real_tree(procs: Procs) -> None:
 
 
 def _scanned(procs: Procs, answer: Answer) -> str:
-    sock = bound_socket()
-    port = sock.getsockname()[1]
-    with serving({"/": [answer]}, sock=sock):
-        proc = procs.start(["dmr", "serve", "--port", str(port)], pass_fds=(sock.fileno(),))
-
-        def scanned() -> EngineProcess | None:
-            return next((p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid), None)
-
-        wait_for(lambda: scanned() is not None, timeout=20)
-        process = scanned()
-        assert process is not None
-        assert process.port == port
+    with engine_process(procs, ["dmr", "serve"], {"/": [answer]}) as (process, _server):
         return check_health(process).state
 
 

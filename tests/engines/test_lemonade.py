@@ -8,21 +8,20 @@ backends."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from enginespec import EngineProcess, Scanner, served_models
+from enginespec import Scanner, served_models
 from enginespec.definition.records import HealthAnswer
 from enginespec.engines import get_engine_spec
 from enginespec.health.checks import check_health
 from enginespec.health.identity import identify
 from helpers.facts import argv_facts
-from helpers.fakeserver import Answer, FakeEngine, bound_socket, models, serving
+from helpers.fakeserver import Answer, models, serving
 from helpers.procs import Procs, children_of, wait_for
+from helpers.simpleservers import Served, engine_process
 
 CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
 SEP, ARG = "\x1e", "\x1f"
@@ -170,23 +169,8 @@ def test_backends_are_its_runners_in_a_real_tree(procs: Procs, tmp_path: Path) -
 # -- over HTTP -----------------------------------------------------------------------------------
 
 
-@contextmanager
-def _lemonade(procs: Procs, routes: dict[str, list[Answer]]) -> Iterator[tuple[EngineProcess, FakeEngine]]:
-    sock = bound_socket()
-    port = sock.getsockname()[1]
-    with serving(routes, sock=sock) as server:
-        proc = procs.start(
-            ["/usr/bin/lemond", "--host", "127.0.0.1", "--port", str(port)], pass_fds=(sock.fileno(),)
-        )
-
-        def scanned() -> EngineProcess | None:
-            return next((p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid), None)
-
-        wait_for(lambda: scanned() is not None, timeout=20)
-        process = scanned()
-        assert process is not None
-        assert process.port == port
-        yield process, server
+def _lemonade(procs: Procs, routes: dict[str, list[Answer]]) -> Served:
+    return engine_process(procs, ["/usr/bin/lemond", "--host", "127.0.0.1"], routes)
 
 
 def test_health_ready_and_version(procs: Procs) -> None:

@@ -7,19 +7,18 @@ answering as LocalAI v4.9.0 does, hostile answers. Both backends."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from enginespec import EngineProcess, Scanner, check_load, served_models
+from enginespec import Scanner, check_load, served_models
 from enginespec.engines import get_engine_spec
 from enginespec.health.checks import check_health
 from helpers.facts import argv_facts
-from helpers.fakeserver import Answer, FakeEngine, bound_socket, models, serving
+from helpers.fakeserver import Answer, models
 from helpers.procs import Procs, descendants_of, wait_for
+from helpers.simpleservers import Served, engine_process
 
 CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
 SEP, ARG = "\x1e", "\x1f"
@@ -236,26 +235,9 @@ def test_worker_token_is_masked(procs: Procs) -> None:
 # -- over HTTP -----------------------------------------------------------------------------------
 
 
-@contextmanager
-def _localai(
-    procs: Procs, routes: dict[str, list[Answer]], *extra: str
-) -> Iterator[tuple[EngineProcess, FakeEngine]]:
-    sock = bound_socket()
-    port = sock.getsockname()[1]
-    with serving(routes, sock=sock) as server:
-        proc = procs.start(
-            ["/usr/bin/local-ai", "run", "--address", f"127.0.0.1:{port}", *extra, "phi-2"],
-            pass_fds=(sock.fileno(),),
-        )
-
-        def scanned() -> EngineProcess | None:
-            return next((p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid), None)
-
-        wait_for(lambda: scanned() is not None, timeout=20)
-        process = scanned()
-        assert process is not None
-        assert process.port == port
-        yield process, server
+def _localai(procs: Procs, routes: dict[str, list[Answer]], *extra: str) -> Served:
+    argv = ["/usr/bin/local-ai", "run", "--address", "127.0.0.1:{port}", *extra, "phi-2"]
+    return engine_process(procs, argv, routes)
 
 
 def test_readyz_starting_then_ready(procs: Procs) -> None:

@@ -7,19 +7,18 @@ health through its port as llama-server answers. Both backends."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from enginespec import EngineProcess, Scanner, served_models
+from enginespec import Scanner, served_models
 from enginespec.definition.signature import LaunchForm
 from enginespec.health.checks import check_health
 from helpers.facts import argv_facts
-from helpers.fakeserver import Answer, FakeEngine, bound_socket, models, serving
+from helpers.fakeserver import Answer, models
 from helpers.procs import Procs, children_of, wait_for
+from helpers.simpleservers import Served, engine_process
 
 CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
 SEP, ARG = "\x1e", "\x1f"
@@ -168,24 +167,9 @@ def test_a_llama_server_of_another_parent_is_no_runner(procs: Procs) -> None:
 # -- over HTTP -----------------------------------------------------------------------------------
 
 
-@contextmanager
-def _ramalama(procs: Procs, routes: dict[str, list[Answer]]) -> Iterator[tuple[EngineProcess, FakeEngine]]:
-    sock = bound_socket()
-    port = sock.getsockname()[1]
-    with serving(routes, sock=sock) as server:
-        proc = procs.start(
-            ["ramalama", "serve", "--host", "127.0.0.1", "--port", str(port), "granite"],
-            pass_fds=(sock.fileno(),),
-        )
-
-        def scanned() -> EngineProcess | None:
-            return next((p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid), None)
-
-        wait_for(lambda: scanned() is not None, timeout=20)
-        process = scanned()
-        assert process is not None
-        assert process.port == port
-        yield process, server
+def _ramalama(procs: Procs, routes: dict[str, list[Answer]]) -> Served:
+    argv = ["ramalama", "serve", "--host", "127.0.0.1", "--port", "{port}", "granite"]
+    return engine_process(procs, argv, routes)
 
 
 def test_health_through_its_port(procs: Procs) -> None:

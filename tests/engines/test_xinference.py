@@ -8,19 +8,18 @@ server answering as xorbitsai/inference 7ecec16b does, hostile answers. Both bac
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from enginespec import EngineProcess, Scanner, parse_argv, served_models
+from enginespec import Scanner, parse_argv, served_models
 from enginespec.health.checks import check_health
 from enginespec.health.identity import identify
 from helpers.facts import argv_facts
-from helpers.fakeserver import Answer, FakeEngine, bound_socket, serving
+from helpers.fakeserver import Answer, serving
 from helpers.procs import Procs, children_of, wait_for
+from helpers.simpleservers import Served, engine_process
 
 CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
 #: api/routers/admin.py is_cluster_authenticated through Starlette's JSONResponse (compact JSON)
@@ -228,23 +227,8 @@ def test_worker_is_a_follower_with_its_models(procs: Procs) -> None:
 # -- over HTTP -----------------------------------------------------------------------------------
 
 
-@contextmanager
-def _xinference(procs: Procs, routes: dict[str, list[Answer]]) -> Iterator[tuple[EngineProcess, FakeEngine]]:
-    sock = bound_socket()
-    port = sock.getsockname()[1]
-    with serving(routes, sock=sock) as server:
-        proc = procs.start(
-            ["xinference-local", "-H", "127.0.0.1", "-p", str(port)], pass_fds=(sock.fileno(),)
-        )
-
-        def scanned() -> EngineProcess | None:
-            return next((p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid), None)
-
-        wait_for(lambda: scanned() is not None, timeout=20)
-        process = scanned()
-        assert process is not None
-        assert process.port == port
-        yield process, server
+def _xinference(procs: Procs, routes: dict[str, list[Answer]]) -> Served:
+    return engine_process(procs, ["xinference-local", "-H", "127.0.0.1"], routes, port_flag="-p")
 
 
 def test_health_and_running_models(procs: Procs) -> None:

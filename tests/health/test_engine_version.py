@@ -8,8 +8,6 @@ backends."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,11 +16,11 @@ import enginespec.cli.app as cli
 from enginespec.fleet.exporter import EngineCollector, _refresh
 from enginespec.fleet.remote import fetch_remote
 from enginespec.health.checks import check_health
-from enginespec.process.record import EngineProcess
 from enginespec.process.versions import RETRY_AFTER
 from enginespec.scanning.scanner import Scanner
-from helpers.fakeserver import Answer, FakeEngine, bound_socket, serving
-from helpers.procs import Procs, wait_for
+from helpers.fakeserver import Answer, FakeEngine, serving
+from helpers.procs import Procs
+from helpers.simpleservers import Served, engine_process
 from helpers.sitepackages import vllm_site
 
 LOADING = b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}'
@@ -31,25 +29,12 @@ OK = b'{"status":"ok"}'
 PROPS = b'{"default_generation_settings": {}, "total_slots": 1, "build_info": "b6520-2fbd4cde"}'
 
 
-@contextmanager
 def _engine(
     procs: Procs, argv: list[str], routes: dict[str, list[Answer]], program: Path | None = None
-) -> Iterator[tuple[EngineProcess, FakeEngine]]:
+) -> Served:
     """A process of ``argv`` (``--port`` appended) holding the socket a fake server answers on,
     as scanned."""
-    sock = bound_socket()
-    port = sock.getsockname()[1]
-    with serving(routes, sock=sock) as server:
-        proc = procs.start([*argv, "--port", str(port)], pass_fds=(sock.fileno(),), executable=program)
-
-        def scanned() -> EngineProcess | None:
-            found = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
-            return found[0] if found and found[0].argv[0] == argv[0] else None
-
-        wait_for(lambda: scanned() is not None, timeout=20)
-        process = scanned()
-        assert process is not None
-        yield process, server
+    return engine_process(procs, argv, routes, executable=program)
 
 
 def _asked(server: FakeEngine, path: str) -> int:

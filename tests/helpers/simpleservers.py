@@ -6,7 +6,8 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 
 from enginespec import get_engine_spec
 from enginespec.definition.records import HealthAnswer
@@ -15,21 +16,34 @@ from enginespec.scanning.scanner import Scanner
 from helpers.fakeserver import Answer, FakeEngine, bound_socket, serving
 from helpers.procs import Procs, wait_for
 
+#: A scanned engine process and the fake server answering on its socket, while in use.
+Served = AbstractContextManager[tuple[EngineProcess, FakeEngine]]
+
 
 @contextmanager
 def engine_process(
-    procs: Procs, argv: list[str], routes: dict[str, list[Answer]], port_flag: str = "--port"
+    procs: Procs,
+    argv: list[str],
+    routes: dict[str, list[Answer]],
+    port_flag: str = "--port",
+    executable: Path | None = None,
 ) -> Iterator[tuple[EngineProcess, FakeEngine]]:
-    """A process of ``argv`` (``port_flag PORT`` appended) holding the socket a fake server answers
-    on, as scanned."""
+    """A process of ``argv`` holding the socket a fake server answers on, as scanned: the socket's
+    port replaces ``{port}`` in its arguments (``--address 127.0.0.1:{port}``) or, where none
+    holds it, is appended after ``port_flag``. ``executable``: the program run under that argv
+    (the helper by default)."""
     sock = bound_socket()
     port = sock.getsockname()[1]
+    given = [arg.replace("{port}", str(port)) for arg in argv]
+    if given == argv:
+        given += [port_flag, str(port)]
     with serving(routes, sock=sock) as server:
-        proc = procs.start([*argv, port_flag, str(port)], pass_fds=(sock.fileno(),))
+        proc = procs.start(given, pass_fds=(sock.fileno(),), executable=executable)
 
         def scanned() -> EngineProcess | None:
+            # its own argv: a forked child is scanned before it execs on a loaded host
             found = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
-            return found[0] if found else None
+            return found[0] if found and found[0].argv[0] == given[0] else None
 
         wait_for(lambda: scanned() is not None, timeout=20)
         process = scanned()
