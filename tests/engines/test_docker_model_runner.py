@@ -6,7 +6,6 @@ backends."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,31 +19,9 @@ from helpers.fakeserver import Answer, serving
 from helpers.procs import Procs, children_of, wait_for
 from helpers.simpleservers import engine_process
 
-CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
 ARG = "\x1f"
 #: pkg/server/server.go: the root handler's answer
 GREETING = Answer(200, b"Docker Model Runner is running", content_type="text/plain; charset=utf-8")
-
-
-def _corpus() -> list[dict[str, Any]]:
-    records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-    return [
-        r
-        for r in records
-        if "docker-model-runner" in (r["engine"], r["supervisor"]) or r["argv"][0] == "docker"
-    ]
-
-
-@pytest.mark.parametrize("record", _corpus(), ids=lambda r: " ".join(r["argv"])[:70])
-def test_corpus_records(record: dict[str, Any]) -> None:
-    found = argv_facts(record["argv"], first_name=True)
-    if record["engine"] is None:
-        assert found is None
-        return
-    port = record["port"]
-    host, port = (port.removeprefix("unix:"), None) if isinstance(port, str) else (record["host"], port)
-    role = "server" if record["role"] == "runner" else record["role"]
-    assert found == (record["engine"], record["model"], record["served_model_name"], host, port, role)
 
 
 FORMS: list[tuple[list[str], tuple[Any, ...] | None]] = [

@@ -6,7 +6,6 @@ answering as Dynamo's source does, and real processes found by a scan."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,30 +17,6 @@ from enginespec.health.identity import identify
 from helpers.facts import argv_facts
 from helpers.fakeserver import Answer, bound_socket, serving
 from helpers.procs import Procs, wait_for
-
-CORPUS = Path(__file__).parent.parent / "data" / "argv-2026-public.jsonl"
-
-
-def _corpus() -> list[dict[str, Any]]:
-    records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-    return [r for r in records if r["engine"] == "dynamo" or "dynamo" in " ".join(r["argv"])]
-
-
-@pytest.mark.parametrize("record", _corpus(), ids=lambda r: " ".join(r["argv"]))
-def test_the_corpus_records_are_read_as_labelled(record: dict[str, Any]) -> None:
-    facts = argv_facts(record["argv"], first_name=True)
-    if record["engine"] is None:
-        assert facts is None
-        return
-    assert facts == (
-        record["engine"],
-        record["model"],
-        record["served_model_name"],
-        record["host"],
-        record["port"],
-        record["role"],
-    )
-
 
 # argv -> (engine, model, first served name, host, port, role)
 GOLDEN: list[tuple[list[str], tuple[Any, ...]]] = [

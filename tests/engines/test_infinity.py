@@ -6,7 +6,6 @@ Facts: michaelfeil/infinity 0.0.77 (engines/infinity.py)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +18,6 @@ from helpers.fakeserver import Answer
 from helpers.procs import Procs, wait_for
 from helpers.simpleservers import engine_process
 
-CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
 INF = "infinity_emb"
 
 # argv -> (engine, model, first served name, host, port, role)
@@ -131,23 +129,6 @@ def test_golden_forms(argv: list[str], facts: tuple[Any, ...]) -> None:
 @pytest.mark.parametrize("argv", NOT_SERVERS, ids=" ".join)
 def test_look_alikes_are_not_servers(argv: list[str]) -> None:
     assert parse_argv(argv) is None
-
-
-def test_the_corpus_records_are_recognised_as_labelled() -> None:
-    records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-    mine = [r for r in records if r["engine"] == "infinity"]
-    assert mine
-    for record in mine:
-        inv = parse_argv(record["argv"])
-        assert inv is not None
-        assert (inv.engine, inv.model, inv.served_model_name, inv.host, inv.port, inv.role) == (
-            "infinity",
-            record["model"],
-            record["served_model_name"],
-            record["host"],
-            record["port"],
-            record["role"],
-        )
 
 
 def test_defaults_and_secrets() -> None:

@@ -23,7 +23,6 @@ from helpers.fakeserver import Answer, models, serving
 from helpers.procs import Procs, children_of, wait_for
 from helpers.simpleservers import Served, engine_process
 
-CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
 SEP, ARG = "\x1e", "\x1f"
 #: src/cpp/server/server.cpp handle_health (v11.7.0), one model loaded (nlohmann's dump: sorted keys)
 HEALTH = json.dumps(
@@ -48,25 +47,6 @@ HEALTH = json.dumps(
     },
     separators=(",", ":"),
 ).encode()
-
-
-def _corpus() -> list[dict[str, Any]]:
-    records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-    return [r for r in records if r["engine"] == "lemonade" or r["supervisor"] == "lemonade"]
-
-
-@pytest.mark.parametrize("record", _corpus(), ids=lambda r: " ".join(r["argv"])[:70])
-def test_corpus_records(record: dict[str, Any]) -> None:
-    role = "server" if record["role"] == "runner" else record["role"]
-    expected = (
-        record["engine"],
-        record["model"],
-        record["served_model_name"],
-        record["host"],
-        record["port"],
-        role,
-    )
-    assert argv_facts(record["argv"], first_name=True) == expected
 
 
 FORMS: list[tuple[list[str], tuple[Any, ...] | None]] = [

@@ -20,41 +20,15 @@ from helpers.fakeserver import Answer, models
 from helpers.procs import Procs, descendants_of, wait_for
 from helpers.simpleservers import Served, engine_process
 
-CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
 SEP, ARG = "\x1e", "\x1f"
 #: core/http/routes/health.go: /readyz while the startup preload runs
 STARTING = b'{"reason":"startup preload in progress","status":"starting"}'
-
-
-def _corpus() -> list[dict[str, Any]]:
-    records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-    return [r for r in records if r["engine"] in ("localai", None)]
 
 
 #: The corpus says `worker` for a distributed-mode worker; in enginespec a launch form's process
 #: that serves no HTTP API is a `follower` (a `worker` is a retitled child, an `orphan` without its
 #: server): `local-ai worker` serves gRPC backends to a frontend, no OpenAI API.
 _ROLE_NAMES = {"worker": "follower"}
-
-
-@pytest.mark.parametrize("record", _corpus(), ids=lambda r: " ".join(r["argv"])[:70])
-def test_corpus_records(record: dict[str, Any]) -> None:
-    if record["engine"] is None:
-        assert (
-            argv_facts(record["argv"], first_name=True) in (None,)
-            or (argv_facts(record["argv"], first_name=True) or ("",))[0] != "localai"
-        )
-        return
-    role = _ROLE_NAMES.get(record["role"], record["role"])
-    expected = (
-        "localai",
-        record["model"],
-        record["served_model_name"],
-        record["host"],
-        record["port"],
-        role,
-    )
-    assert argv_facts(record["argv"], first_name=True) == expected
 
 
 FORMS: list[tuple[list[str], tuple[Any, ...] | None]] = [

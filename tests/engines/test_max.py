@@ -5,7 +5,6 @@ against vLLM on 8000, hostile answers). Facts: modular/modular at the commits en
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,6 @@ from helpers.facts import argv_facts
 from helpers.fakeserver import Answer, models, serving
 from helpers.procs import Procs, wait_for
 from helpers.simpleservers import engine_process, identified
-
-CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
 
 # argv -> (engine, model, first served name, host, port, role)
 GOLDEN: list[tuple[list[str], tuple[Any, ...]]] = [
@@ -99,23 +96,6 @@ def test_golden_forms(argv: list[str], facts: tuple[Any, ...]) -> None:
 @pytest.mark.parametrize("argv", NOT_SERVERS, ids=" ".join)
 def test_other_commands_are_not_servers(argv: list[str]) -> None:
     assert parse_argv(argv) is None
-
-
-def test_the_corpus_record_is_recognised_as_labelled() -> None:
-    records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-    mine = [r for r in records if r["engine"] == "max"]
-    assert mine
-    for record in mine:
-        inv = parse_argv(record["argv"])
-        assert inv is not None
-        assert (inv.engine, inv.model, inv.served_model_name, inv.host, inv.port, inv.role) == (
-            "max",
-            record["model"],
-            record["served_model_name"],
-            record["host"],
-            record["port"],
-            record["role"],
-        )
 
 
 def test_defaults() -> None:

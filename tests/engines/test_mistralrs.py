@@ -5,7 +5,6 @@ real process found by a scan."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,32 +18,6 @@ from enginespec.process.argv import redact_argv
 from helpers.facts import argv_facts
 from helpers.fakeserver import Answer, bound_socket, serving
 from helpers.procs import Procs, wait_for
-
-CORPUS = Path(__file__).parent.parent / "data" / "argv-2026-public.jsonl"
-
-
-def _corpus() -> list[dict[str, Any]]:
-    records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-    return [r for r in records if r["engine"] == "mistralrs" or "mistralrs" in " ".join(r["argv"])]
-
-
-@pytest.mark.parametrize("record", _corpus(), ids=lambda r: " ".join(r["argv"]))
-def test_the_corpus_records_are_read_as_labelled(record: dict[str, Any]) -> None:
-    inv = parse_argv(record["argv"])
-    if record["engine"] is None:
-        assert inv is None
-        return
-    assert inv is not None
-    names = list(inv.served_model_names) or None
-    assert (inv.engine, inv.model, inv.host, inv.port, inv.role) == (
-        record["engine"],
-        record["model"],
-        record["host"],
-        record["port"],
-        record["role"],
-    )
-    assert names == (None if record["served_model_name"] is None else [record["served_model_name"]])
-
 
 # argv -> (engine, model, first served name, host, port, role)
 GOLDEN: list[tuple[list[str], tuple[Any, ...]]] = [

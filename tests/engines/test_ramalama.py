@@ -6,7 +6,6 @@ health through its port as llama-server answers. Both backends."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,26 +19,10 @@ from helpers.fakeserver import Answer, models
 from helpers.procs import Procs, children_of, wait_for
 from helpers.simpleservers import Served, engine_process
 
-CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
 SEP, ARG = "\x1e", "\x1f"
 #: llama-server's /health (llama.cpp tools/server): loading, then ready
 LOADING = Answer(503, b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}')
 READY = Answer(200, b'{"status":"ok"}')
-
-
-def _corpus() -> list[dict[str, Any]]:
-    records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-    return [r for r in records if r["engine"] == "ramalama" or "ramalama" in " ".join(r["argv"][:1])]
-
-
-@pytest.mark.parametrize("record", _corpus(), ids=lambda r: " ".join(r["argv"])[:70])
-def test_corpus_records(record: dict[str, Any]) -> None:
-    found = argv_facts(record["argv"], first_name=True)
-    if record["engine"] is None:
-        assert found is None
-        return
-    # the corpus's `supervisor` (`ramalama serve`) fronts its server's API: a server here
-    assert found == ("ramalama", record["model"], None, record["host"], record["port"], "server")
 
 
 FORMS: list[tuple[list[str], tuple[Any, ...] | None]] = [

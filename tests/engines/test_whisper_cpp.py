@@ -6,8 +6,6 @@ answers). Facts: ggml-org/whisper.cpp v1.9.3 (engines/whisper_cpp.py)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +17,6 @@ from helpers.fakeserver import Answer, serving
 from helpers.procs import Procs
 from helpers.simpleservers import engine_process, identified
 
-CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
 WS = "whisper-server"
 
 # argv -> (engine, model, first served name, host, port, role)
@@ -107,23 +104,6 @@ def test_golden_forms(argv: list[str], facts: tuple[Any, ...]) -> None:
 @pytest.mark.parametrize("argv", NOT_SERVERS, ids=" ".join)
 def test_look_alikes_are_not_servers(argv: list[str]) -> None:
     assert parse_argv(argv) is None
-
-
-def test_the_corpus_record_is_recognised_as_labelled() -> None:
-    records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-    mine = [r for r in records if r["engine"] == "whisper-cpp"]
-    assert mine
-    for record in mine:
-        inv = parse_argv(record["argv"])
-        assert inv is not None
-        assert (inv.engine, inv.model, inv.served_model_name, inv.host, inv.port, inv.role) == (
-            "whisper-cpp",
-            record["model"],
-            record["served_model_name"],
-            record["host"],
-            record["port"],
-            record["role"],
-        )
 
 
 def test_every_value_less_option_leaves_the_next_option_alone() -> None:

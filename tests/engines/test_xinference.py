@@ -8,7 +8,6 @@ server answering as xorbitsai/inference 7ecec16b does, hostile answers. Both bac
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +20,6 @@ from helpers.fakeserver import Answer, serving
 from helpers.procs import Procs, children_of, wait_for
 from helpers.simpleservers import Served, engine_process
 
-CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
 #: api/routers/admin.py is_cluster_authenticated through Starlette's JSONResponse (compact JSON)
 AUTH = Answer(200, b'{"auth":false}')
 #: restful_api.py list_models: each running model by its uid, its registration's fields merged in
@@ -57,18 +55,6 @@ RUNNING = json.dumps(
     },
     separators=(",", ":"),
 ).encode()
-
-
-def _corpus() -> list[dict[str, Any]]:
-    records = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
-    return [r for r in records if r["engine"] == "xinference"]
-
-
-@pytest.mark.parametrize("record", _corpus(), ids=lambda r: " ".join(r["argv"])[:70])
-def test_corpus_records(record: dict[str, Any]) -> None:
-    # the corpus's `supervisor` (xinference-supervisor) serves the REST API: a server here
-    expected = ("xinference", None, None, record["host"], record["port"], "server")
-    assert argv_facts(record["argv"], first_name=True) == expected
 
 
 FORMS: list[tuple[list[str], tuple[Any, ...] | None]] = [
