@@ -11,7 +11,7 @@ import pytest
 from enginespec.errors import InvalidInputError
 from enginespec.health.identity import MAX_PROBE_BYTES, identify
 from helpers.cli import run
-from helpers.fakeserver import Answer, serving
+from helpers.fakeserver import Answer, bound_socket, serving
 
 PROPS = b'{"default_generation_settings": {}, "total_slots": 1, "build_info": "b6520-2fbd4cde"}'
 OLLAMA = Answer(200, b"Ollama is running", content_type="text/plain; charset=utf-8")
@@ -72,9 +72,10 @@ def test_a_hostile_answer_identifies_nothing(answer: Answer) -> None:
 
 
 def test_nothing_listening() -> None:
-    with serving({}) as server:
-        url = server.url
-    found = identify(url, timeout=2)
+    # a port this test holds bound and never listens on: refused, and no other process of a busy
+    # host can take it meanwhile (a closed server's port could be)
+    with bound_socket() as held:
+        found = identify(f"http://127.0.0.1:{held.getsockname()[1]}", timeout=2)
     assert found.engine is None
     assert found.reason.startswith("no answer")
 
