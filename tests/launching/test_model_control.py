@@ -103,6 +103,21 @@ def test_a_state_never_reached_fails_with_the_last_reading(procs: Procs) -> None
     assert failed.value.last is not None
 
 
+def test_a_read_cut_short_at_the_deadline_does_not_hide_what_the_engine_said(procs: Procs) -> None:
+    # the first reading answers; every later one hangs until its time is up (a busy host)
+    routes = {
+        "/models/load": [_json({"success": True})],
+        "/models": [_router(("qwen", "loading")), Answer(hang=True)],
+    }
+    with (
+        _engine(procs, ROUTER, routes) as (process, _server),
+        pytest.raises(ControlFailed, match=r"load qwen: not done within 1s \(qwen loading\)") as failed,
+    ):
+        load_model(process, "qwen", timeout=1)
+    assert failed.value.last is not None
+    assert failed.value.last.available
+
+
 def test_an_engine_error_is_said(procs: Procs) -> None:
     # Ollama's error answer (server/routes.go: {"error": "..."}), here for a model not pulled
     routes = {"/api/generate": [Answer(404, b'{"error":"model \\"nope\\" not found, try pulling it first"}')]}

@@ -238,15 +238,21 @@ async def control_async(
     served = spec.served_name(name) if action == "load" and name else None
     # a config (KoboldCpp's .kcpps) names its model inside it: after the restart, what loaded
     any_model = request.restarts and served is None
+    told = reading
     while not reached(reading, action, name, served, any_model=any_model, leaf=leaf):
         left = deadline - time.monotonic()
         if left <= 0:
-            raise ControlFailed(
-                f"{what}: not done within {timeout:g}s ({_said(reading, name)})", last=reading
-            )
+            raise ControlFailed(f"{what}: not done within {timeout:g}s ({_said(told, name)})", last=told)
         await asyncio.sleep(min(POLL_SECONDS, left))
         reading = await served_models_async(process, timeout=min(READ_SECONDS, max(left, 0.1)))
+        told = _latest(reading, told)
     return reading
+
+
+def _latest(reading: ServedModels, told: ServedModels) -> ServedModels:
+    """The reading to report when the time is up: the newest that answered, so that a last
+    read cut short by the deadline (on a busy host) does not hide what the engine said."""
+    return reading if reading.available or not told.available else told
 
 
 async def _send(
@@ -326,15 +332,17 @@ async def _restarted(
     the old server's, read meanwhile to say what it serves when the time is up)."""
     if not before:
         return
+    told: ServedModels | None = None
     while before <= set(await asyncio.to_thread(_descendants, process)):
         if not process_alive(process):
             raise ControlFailed(f"{what}: the server exited")
         left = deadline - time.monotonic()
         reading = await served_models_async(process, timeout=min(READ_SECONDS, max(left, 0.1)))
+        told = reading if told is None else _latest(reading, told)
         if deadline - time.monotonic() <= 0:
             raise ControlFailed(
-                f"{what}: not done within {timeout:g}s (its old server still runs: {_said(reading, None)})",
-                last=reading,
+                f"{what}: not done within {timeout:g}s (its old server still runs: {_said(told, None)})",
+                last=told,
             )
         await asyncio.sleep(min(POLL_SECONDS, max(deadline - time.monotonic(), 0)))
 
