@@ -74,7 +74,8 @@ _EXCEPTION = re.compile(r"(?:^|[\s|:)\]])(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|E
 _ERROR_LINE = re.compile(r"\bERROR\b|level=ERROR|^\s*(?:error|Error|panic|fatal|FATAL)\b[:\s]")
 # Log noise that names an error but is none: a traceback header, a `raise` source line.
 # (rich's tracebacks draw a box: `│   File "...", line 308, in __init__ │`, `│     raise ValueError(`)
-_NOT_CAUSE = re.compile(r"Traceback \(most recent call last\)|^[\s│]*raise\b|^[\s│]*File \"")
+# (a `File "X" not found` statement is no traceback line: those name a line number)
+_NOT_CAUSE = re.compile(r"Traceback \(most recent call last\)|^[\s│]*raise\b|^[\s│]*File \"[^\"]*\", line \d")
 _TRACEBACK_FILE = re.compile(r"^[\s│]*File \".*\", line \d+")
 # What a log puts before a traceback's lines: a compose service (`vllm-1  | `), a worker
 # (`(VllmWorkerProcess pid=195297) `, `[rank0]: `), a logger's level, date and place (vLLM's
@@ -151,7 +152,10 @@ class Failures(BaseModel):
     wrappers: tuple[str, ...] = ()
 
     def __add__(self, other: Failures) -> Failures:
-        return Failures(patterns=self.patterns + other.patterns, wrappers=self.wrappers + other.wrappers)
+        """Both vocabularies, this one's first; a pattern or wrapper both hold is kept once, where
+        it comes first (a layer two composites share)."""
+        patterns = tuple(dict.fromkeys(self.patterns + other.patterns))
+        return Failures(patterns=patterns, wrappers=tuple(dict.fromkeys(self.wrappers + other.wrappers)))
 
 
 #: A figure of a cause line: a number, or text where the figure is no number (a host, a hex
@@ -331,6 +335,7 @@ _SIGNAL_WORDS: Mapping[str, str] = {
     "terminated": "SIGTERM",
     "interrupt": "SIGINT",
     "hangup": "SIGHUP",
+    "access violation": "SIGSEGV",
     "-1073741795": "SIGILL",
     "3221225501": "SIGILL",
     "0xc000001d": "SIGILL",
@@ -355,6 +360,14 @@ def _signal_name(text: str) -> str | None:
     return word.upper() if re.fullmatch(r"sig[a-z0-9]+", word) else None
 
 
+def _exit_signal(text: str) -> str | None:
+    """The signal an exit code of 128 + n stands for (a shell's convention)."""
+    try:
+        return signals.Signals(int(text) - 128).name
+    except ValueError:
+        return None
+
+
 def _memory(text: str, unit: MemoryUnit | None = None) -> dict[str, object] | None:
     if unit is not None:
         return {"value": float(text.replace(",", "")), "unit": unit}
@@ -374,6 +387,9 @@ def _figure(name: str, text: str) -> tuple[str, object] | None:
             return None
         memory = _memory(text, _UNIT_SUFFIXES[suffixed[2]])
         return (field, memory) if memory is not None else None
+    if name.startswith("signal_"):
+        # `signal_exit_code`: a shell's 128 + n; any other `signal_*`: the signal in words
+        return ("signal", _exit_signal(text) if name == "signal_exit_code" else _signal_name(text))
     field = _FIGURE_ALIASES.get(name, name)
     if field not in FailureFigures.model_fields:
         return None

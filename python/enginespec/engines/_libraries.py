@@ -95,6 +95,10 @@ LLAMA_ARGS = Failures(
 _PORT_HINT = "port {port} is taken: choose another port or stop the process holding it"
 _NO_ADDRESS_HINT = "{address} is no address of this host: bind 0.0.0.0, 127.0.0.1 or one of its own"
 _PRIVILEGED_HINT = "binding port {port} is not allowed for this user: use a port above 1023"
+_WINDOWS_DENIED_HINT = (
+    "Windows refuses this port (reserved: `netsh interface ipv4 show excludedportrange protocol=tcp`, "
+    "or held exclusively by another program): choose another port"
+)
 
 #: Binding the engine's port, through every layer that reports it:
 #: CPython's asyncio (Lib/asyncio/base_events.py create_server, checked in 3.11: `error while
@@ -181,6 +185,15 @@ SOCKETS = Failures(
             pattern=r"\blisten tcp[46]? \[?(?P<address>[^\s\]]*?)\]?:(?P<port>\d+): bind: permission denied",
             hint=_PRIVILEGED_HINT,
         ),
+        # Windows' WSAEACCES (10013) as Go's net and CPython word it: a port Windows keeps for
+        # itself (an excluded range of Hyper-V or WinNAT) or one held exclusively by another
+        P(
+            kind="other",
+            pattern=r"\blisten tcp[46]? \[?(?P<address>[^\s\]]*?)\]?:(?P<port>\d+): bind: "
+            r"An attempt was made to access a socket in a way forbidden",
+            hint=_WINDOWS_DENIED_HINT,
+        ),
+        P(kind="other", pattern=r"\[WinError 10013\]", hint=_WINDOWS_DENIED_HINT),
     )
 )
 
@@ -274,13 +287,50 @@ TORCH = Failures(
         ),
         P(kind="driver_missing", pattern=r"cudaGetDeviceCount\(\)|Error 80[234]: "),
         P(kind="driver_missing", pattern=CUDA_NO_DRIVER),
+        P(kind="other", pattern=r"CUDA error: an illegal memory access was encountered"),
+    )
+)
+
+#: A build with no kernel for this GPU's architecture, as each layer says it: the CUDA runtime's
+#: cudaErrorNoKernelImageForDevice (`no kernel image is available for execution on the device`)
+#: and cudaErrorInvalidDeviceFunction (`invalid device function`, HIP's too), ggml-cuda's
+#: bad_arch() (`ERROR: ggml-cuda was compiled without support for the current GPU
+#: architecture.`, ggml/src/ggml-cuda/common.cuh, found by the exact-string search), the driver
+#: API's CUDA_ERROR_NOT_FOUND and CUDA_ERROR_NO_BINARY_FOR_GPU by their cuGetErrorString names
+#: (`named symbol not found`: a kernel missing from the module loaded for this GPU; `no binary for
+#: GPU`; cudarc's `DriverError(CUDA_ERROR_NOT_FOUND, "named symbol not found")` under candle and
+#: mistral.rs: seen in logs only, https://github.com/EricLBuehler/mistral.rs/issues/654) and
+#: HIP's hipErrorNoBinaryForGpu.
+GPU_KERNELS = Failures(
+    patterns=(
         P(
             kind="dependency_error",
             pattern=r"no kernel image is available for execution on the device|compiled without support for "
-            r"the current GPU architecture",
+            r"the current GPU architecture|\bnamed symbol not found|CUDA_ERROR_NO_BINARY_FOR_GPU|"
+            r"no binary for GPU|hipErrorNoBinaryForGpu|(?:CUDA|HIP|hip) error: invalid device function",
             hint="this build has no kernels for this GPU's architecture: install a build made for it",
         ),
-        P(kind="other", pattern=r"CUDA error: an illegal memory access was encountered"),
+    )
+)
+
+#: The CUDA driver API's errors by their CUresult names, as Rust's cudarc prints them
+#: (`DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")`, candle, mistral.rs, TEI), and
+#: cudarc's panic when it cannot open a library (`Unable to dynamically load the "cuda" shared
+#: library`, cudarc src/lib.rs, found by the exact-string search): libcuda comes with the driver,
+#: the others (nvrtc, cublas, nccl) with the CUDA toolkit or a wheel.
+CUDA_DRIVER_API = Failures(
+    patterns=(
+        P(kind="gpu_oom", pattern=r"\bCUDA_ERROR_OUT_OF_MEMORY\b"),
+        P(
+            kind="driver_missing",
+            pattern=r"\bCUDA_ERROR_(?:NO_DEVICE|INSUFFICIENT_DRIVER|SYSTEM_DRIVER_MISMATCH)\b|Unable to "
+            r'dynamically load the "(?P<missing>cuda)" shared library',
+        ),
+        P(
+            kind="dependency_error",
+            pattern=r'Unable to dynamically load the "(?P<missing>[\w-]+)" shared library',
+            hint="the {missing} library is missing: install the CUDA runtime the build links against",
+        ),
     )
 )
 
@@ -382,6 +432,27 @@ HUGGINGFACE = Failures(
             pattern=r"\d+ is not a valid GGMLQuantizationType",
             hint="the GGUF uses a quantization type newer than this engine's GGUF reader: upgrade the "
             "engine (and its gguf package) or use another quantization",
+        ),
+        # transformers' slow tokenizer load (tokenization_utils_base.py _from_pretrained, found by
+        # the exact-string search: `Non-consecutive added token '{token}' found. Should have index
+        # {len(tokenizer)} but has index {index} in saved vocabulary.`): a tokenizer saved by
+        # another transformers release than the one reading it
+        P(
+            kind="unsupported_architecture",
+            pattern=r"Non-consecutive added token '.*' found",
+            hint="the model's tokenizer was saved by another transformers release: upgrade the engine (or "
+            "its transformers), or use a tokenizer saved for it",
+        ),
+        # a model registry's refusal of the architecture the config names, in the words the engines
+        # share: TensorRT-LLM's `Unknown architecture for AutoModelForCausalLM: X`
+        # (tensorrt_llm/_torch/models/modeling_auto.py) and `The given huggingface model
+        # architecture X is not supported in TRT-LLM yet` (tensorrt_llm/models/automodel.py), both
+        # found by the exact-string search; SGLang's and vLLM's `Model architectures [...] are not
+        # supported for now` (their own files)
+        P(
+            kind="unsupported_architecture",
+            pattern=r"\bUnknown architecture for \w+: \w+|"
+            r"\bmodel architectures? \[?[\w'\", ]*\]? (?:is|are) not supported\b",
         ),
         P(
             kind="corrupt_model",
@@ -493,6 +564,15 @@ GGML = Failures(
             pattern=r"create_tensor: tensor '[^']*' not found",
             hint="the model's layout is newer than this build: use a newer build",
         ),
+        # the same before GGUF, when the file is of another family than the loader's (seen in logs
+        # only: `error loading model: missing tok_embeddings.weight` for a gpt_bigcode file,
+        # https://github.com/mudler/LocalAI/issues/568)
+        P(
+            kind="unsupported_architecture",
+            pattern=r"error loading model: missing [\w.]+\.weight\b|tensor '[^']*' is missing from model",
+            hint="the model is of an architecture this build does not read: use a build (or engine) made "
+            "for it",
+        ),
         P(
             kind="corrupt_model",
             pattern=r"invalid magic(?: number| characters)?:? (?:'[^']*'|(?P<magic_hex>[0-9a-fA-F]{8})|\S+)",
@@ -518,7 +598,12 @@ GGML = Failures(
         P(kind="model_not_found", pattern=r"failed to open GGUF file|failed to open '[^']*': No such file"),
         # llama.cpp before GGUF (llama_file: `failed to open %s: %s`)
         P(kind="model_not_found", pattern=r"\bfailed to open \S.*: No such file or directory"),
-        P(kind="model_not_found", pattern=r"(?:model|file) (?:'[^']*' )?(?:does not exist|not found)\b"),
+        # (not a library's file: KoboldCpp's `Warning: OpenBLAS library file not found. Non-BLAS
+        # library will be used.` is a fallback, no failure)
+        P(
+            kind="model_not_found",
+            pattern=r"(?:model|(?<!library )file) (?:'[^']*' )?(?:does not exist|not found)\b",
+        ),
     )
 )
 
@@ -529,6 +614,10 @@ GGML = Failures(
 #: failed on the host, an instruction this CPU lacks (SIGILL; a shell's `Illegal instruction`, Go's
 #: `signal: illegal instruction`, Windows' STATUS_ILLEGAL_INSTRUCTION 0xC000001D, which Python
 #: reports as `[WinError -1073741795]`).
+#: An exit code as a shell, Docker (`exited with code 137`), Kubernetes or LM Studio (`(Exit code:
+#: 132)`) reports it: 128 + n is death by signal n (POSIX shells' convention).
+_EXIT_CODE = r"\b(?i:exit(?:ed with)? code):? "
+
 SYSTEM = Failures(
     patterns=(
         # Linux mm/oom_kill.c: `Out of memory: Killed process %d (%s)` (v5), `Out of memory: Kill
@@ -539,7 +628,8 @@ SYSTEM = Failures(
         P(kind="cpu_oom", pattern=r"std::bad_alloc|(?:^|\s)MemoryError\b|Cannot allocate memory"),
         P(
             kind="other",
-            pattern=r"(?P<signal>(?i:illegal (?:hardware )?instruction)|0xc000001d|-1073741795|3221225501)",
+            pattern=r"(?P<signal>(?i:illegal (?:hardware )?instruction)|0xc000001d|-1073741795|3221225501)|"
+            rf"{_EXIT_CODE}(?P<signal_exit_code>132)\b",
             hint="this CPU lacks an instruction the build uses (AVX2, AVX-512): use a build for this CPU",
         ),
     )
@@ -572,6 +662,25 @@ ENDINGS = Failures(
             r"(?: \(core dumped\))?(?:\s|$)",
             hint="the process was killed by {signal} (see the lines before)",
         ),
+        # 128 + n as the exit code: SIGABRT, SIGBUS, SIGFPE, SIGKILL, SIGSEGV, SIGTERM
+        P(
+            kind="other",
+            role="ending",
+            pattern=rf"{_EXIT_CODE}(?P<signal_exit_code>13[4-79]|143)\b",
+            hint="the process was killed by {signal} (see the lines before)",
+        ),
+        # Python's subprocess (`died with <Signals.SIGKILL: 9>.`, CalledProcessError.__str__ in
+        # CPython 3.11 Lib/subprocess.py); faulthandler's `Fatal Python error: Segmentation fault`
+        # and `Windows fatal exception: access violation`; ctypes' OSError for a fault in the
+        # library it called (`exception: access violation reading 0x...`, Modules/_ctypes/callproc.c
+        # SetException, from memory of CPython 3.11, not checked here; KoboldCpp on Windows)
+        P(
+            kind="other",
+            role="ending",
+            pattern=r"<Signals\.(?P<signal>SIG[A-Z]+): \d+>|(?:Fatal Python error|Windows fatal exception|"
+            r"OSError: exception): (?P<signal_words>Segmentation fault|Aborted|Bus error|access violation)\b",
+            hint="the process crashed ({signal}): see the lines before",
+        ),
         # Go's os/exec on Windows: a crash's NTSTATUS as the exit status (`exit status
         # 0xc0000005`: an access violation; 0xc0000409: the fail-fast of abort()), as Ollama
         # reports its runner's end
@@ -599,10 +708,18 @@ MLX_WEIGHTS = Failures(
     )
 )
 
+#: What every engine's process passes through whatever it is built on (the sockets, the GPU's
+#: kernels and driver, the dynamic loader, the operating system, how it ended): every engine's
+#: vocabulary ends with these (tests/launching/test_failures_runtimes.py checks it; a composite
+#: below keeps a pattern once, where it comes first).
+BASE = SOCKETS + GPU_KERNELS + CUDA_DRIVER_API + LOADER + CUDA_DRIVER + SYSTEM + ENDINGS
 #: The vocabulary of a Python engine built on PyTorch and Hugging Face, after its own patterns.
-PYTHON_SERVER = ARGPARSE + SOCKETS + TORCH + LOADER + HUGGINGFACE + SYSTEM + PYTHON + ENDINGS
+PYTHON_SERVER = ARGPARSE + SOCKETS + TORCH + GPU_KERNELS + LOADER + HUGGINGFACE + SYSTEM + PYTHON + BASE
 #: The vocabulary of an engine built on llama.cpp, after its own patterns.
-LLAMA_CPP = SOCKETS + GGML + LOADER + CUDA_DRIVER + SYSTEM + ENDINGS
+LLAMA_CPP = SOCKETS + GGML + GPU_KERNELS + LOADER + CUDA_DRIVER + SYSTEM + BASE
+#: The vocabulary of a native server on candle or cudarc (mistral.rs, text-embeddings-inference),
+#: after its own patterns and its argument parser's.
+NATIVE_SERVER = SOCKETS + CUDA_DRIVER_API + BASE
 
 #: llama-server's /health while the model loads: 503 {"error": {"message": "Loading model", ...}}
 #: (every endpoint, llama.cpp 0c1e57098 tools/server/server-http.cpp middleware_server_state), in

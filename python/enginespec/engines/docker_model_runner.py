@@ -18,6 +18,7 @@ from enginespec.definition.records import (
     Settings,
 )
 from enginespec.definition.signature import LaunchForm, Signature
+from enginespec.engines import _libraries, llamacpp, vllm
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(
@@ -73,4 +74,7 @@ SPEC = EngineSpec(
     # pkg/routing/router.go: /engines/... is the scheduler's OpenAI-compatible API (`/v1/` an
     # alias of it); its /engines/v1/models lists the models it has.
     models=ModelList(kind="openai", path="/engines/v1/models"),
+    # A Go daemon whose runners (llama-server by default, vLLM, mlx_lm.server) write to its log:
+    # their engines' messages, then the layers every process passes through
+    failures=_libraries.GO_FLAGS + llamacpp.FAILURES + vllm.FAILURES + _libraries.BASE,
 )

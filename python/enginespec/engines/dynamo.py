@@ -23,6 +23,7 @@ from enginespec.definition.records import (
     Settings,
 )
 from enginespec.definition.signature import LaunchForm, Signature
+from enginespec.engines import sglang, trtllm, vllm
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(
@@ -111,5 +112,7 @@ SPEC = EngineSpec(
     models=ModelList(kind="openai", path="/v1/models"),
     # frontend_args.py: each flag's default is read from its variable first (env_or_default).
     settings=Settings(environment={"DYN_HTTP_HOST": "host", "DYN_HTTP_PORT": "port"}),
-    failures=_libraries.ARGPARSE,
+    # The workers are vLLM, SGLang and TensorRT-LLM running in Dynamo's process (their engines'
+    # messages), the frontend a Rust server (the native layers)
+    failures=vllm.FAILURES + sglang.FAILURES + trtllm.FAILURES + _libraries.NATIVE_SERVER,
 )

@@ -10,9 +10,9 @@ on the cluster through the API.
 
 from __future__ import annotations
 
-import enginespec.engines._libraries as _libraries
 from enginespec.definition.records import Flags, Launch, Serving
 from enginespec.definition.signature import LaunchForm, Signature
+from enginespec.engines import mlx
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(
@@ -77,5 +77,6 @@ SPEC = EngineSpec(
     ),
     # `/v1/models` lists every model card exo knows, placed or not (get_models): not what it
     # serves, so not read as its served models.
-    failures=_libraries.ARGPARSE,
+    # exo runs its models with MLX (mlx-lm) in its own processes: mlx-lm's and MLX's messages
+    failures=mlx.FAILURES,
 )

@@ -18,6 +18,7 @@ from enginespec.definition.records import (
     Settings,
 )
 from enginespec.definition.signature import LaunchForm, Signature
+from enginespec.engines import _libraries
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(
@@ -83,4 +84,7 @@ SPEC = EngineSpec(
         identity=IdentityProbe(path="/api/npu/status", status=200, contains='"npu_available"'),
     ),
     settings=Settings(environment={"FLM_SERVE_PORT": "port"}),
+    # a native server of its own runtime (no vocabulary of its own known): the layers every
+    # process passes through
+    failures=_libraries.BASE,
 )

@@ -20,6 +20,7 @@ from enginespec.definition.records import (
     Settings,
 )
 from enginespec.definition.signature import LaunchForm, Signature
+from enginespec.engines import _libraries, llamacpp
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(
@@ -126,4 +127,6 @@ SPEC = EngineSpec(
     # GET /api/v1/models (server.cpp handle_models): an OpenAI list of the models downloaded,
     # each loaded on its first request; which are loaded now is the health answer's.
     models=ModelList(kind="openai", path="/api/v1/models"),
+    # Its runners are llama-server (and FastFlowLM, ONNX Runtime GenAI); up to v9 a Python server
+    failures=llamacpp.FAILURES + _libraries.PYTHON_SERVER,
 )

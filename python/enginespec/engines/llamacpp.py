@@ -181,7 +181,18 @@ FAILURES = (
         )
     )
     + _libraries.LLAMA_CPP
-).model_copy(update={"wrappers": (r"exiting due to model loading error", r"failed to load model\s*$")})
+).model_copy(
+    update={
+        # the consequences of a load failure its loader stated above them: `failed to load model`,
+        # also with the path (the older server's `llama_init_from_gpt_params: error: failed to load
+        # model 'PATH'`), and the older server's JSON log line `"message":"unable to load model"`
+        "wrappers": (
+            r"exiting due to model loading error",
+            r"failed to load model(?:,? '[^']*')?\s*$",
+            r'"message":\s*"unable to load model"',
+        )
+    }
+)
 
 SPEC = LlamaCppSpec(
     id="llamacpp",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.records import Flags, IdentityProbe, Launch, Serving, Settings
 from enginespec.definition.signature import LaunchForm, Signature
+from enginespec.engines import llamacpp
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(
@@ -64,5 +65,7 @@ SPEC = EngineSpec(
         starts_runners=True,
     ),
     settings=Settings(environment={"LLMMAN_HOST": "address"}),
-    failures=_libraries.CLAP,
+    # A Rust daemon (clap) whose runners are llama-server and Python servers: llama.cpp's
+    # messages, then the layers every process passes through
+    failures=_libraries.CLAP + llamacpp.FAILURES + _libraries.BASE,
 )

@@ -148,7 +148,6 @@ SPEC = EngineSpec(
     # clap usage errors; a taken port fails `TcpListener::bind(..).await?`, which anyhow prints as
     # `Error: Address already in use (os error 98)` (serve.rs run_server).
     failures=_libraries.CLAP
-    + _libraries.SOCKETS
     + Failures(
         patterns=(
             # mistralrs-core's GGUF loader (src/gguf/mod.rs, GGUFArchitecture::from_value:
@@ -166,5 +165,7 @@ SPEC = EngineSpec(
             # model id {:?}", ...)): a file of the model neither local nor given by the hub
             FailurePattern(kind="model_not_found", pattern=r'^File "[^"]+" not found at model id '),
         )
-    ),
+    )
+    # then candle's and cudarc's CUDA errors and the layers every process passes through
+    + _libraries.NATIVE_SERVER,
 )

@@ -53,13 +53,21 @@ FAILURES = (
                 hint="this mlx-lm release does not implement the model's architecture: upgrade mlx-lm",
             ),
             P(kind="model_not_found", pattern=r"No safetensors found in"),
+            # _get_classes reads `config["model_type"]` (mlx_lm/utils.py, found by the exact-string
+            # search): a config.json without one is of no model mlx-lm builds
+            P(
+                kind="unsupported_architecture",
+                pattern=r"KeyError: 'model_type'",
+                hint="the model's config.json names no model_type: it is no model mlx-lm can load (convert "
+                "it with mlx_lm.convert, or use one made for MLX)",
+            ),
         )
     )
     + _libraries.MLX_WEIGHTS
     + _libraries.HUGGINGFACE
     + _libraries.SYSTEM
     + _libraries.PYTHON
-    + _libraries.ENDINGS
+    + _libraries.BASE
 )
 
 SPEC = EngineSpec(

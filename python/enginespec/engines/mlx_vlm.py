@@ -68,7 +68,7 @@ FAILURES = (
     + _libraries.HUGGINGFACE
     + _libraries.SYSTEM
     + _libraries.PYTHON
-    + _libraries.ENDINGS
+    + _libraries.BASE
 )
 
 SPEC = EngineSpec(

@@ -7,7 +7,6 @@ README line is from), omlx/settings.py and pyproject.toml at ``004308c9``.
 
 from __future__ import annotations
 
-import enginespec.engines._libraries as _libraries
 from enginespec.definition.records import (
     Flags,
     IdentityProbe,
@@ -18,6 +17,7 @@ from enginespec.definition.records import (
     Settings,
 )
 from enginespec.definition.signature import LaunchForm, Signature
+from enginespec.engines import mlx, mlx_vlm
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(
@@ -77,5 +77,6 @@ SPEC = EngineSpec(
     settings=Settings(environment={"OMLX_HOST": "host", "OMLX_PORT": "port"}),
     # OpenAI `GET /v1/models` (omlx/cli.py launch_command reads `data[].id`).
     models=ModelList(kind="openai", path="/v1/models"),
-    failures=_libraries.ARGPARSE,
+    # oMLX loads its models with mlx-lm and mlx-vlm in its own process: their messages
+    failures=mlx.FAILURES + mlx_vlm.FAILURES,
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.records import Launch, ModelList, Package, Serving
 from enginespec.definition.signature import LaunchForm, Signature
+from enginespec.engines import llamacpp, vllm
 from enginespec.spec import EngineSpec
 
 #: The main parser's options (ramalama/cli.py configure_arguments), which argparse takes before the
@@ -91,5 +92,7 @@ SPEC = EngineSpec(
     ),
     # llama-server, vLLM and mlx_lm.server all list their models at /v1/models.
     models=ModelList(kind="openai", path="/v1/models"),
-    failures=_libraries.PYTHON_SERVER,
+    # `ramalama serve` runs its server in the foreground (llama-server by default, vLLM, mlx_lm):
+    # their messages, then its own Python's
+    failures=llamacpp.FAILURES + vllm.FAILURES + _libraries.PYTHON_SERVER,
 )

@@ -300,6 +300,16 @@ FAILURES = (
                 pattern=r"Invalid repository ID or local directory specified: '(?P<model>[^']*)'",
                 hint="'{model}' is neither a Hub repository nor a local directory with config.json",
             ),
+            # the same file, get_config (v0.7.3 to v0.8.4, found by the exact-string search): neither
+            # config.json nor params.json could be found at the model (a path that does not exist,
+            # or a gated repository read without a token): `No supported config format found in
+            # {model}`
+            P(
+                kind="model_not_found",
+                pattern=r"No supported config format found in (?P<model>\S+?)\.?$",
+                hint="no config.json or params.json was found at '{model}': check the path, or the token "
+                "for a gated repository (HF_TOKEN)",
+            ),
         )
     )
     + _libraries.TORCH
@@ -307,7 +317,7 @@ FAILURES = (
     + _libraries.HUGGINGFACE
     + _libraries.SYSTEM
     + _libraries.PYTHON
-    + _libraries.ENDINGS
+    + _libraries.BASE
 ).model_copy(
     update={
         "wrappers": (

@@ -20,6 +20,7 @@ from enginespec.definition.records import (
     Serving,
 )
 from enginespec.definition.signature import LaunchForm, Signature
+from enginespec.engines import llamacpp, vllm
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(
@@ -119,5 +120,6 @@ SPEC = EngineSpec(
     # the uid it was launched with. Launch (`POST /v1/models`, which needs the model's engine,
     # format and size too) and terminate (`DELETE /v1/models/{uid}`) are not wired.
     models=ModelList(kind="openai", path="/v1/models"),
-    failures=_libraries.PYTHON_SERVER,
+    # its model processes run vLLM, SGLang, transformers and llama.cpp (xllamacpp) in Python
+    failures=vllm.FAILURES + llamacpp.FAILURES + _libraries.PYTHON_SERVER,
 )
