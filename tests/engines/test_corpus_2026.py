@@ -15,12 +15,15 @@ from typing import Any
 
 import pytest
 
-from enginespec.definition.registry import engine_ids
+from enginespec.definition.forks import fork_of
+from enginespec.definition.registry import engine_ids, find_engine
 from helpers.facts import argv_facts
 
 CORPUS = Path(__file__).parents[1] / "data" / "argv-2026-public.jsonl"
 #: The corpus's ids of llama.cpp's forks, which enginespec reads as llama.cpp (the fork named apart).
 FORKS = {"ik-llamacpp": "llamacpp"}
+#: The names enginespec gives those forks (``EngineProcess.fork``).
+FORK_NAMES = {"ik-llamacpp": "ik_llama.cpp"}
 
 
 def _records() -> list[dict[str, Any]]:
@@ -77,3 +80,6 @@ def test_record(record: dict[str, Any]) -> None:
     )
     expected = (_engine(record), record["model"], record["served_model_name"], *_address(record), role)
     assert facts == expected
+    # a fork is named as the corpus names it (its id's engine the fork's), none for the engine itself
+    fork = fork_of(find_engine(expected[0]).forks, record["argv"], None)
+    assert fork == FORK_NAMES.get(record["engine"])

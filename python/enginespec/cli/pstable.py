@@ -150,6 +150,10 @@ def _note(line: _Line) -> str:
     return "; ".join(notes) or EMPTY
 
 
+def _engine_cell(process: EngineProcess) -> str:
+    return f"{process.engine} ({process.fork})" if process.fork else process.engine
+
+
 def _joined(values: Sequence[object]) -> str:
     return ", ".join(map(str, values)) or EMPTY
 
@@ -158,7 +162,8 @@ def _joined(values: Sequence[object]) -> str:
 #: fit; NOTE (why a row is not ready), URL (its host first) and AGE go last.
 COLUMNS: tuple[Column[_Line], ...] = (
     Column("PID", lambda line: str(line.process.pid)),
-    Column("ENGINE", lambda line: line.process.engine),
+    # a fork as the engine's, named after it: `llamacpp (ik_llama.cpp)`
+    Column("ENGINE", lambda line: _engine_cell(line.process)),
     # Empty for a server, so left out when every row is one.
     Column("ROLE", lambda line: line.process.role if line.process.role != "server" else EMPTY, drop=5),
     # whole while there are cheaper columns to leave out (NOTE and those before it)

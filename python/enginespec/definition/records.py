@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from enginespec.definition.accelerators import RequiredAccelerator
+from enginespec.definition.forks import Fork
 from enginespec.definition.modelrecords import (
     Files,
     Fitting,
@@ -635,6 +636,8 @@ class EngineDefinition(BaseModel):
     models: ModelList = ModelList()
     #: how it loads, unloads, sleeps and wakes through its own API, where it can.
     control: ModelControl = ModelControl()
+    #: forks that keep its programs, named where a process's argv shows them (see forks.py).
+    forks: tuple[Fork, ...] = ()
 
     @model_validator(mode="after")
     def _check(self) -> EngineDefinition:

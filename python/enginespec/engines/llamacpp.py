@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import enginespec.engines._libraries as _libraries
 from enginespec._host.shapes import TYPE_SIZES
+from enginespec.definition.forks import Fork
 from enginespec.definition.modelrecords import (
     Fitting,
     LedgerDevice,
@@ -316,6 +317,25 @@ SPEC = LlamaCppSpec(
         ),
         note="llama-server counts a request's generated tokens when it ends: tokens per second is "
         "of the requests finished between two readings",
+    ),
+    # ik_llama.cpp (ikawrakow/ik_llama.cpp at 8337e4cd3) keeps `llama-server` and its address,
+    # model and alias options; its own options are in no mainline parser (none of them in the
+    # common/arg.cpp llama-cpp-python 0.3.35 vendors): common/common.cpp `-mla/--mla-use`,
+    # `-amb/--attention-max-batch`, `-ser/--smart-expert-reduction`, `-rtr/--run-time-repack`,
+    # `-ger/--grouped-expert-routing`, `-muge/--merge-up-gate-experts`, `-khad/--k-cache-hadamard`,
+    # `-gr/--graph-reuse`, `-no-fmoe/--no-fused-moe`, and `-fmoe/--fused-moe` until 41d6c42b9
+    # (#863, 2025-10-25) made it the default. A clone's directory is `ik_llama.cpp`.
+    forks=(
+        Fork(
+            name="ik_llama.cpp",
+            flags=(
+                *("-mla", "--mla-use", "-amb", "--attention-max-batch", "-ser", "--smart-expert-reduction"),
+                *("-rtr", "--run-time-repack", "-ger", "--grouped-expert-routing", "-muge"),
+                *("--merge-up-gate-experts", "-khad", "--k-cache-hadamard", "-gr", "--graph-reuse"),
+                *("-no-fmoe", "--no-fused-moe", "-fmoe", "--fused-moe"),
+            ),
+            directories=("ik_llama.cpp",),
+        ),
     ),
 )
 

@@ -62,6 +62,8 @@ _INFO_LABELS = (
     # the engine's release (EngineProcess.engine_version): a binary engine's is empty until a
     # health check found it ready and it said (one change of this series' labels, then none)
     "engine_version",
+    # the fork of the engine (EngineProcess.fork: ik_llama.cpp), empty for the engine itself
+    "fork",
 )
 
 _Kind = Literal["gauge", "counter"]
@@ -278,6 +280,7 @@ def _info_labels(process: EngineProcess, instance_id: str, withheld: tuple[str, 
         (facts.architecture or "") if facts else "",
         (facts.quantization or "") if facts else "",
         process.engine_version or "",
+        process.fork or "",
     ]
     return [
         "" if name in withheld else label_value(value)

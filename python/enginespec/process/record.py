@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ConfigDict, PrivateAttr, ValidatorFunctionWrapHandler, computed_field, model_validator
 
 from enginespec._host.root import HOST_ROOT, HostRoot
+from enginespec.definition.forks import fork_of
 from enginespec.definition.records import Fact
+from enginespec.definition.registry import definition_of
 from enginespec.errors import warn_renamed
 from enginespec.gpus.reader import GpuUse
 from enginespec.models.naming import model_name
@@ -159,6 +161,15 @@ class EngineProcess(Invocation):
         if not self._local:
             return self._reported_version
         return running_version(self)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def fork(self) -> str | None:
+        """The fork of the engine this process runs, where its argv or executable shows one
+        (``ik_llama.cpp`` for a ``llama-server`` given an option only that fork takes); ``None``
+        for the engine itself or a fork nothing shows. See ``EngineSpec.forks``."""
+        definition = definition_of(self.engine)  # another host's engine may be unknown here
+        return fork_of(definition.forks, self.argv, self.exe) if definition is not None else None
 
     @computed_field(alias=WIRE_INSTANCE_ID)  # type: ignore[prop-decorator]
     @property
