@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import enginespec
-from enginespec import classify_failure
+from enginespec import Memory, classify_failure
 from enginespec.definition.registry import find_engine
 from enginespec.engines import _libraries
 from enginespec.failures import FailurePattern, Failures
@@ -113,6 +113,103 @@ def test_a_vocabulary_keeps_a_shared_pattern_once_where_it_comes_first() -> None
             {},
         ),
         ("mistralrs", 'File "config.json" not found at model id "org/model"', "model_not_found", {}),
+        # holdout5's: the supervisors' own words (Lemonade, Docker Model Runner, Xinference)
+        (
+            "lemonade",
+            "[Error] (Router) Argument '--ctx-size' is managed by Lemonade and cannot be overridden.",
+            "bad_flag",
+            {"flag": "--ctx-size"},
+        ),
+        (
+            "lemonade",
+            "[Server ERROR] Failed to load model: Download validation failed. Some files are incomplete or "
+            "missing. Run the command again to resume.",
+            "corrupt_model",
+            {},
+        ),
+        (
+            "docker-model-runner",
+            "preload failed: status=500 body=failed to get args for llama.cpp: GGUF file required by "
+            "llama.cpp backend",
+            "unsupported_architecture",
+            {},
+        ),
+        (
+            "xinference",
+            "RuntimeError: Failed to launch model, detail: [address=0.0.0.0:1234, pid=7] [Errno 2] No such "
+            "file or directory",
+            "model_not_found",
+            {},
+        ),
+        # llama.cpp's projector, CPU backend and split files; Vulkan's allocation with its size
+        (
+            "docker-model-runner",
+            "clip_init: load_hparams: unknown projector type: foo",
+            "unsupported_architecture",
+            {},
+        ),
+        (
+            "llamacpp",
+            "llama_model_load: error loading model: make_cpu_buft_list: no CPU backend found",
+            "dependency_error",
+            {},
+        ),
+        (
+            "llamacpp",
+            "error loading model: illegal split file idx: 1 (file: /m/x-00002-of-00002.gguf), model must be "
+            "loaded with the first split",
+            "other",
+            {},
+        ),
+        (
+            "llamacpp",
+            "ggml_vulkan: Device memory allocation of size 1048576 failed.",
+            "gpu_oom",
+            {"requested": Memory(value=1048576, unit="B")},
+        ),
+        # whisper.cpp's loader; candle's tensor and hf-hub's refusal (TEI, mistral.rs)
+        (
+            "whisper-cpp",
+            "whisper_init_from_file_with_params_no_state: failed to open '/m/x.bin'",
+            "model_not_found",
+            {},
+        ),
+        (
+            "tei",
+            "Could not start Candle backend: cannot find tensor bert.pooler.weight",
+            "unsupported_architecture",
+            {},
+        ),
+        (
+            "mistralrs",
+            'Could not get file "config.json" from API: RequestError(Status(401, Response[status: 401]))',
+            "gated_or_auth",
+            {},
+        ),
+        # transformers' config that is no JSON, any file a repository lacks, a registry keyed by class
+        (
+            "vllm",
+            "OSError: It looks like the config file at '/m/config.json' is not a valid JSON file.",
+            "corrupt_model",
+            {},
+        ),
+        ("vllm", "OSError: /m does not appear to have a file named tokenizer.model.", "model_not_found", {}),
+        ("lmdeploy", "KeyError: 'FooForConditionalGeneration'", "unsupported_architecture", {}),
+        # SGLang's own ports, ExLlamaV2's extension, TensorRT-LLM's engine config of another release
+        (
+            "sglang",
+            "ValueError: rpc_port at 31000 is not available in 30 seconds.",
+            "port_in_use",
+            {"port": 31000},
+        ),
+        ("tabbyapi", "NameError: name 'exllamav2_ext' is not defined", "dependency_error", {}),
+        (
+            "trtllm",
+            "Internal: unexpected error when creating modelInstanceState: "
+            "[json.exception.out_of_range.403] key 'x' not found",
+            "corrupt_model",
+            {},
+        ),
         # an exit code of 128 + n (LM Studio, Docker) and the faults Python reports
         (
             "lmstudio",
@@ -144,6 +241,7 @@ def test_the_runtimes_wordings(engine: str, line: str, kind: str, figures: dict[
         ("Fatal Python error: Segmentation fault", "SIGSEGV"),
         ("Windows fatal exception: access violation", "SIGSEGV"),
         ("OSError: exception: access violation reading 0x0000000000000010", "SIGSEGV"),
+        ("[ERROR] llama-server process has terminated with exit code: -1073740791", "SIGABRT"),
     ],
 )
 def test_an_ending_stated_as_an_exit_code_or_a_fault(line: str, signal: str) -> None:
@@ -176,6 +274,15 @@ def test_a_library_file_not_found_is_no_model_not_found() -> None:
     assert failure.kind == "dependency_error"
     assert failure.cause_lines == ("OSError: /opt/k/koboldcpp.so: undefined symbol: ggml_foo",)
     assert classify_failure("llamacpp", "error: model file not found").kind == "model_not_found"
+
+
+def test_the_supervisors_wrappers_only_carry_the_cause() -> None:
+    # Lemonade's guesses after a runner's exit, KoboldCpp's line after a failed load
+    guesses = (
+        "[ERROR] This usually means:\n  - Missing required drivers or dependencies\n  - Incompatible model"
+    )
+    assert classify_failure("lemonade", guesses).kind == "exited"
+    assert classify_failure("koboldcpp", "Error: Could not load text model: D:\\m\\x.gguf").kind == "exited"
 
 
 def test_llama_servers_load_failure_lines_only_wrap_the_cause() -> None:

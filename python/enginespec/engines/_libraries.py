@@ -313,6 +313,25 @@ GPU_KERNELS = Failures(
     )
 )
 
+#: Rust's model loading: candle's VarBuilder (candle-nn var_builder.rs, from memory of 0.8, not
+#: checked here: Error::CannotFindTensor `cannot find tensor {path}`: the weights do not have a
+#: tensor of the name this implementation's architecture needs) and the hf-hub crate's download
+#: failures as mistral.rs prints them (mistralrs-core src/pipeline/macros.rs get_paths!, found
+#: by the code search: `Could not get file {file:?} from API: {e:?}`, with hf-hub's
+#: `RequestError(Status(403, ...))`).
+RUST_MODELS = Failures(
+    patterns=(
+        P(
+            kind="unsupported_architecture",
+            pattern=r"\bcannot find tensor [\w.]+",
+            hint="the model's weights are not named as this engine's implementation of its architecture "
+            "needs (another variant, or an architecture it does not support)",
+        ),
+        P(kind="gated_or_auth", pattern=r"RequestError\(Status\((?:401|403),"),
+        P(kind="model_not_found", pattern=r"RequestError\(Status\(404,"),
+    )
+)
+
 #: The CUDA driver API's errors by their CUresult names, as Rust's cudarc prints them
 #: (`DriverError(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")`, candle, mistral.rs, TEI), and
 #: cudarc's panic when it cannot open a library (`Unable to dynamically load the "cuda" shared
@@ -413,7 +432,7 @@ HUGGINGFACE = Failures(
         ),
         P(kind="model_not_found", pattern=r"HFValidationError: Repo id must be"),
         P(kind="model_not_found", pattern=r"RepositoryNotFoundError|Repository Not Found for url"),
-        P(kind="model_not_found", pattern=r"does not appear to have a file named config\.json"),
+        P(kind="model_not_found", pattern=r"does not appear to have a file named \S+"),
         P(
             kind="model_not_found",
             pattern=r"No such file or directory: '[^']*(?:config\.json|\.safetensors|\.gguf)'",
@@ -432,6 +451,19 @@ HUGGINGFACE = Failures(
             pattern=r"\d+ is not a valid GGMLQuantizationType",
             hint="the GGUF uses a quantization type newer than this engine's GGUF reader: upgrade the "
             "engine (and its gguf package) or use another quantization",
+        ),
+        # transformers' configuration_utils.py _get_config_dict (from memory of 4.4x, not checked
+        # here): `It looks like the config file at '{file}' is not a valid JSON file.` (an empty or
+        # truncated config.json, an error page saved as one)
+        P(kind="corrupt_model", pattern=r"It looks like the config file at '[^']*' is not a valid JSON file"),
+        # a model registry looked up by the architecture's class name the config gives, and the name
+        # not in it (LMDeploy's TurboMind: `KeyError: 'Qwen2ForCausalLM'`, seen in logs only:
+        # https://github.com/InternLM/lmdeploy/issues/1963)
+        P(
+            kind="unsupported_architecture",
+            pattern=r"KeyError: '[A-Z]\w*(?:ForCausalLM|ForConditionalGeneration|LMHeadModel)'",
+            hint="this engine release has no implementation of the model's architecture: upgrade, or use "
+            "another engine",
         ),
         # transformers' slow tokenizer load (tokenization_utils_base.py _from_pretrained, found by
         # the exact-string search: `Non-consecutive added token '{token}' found. Should have index
@@ -535,7 +567,11 @@ GGML = Failures(
         P(kind="gpu_oom", pattern=r"(?:failed|unable) to allocate (?:CUDA|ROCm|Vulkan|Metal|SYCL)\d* buffer"),
         P(kind="gpu_oom", pattern=r"kIOGPUCommandBufferCallbackErrorOutOfMemory|Insufficient Memory \("),
         P(kind="gpu_oom", pattern=r"ggml_metal\w*: error: command buffer \d+ failed with status 5"),
-        P(kind="gpu_oom", pattern=r"ErrorOutOfDeviceMemory|ggml_vulkan: Device memory allocation .* failed"),
+        P(
+            kind="gpu_oom",
+            pattern=r"ggml_vulkan: Device memory allocation of size (?P<requested_bytes>\d+) failed|"
+            r"ErrorOutOfDeviceMemory|ggml_vulkan: Device memory allocation .* failed",
+        ),
         # the CPU backend's buffer (ggml-backend's ggml_backend_cpu_buffer_type_alloc_buffer:
         # `%s: failed to allocate buffer of size %zu`, bytes; not in the ggml checked above, seen in
         # logs only: https://github.com/mozilla-ai/llamafile/issues/541): host memory
@@ -572,6 +608,29 @@ GGML = Failures(
             pattern=r"error loading model: missing [\w.]+\.weight\b|tensor '[^']*' is missing from model",
             hint="the model is of an architecture this build does not read: use a build (or engine) made "
             "for it",
+        ),
+        # the multimodal projector's type this build's mtmd does not know (the vendored llama.cpp of
+        # llama-cpp-python 0.3.35: tools/mtmd/clip.cpp `%s: unknown projector type: %s`, its models'
+        # GGML_ABORT("... unknown projector type"))
+        P(
+            kind="unsupported_architecture",
+            pattern=r"(?i:unknown projector type)",
+            hint="this build does not know the model's multimodal projector: use a newer llama.cpp",
+        ),
+        # the same release: src/llama-model.cpp and llama-model-loader.cpp `no CPU backend found` (the
+        # CPU backend's library of a build with loadable backends did not load); and a split GGUF
+        # given by another part than its first (`illegal split file idx: %d (file: %s), model must be
+        # loaded with the first split`)
+        P(
+            kind="dependency_error",
+            pattern=r"\bno CPU backend found\b",
+            hint="llama.cpp's CPU backend library (libggml-cpu-*) did not load: install a build with the "
+            "backend for this CPU, or put its libraries beside the program",
+        ),
+        P(
+            kind="other",
+            pattern=r"illegal split file idx: \d+ \(file: .*\), model must be loaded with the first split",
+            hint="give the first part of the split model (its -00001-of-N file)",
         ),
         P(
             kind="corrupt_model",
@@ -683,11 +742,13 @@ ENDINGS = Failures(
         ),
         # Go's os/exec on Windows: a crash's NTSTATUS as the exit status (`exit status
         # 0xc0000005`: an access violation; 0xc0000409: the fail-fast of abort()), as Ollama
-        # reports its runner's end
+        # reports its runner's end, or an exit code printed signed (Lemonade's `process has
+        # terminated with exit code: -1073740791`)
         P(
             kind="other",
             role="ending",
-            pattern=r"\bexit status (?P<signal>0xc0000005|0xc0000409|3221225477|3221226505)\b",
+            pattern=r"\b(?:exit status|(?i:exit(?:ed with)? code):?) "
+            r"(?P<signal>0xc0000005|0xc0000409|3221225477|3221226505|-1073741819|-1073740791)(?![\w-])",
             hint="the process crashed ({signal}): see the lines before",
         ),
     )
@@ -719,7 +780,7 @@ PYTHON_SERVER = ARGPARSE + SOCKETS + TORCH + GPU_KERNELS + LOADER + HUGGINGFACE 
 LLAMA_CPP = SOCKETS + GGML + GPU_KERNELS + LOADER + CUDA_DRIVER + SYSTEM + BASE
 #: The vocabulary of a native server on candle or cudarc (mistral.rs, text-embeddings-inference),
 #: after its own patterns and its argument parser's.
-NATIVE_SERVER = SOCKETS + CUDA_DRIVER_API + BASE
+NATIVE_SERVER = SOCKETS + RUST_MODELS + CUDA_DRIVER_API + BASE
 
 #: llama-server's /health while the model loads: 503 {"error": {"message": "Loading model", ...}}
 #: (every endpoint, llama.cpp 0c1e57098 tools/server/server-http.cpp middleware_server_state), in

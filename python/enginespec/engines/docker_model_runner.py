@@ -19,6 +19,7 @@ from enginespec.definition.records import (
 )
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import _libraries, llamacpp, vllm
+from enginespec.failures import FailurePattern, Failures
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(
@@ -76,5 +77,21 @@ SPEC = EngineSpec(
     models=ModelList(kind="openai", path="/engines/v1/models"),
     # A Go daemon whose runners (llama-server by default, vLLM, mlx_lm.server) write to its log:
     # their engines' messages, then the layers every process passes through
-    failures=_libraries.GO_FLAGS + llamacpp.FAILURES + vllm.FAILURES + _libraries.BASE,
+    # Its own refusal of a model its llama.cpp backend cannot take
+    # (pkg/inference/backends/llamacpp/llamacpp_config.go: `GGUF file required by llama.cpp
+    # backend`: a safetensors model where no vLLM backend is installed).
+    failures=Failures(
+        patterns=(
+            FailurePattern(
+                kind="unsupported_architecture",
+                pattern=r"GGUF file required by llama\.cpp backend",
+                hint="the model is no GGUF and the llama.cpp backend reads only GGUF: install the vLLM "
+                "backend, or pull a GGUF of the model",
+            ),
+        )
+    )
+    + _libraries.GO_FLAGS
+    + llamacpp.FAILURES
+    + vllm.FAILURES
+    + _libraries.BASE,
 )

@@ -151,7 +151,11 @@ class KoboldCppSpec(EngineSpec):
         return super().classify_health(status, body)
 
 
-FAILURES = _libraries.LLAMA_CPP + _libraries.PYTHON
+# KoboldCpp's own line after a load that failed (`Could not load text model: PATH`, seen in logs
+# only: https://github.com/LostRuins/koboldcpp/issues/2003) says no why: the loader's lines above do.
+FAILURES = (_libraries.LLAMA_CPP + _libraries.PYTHON).model_copy(
+    update={"wrappers": (r"Could not load text model: ",)}
+)
 
 SPEC = KoboldCppSpec(
     id="koboldcpp",

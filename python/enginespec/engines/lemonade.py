@@ -21,6 +21,7 @@ from enginespec.definition.records import (
 )
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import _libraries, llamacpp
+from enginespec.failures import FailurePattern, Failures
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(
@@ -127,6 +128,31 @@ SPEC = EngineSpec(
     # GET /api/v1/models (server.cpp handle_models): an OpenAI list of the models downloaded,
     # each loaded on its first request; which are loaded now is the health answer's.
     models=ModelList(kind="openai", path="/api/v1/models"),
-    # Its runners are llama-server (and FastFlowLM, ONNX Runtime GenAI); up to v9 a Python server
-    failures=llamacpp.FAILURES + _libraries.PYTHON_SERVER,
+    # Its runners are llama-server (and FastFlowLM, ONNX Runtime GenAI); up to v9 a Python server.
+    # Its own words (lemonade e385039ed): src/cpp/include/lemon/utils/custom_args.h `Argument 'X'
+    # is managed by Lemonade and cannot be overridden.` (a runner option it sets itself, given in
+    # the model's custom arguments); src/cpp/server/model_manager.cpp `Download validation failed.
+    # Some files are incomplete or missing.` (a file partial, missing, or a .gguf without GGUF's
+    # magic); src/cpp/server/wrapped_server.cpp's guesses after a runner's exit (`This usually
+    # means:` and its list) only wrap the runner's own lines.
+    failures=Failures(
+        patterns=(
+            FailurePattern(
+                kind="bad_flag",
+                pattern=r"Argument '(?P<flag>-[^']+)' is managed by Lemonade and cannot be overridden",
+                hint="Lemonade sets {flag} itself: remove it from the model's llama-server arguments",
+            ),
+            FailurePattern(
+                kind="corrupt_model",
+                pattern=r"Download validation failed\. Some files are incomplete or missing",
+                hint="the model's download is incomplete or damaged: pull the model again",
+            ),
+        ),
+        wrappers=(
+            r"This usually means:\s*$",
+            r"^\s*- (?:Missing required drivers|Incompatible model file|Try running)",
+        ),
+    )
+    + llamacpp.FAILURES
+    + _libraries.PYTHON_SERVER,
 )

@@ -71,6 +71,16 @@ FAILURES = (
     + _libraries.SOCKETS
     + Failures(
         patterns=(
+            # A port of its own it waits for (python/sglang/srt/utils.py wait_port_available, from
+            # memory, not checked here: `{port_name} at {port} is not available in {timeout}
+            # seconds. {port_name} is used by a process already.`; its metrics, RPC and
+            # data-parallel ports, `port_base`)
+            P(
+                kind="port_in_use",
+                pattern=r"\b(?:\w+_port|port_base) at (?P<port>\d+) is not available in \d+ seconds",
+                hint="port {port} is held by another process (often an earlier SGLang's child still "
+                "running): stop it, or choose other ports",
+            ),
             # The KV pool got no room: raised when max_total_num_tokens <= 0 after the weights
             # took their share of --mem-fraction-static (python/sglang/srt/model_executor/
             # model_runner.py init_memory_pool, v0.4.9; later mem_cache/pool_configurator.py

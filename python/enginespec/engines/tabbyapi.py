@@ -98,6 +98,15 @@ FAILURES = (
                 pattern=r"## Could not find [\w.]+\.\* in model",
                 hint="the installed ExLlamaV2 does not know this model's layout: upgrade it (or the image)",
             ),
+            # ExLlamaV2's compiled extension did not load (exllamav2/ext.py imports the prebuilt
+            # `exllamav2_ext` or builds it; when neither works the name is never bound and the first
+            # use raises NameError; from memory of 0.2, not checked here)
+            FailurePattern(
+                kind="dependency_error",
+                pattern=r"NameError: name 'exllamav2_ext' is not defined",
+                hint="ExLlamaV2's compiled extension did not load: install the wheel built for this "
+                "Python, PyTorch and CUDA",
+            ),
         )
     )
     + _libraries.PYTHON_SERVER

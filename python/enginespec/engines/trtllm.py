@@ -120,6 +120,16 @@ FAILURES = (
             # 0165bd7a): `TLLM_CHECK_WITH_INFO(mEngine != nullptr, "Failed to deserialize cuda
             # engine.")`: TensorRT cannot read the engine file (built by another TensorRT(-LLM)
             # version or for another GPU)
+            # The runtime reading the engine's config.json with nlohmann/json (`[json.exception.
+            # out_of_range.403] key 'X' not found`, nlohmann's exception 403): a key this
+            # runtime needs that the engine's builder did not write (another TensorRT-LLM
+            # version's engine); seen in logs under Triton's backend only
+            FailurePattern(
+                kind="corrupt_model",
+                pattern=r"\[json\.exception\.out_of_range\.403\] key '[^']*' not found",
+                hint="the engine was built by another TensorRT-LLM version: rebuild it with the "
+                "TensorRT-LLM that serves it",
+            ),
             FailurePattern(
                 kind="corrupt_model",
                 pattern=r"Failed to deserialize cuda engine",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.records import Flags, HealthRule, IdentityProbe, Launch, Serving
 from enginespec.definition.signature import LaunchForm, Signature
+from enginespec.failures import FailurePattern, Failures
 from enginespec.spec import EngineSpec
 
 # Every option that sets a bool and takes no argument, short and long, in whisper_params_parse at
@@ -96,5 +97,18 @@ SPEC = EngineSpec(
         # since v1.6.0 at least), which llama-server's web UI is not.
         identity=IdentityProbe(path="/", status=200, contains="<title>Whisper.cpp Server</title>"),
     ),
-    failures=_libraries.LLAMA_CPP,
+    # its model loader (src/whisper.cpp whisper_init_from_file_with_params_no_state at 233fe1fc9:
+    # `%s: failed to open '%s'`), and the NPU builds' Vitis AI encoder (AMD's, in Lemonade's
+    # releases; seen in logs only: `Failed to open rai file '...'`, `failed to load Vitis AI model
+    # from '...'`), then ggml's layers
+    failures=Failures(
+        patterns=(
+            FailurePattern(
+                kind="model_not_found",
+                pattern=r"whisper_init_from_file\w*: failed to open '|Failed to open rai file '|"
+                r"failed to load Vitis AI model from '",
+            ),
+        )
+    )
+    + _libraries.LLAMA_CPP,
 )

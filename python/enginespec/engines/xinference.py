@@ -21,6 +21,7 @@ from enginespec.definition.records import (
 )
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import llamacpp, vllm
+from enginespec.failures import FailurePattern, Failures
 from enginespec.spec import EngineSpec
 
 SIGNATURE = Signature(
@@ -121,5 +122,21 @@ SPEC = EngineSpec(
     # format and size too) and terminate (`DELETE /v1/models/{uid}`) are not wired.
     models=ModelList(kind="openai", path="/v1/models"),
     # its model processes run vLLM, SGLang, transformers and llama.cpp (xllamacpp) in Python
-    failures=vllm.FAILURES + llamacpp.FAILURES + _libraries.PYTHON_SERVER,
+    # Its own wrapper of a model process's failure (xinference/core/worker.py, from memory of 1.x:
+    # `Failed to launch model, detail: [address=POOL, pid=N] ERROR`; the pool's address is no
+    # bind), a missing file there being the model's.
+    failures=Failures(
+        patterns=(
+            FailurePattern(
+                kind="model_not_found",
+                pattern=r"Failed to launch model, detail: \[address=[^\]]*\] \[Errno 2\] No such file or "
+                r"directory",
+                hint="a file of the model (or of its engine) is missing: check the model's path in its "
+                "registration",
+            ),
+        )
+    )
+    + vllm.FAILURES
+    + llamacpp.FAILURES
+    + _libraries.PYTHON_SERVER,
 )
