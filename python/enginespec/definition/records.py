@@ -181,6 +181,23 @@ class ExtraPort(_Record):
     default: int | None = Field(default=None, ge=1, le=65535)
 
 
+#: A container label key (Docker's and Podman's ``--label KEY[=VALUE]``), as a supervisor writes it.
+_LABEL_KEY = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$"
+
+
+class ContainerLabels(_Record):
+    """The labels a supervisor puts on the containers it runs its servers in (RamaLama's
+    ``ai.ramalama``), read from the container runtime's API when it vouches for the container
+    (its first process is the engine or one of its parents): an engine server in a container
+    carrying ``marker`` is this engine's runner; ``model`` names the label saying its model, taken
+    only where the server's argv names none. Labels are untrusted: shown as given, never acted on."""
+
+    #: the label whose presence marks the supervisor's containers (any value)
+    marker: str = Field(pattern=_LABEL_KEY)
+    #: the label carrying the model the supervisor was asked to serve
+    model: str | None = Field(default=None, pattern=_LABEL_KEY)
+
+
 class EngineWorker(_Record):
     """A worker a ready server of the engine always runs, from some release on: its API server
     cannot serve without it (vLLM's engine core, since V1 became vLLM's only engine). A server
@@ -326,6 +343,9 @@ class Serving(_Record):
     #: Model Runner's llama-server) is its runner, labelled with this engine's id, whatever that
     #: server's engine (the child's own definition need not know its supervisors).
     starts_runners: bool = False
+    #: a supervisor that runs its servers in containers it labels: an engine server in such a
+    #: container is its runner, as a child is with ``starts_runners`` (see ``ContainerLabels``).
+    container_labels: ContainerLabels | None = None
     #: flag carrying the server's API key (used by health checks, never shown).
     api_key_flag: str | None = None
     #: environment variables the engine reads its API key from.

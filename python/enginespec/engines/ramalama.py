@@ -8,7 +8,7 @@ the files cited are at that tag.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import Launch, ModelList, Package, Serving
+from enginespec.definition.records import ContainerLabels, Launch, ModelList, Package, Serving
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import llamacpp, vllm
 from enginespec.spec import EngineSpec
@@ -89,6 +89,19 @@ SPEC = EngineSpec(
         # The server it runs as its child (not containerised: llama-server, `vllm serve`,
         # mlx_lm.server) is its runner, whatever that server's engine.
         starts_runners=True,
+        # Containerised (ramalama 0.25.0), it runs `podman|docker run --rm [-d] --label
+        # ai.ramalama.model=MODEL --label ai.ramalama.engine=ENGINE --label ai.ramalama.runtime=
+        # RUNTIME --label ai.ramalama.port=PORT --label ai.ramalama.command=serve ... -p
+        # [HOST:]PORT:PORT ... --label ai.ramalama --name NAME --env=HOME=/tmp --init ... IMAGE
+        # llama-server --host :: --port PORT --model /mnt/models/FILE ... --alias ALIAS`
+        # (engine.py add_labels (labels set only when the value is), Engine.add_port_option;
+        # transports/base.py base: `--label ai.ramalama`, `--name` (`--name`, else genname():
+        # `ramalama-` and 10 letters/digits, common.py); plugins/runtimes/inference/
+        # llama_cpp_commands.py _cmd_run: `--models-dir /mnt/models`, no model, in router
+        # mode). `ramalama ps` lists the containers by that label (engine.py: `--filter
+        # label=ai.ramalama`). The container's server is the container engine's process, not
+        # its child: the label makes it its runner, as its child is, and `-d` leaves only it.
+        container_labels=ContainerLabels(marker="ai.ramalama", model="ai.ramalama.model"),
     ),
     # llama-server, vLLM and mlx_lm.server all list their models at /v1/models.
     models=ModelList(kind="openai", path="/v1/models"),

@@ -32,30 +32,6 @@ if TYPE_CHECKING:
     import http.client
 
 
-class Container(BaseModel):
-    """The container an engine process runs in.
-
-    ``runtime`` is what the cgroup path names (``docker``, ``podman``, ``containerd``,
-    ``cri-o``), or ``kubernetes`` for a container of a pod whose runtime the path does not name;
-    ``id`` is the full 64-hex id; ``pod_uid`` the Kubernetes pod's uid (with dashes); ``name``
-    comes from the runtime's API on its local socket, ``None`` when it does not answer;
-    ``pid_in_container`` is the process's pid in its own pid namespace (``NSpid:``).
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    runtime: ContainerRuntime
-    id: str
-    pod_uid: str | None = None
-    name: str | None = None
-    pid_in_container: int | None = None
-
-    @property
-    def label(self) -> str:
-        """How ``ps`` shows it: the name, else ``runtime:short id`` (12 digits, as docker does)."""
-        return self.name or f"{self.runtime}:{self.id[:12]}"
-
-
 class PublishedPort(BaseModel):
     """A host address and port that reach the engine's ``container_port`` (Docker's ``-p``)."""
 
@@ -69,6 +45,41 @@ class PublishedPort(BaseModel):
     def url(self) -> str | None:
         """Where a client on this host reaches it (``0.0.0.0`` and ``::`` via loopback)."""
         return base_url(self.host_address, self.host_port, sockets=False)
+
+
+class Container(BaseModel):
+    """The container an engine process runs in.
+
+    ``runtime`` is what the cgroup path names (``docker``, ``podman``, ``containerd``,
+    ``cri-o``), or ``kubernetes`` for a container of a pod whose runtime the path does not name;
+    ``id`` is the full 64-hex id; ``pod_uid`` the Kubernetes pod's uid (with dashes); ``name``
+    comes from the runtime's API on its local socket, ``None`` when it does not answer;
+    ``pid_in_container`` is the process's pid in its own pid namespace (``NSpid:``);
+    ``labels`` are those of its labels an engine's definition names (``Serving.container_labels``:
+    RamaLama's ``ai.ramalama.*``), as the runtime's API gives them (keys that look like keys,
+    values of at most 1024 characters, never more than 32: shown as given, untrusted);
+    ``ports`` the host ports the API says it publishes (``-p HOST:CONTAINER``).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    runtime: ContainerRuntime
+    id: str
+    pod_uid: str | None = None
+    name: str | None = None
+    pid_in_container: int | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+    ports: tuple[PublishedPort, ...] = ()
+
+    def label_value(self, key: str) -> str | None:
+        """The value of label ``key``, ``None`` when the container has no such label (or it was
+        not kept)."""
+        return next((value for name, value in self.labels if name == key), None)
+
+    @property
+    def label(self) -> str:
+        """How ``ps`` shows it: the name, else ``runtime:short id`` (12 digits, as docker does)."""
+        return self.name or f"{self.runtime}:{self.id[:12]}"
 
 
 def pid_in_namespace(status: PidStatus | str) -> int | None:
@@ -231,17 +242,86 @@ def _unix_connection(path: str, timeout: float) -> http.client.HTTPConnection:
 
 @dataclass(frozen=True)
 class Inspected:
-    """What a runtime's API says of a container id: its name (``None`` when it is not a name)
-    and the host pid of its first process (``None`` when not given)."""
+    """What a runtime's API says of a container id: its name (``None`` when it is not a name),
+    the host pid of its first process (``None`` when not given), its labels and the host ports it
+    publishes (those that are what they say they are)."""
 
     name: str | None
     pid: int | None
+    labels: tuple[tuple[str, str], ...] = ()
+    ports: tuple[PublishedPort, ...] = ()
 
 
-def api_inspect(socket_path: str, container_id: str, timeout: float) -> Inspected | None:
+#: A label key as Docker and Podman take one (``--label KEY=VALUE``), and the most kept.
+_LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
+_LABEL_VALUE_LIMIT = 1024
+_LABELS_KEPT = 32
+#: ``NetworkSettings.Ports`` keys: ``8080/tcp``.
+_PORT_KEY = re.compile(r"([0-9]{1,5})/tcp")
+_PORTS_KEPT = 64
+
+
+def api_labels(labels: object, prefixes: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """The labels of ``Config.Labels`` (a JSON object of strings) under one of ``prefixes`` (the
+    prefix itself, or ``PREFIX.``), sorted; a label of any other shape is left out."""
+    if not isinstance(labels, dict) or not prefixes:
+        return ()
+    kept = [
+        (key, value)
+        for key, value in labels.items()
+        if isinstance(key, str)
+        and isinstance(value, str)
+        and _LABEL_KEY.fullmatch(key)
+        and len(value) <= _LABEL_VALUE_LIMIT
+        and any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)
+    ]
+    return tuple(sorted(kept)[:_LABELS_KEPT])
+
+
+def _port_number(text: object) -> int | None:
+    if not isinstance(text, str) or not text.isascii() or not text.isdigit() or len(text) > 5:
+        return None
+    port = int(text)
+    return port if 1 <= port <= 65535 else None
+
+
+def api_ports(ports: object) -> tuple[PublishedPort, ...]:
+    """The host ports of ``NetworkSettings.Ports`` (``{"8080/tcp": [{"HostIp": "0.0.0.0",
+    "HostPort": "8080"}]}``; an empty ``HostIp`` is every interface, as Docker reads it): TCP
+    ports only, addresses only when they are IP addresses, IPv4 first."""
+    if not isinstance(ports, dict):
+        return ()
+    found: set[PublishedPort] = set()
+    for key, bindings in list(ports.items())[:_PORTS_KEPT]:
+        matched = _PORT_KEY.fullmatch(key) if isinstance(key, str) else None
+        container_port = _port_number(matched.group(1)) if matched else None
+        if container_port is None or not isinstance(bindings, list):
+            continue
+        for binding in bindings[:_PORTS_KEPT]:
+            if not isinstance(binding, dict):
+                continue
+            host_port = _port_number(binding.get("HostPort"))
+            address = binding.get("HostIp")
+            address = "0.0.0.0" if address == "" else address
+            try:
+                host = str(ipaddress.ip_address(address)) if isinstance(address, str) else None
+            except ValueError:
+                host = None
+            if host_port is not None and host is not None:
+                found.add(
+                    PublishedPort(container_port=container_port, host_address=host, host_port=host_port)
+                )
+    return tuple(sorted(found, key=lambda p: (":" in p.host_address, p.host_address, p.host_port)))
+
+
+def api_inspect(
+    socket_path: str, container_id: str, timeout: float, label_prefixes: Sequence[str] = ()
+) -> Inspected | None:
     """What a Docker-compatible API on a unix socket says of a container (``GET
-    /containers/<id>/json``: ``"Name": "/name"``, ``"State": {"Pid": N}``), ``None`` when it
-    does not answer, or answers for another id or something that is not a container."""
+    /containers/<id>/json``: ``"Name": "/name"``, ``"State": {"Pid": N}``, ``"Config":
+    {"Labels": {...}}`` (those under ``label_prefixes``), ``"NetworkSettings": {"Ports": {...}}``),
+    ``None`` when it does not answer, or answers for another id or something that is not a
+    container."""
     # Imported here: only a container's name needs it (http.client and ssl cost every start).
     import http.client
 
@@ -266,7 +346,14 @@ def api_inspect(socket_path: str, container_id: str, timeout: float) -> Inspecte
     state = document.get("State")
     pid = state.get("Pid") if isinstance(state, dict) else None
     shown = name if name is not None and _NAME.fullmatch(name) else None
-    return Inspected(shown, pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None)
+    config = document.get("Config")
+    network = document.get("NetworkSettings")
+    return Inspected(
+        shown,
+        pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None,
+        api_labels(config.get("Labels") if isinstance(config, dict) else None, label_prefixes),
+        api_ports(network.get("Ports") if isinstance(network, dict) else None),
+    )
 
 
 def api_stop(socket_path: str, container_id: str, grace: int, timeout: float) -> int | str:
@@ -342,10 +429,17 @@ class ContainerReader:
     cgroup names with a first process that is this one or one of its parents, or a shim of the
     runtime run by root is among its parents."""
 
-    def __init__(self, sockets: dict[ContainerRuntime, str], timeout: float, root: HostRoot) -> None:
+    def __init__(
+        self,
+        sockets: dict[ContainerRuntime, str],
+        timeout: float,
+        root: HostRoot,
+        label_prefixes: Sequence[str] = (),
+    ) -> None:
         self._root = root
         self._sockets = sockets
         self._timeout = timeout
+        self._label_prefixes = tuple(label_prefixes)
         self._inspected: dict[str, Inspected | None] = {}
 
     def read(self, pid: int, cgroup: bytes | None) -> Container | None:
@@ -359,26 +453,29 @@ class ContainerReader:
         status = self._root.status(pid)
         first = inspected.pid if inspected is not None else None
         ancestors = [] if first == pid else _ancestors(status, self._root)
+        vouched = Inspected(None, None)
         if inspected is not None and first is not None and (first == pid or _among(first, ancestors)):
-            name = inspected.name
-        elif _shim_among(ancestors):
-            # The shim vouches for a container, not for the id a cgroup name gives it: the name the
-            # API gives that id is only believed with the API's own pid (above).
-            name = None
-        else:
+            vouched = inspected
+        elif not _shim_among(ancestors):
             return None
+        # else the shim vouches for a container, not for the id a cgroup name gives it: what the
+        # API says of that id (name, labels, ports) is only believed with the API's own pid.
         return Container(
             runtime=runtime,
             id=container_id,
             pod_uid=pod,
-            name=name,
+            name=vouched.name,
             pid_in_container=pid_in_namespace(status) if status is not None else None,
+            labels=vouched.labels,
+            ports=vouched.ports,
         )
 
     def _inspect(self, runtime: ContainerRuntime, container_id: str) -> Inspected | None:
         if container_id not in self._inspected:
             path = self._sockets.get(runtime)
-            self._inspected[container_id] = api_inspect(path, container_id, self._timeout) if path else None
+            self._inspected[container_id] = (
+                api_inspect(path, container_id, self._timeout, self._label_prefixes) if path else None
+            )
         return self._inspected[container_id]
 
 

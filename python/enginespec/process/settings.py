@@ -365,8 +365,8 @@ def _config_model(definition: EngineDefinition) -> Callable[[object], ConfigMode
 
 
 #: Where a fact came from; ``server``: an orphan's, from the server it worked for while this
-#: scanner saw it.
-Source = Literal["argv", "config", "environment", "default", "server"]
+#: scanner saw it; ``container label``: a runner's, from its supervisor's label on its container.
+Source = Literal["argv", "config", "environment", "default", "server", "container label"]
 
 
 @dataclass(frozen=True)

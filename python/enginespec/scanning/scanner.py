@@ -34,6 +34,7 @@ from enginespec.process.argv import (
     redact_argv,
     served_names,
 )
+from enginespec.process.containers import Container
 from enginespec.process.record import EngineProcess
 from enginespec.process.settings import environment_names, merge
 from enginespec.scanning.stages import Built, Folding, NetworkPlacement, OutsideFacts, PortConflicts
@@ -122,6 +123,18 @@ def _supervisor(
     return None
 
 
+def _labelled_by(specs: Sequence[EngineDefinition], container: Container | None) -> EngineDefinition | None:
+    """The supervisor whose mark (``Serving.container_labels``) the container of a process
+    carries, as its runtime's API gave its labels (RamaLama's ``ai.ramalama``)."""
+    if container is None or not container.labels:
+        return None
+    for spec in specs:
+        marks = spec.serving.container_labels
+        if marks is not None and container.label_value(marks.marker) is not None:
+            return spec
+    return None
+
+
 class Scanner:
     """Keeps state between scans so each poll costs little more than listing ``/proc``.
 
@@ -168,7 +181,9 @@ class Scanner:
         # The stages a scan's records go through (see scanstages).
         self._folding = Folding(self._specs)
         self._outside = OutsideFacts(self._root)
-        self._placement = NetworkPlacement(config, self._root, TREE_REFRESH_SECONDS, YOUNG_SECONDS)
+        self._placement = NetworkPlacement(
+            config, self._root, TREE_REFRESH_SECONDS, YOUNG_SECONDS, self._specs
+        )
         self._conflicts = PortConflicts(self._root, TREE_REFRESH_SECONDS)
         self._gpus = GpuReader(root) if gpus else None
         self._gpu_views: dict[int, tuple[EngineProcess, EngineProcess]] = {}
@@ -316,6 +331,17 @@ class Scanner:
         merged = merge(spec, outside, facts.model, facts.served_names, facts.host, facts.port, port_text)
         supervisor = _supervisor(spec, item, parent_engine, self._root)
         container, private_network = self._placement.place(item)
+        # A server in a container a supervisor labelled as its own (RamaLama's) is its runner;
+        # the label names its model where its argv names none (llama.cpp's router).
+        labeller = _labelled_by(self._specs, container) if supervisor is None else None
+        if labeller is not None and labeller.id != spec.id and container is not None:
+            supervisor = labeller.id
+            marks = labeller.serving.container_labels
+            labelled = container.label_value(marks.model) if marks is not None and marks.model else None
+            if labelled and merged.model is None:
+                merged = dataclasses.replace(
+                    merged, model=labelled, sources={**merged.sources, "model": "container label"}
+                )
         # A server another server started for one model (Ollama's, llama-swap's, a router's) is
         # that supervisor's runner.
         if supervisor is not None and role == "server":

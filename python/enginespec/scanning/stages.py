@@ -150,14 +150,23 @@ class NetworkPlacement:
     host's, read once per process; and, for those in a private namespace, the host ports
     Docker's proxies forward to them."""
 
-    def __init__(self, config: Config, root: HostRoot, refresh_seconds: float, young_seconds: float) -> None:
+    def __init__(
+        self,
+        config: Config,
+        root: HostRoot,
+        refresh_seconds: float,
+        young_seconds: float,
+        specs: Sequence[EngineDefinition] = (),
+    ) -> None:
         self._root = root
         self._refresh = refresh_seconds
         runtimes: dict[ContainerRuntime, str] = {
             "docker": str(config.docker_socket),
             "podman": str(config.podman_socket),
         }
-        self._containers = ContainerReader(runtimes, config.container_api_timeout, root)
+        # The labels a definition names (``Serving.container_labels``) are read from the API.
+        prefixes = sorted({s.serving.container_labels.marker for s in specs if s.serving.container_labels})
+        self._containers = ContainerReader(runtimes, config.container_api_timeout, root, prefixes)
         self._host_netns = host_netns(root)
         self._places: dict[Key, tuple[Container | None, bool]] = {}
         self._proxies = ProxyFinder(young_seconds, root)
@@ -201,8 +210,8 @@ class NetworkPlacement:
 
     def _entry(self, process: EngineProcess, rules: list[ProxyRule]) -> _Shown:
         """What is shown of an engine in a private network namespace: with the host ports
-        Docker's proxies forward to it (the same model while they are unchanged); as it is, when
-        they cannot be found."""
+        Docker's proxies forward to it and those its runtime's API says its container publishes
+        (the same model while they are unchanged); as it is, when they cannot be found."""
         return contained(
             "published ports",
             lambda: self._published(process, rules),
@@ -218,6 +227,12 @@ class NetworkPlacement:
         trusted = bool(rules) and netns_of_host_users(process.pid, self._root)
         addresses = netns_addresses(process.pid, self._root) if trusted else frozenset()
         ports = published_ports(rules, addresses, process.effective_port)
+        if process.container is not None and process.container.ports:
+            # The runtime's own word (Podman's netavark forwards in the kernel: no proxy process).
+            api = {p for p in process.container.ports if p.container_port == process.effective_port}
+            ports = tuple(
+                sorted(set(ports) | api, key=lambda p: (":" in p.host_address, p.host_address, p.host_port))
+            )
         if entry is not None and entry[0] is process and entry[2] == ports:
             view = entry[3]  # the same model as before: unchanged for callers
         elif ports:
