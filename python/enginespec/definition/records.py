@@ -374,6 +374,7 @@ ModelListKind = Literal[
     "tabbyapi",
     "koboldcpp",
     "lmstudio",
+    "lemonade",
 ]
 
 
@@ -398,7 +399,10 @@ class ModelList(_Record):
     ``available_path`` (``/api/admin/list_options``); ``lmstudio``, every model LM Studio has
     downloaded at ``path`` (``/api/v1/models``: each loaded instance ``loaded`` under its
     instance id, a model without one ``unloaded`` under its key) or, from a release without it,
-    at ``older_path`` (``/api/v0/models``: each ``id`` with its ``state``)."""
+    at ``older_path`` (``/api/v0/models``: each ``id`` with its ``state``); ``lemonade``, the
+    models Lemonade runs a backend for, in its health answer at ``path`` (``all_models_loaded``:
+    each ``model_name`` with its ``status`` and ``backend_url``), and those downloaded at
+    ``available_path`` (an OpenAI list)."""
 
     kind: ModelListKind = "fixed"
     #: a request naming another model loads it in place of the one the argv names, and the

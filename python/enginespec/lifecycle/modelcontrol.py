@@ -374,7 +374,7 @@ def control(
 
 def load_model(process: EngineProcess, name: str, *, timeout: float = 300.0) -> ServedModels:
     """Loads the model ``name`` into the server ``process`` through its own API (llama.cpp's
-    router, Ollama, TabbyAPI, KoboldCpp, LM Studio) and waits until it is loaded; what it serves
+    router, Ollama, TabbyAPI, KoboldCpp, LM Studio, Lemonade) and waits until it is loaded; what it serves
     then."""
     return control(process, "load", name, timeout=timeout)
 
