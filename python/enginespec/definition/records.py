@@ -437,11 +437,15 @@ class ModelList(_Record):
 
 class ControlRequest(_Record):
     """One request of an engine's own API that changes what it serves (see
-    :mod:`enginespec.lifecycle.modelcontrol`): ``POST path``, with ``body`` (a JSON object whose
-    string values ``{model}`` become the model's name) when it takes one."""
+    :mod:`enginespec.lifecycle.modelcontrol`): ``method path`` (``POST`` unless said; a
+    ``{model}`` in ``path`` becomes the model's name, percent-encoded as one path segment), with
+    ``body`` (a JSON object whose string values ``{model}`` become the model's name) when it
+    takes one."""
 
     path: str = Field(pattern=r"^/")
     body: Mapping[str, object] | None = None
+    #: ``DELETE``: a REST API's removal of the resource at ``path`` (Xinference's terminate)
+    method: Literal["POST", "DELETE"] = "POST"
     #: the flags the server must have been started with for the route to exist
     flags: tuple[str, ...] = ()
     #: the environment the server must have been started with for it (``VLLM_SERVER_DEV_MODE=1``)
