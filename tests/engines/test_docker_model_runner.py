@@ -80,6 +80,10 @@ def test_llama_server_is_its_runner_in_a_real_tree(procs: Procs) -> None:
     record = found[child]
     assert (record.engine, record.role, record.supervisor) == ("llamacpp", "runner", "docker-model-runner")
     assert (record.host, record.port) == ("inference-runner-0.sock", None)
+    # the daemon is asked on its own TCP port; the runner's socket path is relative to its
+    # working directory, which argv does not say: no URL is made of it
+    assert top.base_url == "http://127.0.0.1:12434"
+    assert record.base_url is None
 
 
 def _scanned(procs: Procs, answer: Answer) -> str:
