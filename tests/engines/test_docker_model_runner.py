@@ -20,8 +20,11 @@ from helpers.procs import Procs, children_of, wait_for
 from helpers.simpleservers import engine_process
 
 ARG = "\x1f"
-#: pkg/server/server.go: the root handler's answer
+#: pkg/server/server.go: the root handler's answer (v1.0.5 on)
 GREETING = Answer(200, b"Docker Model Runner is running", content_type="text/plain; charset=utf-8")
+#: pkg/inference/scheduling/http_handler.go GetBackendStatus: json.Marshal of each backend's
+#: status (pkg/inference/backend.go FormatStatus), llama.cpp always among them
+STATUS = Answer(200, b'{"llama.cpp":"Running: llama.cpp b6712-a1b2c3d","vllm":"Not Installed"}')
 
 
 FORMS: list[tuple[list[str], tuple[Any, ...] | None]] = [
@@ -77,32 +80,53 @@ def test_llama_server_is_its_runner_in_a_real_tree(procs: Procs) -> None:
     record = found[child]
     assert (record.engine, record.role, record.supervisor) == ("llamacpp", "runner", "docker-model-runner")
     assert (record.host, record.port) == ("inference-runner-0.sock", None)
+    # the daemon is asked on its own TCP port; the runner's socket path is relative to its
+    # working directory, which argv does not say: no URL is made of it
+    assert top.base_url == "http://127.0.0.1:12434"
+    assert record.base_url is None
 
 
 def _scanned(procs: Procs, answer: Answer) -> str:
-    with engine_process(procs, ["dmr", "serve"], {"/": [answer]}) as (process, _server):
+    with engine_process(procs, ["dmr", "serve"], {"/engines/status": [answer], "/": [GREETING]}) as (
+        process,
+        _server,
+    ):
         return check_health(process).state
 
 
-def test_greeting_is_ready(procs: Procs) -> None:
-    assert _scanned(procs, GREETING) == "ready"
+@pytest.mark.parametrize(
+    "answer",
+    [STATUS, Answer(200, b'{"llama.cpp":"Installing: downloading llama.cpp b6712"}')],
+    ids=["running", "installing"],
+)
+def test_engines_status_is_ready(procs: Procs, answer: Answer) -> None:
+    # the daemon answers as soon as it listens, whatever its backends' state
+    assert _scanned(procs, answer) == "ready"
 
 
 @pytest.mark.parametrize(
     "answer",
     [
-        Answer(200, b"Ollama is running", content_type="text/plain"),
+        GREETING,  # the greeting alone: not where its health is asked
+        Answer(200, b'{"status":"ok"}'),
         Answer(200, b"[" * 100_000),
+        Answer(404, b"404 page not found\n", content_type="text/plain"),
         Answer(500, b"not json"),
         Answer(200, b"x" * 3_000_000, content_type="text/plain"),
     ],
-    ids=["other-greeting", "deep", "error", "huge"],
+    ids=["greeting", "other-json", "deep", "404", "error", "huge"],
 )
 def test_hostile_answers_are_said(procs: Procs, answer: Answer) -> None:
     assert _scanned(procs, answer) in ("unknown", "unhealthy")
 
 
 def test_identify_tells_it() -> None:
-    with serving({"/": [GREETING]}) as server:
+    # v1.0.0-v1.0.4 had no greeting at `/`: /engines/status tells them too
+    with serving({"/engines/status": [STATUS]}) as server:
         found = identify(server.url, timeout=5)
     assert (found.engine, found.matched) == ("docker-model-runner", ("docker-model-runner",))
+    # llama-server, Ollama, vLLM: no /engines/status
+    with serving(
+        {"/": [Answer(200, b"Ollama is running")], "/health": [Answer(200, b'{"status":"ok"}')]}
+    ) as other:
+        assert identify(other.url, timeout=5).engine != "docker-model-runner"

@@ -8,18 +8,21 @@ backends."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from enginespec import Scanner, served_models
+import enginespec.cli.app as cli
+from enginespec import ControlFailed, EngineProcess, Scanner, load_model, served_models, unload_model
 from enginespec.definition.records import HealthAnswer
 from enginespec.engines import get_engine_spec
 from enginespec.health.checks import check_health
 from enginespec.health.identity import identify
 from helpers.facts import argv_facts
-from helpers.fakeserver import Answer, models, serving
+from helpers.fakeserver import Answer, FakeEngine, bound_socket, models, serving
 from helpers.procs import Procs, children_of, wait_for
 from helpers.simpleservers import Served, engine_process
 
@@ -179,23 +182,78 @@ def test_hostile_health_answers_are_said(procs: Procs, answer: Answer) -> None:
 
 
 def test_models(procs: Procs) -> None:
+    # loaded: the health answer's all_models_loaded; the rest of /api/v1/models downloaded
     routes = {
         "/api/v1/health": [Answer(200, HEALTH)],
         "/api/v1/models": [models("Qwen3-0.6B-GGUF", "whisper-v3-turbo-FLM")],
     }
     with _lemonade(procs, routes) as (process, _server):
         found = served_models(process)
-    assert [m.name for m in found.models] == ["Qwen3-0.6B-GGUF", "whisper-v3-turbo-FLM"], found
+    assert [(m.name, m.state, m.port) for m in found.models] == [
+        ("Qwen3-0.6B-GGUF", "loaded", 8001),
+        ("whisper-v3-turbo-FLM", "unloaded", None),
+    ], found
 
 
-def test_hostile_models_answer(procs: Procs) -> None:
-    routes = {
-        "/api/v1/health": [Answer(200, HEALTH)],
-        "/api/v1/models": [Answer(200, b'{"data": [{"id": 7}]}')],
-    }
+def _loaded(*entries: dict[str, object]) -> Answer:
+    """Lemonade's health answer with ``entries`` as its all_models_loaded (router.cpp
+    get_all_loaded_models v11.7.0: model_name, backend_url, pid, status, ...)."""
+    document = json.loads(HEALTH)
+    document["all_models_loaded"] = list(entries)
+    return Answer(200, json.dumps(document).encode())
+
+
+def _entry(name: str, status: str | None = "ready", port: int = 8001) -> dict[str, object]:
+    entry: dict[str, object] = {"model_name": name, "backend_url": f"http://127.0.0.1:{port}/v1", "pid": 7}
+    if status is not None:
+        entry["status"] = status
+    return entry
+
+
+def test_model_states(procs: Procs) -> None:
+    # model_types.h model_state_to_string (v11.7.0); before v11.0.0 an entry has no status
+    health = _loaded(
+        _entry("a", "loading", 8002),
+        _entry("b", "in_use", 8003),
+        _entry("c", "downsized", 8004),
+        _entry("d", "evicting", 8005),
+        _entry("old", None, 8006),
+        _entry("odd", "exploding"),
+        {"model_name": 7, "status": "ready"},
+        {"model_name": "e", "backend_url": "http://127.0.0.1:99999/v1", "status": "ready"},
+        "not an object",
+    )
+    routes = {"/api/v1/health": [health], "/api/v1/models": [models("a", "z")]}
     with _lemonade(procs, routes) as (process, _server):
         found = served_models(process)
-    assert not found.models
+    assert [(m.name, m.state, m.port) for m in found.models] == [
+        ("a", "loading", 8002),
+        ("b", "loaded", 8003),
+        ("c", "sleeping", 8004),
+        ("d", "loaded", 8005),
+        ("old", "loaded", 8006),
+        ("e", "loaded", None),
+        ("z", "unloaded", None),
+    ], found
+    assert "odd: a status enginespec does not know ('exploding')" in found.reason
+
+
+@pytest.mark.parametrize(
+    "health",
+    [
+        Answer(200, b'{"status": "ok", "all_models_loaded": {"a": 1}}'),
+        Answer(200, b"[" * 100_000),
+        Answer(200, b"<html>", content_type="text/html"),
+        Answer(200, b'{"all_models_loaded": [' + b'{"model_name": "m"},' * 5000 + b'{"x": 1}]}'),
+    ],
+    ids=["wrong-type", "deep", "html", "many"],
+)
+def test_hostile_models_answers(procs: Procs, health: Answer) -> None:
+    routes = {"/api/v1/health": [health], "/api/v1/models": [Answer(200, b'{"data": [{"id": 7}]}')]}
+    with _lemonade(procs, routes) as (process, _server):
+        found = served_models(process)
+    assert [m.name for m in found.models] in ([], ["m"]), found
+    assert found.available == (found.models != ()), found
 
 
 def test_identity_probe() -> None:
@@ -211,3 +269,129 @@ def test_identify_tells_lemonade() -> None:
     with serving({"/api/v1/health": [Answer(200, HEALTH)]}) as server:
         found = identify(server.url, timeout=5)
     assert (found.engine, found.matched) == ("lemonade", ("lemonade",))
+
+
+# -- control: load and unload through its own API -------------------------------------------------
+
+
+@contextmanager
+def _controlled(
+    procs: Procs, routes: dict[str, list[Answer]], **env: str
+) -> Iterator[tuple[EngineProcess, FakeEngine]]:
+    """`lemond --host 127.0.0.1 --port P` (with ``env``) holding the socket a scripted Lemonade
+    answers on; only this test's own requests move its scripts on."""
+    sock = bound_socket()
+    port = sock.getsockname()[1]
+    argv = ["/usr/bin/lemond", "--host", "127.0.0.1", "--port", str(port)]
+    with serving(routes, sock=sock, origins=True) as server:
+        proc = procs.start(argv, pass_fds=(sock.fileno(),), **env)
+
+        def scanned() -> EngineProcess | None:
+            found = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
+            return found[0] if found and found[0].argv[0] == argv[0] else None
+
+        wait_for(lambda: scanned() is not None, timeout=20)
+        process = scanned()
+        assert process is not None
+        assert process.port == port
+        yield process, server
+
+
+def _posted(server: FakeEngine) -> list[tuple[str, object]]:
+    return [
+        (path, json.loads(body) if body else None)
+        for method, path, body in server.script.bodies
+        if method == "POST"
+    ]
+
+
+#: server.cpp handle_load / handle_unload (v11.7.0): their answers on success
+LOADED = Answer(
+    200,
+    b'{"checkpoint":"unsloth/Qwen3-0.6B-GGUF:Q4_0","model_name":"Qwen3-0.6B-GGUF",'
+    b'"recipe":"llamacpp","status":"success"}',
+)
+UNLOADED = Answer(
+    200, b'{"message":"Model unloaded successfully","model_name":"Qwen3-0.6B-GGUF","status":"success"}'
+)
+
+
+def test_loads_and_unloads_a_model(procs: Procs) -> None:
+    qwen = "Qwen3-0.6B-GGUF"
+    routes = {
+        "/api/v1/load": [LOADED],
+        "/api/v1/unload": [UNLOADED],
+        "/api/v1/health": [
+            _loaded(_entry(qwen, "loading")),
+            _loaded(_entry(qwen, "ready")),
+            _loaded(_entry(qwen, "evicting")),
+            _loaded(),
+        ],
+        "/api/v1/models": [models(qwen, "whisper-v3-turbo-FLM")],
+    }
+    with _controlled(procs, routes) as (process, server):
+        loaded = load_model(process, qwen, timeout=30)
+        assert [(m.name, m.state) for m in loaded.models] == [
+            (qwen, "loaded"),
+            ("whisper-v3-turbo-FLM", "unloaded"),
+        ]
+        unloaded = unload_model(process, qwen, timeout=30)
+        assert [(m.name, m.state) for m in unloaded.models] == [
+            (qwen, "unloaded"),
+            ("whisper-v3-turbo-FLM", "unloaded"),
+        ]
+        assert _posted(server) == [
+            ("/api/v1/load", {"model_name": qwen}),
+            ("/api/v1/unload", {"model_name": qwen}),
+        ]
+
+
+def test_its_errors_are_said(procs: Procs) -> None:
+    # create_model_error (server.cpp v11.7.0) for a model it does not know; router.cpp
+    # unload_model's "Model not loaded: NAME" as handle_unload answers it
+    unknown = (
+        b'{"error":{"code":"model_not_found","message":"Model \'nope\' was not found. ","param":"model"}}'
+    )
+    routes = {
+        "/api/v1/load": [Answer(404, unknown)],
+        "/api/v1/unload": [Answer(404, b'{"error":"Model not loaded: nope"}')],
+        "/api/v1/health": [_loaded()],
+    }
+    with _controlled(procs, routes) as (process, _server):
+        with pytest.raises(ControlFailed, match=r"load nope: HTTP 404: Model 'nope' was not found"):
+            load_model(process, "nope", timeout=10)
+        with pytest.raises(ControlFailed, match=r"unload nope: HTTP 404: Model not loaded: nope"):
+            unload_model(process, "nope", timeout=10)
+
+
+def test_its_api_key_is_sent(procs: Procs) -> None:
+    # server.cpp: LEMONADE_API_KEY guards every /api/ route, health and load alike
+    qwen = "Qwen3-0.6B-GGUF"
+    routes = {
+        "/api/v1/load": [LOADED],
+        "/api/v1/health": [_loaded(_entry(qwen))],
+        "/api/v1/models": [models(qwen)],
+    }
+    with _controlled(procs, routes, LEMONADE_API_KEY="sk-lemon-123") as (process, server):
+        assert [m.state for m in load_model(process, qwen, timeout=30).models] == ["loaded"]
+        sent = {
+            (method, path): {k.lower(): v for k, v in headers.items()}.get("authorization")
+            for method, path, headers in server.script.ours
+        }
+    assert sent[("POST", "/api/v1/load")] == "Bearer sk-lemon-123"
+    assert sent[("GET", "/api/v1/health")] == "Bearer sk-lemon-123"
+
+
+def test_the_models_command_loads(procs: Procs, capsys: pytest.CaptureFixture[str]) -> None:
+    qwen = "Qwen3-0.6B-GGUF"
+    routes = {
+        "/api/v1/load": [LOADED],
+        "/api/v1/health": [_loaded(_entry(qwen))],
+        "/api/v1/models": [models(qwen)],
+    }
+    with _controlled(procs, routes) as (process, _server):
+        assert cli.main(["models", "load", str(process.pid), qwen]) == 0
+        assert f"lemonade pid {process.pid}: {qwen} loaded" in capsys.readouterr().err
+        assert cli.main(["models", str(process.pid)]) == 0
+        row = capsys.readouterr().out.splitlines()[1].split()
+        assert row[:4] == ["lemonade", str(process.pid), qwen, "loaded"]

@@ -8,15 +8,26 @@ server answering as xorbitsai/inference 7ecec16b does, hostile answers. Both bac
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
-from enginespec import Scanner, parse_argv, served_models
+from enginespec import (
+    ControlFailed,
+    ControlUnsupported,
+    EngineProcess,
+    Scanner,
+    load_model,
+    parse_argv,
+    served_models,
+    unload_model,
+)
 from enginespec.health.checks import check_health
 from enginespec.health.identity import identify
 from helpers.facts import argv_facts
-from helpers.fakeserver import Answer, serving
+from helpers.fakeserver import Answer, FakeEngine, bound_socket, serving
 from helpers.procs import Procs, children_of, wait_for
 from helpers.simpleservers import Served, engine_process
 
@@ -276,3 +287,68 @@ def test_identified_by_its_cluster_auth_route() -> None:
     with serving({"/v1/models": [Answer(200, RUNNING)]}) as server:
         found = identify(server.url, timeout=5)
     assert "xinference" not in found.matched
+
+
+# -- control: terminate as unload ---------------------------------------------------------------
+
+
+@contextmanager
+def _controlled(procs: Procs, routes: dict[str, list[Answer]]) -> Iterator[tuple[EngineProcess, FakeEngine]]:
+    """`xinference-local -H 127.0.0.1 -p P` holding the socket a scripted Xinference answers on;
+    only this test's own requests move its scripts on."""
+    sock = bound_socket()
+    argv = ["xinference-local", "-H", "127.0.0.1", "-p", str(sock.getsockname()[1])]
+    with serving(routes, sock=sock, origins=True) as server:
+        proc = procs.start(argv, pass_fds=(sock.fileno(),))
+
+        def scanned() -> EngineProcess | None:
+            found = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
+            return found[0] if found and found[0].argv[0] == argv[0] else None
+
+        wait_for(lambda: scanned() is not None, timeout=20)
+        process = scanned()
+        assert process is not None
+        yield process, server
+
+
+def _running(*uids: str) -> Answer:
+    data = [{"id": uid, "object": "model", "owned_by": "xinference", "model_name": uid} for uid in uids]
+    return Answer(200, json.dumps({"object": "list", "data": data}).encode())
+
+
+def test_terminates_a_model_as_unload(procs: Procs) -> None:
+    # api/routers/models.py v3.2.1: DELETE /v1/models/{model_uid}; restful_api.py
+    # terminate_model answers JSONResponse(content=None) once the supervisor terminated it
+    routes = {
+        "/v1/cluster/auth": [AUTH],
+        "/v1/models": [_running("qwen2.5-instruct", "bge-m3"), _running("bge-m3")],
+        "/v1/models/qwen2.5-instruct": [Answer(200, b"null")],
+    }
+    with _controlled(procs, routes) as (process, server):
+        done = unload_model(process, "qwen2.5-instruct", timeout=30)
+        assert [(m.name, m.state) for m in done.models] == [("bge-m3", "loaded")]
+        sent = [(method, path, body) for method, path, body in server.script.bodies if method != "GET"]
+    assert sent == [("DELETE", "/v1/models/qwen2.5-instruct", b"")]
+
+
+def test_its_refusals_are_said(procs: Procs) -> None:
+    # a default cluster (auth on) answers 401 without a key; terminate_model's ValueError is a 400
+    routes = {
+        "/v1/cluster/auth": [AUTH],
+        "/v1/models": [_running("m")],
+        "/v1/models/m": [Answer(401, b'{"detail":"Not authenticated"}')],
+        "/v1/models/a%2Fb%20c": [Answer(400, b'{"detail":"Model not found in the model list, uid: a/b c"}')],
+    }
+    with _controlled(procs, routes) as (process, server):
+        with pytest.raises(ControlFailed, match=r"unload m: HTTP 401: Not authenticated"):
+            unload_model(process, "m", timeout=10)
+        # the name is one path segment, percent-encoded
+        with pytest.raises(ControlFailed, match=r"HTTP 400: Model not found in the model list"):
+            unload_model(process, "a/b c", timeout=10)
+        # launching needs its engine, format and size: no load request
+        with pytest.raises(ControlUnsupported, match="xinference has no API for it"):
+            load_model(process, "m", timeout=5)
+        assert [path for method, path, _ in server.script.bodies if method != "GET"] == [
+            "/v1/models/m",
+            "/v1/models/a%2Fb%20c",
+        ]

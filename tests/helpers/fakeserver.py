@@ -187,6 +187,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = _serve
     do_POST = _serve
+    do_DELETE = _serve
 
     def log_message(self, format: str, *args: object) -> None:
         pass

@@ -395,6 +395,7 @@ ModelListKind = Literal[
     "tabbyapi",
     "koboldcpp",
     "lmstudio",
+    "lemonade",
 ]
 
 
@@ -419,7 +420,10 @@ class ModelList(_Record):
     ``available_path`` (``/api/admin/list_options``); ``lmstudio``, every model LM Studio has
     downloaded at ``path`` (``/api/v1/models``: each loaded instance ``loaded`` under its
     instance id, a model without one ``unloaded`` under its key) or, from a release without it,
-    at ``older_path`` (``/api/v0/models``: each ``id`` with its ``state``)."""
+    at ``older_path`` (``/api/v0/models``: each ``id`` with its ``state``); ``lemonade``, the
+    models Lemonade runs a backend for, in its health answer at ``path`` (``all_models_loaded``:
+    each ``model_name`` with its ``status`` and ``backend_url``), and those downloaded at
+    ``available_path`` (an OpenAI list)."""
 
     kind: ModelListKind = "fixed"
     #: a request naming another model loads it in place of the one the argv names, and the
@@ -454,11 +458,15 @@ class ModelList(_Record):
 
 class ControlRequest(_Record):
     """One request of an engine's own API that changes what it serves (see
-    :mod:`enginespec.lifecycle.modelcontrol`): ``POST path``, with ``body`` (a JSON object whose
-    string values ``{model}`` become the model's name) when it takes one."""
+    :mod:`enginespec.lifecycle.modelcontrol`): ``method path`` (``POST`` unless said; a
+    ``{model}`` in ``path`` becomes the model's name, percent-encoded as one path segment), with
+    ``body`` (a JSON object whose string values ``{model}`` become the model's name) when it
+    takes one."""
 
     path: str = Field(pattern=r"^/")
     body: Mapping[str, object] | None = None
+    #: ``DELETE``: a REST API's removal of the resource at ``path`` (Xinference's terminate)
+    method: Literal["POST", "DELETE"] = "POST"
     #: the flags the server must have been started with for the route to exist
     flags: tuple[str, ...] = ()
     #: the environment the server must have been started with for it (``VLLM_SERVER_DEV_MODE=1``)

@@ -54,16 +54,27 @@ SPEC = EngineSpec(
     # cobra: a slice option is given once per value
     flags=Flags(list_style="repeat"),
     serving=Serving(
-        # pkg/server/server.go ExtraRoutes: `GET /` answers 200 "Docker Model Runner is running"
-        # (text) once it listens; `/version` answers {"version": cfg.Version}.
-        health_path="/",
+        # pkg/inference/scheduling/http_handler.go GetBackendStatus: `GET /engines/status`
+        # answers 200 with a JSON object of each backend's status, Go's compact, sorted
+        # `{"llama.cpp":"Running: llama.cpp b1-abc","vllm":"Not Installed"}` (pkg/inference/
+        # backend.go FormatStatus: "Running", "Error", "Not Installed", "Installing" and its
+        # details), as soon as it listens; llama.cpp is always one of them (pkg/routing/
+        # backends.go DefaultBackendDefs "always includes llamacpp"). Since 2025-04 (bee54f59,
+        # before v1.0.0), where the greeting of `GET /` ("Docker Model Runner is running",
+        # pkg/server/server.go ExtraRoutes) came only with v1.0.5 (44f4df57): asked for health
+        # and identity alike, so an older daemon (v1.0.0-v1.0.4, Docker Desktop's of 2025) is
+        # told too. No other engine serves /engines/status.
+        health_path="/engines/status",
         health_rules=(
-            HealthRule(status=200, equals="Docker Model Runner is running", state="ready"),
-            HealthRule(status=200, state="unknown", reason="not Docker Model Runner's greeting"),
+            HealthRule(status=200, contains='"llama.cpp":"', state="ready"),
+            HealthRule(
+                status=200, state="unknown", reason="not Docker Model Runner's /engines/status answer"
+            ),
         ),
+        # `/version` answers {"version": cfg.Version} (pkg/server/server.go ExtraRoutes; v1.0.5 on)
         version_path="/version",
         version_key="version",
-        identity=IdentityProbe(path="/", status=200, equals="Docker Model Runner is running"),
+        identity=IdentityProbe(path="/engines/status", status=200, contains='"llama.cpp":"'),
         # Its backends (pkg/inference/backends/*): llama-server with `--host
         # inference-runner-<slot>.sock` (pkg/inference/scheduling/runner.go RunnerSocketPath,
         # backends/llamacpp/llamacpp_config.go GetArgs), vLLM, MLX, ...: its runners.

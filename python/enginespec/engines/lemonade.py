@@ -11,10 +11,12 @@ the files cited are at that tag.
 from __future__ import annotations
 
 from enginespec.definition.records import (
+    ControlRequest,
     Flags,
     HealthRule,
     IdentityProbe,
     Launch,
+    ModelControl,
     ModelList,
     Serving,
     Settings,
@@ -108,6 +110,11 @@ SPEC = EngineSpec(
         # share port 8000 of the older releases: only Lemonade's health answer lists
         # `all_models_loaded` (server.cpp handle_health).
         identity=IdentityProbe(path="/api/v1/health", status=200, contains='"all_models_loaded"'),
+        # server.cpp: with LEMONADE_API_KEY set, every /api/, /v0/, /v1/ route (health, models,
+        # load, unload) wants it as a bearer token, else answers 401 {"error": "Invalid or
+        # missing API key"}; LEMONADE_ADMIN_API_KEY is accepted there too but gates only
+        # /internal/* when LEMONADE_API_KEY is unset.
+        api_key_env=("LEMONADE_API_KEY",),
         # It starts one backend server per loaded model as its child (the `pid` and
         # `backend_url` of each entry above): llama-server from
         # ~/.cache/lemonade/bin/llamacpp/<backend>/, `flm serve`, whisper-server, vLLM, ...
@@ -125,9 +132,26 @@ SPEC = EngineSpec(
         home_config=".cache/lemonade/config.json",
         config_keys={"port": "port", "host": "host"},
     ),
-    # GET /api/v1/models (server.cpp handle_models): an OpenAI list of the models downloaded,
-    # each loaded on its first request; which are loaded now is the health answer's.
-    models=ModelList(kind="openai", path="/api/v1/models"),
+    # Which models it runs a backend for now is its health answer's `all_models_loaded`, each
+    # `model_name` with its `status` (loading, ready, in_use, downsizing, downsized, evicting:
+    # src/cpp/include/lemon/model_types.h model_state_to_string) and `backend_url`
+    # `http://127.0.0.1:PORT/v1` (router.cpp get_all_loaded_models, wrapped_server.h
+    # get_base_url; a backend no longer alive is left out), matched to its runners by that port.
+    # GET /api/v1/models (server.cpp handle_models): an OpenAI list of the models downloaded
+    # (`?show_all=true`: every model it knows), each loaded on its first request or by /load.
+    models=ModelList(kind="lemonade", path="/api/v1/health", available_path="/api/v1/models", runners=True),
+    # server.cpp register_post("load"/"unload"), under /api/v0, /api/v1, /v0 and /v1:
+    # `POST /api/v1/load {"model_name": NAME}` (handle_load) downloads a model not yet
+    # downloaded, then loads it and answers only once it is loaded, 200 {"status": "success",
+    # "model_name", "checkpoint", "recipe"}; an unknown model is 404 {"error": {"message":
+    # "Model not found", ...}} (create_model_error). `POST /api/v1/unload {"model_name": NAME}`
+    # (handle_unload; with no name it unloads every model) answers 200 {"status": "success",
+    # "message": "Model unloaded successfully", "model_name"}, or 404 {"error": "Model not
+    # loaded: NAME"} (router.cpp unload_model).
+    control=ModelControl(
+        load=ControlRequest(path="/api/v1/load", body={"model_name": "{model}"}),
+        unload=ControlRequest(path="/api/v1/unload", body={"model_name": "{model}"}),
+    ),
     # Its runners are llama-server (and FastFlowLM, ONNX Runtime GenAI); up to v9 a Python server.
     # Its own words (lemonade e385039ed): src/cpp/include/lemon/utils/custom_args.h `Argument 'X'
     # is managed by Lemonade and cannot be overridden.` (a runner option it sets itself, given in

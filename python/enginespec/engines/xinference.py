@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.records import (
+    ControlRequest,
     ExtraPort,
     Flags,
     HealthRule,
     IdentityProbe,
     Launch,
+    ModelControl,
     ModelList,
     Package,
     Serving,
@@ -118,9 +120,17 @@ SPEC = EngineSpec(
     # API keys live in its database, not in argv) lists the running models as an OpenAI list
     # (restful_api.py list_models: {"object": "list", "data": [{"id": MODEL_UID, "object":
     # "model", "owned_by": "xinference", "model_name": ..., "model_type": ..., ...}]}), each by
-    # the uid it was launched with. Launch (`POST /v1/models`, which needs the model's engine,
-    # format and size too) and terminate (`DELETE /v1/models/{uid}`) are not wired.
+    # the uid it was launched with.
     models=ModelList(kind="openai", path="/v1/models"),
+    # Terminate as unload, by uid (v3.2.1: api/routers/models.py `DELETE /v1/models/{model_uid}`,
+    # scope models:write when auth is on, as by default, so a default cluster answers 401 to
+    # enginespec, which has no key of its database; restful_api.py terminate_model awaits the
+    # supervisor's terminate_model and answers 200 `null`, or 400/500 {"detail": ...}).
+    # Launch (`POST /v1/models`, restful_api.py launch_model) is left out: it needs more than a
+    # name (`model_engine` for an LLM, "Please specify the `model_engine` field", and the
+    # format, size, quantization, replicas, GPUs it is launched with), which a load request
+    # naming a model alone cannot say.
+    control=ModelControl(unload=ControlRequest(path="/v1/models/{model}", method="DELETE")),
     # its model processes run vLLM, SGLang, transformers and llama.cpp (xllamacpp) in Python
     # Its own wrapper of a model process's failure (xinference/core/worker.py, from memory of 1.x:
     # `Failed to launch model, detail: [address=POOL, pid=N] ERROR`; the pool's address is no

@@ -257,6 +257,43 @@ def _lmstudio_v0(body: bytes, notes: list[str]) -> list[ServedModel]:
     return found
 
 
+#: Lemonade's `status` of a loaded model (src/cpp/include/lemon/model_types.h
+#: model_state_to_string, lemonade-sdk/lemonade v11.7.0) -> state, reason. `downsized`: its
+#: llama-server shrunk on idle (llamacpp_server.h downsize), restored on the next request;
+#: `evicting`: being unloaded, still held.
+_LEMONADE_STATES: dict[str, tuple[ModelState, str]] = {
+    "loading": ("loading", ""),
+    "ready": ("loaded", ""),
+    "in_use": ("loaded", "in use"),
+    "downsizing": ("sleeping", "downsizing on idle"),
+    "downsized": ("sleeping", "downsized on idle: restored on its next request"),
+    "evicting": ("loaded", "being unloaded"),
+    "unloaded": ("unloaded", ""),
+}
+
+
+def _lemonade_loaded(body: bytes, notes: list[str]) -> list[ServedModel]:
+    """Lemonade's ``GET /api/v1/health``: ``all_models_loaded``, one entry per backend it runs,
+    ``{"model_name", "backend_url": "http://127.0.0.1:PORT/v1", "pid", "status", ...}``
+    (src/cpp/server/router.cpp get_all_loaded_models, v11.7.0). Before v11.0.0 an entry has no
+    ``status`` (router.cpp v10.1.0): listed, it is loaded."""
+    found: dict[str, ServedModel] = {}
+    for entry in _entries(parse_json(body, max_bytes=MAX_ANSWER_BYTES), "all_models_loaded", notes):
+        name, status = _name(entry.get("model_name")), entry.get("status", "ready")
+        if name is None or name in found:
+            continue
+        if not isinstance(status, str) or status not in _LEMONADE_STATES:
+            notes.append(f"{name}: a status enginespec does not know ({str(status)[:40]!r})")
+            continue
+        state, reason = _LEMONADE_STATES[status]
+        url = entry.get("backend_url")
+        port = None
+        if isinstance(url, str) and (match := re.fullmatch(r"https?://[^/@]+:(\d{1,5})(?:/.*)?", url[:256])):
+            port = int(match.group(1)) if 0 < int(match.group(1)) < 65536 else None
+        found[name] = ServedModel(name=name, state=state, reason=reason, port=port)
+    return list(found.values())
+
+
 def answer_detail(body: bytes) -> str | None:
     """The message of an error answer: FastAPI's ``{"detail": ...}``, or ``{"error": "..."}`` /
     ``{"error": {"message": ...}}``; ``None`` when it holds none (or is not JSON)."""
@@ -511,6 +548,11 @@ class Reader:
         self.answer.models = (_lmstudio_v0 if older else _lmstudio_v1)(body, self.answer.notes)
         return True
 
+    async def _lemonade(self, body: bytes) -> bool:
+        self.answer.models = _lemonade_loaded(body, self.answer.notes)
+        await self._could_load(self.t.spec.models.available_path, "data", "id")
+        return True
+
     async def _koboldcpp(self, body: bytes) -> bool:
         # {"result": NAME} (koboldcpp.py v1.116.1 line 6077): the one model it serves now
         document = parse_json(body, max_bytes=MAX_ANSWER_BYTES)
@@ -612,4 +654,5 @@ _READINGS: dict[ModelListKind, Callable[[Reader, bytes], Awaitable[bool]]] = {
     "tabbyapi": Reader._tabbyapi,
     "koboldcpp": Reader._koboldcpp,
     "lmstudio": Reader._lmstudio,
+    "lemonade": Reader._lemonade,
 }

@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Literal
+from urllib.parse import quote
 
 import enginespec.health.reaching as reaching
 from enginespec.definition.records import ControlRequest
@@ -266,14 +267,15 @@ async def _send(
     """Sends ``request``; raises :class:`~enginespec.errors.ControlFailed` with what the engine
     said when it failed (a key of its key file never in it)."""
     body = None if request.body is None else json.dumps(_filled(request.body, name or "")).encode()
+    path = request.path.replace("{model}", quote(name or "", safe=""))
     events = _Events()
     if request.answer == "sse":
         status, answer, detail = await reaching.fetch_lines(
-            t, request.path, timeout, MAX_STREAM_BYTES, events.line, body=body
+            t, path, timeout, MAX_STREAM_BYTES, events.line, method=request.method, body=body
         )
     else:
         status, answer, detail = await reaching.fetch(
-            t, request.path, timeout, MAX_ANSWER_BYTES, method="POST", body=body
+            t, path, timeout, MAX_ANSWER_BYTES, method=request.method, body=body
         )
     scrub = keys.scrub if keys is not None else str
     if status is None:
@@ -374,7 +376,7 @@ def control(
 
 def load_model(process: EngineProcess, name: str, *, timeout: float = 300.0) -> ServedModels:
     """Loads the model ``name`` into the server ``process`` through its own API (llama.cpp's
-    router, Ollama, TabbyAPI, KoboldCpp, LM Studio) and waits until it is loaded; what it serves
+    router, Ollama, TabbyAPI, KoboldCpp, LM Studio, Lemonade) and waits until it is loaded; what it serves
     then."""
     return control(process, "load", name, timeout=timeout)
 
