@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from enginespec import Scanner, parse_argv, served_models
+from enginespec import Config, Recipe, Scanner, get_engine_spec, parse_argv, served_models
 from enginespec.definition.signature import LaunchForm
 from enginespec.health.checks import check_health
 from helpers.facts import argv_facts
@@ -93,6 +93,30 @@ def test_its_default_address_is_the_loopback(procs: Procs) -> None:
     assert (scanned.effective_host, scanned.base_url) == ("127.0.0.1", "http://127.0.0.1:8080")
     assert scanned.sources["host"] == "default"
     procs.stop(server)
+
+
+@pytest.mark.parametrize(
+    ("model", "argument"),
+    [
+        ("/srv/models/tiny.gguf", "file:///srv/models/tiny.gguf"),
+        ("/srv/my models/t#1.gguf", "file:///srv/my%20models/t%231.gguf"),
+        ("granite", "granite"),
+        ("ollama://smollm:135m", "ollama://smollm:135m"),
+        ("ggml-org/gemma-3-1b-it-GGUF", "ggml-org/gemma-3-1b-it-GGUF"),
+        ("file:///srv/m.gguf", "file:///srv/m.gguf"),
+    ],
+)
+def test_a_local_model_is_given_as_a_file_uri(model: str, argument: str) -> None:
+    """RamaLama fetches a scheme-less model holding a "/" from Hugging Face
+    (transports/transport_factory.py detect_model_model_type): a recipe's absolute path goes in as
+    `file://` (unquoted by path_utils.py file_uri_to_path); references stay as given."""
+    recipe = Recipe(engine="ramalama", model_path=model, port=8081)
+    command = get_engine_spec("ramalama").plan(recipe, Config())
+    assert command.argv[1:] == ("serve", argument, "--host", "127.0.0.1", "--port", "8081")
+    # the command's model, as a scan reads it back
+    parsed = parse_argv(command.argv)
+    assert parsed is not None
+    assert (parsed.engine, parsed.model) == ("ramalama", argument)
 
 
 def test_leading_flags_need_a_subcommand() -> None:

@@ -9,7 +9,7 @@ tests/real/test_ramalama.py: its argv forms are those of v0.24.0; its default ho
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import Launch, ModelList, Package, Serving
+from enginespec.definition.records import Flags, Launch, ModelList, Package, Serving
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import llamacpp, vllm
 from enginespec.spec import EngineSpec
@@ -84,6 +84,11 @@ SPEC = EngineSpec(
         args=("serve",),
         module_args=("-c", "from ramalama.cli import main; main()", "serve"),
     ),
+    # A model without a scheme is a shortname or, holding a "/", a Hugging Face repo
+    # (transports/transport_factory.py detect_model_model_type: `/srv/m.gguf` is fetched as
+    # `hf://srv/m.gguf`); a local file is `file:` (the URL transport, prune_model_input ->
+    # path_utils.py file_uri_to_path, which unquotes it). Seen for real: tests/real/test_ramalama.py.
+    flags=Flags(model_uri=True),
     # PyPI `ramalama` (pyproject.toml `name = "ramalama"`); it needs podman or docker (or the
     # runtimes on the host with --nocontainer).
     package=Package(distributions=("ramalama",)),
