@@ -19,7 +19,17 @@ from pathlib import Path
 from lifecycle import chat, free_port, scanned, walk
 from models import gguf_model
 
-from enginespec import Config, EngineProcess, InstallOptions, Scanner, adopt, get_engine_spec, served_models
+from enginespec import (
+    Config,
+    EngineProcess,
+    InstallOptions,
+    Recipe,
+    Scanner,
+    adopt,
+    get_engine_spec,
+    launch,
+    served_models,
+)
 from enginespec.health.checks import check_health
 
 #: PyPI's ramalama, pure Python (its requirements: argcomplete, jinja2, pyyaml).
@@ -134,3 +144,40 @@ def test_ramalama_serves_through_its_llama_server_child(
         if popen.poll() is None:
             os.killpg(popen.pid, signal.SIGKILL)
         popen.wait(timeout=60)
+
+
+def test_enginespec_launches_ramalama_on_the_host_and_stops_it(
+    config: Config, sdist: Path, cache: Path, models_dir: Path, tmp_path: Path
+) -> None:
+    """A recipe with the model's path: enginespec's command names it `file://` (RamaLama would
+    fetch `/path/m.gguf` from Hugging Face), RAMALAMA_IN_CONTAINER=false keeps it on the host
+    (ramalama/config.py load_env_config), RAMALAMA_STORE its store; launch, wait_ready through
+    RamaLama's process tree, stop."""
+    llamacpp = get_engine_spec("llamacpp")
+    llamacpp.install(InstallOptions(source=str(sdist), timeout=5400), config)
+    binary = llamacpp.get_runtime_info(config).binary_path
+    assert binary is not None
+    ramalama = _ramalama(cache)
+    model = gguf_model(models_dir / "ramalama-launched.gguf")
+    env = _environment(binary, tmp_path)
+    env["PATH"] = f"{ramalama.parent}{os.pathsep}{env['PATH']}"
+    variables = {name: env[name] for name in ("PATH", "RAMALAMA_CONFIG", "TMPDIR")}
+    variables |= {"RAMALAMA_IN_CONTAINER": "false", "RAMALAMA_STORE": str(tmp_path / "store")}
+    recipe = Recipe(
+        engine="ramalama",
+        model_path=str(model),
+        port=free_port(),
+        python_path=str(ramalama.parent / "python"),
+        env_vars=variables,
+    )
+    engine = launch(recipe, config, log_dir=tmp_path / "logs")
+    try:
+        assert engine.argv[:3] == [str(ramalama), "serve", model.as_uri()], engine.argv
+        assert engine.wait_ready(timeout=180).state == "ready"
+        top = scanned(engine.pid)
+        assert (top.engine, top.model, top.port) == ("ramalama", model.as_uri(), recipe.port)
+        assert [m.name for m in served_models(top).models] == [str(model)]
+        result = engine.stop(grace=20)
+        assert (result.leftover, result.port_holders, result.killed) == ((), (), ()), result
+    finally:
+        engine.close()
