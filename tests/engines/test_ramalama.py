@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from enginespec import Scanner, served_models
+from enginespec import Config, Recipe, Scanner, get_engine_spec, parse_argv, served_models
 from enginespec.definition.signature import LaunchForm
 from enginespec.health.checks import check_health
 from helpers.facts import argv_facts
@@ -78,6 +78,45 @@ def test_launch_forms(argv: list[str], facts: tuple[Any, ...] | None) -> None:
         assert found is None
         return
     assert found == ("ramalama", facts[0], (), facts[1], facts[2], "server")
+
+
+def test_its_default_address_is_the_loopback(procs: Procs) -> None:
+    """ramalama 0.25.0 (PyPI, ramalama/config.py get_default_host) binds 127.0.0.1 without
+    `--host` (v0.24.0 took "::" or "0.0.0.0"): tests/real/test_ramalama.py saw its llama-server
+    child told `--host 127.0.0.1`. The port: config.py `port = "8080"`."""
+    argv = ["/usr/bin/python3", "/usr/bin/ramalama", "--nocontainer", "serve", "granite"]
+    parsed = parse_argv(argv)
+    assert parsed is not None
+    assert (parsed.host, parsed.effective_host, parsed.effective_port) == (None, "127.0.0.1", 8080)
+    server = procs.start(argv)
+    scanned = {p.pid: p for p in Scanner(listen_ports=False).scan()}[server.pid]
+    assert (scanned.effective_host, scanned.base_url) == ("127.0.0.1", "http://127.0.0.1:8080")
+    assert scanned.sources["host"] == "default"
+    procs.stop(server)
+
+
+@pytest.mark.parametrize(
+    ("model", "argument"),
+    [
+        ("/srv/models/tiny.gguf", "file:///srv/models/tiny.gguf"),
+        ("/srv/my models/t#1.gguf", "file:///srv/my%20models/t%231.gguf"),
+        ("granite", "granite"),
+        ("ollama://smollm:135m", "ollama://smollm:135m"),
+        ("ggml-org/gemma-3-1b-it-GGUF", "ggml-org/gemma-3-1b-it-GGUF"),
+        ("file:///srv/m.gguf", "file:///srv/m.gguf"),
+    ],
+)
+def test_a_local_model_is_given_as_a_file_uri(model: str, argument: str) -> None:
+    """RamaLama fetches a scheme-less model holding a "/" from Hugging Face
+    (transports/transport_factory.py detect_model_model_type): a recipe's absolute path goes in as
+    `file://` (unquoted by path_utils.py file_uri_to_path); references stay as given."""
+    recipe = Recipe(engine="ramalama", model_path=model, port=8081)
+    command = get_engine_spec("ramalama").plan(recipe, Config())
+    assert command.argv[1:] == ("serve", argument, "--host", "127.0.0.1", "--port", "8081")
+    # the command's model, as a scan reads it back
+    parsed = parse_argv(command.argv)
+    assert parsed is not None
+    assert (parsed.engine, parsed.model) == ("ramalama", argument)
 
 
 def test_leading_flags_need_a_subcommand() -> None:

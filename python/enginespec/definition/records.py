@@ -121,6 +121,10 @@ class Flags(_Record):
     #: the flag commands give the model with, when not the Signature's first model flag (that
     #: order is which flag names the model when several are given).
     model: str | None = None
+    #: a ``model_path`` that is an absolute path of this host is written as a ``file://`` URI: the
+    #: engine takes a model without a scheme as a reference to a registry (RamaLama reads
+    #: ``/srv/m.gguf`` as the Hugging Face repo ``srv/m.gguf``), a local file only with ``file:``.
+    model_uri: bool = False
     #: how a list in ``extra_args`` is passed: ``--f a b`` (argparse nargs) or ``--f a --f b``.
     list_style: Literal["nargs", "repeat"] = "nargs"
     family_defaults: tuple[FamilyDefault, ...] = ()

@@ -2,13 +2,14 @@
 mlx_lm.server) in a container, or as its own child with ``--nocontainer`` or the MLX runtime.
 
 Facts from containers/ramalama v0.24.0 (``8bc1f0a3``, 2026-08-21) unless a line says otherwise;
-the files cited are at that tag.
+the files cited are at that tag. Checked against ramalama 0.25.0 from PyPI, run for real by
+tests/real/test_ramalama.py: its argv forms are those of v0.24.0; its default host is not.
 """
 
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import ContainerLabels, Launch, ModelList, Package, Serving
+from enginespec.definition.records import ContainerLabels, Flags, Launch, ModelList, Package, Serving
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import llamacpp, vllm
 from enginespec.spec import EngineSpec
@@ -58,12 +59,17 @@ SIGNATURE = Signature(
     exit_flags=frozenset({*_GLOBAL_EXITS, "--generate"}),
     # `--authfile` names a file, `--env` may carry tokens for the container: not argv secrets by
     # name; login's `--password`, `--token` belong to another subcommand.
-    # config.py BaseConfig: `port = "8080"`; host get_default_host(): "::" where IPv6 sockets can
-    # be made, else "0.0.0.0" (every interface either way). Without `--port`, RamaLama takes the
-    # first free port of 8080..8180, 8080 first (transports/base.py compute_serving_port,
-    # get_available_port_if_any; config.py default_port_range): 8080 is where it listens when
-    # 8080 was free.
-    default_host="0.0.0.0",
+    # config.py BaseConfig: `port = "8080"`. Host: ramalama 0.25.0 (PyPI, ramalama/config.py
+    # get_default_host) returns "127.0.0.1", the loopback, every interface being opt-in with
+    # `--host`; a container's port is published on that host too (host_utils.py
+    # format_vm_aware_publish_prefix; a VM-backed engine on macOS or Windows publishes on all of
+    # the VM's, its proxy exposing the host's loopback). Up to v0.24.0 it returned "::" where
+    # IPv6 sockets could be made, else "0.0.0.0". The newest release is taken. Seen for real:
+    # tests/real/test_ramalama.py, whose `ramalama serve` without `--host` runs `llama-server
+    # --host 127.0.0.1`. Without `--port`, RamaLama takes the first free port of 8080..8180, 8080
+    # first (transports/base.py compute_serving_port, get_available_port_if_any; config.py
+    # default_port_range): 8080 is where it listens when 8080 was free.
+    default_host="127.0.0.1",
     default_port=8080,
 )
 
@@ -78,6 +84,11 @@ SPEC = EngineSpec(
         args=("serve",),
         module_args=("-c", "from ramalama.cli import main; main()", "serve"),
     ),
+    # A model without a scheme is a shortname or, holding a "/", a Hugging Face repo
+    # (transports/transport_factory.py detect_model_model_type: `/srv/m.gguf` is fetched as
+    # `hf://srv/m.gguf`); a local file is `file:` (the URL transport, prune_model_input ->
+    # path_utils.py file_uri_to_path, which unquotes it). Seen for real: tests/real/test_ramalama.py.
+    flags=Flags(model_uri=True),
     # PyPI `ramalama` (pyproject.toml `name = "ramalama"`); it needs podman or docker (or the
     # runtimes on the host with --nocontainer).
     package=Package(distributions=("ramalama",)),

@@ -126,7 +126,7 @@ def _entries(definition: EngineDefinition, recipe: Recipe, strict: bool) -> tupl
             entries.append(_Entry(definition.signature.canonical(flag), flag, values))
 
     if definition.model_flag is not None or not definition.signature.launch_forms[0].positional_model:
-        add("model_path", [recipe.model_path])
+        add("model_path", [_model_argument(definition, recipe)])
     # An engine that takes its address as one HOST:PORT flag gets it there (LocalAI's
     # `--address`); one that reads it from one environment variable, there (Ollama); one with no
     # host flag that reads its host from one (MAX_SERVE_HOST), the host.
@@ -262,7 +262,9 @@ def plan(
         flags.append(entry.flag)
         flags.extend(entry.values or ())
     positional = (
-        [recipe.model_path] if definition.model_flag is None and _positional_model(definition) else []
+        [_model_argument(definition, recipe)]
+        if definition.model_flag is None and _positional_model(definition)
+        else []
     )
     injected_flags = tuple(entry.flag for entry in final if entry.injected)
     if isinstance(recipe.runtime, DockerRuntime):
@@ -295,6 +297,15 @@ def build_environment(definition: EngineDefinition, recipe: Recipe, config: Conf
         None if isinstance(recipe.runtime, DockerRuntime) else recipe_launcher(definition, recipe, config)
     )
     return _environment(definition, recipe, launcher)
+
+
+def _model_argument(definition: EngineDefinition, recipe: Recipe) -> str:
+    """The recipe's model as the engine takes it: an absolute path as a ``file://`` URI where the
+    engine reads a scheme-less model as a registry's (``Flags.model_uri``)."""
+    model = recipe.model_path
+    if definition.flags.model_uri and os.path.isabs(model):
+        return Path(model).as_uri()
+    return model
 
 
 def _positional_model(definition: EngineDefinition) -> bool:
