@@ -27,6 +27,9 @@ LOADING = b'{"error":{"code":503,"message":"Loading model","type":"unavailable_e
 OK = b'{"status":"ok"}'
 #: llama-server's /props answer (trimmed), as tools/server builds it.
 PROPS = b'{"default_generation_settings": {}, "total_slots": 1, "build_info": "b6520-2fbd4cde"}'
+#: A check's deadline no busy host reaches: a version request cut short is asked again at the next
+#: check (test_a_version_request_cut_short_is_asked_again), which counting requests must not see.
+CHECK_SECONDS = 30.0
 
 
 def _engine(
@@ -82,12 +85,12 @@ def test_a_binary_engine_says_its_version_once_when_ready(
     routes = {"/health": [Answer(503, LOADING), Answer(200, OK)], "/props": [Answer(200, PROPS)]}
     with _engine(procs, ["llama-server", "-m", "/models/m.gguf"], routes) as (process, server):
         assert process.engine_version is None  # nothing asked yet
-        assert check_health(process).state == "loading"
+        assert check_health(process, timeout=CHECK_SECONDS).state == "loading"
         assert (_asked(server, "/props"), process.engine_version) == (0, None)  # asked only when ready
-        assert check_health(process).state == "ready"
+        assert check_health(process, timeout=CHECK_SECONDS).state == "ready"
         assert (_asked(server, "/props"), process.engine_version) == (1, "b6520-2fbd4cde")
         for _ in range(3):
-            assert check_health(process).state == "ready"
+            assert check_health(process, timeout=CHECK_SECONDS).state == "ready"
         assert _asked(server, "/props") == 1  # a release does not change while a process runs
         # ps checks health, and its document says the version; a scan's new record knows it too
         assert _document(process.pid, capsys)["engine_version"] == "b6520-2fbd4cde"
@@ -98,7 +101,7 @@ def test_koboldcpps_health_answer_is_its_version(procs: Procs) -> None:
     answer = b'{"result": "KoboldCpp", "version": "1.116.1", "protected": false}'
     routes = {"/api/extra/version": [Answer(200, answer)]}
     with _engine(procs, ["koboldcpp", "--model", "/models/m.gguf"], routes) as (process, server):
-        assert check_health(process).state == "ready"
+        assert check_health(process, timeout=CHECK_SECONDS).state == "ready"
         assert process.engine_version == "1.116.1"
         assert _asked(server, "/api/extra/version") == 1  # no second request for the version
 
@@ -120,7 +123,9 @@ def test_a_hostile_version_answer_is_not_shown_nor_asked_every_check(procs: Proc
     routes = {"/health": [Answer(200, OK)], "/props": [answer]}
     with _engine(procs, ["llama-server", "-m", "/models/m.gguf"], routes) as (process, server):
         for _ in range(3):
-            assert check_health(process).state == "ready"  # the version's answer never fails health
+            assert (
+                check_health(process, timeout=CHECK_SECONDS).state == "ready"
+            )  # the version's answer never fails health
         assert process.engine_version is None
         assert _asked(server, "/props") == 1  # asked again only after RETRY_AFTER
         assert RETRY_AFTER >= 60
@@ -129,7 +134,7 @@ def test_a_hostile_version_answer_is_not_shown_nor_asked_every_check(procs: Proc
 def test_another_hosts_document_keeps_the_version_it_gave(procs: Procs) -> None:
     routes = {"/health": [Answer(200, OK)], "/props": [Answer(200, PROPS)]}
     with _engine(procs, ["llama-server", "-m", "/models/m.gguf"], routes) as (process, _server):
-        assert check_health(process).state == "ready"
+        assert check_health(process, timeout=CHECK_SECONDS).state == "ready"
         told = process.model_dump(mode="json")
     assert told["engine_version"] == "b6520-2fbd4cde"
     hostile = {**told, "pid": told["pid"] + 1, "engine_version": "1.0\u001b]8;;http://x\u0007"}
@@ -140,6 +145,51 @@ def test_another_hosts_document_keeps_the_version_it_gave(procs: Procs) -> None:
     assert first.engine_version == "b6520-2fbd4cde"  # another host's: nothing of this one is read
     assert first.model_dump(mode="json")["engine_version"] == "b6520-2fbd4cde"
     assert second.engine_version is None
+
+
+def test_a_version_request_cut_short_is_asked_again(procs: Procs) -> None:
+    # the check's deadline cut the version's request short: no answer, so the next check asks
+    routes = {"/health": [Answer(200, OK)], "/props": [Answer(hang=True), Answer(200, PROPS)]}
+    with _engine(procs, ["llama-server", "-m", "/models/m.gguf"], routes) as (process, server):
+        check_health(process, timeout=1.0)
+        assert (_asked(server, "/props"), process.engine_version) == (1, None)
+        assert check_health(process, timeout=CHECK_SECONDS).state == "ready"
+        assert (_asked(server, "/props"), process.engine_version) == (2, "b6520-2fbd4cde")
+
+
+#: LocalAI's argv: the address its socket's port goes into.
+LOCALAI = ["local-ai", "run", "--address", "127.0.0.1:{port}"]
+
+
+@pytest.mark.parametrize(
+    ("said", "shown"),
+    [
+        ("v4.9.0 (f7ad3f70cc1ac2fca9f0b0f0e1b8b4c4e0d3f9a1)", "v4.9.0"),  # internal.PrintableVersion
+        (" (f7ad3f70)", None),  # a source build: no release
+        ("v4.9.0", None),  # not the form its source prints
+        ("v4.9.0 (x) and more", None),
+        ("<b>v4</b> (x)", None),  # the word is no version
+        ("v4.9.0 (" + "f" * 5000 + ")", None),  # past what is read
+    ],
+)
+def test_localai_says_its_release_as_the_first_word_of_its_version(
+    procs: Procs, said: str, shown: str | None
+) -> None:
+    routes = {"/readyz": [Answer(200)], "/version": [Answer(200, json.dumps({"version": said}).encode())]}
+    with _engine(procs, LOCALAI, routes) as (process, server):
+        assert check_health(process, timeout=CHECK_SECONDS).state == "ready"
+        assert process.engine_version == shown
+        assert _asked(server, "/version") == 1
+
+
+def test_the_first_key_of_a_list_is_the_one_sent(procs: Procs) -> None:
+    # kong splits `--api-keys a,b` (LocalAI); llama.cpp's --api-key and llmman's LLMMAN_API_KEYS too
+    routes = {"/readyz": [Answer(200)], "/version": [Answer(200, b'{"version": "v4.9.0 (c)"}')]}
+    with _engine(procs, [*LOCALAI, "--api-keys", " first ,second"], routes) as (process, server):
+        assert check_health(process, timeout=CHECK_SECONDS).state == "ready"
+        (headers,) = [h for _m, path, h in server.script.seen if path == "/version"]
+        assert headers["Authorization"] == "Bearer first"
+        assert "second" not in str(headers)
 
 
 def test_the_exporter_labels_an_engines_info_with_its_version(procs: Procs) -> None:

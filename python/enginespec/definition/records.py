@@ -334,6 +334,9 @@ class Serving(_Record):
     #: installed as a Python package needs none: its version is read from the package's files.
     version_path: str | None = Field(default=None, pattern=r"^/")
     version_key: str = Field(default="version", min_length=1)
+    #: a regular expression the text under ``version_key`` must match whole, whose first group is
+    #: the version (LocalAI's ``v4.9.0 (COMMIT)``); ``None``: the text is the version.
+    version_pattern: str | None = None
     #: what tells this engine's server from another engine's on the same port (its own route and
     #: answer), for an address no process of this host explains: see enginespec.health.identity.
     identity: IdentityProbe | None = None
@@ -354,6 +357,9 @@ class Serving(_Record):
     api_key_flag: str | None = None
     #: environment variables the engine reads its API key from.
     api_key_env: tuple[str, ...] = ()
+    #: what separates the keys of a list given as one value (`--api-keys a,b`): the first is the
+    #: one sent; ``None``: the value is one key, whatever it holds.
+    api_key_separator: str | None = Field(default=None, min_length=1, max_length=1)
     #: a file the engine reads its keys from, read when it is asked what it serves or told to
     #: load (never at a scan: the engine reads it again when it changes).
     api_key_file: KeyFile | None = None
@@ -386,6 +392,19 @@ class Serving(_Record):
     runners_are_workers: bool = False
     #: the worker a ready server always runs (vLLM's engine core), when there is one.
     engine_worker: EngineWorker | None = None
+
+    @field_validator("version_pattern")
+    @classmethod
+    def _version_pattern_names_the_version(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            groups = re.compile(value).groups
+        except re.error as error:
+            raise ValueError(f"version_pattern {value!r} is no regular expression: {error}") from None
+        if groups < 1:
+            raise ValueError(f"version_pattern {value!r}: its first group is the version, and it has none")
+        return value
 
 
 ModelListKind = Literal[

@@ -240,6 +240,9 @@ SPEC = LlamaCppSpec(
         identity=IdentityProbe(path="/props", status=200, contains='"build_info"'),
         api_key_flag="--api-key",
         api_key_env=("LLAMA_API_KEY",),
+        # one value, a comma-separated list of keys (common/arg.cpp `--api-key`, parse_csv_row at
+        # 0c1e57098; a single key before): the first is sent
+        api_key_separator=",",
         # A --host ending in `.sock` is a unix socket (llama.cpp 0c1e57098, tools/server/server-http.cpp).
         socket_host=True,
         # Ollama and llama-swap start llama-server children on loopback ports; a llama-server in

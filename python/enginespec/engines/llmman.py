@@ -58,8 +58,9 @@ SPEC = EngineSpec(
         version_key="version",
         # Ollama's own /api/version has `version` alone; llmman's adds its executable (`exe`).
         identity=IdentityProbe(path="/api/version", status=200, contains='"exe"'),
-        # A comma-separated list is sent whole, as LocalAI's is: a single key works.
+        # a comma-separated list of keys (its HTTP API doc, "Authentication"): the first is sent
         api_key_env=("LLMMAN_API_KEYS",),
+        api_key_separator=",",
         # The backend servers it starts (direct children, a random loopback port each; its API doc
         # "Model lifecycle") are its runners.
         starts_runners=True,

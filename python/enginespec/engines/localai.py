@@ -222,9 +222,11 @@ SPEC = EngineSpec(
             HealthRule(status=200, equals="", state="ready"),
             HealthRule(status=200, state="unknown", reason="not LocalAI's /readyz answer"),
         ),
-        # core/http/routes/localai.go: GET /version -> {"version": "v4.9.0 (f7ad3f70...)"}
-        # (internal.PrintableVersion, `VERSION (COMMIT)`): not a version string as
-        # enginespec.process.versions takes one (no spaces), so it is not asked (no version_path).
+        # core/http/routes/localai.go (at 82c191afa): GET /version -> {"version": "v4.9.0
+        # (f7ad3f70...)"}, internal/version.go PrintableVersion `fmt.Sprintf("%s (%s)", Version,
+        # Commit)`: the release is its first word (a source build's is empty: none shown).
+        version_path="/version",
+        version_pattern=r"(\S+) \([^()]*\)",
         # GET /.well-known/localai.json (public, since v4.1.1): LocalAI's discovery document,
         # whose routes name its own `/backend/monitor`; llama-server and RamaLama (also on
         # 8080) answer 404 there.
@@ -232,6 +234,7 @@ SPEC = EngineSpec(
         # kong splits a []string flag's value on ",": `--api-keys a,b` (or LOCALAI_API_KEY=a,b).
         api_key_flag="--api-keys",
         api_key_env=("LOCALAI_API_KEY", "API_KEY"),
+        api_key_separator=",",
         # The backends are started by the `local-ai` server (or a `local-ai worker`), and speak
         # gRPC to it alone (backend/backend.proto): asked nothing over HTTP.
         supervisors={"local-ai": "localai"},

@@ -446,3 +446,11 @@ def merge(
         sources=sources,
         problems=outside.problems,
     )
+
+
+def first_key(value: str | None, separator: str | None) -> str | None:
+    """The key to send of an API key value: the first non-empty of a list given as one value
+    (``Serving.api_key_separator``), else the value itself."""
+    if value is None or separator is None:
+        return value
+    return next((key.strip() for key in value.split(separator) if key.strip()), None)

@@ -136,6 +136,11 @@ def told(definition: EngineDefinition, process: Running, status: int | None, bod
     """Remembers the version in a ready server's answer of its version route (a JSON object with
     the version under ``Serving.version_key``); ``None`` when the answer holds none."""
     answer = json_object(body, max_bytes=ANSWER_BYTES) if status == 200 else None
-    version = shown(answer.get(definition.serving.version_key)) if answer is not None else None
+    text = answer.get(definition.serving.version_key) if answer is not None else None
+    pattern = definition.serving.version_pattern
+    if pattern is not None and isinstance(text, str):
+        found = re.fullmatch(pattern, text[:256])
+        text = found.group(1) if found is not None else None
+    version = shown(text)
     _remember(_key(process), version)
     return version

@@ -36,7 +36,7 @@ from enginespec.process.argv import (
 )
 from enginespec.process.containers import Container
 from enginespec.process.record import EngineProcess
-from enginespec.process.settings import environment_names, merge
+from enginespec.process.settings import environment_names, first_key, merge
 from enginespec.scanning.stages import Built, Folding, NetworkPlacement, OutsideFacts, PortConflicts
 from enginespec.untrusted.boundary import contained
 
@@ -387,7 +387,7 @@ class Scanner:
         flagged = (
             flag_value(argv, spec.signature, spec.serving.api_key_flag) if spec.serving.api_key_flag else None
         )
-        process._api_key = flagged or outside.api_key
+        process._api_key = first_key(flagged or outside.api_key, spec.serving.api_key_separator)
         process._root = self._root
         if self._boot_time is not None:
             process._start_ticks = round((start_time - self._boot_time) * self._clock_ticks)
