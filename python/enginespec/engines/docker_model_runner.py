@@ -12,7 +12,10 @@ from enginespec.definition.records import (
     Flags,
     HealthRule,
     IdentityProbe,
+    LatencyMetric,
+    LatencyMetrics,
     Launch,
+    LoadMetrics,
     ModelList,
     Serving,
     Settings,
@@ -79,6 +82,40 @@ SPEC = EngineSpec(
         # inference-runner-<slot>.sock` (pkg/inference/scheduling/runner.go RunnerSocketPath,
         # backends/llamacpp/llamacpp_config.go GetArgs), vLLM, MLX, ...: its runners.
         starts_runners=True,
+    ),
+    # The daemon's GET /metrics (pkg/server/server.go, unless DISABLE_METRICS is truthy:
+    # pkg/envconfig/envconfig.go) is pkg/metrics/aggregated_handler.go AggregatedMetricsHandler:
+    # it asks every active runner's own /metrics over its unix socket, adds the labels backend,
+    # model and mode to each series, and writes them all in Prometheus text (expfmt); with no
+    # runner active it answers 200 "# No active runners". Its llama-server runners always run
+    # with --metrics (pkg/inference/backends/llamacpp/llamacpp_config.go GetArgs), its vLLM
+    # runners keep vLLM's default metrics: their names are read, llama.cpp's first (the
+    # backend always installed). The first name present wins, so with runners of both
+    # backends active at once only llama.cpp's are counted.
+    load=LoadMetrics(
+        kind="prometheus",
+        disable_flag="DISABLE_METRICS=1",
+        requests_running=(*llamacpp.SPEC.load.requests_running, *vllm.SPEC.load.requests_running),
+        requests_waiting=(*llamacpp.SPEC.load.requests_waiting, *vllm.SPEC.load.requests_waiting),
+        kv_cache_usage=(*llamacpp.SPEC.load.kv_cache_usage, *vllm.SPEC.load.kv_cache_usage),
+        prompt_tokens=(*llamacpp.SPEC.load.prompt_tokens, *vllm.SPEC.load.prompt_tokens),
+        generated_tokens=(*llamacpp.SPEC.load.generated_tokens, *vllm.SPEC.load.generated_tokens),
+        progress=llamacpp.SPEC.load.progress,
+        # llama-server's counters give the time per output token; vLLM's histograms the rest
+        # (llama-server has none of those). Every series carries the daemon's `model` label.
+        latency=LatencyMetrics(
+            time_to_first_token=vllm.SPEC.load.latency.time_to_first_token,
+            time_per_output_token=LatencyMetric(
+                seconds_total=llamacpp.SPEC.load.latency.time_per_output_token.seconds_total,
+                count_total=llamacpp.SPEC.load.latency.time_per_output_token.count_total,
+                note=llamacpp.SPEC.load.latency.time_per_output_token.note,
+            ),
+            queue_time=vllm.SPEC.load.latency.queue_time,
+            end_to_end=vllm.SPEC.load.latency.end_to_end,
+            model_label="model",
+        ),
+        note="read from the daemon, which gathers its runners' metrics (llama.cpp's first): "
+        + llamacpp.SPEC.load.note,
     ),
     # cmd/dmr/serve.go applyServeEnv: `--port` is set as MODEL_RUNNER_PORT, which the daemon
     # reads (pkg/envconfig/envconfig.go TCPPort).

@@ -8,7 +8,7 @@ tags where a line says so.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import Flags, Launch, ModelList, Package, Serving, Settings
+from enginespec.definition.records import Flags, Launch, LoadMetrics, ModelList, Package, Serving, Settings
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
@@ -111,6 +111,15 @@ SPEC = EngineSpec(
     # Every option's default is its INFINITY_* variable (env.py `to_name`: "INFINITY_" + the name
     # upper-cased); argv wins. INFINITY_MODEL_ID and INFINITY_SERVED_MODEL_NAME hold lists
     # separated by `;` ("model/id1;model/id2;"), left out: one value is not the model.
+    # Its /metrics is prometheus-fastapi-instrumentator's (infinity_server.py create_server:
+    # `Instrumentator().instrument(app)`, exposed in the lifespan): HTTP request counts, sizes and
+    # durations per route (health probes and /metrics included), no in-progress gauge (the
+    # instrumentator's default), no queue or token figure. Each engine's queue is in GET /models
+    # `stats` (`queue_absolute`, `results_pending`: batch_handler.py overload_status), JSON.
+    load=LoadMetrics(
+        note="Infinity's /metrics has HTTP request counts and durations only; its queue is in /models "
+        "stats (JSON), which enginespec does not read"
+    ),
     settings=Settings(environment={"INFINITY_HOST": "host", "INFINITY_PORT": "port"}),
     failures=_libraries.PYTHON_SERVER,
 )

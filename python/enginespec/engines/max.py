@@ -10,7 +10,16 @@ pipelines/lib/config/model_config.py at ``1e2f2b9f``.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import Flags, IdentityProbe, Launch, ModelList, Package, Serving, Settings
+from enginespec.definition.records import (
+    Flags,
+    IdentityProbe,
+    Launch,
+    LoadMetrics,
+    ModelList,
+    Package,
+    Serving,
+    Settings,
+)
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
@@ -96,6 +105,17 @@ SPEC = EngineSpec(
     # Settings is pydantic-settings with env_prefix "MAX_SERVE_": MAX_SERVE_HOST,
     # MAX_SERVE_PORT (argv's --port is passed to it and wins). It also reads a `.env` file in
     # the working directory (env_file=".env"), which is not read here.
+    # Its metrics (maxserve.num_requests_running, maxserve.num_requests_queued,
+    # maxserve.num_input_tokens, maxserve.num_output_tokens, maxserve.time_to_first_token in ms:
+    # serve/telemetry/metrics.py SERVE_METRICS @ 1b3c40ed) go through OpenTelemetry's
+    # PrometheusMetricReader (serve/telemetry/common.py) to another port, `metrics_port` 8001
+    # (MAX_SERVE_METRICS_ENDPOINT_PORT, serve/config.py @ 06f8ee02), not the API port. The
+    # Prometheus names OpenTelemetry's exporter makes of them (suffixes for units and counters)
+    # depend on its version and were not pinned: not read.
+    load=LoadMetrics(
+        note="MAX reports its load on its metrics port (MAX_SERVE_METRICS_ENDPOINT_PORT, 8001), "
+        "which enginespec does not read"
+    ),
     settings=Settings(environment={"MAX_SERVE_HOST": "host", "MAX_SERVE_PORT": "port"}),
     failures=_libraries.PYTHON_SERVER,
 )

@@ -8,7 +8,17 @@ tags where a line says so.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import ExtraPort, Flags, IdentityProbe, Launch, Serving, Settings
+from enginespec.definition.records import (
+    ExtraPort,
+    Flags,
+    IdentityProbe,
+    LatencyMetric,
+    LatencyMetrics,
+    Launch,
+    LoadMetrics,
+    Serving,
+    Settings,
+)
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 
@@ -81,9 +91,34 @@ SPEC = EngineSpec(
         api_key_flag="--api-key",
         api_key_env=("API_KEY",),
         # It binds a Prometheus listener on its host at --prometheus-port (env PROMETHEUS_PORT,
-        # default 9000; lib.rs `prometheus_builer(addr, prometheus_port, ...)`), besides /metrics
-        # on the API port.
+        # default 9000; lib.rs `prometheus_builer(addr, prometheus_port, ...)`), so that port must
+        # be free. The HTTP build then drops the exporter that would serve it (http/server.rs
+        # `let (recorder, _) = prom_builder.build()`, since dbeb3ab16 "fix: metrics unbounded
+        # memory"; metrics-exporter-prometheus 0.15.3 binds in build() and the listener goes
+        # with the dropped future) and serves the same registry at /metrics on the API port;
+        # only the gRPC build (grpc/server.rs `prom_builder.install()`) serves the port.
         extra_ports=(ExtraPort(flag="--prometheus-port", environment="PROMETHEUS_PORT", default=9000),),
+    ),
+    # GET /metrics on the API port is a public route (open with --api-key; http/server.rs
+    # `public_routes`), rendered by metrics-exporter-prometheus: counters and gauges under their
+    # own names (no `_total` added), histograms in seconds with `_bucket`/`_sum`/`_count`.
+    # core/src/queue.rs: te_queue_size, a gauge of the inputs queued and not yet batched (a
+    # request of n inputs queues n entries). No gauge of the inputs in the batch running (
+    # te_batch_next_size is a histogram of batch sizes). core/src/tokenization.rs encode_input:
+    # te_request_input_length, a histogram of each queued input's tokens, whose `_sum` is the
+    # prompt tokens. Embeddings generate no tokens: te_request_success (labelled method) counts
+    # the requests answered. router/src/lib.rs ResponseMetadata::record_metrics, per finished
+    # request, seconds: te_request_queue_duration and te_request_duration (end to end).
+    load=LoadMetrics(
+        kind="prometheus",
+        requests_waiting=("te_queue_size",),
+        prompt_tokens=("te_request_input_length_sum",),
+        progress=("te_request_success",),
+        latency=LatencyMetrics(
+            queue_time=LatencyMetric(histogram=("te_request_queue_duration",)),
+            end_to_end=LatencyMetric(histogram=("te_request_duration",)),
+        ),
+        note="TEI counts queued inputs, not requests, and reports none running nor tokens generated",
     ),
     # Every option has a clap `env` twin (MODEL_ID, SERVED_MODEL_NAME, HOSTNAME, PORT); argv wins.
     # The images set PORT=80 (Dockerfile `ENV ... PORT=80`), and Docker sets HOSTNAME to the

@@ -16,6 +16,7 @@ from enginespec.definition.records import (
     HealthRule,
     IdentityProbe,
     Launch,
+    LoadMetrics,
     ModelControl,
     ModelList,
     Package,
@@ -135,6 +136,18 @@ SPEC = EngineSpec(
     # Its own wrapper of a model process's failure (xinference/core/worker.py, from memory of 1.x:
     # `Failed to launch model, detail: [address=POOL, pid=N] ERROR`; the pool's address is no
     # bind), a missing file there being the model's.
+    # The REST API's /metrics (api/restful_api.py @ v3.2.1) deregisters the worker-only metrics
+    # (core/metrics.py _WORKER_ONLY_METRICS): it has the cluster's gauges (workers, models
+    # loaded, uptime). A worker's request and token figures (xinference:model_serve_count,
+    # xinference:input_tokens_total_counter, xinference:output_tokens_total_counter,
+    # xinference:time_to_first_token_seconds) are on its own metrics exporter
+    # (core/metrics.py launch_metrics_export_server), started only when
+    # --metrics-exporter-host or --metrics-exporter-port is given (core/worker.py), on that
+    # port: not read.
+    load=LoadMetrics(
+        note="Xinference's REST API reports cluster gauges only; request and token counts are on a "
+        "worker's metrics exporter (--metrics-exporter-port), which enginespec does not read"
+    ),
     failures=Failures(
         patterns=(
             FailurePattern(

@@ -1,0 +1,198 @@
+"""Load readings of the 2026 engines that report one (issue #41): a real process with the engine's
+exact argv holds the socket a fake server answers on with metric text in the engine's own format
+(names, labels, types, as its exporter writes them), read through the scan; hostile answers give
+no numbers and never raise. Both backends."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from enginespec import get_engine_spec
+from enginespec.health.load import check_load
+from helpers.fakeserver import Answer
+from helpers.loadkit import TEXT
+from helpers.procs import Procs
+from helpers.simpleservers import engine_process
+
+# ---- Hugging Face text-embeddings-inference v1.9.3 ---------------------------------------------
+# metrics-exporter-prometheus 0.15.3 (Cargo.lock) renders what router/src and core/src record:
+# `# TYPE` lines, no HELP, a blank line between families, counters under their own names, f64
+# written as Rust's Display writes them (no exponent). Durations in seconds, buckets
+# 0.00001 * 1.5**k, k = 1..35 (router/src/prometheus.rs); input lengths 2**k up to the model's
+# maximum input length.
+
+
+def _rust(value: float) -> str:
+    """A float as Rust's ``Display`` writes it: shortest round-trip digits, never an exponent."""
+    if value == int(value):
+        return str(int(value))
+    return format(Decimal(repr(value)), "f")
+
+
+_DURATION_BUCKETS = [0.00001 * 1.5**k for k in range(1, 36)]
+
+
+def _histogram(name: str, bounds: list[float], observations: list[float]) -> list[str]:
+    lines = [f"# TYPE {name} histogram"]
+    for bound in bounds:
+        lines.append(f'{name}_bucket{{le="{_rust(bound)}"}} {sum(1 for o in observations if o <= bound)}')
+    lines.append(f'{name}_bucket{{le="+Inf"}} {len(observations)}')
+    lines.append(f"{name}_sum {_rust(sum(observations))}")
+    lines.append(f"{name}_count {len(observations)}")
+    return lines
+
+
+def tei_metrics(done: int, queued: int = 3) -> bytes:
+    """TEI's /metrics after ``done`` single embed requests of 0.02 s each (0.005 s queued), each
+    of 12 input tokens, with ``queued`` inputs waiting."""
+    families = [
+        ["# TYPE te_request_count counter", f'te_request_count{{method="single"}} {done + queued}'],
+        ["# TYPE te_request_success counter", f'te_request_success{{method="single"}} {done}'],
+        ["# TYPE te_embed_count counter", f"te_embed_count {done + queued}"],
+        ["# TYPE te_queue_size gauge", f"te_queue_size {queued}"],
+        _histogram("te_request_input_length", [2.0**k for k in range(0, 10)], [12.0] * (done + queued)),
+        _histogram("te_batch_next_size", [2.0**k for k in range(0, 13)], [1.0] * done),
+        _histogram("te_request_queue_duration", _DURATION_BUCKETS, [0.005] * done),
+        _histogram("te_request_duration", _DURATION_BUCKETS, [0.02] * done),
+    ]
+    return ("\n\n".join("\n".join(f) for f in families) + "\n").encode()
+
+
+TEI_ARGV = ["text-embeddings-router", "--model-id", "BAAI/bge-m3", "--hostname", "127.0.0.1"]
+
+
+def test_tei_reading_from_a_real_router_process(procs: Procs) -> None:
+    answers = [Answer(200, tei_metrics(done), content_type=TEXT) for done in (10, 14)]
+    with engine_process(procs, TEI_ARGV, {"/metrics": answers}) as (process, server):
+        assert process.engine == "tei"
+        first = check_load(process, timeout=10)
+        second = check_load(process, previous=first, timeout=10)
+        assert "/metrics" in [seen[1] for seen in server.script.seen]
+    assert first.available, first
+    assert first.source == f"{process.base_url}/metrics"
+    assert (first.requests_running, first.requests_waiting) == (None, 3)
+    assert first.prompt_tokens_total == 12 * 13
+    assert first.generated_tokens_total is None
+    assert first.kv_cache_usage is None
+    assert "queued inputs" in first.reason
+    assert second.latency is not None
+    assert second.latency.queue_time.count == 4
+    assert second.latency.queue_time.mean == pytest.approx(0.005)
+    assert second.latency.end_to_end.mean == pytest.approx(0.02)
+    assert second.latency.time_to_first_token.count is None
+    # the success counter moved: with inputs queued, not stalled
+    assert second.moved is True
+    assert not second.stalled
+
+
+def test_tei_metrics_are_asked_on_the_api_port_not_the_prometheus_port() -> None:
+    load = get_engine_spec("tei").load
+    assert (load.kind, load.path) == ("prometheus", "/metrics")
+
+
+# ---- Docker Model Runner 642c7211 --------------------------------------------------------------
+# pkg/metrics/aggregated_handler.go: each active runner's own text, parsed and re-encoded by
+# expfmt (HELP and TYPE kept), each series given backend, model and mode labels.
+
+_DMR_LABELS = 'backend="llama.cpp",model="ai/smollm2:latest",mode="completion"'
+
+
+def dmr_metrics(predicted: int, seconds: float) -> bytes:
+    lines = [
+        "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.",
+        "# TYPE llamacpp:prompt_tokens_total counter",
+        f"llamacpp:prompt_tokens_total{{{_DMR_LABELS}}} 1024",
+        "# HELP llamacpp:prompt_seconds_total Prompt process time",
+        "# TYPE llamacpp:prompt_seconds_total counter",
+        f"llamacpp:prompt_seconds_total{{{_DMR_LABELS}}} 0.512",
+        "# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.",
+        "# TYPE llamacpp:tokens_predicted_total counter",
+        f"llamacpp:tokens_predicted_total{{{_DMR_LABELS}}} {predicted}",
+        "# HELP llamacpp:tokens_predicted_seconds_total Predict process time",
+        "# TYPE llamacpp:tokens_predicted_seconds_total counter",
+        f"llamacpp:tokens_predicted_seconds_total{{{_DMR_LABELS}}} {seconds}",
+        "# HELP llamacpp:n_decode_total Total number of llama_decode() calls",
+        "# TYPE llamacpp:n_decode_total counter",
+        f"llamacpp:n_decode_total{{{_DMR_LABELS}}} {predicted}",
+        "# HELP llamacpp:kv_cache_usage_ratio KV-cache usage. 1 means 100 percent usage.",
+        "# TYPE llamacpp:kv_cache_usage_ratio gauge",
+        f"llamacpp:kv_cache_usage_ratio{{{_DMR_LABELS}}} 0.25",
+        "# HELP llamacpp:requests_processing Number of requests processing.",
+        "# TYPE llamacpp:requests_processing gauge",
+        f"llamacpp:requests_processing{{{_DMR_LABELS}}} 2",
+        "# HELP llamacpp:requests_deferred Number of requests deferred.",
+        "# TYPE llamacpp:requests_deferred gauge",
+        f"llamacpp:requests_deferred{{{_DMR_LABELS}}} 1",
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_docker_model_runner_reads_its_runners_through_the_daemon(procs: Procs) -> None:
+    answers = [Answer(200, dmr_metrics(100, 2.0), content_type=TEXT), Answer(200, dmr_metrics(300, 6.0))]
+    with engine_process(procs, ["dmr", "serve"], {"/metrics": answers}) as (process, _server):
+        assert process.engine == "docker-model-runner"
+        first = check_load(process, timeout=10)
+        second = check_load(process, previous=first, timeout=10)
+    assert first.available, first
+    assert (first.requests_running, first.requests_waiting) == (2, 1)
+    assert first.kv_cache_usage == 0.25
+    assert (first.prompt_tokens_total, first.generated_tokens_total) == (1024, 100)
+    assert "runners' metrics" in first.reason
+    assert second.tokens_per_second is not None
+    assert second.tokens_per_second > 0
+    assert second.latency is not None
+    assert second.latency.time_per_output_token.mean == pytest.approx(0.02)
+
+
+def test_docker_model_runner_with_no_runner_active_has_no_figures(procs: Procs) -> None:
+    idle = Answer(200, b"# No active runners\n", content_type="text/plain; version=0.0.4; charset=utf-8")
+    with engine_process(procs, ["dmr", "serve"], {"/metrics": [idle]}) as (process, _server):
+        load = check_load(process, timeout=10)
+    assert not load.available
+    assert load.requests_running is None
+    assert "none of the engine's load metrics" in load.reason
+
+
+def test_docker_model_runner_with_metrics_disabled_says_how(procs: Procs) -> None:
+    with engine_process(procs, ["dmr", "serve"], {"/metrics": [Answer(404, b"404 page not found\n")]}) as (
+        process,
+        _server,
+    ):
+        load = check_load(process, timeout=10)
+    assert not load.available
+    assert "DISABLE_METRICS" in load.reason
+
+
+# ---- hostile answers, for every engine here ----------------------------------------------------
+
+_HOSTILE = [
+    b"garbage \x00\xff\n",
+    b"te_queue_size nope\nllamacpp:requests_processing nope\n" * 20_000,
+    b"# TYPE te_queue_size gauge\nte_queue_size -4\n# TYPE llamacpp:requests_processing gauge\n"
+    b"llamacpp:requests_processing -4\n",
+    b"te_queue_size NaN\nllamacpp:requests_processing +Inf\nllamacpp:kv_cache_usage_ratio 7\n",
+    b"te_queue_size 1e308\nte_queue_size 1e308\nllamacpp:requests_processing 1e308\n"
+    b"llamacpp:requests_processing 1e308\n",
+    b'te_queue_size{le="' + b"x" * 100_000 + b'"} nope\n',
+    b"{" * 200_000,
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "engine"),
+    [(TEI_ARGV, "tei"), (["dmr", "serve"], "docker-model-runner")],
+    ids=["tei", "docker-model-runner"],
+)
+@pytest.mark.parametrize("body", _HOSTILE, ids=range(len(_HOSTILE)))
+def test_hostile_metrics_answers_give_no_numbers(
+    procs: Procs, argv: list[str], engine: str, body: bytes
+) -> None:
+    routes = {"/metrics": [Answer(200, body, content_type=TEXT)]}
+    with engine_process(procs, argv, routes) as (process, _server):
+        assert process.engine == engine
+        load = check_load(process, timeout=10)
+    assert load.requests_running is None
+    assert load.requests_waiting is None
+    assert load.kv_cache_usage is None
