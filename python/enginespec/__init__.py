@@ -46,11 +46,11 @@ if TYPE_CHECKING:
         IdentityProbe,
         Launch,
         LoadMetrics,
-        ModelList,
         Package,
         Serving,
         SourceBuild,
     )
+    from enginespec.definition.servedrecords import ModelList
     from enginespec.definition.signature import Evidence, LaunchForm, Signature
     from enginespec.engines import (
         BUILTIN_ENGINE_SPECS,
@@ -177,7 +177,7 @@ _LAZY = {
     "IdentityProbe": "enginespec.definition.records",
     "Launch": "enginespec.definition.records",
     "LoadMetrics": "enginespec.definition.records",
-    "ModelList": "enginespec.definition.records",
+    "ModelList": "enginespec.definition.servedrecords",
     "Package": "enginespec.definition.records",
     "Serving": "enginespec.definition.records",
     "SourceBuild": "enginespec.definition.records",

@@ -25,6 +25,8 @@ from enginespec.definition.modelrecords import (
     MemoryEstimate,
     ModelFacts,
 )
+from enginespec.definition.recordbase import Record
+from enginespec.definition.servedrecords import ModelControl, ModelList
 from enginespec.definition.signature import Signature
 from enginespec.definition.specifiers import requested_specifier
 from enginespec.errors import InstallOptionsError
@@ -55,11 +57,7 @@ _MODEL_TOKEN = re.compile(r"[a-z0-9]+")
 _DOTTED_VERSION = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+(?:[-+.][0-9A-Za-z.]+)?)")
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class FamilyDefault(_Record):
+class FamilyDefault(Record):
     """Flags a model family needs unless the recipe says otherwise.
 
     ``pattern`` matches whole name tokens of the model's last path component: ``glm-4.5`` matches
@@ -77,7 +75,7 @@ class FamilyDefault(_Record):
         return width > 0 and any(tokens[i : i + width] == wanted for i in range(len(tokens) - width + 1))
 
 
-class Launch(_Record):
+class Launch(Record):
     """How the server is started.
 
     ``kind``: ``console_script`` (the script when it is there, else ``python`` + ``module_args``),
@@ -113,7 +111,7 @@ class Launch(_Record):
         return self
 
 
-class Flags(_Record):
+class Flags(Record):
     """Which recipe field maps to which of the engine's flags, and how values are written.
     A field missing from ``fields`` is dropped from commands with a warning."""
 
@@ -139,7 +137,7 @@ class Flags(_Record):
         return self
 
 
-class SourceBuild(_Record):
+class SourceBuild(Record):
     """How to build a binary engine from its source with cmake."""
 
     #: an entry that marks the engine's own tree inside a source archive (``ggml`` for llama.cpp).
@@ -151,7 +149,7 @@ class SourceBuild(_Record):
     commit_variable: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class Package(_Record):
+class Package(Record):
     """What is installed: the PyPI distributions (the first is installed; any of them carries the
     installed version), or for a binary engine how to build it from source. ``checkout`` names
     the git repository of an engine that is run from a checkout and is no package at all
@@ -173,7 +171,7 @@ class Package(_Record):
     checkout: str | None = Field(default=None, pattern=r"^https://[A-Za-z0-9./_-]+$")
 
 
-class ExtraPort(_Record):
+class ExtraPort(Record):
     """A port the server binds besides its API port, on its own host: checked before a launch
     as the API port is."""
 
@@ -189,7 +187,7 @@ class ExtraPort(_Record):
 _LABEL_KEY = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$"
 
 
-class ContainerLabels(_Record):
+class ContainerLabels(Record):
     """The labels a supervisor puts on the containers it runs its servers in (RamaLama's
     ``ai.ramalama``), read from the container runtime's API when it vouches for the container
     (its first process is the engine or one of its parents): an engine server in a container
@@ -202,7 +200,7 @@ class ContainerLabels(_Record):
     model: str | None = Field(default=None, pattern=_LABEL_KEY)
 
 
-class EngineWorker(_Record):
+class EngineWorker(Record):
     """A worker a ready server of the engine always runs, from some release on: its API server
     cannot serve without it (vLLM's engine core, since V1 became vLLM's only engine). A server
     that answers ready without one is ``unhealthy``, by whoever checks it, whenever they started
@@ -228,7 +226,7 @@ class EngineWorker(_Record):
         return value
 
 
-class AnswerTest(_Record):
+class AnswerTest(Record):
     """A test of one HTTP answer: of status ``status`` (any body), narrowed by a body test when it
     has one: with ``field``, the body is a JSON object whose member ``field`` is a string equal to
     ``equals`` or holding ``contains``, or is the JSON boolean ``flag``; without it, the body with
@@ -299,12 +297,7 @@ class HealthAnswer:
         return json_object(self.body)
 
 
-#: Which of a server's keys a request needs: ``api`` (every route takes it) or ``admin`` (the
-#: routes that change what it serves, where the engine has a key of its own for them).
-KeyRole = Literal["api", "admin"]
-
-
-class KeyFile(_Record):
+class KeyFile(Record):
     """A YAML file the server reads its API keys from, at ``path`` relative to its working
     directory (TabbyAPI's ``api_tokens.yml``): ``api_key`` and ``admin_key`` name the keys of
     its top-level mapping that hold them (a list's first string is taken). Read at each use, as
@@ -316,7 +309,7 @@ class KeyFile(_Record):
     admin_key: str | None = Field(default=None, min_length=1)
 
 
-class Serving(_Record):
+class Serving(Record):
     """How the server serves and is related to other processes."""
 
     health_path: str = Field(default="/health", pattern=r"^/")
@@ -407,127 +400,7 @@ class Serving(_Record):
         return value
 
 
-ModelListKind = Literal[
-    "fixed",
-    "llamacpp_router",
-    "ollama",
-    "openai",
-    "sglang",
-    "one_of_config",
-    "mlx_vlm",
-    "tabbyapi",
-    "koboldcpp",
-    "lmstudio",
-    "lemonade",
-]
-
-
-class ModelList(_Record):
-    """Where a server says which models it serves now, and in what state; ``kind`` says how its
-    answers read (:mod:`enginespec.health.servedreaders`): ``fixed``, one model fixed at start,
-    which its argv names (no request); ``llamacpp_router``, llama.cpp's router ``GET /models``,
-    each model with a ``status`` (a server started with a model is ``fixed``); ``ollama``, the
-    loaded models at ``path`` (``/api/ps``) and those it could load at ``available_path``
-    (``/api/tags``); ``openai``, the models at ``path`` (``/v1/models``) and, at
-    ``sleeping_path``, whether the server sleeps (vLLM ``/is_sleeping``); ``sglang``, the one
-    model of ``/get_model_info``; ``one_of_config``, the models of its config file
-    (``Settings.config_models_key``) listed at ``path``, one loaded at a time: the one whose model
-    file the server maps now (a server started with a model instead is ``fixed``); ``mlx_vlm``,
-    the model of each kind it holds in ``/health``'s ``loaded_models`` and, at
-    ``available_path``, the models it could load (``/v1/models``), whatever its argv names: a
-    request naming another model loads it in place of the one of its kind; ``tabbyapi``, the one
-    model loaded at ``path`` (a model card, ``id``; an answer with ``none_loaded`` as its
-    ``detail`` when there is none) and those it could load at ``available_path`` (an OpenAI
-    list, with ``available_key``); ``koboldcpp``, the one model of ``/api/v1/model`` and, from a
-    server started with one of ``asked_with``, the files and configs it could switch to at
-    ``available_path`` (``/api/admin/list_options``); ``lmstudio``, every model LM Studio has
-    downloaded at ``path`` (``/api/v1/models``: each loaded instance ``loaded`` under its
-    instance id, a model without one ``unloaded`` under its key) or, from a release without it,
-    at ``older_path`` (``/api/v0/models``: each ``id`` with its ``state``); ``lemonade``, the
-    models Lemonade runs a backend for, in its health answer at ``path`` (``all_models_loaded``:
-    each ``model_name`` with its ``status`` and ``backend_url``), and those downloaded at
-    ``available_path`` (an OpenAI list)."""
-
-    kind: ModelListKind = "fixed"
-    #: a request naming another model loads it in place of the one the argv names, and the
-    #: server says not which it holds (mlx_lm.server): a ``fixed`` reading says so
-    replaced_on_request: bool = False
-    #: the server runs a child per loaded model (its ``runner``s), matched to its models
-    runners: bool = False
-    path: str = Field(default="/v1/models", pattern=r"^/")
-    available_path: str | None = Field(default=None, pattern=r"^/")
-    sleeping_path: str | None = Field(default=None, pattern=r"^/")
-    #: where a release older than ``path`` lists its models: asked when ``path`` answers 404
-    older_path: str | None = Field(default=None, pattern=r"^/")
-    #: the key ``available_path`` wants (see ``Serving.api_key_file``)
-    available_key: KeyRole = "api"
-    #: the ``detail`` of the answer at ``path`` of a server with no model loaded (not an error)
-    none_loaded: str | None = None
-    #: the server lists a model by the last component of the path it was loaded by
-    #: (``a/b`` as ``b``)
-    listed_by_leaf: bool = False
-    #: a server started with a model in its argv serves that one, fixed (nothing is asked), unless
-    #: it was started with one of ``asked_with`` (a llama.cpp router starts with no model)
-    argv_model_fixed: bool = False
-    #: the flags with which the model of a server started with one can change at runtime, or come
-    #: from elsewhere than argv (KoboldCpp's ``--admin``, ``--config``)
-    asked_with: tuple[str, ...] = ()
-    #: the flag, else the environment variable, whose value is the bearer key the requests at
-    #: ``available_path`` and of ``ModelControl`` need instead of the API key (KoboldCpp's admin
-    #: password): read from the server's own argv or environment for the request alone, never kept
-    key_flag: str | None = None
-    key_variable: str | None = None
-
-
-class ControlRequest(_Record):
-    """One request of an engine's own API that changes what it serves (see
-    :mod:`enginespec.lifecycle.modelcontrol`): ``method path`` (``POST`` unless said; a
-    ``{model}`` in ``path`` becomes the model's name, percent-encoded as one path segment), with
-    ``body`` (a JSON object whose string values ``{model}`` become the model's name) when it
-    takes one."""
-
-    path: str = Field(pattern=r"^/")
-    body: Mapping[str, object] | None = None
-    #: ``DELETE``: a REST API's removal of the resource at ``path`` (Xinference's terminate)
-    method: Literal["POST", "DELETE"] = "POST"
-    #: the flags the server must have been started with for the route to exist
-    flags: tuple[str, ...] = ()
-    #: the environment the server must have been started with for it (``VLLM_SERVER_DEV_MODE=1``)
-    environment: Mapping[str, str] = Field(default_factory=dict)
-    #: ``False`` when the server's model list does not show the state reached (SGLang's released
-    #: memory): its answer alone is taken, and said
-    shown: bool = True
-    #: the request unloads every model the server holds, not only the one named (mlx-vlm's
-    #: ``/unload``): refused while another is loaded, which would go too
-    every_model: bool = False
-    #: the key it needs (see ``Serving.api_key_file``; ``api``: the server's own, as a health
-    #: check sends it)
-    key: KeyRole = "api"
-    #: ``sse``: the answer is a stream of server-sent events, read to its end (bounded in bytes
-    #: and by the call's timeout); an event that is an object with an ``error`` fails the call
-    answer: Literal["json", "sse"] = "json"
-    #: the request names no model: it acts on the one loaded (TabbyAPI's unload), so it is sent
-    #: only when the model list shows the model named loaded
-    on_loaded: bool = False
-    #: the server must have been started with one of these flags at least (any of them enables it)
-    any_flags: tuple[str, ...] = ()
-    #: the engine serves the new state from a new process (KoboldCpp's admin reload ends the child
-    #: that serves and starts another): the wait first sees a process of the server's tree from
-    #: before the request end, so that the old server's answers are not taken for the new one's
-    restarts: bool = False
-
-
-class ModelControl(_Record):
-    """How the server loads and unloads a model, sleeps and wakes through its own API (``None``:
-    it has no such request)."""
-
-    load: ControlRequest | None = None
-    unload: ControlRequest | None = None
-    sleep: ControlRequest | None = None
-    wake: ControlRequest | None = None
-
-
-class LatencyMetric(_Record):
+class LatencyMetric(Record):
     """Where an engine reports one latency figure: a Prometheus histogram (the family's name,
     without ``_bucket``/``_sum``/``_count``; the first present wins, a new name before its old
     one), or, for an engine that keeps only counters (llama-server), a counter of seconds and
@@ -549,7 +422,7 @@ class LatencyMetric(_Record):
         return self
 
 
-class LatencyMetrics(_Record):
+class LatencyMetrics(Record):
     """The four latency figures of :class:`LoadMetrics` (each empty where the engine has none),
     and ``model_label``: the label naming the served model on their series (vLLM's
     ``model_name``), which gives figures per model."""
@@ -561,7 +434,7 @@ class LatencyMetrics(_Record):
     model_label: str | None = None
 
 
-class LoadMetrics(_Record):
+class LoadMetrics(Record):
     """Where a server reports its load, and what each normalized figure is called there: the
     names of Prometheus samples, the first one present wins (an old name after its new one).
     ``kind``: ``prometheus`` (text exposition at ``path``), ``ollama_ps`` (the loaded models at
@@ -597,7 +470,7 @@ Fact = Literal["model", "served_model_name", "host", "port"]
 EnvironmentValue = Literal["model", "served_model_name", "host", "port", "address"]
 
 
-class Settings(_Record):
+class Settings(Record):
     """Where the engine reads its settings besides argv; argv wins over both, as the engines do
     (and a config file's keys, which are the engine's flag names, over the environment)."""
 

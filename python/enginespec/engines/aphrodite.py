@@ -8,16 +8,8 @@ from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
 import enginespec.engines.vllm as vllm
-from enginespec.definition.records import (
-    ControlRequest,
-    Flags,
-    Launch,
-    ModelControl,
-    ModelList,
-    Package,
-    Serving,
-    Settings,
-)
+from enginespec.definition.records import Flags, Launch, Package, Serving, Settings
+from enginespec.definition.servedrecords import ControlRequest, ModelControl, ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 

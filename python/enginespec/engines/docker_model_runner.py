@@ -16,10 +16,10 @@ from enginespec.definition.records import (
     LatencyMetrics,
     Launch,
     LoadMetrics,
-    ModelList,
     Serving,
     Settings,
 )
+from enginespec.definition.servedrecords import ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import _libraries, llamacpp, vllm
 from enginespec.failures import FailurePattern, Failures

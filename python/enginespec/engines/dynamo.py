@@ -13,15 +13,8 @@ components/src/dynamo/trtllm/backend_args.py at ``0a6a115c``.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import (
-    HealthRule,
-    IdentityProbe,
-    Launch,
-    ModelList,
-    Package,
-    Serving,
-    Settings,
-)
+from enginespec.definition.records import HealthRule, IdentityProbe, Launch, Package, Serving, Settings
+from enginespec.definition.servedrecords import ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import sglang, trtllm, vllm
 from enginespec.spec import EngineSpec

@@ -8,7 +8,8 @@ tags where a line says so.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import Flags, Launch, LoadMetrics, ModelList, Package, Serving, Settings
+from enginespec.definition.records import Flags, Launch, LoadMetrics, Package, Serving, Settings
+from enginespec.definition.servedrecords import ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 

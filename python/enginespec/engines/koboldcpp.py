@@ -11,15 +11,8 @@ import os
 import re
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import (
-    ControlRequest,
-    Flags,
-    IdentityProbe,
-    Launch,
-    ModelControl,
-    ModelList,
-    Serving,
-)
+from enginespec.definition.records import Flags, IdentityProbe, Launch, Serving
+from enginespec.definition.servedrecords import ControlRequest, ModelControl, ModelList
 from enginespec.definition.signature import Evidence, LaunchForm, Signature
 from enginespec.healthrecord import HealthState
 from enginespec.spec import EngineSpec

@@ -10,17 +10,8 @@ the files cited are at that tag.
 
 from __future__ import annotations
 
-from enginespec.definition.records import (
-    ControlRequest,
-    Flags,
-    HealthRule,
-    IdentityProbe,
-    Launch,
-    ModelControl,
-    ModelList,
-    Serving,
-    Settings,
-)
+from enginespec.definition.records import Flags, HealthRule, IdentityProbe, Launch, Serving, Settings
+from enginespec.definition.servedrecords import ControlRequest, ModelControl, ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import _libraries, llamacpp
 from enginespec.failures import FailurePattern, Failures

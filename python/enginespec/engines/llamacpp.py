@@ -17,7 +17,6 @@ from enginespec.definition.modelrecords import (
     Placement,
 )
 from enginespec.definition.records import (
-    ControlRequest,
     Flags,
     HealthRule,
     IdentityProbe,
@@ -25,13 +24,12 @@ from enginespec.definition.records import (
     LatencyMetrics,
     Launch,
     LoadMetrics,
-    ModelControl,
-    ModelList,
     Package,
     Serving,
     Settings,
     SourceBuild,
 )
+from enginespec.definition.servedrecords import ControlRequest, ModelControl, ModelList
 from enginespec.definition.signature import Evidence, LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
 from enginespec.models.facts import argv_number

@@ -7,7 +7,8 @@ llama_cpp/server/cli.py, llama_cpp/server/settings.py, llama_cpp/server/app.py.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import Flags, Launch, ModelList, Package, Serving, Settings
+from enginespec.definition.records import Flags, Launch, Package, Serving, Settings
+from enginespec.definition.servedrecords import ModelList
 from enginespec.definition.signature import Evidence, LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
 from enginespec.healthrecord import HealthState

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.records import (
-    ControlRequest,
     Flags,
     HealthRule,
     LatencyMetric,
     LatencyMetrics,
     Launch,
     LoadMetrics,
-    ModelControl,
-    ModelList,
     Package,
     Serving,
 )
+from enginespec.definition.servedrecords import ControlRequest, ModelControl, ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 

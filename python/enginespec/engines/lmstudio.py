@@ -10,16 +10,8 @@ showing its processes; each line says which.
 
 from __future__ import annotations
 
-from enginespec.definition.records import (
-    ControlRequest,
-    HealthRule,
-    IdentityProbe,
-    Launch,
-    ModelControl,
-    ModelList,
-    Serving,
-    Settings,
-)
+from enginespec.definition.records import HealthRule, IdentityProbe, Launch, Serving, Settings
+from enginespec.definition.servedrecords import ControlRequest, ModelControl, ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import llamacpp, mlx
 from enginespec.failures import Failures

@@ -6,15 +6,8 @@ are at that tag.
 
 from __future__ import annotations
 
-from enginespec.definition.records import (
-    Flags,
-    HealthRule,
-    IdentityProbe,
-    Launch,
-    ModelList,
-    Serving,
-    Settings,
-)
+from enginespec.definition.records import Flags, HealthRule, IdentityProbe, Launch, Serving, Settings
+from enginespec.definition.servedrecords import ModelList
 from enginespec.definition.signature import Evidence, LaunchForm, Signature
 from enginespec.engines import llamacpp
 from enginespec.failures import FailurePattern, Failures

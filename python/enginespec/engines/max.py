@@ -15,11 +15,11 @@ from enginespec.definition.records import (
     IdentityProbe,
     Launch,
     LoadMetrics,
-    ModelList,
     Package,
     Serving,
     Settings,
 )
+from enginespec.definition.servedrecords import ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.spec import EngineSpec
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import Flags, HealthRule, Launch, ModelList, Package, Serving
+from enginespec.definition.records import Flags, HealthRule, Launch, Package, Serving
+from enginespec.definition.servedrecords import ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
 from enginespec.spec import EngineSpec

@@ -7,17 +7,8 @@ Facts are from mlx-vlm v0.6.15 (``d734bd28``): mlx_vlm/server/cli.py and mlx_vlm
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import (
-    ControlRequest,
-    Flags,
-    HealthRule,
-    Launch,
-    ModelControl,
-    ModelList,
-    Package,
-    Serving,
-    Settings,
-)
+from enginespec.definition.records import Flags, HealthRule, Launch, Package, Serving, Settings
+from enginespec.definition.servedrecords import ControlRequest, ModelControl, ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
 from enginespec.spec import EngineSpec

@@ -11,17 +11,8 @@ import re
 
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.modelrecords import Files
-from enginespec.definition.records import (
-    ControlRequest,
-    HealthRule,
-    IdentityProbe,
-    Launch,
-    LoadMetrics,
-    ModelControl,
-    ModelList,
-    Serving,
-    Settings,
-)
+from enginespec.definition.records import HealthRule, IdentityProbe, Launch, LoadMetrics, Serving, Settings
+from enginespec.definition.servedrecords import ControlRequest, ModelControl, ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
 from enginespec.models.files import HOST, ModelError, read_capped

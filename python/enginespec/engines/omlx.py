@@ -7,15 +7,8 @@ README line is from), omlx/settings.py and pyproject.toml at ``004308c9``.
 
 from __future__ import annotations
 
-from enginespec.definition.records import (
-    Flags,
-    IdentityProbe,
-    Launch,
-    ModelList,
-    Package,
-    Serving,
-    Settings,
-)
+from enginespec.definition.records import Flags, IdentityProbe, Launch, Package, Serving, Settings
+from enginespec.definition.servedrecords import ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import mlx, mlx_vlm
 from enginespec.spec import EngineSpec

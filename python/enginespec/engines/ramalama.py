@@ -9,7 +9,8 @@ tests/real/test_ramalama.py: its argv forms are those of v0.24.0; its default ho
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import ContainerLabels, Flags, Launch, ModelList, Package, Serving
+from enginespec.definition.records import ContainerLabels, Flags, Launch, Package, Serving
+from enginespec.definition.servedrecords import ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import llamacpp, vllm
 from enginespec.spec import EngineSpec

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.records import (
-    ControlRequest,
     FamilyDefault,
     Flags,
     HealthRule,
@@ -12,12 +11,11 @@ from enginespec.definition.records import (
     LatencyMetrics,
     Launch,
     LoadMetrics,
-    ModelControl,
-    ModelList,
     Package,
     Serving,
     Settings,
 )
+from enginespec.definition.servedrecords import ControlRequest, ModelControl, ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
 from enginespec.spec import EngineSpec

@@ -7,17 +7,8 @@ files cited below are at that commit.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import (
-    ControlRequest,
-    Flags,
-    KeyFile,
-    Launch,
-    ModelControl,
-    ModelList,
-    Package,
-    Serving,
-    Settings,
-)
+from enginespec.definition.records import Flags, KeyFile, Launch, Package, Serving, Settings
+from enginespec.definition.servedrecords import ControlRequest, ModelControl, ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import FailurePattern, Failures
 from enginespec.healthrecord import HealthState

@@ -15,7 +15,6 @@ from enginespec.definition.modelrecords import (
     Placement,
 )
 from enginespec.definition.records import (
-    ControlRequest,
     EngineWorker,
     FamilyDefault,
     Flags,
@@ -23,12 +22,11 @@ from enginespec.definition.records import (
     LatencyMetrics,
     Launch,
     LoadMetrics,
-    ModelControl,
-    ModelList,
     Package,
     Serving,
     Settings,
 )
+from enginespec.definition.servedrecords import ControlRequest, ModelControl, ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.failures import ArgvHint, FailurePattern, Failures
 from enginespec.models.facts import argv_number

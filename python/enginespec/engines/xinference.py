@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.records import (
-    ControlRequest,
     ExtraPort,
     Flags,
     HealthRule,
     IdentityProbe,
     Launch,
     LoadMetrics,
-    ModelControl,
-    ModelList,
     Package,
     Serving,
 )
+from enginespec.definition.servedrecords import ControlRequest, ModelControl, ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import llamacpp, vllm
 from enginespec.failures import FailurePattern, Failures

@@ -3,7 +3,7 @@ could load, read through its own API and normalized into one :class:`ServedModel
 engine.
 
 Where a server says so and how its answers read is data in its definition
-(:class:`enginespec.definition.records.ModelList`); this module drives a reading, each kind's
+(:class:`enginespec.definition.servedrecords.ModelList`); this module drives a reading, each kind's
 answers read in :mod:`enginespec.health.servedreaders`. An engine that serves
 one model fixed at start says nothing to ask: its argv names the model (``source`` is ``argv``).
 Every request goes only to a socket the engine's own tree holds (as a health check's, see

@@ -19,8 +19,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 import enginespec.health.reaching as reaching
-from enginespec.definition.records import EngineDefinition, KeyRole, ModelList, ModelListKind
+from enginespec.definition.recordbase import KeyRole
+from enginespec.definition.records import EngineDefinition
 from enginespec.definition.registry import find_engine
+from enginespec.definition.servedrecords import ModelList, ModelListKind
 from enginespec.display import literal
 from enginespec.process.argv import flag_value
 from enginespec.process.keyfile import FileKeys, read_keys

@@ -17,8 +17,8 @@ from typing import Literal
 from urllib.parse import quote
 
 import enginespec.health.reaching as reaching
-from enginespec.definition.records import ControlRequest
 from enginespec.definition.registry import find_engine
+from enginespec.definition.servedrecords import ControlRequest
 from enginespec.display import literal
 from enginespec.errors import ControlFailed, ControlRefused, ControlUnsupported, InvalidInputError
 from enginespec.health.servedmodels import ServedModels, served_models_async

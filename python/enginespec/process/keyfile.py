@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass, field
 
 from enginespec._host.root import HostRoot
-from enginespec.definition.records import KeyFile, KeyRole
+from enginespec.definition.recordbase import KeyRole
+from enginespec.definition.records import KeyFile
 from enginespec.display import literal
 from enginespec.untrusted.documents import DocumentError, parse_yaml
 
