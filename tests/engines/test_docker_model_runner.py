@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -53,7 +54,7 @@ def test_launch_forms(argv: list[str], facts: tuple[Any, ...] | None) -> None:
     assert found == ("docker-model-runner", None, (), facts[0], facts[1], "server")
 
 
-def test_llama_server_is_its_runner_in_a_real_tree(procs: Procs) -> None:
+def test_llama_server_is_its_runner_in_a_real_tree(procs: Procs, tmp_path: Path) -> None:
     runner = [
         "/app/llama-server",
         "-ngl",
@@ -67,7 +68,9 @@ def test_llama_server_is_its_runner_in_a_real_tree(procs: Procs) -> None:
         "4096",
         "--jinja",
     ]
-    server = procs.start(["/app/model-runner"], HELPER_SPAWN=ARG.join(runner), MODEL_RUNNER_PORT="12434")
+    server = procs.start(
+        ["/app/model-runner"], cwd=tmp_path, HELPER_SPAWN=ARG.join(runner), MODEL_RUNNER_PORT="12434"
+    )
     wait_for(lambda: len(children_of(server.pid)) == 1, timeout=20)
     (child,) = children_of(server.pid)
     wait_for(lambda: Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0] == b"/app/llama-server")
@@ -81,9 +84,10 @@ def test_llama_server_is_its_runner_in_a_real_tree(procs: Procs) -> None:
     assert (record.engine, record.role, record.supervisor) == ("llamacpp", "runner", "docker-model-runner")
     assert (record.host, record.port) == ("inference-runner-0.sock", None)
     # the daemon is asked on its own TCP port; the runner's socket path is relative to its
-    # working directory, which argv does not say: no URL is made of it
+    # working directory (the daemon's, inherited): /proc/PID/cwd says where (its health over
+    # that socket: tests/health/test_working_socket.py)
     assert top.base_url == "http://127.0.0.1:12434"
-    assert record.base_url is None
+    assert record.base_url == "http+unix://" + quote(f"{tmp_path}/inference-runner-0.sock", safe="")
 
 
 def _scanned(procs: Procs, answer: Answer) -> str:

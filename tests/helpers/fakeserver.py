@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,13 @@ class FakeEngine:
             from urllib.parse import quote
 
             self.url = "http+unix://" + quote(unix_path, safe="")
+        elif sock is not None and sock.family == socket.AF_UNIX:
+            unix = _UnixServer(sock.getsockname(), handler, bind_and_activate=False)
+            unix.socket.close()
+            unix.socket = sock
+            unix.server_activate()
+            self.server = unix
+            self.url = ""  # bound at a path relative to some directory: no URL of its own
         elif sock is not None:
             server = ThreadingHTTPServer(sock.getsockname(), handler, bind_and_activate=False)
             server.socket.close()
@@ -298,6 +306,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         _handed.add(port)
         return port
     raise RuntimeError(f"no free port at {host} after 1000 tries")
+
+
+def bound_unix_socket(directory: Path, name: str) -> socket.socket:
+    """A unix socket bound at the relative path ``name`` from ``directory`` (as a server whose
+    working directory that is binds it: the kernel lists it by that relative name), not
+    listening yet; for :class:`FakeEngine` (``sock``) and the process standing for the engine."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    here = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.chdir(directory)
+        sock.bind(name)
+    finally:
+        os.fchdir(here)
+        os.close(here)
+    sock.set_inheritable(True)
+    return sock
 
 
 def bound_socket() -> socket.socket:

@@ -374,6 +374,29 @@ def in_root(pid: int, path: str, proc: str = PROC) -> str:
     raise Refused("is relative to a working directory outside the process's root; not read")
 
 
+def working_directory(pid: int, proc: str = PROC) -> str:
+    """The process's working directory as an absolute path inside its root (``/proc/PID/cwd`` as
+    seen from ``/proc/PID/root``), for a path it names relative to it that is to be reached, not
+    read (a unix socket); raises ``Refused`` when the link cannot be read (another user's
+    process, to a reader that is not root), or names no directory this reader can reach: outside
+    the process's root, not absolute (``(unreachable)...``), or deleted (the kernel's link then
+    ends in `` (deleted)``, as would a directory so named: refused both ways)."""
+    try:
+        root = os.readlink(f"{proc}/{pid}/root")
+        cwd = os.readlink(f"{proc}/{pid}/cwd")
+    except OSError as err:
+        raise Refused(f"is relative to a working directory that cannot be read ({err.strerror})") from None
+    if not cwd.startswith("/") or cwd.endswith(" (deleted)"):
+        raise Refused("is relative to a working directory that was deleted or cannot be reached")
+    if root == "/":
+        return cwd
+    if cwd == root:
+        return "/"
+    if cwd.startswith(root + "/"):
+        return cwd[len(root) :]
+    raise Refused("is relative to a working directory outside the process's root")
+
+
 def _with_root(pid: int, paths: Sequence[str], action: Callable[[int, list[str]], _T], proc: str) -> _T:
     """``action(root fd, paths inside the root)`` as ``pid``'s owner, in the worker thread."""
     who = owner(pid, proc)

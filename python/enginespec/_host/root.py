@@ -134,6 +134,10 @@ class HostRoot:
         """``path`` as an absolute path inside the process's root; raises ``Refused``."""
         return namedfiles.in_root(pid, path, self.proc)
 
+    def working_directory(self, pid: int) -> str:
+        """The process's working directory, inside its root; raises ``Refused``."""
+        return namedfiles.working_directory(pid, self.proc)
+
     def read_named(self, pid: int, path: str, limit: int, *, whole: bool = True) -> namedfiles.NamedFile:
         """The contents of ``path`` as process ``pid`` names it, size-capped."""
         return namedfiles.read_named(pid, path, limit, whole=whole, proc=self.proc)

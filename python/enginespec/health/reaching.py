@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import ssl
+import stat
 import struct
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -200,6 +201,12 @@ def _unix_endpoint(
             where = root.path(tree[0], "root") + path
     if len(os.fsencode(where)) > 107:
         return None, ("unknown", f"{where} is too long a socket path to connect to: not contacted")
+    # What is there now, the last component not followed: a socket the tree bound stays a socket
+    # (bind makes the file); a link or another file was put there since, and is not followed
+    # (a file that is gone fails the connection, as it would anyway).
+    with contextlib.suppress(OSError):
+        if not stat.S_ISSOCK(os.lstat(where).st_mode):
+            return None, ("unknown", f"{path} is no longer a socket (a link or another file): not contacted")
     return Endpoint("http://localhost", where, tree, held, root), ("unknown", "")
 
 

@@ -15,7 +15,7 @@ from enginespec.definition.records import EngineDefinition, Fact
 from enginespec.definition.registry import all_signatures, find_engine
 from enginespec.definition.signature import NOT_SERVING_ROLES, Role, Signature, signatures_json
 from enginespec.display import literal
-from enginespec.process.urls import base_url, unix_socket_url
+from enginespec.process.urls import base_url, is_relative_socket_path, unix_socket_url
 from enginespec.untrusted.masking import REDACTED, is_secret_name
 
 
@@ -263,7 +263,10 @@ def endpoint(
             problems.append(f"socket path '{literal(socket)}' is not an absolute, printable path")
     else:
         url = base_url(effective_host, effective_port, sockets=definition.serving.socket_host)
-        if url is None and effective_port is not None:
+        # A socket path relative to the server's working directory, which argv does not say:
+        # the scan finds it (scanning.stages.working_socket_url).
+        relative = definition.serving.socket_host and is_relative_socket_path(effective_host)
+        if url is None and effective_port is not None and not relative:
             problems.append(f"host '{literal(effective_host)}' is not an address")
     return ArgvAddress(effective_host, effective_port, url, tuple(problems))
 

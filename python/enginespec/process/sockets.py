@@ -22,10 +22,12 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from enginespec._host import backend as _backend
+from enginespec._host.namedfiles import Refused
 from enginespec._host.root import HOST_ROOT, proc_host
 from enginespec._host.shapes import kernel_fields, kernel_int, tcp_address
+from enginespec.display import literal
 from enginespec.process.containers import netns_addresses
-from enginespec.process.urls import connect_host
+from enginespec.process.urls import connect_host, socket_in, usable_socket_path
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: This host's process files, where the readers below look unless given a fixture host's
@@ -330,10 +332,35 @@ def target(tree: Sequence[int], host: str, port: int, proc: str = PROC) -> TreeA
     return TreeAddress(address, None, holders(shared, pids, proc))
 
 
+def working_socket(pid: int, path: str, proc: str = PROC) -> tuple[str | None, str | None]:
+    """Where the unix socket ``path`` that process ``pid`` names relative to its working
+    directory is, as an absolute path inside the process's root (its ``cwd`` link, read through
+    the host's door): ``(path, None)``, or ``(None, why)`` when that directory cannot be read or
+    reached, ``path`` leaves it (``..``), or the whole is no path a client can connect to (over
+    107 bytes, or not printable). Whether the process holds a socket there is asked when it is
+    contacted (:func:`unix_listeners`), not here: a server still starting has bound none yet."""
+    shown = literal(path)
+    try:
+        directory = proc_host(proc).working_directory(pid)
+    except Refused as why:
+        return None, f"socket path '{shown}' {why}: no URL"
+    found = socket_in(directory, path)
+    if found is None:
+        return None, f"socket path '{shown}' leaves the working directory ('..'): no URL"
+    if not usable_socket_path(found):
+        return None, (
+            f"socket path '{shown}' in the working directory is '{literal(found[:200])}', which is no"
+            " path a client can connect to (over 107 bytes, or not printable): no URL"
+        )
+    return found, None
+
+
 def unix_listeners(tree: Sequence[int], path: str, proc: str = PROC) -> frozenset[int] | None:
     """The inodes of the listening unix sockets bound at ``path`` that the process tree ``tree``
     (the server first) holds (``/proc/PID/net/unix`` matched to the tree's fds, read from
-    ``proc``); ``None`` when its fds cannot be read."""
+    ``proc``); ``None`` when its fds cannot be read. A socket bound at a relative path is listed
+    by the kernel as given: it is at ``path`` when that name resolves against the server's
+    working directory (:func:`working_socket`) to ``path``."""
     pids = list(tree)
     held = _held(pids, proc)
     if held is None:
@@ -348,7 +375,12 @@ def unix_listeners(tree: Sequence[int], path: str, proc: str = PROC) -> frozense
         fields = line.split(maxsplit=7)
         # Num RefCount Protocol Flags Type St Inode Path; __SO_ACCEPTCON (0x10000) marks a listener.
         listening = len(fields) == 8 and fields[3] == b"00010000" and fields[6].isdigit()
-        if listening and fields[7] == wanted and int(fields[6]) in held:
+        if not listening or int(fields[6]) not in held:
+            continue
+        name = fields[7]
+        # "@": an abstract socket, which no path reaches
+        relative = not name.startswith((b"/", b"@"))
+        if name == wanted or (relative and working_socket(pids[0], os.fsdecode(name), proc)[0] == path):
             found.add(int(fields[6]))
     return frozenset(found)
 

@@ -34,6 +34,23 @@ def is_socket_path(host: str) -> bool:
     return host.startswith("/") or host.endswith(".sock")
 
 
+def is_relative_socket_path(host: str) -> bool:
+    """A socket-path host that is relative to the server's working directory (Docker Model
+    Runner's llama-server runners: ``--host inference-runner-0.sock``)."""
+    return is_socket_path(host) and not host.startswith("/")
+
+
+def socket_in(directory: str, path: str) -> str | None:
+    """The relative socket path ``path`` resolved against the absolute ``directory`` (where the
+    server's working directory is), or ``None`` when ``path`` has a ``..`` component (it would
+    leave that directory for a place argv alone chose) or is empty. ``.`` components and
+    repeated slashes are dropped, so one socket has one spelling."""
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    if not parts or ".." in parts or not directory.startswith("/"):
+        return None
+    return "/".join([directory.rstrip("/"), *parts])
+
+
 def is_wildcard(host: str) -> bool:
     """A listen address that means every address of the host (``0.0.0.0``, ``::``, empty)."""
     return host in _WILDCARDS

@@ -37,7 +37,14 @@ from enginespec.process.argv import (
 from enginespec.process.containers import Container
 from enginespec.process.record import EngineProcess
 from enginespec.process.settings import environment_names, first_key, merge
-from enginespec.scanning.stages import Built, Folding, NetworkPlacement, OutsideFacts, PortConflicts
+from enginespec.scanning.stages import (
+    Built,
+    Folding,
+    NetworkPlacement,
+    OutsideFacts,
+    PortConflicts,
+    working_socket_url,
+)
 from enginespec.untrusted.boundary import contained
 
 if TYPE_CHECKING:
@@ -360,6 +367,7 @@ class Scanner:
                     sources={**merged.sources, "model": "server", "served_model_name": "server"},
                 )
         where = endpoint(spec, argv, merged.host, merged.port, merged.port_text, role)
+        where = working_socket_url(spec, where, pid, role, self._root)
         process = EngineProcess(
             pid=pid,
             start_time=start_time,

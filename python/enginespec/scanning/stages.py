@@ -22,6 +22,8 @@ from enginespec._host.root import HostRoot
 from enginespec._host.shapes import ContainerRuntime, RawProcess
 from enginespec.config import Config
 from enginespec.definition.records import EngineDefinition
+from enginespec.definition.signature import NOT_SERVING_ROLES, Role
+from enginespec.process.argv import ArgvAddress
 from enginespec.process.containers import (
     Container,
     ContainerReader,
@@ -35,6 +37,7 @@ from enginespec.process.containers import (
 )
 from enginespec.process.record import EngineProcess
 from enginespec.process.settings import Outside, read_outside, serves_by_environment
+from enginespec.process.urls import is_relative_socket_path, unix_socket_url
 from enginespec.untrusted.boundary import contained
 
 #: A record as built by a scan: (the backend's record, the engine of its parent, its model).
@@ -285,3 +288,29 @@ class PortConflicts:
         item, parent_engine, _old = built[process.pid]
         built[process.pid] = (item, parent_engine, updated)
         return updated
+
+
+def working_socket_url(
+    definition: EngineDefinition, where: ArgvAddress, pid: int, role: Role, root: HostRoot
+) -> ArgvAddress:
+    """``where`` with the URL of a server that listens on a unix socket named relative to its
+    working directory (Docker Model Runner's llama-server runners: ``--host
+    inference-runner-0.sock``): the path joined to ``/proc/PID/cwd`` as seen inside the process's
+    root (read through the host's door). When that cannot be (the directory cannot be read:
+    another user's process to a scanner that is not root; it was deleted or lies outside the
+    process's root; the path has a ``..``; the whole is over 107 bytes), no URL, and a problem
+    says why. The path is only where the process says it listens: a check contacts it only if
+    the process's tree holds a listening socket bound there, the file there is a socket, and the
+    peer that accepts is the tree (health.reaching)."""
+    host = where.effective_host
+    if (
+        where.base_url is not None
+        or role in NOT_SERVING_ROLES
+        or not definition.serving.socket_host
+        or not is_relative_socket_path(host)
+    ):
+        return where
+    path, problem = sockets.working_socket(pid, host, root.proc)
+    url = unix_socket_url(path) if path is not None else None
+    problems = where.problems if problem is None else (*where.problems, problem)
+    return ArgvAddress(host, where.effective_port, url, problems)
