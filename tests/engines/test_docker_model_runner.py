@@ -14,11 +14,10 @@ import pytest
 
 from enginespec import Scanner
 from enginespec.health.checks import check_health
-from enginespec.health.identity import identify
-from helpers.facts import argv_facts
-from helpers.fakeserver import Answer, serving
+from helpers.fakeserver import Answer
 from helpers.procs import Procs, children_of, wait_for
-from helpers.simpleservers import engine_process
+from helpers.simpleservers import engine_process, identify_answering
+from helpers.tabletests import launch_forms_test
 
 ARG = "\x1f"
 #: pkg/server/server.go: the root handler's answer (v1.0.5 on)
@@ -43,15 +42,7 @@ FORMS: list[tuple[list[str], tuple[Any, ...] | None]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("argv", "facts"), FORMS, ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else ""
-)
-def test_launch_forms(argv: list[str], facts: tuple[Any, ...] | None) -> None:
-    found = argv_facts(argv)
-    if facts is None:
-        assert found is None or found[0] != "docker-model-runner"
-        return
-    assert found == ("docker-model-runner", None, (), facts[0], facts[1], "server")
+test_launch_forms = launch_forms_test("docker-model-runner", FORMS, fields=("host", "port"))
 
 
 def test_llama_server_is_its_runner_in_a_real_tree(procs: Procs, tmp_path: Path) -> None:
@@ -126,11 +117,8 @@ def test_hostile_answers_are_said(procs: Procs, answer: Answer) -> None:
 
 def test_identify_tells_it() -> None:
     # v1.0.0-v1.0.4 had no greeting at `/`: /engines/status tells them too
-    with serving({"/engines/status": [STATUS]}) as server:
-        found = identify(server.url, timeout=5)
-    assert (found.engine, found.matched) == ("docker-model-runner", ("docker-model-runner",))
+    dmr = "docker-model-runner"
+    assert identify_answering({"/engines/status": [STATUS]}) == (dmr, (dmr,))
     # llama-server, Ollama, vLLM: no /engines/status
-    with serving(
-        {"/": [Answer(200, b"Ollama is running")], "/health": [Answer(200, b'{"status":"ok"}')]}
-    ) as other:
-        assert identify(other.url, timeout=5).engine != "docker-model-runner"
+    other = {"/": [Answer(200, b"Ollama is running")], "/health": [Answer(200, b'{"status":"ok"}')]}
+    assert identify_answering(other)[0] != dmr

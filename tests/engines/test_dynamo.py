@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 
-from enginespec import Scanner, get_engine_spec, parse_argv
-from enginespec.definition.records import HealthAnswer
+from enginespec import parse_argv
 from enginespec.health.checks import check_health
-from enginespec.health.identity import identify
-from helpers.facts import argv_facts
-from helpers.fakeserver import Answer, bound_socket, serving
-from helpers.procs import Procs, wait_for
+from helpers.fakeserver import Answer
+from helpers.procs import Procs
+from helpers.simpleservers import engine_process, identify_answering, scanned
+from helpers.tabletests import argv_tests, health_test, identity_probe_test
 
 # argv -> (engine, model, first served name, host, port, role)
 GOLDEN: list[tuple[list[str], tuple[Any, ...]]] = [
@@ -85,14 +84,7 @@ NOT_SERVERS: list[list[str]] = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "facts"), GOLDEN, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
-def test_golden_forms(argv: list[str], facts: tuple[Any, ...]) -> None:
-    assert argv_facts(argv, first_name=True) == facts
-
-
-@pytest.mark.parametrize("argv", NOT_SERVERS, ids=lambda v: " ".join(v))
-def test_look_alikes_are_not_servers(argv: list[str]) -> None:
-    assert parse_argv(argv) is None
+test_golden_forms, test_look_alikes_are_not_servers = argv_tests(GOLDEN, NOT_SERVERS)
 
 
 @pytest.mark.parametrize(
@@ -125,8 +117,9 @@ def _health_body(status: str, message: str) -> bytes:
     ).encode()
 
 
-@pytest.mark.parametrize(
-    ("answer", "state"),
+test_health = health_test(
+    "dynamo",
+    "/health",
     [
         (Answer(200, _health_body("healthy", "Service is healthy")), "ready"),
         (Answer(503, _health_body("not_ready", "Initial model discovery in progress")), "loading"),
@@ -137,18 +130,13 @@ def _health_body(status: str, message: str) -> bytes:
         (Answer(200, b'{"status": ["healthy"]}'), "unknown"),
     ],
 )
-def test_health(answer: Answer, state: str) -> None:
-    with serving({"/health": [answer]}) as server:
-        health = check_health("dynamo", server.url, timeout=10)
-    assert health.state == state, health
-    assert health.engine == "dynamo"
 
 
 LIVE = b'{"message":"Service is live","status":"live"}'
 
 
-@pytest.mark.parametrize(
-    ("status", "body", "ours"),
+test_the_identity_probe = identity_probe_test(
+    "dynamo",
     [
         (200, LIVE, True),
         (503, b'{"message":"Service is shutting down","status":"shutting_down"}', False),
@@ -158,42 +146,26 @@ LIVE = b'{"message":"Service is live","status":"live"}'
         (200, b"[" * 100_000, False),
         (200, b'{"status": 1}', False),
     ],
+    path="/live",
 )
-def test_the_identity_probe(status: int, body: bytes, ours: bool) -> None:
-    probe = get_engine_spec("dynamo").serving.identity
-    assert probe is not None
-    assert probe.path == "/live"
-    assert probe.matches(HealthAnswer(status, body)) is ours
 
 
 def test_identify_tells_dynamo_on_its_port() -> None:
     # vLLM on the same default port answers /live with 404 (no such route)
     routes = {"/live": [Answer(200, LIVE)], "/health": [Answer(200, _health_body("healthy", "x"))]}
-    with serving(routes) as server:
-        found = identify(server.url, timeout=5)
-    assert (found.engine, found.matched) == ("dynamo", ("dynamo",))
-
-
-def _scanned(pid: int) -> Any:
-    found = [p for p in Scanner(listen_ports=False).scan() if p.pid == pid]
-    return found[0] if found else None
+    assert identify_answering(routes) == ("dynamo", ("dynamo",))
 
 
 def test_a_running_frontend_and_worker_are_found_and_checked(procs: Procs) -> None:
-    sock = bound_socket()  # the frontend holds the socket the fake server answers on
-    port = sock.getsockname()[1]
-    frontend = ["python3", "-m", "dynamo.frontend", "--http-host", "127.0.0.1", "--http-port", str(port)]
+    frontend = ["python3", "-m", "dynamo.frontend", "--http-host", "127.0.0.1", "--http-port", "{port}"]
     worker = ["python3", "-m", "dynamo.vllm", "--model", "Qwen/Qwen3-0.6B", "--discovery-backend", "file"]
-    with serving({"/health": [Answer(200, _health_body("healthy", "Service is healthy"))]}, sock=sock):
-        front = procs.start(frontend, pass_fds=(sock.fileno(),))
-        back = procs.start(worker)
-        wait_for(lambda: _scanned(front.pid) is not None and _scanned(back.pid) is not None, timeout=20)
-        server, follower = _scanned(front.pid), _scanned(back.pid)
-        assert (server.engine, server.model, server.host, server.port, server.role) == (
+    routes = {"/health": [Answer(200, _health_body("healthy", "Service is healthy"))]}
+    with engine_process(procs, frontend, routes) as (server, _fake):
+        follower = scanned(procs.start(worker).pid)
+        assert (server.engine, server.model, server.host, server.role) == (
             "dynamo",
             None,
             "127.0.0.1",
-            port,
             "server",
         )
         assert check_health(server, timeout=5).state == "ready"
@@ -205,7 +177,6 @@ def test_a_running_frontend_and_worker_are_found_and_checked(procs: Procs) -> No
 def test_the_frontend_port_from_its_environment(procs: Procs) -> None:
     # frontend_args.py: `--http-port` defaults to DYN_HTTP_PORT (env_or_default)
     proc = procs.start(["python3", "-m", "dynamo.frontend"], DYN_HTTP_PORT="8123", DYN_HTTP_HOST="127.0.0.1")
-    wait_for(lambda: _scanned(proc.pid) is not None, timeout=20)
-    process = _scanned(proc.pid)
+    process = scanned(proc.pid)
     assert (process.engine, process.host, process.port) == ("dynamo", "127.0.0.1", 8123)
     assert process.sources["port"] == "environment"

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from enginespec import Scanner, parse_argv
 from enginespec.health.checks import check_health
-from helpers.facts import argv_facts
-from helpers.fakeserver import Answer, bound_socket, serving
-from helpers.procs import Procs, wait_for
+from helpers.fakeserver import Answer
+from helpers.procs import Procs
+from helpers.simpleservers import engine_process, scanned
+from helpers.tabletests import argv_tests, health_test
 
 # argv -> (engine, model, first served name, host, port, role)
 GOLDEN: list[tuple[list[str], tuple[Any, ...]]] = [
@@ -49,50 +47,29 @@ NOT_SERVERS: list[list[str]] = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "facts"), GOLDEN, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
-def test_golden_forms(argv: list[str], facts: tuple[Any, ...]) -> None:
-    assert argv_facts(argv, first_name=True) == facts
-
-
-@pytest.mark.parametrize("argv", NOT_SERVERS, ids=lambda v: " ".join(v))
-def test_look_alikes_are_not_servers(argv: list[str]) -> None:
-    assert parse_argv(argv) is None
+test_golden_forms, test_look_alikes_are_not_servers = argv_tests(GOLDEN, NOT_SERVERS)
 
 
 # src/exo/master/api.py get_models: an OpenAI-style list of every model card
 MODELS = b'{"object":"list","data":[{"id":"llama-3.2-1b","hugging_face_id":"mlx-community/Llama-3.2-1B"}]}'
 
 
-@pytest.mark.parametrize(
-    ("answer", "state"),
+test_health = health_test(
+    "exo",
+    "/v1/models",
     [
         (Answer(200, MODELS), "ready"),
         (Answer(503, b""), "unhealthy"),
         (Answer(200, b"[" * 200_000), "ready"),
     ],
 )
-def test_health(answer: Answer, state: str) -> None:
-    with serving({"/v1/models": [answer]}) as server:
-        health = check_health("exo", server.url, timeout=10)
-    assert health.state == state, health
-    assert health.engine == "exo"
 
 
 def test_a_running_node_is_found_and_checked(procs: Procs) -> None:
-    sock = bound_socket()  # the process holds the socket the fake server answers on
-    port = sock.getsockname()[1]
-    with serving({"/v1/models": [Answer(200, MODELS)]}, sock=sock):
-        proc = procs.start(["exo", "--api-port", str(port), "-v"], pass_fds=(sock.fileno(),))
-        follower = procs.start(["exo", "--no-api"])
-
-        def scanned(pid: int) -> Any:
-            found = [p for p in Scanner(listen_ports=False).scan() if p.pid == pid]
-            return found[0] if found else None
-
-        wait_for(lambda: scanned(proc.pid) is not None and scanned(follower.pid) is not None, timeout=20)
-        process = scanned(proc.pid)
-        assert (process.engine, process.port, process.role) == ("exo", port, "server")
+    routes = {"/v1/models": [Answer(200, MODELS)]}
+    with engine_process(procs, ["exo", "--api-port", "{port}", "-v"], routes) as (process, _server):
+        node = scanned(procs.start(["exo", "--no-api"]).pid)
+        assert (process.engine, process.role) == ("exo", "server")
         assert check_health(process, timeout=5).state == "ready"
-        node = scanned(follower.pid)
         assert (node.engine, node.role) == ("exo", "follower")
         assert check_health(node, timeout=5).state == "not_serving"

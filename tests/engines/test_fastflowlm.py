@@ -7,15 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from enginespec import Scanner, get_engine_spec, parse_argv
-from enginespec.definition.records import HealthAnswer
 from enginespec.health.checks import check_health
-from enginespec.health.identity import identify
-from helpers.facts import argv_facts
-from helpers.fakeserver import Answer, bound_socket, serving
-from helpers.procs import Procs, wait_for
+from helpers.fakeserver import Answer
+from helpers.procs import Procs
+from helpers.simpleservers import engine_process, identify_answering
+from helpers.tabletests import argv_tests, health_test, identity_probe_test
 
 # argv -> (engine, model, first served name, host, port, role)
 GOLDEN: list[tuple[list[str], tuple[Any, ...]]] = [
@@ -86,18 +82,12 @@ NOT_SERVERS: list[list[str]] = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "facts"), GOLDEN, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
-def test_golden_forms(argv: list[str], facts: tuple[Any, ...]) -> None:
-    assert argv_facts(argv, first_name=True) == facts
+test_golden_forms, test_look_alikes_are_not_servers = argv_tests(GOLDEN, NOT_SERVERS)
 
 
-@pytest.mark.parametrize("argv", NOT_SERVERS, ids=lambda v: " ".join(v))
-def test_look_alikes_are_not_servers(argv: list[str]) -> None:
-    assert parse_argv(argv) is None
-
-
-@pytest.mark.parametrize(
-    ("answer", "state"),
+test_health = health_test(
+    "fastflowlm",
+    "/health",
     [
         (Answer(200, b'{"status":"ok"}'), "ready"),
         (Answer(503, b""), "unhealthy"),
@@ -106,18 +96,13 @@ def test_look_alikes_are_not_servers(argv: list[str]) -> None:
         (Answer(200, b'{"status": true}'), "unknown"),
     ],
 )
-def test_health(answer: Answer, state: str) -> None:
-    with serving({"/health": [answer]}) as server:
-        health = check_health("fastflowlm", server.url, timeout=10)
-    assert health.state == state, health
-    assert health.engine == "fastflowlm"
 
 
 NPU_STATUS = b'{"active_requests":0,"message":"NPU is available","npu_available":true}'
 
 
-@pytest.mark.parametrize(
-    ("status", "body", "ours"),
+test_the_identity_probe = identity_probe_test(
+    "fastflowlm",
     [
         (200, NPU_STATUS, True),
         (200, b'{"active_requests":1,"message":"NPU is currently in use","npu_available":false}', True),
@@ -126,10 +111,6 @@ NPU_STATUS = b'{"active_requests":0,"message":"NPU is available","npu_available"
         (200, b"[" * 100_000, False),
     ],
 )
-def test_the_identity_probe(status: int, body: bytes, ours: bool) -> None:
-    probe = get_engine_spec("fastflowlm").serving.identity
-    assert probe is not None
-    assert probe.matches(HealthAnswer(status, body)) is ours
 
 
 def test_identify_tells_fastflowlm_from_ollama_look_alike_routes() -> None:
@@ -138,29 +119,13 @@ def test_identify_tells_fastflowlm_from_ollama_look_alike_routes() -> None:
         "/api/version": [Answer(200, b'{"version":"0.9.24"}')],
         "/health": [Answer(200, b'{"status":"ok"}')],
     }
-    with serving(routes) as server:
-        found = identify(server.url, timeout=5)
-    assert (found.engine, found.matched) == ("fastflowlm", ("fastflowlm",))
+    assert identify_answering(routes) == ("fastflowlm", ("fastflowlm",))
 
 
 def test_a_running_flm_serve_is_found_on_its_environment_port(procs: Procs) -> None:
-    sock = bound_socket()  # the process holds the socket the fake server answers on
-    port = sock.getsockname()[1]
     argv = ["flm", "serve", "qwen3:4b", "--pmode", "balanced"]
-    with serving({"/health": [Answer(200, b'{"status":"ok"}')]}, sock=sock):
-        proc = procs.start(argv, pass_fds=(sock.fileno(),), FLM_SERVE_PORT=str(port))
-
-        def scanned() -> Any:
-            found = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
-            return found[0] if found else None
-
-        wait_for(lambda: scanned() is not None, timeout=20)
-        process = scanned()
-        assert (process.engine, process.model, process.port, process.role) == (
-            "fastflowlm",
-            "qwen3:4b",
-            port,
-            "server",
-        )
+    routes = {"/health": [Answer(200, b'{"status":"ok"}')]}
+    with engine_process(procs, argv, routes, FLM_SERVE_PORT="{port}") as (process, _server):
+        assert (process.engine, process.model, process.role) == ("fastflowlm", "qwen3:4b", "server")
         assert process.sources["port"] == "environment"
         assert check_health(process, timeout=5).state == "ready"

@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 
-from enginespec import get_engine_spec, parse_argv, redact_argv, served_models
+from enginespec import get_engine_spec, redact_argv, served_models
 from enginespec.health.checks import check_health
-from enginespec.scanning.scanner import Scanner
-from helpers.facts import argv_facts
 from helpers.fakeserver import Answer
-from helpers.procs import Procs, wait_for
-from helpers.simpleservers import engine_process
+from helpers.procs import Procs
+from helpers.simpleservers import engine_process, scanned
+from helpers.tabletests import argv_tests
 
 INF = "infinity_emb"
 
@@ -121,14 +120,7 @@ NOT_SERVERS: list[list[str]] = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "facts"), GOLDEN, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
-def test_golden_forms(argv: list[str], facts: tuple[Any, ...]) -> None:
-    assert argv_facts(argv, first_name=True) == facts
-
-
-@pytest.mark.parametrize("argv", NOT_SERVERS, ids=" ".join)
-def test_look_alikes_are_not_servers(argv: list[str]) -> None:
-    assert parse_argv(argv) is None
+test_golden_forms, test_look_alikes_are_not_servers = argv_tests(GOLDEN, NOT_SERVERS)
 
 
 def test_defaults_and_secrets() -> None:
@@ -140,8 +132,7 @@ def test_defaults_and_secrets() -> None:
 
 def test_environment_gives_host_and_port(procs: Procs) -> None:
     proc = procs.start([INF, "v2", "--model-id", "m"], INFINITY_PORT="7123", INFINITY_HOST="127.0.0.1")
-    wait_for(lambda: any(p.pid == proc.pid for p in Scanner(listen_ports=False).scan()), timeout=20)
-    (found,) = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
+    found = scanned(proc.pid)
     assert (found.engine, found.model, found.host, found.port) == ("infinity", "m", "127.0.0.1", 7123)
 
 

@@ -8,23 +8,20 @@ backends."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import enginespec.cli.app as cli
-from enginespec import ControlFailed, EngineProcess, Scanner, load_model, served_models, unload_model
+from enginespec import ControlFailed, Scanner, load_model, served_models, unload_model
 from enginespec.definition.records import HealthAnswer
 from enginespec.engines import get_engine_spec
 from enginespec.health.checks import check_health
-from enginespec.health.identity import identify
-from helpers.facts import argv_facts
-from helpers.fakeserver import Answer, FakeEngine, bound_socket, models, serving
-from helpers.procs import Procs, children_of, wait_for
-from helpers.simpleservers import Served, engine_process
+from helpers.fakeserver import Answer, FakeEngine, models
+from helpers.procs import Procs, cmdline_of, descendants_of, wait_for
+from helpers.simpleservers import Served, engine_process, identify_answering
+from helpers.tabletests import hostile_health_test, launch_forms_test
 
 SEP, ARG = "\x1e", "\x1f"
 #: src/cpp/server/server.cpp handle_health (v11.7.0), one model loaded (nlohmann's dump: sorted keys)
@@ -90,32 +87,7 @@ FORMS: list[tuple[list[str], tuple[Any, ...] | None]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("argv", "facts"), FORMS, ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else ""
-)
-def test_launch_forms(argv: list[str], facts: tuple[Any, ...] | None) -> None:
-    found = argv_facts(argv)
-    if facts is None:
-        assert found is None or found[0] != "lemonade"
-        return
-    assert found == ("lemonade", facts[0], (), facts[1], facts[2], "server")
-
-
-def _descendants(pid: int) -> set[int]:
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children_of(todo.pop()):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
-    except OSError:
-        return []
+test_launch_forms = launch_forms_test("lemonade", FORMS)
 
 
 def test_backends_are_its_runners_in_a_real_tree(procs: Procs, tmp_path: Path) -> None:
@@ -133,11 +105,11 @@ def test_backends_are_its_runners_in_a_real_tree(procs: Procs, tmp_path: Path) -
         "--jinja",
     ]
     server = procs.start(["/opt/lemonade/lemond", "--host", "0.0.0.0"], HELPER_SPAWN=ARG.join(runner))
-    wait_for(lambda: [_cmdline(c) for c in _descendants(server.pid)] == [runner], timeout=20)
+    wait_for(lambda: [cmdline_of(c) for c in descendants_of(server.pid)] == [runner], timeout=20)
     found = {p.pid: p for p in Scanner(listen_ports=False).scan()}
     top = found[server.pid]
     assert (top.engine, top.role, top.supervisor, top.host) == ("lemonade", "server", None, "0.0.0.0")
-    (child,) = _descendants(server.pid)
+    (child,) = descendants_of(server.pid)
     assert child in found, "a supervisor's runner must not be folded away"
     assert child not in top.worker_pids
     runner_record = found[child]
@@ -163,8 +135,9 @@ def test_health_ready_and_version(procs: Procs) -> None:
         assert any(p == "/api/v1/health" for _m, p, _h in server.script.seen)
 
 
-@pytest.mark.parametrize(
-    "answer",
+test_hostile_health_answers_are_said = hostile_health_test(
+    _lemonade,
+    "/api/v1/health",
     [
         Answer(200, b"<html>lemonade</html>", content_type="text/html"),
         Answer(200, b"[" * 100_000),
@@ -175,10 +148,6 @@ def test_health_ready_and_version(procs: Procs) -> None:
     ],
     ids=["html", "deep", "wrong-type", "not-json", "list", "huge"],
 )
-def test_hostile_health_answers_are_said(procs: Procs, answer: Answer) -> None:
-    with _lemonade(procs, {"/api/v1/health": [answer]}) as (process, _server):
-        health = check_health(process)
-    assert health.state in ("unknown", "unhealthy"), health
 
 
 def test_models(procs: Procs) -> None:
@@ -266,35 +235,16 @@ def test_identity_probe() -> None:
 
 
 def test_identify_tells_lemonade() -> None:
-    with serving({"/api/v1/health": [Answer(200, HEALTH)]}) as server:
-        found = identify(server.url, timeout=5)
-    assert (found.engine, found.matched) == ("lemonade", ("lemonade",))
+    assert identify_answering({"/api/v1/health": [Answer(200, HEALTH)]}) == ("lemonade", ("lemonade",))
 
 
 # -- control: load and unload through its own API -------------------------------------------------
 
 
-@contextmanager
-def _controlled(
-    procs: Procs, routes: dict[str, list[Answer]], **env: str
-) -> Iterator[tuple[EngineProcess, FakeEngine]]:
+def _controlled(procs: Procs, routes: dict[str, list[Answer]], **env: str) -> Served:
     """`lemond --host 127.0.0.1 --port P` (with ``env``) holding the socket a scripted Lemonade
     answers on; only this test's own requests move its scripts on."""
-    sock = bound_socket()
-    port = sock.getsockname()[1]
-    argv = ["/usr/bin/lemond", "--host", "127.0.0.1", "--port", str(port)]
-    with serving(routes, sock=sock, origins=True) as server:
-        proc = procs.start(argv, pass_fds=(sock.fileno(),), **env)
-
-        def scanned() -> EngineProcess | None:
-            found = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
-            return found[0] if found and found[0].argv[0] == argv[0] else None
-
-        wait_for(lambda: scanned() is not None, timeout=20)
-        process = scanned()
-        assert process is not None
-        assert process.port == port
-        yield process, server
+    return engine_process(procs, ["/usr/bin/lemond", "--host", "127.0.0.1"], routes, origins=True, **env)
 
 
 def _posted(server: FakeEngine) -> list[tuple[str, object]]:

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from enginespec import Scanner, get_engine_spec, parse_argv
-from enginespec.definition.records import HealthAnswer
+from enginespec import Scanner
 from enginespec.health.checks import check_health
-from enginespec.health.identity import identify
-from helpers.facts import argv_facts
-from helpers.fakeserver import Answer, bound_socket, serving
+from helpers.fakeserver import Answer
 from helpers.procs import Procs, wait_for
+from helpers.simpleservers import engine_process, identify_answering
+from helpers.tabletests import argv_tests, health_test, identity_probe_test
 
 SEP, ARG = "\x1e", "\x1f"
 
@@ -56,14 +53,7 @@ NOT_SERVERS: list[list[str]] = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "facts"), GOLDEN, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
-def test_golden_forms(argv: list[str], facts: tuple[Any, ...]) -> None:
-    assert argv_facts(argv, first_name=True) == facts
-
-
-@pytest.mark.parametrize("argv", NOT_SERVERS, ids=lambda v: " ".join(v))
-def test_look_alikes_are_not_servers(argv: list[str]) -> None:
-    assert parse_argv(argv) is None
+test_golden_forms, test_look_alikes_are_not_servers = argv_tests(GOLDEN, NOT_SERVERS)
 
 
 # daemon.rs DaemonIdentity: what llmman's /api/version answers
@@ -71,23 +61,19 @@ VERSION = b'{"version":"0.9.3","exe":"/usr/local/bin/llmman","pid":4242}'
 OLLAMA_VERSION = b'{"version":"0.12.3"}'
 
 
-@pytest.mark.parametrize(
-    ("answer", "state"),
+test_health = health_test(
+    "llmman",
+    "/api/version",
     [
         (Answer(200, VERSION), "ready"),
         (Answer(503, b""), "unhealthy"),
         (Answer(200, b"[" * 200_000), "ready"),
     ],
 )
-def test_health(answer: Answer, state: str) -> None:
-    with serving({"/api/version": [answer]}) as server:
-        health = check_health("llmman", server.url, timeout=10)
-    assert health.state == state, health
-    assert health.engine == "llmman"
 
 
-@pytest.mark.parametrize(
-    ("status", "body", "ours"),
+test_the_identity_probe_tells_llmman_from_ollama = identity_probe_test(
+    "llmman",
     [
         (200, VERSION, True),
         (200, OLLAMA_VERSION, False),
@@ -95,42 +81,27 @@ def test_health(answer: Answer, state: str) -> None:
         (200, b"[" * 100_000, False),
     ],
 )
-def test_the_identity_probe_tells_llmman_from_ollama(status: int, body: bytes, ours: bool) -> None:
-    probe = get_engine_spec("llmman").serving.identity
-    assert probe is not None
-    assert probe.matches(HealthAnswer(status, body)) is ours
 
 
 def test_identify() -> None:
-    with serving({"/api/version": [Answer(200, VERSION)]}) as server:
-        found = identify(server.url, timeout=5)
-    assert (found.engine, found.matched) == ("llmman", ("llmman",))
-
-
-def _scanned(pid: int) -> Any:
-    found = [p for p in Scanner(listen_ports=False).scan() if p.pid == pid]
-    return found[0] if found else None
+    assert identify_answering({"/api/version": [Answer(200, VERSION)]}) == ("llmman", ("llmman",))
 
 
 def test_a_running_daemon_and_its_llama_server_runner(procs: Procs) -> None:
-    sock = bound_socket()  # the daemon holds the socket the fake server answers on
-    port = sock.getsockname()[1]
     runner = ["/home/u/.cache/llmman/llama-server", "--port", "39123", "-m", "/models/q.gguf"]
-    with serving({"/api/version": [Answer(200, VERSION)]}, sock=sock):
-        daemon = procs.start(
-            ["llmman", "serve"],
-            pass_fds=(sock.fileno(),),
-            LLMMAN_HOST=f"127.0.0.1:{port}",
-            HELPER_SPAWN=ARG.join(runner),
-        )
-        wait_for(lambda: _scanned(daemon.pid) is not None, timeout=20)
-        top = _scanned(daemon.pid)
-        assert (top.engine, top.role, top.host, top.port) == ("llmman", "server", "127.0.0.1", port)
+    with engine_process(
+        procs,
+        ["llmman", "serve"],
+        {"/api/version": [Answer(200, VERSION)]},
+        LLMMAN_HOST="127.0.0.1:{port}",
+        HELPER_SPAWN=ARG.join(runner),
+    ) as (top, _server):
+        assert (top.engine, top.role, top.host) == ("llmman", "server", "127.0.0.1")
         assert top.sources["port"] == "environment"
         assert check_health(top, timeout=5).state == "ready"
 
         def child() -> Any:
-            found = [p for p in Scanner(listen_ports=False).scan() if p.ppid == daemon.pid]
+            found = [p for p in Scanner(listen_ports=False).scan() if p.ppid == top.pid]
             return found[0] if found else None
 
         wait_for(lambda: child() is not None, timeout=20)

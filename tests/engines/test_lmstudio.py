@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -74,14 +73,9 @@ def test_clients_helpers_and_look_alikes_are_not(argv: list[str]) -> None:
 
 
 @pytest.fixture
-def home() -> Iterator[Path]:
+def home(nobody_dir: Path) -> Path:
     """A home directory any user can enter (the helper may run as nobody)."""
-    made = Path(tempfile.mkdtemp(prefix="enginespec-lmhome-"))
-    made.chmod(0o755)
-    try:
-        yield made
-    finally:
-        shutil.rmtree(made, ignore_errors=True)
+    return nobody_dir
 
 
 def _config(home: Path, text: str | bytes, lmstudio: str = ".lmstudio") -> Path:

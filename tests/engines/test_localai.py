@@ -17,8 +17,9 @@ from enginespec.engines import get_engine_spec
 from enginespec.health.checks import check_health
 from helpers.facts import argv_facts
 from helpers.fakeserver import Answer, models
-from helpers.procs import Procs, descendants_of, wait_for
-from helpers.simpleservers import Served, engine_process
+from helpers.procs import Procs, cmdline_of, descendants_of, wait_for
+from helpers.simpleservers import Served, engine_process, scanned
+from helpers.tabletests import hostile_health_test, launch_forms_test
 
 SEP, ARG = "\x1e", "\x1f"
 #: core/http/routes/health.go: /readyz while the startup preload runs
@@ -76,15 +77,7 @@ FORMS: list[tuple[list[str], tuple[Any, ...] | None]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("argv", "facts"), FORMS, ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else ""
-)
-def test_launch_forms(argv: list[str], facts: tuple[Any, ...] | None) -> None:
-    found = argv_facts(argv)
-    if facts is None:
-        assert found is None or found[0] != "localai"
-        return
-    assert found == ("localai", facts[0], (), facts[1], facts[2], "server")
+test_launch_forms = launch_forms_test("localai", FORMS)
 
 
 WORKERS = [
@@ -130,13 +123,6 @@ def test_secrets_are_secret_flags() -> None:
     assert {"--api-keys", "--registration-token", "--p2p-token"} <= flags
 
 
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
-    except OSError:
-        return []
-
-
 def test_server_runners_and_masked_keys_in_a_real_tree(procs: Procs, tmp_path: Path) -> None:
     """`local-ai run` started two backends (llama.cpp's binary, a Python backend.py next to its
     gRPC stubs): both are its runners; its API keys never show."""
@@ -154,7 +140,7 @@ def test_server_runners_and_masked_keys_in_a_real_tree(procs: Procs, tmp_path: P
         LOCALAI_ADDRESS="127.0.0.1:9311",
     )
     wanted = {tuple(r) for r in runners}
-    wait_for(lambda: {tuple(_cmdline(c)) for c in descendants_of(server.pid)} == wanted, timeout=20)
+    wait_for(lambda: {tuple(cmdline_of(c)) for c in descendants_of(server.pid)} == wanted, timeout=20)
     found = {p.pid: p for p in Scanner(listen_ports=False).scan()}
     top = found[server.pid]
     assert (top.engine, top.role, top.model, top.supervisor) == ("localai", "server", "phi-2", None)
@@ -199,8 +185,7 @@ def test_worker_token_is_masked(procs: Procs) -> None:
             "tok-hush",
         ]
     )
-    wait_for(lambda: any(p.pid == proc.pid for p in Scanner(listen_ports=False).scan()), timeout=20)
-    (found,) = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
+    found = scanned(proc.pid)
     assert (found.engine, found.role) == ("localai", "follower")
     assert "tok-hush" not in found.model_dump_json() + repr(found)
     assert check_health(found).state == "not_serving"
@@ -245,8 +230,9 @@ def test_identity_probe_answer() -> None:
     assert not probe.matches(HealthAnswer(200, b'{"endpoints": {"models": "/v1/models"}}'))
 
 
-@pytest.mark.parametrize(
-    "answer",
+test_hostile_readyz_answers_are_said = hostile_health_test(
+    _localai,
+    "/readyz",
     [
         Answer(200, b"<html>llama.cpp</html>", content_type="text/html"),
         Answer(200, b"[" * 100_000),
@@ -257,10 +243,6 @@ def test_identity_probe_answer() -> None:
     ],
     ids=["html", "deep", "wrong-type", "not-json", "list", "huge"],
 )
-def test_hostile_readyz_answers_are_said(procs: Procs, answer: Answer) -> None:
-    with _localai(procs, {"/readyz": [answer]}) as (process, _server):
-        health = check_health(process)
-    assert health.state in ("unknown", "unhealthy"), health
 
 
 def test_models_with_the_api_key(procs: Procs) -> None:

@@ -12,11 +12,10 @@ import pytest
 
 from enginespec import Config, Recipe, get_engine_spec, parse_argv, served_models
 from enginespec.health.checks import check_health
-from enginespec.scanning.scanner import Scanner
-from helpers.facts import argv_facts
 from helpers.fakeserver import Answer, models, serving
-from helpers.procs import Procs, wait_for
-from helpers.simpleservers import engine_process, identified
+from helpers.procs import Procs
+from helpers.simpleservers import engine_process, identified, scanned
+from helpers.tabletests import argv_tests
 
 # argv -> (engine, model, first served name, host, port, role)
 GOLDEN: list[tuple[list[str], tuple[Any, ...]]] = [
@@ -88,14 +87,7 @@ NOT_SERVERS: list[list[str]] = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "facts"), GOLDEN, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
-def test_golden_forms(argv: list[str], facts: tuple[Any, ...]) -> None:
-    assert argv_facts(argv, first_name=True) == facts
-
-
-@pytest.mark.parametrize("argv", NOT_SERVERS, ids=" ".join)
-def test_other_commands_are_not_servers(argv: list[str]) -> None:
-    assert parse_argv(argv) is None
+test_golden_forms, test_other_commands_are_not_servers = argv_tests(GOLDEN, NOT_SERVERS)
 
 
 def test_defaults() -> None:
@@ -108,8 +100,7 @@ def test_environment_gives_host_and_port(procs: Procs) -> None:
     proc = procs.start(
         ["max", "serve", "--model-path", "m"], MAX_SERVE_HOST="127.0.0.1", MAX_SERVE_PORT="8123"
     )
-    wait_for(lambda: any(p.pid == proc.pid for p in Scanner(listen_ports=False).scan()), timeout=20)
-    (found,) = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
+    found = scanned(proc.pid)
     assert (found.engine, found.model, found.host, found.port) == ("max", "m", "127.0.0.1", 8123)
 
 

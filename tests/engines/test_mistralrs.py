@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from enginespec import Config, Recipe, Scanner, get_engine_spec, parse_argv
-from enginespec.definition.records import HealthAnswer
+from enginespec import Config, Recipe, get_engine_spec, parse_argv
 from enginespec.health.checks import check_health
 from enginespec.health.load import check_load
 from enginespec.process.argv import redact_argv
-from helpers.facts import argv_facts
-from helpers.fakeserver import Answer, bound_socket, serving
-from helpers.procs import Procs, wait_for
+from helpers.fakeserver import Answer, serving
+from helpers.procs import Procs
+from helpers.simpleservers import engine_process
+from helpers.tabletests import argv_tests, health_test, identity_probe_test
 
 # argv -> (engine, model, first served name, host, port, role)
 GOLDEN: list[tuple[list[str], tuple[Any, ...]]] = [
@@ -103,14 +103,7 @@ NOT_SERVERS: list[list[str]] = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "facts"), GOLDEN, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
-def test_golden_forms(argv: list[str], facts: tuple[Any, ...]) -> None:
-    assert argv_facts(argv, first_name=True) == facts
-
-
-@pytest.mark.parametrize("argv", NOT_SERVERS, ids=lambda v: " ".join(v))
-def test_look_alikes_are_not_servers(argv: list[str]) -> None:
-    assert parse_argv(argv) is None
+test_golden_forms, test_look_alikes_are_not_servers = argv_tests(GOLDEN, NOT_SERVERS)
 
 
 @pytest.mark.parametrize(
@@ -155,8 +148,8 @@ SYSTEM_INFO = (
 LMSTUDIO_UNKNOWN = b'{"error":"Unexpected endpoint or method. (GET /v1/system/info). Returning 200 anyway"}'
 
 
-@pytest.mark.parametrize(
-    ("status", "body", "ours"),
+test_the_identity_probe_tells_mistralrs_from_lm_studio = identity_probe_test(
+    "mistralrs",
     [
         (200, SYSTEM_INFO, True),
         (200, LMSTUDIO_UNKNOWN, False),
@@ -166,16 +159,13 @@ LMSTUDIO_UNKNOWN = b'{"error":"Unexpected endpoint or method. (GET /v1/system/in
         (200, b'{"hf_cache_path_x": 1}' * 50_000, False),
         (500, SYSTEM_INFO, False),
     ],
+    path="/v1/system/info",
 )
-def test_the_identity_probe_tells_mistralrs_from_lm_studio(status: int, body: bytes, ours: bool) -> None:
-    probe = get_engine_spec("mistralrs").serving.identity
-    assert probe is not None
-    assert probe.path == "/v1/system/info"
-    assert probe.matches(HealthAnswer(status, body)) is ours
 
 
-@pytest.mark.parametrize(
-    ("answer", "state"),
+test_health = health_test(
+    "mistralrs",
+    "/health",
     [
         # handlers.rs health: 200 "OK"
         (Answer(200, b"OK", content_type="text/plain"), "ready"),
@@ -183,11 +173,6 @@ def test_the_identity_probe_tells_mistralrs_from_lm_studio(status: int, body: by
         (Answer(200, b"[" * 200_000), "ready"),
     ],
 )
-def test_health(answer: Answer, state: str) -> None:
-    with serving({"/health": [answer]}) as server:
-        health = check_health("mistralrs", server.url, timeout=10)
-    assert health.state == state, health
-    assert health.engine == "mistralrs"
 
 
 METRICS = b"""# TYPE mistralrs_sequences_running gauge
@@ -217,22 +202,11 @@ def test_hostile_metrics_never_crash(body: bytes) -> None:
 
 
 def test_a_running_mistralrs_serve_is_found_and_checked(procs: Procs) -> None:
-    sock = bound_socket()  # the process holds the socket the fake server answers on
-    port = sock.getsockname()[1]
-    argv = ["mistralrs", "serve", "-p", str(port), "--host", "127.0.0.1", "-m", "google/gemma-4-E4B-it"]
-    with serving({"/health": [Answer(200, b"OK")]}, sock=sock):
-        proc = procs.start(argv, pass_fds=(sock.fileno(),))
-
-        def scanned() -> Any:
-            found = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
-            return found[0] if found else None
-
-        wait_for(lambda: scanned() is not None, timeout=20)
-        process = scanned()
-        assert (process.engine, process.model, process.port, process.role) == (
+    argv = ["mistralrs", "serve", "-p", "{port}", "--host", "127.0.0.1", "-m", "google/gemma-4-E4B-it"]
+    with engine_process(procs, argv, {"/health": [Answer(200, b"OK")]}) as (process, _server):
+        assert (process.engine, process.model, process.role) == (
             "mistralrs",
             "google/gemma-4-E4B-it",
-            port,
             "server",
         )
         assert check_health(process, timeout=5).state == "ready"

@@ -9,14 +9,13 @@ from typing import Any
 
 import pytest
 
-from enginespec import Scanner, get_engine_spec, parse_argv
-from enginespec.definition.records import HealthAnswer
+from enginespec import parse_argv
 from enginespec.health.checks import check_health
-from enginespec.health.identity import identify
 from enginespec.process.argv import redact_argv
-from helpers.facts import argv_facts
-from helpers.fakeserver import Answer, bound_socket, serving
-from helpers.procs import Procs, wait_for
+from helpers.fakeserver import Answer
+from helpers.procs import Procs
+from helpers.simpleservers import engine_process, identify_answering
+from helpers.tabletests import argv_tests, health_test, identity_probe_test
 
 # argv -> (engine, model, first served name, host, port, role)
 GOLDEN: list[tuple[list[str], tuple[Any, ...]]] = [
@@ -49,14 +48,7 @@ NOT_SERVERS: list[list[str]] = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "facts"), GOLDEN, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
-def test_golden_forms(argv: list[str], facts: tuple[Any, ...]) -> None:
-    assert argv_facts(argv, first_name=True) == facts
-
-
-@pytest.mark.parametrize("argv", NOT_SERVERS, ids=lambda v: " ".join(v))
-def test_look_alikes_are_not_servers(argv: list[str]) -> None:
-    assert parse_argv(argv) is None
+test_golden_forms, test_look_alikes_are_not_servers = argv_tests(GOLDEN, NOT_SERVERS)
 
 
 @pytest.mark.parametrize(
@@ -72,19 +64,15 @@ def test_the_api_key_is_hidden(argv: list[str]) -> None:
     assert not any("SECRET" in part for part in redact_argv(argv))
 
 
-@pytest.mark.parametrize(
-    ("answer", "state"),
+test_health = health_test(
+    "omlx",
+    "/health",
     [
         (Answer(200, b'{"status":"healthy"}'), "ready"),
         (Answer(503, b""), "unhealthy"),
         (Answer(200, b"[" * 200_000), "ready"),
     ],
 )
-def test_health(answer: Answer, state: str) -> None:
-    with serving({"/health": [answer]}) as server:
-        health = check_health("omlx", server.url, timeout=10)
-    assert health.state == state, health
-    assert health.engine == "omlx"
 
 
 MODELS_STATUS = (
@@ -92,8 +80,8 @@ MODELS_STATUS = (
 )
 
 
-@pytest.mark.parametrize(
-    ("status", "body", "ours"),
+test_the_identity_probe = identity_probe_test(
+    "omlx",
     [
         (200, MODELS_STATUS, True),
         (200, b'{"models":[]}', True),
@@ -102,32 +90,17 @@ MODELS_STATUS = (
         (200, b"[" * 100_000, False),
     ],
 )
-def test_the_identity_probe(status: int, body: bytes, ours: bool) -> None:
-    probe = get_engine_spec("omlx").serving.identity
-    assert probe is not None
-    assert probe.matches(HealthAnswer(status, body)) is ours
 
 
 def test_identify_tells_omlx() -> None:
     routes = {"/v1/models/status": [Answer(200, MODELS_STATUS)], "/health": [Answer(200, b"{}")]}
-    with serving(routes) as server:
-        found = identify(server.url, timeout=5)
-    assert (found.engine, found.matched) == ("omlx", ("omlx",))
+    assert identify_answering(routes) == ("omlx", ("omlx",))
 
 
 def test_a_running_omlx_serve_is_found_on_its_environment_port(procs: Procs) -> None:
-    sock = bound_socket()  # the process holds the socket the fake server answers on
-    port = sock.getsockname()[1]
     argv = ["omlx", "serve", "--model-dir", "/srv/models"]
-    with serving({"/health": [Answer(200, b'{"status":"healthy"}')]}, sock=sock):
-        proc = procs.start(argv, pass_fds=(sock.fileno(),), OMLX_PORT=str(port))
-
-        def scanned() -> Any:
-            found = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
-            return found[0] if found else None
-
-        wait_for(lambda: scanned() is not None, timeout=20)
-        process = scanned()
-        assert (process.engine, process.model, process.port, process.role) == ("omlx", None, port, "server")
+    routes = {"/health": [Answer(200, b'{"status":"healthy"}')]}
+    with engine_process(procs, argv, routes, OMLX_PORT="{port}") as (process, _server):
+        assert (process.engine, process.model, process.role) == ("omlx", None, "server")
         assert process.sources["port"] == "environment"
         assert check_health(process, timeout=5).state == "ready"

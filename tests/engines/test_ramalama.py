@@ -6,7 +6,6 @@ health through its port as llama-server answers. Both backends."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,10 +13,10 @@ import pytest
 from enginespec import Config, Recipe, Scanner, get_engine_spec, parse_argv, served_models
 from enginespec.definition.signature import LaunchForm
 from enginespec.health.checks import check_health
-from helpers.facts import argv_facts
 from helpers.fakeserver import Answer, models
-from helpers.procs import Procs, children_of, wait_for
+from helpers.procs import Procs, cmdline_of, descendants_of, wait_for
 from helpers.simpleservers import Served, engine_process
+from helpers.tabletests import launch_forms_test
 
 SEP, ARG = "\x1e", "\x1f"
 #: llama-server's /health (llama.cpp tools/server): loading, then ready
@@ -69,15 +68,7 @@ FORMS: list[tuple[list[str], tuple[Any, ...] | None]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("argv", "facts"), FORMS, ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else ""
-)
-def test_launch_forms(argv: list[str], facts: tuple[Any, ...] | None) -> None:
-    found = argv_facts(argv)
-    if facts is None:
-        assert found is None
-        return
-    assert found == ("ramalama", facts[0], (), facts[1], facts[2], "server")
+test_launch_forms = launch_forms_test("ramalama", FORMS)
 
 
 def test_its_default_address_is_the_loopback(procs: Procs) -> None:
@@ -126,27 +117,10 @@ def test_leading_flags_need_a_subcommand() -> None:
         LaunchForm(executables=("x",), subcommand=("serve",), leading_switches=("debug",))
 
 
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
-    except OSError:
-        return []
-
-
 def _children_as(pid: int, argv: list[str]) -> bool:
     """The process has one descendant, which runs ``argv`` (it has exec'd)."""
-    kids = _descendants(pid)
-    return len(kids) == 1 and all(_cmdline(k) == argv for k in kids)
-
-
-def _descendants(pid: int) -> set[int]:
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children_of(todo.pop()):
-            found.add(child)
-            todo.append(child)
-    return found
+    kids = descendants_of(pid)
+    return len(kids) == 1 and all(cmdline_of(k) == argv for k in kids)
 
 
 def test_its_child_server_is_its_runner(procs: Procs) -> None:
@@ -171,7 +145,7 @@ def test_its_child_server_is_its_runner(procs: Procs) -> None:
         found = {p.pid: p for p in Scanner(listen_ports=False).scan()}
         top = found[server.pid]
         assert (top.engine, top.role, top.model, top.supervisor) == ("ramalama", "server", "granite", None)
-        (kid,) = _descendants(server.pid)
+        (kid,) = descendants_of(server.pid)
         assert (found[kid].role, found[kid].supervisor) == ("runner", "ramalama")
         assert found[kid].engine in ("llamacpp", "vllm")
         procs.stop(server)
@@ -182,7 +156,7 @@ def test_a_llama_server_of_another_parent_is_no_runner(procs: Procs) -> None:
     other = procs.start(["/usr/bin/some-daemon"], HELPER_SPAWN=ARG.join(child))
     wait_for(lambda: _children_as(other.pid, child), timeout=20)
     found = {p.pid: p for p in Scanner(listen_ports=False).scan()}
-    (kid,) = _descendants(other.pid)
+    (kid,) = descendants_of(other.pid)
     assert (found[kid].engine, found[kid].role, found[kid].supervisor) == ("llamacpp", "server", None)
 
 

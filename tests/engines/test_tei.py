@@ -12,11 +12,10 @@ import pytest
 
 from enginespec import get_engine_spec, parse_argv, redact_argv
 from enginespec.health.checks import check_health
-from enginespec.scanning.scanner import Scanner
 from helpers.facts import argv_facts
 from helpers.fakeserver import Answer, serving
-from helpers.procs import Procs, wait_for
-from helpers.simpleservers import engine_process, identified
+from helpers.procs import Procs
+from helpers.simpleservers import engine_process, identified, scanned
 
 TER = "text-embeddings-router"
 
@@ -138,8 +137,7 @@ def test_environment_gives_model_and_port(procs: Procs) -> None:
     with engine_process(procs, [TER], routes, port_flag="--port") as (process, _server):
         assert process.engine == "tei"
     proc = procs.start([TER, "--json-output"], MODEL_ID="BAAI/bge-m3", PORT="8123", SERVED_MODEL_NAME="bge")
-    wait_for(lambda: any(p.pid == proc.pid for p in Scanner(listen_ports=False).scan()), timeout=20)
-    (found,) = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
+    found = scanned(proc.pid)
     assert (found.engine, found.model, found.served_model_name, found.port) == (
         "tei",
         "BAAI/bge-m3",

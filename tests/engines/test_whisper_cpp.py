@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from enginespec import get_engine_spec, parse_argv
 from enginespec.health.checks import check_health
-from helpers.facts import argv_facts
 from helpers.fakeserver import Answer, serving
 from helpers.procs import Procs
 from helpers.simpleservers import engine_process, identified
+from helpers.tabletests import argv_tests
 
 WS = "whisper-server"
 
@@ -96,14 +94,7 @@ NOT_SERVERS: list[list[str]] = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "facts"), GOLDEN, ids=lambda v: " ".join(v) if isinstance(v, list) else "")
-def test_golden_forms(argv: list[str], facts: tuple[Any, ...]) -> None:
-    assert argv_facts(argv, first_name=True) == facts
-
-
-@pytest.mark.parametrize("argv", NOT_SERVERS, ids=" ".join)
-def test_look_alikes_are_not_servers(argv: list[str]) -> None:
-    assert parse_argv(argv) is None
+test_golden_forms, test_look_alikes_are_not_servers = argv_tests(GOLDEN, NOT_SERVERS)
 
 
 def test_every_value_less_option_leaves_the_next_option_alone() -> None:

@@ -8,8 +8,6 @@ server answering as xorbitsai/inference 7ecec16b does, hostile answers. Both bac
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -17,7 +15,6 @@ import pytest
 from enginespec import (
     ControlFailed,
     ControlUnsupported,
-    EngineProcess,
     Scanner,
     load_model,
     parse_argv,
@@ -25,11 +22,11 @@ from enginespec import (
     unload_model,
 )
 from enginespec.health.checks import check_health
-from enginespec.health.identity import identify
 from helpers.facts import argv_facts
-from helpers.fakeserver import Answer, FakeEngine, bound_socket, serving
-from helpers.procs import Procs, children_of, wait_for
-from helpers.simpleservers import Served, engine_process
+from helpers.fakeserver import Answer
+from helpers.procs import Procs, children_of, descendants_of, wait_for
+from helpers.simpleservers import Served, engine_process, identify_answering
+from helpers.tabletests import hostile_health_test, launch_forms_test
 
 #: api/routers/admin.py is_cluster_authenticated through Starlette's JSONResponse (compact JSON)
 AUTH = Answer(200, b'{"auth":false}')
@@ -121,15 +118,7 @@ FORMS: list[tuple[list[str], tuple[Any, ...] | None]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("argv", "facts"), FORMS, ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else ""
-)
-def test_launch_forms(argv: list[str], facts: tuple[Any, ...] | None) -> None:
-    found = argv_facts(argv)
-    if facts is None:
-        assert found is None
-        return
-    assert found == ("xinference", None, (), facts[0], facts[1], "server")
+test_launch_forms = launch_forms_test("xinference", FORMS, fields=("host", "port"))
 
 
 def test_effective_addresses() -> None:
@@ -171,16 +160,6 @@ def test_workers_are_followers(argv: list[str], address: tuple[str, int | None])
     assert argv_facts([*argv, "--help"]) is None
 
 
-def _descendants(pid: int) -> set[int]:
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children_of(todo.pop()):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
 def test_model_processes_are_its_workers(procs: Procs) -> None:
     """`xinference-local`'s actor pools (one retitled `Model: <uid>` by core/model.py, one left
     with the spawn argv) and what they start (a vLLM engine core) are folded into it: one engine."""
@@ -188,13 +167,13 @@ def test_model_processes_are_its_workers(procs: Procs) -> None:
         ["/venv/bin/python3", "/venv/bin/xinference-local", "-H", "0.0.0.0", "-p", "9311"],
         HELPER_CHILD_TITLES="Model: qwen2.5-instruct-0,VLLM::EngineCore,=",
     )
-    wait_for(lambda: len(_descendants(server.pid)) == 4, timeout=20)
+    wait_for(lambda: len(descendants_of(server.pid)) == 4, timeout=20)
     found = {p.pid: p for p in Scanner(listen_ports=False).scan()}
-    mine = [pid for pid in found if pid == server.pid or pid in _descendants(server.pid)]
+    mine = [pid for pid in found if pid == server.pid or pid in descendants_of(server.pid)]
     assert mine == [server.pid]
     top = found[server.pid]
     assert (top.engine, top.role, top.host, top.port) == ("xinference", "server", "0.0.0.0", 9311)
-    assert set(top.worker_pids) == _descendants(server.pid)
+    assert set(top.worker_pids) == descendants_of(server.pid)
 
 
 def test_a_model_title_alone_is_no_engine(procs: Procs) -> None:
@@ -205,7 +184,7 @@ def test_a_model_title_alone_is_no_engine(procs: Procs) -> None:
     wait_for(lambda: len(children_of(other.pid)) == 1)
     found = {p.pid for p in Scanner(listen_ports=False).scan()}
     assert alone.pid not in found
-    assert not ({other.pid} | _descendants(other.pid)) & found
+    assert not ({other.pid} | descendants_of(other.pid)) & found
 
 
 def test_worker_is_a_follower_with_its_models(procs: Procs) -> None:
@@ -213,11 +192,11 @@ def test_worker_is_a_follower_with_its_models(procs: Procs) -> None:
         ["xinference-worker", "-e", "http://127.0.0.1:9997", "-H", "127.0.0.1", "--worker-port", "30001"],
         HELPER_CHILD_TITLES="Model: bge-m3-0",
     )
-    wait_for(lambda: len(_descendants(worker.pid)) == 2, timeout=20)  # a grandchild too
+    wait_for(lambda: len(descendants_of(worker.pid)) == 2, timeout=20)  # a grandchild too
     found = {p.pid: p for p in Scanner(listen_ports=False).scan()}
     assert (found[worker.pid].engine, found[worker.pid].role) == ("xinference", "follower")
-    assert set(found[worker.pid].worker_pids) == _descendants(worker.pid)
-    assert not _descendants(worker.pid) & set(found)
+    assert set(found[worker.pid].worker_pids) == descendants_of(worker.pid)
+    assert not descendants_of(worker.pid) & set(found)
     assert check_health(found[worker.pid]).state == "not_serving"
 
 
@@ -249,8 +228,9 @@ def test_models_need_a_key_by_default(procs: Procs) -> None:
     assert found.reason, found
 
 
-@pytest.mark.parametrize(
-    "answer",
+test_hostile_health_answers_are_said = hostile_health_test(
+    _xinference,
+    "/v1/cluster/auth",
     [
         Answer(200, b"<html>Xinference</html>", content_type="text/html"),
         Answer(200, b"[" * 100_000),
@@ -261,10 +241,6 @@ def test_models_need_a_key_by_default(procs: Procs) -> None:
     ],
     ids=["html", "deep", "spaced", "404", "500", "huge"],
 )
-def test_hostile_health_answers_are_said(procs: Procs, answer: Answer) -> None:
-    with _xinference(procs, {"/v1/cluster/auth": [answer]}) as (process, _server):
-        health = check_health(process)
-    assert health.state in ("unknown", "unhealthy"), health
 
 
 @pytest.mark.parametrize(
@@ -280,35 +256,20 @@ def test_hostile_models_answers(procs: Procs, body: bytes) -> None:
 
 
 def test_identified_by_its_cluster_auth_route() -> None:
-    with serving({"/v1/cluster/auth": [AUTH]}) as server:
-        found = identify(server.url, timeout=5)
-    assert (found.engine, found.matched) == ("xinference", ("xinference",))
+    assert identify_answering({"/v1/cluster/auth": [AUTH]}) == ("xinference", ("xinference",))
     # a server answering 404 there (llama-server, vLLM) is not Xinference
-    with serving({"/v1/models": [Answer(200, RUNNING)]}) as server:
-        found = identify(server.url, timeout=5)
-    assert "xinference" not in found.matched
+    _engine, matched = identify_answering({"/v1/models": [Answer(200, RUNNING)]})
+    assert "xinference" not in matched
 
 
 # -- control: terminate as unload ---------------------------------------------------------------
 
 
-@contextmanager
-def _controlled(procs: Procs, routes: dict[str, list[Answer]]) -> Iterator[tuple[EngineProcess, FakeEngine]]:
+def _controlled(procs: Procs, routes: dict[str, list[Answer]]) -> Served:
     """`xinference-local -H 127.0.0.1 -p P` holding the socket a scripted Xinference answers on;
     only this test's own requests move its scripts on."""
-    sock = bound_socket()
-    argv = ["xinference-local", "-H", "127.0.0.1", "-p", str(sock.getsockname()[1])]
-    with serving(routes, sock=sock, origins=True) as server:
-        proc = procs.start(argv, pass_fds=(sock.fileno(),))
-
-        def scanned() -> EngineProcess | None:
-            found = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
-            return found[0] if found and found[0].argv[0] == argv[0] else None
-
-        wait_for(lambda: scanned() is not None, timeout=20)
-        process = scanned()
-        assert process is not None
-        yield process, server
+    argv = ["xinference-local", "-H", "127.0.0.1"]
+    return engine_process(procs, argv, routes, port_flag="-p", origins=True)
 
 
 def _running(*uids: str) -> Answer:

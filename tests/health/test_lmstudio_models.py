@@ -7,9 +7,7 @@ Hostile answers are said, never followed. Both backends."""
 from __future__ import annotations
 
 import json
-import shutil
 import socket
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,10 +16,10 @@ import pytest
 
 from enginespec import ControlFailed, EngineProcess, load_model, served_models, unload_model
 from enginespec.health.servedmodels import ServedModels
-from enginespec.scanning.scanner import Scanner
 from helpers.fakelmstudio import LmState, fake_lmstudio
 from helpers.fakeserver import Answer, bound_socket, serving
-from helpers.procs import Procs, wait_for
+from helpers.procs import Procs
+from helpers.simpleservers import scanned
 
 APP = ["/tmp/.mount_lmstuda4m8BB/lm-studio", "--run-as-service"]  # lmstudio-bug-tracker#1068
 DAEMON = ["{home}/.lmstudio/llmster/0.0.6-1/llmster"]  # lms#502: started with no arguments
@@ -30,14 +28,9 @@ NOMIC = "text-embedding-nomic-embed-text-v1.5"
 
 
 @pytest.fixture
-def home() -> Iterator[Path]:
+def home(nobody_dir: Path) -> Path:
     """A home directory any user can enter."""
-    made = Path(tempfile.mkdtemp(prefix="enginespec-lmhome-"))
-    made.chmod(0o755)
-    try:
-        yield made
-    finally:
-        shutil.rmtree(made, ignore_errors=True)
+    return nobody_dir
 
 
 def _start(procs: Procs, home: Path, argv: list[str], sock: socket.socket) -> EngineProcess:
@@ -48,13 +41,7 @@ def _start(procs: Procs, home: Path, argv: list[str], sock: socket.socket) -> En
     config = {"port": sock.getsockname()[1], "networkInterface": "127.0.0.1"}
     (internal / "http-server-config.json").write_text(json.dumps(config))
     proc = procs.start([a.format(home=home) for a in argv], pass_fds=(sock.fileno(),), HOME=str(home))
-
-    def scanned() -> EngineProcess | None:
-        return next((p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid), None)
-
-    wait_for(lambda: scanned() is not None, timeout=20)
-    process = scanned()
-    assert process is not None
+    process = scanned(proc.pid)
     assert (process.engine, process.role, process.port) == ("lmstudio", "server", sock.getsockname()[1])
     return process
 

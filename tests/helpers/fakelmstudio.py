@@ -26,9 +26,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from helpers.fakeserver import from_this_process
+from helpers.stateserver import StateHandler, serving_state
 
 
 @dataclass
@@ -46,17 +45,8 @@ class LmState:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(StateHandler):
     state: LmState
-
-    def _send(self, status: int, document: object) -> None:
-        body = json.dumps(document).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def _error(self, status: int, message: str) -> None:
         self._send(status, {"error": {"message": message}})
@@ -132,39 +122,9 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._error(404, f"Unexpected endpoint or method. ({method} {path})")
 
-    def _serve(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        headers = {name.lower(): value for name, value in self.headers.items()}
-        if from_this_process(self.client_address):
-            with self.state.lock:
-                self.state.requests.append((self.command, self.path, headers, body))
-        try:
-            self._route(self.command, self.path, body)
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-
-    do_GET = _serve
-    do_POST = _serve
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
 
 @contextmanager
 def fake_lmstudio(sock: socket.socket, state: LmState) -> Iterator[LmState]:
     """Serves ``state`` on ``sock`` (bound, see ``fakeserver.bound_socket``) until the block ends."""
-    handler = type("Handler", (_Handler,), {"state": state})
-    server = ThreadingHTTPServer(sock.getsockname(), handler, bind_and_activate=False)
-    server.socket.close()
-    server.socket = sock
-    server.server_activate()
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving_state(sock, _Handler, state):
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)

@@ -25,10 +25,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from helpers.fakeserver import from_this_process
+from helpers.stateserver import StateHandler, serving_state
 
 NONE_LOADED = "No models are currently loaded."
 
@@ -81,8 +80,7 @@ class _Refused(Exception):
         self.status, self.detail = status, detail
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(StateHandler):
     state: TabbyState
 
     # -- common/auth.py --------------------------------------------------------------------------
@@ -124,14 +122,6 @@ class _Handler(BaseHTTPRequestHandler):
         return "admin" if key == s.admin_key else "api"
 
     # -- answers ---------------------------------------------------------------------------------
-
-    def _send(self, status: int, document: object) -> None:
-        body = json.dumps(document).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -177,6 +167,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._chunk(b"")
 
     def _route(self, method: str, path: str, body: bytes) -> None:
+        try:
+            self._answer(method, path, body)
+        except _Refused as refused:
+            self._send(refused.status, {"detail": refused.detail})
+
+    def _answer(self, method: str, path: str, body: bytes) -> None:
         s = self.state
         if (method, path) == ("GET", "/health"):
             self._send(200, {"status": "healthy", "issues": []})
@@ -210,45 +206,15 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, {"detail": "Not Found"})
 
-    def _serve(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        headers = {name.lower(): value for name, value in self.headers.items()}
-        if from_this_process(self.client_address):
-            with self.state.lock:
-                self.state.requests.append((self.command, self.path, headers, body))
-        try:
-            self._route(self.command, self.path, body)
-        except _Refused as refused:
-            self._send(refused.status, {"detail": refused.detail})
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-
-    do_GET = _serve
-    do_POST = _serve
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
 
 @contextmanager
 def fake_tabby(sock: socket.socket, state: TabbyState) -> Iterator[TabbyState]:
     """Serves ``state`` on ``sock`` (bound, see ``fakeserver.bound_socket``) until the block ends."""
-    handler = type("Handler", (_Handler,), {"state": state})
-    server = ThreadingHTTPServer(sock.getsockname(), handler, bind_and_activate=False)
-    server.socket.close()
-    server.socket = sock
-    server.server_activate()
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield state
-    finally:
-        state.stop.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with serving_state(sock, _Handler, state):
+        try:
+            yield state
+        finally:
+            state.stop.set()
 
 
 def tabby_checkout(root: Path, tokens: str | None = None) -> Path:

@@ -191,6 +191,14 @@ def children_of(pid: int) -> set[int]:
     return found
 
 
+def cmdline_of(pid: int) -> list[str]:
+    """The argv of ``pid`` as ``/proc`` shows it; empty when there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    except OSError:
+        return []
+
+
 def descendants_of(pid: int) -> set[int]:
     """Every process below ``pid`` (its children, theirs, and so on)."""
     found: set[int] = set()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from enginespec import get_engine_spec
 from enginespec.definition.records import HealthAnswer
+from enginespec.health.identity import identify
 from enginespec.process.record import EngineProcess
 from enginespec.scanning.scanner import Scanner
 from helpers.fakeserver import Answer, FakeEngine, bound_socket, serving
@@ -20,6 +21,21 @@ from helpers.procs import Procs, wait_for
 Served = AbstractContextManager[tuple[EngineProcess, FakeEngine]]
 
 
+def scanned(pid: int, argv0: str | None = None, timeout: float = 20) -> EngineProcess:
+    """The record a scan gives of the process ``pid``, once a scan finds it (waiting up to
+    ``timeout`` seconds); with ``argv0``, once its argv starts so (a forked child is scanned before
+    it execs on a loaded host)."""
+
+    def found() -> EngineProcess | None:
+        mine = [p for p in Scanner(listen_ports=False).scan() if p.pid == pid]
+        return mine[0] if mine and (argv0 is None or mine[0].argv[0] == argv0) else None
+
+    wait_for(lambda: found() is not None, timeout=timeout)
+    process = found()
+    assert process is not None
+    return process
+
+
 @contextmanager
 def engine_process(
     procs: Procs,
@@ -27,27 +43,23 @@ def engine_process(
     routes: dict[str, list[Answer]],
     port_flag: str = "--port",
     executable: Path | None = None,
+    origins: bool = False,
+    **env: str,
 ) -> Iterator[tuple[EngineProcess, FakeEngine]]:
-    """A process of ``argv`` holding the socket a fake server answers on, as scanned: the socket's
-    port replaces ``{port}`` in its arguments (``--address 127.0.0.1:{port}``) or, where none
-    holds it, is appended after ``port_flag``. ``executable``: the program run under that argv
-    (the helper by default)."""
+    """A process of ``argv`` (with environment ``env``) holding the socket a fake server answers
+    on, as scanned: the socket's port replaces ``{port}`` in its arguments (``--address
+    127.0.0.1:{port}``) and environment (``OMLX_PORT={port}``) or, where none holds it, is
+    appended after ``port_flag``. ``executable``: the program run under that argv (the helper by
+    default); ``origins``: only this test process's requests move the server's scripts on."""
     sock = bound_socket()
     port = sock.getsockname()[1]
     given = [arg.replace("{port}", str(port)) for arg in argv]
-    if given == argv:
+    environment = {name: value.replace("{port}", str(port)) for name, value in env.items()}
+    if given == argv and environment == env:
         given += [port_flag, str(port)]
-    with serving(routes, sock=sock) as server:
-        proc = procs.start(given, pass_fds=(sock.fileno(),), executable=executable)
-
-        def scanned() -> EngineProcess | None:
-            # its own argv: a forked child is scanned before it execs on a loaded host
-            found = [p for p in Scanner(listen_ports=False).scan() if p.pid == proc.pid]
-            return found[0] if found and found[0].argv[0] == given[0] else None
-
-        wait_for(lambda: scanned() is not None, timeout=20)
-        process = scanned()
-        assert process is not None
+    with serving(routes, sock=sock, origins=origins) as server:
+        proc = procs.start(given, pass_fds=(sock.fileno(),), executable=executable, **environment)
+        process = scanned(proc.pid, argv0=given[0])
         assert process.port == port
         yield process, server
 
@@ -62,3 +74,11 @@ def identified(engine: str, url: str) -> bool:
     except urllib.error.HTTPError as err:
         status, body = err.code, err.read(1 << 20)
     return probe.matches(HealthAnswer(status, body))
+
+
+def identify_answering(routes: dict[str, list[Answer]]) -> tuple[str | None, tuple[str, ...]]:
+    """What ``enginespec identify`` tells of a server answering ``routes``: the engine, and every
+    engine whose probe matched."""
+    with serving(routes) as server:
+        found = identify(server.url, timeout=5)
+    return found.engine, found.matched
