@@ -14,6 +14,21 @@ ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "data" / "argv-public.jsonl"
 DATA = ROOT / "target" / "bench-data"
 HELPER_SOURCE = ROOT / "tests" / "helpers" / "idle.c"
+#: The engines enginespec knew before the 2026 servers were added (issue 41): the matcher's cost
+#: with every signature is measured against its cost with theirs alone, in the same run.
+ENGINES_BEFORE_2026 = (
+    *("vllm", "sglang", "llamacpp", "mlx", "tgi", "lmdeploy", "trtllm", "aphrodite", "mlx-vlm"),
+    *("llamacpp-python", "ollama", "llamafile", "koboldcpp", "tabbyapi"),
+)
+
+
+def signatures_before_2026() -> str:
+    """The signatures JSON of :data:`ENGINES_BEFORE_2026`, in the registry's matching order."""
+    from enginespec.definition.registry import all_engines
+    from enginespec.definition.signature import signatures_json
+
+    return signatures_json(d.signature for d in all_engines() if d.id in ENGINES_BEFORE_2026)
+
 
 _NOISE = [
     [],  # kernel threads have an empty cmdline

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import psutil
 
-from _mix import DATA, ROOT, Host, build_helper
+from _mix import DATA, ENGINES_BEFORE_2026, ROOT, Host, build_helper, signatures_before_2026
 from enginespec import Scanner
 from enginespec._host.backend import ScannerType
 from enginespec.definition.signature import signatures_json
@@ -101,12 +101,14 @@ def _row(name: str, seconds: float, processes: int, ours: float) -> str:
 YOUNG_WINDOW = 5.0
 
 
-def _cold_parts(reps: int) -> tuple[float, float, float, float]:
+def _cold_parts(reps: int) -> tuple[float, float, float, float, float]:
     """Medians of a new Scanner's construction plus first scan, of the construction, of the first
-    scan, and of the first scan of the extension's scanner alone (made untimed; no Python models
-    of the engines, no stages), measured in turn in each repetition so all see the same host."""
+    scan, of the first scan of the extension's scanner alone (made untimed; no Python models of
+    the engines, no stages), and of the same with only the engines known before the 2026 servers,
+    measured in turn in each repetition so all see the same host."""
     json = signatures_json(all_signatures())
-    totals, constructions, scans, natives = [], [], [], []
+    before_json = signatures_before_2026()
+    totals, constructions, scans, natives, befores = [], [], [], [], []
     for _ in range(reps):
         start = time.perf_counter()
         scanner = Scanner()
@@ -117,11 +119,15 @@ def _cold_parts(reps: int) -> tuple[float, float, float, float]:
         native_start = time.perf_counter()
         native.scan()
         natives.append(time.perf_counter() - native_start)
+        before = ScannerType(before_json, list(EXEC_WRAPPERS), YOUNG_SECONDS, TREE_REFRESH_SECONDS, True)
+        before_start = time.perf_counter()
+        before.scan()
+        befores.append(time.perf_counter() - before_start)
         totals.append(done - start)
         constructions.append(built - start)
         scans.append(done - built)
     median = statistics.median
-    return median(totals), median(constructions), median(scans), median(natives)
+    return median(totals), median(constructions), median(scans), median(natives), median(befores)
 
 
 def _cold(label: str, processes: int, reps: int) -> None:
@@ -129,13 +135,17 @@ def _cold(label: str, processes: int, reps: int) -> None:
     of: the Scanner's construction (the signatures are serialised and compiled once per process:
     the first construction pays for them, not these), the extension's scan, and the facade's
     models of the engines found (a cost per engine, which the floors do not have)."""
-    cold, construct, first_scan, native = _cold_parts(reps)
+    cold, construct, first_scan, native, before = _cold_parts(reps)
     engines = len(Scanner().scan())
     floor_cmdline = _rust("cmdline", reps)
     print(f" cold scan (first call), {label}")
     print(_row("enginespec native Scanner().scan()", cold, processes, cold))
     print(_row("  of which Scanner() (construction)", construct, processes, cold))
     print(_row("  of which the extension's first scan", native, processes, cold))
+    print(
+        _row(f"  the same, {len(ENGINES_BEFORE_2026)} engines (before 2026)", before, processes, cold)
+        + f" (all {len(all_signatures())} signatures: {native / before:.2f}x)"
+    )
     models = first_scan - native
     print(
         _row(f"  of which the facade: models of {engines} engines", models, processes, cold)
