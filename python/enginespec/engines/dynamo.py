@@ -13,7 +13,17 @@ components/src/dynamo/trtllm/backend_args.py at ``0a6a115c``.
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import HealthRule, IdentityProbe, Launch, Package, Serving, Settings
+from enginespec.definition.records import (
+    HealthRule,
+    IdentityProbe,
+    LatencyMetric,
+    LatencyMetrics,
+    Launch,
+    LoadMetrics,
+    Package,
+    Serving,
+    Settings,
+)
 from enginespec.definition.servedrecords import ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import sglang, trtllm, vllm
@@ -103,6 +113,40 @@ SPEC = EngineSpec(
     # "Models Endpoint" of its LLM backends' README, components/backends/llm in its docs, as copied
     # in the vickiegpt/dynamo fork).
     models=ModelList(kind="openai", path="/v1/models"),
+    # The frontend's own Prometheus registry, at GET /metrics on its HTTP port: the HTTP service
+    # merges metrics::router(registry, DYN_HTTP_SVC_METRICS_PATH or "/metrics") with its OpenAI
+    # routes (lib/llm/src/http/service/service_v2.rs @ a21a0c77), text from the `prometheus`
+    # crate's TextEncoder. Names are `dynamo_frontend_` + lib/runtime/src/metrics/
+    # prometheus_names.rs frontend_service (@ 04070c75), each series labelled `model` (the
+    # served name, lowercased); lib/llm/src/http/service/metrics.rs @ 79a21ca4:
+    # - inflight_requests (gauge): every request from the HTTP handler's start until its answer
+    #   is done; queued_requests (gauge) counts those of them with no first token yet (prefill
+    #   included: "HTTP queue time is a subset of inflight time"). So inflight is the whole of
+    #   what the frontend holds, read as running; queued is NOT read as waiting (it is a part of
+    #   inflight, and a request prefilling is no waiting one), so nothing is counted twice.
+    # - output_tokens_total (counter): tokens as each chunk reaches the frontend.
+    # - input_sequence_tokens (histogram): each request's prompt tokens, observed at its first
+    #   token: its `_sum` is the prompt tokens of the requests answered so far.
+    # - time_to_first_token_seconds, inter_token_latency_seconds (one observation per token
+    #   after the first, its chunk's gap over its tokens), request_duration_seconds (handler
+    #   start to answer done): histograms in seconds. No queue-time histogram; no KV cache
+    #   gauge of the workers' (they report theirs on their own system port).
+    # DYN_METRICS_PREFIX replaces `dynamo_frontend` (prometheus_names.rs: for NIM, to be removed):
+    # a frontend started with it reports none of these names.
+    load=LoadMetrics(
+        kind="prometheus",
+        requests_running=("dynamo_frontend_inflight_requests",),
+        prompt_tokens=("dynamo_frontend_input_sequence_tokens_sum",),
+        generated_tokens=("dynamo_frontend_output_tokens_total",),
+        latency=LatencyMetrics(
+            time_to_first_token=LatencyMetric(histogram=("dynamo_frontend_time_to_first_token_seconds",)),
+            time_per_output_token=LatencyMetric(histogram=("dynamo_frontend_inter_token_latency_seconds",)),
+            end_to_end=LatencyMetric(histogram=("dynamo_frontend_request_duration_seconds",)),
+            model_label="model",
+        ),
+        note="Dynamo's frontend counts every request it holds as running (those before their first "
+        "token too) and none as waiting; prompt tokens are those of requests past their first token",
+    ),
     # frontend_args.py: each flag's default is read from its variable first (env_or_default).
     settings=Settings(environment={"DYN_HTTP_HOST": "host", "DYN_HTTP_PORT": "port"}),
     # The workers are vLLM, SGLang and TensorRT-LLM running in Dynamo's process (their engines'

@@ -10,7 +10,15 @@ the files cited are at that tag.
 
 from __future__ import annotations
 
-from enginespec.definition.records import Flags, HealthRule, IdentityProbe, Launch, Serving, Settings
+from enginespec.definition.records import (
+    Flags,
+    HealthRule,
+    IdentityProbe,
+    Launch,
+    LoadMetrics,
+    Serving,
+    Settings,
+)
 from enginespec.definition.servedrecords import ControlRequest, ModelControl, ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import _libraries, llamacpp
@@ -111,6 +119,28 @@ SPEC = EngineSpec(
         # ~/.cache/lemonade/bin/llamacpp/<backend>/, `flm serve`, whisper-server, vLLM, ...
         # Each is its runner, whatever its own engine.
         starts_runners=True,
+    ),
+    # GET /metrics on its API port (v10.7.0 on; server.cpp handle_metrics, behind
+    # LEMONADE_API_KEY like the API routes), built by src/cpp/server/prometheus_metrics.cpp
+    # build_prometheus_metrics @ v11.7.0: its own counters of the requests it answered
+    # (router.cpp record_telemetry: per finished request, from the backend's usage),
+    # lemonade_prompt_tokens_total (a request's prompt tokens, its input tokens where the
+    # backend reports no prompt count) and lemonade_output_tokens_total; then, for each loaded
+    # model whose backend exposes Prometheus metrics (backend_descriptor.h
+    # exposes_prometheus_metrics: llama.cpp only, started with `--metrics`,
+    # llamacpp_server.cpp), the runner's own /metrics, each name sanitized and its `llamacpp_`
+    # prefix replaced by `lemonade_llamacpp_` (normalize_llamacpp_metric_name), with the model's
+    # labels added: llama-server's requests_processing, requests_deferred, kv_cache_usage_ratio.
+    # Other backends (FastFlowLM, vLLM, whisper.cpp, ...) report no request counts there.
+    load=LoadMetrics(
+        kind="prometheus",
+        requests_running=("lemonade_llamacpp_requests_processing",),
+        requests_waiting=("lemonade_llamacpp_requests_deferred",),
+        kv_cache_usage=("lemonade_llamacpp_kv_cache_usage_ratio",),
+        prompt_tokens=("lemonade_prompt_tokens_total",),
+        generated_tokens=("lemonade_output_tokens_total",),
+        note="Lemonade counts a request's tokens when it ends (tokens per second is of the requests "
+        "finished between two readings); running and waiting are its llama.cpp backends' only",
     ),
     # lemond reads `port` and `host` from config.json in its cache directory
     # (src/cpp/server/main.cpp: `--port`/`--host` override config.json and are persisted to

@@ -6,7 +6,15 @@ are at that tag.
 
 from __future__ import annotations
 
-from enginespec.definition.records import Flags, HealthRule, IdentityProbe, Launch, Serving, Settings
+from enginespec.definition.records import (
+    Flags,
+    HealthRule,
+    IdentityProbe,
+    Launch,
+    LoadMetrics,
+    Serving,
+    Settings,
+)
 from enginespec.definition.servedrecords import ModelList
 from enginespec.definition.signature import Evidence, LaunchForm, Signature
 from enginespec.engines import llamacpp
@@ -239,4 +247,18 @@ SPEC = EngineSpec(
     ),
     # GET /v1/models: the OpenAI list of the models it has configured (loaded or not).
     models=ModelList(kind="openai", path="/v1/models"),
+    # GET /metrics (core/http/routes/localai.go @ v4.9.0, behind the admin key when auth is on;
+    # off with LOCALAI_DISABLE_METRICS_ENDPOINT) is OpenTelemetry's Prometheus exporter
+    # (core/services/monitoring/metrics.go): `api_call`, a histogram of every HTTP route's
+    # handler time labelled method and path (health checks and listings too, not inference
+    # latency), and, since v4.3.2, core/services/routing/billing/prom.go's
+    # localai_tokens_total{user, served_model, kind="prompt"|"completion"}, added per finished
+    # request. Prompt and completion tokens are one family told apart by a label, which
+    # LoadMetrics cannot select, and the name as exporter v0.66.0 (go.mod) writes it was not
+    # pinned from its source. No gauge of requests running or waiting (its gRPC backends keep
+    # theirs): nothing is read.
+    load=LoadMetrics(
+        note="LocalAI's /metrics has no request counts (an HTTP handler-time histogram of every "
+        "route, and token counters told apart only by a label): enginespec reads none"
+    ),
 )
