@@ -229,5 +229,7 @@ def test_home_settings_are_checked() -> None:
         Settings(home_config=".lmstudio/../../etc/passwd")
     with pytest.raises(ValueError, match="leading directory"):
         Settings(home_config=".lmstudio/x.json", home_pointer=("p", ".other"))
-    with pytest.raises(ValueError, match="not a file name"):
-        Settings(home_config=".lmstudio/x.json", home_pointer=("a/b", ".lmstudio"))
+    with pytest.raises(ValueError, match="not a path under the home"):
+        Settings(home_config=".lmstudio/x.json", home_pointer=("a/../b", ".lmstudio"))
+    with pytest.raises(ValueError, match="not a path under the home"):
+        Settings(home_config=".lmstudio/x.json", home_pointer=("/etc/p", ".lmstudio"))

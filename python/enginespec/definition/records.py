@@ -470,6 +470,10 @@ Fact = Literal["model", "served_model_name", "host", "port"]
 EnvironmentValue = Literal["model", "served_model_name", "host", "port", "address"]
 
 
+#: ``Settings.config_files``: an absolute path, ``~/...`` or ``${NAME-DEFAULT}/...``.
+_CONFIG_PLACE = re.compile(r"(/|~/|\$\{[A-Z_][A-Z0-9_]*-(/|~/)[^{}$]*\}/)[^{}$~]+")
+
+
 class Settings(Record):
     """Where the engine reads its settings besides argv; argv wins over both, as the engines do
     (and a config file's keys, which are the engine's flag names, over the environment)."""
@@ -481,8 +485,9 @@ class Settings(Record):
     runner_environment: bool = True
     #: the flag naming a YAML config file whose keys are flag names (vLLM/SGLang ``--config``).
     config_flag: str | None = None
-    #: the syntax of that file; ``json``: JSON, except for a file named ``*.yaml`` or ``*.yml``.
-    config_format: Literal["yaml", "json"] = "yaml"
+    #: the syntax of that file; ``json``: JSON, except for a file named ``*.yaml`` or ``*.yml``;
+    #: ``toml``: TOML (RamaLama's ``ramalama.conf``).
+    config_format: Literal["yaml", "json", "toml"] = "yaml"
     #: facts the environment gives even over argv and the config file (llama-cpp-python passes
     #: ``os.getenv("HOST")`` and ``os.getenv("PORT")`` to uvicorn over its own settings).
     environment_first: frozenset[Fact] = frozenset()
@@ -518,7 +523,29 @@ class Settings(Record):
     #: (a file under the home, the leading directory of ``home_config`` it stands for): where the
     #: file exists, its text (trimmed) is the absolute directory used in that one's place (LM
     #: Studio's ``.lmstudio-home-pointer`` for ``.lmstudio``).
+    #: The pointer is a path under the home (oMLX's ``Library/Application Support/oMLX/base-path``).
     home_pointer: tuple[str, str] | None = None
+    #: the flag, then the environment variable (set and not empty), naming the directory used in
+    #: place of ``home_pointer``'s (else ``home_config``'s first) directory, over the pointer:
+    #: oMLX's ``--base-path`` and ``OMLX_BASE_PATH`` for ``~/.omlx``. A relative one is from the
+    #: process's working directory; ``~`` or ``~/...`` is under its home.
+    home_directory_flag: str | None = None
+    home_directory_environment: str | None = None
+    #: config files the engine reads by itself in this order, each one's keys over those before,
+    #: when no config flag names one (RamaLama's ``ramalama.conf``s); a missing one is no
+    #: problem. Each is an absolute path inside the process's root, ``~/...`` under its home
+    #: (found as for ``home_config``), or ``${NAME-DEFAULT}/...``: under the directory the
+    #: process's variable NAME names where it is set (as Python's ``os.getenv(NAME, DEFAULT)``:
+    #: empty is the working directory), else under DEFAULT (``~/...`` or absolute). With them,
+    #: ``config_environment`` names the one file read instead, where it exists (RamaLama:
+    #: ``RAMALAMA_CONFIG`` when ``os.path.exists``).
+    config_files: tuple[str, ...] = ()
+    #: the ending of drop-in files: each of ``config_files`` is followed by the files of the
+    #: directory of its name and ``.d`` so ending, in name order (``ramalama.conf.d/*.conf``).
+    config_dropins: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
+    #: the environment wins over the config file (the engine reads the file, then its environment
+    #: over it, as oMLX's and RamaLama's do); else the file wins (its keys are flag names).
+    environment_over_config: bool = False
 
     @model_validator(mode="after")
     def _check_home(self) -> Settings:
@@ -528,8 +555,16 @@ class Settings(Record):
             pointer, replaced = self.home_pointer
             if self.home_config is None or not self.home_config.startswith(replaced.rstrip("/") + "/"):
                 raise ValueError("home_pointer: stands for a leading directory of home_config")
-            if not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*", pointer) or pointer in (".", ".."):
-                raise ValueError(f"home_pointer: {pointer!r} is not a file name")
+            parts = pointer.split("/")
+            if not all(
+                re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_. -]*", p) and p not in (".", "..") for p in parts
+            ):
+                raise ValueError(f"home_pointer: {pointer!r} is not a path under the home")
+        if (self.home_directory_flag or self.home_directory_environment) and self.home_config is None:
+            raise ValueError("home_directory_flag, home_directory_environment: need home_config")
+        for place in self.config_files:
+            if not _CONFIG_PLACE.fullmatch(place) or ".." in place.split("/"):
+                raise ValueError(f"config_files: {place!r} is not an absolute, ~/ or ${{NAME-DEFAULT}}/ path")
         return self
 
 

@@ -2,7 +2,8 @@
 macOS app and ``brew services start omlx`` run the same ``omlx serve``).
 
 Facts from jundot/omlx: omlx/cli.py at ``01496518`` (the argparse CLI, the version the corpus's
-README line is from), omlx/settings.py and pyproject.toml at ``004308c9``.
+README line is from), omlx/settings.py and pyproject.toml at ``004308c9`` (where settings.json
+is and how it is read: see Settings below).
 """
 
 from __future__ import annotations
@@ -66,8 +67,25 @@ SPEC = EngineSpec(
         api_key_flag="--api-key",
         api_key_env=("OMLX_API_KEY",),
     ),
-    # omlx/settings.py _apply_env_overrides: OMLX_HOST, OMLX_PORT (CLI > env > settings.json > defaults).
-    settings=Settings(environment={"OMLX_HOST": "host", "OMLX_PORT": "port"}),
+    # omlx/settings.py GlobalSettings.load: "CLI > env > file > defaults". The file is
+    # settings.json in the base path: `--base-path` (omlx/cli.py serve, passed as
+    # init_settings(base_path=args.base_path)), else resolve_default_base_path(): OMLX_BASE_PATH
+    # when set and not empty, else the one line of ~/Library/Application Support/oMLX/base-path
+    # (BASE_PATH_BOOTSTRAP_FILE, the macOS app writes it; stripped, when not empty), else
+    # ~/.omlx (DEFAULT_BASE_PATH, Path.home(): HOME first). _load_from_file: its `server`
+    # section, ServerSettings.from_dict: `host` (a list is joined with ", ": several binds, the
+    # first taken here), else `bind_address`, and `port`. _apply_env_overrides: OMLX_HOST,
+    # OMLX_PORT when not empty, over the file; _apply_cli_overrides: --host, --port over both.
+    settings=Settings(
+        environment={"OMLX_HOST": "host", "OMLX_PORT": "port"},
+        config_format="json",
+        home_config=".omlx/settings.json",
+        home_pointer=("Library/Application Support/oMLX/base-path", ".omlx"),
+        home_directory_flag="--base-path",
+        home_directory_environment="OMLX_BASE_PATH",
+        config_keys={"server.bind_address": "host", "server.host": "host", "server.port": "port"},
+        environment_over_config=True,
+    ),
     # OpenAI `GET /v1/models` (omlx/cli.py launch_command reads `data[].id`).
     models=ModelList(kind="openai", path="/v1/models"),
     # oMLX loads its models with mlx-lm and mlx-vlm in its own process: their messages

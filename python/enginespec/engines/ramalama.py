@@ -9,7 +9,7 @@ tests/real/test_ramalama.py: its argv forms are those of v0.24.0; its default ho
 from __future__ import annotations
 
 import enginespec.engines._libraries as _libraries
-from enginespec.definition.records import ContainerLabels, Flags, Launch, Package, Serving
+from enginespec.definition.records import ContainerLabels, Flags, Launch, Package, Serving, Settings
 from enginespec.definition.servedrecords import ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import llamacpp, vllm
@@ -114,6 +114,38 @@ SPEC = EngineSpec(
         # label=ai.ramalama`). The container's server is the container engine's process, not
         # its child: the label makes it its runner, as its child is, and `-d` leaves only it.
         container_labels=ContainerLabels(marker="ai.ramalama", model="ai.ramalama.model"),
+    ),
+    # ramalama/config.py (0.25.0, PyPI): ActiveConfig() = Config(load_file_config(),
+    # load_env_config()), layered by LayeredMixin (layered_config.py: deep_merge of the file
+    # layer, then the environment's over it), and `--host`/`--port` take them as their argparse
+    # defaults (plugins/runtimes/inference/common.py: `default=config.host`, `config.port`):
+    # argv > environment > files > default. load_env_config: every RAMALAMA* variable, its name
+    # past "RAMALAMA" with "_" stripped and lower-cased, is a key (RAMALAMA_HOST `host`,
+    # RAMALAMA_PORT `port`; the last of them in the environment wins, as here). load_file_config:
+    # RAMALAMA_CONFIG's file where it exists, else each of DEFAULT_CONFIG_DIRS' `ramalama.conf`
+    # and then its `ramalama.conf.d/*.conf` (sorted), later keys over earlier ones (TOMLParser,
+    # toml_parser.py); its `[ramalama]` table. DEFAULT_CONFIG_DIRS (_get_default_config_dirs):
+    # `{sys.prefix}/share/ramalama`, `{sys.prefix}/local/share/ramalama`, /etc/ramalama,
+    # `$XDG_DATA_HOME` (else ~/.local/share) `/ramalama`, `$XDG_CONFIG_HOME` (else ~/.config)
+    # `/ramalama`; sys.prefix is read as /usr, a distribution's Python (the shipped
+    # ramalama.conf names /usr/share/ramalama/ramalama.conf first): a virtual environment's
+    # prefix is not known here and its copy (the wheel installs an all-commented one) is not
+    # read. A port from them, as the default, is the first of its range of 100 (config.py
+    # default_port_range): where it listens when that port is free.
+    settings=Settings(
+        environment={"RAMALAMA_HOST": "host", "RAMALAMA_PORT": "port"},
+        config_environment="RAMALAMA_CONFIG",
+        config_format="toml",
+        config_files=(
+            "/usr/share/ramalama/ramalama.conf",
+            "/usr/local/share/ramalama/ramalama.conf",
+            "/etc/ramalama/ramalama.conf",
+            "${XDG_DATA_HOME-~/.local/share}/ramalama/ramalama.conf",
+            "${XDG_CONFIG_HOME-~/.config}/ramalama/ramalama.conf",
+        ),
+        config_dropins=".conf",
+        config_keys={"ramalama.host": "host", "ramalama.port": "port"},
+        environment_over_config=True,
     ),
     # llama-server, vLLM and mlx_lm.server all list their models at /v1/models.
     models=ModelList(kind="openai", path="/v1/models"),

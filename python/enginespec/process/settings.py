@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -19,7 +20,7 @@ from enginespec.definition.records import EngineDefinition, Fact
 from enginespec.definition.signature import Signature
 from enginespec.display import literal
 from enginespec.process.argv import flag_value
-from enginespec.untrusted.documents import DocumentError, parse_json, parse_yaml
+from enginespec.untrusted.documents import DocumentError, parse_json, parse_toml, parse_yaml
 
 #: Largest config file read (an engine's own config is a few kilobytes).
 MAX_CONFIG_BYTES = 1 << 18
@@ -78,10 +79,51 @@ def environment_names(definition: EngineDefinition) -> list[str]:
             *definition.settings.server_environment,
             *definition.serving.supervisor_markers,
             *filter(None, [definition.settings.config_environment]),
-            *(["HOME"] if definition.settings.home_config else []),
+            *(["HOME"] if definition.settings.home_config or definition.settings.config_files else []),
+            *filter(None, [definition.settings.home_directory_environment]),
+            *(match.group(1) for match in map(_PLACE.match, definition.settings.config_files) if match),
         ]
     )
     return list(names)
+
+
+#: ``${NAME-DEFAULT}/rest`` of ``Settings.config_files``.
+_PLACE = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)-([^{}$]*)\}/(.*)")
+
+
+def _variable_of(environ: Environ | None, name: str) -> str | None:
+    """The first value of ``name`` in the environment as its scan read it (``None``: unset)."""
+    return next((value for key, value in environ.vars if key == name), None) if environ else None
+
+
+def _under_home(path: str, home: str | None) -> str | None:
+    """``path`` with a leading ``~`` (alone or before ``/``) made the home, as Python's
+    ``expanduser`` does; ``None`` when it needs a home not known, or another user's (``~name``)."""
+    if not path.startswith("~"):
+        return path
+    head, sep, rest = path.partition("/")
+    if head != "~" or home is None:
+        return None
+    return os.path.join(home, rest) if sep else home
+
+
+def config_file_places(
+    definition: EngineDefinition, pid: int, environ: Environ | None, root: HostRoot
+) -> list[str]:
+    """Where the engine's ``config_files`` are for process ``pid``, in order (a relative path is
+    from its working directory; a place whose home is not known is left out)."""
+    home = _home(pid, environ, root) if definition.settings.config_files else None
+    places: list[str] = []
+    for place in definition.settings.config_files:
+        match = _PLACE.fullmatch(place)
+        if match is not None:
+            named = _variable_of(environ, match.group(1))
+            base = named if named is not None else match.group(2)
+            place = os.path.join(base, match.group(3))
+        found = _under_home(place, home)
+        if found is not None:
+            places.append(found)
+    return places
 
 
 def _home(pid: int, environ: Environ | None, root: HostRoot) -> str | None:
@@ -99,7 +141,11 @@ def _home(pid: int, environ: Environ | None, root: HostRoot) -> str | None:
 
 
 def home_config_path(
-    definition: EngineDefinition, pid: int, environ: Environ | None, root: HostRoot
+    definition: EngineDefinition,
+    pid: int,
+    environ: Environ | None,
+    root: HostRoot,
+    argv: Sequence[str] = (),
 ) -> tuple[str | None, str | None]:
     """Where the engine's ``home_config`` is for process ``pid`` (read on the host under
     ``root``), and what kept it from being known (``(None, None)``: the engine has none, or the
@@ -108,12 +154,22 @@ def home_config_path(
     if settings.home_config is None:
         return None, None
     home = _home(pid, environ, root)
+    replaced = settings.home_pointer[1] if settings.home_pointer else settings.home_config.split("/")[0]
+    flag = settings.home_directory_flag
+    named = flag_value(argv, definition.signature, flag) if flag else None
+    if named is None and settings.home_directory_environment:
+        named = _variable_of(environ, settings.home_directory_environment) or None
+    if named is not None:  # the directory the process was given, over its pointer and default
+        directory = _under_home(named, home)
+        if directory is None:
+            return None, f"directory '{literal(named)}' is under a home not known; its config is not read"
+        return os.path.join(directory, os.path.relpath(settings.home_config, replaced)), None
     if home is None:
         return None, None
     path = os.path.join(home, settings.home_config)
     if settings.home_pointer is None:
         return path, None
-    pointer, replaced = settings.home_pointer
+    pointer = settings.home_pointer[0]
     where = f"home pointer '{literal(os.path.join(home, pointer))}'"
     read = root.read_named(pid, os.path.join(home, pointer), MAX_POINTER_BYTES)
     if read.missing:
@@ -186,6 +242,8 @@ def _fact_of_key(signature: Signature, key: str) -> Fact | None:
 
 def _document(definition: EngineDefinition, path: str, data: bytes) -> object:
     """The config document, in the engine's syntax (a file named ``*.yaml``/``*.yml`` is YAML)."""
+    if definition.settings.config_format == "toml":
+        return parse_toml(data)
     if definition.settings.config_format == "json" and not path.endswith((".yaml", ".yml")):
         return parse_json(data)
     return parse_yaml(data)
@@ -260,11 +318,14 @@ def read_outside(
         if definition.settings.runner_environment or not runner
         else ({}, (), None)
     )
+    if definition.settings.config_files and not runner:
+        found = Outside(environment, {}, None, None, problems, api_key)
+        return _read_layers(definition, pid, argv, environ, root, found)
     named = config_named(definition, argv, environ.vars if environ is not None else ())
     default = named is None and definition.settings.config_file is not None
     path = named if named is not None else definition.settings.config_file
     if path is None and not runner:
-        path, trouble = home_config_path(definition, pid, environ, root)
+        path, trouble = home_config_path(definition, pid, environ, root, argv)
         problems = (*problems, trouble) if trouble else problems
         default = path is not None
     if path is None:
@@ -280,6 +341,56 @@ def read_outside(
     config, trouble = _config(definition, path, read.data)
     problems = (*problems, trouble) if trouble else problems
     return Outside(environment, config, path, read.identity, problems, api_key)
+
+
+#: Most config files (``config_files`` and their drop-ins) read for one process.
+MAX_CONFIG_LAYERS = 32
+
+
+def _layer_places(
+    definition: EngineDefinition, pid: int, environ: Environ | None, root: HostRoot
+) -> list[str]:
+    """The engine's ``config_files`` for ``pid``, each followed by its drop-ins, in order."""
+    suffix = definition.settings.config_dropins
+    places: list[str] = []
+    for place in config_file_places(definition, pid, environ, root):
+        places.append(place)
+        if suffix is not None:
+            names = root.list_named(pid, place + ".d", 4096) or ()
+            places.extend(f"{place}.d/{name}" for name in sorted(names) if name.endswith(suffix))
+    return places[:MAX_CONFIG_LAYERS]
+
+
+def _read_layers(
+    definition: EngineDefinition,
+    pid: int,
+    argv: Sequence[str],
+    environ: Environ | None,
+    root: HostRoot,
+    found: Outside,
+) -> Outside:
+    """``found`` (the environment's facts) with those of the engine's ``config_files``, each
+    file's over those before, or of the one file its ``config_environment`` names where that
+    exists; the last file read is the one watched for edits."""
+    named = config_named(definition, argv, environ.vars if environ is not None else ())
+    places = [named] if named is not None else []
+    if named is None or root.read_named(pid, named, MAX_CONFIG_BYTES).missing:
+        places = _layer_places(definition, pid, environ, root)
+    config: dict[Fact, tuple[str, ...]] = {}
+    problems = list(found.problems)
+    last: tuple[str | None, Identity | None] = (None, None)
+    for path in places:
+        read = root.read_named(pid, path, MAX_CONFIG_BYTES)
+        if read.missing:
+            continue
+        last = (path, read.identity)
+        if read.data is None:
+            problems.append(f"config file '{literal(path)}' {read.problem or 'cannot be read'}")
+            continue
+        facts, trouble = _config(definition, path, read.data)
+        config.update(facts)
+        problems.extend([trouble] if trouble else [])
+    return Outside(found.environment, config, last[0], last[1], tuple(problems), found.api_key)
 
 
 def config_named(
@@ -398,6 +509,8 @@ def _environment_value(
 def _outside_value(
     definition: EngineDefinition, outside: Outside, fact: Fact
 ) -> tuple[tuple[str, ...], Source] | None:
+    if definition.settings.environment_over_config and fact in outside.environment:
+        return _environment_value(definition, outside, fact)
     if fact in outside.config:
         return outside.config[fact], "config"
     return _environment_value(definition, outside, fact)

@@ -1,4 +1,4 @@
-"""Parsing a config document another user wrote (YAML or JSON) with limits, so that no document
+"""Parsing a config document another user wrote (YAML, JSON or TOML) with limits, so that no document
 costs more than a few milliseconds and megabytes, or raises anything but :class:`DocumentError`.
 
 YAML is composed here from the parser's events (libyaml's when PyYAML has it: the pure-Python
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -264,6 +265,40 @@ def parse_json(
         raise DocumentError(f"is larger than {max_bytes} bytes: not read")
     started = time.thread_time()
     value = _loads(data)
+    _walk(value, max_values, where, surrogates)
+    # JSON's cost is linear in its size (no aliases): larger documents (an agent's engines, a
+    # safetensors index) get time in proportion, well above what the stdlib parser needs.
+    allowed = MAX_SECONDS * max(1.0, len(data) / (1 << 20))
+    if time.thread_time() - started > allowed:
+        raise DocumentError(f"takes longer than {allowed:g} s to parse")
+    return value
+
+
+def parse_toml(data: bytes) -> object:
+    """The value of a TOML document (as the standard library's ``tomllib`` gives it), within the
+    limits of :func:`parse_json` (its values walked the same way); never raises anything but
+    :class:`DocumentError`."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+
+    started = time.thread_time()
+    try:
+        value = tomllib.loads(data.decode("utf-8"))
+    except RecursionError:  # arrays or inline tables nested past the parser's recursion
+        raise DocumentError(f"is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError:  # TOMLDecodeError, UnicodeDecodeError, an integer past Python's digits
+        raise DocumentError("is not valid TOML") from None
+    _walk(value, MAX_VALUES, "", False)
+    if time.thread_time() - started > MAX_SECONDS:
+        raise DocumentError(f"takes longer than {MAX_SECONDS:g} s to parse")
+    return value
+
+
+def _walk(value: object, max_values: int, where: str, surrogates: bool) -> None:
+    """Raises :class:`DocumentError` where a parsed document passes the limits (see
+    :func:`parse_json`)."""
     pending: list[tuple[object, tuple[str | int, ...]]] = [(value, ())]
     count = 0
     while pending:
@@ -289,12 +324,6 @@ def parse_json(
                     pending.append((member, (*path, key)))
             else:
                 pending.extend((member, (*path, index)) for index, member in enumerate(item))
-    # JSON's cost is linear in its size (no aliases): larger documents (an agent's engines, a
-    # safetensors index) get time in proportion, well above what the stdlib parser needs.
-    allowed = MAX_SECONDS * max(1.0, len(data) / (1 << 20))
-    if time.thread_time() - started > allowed:
-        raise DocumentError(f"takes longer than {allowed:g} s to parse")
-    return value
 
 
 def json_object(data: bytes, *, max_bytes: int | None = None) -> dict[str, Any] | None:
