@@ -47,11 +47,13 @@ def test_a_record_reads_and_writes_the_documents_of_the_previous_release() -> No
     process = EngineProcess.model_validate(json.loads(OLD_PROCESS))
     assert process.instance_id == KEY == make_instance_id("vllm", "/models/m", 8000)
     # what ps --json prints: the same, and the model's name as people say it (`model_name`), and
-    # the release it runs (`engine_version`: none, for a record no scan made)
+    # the release it runs (`engine_version`: none, for a record no scan made), and the engine's
+    # fork its argv shows (`fork`: none for vLLM's own)
     assert json.loads(_compact(process.model_dump(mode="json"))) == {
         **json.loads(OLD_PROCESS),
         "model_name": "/models/m",
         "engine_version": None,
+        "fork": None,
     }
     assert json.loads(process.model_dump_json())["engine_id"] == KEY
     assert "instance_id" not in process.model_dump()  # a caller's own dump keeps the key too
