@@ -69,19 +69,28 @@ MAX_CAUSE_LINES = 6
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 # A Python exception line (`ValueError: ...`, `torch.OutOfMemoryError: ...`,
 # `huggingface_hub.errors.HFValidationError: ...`), possibly after a log prefix.
-_EXCEPTION = re.compile(r"(?:^|[\s|:)\]])(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt): \S")
+# (the bare `Exception: ...` too: raised as is, SGLang's `Capture cuda graph failed: ...`)
+_EXCEPTION = re.compile(
+    r"(?:^|[\s|:)\]])(?:[A-Za-z_][\w]*\.)*(?:[A-Z]\w*(?:Error|Exception|Interrupt)|Exception): \S"
+)
 # An error-level log line (`ERROR ...`, `level=ERROR`, `error: ...`, `[E] ...`, `panic: `).
 _ERROR_LINE = re.compile(r"\bERROR\b|level=ERROR|^\s*(?:error|Error|panic|fatal|FATAL)\b[:\s]")
 # Log noise that names an error but is none: a traceback header, a `raise` source line.
 # (rich's tracebacks draw a box: `│   File "...", line 308, in __init__ │`, `│     raise ValueError(`)
 # (a `File "X" not found` statement is no traceback line: those name a line number)
-_NOT_CAUSE = re.compile(r"Traceback \(most recent call last\)|^[\s│]*raise\b|^[\s│]*File \"[^\"]*\", line \d")
+# (a line whose `Traceback (most recent call last):` follows a statement, `X: message, Traceback`,
+# states it: vLLM's worker `Exception in worker ... init_device: NCCL error: ..., Traceback ...`)
+_NOT_CAUSE = re.compile(
+    r"^(?:(?!: \S).)*Traceback \(most recent call last\)|^[\s│]*raise\b|^[\s│]*File \"[^\"]*\", line \d"
+)
 _TRACEBACK_FILE = re.compile(r"^[\s│]*File \".*\", line \d+")
 # What a log puts before a traceback's lines: a compose service (`vllm-1  | `), a worker
 # (`(VllmWorkerProcess pid=195297) `, `[rank0]: `), a logger's level, date and place (vLLM's
-# `ERROR 11-18 18:07:28 engine.py:366] `, `ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242] `).
+# `ERROR 11-18 18:07:28 engine.py:366] `, `ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242] `),
+# journald's short form (`nov 02 10:34:04 host ollama[227009]: `).
 _LOG_PREFIX = re.compile(
-    r"^(?:[\w.-]+\s+\|\s)?(?:\([^)]*\)\s*)?(?:\[rank\d+\]:\s?)?"
+    r"^(?:[A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@-]+\[\d+\]: )?"
+    r"(?:[\w.-]+\s+\|\s)?(?:\([^)]*\)\s*)?(?:\[rank\d+\]:\s?)?"
     r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[?[\w.]+:\d+\]\s?)?"
 )
 
@@ -90,7 +99,9 @@ _LOG_PREFIX = re.compile(
 COMMON_WRAPPERS = (
     r"See (?:the )?root cause above",
     r"Application startup failed",
-    r"failed to start\b",
+    # (not where the cause follows on the line: Docker's `failed to start container X: ... bind:
+    # address already in use`)
+    r"failed to start\b(?!.*: \S)",
     r"initialization failed\.?\s*$",
 )
 
@@ -315,6 +326,8 @@ _FIGURE_ALIASES: Mapping[str, str] = {
     "kv_tokens": "kv_cache_tokens",
     "estimated_max_model_len": "max_model_len_fits",
     "host": "address",
+    # a second place a pattern names the missing library (a group name is used once)
+    "library": "missing",
 }
 _UNIT_SUFFIXES: Mapping[str, MemoryUnit] = {"bytes": "B", "kib": "KiB", "mib": "MiB", "gib": "GiB"}
 _MEMORY_FIELDS = frozenset({"requested", "free", "total", "kv_cache_needed", "kv_cache_available"})
@@ -328,6 +341,8 @@ _SIGNAL_WORDS: Mapping[str, str] = {
     "killed": "SIGKILL",
     "segmentation fault": "SIGSEGV",
     "aborted": "SIGABRT",
+    "abort": "SIGABRT",
+    "abort trap": "SIGABRT",
     "illegal instruction": "SIGILL",
     "illegal hardware instruction": "SIGILL",
     "bus error": "SIGBUS",
@@ -518,8 +533,30 @@ def _fallback_cause(
                 break
             root_index, root = index, line
         return root
-    errors = [line for _index, line in candidates if _ERROR_LINE.search(line[:MAX_MATCH_CHARS])]
+    # the level in a logger's prefix counts, and a statement behind a prefix (journald's) too
+    errors = [
+        line
+        for _index, line in candidates
+        if _ERROR_LINE.search(line[:MAX_MATCH_CHARS])
+        or _ERROR_LINE.search(_unprefixed(line)[:MAX_MATCH_CHARS])
+    ]
     return errors[-1] if errors else None
+
+
+def _ending_signals(
+    failures: Failures, first: Mapping[int, tuple[int, re.Match[str]]]
+) -> list[tuple[str, str]]:
+    """The signal groups of the ending lines, in line order: the signal figure of a failure whose
+    class a cause decided."""
+    endings = sorted(
+        (line, index) for index, (line, _found) in first.items() if failures.patterns[index].role == "ending"
+    )
+    return [
+        (name, text)
+        for _line, index in endings
+        for name, text in first[index][1].groupdict().items()
+        if text is not None and (name == "signal" or name.startswith("signal_"))
+    ]
 
 
 def match_failure(
@@ -579,6 +616,9 @@ def match_failure(
                 value = None if name in _MEMORY_FIELDS else _number(name, text)
                 if value is not None:
                     numbers.setdefault(name, value)
+        if role == "cause":
+            # how the process ended, where the log says it beside the cause (an abort after a panic)
+            groups += _ending_signals(failures, first)
         figures = _figures(groups)
         fields = _hint_fields(numbers, figures)
         hint = None

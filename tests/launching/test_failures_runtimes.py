@@ -210,6 +210,112 @@ def test_a_vocabulary_keeps_a_shared_pattern_once_where_it_comes_first() -> None
             "corrupt_model",
             {},
         ),
+        # holdout6's: Docker's port allocator, and a cause after `failed to start container X:`
+        (
+            "localai",
+            "docker: Error response from daemon: driver failed programming external connectivity on "
+            "endpoint x (ab12): Bind for 0.0.0.0:9090 failed: port is already allocated.",
+            "port_in_use",
+            {"port": 9090, "address": "0.0.0.0"},
+        ),
+        (
+            "docker-model-runner",
+            "Error: failed to start container x: listen tcp4 127.0.0.1:7000: bind: address already in use",
+            "port_in_use",
+            {"port": 7000, "address": "127.0.0.1"},
+        ),
+        # the driver older than the PTX; kernels for no arch of this GPU; NCCL's communicator
+        (
+            "mistralrs",
+            'Error: DriverError(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "the provided PTX ...")',
+            "driver_missing",
+            {},
+        ),
+        (
+            "koboldcpp",
+            "x.cu:51: ERROR: CUDA kernel foo has no device code compatible with CUDA arch 600.",
+            "dependency_error",
+            {},
+        ),
+        (
+            "ollama",
+            "rocBLAS error: Could not initialize Tensile host: No devices found",
+            "dependency_error",
+            {},
+        ),
+        (
+            "vllm",
+            "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)",
+            "other",
+            {},
+        ),
+        # the loader: symbol versions, a library named missing in other words
+        (
+            "ollama",
+            "/bin/x: /lib64/libc.so.6: version `GLIBC_2.34' not found (required by /bin/x)",
+            "dependency_error",
+            {},
+        ),
+        (
+            "ollama",
+            'msg="failed to initialize MLX: libfoo.dylib not found"',
+            "dependency_error",
+            {"missing": "libfoo.dylib"},
+        ),
+        ("lemonade", "Cannot find libs/bar.dll in lib folder", "dependency_error", {"missing": "bar.dll"}),
+        (
+            "xinference",
+            "Failed to import diffusers.pipelines.x because of the following error",
+            "dependency_error",
+            {},
+        ),
+        # a backend's buffer with its size; a model's name not found; TabbyML's allocation words
+        (
+            "llamacpp",
+            "ggml_backend_metal_buffer_from_ptr: error: failed to allocate buffer, size =   512.00 MiB",
+            "gpu_oom",
+            {"requested": Memory(value=512.0, unit="MiB")},
+        ),
+        (
+            "lemonade",
+            "(FLM) [ERROR]  Model not found: foo; Please check with `flm list`",
+            "model_not_found",
+            {},
+        ),
+        # the engines' own: Ollama's origins, vLLM's context over the model's and its swap, TGI's
+        # prefill, llamafile's GPU module, stable-diffusion.cpp under Lemonade
+        ("ollama", "panic: bad origin: origins must contain '*' or include http://", "bad_flag", {}),
+        (
+            "vllm",
+            "ValueError: User-specified max_model_len (8192) is greater than the derived max_model_len "
+            "(max_position_embeddings=4096 or model_max_length=None in model's config.json).",
+            "bad_flag",
+            {"max_model_len": 8192},
+        ),
+        (
+            "vllm",
+            "ValueError: Too large swap space. 8.00 GiB out of the 15.50 GiB total CPU memory is allocated",
+            "cpu_oom",
+            {"requested": Memory(value=8.0, unit="GiB"), "total": Memory(value=15.5, unit="GiB")},
+        ),
+        (
+            "tgi",
+            "RuntimeError: Not enough memory to handle 8192 prefill tokens. You need to decrease",
+            "gpu_oom",
+            {},
+        ),
+        (
+            "llamafile",
+            "fatal error: support for --gpu amd was explicitly requested, but it wasn't available",
+            "dependency_error",
+            {},
+        ),
+        (
+            "lemonade",
+            "[ERROR] stable-diffusion.cpp:525  - get sd version from file failed: '/m/x.pth'",
+            "unsupported_architecture",
+            {},
+        ),
         # an exit code of 128 + n (LM Studio, Docker) and the faults Python reports
         (
             "lmstudio",
@@ -242,6 +348,8 @@ def test_the_runtimes_wordings(engine: str, line: str, kind: str, figures: dict[
         ("Windows fatal exception: access violation", "SIGSEGV"),
         ("OSError: exception: access violation reading 0x0000000000000010", "SIGSEGV"),
         ("[ERROR] llama-server process has terminated with exit code: -1073740791", "SIGABRT"),
+        ("zsh: abort      ./llama-server -m x.gguf", "SIGABRT"),
+        ("./run.sh: line 38: 4242 Abort trap: 6", "SIGABRT"),
     ],
 )
 def test_an_ending_stated_as_an_exit_code_or_a_fault(line: str, signal: str) -> None:
@@ -249,6 +357,21 @@ def test_an_ending_stated_as_an_exit_code_or_a_fault(line: str, signal: str) -> 
     assert failure.kind == "killed"
     assert failure.cause_lines == (line,)
     assert failure.figures.signal == signal
+
+
+def test_a_bare_exception_and_a_journald_prefix_are_read_as_statements() -> None:
+    # `Exception: ...` raised as is; journald's prefix before `Error: ...`; a message that a
+    # worker's traceback header follows on its line
+    assert classify_failure("sglang", "Exception: Capture cuda graph failed: boom").cause_lines == (
+        "Exception: Capture cuda graph failed: boom",
+    )
+    line = "nov 02 10:34:04 host ollama[2]: Error: could not create directory mkdir /x: read-only"
+    assert classify_failure("ollama", line).cause_lines == (line,)
+    worker = (
+        "(W pid=2) ERROR 08-23 08:25:25 w.py:226] Exception in w: boom, Traceback (most recent call last):"
+    )
+    assert classify_failure("vllm", worker).cause_lines == (worker,)
+    assert classify_failure("vllm", "Traceback (most recent call last):").kind == "exited"
 
 
 def test_an_exit_code_below_128_plus_a_signal_is_no_ending() -> None:
@@ -261,7 +384,9 @@ def test_a_cause_beats_the_exit_code_it_ends_with() -> None:
     log = "CUDA error: out of memory\n  current device: 0, in function x at a.cu:1\nexited with code 134"
     failure = classify_failure("docker-model-runner", log)
     assert failure.kind == "gpu_oom"
-    assert failure.figures.signal is None
+    assert "exited with code 134" not in failure.cause_lines
+    # how it ended stays a figure of the failure the cause decided
+    assert failure.figures.signal == "SIGABRT"
 
 
 def test_a_library_file_not_found_is_no_model_not_found() -> None:

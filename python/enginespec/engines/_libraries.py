@@ -162,6 +162,14 @@ SOCKETS = Failures(
             hint=_PORT_HINT,
         ),
         P(kind="port_in_use", pattern=r"\bEADDRINUSE\b|\bAddrInUse\b"),
+        # Docker's port allocator (moby's portallocator, from memory, not checked here: `Bind for
+        # %s:%d failed: port is already allocated`): a published port another container or
+        # process holds
+        P(
+            kind="port_in_use",
+            pattern=r"Bind for \[?(?P<address>[^\s\]]*?)\]?:(?P<port>\d+) failed: port is already allocated",
+            hint=_PORT_HINT,
+        ),
         P(
             kind="other",
             pattern=r"\[Errno (?:99|49|10049)\] error while attempting to bind on address "
@@ -271,7 +279,8 @@ TORCH = Failures(
         P(kind="gpu_oom", role="context", pattern=rf"(?:^|\s)(?P<free>{MEM}) is free\."),
         P(
             kind="gpu_oom",
-            pattern=rf"(?:CUDA|HIP|XPU) out of memory\. Tried to allocate (?P<requested>{MEM})",
+            pattern=rf"(?:CUDA|HIP|XPU) out of memory\. Tried to allocate (?P<requested>{MEM})\.?"
+            r"(?: GPU (?P<device>\d+))?",
         ),
         P(kind="gpu_oom", pattern=r"(?:CUDA|HIP|XPU) out of memory"),
         P(kind="gpu_oom", pattern=r"OutOfMemoryError"),
@@ -288,6 +297,15 @@ TORCH = Failures(
         P(kind="driver_missing", pattern=r"cudaGetDeviceCount\(\)|Error 80[234]: "),
         P(kind="driver_missing", pattern=CUDA_NO_DRIVER),
         P(kind="other", pattern=r"CUDA error: an illegal memory access was encountered"),
+        # NCCL's communicator that could not be set up (torch's ProcessGroupNCCL: `NCCL error:
+        # unhandled system error (run with NCCL_DEBUG=INFO for details)`, from memory of PyTorch
+        # 2.x): a fault of the host (shared memory, network, peer access), neither memory nor install
+        P(
+            kind="other",
+            pattern=r"NCCL error:? (?:in: \S+, )?unhandled (?:system|cuda) error",
+            hint="NCCL could not set up the GPUs' communication (NCCL_DEBUG=INFO says why): shared memory "
+            "(a container's --shm-size or --ipc=host), the network, or peer access between the GPUs",
+        ),
     )
 )
 
@@ -300,14 +318,19 @@ TORCH = Failures(
 #: (`named symbol not found`: a kernel missing from the module loaded for this GPU; `no binary for
 #: GPU`; cudarc's `DriverError(CUDA_ERROR_NOT_FOUND, "named symbol not found")` under candle and
 #: mistral.rs: seen in logs only, https://github.com/EricLBuehler/mistral.rs/issues/654) and
-#: HIP's hipErrorNoBinaryForGpu.
+#: HIP's hipErrorNoBinaryForGpu; ggml-cuda's no_device_code (`ERROR: CUDA kernel %s has no device
+#: code compatible with CUDA arch %d. ggml-cuda.cu was compiled for: %s`, ggml-cuda/common.cuh,
+#: found by the exact-string search); rocBLAS's `Could not initialize Tensile host: No devices
+#: found` (its Tensile kernels have none for this GPU; seen in logs only:
+#: https://github.com/Jeffser/Alpaca/issues/585).
 GPU_KERNELS = Failures(
     patterns=(
         P(
             kind="dependency_error",
             pattern=r"no kernel image is available for execution on the device|compiled without support for "
             r"the current GPU architecture|\bnamed symbol not found|CUDA_ERROR_NO_BINARY_FOR_GPU|"
-            r"no binary for GPU|hipErrorNoBinaryForGpu|(?:CUDA|HIP|hip) error: invalid device function",
+            r"no binary for GPU|hipErrorNoBinaryForGpu|(?:CUDA|HIP|hip) error: invalid device function|"
+            r"has no device code compatible with (?:CUDA|HIP) arch|Could not initialize Tensile host",
             hint="this build has no kernels for this GPU's architecture: install a build made for it",
         ),
     )
@@ -345,6 +368,15 @@ CUDA_DRIVER_API = Failures(
             pattern=r"\bCUDA_ERROR_(?:NO_DEVICE|INSUFFICIENT_DRIVER|SYSTEM_DRIVER_MISMATCH)\b|Unable to "
             r'dynamically load the "(?P<missing>cuda)" shared library',
         ),
+        # CUDA_ERROR_UNSUPPORTED_PTX_VERSION (`the provided PTX was compiled with an unsupported
+        # toolchain.`): kernels compiled by a CUDA toolkit newer than the driver takes
+        P(
+            kind="driver_missing",
+            pattern=r"\bCUDA_ERROR_UNSUPPORTED_PTX_VERSION\b|cudaErrorUnsupportedPtxVersion|"
+            r"the provided PTX was compiled with an unsupported toolchain",
+            hint="the driver is older than the CUDA toolkit the build was compiled with: update the driver, "
+            "or use a build for this driver",
+        ),
         P(
             kind="dependency_error",
             pattern=r'Unable to dynamically load the "(?P<missing>[\w-]+)" shared library',
@@ -367,7 +399,8 @@ LOADER = Failures(
     patterns=(
         P(
             kind="driver_missing",
-            pattern=r"(?P<missing>\b(?:libcuda|libnvidia-ml)\.so(?:\.\d+)*): cannot open shared object file",
+            pattern=r"(?P<missing>\b(?:libcuda|libnvidia-ml)\.so(?:\.\d+)*)"
+            r"(?:: cannot open shared object file| not found\b)",
             hint="{missing} comes with the GPU driver: install the driver, or run where it is visible "
             "(in a container: the NVIDIA container toolkit)",
         ),
@@ -381,6 +414,24 @@ LOADER = Failures(
             pattern=r"(?P<missing>\blib[\w.+-]*?\.so(?:\.\d+)*): cannot open shared object file",
             hint="{missing} is missing: install the runtime the build links against, or a build for this "
             "system",
+        ),
+        # a library named missing in other words (Ollama's MLX runner `failed to initialize MLX:
+        # libmlxc.dylib not found`, onnxruntime-genai's `Cannot find libs/onnxruntime.dll in lib
+        # folder`: seen in logs only, https://github.com/ollama/ollama/issues/15471 and
+        # https://github.com/lemonade-sdk/lemonade/issues/434)
+        P(
+            kind="dependency_error",
+            pattern=r"(?P<missing>\b[\w.+-]+\.(?:dylib|dll|so(?:\.\d+)*)) not found\b|"
+            r"Cannot find (?:[^\s'\"]*[\\/])?(?P<library>[\w.+-]+\.(?:dylib|dll|so(?:\.\d+)*))\b",
+            hint="a library the program loads is missing: install the runtime it needs, or a complete build",
+        ),
+        # the loader's symbol versions (glibc's `version `GLIBC_2.27' not found (required by X)`):
+        # a build for a newer C or C++ runtime than this system has
+        P(
+            kind="dependency_error",
+            pattern=r": version `[^']+' not found \(required by ",
+            hint="this system's C/C++ runtime is older than the build needs: a newer system, or a build "
+            "made for it",
         ),
         P(
             kind="dependency_error",
@@ -518,6 +569,13 @@ PYTHON = Failures(
             pattern=r"PackageNotFoundError: (?:No package metadata was found for )?(?P<missing>[\w.-]+)",
         ),
         P(kind="dependency_error", pattern=r"(?:ModuleNotFoundError|ImportError): "),
+        # transformers' and diffusers' lazy modules (utils/import_utils.py _LazyModule._get_module,
+        # from memory: `Failed to import {module} because of the following error (look up to see
+        # its traceback):` and the error on the next line)
+        P(
+            kind="dependency_error",
+            pattern=r"Failed to import (?P<missing>[\w.]+) because of the following error",
+        ),
         P(kind="dependency_error", pattern=r"undefined symbol: "),
         P(kind="dependency_error", pattern=r"PydanticImportError|pydantic\.errors\.\w*ImportError"),
         P(
@@ -566,6 +624,15 @@ GGML = Failures(
         P(kind="gpu_oom", role="context", pattern=r"current device: (?P<device>\d+)"),
         P(kind="gpu_oom", pattern=r"(?:failed|unable) to allocate (?:CUDA|ROCm|Vulkan|Metal|SYCL)\d* buffer"),
         P(kind="gpu_oom", pattern=r"kIOGPUCommandBufferCallbackErrorOutOfMemory|Insufficient Memory \("),
+        # a backend's buffer it could not allocate, with its size (ggml-metal's
+        # ggml_backend_metal_buffer_from_ptr `error: failed to allocate buffer, size = %8.2f MiB`,
+        # from memory of llama.cpp b2000, not checked here); TabbyML's supervisor's own words for
+        # its llama-server's (seen in logs only: https://github.com/TabbyML/tabby/issues/4293)
+        P(
+            kind="gpu_oom",
+            pattern=r"ggml_backend_(?:metal|cuda|vk|sycl)\w*: error: failed to allocate buffer, size = +"
+            r"(?P<requested_mib>[\d.]+) MiB|CUDA memory allocation error",
+        ),
         P(kind="gpu_oom", pattern=r"ggml_metal\w*: error: command buffer \d+ failed with status 5"),
         P(
             kind="gpu_oom",
@@ -661,7 +728,7 @@ GGML = Failures(
         # library will be used.` is a fallback, no failure)
         P(
             kind="model_not_found",
-            pattern=r"(?:model|(?<!library )file) (?:'[^']*' )?(?:does not exist|not found)\b",
+            pattern=r"(?:[Mm]odel|(?<!library )file) (?:'[^']*' )?(?:does not exist|not found)\b",
         ),
     )
 )
@@ -717,8 +784,18 @@ ENDINGS = Failures(
         P(
             kind="other",
             role="ending",
-            pattern=r"(?:^|: line \d+: +\d+ )(?P<signal>Killed|Segmentation fault|Aborted|Bus error)"
-            r"(?: \(core dumped\))?(?:\s|$)",
+            pattern=r"(?:^|: line \d+: +\d+ )"
+            r"(?P<signal>Killed|Segmentation fault|Aborted|Bus error|Abort trap)"
+            r"(?: \(core dumped\)|: \d+)?(?::?\s|:?$)",
+            hint="the process was killed by {signal} (see the lines before)",
+        ),
+        # zsh's report of a child's death (`zsh: abort      ./prog`, `zsh: killed`, `zsh: segmentation
+        # fault`, zsh's Src/signames: the signal's lower-case message)
+        P(
+            kind="other",
+            role="ending",
+            pattern=r"^zsh: "
+            r"(?P<signal>abort|killed|segmentation fault|bus error|illegal hardware instruction)\s",
             hint="the process was killed by {signal} (see the lines before)",
         ),
         # 128 + n as the exit code: SIGABRT, SIGBUS, SIGFPE, SIGKILL, SIGSEGV, SIGTERM

@@ -187,6 +187,15 @@ SPEC = EngineSpec(
                 pattern=r"Argument '(?P<flag>-[^']+)' is managed by Lemonade and cannot be overridden",
                 hint="Lemonade sets {flag} itself: remove it from the model's llama-server arguments",
             ),
+            # its sd-server runner (stable-diffusion.cpp's stable-diffusion.cpp new_sd_ctx, found by
+            # the exact-string search: `get sd version from file failed: '%s'`): a file of no model
+            # family it knows (an upscaler's, an LLM's)
+            FailurePattern(
+                kind="unsupported_architecture",
+                pattern=r"get sd version from file failed",
+                hint="stable-diffusion.cpp knows no model family in that file: give it an image model it "
+                "supports (with its VAE and text encoders)",
+            ),
             FailurePattern(
                 kind="corrupt_model",
                 pattern=r"Download validation failed\. Some files are incomplete or missing",

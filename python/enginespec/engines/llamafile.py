@@ -103,6 +103,16 @@ SIGNATURE = Signature(
 FAILURES = (
     Failures(
         patterns=(
+            # llamafile/cuda.c and metal.c (found by the exact-string search): `fatal error: support
+            # for --gpu X was explicitly requested, but it wasn't available`: its GPU module could not
+            # be built (no nvcc or hipcc) or loaded, and no prebuilt one came with it
+            FailurePattern(
+                kind="dependency_error",
+                pattern=r"support for --gpu \w+(?: --tinyblas)? was explicitly requested, "
+                r"but it wasn't available",
+                hint="llamafile could not build or load its GPU module (the CUDA or ROCm toolkit it compiles "
+                "with, or a prebuilt one): see the lines before, or run without --gpu",
+            ),
             FailurePattern(
                 kind="dependency_error",
                 pattern=r"run-detectors: unable to find an interpreter for",

@@ -83,6 +83,14 @@ P = FailurePattern
 FAILURES = (
     Failures(
         patterns=(
+            # OLLAMA_ORIGINS read into gin-contrib/cors, which panics on an entry without a scheme
+            # (cors v1.4.0 config.go: `bad origin: origins must contain '*' or include ...`, as
+            # the panic in https://github.com/ollama/ollama/issues/2751 quotes it)
+            P(
+                kind="bad_flag",
+                pattern=r"panic: bad origin: origins must contain",
+                hint="an OLLAMA_ORIGINS entry has no scheme: write each as http://HOST, https://HOST (or *)",
+            ),
             # Go's net.OpError (`listen tcp HOST:PORT: bind: ` and the errno's text) as cobra prints
             # `Error: ` before it (cmd/cmd.go RunServer, v0.1.32 to v0.32.15)
             P(

@@ -104,6 +104,15 @@ FAILURES = (
     _libraries.CLAP
     + Failures(
         patterns=(
+            # the warm-up's out of memory for a prefill batch (server/text_generation_server/
+            # models/flash_causal_lm.py warmup, from memory of TGI 1.x to 3.x: `Not enough memory
+            # to handle {n} prefill tokens. You need to decrease `--max-batch-prefill-tokens``)
+            P(
+                kind="gpu_oom",
+                pattern=r"Not enough memory to handle \d+ prefill tokens",
+                hint="lower --max-batch-prefill-tokens (and --max-batch-total-tokens), or use a smaller "
+                "model or more GPUs",
+            ),
             P(
                 kind="bad_flag",
                 pattern=r"^\s*error: (?:invalid value '|unexpected argument '|a value is required for '|"

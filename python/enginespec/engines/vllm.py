@@ -298,6 +298,27 @@ FAILURES = (
                 pattern=r"Invalid repository ID or local directory specified: '(?P<model>[^']*)'",
                 hint="'{model}' is neither a Hub repository nor a local directory with config.json",
             ),
+            # vllm/config.py _get_and_verify_max_len (from memory of v0.6 to v0.11, not checked here):
+            # `User-specified max_model_len (N) is greater than the derived max_model_len (KEY=M or
+            # model_max_length=... in model's config.json).`: a --max-model-len over the model's own
+            # limit (pydantic's `Value error, ...` wrapping it in the newer releases)
+            P(
+                kind="bad_flag",
+                pattern=r"User-specified max_model_len \((?P<max_model_len>\d+)\) is greater than "
+                r"the derived max_model_len",
+                hint="the model's config allows fewer tokens than --max-model-len {max_model_len}: lower it "
+                "(VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 overrides the check, at the model's risk)",
+            ),
+            # vllm/config.py CacheConfig.verify_with_parallel_config (from memory of v0.4 to v0.8,
+            # not checked here): `Too large swap space. {X:.2f} GiB out of the {Y:.2f} GiB total
+            # CPU memory is allocated for the swap space.`: the host's memory
+            P(
+                kind="cpu_oom",
+                pattern=r"Too large swap space\. (?P<requested_gib>[\d.]+) GiB out of the "
+                r"(?P<total_gib>[\d.]+) GiB total CPU memory",
+                hint="the CPU swap space ({requested}) is too much of this host's memory ({total}): lower "
+                "--swap-space",
+            ),
             # the same file, get_config (v0.7.3 to v0.8.4, found by the exact-string search): neither
             # config.json nor params.json could be found at the model (a path that does not exist,
             # or a gated repository read without a token): `No supported config format found in
