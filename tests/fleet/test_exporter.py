@@ -328,9 +328,25 @@ def test_every_engine_series_carries_the_same_identifying_labels(procs: Procs) -
         port = sock.getsockname()[1]
         proc = procs.start(["vllm", "serve", HF_SNAPSHOT, "--port", str(port)], pass_fds=(sock.fileno(),))
         scanner, collector, monitor = Scanner(), EngineCollector(), EngineMonitor(timeout=2)
-        _refresh(scanner, collector, True, 2.0, 300.0, monitor)
-        _refresh(scanner, collector, True, 2.0, 300.0, monitor)
-        series = _samples(_text(collector))
+
+        def rated() -> bool:
+            # a rate needs two load readings of the engine: on a loaded host a round may miss its
+            # deadline (or scan before the helper execs), so refresh until the engine has one
+            nonlocal series
+            _refresh(scanner, collector, True, 2.0, 300.0, monitor)
+            series = _samples(_text(collector))
+            ids = {
+                labels["engine_id"]
+                for labels, _ in series.get("enginespec_engine_info", [])
+                if labels["pid"] == str(proc.pid)
+            }
+            return any(
+                labels["engine_id"] in ids
+                for labels, _ in series.get("enginespec_engine_tokens_per_second", [])
+            )
+
+        series: dict[str, list[tuple[dict[str, str], float]]] = {}
+        wait_for(rated, timeout=60)
     (info,) = [labels for labels, _ in series["enginespec_engine_info"] if labels["pid"] == str(proc.pid)]
     assert (info["model"], info["model_path"]) == ("Qwen/Qwen3-0.6B", HF_SNAPSHOT)
     mine = {name: info[name] for name in IDENTITY}
