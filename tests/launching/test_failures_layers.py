@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 import enginespec
 from enginespec import ArgvHint, FailureFigures, FailurePattern, Failures, Memory, classify_failure
-from enginespec.engines import _libraries
+from enginespec.engines import _gpulayers, _libraries
 
 #: An engine this project does not describe yet, made of the shared layers only: what a new
 #: engine (LM Studio, mistral.rs, LocalAI, ...) gets before it brings its own messages.
@@ -19,7 +19,7 @@ NEW_ENGINE = enginespec.get_engine_spec("llamacpp").model_copy(
         + _libraries.CLAP
         + _libraries.GO_FLAGS
         + _libraries.SOCKETS
-        + _libraries.TORCH
+        + _gpulayers.TORCH
         + _libraries.LOADER
         + _libraries.SYSTEM
         + _libraries.PYTHON

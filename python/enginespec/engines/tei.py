@@ -7,6 +7,7 @@ tags where a line says so.
 
 from __future__ import annotations
 
+import enginespec.engines._gpulayers as _gpulayers
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.records import (
     ExtraPort,
@@ -132,5 +133,5 @@ SPEC = EngineSpec(
         }
     ),
     # a Rust server on candle and cudarc (its Python backend's messages are PyTorch's)
-    failures=_libraries.CLAP + _libraries.NATIVE_SERVER + _libraries.TORCH + _libraries.HUGGINGFACE,
+    failures=_libraries.CLAP + _libraries.NATIVE_SERVER + _gpulayers.TORCH + _libraries.HUGGINGFACE,
 )

@@ -104,8 +104,8 @@ FAILURES = (
     _libraries.CLAP
     + Failures(
         patterns=(
-            # the warm-up's out of memory for a prefill batch (server/text_generation_server/
-            # models/flash_causal_lm.py warmup, from memory of TGI 1.x to 3.x: `Not enough memory
+            # the warm-up's out of memory for a prefill batch (FlashCausalLM.warmup in TGI's Python
+            # server, from memory of TGI 1.x to 3.x: `Not enough memory
             # to handle {n} prefill tokens. You need to decrease `--max-batch-prefill-tokens``)
             P(
                 kind="gpu_oom",

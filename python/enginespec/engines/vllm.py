@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import enginespec.engines._gpulayers as _gpulayers
 import enginespec.engines._libraries as _libraries
 from enginespec.definition.modelrecords import (
     Fitting,
@@ -331,7 +332,7 @@ FAILURES = (
             ),
         )
     )
-    + _libraries.TORCH
+    + _gpulayers.TORCH
     + _libraries.LOADER
     + _libraries.HUGGINGFACE
     + _libraries.SYSTEM
