@@ -245,19 +245,50 @@ test_hostile_readyz_answers_are_said = hostile_health_test(
 )
 
 
+#: core/http/endpoints/localai/system.go SystemInformations (82c191afa): phi-2 held
+SYSTEM = Answer(200, b'{"backends":["llama-cpp"],"loaded_models":[{"id":"phi-2","backend":"llama-cpp"}]}')
+
+
 def test_models_with_the_api_key(procs: Procs) -> None:
-    routes = {"/readyz": [Answer(200, b"")], "/v1/models": [models("phi-2", "bert-embeddings")]}
+    # loaded: /system's loaded_models; the rest of /v1/models configured, not loaded
+    routes = {
+        "/readyz": [Answer(200, b"")],
+        "/system": [SYSTEM],
+        "/v1/models": [models("phi-2", "bert-embeddings")],
+    }
     with _localai(procs, routes, "--api-keys", "sk-key-1") as (process, server):
         found = served_models(process)
-        assert [m.name for m in found.models] == ["phi-2", "bert-embeddings"], found
-        sent = [h.get("Authorization") for _m, p, h in server.script.seen if p == "/v1/models"]
-    assert sent
+        assert [(m.name, m.state) for m in found.models] == [
+            ("phi-2", "loaded"),
+            ("bert-embeddings", "unloaded"),
+        ], found
+        sent = [h.get("Authorization") for _m, p, h in server.script.seen if p in ("/system", "/v1/models")]
+    assert len(sent) == 2
     assert all(s == "Bearer sk-key-1" for s in sent), server.script.seen
     assert "sk-key-1" not in found.model_dump_json()
 
 
-def test_hostile_models_answers(procs: Procs) -> None:
-    routes = {"/readyz": [Answer(200, b"")], "/v1/models": [Answer(200, b'{"data": [{"id": 7}]}')]}
+@pytest.mark.parametrize(
+    ("system", "read"),
+    [
+        # entries of the wrong type are left out: it holds none that can be named
+        (Answer(200, b'{"loaded_models": [{"id": 7}, "x", null]}'), True),
+        (Answer(200, b'{"loaded_models": {"id": "phi-2"}}'), False),
+        (Answer(200, b"[" * 100_000, content_type="text/plain"), False),
+        (Answer(200, b"<html>", content_type="text/html"), False),
+        # more values than a document may hold: unread, and said
+        (Answer(200, b'{"loaded_models": [' + b'{"id": "m"},' * 5000 + b'{"x": 1}]}'), False),
+    ],
+    ids=["wrong-types", "not-a-list", "deep", "html", "many"],
+)
+def test_hostile_models_answers(procs: Procs, system: Answer, read: bool) -> None:
+    routes = {
+        "/readyz": [Answer(200, b"")],
+        "/system": [system],
+        "/v1/models": [Answer(200, b'{"data": [{"id": 7}]}')],
+    }
     with _localai(procs, routes) as (process, _server):
         found = served_models(process)
-    assert not found.models
+    assert [m.name for m in found.models] in ([], ["m"]), found
+    assert found.available is read, found
+    assert read or found.reason, found

@@ -23,6 +23,8 @@ ModelListKind = Literal[
     "koboldcpp",
     "lmstudio",
     "lemonade",
+    "docker_model_runner",
+    "localai",
 ]
 
 
@@ -50,7 +52,11 @@ class ModelList(Record):
     at ``older_path`` (``/api/v0/models``: each ``id`` with its ``state``); ``lemonade``, the
     models Lemonade runs a backend for, in its health answer at ``path`` (``all_models_loaded``:
     each ``model_name`` with its ``status`` and ``backend_url``), and those downloaded at
-    ``available_path`` (an OpenAI list)."""
+    ``available_path`` (an OpenAI list); ``docker_model_runner``, the runners Docker Model Runner
+    holds at ``path`` (``/engines/ps``: a list, each ``model_name``, ``loading`` while it starts)
+    and the models it has at ``available_path`` (an OpenAI list); ``localai``, the models
+    LocalAI holds at ``path`` (``/system``: ``loaded_models``, each ``id``) and those it has
+    configured at ``available_path`` (an OpenAI list)."""
 
     kind: ModelListKind = "fixed"
     #: a request naming another model loads it in place of the one the argv names, and the
@@ -88,7 +94,7 @@ class ControlRequest(Record):
     :mod:`enginespec.lifecycle.modelcontrol`): ``method path`` (``POST`` unless said; a
     ``{model}`` in ``path`` becomes the model's name, percent-encoded as one path segment), with
     ``body`` (a JSON object whose string values ``{model}`` become the model's name) when it
-    takes one."""
+    takes one; a list value's ``"{model}"`` items too)."""
 
     path: str = Field(pattern=r"^/")
     body: Mapping[str, object] | None = None

@@ -19,7 +19,7 @@ from enginespec.definition.records import (
     Serving,
     Settings,
 )
-from enginespec.definition.servedrecords import ModelList
+from enginespec.definition.servedrecords import ControlRequest, ModelControl, ModelList
 from enginespec.definition.signature import LaunchForm, Signature
 from enginespec.engines import _libraries, llamacpp, vllm
 from enginespec.failures import FailurePattern, Failures
@@ -120,9 +120,20 @@ SPEC = EngineSpec(
     # cmd/dmr/serve.go applyServeEnv: `--port` is set as MODEL_RUNNER_PORT, which the daemon
     # reads (pkg/envconfig/envconfig.go TCPPort).
     settings=Settings(environment={"MODEL_RUNNER_PORT": "port"}, runner_environment=False),
-    # pkg/routing/router.go: /engines/... is the scheduler's OpenAI-compatible API (`/v1/` an
-    # alias of it); its /engines/v1/models lists the models it has.
-    models=ModelList(kind="openai", path="/engines/v1/models"),
+    # pkg/inference/scheduling/http_handler.go routeHandlers: `GET /engines/ps`
+    # (GetRunningBackends) lists the runners it holds, each model_name with `loading: true` while
+    # it starts (scheduler.go getLoaderStatus); `GET /engines/v1/models` the models it has
+    # pulled, an OpenAI list (pkg/inference/models/api.go OpenAIModelList, `id` the model's
+    # tag). pkg/routing/router.go: `/v1/` is an alias of /engines/.
+    models=ModelList(kind="docker_model_runner", path="/engines/ps", available_path="/engines/v1/models"),
+    # http_handler.go Unload: `POST /engines/unload` with api.go UnloadRequest `{"all": bool,
+    # "backend": str, "models": [str]}` answers 200 UnloadResponse `{"unloaded_runners": N}`, N
+    # the runners left (a body not JSON: 400 "invalid request"). loader.go Unload resolves
+    # each model to its ID and evicts it from every backend when `backend` is empty
+    # (evictRunner `allBackends := backend == ""`), but only a runner not busy with a
+    # request; what it evicted the list at /engines/ps then shows. No load route: a model
+    # loads on its first inference request (loader.go load), so `load` is unsupported.
+    control=ModelControl(unload=ControlRequest(path="/engines/unload", body={"models": ["{model}"]})),
     # A Go daemon whose runners (llama-server by default, vLLM, mlx_lm.server) write to its log:
     # their engines' messages, then the layers every process passes through
     # Its own refusal of a model its llama.cpp backend cannot take

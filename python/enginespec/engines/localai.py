@@ -15,7 +15,7 @@ from enginespec.definition.records import (
     Serving,
     Settings,
 )
-from enginespec.definition.servedrecords import ModelList
+from enginespec.definition.servedrecords import ControlRequest, ModelControl, ModelList
 from enginespec.definition.signature import Evidence, LaunchForm, Signature
 from enginespec.engines import llamacpp
 from enginespec.failures import FailurePattern, Failures
@@ -245,8 +245,27 @@ SPEC = EngineSpec(
         environment={"LOCALAI_ADDRESS": "address", "ADDRESS": "address"},
         runner_environment=False,
     ),
-    # GET /v1/models: the OpenAI list of the models it has configured (loaded or not).
-    models=ModelList(kind="openai", path="/v1/models"),
+    # GET /system (core/http/routes/localai.go @ 82c191afa, SystemInformations in
+    # core/http/endpoints/localai/system.go): `loaded_models`, each `{"id", "backend"}`, the
+    # models its loader holds now; GET /v1/models the OpenAI list of those it has configured
+    # (loaded or not).
+    models=ModelList(kind="localai", path="/system", available_path="/v1/models"),
+    # core/http/routes/localai.go @ 82c191afa: `POST /backend/load` (LoadModelEndpoint,
+    # core/http/endpoints/localai/backend_load.go) with schema.ModelLoadRequest `{"model":
+    # NAME}` loads it and answers once loaded, 200 `{"loaded": [...], "message": "model
+    # loaded"}`, or 500 `{"loaded": [...], "message": "failed to load model: ..."}`;
+    # `POST /backend/shutdown` (BackendShutdownEndpoint, backend_monitor.go) with
+    # schema.BackendMonitorRequest `{"model": NAME}` answers 200 `{"message": "model
+    # stopped"}`; a model not loaded is an echo 404, which core/http/app.go's error handler
+    # answers as any 404 (render.go notFoundHandler): `{"error": {"message": "Resource not
+    # found", "code": 404}}`, the handler's own message lost.
+    # Both, like /system, sit behind adminMiddleware (core/http/app.go: RequireAdmin with
+    # --auth-enabled, else none); core/http/auth/middleware.go takes a legacy `--api-keys`
+    # key as a synthetic admin: the server's API key is sent.
+    control=ModelControl(
+        load=ControlRequest(path="/backend/load", body={"model": "{model}"}),
+        unload=ControlRequest(path="/backend/shutdown", body={"model": "{model}"}),
+    ),
     # GET /metrics (core/http/routes/localai.go @ v4.9.0, behind the admin key when auth is on;
     # off with LOCALAI_DISABLE_METRICS_ENDPOINT) is OpenTelemetry's Prometheus exporter
     # (core/services/monitoring/metrics.go): `api_call`, a histogram of every HTTP route's

@@ -296,16 +296,46 @@ def _lemonade_loaded(body: bytes, notes: list[str]) -> list[ServedModel]:
     return list(found.values())
 
 
+def _dmr_loaded(body: bytes, notes: list[str]) -> list[ServedModel]:
+    """Docker Model Runner's ``GET /engines/ps``: a JSON list of its runners, each
+    ``{"backend_name", "model_name", "mode", "last_used", "in_use", "loading", "keep_alive"}``,
+    ``model_name`` the reference it was asked by, one entry per backend and mode
+    (pkg/inference/scheduling/scheduler.go getLoaderStatus, api.go BackendStatus, 642c7211)."""
+    listed = parse_json(body, max_bytes=MAX_ANSWER_BYTES)
+    found: dict[str, ServedModel] = {}
+    for entry in _entries({"runners": listed}, "runners", notes):
+        name = _name(entry.get("model_name"))
+        if name is None:
+            continue
+        state: ModelState = "loading" if entry.get("loading") is True else "loaded"
+        if name not in found or state == "loaded":
+            found[name] = ServedModel(name=name, state=state)
+    return list(found.values())
+
+
+def _localai_loaded(body: bytes, notes: list[str]) -> list[ServedModel]:
+    """LocalAI's ``GET /system``: ``{"backends": [...], "loaded_models": [{"id", "backend"}]}``,
+    the models its loader holds (core/http/endpoints/localai/system.go SystemInformations,
+    core/schema/localai.go SysInfoModel, 82c191afa)."""
+    found = [
+        name
+        for entry in _entries(parse_json(body, max_bytes=MAX_ANSWER_BYTES), "loaded_models", notes)
+        if (name := _name(entry.get("id"))) is not None
+    ]
+    return [ServedModel(name=name, state="loaded") for name in dict.fromkeys(found)]
+
+
 def answer_detail(body: bytes) -> str | None:
     """The message of an error answer: FastAPI's ``{"detail": ...}``, or ``{"error": "..."}`` /
-    ``{"error": {"message": ...}}``; ``None`` when it holds none (or is not JSON)."""
+    ``{"error": {"message": ...}}``, else a bare ``{"message": "..."}`` (LocalAI's failed
+    ``/backend/load``); ``None`` when it holds none (or is not JSON)."""
     try:
         document = parse_json(body, max_bytes=MAX_ANSWER_BYTES)
     except DocumentError:
         return None
     if not isinstance(document, dict):
         return None
-    said = document.get("detail", document.get("error"))
+    said = document.get("detail", document.get("error", document.get("message")))
     if isinstance(said, dict):
         said = said.get("message")
     return None if said is None else str(said)[:300]
@@ -555,6 +585,23 @@ class Reader:
         await self._could_load(self.t.spec.models.available_path, "data", "id")
         return True
 
+    async def _docker_model_runner(self, body: bytes) -> bool:
+        self.answer.models = _dmr_loaded(body, self.answer.notes)
+        await self._could_load(self.t.spec.models.available_path, "data", "id")
+        # a model asked by `ai/m` is listed as `ai/m:latest` among those it has: one model
+        held = {m.name for m in self.answer.models if m.state != "unloaded"}
+        self.answer.models = [
+            m
+            for m in self.answer.models
+            if m.state != "unloaded" or not (m.name.endswith(":latest") and m.name[:-7] in held)
+        ]
+        return True
+
+    async def _localai(self, body: bytes) -> bool:
+        self.answer.models = _localai_loaded(body, self.answer.notes)
+        await self._could_load(self.t.spec.models.available_path, "data", "id")
+        return True
+
     async def _koboldcpp(self, body: bytes) -> bool:
         # {"result": NAME} (koboldcpp.py v1.116.1 line 6077): the one model it serves now
         document = parse_json(body, max_bytes=MAX_ANSWER_BYTES)
@@ -657,4 +704,6 @@ _READINGS: dict[ModelListKind, Callable[[Reader, bytes], Awaitable[bool]]] = {
     "koboldcpp": Reader._koboldcpp,
     "lmstudio": Reader._lmstudio,
     "lemonade": Reader._lemonade,
+    "docker_model_runner": Reader._docker_model_runner,
+    "localai": Reader._localai,
 }

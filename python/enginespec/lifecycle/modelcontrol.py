@@ -60,7 +60,15 @@ def _checked_name(name: str) -> str:
 
 
 def _filled(body: Mapping[str, object], name: str) -> dict[str, object]:
-    return {key: (name if value == "{model}" else value) for key, value in body.items()}
+    """``body`` with each ``"{model}"`` value, or item of a list value, the model's name
+    (Docker Model Runner's unload takes ``{"models": [NAME]}``)."""
+
+    def filled(value: object) -> object:
+        if isinstance(value, (list, tuple)):
+            return [filled(item) for item in value]
+        return name if value == "{model}" else value
+
+    return {key: filled(value) for key, value in body.items()}
 
 
 def _allowed(process: EngineProcess, what: str) -> None:
@@ -376,8 +384,8 @@ def control(
 
 def load_model(process: EngineProcess, name: str, *, timeout: float = 300.0) -> ServedModels:
     """Loads the model ``name`` into the server ``process`` through its own API (llama.cpp's
-    router, Ollama, TabbyAPI, KoboldCpp, LM Studio, Lemonade) and waits until it is loaded; what it serves
-    then."""
+    router, Ollama, TabbyAPI, KoboldCpp, LM Studio, Lemonade, LocalAI) and waits until it is
+    loaded; what it serves then."""
     return control(process, "load", name, timeout=timeout)
 
 
