@@ -218,6 +218,41 @@ def test_a_socket_file_swapped_for_another_is_refused_before_any_request(
     assert root_socket.script.seen == []
 
 
+_MOVER = """
+import os, socket, sys
+path, idle = sys.argv[1:3]
+s = socket.socket(socket.AF_UNIX)
+s.bind(path)
+s.listen()
+os.set_inheritable(s.fileno(), True)
+os.rename(path, path + ".old")
+os.execv(idle, ["llama-server", "-m", "m", "--host", path])
+"""
+
+
+@root_only
+@pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason="needs /usr/bin/python3")
+def test_a_socket_another_process_listens_on_at_the_path_is_refused_before_any_request(
+    nobody_idle: Path, nobody_dir: Path, procs: Procs
+) -> None:
+    """The tree's socket moved away, and another process (root's) listens on a socket at the path
+    the argv names: a socket still, but not the tree's: the listening end is checked
+    (SO_PEERCRED) before a byte is sent."""
+    own = nobody_dir / "own"
+    own.mkdir()
+    shutil.chown(own, "nobody")
+    path = str(own / "x.sock")
+    argv = [SYSTEM_PYTHON, "-c", _MOVER, path, str(nobody_idle)]
+    mover = subprocess.Popen(argv, user="nobody", group="nogroup", extra_groups=[], start_new_session=True)
+    procs.started.append(mover)  # type: ignore[arg-type]
+    wait_for(lambda: Path(f"/proc/{mover.pid}/cmdline").read_bytes().startswith(b"llama-server\0"))
+    with serving({"/health": [Answer(200, OK)]}, unix_path=path) as impostor:
+        health = check_health(_scanned(mover.pid))
+        assert health.state == "unhealthy", health
+        assert "not by this server's tree" in health.reason
+        assert impostor.script.seen == []
+
+
 # --- a user's own network namespace (item 13) ----------------------------------------------------
 
 
