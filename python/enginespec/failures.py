@@ -404,7 +404,8 @@ def _figure(name: str, text: str) -> tuple[str, object] | None:
         return (field, memory) if memory is not None else None
     if name.startswith("signal_"):
         # `signal_exit_code`: a shell's 128 + n; any other `signal_*`: the signal in words
-        return ("signal", _exit_signal(text) if name == "signal_exit_code" else _signal_name(text))
+        named = _exit_signal(text) if name == "signal_exit_code" else _signal_name(text)
+        return ("signal", named) if named is not None else None
     field = _FIGURE_ALIASES.get(name, name)
     if field not in FailureFigures.model_fields:
         return None
@@ -519,7 +520,7 @@ def _fallback_cause(
         if index not in skip
         and line.strip()
         and not _is_source(lines, index)
-        and not any(w.search(line) for w in wrappers)
+        and not any(w.search(line[:MAX_MATCH_CHARS]) for w in wrappers)
     ]
     exceptions = [
         (index, line)

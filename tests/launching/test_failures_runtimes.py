@@ -104,6 +104,12 @@ def test_a_vocabulary_keeps_a_shared_pattern_once_where_it_comes_first() -> None
             {},
         ),
         ("exo", "KeyError: 'model_type'", "unsupported_architecture", {}),
+        (
+            "max",
+            "ValueError: Model architectures ['FooForCausalLM'] are not supported",
+            "unsupported_architecture",
+            {},
+        ),
         ("localai", "error loading model: missing output.weight", "unsupported_architecture", {}),
         # vLLM's config reader that found neither format; mistral.rs's file not at the model id
         (

@@ -305,7 +305,8 @@ def test_what_cannot_be_asked_is_refused_before_anything_is_sent(procs: Procs) -
     ):
         sleep(tgi, timeout=5)
     with _engine(procs, ROUTER, {}) as (router, _):
-        for bad in ("", "a\x1b[31m", "x" * 600):
+        # `.` and `..` would name another route as a path segment (/v1/models/..)
+        for bad in ("", "a\x1b[31m", "x" * 600, ".", ".."):
             with pytest.raises(InvalidInputError):
                 load_model(router, bad, timeout=5)
 

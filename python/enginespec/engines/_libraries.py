@@ -264,7 +264,7 @@ LOADER = Failures(
         # https://github.com/lemonade-sdk/lemonade/issues/434)
         P(
             kind="dependency_error",
-            pattern=r"(?P<missing>\b[\w.+-]+\.(?:dylib|dll|so(?:\.\d+)*)) not found\b|"
+            pattern=r"(?<![\w.+-])(?P<missing>[\w.+-]+\.(?:dylib|dll|so(?:\.\d+)*)) not found\b|"
             r"Cannot find (?:[^\s'\"]*[\\/])?(?P<library>[\w.+-]+\.(?:dylib|dll|so(?:\.\d+)*))\b",
             hint="a library the program loads is missing: install the runtime it needs, or a complete build",
         ),
@@ -342,7 +342,7 @@ HUGGINGFACE = Failures(
         # https://github.com/dphnAI/sonar/issues/448)
         P(
             kind="unsupported_architecture",
-            pattern=r"\d+ is not a valid GGMLQuantizationType",
+            pattern=r"(?<!\d)\d+ is not a valid GGMLQuantizationType",
             hint="the GGUF uses a quantization type newer than this engine's GGUF reader: upgrade the "
             "engine (and its gguf package) or use another quantization",
         ),
@@ -378,7 +378,7 @@ HUGGINGFACE = Failures(
         P(
             kind="unsupported_architecture",
             pattern=r"\bUnknown architecture for \w+: \w+|"
-            r"\bmodel architectures? \[?[\w'\", ]*\]? (?:is|are) not supported\b",
+            r"\b[Mm]odel architectures? \[?[\w'\", ]*\]? (?:is|are) not supported\b",
         ),
         P(
             kind="corrupt_model",
@@ -691,8 +691,9 @@ MLX_WEIGHTS = Failures(
 
 #: What every engine's process passes through whatever it is built on (the sockets, the GPU's
 #: kernels and driver, the dynamic loader, the operating system, how it ended): every engine's
-#: vocabulary ends with these (tests/launching/test_failures_runtimes.py checks it; a composite
-#: below keeps a pattern once, where it comes first).
+#: vocabulary holds these, after its own patterns (tests/launching/test_failures_runtimes.py
+#: checks it; a composite keeps a pattern once, where it comes first, so a supervisor composing
+#: its runners' vocabularies has them after the first runner's own).
 BASE = SOCKETS + GPU_KERNELS + CUDA_DRIVER_API + LOADER + CUDA_DRIVER + SYSTEM + ENDINGS
 #: The vocabulary of a Python engine built on PyTorch and Hugging Face, after its own patterns.
 PYTHON_SERVER = ARGPARSE + SOCKETS + TORCH + GPU_KERNELS + LOADER + HUGGINGFACE + SYSTEM + PYTHON + BASE

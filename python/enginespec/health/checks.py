@@ -126,8 +126,9 @@ def _probe(t: CheckTarget, verify_identity: bool, deep: bool, timeout: float) ->
         # A binary engine's release, asked once (KoboldCpp's health answer is its version's).
         version_path = str(t.spec.serving.version_path)
         said = reply if version_path == path else (yield Request("GET", version_path, where, authorized=True))
-        if said.failure != "timeout":
-            # a request the deadline cut short is no answer: the next check asks again
+        if said.failure not in ("timeout", "refused"):
+            # a request the deadline cut short, or a connection refused, is no answer: the next
+            # check asks again
             told(t.spec, t.process, said.status, said.body)
     loaded = t.spec.serving.loaded_models_path
     if state == "ready" and loaded and path == t.spec.serving.health_path and not (verify_identity or deep):

@@ -56,6 +56,9 @@ def _checked_name(name: str) -> str:
         raise InvalidInputError(f"model: {name!r} is not a model name (1 to {MAX_NAME_CHARS} characters)")
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise InvalidInputError(f"model: {name!r} has control characters")
+    if name in (".", ".."):
+        # a path segment (Xinference's DELETE /v1/models/{model}) that would name another route
+        raise InvalidInputError(f"model: {name!r} is no model name")
     return name
 
 
