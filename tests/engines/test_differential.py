@@ -508,3 +508,37 @@ def test_a_field_neither_matcher_knows_is_refused_by_both(where: Any) -> None:
     for matcher in (_native.Matcher, _pymatcher.Matcher):
         with pytest.raises(ValueError, match="made_up_field"):
             matcher(data)
+
+
+def test_a_leading_flag_declared_both_ways_takes_its_value_on_both_backends() -> None:
+    # found by test_made_up_signatures: `--a` is a leading option with a value and a leading exit
+    # switch of e0, whose form wants a subcommand; e1 takes the same program prefix
+    e0 = Signature(
+        engine="e0",
+        launch_forms=(
+            LaunchForm(
+                executable_prefixes=("srv-",),
+                subcommand=("serve",),
+                leading_flags=("--a",),
+                leading_switches=("--a",),
+            ),
+        ),
+        model_flags=("--a",),
+        exit_flags=frozenset({"--a"}),
+        default_host="127.0.0.1",
+        default_port=7000,
+    )
+    e1 = Signature(
+        engine="e1",
+        launch_forms=(LaunchForm(executable_prefixes=("srv-",)),),
+        model_flags=("--a",),
+        default_host="127.0.0.1",
+        default_port=7000,
+    )
+    data = signatures_json((e0, e1))
+    native, python = _native.Matcher(data), _pymatcher.Matcher(data)
+    argv = ["srv-b1", "--a", "m.bin"]
+    assert native.parse(argv) == python.parse(argv)
+    parsed = python.parse(argv)
+    assert parsed is not None
+    assert (parsed.engine_index, parsed.model) == (1, "m.bin")

@@ -111,12 +111,13 @@ def _past_leading(argv: Sequence[str], start: int, form: LaunchForm, signature: 
     at = start
     while at < len(argv):
         name, joined, _value = argv[at].partition("=")
-        if name in form.leading_switches and not joined:
+        # a flag declared both ways takes its value, as matcher.rs's table finds it first
+        if name in form.leading_flags:
+            at += 1 if joined else 2
+        elif name in form.leading_switches and not joined:
             if name in signature.exit_flags:
                 return None
             at += 1
-        elif name in form.leading_flags:
-            at += 1 if joined else 2
         else:
             break
     return at
